@@ -1,0 +1,337 @@
+/*
+ * kvprefix.h - the public API of kvprefix, an automatic prefix cache for LLM serving.
+ *
+ * An engine keeps the keys and values (KV) of every processed token in fixed-size blocks.
+ * When a new request starts with exactly the same tokens as an earlier one, under the same
+ * model, adapter, tenant and cache salt, the KV of the shared full blocks can be reused and
+ * that part of prefill skipped. kvprefix decides what is reusable; the engine owns the KV
+ * memory itself and only learns block ids (0 .. n_blocks-1) from the cache.
+ *
+ * Keys. A request's namespace (model, adapter, tenant, salt) is encoded as typed,
+ * length-prefixed fields and hashed with XXH3-128 into a 128-bit root key. Block i of the
+ * token sequence gets the key XXH3-128(key of block i-1 (the root for block 0) || the
+ * block's tokens as little-endian uint32), with the cache's 64-bit seed. Equal keys
+ * therefore mean equal namespace and equal tokens up to and including the block.
+ * docs/design.md gives the byte layout and test vectors.
+ *
+ * Request lifecycle (what an engine calls):
+ *   kvp_lookup   read-only query: the longest reusable cached prefix;
+ *   kvp_acquire  pin the hit blocks and allocate the rest of the request's blocks;
+ *   kvp_commit   register newly full blocks under their keys (after prefill, during decode);
+ *   kvp_grow     allocate more blocks as decode goes on;
+ *   kvp_release  unpin the request's blocks, tail first, so chains are evicted tail first.
+ * kvp_access does lookup + insert + release at once, for replay and simulation.
+ *
+ * Conventions. Every function that can fail returns int: KVP_OK (0) or a negative KVP_E*
+ * code, described by kvp_strerror(). Results come back through out-parameters that are left
+ * untouched on failure, and a failed call leaves the cache exactly as it was (ENOMEM
+ * included). A cache miss is not an error. The library never prints, exits or aborts.
+ * A kvp_cache is not thread-safe: callers serialize all calls on one cache. Distinct caches
+ * are independent. Callbacks run synchronously inside the call that caused them and must
+ * not call back into the same cache (such calls fail with KVP_EBUSY).
+ */
+#ifndef KVPREFIX_H
+#define KVPREFIX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvprefix/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define KVP_EXPORT
+#elif defined(__GNUC__)
+#define KVP_EXPORT __attribute__((visibility("default")))
+#else
+#define KVP_EXPORT
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Status codes                                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+enum {
+    KVP_OK = 0,          /* success (a cache miss is a success too) */
+    KVP_EINVAL = -1,     /* an argument is invalid: NULL pointer, zero size, bad range */
+    KVP_ENOMEM = -2,     /* memory allocation failed; nothing was changed */
+    KVP_ENOSPC = -3,     /* the pool cannot supply the blocks: too many are pinned */
+    KVP_ENOENT = -4,     /* no active request has this id */
+    KVP_EEXIST = -5,     /* a request with this id is already active */
+    KVP_EOVERFLOW = -6,  /* a token or block count does not fit the cache's limits */
+    KVP_ERANGE = -7,     /* the call refers to tokens beyond what the request allocated */
+    KVP_EBUSY = -8,      /* called from inside one of this cache's callbacks */
+    KVP_ECORRUPT = -9    /* the invariant checker found an inconsistency (a bug) */
+};
+
+/* Return a static, human-readable description of a status code. Never NULL; unknown codes
+ * give "unknown error". Cannot fail. */
+KVP_EXPORT const char *kvp_strerror(int code);
+
+/* Return the library version as "MAJOR.MINOR.PATCH" (static string). Compare with
+ * KVP_VERSION_STRING to detect a header/library mismatch. Cannot fail. */
+KVP_EXPORT const char *kvp_version(void);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Keys and namespaces                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A 128-bit block key or namespace root: the XXH3-128 digest, lo = low 64 bits. */
+typedef struct kvp_key {
+    uint64_t lo; /* low 64 bits of the digest */
+    uint64_t hi; /* high 64 bits of the digest */
+} kvp_key;
+
+/* One namespace field: ptr == NULL means "absent", which differs from every present value,
+ * the empty one included. The bytes are arbitrary (embedded NULs allowed); the caller owns
+ * them and they are only read during the call. */
+typedef struct kvp_field {
+    const void *ptr; /* field bytes, or NULL when the field is absent */
+    size_t len;      /* number of bytes at ptr; must be 0 when ptr is NULL */
+} kvp_field;
+
+/* Who a request belongs to. Two requests can share a block only if all four fields are
+ * equal (same presence, same bytes). Fields are framed by type and length before hashing,
+ * so ("ab","c") never encodes like ("a","bc"). */
+typedef struct kvp_namespace {
+    kvp_field model;   /* base model name or revision */
+    kvp_field adapter; /* LoRA or other adapter id; absent for the base model */
+    kvp_field tenant;  /* tenant or user isolation domain */
+    kvp_field salt;    /* optional per-request cache salt (vLLM's cache_salt) */
+} kvp_namespace;
+
+/* Set every field of *ns to absent. Cannot fail (does nothing if ns is NULL). */
+KVP_EXPORT void kvp_namespace_init(kvp_namespace *ns);
+
+/* A field for a NUL-terminated string (absent if s is NULL). Cannot fail. */
+KVP_EXPORT kvp_field kvp_field_str(const char *s);
+
+/* The default hash seed: 0, so keys are reproducible across processes and machines.
+ * Deployments that do not want keys to be predictable from outside set their own seed. */
+#define KVP_DEFAULT_SEED UINT64_C(0)
+
+/* Largest supported block size, in tokens. */
+#define KVP_MAX_BLOCK_SIZE 65536u
+
+/* Compute the namespace root key for seed. Returns KVP_OK, or KVP_EINVAL if ns or out is
+ * NULL or a field has ptr == NULL with len != 0. */
+KVP_EXPORT int kvp_namespace_key(uint64_t seed, const kvp_namespace *ns, kvp_key *out);
+
+/* Chain-hash the full blocks of tokens[0 .. n_tokens): keys[i] is the key of block i given
+ * the key of the block before the first one (the namespace root when tokens start the
+ * sequence). The partial tail is ignored. Writes min(n_tokens / block_size, cap) keys and
+ * stores that count in *n_keys. Returns KVP_OK; KVP_EINVAL for NULL pointers (tokens may be
+ * NULL when n_tokens is 0, keys when cap is 0) or block_size outside 1..KVP_MAX_BLOCK_SIZE. */
+KVP_EXPORT int kvp_hash_blocks(uint64_t seed, kvp_key parent, const uint32_t *tokens,
+                               size_t n_tokens, uint32_t block_size, kvp_key *keys, size_t cap,
+                               size_t *n_keys);
+
+/* The key under which an externally computed block id is cached in a namespace: a router
+ * that receives engine block hashes, or a trace whose hash ids already name whole prefixes.
+ * The external id is scoped by the namespace root (and domain-separated from token keys), so
+ * two namespaces never share blocks even when their external ids are equal. Equal external
+ * ids must mean equal prefixes; the cache cannot check that. Cannot fail. */
+KVP_EXPORT kvp_key kvp_external_key(uint64_t seed, kvp_key root, kvp_key external_id);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Cache configuration                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Memory hooks. alloc returns NULL on failure; free receives the size given to alloc and
+ * must accept NULL. Every byte the cache holds goes through these. */
+typedef struct kvp_allocator {
+    void *(*alloc)(void *ud, size_t size);           /* NULL: malloc */
+    void (*free)(void *ud, void *ptr, size_t size);  /* NULL: free */
+    void *ud;                                        /* passed to both */
+} kvp_allocator;
+
+enum {
+    KVP_EVENT_STORED = 1,  /* a block was registered under a key (kvp_commit, kvp_access) */
+    KVP_EVENT_REMOVED = 2, /* a block left the index: evicted for reuse, or dropped by reset */
+    KVP_EVENT_CLEARED = 3  /* the index is now empty (after kvp_cache_reset) */
+};
+
+enum {
+    KVP_REMOVED_EVICTED = 1, /* recycled for another request; the engine may overwrite it */
+    KVP_REMOVED_RESET = 2    /* dropped by kvp_cache_reset; the block is now free */
+};
+
+/* One cache event. The pointer passed to the callback is valid only during the call. */
+typedef struct kvp_event {
+    int type;          /* KVP_EVENT_* */
+    int reason;        /* REMOVED only: KVP_REMOVED_*; 0 otherwise */
+    uint32_t block_id; /* STORED/REMOVED: the physical block; 0 for CLEARED */
+    uint32_t n_tokens; /* STORED: tokens in the block (the block size); 0 otherwise */
+    kvp_key key;       /* STORED/REMOVED: the block key; zero for CLEARED */
+    kvp_key parent;    /* STORED: the parent block's key, or the namespace root */
+    bool parent_is_root; /* STORED: true when parent is the namespace root (first block) */
+} kvp_event;
+
+typedef void (*kvp_event_fn)(void *ud, const kvp_event *ev);
+
+/* Cache parameters; fill with kvp_config_init() first, then set what you need. */
+typedef struct kvp_config {
+    uint32_t n_blocks;     /* physical KV blocks in the pool; 1 .. 2^31 (no default: 0) */
+    uint32_t block_size;   /* tokens per block; 1 .. KVP_MAX_BLOCK_SIZE (default 16) */
+    uint64_t seed;         /* hash seed (default KVP_DEFAULT_SEED) */
+    bool verify_tokens;    /* collision-proof mode: keep tokens, compare on every hit */
+    kvp_allocator alloc;   /* memory hooks (default: malloc/free) */
+    kvp_event_fn on_event; /* optional event callback (default NULL) */
+    void *event_ud;        /* passed to on_event */
+} kvp_config;
+
+/* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
+KVP_EXPORT void kvp_config_init(kvp_config *cfg);
+
+typedef struct kvp_cache kvp_cache;
+
+/* Create a cache. On KVP_OK, *out is a new cache owned by the caller (kvp_cache_free).
+ * Returns KVP_EINVAL (NULL pointer, n_blocks or block_size out of range), KVP_ENOMEM. */
+KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out);
+
+/* Free a cache and everything it owns, active requests included. Accepts NULL. Emits no
+ * events. */
+KVP_EXPORT void kvp_cache_free(kvp_cache *cache);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Lookups and the request lifecycle                                                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The result of matching a prompt against the cache. */
+typedef struct kvp_match {
+    uint64_t n_tokens;        /* prompt tokens given */
+    uint32_t n_blocks_full;   /* full blocks in the prompt: n_tokens / block_size */
+    uint32_t n_blocks_cached; /* longest run of cached blocks from the start */
+    uint32_t n_blocks_hit;    /* blocks the engine may reuse: n_blocks_cached, capped so at
+                                 least one prompt token is computed (see kvp_lookup) */
+    uint64_t n_tokens_hit;    /* prefill tokens skipped: n_blocks_hit * block_size */
+} kvp_match;
+
+/* Find the longest reusable prefix of tokens[0 .. n_tokens) in namespace ns. Hashes lazily,
+ * stopping at the first miss. Writes the ids of the n_blocks_hit reused blocks, in order,
+ * to block_ids[0 .. min(n_blocks_hit, cap)) (block_ids may be NULL when cap is 0).
+ *
+ * At least one prompt token is always computed: the engine needs a forward pass over the
+ * last prompt token to produce the first output token, and a cached full block cannot be
+ * partially recomputed in place. So only blocks inside the first n_tokens - 1 tokens count:
+ * n_blocks_hit = min(n_blocks_cached, (n_tokens - 1) / block_size). A prompt whose length
+ * is a multiple of the block size and that is fully cached therefore reuses one block less.
+ *
+ * Read-only on the cache contents and LRU order; only the n_lookups counter changes. The
+ * ids are a snapshot: a later mutating call may evict them unless kvp_acquire pins them.
+ * Returns KVP_OK (also on a miss), KVP_EINVAL (NULL pointer, n_tokens == 0),
+ * KVP_EOVERFLOW (more than 2^32 - 1 full blocks), KVP_EBUSY. */
+KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
+                          size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out);
+
+/* Start request req_id (any caller-chosen id not currently active): match the prompt like
+ * kvp_lookup, pin the n_blocks_hit reused blocks, and allocate fresh blocks so the request
+ * holds ceil(max(n_tokens, n_capacity) / block_size) blocks (n_capacity may be 0: prompt
+ * only). Fresh blocks come from never-used/free blocks first, then from the least recently
+ * used cached block (each eviction emits KVP_EVENT_REMOVED with KVP_REMOVED_EVICTED).
+ * The first n_blocks_hit blocks of the request are already committed.
+ * Returns KVP_OK; KVP_EINVAL, KVP_EOVERFLOW as kvp_lookup; KVP_EEXIST (req_id active);
+ * KVP_ENOSPC (free + evictable blocks are too few; nothing changed); KVP_ENOMEM; KVP_EBUSY. */
+KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
+                           const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
+                           kvp_match *out);
+
+/* Make request req_id hold enough blocks for n_capacity tokens (decode growth). Does nothing
+ * if it already does. Returns KVP_OK, KVP_ENOENT, KVP_EOVERFLOW, KVP_ENOSPC, KVP_ENOMEM
+ * (the request and the cache unchanged on failure), KVP_EBUSY. */
+KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
+
+/* The request's block table: *ids points at its n block ids in token order. The array is
+ * owned by the cache and valid until the next kvp_grow, kvp_release or kvp_cache_free.
+ * Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_ENOENT. */
+KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id,
+                                  const uint32_t **ids, size_t *n);
+
+/* Register the request's newly full blocks. tokens[0 .. n_tokens) is the request's whole
+ * sequence so far (prompt, then generated tokens) and must begin with the tokens given to
+ * kvp_acquire. Blocks already committed are not hashed again. Each new full block gets its
+ * key; if no cached block holds that key it is indexed (KVP_EVENT_STORED); if one does, the
+ * key stays with the existing block and this block is a private duplicate that returns to
+ * the free pool on release (counted in n_blocks_deduped, not n_blocks_stored).
+ * *n_stored (may be NULL) receives the number of blocks newly indexed.
+ * Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens shorter than already committed),
+ * KVP_ENOENT, KVP_ERANGE (n_tokens / block_size exceeds the blocks held), KVP_EBUSY. */
+KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
+                          size_t n_tokens, size_t *n_stored);
+
+/* End request req_id: unpin its blocks from the last to the first, so within a chain the
+ * tail becomes least recently used and is evicted before its parents. Indexed blocks whose
+ * count drops to 0 join the LRU list; others return to the free pool. Cannot fail for an
+ * active request. Returns KVP_OK, KVP_ENOENT, KVP_EBUSY. */
+KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id);
+
+/* Replay/simulation in one call: match tokens like kvp_lookup (*out), then make every full
+ * block of the prompt cached, touching them from the last to the first so a parent is
+ * always at least as recent as its children. Blocks that do not fit because the pool is
+ * full of pinned blocks are not cached; when the prompt has more full blocks than the pool
+ * can hold, its first blocks are kept. Nothing stays pinned. Returns as kvp_lookup, plus
+ * KVP_ENOMEM. */
+KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
+                          size_t n_tokens, kvp_match *out);
+
+/* kvp_lookup and kvp_access for precomputed block keys (see kvp_external_key): ids[i] names
+ * the whole prefix up to block i; each is scoped by the namespace before use. n_tokens is
+ * the prompt length the ids cover (used for the at-least-one-token cap; pass
+ * n_ids * block_size when unknown), and it must satisfy n_ids == ceil(n_tokens/block_size)
+ * or n_ids == n_tokens / block_size (a trailing partial block's id is never cached).
+ * Collision-proof mode cannot verify external ids (there are no tokens): these calls return
+ * KVP_EINVAL on a cache with verify_tokens. Otherwise return as kvp_lookup / kvp_access. */
+KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
+                              size_t n_ids, size_t n_tokens, uint32_t *block_ids, size_t cap,
+                              kvp_match *out);
+KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
+                              size_t n_ids, size_t n_tokens, kvp_match *out);
+
+/* Drop every cached block that no request pins: each emits KVP_EVENT_REMOVED with
+ * KVP_REMOVED_RESET, and KVP_EVENT_CLEARED follows if the index is then empty. Pinned blocks
+ * stay cached. Returns KVP_OK, KVP_EINVAL (NULL), KVP_EBUSY. */
+KVP_EXPORT int kvp_cache_reset(kvp_cache *cache);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Statistics and checks                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Counters since creation. Hit counters count requests (kvp_acquire, kvp_access and their
+ * _ids forms); kvp_lookup only counts n_lookups, so a lookup followed by an acquire is not
+ * counted twice. */
+typedef struct kvp_stats {
+    uint64_t n_requests;       /* kvp_acquire + kvp_access calls that succeeded */
+    uint64_t n_lookups;        /* kvp_lookup + kvp_lookup_ids calls that succeeded */
+    uint64_t n_tokens_queried; /* prompt tokens of those requests */
+    uint64_t n_tokens_hit;     /* prefill tokens skipped (sum of n_tokens_hit) */
+    uint64_t n_blocks_hit;     /* reused blocks (sum of n_blocks_hit) */
+    uint64_t n_blocks_missed;  /* full prompt blocks not reused */
+    uint64_t n_blocks_stored;  /* blocks newly indexed */
+    uint64_t n_blocks_deduped; /* committed blocks whose key was already indexed */
+    uint64_t n_evictions;      /* cached blocks recycled for new data */
+    uint64_t n_verify_rejects; /* collision-proof mode: key matches whose tokens differed */
+    uint32_t n_blocks_total;   /* pool size */
+    uint32_t n_blocks_free;    /* never used, or holding nothing reusable */
+    uint32_t n_blocks_cached;  /* indexed and unpinned: evictable, in LRU order */
+    uint32_t n_blocks_in_use;  /* pinned by at least one request */
+    uint32_t n_requests_active; /* requests between kvp_acquire and kvp_release */
+} kvp_stats;
+
+/* Copy the counters to *out. Returns KVP_OK or KVP_EINVAL (NULL pointer). */
+KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
+
+/* Walk the whole cache and check every invariant (index, pool, LRU list, free list,
+ * reference counts, requests, interned namespaces). Returns KVP_OK, KVP_ECORRUPT, KVP_EINVAL
+ * (NULL), or KVP_ENOMEM (its scratch array, taken with malloc, not the cache's hooks).
+ * O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid deployments. */
+KVP_EXPORT int kvp_cache_check(const kvp_cache *cache);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVPREFIX_H */

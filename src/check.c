@@ -1,0 +1,127 @@
+/*
+ * check.c - the invariant checker: walks the whole cache and verifies that the index, the
+ * pool's free and LRU lists, the reference counts, the requests and (in collision-proof
+ * mode) the interned namespaces agree with each other.
+ *
+ * Invariants checked:
+ *  1. Each block is free (ref 0, not indexed, on the free list), cached (ref 0, indexed, on
+ *     the LRU list) or in use (ref > 0, on neither list); the lists are acyclic, their
+ *     prev/next links agree, and n_free + n_lru + n_in_use == n_blocks.
+ *  2. The index holds exactly the indexed blocks plus its sentinel, each under its key.
+ *  3. Every block's ref equals the number of times it appears in active requests' block
+ *     tables; each request has n_committed <= n_blocks <= cap_blocks.
+ *  4. Verify mode: each interned namespace's refs equals the requests and indexed first
+ *     blocks that name it; slots and records agree.
+ * Tests and fuzzers call it after every mutation. O(n_blocks + held blocks); it allocates
+ * one counter array with calloc, outside the cache's hooks, so it cannot disturb an
+ * allocation-failure test.
+ */
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define FAIL_IF(cond)                                                                          \
+    do {                                                                                       \
+        if (cond) {                                                                            \
+            rc = KVP_ECORRUPT;                                                                 \
+            goto out;                                                                          \
+        }                                                                                      \
+    } while (0)
+
+/* Lists: returns the number of nodes, or UINT32_MAX on a cycle or bad link. */
+static uint32_t walk_free(const kvp__pool *pool)
+{
+    uint32_t n = 0;
+    for (uint32_t id = pool->free_head; id != KVP_NIL; id = pool->blocks[id].next) {
+        const kvp__block *b = &pool->blocks[id];
+        if (id >= pool->n_blocks || n >= pool->n_blocks || b->ref || b->indexed)
+            return UINT32_MAX;
+        n++;
+    }
+    return n;
+}
+
+static uint32_t walk_lru(const kvp__pool *pool)
+{
+    uint32_t n = 0, prev = KVP_NIL;
+    for (uint32_t id = pool->lru_head; id != KVP_NIL; id = pool->blocks[id].next) {
+        if (id >= pool->n_blocks || n >= pool->n_blocks)
+            return UINT32_MAX;
+        const kvp__block *b = &pool->blocks[id];
+        if (b->ref || !b->indexed || b->prev != prev)
+            return UINT32_MAX;
+        prev = id;
+        n++;
+    }
+    return prev == pool->lru_tail ? n : UINT32_MAX;
+}
+
+int kvp__cache_check(const kvp_cache *cache)
+{
+    const kvp__pool *pool = &cache->pool;
+    int rc = KVP_OK;
+    uint32_t *refs = calloc(pool->n_blocks ? pool->n_blocks : 1, sizeof *refs);
+    uint32_t *ns_refs = NULL;
+    if (!refs)
+        return KVP_ENOMEM;
+
+    /* Invariant 1: states and lists. */
+    uint32_t n_free = walk_free(pool), n_lru = walk_lru(pool), n_used = 0, n_indexed = 0;
+    FAIL_IF(n_free != pool->n_free || n_lru != pool->n_lru);
+    for (uint32_t id = 0; id < pool->n_blocks; id++) {
+        const kvp__block *b = &pool->blocks[id];
+        FAIL_IF(b->indexed > 1);
+        n_used += b->ref > 0;
+        n_indexed += b->indexed;
+        /* Invariant 2: an indexed block is found under its own key. */
+        if (b->indexed)
+            FAIL_IF(kvp__index_find(&cache->index, b->key) != b);
+    }
+    FAIL_IF(n_used != pool->n_in_use || n_free + n_lru + n_used != pool->n_blocks);
+    FAIL_IF(n_indexed != cache->index.n_items);
+    FAIL_IF(!cache->index.head || HASH_COUNT(cache->index.head) != n_indexed + 1);
+
+    /* Invariant 3: reference counts are the requests' block tables. */
+    const kvp__request *req, *tmp;
+    HASH_ITER(hh, cache->requests, req, tmp)
+    {
+        FAIL_IF(req->n_committed > req->n_blocks || req->n_blocks > req->cap_blocks);
+        for (uint32_t i = 0; i < req->n_blocks; i++) {
+            FAIL_IF(req->blocks[i] >= pool->n_blocks);
+            refs[req->blocks[i]]++;
+        }
+    }
+    for (uint32_t id = 0; id < pool->n_blocks; id++)
+        FAIL_IF(refs[id] != pool->blocks[id].ref);
+
+    /* Invariant 4: interned namespaces. */
+    if (kvp__verifying(cache)) {
+        const kvp__verify *v = &cache->verify;
+        ns_refs = calloc(v->n_slots ? v->n_slots : 1, sizeof *ns_refs);
+        if (!ns_refs) {
+            rc = KVP_ENOMEM;
+            goto out;
+        }
+        HASH_ITER(hh, cache->requests, req, tmp)
+        {
+            FAIL_IF(req->ns >= v->n_slots || !v->slots[req->ns]);
+            ns_refs[req->ns]++;
+        }
+        for (uint32_t id = 0; id < pool->n_blocks; id++) {
+            const kvp__vmeta *m = &v->meta[id];
+            if (!pool->blocks[id].indexed || m->ns == KVP_NIL)
+                continue;
+            FAIL_IF(m->ns >= v->n_slots || !v->slots[m->ns] || m->parent != KVP_NIL);
+            ns_refs[m->ns]++;
+        }
+        for (uint32_t s = 0; s < v->n_slots; s++) {
+            if (!v->slots[s])
+                continue;
+            FAIL_IF(kvp__verify_ns_refs(cache, s) != ns_refs[s] || ns_refs[s] == 0);
+        }
+    }
+out:
+    free(refs);
+    free(ns_refs);
+    return rc;
+}

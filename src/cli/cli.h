@@ -1,0 +1,15 @@
+/*
+ * cli.h - the subcommands of the kvprefix tool and what they share.
+ *
+ * Each subcommand is a function taking the arguments after its name (argv[0] is the
+ * subcommand name) and returning the process exit status: 0 on success, 1 when the input
+ * was wrong (a message "FILE:LINE: what is wrong" or "kvprefix SUB: ..." went to stderr),
+ * 2 on a usage error. Subcommands use only the public API in kvprefix.h.
+ */
+#ifndef KVP_CLI_H
+#define KVP_CLI_H
+
+int kvp_cli_demo(int argc, char **argv);
+int kvp_cli_plan(int argc, char **argv);
+
+#endif /* KVP_CLI_H */

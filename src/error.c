@@ -1,0 +1,41 @@
+/*
+ * error.c - status code descriptions and the run-time version string.
+ *
+ * Every public function returns KVP_OK or one of the negative KVP_E* codes declared in
+ * kvprefix.h; kvp_strerror() maps each to a fixed English sentence fragment. The strings
+ * are static, so callers never free them.
+ */
+#include "internal.h"
+
+KVP_EXPORT const char *kvp_strerror(int code)
+{
+    switch (code) {
+    case KVP_OK:
+        return "success";
+    case KVP_EINVAL:
+        return "invalid argument";
+    case KVP_ENOMEM:
+        return "out of memory";
+    case KVP_ENOSPC:
+        return "no free or evictable block: the pool is pinned by active requests";
+    case KVP_ENOENT:
+        return "no active request with this id";
+    case KVP_EEXIST:
+        return "a request with this id is already active";
+    case KVP_EOVERFLOW:
+        return "token or block count exceeds the cache's limits";
+    case KVP_ERANGE:
+        return "tokens beyond the blocks the request holds";
+    case KVP_EBUSY:
+        return "cache called from inside its own event callback";
+    case KVP_ECORRUPT:
+        return "cache invariant violated (internal error)";
+    default:
+        return "unknown error";
+    }
+}
+
+KVP_EXPORT const char *kvp_version(void)
+{
+    return KVP_VERSION_STRING;
+}

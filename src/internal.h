@@ -1,0 +1,226 @@
+/*
+ * internal.h - the cache's private data structures and the kvp__ functions shared between
+ * the library's source files. Nothing here is installed or exported.
+ *
+ * Layout of one cache:
+ *
+ *   kvp_cache
+ *    |- pool: blocks[0 .. n_blocks)      one kvp__block per physical KV block id
+ *    |     free list (singly linked via next)   blocks holding nothing reusable
+ *    |     LRU list (doubly linked, head = least recently used)   cached, unpinned blocks
+ *    |- index: uthash table key -> block  every block with indexed == true, plus a sentinel
+ *    |- requests: uthash table id -> kvp__request (block table, chain state)
+ *    `- verify (optional): tokens per block, parent links, interned namespaces
+ *
+ * Each block is in exactly one of three states, derived from (ref, indexed):
+ *   free    ref == 0, !indexed   on the free list
+ *   cached  ref == 0,  indexed   in the index and on the LRU list
+ *   in use  ref  > 0             pinned by requests; indexed or a private block
+ * kvp__cache_check() verifies this and every count; tests call it after each mutation.
+ */
+#ifndef KVP_INTERNAL_H
+#define KVP_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Allocation failures inside uthash are reported, never fatal (see index.c, request.c). */
+#define HASH_NONFATAL_OOM 1
+#include <uthash.h>
+
+#include "kvprefix.h"
+
+#define KVP_NIL UINT32_MAX /* "no block" in 32-bit links */
+
+/* ---------------------------------------------------------------- memory (mem.c) */
+
+/* The cache's allocator: the user's hooks (or malloc/free) plus a live-byte count. */
+typedef struct kvp__mem {
+    kvp_allocator hooks; /* alloc/free never NULL after kvp__mem_init */
+    size_t live_bytes;   /* bytes currently allocated through these hooks */
+} kvp__mem;
+
+void kvp__mem_init(kvp__mem *mem, const kvp_allocator *hooks);
+void *kvp__mem_alloc(kvp__mem *mem, size_t size);
+void *kvp__mem_calloc(kvp__mem *mem, size_t n, size_t size);
+void kvp__mem_free(kvp__mem *mem, void *ptr, size_t size);
+
+/* ---------------------------------------------------------------- keys (keys.c) */
+
+/* Hash one block: XXH3-128(parent || tokens as little-endian uint32), seeded. */
+kvp_key kvp__hash_block(uint64_t seed, kvp_key parent, const uint32_t *tokens,
+                        uint32_t block_size);
+
+static inline bool kvp__key_eq(kvp_key a, kvp_key b)
+{
+    return a.lo == b.lo && a.hi == b.hi;
+}
+
+/* Keep the low `bits` bits of a key (bits in 1..128); test-only collision forcing. */
+static inline kvp_key kvp__key_truncate(kvp_key k, unsigned bits)
+{
+    if (bits >= 128)
+        return k;
+    if (bits >= 64) {
+        k.hi &= bits == 64 ? 0 : (UINT64_MAX >> (128 - bits));
+    } else {
+        k.hi = 0;
+        k.lo &= UINT64_MAX >> (64 - bits);
+    }
+    return k;
+}
+
+/* ---------------------------------------------------------------- blocks, index, pool */
+
+typedef struct kvp__block {
+    UT_hash_handle hh; /* index linkage; valid while indexed */
+    kvp_key key;       /* the block's key; meaningful while indexed */
+    uint32_t ref;      /* number of active requests pinning this block */
+    uint32_t prev;     /* LRU: more recently used neighbour's id... see pool.c */
+    uint32_t next;     /* LRU or free-list successor; KVP_NIL at the end */
+    uint32_t indexed;  /* 1 while the key is in the index, else 0 */
+} kvp__block;
+
+/* The key -> block table. A sentinel entry with a 1-byte key keeps the uthash table alive
+ * for the cache's lifetime, and buckets are sized once for the whole pool, so adding and
+ * deleting keys never allocates and cannot fail (see index.c). */
+typedef struct kvp__index {
+    kvp__block *head;     /* uthash head: always the sentinel or another entry */
+    kvp__block sentinel;  /* never matches a 16-byte key */
+    uint8_t sentinel_key; /* the sentinel's 1-byte key */
+    unsigned log2_buckets; /* bucket count chosen at init: >= n_blocks */
+    uint32_t n_items;     /* indexed blocks (the sentinel excluded) */
+} kvp__index;
+
+int kvp__index_init(kvp__index *idx, kvp__mem *mem, uint32_t n_blocks);
+void kvp__index_free(kvp__index *idx, kvp__mem *mem);
+kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key);
+void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key);
+void kvp__index_del(kvp__index *idx, kvp__block *blk);
+size_t kvp__index_bucket_bytes(const kvp__index *idx);
+
+typedef struct kvp__pool {
+    kvp__block *blocks; /* n_blocks entries, indexed by block id */
+    uint32_t n_blocks;  /* pool size */
+    uint32_t free_head; /* first free block, KVP_NIL if none */
+    uint32_t n_free;    /* blocks on the free list */
+    uint32_t lru_head;  /* least recently used cached block (evicted first) */
+    uint32_t lru_tail;  /* most recently used cached block */
+    uint32_t n_lru;     /* blocks on the LRU list */
+    uint32_t n_in_use;  /* blocks with ref > 0 */
+} kvp__pool;
+
+/* ---------------------------------------------------------------- verify (verify.c) */
+
+/* Per-block provenance kept in collision-proof mode. */
+typedef struct kvp__vmeta {
+    uint32_t gen;        /* bumped each time the block is indexed with new content */
+    uint32_t parent;     /* id of the indexed parent block, KVP_NIL for a first block */
+    uint32_t parent_gen; /* the parent's gen when this block was stored */
+    uint32_t ns;         /* first blocks: interned namespace id; KVP_NIL otherwise */
+} kvp__vmeta;
+
+typedef struct kvp__nsrec kvp__nsrec;
+typedef struct kvp__nsroot kvp__nsroot;
+
+typedef struct kvp__verify {
+    uint32_t *tokens;     /* n_blocks * block_size tokens: block b at b * block_size */
+    kvp__vmeta *meta;     /* n_blocks entries */
+    kvp__nsroot *by_key;  /* uthash by namespace root key; each entry chains its records */
+    kvp__nsrec **slots;   /* interned namespaces by id; NULL slots are free */
+    uint32_t n_slots;     /* capacity of slots */
+    uint32_t free_slot;   /* lowest possibly free slot (search hint) */
+} kvp__verify;
+
+/* ---------------------------------------------------------------- requests (request.c) */
+
+typedef struct kvp__request {
+    UT_hash_handle hh;    /* requests table linkage, keyed by id */
+    uint64_t id;          /* caller's request id */
+    kvp_key root;         /* namespace root key */
+    kvp_key last_key;     /* key of block n_committed-1, or root when none */
+    uint32_t *blocks;     /* block table: cap_blocks entries, n_blocks used */
+    uint32_t n_blocks;    /* blocks held (pinned) */
+    uint32_t cap_blocks;  /* allocated entries in blocks */
+    uint32_t n_committed; /* leading blocks that have keys (hit or committed) */
+    uint32_t ns;          /* verify mode: interned namespace id, else KVP_NIL */
+    uint32_t canon;       /* verify mode: indexed block holding last_key, KVP_NIL if none */
+} kvp__request;
+
+/* ---------------------------------------------------------------- the cache (cache.c) */
+
+struct kvp_cache {
+    kvp_config cfg;        /* copy of the creation config */
+    kvp__mem mem;          /* allocator and live-byte count */
+    kvp__pool pool;        /* physical blocks, free and LRU lists */
+    kvp__index index;      /* key -> block */
+    kvp__request *requests; /* uthash head of active requests */
+    kvp__verify verify;    /* collision-proof mode state; zeroed when off */
+    kvp_stats stats;       /* counters (pool gauges filled in on read) */
+    kvp_key *scratch_keys; /* kvp_access: keys of the current prompt */
+    uint32_t *scratch_ids; /* kvp_access: blocks touched by the current prompt */
+    size_t scratch_cap;    /* entries in both scratch arrays */
+    unsigned key_bits;     /* 128, or fewer in collision tests (kvp__cache_set_key_bits) */
+    bool in_callback;      /* true while an event callback runs */
+};
+
+/* Emit an event if a callback is set (marks the cache busy meanwhile). */
+void kvp__emit(kvp_cache *cache, const kvp_event *ev);
+
+/* Pool operations (pool.c). None allocates; none can fail unless stated. */
+int kvp__pool_init(kvp_cache *cache);
+void kvp__pool_free(kvp_cache *cache);
+void kvp__pool_pin(kvp_cache *cache, uint32_t id);
+void kvp__pool_unpin(kvp_cache *cache, uint32_t id);
+uint32_t kvp__pool_take(kvp_cache *cache); /* KVP_NIL when no free or cached block */
+void kvp__pool_drop(kvp_cache *cache, uint32_t id, int reason);
+
+static inline uint32_t kvp__pool_available(const kvp__pool *pool)
+{
+    return pool->n_free + pool->n_lru;
+}
+
+/* Requests table (request.c). */
+kvp__request *kvp__request_find(const kvp_cache *cache, uint64_t id);
+int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__request **out);
+int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_blocks);
+void kvp__request_delete(kvp_cache *cache, kvp__request *req);
+
+/* Verify mode (verify.c). */
+int kvp__verify_init(kvp_cache *cache);
+void kvp__verify_free(kvp_cache *cache);
+int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
+                          uint32_t *out);
+uint32_t kvp__verify_ns_find(const kvp_cache *cache, const kvp_namespace *ns, kvp_key root);
+void kvp__verify_ns_ref(kvp_cache *cache, uint32_t ns);
+void kvp__verify_ns_unref(kvp_cache *cache, uint32_t ns);
+bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *tokens,
+                       uint32_t parent, uint32_t ns);
+void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, uint32_t parent,
+                       uint32_t ns);
+void kvp__verify_forget(kvp_cache *cache, uint32_t id);
+uint32_t kvp__verify_ns_refs(const kvp_cache *cache, uint32_t s);
+
+static inline bool kvp__verifying(const kvp_cache *cache)
+{
+    return cache->cfg.verify_tokens;
+}
+
+/* The cache's key functions (apply the test-only truncation). */
+kvp_key kvp__cache_root(const kvp_cache *cache, const kvp_namespace *ns);
+kvp_key kvp__cache_block_key(const kvp_cache *cache, kvp_key parent, const uint32_t *tokens);
+kvp_key kvp__cache_external_key(const kvp_cache *cache, kvp_key root, kvp_key id);
+
+/* Validate a namespace's fields: KVP_OK or KVP_EINVAL. */
+int kvp__ns_valid(const kvp_namespace *ns);
+
+/* Invariant checker (check.c): KVP_OK or KVP_ECORRUPT. */
+int kvp__cache_check(const kvp_cache *cache);
+
+/* Test hook: truncate every key this cache computes to `bits` low bits (1..128), so that
+ * collisions become common. Only valid on an empty cache (no cached blocks, no requests).
+ * Returns KVP_OK or KVP_EINVAL. */
+int kvp__cache_set_key_bits(kvp_cache *cache, unsigned bits);
+
+#endif /* KVP_INTERNAL_H */

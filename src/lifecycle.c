@@ -1,0 +1,503 @@
+/*
+ * lifecycle.c - what an engine calls per request: lookup, acquire, grow, commit, release,
+ * and the one-shot access used by replay and simulation.
+ *
+ *   kvp_lookup ──> kvp_acquire ──> (prefill) kvp_commit ──> (decode) kvp_grow/kvp_commit
+ *   (read-only)    pin hits,                register full        ──> kvp_release
+ *                  take fresh blocks        blocks by key             unpin tail first
+ *
+ * Every mutating entry point follows the same order: (1) validate arguments, (2) make every
+ * allocation it could need (request record, block table, scratch arrays, interned
+ * namespace), (3) check that the pool can supply the blocks, and only then (4) change the
+ * cache. Steps 4 cannot fail (index adds never allocate, see index.c), so a call that
+ * returns an error has changed nothing.
+ *
+ * Matching walks the prompt block by block from the namespace root, hashing lazily and
+ * stopping at the first key that is not indexed (or, in collision-proof mode, whose
+ * provenance does not verify). Cost per block: one XXH3-128 over 16 + 4 * block_size bytes
+ * and one hash-table probe; nothing allocates.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+/* Where a match gets block i's key. Keys must be requested in order 0, 1, 2, ... */
+typedef struct keysrc {
+    const uint32_t *tokens; /* token mode: the prompt (also used for verification) */
+    const kvp_key *ids;     /* external-id mode: the caller's ids, scoped by root */
+    const kvp_key *keys;    /* precomputed mode: keys already scoped (kvp_access) */
+    kvp_key root;           /* namespace root */
+    kvp_key prev;           /* token mode: key of the block before the next one */
+    uint32_t ns;            /* verify mode: interned namespace id, KVP_NIL if unknown */
+} keysrc;
+
+static inline kvp_key src_key(const kvp_cache *cache, keysrc *src, size_t i)
+{
+    if (src->keys)
+        return src->keys[i];
+    if (src->ids)
+        return kvp__cache_external_key(cache, src->root, src->ids[i]);
+    src->prev = kvp__cache_block_key(cache, src->prev, src->tokens + i * cache->cfg.block_size);
+    return src->prev;
+}
+
+/* The result of walking the cached chain. */
+typedef struct walk {
+    uint32_t n_cached; /* cached (and verified) blocks from the start */
+    kvp_key last_key;  /* key of block n_ids - 1, or the root */
+    uint32_t last_id;  /* block id of block n_ids - 1, or KVP_NIL */
+} walk;
+
+/* Match blocks 0 .. n_full-1 against the index. Writes the ids of the first min(n_cached,
+ * cap) blocks to ids. Changes nothing but n_verify_rejects. Cannot fail. */
+static walk match(kvp_cache *cache, keysrc *src, uint32_t n_full, uint32_t *ids, size_t cap)
+{
+    walk w = {0, src->root, KVP_NIL};
+    uint32_t prev_id = KVP_NIL;
+    size_t bs = cache->cfg.block_size;
+    for (uint32_t i = 0; i < n_full; i++) {
+        kvp_key key = src_key(cache, src, i);
+        kvp__block *b = kvp__index_find(&cache->index, key);
+        if (!b)
+            break;
+        uint32_t id = (uint32_t)(b - cache->pool.blocks);
+        if (kvp__verifying(cache) &&
+            !kvp__verify_block(cache, id, src->tokens + i * bs, prev_id, src->ns)) {
+            cache->stats.n_verify_rejects++;
+            break;
+        }
+        if (i < cap) {
+            ids[i] = id;
+            w.last_key = key;
+            w.last_id = id;
+        }
+        prev_id = id;
+        w.n_cached++;
+    }
+    return w;
+}
+
+/* Common argument checks for a prompt: KVP_OK with *n_full set, or an error. */
+static int check_prompt(const kvp_cache *cache, const kvp_namespace *ns, const void *data,
+                        size_t n_tokens, uint32_t *n_full)
+{
+    if (!cache || !data || n_tokens == 0 || kvp__ns_valid(ns) != KVP_OK)
+        return KVP_EINVAL;
+    if (cache->in_callback)
+        return KVP_EBUSY;
+    size_t full = n_tokens / cache->cfg.block_size;
+    if (full >= KVP_NIL)
+        return KVP_EOVERFLOW;
+    *n_full = (uint32_t)full;
+    return KVP_OK;
+}
+
+/* Blocks the engine may reuse: at least one prompt token is always computed. */
+static inline uint32_t hit_limit(const kvp_cache *cache, size_t n_tokens)
+{
+    return (uint32_t)((n_tokens - 1) / cache->cfg.block_size);
+}
+
+static void fill_match(const kvp_cache *cache, size_t n_tokens, uint32_t n_full,
+                       uint32_t n_cached, kvp_match *out)
+{
+    uint32_t limit = hit_limit(cache, n_tokens);
+    out->n_tokens = n_tokens;
+    out->n_blocks_full = n_full;
+    out->n_blocks_cached = n_cached;
+    out->n_blocks_hit = n_cached < limit ? n_cached : limit;
+    out->n_tokens_hit = (uint64_t)out->n_blocks_hit * cache->cfg.block_size;
+}
+
+static void count_request(kvp_cache *cache, const kvp_match *m)
+{
+    cache->stats.n_requests++;
+    cache->stats.n_tokens_queried += m->n_tokens;
+    cache->stats.n_tokens_hit += m->n_tokens_hit;
+    cache->stats.n_blocks_hit += m->n_blocks_hit;
+    cache->stats.n_blocks_missed += m->n_blocks_full - m->n_blocks_hit;
+}
+
+static int lookup_common(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t n_full,
+                         uint32_t *block_ids, size_t cap, kvp_match *out)
+{
+    if (!out || (!block_ids && cap))
+        return KVP_EINVAL;
+    uint32_t limit = hit_limit(cache, n_tokens);
+    walk w = match(cache, src, n_full, block_ids, cap < limit ? cap : limit);
+    fill_match(cache, n_tokens, n_full, w.n_cached, out);
+    cache->stats.n_lookups++;
+    return KVP_OK;
+}
+
+KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
+                          size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out)
+{
+    uint32_t n_full;
+    int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
+    if (rc != KVP_OK)
+        return rc;
+    keysrc src = {tokens, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    src.prev = src.root;
+    if (kvp__verifying(cache))
+        src.ns = kvp__verify_ns_find(cache, ns, src.root);
+    return lookup_common(cache, &src, n_tokens, n_full, block_ids, cap, out);
+}
+
+/* n_ids must cover n_tokens: ceil(n_tokens / bs) ids, or n_tokens / bs. */
+static int check_ids(const kvp_cache *cache, size_t n_ids, size_t n_tokens, uint32_t n_full)
+{
+    size_t bs = cache->cfg.block_size;
+    size_t n_ceil = n_tokens / bs + (n_tokens % bs != 0);
+    if (kvp__verifying(cache) || (n_ids != n_full && n_ids != n_ceil))
+        return KVP_EINVAL;
+    return KVP_OK;
+}
+
+KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
+                              size_t n_ids, size_t n_tokens, uint32_t *block_ids, size_t cap,
+                              kvp_match *out)
+{
+    uint32_t n_full;
+    int rc = check_prompt(cache, ns, ids, n_tokens, &n_full);
+    if (rc == KVP_OK)
+        rc = check_ids(cache, n_ids, n_tokens, n_full);
+    if (rc != KVP_OK)
+        return rc;
+    keysrc src = {NULL, ids, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    return lookup_common(cache, &src, n_tokens, n_full, block_ids, cap, out);
+}
+
+/* Pin the first n_hit blocks of req (already in req->blocks) and take n_take fresh ones
+ * after them. The caller checked availability. Cannot fail. */
+static void pin_and_take(kvp_cache *cache, kvp__request *req, uint32_t n_hit, uint32_t n_take)
+{
+    for (uint32_t i = 0; i < n_hit; i++)
+        kvp__pool_pin(cache, req->blocks[i]);
+    req->n_blocks = n_hit;
+    for (uint32_t i = 0; i < n_take; i++)
+        req->blocks[req->n_blocks++] = kvp__pool_take(cache);
+}
+
+/* Blocks needed to hold n tokens, or KVP_NIL when that does not fit in 32 bits. */
+static uint32_t blocks_for(const kvp_cache *cache, size_t n)
+{
+    size_t bs = cache->cfg.block_size;
+    size_t blocks = n / bs + (n % bs != 0);
+    return blocks >= KVP_NIL ? KVP_NIL : (uint32_t)blocks;
+}
+
+KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
+                           const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
+                           kvp_match *out)
+{
+    /* Step 1: validate. */
+    uint32_t n_full;
+    int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
+    if (rc != KVP_OK)
+        return rc;
+    if (!out)
+        return KVP_EINVAL;
+    if (kvp__request_find(cache, req_id))
+        return KVP_EEXIST;
+    uint32_t n_total = blocks_for(cache, n_capacity > n_tokens ? n_capacity : n_tokens);
+    if (n_total == KVP_NIL)
+        return KVP_EOVERFLOW;
+    if (n_total > cache->pool.n_blocks)
+        return KVP_ENOSPC;
+
+    /* Step 2: allocate the request (and intern its namespace in verify mode). */
+    kvp_key root = kvp__cache_root(cache, ns);
+    uint32_t ns_id = KVP_NIL;
+    if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, root, &ns_id)))
+        return rc;
+    kvp__request *req;
+    if ((rc = kvp__request_new(cache, req_id, n_total, &req))) {
+        if (ns_id != KVP_NIL)
+            kvp__verify_ns_unref(cache, ns_id);
+        return rc;
+    }
+
+    /* Step 3: match into the block table, then check the pool can supply the rest. */
+    keysrc src = {tokens, NULL, NULL, root, root, ns_id};
+    uint32_t limit = hit_limit(cache, n_tokens);
+    walk w = match(cache, &src, n_full, req->blocks, limit);
+    kvp_match m;
+    fill_match(cache, n_tokens, n_full, w.n_cached, &m);
+    uint32_t n_hit = m.n_blocks_hit, n_take = n_total - n_hit, n_hit_cached = 0;
+    for (uint32_t i = 0; i < n_hit; i++)
+        n_hit_cached += cache->pool.blocks[req->blocks[i]].ref == 0;
+    if (n_take > kvp__pool_available(&cache->pool) - n_hit_cached) {
+        kvp__request_delete(cache, req);
+        if (ns_id != KVP_NIL)
+            kvp__verify_ns_unref(cache, ns_id);
+        return KVP_ENOSPC;
+    }
+
+    /* Step 4: pin, take, record the chain state. */
+    pin_and_take(cache, req, n_hit, n_take);
+    req->root = root;
+    req->last_key = w.last_key;
+    req->canon = w.last_id;
+    req->n_committed = n_hit;
+    req->ns = ns_id;
+    count_request(cache, &m);
+    *out = m;
+    return KVP_OK;
+}
+
+KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
+{
+    if (!cache)
+        return KVP_EINVAL;
+    if (cache->in_callback)
+        return KVP_EBUSY;
+    kvp__request *req = kvp__request_find(cache, req_id);
+    if (!req)
+        return KVP_ENOENT;
+    uint32_t n_total = blocks_for(cache, n_capacity);
+    if (n_total == KVP_NIL)
+        return KVP_EOVERFLOW;
+    if (n_total <= req->n_blocks)
+        return KVP_OK;
+    uint32_t n_take = n_total - req->n_blocks;
+    if (n_take > kvp__pool_available(&cache->pool))
+        return KVP_ENOSPC;
+    int rc = kvp__request_reserve(cache, req, n_total);
+    if (rc != KVP_OK)
+        return rc;
+    for (uint32_t i = 0; i < n_take; i++)
+        req->blocks[req->n_blocks++] = kvp__pool_take(cache);
+    return KVP_OK;
+}
+
+KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id,
+                                  const uint32_t **ids, size_t *n)
+{
+    if (!cache || !ids || !n)
+        return KVP_EINVAL;
+    kvp__request *req = kvp__request_find(cache, req_id);
+    if (!req)
+        return KVP_ENOENT;
+    *ids = req->blocks;
+    *n = req->n_blocks;
+    return KVP_OK;
+}
+
+/* Index block id under key as block i of a chain whose accepted previous block is canon
+ * (KVP_NIL for i == 0 or when untrustworthy), emit STORED. Cannot fail. */
+static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key parent_key,
+                        uint32_t i, const uint32_t *tokens, uint32_t canon, uint32_t ns)
+{
+    kvp__index_add(&cache->index, &cache->pool.blocks[id], key);
+    if (kvp__verifying(cache))
+        kvp__verify_store(cache, id, tokens, canon, i == 0 ? ns : KVP_NIL);
+    cache->stats.n_blocks_stored++;
+    kvp_event ev = {0};
+    ev.type = KVP_EVENT_STORED;
+    ev.block_id = id;
+    ev.n_tokens = cache->cfg.block_size;
+    ev.key = key;
+    ev.parent = parent_key;
+    ev.parent_is_root = i == 0;
+    kvp__emit(cache, &ev);
+}
+
+/* In verify mode: may an existing indexed block b stand for block i of this chain? */
+static bool accept_existing(kvp_cache *cache, uint32_t b, uint32_t i, const uint32_t *tokens,
+                            uint32_t canon, uint32_t ns)
+{
+    if (!kvp__verifying(cache))
+        return true;
+    if (i > 0 && canon == KVP_NIL)
+        return false;
+    if (kvp__verify_block(cache, b, tokens, i == 0 ? KVP_NIL : canon, ns))
+        return true;
+    cache->stats.n_verify_rejects++;
+    return false;
+}
+
+KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
+                          size_t n_tokens, size_t *n_stored)
+{
+    if (!cache || (!tokens && n_tokens))
+        return KVP_EINVAL;
+    if (cache->in_callback)
+        return KVP_EBUSY;
+    kvp__request *req = kvp__request_find(cache, req_id);
+    if (!req)
+        return KVP_ENOENT;
+    size_t bs = cache->cfg.block_size;
+    if (n_tokens / bs < req->n_committed)
+        return KVP_EINVAL;
+    if (n_tokens / bs > req->n_blocks)
+        return KVP_ERANGE;
+    uint32_t n_full = (uint32_t)(n_tokens / bs);
+    size_t stored = 0;
+    for (uint32_t i = req->n_committed; i < n_full; i++) {
+        const uint32_t *blk_tokens = tokens + (size_t)i * bs;
+        kvp_key key = kvp__cache_block_key(cache, req->last_key, blk_tokens);
+        kvp__block *b = kvp__index_find(&cache->index, key);
+        uint32_t own = req->blocks[i];
+        if (b) {
+            uint32_t id = (uint32_t)(b - cache->pool.blocks);
+            if (accept_existing(cache, id, i, blk_tokens, req->canon, req->ns)) {
+                cache->stats.n_blocks_deduped++;
+                req->canon = id;
+            } else {
+                req->canon = KVP_NIL; /* a collision: this chain cannot be verified further */
+            }
+        } else if (kvp__verifying(cache) && i > 0 && req->canon == KVP_NIL) {
+            /* After a collision nothing downstream can be verified: keep it private. */
+        } else {
+            store_block(cache, own, key, req->last_key, i, blk_tokens, req->canon, req->ns);
+            req->canon = own;
+            stored++;
+        }
+        req->last_key = key;
+        req->n_committed = i + 1;
+    }
+    if (n_stored)
+        *n_stored = stored;
+    return KVP_OK;
+}
+
+KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id)
+{
+    if (!cache)
+        return KVP_EINVAL;
+    if (cache->in_callback)
+        return KVP_EBUSY;
+    kvp__request *req = kvp__request_find(cache, req_id);
+    if (!req)
+        return KVP_ENOENT;
+    for (uint32_t i = req->n_blocks; i-- > 0;)
+        kvp__pool_unpin(cache, req->blocks[i]);
+    if (req->ns != KVP_NIL)
+        kvp__verify_ns_unref(cache, req->ns);
+    kvp__request_delete(cache, req);
+    return KVP_OK;
+}
+
+/* Make the scratch arrays hold n entries. KVP_OK or KVP_ENOMEM (nothing changed). */
+static int scratch_reserve(kvp_cache *cache, size_t n)
+{
+    if (n <= cache->scratch_cap)
+        return KVP_OK;
+    size_t cap = cache->scratch_cap * 2 > n ? cache->scratch_cap * 2 : n;
+    kvp_key *keys = kvp__mem_alloc(&cache->mem, cap * sizeof *keys);
+    uint32_t *ids = kvp__mem_alloc(&cache->mem, cap * sizeof *ids);
+    if (!keys || !ids) {
+        kvp__mem_free(&cache->mem, keys, cap * sizeof *keys);
+        kvp__mem_free(&cache->mem, ids, cap * sizeof *ids);
+        return KVP_ENOMEM;
+    }
+    kvp__mem_free(&cache->mem, cache->scratch_keys, cache->scratch_cap * sizeof *keys);
+    kvp__mem_free(&cache->mem, cache->scratch_ids, cache->scratch_cap * sizeof *ids);
+    cache->scratch_keys = keys;
+    cache->scratch_ids = ids;
+    cache->scratch_cap = cap;
+    return KVP_OK;
+}
+
+/* The body of kvp_access and kvp_access_ids once keys[0 .. n_full) are in scratch_keys:
+ *  1. match the cached run (its blocks' ids land in scratch_ids);
+ *  2. walk every full block in order: pin a cached (verified) block, or take a fresh one
+ *     and index it; stop when the pool has nothing left to give (the prefix is kept);
+ *  3. unpin from the last block to the first, so parents end up more recent than children.
+ * Cannot fail. */
+static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t n_full,
+                        kvp_match *out)
+{
+    /* Step 1: match. */
+    uint32_t *ids = cache->scratch_ids;
+    const kvp_key *keys = cache->scratch_keys;
+    walk w = match(cache, src, n_full, ids, n_full);
+    kvp_match m;
+    fill_match(cache, n_tokens, n_full, w.n_cached, &m);
+
+    /* Step 2: pin or insert every block. */
+    size_t bs = cache->cfg.block_size;
+    uint32_t n_held = 0, canon = KVP_NIL;
+    for (uint32_t i = 0; i < n_full; i++) {
+        const uint32_t *blk_tokens = src->tokens ? src->tokens + (size_t)i * bs : NULL;
+        uint32_t id;
+        if (i < w.n_cached) {
+            id = ids[i];
+            kvp__pool_pin(cache, id);
+        } else {
+            kvp__block *b = kvp__index_find(&cache->index, keys[i]);
+            if (b) {
+                id = (uint32_t)(b - cache->pool.blocks);
+                if (!accept_existing(cache, id, i, blk_tokens, canon, src->ns))
+                    break;
+                kvp__pool_pin(cache, id);
+            } else {
+                if (kvp__pool_available(&cache->pool) == 0)
+                    break;
+                id = kvp__pool_take(cache);
+                store_block(cache, id, keys[i], i ? keys[i - 1] : src->root, i, blk_tokens,
+                            canon, src->ns);
+            }
+        }
+        ids[i] = id;
+        canon = id;
+        n_held = i + 1;
+    }
+
+    /* Step 3: release tail first. */
+    for (uint32_t i = n_held; i-- > 0;)
+        kvp__pool_unpin(cache, ids[i]);
+    count_request(cache, &m);
+    *out = m;
+}
+
+/* Steps shared by both access forms before the keys exist: scratch, verify namespace. */
+static int access_prepare(kvp_cache *cache, kvp_match *out, uint32_t n_full)
+{
+    if (!out)
+        return KVP_EINVAL;
+    return scratch_reserve(cache, n_full);
+}
+
+KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
+                          size_t n_tokens, kvp_match *out)
+{
+    uint32_t n_full;
+    int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
+    if (rc == KVP_OK)
+        rc = access_prepare(cache, out, n_full);
+    if (rc != KVP_OK)
+        return rc;
+    keysrc src = {tokens, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, src.root, &src.ns)))
+        return rc;
+    kvp_key parent = src.root;
+    for (uint32_t i = 0; i < n_full; i++)
+        parent = cache->scratch_keys[i] =
+            kvp__cache_block_key(cache, parent, tokens + (size_t)i * cache->cfg.block_size);
+    src.keys = cache->scratch_keys;
+    access_keys(cache, &src, n_tokens, n_full, out);
+    if (src.ns != KVP_NIL)
+        kvp__verify_ns_unref(cache, src.ns);
+    return KVP_OK;
+}
+
+KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
+                              size_t n_ids, size_t n_tokens, kvp_match *out)
+{
+    uint32_t n_full;
+    int rc = check_prompt(cache, ns, ids, n_tokens, &n_full);
+    if (rc == KVP_OK)
+        rc = check_ids(cache, n_ids, n_tokens, n_full);
+    if (rc == KVP_OK)
+        rc = access_prepare(cache, out, n_full);
+    if (rc != KVP_OK)
+        return rc;
+    keysrc src = {NULL, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    for (uint32_t i = 0; i < n_full; i++)
+        cache->scratch_keys[i] = kvp__cache_external_key(cache, src.root, ids[i]);
+    src.keys = cache->scratch_keys;
+    access_keys(cache, &src, n_tokens, n_full, out);
+    return KVP_OK;
+}

@@ -1,0 +1,84 @@
+/*
+ * request.c - the table of active requests, keyed by the caller's 64-bit request id.
+ *
+ * A kvp__request owns its block table (an array of block ids, grown by doubling) and the
+ * chain state needed to commit later blocks without hashing earlier ones again: the key of
+ * its last committed block. Requests live in a uthash table with uthash's own hashing (ids
+ * are caller-chosen and may be sequential), allocating through the cache's hooks in
+ * non-fatal OOM mode: a failed insert leaves the table as it was.
+ *
+ * Invariant: every block id in blocks[0 .. n_blocks) is pinned (ref counts one per
+ * appearance across all requests); n_committed <= n_blocks.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+#undef uthash_malloc
+#undef uthash_free
+#define uthash_malloc(sz) kvp__mem_alloc(&cache->mem, (sz))
+#define uthash_free(ptr, sz) kvp__mem_free(&cache->mem, (ptr), (sz))
+
+kvp__request *kvp__request_find(const kvp_cache *cache, uint64_t id)
+{
+    kvp__request *req;
+    HASH_FIND(hh, cache->requests, &id, sizeof id, req);
+    return req;
+}
+
+/* Create request id with room for cap_blocks block ids and insert it in the table. The
+ * caller has checked that id is not active. Returns KVP_OK or KVP_ENOMEM (nothing changed). */
+int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__request **out)
+{
+    kvp__request *req = kvp__mem_calloc(&cache->mem, 1, sizeof *req);
+    if (!req)
+        return KVP_ENOMEM;
+    if (cap_blocks == 0)
+        cap_blocks = 1;
+    req->blocks = kvp__mem_alloc(&cache->mem, (size_t)cap_blocks * sizeof(uint32_t));
+    if (!req->blocks) {
+        kvp__mem_free(&cache->mem, req, sizeof *req);
+        return KVP_ENOMEM;
+    }
+    req->id = id;
+    req->cap_blocks = cap_blocks;
+    req->ns = KVP_NIL;
+    req->canon = KVP_NIL;
+    HASH_ADD(hh, cache->requests, id, sizeof req->id, req);
+    if (req->hh.tbl == NULL) {
+        kvp__mem_free(&cache->mem, req->blocks, (size_t)cap_blocks * sizeof(uint32_t));
+        kvp__mem_free(&cache->mem, req, sizeof *req);
+        return KVP_ENOMEM;
+    }
+    *out = req;
+    return KVP_OK;
+}
+
+/* Make req's block table hold at least cap_blocks entries. KVP_OK or KVP_ENOMEM (req
+ * unchanged). */
+int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_blocks)
+{
+    if (cap_blocks <= req->cap_blocks)
+        return KVP_OK;
+    uint64_t cap = (uint64_t)req->cap_blocks * 2;
+    if (cap < cap_blocks)
+        cap = cap_blocks;
+    if (cap > UINT32_MAX)
+        cap = UINT32_MAX;
+    uint32_t *blocks = kvp__mem_alloc(&cache->mem, (size_t)cap * sizeof(uint32_t));
+    if (!blocks)
+        return KVP_ENOMEM;
+    memcpy(blocks, req->blocks, (size_t)req->n_blocks * sizeof(uint32_t));
+    kvp__mem_free(&cache->mem, req->blocks, (size_t)req->cap_blocks * sizeof(uint32_t));
+    req->blocks = blocks;
+    req->cap_blocks = (uint32_t)cap;
+    return KVP_OK;
+}
+
+/* Remove req from the table and free it. Its blocks must already be unpinned. */
+void kvp__request_delete(kvp_cache *cache, kvp__request *req)
+{
+    HASH_DELETE(hh, cache->requests, req);
+    kvp__mem_free(&cache->mem, req->blocks, (size_t)req->cap_blocks * sizeof(uint32_t));
+    kvp__mem_free(&cache->mem, req, sizeof *req);
+}
