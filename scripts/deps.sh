@@ -1,0 +1,29 @@
+#!/bin/sh
+# deps.sh - install the Debian 12 packages kvprefix needs, if any are missing.
+# Used by example.sh and test.sh, so a fresh machine needs nothing installed by hand.
+# Runs apt-get as root (or through sudo when available); does nothing when all are present.
+set -eu
+
+PKGS="meson ninja-build pkg-config gcc clang clang-format libclang-rt-14-dev llvm libxxhash-dev uthash-dev \
+libcriterion-dev libjansson-dev zlib1g-dev"
+
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "deps.sh: installing:$missing" >&2
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=""
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+else
+    echo "deps.sh: need root (or sudo) to install:$missing" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q >/dev/null
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -q --no-install-recommends $missing >/dev/null
