@@ -179,6 +179,28 @@ static void pin_and_take(kvp_cache *cache, kvp__request *req, uint32_t n_hit, ui
         req->blocks[req->n_blocks++] = kvp__pool_take(cache);
 }
 
+/* How many distinct blocks among ids[0 .. n) are unpinned (they leave the LRU list when
+ * pinned, so fresh blocks cannot come from them). An id can repeat only after a key
+ * collision, but then it must be counted once: repeats are found by marking ref with
+ * KVP_NIL during the walk and restoring it after. Changes nothing in the end. */
+static uint32_t count_unpinned(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+{
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        kvp__block *b = &cache->pool.blocks[ids[i]];
+        if (b->ref == 0) {
+            b->ref = KVP_NIL;
+            count++;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        kvp__block *b = &cache->pool.blocks[ids[i]];
+        if (b->ref == KVP_NIL)
+            b->ref = 0;
+    }
+    return count;
+}
+
 /* Blocks needed to hold n tokens, or KVP_NIL when that does not fit in 32 bits. */
 static uint32_t blocks_for(const kvp_cache *cache, size_t n)
 {
@@ -224,10 +246,8 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
     walk w = match(cache, &src, n_full, req->blocks, limit);
     kvp_match m;
     fill_match(cache, n_tokens, n_full, w.n_cached, &m);
-    uint32_t n_hit = m.n_blocks_hit, n_take = n_total - n_hit, n_hit_cached = 0;
-    for (uint32_t i = 0; i < n_hit; i++)
-        n_hit_cached += cache->pool.blocks[req->blocks[i]].ref == 0;
-    if (n_take > kvp__pool_available(&cache->pool) - n_hit_cached) {
+    uint32_t n_hit = m.n_blocks_hit, n_take = n_total - n_hit;
+    if (n_take > kvp__pool_available(&cache->pool) - count_unpinned(cache, req->blocks, n_hit)) {
         kvp__request_delete(cache, req);
         if (ns_id != KVP_NIL)
             kvp__verify_ns_unref(cache, ns_id);

@@ -1,0 +1,106 @@
+/*
+ * logread.h - a reader for request logs, shared by `kvprefix plan` and replay tools.
+ *
+ * Two line formats, detected per line, one JSON object per line (JSON Lines):
+ *
+ *   token log   {"tokens": [uint32, ...], "output_tokens": [uint32, ...]?,
+ *                "model": s?, "adapter": s?, "tenant": s?, "cache_salt": s?,
+ *                "timestamp": number?}
+ *   Mooncake    {"timestamp": ms?, "input_length": n, "output_length": n,
+ *                "hash_ids": [int, ...]}
+ *
+ * The namespace strings (model, adapter, tenant, cache_salt) are optional in both formats.
+ * A line with "tokens" is a token log line, one with "hash_ids" a Mooncake line; a line with
+ * both or neither is an error. Namespace strings may be null (absent). Unknown fields are
+ * ignored. Blank lines are skipped. The input is a path, "-" for standard input, and is
+ * gunzipped transparently when it is gzip data (whatever its name).
+ *
+ * Errors read "FILE:LINE: what is wrong" (or "FILE: ..." for the file as a whole). After an
+ * error on one line the reader can go on with the next line; a read or decompression error
+ * ends the file.
+ *
+ * Memory: the reader holds one line (which may be arbitrarily long, up to max_line_bytes),
+ * its parsed JSON and the arrays of that line; all of it is reused or freed at the next call.
+ */
+#ifndef KVP_CLI_LOGREAD_H
+#define KVP_CLI_LOGREAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    KVP_LOG_RECORD = 1,  /* *rec holds the next request */
+    KVP_LOG_END = 0,     /* no more lines */
+    KVP_LOG_EINPUT = -1, /* this line is malformed; the next call reads the next line */
+    KVP_LOG_EIO = -2,    /* read or decompression error; the reader is at its end */
+    KVP_LOG_ENOMEM = -3  /* out of memory, or a line over max_line_bytes; at its end */
+};
+
+enum {
+    KVP_LOG_TOKENS = 1,  /* token-id log line */
+    KVP_LOG_MOONCAKE = 2 /* Mooncake hash-id trace line */
+};
+
+/* Largest length, in tokens, a record may declare (input_length, output_length). */
+#define KVP_LOG_MAX_LEN UINT64_C(4294967295)
+
+typedef struct kvp_log_options {
+    size_t max_line_bytes;    /* longest accepted line (default 1 GiB) */
+    uint32_t hash_block_size; /* Mooncake: tokens per hash id; when > 0, len(hash_ids) must
+                                 be ceil or floor of input_length / hash_block_size (default
+                                 512, the Mooncake traces' block size; 0 disables) */
+} kvp_log_options;
+
+/* Fill *opt with the defaults above. Cannot fail (does nothing if opt is NULL). */
+void kvp_log_options_init(kvp_log_options *opt);
+
+/* One request. Every pointer is owned by the reader and valid until the next
+ * kvp_log_next or kvp_log_close. */
+typedef struct kvp_log_record {
+    uint64_t line_no;             /* 1-based line number in the (decompressed) input */
+    int format;                   /* KVP_LOG_TOKENS or KVP_LOG_MOONCAKE */
+    const char *model;            /* namespace strings, NUL-terminated; NULL when absent */
+    const char *adapter;
+    const char *tenant;
+    const char *cache_salt;
+    size_t model_len;             /* byte lengths of the strings above (they may hold NULs) */
+    size_t adapter_len;
+    size_t tenant_len;
+    size_t cache_salt_len;
+    const uint32_t *tokens;       /* token log: prompt token ids; NULL for Mooncake */
+    size_t n_tokens;              /* number of tokens */
+    const uint32_t *output_tokens; /* token log: generated token ids, or NULL */
+    size_t n_output_tokens;       /* number of output tokens (0 when absent) */
+    const uint64_t *hash_ids;     /* Mooncake: block hash ids; NULL for token logs */
+    size_t n_hash_ids;            /* number of hash ids */
+    uint64_t input_length;        /* prompt tokens: n_tokens, or Mooncake input_length */
+    uint64_t output_length;       /* output tokens: n_output_tokens, or output_length */
+    bool has_timestamp;           /* whether timestamp is valid */
+    double timestamp;             /* as given in the line (Mooncake: ms from trace start) */
+} kvp_log_record;
+
+typedef struct kvp_log_reader kvp_log_reader;
+
+/* Open path ("-" for standard input, which kvp_log_close then leaves open). opt may be NULL
+ * for the defaults. Returns 0 and sets *out to a new reader (free it with kvp_log_close), or
+ * KVP_LOG_EIO / KVP_LOG_ENOMEM with "FILE: what is wrong" in err (truncated to err_size). */
+int kvp_log_open(const char *path, const kvp_log_options *opt, kvp_log_reader **out, char *err,
+                 size_t err_size);
+
+/* Read the next request into *rec. Returns KVP_LOG_RECORD, KVP_LOG_END, or a negative
+ * KVP_LOG_E* code with the message in kvp_log_error(). *rec is only written on
+ * KVP_LOG_RECORD. */
+int kvp_log_next(kvp_log_reader *r, kvp_log_record *rec);
+
+/* The last error message, "FILE:LINE: what is wrong"; "" if none. Owned by the reader. */
+const char *kvp_log_error(const kvp_log_reader *r);
+
+/* Records returned so far, and lines read so far (blank lines included). */
+uint64_t kvp_log_n_records(const kvp_log_reader *r);
+uint64_t kvp_log_n_lines(const kvp_log_reader *r);
+
+/* Close the reader and free everything it holds. Accepts NULL. */
+void kvp_log_close(kvp_log_reader *r);
+
+#endif /* KVP_CLI_LOGREAD_H */

@@ -1,0 +1,1178 @@
+/*
+ * plan.c - `kvprefix plan`: KV-cache capacity planning from the command line.
+ *
+ * Forward: the logical KV bytes of a token, a block, a sequence and a batch for a model
+ * shape (2 x L x Hkv x D x s per token). Inverse: what a GPU has left for KV after weights
+ * and a runtime reserve, as blocks, tokens and concurrent requests. Fragmentation of paged
+ * blocks versus contiguous max-length reservations, and the length distribution of a request
+ * log (logread.c) with the KV that N concurrent requests drawn from it need.
+ *
+ * This file only parses arguments, gathers the figures into a plan_result and prints it as a
+ * table or as JSON; the arithmetic lives in kvplan.c, the presets and config.json reader in
+ * models.c. Exit status: 0 success, 1 an input was wrong (a value, a file), 2 usage (unknown
+ * or missing flags, conflicting flags). It never aborts on input.
+ */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kvplan.h"
+#include "logread.h"
+#include "models.h"
+
+#define EXIT_INPUT 1
+#define EXIT_USAGE 2
+#define MAX_BLOCK_SIZE 65536u /* the library's KVP_MAX_BLOCK_SIZE */
+#define MAX_COUNT (UINT64_C(1) << 31)
+
+static const char usage_text[] =
+    "Usage: kvprefix plan MODEL [options]\n"
+    "\n"
+    "KV-cache capacity planning: logical KV bytes = 2 x L x Hkv x D x s x (sum of the active\n"
+    "sequences' lengths), and the inverse: how many blocks, tokens and requests fit a GPU.\n"
+    "\n"
+    "Model (one of):\n"
+    "  --model NAME         a preset (--list-models shows them), e.g. Llama-3.1-8B\n"
+    "  --config FILE        a Hugging Face config.json\n"
+    "  --layers L --kv-heads H --head-dim D [--heads HQ]   the shape itself (HQ defaults to H)\n"
+    "  (--layers, --heads, --kv-heads, --head-dim also override a preset or config)\n"
+    "  --dtype T            KV and weight dtype: fp32, fp16, bf16, fp8, int8 (default: the\n"
+    "                       model's, bf16 for a bare shape)\n"
+    "  --kv-dtype T         KV dtype only;  --weights-dtype T  weight dtype only\n"
+    "\n"
+    "Forward:\n"
+    "  --block-size N       tokens per KV block (default 16, as the library)\n"
+    "  --seq-len T          sequence length;  --batch B  sequences of that length (default 1)\n"
+    "  --lens A,B,C         a variable-length batch instead of --seq-len/--batch\n"
+    "  --max-len M          contiguous reservation per sequence, for the fragmentation\n"
+    "                       comparison (default: the longest length)\n"
+    "\n"
+    "Inverse (per GPU):\n"
+    "  --gpu-mem SIZE       memory of one GPU: 80GiB, 80GB (10^9), 81920MiB\n"
+    "  --util F             usable fraction, as vLLM's gpu_memory_utilization (default 0.9)\n"
+    "  --weights-mem SIZE   memory of all the weights (split over --tp), or\n"
+    "  --params N           parameter count, e.g. 8B, 70.6B (x the weight dtype size);\n"
+    "                       a preset knows its own\n"
+    "  --reserve SIZE       activations, workspace, allocator, per GPU (default 0)\n"
+    "  --tp N               tensor-parallel GPUs: KV heads split over them, replicated when N\n"
+    "                       exceeds the KV heads; weights split too (default 1)\n"
+    "\n"
+    "From a request log:\n"
+    "  --trace FILE         token-id JSON Lines or Mooncake trace; '-' is stdin; .gz is read\n"
+    "  --trace-block-size N tokens per Mooncake hash id, checked against input_length\n"
+    "                       (default 512; 0 disables the check)\n"
+    "  --concurrency N      KV for N concurrent requests drawn from the trace\n"
+    "  --include-output     lengths = input + output (the default: KV holds both in decode)\n"
+    "  --no-include-output  lengths = input only\n"
+    "\n"
+    "Output:\n"
+    "  --json               JSON instead of the table\n"
+    "  --list-models        list the presets and their sources\n"
+    "  --help               this text\n"
+    "\n"
+    "Examples:\n"
+    "  kvprefix plan --layers 32 --kv-heads 32 --head-dim 128 --dtype fp16 --seq-len 4096\n"
+    "  kvprefix plan --model Llama-3.1-8B --seq-len 8192 --batch 16 --gpu-mem 80GiB\n"
+    "  kvprefix plan --model Llama-3.1-70B --tp 8 --gpu-mem 80GiB --reserve 4GiB "
+    "--seq-len 32768\n"
+    "  kvprefix plan --config config.json --params 7B --gpu-mem 24GiB --lens 512,3000,9000\n"
+    "  kvprefix plan --model Qwen2.5-7B --trace trace.jsonl.gz --concurrency 64 "
+    "--gpu-mem 80GiB\n";
+
+/* Parsed command line. */
+typedef struct plan_opts {
+    const char *model_name;    /* --model, or NULL */
+    const char *config_path;   /* --config, or NULL */
+    uint64_t layers, heads, kv_heads, head_dim; /* shape flags; 0 when not given */
+    const char *dtype, *kv_dtype, *w_dtype;     /* dtype flags, or NULL */
+    uint32_t block_size;       /* --block-size */
+    uint64_t seq_len;          /* --seq-len; 0 when not given */
+    uint64_t batch;            /* --batch; 0 when not given (means 1) */
+    uint64_t *lens;            /* --lens values (owned), or NULL */
+    size_t n_lens;             /* number of --lens values */
+    uint64_t max_len;          /* --max-len; 0 when not given */
+    bool have_gpu_mem;         /* --gpu-mem given */
+    uint64_t gpu_mem;          /* --gpu-mem bytes */
+    uint32_t util_ppm;         /* --util in millionths */
+    bool have_weights_mem;     /* --weights-mem given */
+    uint64_t weights_mem;      /* --weights-mem bytes */
+    uint64_t params;           /* --params; 0 when not given */
+    uint64_t reserve;          /* --reserve bytes */
+    uint32_t tp;               /* --tp */
+    const char *trace;         /* --trace, or NULL */
+    uint32_t trace_bs;         /* --trace-block-size */
+    uint64_t concurrency;      /* --concurrency; 0 when not given */
+    bool include_output;       /* lengths include output tokens */
+    bool json;                 /* --json */
+    bool list_models;          /* --list-models */
+    bool help;                 /* --help */
+} plan_opts;
+
+/* Everything that is printed, computed once, rendered as a table or as JSON. */
+typedef struct plan_result {
+    kvp_model_shape m;          /* the model shape in use */
+    const char *model_label;    /* preset name, config path or "custom shape" */
+    const char *model_source;   /* preset source, "config.json", or "flags" */
+    bool heads_assumed;         /* --heads not given for a bare shape: Hq = Hkv assumed */
+    kvp_plan_tp tp;             /* tensor-parallel split */
+    uint32_t block_size;        /* tokens per block */
+    uint64_t tok_logical;       /* KV bytes per token, whole model without replicas */
+    uint64_t tok_gpu;           /* KV bytes per token on one GPU */
+    uint64_t blk_gpu;           /* KV bytes per block on one GPU */
+
+    bool has_batch;             /* --seq-len or --lens given */
+    bool uniform;               /* batch of --batch x --seq-len (else --lens) */
+    uint64_t seq_len, batch;    /* uniform batch shape */
+    const uint64_t *lens;       /* --lens values (uniform: NULL) */
+    size_t n_lens;              /* number of --lens values */
+    uint64_t batch_tokens;      /* sum of the batch's lengths */
+    uint64_t seq_bytes_gpu;     /* uniform: one sequence, per GPU */
+    uint64_t batch_bytes_gpu;   /* batch tokens x tok_gpu */
+    kvp_plan_frag frag;         /* batch fragmentation */
+    uint64_t max_len;           /* contiguous reservation used */
+    bool max_len_given;         /* --max-len given (else the longest length) */
+    bool ws_ok;                 /* workspace fits 64 bits */
+    uint64_t ws_bytes_gpu;      /* naive score matrix, one layer, per GPU */
+
+    bool has_mem;               /* --gpu-mem given */
+    kvp_plan_mem_in mem_in;     /* inverse-plan inputs */
+    kvp_plan_mem_out mem;       /* inverse-plan result */
+    uint64_t weights_total;     /* weights of the whole model */
+    const char *weights_from;   /* how weights_total was obtained */
+    char weights_from_buf[128]; /* storage for weights_from when it is computed */
+    uint64_t fit_seq;           /* uniform: requests of seq_len that fit */
+    uint64_t fit_contig;        /* requests that fit with max_len reservations */
+
+    bool has_trace;             /* --trace given */
+    const char *trace_path;     /* --trace */
+    uint64_t n_tokens_fmt, n_mooncake_fmt; /* records of each format */
+    kvp_plan_stats st;          /* length statistics */
+    uint64_t sum_blocks;        /* sum of ceil(len / block_size) over the trace */
+    kvp_plan_frag tfrag;        /* trace fragmentation */
+    uint64_t tmax_len;          /* contiguous reservation for the trace */
+    uint64_t conc;              /* --concurrency */
+    uint64_t exp_tokens;        /* ceil(conc x mean) */
+    uint64_t exp_blocks;        /* ceil(conc x mean blocks per request) */
+    uint64_t worst_tokens;      /* sum of the conc longest */
+    uint64_t worst_blocks;      /* their blocks */
+    uint64_t conc_mean_fit;     /* requests of mean size that fit the KV blocks */
+    uint64_t conc_worst_fit;    /* longest-first requests that fit */
+} plan_result;
+
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Print "kvprefix plan: message" to stderr and return code. */
+static int fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    fputs("kvprefix plan: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (code == EXIT_USAGE)
+        fputs("Try 'kvprefix plan --help'.\n", stderr);
+    return code;
+}
+
+/* A positive integer flag value up to max. Returns 0 or an exit code (message printed). */
+static int flag_uint(const char *flag, const char *v, uint64_t min, uint64_t max, uint64_t *out)
+{
+    uint64_t x;
+    int rc = kvp_plan_parse_uint(v, max, &x);
+    if (rc == KVP_PLAN_EINVAL)
+        return fail(EXIT_INPUT, "%s: '%s' is not a non-negative integer", flag, v);
+    if (rc != KVP_PLAN_OK)
+        return fail(EXIT_INPUT, "%s: %s is too large (at most %llu)", flag, v,
+                    (unsigned long long)max);
+    if (x < min)
+        return fail(EXIT_INPUT, "%s must be at least %llu, not %s", flag,
+                    (unsigned long long)min, v);
+    *out = x;
+    return 0;
+}
+
+static int flag_bytes(const char *flag, const char *v, uint64_t *out)
+{
+    int rc = kvp_plan_parse_bytes(v, out);
+    if (rc == KVP_PLAN_EOVERFLOW)
+        return fail(EXIT_INPUT, "%s: %s is too large", flag, v);
+    if (rc != KVP_PLAN_OK)
+        return fail(EXIT_INPUT,
+                    "%s: '%s' is not a size (examples: 80GiB, 80GB = 80x10^9, 81920MiB, "
+                    "4096; a bare G or M is ambiguous)",
+                    flag, v);
+    return 0;
+}
+
+static int parse_lens(const char *v, plan_opts *o)
+{
+    size_t n = 1;
+    for (const char *p = v; *p; p++)
+        n += *p == ',';
+    free(o->lens);
+    o->lens = calloc(n, sizeof *o->lens);
+    if (o->lens == NULL)
+        return fail(EXIT_INPUT, "--lens: out of memory");
+    o->n_lens = 0;
+    const char *p = v;
+    for (size_t i = 0; i < n; i++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char tmp[32];
+        if (len == 0 || len >= sizeof tmp)
+            return fail(EXIT_INPUT, "--lens: '%s' is not a comma-separated list of lengths", v);
+        memcpy(tmp, p, len);
+        tmp[len] = '\0';
+        int rc = flag_uint("--lens", tmp, 1, KVP_LOG_MAX_LEN, &o->lens[i]);
+        if (rc != 0)
+            return rc;
+        o->n_lens++;
+        p = comma ? comma + 1 : p + len;
+    }
+    return 0;
+}
+
+enum {
+    OPT_MODEL = 1, OPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_KV_HEADS, OPT_HEAD_DIM, OPT_DTYPE,
+    OPT_KV_DTYPE, OPT_W_DTYPE, OPT_BLOCK_SIZE, OPT_SEQ_LEN, OPT_BATCH, OPT_LENS, OPT_MAX_LEN,
+    OPT_GPU_MEM, OPT_UTIL, OPT_WEIGHTS_MEM, OPT_PARAMS, OPT_RESERVE, OPT_TP, OPT_TRACE,
+    OPT_TRACE_BS, OPT_CONCURRENCY, OPT_INCLUDE_OUTPUT, OPT_NO_INCLUDE_OUTPUT, OPT_JSON,
+    OPT_LIST, OPT_HELP
+};
+
+static const struct {
+    const char *name;
+    int id;
+    bool has_arg;
+} options[] = {
+    {"model", OPT_MODEL, true},
+    {"config", OPT_CONFIG, true},
+    {"layers", OPT_LAYERS, true},
+    {"heads", OPT_HEADS, true},
+    {"kv-heads", OPT_KV_HEADS, true},
+    {"head-dim", OPT_HEAD_DIM, true},
+    {"dtype", OPT_DTYPE, true},
+    {"kv-dtype", OPT_KV_DTYPE, true},
+    {"weights-dtype", OPT_W_DTYPE, true},
+    {"block-size", OPT_BLOCK_SIZE, true},
+    {"seq-len", OPT_SEQ_LEN, true},
+    {"batch", OPT_BATCH, true},
+    {"lens", OPT_LENS, true},
+    {"max-len", OPT_MAX_LEN, true},
+    {"gpu-mem", OPT_GPU_MEM, true},
+    {"util", OPT_UTIL, true},
+    {"weights-mem", OPT_WEIGHTS_MEM, true},
+    {"params", OPT_PARAMS, true},
+    {"reserve", OPT_RESERVE, true},
+    {"tp", OPT_TP, true},
+    {"trace", OPT_TRACE, true},
+    {"trace-block-size", OPT_TRACE_BS, true},
+    {"concurrency", OPT_CONCURRENCY, true},
+    {"include-output", OPT_INCLUDE_OUTPUT, false},
+    {"no-include-output", OPT_NO_INCLUDE_OUTPUT, false},
+    {"json", OPT_JSON, false},
+    {"list-models", OPT_LIST, false},
+    {"help", OPT_HELP, false},
+};
+
+/* Apply one option. Returns 0 or an exit code (message printed). */
+static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
+{
+    uint64_t x;
+    int rc = 0;
+    switch (id) {
+    case OPT_MODEL:
+        o->model_name = v;
+        break;
+    case OPT_CONFIG:
+        o->config_path = v;
+        break;
+    case OPT_LAYERS:
+        return flag_uint(flag, v, 1, MAX_COUNT, &o->layers);
+    case OPT_HEADS:
+        return flag_uint(flag, v, 1, MAX_COUNT, &o->heads);
+    case OPT_KV_HEADS:
+        return flag_uint(flag, v, 1, MAX_COUNT, &o->kv_heads);
+    case OPT_HEAD_DIM:
+        return flag_uint(flag, v, 1, MAX_COUNT, &o->head_dim);
+    case OPT_DTYPE:
+        o->dtype = v;
+        break;
+    case OPT_KV_DTYPE:
+        o->kv_dtype = v;
+        break;
+    case OPT_W_DTYPE:
+        o->w_dtype = v;
+        break;
+    case OPT_BLOCK_SIZE:
+        if ((rc = flag_uint(flag, v, 1, MAX_BLOCK_SIZE, &x)) == 0)
+            o->block_size = (uint32_t)x;
+        break;
+    case OPT_SEQ_LEN:
+        return flag_uint(flag, v, 1, KVP_LOG_MAX_LEN, &o->seq_len);
+    case OPT_BATCH:
+        return flag_uint(flag, v, 1, UINT64_C(4294967295), &o->batch);
+    case OPT_LENS:
+        return parse_lens(v, o);
+    case OPT_MAX_LEN:
+        return flag_uint(flag, v, 1, KVP_LOG_MAX_LEN, &o->max_len);
+    case OPT_GPU_MEM:
+        if ((rc = flag_bytes(flag, v, &o->gpu_mem)) == 0 && o->gpu_mem == 0)
+            rc = fail(EXIT_INPUT, "--gpu-mem must be greater than 0");
+        o->have_gpu_mem = true;
+        break;
+    case OPT_UTIL:
+        if (kvp_plan_parse_fraction(v, &o->util_ppm) != KVP_PLAN_OK)
+            rc = fail(EXIT_INPUT,
+                      "--util: '%s' is not a fraction in (0, 1] with at most 6 decimals", v);
+        break;
+    case OPT_WEIGHTS_MEM:
+        rc = flag_bytes(flag, v, &o->weights_mem);
+        o->have_weights_mem = true;
+        break;
+    case OPT_PARAMS: {
+        int prc = kvp_plan_parse_count(v, &o->params);
+        if (prc == KVP_PLAN_EOVERFLOW)
+            rc = fail(EXIT_INPUT, "--params: %s is too large", v);
+        else if (prc != KVP_PLAN_OK)
+            rc = fail(EXIT_INPUT, "--params: '%s' is not a count (examples: 8B, 70.6B, 7000M)",
+                      v);
+        else if (o->params == 0)
+            rc = fail(EXIT_INPUT, "--params must be greater than 0");
+        break;
+    }
+    case OPT_RESERVE:
+        return flag_bytes(flag, v, &o->reserve);
+    case OPT_TP:
+        if ((rc = flag_uint(flag, v, 1, 1u << 20, &x)) == 0)
+            o->tp = (uint32_t)x;
+        break;
+    case OPT_TRACE:
+        o->trace = v;
+        break;
+    case OPT_TRACE_BS:
+        if ((rc = flag_uint(flag, v, 0, MAX_BLOCK_SIZE, &x)) == 0)
+            o->trace_bs = (uint32_t)x;
+        break;
+    case OPT_CONCURRENCY:
+        return flag_uint(flag, v, 1, UINT64_C(4294967295), &o->concurrency);
+    case OPT_INCLUDE_OUTPUT:
+        o->include_output = true;
+        break;
+    case OPT_NO_INCLUDE_OUTPUT:
+        o->include_output = false;
+        break;
+    case OPT_JSON:
+        o->json = true;
+        break;
+    case OPT_LIST:
+        o->list_models = true;
+        break;
+    case OPT_HELP:
+        o->help = true;
+        break;
+    default:
+        break;
+    }
+    return rc;
+}
+
+/* Parse argv[1 ..]. Returns 0 or an exit code (message printed). */
+static int parse_args(int argc, char **argv, plan_opts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
+            return fail(EXIT_USAGE, "unexpected argument '%s'", a);
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+        int idx = -1;
+        for (size_t k = 0; k < sizeof options / sizeof options[0]; k++) {
+            if (strlen(options[k].name) == name_len &&
+                strncmp(options[k].name, name, name_len) == 0) {
+                idx = (int)k;
+                break;
+            }
+        }
+        if (idx < 0)
+            return fail(EXIT_USAGE, "unknown option '%.*s'", (int)name_len + 2, a);
+        const char *v = NULL;
+        if (options[idx].has_arg) {
+            if (eq != NULL)
+                v = eq + 1;
+            else if (i + 1 < argc)
+                v = argv[++i];
+            else
+                return fail(EXIT_USAGE, "--%s needs a value", options[idx].name);
+        } else if (eq != NULL) {
+            return fail(EXIT_USAGE, "--%s takes no value", options[idx].name);
+        }
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s", options[idx].name);
+        int rc = apply_opt(o, options[idx].id, flag, v);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int dtype_flag(const char *flag, const char *v, kvp_plan_dtype *out)
+{
+    if (kvp_plan_dtype_parse(v, out) != KVP_PLAN_OK)
+        return fail(EXIT_INPUT, "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8 or int8)",
+                    flag, v);
+    return 0;
+}
+
+/* Build the model shape from --model / --config / flags. Returns 0 or an exit code. */
+static int build_model(const plan_opts *o, plan_result *r)
+{
+    static char errbuf[512];
+    kvp_model_shape_init(&r->m);
+    if (o->model_name != NULL && o->config_path != NULL)
+        return fail(EXIT_USAGE, "give either --model or --config, not both");
+    if (o->model_name != NULL) {
+        const kvp_model_preset *p = kvp_model_find(o->model_name);
+        if (p == NULL)
+            return fail(EXIT_INPUT, "--model: unknown preset '%s' (see --list-models)",
+                        o->model_name);
+        r->m = p->shape;
+        r->model_label = p->name;
+        r->model_source = p->source;
+    } else if (o->config_path != NULL) {
+        if (kvp_model_from_config(o->config_path, &r->m, errbuf, sizeof errbuf) != KVP_PLAN_OK)
+            return fail(EXIT_INPUT, "--config: %s", errbuf);
+        r->model_label = o->config_path;
+        r->model_source = "Hugging Face config.json";
+    } else {
+        if (o->layers == 0 && o->kv_heads == 0 && o->head_dim == 0)
+            return fail(EXIT_USAGE, "no model: give --model NAME, --config FILE, or --layers, "
+                                    "--kv-heads and --head-dim");
+        if (o->layers == 0)
+            return fail(EXIT_USAGE, "--layers is missing (the shape needs --layers, "
+                                    "--kv-heads and --head-dim)");
+        if (o->kv_heads == 0)
+            return fail(EXIT_USAGE, "--kv-heads is missing (the shape needs --layers, "
+                                    "--kv-heads and --head-dim)");
+        if (o->head_dim == 0)
+            return fail(EXIT_USAGE, "--head-dim is missing (the shape needs --layers, "
+                                    "--kv-heads and --head-dim)");
+        r->model_label = "custom shape";
+        r->model_source = "command-line flags";
+        if (o->heads == 0) {
+            r->m.n_heads = (uint32_t)o->kv_heads;
+            r->heads_assumed = true;
+        }
+    }
+    if (o->layers)
+        r->m.n_layers = (uint32_t)o->layers;
+    if (o->heads)
+        r->m.n_heads = (uint32_t)o->heads;
+    if (o->kv_heads)
+        r->m.n_kv_heads = (uint32_t)o->kv_heads;
+    if (o->head_dim)
+        r->m.head_dim = (uint32_t)o->head_dim;
+    int rc;
+    kvp_plan_dtype d;
+    if (o->dtype != NULL) {
+        if ((rc = dtype_flag("--dtype", o->dtype, &d)) != 0)
+            return rc;
+        r->m.kv_dtype = r->m.w_dtype = d;
+    }
+    if (o->kv_dtype != NULL) {
+        if ((rc = dtype_flag("--kv-dtype", o->kv_dtype, &d)) != 0)
+            return rc;
+        r->m.kv_dtype = d;
+    }
+    if (o->w_dtype != NULL) {
+        if ((rc = dtype_flag("--weights-dtype", o->w_dtype, &d)) != 0)
+            return rc;
+        r->m.w_dtype = d;
+    }
+    if (o->params)
+        r->m.n_params = o->params;
+    const char *what = NULL;
+    if (kvp_model_shape_check(&r->m, &what) != KVP_PLAN_OK)
+        return fail(EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what,
+                    r->m.n_heads, r->m.n_kv_heads);
+    if (kvp_plan_tp_split(&r->m, o->tp, &r->tp, &what) != KVP_PLAN_OK)
+        return fail(EXIT_INPUT, "--tp %u: %s (query heads %u, KV heads %u)", o->tp, what,
+                    r->m.n_heads, r->m.n_kv_heads);
+    return 0;
+}
+
+/* Read the trace's lengths into a growing array. Returns 0 or an exit code. */
+static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, plan_result *r)
+{
+    kvp_log_options lo;
+    kvp_log_options_init(&lo);
+    lo.hash_block_size = o->trace_bs;
+    kvp_log_reader *rd = NULL;
+    char err[512];
+    if (kvp_log_open(o->trace, &lo, &rd, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "--trace: %s", err);
+    uint64_t *lens = NULL;
+    size_t n = 0, cap = 0;
+    int code = 0;
+    for (;;) {
+        kvp_log_record rec;
+        int rc = kvp_log_next(rd, &rec);
+        if (rc == KVP_LOG_END)
+            break;
+        if (rc < 0) {
+            code = fail(EXIT_INPUT, "%s", kvp_log_error(rd));
+            break;
+        }
+        uint64_t len = rec.input_length + (o->include_output ? rec.output_length : 0);
+        if (rec.format == KVP_LOG_TOKENS)
+            r->n_tokens_fmt++;
+        else
+            r->n_mooncake_fmt++;
+        if (n == cap) {
+            size_t ncap = cap == 0 ? 1024 : cap * 2;
+            uint64_t *nl = ncap > cap ? realloc(lens, ncap * sizeof *lens) : NULL;
+            if (nl == NULL) {
+                code = fail(EXIT_INPUT, "--trace: out of memory after %zu requests", n);
+                break;
+            }
+            lens = nl;
+            cap = ncap;
+        }
+        lens[n++] = len;
+    }
+    if (code == 0 && n == 0)
+        code = fail(EXIT_INPUT, "%s: no requests (the file is empty or has only blank lines)",
+                    strcmp(o->trace, "-") == 0 ? "<stdin>" : o->trace);
+    kvp_log_close(rd);
+    if (code != 0) {
+        free(lens);
+        return code;
+    }
+    *lens_out = lens;
+    *n_out = n;
+    return 0;
+}
+
+static int overflow(const char *what)
+{
+    return fail(EXIT_INPUT, "%s does not fit in 64 bits; use smaller values", what);
+}
+
+/* Compute every figure. Returns 0 or an exit code. */
+static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
+{
+    int rc;
+    r->block_size = o->block_size;
+    if (kvp_plan_token_bytes(&r->m, r->m.n_kv_heads, &r->tok_logical) ||
+        kvp_plan_token_bytes(&r->m, r->tp.kv_heads_per_rank, &r->tok_gpu) ||
+        kvp_plan_mul(r->tok_gpu, o->block_size, &r->blk_gpu))
+        return overflow("the KV bytes per block");
+
+    /* The batch: --seq-len x --batch, or --lens. */
+    if (o->n_lens > 0 && (o->seq_len > 0 || o->batch > 0))
+        return fail(EXIT_USAGE, "give either --lens or --seq-len/--batch, not both");
+    if (o->batch > 0 && o->seq_len == 0)
+        return fail(EXIT_USAGE, "--batch needs --seq-len");
+    uint64_t longest = 0;
+    if (o->seq_len > 0 || o->n_lens > 0) {
+        r->has_batch = true;
+        r->uniform = o->n_lens == 0;
+        uint64_t one_len = o->seq_len;
+        if (r->uniform) {
+            r->seq_len = o->seq_len;
+            r->batch = o->batch ? o->batch : 1;
+            longest = o->seq_len;
+        } else {
+            r->lens = o->lens;
+            r->n_lens = o->n_lens;
+            for (size_t i = 0; i < o->n_lens; i++)
+                longest = o->lens[i] > longest ? o->lens[i] : longest;
+        }
+        r->max_len_given = o->max_len > 0;
+        r->max_len = o->max_len > 0 ? o->max_len : longest;
+        if (r->max_len < longest)
+            return fail(EXIT_INPUT,
+                        "--max-len %llu is shorter than a sequence of %llu tokens in the batch",
+                        (unsigned long long)r->max_len, (unsigned long long)longest);
+        if (r->uniform) {
+            kvp_plan_frag f1;
+            if (kvp_plan_fragmentation(&one_len, 1, o->block_size, r->max_len, &f1))
+                return overflow("the fragmentation");
+            kvp_plan_frag *f = &r->frag;
+            f->n_seqs = r->batch;
+            if (kvp_plan_mul(f1.n_tokens, r->batch, &f->n_tokens) ||
+                kvp_plan_mul(f1.n_blocks, r->batch, &f->n_blocks) ||
+                kvp_plan_mul(f1.paged_alloc_tokens, r->batch, &f->paged_alloc_tokens) ||
+                kvp_plan_mul(f1.paged_waste_tokens, r->batch, &f->paged_waste_tokens) ||
+                kvp_plan_mul(f1.contig_alloc_tokens, r->batch, &f->contig_alloc_tokens) ||
+                kvp_plan_mul(f1.contig_waste_tokens, r->batch, &f->contig_waste_tokens) ||
+                kvp_plan_mul(o->seq_len, r->tok_gpu, &r->seq_bytes_gpu))
+                return overflow("the batch");
+        } else if (kvp_plan_fragmentation(o->lens, o->n_lens, o->block_size, r->max_len,
+                                          &r->frag)) {
+            return overflow("the fragmentation");
+        }
+        r->batch_tokens = r->frag.n_tokens;
+        if (kvp_plan_mul(r->batch_tokens, r->tok_gpu, &r->batch_bytes_gpu))
+            return overflow("the KV bytes of the batch");
+        /* Naive attention scores for one layer: sum over sequences of Hq x len^2 x s. */
+        uint64_t sq = 0, s = kvp_plan_dtype_bytes(r->m.kv_dtype);
+        r->ws_ok = true;
+        if (r->uniform) {
+            r->ws_ok = !kvp_plan_mul(o->seq_len, o->seq_len, &sq) &&
+                       !kvp_plan_mul(sq, r->batch, &sq);
+        } else {
+            for (size_t i = 0; i < o->n_lens && r->ws_ok; i++) {
+                uint64_t t;
+                r->ws_ok = !kvp_plan_mul(o->lens[i], o->lens[i], &t) && !kvp_plan_add(sq, t, &sq);
+            }
+        }
+        r->ws_ok = r->ws_ok && !kvp_plan_mul(sq, r->tp.q_heads_per_rank, &sq) &&
+                   !kvp_plan_mul(sq, s, &r->ws_bytes_gpu);
+    }
+
+    /* The trace. */
+    size_t n_trace = 0;
+    if (o->trace != NULL) {
+        if ((rc = read_trace(o, trace_lens, &n_trace, r)) != 0)
+            return rc;
+        r->has_trace = true;
+        r->trace_path = o->trace;
+        uint64_t *tl = *trace_lens;
+        if (kvp_plan_len_stats(tl, n_trace, &r->st))
+            return overflow("the sum of the trace lengths");
+        r->tmax_len = o->max_len > 0 ? o->max_len : r->st.max;
+        if (r->tmax_len < r->st.max)
+            return fail(EXIT_INPUT,
+                        "--max-len %llu is shorter than the longest request in the trace "
+                        "(%llu tokens)",
+                        (unsigned long long)r->tmax_len, (unsigned long long)r->st.max);
+        if (kvp_plan_fragmentation(tl, n_trace, o->block_size, r->tmax_len, &r->tfrag))
+            return overflow("the trace fragmentation");
+        r->sum_blocks = r->tfrag.n_blocks;
+        r->conc = o->concurrency;
+        if (r->conc > 0) {
+            uint64_t t;
+            /* Expectations: ceil(N x sum / n), the mean rounded up to whole tokens/blocks. */
+            if (kvp_plan_mul(r->conc, r->st.sum, &t))
+                return overflow("--concurrency x the trace's total length");
+            r->exp_tokens = t / n_trace + (t % n_trace != 0);
+            if (kvp_plan_mul(r->conc, r->sum_blocks, &t))
+                return overflow("--concurrency x the trace's blocks");
+            r->exp_blocks = t / n_trace + (t % n_trace != 0);
+            if (kvp_plan_sum_longest(tl, n_trace, r->conc, &r->worst_tokens))
+                return overflow("the sum of the longest requests");
+            uint64_t wb = 0;
+            for (uint64_t i = 0; i < r->conc; i++) {
+                uint64_t len = tl[i < n_trace ? n_trace - 1 - i : n_trace - 1];
+                if (kvp_plan_add(wb, kvp_plan_blocks_for(len, o->block_size), &wb))
+                    return overflow("the blocks of the longest requests");
+            }
+            r->worst_blocks = wb;
+            uint64_t b;
+            if (kvp_plan_mul(r->exp_tokens, r->tok_gpu, &b) ||
+                kvp_plan_mul(r->worst_tokens, r->tok_gpu, &b) ||
+                kvp_plan_mul(r->worst_blocks, r->blk_gpu, &b) ||
+                kvp_plan_mul(r->exp_blocks, r->blk_gpu, &b))
+                return overflow("the KV bytes of the concurrent requests");
+        }
+    }
+
+    /* The inverse plan. */
+    if (o->have_gpu_mem) {
+        r->has_mem = true;
+        if (o->have_weights_mem) {
+            r->weights_total = o->weights_mem;
+            r->weights_from = "--weights-mem";
+        } else if (r->m.n_params > 0) {
+            if (kvp_plan_mul(r->m.n_params, kvp_plan_dtype_bytes(r->m.w_dtype),
+                             &r->weights_total))
+                return overflow("the weight memory");
+            snprintf(r->weights_from_buf, sizeof r->weights_from_buf,
+                     "%llu parameters (%s) x %u bytes (%s)", (unsigned long long)r->m.n_params,
+                     o->params ? "--params" : "preset", kvp_plan_dtype_bytes(r->m.w_dtype),
+                     kvp_plan_dtype_name(r->m.w_dtype));
+            r->weights_from = r->weights_from_buf;
+        } else {
+            return fail(EXIT_USAGE, "--gpu-mem needs the weight memory: give --weights-mem or "
+                                    "--params (a --model preset knows its parameter count)");
+        }
+        if (o->reserve >= o->gpu_mem)
+            return fail(EXIT_INPUT, "--reserve (%llu bytes) is not smaller than --gpu-mem "
+                                    "(%llu bytes)",
+                        (unsigned long long)o->reserve, (unsigned long long)o->gpu_mem);
+        kvp_plan_mem_in *in = &r->mem_in;
+        in->gpu_mem_bytes = o->gpu_mem;
+        in->util_ppm = o->util_ppm;
+        in->weights_bytes = r->weights_total;
+        in->reserve_bytes = o->reserve;
+        in->tp = r->tp.tp;
+        in->block_bytes = r->blk_gpu;
+        in->block_size = o->block_size;
+        rc = kvp_plan_memory(in, &r->mem);
+        if (rc == KVP_PLAN_ENOSPACE) {
+            char a[32], b[32], c[32];
+            uint64_t q = o->gpu_mem / 1000000, rem = o->gpu_mem % 1000000;
+            uint64_t budget = q * o->util_ppm + rem * o->util_ppm / 1000000;
+            uint64_t wpg = r->weights_total / r->tp.tp + (r->weights_total % r->tp.tp != 0);
+            return fail(EXIT_INPUT,
+                        "no memory left for the KV cache: weights %s per GPU (%s) + --reserve "
+                        "%s do not fit the budget of %s (--gpu-mem x --util)",
+                        kvp_plan_fmt_binary(wpg, a, sizeof a), r->weights_from,
+                        kvp_plan_fmt_binary(o->reserve, b, sizeof b),
+                        kvp_plan_fmt_binary(budget, c, sizeof c));
+        }
+        if (rc != KVP_PLAN_OK)
+            return overflow("the memory plan");
+        if (r->has_batch && r->uniform)
+            r->fit_seq = kvp_plan_fit_count(r->mem.n_blocks,
+                                            kvp_plan_blocks_for(r->seq_len, o->block_size));
+        uint64_t ml = r->has_batch ? r->max_len : (r->has_trace ? r->tmax_len : 0);
+        r->fit_contig = ml ? r->mem.n_tokens / ml : 0;
+        if (r->has_trace) {
+            uint64_t t;
+            /* Mean-based: n_blocks / (sum_blocks / n) = n_blocks x n / sum_blocks. */
+            if (r->sum_blocks == 0)
+                r->conc_mean_fit = 0;
+            else if (!kvp_plan_mul(r->mem.n_blocks, n_trace, &t))
+                r->conc_mean_fit = t / r->sum_blocks;
+            else
+                r->conc_mean_fit = (uint64_t)((double)r->mem.n_blocks * (double)n_trace /
+                                              (double)r->sum_blocks);
+            r->conc_worst_fit =
+                kvp_plan_fit_longest(*trace_lens, n_trace, o->block_size, r->mem.n_blocks);
+        }
+    }
+    return 0;
+}
+
+/* ---- table output ---------------------------------------------------------------------- */
+
+static const char *attn_kind(const kvp_model_shape *m)
+{
+    if (m->n_kv_heads == m->n_heads)
+        return "MHA";
+    if (m->n_kv_heads == 1)
+        return "MQA";
+    return "GQA";
+}
+
+/* One row of bytes: per GPU, and for all GPUs when tp > 1. */
+static void row(const plan_result *r, const char *label, uint64_t gpu)
+{
+    char b[32];
+    printf("  %-40s %20llu  %*s", label, (unsigned long long)gpu, r->tp.tp > 1 ? -12 : 0,
+           kvp_plan_fmt_binary(gpu, b, sizeof b));
+    if (r->tp.tp > 1) {
+        uint64_t all;
+        if (kvp_plan_mul(gpu, r->tp.tp, &all))
+            printf("  (overflow)");
+        else
+            printf("  %20llu  %s", (unsigned long long)all, kvp_plan_fmt_binary(all, b, sizeof b));
+    }
+    putchar('\n');
+}
+
+static void header(const plan_result *r, const char *title)
+{
+    printf("\n%-42s %20s", title, r->tp.tp > 1 ? "bytes per GPU" : "bytes");
+    if (r->tp.tp > 1)
+        printf("  %-12s  %20s", "", "bytes, all GPUs");
+    putchar('\n');
+}
+
+static double pct(uint64_t part, uint64_t whole)
+{
+    return whole == 0 ? 0.0 : 100.0 * (double)part / (double)whole;
+}
+
+static void print_frag(const plan_result *r, const kvp_plan_frag *f, uint64_t max_len,
+                       bool given)
+{
+    char label[96];
+    double n = f->n_seqs ? (double)f->n_seqs : 1.0;
+    printf("  paged, %u-token blocks: %llu blocks for %llu tokens\n", r->block_size,
+           (unsigned long long)f->n_blocks, (unsigned long long)f->n_tokens);
+    printf("    waste in partial last blocks: %llu tokens, %.1f per sequence, %.2f%% of "
+           "allocated\n",
+           (unsigned long long)f->paged_waste_tokens, (double)f->paged_waste_tokens / n,
+           pct(f->paged_waste_tokens, f->paged_alloc_tokens));
+    printf("  contiguous, %llu tokens reserved per sequence%s\n", (unsigned long long)max_len,
+           given ? " (--max-len)" : " (the longest; set --max-len)");
+    printf("    waste up to the reservation: %llu tokens, %.1f per sequence, %.2f%% of "
+           "allocated\n",
+           (unsigned long long)f->contig_waste_tokens, (double)f->contig_waste_tokens / n,
+           pct(f->contig_waste_tokens, f->contig_alloc_tokens));
+    uint64_t b;
+    header(r, "  waste in KV bytes");
+    if (!kvp_plan_mul(f->paged_waste_tokens, r->tok_gpu, &b)) {
+        snprintf(label, sizeof label, "paged");
+        row(r, label, b);
+    }
+    if (!kvp_plan_mul(f->contig_waste_tokens, r->tok_gpu, &b)) {
+        snprintf(label, sizeof label, "contiguous");
+        row(r, label, b);
+    }
+}
+
+static void print_table(const plan_result *r, const plan_opts *o)
+{
+    char label[128], b1[32];
+    const kvp_model_shape *m = &r->m;
+    printf("kvprefix plan: logical KV-cache bytes = 2 x L x Hkv x D x s per token\n\n");
+    printf("Model: %s\n  source: %s\n", r->model_label, r->model_source);
+    printf("  %u layers, %u query heads%s, %u KV heads (%s", m->n_layers, m->n_heads,
+           r->heads_assumed ? " (assumed equal to KV heads: give --heads)" : "", m->n_kv_heads,
+           attn_kind(m));
+    if (m->n_kv_heads != m->n_heads)
+        printf(", %u query heads per KV head", m->n_heads / m->n_kv_heads);
+    printf("), head dim %u\n", m->head_dim);
+    printf("  KV dtype %s (%u bytes per element); weight dtype %s", kvp_plan_dtype_name(m->kv_dtype),
+           kvp_plan_dtype_bytes(m->kv_dtype), kvp_plan_dtype_name(m->w_dtype));
+    if (m->n_params)
+        printf(", %llu parameters", (unsigned long long)m->n_params);
+    printf("\n");
+    if (r->tp.tp > 1) {
+        printf("Tensor parallelism: %u GPUs, %u KV head%s and %u query heads per GPU", r->tp.tp,
+               r->tp.kv_heads_per_rank, r->tp.kv_heads_per_rank == 1 ? "" : "s",
+               r->tp.q_heads_per_rank);
+        if (r->tp.replication > 1)
+            printf("; tp > KV heads, so each KV head is replicated on %u GPUs", r->tp.replication);
+        printf("\n");
+    }
+
+    header(r, "KV cache (persistent, grows with context)");
+    row(r, "per token", r->tok_gpu);
+    snprintf(label, sizeof label, "per block (%u tokens)", r->block_size);
+    row(r, label, r->blk_gpu);
+    if (r->has_batch) {
+        if (r->uniform) {
+            snprintf(label, sizeof label, "per sequence (%llu tokens)",
+                     (unsigned long long)r->seq_len);
+            row(r, label, r->seq_bytes_gpu);
+            snprintf(label, sizeof label, "batch (%llu x %llu = %llu tokens)",
+                     (unsigned long long)r->batch, (unsigned long long)r->seq_len,
+                     (unsigned long long)r->batch_tokens);
+        } else {
+            snprintf(label, sizeof label, "batch (%zu sequences, %llu tokens)", r->n_lens,
+                     (unsigned long long)r->batch_tokens);
+        }
+        row(r, label, r->batch_bytes_gpu);
+        uint64_t pb;
+        if (!kvp_plan_mul(r->frag.n_blocks, r->blk_gpu, &pb)) {
+            snprintf(label, sizeof label, "batch in blocks (%llu blocks)",
+                     (unsigned long long)r->frag.n_blocks);
+            row(r, label, pb);
+        }
+    }
+    if (r->tp.replication > 1) {
+        printf("  (all-GPU figures include %u replicas of each KV head; the model itself needs "
+               "%llu bytes per token)\n",
+               r->tp.replication, (unsigned long long)r->tok_logical);
+    }
+
+    if (r->has_batch) {
+        printf("\nFragmentation of the batch\n");
+        print_frag(r, &r->frag, r->max_len, r->max_len_given);
+        header(r, "Attention workspace (transient, one layer)");
+        if (r->ws_ok)
+            row(r, "naive scores B x Hq x T x T x s", r->ws_bytes_gpu);
+        else
+            printf("  naive scores B x Hq x T x T x s: more than 2^64 bytes\n");
+        printf("  Memory-saving attention kernels such as FlashAttention avoid materializing "
+               "this\n  matrix; they shrink the transient workspace, not the KV cache above.\n");
+    }
+
+    if (r->has_trace) {
+        const kvp_plan_stats *s = &r->st;
+        printf("\nTrace %s: %llu requests (%llu token-log lines, %llu Mooncake lines)\n",
+               r->trace_path, (unsigned long long)s->n, (unsigned long long)r->n_tokens_fmt,
+               (unsigned long long)r->n_mooncake_fmt);
+        printf("  lengths = %s\n", o->include_output
+                                       ? "input + output tokens (KV holds both during decode; "
+                                         "--no-include-output for input only)"
+                                       : "input tokens only (--no-include-output)");
+        printf("  mean %.1f, p50 %llu, p90 %llu, p99 %llu, min %llu, max %llu tokens\n", s->mean,
+               (unsigned long long)s->p50, (unsigned long long)s->p90,
+               (unsigned long long)s->p99, (unsigned long long)s->min,
+               (unsigned long long)s->max);
+        print_frag(r, &r->tfrag, r->tmax_len, o->max_len > 0);
+        if (r->conc > 0) {
+            uint64_t b;
+            header(r, "KV for concurrent requests from the trace");
+            snprintf(label, sizeof label, "expected: %llu x mean = %llu tokens",
+                     (unsigned long long)r->conc, (unsigned long long)r->exp_tokens);
+            kvp_plan_mul(r->exp_tokens, r->tok_gpu, &b);
+            row(r, label, b);
+            snprintf(label, sizeof label, "  in blocks: %llu blocks", (unsigned long long)r->exp_blocks);
+            kvp_plan_mul(r->exp_blocks, r->blk_gpu, &b);
+            row(r, label, b);
+            snprintf(label, sizeof label, "worst: %llu longest = %llu tokens",
+                     (unsigned long long)r->conc, (unsigned long long)r->worst_tokens);
+            kvp_plan_mul(r->worst_tokens, r->tok_gpu, &b);
+            row(r, label, b);
+            snprintf(label, sizeof label, "  in blocks: %llu blocks",
+                     (unsigned long long)r->worst_blocks);
+            kvp_plan_mul(r->worst_blocks, r->blk_gpu, &b);
+            row(r, label, b);
+            printf("  expected = N x the mean length (and N x the mean blocks per request), "
+                   "rounded up;\n  worst = the sum of the N longest requests in the trace%s.\n",
+                   r->conc > s->n ? " (all of them, then the longest again)" : "");
+        }
+    }
+
+    if (r->has_mem) {
+        const kvp_plan_mem_in *in = &r->mem_in;
+        const kvp_plan_mem_out *mo = &r->mem;
+        printf("\n%-42s %20s  %s\n", "Memory per GPU", "bytes", "");
+        printf("  %-40s %20llu  %s\n", "GPU memory (--gpu-mem)",
+               (unsigned long long)in->gpu_mem_bytes,
+               kvp_plan_fmt_binary(in->gpu_mem_bytes, b1, sizeof b1));
+        char util[16];
+        snprintf(util, sizeof util, "%u.%06u", in->util_ppm / 1000000, in->util_ppm % 1000000);
+        for (size_t k = strlen(util) - 1; util[k] == '0'; k--)
+            util[k] = '\0';
+        if (util[strlen(util) - 1] == '.')
+            strcat(util, "0");
+        snprintf(label, sizeof label, "usable at --util %s", util);
+        printf("  %-40s %20llu  %s\n", label, (unsigned long long)mo->budget_bytes,
+               kvp_plan_fmt_binary(mo->budget_bytes, b1, sizeof b1));
+        snprintf(label, sizeof label, "- weights (all weights / tp %u)", in->tp);
+        printf("  %-40s %20llu  %s\n", label, (unsigned long long)mo->weights_per_gpu_bytes,
+               kvp_plan_fmt_binary(mo->weights_per_gpu_bytes, b1, sizeof b1));
+        printf("      all weights: %llu bytes (%s), from %s\n",
+               (unsigned long long)r->weights_total,
+               kvp_plan_fmt_binary(r->weights_total, b1, sizeof b1), r->weights_from);
+        printf("  %-40s %20llu  %s\n", "- reserve (--reserve)",
+               (unsigned long long)in->reserve_bytes,
+               kvp_plan_fmt_binary(in->reserve_bytes, b1, sizeof b1));
+        printf("  %-40s %20llu  %s\n", "= left for the KV cache",
+               (unsigned long long)mo->kv_bytes, kvp_plan_fmt_binary(mo->kv_bytes, b1, sizeof b1));
+        printf("  KV blocks: %llu of %u tokens (%llu tokens in all); the same number on every "
+               "GPU\n",
+               (unsigned long long)mo->n_blocks, r->block_size, (unsigned long long)mo->n_tokens);
+        if (r->has_batch && r->uniform)
+            printf("  concurrent requests of %llu tokens: %llu (paged, %llu blocks each)\n",
+                   (unsigned long long)r->seq_len, (unsigned long long)r->fit_seq,
+                   (unsigned long long)kvp_plan_blocks_for(r->seq_len, r->block_size));
+        if (r->has_batch && !r->uniform)
+            printf("  the batch needs %llu blocks: it %s\n", (unsigned long long)r->frag.n_blocks,
+                   r->frag.n_blocks <= mo->n_blocks ? "fits" : "does NOT fit");
+        if (r->has_trace)
+            printf("  concurrent requests from the trace: about %llu at the mean (%.1f blocks "
+                   "each), %llu if they are the longest\n",
+                   (unsigned long long)r->conc_mean_fit,
+                   (double)r->sum_blocks / (double)r->st.n, (unsigned long long)r->conc_worst_fit);
+        if (r->fit_contig > 0 || r->has_batch || r->has_trace)
+            printf("  with contiguous %llu-token reservations instead: %llu requests\n",
+                   (unsigned long long)(r->has_batch ? r->max_len : r->tmax_len),
+                   (unsigned long long)r->fit_contig);
+    }
+
+    printf("\nNotes\n");
+    printf("  - These are logical KV bytes, not all the memory an engine uses: weights, "
+           "activations,\n    CUDA graphs, allocator slack and fragmentation come on top "
+           "(--reserve covers some).\n");
+    if (m->kv_dtype == KVP_DTYPE_FP8 || m->kv_dtype == KVP_DTYPE_INT8)
+        printf("  - %s KV figures are capacity estimates only: real KV quantization adds "
+               "scales and\n    numerical error.\n",
+               kvp_plan_dtype_name(m->kv_dtype));
+    else
+        printf("  - fp8/int8 KV figures (--kv-dtype) are capacity estimates only: real KV "
+               "quantization\n    adds scales and numerical error.\n");
+}
+
+/* ---- JSON output ----------------------------------------------------------------------- */
+
+static json_t *ju(uint64_t v)
+{
+    return v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
+}
+
+static json_t *jfrag(const plan_result *r, const kvp_plan_frag *f, uint64_t max_len)
+{
+    uint64_t pw = 0, cw = 0;
+    kvp_plan_mul(f->paged_waste_tokens, r->tok_gpu, &pw);
+    kvp_plan_mul(f->contig_waste_tokens, r->tok_gpu, &cw);
+    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "sequences", ju(f->n_seqs),
+                     "tokens", ju(f->n_tokens), "block_size", ju(r->block_size), "paged_blocks",
+                     ju(f->n_blocks), "paged_waste_tokens", ju(f->paged_waste_tokens),
+                     "paged_waste_bytes_per_gpu", ju(pw), "contiguous_max_len", ju(max_len),
+                     "contiguous_alloc_tokens", ju(f->contig_alloc_tokens),
+                     "contiguous_waste_tokens", ju(f->contig_waste_tokens),
+                     "contiguous_waste_bytes_per_gpu", ju(cw));
+}
+
+static int print_json(const plan_result *r, const plan_opts *o)
+{
+    const kvp_model_shape *m = &r->m;
+    json_t *root = json_object();
+    if (root == NULL)
+        return fail(EXIT_INPUT, "out of memory");
+    json_object_set_new(
+        root, "model",
+        json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:s,s:o,s:s,s:o}", "name", r->model_label,
+                  "source", r->model_source, "layers", ju(m->n_layers), "query_heads",
+                  ju(m->n_heads), "kv_heads", ju(m->n_kv_heads), "head_dim", ju(m->head_dim),
+                  "attention", attn_kind(m), "kv_dtype", kvp_plan_dtype_name(m->kv_dtype),
+                  "kv_dtype_bytes", ju(kvp_plan_dtype_bytes(m->kv_dtype)), "weights_dtype",
+                  kvp_plan_dtype_name(m->w_dtype), "params",
+                  m->n_params ? ju(m->n_params) : json_null()));
+    json_object_set_new(root, "tp",
+                        json_pack("{s:o,s:o,s:o,s:o}", "size", ju(r->tp.tp), "kv_heads_per_gpu",
+                                  ju(r->tp.kv_heads_per_rank), "kv_head_replication",
+                                  ju(r->tp.replication), "query_heads_per_gpu",
+                                  ju(r->tp.q_heads_per_rank)));
+    uint64_t all_tok = 0, all_blk = 0;
+    kvp_plan_mul(r->tok_gpu, r->tp.tp, &all_tok);
+    kvp_plan_mul(r->blk_gpu, r->tp.tp, &all_blk);
+    json_t *kv = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "block_size", ju(r->block_size),
+                           "token_bytes_logical", ju(r->tok_logical), "token_bytes_per_gpu",
+                           ju(r->tok_gpu), "token_bytes_all_gpus", ju(all_tok),
+                           "block_bytes_per_gpu", ju(r->blk_gpu), "block_bytes_all_gpus",
+                           ju(all_blk));
+    json_object_set_new(root, "kv", kv);
+    if (r->has_batch) {
+        json_t *b = json_pack("{s:o,s:o,s:o}", "sequences", ju(r->frag.n_seqs), "tokens",
+                              ju(r->batch_tokens), "kv_bytes_per_gpu", ju(r->batch_bytes_gpu));
+        if (r->uniform) {
+            json_object_set_new(b, "seq_len", ju(r->seq_len));
+            json_object_set_new(b, "batch", ju(r->batch));
+            json_object_set_new(b, "seq_kv_bytes_per_gpu", ju(r->seq_bytes_gpu));
+        } else {
+            json_t *a = json_array();
+            for (size_t i = 0; i < r->n_lens; i++)
+                json_array_append_new(a, ju(r->lens[i]));
+            json_object_set_new(b, "lens", a);
+        }
+        uint64_t all = 0;
+        kvp_plan_mul(r->batch_bytes_gpu, r->tp.tp, &all);
+        json_object_set_new(b, "kv_bytes_all_gpus", ju(all));
+        json_object_set_new(root, "batch", b);
+        json_object_set_new(root, "fragmentation", jfrag(r, &r->frag, r->max_len));
+        json_object_set_new(
+            root, "workspace",
+            json_pack("{s:s,s:o,s:s}", "what", "naive attention scores B x Hq x T x T x s, one layer",
+                      "bytes_per_gpu", r->ws_ok ? ju(r->ws_bytes_gpu) : json_null(), "note",
+                      "transient; FlashAttention-style kernels reduce it, not the KV cache"));
+    }
+    if (r->has_trace) {
+        const kvp_plan_stats *s = &r->st;
+        json_t *t = json_pack("{s:s,s:o,s:o,s:o,s:b,s:f,s:o,s:o,s:o,s:o,s:o,s:o}", "path",
+                              r->trace_path, "requests", ju(s->n), "token_log_lines",
+                              ju(r->n_tokens_fmt), "mooncake_lines", ju(r->n_mooncake_fmt),
+                              "include_output", o->include_output, "mean_len", s->mean,
+                              "p50_len", ju(s->p50), "p90_len", ju(s->p90), "p99_len",
+                              ju(s->p99), "min_len", ju(s->min), "max_len", ju(s->max),
+                              "total_blocks", ju(r->sum_blocks));
+        json_object_set_new(t, "fragmentation", jfrag(r, &r->tfrag, r->tmax_len));
+        if (r->conc > 0) {
+            uint64_t eb = 0, wb = 0, ebb = 0, wbb = 0;
+            kvp_plan_mul(r->exp_tokens, r->tok_gpu, &eb);
+            kvp_plan_mul(r->worst_tokens, r->tok_gpu, &wb);
+            kvp_plan_mul(r->exp_blocks, r->blk_gpu, &ebb);
+            kvp_plan_mul(r->worst_blocks, r->blk_gpu, &wbb);
+            json_object_set_new(
+                t, "concurrency",
+                json_pack("{s:o,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:o}", "n", ju(r->conc),
+                          "expected_is", "N x mean length, rounded up", "expected_tokens",
+                          ju(r->exp_tokens), "expected_kv_bytes_per_gpu", ju(eb),
+                          "expected_blocks", ju(r->exp_blocks), "expected_block_bytes_per_gpu",
+                          ju(ebb), "worst_is", "sum of the N longest requests", "worst_tokens",
+                          ju(r->worst_tokens), "worst_kv_bytes_per_gpu", ju(wb), "worst_blocks",
+                          ju(r->worst_blocks), "worst_block_bytes_per_gpu", ju(wbb)));
+        }
+        json_object_set_new(root, "trace", t);
+    }
+    if (r->has_mem) {
+        const kvp_plan_mem_in *in = &r->mem_in;
+        const kvp_plan_mem_out *mo = &r->mem;
+        json_t *mj = json_pack(
+            "{s:o,s:f,s:o,s:o,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "gpu_mem_bytes",
+            ju(in->gpu_mem_bytes), "util", (double)in->util_ppm / 1e6, "budget_bytes",
+            ju(mo->budget_bytes), "weights_total_bytes", ju(r->weights_total), "weights_from",
+            r->weights_from, "weights_per_gpu_bytes", ju(mo->weights_per_gpu_bytes),
+            "reserve_bytes", ju(in->reserve_bytes), "kv_bytes_per_gpu", ju(mo->kv_bytes),
+            "kv_blocks", ju(mo->n_blocks), "kv_tokens", ju(mo->n_tokens),
+            "contiguous_requests", ju(r->fit_contig));
+        if (r->has_batch && r->uniform)
+            json_object_set_new(mj, "requests_of_seq_len", ju(r->fit_seq));
+        if (r->has_batch && !r->uniform)
+            json_object_set_new(mj, "batch_fits", json_boolean(r->frag.n_blocks <= mo->n_blocks));
+        if (r->has_trace) {
+            json_object_set_new(mj, "trace_requests_at_mean", ju(r->conc_mean_fit));
+            json_object_set_new(mj, "trace_requests_longest_first", ju(r->conc_worst_fit));
+        }
+        json_object_set_new(root, "memory", mj);
+    }
+    json_t *notes = json_array();
+    json_array_append_new(notes, json_string("Logical KV bytes only: not all the memory an "
+                                             "engine uses (weights, activations, CUDA graphs, "
+                                             "allocator slack come on top)."));
+    json_array_append_new(notes, json_string("fp8/int8 KV figures are capacity estimates only: "
+                                             "real KV quantization adds scales and numerical "
+                                             "error."));
+    json_array_append_new(notes, json_string("The attention workspace is transient; "
+                                             "memory-saving kernels such as FlashAttention reduce "
+                                             "it, not the persistent KV cache."));
+    json_object_set_new(root, "notes", notes);
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (s == NULL)
+        return fail(EXIT_INPUT, "out of memory");
+    puts(s);
+    free(s);
+    return 0;
+}
+
+static void list_models(void)
+{
+    printf("%-14s %-28s %6s %6s %6s %6s %5s %14s\n", "preset", "Hugging Face repository",
+           "layers", "heads", "kv", "dim", "dtype", "parameters");
+    for (size_t i = 0; i < kvp_model_count(); i++) {
+        const kvp_model_preset *p = kvp_model_at(i);
+        printf("%-14s %-28s %6u %6u %6u %6u %5s %14llu\n", p->name, p->hf_repo,
+               p->shape.n_layers, p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
+               kvp_plan_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params);
+    }
+    printf("\nSources (config.json on each model card; parameters computed from its shapes):\n");
+    for (size_t i = 0; i < kvp_model_count(); i++)
+        printf("  %s: %s\n", kvp_model_at(i)->name, kvp_model_at(i)->source);
+}
+
+int kvp_cli_plan(int argc, char **argv)
+{
+    plan_opts o;
+    memset(&o, 0, sizeof o);
+    o.block_size = 16;
+    o.util_ppm = 900000;
+    o.tp = 1;
+    o.trace_bs = 512;
+    o.include_output = true;
+    plan_result r;
+    memset(&r, 0, sizeof r);
+    uint64_t *trace_lens = NULL;
+
+    int rc = parse_args(argc, argv, &o);
+    if (rc == 0 && o.help) {
+        fputs(usage_text, stdout);
+    } else if (rc == 0 && o.list_models) {
+        list_models();
+    } else if (rc == 0 && (rc = build_model(&o, &r)) == 0 &&
+               (rc = compute(&o, &r, &trace_lens)) == 0) {
+        if (o.json)
+            rc = print_json(&r, &o);
+        else
+            print_table(&r, &o);
+    }
+    if (rc == 0 && fflush(stdout) != 0)
+        rc = fail(EXIT_INPUT, "cannot write the output");
+    free(trace_lens);
+    free(o.lens);
+    return rc;
+}
