@@ -56,16 +56,16 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------- */
 
 enum {
-    KVP_OK = 0,          /* success (a cache miss is a success too) */
-    KVP_EINVAL = -1,     /* an argument is invalid: NULL pointer, zero size, bad range */
-    KVP_ENOMEM = -2,     /* memory allocation failed; nothing was changed */
-    KVP_ENOSPC = -3,     /* the pool cannot supply the blocks: too many are pinned */
-    KVP_ENOENT = -4,     /* no active request has this id */
-    KVP_EEXIST = -5,     /* a request with this id is already active */
-    KVP_EOVERFLOW = -6,  /* a token or block count does not fit the cache's limits */
-    KVP_ERANGE = -7,     /* the call refers to tokens beyond what the request allocated */
-    KVP_EBUSY = -8,      /* called from inside one of this cache's callbacks */
-    KVP_ECORRUPT = -9    /* the invariant checker found an inconsistency (a bug) */
+    KVP_OK = 0,         /* success (a cache miss is a success too) */
+    KVP_EINVAL = -1,    /* an argument is invalid: NULL pointer, zero size, bad range */
+    KVP_ENOMEM = -2,    /* memory allocation failed; nothing was changed */
+    KVP_ENOSPC = -3,    /* the pool cannot supply the blocks: too many are pinned */
+    KVP_ENOENT = -4,    /* no active request has this id */
+    KVP_EEXIST = -5,    /* a request with this id is already active */
+    KVP_EOVERFLOW = -6, /* a token or block count does not fit the cache's limits */
+    KVP_ERANGE = -7,    /* the call refers to tokens beyond what the request allocated */
+    KVP_EBUSY = -8,     /* called from inside one of this cache's callbacks */
+    KVP_ECORRUPT = -9   /* the invariant checker found an inconsistency (a bug) */
 };
 
 /* Return a static, human-readable description of a status code. Never NULL; unknown codes
@@ -144,9 +144,9 @@ KVP_EXPORT kvp_key kvp_external_key(uint64_t seed, kvp_key root, kvp_key externa
 /* Memory hooks. alloc returns NULL on failure; free receives the size given to alloc and
  * must accept NULL. Every byte the cache holds goes through these. */
 typedef struct kvp_allocator {
-    void *(*alloc)(void *ud, size_t size);           /* NULL: malloc */
-    void (*free)(void *ud, void *ptr, size_t size);  /* NULL: free */
-    void *ud;                                        /* passed to both */
+    void *(*alloc)(void *ud, size_t size);          /* NULL: malloc */
+    void (*free)(void *ud, void *ptr, size_t size); /* NULL: free */
+    void *ud;                                       /* passed to both */
 } kvp_allocator;
 
 enum {
@@ -162,12 +162,12 @@ enum {
 
 /* One cache event. The pointer passed to the callback is valid only during the call. */
 typedef struct kvp_event {
-    int type;          /* KVP_EVENT_* */
-    int reason;        /* REMOVED only: KVP_REMOVED_*; 0 otherwise */
-    uint32_t block_id; /* STORED/REMOVED: the physical block; 0 for CLEARED */
-    uint32_t n_tokens; /* STORED: tokens in the block (the block size); 0 otherwise */
-    kvp_key key;       /* STORED/REMOVED: the block key; zero for CLEARED */
-    kvp_key parent;    /* STORED: the parent block's key, or the namespace root */
+    int type;            /* KVP_EVENT_* */
+    int reason;          /* REMOVED only: KVP_REMOVED_*; 0 otherwise */
+    uint32_t block_id;   /* STORED/REMOVED: the physical block; 0 for CLEARED */
+    uint32_t n_tokens;   /* STORED: tokens in the block (the block size); 0 otherwise */
+    kvp_key key;         /* STORED/REMOVED: the block key; zero for CLEARED */
+    kvp_key parent;      /* STORED: the parent block's key, or the namespace root */
     bool parent_is_root; /* STORED: true when parent is the namespace root (first block) */
 } kvp_event;
 
@@ -248,8 +248,8 @@ KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
 /* The request's block table: *ids points at its n block ids in token order. The array is
  * owned by the cache and valid until the next kvp_grow, kvp_release or kvp_cache_free.
  * Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_ENOENT. */
-KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id,
-                                  const uint32_t **ids, size_t *n);
+KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
+                                  size_t *n);
 
 /* Register the request's newly full blocks. tokens[0 .. n_tokens) is the request's whole
  * sequence so far (prompt, then generated tokens) and must begin with the tokens given to
@@ -304,20 +304,20 @@ KVP_EXPORT int kvp_cache_reset(kvp_cache *cache);
  * _ids forms); kvp_lookup only counts n_lookups, so a lookup followed by an acquire is not
  * counted twice. */
 typedef struct kvp_stats {
-    uint64_t n_requests;       /* kvp_acquire + kvp_access calls that succeeded */
-    uint64_t n_lookups;        /* kvp_lookup + kvp_lookup_ids calls that succeeded */
-    uint64_t n_tokens_queried; /* prompt tokens of those requests */
-    uint64_t n_tokens_hit;     /* prefill tokens skipped (sum of n_tokens_hit) */
-    uint64_t n_blocks_hit;     /* reused blocks (sum of n_blocks_hit) */
-    uint64_t n_blocks_missed;  /* full prompt blocks not reused */
-    uint64_t n_blocks_stored;  /* blocks newly indexed */
-    uint64_t n_blocks_deduped; /* committed blocks whose key was already indexed */
-    uint64_t n_evictions;      /* cached blocks recycled for new data */
-    uint64_t n_verify_rejects; /* collision-proof mode: key matches whose tokens differed */
-    uint32_t n_blocks_total;   /* pool size */
-    uint32_t n_blocks_free;    /* never used, or holding nothing reusable */
-    uint32_t n_blocks_cached;  /* indexed and unpinned: evictable, in LRU order */
-    uint32_t n_blocks_in_use;  /* pinned by at least one request */
+    uint64_t n_requests;        /* kvp_acquire + kvp_access calls that succeeded */
+    uint64_t n_lookups;         /* kvp_lookup + kvp_lookup_ids calls that succeeded */
+    uint64_t n_tokens_queried;  /* prompt tokens of those requests */
+    uint64_t n_tokens_hit;      /* prefill tokens skipped (sum of n_tokens_hit) */
+    uint64_t n_blocks_hit;      /* reused blocks (sum of n_blocks_hit) */
+    uint64_t n_blocks_missed;   /* full prompt blocks not reused */
+    uint64_t n_blocks_stored;   /* blocks newly indexed */
+    uint64_t n_blocks_deduped;  /* committed blocks whose key was already indexed */
+    uint64_t n_evictions;       /* cached blocks recycled for new data */
+    uint64_t n_verify_rejects;  /* collision-proof mode: key matches whose tokens differed */
+    uint32_t n_blocks_total;    /* pool size */
+    uint32_t n_blocks_free;     /* never used, or holding nothing reusable */
+    uint32_t n_blocks_cached;   /* indexed and unpinned: evictable, in LRU order */
+    uint32_t n_blocks_in_use;   /* pinned by at least one request */
     uint32_t n_requests_active; /* requests between kvp_acquire and kvp_release */
 } kvp_stats;
 

@@ -20,12 +20,12 @@
 
 #include "internal.h"
 
-#define FAIL_IF(cond)                                                                          \
-    do {                                                                                       \
-        if (cond) {                                                                            \
-            rc = KVP_ECORRUPT;                                                                 \
-            goto out;                                                                          \
-        }                                                                                      \
+#define FAIL_IF(cond)                                                                              \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            rc = KVP_ECORRUPT;                                                                     \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
 /* Lists: returns the number of nodes, or UINT32_MAX on a cycle or bad link. */

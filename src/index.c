@@ -31,11 +31,11 @@
 #undef uthash_malloc
 #undef uthash_free
 /* The table is made once, by kvp__index_init, where `idx` and `mem` are in scope. */
-#define HASH_INITIAL_NUM_BUCKETS (1u << idx->log2_buckets)
+#define HASH_INITIAL_NUM_BUCKETS      (1u << idx->log2_buckets)
 #define HASH_INITIAL_NUM_BUCKETS_LOG2 (idx->log2_buckets)
-#define HASH_BKT_CAPACITY_THRESH 0x7fffffffu
-#define uthash_malloc(sz) kvp__mem_alloc(mem, (sz))
-#define uthash_free(ptr, sz) kvp__mem_free(mem, (ptr), (sz))
+#define HASH_BKT_CAPACITY_THRESH      0x7fffffffu
+#define uthash_malloc(sz)             kvp__mem_alloc(mem, (sz))
+#define uthash_free(ptr, sz)          kvp__mem_free(mem, (ptr), (sz))
 
 #define KEY_BYTES ((unsigned)sizeof(kvp_key))
 
@@ -105,6 +105,5 @@ size_t kvp__index_bucket_bytes(const kvp__index *idx)
 {
     if (!idx->head)
         return 0;
-    return (size_t)idx->head->hh.tbl->num_buckets * sizeof(UT_hash_bucket) +
-           sizeof(UT_hash_table);
+    return (size_t)idx->head->hh.tbl->num_buckets * sizeof(UT_hash_bucket) + sizeof(UT_hash_table);
 }

@@ -49,8 +49,7 @@ void kvp__mem_free(kvp__mem *mem, void *ptr, size_t size);
 /* ---------------------------------------------------------------- keys (keys.c) */
 
 /* Hash one block: XXH3-128(parent || tokens as little-endian uint32), seeded. */
-kvp_key kvp__hash_block(uint64_t seed, kvp_key parent, const uint32_t *tokens,
-                        uint32_t block_size);
+kvp_key kvp__hash_block(uint64_t seed, kvp_key parent, const uint32_t *tokens, uint32_t block_size);
 
 static inline bool kvp__key_eq(kvp_key a, kvp_key b)
 {
@@ -86,11 +85,11 @@ typedef struct kvp__block {
  * for the cache's lifetime, and buckets are sized once for the whole pool, so adding and
  * deleting keys never allocates and cannot fail (see index.c). */
 typedef struct kvp__index {
-    kvp__block *head;     /* uthash head: always the sentinel or another entry */
-    kvp__block sentinel;  /* never matches a 16-byte key */
-    uint8_t sentinel_key; /* the sentinel's 1-byte key */
+    kvp__block *head;      /* uthash head: always the sentinel or another entry */
+    kvp__block sentinel;   /* never matches a 16-byte key */
+    uint8_t sentinel_key;  /* the sentinel's 1-byte key */
     unsigned log2_buckets; /* bucket count chosen at init: >= n_blocks */
-    uint32_t n_items;     /* indexed blocks (the sentinel excluded) */
+    uint32_t n_items;      /* indexed blocks (the sentinel excluded) */
 } kvp__index;
 
 int kvp__index_init(kvp__index *idx, kvp__mem *mem, uint32_t n_blocks);
@@ -125,12 +124,12 @@ typedef struct kvp__nsrec kvp__nsrec;
 typedef struct kvp__nsroot kvp__nsroot;
 
 typedef struct kvp__verify {
-    uint32_t *tokens;     /* n_blocks * block_size tokens: block b at b * block_size */
-    kvp__vmeta *meta;     /* n_blocks entries */
-    kvp__nsroot *by_key;  /* uthash by namespace root key; each entry chains its records */
-    kvp__nsrec **slots;   /* interned namespaces by id; NULL slots are free */
-    uint32_t n_slots;     /* capacity of slots */
-    uint32_t free_slot;   /* lowest possibly free slot (search hint) */
+    uint32_t *tokens;    /* n_blocks * block_size tokens: block b at b * block_size */
+    kvp__vmeta *meta;    /* n_blocks entries */
+    kvp__nsroot *by_key; /* uthash by namespace root key; each entry chains its records */
+    kvp__nsrec **slots;  /* interned namespaces by id; NULL slots are free */
+    uint32_t n_slots;    /* capacity of slots */
+    uint32_t free_slot;  /* lowest possibly free slot (search hint) */
 } kvp__verify;
 
 /* ---------------------------------------------------------------- requests (request.c) */
@@ -151,18 +150,18 @@ typedef struct kvp__request {
 /* ---------------------------------------------------------------- the cache (cache.c) */
 
 struct kvp_cache {
-    kvp_config cfg;        /* copy of the creation config */
-    kvp__mem mem;          /* allocator and live-byte count */
-    kvp__pool pool;        /* physical blocks, free and LRU lists */
-    kvp__index index;      /* key -> block */
+    kvp_config cfg;         /* copy of the creation config */
+    kvp__mem mem;           /* allocator and live-byte count */
+    kvp__pool pool;         /* physical blocks, free and LRU lists */
+    kvp__index index;       /* key -> block */
     kvp__request *requests; /* uthash head of active requests */
-    kvp__verify verify;    /* collision-proof mode state; zeroed when off */
-    kvp_stats stats;       /* counters (pool gauges filled in on read) */
-    kvp_key *scratch_keys; /* kvp_access: keys of the current prompt */
-    uint32_t *scratch_ids; /* kvp_access: blocks touched by the current prompt */
-    size_t scratch_cap;    /* entries in both scratch arrays */
-    unsigned key_bits;     /* 128, or fewer in collision tests (kvp__cache_set_key_bits) */
-    bool in_callback;      /* true while an event callback runs */
+    kvp__verify verify;     /* collision-proof mode state; zeroed when off */
+    kvp_stats stats;        /* counters (pool gauges filled in on read) */
+    kvp_key *scratch_keys;  /* kvp_access: keys of the current prompt */
+    uint32_t *scratch_ids;  /* kvp_access: blocks touched by the current prompt */
+    size_t scratch_cap;     /* entries in both scratch arrays */
+    unsigned key_bits;      /* 128, or fewer in collision tests (kvp__cache_set_key_bits) */
+    bool in_callback;       /* true while an event callback runs */
 };
 
 /* Emit an event if a callback is set (marks the cache busy meanwhile). */
@@ -190,13 +189,12 @@ void kvp__request_delete(kvp_cache *cache, kvp__request *req);
 /* Verify mode (verify.c). */
 int kvp__verify_init(kvp_cache *cache);
 void kvp__verify_free(kvp_cache *cache);
-int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
-                          uint32_t *out);
+int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key root, uint32_t *out);
 uint32_t kvp__verify_ns_find(const kvp_cache *cache, const kvp_namespace *ns, kvp_key root);
 void kvp__verify_ns_ref(kvp_cache *cache, uint32_t ns);
 void kvp__verify_ns_unref(kvp_cache *cache, uint32_t ns);
-bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *tokens,
-                       uint32_t parent, uint32_t ns);
+bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *tokens, uint32_t parent,
+                       uint32_t ns);
 void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, uint32_t parent,
                        uint32_t ns);
 void kvp__verify_forget(kvp_cache *cache, uint32_t id);

@@ -74,8 +74,7 @@ static inline void put_tokens(unsigned char *dst, const uint32_t *tokens, size_t
 }
 
 /* Hash one block given its parent key. Cannot fail. */
-kvp_key kvp__hash_block(uint64_t seed, kvp_key parent, const uint32_t *tokens,
-                        uint32_t block_size)
+kvp_key kvp__hash_block(uint64_t seed, kvp_key parent, const uint32_t *tokens, uint32_t block_size)
 {
     size_t n_bytes = 16 + (size_t)block_size * 4;
     if (n_bytes <= STACK_BLOCK_BYTES) {

@@ -98,8 +98,8 @@ static inline uint32_t hit_limit(const kvp_cache *cache, size_t n_tokens)
     return (uint32_t)((n_tokens - 1) / cache->cfg.block_size);
 }
 
-static void fill_match(const kvp_cache *cache, size_t n_tokens, uint32_t n_full,
-                       uint32_t n_cached, kvp_match *out)
+static void fill_match(const kvp_cache *cache, size_t n_tokens, uint32_t n_full, uint32_t n_cached,
+                       kvp_match *out)
 {
     uint32_t limit = hit_limit(cache, n_tokens);
     out->n_tokens = n_tokens;
@@ -291,8 +291,8 @@ KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
     return KVP_OK;
 }
 
-KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id,
-                                  const uint32_t **ids, size_t *n)
+KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
+                                  size_t *n)
 {
     if (!cache || !ids || !n)
         return KVP_EINVAL;
@@ -306,8 +306,8 @@ KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id,
 
 /* Index block id under key as block i of a chain whose accepted previous block is canon
  * (KVP_NIL for i == 0 or when untrustworthy), emit STORED. Cannot fail. */
-static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key parent_key,
-                        uint32_t i, const uint32_t *tokens, uint32_t canon, uint32_t ns)
+static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key parent_key, uint32_t i,
+                        const uint32_t *tokens, uint32_t canon, uint32_t ns)
 {
     kvp__index_add(&cache->index, &cache->pool.blocks[id], key);
     if (kvp__verifying(cache))
@@ -456,8 +456,8 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
                 if (kvp__pool_available(&cache->pool) == 0)
                     break;
                 id = kvp__pool_take(cache);
-                store_block(cache, id, keys[i], i ? keys[i - 1] : src->root, i, blk_tokens,
-                            canon, src->ns);
+                store_block(cache, id, keys[i], i ? keys[i - 1] : src->root, i, blk_tokens, canon,
+                            src->ns);
             }
         }
         ids[i] = id;

@@ -16,7 +16,7 @@
 
 #undef uthash_malloc
 #undef uthash_free
-#define uthash_malloc(sz) kvp__mem_alloc(&cache->mem, (sz))
+#define uthash_malloc(sz)    kvp__mem_alloc(&cache->mem, (sz))
 #define uthash_free(ptr, sz) kvp__mem_free(&cache->mem, (ptr), (sz))
 
 kvp__request *kvp__request_find(const kvp_cache *cache, uint64_t id)

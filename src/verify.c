@@ -27,22 +27,22 @@
 
 #undef uthash_malloc
 #undef uthash_free
-#define uthash_malloc(sz) kvp__mem_alloc(&cache->mem, (sz))
+#define uthash_malloc(sz)    kvp__mem_alloc(&cache->mem, (sz))
 #define uthash_free(ptr, sz) kvp__mem_free(&cache->mem, (ptr), (sz))
 
 /* One entry of the by_key table: every interned namespace whose root key is `root`. */
 typedef struct kvp__nsroot {
-    UT_hash_handle hh;  /* by_key linkage */
-    kvp_key root;       /* the (possibly truncated) root key shared by the chain */
-    kvp__nsrec *first;  /* the chain; never empty while the entry is in the table */
+    UT_hash_handle hh; /* by_key linkage */
+    kvp_key root;      /* the (possibly truncated) root key shared by the chain */
+    kvp__nsrec *first; /* the chain; never empty while the entry is in the table */
 } kvp__nsroot;
 
 struct kvp__nsrec {
-    kvp__nsroot *owner; /* the by_key entry whose chain holds this record */
-    kvp__nsrec *next;   /* next record with the same root key */
-    uint32_t id;        /* index in verify.slots */
-    uint32_t refs;      /* active requests + indexed first blocks using it */
-    size_t n_bytes;     /* length of bytes */
+    kvp__nsroot *owner;    /* the by_key entry whose chain holds this record */
+    kvp__nsrec *next;      /* next record with the same root key */
+    uint32_t id;           /* index in verify.slots */
+    uint32_t refs;         /* active requests + indexed first blocks using it */
+    size_t n_bytes;        /* length of bytes */
     unsigned char bytes[]; /* the four fields, each: present byte, u64 length, data */
 };
 
@@ -162,8 +162,7 @@ uint32_t kvp__verify_ns_find(const kvp_cache *cache, const kvp_namespace *ns, kv
 
 /* Intern ns and take one reference for the caller; *out receives its id. Returns KVP_OK or
  * KVP_ENOMEM (nothing changed). */
-int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
-                          uint32_t *out)
+int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key root, uint32_t *out)
 {
     kvp__verify *v = &cache->verify;
     kvp__nsroot *node;
@@ -181,12 +180,12 @@ int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key roo
         uint32_t n = v->n_slots ? v->n_slots * 2 : 8;
         if (n <= v->n_slots || n >= KVP_NIL)
             return KVP_ENOMEM;
-        kvp__nsrec **slots = kvp__mem_calloc(&cache->mem, n, sizeof *slots);
+        kvp__nsrec **slots = kvp__mem_calloc(&cache->mem, n, sizeof(kvp__nsrec *));
         if (!slots)
             return KVP_ENOMEM;
         if (v->n_slots)
-            memcpy(slots, v->slots, (size_t)v->n_slots * sizeof *slots);
-        kvp__mem_free(&cache->mem, v->slots, (size_t)v->n_slots * sizeof *slots);
+            memcpy(slots, v->slots, (size_t)v->n_slots * sizeof(kvp__nsrec *));
+        kvp__mem_free(&cache->mem, v->slots, (size_t)v->n_slots * sizeof(kvp__nsrec *));
         v->slots = slots;
         v->n_slots = n;
     }
@@ -254,8 +253,8 @@ void kvp__verify_ns_unref(kvp_cache *cache, uint32_t ns)
 
 /* Is block id what the query expects: these block_size tokens, and (first block) namespace
  * ns, or (later block) the accepted parent block `parent` at its current generation? */
-bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *tokens,
-                       uint32_t parent, uint32_t ns)
+bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *tokens, uint32_t parent,
+                       uint32_t ns)
 {
     const kvp__verify *v = &cache->verify;
     const kvp__vmeta *m = &v->meta[id];

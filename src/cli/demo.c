@@ -21,7 +21,7 @@
 #include "kvprefix.h"
 
 #define DEMO_BLOCK 4
-#define DEMO_POOL 48
+#define DEMO_POOL  48
 #define MAX_TOKENS 256
 
 static const char *SYSTEM = "You are a helpful assistant for Acme Corp . Answer briefly and cite "
@@ -46,8 +46,9 @@ static const step STEPS[] = {
      "timestamp before the system prompt: sharing ends at token 0"},
     {"acme", "[2026-11-29 10:00:02]", "Is there a night mode ?", "Yes , in settings .",
      "again with the next second: still nothing reused"},
-    {"acme", NULL, "How do I reset my home router ? Hold the reset button for ten seconds . "
-                   "And then ?",
+    {"acme", NULL,
+     "How do I reset my home router ? Hold the reset button for ten seconds . "
+     "And then ?",
      "Wait for the green light .", "next chat turn: reuses turn 1 and its answer"},
     {"acme", NULL, "How do I reset my home router ?", "Hold the reset button for ten seconds .",
      "exact repeat of request 1: fully cached, yet its last block is computed"},
@@ -149,8 +150,8 @@ int kvp_cli_demo(int argc, char **argv)
             return fail("release", rc);
 
         printf("%3zu  %-6s  %6zu  %6llu  %8llu  %s\n", s + 1, st->tenant, n_prompt,
-               (unsigned long long)m.n_tokens_hit,
-               (unsigned long long)(n_prompt - m.n_tokens_hit), st->note);
+               (unsigned long long)m.n_tokens_hit, (unsigned long long)(n_prompt - m.n_tokens_hit),
+               st->note);
         const char *parts[3] = {st->prefix, SYSTEM, st->question};
         show_boundary(parts, (size_t)m.n_tokens_hit);
     }
@@ -160,9 +161,9 @@ int kvp_cli_demo(int argc, char **argv)
     printf("\nrequests %llu, prompt tokens %llu, reused %llu (%.1f%% of prefill skipped)\n",
            (unsigned long long)stats.n_requests, (unsigned long long)stats.n_tokens_queried,
            (unsigned long long)stats.n_tokens_hit,
-           stats.n_tokens_queried ? 100.0 * (double)stats.n_tokens_hit /
-                                        (double)stats.n_tokens_queried
-                                  : 0.0);
+           stats.n_tokens_queried
+               ? 100.0 * (double)stats.n_tokens_hit / (double)stats.n_tokens_queried
+               : 0.0);
     printf("blocks stored %llu, deduplicated %llu, evicted %llu; now cached %u, free %u\n",
            (unsigned long long)stats.n_blocks_stored, (unsigned long long)stats.n_blocks_deduped,
            (unsigned long long)stats.n_evictions, stats.n_blocks_cached, stats.n_blocks_free);
