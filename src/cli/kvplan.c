@@ -39,13 +39,11 @@ static const struct {
     const char *name;
     kvp_plan_dtype dtype;
 } dtype_names[] = {
-    {"fp32", KVP_DTYPE_FP32},        {"float32", KVP_DTYPE_FP32},
-    {"float", KVP_DTYPE_FP32},       {"fp16", KVP_DTYPE_FP16},
-    {"float16", KVP_DTYPE_FP16},     {"half", KVP_DTYPE_FP16},
-    {"bf16", KVP_DTYPE_BF16},        {"bfloat16", KVP_DTYPE_BF16},
-    {"fp8", KVP_DTYPE_FP8},          {"fp8_e4m3", KVP_DTYPE_FP8},
-    {"fp8_e5m2", KVP_DTYPE_FP8},     {"float8_e4m3fn", KVP_DTYPE_FP8},
-    {"float8_e5m2", KVP_DTYPE_FP8},  {"int8", KVP_DTYPE_INT8},
+    {"fp32", KVP_DTYPE_FP32},       {"float32", KVP_DTYPE_FP32},  {"float", KVP_DTYPE_FP32},
+    {"fp16", KVP_DTYPE_FP16},       {"float16", KVP_DTYPE_FP16},  {"half", KVP_DTYPE_FP16},
+    {"bf16", KVP_DTYPE_BF16},       {"bfloat16", KVP_DTYPE_BF16}, {"fp8", KVP_DTYPE_FP8},
+    {"fp8_e4m3", KVP_DTYPE_FP8},    {"fp8_e5m2", KVP_DTYPE_FP8},  {"float8_e4m3fn", KVP_DTYPE_FP8},
+    {"float8_e5m2", KVP_DTYPE_FP8}, {"int8", KVP_DTYPE_INT8},
 };
 
 int kvp_plan_dtype_parse(const char *s, kvp_plan_dtype *out)
@@ -129,8 +127,7 @@ int kvp_model_shape_check(const kvp_model_shape *m, const char **what)
     return KVP_PLAN_OK;
 }
 
-int kvp_plan_tp_split(const kvp_model_shape *m, uint32_t tp, kvp_plan_tp *out,
-                      const char **what)
+int kvp_plan_tp_split(const kvp_model_shape *m, uint32_t tp, kvp_plan_tp *out, const char **what)
 {
     const char *msg = NULL;
     if (m == NULL || out == NULL || tp == 0)
@@ -197,8 +194,8 @@ int kvp_plan_sum(const uint64_t *lens, size_t n, uint64_t *out)
     return KVP_PLAN_OK;
 }
 
-int kvp_plan_fragmentation(const uint64_t *lens, size_t n, uint32_t block_size,
-                           uint64_t max_len, kvp_plan_frag *out)
+int kvp_plan_fragmentation(const uint64_t *lens, size_t n, uint32_t block_size, uint64_t max_len,
+                           kvp_plan_frag *out)
 {
     if (out == NULL || block_size == 0 || (lens == NULL && n > 0))
         return KVP_PLAN_EINVAL;
@@ -227,8 +224,7 @@ int kvp_plan_fragmentation(const uint64_t *lens, size_t n, uint32_t block_size,
 int kvp_plan_memory(const kvp_plan_mem_in *in, kvp_plan_mem_out *out)
 {
     if (in == NULL || out == NULL || in->gpu_mem_bytes == 0 || in->tp == 0 ||
-        in->block_bytes == 0 || in->block_size == 0 || in->util_ppm == 0 ||
-        in->util_ppm > 1000000)
+        in->block_bytes == 0 || in->block_size == 0 || in->util_ppm == 0 || in->util_ppm > 1000000)
         return KVP_PLAN_EINVAL;
     kvp_plan_mem_out r;
     /* floor(g * p / 10^6) without a 128-bit product: g = q * 10^6 + rem. */

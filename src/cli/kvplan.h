@@ -48,13 +48,13 @@ const char *kvp_plan_dtype_name(kvp_plan_dtype dtype);
 
 /* The shape of a model as far as the KV cache cares. */
 typedef struct kvp_model_shape {
-    uint32_t n_layers;        /* transformer layers L (> 0) */
-    uint32_t n_heads;         /* query heads Hq (> 0, a multiple of n_kv_heads) */
-    uint32_t n_kv_heads;      /* KV heads Hkv: Hq for MHA, fewer for GQA, 1 for MQA */
-    uint32_t head_dim;        /* head dimension D (> 0) */
-    kvp_plan_dtype kv_dtype;  /* element type of the KV cache */
-    kvp_plan_dtype w_dtype;   /* element type of the weights (for --params estimates) */
-    uint64_t n_params;        /* total parameter count; 0 when unknown */
+    uint32_t n_layers;       /* transformer layers L (> 0) */
+    uint32_t n_heads;        /* query heads Hq (> 0, a multiple of n_kv_heads) */
+    uint32_t n_kv_heads;     /* KV heads Hkv: Hq for MHA, fewer for GQA, 1 for MQA */
+    uint32_t head_dim;       /* head dimension D (> 0) */
+    kvp_plan_dtype kv_dtype; /* element type of the KV cache */
+    kvp_plan_dtype w_dtype;  /* element type of the weights (for --params estimates) */
+    uint64_t n_params;       /* total parameter count; 0 when unknown */
 } kvp_model_shape;
 
 /* Fill *m with zeros and bf16 dtypes. Cannot fail (does nothing if m is NULL). */
@@ -77,8 +77,7 @@ typedef struct kvp_plan_tp {
  * heads when tp <= Hkv (Hkv must be a multiple of tp), and one KV head, replicated tp / Hkv
  * times, when tp > Hkv (tp must be a multiple of Hkv). Query heads must divide by tp.
  * Returns KVP_PLAN_OK, or KVP_PLAN_EINVAL with *what set to a static sentence. */
-int kvp_plan_tp_split(const kvp_model_shape *m, uint32_t tp, kvp_plan_tp *out,
-                      const char **what);
+int kvp_plan_tp_split(const kvp_model_shape *m, uint32_t tp, kvp_plan_tp *out, const char **what);
 
 /* KV bytes of one token on one rank: 2 x L x kv_heads x D x s. Pass m->n_kv_heads for the
  * whole (logical) model, or the tp split's kv_heads_per_rank for one GPU.
@@ -113,28 +112,28 @@ typedef struct kvp_plan_frag {
  * contiguous reservation of max_len tokens per sequence. Returns KVP_PLAN_OK;
  * KVP_PLAN_EINVAL (block_size 0, or a length above a non-zero max_len: it would not fit the
  * reservation); KVP_PLAN_EOVERFLOW. */
-int kvp_plan_fragmentation(const uint64_t *lens, size_t n, uint32_t block_size,
-                           uint64_t max_len, kvp_plan_frag *out);
+int kvp_plan_fragmentation(const uint64_t *lens, size_t n, uint32_t block_size, uint64_t max_len,
+                           kvp_plan_frag *out);
 
 /* Inputs of the inverse plan, all per GPU except weights_bytes. */
 typedef struct kvp_plan_mem_in {
-    uint64_t gpu_mem_bytes;     /* memory of one GPU */
-    uint32_t util_ppm;          /* fraction usable, in millionths (900000 = 0.9), 1..1000000 */
-    uint64_t weights_bytes;     /* weights of the whole model, split evenly over tp ranks */
-    uint64_t reserve_bytes;     /* activations, workspace, allocator slack, per GPU */
-    uint32_t tp;                /* tensor-parallel ranks (>= 1) */
-    uint64_t block_bytes;       /* KV bytes of one block on one GPU */
-    uint32_t block_size;        /* tokens per block */
+    uint64_t gpu_mem_bytes; /* memory of one GPU */
+    uint32_t util_ppm;      /* fraction usable, in millionths (900000 = 0.9), 1..1000000 */
+    uint64_t weights_bytes; /* weights of the whole model, split evenly over tp ranks */
+    uint64_t reserve_bytes; /* activations, workspace, allocator slack, per GPU */
+    uint32_t tp;            /* tensor-parallel ranks (>= 1) */
+    uint64_t block_bytes;   /* KV bytes of one block on one GPU */
+    uint32_t block_size;    /* tokens per block */
 } kvp_plan_mem_in;
 
 /* Result of the inverse plan, per GPU. Blocks are the same on every rank: a block of tokens
  * is spread over all ranks, each holding its share of the heads. */
 typedef struct kvp_plan_mem_out {
-    uint64_t budget_bytes;         /* floor(gpu_mem x util) */
+    uint64_t budget_bytes;          /* floor(gpu_mem x util) */
     uint64_t weights_per_gpu_bytes; /* ceil(weights / tp) */
-    uint64_t kv_bytes;             /* budget - weights per GPU - reserve */
-    uint64_t n_blocks;             /* floor(kv_bytes / block_bytes) */
-    uint64_t n_tokens;             /* n_blocks x block_size */
+    uint64_t kv_bytes;              /* budget - weights per GPU - reserve */
+    uint64_t n_blocks;              /* floor(kv_bytes / block_bytes) */
+    uint64_t n_tokens;              /* n_blocks x block_size */
 } kvp_plan_mem_out;
 
 /* Memory left for the KV cache after weights and reserve, as vLLM budgets it
@@ -147,14 +146,14 @@ int kvp_plan_memory(const kvp_plan_mem_in *in, kvp_plan_mem_out *out);
 /* Length statistics of a distribution. Percentiles use the nearest-rank method: the smallest
  * length such that at least p% of the lengths are <= it. */
 typedef struct kvp_plan_stats {
-    uint64_t n;        /* number of lengths (> 0) */
-    uint64_t sum;      /* sum of lengths */
-    double mean;       /* sum / n */
-    uint64_t min;      /* shortest */
-    uint64_t p50;      /* median (nearest rank) */
-    uint64_t p90;      /* 90th percentile */
-    uint64_t p99;      /* 99th percentile */
-    uint64_t max;      /* longest */
+    uint64_t n;   /* number of lengths (> 0) */
+    uint64_t sum; /* sum of lengths */
+    double mean;  /* sum / n */
+    uint64_t min; /* shortest */
+    uint64_t p50; /* median (nearest rank) */
+    uint64_t p90; /* 90th percentile */
+    uint64_t p99; /* 99th percentile */
+    uint64_t max; /* longest */
 } kvp_plan_stats;
 
 /* Sort lens[0 .. n) ascending in place and compute *out. Returns KVP_PLAN_OK,

@@ -35,25 +35,25 @@
 #define READ_CHUNK (1u << 20) /* bytes asked of gzread at a time */
 
 struct kvp_log_reader {
-    gzFile gz;                /* input; NULL once closed */
-    char *name;               /* file name for messages ("<stdin>" for "-") */
-    kvp_log_options opt;      /* options given to kvp_log_open */
-    char *buf;                /* read buffer, see the picture above */
-    size_t cap;               /* bytes allocated at buf */
-    size_t start;             /* first unread byte */
-    size_t end;               /* one past the last byte read */
-    bool eof;                 /* gzread reported the end (or an error: see failed) */
-    bool failed;              /* a read, decompression or memory error ended the input */
-    uint64_t line_no;         /* lines handed out so far */
-    uint64_t n_records;       /* records returned so far */
-    json_t *json;             /* parsed current line, kept so namespace strings stay valid */
-    uint32_t *tokens;         /* token ids of the current line */
-    size_t tokens_cap;        /* elements allocated at tokens */
-    uint32_t *out_tokens;     /* output token ids of the current line */
-    size_t out_tokens_cap;    /* elements allocated at out_tokens */
-    uint64_t *ids;            /* hash ids of the current line */
-    size_t ids_cap;           /* elements allocated at ids */
-    char err[512];            /* last error message */
+    gzFile gz;             /* input; NULL once closed */
+    char *name;            /* file name for messages ("<stdin>" for "-") */
+    kvp_log_options opt;   /* options given to kvp_log_open */
+    char *buf;             /* read buffer, see the picture above */
+    size_t cap;            /* bytes allocated at buf */
+    size_t start;          /* first unread byte */
+    size_t end;            /* one past the last byte read */
+    bool eof;              /* gzread reported the end (or an error: see failed) */
+    bool failed;           /* a read, decompression or memory error ended the input */
+    uint64_t line_no;      /* lines handed out so far */
+    uint64_t n_records;    /* records returned so far */
+    json_t *json;          /* parsed current line, kept so namespace strings stay valid */
+    uint32_t *tokens;      /* token ids of the current line */
+    size_t tokens_cap;     /* elements allocated at tokens */
+    uint32_t *out_tokens;  /* output token ids of the current line */
+    size_t out_tokens_cap; /* elements allocated at out_tokens */
+    uint64_t *ids;         /* hash ids of the current line */
+    size_t ids_cap;        /* elements allocated at ids */
+    char err[512];         /* last error message */
 };
 
 void kvp_log_options_init(kvp_log_options *opt)
@@ -254,13 +254,14 @@ static int line_err(kvp_log_reader *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(r->err, sizeof r->err, "%s:%llu: %s", r->name, (unsigned long long)r->line_no,
-             msg);
+    snprintf(r->err, sizeof r->err, "%s:%llu: %s", r->name, (unsigned long long)r->line_no, msg);
     return KVP_LOG_EINPUT;
 }
 
 static const char *type_name(const json_t *v)
 {
+    if (v == NULL)
+        return "missing";
     switch (json_typeof(v)) {
     case JSON_OBJECT:
         return "an object";
@@ -308,12 +309,11 @@ static int read_tokens(kvp_log_reader *r, const json_t *arr, const char *key, ui
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(arr, i);
         if (!json_is_integer(v))
-            return line_err(r, "%s[%zu] must be an integer token id, not %s", key, i,
-                            type_name(v));
+            return line_err(r, "%s[%zu] must be an integer token id, not %s", key, i, type_name(v));
         json_int_t t = json_integer_value(v);
         if (t < 0 || t > (json_int_t)UINT32_MAX)
-            return line_err(r, "%s[%zu] = %lld is outside the token id range 0..4294967295",
-                            key, i, (long long)t);
+            return line_err(r, "%s[%zu] = %lld is outside the token id range 0..4294967295", key, i,
+                            (long long)t);
         (*dst)[i] = (uint32_t)t;
     }
     *n_out = n;
@@ -342,8 +342,9 @@ static int read_len(kvp_log_reader *r, const json_t *obj, const char *key, uint6
 {
     const json_t *v = json_object_get(obj, key);
     if (v == NULL)
-        return line_err(r, "%s is missing (Mooncake lines need input_length, output_length "
-                           "and hash_ids)",
+        return line_err(r,
+                        "%s is missing (Mooncake lines need input_length, output_length "
+                        "and hash_ids)",
                         key);
     if (!json_is_integer(v))
         return line_err(r, "%s must be an integer, not %s", key, type_name(v));
@@ -426,8 +427,7 @@ static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_r
         for (size_t i = 0; i < n; i++) {
             const json_t *v = json_array_get(ids, i);
             if (!json_is_integer(v))
-                return line_err(r, "hash_ids[%zu] must be an integer, not %s", i,
-                                type_name(v));
+                return line_err(r, "hash_ids[%zu] must be an integer, not %s", i, type_name(v));
             json_int_t h = json_integer_value(v);
             if (h < 0)
                 return line_err(r, "hash_ids[%zu] = %lld is negative", i, (long long)h);
@@ -440,8 +440,7 @@ static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_r
                 return line_err(r,
                                 "%zu hash_ids do not match input_length %llu with %u-token "
                                 "blocks (expected %llu)",
-                                n, (unsigned long long)x.input_length, bs,
-                                (unsigned long long)hi);
+                                n, (unsigned long long)x.input_length, bs, (unsigned long long)hi);
         }
         x.hash_ids = r->ids;
         x.n_hash_ids = n;

@@ -58,26 +58,26 @@ void kvp_log_options_init(kvp_log_options *opt);
 /* One request. Every pointer is owned by the reader and valid until the next
  * kvp_log_next or kvp_log_close. */
 typedef struct kvp_log_record {
-    uint64_t line_no;             /* 1-based line number in the (decompressed) input */
-    int format;                   /* KVP_LOG_TOKENS or KVP_LOG_MOONCAKE */
-    const char *model;            /* namespace strings, NUL-terminated; NULL when absent */
+    uint64_t line_no;  /* 1-based line number in the (decompressed) input */
+    int format;        /* KVP_LOG_TOKENS or KVP_LOG_MOONCAKE */
+    const char *model; /* namespace strings, NUL-terminated; NULL when absent */
     const char *adapter;
     const char *tenant;
     const char *cache_salt;
-    size_t model_len;             /* byte lengths of the strings above (they may hold NULs) */
+    size_t model_len; /* byte lengths of the strings above (they may hold NULs) */
     size_t adapter_len;
     size_t tenant_len;
     size_t cache_salt_len;
-    const uint32_t *tokens;       /* token log: prompt token ids; NULL for Mooncake */
-    size_t n_tokens;              /* number of tokens */
+    const uint32_t *tokens;        /* token log: prompt token ids; NULL for Mooncake */
+    size_t n_tokens;               /* number of tokens */
     const uint32_t *output_tokens; /* token log: generated token ids, or NULL */
-    size_t n_output_tokens;       /* number of output tokens (0 when absent) */
-    const uint64_t *hash_ids;     /* Mooncake: block hash ids; NULL for token logs */
-    size_t n_hash_ids;            /* number of hash ids */
-    uint64_t input_length;        /* prompt tokens: n_tokens, or Mooncake input_length */
-    uint64_t output_length;       /* output tokens: n_output_tokens, or output_length */
-    bool has_timestamp;           /* whether timestamp is valid */
-    double timestamp;             /* as given in the line (Mooncake: ms from trace start) */
+    size_t n_output_tokens;        /* number of output tokens (0 when absent) */
+    const uint64_t *hash_ids;      /* Mooncake: block hash ids; NULL for token logs */
+    size_t n_hash_ids;             /* number of hash ids */
+    uint64_t input_length;         /* prompt tokens: n_tokens, or Mooncake input_length */
+    uint64_t output_length;        /* output tokens: n_output_tokens, or output_length */
+    bool has_timestamp;            /* whether timestamp is valid */
+    double timestamp;              /* as given in the line (Mooncake: ms from trace start) */
 } kvp_log_record;
 
 typedef struct kvp_log_reader kvp_log_reader;

@@ -32,31 +32,38 @@
 #define CARD(repo) "https://huggingface.co/" repo "/blob/main/config.json"
 
 static const kvp_model_preset presets[] = {
-    {"Llama-3.1-8B", "meta-llama/Llama-3.1-8B",
+    {"Llama-3.1-8B",
+     "meta-llama/Llama-3.1-8B",
      {32, 32, 8, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(8030261248)},
      CARD("meta-llama/Llama-3.1-8B") " (hidden_size 4096, intermediate_size 14336, "
                                      "vocab_size 128256)"},
-    {"Llama-3.1-70B", "meta-llama/Llama-3.1-70B",
+    {"Llama-3.1-70B",
+     "meta-llama/Llama-3.1-70B",
      {80, 64, 8, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(70553706496)},
      CARD("meta-llama/Llama-3.1-70B") " (hidden_size 8192, intermediate_size 28672, "
                                       "vocab_size 128256)"},
-    {"Llama-2-7B", "meta-llama/Llama-2-7b-hf",
+    {"Llama-2-7B",
+     "meta-llama/Llama-2-7b-hf",
      {32, 32, 32, 128, KVP_DTYPE_FP16, KVP_DTYPE_FP16, UINT64_C(6738415616)},
      CARD("meta-llama/Llama-2-7b-hf") " (hidden_size 4096, intermediate_size 11008, "
                                       "vocab_size 32000)"},
-    {"Mistral-7B", "mistralai/Mistral-7B-v0.1",
+    {"Mistral-7B",
+     "mistralai/Mistral-7B-v0.1",
      {32, 32, 8, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(7241732096)},
      CARD("mistralai/Mistral-7B-v0.1") " (hidden_size 4096, intermediate_size 14336, "
                                        "vocab_size 32000, sliding_window 4096)"},
-    {"Qwen2.5-7B", "Qwen/Qwen2.5-7B",
+    {"Qwen2.5-7B",
+     "Qwen/Qwen2.5-7B",
      {28, 28, 4, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(7615616512)},
      CARD("Qwen/Qwen2.5-7B") " (hidden_size 3584, intermediate_size 18944, "
                              "vocab_size 152064)"},
-    {"Qwen2.5-72B", "Qwen/Qwen2.5-72B",
+    {"Qwen2.5-72B",
+     "Qwen/Qwen2.5-72B",
      {80, 64, 8, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(72706203648)},
      CARD("Qwen/Qwen2.5-72B") " (hidden_size 8192, intermediate_size 29568, "
                               "vocab_size 152064)"},
-    {"Mixtral-8x7B", "mistralai/Mixtral-8x7B-v0.1",
+    {"Mixtral-8x7B",
+     "mistralai/Mixtral-8x7B-v0.1",
      {32, 32, 8, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(46702792704)},
      CARD("mistralai/Mixtral-8x7B-v0.1") " (hidden_size 4096, intermediate_size 14336, "
                                          "8 local experts, vocab_size 32000)"},
@@ -97,8 +104,8 @@ static void set_err(char *err, size_t err_size, const char *fmt, ...)
 
 /* Read a positive integer field no larger than 2^31. Returns 1 if present and valid, 0 if
  * absent or null, -1 on error (message set). */
-static int get_count(const json_t *obj, const char *key, uint32_t *out, const char *path,
-                     char *err, size_t err_size)
+static int get_count(const json_t *obj, const char *key, uint32_t *out, const char *path, char *err,
+                     size_t err_size)
 {
     json_t *v = json_object_get(obj, key);
     if (v == NULL || json_is_null(v))
@@ -173,9 +180,8 @@ int kvp_model_from_config(const char *path, kvp_model_shape *out, char *err, siz
             goto done;
         }
         if (hidden % m.n_heads != 0) {
-            set_err(err, err_size,
-                    "%s: hidden_size %u is not a multiple of num_attention_heads %u", path,
-                    hidden, m.n_heads);
+            set_err(err, err_size, "%s: hidden_size %u is not a multiple of num_attention_heads %u",
+                    path, hidden, m.n_heads);
             goto done;
         }
         m.head_dim = hidden / m.n_heads;

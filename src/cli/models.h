@@ -11,10 +11,10 @@
 
 /* One preset: the published shape of an open model. */
 typedef struct kvp_model_preset {
-    const char *name;    /* preset name given to --model, e.g. "Llama-3.1-8B" */
-    const char *hf_repo; /* Hugging Face repository whose config.json the shape comes from */
+    const char *name;      /* preset name given to --model, e.g. "Llama-3.1-8B" */
+    const char *hf_repo;   /* Hugging Face repository whose config.json the shape comes from */
     kvp_model_shape shape; /* layers, heads, KV heads, head dim, dtype, parameter count */
-    const char *source;  /* where the values were checked: config.json URL and model card */
+    const char *source;    /* where the values were checked: config.json URL and model card */
 } kvp_model_preset;
 
 /* Number of presets. Cannot fail. */

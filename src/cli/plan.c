@@ -23,10 +23,10 @@
 #include "logread.h"
 #include "models.h"
 
-#define EXIT_INPUT 1
-#define EXIT_USAGE 2
+#define EXIT_INPUT     1
+#define EXIT_USAGE     2
 #define MAX_BLOCK_SIZE 65536u /* the library's KVP_MAX_BLOCK_SIZE */
-#define MAX_COUNT (UINT64_C(1) << 31)
+#define MAX_COUNT      (UINT64_C(1) << 31)
 
 static const char usage_text[] =
     "Usage: kvprefix plan MODEL [options]\n"
@@ -84,58 +84,58 @@ static const char usage_text[] =
 
 /* Parsed command line. */
 typedef struct plan_opts {
-    const char *model_name;    /* --model, or NULL */
-    const char *config_path;   /* --config, or NULL */
+    const char *model_name;                     /* --model, or NULL */
+    const char *config_path;                    /* --config, or NULL */
     uint64_t layers, heads, kv_heads, head_dim; /* shape flags; 0 when not given */
     const char *dtype, *kv_dtype, *w_dtype;     /* dtype flags, or NULL */
-    uint32_t block_size;       /* --block-size */
-    uint64_t seq_len;          /* --seq-len; 0 when not given */
-    uint64_t batch;            /* --batch; 0 when not given (means 1) */
-    uint64_t *lens;            /* --lens values (owned), or NULL */
-    size_t n_lens;             /* number of --lens values */
-    uint64_t max_len;          /* --max-len; 0 when not given */
-    bool have_gpu_mem;         /* --gpu-mem given */
-    uint64_t gpu_mem;          /* --gpu-mem bytes */
-    uint32_t util_ppm;         /* --util in millionths */
-    bool have_weights_mem;     /* --weights-mem given */
-    uint64_t weights_mem;      /* --weights-mem bytes */
-    uint64_t params;           /* --params; 0 when not given */
-    uint64_t reserve;          /* --reserve bytes */
-    uint32_t tp;               /* --tp */
-    const char *trace;         /* --trace, or NULL */
-    uint32_t trace_bs;         /* --trace-block-size */
-    uint64_t concurrency;      /* --concurrency; 0 when not given */
-    bool include_output;       /* lengths include output tokens */
-    bool json;                 /* --json */
-    bool list_models;          /* --list-models */
-    bool help;                 /* --help */
+    uint32_t block_size;                        /* --block-size */
+    uint64_t seq_len;                           /* --seq-len; 0 when not given */
+    uint64_t batch;                             /* --batch; 0 when not given (means 1) */
+    uint64_t *lens;                             /* --lens values (owned), or NULL */
+    size_t n_lens;                              /* number of --lens values */
+    uint64_t max_len;                           /* --max-len; 0 when not given */
+    bool have_gpu_mem;                          /* --gpu-mem given */
+    uint64_t gpu_mem;                           /* --gpu-mem bytes */
+    uint32_t util_ppm;                          /* --util in millionths */
+    bool have_weights_mem;                      /* --weights-mem given */
+    uint64_t weights_mem;                       /* --weights-mem bytes */
+    uint64_t params;                            /* --params; 0 when not given */
+    uint64_t reserve;                           /* --reserve bytes */
+    uint32_t tp;                                /* --tp */
+    const char *trace;                          /* --trace, or NULL */
+    uint32_t trace_bs;                          /* --trace-block-size */
+    uint64_t concurrency;                       /* --concurrency; 0 when not given */
+    bool include_output;                        /* lengths include output tokens */
+    bool json;                                  /* --json */
+    bool list_models;                           /* --list-models */
+    bool help;                                  /* --help */
 } plan_opts;
 
 /* Everything that is printed, computed once, rendered as a table or as JSON. */
 typedef struct plan_result {
-    kvp_model_shape m;          /* the model shape in use */
-    const char *model_label;    /* preset name, config path or "custom shape" */
-    const char *model_source;   /* preset source, "config.json", or "flags" */
-    bool heads_assumed;         /* --heads not given for a bare shape: Hq = Hkv assumed */
-    kvp_plan_tp tp;             /* tensor-parallel split */
-    uint32_t block_size;        /* tokens per block */
-    uint64_t tok_logical;       /* KV bytes per token, whole model without replicas */
-    uint64_t tok_gpu;           /* KV bytes per token on one GPU */
-    uint64_t blk_gpu;           /* KV bytes per block on one GPU */
+    kvp_model_shape m;        /* the model shape in use */
+    const char *model_label;  /* preset name, config path or "custom shape" */
+    const char *model_source; /* preset source, "config.json", or "flags" */
+    bool heads_assumed;       /* --heads not given for a bare shape: Hq = Hkv assumed */
+    kvp_plan_tp tp;           /* tensor-parallel split */
+    uint32_t block_size;      /* tokens per block */
+    uint64_t tok_logical;     /* KV bytes per token, whole model without replicas */
+    uint64_t tok_gpu;         /* KV bytes per token on one GPU */
+    uint64_t blk_gpu;         /* KV bytes per block on one GPU */
 
-    bool has_batch;             /* --seq-len or --lens given */
-    bool uniform;               /* batch of --batch x --seq-len (else --lens) */
-    uint64_t seq_len, batch;    /* uniform batch shape */
-    const uint64_t *lens;       /* --lens values (uniform: NULL) */
-    size_t n_lens;              /* number of --lens values */
-    uint64_t batch_tokens;      /* sum of the batch's lengths */
-    uint64_t seq_bytes_gpu;     /* uniform: one sequence, per GPU */
-    uint64_t batch_bytes_gpu;   /* batch tokens x tok_gpu */
-    kvp_plan_frag frag;         /* batch fragmentation */
-    uint64_t max_len;           /* contiguous reservation used */
-    bool max_len_given;         /* --max-len given (else the longest length) */
-    bool ws_ok;                 /* workspace fits 64 bits */
-    uint64_t ws_bytes_gpu;      /* naive score matrix, one layer, per GPU */
+    bool has_batch;           /* --seq-len or --lens given */
+    bool uniform;             /* batch of --batch x --seq-len (else --lens) */
+    uint64_t seq_len, batch;  /* uniform batch shape */
+    const uint64_t *lens;     /* --lens values (uniform: NULL) */
+    size_t n_lens;            /* number of --lens values */
+    uint64_t batch_tokens;    /* sum of the batch's lengths */
+    uint64_t seq_bytes_gpu;   /* uniform: one sequence, per GPU */
+    uint64_t batch_bytes_gpu; /* batch tokens x tok_gpu */
+    kvp_plan_frag frag;       /* batch fragmentation */
+    uint64_t max_len;         /* contiguous reservation used */
+    bool max_len_given;       /* --max-len given (else the longest length) */
+    bool ws_ok;               /* workspace fits 64 bits */
+    uint64_t ws_bytes_gpu;    /* naive score matrix, one layer, per GPU */
 
     bool has_mem;               /* --gpu-mem given */
     kvp_plan_mem_in mem_in;     /* inverse-plan inputs */
@@ -146,20 +146,20 @@ typedef struct plan_result {
     uint64_t fit_seq;           /* uniform: requests of seq_len that fit */
     uint64_t fit_contig;        /* requests that fit with max_len reservations */
 
-    bool has_trace;             /* --trace given */
-    const char *trace_path;     /* --trace */
+    bool has_trace;                        /* --trace given */
+    const char *trace_path;                /* --trace */
     uint64_t n_tokens_fmt, n_mooncake_fmt; /* records of each format */
-    kvp_plan_stats st;          /* length statistics */
-    uint64_t sum_blocks;        /* sum of ceil(len / block_size) over the trace */
-    kvp_plan_frag tfrag;        /* trace fragmentation */
-    uint64_t tmax_len;          /* contiguous reservation for the trace */
-    uint64_t conc;              /* --concurrency */
-    uint64_t exp_tokens;        /* ceil(conc x mean) */
-    uint64_t exp_blocks;        /* ceil(conc x mean blocks per request) */
-    uint64_t worst_tokens;      /* sum of the conc longest */
-    uint64_t worst_blocks;      /* their blocks */
-    uint64_t conc_mean_fit;     /* requests of mean size that fit the KV blocks */
-    uint64_t conc_worst_fit;    /* longest-first requests that fit */
+    kvp_plan_stats st;                     /* length statistics */
+    uint64_t sum_blocks;                   /* sum of ceil(len / block_size) over the trace */
+    kvp_plan_frag tfrag;                   /* trace fragmentation */
+    uint64_t tmax_len;                     /* contiguous reservation for the trace */
+    uint64_t conc;                         /* --concurrency */
+    uint64_t exp_tokens;                   /* ceil(conc x mean) */
+    uint64_t exp_blocks;                   /* ceil(conc x mean blocks per request) */
+    uint64_t worst_tokens;                 /* sum of the conc longest */
+    uint64_t worst_blocks;                 /* their blocks */
+    uint64_t conc_mean_fit;                /* requests of mean size that fit the KV blocks */
+    uint64_t conc_worst_fit;               /* longest-first requests that fit */
 } plan_result;
 
 static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -189,8 +189,8 @@ static int flag_uint(const char *flag, const char *v, uint64_t min, uint64_t max
         return fail(EXIT_INPUT, "%s: %s is too large (at most %llu)", flag, v,
                     (unsigned long long)max);
     if (x < min)
-        return fail(EXIT_INPUT, "%s must be at least %llu, not %s", flag,
-                    (unsigned long long)min, v);
+        return fail(EXIT_INPUT, "%s must be at least %llu, not %s", flag, (unsigned long long)min,
+                    v);
     *out = x;
     return 0;
 }
@@ -237,11 +237,34 @@ static int parse_lens(const char *v, plan_opts *o)
 }
 
 enum {
-    OPT_MODEL = 1, OPT_CONFIG, OPT_LAYERS, OPT_HEADS, OPT_KV_HEADS, OPT_HEAD_DIM, OPT_DTYPE,
-    OPT_KV_DTYPE, OPT_W_DTYPE, OPT_BLOCK_SIZE, OPT_SEQ_LEN, OPT_BATCH, OPT_LENS, OPT_MAX_LEN,
-    OPT_GPU_MEM, OPT_UTIL, OPT_WEIGHTS_MEM, OPT_PARAMS, OPT_RESERVE, OPT_TP, OPT_TRACE,
-    OPT_TRACE_BS, OPT_CONCURRENCY, OPT_INCLUDE_OUTPUT, OPT_NO_INCLUDE_OUTPUT, OPT_JSON,
-    OPT_LIST, OPT_HELP
+    OPT_MODEL = 1,
+    OPT_CONFIG,
+    OPT_LAYERS,
+    OPT_HEADS,
+    OPT_KV_HEADS,
+    OPT_HEAD_DIM,
+    OPT_DTYPE,
+    OPT_KV_DTYPE,
+    OPT_W_DTYPE,
+    OPT_BLOCK_SIZE,
+    OPT_SEQ_LEN,
+    OPT_BATCH,
+    OPT_LENS,
+    OPT_MAX_LEN,
+    OPT_GPU_MEM,
+    OPT_UTIL,
+    OPT_WEIGHTS_MEM,
+    OPT_PARAMS,
+    OPT_RESERVE,
+    OPT_TP,
+    OPT_TRACE,
+    OPT_TRACE_BS,
+    OPT_CONCURRENCY,
+    OPT_INCLUDE_OUTPUT,
+    OPT_NO_INCLUDE_OUTPUT,
+    OPT_JSON,
+    OPT_LIST,
+    OPT_HELP
 };
 
 static const struct {
@@ -339,8 +362,7 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
         if (prc == KVP_PLAN_EOVERFLOW)
             rc = fail(EXIT_INPUT, "--params: %s is too large", v);
         else if (prc != KVP_PLAN_OK)
-            rc = fail(EXIT_INPUT, "--params: '%s' is not a count (examples: 8B, 70.6B, 7000M)",
-                      v);
+            rc = fail(EXIT_INPUT, "--params: '%s' is not a count (examples: 8B, 70.6B, 7000M)", v);
         else if (o->params == 0)
             rc = fail(EXIT_INPUT, "--params must be greater than 0");
         break;
@@ -424,8 +446,8 @@ static int parse_args(int argc, char **argv, plan_opts *o)
 static int dtype_flag(const char *flag, const char *v, kvp_plan_dtype *out)
 {
     if (kvp_plan_dtype_parse(v, out) != KVP_PLAN_OK)
-        return fail(EXIT_INPUT, "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8 or int8)",
-                    flag, v);
+        return fail(EXIT_INPUT, "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8 or int8)", flag,
+                    v);
     return 0;
 }
 
@@ -498,8 +520,8 @@ static int build_model(const plan_opts *o, plan_result *r)
         r->m.n_params = o->params;
     const char *what = NULL;
     if (kvp_model_shape_check(&r->m, &what) != KVP_PLAN_OK)
-        return fail(EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what,
-                    r->m.n_heads, r->m.n_kv_heads);
+        return fail(EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what, r->m.n_heads,
+                    r->m.n_kv_heads);
     if (kvp_plan_tp_split(&r->m, o->tp, &r->tp, &what) != KVP_PLAN_OK)
         return fail(EXIT_INPUT, "--tp %u: %s (query heads %u, KV heads %u)", o->tp, what,
                     r->m.n_heads, r->m.n_kv_heads);
@@ -624,8 +646,8 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
         uint64_t sq = 0, s = kvp_plan_dtype_bytes(r->m.kv_dtype);
         r->ws_ok = true;
         if (r->uniform) {
-            r->ws_ok = !kvp_plan_mul(o->seq_len, o->seq_len, &sq) &&
-                       !kvp_plan_mul(sq, r->batch, &sq);
+            r->ws_ok =
+                !kvp_plan_mul(o->seq_len, o->seq_len, &sq) && !kvp_plan_mul(sq, r->batch, &sq);
         } else {
             for (size_t i = 0; i < o->n_lens && r->ws_ok; i++) {
                 uint64_t t;
@@ -690,8 +712,7 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
             r->weights_total = o->weights_mem;
             r->weights_from = "--weights-mem";
         } else if (r->m.n_params > 0) {
-            if (kvp_plan_mul(r->m.n_params, kvp_plan_dtype_bytes(r->m.w_dtype),
-                             &r->weights_total))
+            if (kvp_plan_mul(r->m.n_params, kvp_plan_dtype_bytes(r->m.w_dtype), &r->weights_total))
                 return overflow("the weight memory");
             snprintf(r->weights_from_buf, sizeof r->weights_from_buf,
                      "%llu parameters (%s) x %u bytes (%s)", (unsigned long long)r->m.n_params,
@@ -703,8 +724,9 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
                                     "--params (a --model preset knows its parameter count)");
         }
         if (o->reserve >= o->gpu_mem)
-            return fail(EXIT_INPUT, "--reserve (%llu bytes) is not smaller than --gpu-mem "
-                                    "(%llu bytes)",
+            return fail(EXIT_INPUT,
+                        "--reserve (%llu bytes) is not smaller than --gpu-mem "
+                        "(%llu bytes)",
                         (unsigned long long)o->reserve, (unsigned long long)o->gpu_mem);
         kvp_plan_mem_in *in = &r->mem_in;
         in->gpu_mem_bytes = o->gpu_mem;
@@ -730,8 +752,8 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
         if (rc != KVP_PLAN_OK)
             return overflow("the memory plan");
         if (r->has_batch && r->uniform)
-            r->fit_seq = kvp_plan_fit_count(r->mem.n_blocks,
-                                            kvp_plan_blocks_for(r->seq_len, o->block_size));
+            r->fit_seq =
+                kvp_plan_fit_count(r->mem.n_blocks, kvp_plan_blocks_for(r->seq_len, o->block_size));
         uint64_t ml = r->has_batch ? r->max_len : (r->has_trace ? r->tmax_len : 0);
         r->fit_contig = ml ? r->mem.n_tokens / ml : 0;
         if (r->has_trace) {
@@ -742,8 +764,8 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
             else if (!kvp_plan_mul(r->mem.n_blocks, n_trace, &t))
                 r->conc_mean_fit = t / r->sum_blocks;
             else
-                r->conc_mean_fit = (uint64_t)((double)r->mem.n_blocks * (double)n_trace /
-                                              (double)r->sum_blocks);
+                r->conc_mean_fit =
+                    (uint64_t)((double)r->mem.n_blocks * (double)n_trace / (double)r->sum_blocks);
             r->conc_worst_fit =
                 kvp_plan_fit_longest(*trace_lens, n_trace, o->block_size, r->mem.n_blocks);
         }
@@ -791,8 +813,7 @@ static double pct(uint64_t part, uint64_t whole)
     return whole == 0 ? 0.0 : 100.0 * (double)part / (double)whole;
 }
 
-static void print_frag(const plan_result *r, const kvp_plan_frag *f, uint64_t max_len,
-                       bool given)
+static void print_frag(const plan_result *r, const kvp_plan_frag *f, uint64_t max_len, bool given)
 {
     char label[96];
     double n = f->n_seqs ? (double)f->n_seqs : 1.0;
@@ -832,8 +853,9 @@ static void print_table(const plan_result *r, const plan_opts *o)
     if (m->n_kv_heads != m->n_heads)
         printf(", %u query heads per KV head", m->n_heads / m->n_kv_heads);
     printf("), head dim %u\n", m->head_dim);
-    printf("  KV dtype %s (%u bytes per element); weight dtype %s", kvp_plan_dtype_name(m->kv_dtype),
-           kvp_plan_dtype_bytes(m->kv_dtype), kvp_plan_dtype_name(m->w_dtype));
+    printf("  KV dtype %s (%u bytes per element); weight dtype %s",
+           kvp_plan_dtype_name(m->kv_dtype), kvp_plan_dtype_bytes(m->kv_dtype),
+           kvp_plan_dtype_name(m->w_dtype));
     if (m->n_params)
         printf(", %llu parameters", (unsigned long long)m->n_params);
     printf("\n");
@@ -898,9 +920,8 @@ static void print_table(const plan_result *r, const plan_opts *o)
                                          "--no-include-output for input only)"
                                        : "input tokens only (--no-include-output)");
         printf("  mean %.1f, p50 %llu, p90 %llu, p99 %llu, min %llu, max %llu tokens\n", s->mean,
-               (unsigned long long)s->p50, (unsigned long long)s->p90,
-               (unsigned long long)s->p99, (unsigned long long)s->min,
-               (unsigned long long)s->max);
+               (unsigned long long)s->p50, (unsigned long long)s->p90, (unsigned long long)s->p99,
+               (unsigned long long)s->min, (unsigned long long)s->max);
         print_frag(r, &r->tfrag, r->tmax_len, o->max_len > 0);
         if (r->conc > 0) {
             uint64_t b;
@@ -909,7 +930,8 @@ static void print_table(const plan_result *r, const plan_opts *o)
                      (unsigned long long)r->conc, (unsigned long long)r->exp_tokens);
             kvp_plan_mul(r->exp_tokens, r->tok_gpu, &b);
             row(r, label, b);
-            snprintf(label, sizeof label, "  in blocks: %llu blocks", (unsigned long long)r->exp_blocks);
+            snprintf(label, sizeof label, "  in blocks: %llu blocks",
+                     (unsigned long long)r->exp_blocks);
             kvp_plan_mul(r->exp_blocks, r->blk_gpu, &b);
             row(r, label, b);
             snprintf(label, sizeof label, "worst: %llu longest = %llu tokens",
@@ -929,7 +951,7 @@ static void print_table(const plan_result *r, const plan_opts *o)
     if (r->has_mem) {
         const kvp_plan_mem_in *in = &r->mem_in;
         const kvp_plan_mem_out *mo = &r->mem;
-        printf("\n%-42s %20s  %s\n", "Memory per GPU", "bytes", "");
+        printf("\n%-42s %20s\n", "Memory per GPU", "bytes");
         printf("  %-40s %20llu  %s\n", "GPU memory (--gpu-mem)",
                (unsigned long long)in->gpu_mem_bytes,
                kvp_plan_fmt_binary(in->gpu_mem_bytes, b1, sizeof b1));
@@ -951,8 +973,8 @@ static void print_table(const plan_result *r, const plan_opts *o)
         printf("  %-40s %20llu  %s\n", "- reserve (--reserve)",
                (unsigned long long)in->reserve_bytes,
                kvp_plan_fmt_binary(in->reserve_bytes, b1, sizeof b1));
-        printf("  %-40s %20llu  %s\n", "= left for the KV cache",
-               (unsigned long long)mo->kv_bytes, kvp_plan_fmt_binary(mo->kv_bytes, b1, sizeof b1));
+        printf("  %-40s %20llu  %s\n", "= left for the KV cache", (unsigned long long)mo->kv_bytes,
+               kvp_plan_fmt_binary(mo->kv_bytes, b1, sizeof b1));
         printf("  KV blocks: %llu of %u tokens (%llu tokens in all); the same number on every "
                "GPU\n",
                (unsigned long long)mo->n_blocks, r->block_size, (unsigned long long)mo->n_tokens);
@@ -966,8 +988,8 @@ static void print_table(const plan_result *r, const plan_opts *o)
         if (r->has_trace)
             printf("  concurrent requests from the trace: about %llu at the mean (%.1f blocks "
                    "each), %llu if they are the longest\n",
-                   (unsigned long long)r->conc_mean_fit,
-                   (double)r->sum_blocks / (double)r->st.n, (unsigned long long)r->conc_worst_fit);
+                   (unsigned long long)r->conc_mean_fit, (double)r->sum_blocks / (double)r->st.n,
+                   (unsigned long long)r->conc_worst_fit);
         if (r->fit_contig > 0 || r->has_batch || r->has_trace)
             printf("  with contiguous %llu-token reservations instead: %llu requests\n",
                    (unsigned long long)(r->has_batch ? r->max_len : r->tmax_len),
@@ -1014,15 +1036,15 @@ static int print_json(const plan_result *r, const plan_opts *o)
     json_t *root = json_object();
     if (root == NULL)
         return fail(EXIT_INPUT, "out of memory");
-    json_object_set_new(
-        root, "model",
-        json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:s,s:o,s:s,s:o}", "name", r->model_label,
-                  "source", r->model_source, "layers", ju(m->n_layers), "query_heads",
-                  ju(m->n_heads), "kv_heads", ju(m->n_kv_heads), "head_dim", ju(m->head_dim),
-                  "attention", attn_kind(m), "kv_dtype", kvp_plan_dtype_name(m->kv_dtype),
-                  "kv_dtype_bytes", ju(kvp_plan_dtype_bytes(m->kv_dtype)), "weights_dtype",
-                  kvp_plan_dtype_name(m->w_dtype), "params",
-                  m->n_params ? ju(m->n_params) : json_null()));
+    json_object_set_new(root, "model",
+                        json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:s,s:o,s:s,s:o}", "name",
+                                  r->model_label, "source", r->model_source, "layers",
+                                  ju(m->n_layers), "query_heads", ju(m->n_heads), "kv_heads",
+                                  ju(m->n_kv_heads), "head_dim", ju(m->head_dim), "attention",
+                                  attn_kind(m), "kv_dtype", kvp_plan_dtype_name(m->kv_dtype),
+                                  "kv_dtype_bytes", ju(kvp_plan_dtype_bytes(m->kv_dtype)),
+                                  "weights_dtype", kvp_plan_dtype_name(m->w_dtype), "params",
+                                  m->n_params ? ju(m->n_params) : json_null()));
     json_object_set_new(root, "tp",
                         json_pack("{s:o,s:o,s:o,s:o}", "size", ju(r->tp.tp), "kv_heads_per_gpu",
                                   ju(r->tp.kv_heads_per_rank), "kv_head_replication",
@@ -1031,11 +1053,10 @@ static int print_json(const plan_result *r, const plan_opts *o)
     uint64_t all_tok = 0, all_blk = 0;
     kvp_plan_mul(r->tok_gpu, r->tp.tp, &all_tok);
     kvp_plan_mul(r->blk_gpu, r->tp.tp, &all_blk);
-    json_t *kv = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "block_size", ju(r->block_size),
-                           "token_bytes_logical", ju(r->tok_logical), "token_bytes_per_gpu",
-                           ju(r->tok_gpu), "token_bytes_all_gpus", ju(all_tok),
-                           "block_bytes_per_gpu", ju(r->blk_gpu), "block_bytes_all_gpus",
-                           ju(all_blk));
+    json_t *kv = json_pack(
+        "{s:o,s:o,s:o,s:o,s:o,s:o}", "block_size", ju(r->block_size), "token_bytes_logical",
+        ju(r->tok_logical), "token_bytes_per_gpu", ju(r->tok_gpu), "token_bytes_all_gpus",
+        ju(all_tok), "block_bytes_per_gpu", ju(r->blk_gpu), "block_bytes_all_gpus", ju(all_blk));
     json_object_set_new(root, "kv", kv);
     if (r->has_batch) {
         json_t *b = json_pack("{s:o,s:o,s:o}", "sequences", ju(r->frag.n_seqs), "tokens",
@@ -1057,8 +1078,9 @@ static int print_json(const plan_result *r, const plan_opts *o)
         json_object_set_new(root, "fragmentation", jfrag(r, &r->frag, r->max_len));
         json_object_set_new(
             root, "workspace",
-            json_pack("{s:s,s:o,s:s}", "what", "naive attention scores B x Hq x T x T x s, one layer",
-                      "bytes_per_gpu", r->ws_ok ? ju(r->ws_bytes_gpu) : json_null(), "note",
+            json_pack("{s:s,s:o,s:s}", "what",
+                      "naive attention scores B x Hq x T x T x s, one layer", "bytes_per_gpu",
+                      r->ws_ok ? ju(r->ws_bytes_gpu) : json_null(), "note",
                       "transient; FlashAttention-style kernels reduce it, not the KV cache"));
     }
     if (r->has_trace) {
@@ -1066,10 +1088,9 @@ static int print_json(const plan_result *r, const plan_opts *o)
         json_t *t = json_pack("{s:s,s:o,s:o,s:o,s:b,s:f,s:o,s:o,s:o,s:o,s:o,s:o}", "path",
                               r->trace_path, "requests", ju(s->n), "token_log_lines",
                               ju(r->n_tokens_fmt), "mooncake_lines", ju(r->n_mooncake_fmt),
-                              "include_output", o->include_output, "mean_len", s->mean,
-                              "p50_len", ju(s->p50), "p90_len", ju(s->p90), "p99_len",
-                              ju(s->p99), "min_len", ju(s->min), "max_len", ju(s->max),
-                              "total_blocks", ju(r->sum_blocks));
+                              "include_output", o->include_output, "mean_len", s->mean, "p50_len",
+                              ju(s->p50), "p90_len", ju(s->p90), "p99_len", ju(s->p99), "min_len",
+                              ju(s->min), "max_len", ju(s->max), "total_blocks", ju(r->sum_blocks));
         json_object_set_new(t, "fragmentation", jfrag(r, &r->tfrag, r->tmax_len));
         if (r->conc > 0) {
             uint64_t eb = 0, wb = 0, ebb = 0, wbb = 0;
@@ -1081,25 +1102,25 @@ static int print_json(const plan_result *r, const plan_opts *o)
                 t, "concurrency",
                 json_pack("{s:o,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:o}", "n", ju(r->conc),
                           "expected_is", "N x mean length, rounded up", "expected_tokens",
-                          ju(r->exp_tokens), "expected_kv_bytes_per_gpu", ju(eb),
-                          "expected_blocks", ju(r->exp_blocks), "expected_block_bytes_per_gpu",
-                          ju(ebb), "worst_is", "sum of the N longest requests", "worst_tokens",
-                          ju(r->worst_tokens), "worst_kv_bytes_per_gpu", ju(wb), "worst_blocks",
-                          ju(r->worst_blocks), "worst_block_bytes_per_gpu", ju(wbb)));
+                          ju(r->exp_tokens), "expected_kv_bytes_per_gpu", ju(eb), "expected_blocks",
+                          ju(r->exp_blocks), "expected_block_bytes_per_gpu", ju(ebb), "worst_is",
+                          "sum of the N longest requests", "worst_tokens", ju(r->worst_tokens),
+                          "worst_kv_bytes_per_gpu", ju(wb), "worst_blocks", ju(r->worst_blocks),
+                          "worst_block_bytes_per_gpu", ju(wbb)));
         }
         json_object_set_new(root, "trace", t);
     }
     if (r->has_mem) {
         const kvp_plan_mem_in *in = &r->mem_in;
         const kvp_plan_mem_out *mo = &r->mem;
-        json_t *mj = json_pack(
-            "{s:o,s:f,s:o,s:o,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "gpu_mem_bytes",
-            ju(in->gpu_mem_bytes), "util", (double)in->util_ppm / 1e6, "budget_bytes",
-            ju(mo->budget_bytes), "weights_total_bytes", ju(r->weights_total), "weights_from",
-            r->weights_from, "weights_per_gpu_bytes", ju(mo->weights_per_gpu_bytes),
-            "reserve_bytes", ju(in->reserve_bytes), "kv_bytes_per_gpu", ju(mo->kv_bytes),
-            "kv_blocks", ju(mo->n_blocks), "kv_tokens", ju(mo->n_tokens),
-            "contiguous_requests", ju(r->fit_contig));
+        json_t *mj =
+            json_pack("{s:o,s:f,s:o,s:o,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "gpu_mem_bytes",
+                      ju(in->gpu_mem_bytes), "util", (double)in->util_ppm / 1e6, "budget_bytes",
+                      ju(mo->budget_bytes), "weights_total_bytes", ju(r->weights_total),
+                      "weights_from", r->weights_from, "weights_per_gpu_bytes",
+                      ju(mo->weights_per_gpu_bytes), "reserve_bytes", ju(in->reserve_bytes),
+                      "kv_bytes_per_gpu", ju(mo->kv_bytes), "kv_blocks", ju(mo->n_blocks),
+                      "kv_tokens", ju(mo->n_tokens), "contiguous_requests", ju(r->fit_contig));
         if (r->has_batch && r->uniform)
             json_object_set_new(mj, "requests_of_seq_len", ju(r->fit_seq));
         if (r->has_batch && !r->uniform)
@@ -1132,12 +1153,12 @@ static int print_json(const plan_result *r, const plan_opts *o)
 
 static void list_models(void)
 {
-    printf("%-14s %-28s %6s %6s %6s %6s %5s %14s\n", "preset", "Hugging Face repository",
-           "layers", "heads", "kv", "dim", "dtype", "parameters");
+    printf("%-14s %-28s %6s %6s %6s %6s %5s %14s\n", "preset", "Hugging Face repository", "layers",
+           "heads", "kv", "dim", "dtype", "parameters");
     for (size_t i = 0; i < kvp_model_count(); i++) {
         const kvp_model_preset *p = kvp_model_at(i);
-        printf("%-14s %-28s %6u %6u %6u %6u %5s %14llu\n", p->name, p->hf_repo,
-               p->shape.n_layers, p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
+        printf("%-14s %-28s %6u %6u %6u %6u %5s %14llu\n", p->name, p->hf_repo, p->shape.n_layers,
+               p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
                kvp_plan_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params);
     }
     printf("\nSources (config.json on each model card; parameters computed from its shapes):\n");
