@@ -157,7 +157,10 @@ enum {
 
 enum {
     KVP_REMOVED_EVICTED = 1, /* recycled for another request; the engine may overwrite it */
-    KVP_REMOVED_RESET = 2    /* dropped by kvp_cache_reset; the block is now free */
+    KVP_REMOVED_RESET = 2,   /* dropped by kvp_cache_reset; the block is now free */
+    KVP_REMOVED_REPLACED = 3 /* collision-proof mode: the key failed verification and was
+                                handed to a newly committed block; the old block is free,
+                                or private to the requests that still pin it */
 };
 
 /* One cache event. The pointer passed to the callback is valid only during the call. */

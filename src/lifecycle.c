@@ -323,17 +323,22 @@ static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key pare
     kvp__emit(cache, &ev);
 }
 
-/* In verify mode: may an existing indexed block b stand for block i of this chain? */
+/* May the indexed block b stand for block i of this chain? Always yes without verification.
+ * In collision-proof mode, b must verify against the query (tokens, and the accepted
+ * previous block canon or, for i == 0, namespace ns). A block that fails is a hash
+ * collision or a block whose recorded parent has been evicted since; either way its key is
+ * handed over to the caller's block: it leaves the index (KVP_REMOVED_REPLACED) and the
+ * caller stores its own block under the key. Cannot fail. */
 static bool accept_existing(kvp_cache *cache, uint32_t b, uint32_t i, const uint32_t *tokens,
                             uint32_t canon, uint32_t ns)
 {
     if (!kvp__verifying(cache))
         return true;
-    if (i > 0 && canon == KVP_NIL)
-        return false;
-    if (kvp__verify_block(cache, b, tokens, i == 0 ? KVP_NIL : canon, ns))
+    if ((i == 0 || canon != KVP_NIL) &&
+        kvp__verify_block(cache, b, tokens, i == 0 ? KVP_NIL : canon, ns))
         return true;
     cache->stats.n_verify_rejects++;
+    kvp__pool_unindex(cache, b, KVP_REMOVED_REPLACED);
     return false;
 }
 
@@ -359,16 +364,10 @@ KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tok
         kvp_key key = kvp__cache_block_key(cache, req->last_key, blk_tokens);
         kvp__block *b = kvp__index_find(&cache->index, key);
         uint32_t own = req->blocks[i];
-        if (b) {
-            uint32_t id = (uint32_t)(b - cache->pool.blocks);
-            if (accept_existing(cache, id, i, blk_tokens, req->canon, req->ns)) {
-                cache->stats.n_blocks_deduped++;
-                req->canon = id;
-            } else {
-                req->canon = KVP_NIL; /* a collision: this chain cannot be verified further */
-            }
-        } else if (kvp__verifying(cache) && i > 0 && req->canon == KVP_NIL) {
-            /* After a collision nothing downstream can be verified: keep it private. */
+        if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), i, blk_tokens,
+                                 req->canon, req->ns)) {
+            cache->stats.n_blocks_deduped++;
+            req->canon = (uint32_t)(b - cache->pool.blocks);
         } else {
             store_block(cache, own, key, req->last_key, i, blk_tokens, req->canon, req->ns);
             req->canon = own;
@@ -447,10 +446,9 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
             kvp__pool_pin(cache, id);
         } else {
             kvp__block *b = kvp__index_find(&cache->index, keys[i]);
-            if (b) {
+            if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), i, blk_tokens,
+                                     canon, src->ns)) {
                 id = (uint32_t)(b - cache->pool.blocks);
-                if (!accept_existing(cache, id, i, blk_tokens, canon, src->ns))
-                    break;
                 kvp__pool_pin(cache, id);
             } else {
                 if (kvp__pool_available(&cache->pool) == 0)

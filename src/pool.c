@@ -105,10 +105,8 @@ void kvp__pool_unpin(kvp_cache *cache, uint32_t id)
         free_push(pool, id);
 }
 
-/* Remove cached (unpinned, indexed) block id from the index and the LRU list, emit
- * KVP_EVENT_REMOVED with reason, and leave the block unlinked and unpinned (the caller
- * either pins it or puts it on the free list). Cannot fail. */
-static void uncache(kvp_cache *cache, uint32_t id, int reason)
+/* Remove indexed block id from the index and emit KVP_EVENT_REMOVED with reason. */
+static void unindex(kvp_cache *cache, uint32_t id, int reason)
 {
     kvp__block *b = &cache->pool.blocks[id];
     kvp_event ev = {0};
@@ -116,11 +114,18 @@ static void uncache(kvp_cache *cache, uint32_t id, int reason)
     ev.reason = reason;
     ev.block_id = id;
     ev.key = b->key;
-    lru_unlink(&cache->pool, id);
     kvp__index_del(&cache->index, b);
     if (kvp__verifying(cache))
         kvp__verify_forget(cache, id);
     kvp__emit(cache, &ev);
+}
+
+/* Remove cached (unpinned, indexed) block id from the index and the LRU list, and leave it
+ * unlinked and unpinned (the caller pins it or puts it on the free list). Cannot fail. */
+static void uncache(kvp_cache *cache, uint32_t id, int reason)
+{
+    lru_unlink(&cache->pool, id);
+    unindex(cache, id, reason);
 }
 
 /* Hand out one block, pinned once (ref == 1) and not indexed: the free-list head if any,
@@ -146,9 +151,16 @@ uint32_t kvp__pool_take(kvp_cache *cache)
     return id;
 }
 
-/* Drop cached block id (reset): uncache it and put it on the free list. Cannot fail. */
-void kvp__pool_drop(kvp_cache *cache, uint32_t id, int reason)
+/* Take block id out of the index (reset, or a verify-mode replacement), emitting
+ * KVP_EVENT_REMOVED with reason. A cached block returns to the free list; a pinned one stays
+ * with its requests as a private block and returns to the free list on its last unpin.
+ * Cannot fail. */
+void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason)
 {
-    uncache(cache, id, reason);
-    free_push(&cache->pool, id);
+    if (cache->pool.blocks[id].ref == 0) {
+        uncache(cache, id, reason);
+        free_push(&cache->pool, id);
+        return;
+    }
+    unindex(cache, id, reason);
 }

@@ -1,0 +1,109 @@
+/*
+ * refmodel.h - a naive reference model of the kvprefix cache, plus small helpers the tests
+ * share (a counting allocator with failure injection, an event recorder).
+ *
+ * The model (rm_*) implements the contracts of include/kvprefix.h in the most direct way:
+ *
+ *   blocks[0 .. n_blocks)   plain array; each block has a ref count, an "indexed" flag and,
+ *                           when indexed, a namespace number and a private copy of the whole
+ *                           token prefix it ends (tokens[0 .. (i+1) * block_size)).
+ *   namespaces[]            deep copies of every namespace seen, compared field by field.
+ *
+ * A block "key" is never hashed: two blocks have equal keys exactly when their namespaces
+ * are equal (presence and bytes of all four fields) and their token prefixes are equal.
+ * Every query is a linear scan. LRU order is a per-block stamp taken from a clock that
+ * ticks whenever a block becomes evictable; the victim is the evictable block with the
+ * smallest stamp. Free blocks are always taken before any victim. Because the model never
+ * hashes, it is independent of src/keys.c and immune to hash collisions, which is what the
+ * differential tests need. It costs O(n_blocks * prefix) per operation; fine for tests.
+ *
+ * Block ids of the model are its own array indexes and need not equal the library's; the
+ * tests compare only what the contract fixes (return codes, match results, counters).
+ */
+#ifndef KVP_TESTS_REFMODEL_H
+#define KVP_TESTS_REFMODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvprefix.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reference model                                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct rm_model rm_model;
+
+/* Create a model of a cache with n_blocks blocks of block_size tokens. Aborts the test
+ * program on allocation failure (the model is test code). */
+rm_model *rm_new(uint32_t n_blocks, uint32_t block_size);
+void rm_free(rm_model *m);
+
+/* The same operations as the library, with the same return codes and results. */
+int rm_lookup(rm_model *m, const kvp_namespace *ns, const uint32_t *tokens, size_t n_tokens,
+              kvp_match *out);
+int rm_acquire(rm_model *m, uint64_t req_id, const kvp_namespace *ns, const uint32_t *tokens,
+               size_t n_tokens, size_t n_capacity, kvp_match *out);
+int rm_grow(rm_model *m, uint64_t req_id, size_t n_capacity);
+int rm_commit(rm_model *m, uint64_t req_id, const uint32_t *tokens, size_t n_tokens,
+              size_t *n_stored);
+int rm_release(rm_model *m, uint64_t req_id);
+int rm_access(rm_model *m, const kvp_namespace *ns, const uint32_t *tokens, size_t n_tokens,
+              kvp_match *out);
+int rm_reset(rm_model *m);
+void rm_stats(const rm_model *m, kvp_stats *out);
+
+/* Blocks the request holds (0 if it is not active) and blocks it has committed. */
+size_t rm_request_n_blocks(const rm_model *m, uint64_t req_id);
+size_t rm_request_n_committed(const rm_model *m, uint64_t req_id);
+bool rm_request_active(const rm_model *m, uint64_t req_id);
+
+/* True when two namespaces are equal field by field (presence and bytes). */
+bool rm_namespace_equal(const kvp_namespace *a, const kvp_namespace *b);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Shared test helpers                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A kvp_allocator that counts calls and live bytes, checks that free() receives the size
+ * given to alloc(), and can be told to fail one chosen call. */
+typedef struct th_alloc {
+    uint64_t n_calls;     /* alloc calls since the last th_alloc_arm */
+    int64_t fail_at;      /* fail the alloc call with this index (0-based); -1: never;
+                             TH_FAIL_ALL: every call */
+    uint64_t n_failed;    /* alloc calls that were failed on purpose */
+    int64_t live_bytes;   /* bytes allocated and not yet freed */
+    uint64_t n_live;      /* allocations not yet freed */
+    uint64_t n_bad_frees; /* frees whose size did not match, or of unknown pointers */
+} th_alloc;
+
+#define TH_FAIL_ALL INT64_C(-2)
+
+void th_alloc_init(th_alloc *a);
+/* Count calls from now; fail the call with index fail_at (-1: none). */
+void th_alloc_arm(th_alloc *a, int64_t fail_at);
+kvp_allocator th_alloc_hooks(th_alloc *a);
+
+/* Records every event of a cache (up to TH_MAX_EVENTS). */
+#define TH_MAX_EVENTS 4096
+typedef struct th_events {
+    kvp_event ev[TH_MAX_EVENTS];
+    size_t n;
+} th_events;
+
+void th_events_fn(void *ud, const kvp_event *ev);
+size_t th_events_count(const th_events *e, int type, int reason);
+
+/* Fill ns with a namespace built from C strings; NULL means absent. */
+void th_ns(kvp_namespace *ns, const char *model, const char *adapter, const char *tenant,
+           const char *salt);
+
+/* Create a cache or fail the test. on_event/ud may be NULL. */
+kvp_cache *th_cache(uint32_t n_blocks, uint32_t block_size, bool verify, kvp_event_fn on_event,
+                    void *ud);
+
+/* Deterministic pseudo-random numbers (splitmix64). */
+uint64_t th_rand(uint64_t *state);
+
+#endif /* KVP_TESTS_REFMODEL_H */
