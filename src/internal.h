@@ -25,13 +25,37 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Allocation failures inside uthash are reported, never fatal (see index.c, request.c). */
-#define HASH_NONFATAL_OOM 1
+/* Allocation failures inside uthash are reported, never fatal (see index.c, request.c).
+ * The block index passes its own bucket hash (index.c); the small tables (requests by id,
+ * namespaces by root key) hash their 8- or 16-byte keys with kvp__uthash_fn below. */
+#define HASH_NONFATAL_OOM                    1
+#define HASH_FUNCTION(keyptr, keylen, hashv) ((hashv) = kvp__uthash_fn((keyptr), (keylen)))
 #include <uthash.h>
+#include <string.h>
 
 #include "kvprefix.h"
 
 #define KVP_NIL UINT32_MAX /* "no block" in 32-bit links */
+
+/* uthash's hash for the small tables: 64-bit words mixed with the splitmix64 finalizer
+ * (request ids are often sequential, so the bits must be spread). Cannot fail. */
+static inline unsigned kvp__uthash_fn(const void *key, size_t len)
+{
+    const unsigned char *p = key;
+    uint64_t h = UINT64_C(0x9e3779b97f4a7c15) ^ len;
+    while (len > 0) {
+        uint64_t w = 0;
+        size_t n = len < 8 ? len : 8;
+        memcpy(&w, p, n);
+        h ^= w;
+        h = (h ^ (h >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+        h = (h ^ (h >> 27)) * UINT64_C(0x94d049bb133111eb);
+        h ^= h >> 31;
+        p += n;
+        len -= n;
+    }
+    return (unsigned)(h ^ (h >> 32));
+}
 
 /* ---------------------------------------------------------------- memory (mem.c) */
 
@@ -47,9 +71,6 @@ void *kvp__mem_calloc(kvp__mem *mem, size_t n, size_t size);
 void kvp__mem_free(kvp__mem *mem, void *ptr, size_t size);
 
 /* ---------------------------------------------------------------- keys (keys.c) */
-
-/* Hash one block: XXH3-128(parent || tokens as little-endian uint32), seeded. */
-kvp_key kvp__hash_block(uint64_t seed, kvp_key parent, const uint32_t *tokens, uint32_t block_size);
 
 static inline bool kvp__key_eq(kvp_key a, kvp_key b)
 {
@@ -99,6 +120,37 @@ void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key);
 void kvp__index_del(kvp__index *idx, kvp__block *blk);
 size_t kvp__index_bucket_bytes(const kvp__index *idx);
 
+/* Prefetch hints for pipelined probes (see match() in lifecycle.c): first the bucket a key
+ * maps to, then, once that has had time to arrive, the first entry of its chain. A probe
+ * reads the handle's hh_next/key/keylen/hashv and the key bytes right after the handle
+ * (kvp__block starts with hh): the lines of hashv and of the key's last byte cover them.
+ * The bucket array and mask are read once per walk into a kvp__probe_view. */
+typedef struct kvp__probe_view {
+    const UT_hash_bucket *buckets; /* the index's bucket array */
+    unsigned mask;                 /* num_buckets - 1 */
+} kvp__probe_view;
+
+static inline kvp__probe_view kvp__index_view(const kvp__index *idx)
+{
+    const UT_hash_table *tbl = idx->head->hh.tbl;
+    kvp__probe_view v = {tbl->buckets, tbl->num_buckets - 1};
+    return v;
+}
+
+static inline void kvp__prefetch_bucket(kvp__probe_view v, kvp_key key)
+{
+    __builtin_prefetch(&v.buckets[(unsigned)key.lo & v.mask]);
+}
+
+static inline void kvp__prefetch_entry(kvp__probe_view v, kvp_key key)
+{
+    const UT_hash_handle *hh = v.buckets[(unsigned)key.lo & v.mask].hh_head;
+    if (hh) {
+        __builtin_prefetch((const char *)hh + offsetof(UT_hash_handle, hashv));
+        __builtin_prefetch((const char *)hh + sizeof(UT_hash_handle) + sizeof(kvp_key) - 1);
+    }
+}
+
 typedef struct kvp__pool {
     kvp__block *blocks; /* n_blocks entries, indexed by block id */
     uint32_t n_blocks;  /* pool size */
@@ -119,6 +171,14 @@ typedef struct kvp__vmeta {
     uint32_t parent_gen; /* the parent's gen when this block was stored */
     uint32_t ns;         /* first blocks: interned namespace id; KVP_NIL otherwise */
 } kvp__vmeta;
+
+/* A reference to one indexed instance of a block: its id and its generation then. */
+typedef struct kvp__vref {
+    uint32_t id;  /* block id, KVP_NIL for none */
+    uint32_t gen; /* meta[id].gen when the reference was taken */
+} kvp__vref;
+
+#define KVP__VREF_NONE ((kvp__vref){KVP_NIL, 0})
 
 typedef struct kvp__nsrec kvp__nsrec;
 typedef struct kvp__nsroot kvp__nsroot;
@@ -144,7 +204,7 @@ typedef struct kvp__request {
     uint32_t cap_blocks;  /* allocated entries in blocks */
     uint32_t n_committed; /* leading blocks that have keys (hit or committed) */
     uint32_t ns;          /* verify mode: interned namespace id, else KVP_NIL */
-    uint32_t canon;       /* verify mode: indexed block holding last_key, KVP_NIL if none */
+    kvp__vref canon;      /* verify mode: the accepted instance holding last_key, or none */
 } kvp__request;
 
 /* ---------------------------------------------------------------- the cache (cache.c) */
@@ -193,9 +253,9 @@ int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key roo
 uint32_t kvp__verify_ns_find(const kvp_cache *cache, const kvp_namespace *ns, kvp_key root);
 void kvp__verify_ns_ref(kvp_cache *cache, uint32_t ns);
 void kvp__verify_ns_unref(kvp_cache *cache, uint32_t ns);
-bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *tokens, uint32_t parent,
-                       uint32_t ns);
-void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, uint32_t parent,
+bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *tokens,
+                       kvp__vref parent, uint32_t ns);
+void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, kvp__vref parent,
                        uint32_t ns);
 void kvp__verify_forget(kvp_cache *cache, uint32_t id);
 uint32_t kvp__verify_ns_refs(const kvp_cache *cache, uint32_t s);
@@ -205,9 +265,17 @@ static inline bool kvp__verifying(const kvp_cache *cache)
     return cache->cfg.verify_tokens;
 }
 
+/* A reference to block id as it is indexed now (none outside verify mode or for KVP_NIL). */
+static inline kvp__vref kvp__vref_of(const kvp_cache *cache, uint32_t id)
+{
+    if (!kvp__verifying(cache) || id == KVP_NIL)
+        return KVP__VREF_NONE;
+    kvp__vref r = {id, cache->verify.meta[id].gen};
+    return r;
+}
+
 /* The cache's key functions (apply the test-only truncation). */
 kvp_key kvp__cache_root(const kvp_cache *cache, const kvp_namespace *ns);
-kvp_key kvp__cache_block_key(const kvp_cache *cache, kvp_key parent, const uint32_t *tokens);
 kvp_key kvp__cache_external_key(const kvp_cache *cache, kvp_key root, kvp_key id);
 
 /* Validate a namespace's fields: KVP_OK or KVP_EINVAL. */

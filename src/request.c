@@ -43,7 +43,7 @@ int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__re
     req->id = id;
     req->cap_blocks = cap_blocks;
     req->ns = KVP_NIL;
-    req->canon = KVP_NIL;
+    req->canon = KVP__VREF_NONE;
     HASH_ADD(hh, cache->requests, id, sizeof req->id, req);
     if (req->hh.tbl == NULL) {
         kvp__mem_free(&cache->mem, req->blocks, (size_t)cap_blocks * sizeof(uint32_t));

@@ -251,26 +251,26 @@ void kvp__verify_ns_unref(kvp_cache *cache, uint32_t ns)
     nsrec_free(cache, rec);
 }
 
-/* Is block id what the query expects: these block_size tokens, and (first block) namespace
- * ns, or (later block) the accepted parent block `parent` at its current generation? */
-bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *tokens, uint32_t parent,
-                       uint32_t ns)
+/* Is block id what the query expects: these block_size tokens, and (first block, parent.id
+ * == KVP_NIL) namespace ns, or (later block) exactly the parent instance `parent` (the
+ * block accepted before it, at the generation it had when accepted)? */
+bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *tokens,
+                       kvp__vref parent, uint32_t ns)
 {
     const kvp__verify *v = &cache->verify;
     const kvp__vmeta *m = &v->meta[id];
     size_t bs = cache->cfg.block_size;
     if (memcmp(v->tokens + (size_t)id * bs, tokens, bs * sizeof(uint32_t)) != 0)
         return false;
-    if (parent == KVP_NIL)
+    if (parent.id == KVP_NIL)
         return ns != KVP_NIL && m->parent == KVP_NIL && m->ns == ns;
-    return m->parent == parent && m->parent_gen == v->meta[parent].gen;
+    return m->parent == parent.id && m->parent_gen == parent.gen;
 }
 
 /* Record the provenance of block id, just indexed: its tokens, and either its accepted
- * parent (parent != KVP_NIL) or, for a first block, namespace ns (which gains a reference).
- * parent == ns == KVP_NIL records a block that can never verify (its parent was not
- * trustworthy). Cannot fail. */
-void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, uint32_t parent,
+ * parent instance (parent.id != KVP_NIL) or, for a first block, namespace ns (which gains a
+ * reference). Cannot fail. */
+void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, kvp__vref parent,
                        uint32_t ns)
 {
     kvp__verify *v = &cache->verify;
@@ -278,9 +278,9 @@ void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, ui
     size_t bs = cache->cfg.block_size;
     memcpy(v->tokens + (size_t)id * bs, tokens, bs * sizeof(uint32_t));
     m->gen++;
-    m->parent = parent;
-    m->parent_gen = parent != KVP_NIL ? v->meta[parent].gen : 0;
-    m->ns = parent == KVP_NIL ? ns : KVP_NIL;
+    m->parent = parent.id;
+    m->parent_gen = parent.gen;
+    m->ns = parent.id == KVP_NIL ? ns : KVP_NIL;
     if (m->ns != KVP_NIL)
         kvp__verify_ns_ref(cache, m->ns);
 }

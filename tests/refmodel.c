@@ -7,7 +7,10 @@
  *     or in use (ref > 0, indexed or a private block of one request);
  *   - no two indexed blocks have the same namespace and token prefix;
  *   - a request's committed blocks come first in its table; its first n_hit blocks are the
- *     hit blocks shared with the index.
+ *     hit blocks shared with the index;
+ *   - collision-proof mode: every indexed block has a unique instance serial (inst), and a
+ *     later block's parent_inst names an instance that was indexed when it was stored (it
+ *     may have left the index since, and then the block never verifies again).
  */
 #include "refmodel.h"
 
@@ -20,12 +23,14 @@
 #define RM_MAX_REQUESTS 256
 
 typedef struct rm_block {
-    uint32_t ref;     /* requests pinning the block */
-    bool indexed;     /* holds a key (namespace + prefix) */
-    size_t ns;        /* namespace number; valid when indexed */
-    uint32_t *prefix; /* owned copy of the tokens up to the end of this block; when indexed */
-    size_t n_prefix;  /* tokens in prefix */
-    uint64_t stamp;   /* LRU stamp; valid when cached (ref 0 and indexed) */
+    uint32_t ref;         /* requests pinning the block */
+    bool indexed;         /* holds a key (namespace + prefix) */
+    size_t ns;            /* namespace number; valid when indexed */
+    uint32_t *prefix;     /* owned copy of the tokens up to the end of this block; when indexed */
+    size_t n_prefix;      /* tokens in prefix */
+    uint64_t stamp;       /* LRU stamp; valid when cached (ref 0 and indexed) */
+    uint64_t inst;        /* verify mode: instance serial of this indexing (> 0); when indexed */
+    uint64_t parent_inst; /* verify mode: instance accepted before it; 0 for a first block */
 } rm_block;
 
 typedef struct rm_request {
@@ -35,6 +40,9 @@ typedef struct rm_request {
     uint32_t *blocks;   /* model block numbers, in token order */
     size_t n_blocks;    /* blocks held */
     size_t n_committed; /* leading blocks already committed (hit blocks included) */
+    uint64_t canon;     /* verify mode: instance accepted for block n_committed - 1 (the hit
+                           block, the block deduplicated against or the request's own stored
+                           block); 0 when n_committed is 0 */
 } rm_request;
 
 typedef struct rm_ns {
@@ -50,8 +58,11 @@ struct rm_model {
     rm_request reqs[RM_MAX_REQUESTS];
     rm_ns *nss; /* every namespace seen */
     size_t n_nss;
-    uint64_t clock; /* LRU clock: ticks whenever a block becomes cached */
-    kvp_stats st;   /* counters; the block counts are recomputed by rm_stats */
+    uint64_t clock;      /* LRU clock: ticks whenever a block becomes cached */
+    kvp_stats st;        /* counters; the block counts are recomputed by rm_stats */
+    bool verify;         /* collision-proof mode */
+    uint64_t n_inst;     /* instance serials handed out (the last one) */
+    uint64_t n_replaced; /* blocks removed with KVP_REMOVED_REPLACED */
 };
 
 static void *xmalloc(size_t n)
@@ -129,7 +140,7 @@ static size_t ns_number(rm_model *m, const kvp_namespace *ns)
     return m->n_nss++;
 }
 
-rm_model *rm_new(uint32_t n_blocks, uint32_t block_size)
+rm_model *rm_new(uint32_t n_blocks, uint32_t block_size, bool verify)
 {
     rm_model *m = xmalloc(sizeof(*m));
     memset(m, 0, sizeof(*m));
@@ -138,6 +149,7 @@ rm_model *rm_new(uint32_t n_blocks, uint32_t block_size)
     m->blocks = xmalloc(n_blocks * sizeof(*m->blocks));
     memset(m->blocks, 0, n_blocks * sizeof(*m->blocks));
     m->st.n_blocks_total = n_blocks;
+    m->verify = verify;
     return m;
 }
 
@@ -201,9 +213,14 @@ static void unindex(rm_block *b)
     free(b->prefix);
     b->prefix = NULL;
     b->n_prefix = 0;
+    b->inst = 0;
+    b->parent_inst = 0;
 }
 
-static void index_block(rm_model *m, uint32_t b, size_t ns, const uint32_t *tokens, size_t n_prefix)
+/* Index block b as a new instance whose accepted predecessor was parent_inst (0 for a first
+ * block). Returns the new instance serial. */
+static uint64_t index_block(rm_model *m, uint32_t b, size_t ns, const uint32_t *tokens,
+                            size_t n_prefix, uint64_t parent_inst)
 {
     rm_block *bl = &m->blocks[b];
     bl->indexed = true;
@@ -211,6 +228,30 @@ static void index_block(rm_model *m, uint32_t b, size_t ns, const uint32_t *toke
     bl->prefix = xmalloc(n_prefix * sizeof(uint32_t));
     memcpy(bl->prefix, tokens, n_prefix * sizeof(uint32_t));
     bl->n_prefix = n_prefix;
+    bl->inst = ++m->n_inst;
+    bl->parent_inst = parent_inst;
+    return bl->inst;
+}
+
+/* May indexed block b (found under the key of block i) stand for block i of a chain whose
+ * accepted block i - 1 is instance prev_inst? Keys are exact in the model, so namespace and
+ * tokens already agree and a first block always verifies; a later one only if it was stored
+ * after exactly that instance. Always true outside collision-proof mode. */
+static bool verifies(const rm_model *m, long b, size_t i, uint64_t prev_inst)
+{
+    return !m->verify || i == 0 || m->blocks[b].parent_inst == prev_inst;
+}
+
+/* Block b failed verification where commit or access needs its key: count the reject
+ * (unless the same call's match already counted it) and take it out of the index
+ * (KVP_REMOVED_REPLACED). Unpinned, it becomes free; pinned, it stays with its requests as a
+ * private block and becomes free at its last release. */
+static void replace(rm_model *m, long b, bool counted)
+{
+    if (!counted)
+        m->st.n_verify_rejects++;
+    m->n_replaced++;
+    unindex(&m->blocks[b]);
 }
 
 /* Take one block for new data: a free block first, else the least recently used cached
@@ -243,17 +284,26 @@ static rm_request *find_request(rm_model *m, uint64_t req_id)
 }
 
 /* The match of tokens in namespace number ns; also the model block of each cached block in
- * hit[] (which has room for n_tokens / block_size entries) when hit is not NULL. */
-static void match(const rm_model *m, size_t ns, const uint32_t *tokens, size_t n_tokens,
-                  kvp_match *out, long *hit)
+ * hit[] (which has room for n_tokens / block_size entries) when hit is not NULL. The walk
+ * covers every full block (not only those under the at-least-one-token cap). In
+ * collision-proof mode a block that is indexed but does not verify ends the walk and counts
+ * one reject. */
+static void match(rm_model *m, size_t ns, const uint32_t *tokens, size_t n_tokens, kvp_match *out,
+                  long *hit)
 {
     size_t bs = m->block_size;
     size_t n_full = n_tokens / bs;
     size_t n_cached = 0;
+    uint64_t prev_inst = 0;
     while (n_cached < n_full) {
         long b = find_block(m, ns, tokens, (n_cached + 1) * bs);
         if (b < 0)
             break;
+        if (!verifies(m, b, n_cached, prev_inst)) {
+            m->st.n_verify_rejects++;
+            break;
+        }
+        prev_inst = m->blocks[b].inst;
         if (hit)
             hit[n_cached] = b;
         n_cached++;
@@ -297,11 +347,15 @@ int rm_acquire(rm_model *m, uint64_t req_id, const kvp_namespace *ns, const uint
         return KVP_EINVAL;
     if (find_request(m, req_id))
         return KVP_EEXIST;
+    size_t need = blocks_for(m, n_tokens > n_capacity ? n_tokens : n_capacity);
+    /* A request larger than the whole pool fails before matching (no reject is counted). */
+    if (need > m->n_blocks)
+        return KVP_ENOSPC;
     size_t nsn = ns_number(m, ns);
     long *hit = xmalloc((n_tokens / m->block_size + 1) * sizeof(long));
     kvp_match mt;
+    uint64_t rejects_before = m->st.n_verify_rejects;
     match(m, nsn, tokens, n_tokens, &mt, hit);
-    size_t need = blocks_for(m, n_tokens > n_capacity ? n_tokens : n_capacity);
 
     /* Evictable blocks that the hits would pin are not available for fresh blocks. */
     size_t hit_cached = 0;
@@ -309,6 +363,7 @@ int rm_acquire(rm_model *m, uint64_t req_id, const kvp_namespace *ns, const uint
         hit_cached += is_cached(&m->blocks[hit[i]]);
     size_t avail = count_free(m) + count_cached(m) - hit_cached;
     if (need - mt.n_blocks_hit > avail) {
+        m->st.n_verify_rejects = rejects_before; /* a failed call changes nothing */
         free(hit);
         return KVP_ENOSPC;
     }
@@ -325,6 +380,7 @@ int rm_acquire(rm_model *m, uint64_t req_id, const kvp_namespace *ns, const uint
     r->ns = nsn;
     r->n_blocks = need;
     r->n_committed = mt.n_blocks_hit;
+    r->canon = mt.n_blocks_hit ? m->blocks[hit[mt.n_blocks_hit - 1]].inst : 0;
     for (uint32_t i = 0; i < mt.n_blocks_hit; i++) {
         m->blocks[hit[i]].ref++;
         r->blocks[i] = (uint32_t)hit[i];
@@ -383,11 +439,15 @@ int rm_commit(rm_model *m, uint64_t req_id, const uint32_t *tokens, size_t n_tok
     size_t stored = 0;
     for (size_t i = r->n_committed; i < n_full; i++) {
         size_t n_prefix = (i + 1) * m->block_size;
-        if (find_block(m, r->ns, tokens, n_prefix) >= 0) {
+        long b = find_block(m, r->ns, tokens, n_prefix);
+        if (b >= 0 && verifies(m, b, i, r->canon)) {
             m->st.n_blocks_deduped++;
+            r->canon = m->blocks[b].inst;
             continue;
         }
-        index_block(m, r->blocks[i], r->ns, tokens, n_prefix);
+        if (b >= 0)
+            replace(m, b, false);
+        r->canon = index_block(m, r->blocks[i], r->ns, tokens, n_prefix, r->canon);
         stored++;
     }
     r->n_committed = n_full;
@@ -420,26 +480,37 @@ int rm_access(rm_model *m, const kvp_namespace *ns, const uint32_t *tokens, size
         return KVP_EINVAL;
     size_t nsn = ns_number(m, ns);
     kvp_match mt;
-    match(m, nsn, tokens, n_tokens, &mt, NULL);
+    long *hit = xmalloc((n_tokens / m->block_size + 1) * sizeof(long));
+    match(m, nsn, tokens, n_tokens, &mt, hit);
     count_request(m, &mt);
 
     /* Walk the full blocks in order, holding each one (found or newly placed) so it cannot
-     * be chosen as a victim for a later block; stop at the first block with no room. */
+     * be chosen as a victim for a later block; stop at the first block with no room. The
+     * matched run is held as is; past it, a block whose key is indexed but that does not
+     * verify after the block held before it is replaced (one reject: when the match
+     * stopped on that same block, the match's reject is the one), and a fresh block is
+     * stored in its place. */
     bool *held = xmalloc(m->n_blocks * sizeof(bool));
     memset(held, 0, m->n_blocks * sizeof(bool));
     uint32_t *order = xmalloc((mt.n_blocks_full + 1) * sizeof(uint32_t));
     size_t n_held = 0;
+    uint64_t prev_inst = 0;
     for (size_t i = 0; i < mt.n_blocks_full; i++) {
         size_t n_prefix = (i + 1) * m->block_size;
-        long b = find_block(m, nsn, tokens, n_prefix);
+        long b = i < mt.n_blocks_cached ? hit[i] : find_block(m, nsn, tokens, n_prefix);
+        if (b >= 0 && !verifies(m, b, i, prev_inst)) {
+            replace(m, b, i == mt.n_blocks_cached);
+            b = -1;
+        }
         if (b < 0) {
             b = take_block(m, held);
             if (b < 0)
                 break;
-            index_block(m, (uint32_t)b, nsn, tokens, n_prefix);
+            index_block(m, (uint32_t)b, nsn, tokens, n_prefix, prev_inst);
             m->st.n_blocks_stored++;
         }
         held[b] = true;
+        prev_inst = m->blocks[b].inst;
         order[n_held++] = (uint32_t)b;
     }
     /* Touch from the last to the first: parents end up at least as recent as children. */
@@ -450,6 +521,7 @@ int rm_access(rm_model *m, const kvp_namespace *ns, const uint32_t *tokens, size
     }
     free(order);
     free(held);
+    free(hit);
     *out = mt;
     return KVP_OK;
 }
@@ -490,6 +562,11 @@ size_t rm_request_n_committed(const rm_model *m, uint64_t req_id)
 bool rm_request_active(const rm_model *m, uint64_t req_id)
 {
     return find_request((rm_model *)m, req_id) != NULL;
+}
+
+uint64_t rm_n_replaced(const rm_model *m)
+{
+    return m->n_replaced;
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -17,6 +17,20 @@
  * hashes, it is independent of src/keys.c and immune to hash collisions, which is what the
  * differential tests need. It costs O(n_blocks * prefix) per operation; fine for tests.
  *
+ * Collision-proof mode (verify_tokens) adds exact provenance, as the library owner settled
+ * it. Every time a block is indexed it becomes a new *instance* (a serial from a counter,
+ * never reused). A first block is its namespace's; a later block records the instance that
+ * was the accepted block for the position before it when it was stored: in rm_commit the
+ * hit block, the indexed block it deduplicated against, or the request's own block stored
+ * there; in rm_access the block that access pinned or stored there. A walk from block 0
+ * accepts block i > 0 only if its recorded parent instance is exactly the instance accepted
+ * at i - 1; otherwise it stops there and counts one verify reject (a missing key counts
+ * none). Since model keys are exact, this is the only way a block fails: its parent was
+ * evicted and cached again (a new instance) while it stayed. When rm_commit or rm_access
+ * finds block i's key indexed but not verifying, it counts a reject, takes the old block out
+ * of the index (KVP_REMOVED_REPLACED: free if unpinned, else private to its requests) and
+ * stores the request's own block (commit) or a freshly taken block (access) under the key.
+ *
  * Block ids of the model are its own array indexes and need not equal the library's; the
  * tests compare only what the contract fixes (return codes, match results, counters).
  */
@@ -35,9 +49,10 @@
 
 typedef struct rm_model rm_model;
 
-/* Create a model of a cache with n_blocks blocks of block_size tokens. Aborts the test
- * program on allocation failure (the model is test code). */
-rm_model *rm_new(uint32_t n_blocks, uint32_t block_size);
+/* Create a model of a cache with n_blocks blocks of block_size tokens, in collision-proof
+ * mode when verify is true. Aborts the test program on allocation failure (the model is
+ * test code). */
+rm_model *rm_new(uint32_t n_blocks, uint32_t block_size, bool verify);
 void rm_free(rm_model *m);
 
 /* The same operations as the library, with the same return codes and results. */
@@ -58,6 +73,9 @@ void rm_stats(const rm_model *m, kvp_stats *out);
 size_t rm_request_n_blocks(const rm_model *m, uint64_t req_id);
 size_t rm_request_n_committed(const rm_model *m, uint64_t req_id);
 bool rm_request_active(const rm_model *m, uint64_t req_id);
+
+/* Blocks that left the index as KVP_REMOVED_REPLACED (collision-proof mode) so far. */
+uint64_t rm_n_replaced(const rm_model *m);
 
 /* True when two namespaces are equal field by field (presence and bytes). */
 bool rm_namespace_equal(const kvp_namespace *a, const kvp_namespace *b);

@@ -7,6 +7,13 @@
  * the match result, every statistics counter and the request's block count must equal the
  * model's, and kvp_cache_check must pass. Runs with verify_tokens off and on. The model
  * decides hits by exact namespace + token-prefix comparison (tests/refmodel.c).
+ *
+ * With verify_tokens the model also keeps per-instance provenance (refmodel.h), so the run
+ * checks collision-proof mode's exact semantics with full 128-bit keys: which stale blocks
+ * (stored after an instance of their parent that has since left the index) stop a match and
+ * count a reject, and which are replaced by commit or access (n_verify_rejects, the
+ * KVP_REMOVED_REPLACED events, and the free/cached/in-use gauges they move). The verify runs
+ * must actually reach those paths, or they would prove nothing beyond the plain runs.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,16 +32,19 @@
 typedef struct mreq {
     uint32_t seq[MAX_SEQ]; /* the request's tokens (prompt, then decoded) */
     size_t n_seq;
+    const kvp_namespace *ns; /* the request's namespace */
 } mreq;
 
 typedef struct world {
     kvp_cache *c;
+    uint64_t n_replaced; /* KVP_REMOVED_REPLACED events seen from the cache */
     rm_model *m;
     kvp_namespace nss[3];
     uint32_t bases[N_BASES][BASE_LEN];
     mreq reqs[N_IDS + 1];
     uint64_t rs;
     uint32_t bs;
+    bool churn;        /* prompts that make stale blocks (see differential_churn_*) */
     const char *where; /* config description for messages */
     int step;
     const char *op;
@@ -48,7 +58,14 @@ static uint64_t rnd(world *w, uint64_t n)
 static void make_prompt(world *w, uint32_t *t, size_t *n)
 {
     const uint32_t *base = w->bases[rnd(w, N_BASES)];
-    size_t len = 1 + rnd(w, 40);
+    size_t len;
+    if (w->churn && rnd(w, 3) == 0)
+        len = 1 + rnd(w, 2 * w->bs + 1);
+    else
+        len = 1 + rnd(w, 40);
+    /* Whole blocks only: a fully cached prompt then leaves its last block to the commit. */
+    if (w->churn && rnd(w, 2) == 0 && len >= w->bs)
+        len -= len % w->bs;
     memcpy(t, base, len * sizeof *t);
     if (rnd(w, 4) == 0)
         t[rnd(w, len)] = (uint32_t)rnd(w, 4);
@@ -92,6 +109,9 @@ static void compare_state(world *w)
     S(n_evictions);
     S(n_verify_rejects);
 #undef S
+    cr_assert_eq(w->n_replaced, rm_n_replaced(w->m),
+                 "%s step %d %s: %llu REPLACED events, model %llu", w->where, w->step, w->op,
+                 (unsigned long long)w->n_replaced, (unsigned long long)rm_n_replaced(w->m));
     int rc = kvp_cache_check(w->c);
     cr_assert_eq(rc, KVP_OK, "%s step %d %s: kvp_cache_check: %s", w->where, w->step, w->op,
                  kvp_strerror(rc));
@@ -107,6 +127,13 @@ static void compare_state(world *w)
                          "%s step %d %s: request %llu holds %zu blocks, model %zu", w->where,
                          w->step, w->op, (unsigned long long)id, n, rm_request_n_blocks(w->m, id));
     }
+}
+
+static void on_event(void *ud, const kvp_event *ev)
+{
+    world *w = ud;
+    if (ev->type == KVP_EVENT_REMOVED && ev->reason == KVP_REMOVED_REPLACED)
+        w->n_replaced++;
 }
 
 static void compare_rc(world *w, int got, int exp)
@@ -144,6 +171,7 @@ static void step(world *w)
             compare_match(w, &got, &exp);
             memcpy(r->seq, t, n * sizeof *t);
             r->n_seq = n;
+            r->ns = ns;
         }
     } else if (dice < 50) {
         w->op = "grow";
@@ -177,7 +205,15 @@ static void step(world *w)
             r->n_seq = 0;
     } else if (dice < 98) {
         w->op = "access";
-        make_prompt(w, t, &n);
+        if (w->churn && r->n_seq > 0 && rnd(w, 4) != 0) {
+            /* A prefix of an active request's sequence, in its namespace: its later commit
+             * deduplicates against these unpinned blocks. */
+            ns = r->ns;
+            n = 1 + rnd(w, r->n_seq);
+            memcpy(t, r->seq, n * sizeof *t);
+        } else {
+            make_prompt(w, t, &n);
+        }
         rc = kvp_access(w->c, ns, t, n, &got);
         erc = rm_access(w->m, ns, t, n, &exp);
         compare_rc(w, rc, erc);
@@ -190,14 +226,22 @@ static void step(world *w)
     compare_state(w);
 }
 
-static void run(uint32_t n_blocks, uint32_t bs, bool verify, uint64_t seed, int n_steps)
+/* Totals over the verify runs, to check that they reached the verify-only paths. */
+typedef struct totals {
+    uint64_t n_verify_rejects;
+    uint64_t n_replaced;
+} totals;
+
+static void run(uint32_t n_blocks, uint32_t bs, bool verify, bool churn, uint64_t seed, int n_steps,
+                totals *tot)
 {
     world *w = calloc(1, sizeof *w);
     cr_assert_not_null(w);
     char where[96];
-    snprintf(where, sizeof where, "[pool %u, bs %u, verify %d, seed %llu]", n_blocks, bs, verify,
-             (unsigned long long)seed);
+    snprintf(where, sizeof where, "[pool %u, bs %u, verify %d, churn %d, seed %llu]", n_blocks, bs,
+             verify, churn, (unsigned long long)seed);
     w->where = where;
+    w->churn = churn;
     w->rs = seed;
     w->bs = bs;
     th_ns(&w->nss[0], "model", NULL, NULL, NULL);
@@ -206,8 +250,8 @@ static void run(uint32_t n_blocks, uint32_t bs, bool verify, uint64_t seed, int 
     for (int b = 0; b < N_BASES; b++)
         for (int i = 0; i < BASE_LEN; i++)
             w->bases[b][i] = (uint32_t)rnd(w, 4);
-    w->c = th_cache(n_blocks, bs, verify, NULL, NULL);
-    w->m = rm_new(n_blocks, bs);
+    w->c = th_cache(n_blocks, bs, verify, on_event, w);
+    w->m = rm_new(n_blocks, bs, verify);
     for (w->step = 0; w->step < n_steps; w->step++)
         step(w);
     kvp_stats s;
@@ -216,6 +260,10 @@ static void run(uint32_t n_blocks, uint32_t bs, bool verify, uint64_t seed, int 
     cr_assert_gt(s.n_blocks_hit, 0, "%s: no hit in the whole run", where);
     if (n_blocks <= 16)
         cr_assert_gt(s.n_evictions, 0, "%s: no eviction in the whole run", where);
+    if (!verify)
+        cr_assert_eq(s.n_verify_rejects + w->n_replaced, 0, "%s: verify activity", where);
+    tot->n_verify_rejects += s.n_verify_rejects;
+    tot->n_replaced += w->n_replaced;
     kvp_cache_free(w->c);
     rm_free(w->m);
     free(w);
@@ -227,12 +275,40 @@ static const struct {
 
 Test(model, differential_plain)
 {
+    totals tot = {0, 0};
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)
-        run(configs[i].n_blocks, configs[i].bs, false, 100 + i, 3000);
+        run(configs[i].n_blocks, configs[i].bs, false, false, 100 + i, 3000, &tot);
 }
 
 Test(model, differential_verify)
 {
+    totals tot = {0, 0};
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)
-        run(configs[i].n_blocks, configs[i].bs, true, 200 + i, 3000);
+        run(configs[i].n_blocks, configs[i].bs, true, false, 200 + i, 3000, &tot);
+    cr_assert_gt(tot.n_verify_rejects, 0, "no stale block was ever rejected");
+    cr_assert_gt(tot.n_replaced, 0, "no stale block was ever replaced");
+}
+
+/* Churn: most accesses replay a prefix of an active request's sequence in its namespace, a
+ * third of the other prompts are one or two blocks long, and half are whole blocks. The
+ * request's commit then deduplicates against unpinned blocks and pins their children; once
+ * those parents are evicted and cached again (a new instance), the children are stale in
+ * collision-proof mode, so lookups reject them and commits and accesses replace them. The
+ * plain run checks that the same workload agrees without verification. */
+Test(model, differential_churn_plain)
+{
+    totals tot = {0, 0};
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)
+        run(configs[i].n_blocks, configs[i].bs, false, true, 300 + i, 3000, &tot);
+}
+
+Test(model, differential_churn_verify)
+{
+    totals tot = {0, 0};
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)
+        run(configs[i].n_blocks, configs[i].bs, true, true, 400 + i, 3000, &tot);
+    cr_assert_gt(tot.n_verify_rejects, 20, "only %llu verify rejects",
+                 (unsigned long long)tot.n_verify_rejects);
+    cr_assert_gt(tot.n_replaced, 20, "only %llu replaced blocks",
+                 (unsigned long long)tot.n_replaced);
 }

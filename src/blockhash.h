@@ -1,0 +1,104 @@
+/*
+ * blockhash.h - the block-key hash, XXH3-128(parent key bytes || tokens as little-endian
+ * u32), as an inline function so the lookup loop (lifecycle.c) and keys.c share one
+ * definition with no call in between. xxHash is included with XXH_INLINE_ALL: its
+ * implementation is compiled into the callers from Debian's libxxhash-dev header (no
+ * vendored copy), which lets the compiler specialise the 80-byte case of the default block
+ * size. The byte layout is documented in keys.c.
+ */
+#ifndef KVP_BLOCKHASH_H
+#define KVP_BLOCKHASH_H
+
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "internal.h"
+
+#define STACK_BLOCK_BYTES 4096u /* key + up to 1020 tokens */
+
+static inline void put_u64le(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline void put_key(unsigned char *p, kvp_key k)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, &k.lo, 8);
+    memcpy(p + 8, &k.hi, 8);
+#else
+    put_u64le(p, k.lo);
+    put_u64le(p + 8, k.hi);
+#endif
+}
+
+static inline kvp_key from_xxh(XXH128_hash_t h)
+{
+    kvp_key k = {h.low64, h.high64};
+    return k;
+}
+
+/* Copy n tokens as little-endian u32 to dst. */
+static inline void put_tokens(unsigned char *dst, const uint32_t *tokens, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(dst, tokens, n * sizeof(uint32_t));
+#else
+    for (size_t i = 0; i < n; i++) {
+        uint32_t t = tokens[i];
+        dst[4 * i] = (unsigned char)t;
+        dst[4 * i + 1] = (unsigned char)(t >> 8);
+        dst[4 * i + 2] = (unsigned char)(t >> 16);
+        dst[4 * i + 3] = (unsigned char)(t >> 24);
+    }
+#endif
+}
+
+/* Hash one block given its parent key. Cannot fail. */
+static inline kvp_key kvp__hash_block(uint64_t seed, kvp_key parent, const uint32_t *tokens,
+                                      uint32_t block_size)
+{
+    size_t n_bytes = 16 + (size_t)block_size * 4;
+    if (block_size == 16) {
+        /* The default block size: fixed-size copies the compiler turns into a few moves. */
+        unsigned char buf[16 + 64];
+        put_key(buf, parent);
+        put_tokens(buf + 16, tokens, 16);
+        return from_xxh(XXH3_128bits_withSeed(buf, sizeof buf, seed));
+    }
+    if (n_bytes <= STACK_BLOCK_BYTES) {
+        unsigned char buf[STACK_BLOCK_BYTES];
+        put_key(buf, parent);
+        put_tokens(buf + 16, tokens, block_size);
+        return from_xxh(XXH3_128bits_withSeed(buf, n_bytes, seed));
+    }
+    /* Cold path: very large blocks stream the tokens in chunks. */
+    XXH3_state_t state;
+    memset(&state, 0, sizeof state); /* quiets gcc's may-be-uninitialized in reset */
+    unsigned char buf[STACK_BLOCK_BYTES];
+    XXH3_128bits_reset_withSeed(&state, seed);
+    put_key(buf, parent);
+    XXH3_128bits_update(&state, buf, 16);
+    for (size_t done = 0; done < block_size;) {
+        size_t n = block_size - done;
+        if (n > STACK_BLOCK_BYTES / 4)
+            n = STACK_BLOCK_BYTES / 4;
+        put_tokens(buf, tokens + done, n);
+        XXH3_128bits_update(&state, buf, n * 4);
+        done += n;
+    }
+    return from_xxh(XXH3_128bits_digest(&state));
+}
+
+/* The key of a block in this cache (applies the test-only truncation). Cannot fail. */
+static inline kvp_key kvp__cache_block_key(const kvp_cache *cache, kvp_key parent,
+                                           const uint32_t *tokens)
+{
+    kvp_key k = kvp__hash_block(cache->cfg.seed, parent, tokens, cache->cfg.block_size);
+    return kvp__key_truncate(k, cache->key_bits);
+}
+
+#endif /* KVP_BLOCKHASH_H */
