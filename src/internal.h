@@ -233,6 +233,7 @@ void kvp__pool_free(kvp_cache *cache);
 void kvp__pool_pin(kvp_cache *cache, uint32_t id);
 void kvp__pool_unpin(kvp_cache *cache, uint32_t id);
 uint32_t kvp__pool_take(kvp_cache *cache); /* KVP_NIL when no free or cached block */
+void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n);
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason);
 
 static inline uint32_t kvp__pool_available(const kvp__pool *pool)

@@ -43,7 +43,7 @@ static inline __attribute__((always_inline)) kvp_key src_key(const kvp_cache *ca
     if (mode == SRC_IDS)
         return kvp__cache_external_key(cache, src->root, src->ids[i]);
     if (mode == SRC_TOKENS16)
-        src->prev = kvp__hash_block(cache->cfg.seed, src->prev, src->tokens + i * 16, 16);
+        src->prev = kvp__hash_block16(cache->cfg.seed, src->prev, src->tokens + i * 16);
     else
         src->prev = kvp__cache_block_key(cache, src->prev, src->tokens + i * cache->cfg.block_size);
     return src->prev;
@@ -81,6 +81,8 @@ match_mode(kvp_cache *cache, keysrc *src, uint32_t n_full, uint32_t *ids, size_t
     for (uint32_t i = 0; i < n_full; i += batch, batch = batch < MATCH_BATCH ? batch * 2 : batch) {
         uint32_t n = n_full - i < batch ? n_full - i : batch;
         for (uint32_t j = 0; j < n; j++) {
+            if (mode >= SRC_TOKENS && i + j + 8 < n_full)
+                __builtin_prefetch(src->tokens + (size_t)(i + j + 8) * bs);
             keys[j] = src_key(cache, src, i + j, mode);
             kvp__prefetch_bucket(view, keys[j]);
         }
@@ -217,9 +219,8 @@ static void pin_and_take(kvp_cache *cache, kvp__request *req, uint32_t n_hit, ui
 {
     for (uint32_t i = 0; i < n_hit; i++)
         kvp__pool_pin(cache, req->blocks[i]);
-    req->n_blocks = n_hit;
-    for (uint32_t i = 0; i < n_take; i++)
-        req->blocks[req->n_blocks++] = kvp__pool_take(cache);
+    kvp__pool_take_n(cache, req->blocks + n_hit, n_take);
+    req->n_blocks = n_hit + n_take;
 }
 
 /* How many distinct blocks among ids[0 .. n) are unpinned (they leave the LRU list when
@@ -331,8 +332,8 @@ KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
     int rc = kvp__request_reserve(cache, req, n_total);
     if (rc != KVP_OK)
         return rc;
-    for (uint32_t i = 0; i < n_take; i++)
-        req->blocks[req->n_blocks++] = kvp__pool_take(cache);
+    kvp__pool_take_n(cache, req->blocks + req->n_blocks, n_take);
+    req->n_blocks += n_take;
     return KVP_OK;
 }
 
@@ -406,22 +407,40 @@ KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tok
         return KVP_ERANGE;
     uint32_t n_full = (uint32_t)(n_tokens / bs);
     size_t stored = 0;
-    for (uint32_t i = req->n_committed; i < n_full; i++) {
-        const uint32_t *blk_tokens = tokens + (size_t)i * bs;
-        kvp_key key = kvp__cache_block_key(cache, req->last_key, blk_tokens);
-        kvp__block *b = kvp__index_find(&cache->index, key);
-        uint32_t own = req->blocks[i];
-        if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), blk_tokens, req->canon,
-                                 req->ns, false)) {
-            cache->stats.n_blocks_deduped++;
-            req->canon = kvp__vref_of(cache, (uint32_t)(b - cache->pool.blocks));
-        } else {
-            store_block(cache, own, key, req->last_key, i, blk_tokens, req->canon, req->ns);
-            req->canon = kvp__vref_of(cache, own);
-            stored++;
+    const kvp__probe_view view = kvp__index_view(&cache->index);
+    kvp_key keys[MATCH_BATCH];
+    /* As in match(): hash a batch of keys ahead (they depend only on the tokens), prefetch
+     * their buckets and entries and the blocks they will be stored in, then probe and
+     * store in order, so the probes' cache misses overlap. */
+    for (uint32_t i0 = req->n_committed; i0 < n_full; i0 += MATCH_BATCH) {
+        uint32_t n = n_full - i0 < MATCH_BATCH ? n_full - i0 : MATCH_BATCH;
+        kvp_key parent = req->last_key;
+        for (uint32_t j = 0; j < n; j++) {
+            const uint32_t *blk_tokens = tokens + (size_t)(i0 + j) * bs;
+            if (i0 + j + 8 < n_full)
+                __builtin_prefetch(blk_tokens + 8 * bs);
+            keys[j] = parent = kvp__cache_block_key(cache, parent, blk_tokens);
+            kvp__prefetch_bucket(view, keys[j]);
+            __builtin_prefetch(&cache->pool.blocks[req->blocks[i0 + j]], 1);
         }
-        req->last_key = key;
-        req->n_committed = i + 1;
+        for (uint32_t j = 0; j < n; j++)
+            kvp__prefetch_entry(view, keys[j]);
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t i = i0 + j, own = req->blocks[i];
+            const uint32_t *blk_tokens = tokens + (size_t)i * bs;
+            kvp__block *b = kvp__index_find(&cache->index, keys[j]);
+            if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), blk_tokens,
+                                     req->canon, req->ns, false)) {
+                cache->stats.n_blocks_deduped++;
+                req->canon = kvp__vref_of(cache, (uint32_t)(b - cache->pool.blocks));
+            } else {
+                store_block(cache, own, keys[j], req->last_key, i, blk_tokens, req->canon, req->ns);
+                req->canon = kvp__vref_of(cache, own);
+                stored++;
+            }
+            req->last_key = keys[j];
+            req->n_committed = i + 1;
+        }
     }
     if (n_stored)
         *n_stored = stored;

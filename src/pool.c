@@ -128,6 +128,45 @@ static void uncache(kvp_cache *cache, uint32_t id, int reason)
     unindex(cache, id, reason);
 }
 
+/* Prefetch what evicting cached block id will touch: its bucket, its neighbours in the
+ * bucket chain and in uthash's insertion-order list (HASH_DELETE rewrites their links).
+ * Reads block id itself, which should have been prefetched one step earlier. */
+static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
+{
+    const kvp__block *b = &cache->pool.blocks[id];
+    const UT_hash_table *tbl = cache->index.head->hh.tbl;
+    __builtin_prefetch(&tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)], 1);
+    if (b->hh.prev)
+        __builtin_prefetch((const char *)b->hh.prev + tbl->hho, 1);
+    if (b->hh.next)
+        __builtin_prefetch((const char *)b->hh.next + tbl->hho, 1);
+    if (b->hh.hh_prev)
+        __builtin_prefetch(b->hh.hh_prev, 1);
+    if (b->hh.hh_next)
+        __builtin_prefetch(b->hh.hh_next, 1);
+}
+
+/* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
+ * kvp__pool_available >= n). Evictions walk the LRU list, a chain of cache misses, and each
+ * touches five more scattered lines; this keeps two victims ahead in flight: the block two
+ * steps ahead is prefetched, and the next one's dependents. Cannot fail. */
+void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
+{
+    kvp__pool *pool = &cache->pool;
+    for (uint32_t i = 0; i < n; i++) {
+        if (pool->free_head == KVP_NIL && pool->lru_head != KVP_NIL) {
+            uint32_t next = pool->blocks[pool->lru_head].next;
+            if (next != KVP_NIL) {
+                prefetch_eviction(cache, next);
+                uint32_t after = pool->blocks[next].next;
+                if (after != KVP_NIL)
+                    __builtin_prefetch(&pool->blocks[after], 1);
+            }
+        }
+        ids[i] = kvp__pool_take(cache);
+    }
+}
+
 /* Hand out one block, pinned once (ref == 1) and not indexed: the free-list head if any,
  * else the LRU head, evicted (n_evictions++, KVP_EVENT_REMOVED/EVICTED). Returns KVP_NIL
  * when neither exists; the caller checks kvp__pool_available first. */
