@@ -1,7 +1,9 @@
 #!/bin/sh
 # test.sh - install what is missing, then build and run the whole test suite twice:
 #   1. gcc, warnings as errors            (build-test/)
-#   2. clang with ASan + UBSan + LSan     (build-asan/)
+#   2. clang with ASan + UBSan            (build-asan/); LeakSanitizer checks the plain
+#      programs (tests/soak, and the kvprefix binary the CLI tests run) - it cannot see
+#      inside Criterion's forked workers, whose tests count library memory themselves
 # and check formatting. Exits non-zero on the first failure.
 set -eu
 cd "$(dirname "$0")/.."
