@@ -27,8 +27,9 @@
  * untouched on failure, and a failed call leaves the cache exactly as it was (ENOMEM
  * included). A cache miss is not an error. The library never prints, exits or aborts.
  * A kvp_cache is not thread-safe: callers serialize all calls on one cache. Distinct caches
- * are independent. Callbacks run synchronously inside the call that caused them and must
- * not call back into the same cache (such calls fail with KVP_EBUSY).
+ * are independent. Callbacks run synchronously inside the call that caused them, while the
+ * cache is between two consistent states, and must not call back into the same cache:
+ * every function taking that cache returns KVP_EBUSY there (kvp_cache_free is ignored).
  */
 #ifndef KVPREFIX_H
 #define KVPREFIX_H
@@ -142,7 +143,8 @@ KVP_EXPORT kvp_key kvp_external_key(uint64_t seed, kvp_key root, kvp_key externa
 /* ---------------------------------------------------------------------------------------- */
 
 /* Memory hooks. alloc returns NULL on failure; free receives the size given to alloc and
- * must accept NULL. Every byte the cache holds goes through these. */
+ * must accept NULL. Every byte the cache holds goes through these. Both hooks or neither:
+ * a free hook without an alloc hook is ignored (malloc/free are used). */
 typedef struct kvp_allocator {
     void *(*alloc)(void *ud, size_t size);          /* NULL: malloc */
     void (*free)(void *ud, void *ptr, size_t size); /* NULL: free */
@@ -158,9 +160,10 @@ enum {
 enum {
     KVP_REMOVED_EVICTED = 1, /* recycled for another request; the engine may overwrite it */
     KVP_REMOVED_RESET = 2,   /* dropped by kvp_cache_reset; the block is now free */
-    KVP_REMOVED_REPLACED = 3 /* collision-proof mode: the key failed verification and was
-                                handed to a newly committed block; the old block is free,
-                                or private to the requests that still pin it */
+    KVP_REMOVED_REPLACED = 3 /* collision-proof mode: the block failed verification and its
+                                key is handed to a newly stored block (kvp_commit,
+                                kvp_access); the old block is free, or private to the
+                                requests that still pin it */
 };
 
 /* One cache event. The pointer passed to the callback is valid only during the call. */
@@ -214,9 +217,11 @@ typedef struct kvp_match {
     uint64_t n_tokens_hit;    /* prefill tokens skipped: n_blocks_hit * block_size */
 } kvp_match;
 
-/* Find the longest reusable prefix of tokens[0 .. n_tokens) in namespace ns. Hashes lazily,
- * stopping at the first miss. Writes the ids of the n_blocks_hit reused blocks, in order,
- * to block_ids[0 .. min(n_blocks_hit, cap)) (block_ids may be NULL when cap is 0).
+/* Find the longest reusable prefix of tokens[0 .. n_tokens) in namespace ns. Hashes lazily:
+ * keys are computed in batches ahead of their probes, never more than about twice the
+ * cached run (a miss at the first block hashes one block). Writes the ids of the n_blocks_hit
+ * reused blocks, in order, to block_ids[0 .. min(n_blocks_hit, cap)) (block_ids may be NULL when
+ * cap is 0).
  *
  * At least one prompt token is always computed: the engine needs a forward pass over the
  * last prompt token to produce the first output token, and a cached full block cannot be
@@ -224,10 +229,10 @@ typedef struct kvp_match {
  * n_blocks_hit = min(n_blocks_cached, (n_tokens - 1) / block_size). A prompt whose length
  * is a multiple of the block size and that is fully cached therefore reuses one block less.
  *
- * Read-only on the cache contents and LRU order; only the n_lookups counter changes. The
- * ids are a snapshot: a later mutating call may evict them unless kvp_acquire pins them.
- * Returns KVP_OK (also on a miss), KVP_EINVAL (NULL pointer, n_tokens == 0),
- * KVP_EOVERFLOW (more than 2^32 - 1 full blocks), KVP_EBUSY. */
+ * Read-only on the cache contents and LRU order; only the n_lookups counter (and, with
+ * verify_tokens, n_verify_rejects) changes. The ids are a snapshot: a later mutating call may evict
+ * them unless kvp_acquire pins them. Returns KVP_OK (also on a miss), KVP_EINVAL (NULL pointer,
+ * n_tokens == 0), KVP_EOVERFLOW (2^32 - 1 or more full blocks), KVP_EBUSY. */
 KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
                           size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out);
 
@@ -244,13 +249,13 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
                            kvp_match *out);
 
 /* Make request req_id hold enough blocks for n_capacity tokens (decode growth). Does nothing
- * if it already does. Returns KVP_OK, KVP_ENOENT, KVP_EOVERFLOW, KVP_ENOSPC, KVP_ENOMEM
- * (the request and the cache unchanged on failure), KVP_EBUSY. */
+ * if it already does. Returns KVP_OK, KVP_EINVAL (NULL cache), KVP_ENOENT, KVP_EOVERFLOW,
+ * KVP_ENOSPC, KVP_ENOMEM (the request and the cache unchanged on failure), KVP_EBUSY. */
 KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
 
 /* The request's block table: *ids points at its n block ids in token order. The array is
  * owned by the cache and valid until the next kvp_grow, kvp_release or kvp_cache_free.
- * Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_ENOENT. */
+ * Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_ENOENT, KVP_EBUSY. */
 KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
                                   size_t *n);
 
@@ -316,7 +321,10 @@ typedef struct kvp_stats {
     uint64_t n_blocks_stored;   /* blocks newly indexed */
     uint64_t n_blocks_deduped;  /* committed blocks whose key was already indexed */
     uint64_t n_evictions;       /* cached blocks recycled for new data */
-    uint64_t n_verify_rejects;  /* collision-proof mode: key matches whose tokens differed */
+    uint64_t n_verify_rejects;  /* collision-proof mode: key matches that failed verification
+                                   (a hash collision, or a block whose recorded parent was
+                                   evicted since), counted by each call that meets one: a
+                                   lookup, acquire and commit of one prompt may each count */
     uint32_t n_blocks_total;    /* pool size */
     uint32_t n_blocks_free;     /* never used, or holding nothing reusable */
     uint32_t n_blocks_cached;   /* indexed and unpinned: evictable, in LRU order */
@@ -324,12 +332,12 @@ typedef struct kvp_stats {
     uint32_t n_requests_active; /* requests between kvp_acquire and kvp_release */
 } kvp_stats;
 
-/* Copy the counters to *out. Returns KVP_OK or KVP_EINVAL (NULL pointer). */
+/* Copy the counters to *out. Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
 KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
 
 /* Walk the whole cache and check every invariant (index, pool, LRU list, free list,
- * reference counts, requests, interned namespaces). Returns KVP_OK, KVP_ECORRUPT, KVP_EINVAL
- * (NULL), or KVP_ENOMEM (its scratch array, taken with malloc, not the cache's hooks).
+ * reference counts, requests, interned namespaces). Returns KVP_OK, KVP_ECORRUPT, KVP_EBUSY,
+ * KVP_EINVAL (NULL), or KVP_ENOMEM (its scratch array, taken with malloc, not the cache's hooks).
  * O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid deployments. */
 KVP_EXPORT int kvp_cache_check(const kvp_cache *cache);
 

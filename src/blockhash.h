@@ -16,33 +16,33 @@
 
 #include "internal.h"
 
-#define STACK_BLOCK_BYTES 4096u /* key + up to 1020 tokens */
+#define KVP__STACK_BLOCK_BYTES 4096u /* key + up to 1020 tokens */
 
-static inline void put_u64le(unsigned char *p, uint64_t v)
+static inline void kvp__put_u64le(unsigned char *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static inline void put_key(unsigned char *p, kvp_key k)
+static inline void kvp__put_key(unsigned char *p, kvp_key k)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     memcpy(p, &k.lo, 8);
     memcpy(p + 8, &k.hi, 8);
 #else
-    put_u64le(p, k.lo);
-    put_u64le(p + 8, k.hi);
+    kvp__put_u64le(p, k.lo);
+    kvp__put_u64le(p + 8, k.hi);
 #endif
 }
 
-static inline kvp_key from_xxh(XXH128_hash_t h)
+static inline kvp_key kvp__from_xxh(XXH128_hash_t h)
 {
     kvp_key k = {h.low64, h.high64};
     return k;
 }
 
 /* Copy n tokens as little-endian u32 to dst. */
-static inline void put_tokens(unsigned char *dst, const uint32_t *tokens, size_t n)
+static inline void kvp__put_tokens(unsigned char *dst, const uint32_t *tokens, size_t n)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     memcpy(dst, tokens, n * sizeof(uint32_t));
@@ -60,13 +60,13 @@ static inline void put_tokens(unsigned char *dst, const uint32_t *tokens, size_t
 /* Hash one block of the default size, 16 tokens: the input is always 80 bytes, and
  * `flatten` inlines XXH3 into this function so it compiles to its 17..128-byte case alone,
  * with no length dispatch (about 2x faster than the generic call). Cannot fail. */
-static inline __attribute__((flatten)) kvp_key kvp__hash_block16(uint64_t seed, kvp_key parent,
-                                                                 const uint32_t *tokens)
+static inline KVP__FLATTEN kvp_key kvp__hash_block16(uint64_t seed, kvp_key parent,
+                                                     const uint32_t *tokens)
 {
     unsigned char buf[16 + 64];
-    put_key(buf, parent);
-    put_tokens(buf + 16, tokens, 16);
-    return from_xxh(XXH3_128bits_withSeed(buf, sizeof buf, seed));
+    kvp__put_key(buf, parent);
+    kvp__put_tokens(buf + 16, tokens, 16);
+    return kvp__from_xxh(XXH3_128bits_withSeed(buf, sizeof buf, seed));
 }
 
 /* Hash one block given its parent key. Cannot fail. */
@@ -76,28 +76,28 @@ static inline kvp_key kvp__hash_block(uint64_t seed, kvp_key parent, const uint3
     size_t n_bytes = 16 + (size_t)block_size * 4;
     if (block_size == 16)
         return kvp__hash_block16(seed, parent, tokens);
-    if (n_bytes <= STACK_BLOCK_BYTES) {
-        unsigned char buf[STACK_BLOCK_BYTES];
-        put_key(buf, parent);
-        put_tokens(buf + 16, tokens, block_size);
-        return from_xxh(XXH3_128bits_withSeed(buf, n_bytes, seed));
+    if (n_bytes <= KVP__STACK_BLOCK_BYTES) {
+        unsigned char buf[KVP__STACK_BLOCK_BYTES];
+        kvp__put_key(buf, parent);
+        kvp__put_tokens(buf + 16, tokens, block_size);
+        return kvp__from_xxh(XXH3_128bits_withSeed(buf, n_bytes, seed));
     }
     /* Cold path: very large blocks stream the tokens in chunks. */
     XXH3_state_t state;
     memset(&state, 0, sizeof state); /* quiets gcc's may-be-uninitialized in reset */
-    unsigned char buf[STACK_BLOCK_BYTES];
+    unsigned char buf[KVP__STACK_BLOCK_BYTES];
     XXH3_128bits_reset_withSeed(&state, seed);
-    put_key(buf, parent);
+    kvp__put_key(buf, parent);
     XXH3_128bits_update(&state, buf, 16);
     for (size_t done = 0; done < block_size;) {
         size_t n = block_size - done;
-        if (n > STACK_BLOCK_BYTES / 4)
-            n = STACK_BLOCK_BYTES / 4;
-        put_tokens(buf, tokens + done, n);
+        if (n > KVP__STACK_BLOCK_BYTES / 4)
+            n = KVP__STACK_BLOCK_BYTES / 4;
+        kvp__put_tokens(buf, tokens + done, n);
         XXH3_128bits_update(&state, buf, n * 4);
         done += n;
     }
-    return from_xxh(XXH3_128bits_digest(&state));
+    return kvp__from_xxh(XXH3_128bits_digest(&state));
 }
 
 /* The key of a block in this cache (applies the test-only truncation). Cannot fail. */

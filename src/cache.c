@@ -3,8 +3,10 @@
  *
  * A cache is one allocation for struct kvp_cache, the pool's block array, the index's
  * bucket array, and in collision-proof mode the token store and provenance table; all are
- * made by kvp_cache_new, so the steady state allocates only per request (kvp__request) and
- * when a prompt longer than any before it reaches kvp_access (the scratch arrays).
+ * made by kvp_cache_new. The steady state allocates only per request (kvp__request, its
+ * block table when kvp_grow outgrows it, and the request table when it grows), when a
+ * prompt longer than any before it reaches kvp_access (the scratch arrays), and in
+ * collision-proof mode when a namespace is seen for the first time (verify.c).
  * The request lifecycle lives in lifecycle.c; the invariant checker in check.c.
  */
 #include <string.h>
@@ -79,7 +81,9 @@ KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
 
 KVP_EXPORT void kvp_cache_free(kvp_cache *cache)
 {
-    if (cache)
+    /* Inside its own callback the cache is mid-operation: freeing it there would pull the
+     * memory from under the call that is running, so the request is ignored. */
+    if (cache && !cache->in_callback)
         cache_destroy(cache);
 }
 
@@ -87,6 +91,8 @@ KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out)
 {
     if (!cache || !out)
         return KVP_EINVAL;
+    if (cache->in_callback)
+        return KVP_EBUSY;
     *out = cache->stats;
     out->n_blocks_total = cache->pool.n_blocks;
     out->n_blocks_free = cache->pool.n_free;
@@ -118,6 +124,8 @@ KVP_EXPORT int kvp_cache_check(const kvp_cache *cache)
 {
     if (!cache)
         return KVP_EINVAL;
+    if (cache->in_callback)
+        return KVP_EBUSY;
     return kvp__cache_check(cache);
 }
 

@@ -12,8 +12,12 @@
  *     tables; each request has n_committed <= n_blocks <= cap_blocks.
  *  4. Verify mode: each interned namespace's refs equals the requests and indexed first
  *     blocks that name it; slots and records agree.
+ *  5. Structure: the index keeps the bucket count it was built with (it never grows); keys
+ *     fit the test-only truncation; no ref count holds the KVP_NIL marker; requests carry
+ *     no namespace or parent reference outside verify mode; in verify mode an unindexed
+ *     block names no namespace and an indexed later block names a parent in the pool.
  * Tests and fuzzers call it after every mutation. O(n_blocks + held blocks); it allocates
- * one counter array with calloc, outside the cache's hooks, so it cannot disturb an
+ * its counter arrays with calloc, outside the cache's hooks, so it cannot disturb an
  * allocation-failure test.
  */
 #include <stdlib.h>
@@ -34,7 +38,8 @@ static uint32_t walk_free(const kvp__pool *pool)
     uint32_t n = 0;
     for (uint32_t id = pool->free_head; id != KVP_NIL; id = pool->blocks[id].next) {
         const kvp__block *b = &pool->blocks[id];
-        if (id >= pool->n_blocks || n >= pool->n_blocks || b->ref || b->indexed)
+        if (id >= pool->n_blocks || n >= pool->n_blocks || b->ref || b->indexed ||
+            b->prev != KVP_NIL)
             return UINT32_MAX;
         n++;
     }
@@ -70,22 +75,27 @@ int kvp__cache_check(const kvp_cache *cache)
     FAIL_IF(n_free != pool->n_free || n_lru != pool->n_lru);
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
-        FAIL_IF(b->indexed > 1);
+        FAIL_IF(b->indexed > 1 || b->ref == KVP_NIL);
         n_used += b->ref > 0;
         n_indexed += b->indexed;
         /* Invariant 2: an indexed block is found under its own key. */
-        if (b->indexed)
+        if (b->indexed) {
             FAIL_IF(kvp__index_find(&cache->index, b->key) != b);
+            FAIL_IF(!kvp__key_eq(kvp__key_truncate(b->key, cache->key_bits), b->key));
+        }
     }
     FAIL_IF(n_used != pool->n_in_use || n_free + n_lru + n_used != pool->n_blocks);
     FAIL_IF(n_indexed != cache->index.n_items);
     FAIL_IF(!cache->index.head || HASH_COUNT(cache->index.head) != n_indexed + 1);
+    FAIL_IF(cache->index.head->hh.tbl->num_buckets != 1u << cache->index.log2_buckets);
 
     /* Invariant 3: reference counts are the requests' block tables. */
     const kvp__request *req, *tmp;
     HASH_ITER(hh, cache->requests, req, tmp)
     {
         FAIL_IF(req->n_committed > req->n_blocks || req->n_blocks > req->cap_blocks);
+        FAIL_IF(req->canon.id != KVP_NIL && req->canon.id >= pool->n_blocks);
+        FAIL_IF(!kvp__verifying(cache) && (req->ns != KVP_NIL || req->canon.id != KVP_NIL));
         for (uint32_t i = 0; i < req->n_blocks; i++) {
             FAIL_IF(req->blocks[i] >= pool->n_blocks);
             refs[req->blocks[i]]++;
@@ -109,7 +119,13 @@ int kvp__cache_check(const kvp_cache *cache)
         }
         for (uint32_t id = 0; id < pool->n_blocks; id++) {
             const kvp__vmeta *m = &v->meta[id];
-            if (!pool->blocks[id].indexed || m->ns == KVP_NIL)
+            if (!pool->blocks[id].indexed) {
+                FAIL_IF(m->ns != KVP_NIL);
+                continue;
+            }
+            FAIL_IF(m->parent != KVP_NIL && m->parent >= pool->n_blocks);
+            FAIL_IF((m->parent == KVP_NIL) == (m->ns == KVP_NIL)); /* exactly one of them */
+            if (m->ns == KVP_NIL)
                 continue;
             FAIL_IF(m->ns >= v->n_slots || !v->slots[m->ns] || m->parent != KVP_NIL);
             ns_refs[m->ns]++;

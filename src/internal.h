@@ -37,6 +37,19 @@
 
 #define KVP_NIL UINT32_MAX /* "no block" in 32-bit links */
 
+/* Cache hints and attributes of GCC and Clang; plain C elsewhere (slower, same results). */
+#if defined(__GNUC__)
+#define KVP__PREFETCH(addr)   __builtin_prefetch((addr))
+#define KVP__PREFETCH_W(addr) __builtin_prefetch((addr), 1)
+#define KVP__FLATTEN          __attribute__((flatten))
+#define KVP__ALWAYS_INLINE    inline __attribute__((always_inline))
+#else
+#define KVP__PREFETCH(addr)   ((void)(addr))
+#define KVP__PREFETCH_W(addr) ((void)(addr))
+#define KVP__FLATTEN
+#define KVP__ALWAYS_INLINE inline
+#endif
+
 /* uthash's hash for the small tables: 64-bit words mixed with the splitmix64 finalizer
  * (request ids are often sequential, so the bits must be spread). Cannot fail. */
 static inline unsigned kvp__uthash_fn(const void *key, size_t len)
@@ -97,7 +110,7 @@ typedef struct kvp__block {
     UT_hash_handle hh; /* index linkage; valid while indexed */
     kvp_key key;       /* the block's key; meaningful while indexed */
     uint32_t ref;      /* number of active requests pinning this block */
-    uint32_t prev;     /* LRU: more recently used neighbour's id... see pool.c */
+    uint32_t prev;     /* LRU: less recently used neighbour (toward lru_head); KVP_NIL */
     uint32_t next;     /* LRU or free-list successor; KVP_NIL at the end */
     uint32_t indexed;  /* 1 while the key is in the index, else 0 */
 } kvp__block;
@@ -139,15 +152,15 @@ static inline kvp__probe_view kvp__index_view(const kvp__index *idx)
 
 static inline void kvp__prefetch_bucket(kvp__probe_view v, kvp_key key)
 {
-    __builtin_prefetch(&v.buckets[(unsigned)key.lo & v.mask]);
+    KVP__PREFETCH(&v.buckets[(unsigned)key.lo & v.mask]);
 }
 
 static inline void kvp__prefetch_entry(kvp__probe_view v, kvp_key key)
 {
     const UT_hash_handle *hh = v.buckets[(unsigned)key.lo & v.mask].hh_head;
     if (hh) {
-        __builtin_prefetch((const char *)hh + offsetof(UT_hash_handle, hashv));
-        __builtin_prefetch((const char *)hh + sizeof(UT_hash_handle) + sizeof(kvp_key) - 1);
+        KVP__PREFETCH((const char *)hh + offsetof(UT_hash_handle, hashv));
+        KVP__PREFETCH((const char *)hh + sizeof(UT_hash_handle) + sizeof(kvp_key) - 1);
     }
 }
 
@@ -164,18 +177,19 @@ typedef struct kvp__pool {
 
 /* ---------------------------------------------------------------- verify (verify.c) */
 
-/* Per-block provenance kept in collision-proof mode. */
+/* Per-block provenance kept in collision-proof mode. Generations are 64-bit serials drawn
+ * from one counter per cache, so a (block, generation) pair is never reused. */
 typedef struct kvp__vmeta {
-    uint32_t gen;        /* bumped each time the block is indexed with new content */
+    uint64_t gen;        /* serial of the store that indexed the block's current content */
+    uint64_t parent_gen; /* the parent's gen when this block was stored */
     uint32_t parent;     /* id of the indexed parent block, KVP_NIL for a first block */
-    uint32_t parent_gen; /* the parent's gen when this block was stored */
     uint32_t ns;         /* first blocks: interned namespace id; KVP_NIL otherwise */
 } kvp__vmeta;
 
 /* A reference to one indexed instance of a block: its id and its generation then. */
 typedef struct kvp__vref {
     uint32_t id;  /* block id, KVP_NIL for none */
-    uint32_t gen; /* meta[id].gen when the reference was taken */
+    uint64_t gen; /* meta[id].gen when the reference was taken */
 } kvp__vref;
 
 #define KVP__VREF_NONE ((kvp__vref){KVP_NIL, 0})
@@ -190,6 +204,7 @@ typedef struct kvp__verify {
     kvp__nsrec **slots;  /* interned namespaces by id; NULL slots are free */
     uint32_t n_slots;    /* capacity of slots */
     uint32_t free_slot;  /* lowest possibly free slot (search hint) */
+    uint64_t serial;     /* last generation handed out (2^64: never wraps in practice) */
 } kvp__verify;
 
 /* ---------------------------------------------------------------- requests (request.c) */

@@ -35,7 +35,7 @@
 
 #include "blockhash.h"
 
-static int field_valid(const kvp_field *f)
+static inline bool field_valid(const kvp_field *f)
 {
     return f->ptr != NULL || f->len == 0;
 }
@@ -57,7 +57,7 @@ static void hash_field(XXH3_state_t *state, unsigned char number, const kvp_fiel
         XXH3_128bits_update(state, head, 2);
         return;
     }
-    put_u64le(head + 2, (uint64_t)f->len);
+    kvp__put_u64le(head + 2, (uint64_t)f->len);
     XXH3_128bits_update(state, head, 10);
     if (f->len)
         XXH3_128bits_update(state, f->ptr, f->len);
@@ -75,15 +75,15 @@ static kvp_key ns_root(uint64_t seed, const kvp_namespace *ns)
     hash_field(&state, 2, &ns->adapter);
     hash_field(&state, 3, &ns->tenant);
     hash_field(&state, 4, &ns->salt);
-    return from_xxh(XXH3_128bits_digest(&state));
+    return kvp__from_xxh(XXH3_128bits_digest(&state));
 }
 
 static kvp_key external_key(uint64_t seed, kvp_key root, kvp_key id)
 {
     unsigned char buf[40] = {'K', 'V', 'P', 'E', 'X', 'T', '1', 0};
-    put_key(buf + 8, root);
-    put_key(buf + 24, id);
-    return from_xxh(XXH3_128bits_withSeed(buf, sizeof buf, seed));
+    kvp__put_key(buf + 8, root);
+    kvp__put_key(buf + 24, id);
+    return kvp__from_xxh(XXH3_128bits_withSeed(buf, sizeof buf, seed));
 }
 
 KVP_EXPORT void kvp_namespace_init(kvp_namespace *ns)
@@ -121,7 +121,7 @@ KVP_EXPORT int kvp_hash_blocks(uint64_t seed, kvp_key parent, const uint32_t *to
             /* The chain serializes the hashes; fetching tokens ahead keeps their loads off
              * its critical path (one line of 16 tokens per block). */
             if (i + 8 < n)
-                __builtin_prefetch(tokens + (i + 8) * 16);
+                KVP__PREFETCH(tokens + (i + 8) * 16);
             keys[i] = parent = kvp__hash_block16(seed, parent, tokens + i * 16);
         }
     } else {

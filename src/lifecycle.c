@@ -9,7 +9,7 @@
  * Every mutating entry point follows the same order: (1) validate arguments, (2) make every
  * allocation it could need (request record, block table, scratch arrays, interned
  * namespace), (3) check that the pool can supply the blocks, and only then (4) change the
- * cache. Steps 4 cannot fail (index adds never allocate, see index.c), so a call that
+ * cache. Step 4 cannot fail (index adds never allocate, see index.c), so a call that
  * returns an error has changed nothing.
  *
  * Matching walks the prompt block by block from the namespace root, hashing lazily and
@@ -35,8 +35,7 @@ enum { SRC_KEYS, SRC_IDS, SRC_TOKENS, SRC_TOKENS16 };
 
 /* Key i of src in the given mode; the mode is a constant in each specialised walk, so the
  * branches below fold away (and with 16-token blocks the hash input has a constant size). */
-static inline __attribute__((always_inline)) kvp_key src_key(const kvp_cache *cache, keysrc *src,
-                                                             size_t i, int mode)
+static KVP__ALWAYS_INLINE kvp_key src_key(const kvp_cache *cache, keysrc *src, size_t i, int mode)
 {
     if (mode == SRC_KEYS)
         return src->keys[i];
@@ -53,8 +52,8 @@ static inline __attribute__((always_inline)) kvp_key src_key(const kvp_cache *ca
 typedef struct walk {
     uint32_t n_cached; /* cached (and verified) blocks from the start */
     bool rejected;     /* the walk stopped at a block that failed verification */
-    kvp_key last_key;  /* key of block n_ids - 1, or the root */
-    uint32_t last_id;  /* block id of block n_ids - 1, or KVP_NIL */
+    kvp_key last_key;  /* key of block min(n_cached, cap) - 1, or the root */
+    uint32_t last_id;  /* that block's id, or KVP_NIL */
 } walk;
 
 #define MATCH_BATCH 32 /* keys hashed ahead of the probes, at most */
@@ -68,8 +67,8 @@ typedef struct walk {
  * overlap instead of queueing. Batches grow 1, 2, 4, ... up to MATCH_BATCH, so a prompt that
  * misses at block k hashes at most about 2k blocks (a full miss hashes one). This took a
  * cached 128k-token lookup in a 1M-block cache from 4.65 ms to under 1 ms (bench_core (b)). */
-static inline __attribute__((always_inline)) walk
-match_mode(kvp_cache *cache, keysrc *src, uint32_t n_full, uint32_t *ids, size_t cap, int mode)
+static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_t n_full,
+                                          uint32_t *ids, size_t cap, int mode)
 {
     walk w = {0, false, src->root, KVP_NIL};
     kvp__vref prev = KVP__VREF_NONE;
@@ -78,11 +77,11 @@ match_mode(kvp_cache *cache, keysrc *src, uint32_t n_full, uint32_t *ids, size_t
     const bool verifying = kvp__verifying(cache);
     const kvp__probe_view view = kvp__index_view(&cache->index);
     kvp_key keys[MATCH_BATCH];
-    for (uint32_t i = 0; i < n_full; i += batch, batch = batch < MATCH_BATCH ? batch * 2 : batch) {
-        uint32_t n = n_full - i < batch ? n_full - i : batch;
+    for (uint64_t i = 0; i < n_full; i += batch, batch = batch < MATCH_BATCH ? batch * 2 : batch) {
+        uint32_t n = n_full - i < batch ? (uint32_t)(n_full - i) : batch;
         for (uint32_t j = 0; j < n; j++) {
             if (mode >= SRC_TOKENS && i + j + 8 < n_full)
-                __builtin_prefetch(src->tokens + (size_t)(i + j + 8) * bs);
+                KVP__PREFETCH(src->tokens + (size_t)(i + j + 8) * bs);
             keys[j] = src_key(cache, src, i + j, mode);
             kvp__prefetch_bucket(view, keys[j]);
         }
@@ -203,6 +202,9 @@ KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns, const k
                               size_t n_ids, size_t n_tokens, uint32_t *block_ids, size_t cap,
                               kvp_match *out)
 {
+    static const kvp_key no_ids; /* lets ids be NULL when there are none */
+    if (!ids && n_ids == 0)
+        ids = &no_ids;
     uint32_t n_full;
     int rc = check_prompt(cache, ns, ids, n_tokens, &n_full);
     if (rc == KVP_OK)
@@ -342,6 +344,8 @@ KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const
 {
     if (!cache || !ids || !n)
         return KVP_EINVAL;
+    if (cache->in_callback)
+        return KVP_EBUSY;
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
         return KVP_ENOENT;
@@ -374,11 +378,12 @@ static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key pare
  * previous instance canon (none for i == 0, where namespace ns is compared instead). A
  * block that fails is a hash collision or a block whose recorded parent has been evicted
  * since; either way its key is handed over to the caller's block: it leaves the index
- * (KVP_REMOVED_REPLACED) and the caller stores its own block under the key. The failure
- * counts in n_verify_rejects unless the caller's own match already counted it (counted).
- * Cannot fail. */
+ * (KVP_REMOVED_REPLACED) and the caller stores its own block under the key - unless
+ * can_replace is false (kvp_access with no block to store: then nothing is removed). The
+ * failure counts in n_verify_rejects unless the caller's own match already counted it
+ * (counted). Cannot fail. */
 static bool accept_existing(kvp_cache *cache, uint32_t b, const uint32_t *tokens, kvp__vref canon,
-                            uint32_t ns, bool counted)
+                            uint32_t ns, bool counted, bool can_replace)
 {
     if (!kvp__verifying(cache))
         return true;
@@ -386,7 +391,8 @@ static bool accept_existing(kvp_cache *cache, uint32_t b, const uint32_t *tokens
         return true;
     if (!counted)
         cache->stats.n_verify_rejects++;
-    kvp__pool_unindex(cache, b, KVP_REMOVED_REPLACED);
+    if (can_replace)
+        kvp__pool_unindex(cache, b, KVP_REMOVED_REPLACED);
     return false;
 }
 
@@ -418,10 +424,10 @@ KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tok
         for (uint32_t j = 0; j < n; j++) {
             const uint32_t *blk_tokens = tokens + (size_t)(i0 + j) * bs;
             if (i0 + j + 8 < n_full)
-                __builtin_prefetch(blk_tokens + 8 * bs);
+                KVP__PREFETCH(blk_tokens + 8 * bs);
             keys[j] = parent = kvp__cache_block_key(cache, parent, blk_tokens);
             kvp__prefetch_bucket(view, keys[j]);
-            __builtin_prefetch(&cache->pool.blocks[req->blocks[i0 + j]], 1);
+            KVP__PREFETCH_W(&cache->pool.blocks[req->blocks[i0 + j]]);
         }
         for (uint32_t j = 0; j < n; j++)
             kvp__prefetch_entry(view, keys[j]);
@@ -430,7 +436,7 @@ KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tok
             const uint32_t *blk_tokens = tokens + (size_t)i * bs;
             kvp__block *b = kvp__index_find(&cache->index, keys[j]);
             if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), blk_tokens,
-                                     req->canon, req->ns, false)) {
+                                     req->canon, req->ns, false, true)) {
                 cache->stats.n_blocks_deduped++;
                 req->canon = kvp__vref_of(cache, (uint32_t)(b - cache->pool.blocks));
             } else {
@@ -514,7 +520,8 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
         } else {
             kvp__block *b = kvp__index_find(&cache->index, keys[i]);
             if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), blk_tokens, canon,
-                                     src->ns, i == w.n_cached && w.rejected)) {
+                                     src->ns, i == w.n_cached && w.rejected,
+                                     kvp__pool_available(&cache->pool) > 0 || b->ref == 0)) {
                 id = (uint32_t)(b - cache->pool.blocks);
                 kvp__pool_pin(cache, id);
             } else {
@@ -571,6 +578,9 @@ KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint3
 KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
                               size_t n_ids, size_t n_tokens, kvp_match *out)
 {
+    static const kvp_key no_ids; /* lets ids be NULL when there are none */
+    if (!ids && n_ids == 0)
+        ids = &no_ids;
     uint32_t n_full;
     int rc = check_prompt(cache, ns, ids, n_tokens, &n_full);
     if (rc == KVP_OK)

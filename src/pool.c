@@ -135,15 +135,15 @@ static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
 {
     const kvp__block *b = &cache->pool.blocks[id];
     const UT_hash_table *tbl = cache->index.head->hh.tbl;
-    __builtin_prefetch(&tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)], 1);
+    KVP__PREFETCH_W(&tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)]);
     if (b->hh.prev)
-        __builtin_prefetch((const char *)b->hh.prev + tbl->hho, 1);
+        KVP__PREFETCH_W((const char *)b->hh.prev + tbl->hho);
     if (b->hh.next)
-        __builtin_prefetch((const char *)b->hh.next + tbl->hho, 1);
+        KVP__PREFETCH_W((const char *)b->hh.next + tbl->hho);
     if (b->hh.hh_prev)
-        __builtin_prefetch(b->hh.hh_prev, 1);
+        KVP__PREFETCH_W(b->hh.hh_prev);
     if (b->hh.hh_next)
-        __builtin_prefetch(b->hh.hh_next, 1);
+        KVP__PREFETCH_W(b->hh.hh_next);
 }
 
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
@@ -160,7 +160,7 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
                 prefetch_eviction(cache, next);
                 uint32_t after = pool->blocks[next].next;
                 if (after != KVP_NIL)
-                    __builtin_prefetch(&pool->blocks[after], 1);
+                    KVP__PREFETCH_W(&pool->blocks[after]);
             }
         }
         ids[i] = kvp__pool_take(cache);

@@ -3,9 +3,9 @@
  *
  * A kvp__request owns its block table (an array of block ids, grown by doubling) and the
  * chain state needed to commit later blocks without hashing earlier ones again: the key of
- * its last committed block. Requests live in a uthash table with uthash's own hashing (ids
- * are caller-chosen and may be sequential), allocating through the cache's hooks in
- * non-fatal OOM mode: a failed insert leaves the table as it was.
+ * its last committed block. Requests live in a uthash table hashed with kvp__uthash_fn
+ * (ids are caller-chosen and often sequential, so their bits are mixed), allocating through
+ * the cache's hooks in non-fatal OOM mode: a failed insert leaves the table as it was.
  *
  * Invariant: every block id in blocks[0 .. n_blocks) is pinned (ref counts one per
  * appearance across all requests); n_committed <= n_blocks.
@@ -19,6 +19,7 @@
 #define uthash_malloc(sz)    kvp__mem_alloc(&cache->mem, (sz))
 #define uthash_free(ptr, sz) kvp__mem_free(&cache->mem, (ptr), (sz))
 
+/* The active request with this id, or NULL. Cannot fail. */
 kvp__request *kvp__request_find(const kvp_cache *cache, uint64_t id)
 {
     kvp__request *req;
@@ -75,7 +76,8 @@ int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_block
     return KVP_OK;
 }
 
-/* Remove req from the table and free it. Its blocks must already be unpinned. */
+/* Remove req from the table and free it. The caller has unpinned its blocks, or is
+ * destroying the whole cache. Cannot fail. */
 void kvp__request_delete(kvp_cache *cache, kvp__request *req)
 {
     HASH_DELETE(hh, cache->requests, req);

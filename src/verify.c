@@ -6,7 +6,8 @@
  *
  *   tokens[b * block_size ...]  the block's own tokens, compared on every hit;
  *   meta[b].parent, parent_gen  the indexed block it was chained to when stored, and that
- *                               block's generation then (a recycled parent has a new gen);
+ *                               block's generation then (every store draws a new 64-bit
+ *                               serial, so a recycled parent never matches again);
  *   meta[b].ns                  for a first block: its interned namespace, compared by id.
  *
  * A hit on block i is accepted only if its tokens equal the query's, and either i == 0 and
@@ -277,7 +278,7 @@ void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, kv
     kvp__vmeta *m = &v->meta[id];
     size_t bs = cache->cfg.block_size;
     memcpy(v->tokens + (size_t)id * bs, tokens, bs * sizeof(uint32_t));
-    m->gen++;
+    m->gen = ++v->serial;
     m->parent = parent.id;
     m->parent_gen = parent.gen;
     m->ns = parent.id == KVP_NIL ? ns : KVP_NIL;

@@ -275,6 +275,15 @@ static long take_block(rm_model *m, const bool *skip)
     return victim;
 }
 
+/* Could take_block(m, skip) supply a block right now? */
+static bool can_take(const rm_model *m, const bool *skip)
+{
+    for (uint32_t b = 0; b < m->n_blocks; b++)
+        if ((is_free(&m->blocks[b]) || is_cached(&m->blocks[b])) && !(skip && skip[b]))
+            return true;
+    return false;
+}
+
 static rm_request *find_request(rm_model *m, uint64_t req_id)
 {
     for (size_t r = 0; r < RM_MAX_REQUESTS; r++)
@@ -499,7 +508,14 @@ int rm_access(rm_model *m, const kvp_namespace *ns, const uint32_t *tokens, size
         size_t n_prefix = (i + 1) * m->block_size;
         long b = i < mt.n_blocks_cached ? hit[i] : find_block(m, nsn, tokens, n_prefix);
         if (b >= 0 && !verifies(m, b, i, prev_inst)) {
-            replace(m, b, i == mt.n_blocks_cached);
+            bool counted = i == mt.n_blocks_cached;
+            /* With nothing to store in its place, a pinned stale block keeps its key. */
+            if (!can_take(m, held) && (m->blocks[b].ref > 0 || held[b])) {
+                if (!counted)
+                    m->st.n_verify_rejects++;
+                break;
+            }
+            replace(m, b, counted);
             b = -1;
         }
         if (b < 0) {
