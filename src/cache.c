@@ -110,8 +110,7 @@ KVP_EXPORT int kvp_cache_reset(kvp_cache *cache)
         return KVP_EINVAL;
     if (cache->in_callback)
         return KVP_EBUSY;
-    while (cache->pool.lru_head != KVP_NIL)
-        kvp__pool_unindex(cache, cache->pool.lru_head, KVP_REMOVED_RESET);
+    kvp__pool_drop_cached(cache, KVP_REMOVED_RESET);
     if (cache->index.n_items == 0) {
         kvp_event ev = {0};
         ev.type = KVP_EVENT_CLEARED;

@@ -4,9 +4,9 @@
  * mode) the interned namespaces agree with each other.
  *
  * Invariants checked:
- *  1. Each block is free (ref 0, not indexed, on the free list), cached (ref 0, indexed, on
- *     the LRU list) or in use (ref > 0, on neither list); the lists are acyclic, their
- *     prev/next links agree, and n_free + n_lru + n_in_use == n_blocks.
+ *  1. Each block is free (ref 0, not indexed, on the free list), cached (ref 0, indexed,
+ *     with exactly one live entry in the LRU ring's window) or in use (ref > 0, in
+ *     neither); the free list is acyclic, and n_free + n_lru + n_in_use == n_blocks.
  *  2. The index holds exactly the indexed blocks plus its sentinel, each under its key.
  *  3. Every block's ref equals the number of times it appears in active requests' block
  *     tables; each request has n_committed <= n_blocks <= cap_blocks.
@@ -39,26 +39,41 @@ static uint32_t walk_free(const kvp__pool *pool)
     for (uint32_t id = pool->free_head; id != KVP_NIL; id = pool->blocks[id].next) {
         const kvp__block *b = &pool->blocks[id];
         if (id >= pool->n_blocks || n >= pool->n_blocks || b->ref || b->indexed ||
-            b->prev != KVP_NIL)
+            b->lru_slot != KVP_NIL)
             return UINT32_MAX;
         n++;
     }
     return n;
 }
 
+/* The LRU ring: returns the number of live entries, or UINT32_MAX when the window is out
+ * of shape, an entry names no block, or a cached block has no live entry in the window (or
+ * an uncached one claims a slot). */
 static uint32_t walk_lru(const kvp__pool *pool)
 {
-    uint32_t n = 0, prev = KVP_NIL;
-    for (uint32_t id = pool->lru_head; id != KVP_NIL; id = pool->blocks[id].next) {
-        if (id >= pool->n_blocks || n >= pool->n_blocks)
+    uint64_t head = pool->lru_head, tail = pool->lru_tail, cap = pool->lru_cap;
+    if (tail < head || tail - head > cap || cap < pool->n_blocks)
+        return UINT32_MAX;
+    uint32_t n = 0;
+    for (uint64_t p = head; p < tail; p++) {
+        uint32_t s = (uint32_t)(p % cap), id = pool->lru[s];
+        if (id >= pool->n_blocks)
             return UINT32_MAX;
         const kvp__block *b = &pool->blocks[id];
-        if (b->ref || !b->indexed || b->prev != prev)
-            return UINT32_MAX;
-        prev = id;
-        n++;
+        n += b->lru_slot == s && b->ref == 0 && b->indexed;
     }
-    return prev == pool->lru_tail ? n : UINT32_MAX;
+    for (uint32_t id = 0; id < pool->n_blocks; id++) {
+        const kvp__block *b = &pool->blocks[id];
+        if (b->ref != 0 || !b->indexed) {
+            if (b->lru_slot != KVP_NIL)
+                return UINT32_MAX;
+            continue;
+        }
+        uint64_t s = b->lru_slot, offset = (s + cap - head % cap) % cap;
+        if (s >= cap || pool->lru[s] != id || offset >= tail - head)
+            return UINT32_MAX;
+    }
+    return n;
 }
 
 int kvp__cache_check(const kvp_cache *cache)

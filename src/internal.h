@@ -110,8 +110,8 @@ typedef struct kvp__block {
     UT_hash_handle hh; /* index linkage; valid while indexed */
     kvp_key key;       /* the block's key; meaningful while indexed */
     uint32_t ref;      /* number of active requests pinning this block */
-    uint32_t prev;     /* LRU: less recently used neighbour (toward lru_head); KVP_NIL */
-    uint32_t next;     /* LRU or free-list successor; KVP_NIL at the end */
+    uint32_t lru_slot; /* cached: slot of its live entry in the LRU ring, else KVP_NIL */
+    uint32_t next;     /* free list: the next free block; KVP_NIL at the end */
     uint32_t indexed;  /* 1 while the key is in the index, else 0 */
 } kvp__block;
 
@@ -169,10 +169,12 @@ typedef struct kvp__pool {
     uint32_t n_blocks;  /* pool size */
     uint32_t free_head; /* first free block, KVP_NIL if none */
     uint32_t n_free;    /* blocks on the free list */
-    uint32_t lru_head;  /* least recently used cached block (evicted first) */
-    uint32_t lru_tail;  /* most recently used cached block */
-    uint32_t n_lru;     /* blocks on the LRU list */
+    uint32_t n_lru;     /* cached blocks: live entries in the LRU ring */
     uint32_t n_in_use;  /* blocks with ref > 0 */
+    uint32_t *lru;      /* the LRU ring: lru_cap block ids, live and stale (see pool.c) */
+    uint64_t lru_cap;   /* entries in the ring: 1.5 n_blocks + 16 */
+    uint64_t lru_head;  /* absolute position of the oldest entry (evicted first) */
+    uint64_t lru_tail;  /* absolute position after the newest entry; tail - head <= cap */
 } kvp__pool;
 
 /* ---------------------------------------------------------------- verify (verify.c) */
@@ -250,6 +252,7 @@ void kvp__pool_unpin(kvp_cache *cache, uint32_t id);
 uint32_t kvp__pool_take(kvp_cache *cache); /* KVP_NIL when no free or cached block */
 void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n);
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason);
+void kvp__pool_drop_cached(kvp_cache *cache, int reason);
 
 static inline uint32_t kvp__pool_available(const kvp__pool *pool)
 {

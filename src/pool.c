@@ -1,91 +1,141 @@
 /*
- * pool.c - the fixed pool of physical KV block ids, its free list and its LRU list.
+ * pool.c - the fixed pool of physical KV block ids, its free list and its LRU order.
  *
  *   free list:  free_head -> b -> b -> ... -> NIL        (singly linked through next)
- *   LRU list:   lru_head <-> ... <-> lru_tail            (doubly linked through prev/next)
+ *   LRU ring:   lru[head % cap] ... lru[(tail - 1) % cap] block ids in release order
  *               least recently used            most recently used
  *
- * A block whose last pin is released goes to the tail of the LRU list if it is indexed
- * (its KV can be reused) and to the front of the free list otherwise (a partial tail block,
- * a deduplicated copy). kvp__pool_take hands out free blocks first and only then evicts the
- * LRU head, so a cached prefix is never dropped while never-used space remains.
+ * A block whose last pin is released is appended to the LRU ring if it is indexed (its KV
+ * can be reused) and pushed on the free list otherwise (a partial tail block, a
+ * deduplicated copy). kvp__pool_take hands out free blocks first and only then evicts the
+ * least recently used cached block, so a cached prefix is never dropped while never-used
+ * space remains.
+ *
+ * The LRU order is a ring of ids with lazy deletion rather than a linked list: pinning a
+ * cached block only clears its lru_slot, leaving a stale entry behind; an entry is live iff
+ * its block is cached and its lru_slot names that entry's slot. Eviction pops entries from
+ * the head and skips stale ones. The reason is speed: walking a linked list through
+ * scattered blocks is a chain of dependent cache misses, one per eviction, while the ring is
+ * read sequentially and the victims further ahead can be prefetched in parallel
+ * (bench_core (c)). When the ring fills (cap = 1.5 n_blocks + 16 entries), it is compacted
+ * in place: at least a third of it is stale then, so compaction is amortized O(1).
  *
  * Requests release their blocks from the last to the first, so within one chain the tail
- * reaches the LRU list first and is evicted before its parents.
+ * enters the LRU order first and is evicted before its parents.
  *
- * Costs: pin, unpin, take and drop are O(1) and never allocate. Links are 32-bit ids, not
- * pointers, to keep kvp__block small (88 bytes with its uthash handle).
+ * Costs: pin, unpin, take and unindex are O(1) amortized and never allocate; the ring costs
+ * 6 bytes per block.
  */
+#include <string.h>
+
 #include "internal.h"
 
-static void lru_unlink(kvp__pool *pool, uint32_t id)
+static inline uint32_t ring_slot(const kvp__pool *pool, uint64_t pos)
 {
-    kvp__block *b = &pool->blocks[id];
-    if (b->prev != KVP_NIL)
-        pool->blocks[b->prev].next = b->next;
-    else
-        pool->lru_head = b->next;
-    if (b->next != KVP_NIL)
-        pool->blocks[b->next].prev = b->prev;
-    else
-        pool->lru_tail = b->prev;
-    b->prev = b->next = KVP_NIL;
+    return (uint32_t)(pos % pool->lru_cap);
+}
+
+/* Is the ring entry at slot s, naming block id, the block's live LRU entry? */
+static inline bool ring_live(const kvp__pool *pool, uint32_t id, uint32_t s)
+{
+    const kvp__block *b = &pool->blocks[id];
+    return b->lru_slot == s && b->ref == 0 && b->indexed;
+}
+
+/* Rewrite the ring's live entries contiguously from head, in order. Cannot fail. */
+static void ring_compact(kvp__pool *pool)
+{
+    uint64_t w = pool->lru_head;
+    for (uint64_t p = pool->lru_head; p < pool->lru_tail; p++) {
+        uint32_t s = ring_slot(pool, p), id = pool->lru[s];
+        if (!ring_live(pool, id, s))
+            continue;
+        uint32_t ws = ring_slot(pool, w++);
+        pool->lru[ws] = id;
+        pool->blocks[id].lru_slot = ws;
+    }
+    pool->lru_tail = w;
+}
+
+/* Cached block id leaves the LRU order (pinned or uncached): its entry becomes stale. */
+static void lru_remove(kvp__pool *pool, uint32_t id)
+{
+    pool->blocks[id].lru_slot = KVP_NIL;
     pool->n_lru--;
 }
 
+/* Make indexed, unpinned block id the most recently used. */
 static void lru_push_tail(kvp__pool *pool, uint32_t id)
 {
-    kvp__block *b = &pool->blocks[id];
-    b->next = KVP_NIL;
-    b->prev = pool->lru_tail;
-    if (pool->lru_tail != KVP_NIL)
-        pool->blocks[pool->lru_tail].next = id;
-    else
-        pool->lru_head = id;
-    pool->lru_tail = id;
+    if (pool->lru_tail - pool->lru_head == pool->lru_cap)
+        ring_compact(pool);
+    uint32_t s = ring_slot(pool, pool->lru_tail++);
+    pool->lru[s] = id;
+    pool->blocks[id].lru_slot = s;
     pool->n_lru++;
+}
+
+/* The least recently used cached block, removed from the LRU order, or KVP_NIL. */
+static uint32_t lru_pop_head(kvp__pool *pool)
+{
+    while (pool->lru_head < pool->lru_tail) {
+        uint32_t s = ring_slot(pool, pool->lru_head++), id = pool->lru[s];
+        if (ring_live(pool, id, s)) {
+            lru_remove(pool, id);
+            return id;
+        }
+    }
+    return KVP_NIL;
 }
 
 static void free_push(kvp__pool *pool, uint32_t id)
 {
     kvp__block *b = &pool->blocks[id];
-    b->prev = KVP_NIL;
+    b->lru_slot = KVP_NIL;
     b->next = pool->free_head;
     pool->free_head = id;
     pool->n_free++;
 }
 
-/* Allocate the blocks, all free, ids ascending on the free list. KVP_OK or KVP_ENOMEM. */
+/* Allocate the blocks, all free, ids ascending on the free list, and the LRU ring.
+ * KVP_OK or KVP_ENOMEM (nothing kept). */
 int kvp__pool_init(kvp_cache *cache)
 {
     kvp__pool *pool = &cache->pool;
     uint32_t n = cache->cfg.n_blocks;
+    memset(pool, 0, sizeof *pool);
+    pool->lru_cap = (uint64_t)n + n / 2 + 16;
     pool->blocks = kvp__mem_calloc(&cache->mem, n, sizeof(kvp__block));
-    if (!pool->blocks)
+    pool->lru = kvp__mem_alloc(&cache->mem, pool->lru_cap * sizeof(uint32_t));
+    if (!pool->blocks || !pool->lru) {
+        kvp__pool_free(cache);
         return KVP_ENOMEM;
+    }
     pool->n_blocks = n;
-    pool->free_head = pool->lru_head = pool->lru_tail = KVP_NIL;
-    pool->n_free = pool->n_lru = pool->n_in_use = 0;
+    pool->free_head = KVP_NIL;
     for (uint32_t i = n; i-- > 0;)
         free_push(pool, i);
     return KVP_OK;
 }
 
+/* Free the block array and the ring (either may be NULL). Cannot fail. */
 void kvp__pool_free(kvp_cache *cache)
 {
-    kvp__mem_free(&cache->mem, cache->pool.blocks,
-                  (size_t)cache->pool.n_blocks * sizeof(kvp__block));
-    cache->pool.blocks = NULL;
+    kvp__pool *pool = &cache->pool;
+    kvp__mem_free(&cache->mem, pool->blocks, (size_t)cache->cfg.n_blocks * sizeof(kvp__block));
+    kvp__mem_free(&cache->mem, pool->lru, pool->lru_cap * sizeof(uint32_t));
+    pool->blocks = NULL;
+    pool->lru = NULL;
 }
 
-/* Add a pin to block id. A cached block leaves the LRU list. Only indexed or already pinned
- * blocks may be pinned (free blocks are handed out by kvp__pool_take). Cannot fail. */
+/* Add a pin to block id. A cached block leaves the LRU order. Only indexed or already
+ * pinned blocks may be pinned (free blocks are handed out by kvp__pool_take). Cannot fail. */
 void kvp__pool_pin(kvp_cache *cache, uint32_t id)
 {
     kvp__pool *pool = &cache->pool;
     kvp__block *b = &pool->blocks[id];
     if (b->ref++ == 0) {
-        lru_unlink(pool, id);
+        lru_remove(pool, id);
         pool->n_in_use++;
     }
 }
@@ -124,13 +174,13 @@ static void unindex(kvp_cache *cache, uint32_t id, int reason)
  * unlinked and unpinned (the caller pins it or puts it on the free list). Cannot fail. */
 static void uncache(kvp_cache *cache, uint32_t id, int reason)
 {
-    lru_unlink(&cache->pool, id);
+    lru_remove(&cache->pool, id);
     unindex(cache, id, reason);
 }
 
 /* Prefetch what evicting cached block id will touch: its bucket, its neighbours in the
  * bucket chain and in uthash's insertion-order list (HASH_DELETE rewrites their links).
- * Reads block id itself, which should have been prefetched one step earlier. */
+ * Reads block id itself, which should have been prefetched a few evictions earlier. */
 static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
 {
     const kvp__block *b = &cache->pool.blocks[id];
@@ -146,21 +196,24 @@ static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
         KVP__PREFETCH_W(b->hh.hh_next);
 }
 
+#define EVICT_AHEAD 8 /* ring entries ahead of the head whose blocks are prefetched */
+
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
- * kvp__pool_available >= n). Evictions walk the LRU list, a chain of cache misses, and each
- * touches five more scattered lines; this keeps two victims ahead in flight: the block two
- * steps ahead is prefetched, and the next one's dependents. Cannot fail. */
+ * kvp__pool_available >= n). While evicting, the blocks EVICT_AHEAD entries ahead in the
+ * ring are prefetched, and the dependents of those half as far ahead (by then their block
+ * has arrived), so the misses of several evictions overlap. Cannot fail. */
 void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
     for (uint32_t i = 0; i < n; i++) {
-        if (pool->free_head == KVP_NIL && pool->lru_head != KVP_NIL) {
-            uint32_t next = pool->blocks[pool->lru_head].next;
-            if (next != KVP_NIL) {
-                prefetch_eviction(cache, next);
-                uint32_t after = pool->blocks[next].next;
-                if (after != KVP_NIL)
-                    KVP__PREFETCH_W(&pool->blocks[after]);
+        if (pool->free_head == KVP_NIL) {
+            uint64_t far = pool->lru_head + EVICT_AHEAD, near = pool->lru_head + EVICT_AHEAD / 2;
+            if (far < pool->lru_tail)
+                KVP__PREFETCH_W(&pool->blocks[pool->lru[ring_slot(pool, far)]]);
+            if (near < pool->lru_tail) {
+                uint32_t s = ring_slot(pool, near), id = pool->lru[s];
+                if (ring_live(pool, id, s))
+                    prefetch_eviction(cache, id);
             }
         }
         ids[i] = kvp__pool_take(cache);
@@ -168,8 +221,9 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
 }
 
 /* Hand out one block, pinned once (ref == 1) and not indexed: the free-list head if any,
- * else the LRU head, evicted (n_evictions++, KVP_EVENT_REMOVED/EVICTED). Returns KVP_NIL
- * when neither exists; the caller checks kvp__pool_available first. */
+ * else the least recently used cached block, evicted (n_evictions++, KVP_EVENT_REMOVED with
+ * KVP_REMOVED_EVICTED). Returns KVP_NIL when neither exists; the caller checks
+ * kvp__pool_available first. */
 uint32_t kvp__pool_take(kvp_cache *cache)
 {
     kvp__pool *pool = &cache->pool;
@@ -179,11 +233,14 @@ uint32_t kvp__pool_take(kvp_cache *cache)
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
     } else {
-        id = pool->lru_head;
+        id = lru_pop_head(pool);
         if (id == KVP_NIL)
             return KVP_NIL;
-        uncache(cache, id, KVP_REMOVED_EVICTED);
         cache->stats.n_evictions++;
+        pool->blocks[id].ref = 1;
+        pool->n_in_use++;
+        unindex(cache, id, KVP_REMOVED_EVICTED);
+        return id;
     }
     pool->blocks[id].ref = 1;
     pool->n_in_use++;
@@ -202,4 +259,15 @@ void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason)
         return;
     }
     unindex(cache, id, reason);
+}
+
+/* Drop every cached, unpinned block, least recently used first: each leaves the index
+ * (KVP_EVENT_REMOVED with reason) and returns to the free list. Cannot fail. */
+void kvp__pool_drop_cached(kvp_cache *cache, int reason)
+{
+    uint32_t id;
+    while ((id = lru_pop_head(&cache->pool)) != KVP_NIL) {
+        unindex(cache, id, reason);
+        free_push(&cache->pool, id);
+    }
 }
