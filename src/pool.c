@@ -196,7 +196,7 @@ static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
         KVP__PREFETCH_W(b->hh.hh_next);
 }
 
-#define EVICT_AHEAD 8 /* ring entries ahead of the head whose blocks are prefetched */
+#define EVICT_AHEAD 16 /* ring entries ahead of the head whose blocks are prefetched */
 
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
  * kvp__pool_available >= n). While evicting, the blocks EVICT_AHEAD entries ahead in the
