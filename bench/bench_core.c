@@ -906,8 +906,8 @@ static void print_summary(const results *r)
            "b_miss_us=%.4f b_floor_us=%.2f c_rps=%.0f "
            "c_rps_lookup=%.0f c_hit=%.4f d_bpb=%.2f d_bpb_verify=%.2f\n",
            r->a_ratio, r->a_ours_ns_tok, r->a_raw_ns_tok, r->b_long_us, r->b_long_hot_us,
-           r->a_hot_ratio, r->b_short_us, r->b_miss_us,
-           r->b_floor_us, r->c_rps, r->c_rps_lookup, r->c_hit, r->d_bpb, r->d_bpb_verify);
+           r->a_hot_ratio, r->b_short_us, r->b_miss_us, r->b_floor_us, r->c_rps, r->c_rps_lookup,
+           r->c_hit, r->d_bpb, r->d_bpb_verify);
 }
 
 /* ---------------------------------------------------------------------------------- */
