@@ -9,7 +9,13 @@
 #ifndef KVP_CLI_H
 #define KVP_CLI_H
 
+#include <stddef.h>
+
 int kvp_cli_demo(int argc, char **argv);
 int kvp_cli_plan(int argc, char **argv);
+
+/* Format an error message into err[0 .. size) (errbuf.c). */
+void kvp_cli_errf(char *err, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif /* KVP_CLI_H */

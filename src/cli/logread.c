@@ -20,6 +20,7 @@
  * largest line's needs (each element takes at least two bytes of JSON text, so they never
  * exceed the line).
  */
+#include "cli.h"
 #include "logread.h"
 
 #include <errno.h>
@@ -64,24 +65,11 @@ void kvp_log_options_init(kvp_log_options *opt)
     opt->hash_block_size = 512;
 }
 
-static void fmt_err(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void fmt_err(char *err, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || size == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-}
-
 int kvp_log_open(const char *path, const kvp_log_options *opt, kvp_log_reader **out, char *err,
                  size_t err_size)
 {
     if (path == NULL || out == NULL) {
-        fmt_err(err, err_size, "no input file given");
+        kvp_cli_errf(err, err_size, "no input file given");
         return KVP_LOG_EIO;
     }
     bool is_stdin = strcmp(path, "-") == 0;
@@ -89,7 +77,7 @@ int kvp_log_open(const char *path, const kvp_log_options *opt, kvp_log_reader **
     kvp_log_reader *r = calloc(1, sizeof *r);
     if (r == NULL || (r->name = strdup(name)) == NULL) {
         free(r);
-        fmt_err(err, err_size, "%s: out of memory", name);
+        kvp_cli_errf(err, err_size, "%s: out of memory", name);
         return KVP_LOG_ENOMEM;
     }
     if (opt != NULL)
@@ -101,14 +89,14 @@ int kvp_log_open(const char *path, const kvp_log_options *opt, kvp_log_reader **
 
     int fd = is_stdin ? dup(STDIN_FILENO) : open(path, O_RDONLY);
     if (fd < 0) {
-        fmt_err(err, err_size, "%s: cannot open: %s", name, strerror(errno));
+        kvp_cli_errf(err, err_size, "%s: cannot open: %s", name, strerror(errno));
         kvp_log_close(r);
         return KVP_LOG_EIO;
     }
     r->gz = gzdopen(fd, "rb");
     if (r->gz == NULL) {
         close(fd);
-        fmt_err(err, err_size, "%s: cannot read (out of memory)", name);
+        kvp_cli_errf(err, err_size, "%s: cannot read (out of memory)", name);
         kvp_log_close(r);
         return KVP_LOG_ENOMEM;
     }

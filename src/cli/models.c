@@ -21,6 +21,7 @@
  * Mistral-7B v0.1 has a 4096-token sliding window, which a KV-cache-aware engine can use
  * to bound the cache; the planner does not model it and counts every token.
  */
+#include "cli.h"
 #include "models.h"
 
 #include <jansson.h>
@@ -89,19 +90,6 @@ const kvp_model_preset *kvp_model_find(const char *name)
     return NULL;
 }
 
-static void set_err(char *err, size_t err_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_size, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || err_size == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
-
 /* Read a positive integer field no larger than 2^31. Returns 1 if present and valid, 0 if
  * absent or null, -1 on error (message set). */
 static int get_count(const json_t *obj, const char *key, uint32_t *out, const char *path, char *err,
@@ -111,13 +99,13 @@ static int get_count(const json_t *obj, const char *key, uint32_t *out, const ch
     if (v == NULL || json_is_null(v))
         return 0;
     if (!json_is_integer(v)) {
-        set_err(err, err_size, "%s: %s must be an integer", path, key);
+        kvp_cli_errf(err, err_size, "%s: %s must be an integer", path, key);
         return -1;
     }
     json_int_t i = json_integer_value(v);
     if (i <= 0 || i > (json_int_t)1 << 31) {
-        set_err(err, err_size, "%s: %s must be between 1 and 2147483648, not %lld", path, key,
-                (long long)i);
+        kvp_cli_errf(err, err_size, "%s: %s must be between 1 and 2147483648, not %lld", path, key,
+                     (long long)i);
         return -1;
     }
     *out = (uint32_t)i;
@@ -128,23 +116,23 @@ int kvp_model_from_config(const char *path, kvp_model_shape *out, char *err, siz
 {
     json_error_t jerr;
     if (path == NULL || out == NULL) {
-        set_err(err, err_size, "no config path");
+        kvp_cli_errf(err, err_size, "no config path");
         return KVP_PLAN_EINVAL;
     }
     /* A config.json is small; refuse anything that is not a JSON object. */
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
         if (jerr.line > 0)
-            set_err(err, err_size, "%s:%d: invalid JSON: %s", path, jerr.line, jerr.text);
+            kvp_cli_errf(err, err_size, "%s:%d: invalid JSON: %s", path, jerr.line, jerr.text);
         else
-            set_err(err, err_size, "%s: %s", path, jerr.text);
+            kvp_cli_errf(err, err_size, "%s: %s", path, jerr.text);
         return KVP_PLAN_EINVAL;
     }
     int rc = KVP_PLAN_EINVAL;
     kvp_model_shape m = *out;
     const json_t *cfg = root;
     if (!json_is_object(root)) {
-        set_err(err, err_size, "%s: the top level must be a JSON object", path);
+        kvp_cli_errf(err, err_size, "%s: the top level must be a JSON object", path);
         goto done;
     }
     if (json_object_get(root, "num_hidden_layers") == NULL &&
@@ -155,12 +143,12 @@ int kvp_model_from_config(const char *path, kvp_model_shape *out, char *err, siz
     int r;
     if ((r = get_count(cfg, "num_hidden_layers", &m.n_layers, path, err, err_size)) <= 0) {
         if (r == 0)
-            set_err(err, err_size, "%s: num_hidden_layers is missing", path);
+            kvp_cli_errf(err, err_size, "%s: num_hidden_layers is missing", path);
         goto done;
     }
     if ((r = get_count(cfg, "num_attention_heads", &m.n_heads, path, err, err_size)) <= 0) {
         if (r == 0)
-            set_err(err, err_size, "%s: num_attention_heads is missing", path);
+            kvp_cli_errf(err, err_size, "%s: num_attention_heads is missing", path);
         goto done;
     }
     r = get_count(cfg, "num_key_value_heads", &m.n_kv_heads, path, err, err_size);
@@ -176,12 +164,13 @@ int kvp_model_from_config(const char *path, kvp_model_shape *out, char *err, siz
         if (r < 0)
             goto done;
         if (r == 0) {
-            set_err(err, err_size, "%s: neither head_dim nor hidden_size is given", path);
+            kvp_cli_errf(err, err_size, "%s: neither head_dim nor hidden_size is given", path);
             goto done;
         }
         if (hidden % m.n_heads != 0) {
-            set_err(err, err_size, "%s: hidden_size %u is not a multiple of num_attention_heads %u",
-                    path, hidden, m.n_heads);
+            kvp_cli_errf(err, err_size,
+                         "%s: hidden_size %u is not a multiple of num_attention_heads %u", path,
+                         hidden, m.n_heads);
             goto done;
         }
         m.head_dim = hidden / m.n_heads;
@@ -192,8 +181,8 @@ int kvp_model_from_config(const char *path, kvp_model_shape *out, char *err, siz
     if (dt != NULL && !json_is_null(dt)) {
         kvp_plan_dtype d;
         if (!json_is_string(dt) || kvp_plan_dtype_parse(json_string_value(dt), &d) != 0) {
-            set_err(err, err_size, "%s: torch_dtype must be one of float32, float16, bfloat16",
-                    path);
+            kvp_cli_errf(err, err_size, "%s: torch_dtype must be one of float32, float16, bfloat16",
+                         path);
             goto done;
         }
         m.kv_dtype = d;
@@ -201,8 +190,8 @@ int kvp_model_from_config(const char *path, kvp_model_shape *out, char *err, siz
     }
     const char *what = NULL;
     if (kvp_model_shape_check(&m, &what) != KVP_PLAN_OK) {
-        set_err(err, err_size, "%s: %s (num_attention_heads %u, num_key_value_heads %u)", path,
-                what, m.n_heads, m.n_kv_heads);
+        kvp_cli_errf(err, err_size, "%s: %s (num_attention_heads %u, num_key_value_heads %u)", path,
+                     what, m.n_heads, m.n_kv_heads);
         goto done;
     }
     *out = m;
