@@ -1,6 +1,6 @@
 /*
- * refmodel.c - the naive reference model of the kvprefix cache and the shared test helpers
- * (see refmodel.h for the model's data layout and why it never hashes).
+ * refmodel.c - the naive reference model of the kvprefix cache (see refmodel.h for the
+ * model's data layout and why it never hashes; the shared test helpers are in testutil.c).
  *
  * Model invariants (kept by construction, no checker needed for code this small):
  *   - a block is free (ref 0, not indexed), cached (ref 0, indexed, in LRU order by stamp)
@@ -17,8 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <criterion/criterion.h>
 
 #define RM_MAX_REQUESTS 256
 
@@ -583,121 +581,4 @@ bool rm_request_active(const rm_model *m, uint64_t req_id)
 uint64_t rm_n_replaced(const rm_model *m)
 {
     return m->n_replaced;
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* Shared test helpers                                                                      */
-/* ---------------------------------------------------------------------------------------- */
-
-/* Each allocation carries a header with its size and a magic word, so that th_free can
- * check the size the cache passes back and catch frees of foreign pointers. */
-#define TH_MAGIC UINT64_C(0x6b7670616c6c6f63)
-typedef struct th_hdr {
-    uint64_t magic;
-    uint64_t size;
-} th_hdr;
-
-void th_alloc_init(th_alloc *a)
-{
-    memset(a, 0, sizeof(*a));
-    a->fail_at = -1;
-}
-
-void th_alloc_arm(th_alloc *a, int64_t fail_at)
-{
-    a->n_calls = 0;
-    a->fail_at = fail_at;
-}
-
-static void *th_alloc_fn(void *ud, size_t size)
-{
-    th_alloc *a = ud;
-    uint64_t call = a->n_calls++;
-    if (a->fail_at == TH_FAIL_ALL || (a->fail_at >= 0 && call == (uint64_t)a->fail_at)) {
-        a->n_failed++;
-        return NULL;
-    }
-    th_hdr *h = malloc(sizeof(th_hdr) + size);
-    if (!h)
-        return NULL;
-    h->magic = TH_MAGIC;
-    h->size = size;
-    a->live_bytes += (int64_t)size;
-    a->n_live++;
-    return h + 1;
-}
-
-static void th_free_fn(void *ud, void *ptr, size_t size)
-{
-    th_alloc *a = ud;
-    if (!ptr)
-        return;
-    th_hdr *h = (th_hdr *)ptr - 1;
-    if (h->magic != TH_MAGIC || h->size != size) {
-        a->n_bad_frees++;
-        return; /* leak rather than corrupt: the test will report it */
-    }
-    h->magic = 0;
-    a->live_bytes -= (int64_t)size;
-    a->n_live--;
-    free(h);
-}
-
-kvp_allocator th_alloc_hooks(th_alloc *a)
-{
-    kvp_allocator al = {th_alloc_fn, th_free_fn, a};
-    return al;
-}
-
-void th_events_fn(void *ud, const kvp_event *ev)
-{
-    th_events *e = ud;
-    if (e->n < TH_MAX_EVENTS)
-        e->ev[e->n] = *ev;
-    e->n++;
-}
-
-size_t th_events_count(const th_events *e, int type, int reason)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < e->n && i < TH_MAX_EVENTS; i++)
-        if (e->ev[i].type == type && (reason < 0 || e->ev[i].reason == reason))
-            n++;
-    return n;
-}
-
-void th_ns(kvp_namespace *ns, const char *model, const char *adapter, const char *tenant,
-           const char *salt)
-{
-    kvp_namespace_init(ns);
-    ns->model = kvp_field_str(model);
-    ns->adapter = kvp_field_str(adapter);
-    ns->tenant = kvp_field_str(tenant);
-    ns->salt = kvp_field_str(salt);
-}
-
-kvp_cache *th_cache(uint32_t n_blocks, uint32_t block_size, bool verify, kvp_event_fn on_event,
-                    void *ud)
-{
-    kvp_config cfg;
-    kvp_config_init(&cfg);
-    cfg.n_blocks = n_blocks;
-    cfg.block_size = block_size;
-    cfg.verify_tokens = verify;
-    cfg.on_event = on_event;
-    cfg.event_ud = ud;
-    kvp_cache *c = NULL;
-    int rc = kvp_cache_new(&cfg, &c);
-    cr_assert_eq(rc, KVP_OK, "kvp_cache_new(n_blocks=%u, block_size=%u): %s", n_blocks, block_size,
-                 kvp_strerror(rc));
-    cr_assert_not_null(c, "kvp_cache_new returned KVP_OK but no cache");
-    return c;
-}
-
-uint64_t th_rand(uint64_t *state)
-{
-    uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
 }

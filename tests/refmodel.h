@@ -1,6 +1,6 @@
 /*
- * refmodel.h - a naive reference model of the kvprefix cache, plus small helpers the tests
- * share (a counting allocator with failure injection, an event recorder).
+ * refmodel.h - a naive reference model of the kvprefix cache (the helpers the tests share
+ * are in testutil.h).
  *
  * The model (rm_*) implements the contracts of include/kvprefix.h in the most direct way:
  *
@@ -79,49 +79,5 @@ uint64_t rm_n_replaced(const rm_model *m);
 
 /* True when two namespaces are equal field by field (presence and bytes). */
 bool rm_namespace_equal(const kvp_namespace *a, const kvp_namespace *b);
-
-/* ---------------------------------------------------------------------------------------- */
-/* Shared test helpers                                                                      */
-/* ---------------------------------------------------------------------------------------- */
-
-/* A kvp_allocator that counts calls and live bytes, checks that free() receives the size
- * given to alloc(), and can be told to fail one chosen call. */
-typedef struct th_alloc {
-    uint64_t n_calls;     /* alloc calls since the last th_alloc_arm */
-    int64_t fail_at;      /* fail the alloc call with this index (0-based); -1: never;
-                             TH_FAIL_ALL: every call */
-    uint64_t n_failed;    /* alloc calls that were failed on purpose */
-    int64_t live_bytes;   /* bytes allocated and not yet freed */
-    uint64_t n_live;      /* allocations not yet freed */
-    uint64_t n_bad_frees; /* frees whose size did not match, or of unknown pointers */
-} th_alloc;
-
-#define TH_FAIL_ALL INT64_C(-2)
-
-void th_alloc_init(th_alloc *a);
-/* Count calls from now; fail the call with index fail_at (-1: none). */
-void th_alloc_arm(th_alloc *a, int64_t fail_at);
-kvp_allocator th_alloc_hooks(th_alloc *a);
-
-/* Records every event of a cache (up to TH_MAX_EVENTS). */
-#define TH_MAX_EVENTS 4096
-typedef struct th_events {
-    kvp_event ev[TH_MAX_EVENTS];
-    size_t n;
-} th_events;
-
-void th_events_fn(void *ud, const kvp_event *ev);
-size_t th_events_count(const th_events *e, int type, int reason);
-
-/* Fill ns with a namespace built from C strings; NULL means absent. */
-void th_ns(kvp_namespace *ns, const char *model, const char *adapter, const char *tenant,
-           const char *salt);
-
-/* Create a cache or fail the test. on_event/ud may be NULL. */
-kvp_cache *th_cache(uint32_t n_blocks, uint32_t block_size, bool verify, kvp_event_fn on_event,
-                    void *ud);
-
-/* Deterministic pseudo-random numbers (splitmix64). */
-uint64_t th_rand(uint64_t *state);
 
 #endif /* KVP_TESTS_REFMODEL_H */

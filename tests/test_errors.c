@@ -21,39 +21,7 @@
 #include <criterion/criterion.h>
 
 #include "kvprefix.h"
-#include "refmodel.h"
-
-#define CHECK(c) cr_assert_eq(kvp_cache_check(c), KVP_OK, "kvp_cache_check failed")
-
-static void assert_stats_equal(const kvp_stats *a, const kvp_stats *b, const char *what)
-{
-#define F(x)                                                                                       \
-    cr_assert_eq(a->x, b->x, "%s: " #x " is %llu, expected %llu", what, (unsigned long long)b->x,  \
-                 (unsigned long long)a->x)
-    F(n_requests);
-    F(n_lookups);
-    F(n_tokens_queried);
-    F(n_tokens_hit);
-    F(n_blocks_hit);
-    F(n_blocks_missed);
-    F(n_blocks_stored);
-    F(n_blocks_deduped);
-    F(n_evictions);
-    F(n_verify_rejects);
-    F(n_blocks_total);
-    F(n_blocks_free);
-    F(n_blocks_cached);
-    F(n_blocks_in_use);
-    F(n_requests_active);
-#undef F
-}
-
-static kvp_stats stats(const kvp_cache *c)
-{
-    kvp_stats s;
-    cr_assert_eq(kvp_cache_stats(c, &s), KVP_OK);
-    return s;
-}
+#include "testutil.h"
 
 static bool match_untouched(const kvp_match *m)
 {
@@ -244,12 +212,12 @@ Test(errors, null_and_empty_arguments)
     cr_assert_eq(kvp_commit(NULL, 1, t, 4, NULL), KVP_EINVAL);
 
     /* Nothing of the above changed the cache. */
-    kvp_stats s = stats(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_requests + s.n_lookups + s.n_blocks_stored + s.n_tokens_queried, 0,
                  "a failed call was counted");
     cr_assert_eq(s.n_requests_active, 0);
     cr_assert_eq(s.n_blocks_free, 8);
-    CHECK(c);
+    TH_CHECK(c);
     kvp_cache_free(c);
 }
 
@@ -267,12 +235,12 @@ Test(errors, request_ids)
     cr_assert_eq(kvp_release(c, 5), KVP_ENOENT);
 
     cr_assert_eq(kvp_acquire(c, 5, &ns, t, 3, 0, &m), KVP_OK);
-    kvp_stats before = stats(c);
+    kvp_stats before = th_stats(c);
     SENTINEL_MATCH(m);
     cr_assert_eq(kvp_acquire(c, 5, &ns, t, 5, 0, &m), KVP_EEXIST);
     cr_assert(match_untouched(&m), "match written on EEXIST");
-    kvp_stats after = stats(c);
-    assert_stats_equal(&before, &after, "EEXIST");
+    kvp_stats after = th_stats(c);
+    th_assert_stats_equal(&before, &after, "EEXIST");
     const uint32_t *ids;
     size_t n;
     cr_assert_eq(kvp_request_blocks(c, 5, &ids, &n), KVP_OK);
@@ -282,8 +250,8 @@ Test(errors, request_ids)
     /* Extreme ids are ordinary ids. */
     cr_assert_eq(kvp_acquire(c, 0, &ns, t, 1, 0, &m), KVP_OK);
     cr_assert_eq(kvp_acquire(c, UINT64_MAX, &ns, t, 1, 0, &m), KVP_OK);
-    cr_assert_eq(stats(c).n_requests_active, 3);
-    CHECK(c);
+    cr_assert_eq(th_stats(c).n_requests_active, 3);
+    TH_CHECK(c);
     kvp_cache_free(c); /* frees active requests */
 }
 
@@ -298,28 +266,28 @@ Test(errors, commit_ranges)
     kvp_match m;
     cr_assert_eq(kvp_acquire(c, 1, &ns, t, 5, 0, &m), KVP_OK); /* 2 blocks */
     size_t stored = 4242;
-    kvp_stats before = stats(c);
+    kvp_stats before = th_stats(c);
     cr_assert_eq(kvp_commit(c, 1, t, 12, &stored), KVP_ERANGE, "3 full blocks, 2 held");
     cr_assert_eq(stored, 4242);
-    kvp_stats after = stats(c);
-    assert_stats_equal(&before, &after, "ERANGE");
-    CHECK(c);
+    kvp_stats after = th_stats(c);
+    th_assert_stats_equal(&before, &after, "ERANGE");
+    TH_CHECK(c);
     cr_assert_eq(kvp_commit(c, 1, NULL, 8, &stored), KVP_EINVAL, "tokens NULL");
     cr_assert_eq(kvp_commit(c, 1, t, 8, &stored), KVP_OK, "2 full blocks, 2 held");
     cr_assert_eq(stored, 2);
-    before = stats(c);
+    before = th_stats(c);
     cr_assert_eq(kvp_commit(c, 1, t, 7, &stored), KVP_EINVAL, "shorter than committed");
     cr_assert_eq(kvp_commit(c, 1, t, 3, &stored), KVP_EINVAL, "shorter than committed");
-    after = stats(c);
-    assert_stats_equal(&before, &after, "EINVAL commit");
-    CHECK(c);
+    after = th_stats(c);
+    th_assert_stats_equal(&before, &after, "EINVAL commit");
+    TH_CHECK(c);
     /* A request that starts with hits has those blocks committed already. */
     cr_assert_eq(kvp_acquire(c, 2, &ns, t, 9, 0, &m), KVP_OK);
     cr_assert_eq(m.n_blocks_hit, 2);
     cr_assert_eq(kvp_commit(c, 2, t, 4, &stored), KVP_EINVAL, "shorter than the hit blocks");
     cr_assert_eq(kvp_commit(c, 2, t, 9, &stored), KVP_OK);
     cr_assert_eq(stored, 0);
-    CHECK(c);
+    TH_CHECK(c);
     kvp_cache_free(c);
 }
 
@@ -331,11 +299,11 @@ Test(errors, overflowing_counts)
     uint32_t t[4] = {1, 2, 3, 4};
     kvp_match m;
     cr_assert_eq(kvp_acquire(c, 1, &ns, t, 4, 0, &m), KVP_OK);
-    kvp_stats before = stats(c);
+    kvp_stats before = th_stats(c);
     cr_assert_eq(kvp_grow(c, 1, SIZE_MAX), KVP_EOVERFLOW, "SIZE_MAX tokens in blocks of 1");
     cr_assert_eq(kvp_grow(c, 1, 17), KVP_ENOSPC, "17 blocks in a pool of 16");
-    kvp_stats after = stats(c);
-    assert_stats_equal(&before, &after, "grow failures");
+    kvp_stats after = th_stats(c);
+    th_assert_stats_equal(&before, &after, "grow failures");
 #if SIZE_MAX > UINT32_MAX
     /* 2^32 tokens in blocks of 1 have 2^32 full blocks: too many. The cache is empty, so a
      * lazy lookup would read at most the first token of this 4-token buffer. */
@@ -346,7 +314,7 @@ Test(errors, overflowing_counts)
     cr_assert_eq(kvp_access(c, &ns, t, (size_t)UINT32_MAX + 1, &m), KVP_EOVERFLOW);
     cr_assert(match_untouched(&m));
 #endif
-    CHECK(c);
+    TH_CHECK(c);
     kvp_cache_free(c);
 }
 
@@ -361,9 +329,9 @@ Test(errors, ids_forms_on_verify_cache)
     cr_assert_eq(kvp_lookup_ids(c, &ns, ids, 2, 4, NULL, 0, &m), KVP_EINVAL);
     cr_assert_eq(kvp_access_ids(c, &ns, ids, 2, 4, &m), KVP_EINVAL);
     cr_assert(match_untouched(&m));
-    kvp_stats s = stats(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_requests + s.n_lookups + s.n_blocks_stored, 0);
-    CHECK(c);
+    TH_CHECK(c);
     kvp_cache_free(c);
 }
 
@@ -381,11 +349,7 @@ static void assert_no_leak(const th_alloc *a, const char *what)
 
 static kvp_config hooked_config(th_alloc *a, uint32_t n_blocks, uint32_t bs, bool verify)
 {
-    kvp_config cfg;
-    kvp_config_init(&cfg);
-    cfg.n_blocks = n_blocks;
-    cfg.block_size = bs;
-    cfg.verify_tokens = verify;
+    kvp_config cfg = th_config(n_blocks, bs, verify, NULL, NULL);
     cfg.alloc = th_alloc_hooks(a);
     return cfg;
 }
@@ -413,7 +377,7 @@ Test(enomem, cache_new)
                          kvp_strerror(rc));
             cr_assert_eq(a.n_failed, 0, "an allocation failed but kvp_cache_new succeeded");
             cr_assert_gt(a.live_bytes, 0, "the cache holds no memory from the hooks");
-            CHECK(c);
+            TH_CHECK(c);
             kvp_cache_free(c);
             assert_no_leak(&a, "kvp_cache_free");
             break;
@@ -553,7 +517,7 @@ static void observe(kvp_cache *c, int rc, const kvp_match *m, outcome *o)
         cr_assert_eq(kvp_lookup(c, &ns, t, 40, NULL, 0, &pm), KVP_OK);
         o->runs[k] = pm.n_blocks_cached;
     }
-    o->stats = stats(c); /* after the probe lookups, so they count the same in both runs */
+    o->stats = th_stats(c); /* after the probe lookups, so they count the same in both runs */
 }
 
 static void assert_same_outcome(const outcome *ref, const outcome *got, const char *name)
@@ -570,7 +534,7 @@ static void assert_same_outcome(const outcome *ref, const outcome *got, const ch
                      i, got->table[i], ref->table[i]);
     for (int k = 0; k < 6; k++)
         cr_assert_eq(got->runs[k], ref->runs[k], "%s: cached run of probe %d", name, k);
-    assert_stats_equal(&ref->stats, &got->stats, name);
+    th_assert_stats_equal(&ref->stats, &got->stats, name);
 }
 
 static void run_scenario(const scenario *sc)
@@ -599,7 +563,7 @@ static void run_scenario(const scenario *sc)
         c = NULL;
         cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_OK);
         sc->setup(c);
-        kvp_stats before = stats(c);
+        kvp_stats before = th_stats(c);
         SENTINEL_MATCH(m);
         th_alloc_arm(&a, n);
         rc = sc->op(c, &m);
@@ -609,9 +573,9 @@ static void run_scenario(const scenario *sc)
             n_failures++;
             cr_assert_eq(a.n_failed, 1, "%s: ENOMEM without a failed allocation", sc->name);
             cr_assert(match_untouched(&m), "%s: match written on ENOMEM", sc->name);
-            CHECK(c);
-            kvp_stats after = stats(c);
-            assert_stats_equal(&before, &after, sc->name);
+            TH_CHECK(c);
+            kvp_stats after = th_stats(c);
+            th_assert_stats_equal(&before, &after, sc->name);
             memset(&m, 0, sizeof m);
             rc = sc->op(c, &m); /* retry with a working allocator */
         } else {
@@ -620,7 +584,7 @@ static void run_scenario(const scenario *sc)
             cr_assert_eq(rc, KVP_OK, "%s with alloc %lld failing: %s", sc->name, (long long)n,
                          kvp_strerror(rc));
         }
-        CHECK(c);
+        TH_CHECK(c);
         outcome got;
         observe(c, rc, &m, &got);
         assert_same_outcome(&ref, &got, sc->name);

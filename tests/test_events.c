@@ -14,33 +14,21 @@
 #include <criterion/criterion.h>
 
 #include "kvprefix.h"
-#include "refmodel.h"
+#include "testutil.h"
 
-#define CHECK(c) cr_assert_eq(kvp_cache_check(c), KVP_OK, "kvp_cache_check failed")
-#define SEED     UINT64_C(0x5eed5eed12345678)
-
-static bool key_eq(kvp_key a, kvp_key b)
-{
-    return a.lo == b.lo && a.hi == b.hi;
-}
+#define SEED UINT64_C(0x5eed5eed12345678)
 
 static bool key_zero(kvp_key a)
 {
     return a.lo == 0 && a.hi == 0;
 }
 
+/* A cache with seed SEED whose events ev records. */
 static kvp_cache *seeded_cache(uint32_t n_blocks, uint32_t bs, th_events *ev)
 {
-    kvp_config cfg;
-    kvp_config_init(&cfg);
-    cfg.n_blocks = n_blocks;
-    cfg.block_size = bs;
+    kvp_config cfg = th_config(n_blocks, bs, false, th_events_fn, ev);
     cfg.seed = SEED;
-    cfg.on_event = th_events_fn;
-    cfg.event_ud = ev;
-    kvp_cache *c = NULL;
-    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_OK);
-    return c;
+    return th_cache_new(&cfg);
 }
 
 /* The STORED event with this key among events [from, e->n), or NULL. */
@@ -48,7 +36,7 @@ static const kvp_event *stored_with_key(const th_events *e, size_t from, kvp_key
 {
     const kvp_event *found = NULL;
     for (size_t i = from; i < e->n; i++)
-        if (e->ev[i].type == KVP_EVENT_STORED && key_eq(e->ev[i].key, key)) {
+        if (e->ev[i].type == KVP_EVENT_STORED && th_key_eq(e->ev[i].key, key)) {
             cr_assert_null(found, "two STORED events for one key");
             found = &e->ev[i];
         }
@@ -64,8 +52,8 @@ static void check_chain_events(const th_events *e, size_t from, kvp_key root, co
         cr_assert_eq(ev->reason, 0);
         cr_assert_eq(ev->n_tokens, bs, "STORED n_tokens %u, block size %u", ev->n_tokens, bs);
         cr_assert_eq(ev->parent_is_root, i == 0, "block %zu parent_is_root", i);
-        cr_assert(key_eq(ev->parent, i == 0 ? root : keys[i - 1]), "block %zu: parent is not %s", i,
-                  i == 0 ? "the namespace root" : "the previous block's key");
+        cr_assert(th_key_eq(ev->parent, i == 0 ? root : keys[i - 1]), "block %zu: parent is not %s",
+                  i, i == 0 ? "the namespace root" : "the previous block's key");
     }
 }
 
@@ -110,7 +98,7 @@ Test(events, stored_matches_hash_blocks)
     from = ev.n;
     cr_assert_eq(kvp_commit(c, 2, u, 8, NULL), KVP_OK);
     cr_assert_eq(ev.n, from, "a duplicate block emitted an event");
-    CHECK(c);
+    TH_CHECK(c);
     /* Lookups are silent. */
     cr_assert_eq(kvp_lookup(c, &ns, t, 14, NULL, 0, &m), KVP_OK);
     cr_assert_eq(ev.n, from, "kvp_lookup emitted an event");
@@ -153,12 +141,12 @@ Test(events, removed_on_eviction)
     uint32_t stored_id = stored_with_key(&ev, 0, ka[1])->block_id;
     size_t from = ev.n;
     cr_assert_eq(kvp_access(c, &ns, b, 2, &m), KVP_OK); /* evicts a's tail */
-    CHECK(c);
+    TH_CHECK(c);
     cr_assert_eq(ev.n - from, 2, "expected REMOVED then STORED, got %zu events", ev.n - from);
     const kvp_event *rm = &ev.ev[from];
     cr_assert_eq(rm->type, KVP_EVENT_REMOVED, "the removal must precede the reuse");
     cr_assert_eq(rm->reason, KVP_REMOVED_EVICTED);
-    cr_assert(key_eq(rm->key, ka[1]), "REMOVED key is not the evicted block's key");
+    cr_assert(th_key_eq(rm->key, ka[1]), "REMOVED key is not the evicted block's key");
     cr_assert_eq(rm->block_id, stored_id, "REMOVED block_id %u, the block was %u", rm->block_id,
                  stored_id);
     cr_assert_eq(ev.ev[from + 1].type, KVP_EVENT_STORED);
@@ -184,7 +172,7 @@ Test(events, removed_and_cleared_on_reset)
         id[i] = stored_with_key(&ev, 0, ka[i])->block_id;
     size_t from = ev.n;
     cr_assert_eq(kvp_cache_reset(c), KVP_OK);
-    CHECK(c);
+    TH_CHECK(c);
     cr_assert_eq(ev.n - from, 4, "expected 3 REMOVED + CLEARED, got %zu events", ev.n - from);
     bool seen[3] = {false, false, false};
     for (size_t i = from; i < from + 3; i++) {
@@ -193,7 +181,7 @@ Test(events, removed_and_cleared_on_reset)
         cr_assert_eq(e->reason, KVP_REMOVED_RESET);
         int k = -1;
         for (int j = 0; j < 3; j++)
-            if (key_eq(e->key, ka[j]))
+            if (th_key_eq(e->key, ka[j]))
                 k = j;
         cr_assert_geq(k, 0, "REMOVED key is none of the cached keys");
         cr_assert(!seen[k], "block %d removed twice", k);
@@ -257,14 +245,7 @@ Test(events, reentry_is_busy)
 {
     reentry r;
     memset(&r, 0, sizeof r);
-    kvp_config cfg;
-    kvp_config_init(&cfg);
-    cfg.n_blocks = 16;
-    cfg.block_size = 2;
-    cfg.on_event = reentry_fn;
-    cfg.event_ud = &r;
-    kvp_cache *c = NULL;
-    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_OK);
+    kvp_cache *c = th_cache(16, 2, false, reentry_fn, &r);
     r.other = th_cache(16, 2, false, NULL, NULL);
 
     kvp_namespace ns;
@@ -284,7 +265,7 @@ Test(events, reentry_is_busy)
         cr_assert_eq(r.rc[i], KVP_EBUSY, "%s from inside a callback returned %d (%s)", names[i],
                      r.rc[i], kvp_strerror(r.rc[i]));
     cr_assert_eq(r.other_rc, KVP_OK, "another cache must be usable from a callback");
-    CHECK(c);
+    TH_CHECK(c);
     kvp_stats after;
     cr_assert_eq(kvp_cache_stats(c, &after), KVP_OK);
     cr_assert_eq(after.n_lookups, before.n_lookups, "a busy lookup was counted");
@@ -300,7 +281,7 @@ Test(events, reentry_is_busy)
     cr_assert_eq(kvp_lookup(c, &ns, t, 5, NULL, 0, &m), KVP_OK);
     cr_assert_eq(m.n_blocks_cached, 2);
     cr_assert_eq(kvp_release(c, 7), KVP_OK);
-    CHECK(c);
+    TH_CHECK(c);
     kvp_cache_free(c);
     kvp_cache_free(r.other);
 }

@@ -13,63 +13,11 @@
 #include <criterion/criterion.h>
 
 #include "kvprefix.h"
-#include "refmodel.h"
-
-#define CHECK(c) cr_assert_eq(kvp_cache_check(c), KVP_OK, "kvp_cache_check failed")
-
-static kvp_stats stats(const kvp_cache *c)
-{
-    kvp_stats s;
-    cr_assert_eq(kvp_cache_stats(c, &s), KVP_OK);
-    return s;
-}
-
-static void assert_stats_equal(const kvp_stats *a, const kvp_stats *b, const char *what)
-{
-#define F(x)                                                                                       \
-    cr_assert_eq(a->x, b->x, "%s: " #x " changed from %llu to %llu", what,                         \
-                 (unsigned long long)a->x, (unsigned long long)b->x)
-    F(n_requests);
-    F(n_lookups);
-    F(n_tokens_queried);
-    F(n_tokens_hit);
-    F(n_blocks_hit);
-    F(n_blocks_missed);
-    F(n_blocks_stored);
-    F(n_blocks_deduped);
-    F(n_evictions);
-    F(n_verify_rejects);
-    F(n_blocks_total);
-    F(n_blocks_free);
-    F(n_blocks_cached);
-    F(n_blocks_in_use);
-    F(n_requests_active);
-#undef F
-}
-
-static kvp_match acquire_ok(kvp_cache *c, uint64_t id, const kvp_namespace *ns, const uint32_t *t,
-                            size_t n, size_t cap)
-{
-    kvp_match m;
-    int rc = kvp_acquire(c, id, ns, t, n, cap, &m);
-    cr_assert_eq(rc, KVP_OK, "kvp_acquire(%llu): %s", (unsigned long long)id, kvp_strerror(rc));
-    CHECK(c);
-    return m;
-}
-
-static void access_ok(kvp_cache *c, const kvp_namespace *ns, const uint32_t *t, size_t n)
-{
-    kvp_match m;
-    int rc = kvp_access(c, ns, t, n, &m);
-    cr_assert_eq(rc, KVP_OK, "kvp_access: %s", kvp_strerror(rc));
-    CHECK(c);
-}
+#include "testutil.h"
 
 static uint32_t cached_run(kvp_cache *c, const kvp_namespace *ns, const uint32_t *t, size_t n)
 {
-    kvp_match m;
-    cr_assert_eq(kvp_lookup(c, ns, t, n, NULL, 0, &m), KVP_OK);
-    return m.n_blocks_cached;
+    return th_lookup_ok(c, ns, t, n).n_blocks_cached;
 }
 
 static void keys_of(const kvp_namespace *ns, const uint32_t *t, size_t n, uint32_t bs,
@@ -79,11 +27,6 @@ static void keys_of(const kvp_namespace *ns, const uint32_t *t, size_t n, uint32
     size_t nk;
     cr_assert_eq(kvp_namespace_key(KVP_DEFAULT_SEED, ns, &root), KVP_OK);
     cr_assert_eq(kvp_hash_blocks(KVP_DEFAULT_SEED, root, t, n, bs, keys, cap, &nk), KVP_OK);
-}
-
-static bool key_eq(kvp_key a, kvp_key b)
-{
-    return a.lo == b.lo && a.hi == b.hi;
 }
 
 /* The REMOVED events recorded from index `from` on. */
@@ -104,10 +47,10 @@ Test(eviction, pinned_blocks_are_never_evicted)
     kvp_cache *c = th_cache(4, 2, false, th_events_fn, &ev);
     uint32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     uint32_t b[3] = {9, 9, 9};
-    acquire_ok(c, 1, &ns, a, 6, 0); /* 3 blocks pinned */
+    th_acquire_ok(c, 1, &ns, a, 6, 0); /* 3 blocks pinned */
     cr_assert_eq(kvp_commit(c, 1, a, 6, NULL), KVP_OK);
-    access_ok(c, &ns, b, 2); /* the 4th block: cached, unpinned */
-    kvp_stats before = stats(c);
+    th_access_ok(c, &ns, b, 2); /* the 4th block: cached, unpinned */
+    kvp_stats before = th_stats(c);
     cr_assert_eq(before.n_blocks_in_use, 3);
     cr_assert_eq(before.n_blocks_cached, 1);
     size_t n_ev = ev.n;
@@ -118,15 +61,15 @@ Test(eviction, pinned_blocks_are_never_evicted)
     cr_assert_eq(kvp_acquire(c, 2, &ns, b, 3, 0, &m), KVP_ENOSPC,
                  "1 fresh block needed; the only evictable block is the hit itself");
     cr_assert(memcmp(&m, &sentinel, sizeof m) == 0, "match written on failure");
-    CHECK(c);
-    kvp_stats after = stats(c);
-    assert_stats_equal(&before, &after, "failed acquire");
+    TH_CHECK(c);
+    kvp_stats after = th_stats(c);
+    th_assert_stats_equal(&before, &after, "failed acquire");
     cr_assert_eq(ev.n, n_ev, "a failed acquire emitted events");
     cr_assert_eq(cached_run(c, &ns, b, 2), 1, "the evictable block was evicted anyway");
     cr_assert_eq(kvp_acquire(c, 2, &ns, b, 3, 0, &m), KVP_ENOSPC, "request 2 was registered");
 
     cr_assert_eq(kvp_grow(c, 1, 10), KVP_ENOSPC, "grow needs 2 more blocks, 1 evictable");
-    CHECK(c);
+    TH_CHECK(c);
     const uint32_t *ids;
     size_t n;
     cr_assert_eq(kvp_request_blocks(c, 1, &ids, &n), KVP_OK);
@@ -134,19 +77,19 @@ Test(eviction, pinned_blocks_are_never_evicted)
 
     /* Now pin the last block too: nothing at all is available. */
     cr_assert_eq(kvp_grow(c, 1, 8), KVP_OK);
-    CHECK(c);
-    kvp_stats full = stats(c);
+    TH_CHECK(c);
+    kvp_stats full = th_stats(c);
     cr_assert_eq(full.n_blocks_in_use, 4);
     cr_assert_eq(full.n_evictions, before.n_evictions + 1);
     cr_assert_eq(kvp_acquire(c, 3, &ns, b, 1, 0, &m), KVP_ENOSPC);
     cr_assert_eq(kvp_grow(c, 1, 9), KVP_ENOSPC);
-    CHECK(c);
-    kvp_stats full2 = stats(c);
-    assert_stats_equal(&full, &full2, "ENOSPC on a fully pinned pool");
+    TH_CHECK(c);
+    kvp_stats full2 = th_stats(c);
+    th_assert_stats_equal(&full, &full2, "ENOSPC on a fully pinned pool");
     cr_assert_eq(cached_run(c, &ns, a, 7), 3, "pinned blocks lost their keys");
     cr_assert_eq(kvp_release(c, 1), KVP_OK);
-    CHECK(c);
-    cr_assert_eq(stats(c).n_blocks_cached, 3);
+    TH_CHECK(c);
+    cr_assert_eq(th_stats(c).n_blocks_cached, 3);
     kvp_cache_free(c);
 }
 
@@ -156,11 +99,11 @@ Test(eviction, access_on_a_pinned_pool_caches_nothing)
     th_ns(&ns, "m", NULL, NULL, NULL);
     kvp_cache *c = th_cache(2, 1, false, NULL, NULL);
     uint32_t a[2] = {1, 2}, b[2] = {3, 4};
-    acquire_ok(c, 1, &ns, a, 2, 0);
+    th_acquire_ok(c, 1, &ns, a, 2, 0);
     kvp_match m;
     cr_assert_eq(kvp_access(c, &ns, b, 2, &m), KVP_OK, "a full pool is not an error");
-    CHECK(c);
-    kvp_stats s = stats(c);
+    TH_CHECK(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_blocks_in_use, 2);
     cr_assert_eq(s.n_blocks_stored, 0);
     cr_assert_eq(s.n_evictions, 0);
@@ -178,10 +121,10 @@ Test(eviction, free_blocks_before_lru_victims)
     uint32_t b[12];
     for (int i = 0; i < 12; i++)
         b[i] = 100 + (uint32_t)i;
-    access_ok(c, &ns, a, 4); /* 2 cached, 6 free */
+    th_access_ok(c, &ns, a, 4); /* 2 cached, 6 free */
     size_t n_ev = ev.n;
-    acquire_ok(c, 1, &ns, b, 12, 0); /* exactly the 6 free blocks */
-    kvp_stats s = stats(c);
+    th_acquire_ok(c, 1, &ns, b, 12, 0); /* exactly the 6 free blocks */
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_evictions, 0, "evicted while free blocks remained");
     cr_assert_eq(th_events_count(&ev, KVP_EVENT_REMOVED, -1), 0);
     cr_assert_eq(ev.n, n_ev);
@@ -189,8 +132,8 @@ Test(eviction, free_blocks_before_lru_victims)
     cr_assert_eq(s.n_blocks_cached, 2);
     cr_assert_eq(cached_run(c, &ns, a, 4), 2);
     uint32_t d[1] = {7};
-    acquire_ok(c, 2, &ns, d, 1, 0);
-    s = stats(c);
+    th_acquire_ok(c, 2, &ns, d, 1, 0);
+    s = th_stats(c);
     cr_assert_eq(s.n_evictions, 1);
     cr_assert_eq(th_events_count(&ev, KVP_EVENT_REMOVED, KVP_REMOVED_EVICTED), 1);
     kvp_cache_free(c);
@@ -203,7 +146,7 @@ Test(eviction, released_chain_is_evicted_tail_first)
     th_events ev = {.n = 0};
     kvp_cache *c = th_cache(5, 2, false, th_events_fn, &ev);
     uint32_t t[9] = {11, 12, 13, 14, 15, 16, 17, 18, 19};
-    acquire_ok(c, 1, &ns, t, 9, 0); /* 4 full blocks + 1 partial: 5 blocks */
+    th_acquire_ok(c, 1, &ns, t, 9, 0); /* 4 full blocks + 1 partial: 5 blocks */
     const uint32_t *ids;
     size_t n;
     cr_assert_eq(kvp_request_blocks(c, 1, &ids, &n), KVP_OK);
@@ -212,8 +155,8 @@ Test(eviction, released_chain_is_evicted_tail_first)
     memcpy(chain, ids, sizeof chain);
     cr_assert_eq(kvp_commit(c, 1, t, 9, NULL), KVP_OK);
     cr_assert_eq(kvp_release(c, 1), KVP_OK);
-    CHECK(c);
-    kvp_stats s = stats(c);
+    TH_CHECK(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_blocks_cached, 4);
     cr_assert_eq(s.n_blocks_free, 1, "the uncommitted partial block must be free");
     kvp_key keys[4];
@@ -222,20 +165,20 @@ Test(eviction, released_chain_is_evicted_tail_first)
     size_t from = ev.n;
     uint32_t one[1];
     one[0] = 1000;
-    acquire_ok(c, 100, &ns, one, 1, 0); /* takes the free block */
+    th_acquire_ok(c, 100, &ns, one, 1, 0); /* takes the free block */
     kvp_event rm[8];
     cr_assert_eq(removed_since(&ev, from, rm, 8), 0, "evicted while a block was free");
     for (int k = 3; k >= 0; k--) {
         from = ev.n;
         one[0] = 1001 + (uint32_t)k;
-        acquire_ok(c, 101 + (uint64_t)k, &ns, one, 1, 0);
+        th_acquire_ok(c, 101 + (uint64_t)k, &ns, one, 1, 0);
         size_t nr = removed_since(&ev, from, rm, 8);
         cr_assert_eq(nr, 1, "one allocation evicted %zu blocks", nr);
         cr_assert_eq(rm[0].reason, KVP_REMOVED_EVICTED);
         cr_assert_eq(rm[0].block_id, chain[k],
                      "expected block %d of the chain (id %u) to go next, got id %u", k, chain[k],
                      rm[0].block_id);
-        cr_assert(key_eq(rm[0].key, keys[k]), "evicted key is not block %d's key", k);
+        cr_assert(th_key_eq(rm[0].key, keys[k]), "evicted key is not block %d's key", k);
         cr_assert_eq(cached_run(c, &ns, t, 9), (uint32_t)k, "chain run after evicting %d", k);
     }
     kvp_cache_free(c);
@@ -248,16 +191,16 @@ Test(eviction, access_keeps_parents_more_recent)
     th_events ev = {.n = 0};
     kvp_cache *c = th_cache(4, 1, false, th_events_fn, &ev);
     uint32_t t[4] = {1, 2, 3, 4};
-    access_ok(c, &ns, t, 4);
+    th_access_ok(c, &ns, t, 4);
     kvp_key keys[4];
     keys_of(&ns, t, 4, 1, keys, 4);
     for (int k = 3; k >= 0; k--) {
         size_t from = ev.n;
         uint32_t one = 50 + (uint32_t)k;
-        acquire_ok(c, (uint64_t)k, &ns, &one, 1, 0);
+        th_acquire_ok(c, (uint64_t)k, &ns, &one, 1, 0);
         kvp_event rm[4];
         cr_assert_eq(removed_since(&ev, from, rm, 4), 1);
-        cr_assert(key_eq(rm[0].key, keys[k]), "access chain not evicted tail first at %d", k);
+        cr_assert(th_key_eq(rm[0].key, keys[k]), "access chain not evicted tail first at %d", k);
     }
     kvp_cache_free(c);
 }
@@ -268,15 +211,15 @@ Test(eviction, released_requests_age_in_release_order)
     th_ns(&ns, "m", NULL, NULL, NULL);
     kvp_cache *c = th_cache(4, 1, false, NULL, NULL);
     uint32_t a[2] = {1, 2}, b[2] = {3, 4};
-    acquire_ok(c, 1, &ns, a, 2, 0); /* acquired first, released last */
-    acquire_ok(c, 2, &ns, b, 2, 0);
+    th_acquire_ok(c, 1, &ns, a, 2, 0); /* acquired first, released last */
+    th_acquire_ok(c, 2, &ns, b, 2, 0);
     cr_assert_eq(kvp_commit(c, 1, a, 2, NULL), KVP_OK);
     cr_assert_eq(kvp_commit(c, 2, b, 2, NULL), KVP_OK);
     cr_assert_eq(kvp_release(c, 2), KVP_OK);
     cr_assert_eq(kvp_release(c, 1), KVP_OK); /* a is now the most recent */
-    CHECK(c);
+    TH_CHECK(c);
     uint32_t x = 9;
-    acquire_ok(c, 3, &ns, &x, 1, 0); /* one victim: b's tail */
+    th_acquire_ok(c, 3, &ns, &x, 1, 0); /* one victim: b's tail */
     cr_assert_eq(cached_run(c, &ns, a, 2), 2, "the most recently released chain was evicted");
     cr_assert_eq(cached_run(c, &ns, b, 2), 1);
     kvp_cache_free(c);
@@ -291,30 +234,30 @@ static bool victim_is_a(bool touch_with_access)
     th_events ev = {.n = 0};
     kvp_cache *c = th_cache(4, 1, false, th_events_fn, &ev);
     uint32_t a[2] = {1, 2}, b[2] = {3, 4};
-    access_ok(c, &ns, a, 2);
-    access_ok(c, &ns, b, 2);
+    th_access_ok(c, &ns, a, 2);
+    th_access_ok(c, &ns, b, 2);
     kvp_key ka[2], kb[2];
     keys_of(&ns, a, 2, 1, ka, 2);
     keys_of(&ns, b, 2, 1, kb, 2);
-    kvp_stats before = stats(c);
+    kvp_stats before = th_stats(c);
     if (touch_with_access) {
-        access_ok(c, &ns, a, 2);
+        th_access_ok(c, &ns, a, 2);
     } else {
         kvp_match m;
         uint32_t ids[2];
         cr_assert_eq(kvp_lookup(c, &ns, a, 2, ids, 2, &m), KVP_OK);
         cr_assert_eq(m.n_blocks_cached, 2);
-        kvp_stats after = stats(c);
+        kvp_stats after = th_stats(c);
         before.n_lookups++;
-        assert_stats_equal(&before, &after, "kvp_lookup");
+        th_assert_stats_equal(&before, &after, "kvp_lookup");
     }
     size_t from = ev.n;
     uint32_t x = 99;
-    acquire_ok(c, 1, &ns, &x, 1, 0);
+    th_acquire_ok(c, 1, &ns, &x, 1, 0);
     kvp_event rm[2];
     cr_assert_eq(removed_since(&ev, from, rm, 2), 1);
-    bool is_a = key_eq(rm[0].key, ka[1]);
-    cr_assert(is_a || key_eq(rm[0].key, kb[1]), "the victim is neither chain's tail");
+    bool is_a = th_key_eq(rm[0].key, ka[1]);
+    cr_assert(is_a || th_key_eq(rm[0].key, kb[1]), "the victim is neither chain's tail");
     kvp_cache_free(c);
     return is_a;
 }
@@ -334,31 +277,31 @@ Test(eviction, long_prompt_keeps_first_blocks)
     uint32_t rest[4] = {3, 4, 5, 6};
 
     kvp_cache *c = th_cache(4, 1, false, NULL, NULL);
-    access_ok(c, &ns, t, 6);
-    kvp_stats s = stats(c);
+    th_access_ok(c, &ns, t, 6);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_blocks_cached, 4);
     cr_assert_eq(cached_run(c, &ns, t, 6), 4, "the first 4 blocks must be kept");
     cr_assert_eq(cached_run(c, &ns, rest, 4), 0);
     /* Again, now with the first blocks already cached: they must not be their own victims. */
-    access_ok(c, &ns, t, 6);
+    th_access_ok(c, &ns, t, 6);
     cr_assert_eq(cached_run(c, &ns, t, 6), 4);
-    cr_assert_eq(stats(c).n_blocks_stored, 4, "re-access of the kept prefix stored again");
+    cr_assert_eq(th_stats(c).n_blocks_stored, 4, "re-access of the kept prefix stored again");
     kvp_cache_free(c);
 
     /* With a short prefix cached beforehand. */
     c = th_cache(4, 1, false, NULL, NULL);
-    access_ok(c, &ns, t, 2);
-    access_ok(c, &ns, t, 6);
+    th_access_ok(c, &ns, t, 2);
+    th_access_ok(c, &ns, t, 6);
     cr_assert_eq(cached_run(c, &ns, t, 6), 4, "the cached prefix was evicted by its extension");
     kvp_cache_free(c);
 
     /* With one block pinned by a request: 3 blocks fit. */
     c = th_cache(4, 1, false, NULL, NULL);
     uint32_t x = 77;
-    acquire_ok(c, 1, &ns, &x, 1, 0);
-    access_ok(c, &ns, t, 6);
+    th_acquire_ok(c, 1, &ns, &x, 1, 0);
+    th_access_ok(c, &ns, t, 6);
     cr_assert_eq(cached_run(c, &ns, t, 6), 3);
-    cr_assert_eq(stats(c).n_blocks_cached, 3);
+    cr_assert_eq(th_stats(c).n_blocks_cached, 3);
     kvp_cache_free(c);
 }
 
@@ -370,14 +313,14 @@ Test(eviction, reset_drops_unpinned_keeps_pinned)
     kvp_cache *c = th_cache(8, 2, false, th_events_fn, &ev);
     uint32_t x[6] = {1, 2, 3, 4, 5, 6};
     uint32_t y[5] = {7, 8, 9, 10, 11};
-    access_ok(c, &ns, x, 6);        /* 3 cached */
-    acquire_ok(c, 1, &ns, y, 5, 0); /* 3 blocks pinned, 2 committed below */
+    th_access_ok(c, &ns, x, 6);        /* 3 cached */
+    th_acquire_ok(c, 1, &ns, y, 5, 0); /* 3 blocks pinned, 2 committed below */
     cr_assert_eq(kvp_commit(c, 1, y, 5, NULL), KVP_OK);
-    kvp_stats before = stats(c);
+    kvp_stats before = th_stats(c);
     size_t from = ev.n;
     cr_assert_eq(kvp_cache_reset(c), KVP_OK);
-    CHECK(c);
-    kvp_stats s = stats(c);
+    TH_CHECK(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_blocks_cached, 0);
     cr_assert_eq(s.n_blocks_in_use, 3);
     cr_assert_eq(s.n_blocks_free, 5);
@@ -392,17 +335,17 @@ Test(eviction, reset_drops_unpinned_keeps_pinned)
     cr_assert_eq(th_events_count(&ev, KVP_EVENT_CLEARED, -1), 0,
                  "CLEARED while pinned blocks remain indexed");
     cr_assert_eq(kvp_release(c, 1), KVP_OK);
-    CHECK(c);
-    s = stats(c);
+    TH_CHECK(c);
+    s = th_stats(c);
     cr_assert_eq(s.n_blocks_cached, 2, "pinned blocks kept through reset must become cached");
     cr_assert_eq(kvp_cache_reset(c), KVP_OK);
-    CHECK(c);
-    s = stats(c);
+    TH_CHECK(c);
+    s = th_stats(c);
     cr_assert_eq(s.n_blocks_cached, 0);
     cr_assert_eq(s.n_blocks_free, 8);
     cr_assert_eq(th_events_count(&ev, KVP_EVENT_CLEARED, -1), 1);
     /* The cache works normally afterwards. */
-    access_ok(c, &ns, x, 6);
+    th_access_ok(c, &ns, x, 6);
     cr_assert_eq(cached_run(c, &ns, x, 6), 3);
     kvp_cache_free(c);
 }

@@ -16,7 +16,7 @@
 #include <xxhash.h>
 
 #include "kvprefix.h"
-#include "refmodel.h"
+#include "testutil.h"
 
 static kvp_key root_of(uint64_t seed, const kvp_namespace *ns)
 {
@@ -24,11 +24,6 @@ static kvp_key root_of(uint64_t seed, const kvp_namespace *ns)
     int rc = kvp_namespace_key(seed, ns, &k);
     cr_assert_eq(rc, KVP_OK, "kvp_namespace_key: %s", kvp_strerror(rc));
     return k;
-}
-
-static bool key_eq(kvp_key a, kvp_key b)
-{
-    return a.lo == b.lo && a.hi == b.hi;
 }
 
 static kvp_field bytes_field(const void *p, size_t n)
@@ -48,8 +43,8 @@ Test(keys, namespace_key_is_deterministic)
     a.model = kvp_field_str(m1);
     b.model = kvp_field_str(m2); /* equal bytes at another address */
     kvp_key k1 = root_of(0, &a), k2 = root_of(0, &a), k3 = root_of(0, &b);
-    cr_assert(key_eq(k1, k2), "same namespace hashed twice gives different keys");
-    cr_assert(key_eq(k1, k3), "equal bytes at different addresses give different keys");
+    cr_assert(th_key_eq(k1, k2), "same namespace hashed twice gives different keys");
+    cr_assert(th_key_eq(k1, k3), "equal bytes at different addresses give different keys");
     cr_assert(k1.lo != 0 || k1.hi != 0, "root key is all zero");
 }
 
@@ -58,15 +53,15 @@ Test(keys, framing_is_unambiguous)
     kvp_namespace a, b;
     th_ns(&a, "ab", NULL, "c", NULL);
     th_ns(&b, "a", NULL, "bc", NULL);
-    cr_assert(!key_eq(root_of(0, &a), root_of(0, &b)),
+    cr_assert(!th_key_eq(root_of(0, &a), root_of(0, &b)),
               "model \"ab\" + tenant \"c\" must differ from model \"a\" + tenant \"bc\"");
     /* The same across adjacent fields, and with the other fields present. */
     th_ns(&a, "x", "ab", "c", "s");
     th_ns(&b, "x", "a", "bc", "s");
-    cr_assert(!key_eq(root_of(0, &a), root_of(0, &b)), "adapter/tenant framing is ambiguous");
+    cr_assert(!th_key_eq(root_of(0, &a), root_of(0, &b)), "adapter/tenant framing is ambiguous");
     th_ns(&a, "x", "y", "z", "ab");
     th_ns(&b, "x", "y", "za", "b");
-    cr_assert(!key_eq(root_of(0, &a), root_of(0, &b)), "tenant/salt framing is ambiguous");
+    cr_assert(!th_key_eq(root_of(0, &a), root_of(0, &b)), "tenant/salt framing is ambiguous");
 }
 
 Test(keys, absent_differs_from_empty)
@@ -83,14 +78,14 @@ Test(keys, absent_differs_from_empty)
             absent.model = kvp_field_str(NULL);
         *f = kvp_field_str("");
         cr_assert_not_null(f->ptr);
-        cr_assert(!key_eq(root_of(0, &absent), root_of(0, &empty)),
+        cr_assert(!th_key_eq(root_of(0, &absent), root_of(0, &empty)),
                   "field %d: absent and empty give the same key", field);
     }
     /* All absent is a valid namespace with its own key. */
     kvp_namespace none, all_empty;
     kvp_namespace_init(&none);
     th_ns(&all_empty, "", "", "", "");
-    cr_assert(!key_eq(root_of(0, &none), root_of(0, &all_empty)), "all absent equals all empty");
+    cr_assert(!th_key_eq(root_of(0, &none), root_of(0, &all_empty)), "all absent equals all empty");
 }
 
 Test(keys, embedded_nul_bytes_matter)
@@ -105,10 +100,10 @@ Test(keys, embedded_nul_bytes_matter)
     n3.tenant = bytes_field(a, 1); /* "a" */
     n4.tenant = bytes_field(a, 2); /* "a\0" */
     kvp_key k1 = root_of(0, &n1), k2 = root_of(0, &n2), k3 = root_of(0, &n3), k4 = root_of(0, &n4);
-    cr_assert(!key_eq(k1, k2), "bytes after a NUL are ignored");
-    cr_assert(!key_eq(k1, k3), "\"a\\0b\" hashes like \"a\"");
-    cr_assert(!key_eq(k3, k4), "a trailing NUL byte is ignored");
-    cr_assert(!key_eq(k1, k4), "\"a\\0b\" hashes like \"a\\0\"");
+    cr_assert(!th_key_eq(k1, k2), "bytes after a NUL are ignored");
+    cr_assert(!th_key_eq(k1, k3), "\"a\\0b\" hashes like \"a\"");
+    cr_assert(!th_key_eq(k3, k4), "a trailing NUL byte is ignored");
+    cr_assert(!th_key_eq(k1, k4), "\"a\\0b\" hashes like \"a\\0\"");
 }
 
 Test(keys, field_position_matters)
@@ -123,7 +118,8 @@ Test(keys, field_position_matters)
         k[i] = root_of(0, &ns[i]);
     for (int i = 0; i < 4; i++)
         for (int j = i + 1; j < 4; j++)
-            cr_assert(!key_eq(k[i], k[j]), "the same bytes in field %d and %d give one key", i, j);
+            cr_assert(!th_key_eq(k[i], k[j]), "the same bytes in field %d and %d give one key", i,
+                      j);
 }
 
 Test(keys, seed_changes_every_key)
@@ -131,15 +127,15 @@ Test(keys, seed_changes_every_key)
     kvp_namespace ns;
     th_ns(&ns, "m", NULL, "t", NULL);
     kvp_key r0 = root_of(0, &ns), r1 = root_of(1, &ns);
-    cr_assert(!key_eq(r0, r1), "seeds 0 and 1 give the same root");
+    cr_assert(!th_key_eq(r0, r1), "seeds 0 and 1 give the same root");
     uint32_t tok[4] = {1, 2, 3, 4};
     kvp_key b0, b1;
     size_t n = 0;
     cr_assert_eq(kvp_hash_blocks(0, r0, tok, 4, 4, &b0, 1, &n), KVP_OK);
     cr_assert_eq(kvp_hash_blocks(1, r0, tok, 4, 4, &b1, 1, &n), KVP_OK);
-    cr_assert(!key_eq(b0, b1), "seeds 0 and 1 give the same block key for the same parent");
+    cr_assert(!th_key_eq(b0, b1), "seeds 0 and 1 give the same block key for the same parent");
     kvp_key id = {5, 6};
-    cr_assert(!key_eq(kvp_external_key(0, r0, id), kvp_external_key(1, r0, id)),
+    cr_assert(!th_key_eq(kvp_external_key(0, r0, id), kvp_external_key(1, r0, id)),
               "seeds 0 and 1 give the same external key");
 }
 
@@ -159,7 +155,7 @@ Test(keys, hash_blocks_ignores_partial_tail)
     cr_assert_eq(kvp_hash_blocks(0, root, tok, 11, 4, b, 4, &nb), KVP_OK);
     cr_assert_eq(na, 2, "8 tokens in blocks of 4 give %zu keys, expected 2", na);
     cr_assert_eq(nb, 2, "11 tokens in blocks of 4 give %zu keys, expected 2", nb);
-    cr_assert(key_eq(a[0], b[0]) && key_eq(a[1], b[1]), "the partial tail changed a key");
+    cr_assert(th_key_eq(a[0], b[0]) && th_key_eq(a[1], b[1]), "the partial tail changed a key");
     size_t n0 = 99;
     cr_assert_eq(kvp_hash_blocks(0, root, tok, 3, 4, a, 4, &n0), KVP_OK);
     cr_assert_eq(n0, 0, "3 tokens in blocks of 4 give %zu keys, expected 0", n0);
@@ -181,26 +177,26 @@ Test(keys, chain_property)
     cr_assert_eq(kvp_hash_blocks(0, root, x, 8, 4, kx, 2, &n), KVP_OK);
     cr_assert_eq(kvp_hash_blocks(0, root, y, 8, 4, ky, 2, &n), KVP_OK);
     cr_assert_eq(kvp_hash_blocks(0, root, z, 8, 4, kz, 2, &n), KVP_OK);
-    cr_assert(!key_eq(kx[0], ky[0]), "block 0 key ignores its tokens");
-    cr_assert(!key_eq(kx[1], ky[1]), "block 1 key does not depend on block 0's tokens");
-    cr_assert(key_eq(kx[0], kz[0]), "block 0 key depends on block 1's tokens");
-    cr_assert(!key_eq(kx[1], kz[1]), "block 1 key ignores its tokens");
+    cr_assert(!th_key_eq(kx[0], ky[0]), "block 0 key ignores its tokens");
+    cr_assert(!th_key_eq(kx[1], ky[1]), "block 1 key does not depend on block 0's tokens");
+    cr_assert(th_key_eq(kx[0], kz[0]), "block 0 key depends on block 1's tokens");
+    cr_assert(!th_key_eq(kx[1], kz[1]), "block 1 key ignores its tokens");
     /* The same tokens under another namespace root share nothing. */
     kvp_namespace other;
     th_ns(&other, "m", NULL, "t", NULL);
     kvp_key ko[2];
     cr_assert_eq(kvp_hash_blocks(0, root_of(0, &other), x, 8, 4, ko, 2, &n), KVP_OK);
-    cr_assert(!key_eq(kx[0], ko[0]) && !key_eq(kx[1], ko[1]), "namespace root ignored");
+    cr_assert(!th_key_eq(kx[0], ko[0]) && !th_key_eq(kx[1], ko[1]), "namespace root ignored");
     /* Hashing block 1 alone from block 0's key gives the same key (incremental). */
     kvp_key k1;
     cr_assert_eq(kvp_hash_blocks(0, kx[0], x + 4, 4, 4, &k1, 1, &n), KVP_OK);
     cr_assert_eq(n, 1);
-    cr_assert(key_eq(k1, kx[1]), "incremental hashing differs from hashing the whole run");
+    cr_assert(th_key_eq(k1, kx[1]), "incremental hashing differs from hashing the whole run");
     /* Identical blocks at different positions get different keys. */
     uint32_t rep[8] = {7, 7, 7, 7, 7, 7, 7, 7};
     kvp_key kr[2];
     cr_assert_eq(kvp_hash_blocks(0, root, rep, 8, 4, kr, 2, &n), KVP_OK);
-    cr_assert(!key_eq(kr[0], kr[1]), "a repeated block gets the key of its first copy");
+    cr_assert(!th_key_eq(kr[0], kr[1]), "a repeated block gets the key of its first copy");
 }
 
 Test(keys, hash_blocks_respects_cap)
@@ -216,8 +212,8 @@ Test(keys, hash_blocks_respects_cap)
         some[i] = sentinel;
     cr_assert_eq(kvp_hash_blocks(0, root, tok, 12, 4, some, 2, &n), KVP_OK);
     cr_assert_eq(n, 2, "cap 2: n_keys is %zu", n);
-    cr_assert(key_eq(some[0], all[0]) && key_eq(some[1], all[1]), "capped keys differ");
-    cr_assert(key_eq(some[2], sentinel), "a key was written beyond cap");
+    cr_assert(th_key_eq(some[0], all[0]) && th_key_eq(some[1], all[1]), "capped keys differ");
+    cr_assert(th_key_eq(some[2], sentinel), "a key was written beyond cap");
     n = 99;
     cr_assert_eq(kvp_hash_blocks(0, root, tok, 12, 4, NULL, 0, &n), KVP_OK,
                  "keys may be NULL when cap is 0");
@@ -240,7 +236,7 @@ Test(keys, hash_blocks_block_size_bounds)
         kvp_hash_blocks(0, root, tok, KVP_MAX_BLOCK_SIZE + 1, KVP_MAX_BLOCK_SIZE + 1, k, 2, &n),
         KVP_EINVAL, "block_size KVP_MAX_BLOCK_SIZE + 1");
     cr_assert_eq(n, 77, "n_keys written on failure");
-    cr_assert(key_eq(k[0], sentinel), "keys written on failure");
+    cr_assert(th_key_eq(k[0], sentinel), "keys written on failure");
     cr_assert_eq(kvp_hash_blocks(0, root, tok, 3, 1, k, 2, &n), KVP_OK, "block_size 1");
     cr_assert_eq(n, 2);
     cr_assert_eq(
@@ -260,10 +256,10 @@ Test(keys, external_key_scoped_by_namespace)
     kvp_key ra = root_of(0, &a), rb = root_of(0, &b);
     kvp_key id = {0x1234, 0x5678}, id2 = {0x1235, 0x5678};
     kvp_key ea = kvp_external_key(0, ra, id), eb = kvp_external_key(0, rb, id);
-    cr_assert(!key_eq(ea, eb), "equal external ids in two namespaces give one key");
-    cr_assert(key_eq(ea, kvp_external_key(0, ra, id)), "external key is not deterministic");
-    cr_assert(!key_eq(ea, kvp_external_key(0, ra, id2)), "external ids 0x1234/0x1235 collide");
-    cr_assert(!key_eq(ea, id), "the external id is used unscoped");
+    cr_assert(!th_key_eq(ea, eb), "equal external ids in two namespaces give one key");
+    cr_assert(th_key_eq(ea, kvp_external_key(0, ra, id)), "external key is not deterministic");
+    cr_assert(!th_key_eq(ea, kvp_external_key(0, ra, id2)), "external ids 0x1234/0x1235 collide");
+    cr_assert(!th_key_eq(ea, id), "the external id is used unscoped");
 }
 
 Test(keys, external_key_domain_separated_from_token_keys)
@@ -277,7 +273,7 @@ Test(keys, external_key_domain_separated_from_token_keys)
     kvp_key tk;
     size_t n;
     cr_assert_eq(kvp_hash_blocks(0, root, tok, 4, 4, &tk, 1, &n), KVP_OK);
-    cr_assert(!key_eq(tk, kvp_external_key(0, root, id)),
+    cr_assert(!th_key_eq(tk, kvp_external_key(0, root, id)),
               "external key equals the token key over the same bytes");
 }
 
@@ -344,7 +340,7 @@ Test(keys, test_vectors)
         kvp_namespace ns;
         vector_ns(v, &ns);
         kvp_key root = root_of(v->seed, &ns);
-        cr_assert(key_eq(root, v->root),
+        cr_assert(th_key_eq(root, v->root),
                   "vector %zu root: got lo=0x%016llx hi=0x%016llx, expected lo=0x%016llx "
                   "hi=0x%016llx",
                   i, (unsigned long long)root.lo, (unsigned long long)root.hi,
@@ -356,7 +352,7 @@ Test(keys, test_vectors)
             KVP_OK);
         cr_assert_eq(n, v->n_keys, "vector %zu: %zu keys", i, n);
         for (size_t j = 0; j < n; j++)
-            cr_assert(key_eq(keys[j], v->keys[j]),
+            cr_assert(th_key_eq(keys[j], v->keys[j]),
                       "vector %zu key %zu: got lo=0x%016llx hi=0x%016llx, expected "
                       "lo=0x%016llx hi=0x%016llx",
                       i, j, (unsigned long long)keys[j].lo, (unsigned long long)keys[j].hi,
@@ -366,7 +362,7 @@ Test(keys, test_vectors)
     vector_ns(&vectors[0], &ns);
     kvp_key id = {1, 2};
     kvp_key e = kvp_external_key(0, root_of(0, &ns), id);
-    cr_assert(key_eq(e, vector_external), "external vector: got lo=0x%016llx hi=0x%016llx",
+    cr_assert(th_key_eq(e, vector_external), "external vector: got lo=0x%016llx hi=0x%016llx",
               (unsigned long long)e.lo, (unsigned long long)e.hi);
 }
 
@@ -426,13 +422,13 @@ Test(keys, vector_matches_byte_layout_spec)
     kvp_key root = xxh(buf, o, v->seed);
     kvp_namespace ns;
     vector_ns(v, &ns);
-    cr_assert(key_eq(root, root_of(v->seed, &ns)), "root differs from the documented layout");
-    cr_assert(key_eq(root, v->root), "the vector's root differs from the documented layout");
+    cr_assert(th_key_eq(root, root_of(v->seed, &ns)), "root differs from the documented layout");
+    cr_assert(th_key_eq(root, v->root), "the vector's root differs from the documented layout");
 
     kvp_key parent = root;
     for (size_t j = 0; j < v->n_keys; j++) {
         kvp_key k = spec_block_key(v->seed, parent, v->tokens + j * v->block_size, v->block_size);
-        cr_assert(key_eq(k, v->keys[j]), "vector key %zu differs from the documented layout", j);
+        cr_assert(th_key_eq(k, v->keys[j]), "vector key %zu differs from the documented layout", j);
         parent = k;
     }
 
@@ -444,7 +440,7 @@ Test(keys, vector_matches_byte_layout_spec)
     o += put_field(buf + o, 3, v0->tenant, strlen(v0->tenant));
     o += put_field(buf + o, 4, NULL, 0);
     kvp_key root0 = xxh(buf, o, v0->seed);
-    cr_assert(key_eq(root0, v0->root), "vectors[0] root differs from the documented layout");
+    cr_assert(th_key_eq(root0, v0->root), "vectors[0] root differs from the documented layout");
 
     /* External key: "KVPEXT1\0" || root || id. */
     kvp_key id = {1, 2};
@@ -453,7 +449,7 @@ Test(keys, vector_matches_byte_layout_spec)
     put_u64le(buf + 16, root0.hi);
     put_u64le(buf + 24, id.lo);
     put_u64le(buf + 32, id.hi);
-    cr_assert(key_eq(xxh(buf, 40, 0), vector_external),
+    cr_assert(th_key_eq(xxh(buf, 40, 0), vector_external),
               "external vector differs from the documented layout");
 }
 
@@ -476,7 +472,7 @@ Test(keys, large_block_matches_byte_layout_spec)
         cr_assert_eq(n, 2);
         kvp_key e0 = spec_block_key(42, root, tok, bs);
         kvp_key e1 = spec_block_key(42, e0, tok + bs, bs);
-        cr_assert(key_eq(k[0], e0) && key_eq(k[1], e1),
+        cr_assert(th_key_eq(k[0], e0) && th_key_eq(k[1], e1),
                   "block size %u: keys differ from the documented layout", bs);
     }
     free(tok);

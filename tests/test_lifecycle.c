@@ -14,37 +14,7 @@
 #include <criterion/criterion.h>
 
 #include "kvprefix.h"
-#include "refmodel.h"
-
-#define CHECK(c) cr_assert_eq(kvp_cache_check(c), KVP_OK, "kvp_cache_check failed")
-
-static kvp_match lookup(kvp_cache *c, const kvp_namespace *ns, const uint32_t *t, size_t n)
-{
-    kvp_match m;
-    memset(&m, 0xa5, sizeof m);
-    int rc = kvp_lookup(c, ns, t, n, NULL, 0, &m);
-    cr_assert_eq(rc, KVP_OK, "kvp_lookup: %s", kvp_strerror(rc));
-    return m;
-}
-
-static kvp_match access_ok(kvp_cache *c, const kvp_namespace *ns, const uint32_t *t, size_t n)
-{
-    kvp_match m;
-    int rc = kvp_access(c, ns, t, n, &m);
-    cr_assert_eq(rc, KVP_OK, "kvp_access: %s", kvp_strerror(rc));
-    CHECK(c);
-    return m;
-}
-
-static kvp_match acquire_ok(kvp_cache *c, uint64_t id, const kvp_namespace *ns, const uint32_t *t,
-                            size_t n, size_t cap)
-{
-    kvp_match m;
-    int rc = kvp_acquire(c, id, ns, t, n, cap, &m);
-    cr_assert_eq(rc, KVP_OK, "kvp_acquire(%llu): %s", (unsigned long long)id, kvp_strerror(rc));
-    CHECK(c);
-    return m;
-}
+#include "testutil.h"
 
 static size_t commit_ok(kvp_cache *c, uint64_t id, const uint32_t *t, size_t n)
 {
@@ -52,7 +22,7 @@ static size_t commit_ok(kvp_cache *c, uint64_t id, const uint32_t *t, size_t n)
     int rc = kvp_commit(c, id, t, n, &stored);
     cr_assert_eq(rc, KVP_OK, "kvp_commit(%llu, %zu tokens): %s", (unsigned long long)id, n,
                  kvp_strerror(rc));
-    CHECK(c);
+    TH_CHECK(c);
     return stored;
 }
 
@@ -60,17 +30,7 @@ static void release_ok(kvp_cache *c, uint64_t id)
 {
     int rc = kvp_release(c, id);
     cr_assert_eq(rc, KVP_OK, "kvp_release(%llu): %s", (unsigned long long)id, kvp_strerror(rc));
-    CHECK(c);
-}
-
-static kvp_stats stats(const kvp_cache *c)
-{
-    kvp_stats s;
-    cr_assert_eq(kvp_cache_stats(c, &s), KVP_OK);
-    cr_assert_eq(s.n_blocks_free + s.n_blocks_cached + s.n_blocks_in_use, s.n_blocks_total,
-                 "free %u + cached %u + in use %u != total %u", s.n_blocks_free, s.n_blocks_cached,
-                 s.n_blocks_in_use, s.n_blocks_total);
-    return s;
+    TH_CHECK(c);
 }
 
 static void table(const kvp_cache *c, uint64_t id, const uint32_t **ids, size_t *n)
@@ -96,10 +56,10 @@ Test(prefix, partial_tail_not_cached)
     kvp_cache *c = th_cache(64, 16, false, NULL, NULL);
     uint32_t t[48];
     seq(t, 48, 1000);
-    kvp_match m = access_ok(c, &ns, t, 40); /* 2 full blocks + 8 tokens */
+    kvp_match m = th_access_ok(c, &ns, t, 40); /* 2 full blocks + 8 tokens */
     cr_assert_eq(m.n_blocks_full, 2);
-    cr_assert_eq(stats(c).n_blocks_cached, 2, "the partial tail block was cached");
-    m = lookup(c, &ns, t, 48); /* the same 40 tokens, then 8 more: block 2 is now full */
+    cr_assert_eq(th_stats(c).n_blocks_cached, 2, "the partial tail block was cached");
+    m = th_lookup_ok(c, &ns, t, 48); /* the same 40 tokens, then 8 more: block 2 is now full */
     cr_assert_eq(m.n_blocks_full, 3);
     cr_assert_eq(m.n_blocks_cached, 2, "a block cached only partially was reported (%u)",
                  m.n_blocks_cached);
@@ -118,17 +78,17 @@ Test(prefix, differing_token_stops_hit_at_its_block)
         size_t n = 5 * bs + 1;
         uint32_t *t = malloc(n * sizeof *t), *u = malloc(n * sizeof *u);
         seq(t, n, 7);
-        access_ok(c, &ns, t, n);
+        th_access_ok(c, &ns, t, n);
         for (uint32_t k = 0; k < 5; k++) {
             memcpy(u, t, n * sizeof *u);
             u[k * bs + bs / 2] = 999999; /* one token inside block k */
-            kvp_match m = lookup(c, &ns, u, n);
+            kvp_match m = th_lookup_ok(c, &ns, u, n);
             cr_assert_eq(m.n_blocks_cached, k, "bs %u: token changed in block %u, %u cached", bs, k,
                          m.n_blocks_cached);
             cr_assert_eq(m.n_blocks_hit, k);
             cr_assert_eq(m.n_tokens_hit, (uint64_t)k * bs);
         }
-        kvp_match m = lookup(c, &ns, t, n);
+        kvp_match m = th_lookup_ok(c, &ns, t, n);
         cr_assert_eq(m.n_blocks_cached, n / bs, "bs %u: unchanged prompt", bs);
         free(t);
         free(u);
@@ -149,8 +109,8 @@ Test(prefix, different_first_token_shares_nothing)
         seq(t + 1, n, 50);
         u[0] = 1700000001;
         seq(u + 1, n, 50);
-        access_ok(c, &ns, t, n + 1);
-        kvp_match m = lookup(c, &ns, u, n + 1);
+        th_access_ok(c, &ns, t, n + 1);
+        kvp_match m = th_lookup_ok(c, &ns, u, n + 1);
         cr_assert_eq(m.n_blocks_cached, 0, "bs %u: a different first token shared %u blocks", bs,
                      m.n_blocks_cached);
         cr_assert_eq(m.n_tokens_hit, 0);
@@ -168,12 +128,12 @@ Test(prefix, shared_prefix_of_four_tokens)
     const uint32_t a[] = {10, 11, 12, 13, 100, 101};
     const uint32_t b[] = {10, 11, 12, 13, 200};
     const uint32_t b2[] = {999, 10, 11, 12, 13, 200};
-    access_ok(c, &ns, a, 6);
-    kvp_match m = lookup(c, &ns, b, 5);
+    th_access_ok(c, &ns, a, 6);
+    kvp_match m = th_lookup_ok(c, &ns, b, 5);
     cr_assert_eq(m.n_blocks_cached, 4, "expected 4 shared tokens, got %u", m.n_blocks_cached);
     cr_assert_eq(m.n_blocks_hit, 4);
     cr_assert_eq(m.n_tokens_hit, 4);
-    m = lookup(c, &ns, b2, 6);
+    m = th_lookup_ok(c, &ns, b2, 6);
     cr_assert_eq(m.n_blocks_cached, 0, "a differing token put first still shares %u",
                  m.n_blocks_cached);
     cr_assert_eq(m.n_tokens_hit, 0);
@@ -201,13 +161,13 @@ Test(prefix, namespaces_never_share)
         size_t n = 3 * bs + 1;
         uint32_t *t = malloc(n * sizeof *t);
         seq(t, n, 3);
-        access_ok(c, &base, t, n);
-        cr_assert_eq(lookup(c, &base, t, n).n_blocks_cached, n / bs);
+        th_access_ok(c, &base, t, n);
+        cr_assert_eq(th_lookup_ok(c, &base, t, n).n_blocks_cached, n / bs);
         for (int i = 0; i < 8; i++) {
-            kvp_match m = lookup(c, &v[i], t, n);
+            kvp_match m = th_lookup_ok(c, &v[i], t, n);
             cr_assert_eq(m.n_blocks_cached, 0, "bs %u: namespace variant %d shares %u blocks", bs,
                          i, m.n_blocks_cached);
-            m = acquire_ok(c, 100 + (uint64_t)i, &v[i], t, n, 0);
+            m = th_acquire_ok(c, 100 + (uint64_t)i, &v[i], t, n, 0);
             cr_assert_eq(m.n_blocks_hit, 0, "bs %u: variant %d acquire hit", bs, i);
             release_ok(c, 100 + (uint64_t)i);
         }
@@ -228,19 +188,19 @@ Test(prefill, at_least_one_token_is_computed)
         size_t n = 3 * bs; /* a multiple of the block size */
         uint32_t *t = malloc((n + bs + 1) * sizeof *t);
         seq(t, n + bs + 1, 77);
-        access_ok(c, &ns, t, n);
-        kvp_match m = lookup(c, &ns, t, n);
+        th_access_ok(c, &ns, t, n);
+        kvp_match m = th_lookup_ok(c, &ns, t, n);
         cr_assert_eq(m.n_blocks_full, 3);
         cr_assert_eq(m.n_blocks_cached, 3, "bs %u: full run must be reported", bs);
         cr_assert_eq(m.n_blocks_hit, 2, "bs %u: full-prompt hit must reuse one block less", bs);
         cr_assert_eq(m.n_tokens_hit, 2 * (uint64_t)bs);
         /* One more token: all three blocks are reusable. */
-        m = lookup(c, &ns, t, n + 1);
+        m = th_lookup_ok(c, &ns, t, n + 1);
         cr_assert_eq(m.n_blocks_cached, 3);
         cr_assert_eq(m.n_blocks_hit, 3, "bs %u: n + 1 tokens", bs);
         /* General rule over every length up to one block past the cached run. */
         for (size_t len = 1; len <= n + bs; len++) {
-            m = lookup(c, &ns, t, len);
+            m = th_lookup_ok(c, &ns, t, len);
             size_t cached = len / bs < 3 ? len / bs : 3;
             size_t cap = (len - 1) / bs;
             size_t hit = cached < cap ? cached : cap;
@@ -253,7 +213,7 @@ Test(prefill, at_least_one_token_is_computed)
             cr_assert_eq(m.n_tokens_hit, hit * bs);
         }
         /* kvp_acquire applies the same rule and allocates the block it could not reuse. */
-        m = acquire_ok(c, 1, &ns, t, n, 0);
+        m = th_acquire_ok(c, 1, &ns, t, n, 0);
         cr_assert_eq(m.n_blocks_cached, 3);
         cr_assert_eq(m.n_blocks_hit, 2);
         const uint32_t *ids;
@@ -270,7 +230,7 @@ Test(prefill, at_least_one_token_is_computed)
         /* Committing the recomputed last block finds its key taken: a duplicate. */
         size_t st = commit_ok(c, 1, t, n);
         cr_assert_eq(st, 0, "bs %u: stored %zu", bs, st);
-        cr_assert_eq(stats(c).n_blocks_deduped, 1);
+        cr_assert_eq(th_stats(c).n_blocks_deduped, 1);
         release_ok(c, 1);
         free(t);
         kvp_cache_free(c);
@@ -283,8 +243,8 @@ Test(prefill, single_token_prompt_reuses_nothing)
     th_ns(&ns, "m", NULL, NULL, NULL);
     kvp_cache *c = th_cache(8, 1, false, NULL, NULL);
     const uint32_t t[] = {5};
-    access_ok(c, &ns, t, 1);
-    kvp_match m = lookup(c, &ns, t, 1);
+    th_access_ok(c, &ns, t, 1);
+    kvp_match m = th_lookup_ok(c, &ns, t, 1);
     cr_assert_eq(m.n_blocks_cached, 1);
     cr_assert_eq(m.n_blocks_hit, 0);
     cr_assert_eq(m.n_tokens_hit, 0);
@@ -301,13 +261,13 @@ Test(lifecycle, acquire_block_table)
     uint32_t p[14], q[10];
     seq(p, 14, 1);
     seq(q, 10, 500);
-    access_ok(c, &ns, p, 12); /* caches 3 blocks */
+    th_access_ok(c, &ns, p, 12); /* caches 3 blocks */
     uint32_t hit_ids[8];
     kvp_match lm;
     cr_assert_eq(kvp_lookup(c, &ns, p, 14, hit_ids, 8, &lm), KVP_OK);
     cr_assert_eq(lm.n_blocks_hit, 3);
 
-    kvp_match m = acquire_ok(c, 1, &ns, p, 14, 20); /* 5 blocks: 3 hits, 2 fresh */
+    kvp_match m = th_acquire_ok(c, 1, &ns, p, 14, 20); /* 5 blocks: 3 hits, 2 fresh */
     cr_assert_eq(m.n_blocks_hit, 3);
     cr_assert_eq(m.n_tokens_hit, 12);
     const uint32_t *a;
@@ -319,7 +279,7 @@ Test(lifecycle, acquire_block_table)
     uint32_t a_copy[5];
     memcpy(a_copy, a, sizeof a_copy);
 
-    m = acquire_ok(c, 2, &ns, q, 10, 0); /* 3 fresh blocks */
+    m = th_acquire_ok(c, 2, &ns, q, 10, 0); /* 3 fresh blocks */
     cr_assert_eq(m.n_blocks_hit, 0);
     const uint32_t *b;
     size_t nb;
@@ -333,14 +293,14 @@ Test(lifecycle, acquire_block_table)
         for (int j = i + 1; j < 8; j++)
             cr_assert_neq(all[i], all[j], "block %u held twice by pinned requests", all[i]);
     }
-    kvp_stats s = stats(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_blocks_in_use, 8);
     cr_assert_eq(s.n_blocks_cached, 0, "hit blocks must be pinned, not evictable");
     cr_assert_eq(s.n_blocks_free, 8);
     cr_assert_eq(s.n_requests_active, 2);
     release_ok(c, 2);
     release_ok(c, 1);
-    s = stats(c);
+    s = th_stats(c);
     cr_assert_eq(s.n_blocks_in_use, 0);
     cr_assert_eq(s.n_blocks_cached, 3);
     cr_assert_eq(s.n_requests_active, 0);
@@ -354,24 +314,24 @@ Test(lifecycle, commit_grow_release)
     kvp_cache *c = th_cache(16, 4, false, NULL, NULL);
     uint32_t t[20];
     seq(t, 20, 40);
-    acquire_ok(c, 9, &ns, t, 10, 0); /* 3 blocks */
-    cr_assert_eq(lookup(c, &ns, t, 11).n_blocks_cached, 0, "cached before commit");
+    th_acquire_ok(c, 9, &ns, t, 10, 0); /* 3 blocks */
+    cr_assert_eq(th_lookup_ok(c, &ns, t, 11).n_blocks_cached, 0, "cached before commit");
     cr_assert_eq(commit_ok(c, 9, t, 10), 2, "10 tokens: 2 full blocks stored");
-    kvp_match m = lookup(c, &ns, t, 11);
+    kvp_match m = th_lookup_ok(c, &ns, t, 11);
     cr_assert_eq(m.n_blocks_cached, 2, "committed blocks are visible while pinned");
     cr_assert_eq(commit_ok(c, 9, t, 10), 0, "recommitting the same tokens stored again");
     cr_assert_eq(commit_ok(c, 9, t, 11), 0);
     cr_assert_eq(commit_ok(c, 9, t, 12), 1, "block 2 just became full");
     cr_assert_eq(commit_ok(c, 9, t, 13), 0);
     cr_assert_eq(kvp_commit(c, 9, t, 16, NULL), KVP_ERANGE, "block 3 is not held yet");
-    CHECK(c);
+    TH_CHECK(c);
     cr_assert_eq(kvp_grow(c, 9, 12), KVP_OK, "grow to what is held is a no-op");
     const uint32_t *ids;
     size_t n;
     table(c, 9, &ids, &n);
     cr_assert_eq(n, 3);
     cr_assert_eq(kvp_grow(c, 9, 17), KVP_OK);
-    CHECK(c);
+    TH_CHECK(c);
     table(c, 9, &ids, &n);
     cr_assert_eq(n, 5, "17 tokens need 5 blocks, got %zu", n);
     for (size_t i = 0; i < n; i++)
@@ -379,21 +339,21 @@ Test(lifecycle, commit_grow_release)
             cr_assert_neq(ids[i], ids[j]);
     cr_assert_eq(commit_ok(c, 9, t, 17), 1, "block 3 became full");
     cr_assert_eq(commit_ok(c, 9, t, 20), 1, "block 4 became full");
-    kvp_stats s = stats(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_blocks_stored, 5);
     cr_assert_eq(s.n_blocks_in_use, 5);
     cr_assert_eq(s.n_blocks_cached, 0);
-    m = lookup(c, &ns, t, 20);
+    m = th_lookup_ok(c, &ns, t, 20);
     cr_assert_eq(m.n_blocks_cached, 5);
     cr_assert_eq(m.n_blocks_hit, 4);
     release_ok(c, 9);
-    s = stats(c);
+    s = th_stats(c);
     cr_assert_eq(s.n_blocks_in_use, 0);
     cr_assert_eq(s.n_blocks_cached, 5, "released committed blocks must stay cached");
     cr_assert_eq(s.n_blocks_free, 11);
     cr_assert_eq(kvp_release(c, 9), KVP_ENOENT, "double release");
     /* A second request reuses the decode blocks too. */
-    m = acquire_ok(c, 10, &ns, t, 20, 0);
+    m = th_acquire_ok(c, 10, &ns, t, 20, 0);
     cr_assert_eq(m.n_blocks_hit, 4);
     release_ok(c, 10);
     kvp_cache_free(c);
@@ -406,8 +366,8 @@ Test(lifecycle, concurrent_identical_prompts_dedup)
     kvp_cache *c = th_cache(16, 4, false, NULL, NULL);
     uint32_t t[9];
     seq(t, 9, 300);
-    acquire_ok(c, 1, &ns, t, 9, 0); /* 3 blocks each, no hits: nothing is committed yet */
-    kvp_match m = acquire_ok(c, 2, &ns, t, 9, 0);
+    th_acquire_ok(c, 1, &ns, t, 9, 0); /* 3 blocks each, no hits: nothing is committed yet */
+    kvp_match m = th_acquire_ok(c, 2, &ns, t, 9, 0);
     cr_assert_eq(m.n_blocks_hit, 0);
     const uint32_t *ia, *ib;
     size_t na, nb;
@@ -417,11 +377,11 @@ Test(lifecycle, concurrent_identical_prompts_dedup)
     table(c, 2, &ib, &nb);
     uint32_t b[3];
     memcpy(b, ib, sizeof b);
-    cr_assert_eq(stats(c).n_blocks_in_use, 6);
+    cr_assert_eq(th_stats(c).n_blocks_in_use, 6);
 
     cr_assert_eq(commit_ok(c, 1, t, 9), 2);
     cr_assert_eq(commit_ok(c, 2, t, 9), 0, "the second commit must dedup, not store");
-    kvp_stats s = stats(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_blocks_stored, 2);
     cr_assert_eq(s.n_blocks_deduped, 2, "n_blocks_deduped is %llu",
                  (unsigned long long)s.n_blocks_deduped);
@@ -431,12 +391,12 @@ Test(lifecycle, concurrent_identical_prompts_dedup)
     cr_assert(hit[0] == a[0] && hit[1] == a[1], "the key must stay with the first block");
 
     release_ok(c, 2);
-    s = stats(c);
+    s = th_stats(c);
     cr_assert_eq(s.n_blocks_in_use, 3, "request 1 still holds 3");
     cr_assert_eq(s.n_blocks_cached, 0);
     cr_assert_eq(s.n_blocks_free, 13, "the duplicates must return to the free pool");
     release_ok(c, 1);
-    s = stats(c);
+    s = th_stats(c);
     cr_assert_eq(s.n_blocks_cached, 2);
     cr_assert_eq(s.n_blocks_free, 14);
     (void)b;
@@ -450,24 +410,24 @@ Test(lifecycle, access_inserts_and_caches)
     kvp_cache *c = th_cache(16, 4, false, NULL, NULL);
     uint32_t t[13];
     seq(t, 13, 9);
-    kvp_match m = access_ok(c, &ns, t, 13);
+    kvp_match m = th_access_ok(c, &ns, t, 13);
     cr_assert_eq(m.n_blocks_full, 3);
     cr_assert_eq(m.n_blocks_cached, 0, "the first access must report the state before it");
-    kvp_stats s = stats(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_blocks_stored, 3);
     cr_assert_eq(s.n_blocks_cached, 3);
     cr_assert_eq(s.n_blocks_in_use, 0, "kvp_access left blocks pinned");
     cr_assert_eq(s.n_requests_active, 0);
-    m = access_ok(c, &ns, t, 13);
+    m = th_access_ok(c, &ns, t, 13);
     cr_assert_eq(m.n_blocks_cached, 3);
     cr_assert_eq(m.n_blocks_hit, 3);
-    cr_assert_eq(stats(c).n_blocks_stored, 3, "a repeated access stored again");
+    cr_assert_eq(th_stats(c).n_blocks_stored, 3, "a repeated access stored again");
     /* A longer prompt extends the chain. */
     uint32_t u[17];
     seq(u, 17, 9);
-    m = access_ok(c, &ns, u, 17);
+    m = th_access_ok(c, &ns, u, 17);
     cr_assert_eq(m.n_blocks_cached, 3);
-    cr_assert_eq(stats(c).n_blocks_cached, 4);
+    cr_assert_eq(th_stats(c).n_blocks_cached, 4);
     kvp_cache_free(c);
 }
 
@@ -480,9 +440,9 @@ Test(lifecycle, ids_forms)
     kvp_key ids[4] = {{1, 1}, {2, 2}, {3, 3}, {4, 4}};
     kvp_match m;
     cr_assert_eq(kvp_access_ids(c, &ns, ids, 4, 13, &m), KVP_OK); /* 3 full + partial id */
-    CHECK(c);
+    TH_CHECK(c);
     cr_assert_eq(m.n_blocks_full, 3);
-    cr_assert_eq(stats(c).n_blocks_cached, 3, "the partial block's id must not be cached");
+    cr_assert_eq(th_stats(c).n_blocks_cached, 3, "the partial block's id must not be cached");
     cr_assert_eq(kvp_lookup_ids(c, &ns, ids, 4, 13, NULL, 0, &m), KVP_OK);
     cr_assert_eq(m.n_blocks_cached, 3);
     cr_assert_eq(m.n_blocks_hit, 3);
@@ -494,7 +454,7 @@ Test(lifecycle, ids_forms)
     kvp_key changed[3] = {{1, 1}, {9, 9}, {3, 3}};
     cr_assert_eq(kvp_lookup_ids(c, &ns, changed, 3, 12, NULL, 0, &m), KVP_OK);
     cr_assert_eq(m.n_blocks_cached, 1);
-    kvp_stats s = stats(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_lookups, 4);
     cr_assert_eq(s.n_requests, 1);
     kvp_cache_free(c);
@@ -507,7 +467,7 @@ Test(stats, counters_follow_a_scenario)
     kvp_namespace ns;
     th_ns(&ns, "m", NULL, NULL, NULL);
     kvp_cache *c = th_cache(4, 2, false, NULL, NULL);
-    kvp_stats s = stats(c);
+    kvp_stats s = th_stats(c);
     cr_assert_eq(s.n_blocks_total, 4);
     cr_assert_eq(s.n_blocks_free, 4);
     cr_assert_eq(s.n_requests + s.n_lookups + s.n_tokens_queried + s.n_blocks_stored, 0);
@@ -515,10 +475,10 @@ Test(stats, counters_follow_a_scenario)
     uint32_t a[7] = {1, 2, 3, 4, 5, 6, 7};
     uint32_t b[5] = {1, 2, 3, 4, 9};
     uint32_t d[5] = {8, 8, 8, 8, 8};
-    access_ok(c, &ns, a, 7);        /* 3 full blocks missed, 3 stored */
-    lookup(c, &ns, b, 5);           /* 2 cached, n_lookups only */
-    acquire_ok(c, 1, &ns, b, 5, 0); /* 2 hit, 0 missed; holds 3 (1 fresh) */
-    kvp_stats s1 = stats(c);
+    th_access_ok(c, &ns, a, 7);        /* 3 full blocks missed, 3 stored */
+    th_lookup_ok(c, &ns, b, 5);        /* 2 cached, n_lookups only */
+    th_acquire_ok(c, 1, &ns, b, 5, 0); /* 2 hit, 0 missed; holds 3 (1 fresh) */
+    kvp_stats s1 = th_stats(c);
     cr_assert_eq(s1.n_requests, 2);
     cr_assert_eq(s1.n_lookups, 1);
     cr_assert_eq(s1.n_tokens_queried, 12);
@@ -533,8 +493,8 @@ Test(stats, counters_follow_a_scenario)
     cr_assert_eq(s1.n_requests_active, 1);
     cr_assert_eq(commit_ok(c, 1, b, 5), 0, "b has 2 full blocks, both hits");
 
-    acquire_ok(c, 2, &ns, d, 1, 0); /* needs 1 block: evicts block 2 of a */
-    kvp_stats s2 = stats(c);
+    th_acquire_ok(c, 2, &ns, d, 1, 0); /* needs 1 block: evicts block 2 of a */
+    kvp_stats s2 = th_stats(c);
     cr_assert_eq(s2.n_evictions, 1);
     cr_assert_eq(s2.n_requests, 3);
     cr_assert_eq(s2.n_tokens_queried, 13);
@@ -543,12 +503,12 @@ Test(stats, counters_follow_a_scenario)
     cr_assert_eq(s2.n_blocks_cached, 0);
     cr_assert_eq(s2.n_requests_active, 2);
     cr_assert_eq(kvp_acquire(c, 3, &ns, d, 3, 0, &(kvp_match){0}), KVP_ENOSPC);
-    kvp_stats s3 = stats(c);
+    kvp_stats s3 = th_stats(c);
     cr_assert_eq(s3.n_requests, 3, "a failed acquire was counted");
     cr_assert_eq(s3.n_tokens_queried, 13);
     release_ok(c, 2);
     release_ok(c, 1);
-    s = stats(c);
+    s = th_stats(c);
     cr_assert_eq(s.n_blocks_cached, 2);
     cr_assert_eq(s.n_blocks_free, 2);
     cr_assert_eq(s.n_blocks_in_use, 0);

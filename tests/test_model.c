@@ -23,6 +23,7 @@
 
 #include "kvprefix.h"
 #include "refmodel.h"
+#include "testutil.h"
 
 #define N_IDS    6  /* request ids 1..N_IDS */
 #define MAX_SEQ  64 /* longest request sequence */

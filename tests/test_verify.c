@@ -22,16 +22,7 @@
 
 #include "internal.h"
 #include "kvprefix.h"
-#include "refmodel.h"
-
-#define CHECK(c) cr_assert_eq(kvp_cache_check(c), KVP_OK, "kvp_cache_check failed")
-
-static kvp_stats stats(const kvp_cache *c)
-{
-    kvp_stats s;
-    cr_assert_eq(kvp_cache_stats(c, &s), KVP_OK);
-    return s;
-}
+#include "testutil.h"
 
 Test(verify, normal_hits_work)
 {
@@ -44,7 +35,7 @@ Test(verify, normal_hits_work)
         t[i] = 40 + (uint32_t)i;
     kvp_match m;
     cr_assert_eq(kvp_access(c, &ns, t, 17, &m), KVP_OK);
-    CHECK(c);
+    TH_CHECK(c);
     cr_assert_eq(kvp_lookup(c, &ns, t, 17, NULL, 0, &m), KVP_OK);
     cr_assert_eq(m.n_blocks_cached, 4);
     cr_assert_eq(m.n_blocks_hit, 4);
@@ -68,13 +59,13 @@ Test(verify, normal_hits_work)
     u[17] = 1, u[18] = 2, u[19] = 3;
     cr_assert_eq(kvp_commit(c, 1, u, 20, &st), KVP_OK);
     cr_assert_eq(st, 1, "block 4 differs from the accessed prompt's continuation");
-    CHECK(c);
+    TH_CHECK(c);
     cr_assert_eq(kvp_release(c, 1), KVP_OK);
     cr_assert_eq(kvp_release(c, 2), KVP_OK);
-    CHECK(c);
+    TH_CHECK(c);
     cr_assert_eq(kvp_lookup(c, &ns, u, 20, NULL, 0, &m), KVP_OK);
     cr_assert_eq(m.n_blocks_cached, 5);
-    cr_assert_eq(stats(c).n_verify_rejects, 0, "rejects without collisions");
+    cr_assert_eq(th_stats(c).n_verify_rejects, 0, "rejects without collisions");
     kvp_cache_free(c);
 }
 
@@ -111,16 +102,16 @@ Test(verify, recached_first_block_makes_children_stale)
         cr_assert_eq(kvp_commit(c, 1, t, 3, &st), KVP_OK); /* 0 dedups; 1, 2 stored */
         cr_assert_eq(st, 2);
         cr_assert_eq(kvp_acquire(c, 2, &ns, &x, 1, 5, &m), KVP_OK); /* 4 free + evicts 0 */
-        cr_assert_eq(stats(c).n_evictions, 1);
+        cr_assert_eq(th_stats(c).n_evictions, 1);
         cr_assert_eq(kvp_release(c, 2), KVP_OK);
         cr_assert_eq(kvp_access(c, &ns, t, 1, &m), KVP_OK); /* block 0 cached again */
         uint32_t first = last_first_block(ev);
-        CHECK(c);
+        TH_CHECK(c);
 
         /* Step 1: the lookup after the re-cache. */
         memset(ids, 0xff, sizeof ids);
         cr_assert_eq(kvp_lookup(c, &ns, t, 4, ids, 5, &m), KVP_OK);
-        kvp_stats s = stats(c);
+        kvp_stats s = th_stats(c);
         if (verify) {
             cr_assert_eq(m.n_blocks_cached, 1, "stale blocks 1, 2 accepted: run %u",
                          m.n_blocks_cached);
@@ -139,17 +130,17 @@ Test(verify, recached_first_block_makes_children_stale)
             cr_assert_eq(ids[1], r1[1]);
             cr_assert_eq(ids[2], r1[2]);
         }
-        CHECK(c);
+        TH_CHECK(c);
 
         /* Step 2: request 3 commits the long prompt again. In verify mode its acquire
          * rejects the stale block 1 once more, and its commit replaces blocks 1 and 2. */
         cr_assert_eq(kvp_acquire(c, 3, &ns, t, 4, 0, &m), KVP_OK);
         cr_assert_eq(m.n_blocks_cached, verify ? 1 : 3);
         cr_assert_eq(m.n_blocks_hit, verify ? 1 : 3);
-        cr_assert_eq(stats(c).n_verify_rejects, verify ? 2 : 0);
+        cr_assert_eq(th_stats(c).n_verify_rejects, verify ? 2 : 0);
         st = 99;
         cr_assert_eq(kvp_commit(c, 3, t, 4, &st), KVP_OK);
-        s = stats(c);
+        s = th_stats(c);
         cr_assert_eq(st, verify ? 3 : 1, "n_stored %zu", st);
         cr_assert_eq(s.n_verify_rejects, verify ? 4 : 0);
         cr_assert_eq(th_events_count(ev, KVP_EVENT_REMOVED, KVP_REMOVED_REPLACED),
@@ -160,14 +151,14 @@ Test(verify, recached_first_block_makes_children_stale)
         cr_assert_eq(s.n_blocks_in_use, verify ? 7 : 5);
         cr_assert_eq(s.n_blocks_cached, 0);
         cr_assert_eq(s.n_blocks_free, verify ? 1 : 3);
-        CHECK(c);
+        TH_CHECK(c);
 
         /* Step 3: the full run, made of request 3's blocks. */
         memset(ids, 0xff, sizeof ids);
         cr_assert_eq(kvp_lookup(c, &ns, t, 5, ids, 5, &m), KVP_OK);
         cr_assert_eq(m.n_blocks_cached, 4);
         cr_assert_eq(m.n_blocks_hit, 4);
-        cr_assert_eq(stats(c).n_verify_rejects, verify ? 4 : 0, "a reject on the new chain");
+        cr_assert_eq(th_stats(c).n_verify_rejects, verify ? 4 : 0, "a reject on the new chain");
         const uint32_t *r3;
         size_t n3;
         cr_assert_eq(kvp_request_blocks(c, 3, &r3, &n3), KVP_OK);
@@ -179,18 +170,18 @@ Test(verify, recached_first_block_makes_children_stale)
         /* Step 4: the replaced blocks were private to request 1 and now become free; the
          * new chain stays cached. */
         cr_assert_eq(kvp_release(c, 1), KVP_OK);
-        s = stats(c);
+        s = th_stats(c);
         cr_assert_eq(s.n_blocks_in_use, 4);
         cr_assert_eq(s.n_blocks_cached, 0);
         cr_assert_eq(s.n_blocks_free, 4);
         cr_assert_eq(kvp_release(c, 3), KVP_OK);
-        s = stats(c);
+        s = th_stats(c);
         cr_assert_eq(s.n_blocks_cached, 4);
         cr_assert_eq(s.n_blocks_free, 4);
         cr_assert_eq(kvp_lookup(c, &ns, t, 5, NULL, 0, &m), KVP_OK);
         cr_assert_eq(m.n_blocks_cached, 4);
-        cr_assert_eq(stats(c).n_verify_rejects, verify ? 4 : 0);
-        CHECK(c);
+        cr_assert_eq(th_stats(c).n_verify_rejects, verify ? 4 : 0);
+        TH_CHECK(c);
         kvp_cache_free(c);
         free(ev);
     }
@@ -219,13 +210,13 @@ Test(verify, commit_dedup_parent_is_the_deduplicated_instance)
     cr_assert_eq(m.n_blocks_cached, 1);
     cr_assert_eq(kvp_commit(c, 1, t, 3, &st), KVP_OK); /* block 2 stored after B1 */
     cr_assert_eq(st, 1);
-    cr_assert_eq(stats(c).n_verify_rejects, 0);
-    CHECK(c);
+    cr_assert_eq(th_stats(c).n_verify_rejects, 0);
+    TH_CHECK(c);
     cr_assert_eq(kvp_lookup(c, &ns, t, 4, NULL, 0, &m), KVP_OK);
     cr_assert_eq(m.n_blocks_cached, 2, "block 2 verified after B2, a later instance: run %u",
                  m.n_blocks_cached);
-    cr_assert_eq(stats(c).n_verify_rejects, 1);
-    CHECK(c);
+    cr_assert_eq(th_stats(c).n_verify_rejects, 1);
+    TH_CHECK(c);
     kvp_cache_free(c);
 }
 
@@ -260,8 +251,8 @@ static int false_hits(bool verify, uint64_t *rejects)
         if (m.n_blocks_cached > 0)
             n_false++;
     }
-    CHECK(c);
-    *rejects = stats(c).n_verify_rejects;
+    TH_CHECK(c);
+    *rejects = th_stats(c).n_verify_rejects;
     kvp_cache_free(c);
     return n_false;
 }
@@ -430,9 +421,9 @@ static void collision_run(uint32_t bs, uint64_t seed)
                           "step %d: hit block %u holds other tokens", step, ids[i]);
             n_hits += m.n_blocks_cached;
         }
-        CHECK(c);
+        TH_CHECK(c);
     }
-    kvp_stats s = stats(c);
+    kvp_stats s = th_stats(c);
     cr_assert_gt(n_hits, 0, "no lookup ever hit: the test exercised nothing");
     cr_assert_gt(s.n_verify_rejects, 0, "4-bit keys but no rejected collision");
     kvp_cache_free(c);
