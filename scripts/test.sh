@@ -9,20 +9,37 @@ set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
 
+log=$(mktemp)
+part=$(mktemp)
+trap 'rm -f "$log" "$part"' EXIT
+
+# Run one build's suite; print its output, keep it for the totals, stop on a failure.
+run_suite() {
+    if ! "$@" >"$part" 2>&1; then
+        cat "$part"
+        echo "== tests FAILED in: $*"
+        exit 1
+    fi
+    cat "$part" | tee -a "$log"
+}
+
 echo "== gcc build, -Werror, full test suite"
 [ -f build-test/build.ninja ] || CC=gcc meson setup build-test -Dwerror=true -Dbench=true >/dev/null
 ninja -C build-test
-meson test -C build-test --print-errorlogs
+run_suite meson test -C build-test --print-errorlogs
 
 echo "== clang ASan+UBSan build, full test suite"
 [ -f build-asan/build.ninja ] || CC=clang meson setup build-asan -Db_sanitize=address,undefined \
     -Db_lundef=false -Dc_args=-fno-sanitize-recover=all -Dbench=false >/dev/null
 ninja -C build-asan
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-    meson test -C build-asan --print-errorlogs
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+run_suite meson test -C build-asan --print-errorlogs
 
 if command -v clang-format >/dev/null 2>&1; then
     echo "== clang-format"
     git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
 fi
-echo "== all tests passed"
+passed=$(awk '/^Ok:/ {n += $2} END {print n + 0}' "$log")
+failed=$(awk '/^Fail:/ {n += $2} END {print n + 0}' "$log")
+echo "== all tests passed (meson test runs of both builds)"
+echo "$passed passed, $failed failed"
