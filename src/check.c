@@ -76,35 +76,55 @@ static uint32_t walk_lru(const kvp__pool *pool)
     return n;
 }
 
-int kvp__cache_check(const kvp_cache *cache)
+/* Invariant 1 (pool): block states, the free list and the LRU ring agree with the counts. */
+int kvp__pool_check(const kvp_cache *cache)
 {
     const kvp__pool *pool = &cache->pool;
     int rc = KVP_OK;
-    uint32_t *refs = calloc(pool->n_blocks ? pool->n_blocks : 1, sizeof *refs);
-    uint32_t *ns_refs = NULL;
-    if (!refs)
-        return KVP_ENOMEM;
-
-    /* Invariant 1: states and lists. */
-    uint32_t n_free = walk_free(pool), n_lru = walk_lru(pool), n_used = 0, n_indexed = 0;
+    uint32_t n_free = walk_free(pool), n_lru = walk_lru(pool), n_used = 0;
     FAIL_IF(n_free != pool->n_free || n_lru != pool->n_lru);
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
         FAIL_IF(b->indexed > 1 || b->ref == KVP_NIL);
         n_used += b->ref > 0;
-        n_indexed += b->indexed;
-        /* Invariant 2: an indexed block is found under its own key. */
-        if (b->indexed) {
-            FAIL_IF(kvp__index_find(&cache->index, b->key) != b);
-            FAIL_IF(!kvp__key_eq(kvp__key_truncate(b->key, cache->key_bits), b->key));
-        }
     }
     FAIL_IF(n_used != pool->n_in_use || n_free + n_lru + n_used != pool->n_blocks);
+out:
+    return rc;
+}
+
+/* Invariant 2 (index): exactly the indexed blocks plus the sentinel, each under its own
+ * (truncated) key, in a table that kept its initial bucket count. */
+int kvp__index_check(const kvp_cache *cache)
+{
+    const kvp__pool *pool = &cache->pool;
+    int rc = KVP_OK;
+    uint32_t n_indexed = 0;
+    for (uint32_t id = 0; id < pool->n_blocks; id++) {
+        const kvp__block *b = &pool->blocks[id];
+        if (!b->indexed)
+            continue;
+        n_indexed++;
+        FAIL_IF(kvp__index_find(&cache->index, b->key) != b);
+        FAIL_IF(!kvp__key_eq(kvp__key_truncate(b->key, cache->key_bits), b->key));
+    }
     FAIL_IF(n_indexed != cache->index.n_items);
     FAIL_IF(!cache->index.head || HASH_COUNT(cache->index.head) != n_indexed + 1);
     FAIL_IF(cache->index.head->hh.tbl->num_buckets != 1u << cache->index.log2_buckets);
+out:
+    return rc;
+}
 
-    /* Invariant 3: reference counts are the requests' block tables. */
+/* Invariant 3 (requests): every block's ref count is its number of appearances in the
+ * requests' block tables; the tables are in range. KVP_ENOMEM if the counters cannot be
+ * allocated. */
+int kvp__requests_check(const kvp_cache *cache)
+{
+    const kvp__pool *pool = &cache->pool;
+    int rc = KVP_OK;
+    uint32_t *refs = calloc(pool->n_blocks ? pool->n_blocks : 1, sizeof *refs);
+    if (!refs)
+        return KVP_ENOMEM;
     const kvp__request *req, *tmp;
     HASH_ITER(hh, cache->requests, req, tmp)
     {
@@ -118,41 +138,61 @@ int kvp__cache_check(const kvp_cache *cache)
     }
     for (uint32_t id = 0; id < pool->n_blocks; id++)
         FAIL_IF(refs[id] != pool->blocks[id].ref);
-
-    /* Invariant 4: interned namespaces. */
-    if (kvp__verifying(cache)) {
-        const kvp__verify *v = &cache->verify;
-        ns_refs = calloc(v->n_slots ? v->n_slots : 1, sizeof *ns_refs);
-        if (!ns_refs) {
-            rc = KVP_ENOMEM;
-            goto out;
-        }
-        HASH_ITER(hh, cache->requests, req, tmp)
-        {
-            FAIL_IF(req->ns >= v->n_slots || !v->slots[req->ns]);
-            ns_refs[req->ns]++;
-        }
-        for (uint32_t id = 0; id < pool->n_blocks; id++) {
-            const kvp__vmeta *m = &v->meta[id];
-            if (!pool->blocks[id].indexed) {
-                FAIL_IF(m->ns != KVP_NIL);
-                continue;
-            }
-            FAIL_IF(m->parent != KVP_NIL && m->parent >= pool->n_blocks);
-            FAIL_IF((m->parent == KVP_NIL) == (m->ns == KVP_NIL)); /* exactly one of them */
-            if (m->ns == KVP_NIL)
-                continue;
-            FAIL_IF(m->ns >= v->n_slots || !v->slots[m->ns] || m->parent != KVP_NIL);
-            ns_refs[m->ns]++;
-        }
-        for (uint32_t s = 0; s < v->n_slots; s++) {
-            if (!v->slots[s])
-                continue;
-            FAIL_IF(kvp__verify_ns_refs(cache, s) != ns_refs[s] || ns_refs[s] == 0);
-        }
-    }
 out:
     free(refs);
+    return rc;
+}
+
+/* Invariant 4 (verify): provenance of indexed blocks and the interned namespaces' reference
+ * counts. KVP_OK at once outside collision-proof mode. */
+int kvp__verify_check(const kvp_cache *cache)
+{
+    if (!kvp__verifying(cache))
+        return KVP_OK;
+    const kvp__pool *pool = &cache->pool;
+    const kvp__verify *v = &cache->verify;
+    int rc = KVP_OK;
+    uint32_t *ns_refs = calloc(v->n_slots ? v->n_slots : 1, sizeof *ns_refs);
+    if (!ns_refs)
+        return KVP_ENOMEM;
+    const kvp__request *req, *tmp;
+    HASH_ITER(hh, cache->requests, req, tmp)
+    {
+        FAIL_IF(req->ns >= v->n_slots || !v->slots[req->ns]);
+        ns_refs[req->ns]++;
+    }
+    for (uint32_t id = 0; id < pool->n_blocks; id++) {
+        const kvp__vmeta *m = &v->meta[id];
+        if (!pool->blocks[id].indexed) {
+            FAIL_IF(m->ns != KVP_NIL);
+            continue;
+        }
+        FAIL_IF(m->parent != KVP_NIL && m->parent >= pool->n_blocks);
+        FAIL_IF((m->parent == KVP_NIL) == (m->ns == KVP_NIL)); /* exactly one of them */
+        if (m->ns == KVP_NIL)
+            continue;
+        FAIL_IF(m->ns >= v->n_slots || !v->slots[m->ns]);
+        ns_refs[m->ns]++;
+    }
+    for (uint32_t s = 0; s < v->n_slots; s++) {
+        if (!v->slots[s])
+            continue;
+        FAIL_IF(kvp__verify_ns_refs(cache, s) != ns_refs[s] || ns_refs[s] == 0);
+    }
+out:
     free(ns_refs);
+    return rc;
+}
+
+/* Every module's checker in turn; the first failure wins. */
+int kvp__cache_check(const kvp_cache *cache)
+{
+    int rc = kvp__pool_check(cache);
+    if (rc == KVP_OK)
+        rc = kvp__index_check(cache);
+    if (rc == KVP_OK)
+        rc = kvp__requests_check(cache);
+    if (rc == KVP_OK)
+        rc = kvp__verify_check(cache);
     return rc;
 }

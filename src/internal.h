@@ -300,7 +300,12 @@ kvp_key kvp__cache_external_key(const kvp_cache *cache, kvp_key root, kvp_key id
 /* Validate a namespace's fields: KVP_OK or KVP_EINVAL. */
 int kvp__ns_valid(const kvp_namespace *ns);
 
-/* Invariant checker (check.c): KVP_OK or KVP_ECORRUPT. */
+/* Invariant checkers (check.c), one per stateful module, and all of them in turn: each
+ * returns KVP_OK, KVP_ECORRUPT, or KVP_ENOMEM when its counters cannot be allocated. */
+int kvp__pool_check(const kvp_cache *cache);
+int kvp__index_check(const kvp_cache *cache);
+int kvp__requests_check(const kvp_cache *cache);
+int kvp__verify_check(const kvp_cache *cache);
 int kvp__cache_check(const kvp_cache *cache);
 
 /* Test hook: truncate every key this cache computes to `bits` low bits (1..128), so that

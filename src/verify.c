@@ -47,12 +47,17 @@ struct kvp__nsrec {
     unsigned char bytes[]; /* the four fields, each: present byte, u64 length, data */
 };
 
+/* Bytes of ns's encoding, or SIZE_MAX if that does not fit a size_t (bogus lengths). */
 static size_t ns_encoded_len(const kvp_namespace *ns)
 {
     const kvp_field *f[4] = {&ns->model, &ns->adapter, &ns->tenant, &ns->salt};
     size_t n = 0;
-    for (int i = 0; i < 4; i++)
-        n += 1 + (f[i]->ptr ? 8 + f[i]->len : 0);
+    for (int i = 0; i < 4; i++) {
+        size_t add = f[i]->ptr ? f[i]->len : 0;
+        if (add > SIZE_MAX / 2 || n > SIZE_MAX / 2 - add - 9)
+            return SIZE_MAX;
+        n += 1 + (f[i]->ptr ? 8 + add : 0);
+    }
     return n;
 }
 
@@ -192,6 +197,8 @@ int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key roo
     }
     /* Step 2: build the record, and a table entry if no namespace has this root yet. */
     size_t n_bytes = ns_encoded_len(ns);
+    if (n_bytes > SIZE_MAX - sizeof *rec)
+        return KVP_ENOMEM;
     rec = kvp__mem_alloc(&cache->mem, sizeof *rec + n_bytes);
     if (!rec)
         return KVP_ENOMEM;
