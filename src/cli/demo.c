@@ -10,7 +10,9 @@
  *  - the same text under another tenant reuses nothing (namespace isolation);
  *  - a timestamp placed before the system prompt ends sharing at its first token;
  *  - a later chat turn reuses the earlier turn, generated answer included;
- *  - a fully cached prompt still computes its last block (at least one token is computed).
+ *  - a fully cached prompt still computes its last block (at least one token is computed);
+ *  - when the pool fills, the least recently used blocks are evicted and a prefix that was
+ *    reused before has to be computed again.
  * Text is split on spaces and each word hashed to a token id: a stand-in tokenizer, enough
  * to show prefix behaviour; real engines use the model's tokenizer.
  */
@@ -33,25 +35,30 @@ typedef struct step {
     const char *question; /* the user's text after the system prompt */
     const char *answer;   /* what the "model" generates */
     const char *note;     /* what the step shows */
+    unsigned n_document;  /* words of a generated document after the question, or 0 */
 } step;
 
 static const step STEPS[] = {
     {"acme", NULL, "How do I reset my home router ?", "Hold the reset button for ten seconds .",
-     "cold start: nothing cached yet"},
+     "cold start: nothing cached yet", 0},
     {"acme", NULL, "What is the warranty period ?", "Two years from purchase .",
-     "same tenant, same system prompt: reused"},
+     "same tenant, same system prompt: reused", 0},
     {"globex", NULL, "What is the warranty period ?", "Two years from purchase .",
-     "same text, other tenant: isolated, nothing reused"},
+     "same text, other tenant: isolated, nothing reused", 0},
     {"acme", "[2026-11-29 10:00:01]", "Is there a night mode ?", "Yes , in settings .",
-     "timestamp before the system prompt: sharing ends at token 0"},
+     "timestamp before the system prompt: sharing ends at token 0", 0},
     {"acme", "[2026-11-29 10:00:02]", "Is there a night mode ?", "Yes , in settings .",
-     "again with the next second: still nothing reused"},
+     "again with the next second: still nothing reused", 0},
     {"acme", NULL,
      "How do I reset my home router ? Hold the reset button for ten seconds . "
      "And then ?",
-     "Wait for the green light .", "next chat turn: reuses turn 1 and its answer"},
+     "Wait for the green light .", "next chat turn: reuses turn 1 and its answer", 0},
     {"acme", NULL, "How do I reset my home router ?", "Hold the reset button for ten seconds .",
-     "exact repeat of request 1: fully cached, yet its last block is computed"},
+     "exact repeat of request 1: fully cached, yet its last block is computed", 0},
+    {"globex", NULL, "Summarize this contract :", "It is a lease .",
+     "a long document fills the pool: least recently used blocks are evicted", 150},
+    {"acme", NULL, "What is the warranty period ?", "Two years from purchase .",
+     "request 2 again: part of what it reused before was evicted", 0},
 };
 
 /* Split text on spaces into token ids (FNV-1a of each word); returns the count. */
@@ -130,6 +137,8 @@ int kvp_cli_demo(int argc, char **argv)
         size_t n = tokenize(st->prefix, tokens, MAX_TOKENS, 0);
         n = tokenize(SYSTEM, tokens, MAX_TOKENS, n);
         n = tokenize(st->question, tokens, MAX_TOKENS, n);
+        for (unsigned w = 0; w < st->n_document && n < MAX_TOKENS; w++)
+            tokens[n++] = 50000u + w; /* the document's words: ids no sentence uses */
         size_t n_prompt = n;
         n = tokenize(st->answer, tokens, MAX_TOKENS, n);
 
@@ -154,6 +163,8 @@ int kvp_cli_demo(int argc, char **argv)
                st->note);
         const char *parts[3] = {st->prefix, SYSTEM, st->question};
         show_boundary(parts, (size_t)m.n_tokens_hit);
+        if (st->n_document)
+            printf("      ... followed by a %u-word document\n", st->n_document);
     }
 
     kvp_stats stats;
