@@ -228,22 +228,21 @@ uint32_t kvp__pool_take(kvp_cache *cache)
 {
     kvp__pool *pool = &cache->pool;
     uint32_t id = pool->free_head;
-    if (id != KVP_NIL) {
+    bool evicted = id == KVP_NIL;
+    if (!evicted) {
         pool->free_head = pool->blocks[id].next;
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
-    } else {
-        id = lru_pop_head(pool);
-        if (id == KVP_NIL)
-            return KVP_NIL;
-        cache->stats.n_evictions++;
-        pool->blocks[id].ref = 1;
-        pool->n_in_use++;
-        unindex(cache, id, KVP_REMOVED_EVICTED);
-        return id;
+    } else if ((id = lru_pop_head(pool)) == KVP_NIL) {
+        return KVP_NIL;
     }
     pool->blocks[id].ref = 1;
     pool->n_in_use++;
+    if (evicted) {
+        /* Counted and pinned before the event, so the cache is consistent when it fires. */
+        cache->stats.n_evictions++;
+        unindex(cache, id, KVP_REMOVED_EVICTED);
+    }
     return id;
 }
 
