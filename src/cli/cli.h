@@ -13,6 +13,7 @@
 
 int kvp_cli_demo(int argc, char **argv);
 int kvp_cli_plan(int argc, char **argv);
+int kvp_cli_replay(int argc, char **argv);
 
 /* Format an error message into err[0 .. size) (errbuf.c). */
 void kvp_cli_errf(char *err, size_t size, const char *fmt, ...)

@@ -1,10 +1,14 @@
 /*
- * logread.c - request-log reader: token-id JSON Lines and Mooncake hash-id traces
- * (see logread.h for the formats and the contract).
+ * logread.c - request-log reader: token-id JSON Lines, Mooncake hash-id traces and OpenAI
+ * request bodies (see logread.h for the formats and the contract; openai.c renders OpenAI
+ * requests to text and tokenize.c splits the text into tokens).
  *
  * Layout. Input goes through zlib's gzread, which passes plain data through unchanged, so
- * one code path serves plain and gzip files, and standard input. Lines are cut from a single
- * growable buffer:
+ * one code path serves plain and gzip files, and standard input. On the first read the
+ * first four bytes gzread returns are kept aside in head[] and compared with the zstd magic:
+ * when they match, everything gzread returns (head[] first) is fed to a ZSTD_DStream and
+ * its output is the input; otherwise head[] is handed out first and the rest follows. This
+ * needs no seeking, so pipes work too. Lines are cut from a single growable buffer:
  *
  *     buf: [ consumed | line being cut ... | read ahead ... ]       free space
  *          0          start                                  end     cap
@@ -18,10 +22,16 @@
  * Invariants: start <= end <= cap; buf[start, end) is unread input; line_no counts the
  * lines handed out so far. The arrays of a record are reused across lines, grown to the
  * largest line's needs (each element takes at least two bytes of JSON text, so they never
- * exceed the line).
+ * exceed the line; OpenAI token arrays are sized by a counting pass of the tokenizer).
+ * zin[zin_pos, zin_len) is compressed input not yet given to libzstd;
+ * zret is the result of the last ZSTD_decompressStream call that consumed input or produced
+ * output, 0 exactly at a frame boundary, so the end of the raw input with zret != 0 is a
+ * truncated frame.
  */
 #include "cli.h"
 #include "logread.h"
+#include "openai.h"
+#include "tokenize.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,8 +42,11 @@
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #define READ_CHUNK (1u << 20) /* bytes asked of gzread at a time */
+
+static const unsigned char zstd_magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
 
 struct kvp_log_reader {
     gzFile gz;             /* input; NULL once closed */
@@ -43,7 +56,18 @@ struct kvp_log_reader {
     size_t cap;            /* bytes allocated at buf */
     size_t start;          /* first unread byte */
     size_t end;            /* one past the last byte read */
-    bool eof;              /* gzread reported the end (or an error: see failed) */
+    bool eof;              /* the (decompressed) input ended, or an error ended it */
+    bool detected;         /* head[] has been read and the zstd magic checked */
+    bool raw_eof;          /* gzread reported the end of its output */
+    unsigned char head[4]; /* the first bytes gzread returned, handed out first */
+    size_t n_head;         /* bytes held in head */
+    size_t head_pos;       /* bytes of head already handed out */
+    ZSTD_DStream *zs;      /* zstd decoder when the input is zstd data, else NULL */
+    char *zin;             /* compressed input buffer (zstd only) */
+    size_t zin_cap;        /* bytes allocated at zin */
+    size_t zin_len;        /* bytes held in zin */
+    size_t zin_pos;        /* bytes of zin already given to the decoder */
+    size_t zret;           /* last ZSTD_decompressStream result (0: at a frame boundary) */
     bool failed;           /* a read, decompression or memory error ended the input */
     uint64_t line_no;      /* lines handed out so far */
     uint64_t n_records;    /* records returned so far */
@@ -54,6 +78,9 @@ struct kvp_log_reader {
     size_t out_tokens_cap; /* elements allocated at out_tokens */
     uint64_t *ids;         /* hash ids of the current line */
     size_t ids_cap;        /* elements allocated at ids */
+    uint32_t *offsets;     /* OpenAI: byte offset of each token in the rendered text */
+    size_t offsets_cap;    /* elements allocated at offsets */
+    kvp_oai_prompt prompt; /* OpenAI: the rendered prompt of the current line */
     char err[512];         /* last error message */
 };
 
@@ -63,6 +90,8 @@ void kvp_log_options_init(kvp_log_options *opt)
         return;
     opt->max_line_bytes = (size_t)1 << 30;
     opt->hash_block_size = 512;
+    opt->format = 0;
+    opt->tokenizer = KVP_TOKENIZER_WORDS;
 }
 
 int kvp_log_open(const char *path, const kvp_log_options *opt, kvp_log_reader **out, char *err,
@@ -86,6 +115,15 @@ int kvp_log_open(const char *path, const kvp_log_options *opt, kvp_log_reader **
         kvp_log_options_init(&r->opt);
     if (r->opt.max_line_bytes == 0)
         r->opt.max_line_bytes = 1;
+    if (r->opt.tokenizer == 0)
+        r->opt.tokenizer = KVP_TOKENIZER_WORDS;
+    if (r->opt.format < 0 || r->opt.format > KVP_LOG_OPENAI ||
+        (r->opt.tokenizer != KVP_TOKENIZER_WORDS && r->opt.tokenizer != KVP_TOKENIZER_BYTES)) {
+        kvp_cli_errf(err, err_size, "%s: unknown log format %d or tokenizer %d", name,
+                     r->opt.format, r->opt.tokenizer);
+        kvp_log_close(r);
+        return KVP_LOG_EIO;
+    }
 
     int fd = is_stdin ? dup(STDIN_FILENO) : open(path, O_RDONLY);
     if (fd < 0) {
@@ -110,6 +148,10 @@ void kvp_log_close(kvp_log_reader *r)
         return;
     if (r->gz != NULL)
         gzclose(r->gz);
+    ZSTD_freeDStream(r->zs);
+    free(r->zin);
+    free(r->offsets);
+    kvp__oai_prompt_free(&r->prompt);
     json_decref(r->json);
     free(r->buf);
     free(r->tokens);
@@ -134,12 +176,125 @@ uint64_t kvp_log_n_lines(const kvp_log_reader *r)
     return r == NULL ? 0 : r->line_no;
 }
 
+/* Read up to want (> 0, <= READ_CHUNK) bytes of gzread's output, head[] first, into dst.
+ * Returns the number of bytes read, 0 at the end (raw_eof set), or KVP_LOG_EIO (message
+ * set). */
+static long raw_read(kvp_log_reader *r, void *dst, size_t want)
+{
+    if (r->head_pos < r->n_head) {
+        size_t n = r->n_head - r->head_pos;
+        if (n > want)
+            n = want;
+        memcpy(dst, r->head + r->head_pos, n);
+        r->head_pos += n;
+        return (long)n;
+    }
+    if (r->raw_eof)
+        return 0;
+    int n = gzread(r->gz, dst, (unsigned)want);
+    if (n < 0) {
+        int zerr;
+        const char *msg = gzerror(r->gz, &zerr);
+        snprintf(r->err, sizeof r->err, "%s: read error: %s", r->name,
+                 zerr == Z_ERRNO ? strerror(errno) : msg);
+        r->raw_eof = true;
+        return KVP_LOG_EIO;
+    }
+    if (n == 0) {
+        int zerr;
+        const char *msg = gzerror(r->gz, &zerr);
+        r->raw_eof = true;
+        if (zerr != Z_OK && zerr != Z_STREAM_END) {
+            snprintf(r->err, sizeof r->err, "%s: corrupt or truncated gzip data (%s)", r->name,
+                     msg);
+            return KVP_LOG_EIO;
+        }
+    }
+    return n;
+}
+
+/* Read the first four bytes into head[] and, when they are the zstd magic, set up the
+ * decoder. Returns 0, KVP_LOG_EIO or KVP_LOG_ENOMEM (message set). */
+static int detect(kvp_log_reader *r)
+{
+    r->detected = true;
+    while (r->n_head < sizeof r->head) {
+        long n = raw_read(r, r->head + r->n_head, sizeof r->head - r->n_head);
+        if (n < 0)
+            return (int)n;
+        if (n == 0)
+            break;
+        r->n_head += (size_t)n;
+        r->head_pos = r->n_head; /* raw_read serves head[] only after detect */
+    }
+    r->head_pos = 0;
+    if (r->n_head < sizeof zstd_magic || memcmp(r->head, zstd_magic, sizeof zstd_magic) != 0)
+        return 0;
+    r->zin_cap = ZSTD_DStreamInSize();
+    if (r->zin_cap > READ_CHUNK)
+        r->zin_cap = READ_CHUNK;
+    r->zin = malloc(r->zin_cap);
+    r->zs = ZSTD_createDStream();
+    if (r->zin == NULL || r->zs == NULL || ZSTD_isError(ZSTD_initDStream(r->zs))) {
+        snprintf(r->err, sizeof r->err, "%s: out of memory starting zstd decompression", r->name);
+        return KVP_LOG_ENOMEM;
+    }
+    r->zret = 1; /* inside the first frame */
+    return 0;
+}
+
+/* Decompress up to want (> 0) bytes of zstd data into dst. Returns the number of bytes
+ * written, 0 at the end of the input after a complete frame, or KVP_LOG_EIO for corrupt
+ * or truncated data or a read error (message set). */
+static long zstd_read(kvp_log_reader *r, void *dst, size_t want)
+{
+    ZSTD_outBuffer out = {dst, want, 0};
+    while (out.pos == 0) {
+        if (r->zin_pos == r->zin_len && !r->raw_eof) {
+            long n = raw_read(r, r->zin, r->zin_cap);
+            if (n < 0)
+                return n;
+            r->zin_len = (size_t)n;
+            r->zin_pos = 0;
+        }
+        ZSTD_inBuffer in = {r->zin, r->zin_len, r->zin_pos};
+        size_t ret = ZSTD_decompressStream(r->zs, &out, &in);
+        bool progress = in.pos > r->zin_pos || out.pos > 0;
+        r->zin_pos = in.pos;
+        if (ZSTD_isError(ret)) {
+            snprintf(r->err, sizeof r->err, "%s: corrupt zstd data (%s)", r->name,
+                     ZSTD_getErrorName(ret));
+            return KVP_LOG_EIO;
+        }
+        /* A call without input after a frame ends returns the next header's size, not 0:
+         * only a call that did something says where in a frame the stream is. */
+        if (progress)
+            r->zret = ret;
+        if (out.pos == 0 && r->raw_eof && r->zin_pos == r->zin_len) {
+            if (r->zret != 0) {
+                snprintf(r->err, sizeof r->err,
+                         "%s: truncated zstd data (the input ends inside a frame)", r->name);
+                return KVP_LOG_EIO;
+            }
+            return 0;
+        }
+    }
+    return (long)out.pos;
+}
+
 /* Read more input into buf, growing it as needed. Returns 1 if bytes were added, 0 at the
  * end of the input, or a negative KVP_LOG_E* code (message set). */
 static int fill(kvp_log_reader *r)
 {
     if (r->eof)
         return 0;
+    if (!r->detected) {
+        int rc = detect(r);
+        if (rc < 0) {
+            r->eof = true;
+            return rc;
+        }
+    }
     if (r->start > 0) {
         memmove(r->buf, r->buf + r->start, r->end - r->start);
         r->end -= r->start;
@@ -167,24 +322,14 @@ static int fill(kvp_log_reader *r)
     size_t want = r->cap - r->end;
     if (want > READ_CHUNK)
         want = READ_CHUNK;
-    int n = gzread(r->gz, r->buf + r->end, (unsigned)want);
+    long n =
+        r->zs != NULL ? zstd_read(r, r->buf + r->end, want) : raw_read(r, r->buf + r->end, want);
     if (n < 0) {
-        int zerr;
-        const char *msg = gzerror(r->gz, &zerr);
-        snprintf(r->err, sizeof r->err, "%s: read error: %s", r->name,
-                 zerr == Z_ERRNO ? strerror(errno) : msg);
         r->eof = true;
-        return KVP_LOG_EIO;
+        return (int)n;
     }
     if (n == 0) {
-        int zerr;
-        const char *msg = gzerror(r->gz, &zerr);
         r->eof = true;
-        if (zerr != Z_OK && zerr != Z_STREAM_END) {
-            snprintf(r->err, sizeof r->err, "%s: corrupt or truncated gzip data (%s)", r->name,
-                     msg);
-            return KVP_LOG_EIO;
-        }
         return 0;
     }
     r->end += (size_t)n;
@@ -344,14 +489,159 @@ static int read_len(kvp_log_reader *r, const json_t *obj, const char *key, uint6
     return 0;
 }
 
+/* Read an optional non-negative "timestamp" of o into x. Returns 0 or KVP_LOG_EINPUT. */
+static int read_timestamp(kvp_log_reader *r, const json_t *o, kvp_log_record *x)
+{
+    const json_t *ts = json_object_get(o, "timestamp");
+    if (ts == NULL || json_is_null(ts))
+        return 0;
+    if (!json_is_number(ts))
+        return line_err(r, "timestamp must be a number, not %s", type_name(ts));
+    x->timestamp = json_number_value(ts);
+    if (!(x->timestamp >= 0.0))
+        return line_err(r, "timestamp must not be negative");
+    x->has_timestamp = true;
+    return 0;
+}
+
+static const char *format_desc(int format)
+{
+    switch (format) {
+    case KVP_LOG_TOKENS:
+        return "a token log line (with \"tokens\")";
+    case KVP_LOG_MOONCAKE:
+        return "a Mooncake trace line (with \"hash_ids\")";
+    default:
+        return "an OpenAI request (with \"messages\" or \"prompt\", or a Batch API \"body\" "
+               "holding one)";
+    }
+}
+
+/* Decide the format of line object o (and check it against a forced format). Returns 0
+ * with *format set, or KVP_LOG_EINPUT. */
+static int detect_format(kvp_log_reader *r, const json_t *o, int *format)
+{
+    bool tokens = json_object_get(o, "tokens") != NULL;
+    bool ids = json_object_get(o, "hash_ids") != NULL;
+    bool oai = kvp__oai_is_request(o);
+    if (tokens + ids + oai > 1)
+        return line_err(r,
+                        "a line has only one of \"tokens\" (token log), \"hash_ids\" (Mooncake "
+                        "trace), \"messages\" or \"prompt\" (OpenAI request); this one has%s%s%s",
+                        tokens ? " tokens" : "", ids ? " hash_ids" : "",
+                        oai ? " messages/prompt" : "");
+    int f = tokens ? KVP_LOG_TOKENS : ids ? KVP_LOG_MOONCAKE : oai ? KVP_LOG_OPENAI : 0;
+    int want = r->opt.format;
+    if (want != 0 && f != want)
+        return line_err(r, "expected %s, but this line is %s", format_desc(want),
+                        f == 0 ? "none of the known formats" : format_desc(f));
+    if (f == 0)
+        return line_err(r, "neither \"tokens\" (token log), \"hash_ids\" (Mooncake trace), "
+                           "nor \"messages\" or \"prompt\" (OpenAI request) is present");
+    *format = f;
+    return 0;
+}
+
+/* Parse an OpenAI request line o (len bytes of JSON) into *rec, starting from *x (line_no
+ * and format set): render and tokenize the prompt, map the namespace (see openai.h).
+ * Returns KVP_LOG_RECORD or a negative code. */
+static int parse_openai(kvp_log_reader *r, const json_t *o, size_t len, kvp_log_record *rec,
+                        kvp_log_record *x)
+{
+    /* Step 1: render (or find the token-id prompt). */
+    size_t limit = len > (UINT32_MAX - 4096) / 8 ? UINT32_MAX - 1 : 8 * len + 4096;
+    char msg[384];
+    kvp_oai_prompt *p = &r->prompt;
+    int rc = kvp__oai_render(o, limit, p, msg, sizeof msg);
+    if (rc != 0)
+        return line_err(r, "%s", msg), rc;
+    const json_t *body = p->body;
+
+    /* Step 2: the namespace, output length and timestamp. */
+    const char *user = NULL;
+    size_t user_len = 0;
+    if ((rc = read_ns(r, body, "model", &x->model, &x->model_len)) != 0 ||
+        (rc = read_ns(r, body, "adapter", &x->adapter, &x->adapter_len)) != 0 ||
+        (rc = read_ns(r, body, "cache_salt", &x->cache_salt, &x->cache_salt_len)) != 0 ||
+        (rc = read_ns(r, body, "user", &user, &user_len)) != 0 ||
+        (rc = read_ns(r, body, "tenant", &x->tenant, &x->tenant_len)) != 0)
+        return rc;
+    if (o != body) {
+        const char *t;
+        size_t t_len;
+        if ((rc = read_ns(r, o, "tenant", &t, &t_len)) != 0)
+            return rc;
+        if (t != NULL) {
+            x->tenant = t;
+            x->tenant_len = t_len;
+        }
+    }
+    if (x->tenant == NULL) {
+        x->tenant = user;
+        x->tenant_len = user_len;
+    }
+    const char *len_keys[] = {"max_completion_tokens", "max_tokens"};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_object_get(body, len_keys[i]);
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            continue;
+        json_int_t n = json_integer_value(v);
+        if ((uint64_t)n > KVP_LOG_MAX_LEN)
+            return line_err(r, "%s = %lld is outside 0..%llu", len_keys[i], (long long)n,
+                            (unsigned long long)KVP_LOG_MAX_LEN);
+        x->output_length = (uint64_t)n;
+        break;
+    }
+    if (o != body && json_object_get(o, "timestamp") != NULL)
+        rc = read_timestamp(r, o, x);
+    else
+        rc = read_timestamp(r, body, x);
+    if (rc != 0)
+        return rc;
+
+    /* Step 3: the tokens. */
+    if (p->token_ids != NULL) {
+        if ((rc = read_tokens(r, p->token_ids, p->token_key, &r->tokens, &r->tokens_cap,
+                              &x->n_tokens)))
+            return rc;
+    } else {
+        size_t len_text = p->text_len;
+        size_t n =
+            kvp__tokenize(r->opt.tokenizer, p->text, len_text, p->marks, p->n_marks, NULL, NULL);
+        if (reserve((void **)&r->tokens, &r->tokens_cap, n == 0 ? 1 : n, sizeof *r->tokens) ||
+            reserve((void **)&r->offsets, &r->offsets_cap, n == 0 ? 1 : n, sizeof *r->offsets))
+            return line_err(r, "out of memory for the %zu tokens of a %zu-byte prompt", n,
+                            len_text),
+                   KVP_LOG_ENOMEM;
+        x->n_tokens = kvp__tokenize(r->opt.tokenizer, p->text, len_text, p->marks, p->n_marks,
+                                    r->tokens, r->offsets);
+        x->text = p->text;
+        x->text_len = len_text;
+        x->token_offsets = r->offsets;
+    }
+    if (x->n_tokens == 0)
+        return line_err(r, "prompt is empty: a request needs at least one prompt token");
+    x->tokens = r->tokens;
+    x->input_length = x->n_tokens;
+    *rec = *x;
+    r->n_records++;
+    return KVP_LOG_RECORD;
+}
+
 /* Parse one non-blank line into *rec. Returns KVP_LOG_RECORD or a negative code. */
 static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_record *rec)
 {
     json_error_t jerr;
     json_decref(r->json);
     r->json = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-    if (r->json == NULL)
+    if (r->json == NULL) {
+        if (json_error_code(&jerr) == json_error_invalid_utf8)
+            return line_err(r,
+                            "invalid JSON at column %d: the line is not valid UTF-8 (%s); "
+                            "JSON text must be UTF-8",
+                            jerr.column, jerr.text);
         return line_err(r, "invalid JSON at column %d: %s", jerr.column, jerr.text);
+    }
     const json_t *o = r->json;
     if (!json_is_object(o))
         return line_err(r, "each line must be a JSON object, not %s", type_name(o));
@@ -359,33 +649,23 @@ static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_r
     kvp_log_record x;
     memset(&x, 0, sizeof x);
     x.line_no = r->line_no;
+    int rc = detect_format(r, o, &x.format);
+    if (rc != 0)
+        return rc;
+    if (x.format == KVP_LOG_OPENAI)
+        return parse_openai(r, o, len, rec, &x);
     const json_t *tokens = json_object_get(o, "tokens");
     const json_t *ids = json_object_get(o, "hash_ids");
-    if (tokens != NULL && ids != NULL)
-        return line_err(r, "a line has either \"tokens\" (token log) or \"hash_ids\" "
-                           "(Mooncake trace), not both");
-    if (tokens == NULL && ids == NULL)
-        return line_err(r, "neither \"tokens\" (token log) nor \"hash_ids\" (Mooncake trace) "
-                           "is present");
-    int rc;
     if ((rc = read_ns(r, o, "model", &x.model, &x.model_len)) != 0 ||
         (rc = read_ns(r, o, "adapter", &x.adapter, &x.adapter_len)) != 0 ||
         (rc = read_ns(r, o, "tenant", &x.tenant, &x.tenant_len)) != 0 ||
         (rc = read_ns(r, o, "cache_salt", &x.cache_salt, &x.cache_salt_len)) != 0)
         return rc;
 
-    const json_t *ts = json_object_get(o, "timestamp");
-    if (ts != NULL && !json_is_null(ts)) {
-        if (!json_is_number(ts))
-            return line_err(r, "timestamp must be a number, not %s", type_name(ts));
-        x.timestamp = json_number_value(ts);
-        if (!(x.timestamp >= 0.0))
-            return line_err(r, "timestamp must not be negative");
-        x.has_timestamp = true;
-    }
+    if ((rc = read_timestamp(r, o, &x)) != 0)
+        return rc;
 
     if (tokens != NULL) {
-        x.format = KVP_LOG_TOKENS;
         if ((rc = read_tokens(r, tokens, "tokens", &r->tokens, &r->tokens_cap, &x.n_tokens)))
             return rc;
         if (x.n_tokens == 0)
@@ -401,7 +681,6 @@ static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_r
         x.input_length = x.n_tokens;
         x.output_length = x.n_output_tokens;
     } else {
-        x.format = KVP_LOG_MOONCAKE;
         if ((rc = read_len(r, o, "input_length", &x.input_length)) != 0 ||
             (rc = read_len(r, o, "output_length", &x.output_length)) != 0)
             return rc;

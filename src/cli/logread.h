@@ -1,19 +1,31 @@
 /*
- * logread.h - a reader for request logs, shared by `kvprefix plan` and replay tools.
+ * logread.h - a reader for request logs, shared by `kvprefix plan` and `kvprefix replay`.
  *
- * Two line formats, detected per line, one JSON object per line (JSON Lines):
+ * Three line formats, detected per line, one JSON object per line (JSON Lines):
  *
  *   token log   {"tokens": [uint32, ...], "output_tokens": [uint32, ...]?,
  *                "model": s?, "adapter": s?, "tenant": s?, "cache_salt": s?,
  *                "timestamp": number?}
  *   Mooncake    {"timestamp": ms?, "input_length": n, "output_length": n,
  *                "hash_ids": [int, ...]}
+ *   OpenAI      a /v1/chat/completions body {"messages": [...], ...} or a /v1/completions
+ *               body {"prompt": ..., ...}, alone or wrapped as a Batch API input line
+ *               {"custom_id": s, "method": "POST", "url": "/v1/...", "body": {...}};
+ *               rendered to text by openai.h (chat layout documented there) and tokenized
+ *               by tokenize.h (approximate counts, no model tokenizer).
  *
- * The namespace strings (model, adapter, tenant, cache_salt) are optional in both formats.
- * A line with "tokens" is a token log line, one with "hash_ids" a Mooncake line; a line with
- * both or neither is an error. Namespace strings may be null (absent). Unknown fields are
- * ignored. Blank lines are skipped. The input is a path, "-" for standard input, and is
- * gunzipped transparently when it is gzip data (whatever its name).
+ * A line with "tokens" is a token log line, one with "hash_ids" a Mooncake line, one with
+ * "messages" or "prompt" (at the top level or in "body") an OpenAI request; a line with more
+ * than one of these, or none, is an error. kvp_log_options.format can force one format, and a
+ * line of another shape is then an error naming the expected format. The namespace strings
+ * (model, adapter, tenant, cache_salt) are optional in every format and may be null (absent);
+ * the OpenAI mapping is in openai.h. Unknown fields are ignored. Blank lines are skipped.
+ *
+ * The input is a path, "-" for standard input. It is gunzipped transparently when it is gzip
+ * data and decompressed with libzstd's streaming API when it starts with the zstd magic
+ * 28 B5 2F FD (several concatenated frames included), whatever its name. Detection looks at
+ * the first four bytes of what zlib's gzread returns, so it works on pipes and a gzipped .zst
+ * is unwrapped twice.
  *
  * Errors read "FILE:LINE: what is wrong" (or "FILE: ..." for the file as a whole). After an
  * error on one line the reader can go on with the next line; a read or decompression error
@@ -21,6 +33,9 @@
  *
  * Memory: the reader holds one line (which may be arbitrarily long, up to max_line_bytes),
  * its parsed JSON and the arrays of that line; all of it is reused or freed at the next call.
+ * An OpenAI line adds its rendered text (at most 8 times the line plus 4 KiB, and in practice
+ * shorter than the line: see openai.h) and two 4-byte arrays per token (at most one token per
+ * byte of text).
  */
 #ifndef KVP_CLI_LOGREAD_H
 #define KVP_CLI_LOGREAD_H
@@ -38,8 +53,25 @@ enum {
 };
 
 enum {
-    KVP_LOG_TOKENS = 1,  /* token-id log line */
-    KVP_LOG_MOONCAKE = 2 /* Mooncake hash-id trace line */
+    KVP_LOG_TOKENS = 1,   /* token-id log line */
+    KVP_LOG_MOONCAKE = 2, /* Mooncake hash-id trace line */
+    KVP_LOG_OPENAI = 3    /* OpenAI completions or chat completions request body */
+};
+
+/* Tokenizers for OpenAI lines (tokenize.h has the exact rules). Both give approximate
+ * counts: words typically undercounts a model's BPE tokens by about 1.3x, bytes overcounts
+ * them by about 4x. */
+enum {
+    KVP_TOKENIZER_WORDS = 1, /* words, punctuation and spaces, ids from XXH32 (default) */
+    KVP_TOKENIZER_BYTES = 2  /* one token per UTF-8 byte, ids 0..255 */
+};
+
+/* Token ids of the chat template's markers, the same for both tokenizers. Ids below
+ * KVP_TOKEN_N_RESERVED are never produced by the words tokenizer for text. */
+enum {
+    KVP_TOKEN_IM_START = 256,   /* "<|im_start|>" written by the chat template */
+    KVP_TOKEN_IM_END = 257,     /* "<|im_end|>" written by the chat template */
+    KVP_TOKEN_N_RESERVED = 1024 /* ids 0..1023: bytes, markers, future use */
 };
 
 /* Largest length, in tokens, a record may declare (input_length, output_length). */
@@ -50,6 +82,10 @@ typedef struct kvp_log_options {
     uint32_t hash_block_size; /* Mooncake: tokens per hash id; when > 0, len(hash_ids) must
                                  be ceil or floor of input_length / hash_block_size (default
                                  512, the Mooncake traces' block size; 0 disables) */
+    int format;               /* 0: detect per line (default); or KVP_LOG_TOKENS,
+                                 KVP_LOG_MOONCAKE or KVP_LOG_OPENAI to require that format */
+    int tokenizer;            /* OpenAI lines: KVP_TOKENIZER_WORDS (default) or
+                                 KVP_TOKENIZER_BYTES */
 } kvp_log_options;
 
 /* Fill *opt with the defaults above. Cannot fail (does nothing if opt is NULL). */
@@ -59,7 +95,7 @@ void kvp_log_options_init(kvp_log_options *opt);
  * kvp_log_next or kvp_log_close. */
 typedef struct kvp_log_record {
     uint64_t line_no;  /* 1-based line number in the (decompressed) input */
-    int format;        /* KVP_LOG_TOKENS or KVP_LOG_MOONCAKE */
+    int format;        /* KVP_LOG_TOKENS, KVP_LOG_MOONCAKE or KVP_LOG_OPENAI */
     const char *model; /* namespace strings, NUL-terminated; NULL when absent */
     const char *adapter;
     const char *tenant;
@@ -68,16 +104,25 @@ typedef struct kvp_log_record {
     size_t adapter_len;
     size_t tenant_len;
     size_t cache_salt_len;
-    const uint32_t *tokens;        /* token log: prompt token ids; NULL for Mooncake */
+    const uint32_t *tokens;        /* token log and OpenAI: prompt token ids; NULL for Mooncake */
     size_t n_tokens;               /* number of tokens */
-    const uint32_t *output_tokens; /* token log: generated token ids, or NULL */
+    const uint32_t *output_tokens; /* token log: generated token ids, or NULL (always NULL
+                                      for OpenAI lines) */
     size_t n_output_tokens;        /* number of output tokens (0 when absent) */
     const uint64_t *hash_ids;      /* Mooncake: block hash ids; NULL for token logs */
     size_t n_hash_ids;             /* number of hash ids */
     uint64_t input_length;         /* prompt tokens: n_tokens, or Mooncake input_length */
-    uint64_t output_length;        /* output tokens: n_output_tokens, or output_length */
+    uint64_t output_length;        /* output tokens: n_output_tokens, Mooncake output_length,
+                                      or OpenAI max_completion_tokens / max_tokens (0 when
+                                      neither is a non-negative integer) */
     bool has_timestamp;            /* whether timestamp is valid */
     double timestamp;              /* as given in the line (Mooncake: ms from trace start) */
+    const char *text;              /* OpenAI: the rendered prompt, NUL-terminated, kept for
+                                      diagnostics; NULL for other formats and for token-id
+                                      prompts */
+    size_t text_len;               /* bytes at text (0 when text is NULL) */
+    const uint32_t *token_offsets; /* n_tokens byte offsets into text: where token i begins
+                                      (ascending); NULL when text is NULL */
 } kvp_log_record;
 
 typedef struct kvp_log_reader kvp_log_reader;

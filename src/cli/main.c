@@ -3,6 +3,7 @@
  *
  *   kvprefix demo        a scripted serving session through the engine API
  *   kvprefix plan ...    KV-cache capacity planning (plan.c)
+ *   kvprefix replay ...  prefix-cache hit rate of a request log (replay.c)
  *   kvprefix version     library and tool version
  *
  * Exit status: 0 success, 1 bad input (message on stderr), 2 usage error.
@@ -20,6 +21,8 @@ static void usage(FILE *f)
                "commands:\n"
                "  demo      run a scripted serving session and show what the cache reused\n"
                "  plan      KV-cache capacity planning (kvprefix plan --help)\n"
+               "  replay    hit rate of a request log at a cache size, or a whole curve\n"
+               "            (kvprefix replay --help)\n"
                "  version   print the version\n"
                "  help      this message\n");
 }
@@ -35,6 +38,8 @@ int main(int argc, char **argv)
         return kvp_cli_demo(argc - 1, argv + 1);
     if (strcmp(cmd, "plan") == 0)
         return kvp_cli_plan(argc - 1, argv + 1);
+    if (strcmp(cmd, "replay") == 0)
+        return kvp_cli_replay(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kvprefix %s (library %s)\n", KVP_VERSION_STRING, kvp_version());
         return 0;

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""make_seeds.py - write the seed inputs of the fuzz corpora (fuzz/corpus/<target>/seed-*).
+
+The binary harnesses (isolation, ops, collision) decode one byte per decision (see each
+fuzz_<target>.c), so their seeds are deterministic pseudo-random byte strings whose first
+bytes sweep the cache shapes (block size, verify mode, pool mode) that the harness reads
+first. The replay_input seeds are small request logs, one per line format and error case.
+Minimized inputs found by campaigns (libFuzzer -merge=1) are added next to the seeds under
+other names; this script only rewrites seed-* files. Run from anywhere:
+    python3 fuzz/make_seeds.py
+"""
+import gzip
+import os
+import random
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def write(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+def binary_seeds(target, n, length, seed):
+    rng = random.Random(seed)
+    for i in range(n):
+        head = bytes([i % 256, (i * 37) % 256, rng.randrange(256)])
+        body = bytes(rng.randrange(256) for _ in range(rng.randrange(length // 2, length)))
+        write(target, "%02d" % i, head + body)
+
+
+def replay_seeds():
+    lines = {
+        "tokens": b'{"tokens": [1, 2, 3, 4, 5], "output_tokens": [6, 7], "model": "m"}\n',
+        "tokens_ns": b'{"tokens": [1], "model": "m", "adapter": null, "tenant": "t\\u0000x",'
+                     b' "cache_salt": "", "timestamp": 1.5}\n',
+        "mooncake": b'{"timestamp": 27482, "input_length": 6955, "output_length": 52,'
+                    b' "hash_ids": [46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59]}\n',
+        "mooncake_small": b'{"input_length": 3, "output_length": 1, "hash_ids": [0]}\n'
+                          b'{"input_length": 1025, "output_length": 0, "hash_ids": [1, 2, 3]}\n',
+        "openai_chat": b'{"model": "llama", "messages": [{"role": "system", "content": "be brief"},'
+                       b' {"role": "user", "content": "hello there"}], "max_tokens": 8}\n',
+        "openai_completion": b'{"model": "llama", "prompt": "once upon a time", "tenant": "t"}\n',
+        "openai_parts": b'{"messages": [{"role": "user", "content": [{"type": "text",'
+                        b' "text": "a b c"}]}], "user": "u1"}\n',
+        "errors": b'{"tokens": []}\n{"tokens": [1], "hash_ids": [2]}\n{}\n[1, 2]\n'
+                  b'{"tokens": [-1]}\n{"tokens": [4294967296]}\n{"input_length": 0,'
+                  b' "output_length": 0, "hash_ids": []}\n{"tokens": [1], "model": 5}\n'
+                  b'{"tokens": [1], "timestamp": -1}\nnot json\n{"tokens": [1, 2]\n',
+        "blank_crlf": b'\n   \n{"tokens": [9, 9]}\r\n\t\r\n{"tokens": [8]}',
+        "dup_key": b'{"tokens": [1], "tokens": [2]}\n',
+        "nul": b'{"tokens": [1]}\x00\n{"tokens": [2]}\n',
+        "long_line": b'{"tokens": [' + b", ".join(b"%d" % i for i in range(3000)) + b"]}\n",
+        "mixed": b'{"tokens": [1, 2]}\n{"input_length": 512, "output_length": 3,'
+                 b' "hash_ids": [7]}\n{"prompt": "x y", "model": "m"}\n',
+    }
+    for name, data in lines.items():
+        write("replay_input", name, data)
+    write("replay_input", "gzip", gzip.compress(lines["mixed"], mtime=0))
+    write("replay_input", "gzip_truncated", gzip.compress(lines["tokens"], mtime=0)[:-6])
+    # zstd frame of the "tokens" line, stored raw (no compression needed for a valid frame):
+    # magic, frame header (single segment, 1-byte content size), one raw last block.
+    payload = lines["tokens"]
+    frame = (b"\x28\xb5\x2f\xfd" + bytes([0x20, len(payload)]) +
+             (((len(payload) << 3) | 1).to_bytes(3, "little")) + payload)
+    write("replay_input", "zstd", frame)
+    write("replay_input", "zstd_truncated", frame[:-10])
+
+
+def main():
+    binary_seeds("isolation", 24, 160, 1)
+    binary_seeds("ops", 32, 400, 2)
+    binary_seeds("collision", 24, 300, 3)
+    replay_seeds()
+
+
+if __name__ == "__main__":
+    main()

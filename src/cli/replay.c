@@ -1,0 +1,891 @@
+/*
+ * replay.c - `kvprefix replay`: replay a request log through the cache and report how much
+ * prefill a prefix cache of a given size would have skipped (docs/replay.md).
+ *
+ * Flow: parse the options; open the log (logread.c: token-id logs, Mooncake hash-id traces,
+ * OpenAI-style bodies; plain, gzip or zstd; "-" for stdin); feed each request to the engine
+ * (replay_sim.c), which drives the library's pool at --capacity and records LRU stack
+ * distances; optionally buffer everything first and sort it by timestamp; then evaluate the
+ * primary capacity, the unbounded ceiling and the sweep, and print (replay_report.c) and plot
+ * (svgplot.c). The prompt-layout diagnostics (diagnose.c) see the same requests.
+ *
+ * Exit status: 0 success, 1 bad input (a malformed line stops the run unless --skip-invalid,
+ * a bad value), 2 usage, 3 internal error (the pool and the LRU model disagreed). Messages
+ * read "FILE:LINE: what is wrong" for lines of the log and "kvprefix replay: ..." otherwise.
+ */
+#include "replay.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "logread.h"
+#include "models.h"
+#include "svgplot.h"
+
+#define EXIT_INPUT    1
+#define EXIT_USAGE    2
+#define EXIT_INTERNAL 3
+
+static const char usage_text[] =
+    "Usage: kvprefix replay [options] LOG\n"
+    "\n"
+    "Replay a request log through an LRU prefix cache (the library's pool) and report how\n"
+    "much prefill it would have skipped: at one capacity, or a whole curve in one pass.\n"
+    "LOG is JSON Lines, plain, .gz or .zst, or '-' for standard input; each line is one of\n"
+    "  token-id log  {\"tokens\":[...], \"model\":..., \"adapter\":..., \"tenant\":...,\n"
+    "                 \"cache_salt\":..., \"timestamp\":..., \"output_tokens\":[...]}\n"
+    "  Mooncake      {\"timestamp\":ms, \"input_length\":n, \"output_length\":n,\n"
+    "                 \"hash_ids\":[...]}   (one id per --trace-block-size tokens)\n"
+    "  OpenAI body   /v1/completions {\"prompt\":...} or /v1/chat/completions\n"
+    "                 {\"messages\":[...]}, optionally \"model\", \"user\" (the tenant);\n"
+    "                 counts are approximate: a stand-in tokenizer, not the model's\n"
+    "\n"
+    "Capacity (blocks; 20000 or 64K; 1Mtok = tokens; 40GiB = KV memory with a model):\n"
+    "  --capacity C         replay at C through the pool (full report)\n"
+    "  --sweep[=N]          also N capacities (default 20), log-spaced up to the distinct\n"
+    "                       blocks seen, from one pass (LRU stack distances)\n"
+    "  --capacities A,B,..  an explicit sweep list\n"
+    "  --model NAME         model preset for byte capacities (kvprefix plan --list-models)\n"
+    "  --config FILE        or a Hugging Face config.json;  --kv-dtype T  override\n"
+    "\n"
+    "Input:\n"
+    "  --format F           auto (per line, default), tokens, mooncake, openai\n"
+    "  --block-size N       tokens per block for token logs and OpenAI bodies (default 16)\n"
+    "  --trace-block-size N tokens per Mooncake hash id (default 512)\n"
+    "  --tokenizer T        OpenAI bodies: words (default) or bytes\n"
+    "  --cache-output       token logs: cache the full blocks of output_tokens too\n"
+    "  --sort               replay in timestamp order (stable) instead of file order\n"
+    "  --seed N             hash seed (default 0)\n"
+    "  --skip-invalid       count and skip malformed lines instead of stopping\n"
+    "\n"
+    "Output:\n"
+    "  --json, --csv        machine-readable output instead of the table\n"
+    "  --plot FILE.svg      hit rate against capacity (needs a sweep)\n"
+    "  --diagnose           where shared prefixes break: common-prefix reach and the most\n"
+    "                       frequent divergence points (a timestamp or id up front)\n"
+    "  --top N              rows per breakdown and diagnostics list (default 10)\n"
+    "  --progress, --no-progress   progress bar on stderr (default: when it is a terminal)\n"
+    "\n"
+    "Examples:\n"
+    "  kvprefix replay --capacity 4096 chat.jsonl\n"
+    "  kvprefix replay --sweep --plot curve.svg --capacity 20000 conversation_trace.jsonl\n"
+    "  kvprefix replay --capacity 40GiB --model Llama-3.1-8B requests.jsonl.zst\n"
+    "  kvprefix replay --diagnose --capacity 1Mtok --format openai bodies.jsonl\n"
+    "  zcat big.jsonl.gz | kvprefix replay --capacities 1K,10K,100K --csv -\n";
+
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Print "kvprefix replay: message" to stderr and return code. */
+static int fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    fputs("kvprefix replay: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (code == EXIT_USAGE)
+        fputs("Try 'kvprefix replay --help'.\n", stderr);
+    return code;
+}
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+static int flag_uint(const char *flag, const char *v, uint64_t min, uint64_t max, uint64_t *out)
+{
+    uint64_t x = 0;
+    int rc = kvp_plan_parse_uint(v, max, &x);
+    if (rc != KVP_PLAN_OK || x < min)
+        return fail(EXIT_USAGE, "%s: '%s' is not an integer in %llu..%llu", flag, v,
+                    (unsigned long long)min, (unsigned long long)max);
+    *out = x;
+    return 0;
+}
+
+/* Flags that take a value. */
+static const char *const value_flags[] = {
+    "--capacity", "--capacities", "--model", "--config", "--kv-dtype", "--format",
+    "--block-size", "--trace-block-size", "--tokenizer", "--seed", "--plot", "--top", NULL};
+
+static bool takes_value(const char *flag)
+{
+    for (size_t i = 0; value_flags[i]; i++)
+        if (strcmp(flag, value_flags[i]) == 0)
+            return true;
+    return false;
+}
+
+static int apply_value(rp_options *o, const char *flag, const char *v)
+{
+    uint64_t x = 0;
+    int rc = 0;
+    if (strcmp(flag, "--capacity") == 0) {
+        o->capacity = v;
+    } else if (strcmp(flag, "--capacities") == 0) {
+        o->capacities = v;
+    } else if (strcmp(flag, "--model") == 0) {
+        o->model = v;
+    } else if (strcmp(flag, "--config") == 0) {
+        o->config = v;
+    } else if (strcmp(flag, "--kv-dtype") == 0) {
+        o->kv_dtype = v;
+    } else if (strcmp(flag, "--plot") == 0) {
+        o->plot_path = v;
+    } else if (strcmp(flag, "--format") == 0) {
+        if (strcmp(v, "auto") == 0)
+            o->format = 0;
+        else if (strcmp(v, "tokens") == 0)
+            o->format = KVP_LOG_TOKENS;
+        else if (strcmp(v, "mooncake") == 0)
+            o->format = KVP_LOG_MOONCAKE;
+        else if (strcmp(v, "openai") == 0)
+            o->format = KVP_LOG_OPENAI;
+        else
+            return fail(EXIT_USAGE, "--format: '%s' is not auto, tokens, mooncake or openai", v);
+    } else if (strcmp(flag, "--tokenizer") == 0) {
+        if (strcmp(v, "words") == 0)
+            o->tokenizer = KVP_TOKENIZER_WORDS;
+        else if (strcmp(v, "bytes") == 0)
+            o->tokenizer = KVP_TOKENIZER_BYTES;
+        else
+            return fail(EXIT_USAGE, "--tokenizer: '%s' is not words or bytes", v);
+    } else if (strcmp(flag, "--block-size") == 0) {
+        if ((rc = flag_uint(flag, v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
+            o->block_size = (uint32_t)x;
+    } else if (strcmp(flag, "--trace-block-size") == 0) {
+        if ((rc = flag_uint(flag, v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
+            o->trace_block_size = (uint32_t)x;
+    } else if (strcmp(flag, "--seed") == 0) {
+        rc = flag_uint(flag, v, 0, UINT64_MAX, &o->seed);
+    } else if (strcmp(flag, "--top") == 0) {
+        if ((rc = flag_uint(flag, v, 1, 1000, &x)) == 0)
+            o->top = (unsigned)x;
+    }
+    return rc;
+}
+
+static int parse_args(int argc, char **argv, rp_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->block_size = 16;
+    o->trace_block_size = 512;
+    o->tokenizer = KVP_TOKENIZER_WORDS;
+    o->sweep_points = 20;
+    o->progress = -1;
+    o->top = 10;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage_text, stdout);
+            return -1;
+        }
+        if (a[0] != '-' || strcmp(a, "-") == 0) {
+            if (o->path)
+                return fail(EXIT_USAGE, "one log at a time ('%s' and '%s')", o->path, a);
+            o->path = a;
+            continue;
+        }
+        char flag[64];
+        const char *eq = strchr(a, '=');
+        size_t n = eq ? (size_t)(eq - a) : strlen(a);
+        if (n >= sizeof flag)
+            return fail(EXIT_USAGE, "unknown option '%s'", a);
+        memcpy(flag, a, n);
+        flag[n] = '\0';
+        const char *v = eq ? eq + 1 : NULL;
+        if (takes_value(flag)) {
+            if (!v) {
+                if (i + 1 >= argc)
+                    return fail(EXIT_USAGE, "%s needs a value", flag);
+                v = argv[++i];
+            }
+            int rc = apply_value(o, flag, v);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (strcmp(flag, "--sweep") == 0) {
+            o->sweep = true;
+            if (v) {
+                uint64_t x = 0;
+                int rc = flag_uint("--sweep", v, 2, RP_MAX_CAPS, &x);
+                if (rc)
+                    return rc;
+                o->sweep_points = (unsigned)x;
+            }
+            continue;
+        }
+        if (v)
+            return fail(EXIT_USAGE, "%s takes no value", flag);
+        if (strcmp(flag, "--json") == 0)
+            o->json = true;
+        else if (strcmp(flag, "--csv") == 0)
+            o->csv = true;
+        else if (strcmp(flag, "--diagnose") == 0)
+            o->diagnose = true;
+        else if (strcmp(flag, "--skip-invalid") == 0)
+            o->skip_invalid = true;
+        else if (strcmp(flag, "--cache-output") == 0)
+            o->cache_output = true;
+        else if (strcmp(flag, "--sort") == 0)
+            o->sort = true;
+        else if (strcmp(flag, "--progress") == 0)
+            o->progress = 1;
+        else if (strcmp(flag, "--no-progress") == 0)
+            o->progress = 0;
+        else
+            return fail(EXIT_USAGE, "unknown option '%s'", a);
+    }
+    if (!o->path)
+        return fail(EXIT_USAGE, "no log given");
+    if (o->json && o->csv)
+        return fail(EXIT_USAGE, "--json and --csv exclude each other");
+    if (!o->capacity && !o->capacities && !o->sweep)
+        return fail(EXIT_USAGE, "give --capacity C, --sweep or --capacities A,B,...");
+    if (o->sweep && o->capacities)
+        return fail(EXIT_USAGE, "--sweep and --capacities exclude each other");
+    if (o->plot_path && !o->sweep && !o->capacities)
+        return fail(EXIT_USAGE, "--plot draws a sweep: add --sweep or --capacities");
+    if (o->model && o->config)
+        return fail(EXIT_USAGE, "--model and --config exclude each other");
+    return 0;
+}
+
+/* ---- capacities --------------------------------------------------------------------------- */
+
+/* What one capacity value means before the block size and model are known. */
+typedef struct cap_spec {
+    int unit;        /* 0 blocks, 1 tokens, 2 bytes */
+    uint64_t amount; /* in that unit */
+} cap_spec;
+
+static bool ends_with(const char *s, size_t n, const char *suffix)
+{
+    size_t k = strlen(suffix);
+    return n >= k && strncmp(s + n - k, suffix, k) == 0;
+}
+
+/* Parse "20000", "64K" (blocks), "1Mtok"/"1M-tokens" (tokens), "40GiB" (bytes). */
+static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
+{
+    char buf[64];
+    if (n == 0 || n >= sizeof buf)
+        return fail(EXIT_USAGE, "%s: '%.*s' is not a capacity", flag, (int)n, s);
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    int rc;
+    if (ends_with(buf, n, "tokens") || ends_with(buf, n, "tok")) {
+        n -= ends_with(buf, n, "tokens") ? 6 : 3;
+        if (n > 0 && buf[n - 1] == '-')
+            n--;
+        buf[n] = '\0';
+        out->unit = 1;
+        rc = kvp_plan_parse_count(buf, &out->amount);
+    } else if (n > 0 && (buf[n - 1] == 'B' || buf[n - 1] == 'b')) {
+        out->unit = 2;
+        rc = kvp_plan_parse_bytes(buf, &out->amount);
+    } else {
+        if (ends_with(buf, n, "blocks")) {
+            n -= 6;
+            if (n > 0 && buf[n - 1] == '-')
+                n--;
+            buf[n] = '\0';
+        }
+        out->unit = 0;
+        rc = kvp_plan_parse_count(buf, &out->amount);
+    }
+    if (rc != KVP_PLAN_OK || out->amount == 0)
+        return fail(EXIT_USAGE,
+                    "%s: '%.*s' is not a positive capacity (blocks: 20000 or 64K; tokens: "
+                    "1Mtok; KV memory: 40GiB with --model)",
+                    flag, (int)n, s);
+    return 0;
+}
+
+/* Convert a capacity to blocks of block_size tokens (block_bytes: 0 without a model). */
+static int cap_blocks(const char *flag, const cap_spec *c, uint32_t block_size,
+                      uint64_t block_bytes, uint64_t *out)
+{
+    uint64_t b = c->amount;
+    if (c->unit == 1)
+        b = c->amount / block_size;
+    if (c->unit == 2) {
+        if (block_bytes == 0)
+            return fail(EXIT_USAGE, "%s: a capacity in bytes needs --model or --config", flag);
+        b = c->amount / block_bytes;
+    }
+    if (b == 0)
+        return fail(EXIT_INPUT, "%s: less than one block of %u tokens", flag, block_size);
+    *out = b;
+    return 0;
+}
+
+/* ---- the model shape for byte capacities --------------------------------------------------- */
+
+static int model_bytes(const rp_options *o, uint32_t block_size, rp_result *r)
+{
+    if (!o->model && !o->config)
+        return 0;
+    kvp_model_shape m;
+    kvp_model_shape_init(&m);
+    const char *name = o->model;
+    if (o->model) {
+        const kvp_model_preset *p = kvp_model_find(o->model);
+        if (!p)
+            return fail(EXIT_USAGE, "--model: no preset '%s' (kvprefix plan --list-models)",
+                        o->model);
+        m = p->shape;
+        name = p->name;
+    } else {
+        char err[512];
+        if (kvp_model_from_config(o->config, &m, err, sizeof err) != KVP_PLAN_OK)
+            return fail(EXIT_INPUT, "%s", err);
+        name = o->config;
+    }
+    if (o->kv_dtype && kvp_plan_dtype_parse(o->kv_dtype, &m.kv_dtype) != KVP_PLAN_OK)
+        return fail(EXIT_USAGE, "--kv-dtype: unknown dtype '%s'", o->kv_dtype);
+    const char *what = NULL;
+    uint64_t tok;
+    if (kvp_model_shape_check(&m, &what) != KVP_PLAN_OK)
+        return fail(EXIT_INPUT, "model shape: %s", what ? what : "invalid");
+    if (kvp_plan_token_bytes(&m, m.n_kv_heads, &tok) != KVP_PLAN_OK ||
+        kvp_plan_mul(tok, block_size, &r->block_bytes) != KVP_PLAN_OK)
+        return fail(EXIT_INPUT, "model shape: KV bytes overflow");
+    snprintf(r->model_desc, sizeof r->model_desc, "%s, %s KV", name,
+             kvp_plan_dtype_name(m.kv_dtype));
+    return 0;
+}
+
+/* ---- progress ----------------------------------------------------------------------------- */
+
+typedef struct progress {
+    bool on;           /* drawing */
+    uint64_t total;    /* input bytes when known (a regular file), else 0 */
+    double start;      /* when the run began */
+    double last;       /* when the bar was last drawn */
+} progress;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void progress_draw(progress *p, uint64_t n_req, uint64_t pos, bool final)
+{
+    double t = now_s();
+    if (!p->on || (!final && t - p->last < 0.1))
+        return;
+    p->last = t;
+    double rate = (double)n_req / (t - p->start > 1e-9 ? t - p->start : 1e-9);
+    if (p->total > 0) {
+        double f = (double)pos / (double)p->total;
+        f = f > 1.0 ? 1.0 : f;
+        int w = (int)(f * 30.0);
+        fprintf(stderr, "\r[%.*s%*s] %3.0f%%  %llu requests  %.0f/s ", w,
+                "##############################", 30 - w, "", f * 100.0,
+                (unsigned long long)n_req, rate);
+    } else {
+        fprintf(stderr, "\r%llu requests  %.0f/s ", (unsigned long long)n_req, rate);
+    }
+    if (final)
+        fputs("\r\033[K", stderr);
+}
+
+/* ---- reading and replaying ----------------------------------------------------------------- */
+
+/* One buffered request (for --sort): owned copies of what the engine and diagnostics use. */
+typedef struct held {
+    uint64_t line_no;
+    double timestamp;
+    size_t seq;
+    char *strs[4];
+    size_t lens[4];
+    bool present[4];
+    uint32_t *tokens;   /* prompt then output tokens */
+    size_t n_tokens, n_output;
+    uint64_t *ids;
+    size_t n_ids;
+    uint64_t input_length;
+    char *text;
+    size_t text_len;
+    uint32_t *offsets;
+} held;
+
+typedef struct run {
+    const rp_options *o;
+    rp_result *res;
+    rp_sim *sim;
+    kvp_log_reader *reader;
+    uint32_t *joined;   /* prompt + output tokens, for --cache-output */
+    size_t joined_cap;
+    uint32_t *folded;   /* hash ids folded to 32 bits, for the diagnostics */
+    size_t folded_cap;
+    held *held;
+    size_t n_held, held_cap;
+} run;
+
+static kvp_field field_of(const char *p, size_t len)
+{
+    kvp_field f = {p, p ? len : 0};
+    return f;
+}
+
+static bool ensure(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : 256;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+/* Report an engine error for line line_no: returns 0 to go on (skipped), or an exit code. */
+static int line_error(run *ru, uint64_t line_no, int rc, const char *msg)
+{
+    const char *name = strcmp(ru->o->path, "-") == 0 ? "<stdin>" : ru->o->path;
+    if (rc == RP_EINPUT && ru->o->skip_invalid) {
+        if (ru->res->n_skipped++ == 0)
+            snprintf(ru->res->first_skip, sizeof ru->res->first_skip, "%s:%llu: %s", name,
+                     (unsigned long long)line_no, msg);
+        return 0;
+    }
+    fprintf(stderr, "%s:%llu: %s\n", name, (unsigned long long)line_no, msg);
+    return rc == RP_EINPUT ? EXIT_INPUT : rc == RP_ENOMEM ? EXIT_INPUT : EXIT_INTERNAL;
+}
+
+/* Replay one request (from a record or from the --sort buffer). */
+static int replay_one(run *ru, const held *h)
+{
+    rp_request q;
+    memset(&q, 0, sizeof q);
+    q.ns.model = h->present[0] ? field_of(h->strs[0], h->lens[0]) : field_of(NULL, 0);
+    q.ns.adapter = h->present[1] ? field_of(h->strs[1], h->lens[1]) : field_of(NULL, 0);
+    q.ns.tenant = h->present[2] ? field_of(h->strs[2], h->lens[2]) : field_of(NULL, 0);
+    q.ns.salt = h->present[3] ? field_of(h->strs[3], h->lens[3]) : field_of(NULL, 0);
+    q.line_no = h->line_no;
+    if (h->ids) {
+        q.hash_ids = h->ids;
+        q.n_hash_ids = h->n_ids;
+        q.input_length = h->input_length;
+    } else {
+        q.tokens = h->tokens;
+        q.n_tokens = h->n_tokens;
+        q.n_output_tokens = ru->o->cache_output ? h->n_output : 0;
+    }
+    char msg[512];
+    int rc = rp_sim_add(ru->sim, &q, msg, sizeof msg);
+    if (rc != RP_OK)
+        return line_error(ru, h->line_no, rc, msg);
+    if (ru->res->diag) {
+        kvp_key root;
+        kvp_namespace_key(ru->o->seed, &q.ns, &root);
+        const uint32_t *sym = h->tokens;
+        size_t n = h->n_tokens;
+        if (h->ids) {
+            if (!ensure((void **)&ru->folded, &ru->folded_cap, h->n_ids, sizeof *ru->folded))
+                return fail(EXIT_INPUT, "out of memory");
+            for (size_t i = 0; i < h->n_ids; i++)
+                ru->folded[i] = (uint32_t)(h->ids[i] ^ (h->ids[i] >> 32));
+            sym = ru->folded;
+            n = h->n_ids;
+        }
+        if (rp_diag_add(ru->res->diag, root, sym, n, h->text, h->text_len, h->offsets,
+                        h->line_no) != 0)
+            return fail(EXIT_INPUT, "out of memory");
+    }
+    return 0;
+}
+
+/* View a record as a held request without copying (pointers stay the reader's). */
+static int view_record(run *ru, const kvp_log_record *rec, held *h)
+{
+    memset(h, 0, sizeof *h);
+    h->line_no = rec->line_no;
+    h->timestamp = rec->timestamp;
+    const char *s[4] = {rec->model, rec->adapter, rec->tenant, rec->cache_salt};
+    size_t l[4] = {rec->model_len, rec->adapter_len, rec->tenant_len, rec->cache_salt_len};
+    for (int i = 0; i < 4; i++) {
+        h->strs[i] = (char *)s[i];
+        h->lens[i] = l[i];
+        h->present[i] = s[i] != NULL;
+    }
+    if (rec->format == KVP_LOG_MOONCAKE) {
+        h->ids = (uint64_t *)rec->hash_ids;
+        h->n_ids = rec->n_hash_ids;
+        h->input_length = rec->input_length;
+        return 0;
+    }
+    h->n_tokens = rec->n_tokens;
+    h->tokens = (uint32_t *)rec->tokens;
+    if (ru->o->cache_output && rec->n_output_tokens > 0) {
+        size_t n = rec->n_tokens + rec->n_output_tokens;
+        if (!ensure((void **)&ru->joined, &ru->joined_cap, n, sizeof *ru->joined))
+            return fail(EXIT_INPUT, "out of memory");
+        memcpy(ru->joined, rec->tokens, rec->n_tokens * sizeof *ru->joined);
+        memcpy(ru->joined + rec->n_tokens, rec->output_tokens,
+               rec->n_output_tokens * sizeof *ru->joined);
+        h->tokens = ru->joined;
+        h->n_output = rec->n_output_tokens;
+    }
+    h->text = (char *)rec->text;
+    h->text_len = rec->text_len;
+    h->offsets = (uint32_t *)rec->token_offsets;
+    return 0;
+}
+
+static void *dup_bytes(const void *p, size_t n)
+{
+    void *q = malloc(n ? n : 1);
+    if (q && n)
+        memcpy(q, p, n);
+    return q;
+}
+
+static void held_free(held *h)
+{
+    for (int i = 0; i < 4; i++)
+        free(h->strs[i]);
+    free(h->tokens);
+    free(h->ids);
+    free(h->text);
+    free(h->offsets);
+}
+
+/* Keep an owned copy of a record's view for --sort. */
+static int hold(run *ru, const held *v)
+{
+    if (!ensure((void **)&ru->held, &ru->held_cap, ru->n_held + 1, sizeof *ru->held))
+        return fail(EXIT_INPUT, "out of memory");
+    held *h = &ru->held[ru->n_held];
+    *h = *v;
+    h->seq = ru->n_held;
+    bool ok = true;
+    for (int i = 0; i < 4; i++) {
+        h->strs[i] = v->present[i] ? dup_bytes(v->strs[i], v->lens[i] + 1) : NULL;
+        ok &= !v->present[i] || h->strs[i] != NULL;
+    }
+    h->tokens = v->tokens ? dup_bytes(v->tokens, (v->n_tokens + v->n_output) * 4) : NULL;
+    h->ids = v->ids ? dup_bytes(v->ids, v->n_ids * 8) : NULL;
+    h->text = v->text ? dup_bytes(v->text, v->text_len + 1) : NULL;
+    h->offsets = v->offsets ? dup_bytes(v->offsets, v->n_tokens * 4) : NULL;
+    ok &= (!v->tokens || h->tokens) && (!v->ids || h->ids) && (!v->text || h->text) &&
+          (!v->offsets || h->offsets);
+    if (!ok) {
+        held_free(h);
+        return fail(EXIT_INPUT, "out of memory");
+    }
+    ru->n_held++;
+    return 0;
+}
+
+static int cmp_held(const void *a, const void *b)
+{
+    const held *x = a, *y = b;
+    if (x->timestamp != y->timestamp)
+        return x->timestamp < y->timestamp ? -1 : 1;
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* Read the whole log, replaying as it goes (or holding for --sort). */
+static int read_log(run *ru, progress *pg)
+{
+    const rp_options *o = ru->o;
+    rp_result *res = ru->res;
+    kvp_log_record rec;
+    int rc;
+    while ((rc = kvp_log_next(ru->reader, &rec)) != KVP_LOG_END) {
+        if (rc == KVP_LOG_EINPUT) {
+            if (!o->skip_invalid) {
+                fprintf(stderr, "%s\n", kvp_log_error(ru->reader));
+                return EXIT_INPUT;
+            }
+            if (res->n_skipped++ == 0)
+                snprintf(res->first_skip, sizeof res->first_skip, "%s",
+                         kvp_log_error(ru->reader));
+            continue;
+        }
+        if (rc < 0) {
+            fprintf(stderr, "%s\n", kvp_log_error(ru->reader));
+            return EXIT_INPUT;
+        }
+        if (res->format == 0) {
+            res->format = rec.format;
+            res->block_size = rec.format == KVP_LOG_MOONCAKE ? o->trace_block_size : o->block_size;
+        } else if (rec.format != res->format && (rec.format == KVP_LOG_MOONCAKE ||
+                                                  res->format == KVP_LOG_MOONCAKE)) {
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "a %s line in a %s log: hash ids and tokens cannot share one cache "
+                     "(use --format to pick one)",
+                     rec.format == KVP_LOG_MOONCAKE ? "Mooncake" : "token",
+                     res->format == KVP_LOG_MOONCAKE ? "Mooncake" : "token");
+            if ((rc = line_error(ru, rec.line_no, RP_EINPUT, msg)) != 0)
+                return rc;
+            continue;
+        }
+        if (rec.format == KVP_LOG_OPENAI)
+            res->tokenizer = o->tokenizer == KVP_TOKENIZER_BYTES ? "bytes" : "words";
+        if (!ru->sim) {
+            rp_sim_config sc = {res->block_size, o->seed, 0};
+            char err[256];
+            uint64_t blocks = 0;
+            if (o->capacity) {
+                cap_spec c;
+                if ((rc = parse_cap("--capacity", o->capacity, strlen(o->capacity), &c)) ||
+                    (rc = model_bytes(o, res->block_size, res)) ||
+                    (rc = cap_blocks("--capacity", &c, res->block_size, res->block_bytes,
+                                     &blocks)))
+                    return rc;
+                if (blocks > (UINT64_C(1) << 31))
+                    return fail(EXIT_INPUT, "--capacity: %llu blocks; the pool holds at most 2^31",
+                                (unsigned long long)blocks);
+                sc.pool_blocks = (uint32_t)blocks;
+                res->has_primary = true;
+                res->primary.capacity = blocks;
+            } else if ((rc = model_bytes(o, res->block_size, res)) != 0) {
+                return rc;
+            }
+            ru->sim = rp_sim_new(&sc, err, sizeof err);
+            if (!ru->sim)
+                return fail(EXIT_INPUT, "%s", err);
+            if (o->diagnose) {
+                uint32_t unit = res->format == KVP_LOG_MOONCAKE ? res->block_size : 1;
+                uint32_t dbs = res->format == KVP_LOG_MOONCAKE ? 1 : res->block_size;
+                res->diag = rp_diag_new(dbs, unit);
+                if (!res->diag)
+                    return fail(EXIT_INPUT, "out of memory");
+            }
+        }
+        held v;
+        if ((rc = view_record(ru, &rec, &v)) != 0)
+            return rc;
+        if (o->sort && !rec.has_timestamp) {
+            if ((rc = line_error(ru, rec.line_no, RP_EINPUT, "--sort needs a timestamp")) != 0)
+                return rc;
+            continue;
+        }
+        rc = o->sort ? hold(ru, &v) : replay_one(ru, &v);
+        if (rc)
+            return rc;
+        progress_draw(pg, kvp_log_n_records(ru->reader), 0, false);
+    }
+    if (o->sort) {
+        qsort(ru->held, ru->n_held, sizeof *ru->held, cmp_held);
+        for (size_t i = 0; i < ru->n_held; i++)
+            if ((rc = replay_one(ru, &ru->held[i])) != 0)
+                return rc;
+    }
+    return 0;
+}
+
+/* ---- evaluation -------------------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The sweep's capacities in blocks: the --capacities list, or log-spaced points. */
+static int sweep_caps(const rp_options *o, rp_result *r, uint64_t *caps, size_t *n_caps)
+{
+    size_t n = 0;
+    if (o->capacities) {
+        const char *p = o->capacities;
+        while (*p) {
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            if (n == RP_MAX_CAPS)
+                return fail(EXIT_USAGE, "--capacities: at most %d values", RP_MAX_CAPS);
+            cap_spec c;
+            int rc = parse_cap("--capacities", p, len, &c);
+            if (rc || (rc = cap_blocks("--capacities", &c, r->block_size, r->block_bytes,
+                                       &caps[n])) != 0)
+                return rc;
+            n++;
+            p += len + (comma ? 1 : 0);
+            if (comma && !*p)
+                return fail(EXIT_USAGE, "--capacities: empty value after ','");
+        }
+    } else {
+        /* Log-spaced from a thousandth of the distinct blocks (at least 1) to all of them,
+         * where the curve meets the cold-miss ceiling. */
+        uint64_t hi = r->distinct ? r->distinct : 1;
+        uint64_t lo = hi / 1000 ? hi / 1000 : 1;
+        unsigned k = o->sweep_points;
+        for (unsigned i = 0; i < k; i++) {
+            double f = k > 1 ? (double)i / (double)(k - 1) : 1.0;
+            caps[n++] = (uint64_t)llround(exp(log((double)lo) + f * (log((double)hi) -
+                                                                      log((double)lo))));
+        }
+    }
+    qsort(caps, n, sizeof *caps, cmp_u64);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (m == 0 || caps[i] != caps[m - 1])
+            caps[m++] = caps[i];
+    *n_caps = m;
+    return 0;
+}
+
+static int evaluate(const rp_options *o, rp_result *r)
+{
+    r->distinct = rp_sim_distinct(r->sim);
+    for (int d = 0; d < RP_N_DIMS; d++) {
+        size_t n = rp_sim_n_groups(r->sim, d);
+        r->groups[d] = calloc(n ? n : 1, sizeof *r->groups[d]);
+        r->groups_ceil[d] = calloc(n ? n : 1, sizeof *r->groups_ceil[d]);
+        if (!r->groups[d] || !r->groups_ceil[d])
+            return fail(EXIT_INPUT, "out of memory");
+    }
+    if (rp_sim_eval(r->sim, RP_CAP_INF, &r->ceiling, r->groups_ceil) != RP_OK)
+        return fail(EXIT_INPUT, "out of memory");
+    if (r->has_primary) {
+        if (rp_sim_eval(r->sim, r->primary.capacity, &r->primary, r->groups) != RP_OK)
+            return fail(EXIT_INPUT, "out of memory");
+    } else {
+        for (int d = 0; d < RP_N_DIMS; d++)
+            memcpy(r->groups[d], r->groups_ceil[d],
+                   rp_sim_n_groups(r->sim, d) * sizeof *r->groups[d]);
+    }
+    if (o->sweep || o->capacities) {
+        uint64_t caps[RP_MAX_CAPS];
+        int rc = sweep_caps(o, r, caps, &r->n_curve);
+        if (rc)
+            return rc;
+        for (size_t i = 0; i < r->n_curve; i++)
+            if (rp_sim_eval(r->sim, caps[i], &r->curve[i], NULL) != RP_OK)
+                return fail(EXIT_INPUT, "out of memory");
+    }
+    return 0;
+}
+
+static int plot(const rp_options *o, const rp_result *r)
+{
+    double x[RP_MAX_CAPS], yt[RP_MAX_CAPS], yb[RP_MAX_CAPS];
+    for (size_t i = 0; i < r->n_curve; i++) {
+        const rp_metrics *m = &r->curve[i];
+        x[i] = (double)m->capacity;
+        yt[i] = m->n_prompt_tokens ? (double)m->n_hit_tokens / (double)m->n_prompt_tokens : 0;
+        yb[i] = m->n_blocks_full ? (double)m->n_blocks_cached / (double)m->n_blocks_full : 0;
+    }
+    const char *base = strrchr(o->path, '/') ? strrchr(o->path, '/') + 1 : o->path;
+    char title[256], xlabel[128], ceil_label[128], note[256], mlabel[64];
+    snprintf(title, sizeof title, "%s: LRU prefix-cache hit rate against capacity", base);
+    snprintf(xlabel, sizeof xlabel, "cache capacity (blocks of %u tokens, log scale)",
+             r->block_size);
+    double ceil = r->ceiling.n_prompt_tokens
+                      ? (double)r->ceiling.n_hit_tokens / (double)r->ceiling.n_prompt_tokens
+                      : 0.0;
+    snprintf(ceil_label, sizeof ceil_label, "cold-miss ceiling %.1f%% (unbounded cache)",
+             ceil * 100.0);
+    note[0] = '\0';
+    if (r->block_bytes) {
+        char b[32];
+        snprintf(note, sizeof note, "1 block = %u tokens = %s of KV (%s)", r->block_size,
+                 kvp_plan_fmt_binary(r->block_bytes, b, sizeof b), r->model_desc);
+    }
+    kvp_plot_series series[2] = {{"token hit rate (prefill skipped)", yt},
+                                 {"block hit rate", yb}};
+    kvp_plot p;
+    memset(&p, 0, sizeof p);
+    p.title = title;
+    p.x_label = xlabel;
+    p.y_label = "hit rate (%)";
+    p.x = x;
+    p.n = r->n_curve;
+    p.series = series;
+    p.n_series = 2;
+    p.ceiling = ceil;
+    p.ceiling_label = ceil_label;
+    p.x_secondary = note[0] ? note : NULL;
+    p.marker_x = r->has_primary ? (double)r->primary.capacity : 0.0;
+    snprintf(mlabel, sizeof mlabel, "--capacity %llu",
+             (unsigned long long)(r->has_primary ? r->primary.capacity : 0));
+    p.marker_label = mlabel;
+    FILE *f = fopen(o->plot_path, "w");
+    if (!f)
+        return fail(EXIT_INPUT, "%s: cannot create: %s", o->plot_path, strerror(errno));
+    char err[256];
+    int rc = kvp_plot_svg(f, &p, err, sizeof err);
+    if (fclose(f) != 0 || rc != 0)
+        return fail(EXIT_INPUT, "%s: %s", o->plot_path, rc ? err : "write error");
+    return 0;
+}
+
+int kvp_cli_replay(int argc, char **argv)
+{
+    rp_options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    rp_result res;
+    memset(&res, 0, sizeof res);
+    res.input = o.path;
+    run ru;
+    memset(&ru, 0, sizeof ru);
+    ru.o = &o;
+    ru.res = &res;
+
+    kvp_log_options lo;
+    kvp_log_options_init(&lo);
+    lo.format = o.format;
+    lo.tokenizer = o.tokenizer;
+    lo.hash_block_size = o.trace_block_size;
+    char err[512];
+    if (kvp_log_open(o.path, &lo, &ru.reader, err, sizeof err) != 0)
+        return fail(EXIT_INPUT, "%s", err);
+
+    progress pg = {false, 0, now_s(), 0.0};
+    pg.on = o.progress == 1 || (o.progress < 0 && isatty(STDERR_FILENO));
+    struct stat st;
+    if (strcmp(o.path, "-") != 0 && stat(o.path, &st) == 0 && S_ISREG(st.st_mode))
+        pg.total = (uint64_t)st.st_size;
+
+    double t0 = now_s();
+    rc = read_log(&ru, &pg);
+    progress_draw(&pg, kvp_log_n_records(ru.reader), pg.total, true);
+    res.n_lines = kvp_log_n_lines(ru.reader);
+    if (rc == 0 && !ru.sim)
+        rc = fail(EXIT_INPUT, "%s: no requests", o.path);
+    if (rc == 0 && rp_sim_finish(ru.sim, err, sizeof err) != RP_OK)
+        rc = fail(EXIT_INTERNAL, "%s", err);
+    if (rc == 0) {
+        res.sim = ru.sim;
+        rc = evaluate(&o, &res);
+        res.seconds = now_s() - t0;
+    }
+    if (rc == 0 && o.plot_path)
+        rc = plot(&o, &res);
+    if (rc == 0 && rp_report(stdout, &o, &res) != 0)
+        rc = fail(EXIT_INPUT, "cannot write the report");
+
+    for (size_t i = 0; i < ru.n_held; i++)
+        held_free(&ru.held[i]);
+    free(ru.held);
+    free(ru.joined);
+    free(ru.folded);
+    for (int d = 0; d < RP_N_DIMS; d++) {
+        free(res.groups[d]);
+        free(res.groups_ceil[d]);
+    }
+    rp_diag_free(res.diag);
+    rp_sim_free(ru.sim);
+    kvp_log_close(ru.reader);
+    return rc;
+}

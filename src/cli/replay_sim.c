@@ -1,0 +1,717 @@
+/*
+ * replay_sim.c - the replay engine: LRU stack distances of every block access in one pass,
+ * cross-checked against the library's pool (see replay_sim.h for the rules).
+ *
+ * Layout.
+ *
+ *   keys       uthash map, block key -> entry { last touch time, parent key, first line }.
+ *              Every block key ever touched stays here: it answers "seen before?" (cold
+ *              versus capacity misses) and, for hash-id traces, "does this id always follow
+ *              the same prefix?" (ids must name whole prefixes, or LRU stops being a stack).
+ *   fen, mark  a Fenwick tree over touch times 1 .. n_time: mark[t] is 1 when some key's last
+ *              touch is t. The stack distance of a key is the number of keys touched after it:
+ *              n_live - prefix_sum(last). O(log T) per query and update; the tree doubles
+ *              (and is rebuilt from mark) when time runs past its end.
+ *   reqs, pm   per request: prompt tokens, full prompt blocks, blocks touched, and in pm the
+ *              running maximum of the stack distances along its touched blocks (RP_COLD for a
+ *              block never seen). Non-decreasing, so "blocks with running max < C" is the
+ *              cached prefix at capacity C: a binary search per request and capacity.
+ *
+ * Per request: Step 1 compute its block keys (chained token hashes, or scoped hash ids);
+ * Step 2 look them up, creating entries for new keys (trace mode: check parents first, and
+ * undo the new entries if one is wrong); Step 3 read every distance before any touch;
+ * Step 4 drive the pool and compare its match with the model's; Step 5 touch the blocks
+ * from the last to the first.
+ *
+ * Invariants: n_live == number of entries with last > 0 == popcount(mark[1 .. n_time]);
+ * each entry with last > 0 has mark[last] == 1 and no two entries share a time.
+ *
+ * Cost: O(B log T) time for B block accesses and T touches, and about 110 bytes per
+ * distinct block plus 4 bytes per block access (pm) and 8 per touch (tree and marks).
+ */
+#include "replay_sim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Keys are uniform 128-bit digests: their low bits are already a good bucket hash. */
+#define HASH_FUNCTION(keyptr, keylen, hashv)                                                     \
+    do {                                                                                         \
+        uint64_t lo_;                                                                            \
+        memcpy(&lo_, (keyptr), sizeof lo_);                                                      \
+        (hashv) = (unsigned)(lo_ ^ (lo_ >> 32));                                                 \
+    } while (0)
+#define HASH_NONFATAL_OOM   1
+#define uthash_nonfatal_oom(obj)                                                                 \
+    do {                                                                                         \
+        oom_flag = true;                                                                         \
+    } while (0)
+#include <uthash.h>
+
+#define RP_COLD        UINT32_MAX /* stack distance of a block never touched before */
+#define RP_DIST_MAX    (UINT32_MAX - 1)
+#define ARENA_ENTRIES  4096
+#define MAX_REQ_BLOCKS (UINT32_MAX - 1)
+
+static bool oom_flag; /* set by uthash when a table allocation fails (single-threaded tool) */
+
+typedef struct entry {
+    kvp_key key;       /* the block key */
+    kvp_key parent;    /* key of the block before it, or the namespace root */
+    uint64_t last;     /* time of its last touch; 0 while not yet touched */
+    uint64_t line_no;  /* line where it was first seen */
+    UT_hash_handle hh; /* keys map */
+} entry;
+
+typedef struct group {
+    kvp_key key;       /* digest of (dimension, presence, bytes) */
+    uint32_t id;       /* index into names */
+    UT_hash_handle hh; /* groups map of its dimension */
+} group;
+
+typedef struct group_name {
+    char *bytes; /* copy of the value, NUL-terminated; NULL when absent */
+    size_t len;  /* bytes in it */
+} group_name;
+
+typedef struct req {
+    uint64_t n_tokens;       /* prompt tokens */
+    uint64_t pm_off;         /* first distance of this request in pm */
+    uint32_t n_prompt_full;  /* full prompt blocks */
+    uint32_t n_touch;        /* blocks touched (prompt, then cached output) */
+    uint32_t g[RP_N_DIMS];   /* group of each dimension */
+} req;
+
+typedef struct arena {
+    struct arena *next;          /* older arena */
+    entry slots[ARENA_ENTRIES];  /* entries handed out from the front */
+} arena;
+
+struct rp_sim {
+    rp_sim_config cfg;      /* as given */
+    entry *keys;            /* uthash head */
+    arena *arenas;          /* entry storage, newest first */
+    size_t arena_used;      /* slots used in arenas (the newest) */
+    entry *free_entries;    /* entries given back (linked through hh.next) */
+    uint64_t n_live;        /* keys touched at least once */
+    uint32_t *fen;          /* Fenwick tree, 1-based, fen_cap + 1 entries */
+    uint8_t *mark;          /* mark[t] is 1 when t is some key's last touch */
+    uint64_t fen_cap;       /* times the tree covers */
+    uint64_t n_time;        /* times used so far */
+    req *reqs;              /* requests replayed */
+    size_t n_reqs, reqs_cap;
+    uint32_t *pm;           /* running-maximum distances, see the picture */
+    size_t n_pm, pm_cap;
+    kvp_key *scratch_keys;  /* keys of the current request */
+    entry **scratch_ent;    /* their entries */
+    uint8_t *scratch_new;   /* whether find_entries created their entry */
+    kvp_key *scratch_ids;   /* hash ids as keys for kvp_access_ids */
+    size_t scratch_cap;
+    group *groups[RP_N_DIMS];     /* uthash heads */
+    group_name *names[RP_N_DIMS]; /* values by id */
+    size_t n_names[RP_N_DIMS], names_cap[RP_N_DIMS];
+    kvp_cache *pool;        /* pool mode: the library's cache */
+};
+
+/* ---- Fenwick tree ------------------------------------------------------------------------ */
+
+static uint64_t fen_prefix(const rp_sim *s, uint64_t t)
+{
+    uint64_t sum = 0;
+    for (; t > 0; t &= t - 1)
+        sum += s->fen[t];
+    return sum;
+}
+
+static void fen_add(rp_sim *s, uint64_t t, int delta)
+{
+    for (; t <= s->fen_cap; t += t & (~t + 1))
+        s->fen[t] = (uint32_t)((int64_t)s->fen[t] + delta);
+}
+
+/* Make room for time t; rebuild the tree at twice the size. Returns false on ENOMEM. */
+static bool fen_reserve(rp_sim *s, uint64_t t)
+{
+    if (t <= s->fen_cap)
+        return true;
+    uint64_t cap = s->fen_cap ? s->fen_cap : 4096;
+    while (cap < t)
+        cap *= 2;
+    uint32_t *fen = calloc(cap + 1, sizeof *fen);
+    uint8_t *mark = calloc(cap + 1, 1);
+    if (!fen || !mark) {
+        free(fen);
+        free(mark);
+        return false;
+    }
+    if (s->mark)
+        memcpy(mark, s->mark, s->fen_cap + 1);
+    for (uint64_t i = 1; i <= cap; i++) {
+        fen[i] += mark[i];
+        uint64_t j = i + (i & (~i + 1));
+        if (j <= cap)
+            fen[j] += fen[i];
+    }
+    free(s->fen);
+    free(s->mark);
+    s->fen = fen;
+    s->mark = mark;
+    s->fen_cap = cap;
+    return true;
+}
+
+/* ---- growable arrays --------------------------------------------------------------------- */
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : 64;
+    while (n < need) {
+        if (n > SIZE_MAX / 2 / elem)
+            return false;
+        n *= 2;
+    }
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+static bool scratch_reserve(rp_sim *s, size_t n)
+{
+    if (n <= s->scratch_cap)
+        return true;
+    size_t cap = s->scratch_cap;
+    size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap;
+    if (!grow((void **)&s->scratch_keys, &c1, n, sizeof *s->scratch_keys) ||
+        !grow((void **)&s->scratch_ent, &c2, n, sizeof *s->scratch_ent) ||
+        !grow((void **)&s->scratch_new, &c3, n, sizeof *s->scratch_new) ||
+        !grow((void **)&s->scratch_ids, &c4, n, sizeof *s->scratch_ids))
+        return false;
+    /* All four grew to the same power-of-two multiple of the old capacity. */
+    s->scratch_cap = c1 < c2 ? c1 : c2;
+    s->scratch_cap = s->scratch_cap < c3 ? s->scratch_cap : c3;
+    s->scratch_cap = s->scratch_cap < c4 ? s->scratch_cap : c4;
+    return true;
+}
+
+/* ---- key map ----------------------------------------------------------------------------- */
+
+static entry *entry_new(rp_sim *s)
+{
+    if (s->free_entries) {
+        entry *e = s->free_entries;
+        s->free_entries = e->hh.next;
+        return e;
+    }
+    if (!s->arenas || s->arena_used == ARENA_ENTRIES) {
+        arena *a = malloc(sizeof *a);
+        if (!a)
+            return NULL;
+        a->next = s->arenas;
+        s->arenas = a;
+        s->arena_used = 0;
+    }
+    return &s->arenas->slots[s->arena_used++];
+}
+
+static void entry_give_back(rp_sim *s, entry *e)
+{
+    e->hh.next = s->free_entries;
+    s->free_entries = e;
+}
+
+/* Intern the value of field f in dimension dim; returns its id, or UINT32_MAX on ENOMEM. */
+static uint32_t group_intern(rp_sim *s, int dim, kvp_field f)
+{
+    kvp_namespace ns;
+    kvp_namespace_init(&ns);
+    kvp_field *slot = dim == RP_DIM_MODEL ? &ns.model : dim == RP_DIM_ADAPTER ? &ns.adapter : &ns.tenant;
+    *slot = f;
+    kvp_key k;
+    if (kvp_namespace_key(0, &ns, &k) != KVP_OK)
+        return UINT32_MAX;
+    group *g;
+    HASH_FIND(hh, s->groups[dim], &k, sizeof k, g);
+    if (g)
+        return g->id;
+    if (!grow((void **)&s->names[dim], &s->names_cap[dim], s->n_names[dim] + 1,
+              sizeof *s->names[dim]))
+        return UINT32_MAX;
+    group_name name = {NULL, f.len};
+    if (f.ptr) {
+        name.bytes = malloc(f.len + 1);
+        if (!name.bytes)
+            return UINT32_MAX;
+        memcpy(name.bytes, f.ptr, f.len);
+        name.bytes[f.len] = '\0';
+    }
+    g = calloc(1, sizeof *g);
+    if (!g) {
+        free(name.bytes);
+        return UINT32_MAX;
+    }
+    g->key = k;
+    g->id = (uint32_t)s->n_names[dim];
+    oom_flag = false;
+    HASH_ADD(hh, s->groups[dim], key, sizeof g->key, g);
+    if (oom_flag) {
+        group *check;
+        HASH_FIND(hh, s->groups[dim], &k, sizeof k, check);
+        if (!check) {
+            free(g);
+            free(name.bytes);
+            return UINT32_MAX;
+        }
+    }
+    s->names[dim][s->n_names[dim]++] = name;
+    return g->id;
+}
+
+/* ---- public -------------------------------------------------------------------------------- */
+
+rp_sim *rp_sim_new(const rp_sim_config *cfg, char *err, size_t err_size)
+{
+    if (!cfg || cfg->block_size == 0 || cfg->block_size > KVP_MAX_BLOCK_SIZE) {
+        kvp_cli_errf(err, err_size, "block size must be 1..%u", KVP_MAX_BLOCK_SIZE);
+        return NULL;
+    }
+    rp_sim *s = calloc(1, sizeof *s);
+    if (!s) {
+        kvp_cli_errf(err, err_size, "out of memory");
+        return NULL;
+    }
+    s->cfg = *cfg;
+    if (cfg->pool_blocks > 0) {
+        kvp_config kc;
+        kvp_config_init(&kc);
+        kc.n_blocks = cfg->pool_blocks;
+        kc.block_size = cfg->block_size;
+        kc.seed = cfg->seed;
+        int rc = kvp_cache_new(&kc, &s->pool);
+        if (rc != KVP_OK) {
+            kvp_cli_errf(err, err_size, "cannot create a cache of %u blocks: %s", cfg->pool_blocks,
+                         kvp_strerror(rc));
+            free(s);
+            return NULL;
+        }
+    }
+    if (!fen_reserve(s, 1)) {
+        rp_sim_free(s);
+        kvp_cli_errf(err, err_size, "out of memory");
+        return NULL;
+    }
+    return s;
+}
+
+/* Step 1 for a token log: chained keys of the prompt and cached output. */
+static int token_keys(rp_sim *s, const rp_request *r, kvp_key root, uint32_t n_touch)
+{
+    size_t n_keys = 0;
+    int rc = kvp_hash_blocks(s->cfg.seed, root, r->tokens, r->n_tokens + r->n_output_tokens,
+                             s->cfg.block_size, s->scratch_keys, n_touch, &n_keys);
+    return rc == KVP_OK && n_keys == n_touch ? RP_OK : RP_EINTERNAL;
+}
+
+/* Step 2: find or create the entry of every key. Trace mode checks that each id follows the
+ * same prefix as when it was first seen (which also rules out repeats within the request);
+ * on a mismatch the entries created here are removed again. */
+static int find_entries(rp_sim *s, const rp_request *r, kvp_key root, uint32_t n_touch,
+                        char *err, size_t err_size)
+{
+    bool trace = r->hash_ids != NULL;
+    int rc = RP_OK;
+    uint32_t i;
+    for (i = 0; i < n_touch; i++) {
+        kvp_key k = s->scratch_keys[i];
+        kvp_key parent = i ? s->scratch_keys[i - 1] : root;
+        entry *e;
+        HASH_FIND(hh, s->keys, &k, sizeof k, e);
+        if (e && trace && (e->parent.lo != parent.lo || e->parent.hi != parent.hi)) {
+            if (e->last == 0)
+                kvp_cli_errf(err, err_size, "hash id %llu repeats within the request (block %u)",
+                             (unsigned long long)r->hash_ids[i], i);
+            else
+                kvp_cli_errf(err, err_size,
+                             "hash id %llu at block %u follows a different prefix than on line "
+                             "%llu (a hash id must name its whole prefix)",
+                             (unsigned long long)r->hash_ids[i], i,
+                             (unsigned long long)e->line_no);
+            rc = RP_EINPUT;
+            break;
+        }
+        s->scratch_new[i] = e == NULL;
+        if (!e) {
+            e = entry_new(s);
+            if (!e) {
+                rc = RP_ENOMEM;
+                break;
+            }
+            e->key = k;
+            e->parent = parent;
+            e->last = 0;
+            e->line_no = r->line_no;
+            oom_flag = false;
+            HASH_ADD(hh, s->keys, key, sizeof e->key, e);
+            if (oom_flag) {
+                entry *check;
+                HASH_FIND(hh, s->keys, &k, sizeof k, check);
+                if (!check) {
+                    entry_give_back(s, e);
+                    rc = RP_ENOMEM;
+                    break;
+                }
+            }
+        }
+        s->scratch_ent[i] = e;
+    }
+    if (rc != RP_OK) {
+        for (uint32_t j = 0; j < i; j++) {
+            if (s->scratch_new[j]) {
+                HASH_DEL(s->keys, s->scratch_ent[j]);
+                entry_give_back(s, s->scratch_ent[j]);
+            }
+        }
+        if (rc == RP_ENOMEM)
+            kvp_cli_errf(err, err_size, "out of memory");
+    }
+    return rc;
+}
+
+/* Blocks whose running maximum is below cap: the cached prefix at capacity cap. */
+static uint32_t count_below(const uint32_t *pm, uint32_t n, uint64_t cap)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if ((uint64_t)pm[mid] < cap)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Step 4: drive the pool and compare its longest cached prefix with the model's. */
+static int drive_pool(rp_sim *s, const rp_request *r, uint32_t n_prompt_full, const uint32_t *pm,
+                      char *err, size_t err_size)
+{
+    kvp_match m;
+    int rc;
+    if (r->hash_ids) {
+        for (size_t i = 0; i < r->n_hash_ids; i++)
+            s->scratch_ids[i] = (kvp_key){r->hash_ids[i], 0};
+        rc = kvp_access_ids(s->pool, &r->ns, s->scratch_ids, r->n_hash_ids, r->input_length, &m);
+    } else if (r->n_output_tokens == 0) {
+        rc = kvp_access(s->pool, &r->ns, r->tokens, r->n_tokens, &m);
+    } else {
+        kvp_match m2;
+        rc = kvp_lookup(s->pool, &r->ns, r->tokens, r->n_tokens, NULL, 0, &m);
+        if (rc == KVP_OK)
+            rc = kvp_access(s->pool, &r->ns, r->tokens, r->n_tokens + r->n_output_tokens, &m2);
+    }
+    if (rc == KVP_ENOMEM) {
+        kvp_cli_errf(err, err_size, "out of memory");
+        return RP_ENOMEM;
+    }
+    if (rc != KVP_OK) {
+        kvp_cli_errf(err, err_size, "internal error: the cache refused the request: %s",
+                     kvp_strerror(rc));
+        return RP_EINTERNAL;
+    }
+    uint32_t model = count_below(pm, n_prompt_full, s->cfg.pool_blocks);
+    if (m.n_blocks_cached != model) {
+        kvp_cli_errf(err, err_size,
+                     "internal error: the pool matched %u blocks, the LRU model %u (please "
+                     "report this with the input)",
+                     m.n_blocks_cached, model);
+        return RP_EINTERNAL;
+    }
+    return RP_OK;
+}
+
+int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
+{
+    uint64_t bs = s->cfg.block_size;
+    uint64_t n_prompt = r->hash_ids ? r->input_length : r->n_tokens;
+    uint64_t full = n_prompt / bs;
+    uint64_t touch = r->hash_ids ? full : (r->n_tokens + r->n_output_tokens) / bs;
+    if (n_prompt == 0) {
+        kvp_cli_errf(err, err_size, "empty prompt");
+        return RP_EINPUT;
+    }
+    if (r->hash_ids && r->n_hash_ids != full && r->n_hash_ids != (n_prompt + bs - 1) / bs) {
+        kvp_cli_errf(err, err_size,
+                     "%zu hash ids for %llu tokens: blocks of %llu tokens need %llu or %llu",
+                     r->n_hash_ids, (unsigned long long)n_prompt, (unsigned long long)bs,
+                     (unsigned long long)full, (unsigned long long)((n_prompt + bs - 1) / bs));
+        return RP_EINPUT;
+    }
+    if (touch > MAX_REQ_BLOCKS) {
+        kvp_cli_errf(err, err_size, "request too long: %llu blocks", (unsigned long long)touch);
+        return RP_EINPUT;
+    }
+    uint32_t n_touch = (uint32_t)touch, n_full = (uint32_t)full;
+    if (!scratch_reserve(s, (r->hash_ids ? r->n_hash_ids : 0) + n_touch + 1) ||
+        !grow((void **)&s->reqs, &s->reqs_cap, s->n_reqs + 1, sizeof *s->reqs) ||
+        !grow((void **)&s->pm, &s->pm_cap, s->n_pm + n_touch + 1, sizeof *s->pm) ||
+        !fen_reserve(s, s->n_time + n_touch + 1)) {
+        kvp_cli_errf(err, err_size, "out of memory");
+        return RP_ENOMEM;
+    }
+
+    /* Step 1: keys. */
+    kvp_key root;
+    if (kvp_namespace_key(s->cfg.seed, &r->ns, &root) != KVP_OK) {
+        kvp_cli_errf(err, err_size, "invalid namespace");
+        return RP_EINPUT;
+    }
+    if (r->hash_ids) {
+        for (uint32_t i = 0; i < n_touch; i++)
+            s->scratch_keys[i] = kvp_external_key(s->cfg.seed, root, (kvp_key){r->hash_ids[i], 0});
+    } else if (token_keys(s, r, root, n_touch) != RP_OK) {
+        kvp_cli_errf(err, err_size, "internal error: cannot hash the prompt");
+        return RP_EINTERNAL;
+    }
+
+    /* Step 2: entries. */
+    int rc = find_entries(s, r, root, n_touch, err, err_size);
+    if (rc != RP_OK)
+        return rc;
+    req q = {n_prompt, s->n_pm, n_full, n_touch, {0, 0, 0}};
+    for (int d = 0; d < RP_N_DIMS; d++) {
+        kvp_field f = d == RP_DIM_MODEL ? r->ns.model : d == RP_DIM_ADAPTER ? r->ns.adapter : r->ns.tenant;
+        q.g[d] = group_intern(s, d, f);
+        if (q.g[d] == UINT32_MAX) {
+            kvp_cli_errf(err, err_size, "out of memory");
+            return RP_ENOMEM;
+        }
+    }
+
+    /* Step 3: distances before any touch, as running maxima. */
+    uint32_t *pm = s->pm + s->n_pm;
+    uint32_t run = 0;
+    for (uint32_t i = 0; i < n_touch; i++) {
+        entry *e = s->scratch_ent[i];
+        uint32_t d = RP_COLD;
+        if (e->last > 0) {
+            uint64_t after = s->n_live - fen_prefix(s, e->last);
+            d = after > RP_DIST_MAX ? RP_DIST_MAX : (uint32_t)after;
+        }
+        run = d > run ? d : run;
+        pm[i] = run;
+    }
+
+    /* Step 4: the pool. */
+    if (s->pool) {
+        rc = drive_pool(s, r, n_full, pm, err, err_size);
+        if (rc != RP_OK)
+            return rc;
+    }
+
+    /* Step 5: touch from the last block to the first. */
+    for (uint32_t i = n_touch; i-- > 0;) {
+        entry *e = s->scratch_ent[i];
+        if (e->last > 0) {
+            s->mark[e->last] = 0;
+            fen_add(s, e->last, -1);
+        } else {
+            s->n_live++;
+        }
+        e->last = ++s->n_time;
+        s->mark[e->last] = 1;
+        fen_add(s, e->last, +1);
+    }
+    s->n_pm += n_touch;
+    s->reqs[s->n_reqs++] = q;
+    return RP_OK;
+}
+
+int rp_sim_finish(rp_sim *s, char *err, size_t err_size)
+{
+    if (!s->pool)
+        return RP_OK;
+    kvp_stats st;
+    rp_metrics m;
+    int rc = rp_sim_eval(s, s->cfg.pool_blocks, &m, NULL);
+    if (rc != RP_OK) {
+        kvp_cli_errf(err, err_size, "out of memory");
+        return rc;
+    }
+    if (kvp_cache_stats(s->pool, &st) != KVP_OK || kvp_cache_check(s->pool) != KVP_OK) {
+        kvp_cli_errf(err, err_size, "internal error: the cache fails its check");
+        return RP_EINTERNAL;
+    }
+    if (st.n_evictions != m.n_evicted || st.n_blocks_cached != m.n_stored - m.n_evicted) {
+        kvp_cli_errf(err, err_size,
+                     "internal error: the pool evicted %llu blocks and caches %u, the LRU model "
+                     "%llu and %llu",
+                     (unsigned long long)st.n_evictions, st.n_blocks_cached,
+                     (unsigned long long)m.n_evicted,
+                     (unsigned long long)(m.n_stored - m.n_evicted));
+        return RP_EINTERNAL;
+    }
+    return RP_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile p (0 < p <= 100) of sorted v[0 .. n). */
+static double percentile(const double *v, size_t n, unsigned p)
+{
+    if (n == 0)
+        return 0.0;
+    size_t rank = (size_t)(((uint64_t)n * p + 99) / 100); /* ceil(n p / 100) */
+    return v[rank ? rank - 1 : 0];
+}
+
+int rp_sim_eval(const rp_sim *s, uint64_t cap, rp_metrics *out, rp_group_metrics **groups)
+{
+    double *frac = malloc((s->n_reqs ? s->n_reqs : 1) * sizeof *frac);
+    if (!frac)
+        return RP_ENOMEM;
+    rp_metrics m;
+    memset(&m, 0, sizeof m);
+    m.capacity = cap;
+    if (groups)
+        for (int d = 0; d < RP_N_DIMS; d++)
+            memset(groups[d], 0, s->n_names[d] * sizeof *groups[d]);
+    uint64_t bs = s->cfg.block_size;
+    double sum = 0.0;
+    uint64_t below = cap < RP_COLD ? cap : RP_COLD; /* a cold block never hits */
+    for (size_t i = 0; i < s->n_reqs; i++) {
+        const req *q = &s->reqs[i];
+        const uint32_t *pm = s->pm + q->pm_off;
+        uint32_t cached = count_below(pm, q->n_prompt_full, below);
+        uint32_t seen = count_below(pm, q->n_prompt_full, RP_COLD);
+        uint32_t cached_all = count_below(pm, q->n_touch, below);
+        uint64_t limit = (q->n_tokens - 1) / bs;
+        uint64_t hit = cached < limit ? cached : limit;
+        uint64_t keep = q->n_touch < cap ? q->n_touch : cap;
+        m.n_requests++;
+        m.n_prompt_tokens += q->n_tokens;
+        m.n_hit_tokens += hit * bs;
+        m.n_blocks_full += q->n_prompt_full;
+        m.n_blocks_cached += cached;
+        m.n_blocks_hit += hit;
+        m.n_cold_misses += q->n_prompt_full - seen;
+        m.n_capacity_misses += seen - cached;
+        m.n_stored += keep > cached_all ? keep - cached_all : 0;
+        frac[i] = (double)(hit * bs) / (double)q->n_tokens;
+        sum += frac[i];
+        if (groups) {
+            for (int d = 0; d < RP_N_DIMS; d++) {
+                rp_group_metrics *g = &groups[d][q->g[d]];
+                g->n_requests++;
+                g->n_prompt_tokens += q->n_tokens;
+                g->n_hit_tokens += hit * bs;
+                g->n_blocks_full += q->n_prompt_full;
+                g->n_blocks_cached += cached;
+                g->n_cold_misses += q->n_prompt_full - seen;
+            }
+        }
+    }
+    uint64_t resident = s->n_live < cap ? s->n_live : cap;
+    m.n_evicted = m.n_stored - resident;
+    qsort(frac, s->n_reqs, sizeof *frac, cmp_double);
+    m.mean_hit = s->n_reqs ? sum / (double)s->n_reqs : 0.0;
+    m.p50_hit = percentile(frac, s->n_reqs, 50);
+    m.p90_hit = percentile(frac, s->n_reqs, 90);
+    m.p99_hit = percentile(frac, s->n_reqs, 99);
+    free(frac);
+    *out = m;
+    return RP_OK;
+}
+
+uint64_t rp_sim_distinct(const rp_sim *s)
+{
+    return s->n_live;
+}
+
+size_t rp_sim_n_groups(const rp_sim *s, int dim)
+{
+    return dim >= 0 && dim < RP_N_DIMS ? s->n_names[dim] : 0;
+}
+
+const char *rp_sim_group_name(const rp_sim *s, int dim, size_t i, size_t *len)
+{
+    if (dim < 0 || dim >= RP_N_DIMS || i >= s->n_names[dim]) {
+        *len = 0;
+        return NULL;
+    }
+    *len = s->names[dim][i].len;
+    return s->names[dim][i].bytes;
+}
+
+bool rp_sim_check(const rp_sim *s)
+{
+    uint64_t n_marked = 0, n_touched = 0;
+    for (uint64_t t = 1; t <= s->fen_cap; t++) {
+        if (s->mark[t] > 1 || (s->mark[t] && t > s->n_time))
+            return false;
+        n_marked += s->mark[t];
+    }
+    const entry *e, *tmp;
+    HASH_ITER(hh, s->keys, e, tmp)
+    {
+        if (e->last == 0)
+            continue;
+        n_touched++;
+        if (e->last > s->n_time || s->mark[e->last] != 1)
+            return false;
+    }
+    if (n_marked != s->n_live || n_touched != s->n_live || fen_prefix(s, s->fen_cap) != s->n_live)
+        return false;
+    for (size_t i = 0; i < s->n_reqs; i++) {
+        const req *q = &s->reqs[i];
+        if (q->n_prompt_full > q->n_touch || q->pm_off + q->n_touch > s->n_pm)
+            return false;
+        for (uint32_t j = 1; j < q->n_touch; j++)
+            if (s->pm[q->pm_off + j] < s->pm[q->pm_off + j - 1])
+                return false;
+    }
+    return true;
+}
+
+void rp_sim_free(rp_sim *s)
+{
+    if (!s)
+        return;
+    HASH_CLEAR(hh, s->keys);
+    while (s->arenas) {
+        arena *a = s->arenas;
+        s->arenas = a->next;
+        free(a);
+    }
+    for (int d = 0; d < RP_N_DIMS; d++) {
+        group *g, *tmp;
+        HASH_ITER(hh, s->groups[d], g, tmp)
+        {
+            HASH_DEL(s->groups[d], g);
+            free(g);
+        }
+        for (size_t i = 0; i < s->n_names[d]; i++)
+            free(s->names[d][i].bytes);
+        free(s->names[d]);
+    }
+    kvp_cache_free(s->pool);
+    free(s->fen);
+    free(s->mark);
+    free(s->reqs);
+    free(s->pm);
+    free(s->scratch_keys);
+    free(s->scratch_ent);
+    free(s->scratch_new);
+    free(s->scratch_ids);
+    free(s);
+}
