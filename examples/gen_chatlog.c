@@ -327,10 +327,11 @@ static void put_phrase(vec *a, const char *phrase)
  * common words at the front of the vocabulary, with an occasional comma. */
 static void put_words(vec *a, rng *r, size_t n_words)
 {
+    const size_t n_vocab = N_WORDS;
     size_t left = (size_t)rng_range(r, 5, 16);
     for (size_t i = 0; i < n_words; i++) {
         double u = rng_unit(r);
-        vec_push(a, (uint32_t)((double)N_WORDS * u * u));
+        vec_push(a, (uint32_t)((double)n_vocab * u * u));
         if (--left == 0 || i + 1 == n_words) {
             vec_push(a, SYM(SYM_PERIOD) | GLUE);
             left = (size_t)rng_range(r, 5, 16);
@@ -376,7 +377,7 @@ static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d)
 /* Append "Current time: YYYY-MM-DD HH:MM:SS" for t_ms after 2026-11-29 10:00:00. */
 static void put_clock(vec *a, uint64_t t_ms)
 {
-    uint64_t secs = 10 * 3600 + t_ms / 1000;
+    uint64_t secs = UINT64_C(36000) + t_ms / 1000; /* from 10:00:00 */
     int64_t y;
     unsigned m, d, sod = (unsigned)(secs % 86400);
     civil_from_days(days_from_civil(2026, 11, 29) + (int64_t)(secs / 86400), &y, &m, &d);
@@ -705,7 +706,7 @@ static void simulate(FILE *f, bool openai, uint64_t seed, uint64_t n_requests)
         if (best == n_active || next_arrival <= active[best]->next_ms) {
             if (n_active == cap_active) {
                 cap_active = cap_active ? 2 * cap_active : 64;
-                conv **a = realloc(active, cap_active * sizeof *a);
+                conv **a = realloc(active, cap_active * sizeof(conv *));
                 if (a == NULL)
                     die(1, "%s", "out of memory");
                 active = a;

@@ -45,6 +45,16 @@ def replay_seeds():
         "openai_completion": b'{"model": "llama", "prompt": "once upon a time", "tenant": "t"}\n',
         "openai_parts": b'{"messages": [{"role": "user", "content": [{"type": "text",'
                         b' "text": "a b c"}]}], "user": "u1"}\n',
+        "openai_batch": b'{"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",'
+                        b' "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},'
+                        b' "tenant": "t", "timestamp": 3}\n',
+        "openai_tools": b'{"messages": [{"role": "assistant", "content": null, "tool_calls":'
+                        b' [{"id": "c1", "type": "function", "function": {"name": "f",'
+                        b' "arguments": "{}"}}]}, {"role": "tool", "content": "0.1"}],'
+                        b' "tools": [{"type": "function", "function": {"name": "f"}}],'
+                        b' "max_completion_tokens": 5, "cache_salt": "s"}\n',
+        "openai_token_prompt": b'{"prompt": [1, 2, 3], "max_tokens": 2}\n{"prompt": [[4, 5]]}\n'
+                               b'{"prompt": ["a", "b"]}\n{"prompt": ""}\n',
         "errors": b'{"tokens": []}\n{"tokens": [1], "hash_ids": [2]}\n{}\n[1, 2]\n'
                   b'{"tokens": [-1]}\n{"tokens": [4294967296]}\n{"input_length": 0,'
                   b' "output_length": 0, "hash_ids": []}\n{"tokens": [1], "model": 5}\n'

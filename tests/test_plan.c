@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 
 #include "kvplan.h"
+#include "cliutil.h"
 #include "logread.h"
 #include "models.h"
 
@@ -608,27 +609,7 @@ Test(logread, long_line_and_limit)
 /* Run `$KVPREFIX_BIN plan ARGS`, return its exit status and its stderr (and stdout) text. */
 static int run_plan(const char *args, char *err_out, size_t err_size, char *out, size_t out_size)
 {
-    const char *bin = getenv("KVPREFIX_BIN");
-    if (bin == NULL || *bin == '\0')
-        cr_skip_test("KVPREFIX_BIN is not set");
-    char errf[] = "/tmp/kvp_plan_errXXXXXX", outf[] = "/tmp/kvp_plan_outXXXXXX";
-    int e = mkstemp(errf), o = mkstemp(outf);
-    cr_assert(e >= 0 && o >= 0);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' plan %s >'%s' 2>'%s' </dev/null", bin, args, outf, errf);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "%s did not exit normally", cmd);
-    FILE *f = fdopen(e, "r");
-    size_t n = fread(err_out, 1, err_size - 1, f);
-    err_out[n] = '\0';
-    fclose(f);
-    f = fdopen(o, "r");
-    n = fread(out, 1, out_size - 1, f);
-    out[n] = '\0';
-    fclose(f);
-    remove(errf);
-    remove(outf);
-    return WEXITSTATUS(st);
+    return cli_run("plan", args, err_out, err_size, out, out_size);
 }
 
 static void expect_exit(const char *args, int code, const char *msg)

@@ -16,6 +16,10 @@
 
 #include "svgplot.h"
 
+/* NAN and INFINITY are floats; as doubles they go into the arrays without a promotion. */
+#define D_NAN ((double)NAN)
+#define D_INF ((double)INFINITY)
+
 /* A rendered chart. */
 typedef struct render {
     int rc;        /* kvp_plot_svg's return value */
@@ -394,16 +398,16 @@ Test(svgplot, invalid_input_is_refused)
     p = chart(x, 3, NULL, 1);
     refused(&p, "series NULL");
 
-    static const double bad_x[][3] = {{0, 10, 100},    {-1, 10, 100},     {1, 10, 10},
-                                      {1, 10, 5},      {1, NAN, 100},     {1, 10, INFINITY},
-                                      {NAN, NAN, NAN}, {1, 1e300, 1e-300}};
+    static const double bad_x[][3] = {
+        {0, 10, 100},    {-1, 10, 100},  {1, 10, 10},           {1, 10, 5},
+        {1, D_NAN, 100}, {1, 10, D_INF}, {D_NAN, D_NAN, D_NAN}, {1, 1e300, 1e-300}};
     for (size_t i = 0; i < sizeof bad_x / sizeof bad_x[0]; i++) {
         p = chart(bad_x[i], 3, s, 1);
         refused(&p, "bad x");
     }
 
     static const double bad_y[][3] = {
-        {-0.1, 0.2, 0.3}, {0.1, 1.0001, 0.3}, {0.1, 0.2, NAN}, {0.1, INFINITY, 0.3}};
+        {-0.1, 0.2, 0.3}, {0.1, 1.0001, 0.3}, {0.1, 0.2, D_NAN}, {0.1, D_INF, 0.3}};
     for (size_t i = 0; i < sizeof bad_y / sizeof bad_y[0]; i++) {
         kvp_plot_series sb[] = {{"good", y}, {"bad", bad_y[i]}};
         p = chart(x, 3, sb, 2);
@@ -414,14 +418,14 @@ Test(svgplot, invalid_input_is_refused)
     refused(&p, "y NULL");
 
     p = chart(x, 3, s, 1);
-    p.ceiling = NAN;
+    p.ceiling = D_NAN;
     refused(&p, "ceiling NaN");
     p.ceiling = 1.5;
     refused(&p, "ceiling 1.5");
     p.ceiling = -1.0;
-    p.marker_x = NAN;
+    p.marker_x = D_NAN;
     refused(&p, "marker NaN");
-    p.marker_x = INFINITY;
+    p.marker_x = D_INF;
     refused(&p, "marker infinite");
 
     /* No chart, no file. */

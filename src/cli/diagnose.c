@@ -26,11 +26,19 @@
 
 #include "replay.h"
 
+/* Node keys are uniform digests and point keys small integers: both hash by their first
+ * 8 bytes (which also keeps uthash's default hash, with its case fallthroughs, out). */
+#define HASH_FUNCTION(keyptr, keylen, hashv)                                                       \
+    do {                                                                                           \
+        uint64_t x_;                                                                               \
+        memcpy(&x_, (keyptr), sizeof x_);                                                          \
+        (hashv) = (unsigned)(x_ ^ (x_ >> 32));                                                     \
+    } while (0)
 static bool oom_flag; /* set when uthash fails to allocate a table (single-threaded tool) */
 #define HASH_NONFATAL_OOM 1
-#define uthash_nonfatal_oom(obj)                                                                 \
-    do {                                                                                         \
-        oom_flag = true;                                                                         \
+#define uthash_nonfatal_oom(obj)                                                                   \
+    do {                                                                                           \
+        oom_flag = true;                                                                           \
     } while (0)
 #include <uthash.h>
 
@@ -40,33 +48,33 @@ static bool oom_flag; /* set when uthash fails to allocate a table (single-threa
 #define NONE            UINT32_MAX
 
 typedef struct node {
-    kvp_key key;       /* chained key of the block (the namespace root for a trie root) */
-    uint32_t req;      /* latest request whose prompt went through this block; NONE for a
-                          root no request has passed yet */
+    kvp_key key;               /* chained key of the block (the namespace root for a trie root) */
+    uint32_t req;              /* latest request whose prompt went through this block; NONE for a
+                                  root no request has passed yet */
     struct node *first_child;  /* most recent child first */
     struct node *next_sibling; /* older sibling */
-    uint32_t block;    /* index of the block in the prompt (roots: UINT32_MAX) */
-    UT_hash_handle hh; /* map by key */
+    uint32_t block;            /* index of the block in the prompt (roots: UINT32_MAX) */
+    UT_hash_handle hh;         /* map by key */
 } node;
 
 typedef struct dreq {
-    uint32_t *sym;     /* prompt symbols, owned */
-    size_t n;          /* symbols */
-    char *text;        /* rendered prompt, owned, or NULL */
+    uint32_t *sym; /* prompt symbols, owned */
+    size_t n;      /* symbols */
+    char *text;    /* rendered prompt, owned, or NULL */
     size_t text_len;
     uint32_t *offsets; /* byte offset of each symbol in text, owned, or NULL */
     uint64_t line_no;  /* line in the log */
 } dreq;
 
 typedef struct point {
-    uint64_t pos;      /* symbol position where prefixes break (the map key) */
-    uint64_t n;        /* breaks at this position */
-    uint64_t n_resync; /* of those, followed by repeated content */
-    uint64_t run_sum;  /* symbols that agree again after the field, summed over resyncs */
-    uint64_t span_sum; /* length of the variable field, summed over resyncs */
+    uint64_t pos;             /* symbol position where prefixes break (the map key) */
+    uint64_t n;               /* breaks at this position */
+    uint64_t n_resync;        /* of those, followed by repeated content */
+    uint64_t run_sum;         /* symbols that agree again after the field, summed over resyncs */
+    uint64_t span_sum;        /* length of the variable field, summed over resyncs */
     uint32_t ex_req, ex_prev; /* an example: this request and the earlier one */
-    bool ex_resync;    /* the example is a resync */
-    UT_hash_handle hh; /* map by pos */
+    bool ex_resync;           /* the example is a resync */
+    UT_hash_handle hh;        /* map by pos */
 } point;
 
 struct rp_diag {
@@ -75,13 +83,13 @@ struct rp_diag {
     node *nodes;         /* uthash map */
     dreq *reqs;          /* every request */
     size_t n_reqs, reqs_cap;
-    point *points;       /* uthash map of break positions */
-    uint64_t n_first;    /* requests first in their namespace (nothing to compare with) */
-    uint64_t n_full;     /* requests entirely covered by an earlier one */
-    uint64_t bucket[5];  /* LCP / prompt: 0, (0,25%), [25,50%), [50,75%), [75,100%) */
-    uint64_t *lcps;      /* LCP of each compared request, in symbols */
+    point *points;      /* uthash map of break positions */
+    uint64_t n_first;   /* requests first in their namespace (nothing to compare with) */
+    uint64_t n_full;    /* requests entirely covered by an earlier one */
+    uint64_t bucket[5]; /* LCP / prompt: 0, (0,25%), [25,50%), [50,75%), [75,100%) */
+    uint64_t *lcps;     /* LCP of each compared request, in symbols */
     size_t n_lcps;
-    kvp_key *keys;       /* scratch: block keys of the current request */
+    kvp_key *keys; /* scratch: block keys of the current request */
     size_t keys_cap;
 };
 
@@ -250,8 +258,7 @@ int rp_diag_add(rp_diag *d, kvp_key root, const uint32_t *sym, size_t n, const c
     for (node *c = at->first_child; c && k < RECENT_SIBLINGS; c = c->next_sibling, k++) {
         const dreq *e = &d->reqs[c->req];
         size_t off = matched * bs;
-        size_t l = off < e->n && off < n ? common(sym + off, n - off, e->sym + off, e->n - off)
-                                         : 0;
+        size_t l = off < e->n && off < n ? common(sym + off, n - off, e->sym + off, e->n - off) : 0;
         if (best == NONE || l > best_lcp) {
             best = c->req;
             best_lcp = l;
@@ -329,7 +336,7 @@ static point **sorted_points(const rp_diag *d, size_t *n_out)
 static void excerpt(const rp_diag *d, const dreq *q, size_t pos, size_t span, char *buf,
                     size_t size)
 {
-    size_t from = pos > 6 ? pos - 6 : 0, to = pos + span + 6;
+    size_t from = pos > 12 ? pos - 12 : 0, to = pos + span + 6;
     to = to < q->n ? to : q->n;
     size_t j = 0;
     buf[0] = '\0';
@@ -408,10 +415,11 @@ int rp_diag_print(const rp_diag *d, FILE *f, unsigned top)
         for (size_t i = 0; i < n_resync && i < 2; i++) {
             const point *p = v[i];
             char a[512], b[512];
-            excerpt(d, &d->reqs[p->ex_req], p->pos, RESYNC_MAX / 4, a, sizeof a);
-            excerpt(d, &d->reqs[p->ex_prev], p->pos, RESYNC_MAX / 4, b, sizeof b);
-            fprintf(f, "  example at position %llu (| marks it):\n    line %llu: %s\n"
-                       "    line %llu: %s\n",
+            excerpt(d, &d->reqs[p->ex_req], p->pos, 8, a, sizeof a);
+            excerpt(d, &d->reqs[p->ex_prev], p->pos, 8, b, sizeof b);
+            fprintf(f,
+                    "  example at position %llu (| marks it):\n    line %llu: %s\n"
+                    "    line %llu: %s\n",
                     (unsigned long long)(p->pos * d->unit),
                     (unsigned long long)d->reqs[p->ex_req].line_no, a,
                     (unsigned long long)d->reqs[p->ex_prev].line_no, b);
@@ -455,8 +463,9 @@ json_t *rp_diag_json(const rp_diag *d, unsigned top)
                                 json_real((double)p->run_sum / (double)p->n_resync * d->unit));
         }
         char a[512];
-        excerpt(d, &d->reqs[p->ex_req], p->pos, RESYNC_MAX / 4, a, sizeof a);
-        json_object_set_new(o, "example_line", json_integer((json_int_t)d->reqs[p->ex_req].line_no));
+        excerpt(d, &d->reqs[p->ex_req], p->pos, 8, a, sizeof a);
+        json_object_set_new(o, "example_line",
+                            json_integer((json_int_t)d->reqs[p->ex_req].line_no));
         json_t *ex = json_string(a);
         json_object_set_new(o, "example", ex ? ex : json_null());
         json_object_set_new(o, "earlier_line",

@@ -176,6 +176,14 @@ uint64_t kvp_log_n_lines(const kvp_log_reader *r)
     return r == NULL ? 0 : r->line_no;
 }
 
+uint64_t kvp_log_bytes_in(const kvp_log_reader *r)
+{
+    if (r == NULL || r->gz == NULL)
+        return 0;
+    z_off_t off = gzoffset(r->gz);
+    return off > 0 ? (uint64_t)off : 0;
+}
+
 /* Read up to want (> 0, <= READ_CHUNK) bytes of gzread's output, head[] first, into dst.
  * Returns the number of bytes read, 0 at the end (raw_eof set), or KVP_LOG_EIO (message
  * set). */

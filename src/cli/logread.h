@@ -145,6 +145,10 @@ const char *kvp_log_error(const kvp_log_reader *r);
 uint64_t kvp_log_n_records(const kvp_log_reader *r);
 uint64_t kvp_log_n_lines(const kvp_log_reader *r);
 
+/* Bytes of the input file consumed so far (compressed bytes for .gz and .zst), for progress
+ * bars; 0 when unknown. Cannot fail. */
+uint64_t kvp_log_bytes_in(const kvp_log_reader *r);
+
 /* Close the reader and free everything it holds. Accepts NULL. */
 void kvp_log_close(kvp_log_reader *r);
 

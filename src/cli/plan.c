@@ -473,7 +473,7 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
             break;
         }
         uint64_t len = rec.input_length + (o->include_output ? rec.output_length : 0);
-        if (rec.format == KVP_LOG_TOKENS)
+        if (rec.format != KVP_LOG_MOONCAKE)
             r->n_tokens_fmt++;
         else
             r->n_mooncake_fmt++;

@@ -77,7 +77,8 @@ typedef struct plan_result {
 
     bool has_trace;                        /* --trace given */
     const char *trace_path;                /* --trace */
-    uint64_t n_tokens_fmt, n_mooncake_fmt; /* records of each format */
+    uint64_t n_tokens_fmt, n_mooncake_fmt; /* records with tokens (token logs, OpenAI
+                                              bodies) and Mooncake records */
     kvp_plan_stats st;                     /* length statistics */
     uint64_t sum_blocks;                   /* sum of ceil(len / block_size) over the trace */
     kvp_plan_frag tfrag;                   /* trace fragmentation */

@@ -156,7 +156,7 @@ void kvp_plan_print_table(const plan_result *r, const plan_opts *o)
 
     if (r->has_trace) {
         const kvp_plan_stats *s = &r->st;
-        printf("\nTrace %s: %llu requests (%llu token-log lines, %llu Mooncake lines)\n",
+        printf("\nTrace %s: %llu requests (%llu token-log or OpenAI lines, %llu Mooncake lines)\n",
                r->trace_path, (unsigned long long)s->n, (unsigned long long)r->n_tokens_fmt,
                (unsigned long long)r->n_mooncake_fmt);
         printf("  lengths = %s\n", o->include_output

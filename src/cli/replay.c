@@ -111,8 +111,10 @@ static int flag_uint(const char *flag, const char *v, uint64_t min, uint64_t max
 
 /* Flags that take a value. */
 static const char *const value_flags[] = {
-    "--capacity", "--capacities", "--model", "--config", "--kv-dtype", "--format",
-    "--block-size", "--trace-block-size", "--tokenizer", "--seed", "--plot", "--top", NULL};
+    "--capacity",  "--capacities", "--model",      "--config",
+    "--kv-dtype",  "--format",     "--block-size", "--trace-block-size",
+    "--tokenizer", "--seed",       "--plot",       "--top",
+    NULL};
 
 static bool takes_value(const char *flag)
 {
@@ -366,10 +368,10 @@ static int model_bytes(const rp_options *o, uint32_t block_size, rp_result *r)
 /* ---- progress ----------------------------------------------------------------------------- */
 
 typedef struct progress {
-    bool on;           /* drawing */
-    uint64_t total;    /* input bytes when known (a regular file), else 0 */
-    double start;      /* when the run began */
-    double last;       /* when the bar was last drawn */
+    bool on;        /* drawing */
+    uint64_t total; /* input bytes when known (a regular file), else 0 */
+    double start;   /* when the run began */
+    double last;    /* when the bar was last drawn */
 } progress;
 
 static double now_s(void)
@@ -391,8 +393,8 @@ static void progress_draw(progress *p, uint64_t n_req, uint64_t pos, bool final)
         f = f > 1.0 ? 1.0 : f;
         int w = (int)(f * 30.0);
         fprintf(stderr, "\r[%.*s%*s] %3.0f%%  %llu requests  %.0f/s ", w,
-                "##############################", 30 - w, "", f * 100.0,
-                (unsigned long long)n_req, rate);
+                "##############################", 30 - w, "", f * 100.0, (unsigned long long)n_req,
+                rate);
     } else {
         fprintf(stderr, "\r%llu requests  %.0f/s ", (unsigned long long)n_req, rate);
     }
@@ -410,7 +412,7 @@ typedef struct held {
     char *strs[4];
     size_t lens[4];
     bool present[4];
-    uint32_t *tokens;   /* prompt then output tokens */
+    uint32_t *tokens; /* prompt then output tokens */
     size_t n_tokens, n_output;
     uint64_t *ids;
     size_t n_ids;
@@ -425,9 +427,9 @@ typedef struct run {
     rp_result *res;
     rp_sim *sim;
     kvp_log_reader *reader;
-    uint32_t *joined;   /* prompt + output tokens, for --cache-output */
+    uint32_t *joined; /* prompt + output tokens, for --cache-output */
     size_t joined_cap;
-    uint32_t *folded;   /* hash ids folded to 32 bits, for the diagnostics */
+    uint32_t *folded; /* hash ids folded to 32 bits, for the diagnostics */
     size_t folded_cap;
     held *held;
     size_t n_held, held_cap;
@@ -615,8 +617,7 @@ static int read_log(run *ru, progress *pg)
                 return EXIT_INPUT;
             }
             if (res->n_skipped++ == 0)
-                snprintf(res->first_skip, sizeof res->first_skip, "%s",
-                         kvp_log_error(ru->reader));
+                snprintf(res->first_skip, sizeof res->first_skip, "%s", kvp_log_error(ru->reader));
             continue;
         }
         if (rc < 0) {
@@ -626,8 +627,8 @@ static int read_log(run *ru, progress *pg)
         if (res->format == 0) {
             res->format = rec.format;
             res->block_size = rec.format == KVP_LOG_MOONCAKE ? o->trace_block_size : o->block_size;
-        } else if (rec.format != res->format && (rec.format == KVP_LOG_MOONCAKE ||
-                                                  res->format == KVP_LOG_MOONCAKE)) {
+        } else if (rec.format != res->format &&
+                   (rec.format == KVP_LOG_MOONCAKE || res->format == KVP_LOG_MOONCAKE)) {
             char msg[160];
             snprintf(msg, sizeof msg,
                      "a %s line in a %s log: hash ids and tokens cannot share one cache "
@@ -648,8 +649,7 @@ static int read_log(run *ru, progress *pg)
                 cap_spec c;
                 if ((rc = parse_cap("--capacity", o->capacity, strlen(o->capacity), &c)) ||
                     (rc = model_bytes(o, res->block_size, res)) ||
-                    (rc = cap_blocks("--capacity", &c, res->block_size, res->block_bytes,
-                                     &blocks)))
+                    (rc = cap_blocks("--capacity", &c, res->block_size, res->block_bytes, &blocks)))
                     return rc;
                 if (blocks > (UINT64_C(1) << 31))
                     return fail(EXIT_INPUT, "--capacity: %llu blocks; the pool holds at most 2^31",
@@ -682,7 +682,7 @@ static int read_log(run *ru, progress *pg)
         rc = o->sort ? hold(ru, &v) : replay_one(ru, &v);
         if (rc)
             return rc;
-        progress_draw(pg, kvp_log_n_records(ru->reader), 0, false);
+        progress_draw(pg, kvp_log_n_records(ru->reader), kvp_log_bytes_in(ru->reader), false);
     }
     if (o->sort) {
         qsort(ru->held, ru->n_held, sizeof *ru->held, cmp_held);
@@ -714,8 +714,8 @@ static int sweep_caps(const rp_options *o, rp_result *r, uint64_t *caps, size_t 
                 return fail(EXIT_USAGE, "--capacities: at most %d values", RP_MAX_CAPS);
             cap_spec c;
             int rc = parse_cap("--capacities", p, len, &c);
-            if (rc || (rc = cap_blocks("--capacities", &c, r->block_size, r->block_bytes,
-                                       &caps[n])) != 0)
+            if (rc ||
+                (rc = cap_blocks("--capacities", &c, r->block_size, r->block_bytes, &caps[n])) != 0)
                 return rc;
             n++;
             p += len + (comma ? 1 : 0);
@@ -730,8 +730,8 @@ static int sweep_caps(const rp_options *o, rp_result *r, uint64_t *caps, size_t 
         unsigned k = o->sweep_points;
         for (unsigned i = 0; i < k; i++) {
             double f = k > 1 ? (double)i / (double)(k - 1) : 1.0;
-            caps[n++] = (uint64_t)llround(exp(log((double)lo) + f * (log((double)hi) -
-                                                                      log((double)lo))));
+            caps[n++] =
+                (uint64_t)llround(exp(log((double)lo) + f * (log((double)hi) - log((double)lo))));
         }
     }
     qsort(caps, n, sizeof *caps, cmp_u64);
@@ -800,8 +800,7 @@ static int plot(const rp_options *o, const rp_result *r)
         snprintf(note, sizeof note, "1 block = %u tokens = %s of KV (%s)", r->block_size,
                  kvp_plan_fmt_binary(r->block_bytes, b, sizeof b), r->model_desc);
     }
-    kvp_plot_series series[2] = {{"token hit rate (prefill skipped)", yt},
-                                 {"block hit rate", yb}};
+    kvp_plot_series series[2] = {{"token hit rate (prefill skipped)", yt}, {"block hit rate", yb}};
     kvp_plot p;
     memset(&p, 0, sizeof p);
     p.title = title;

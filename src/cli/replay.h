@@ -43,27 +43,27 @@ typedef struct rp_diag rp_diag;
 
 /* The figures of one run. */
 typedef struct rp_result {
-    const char *input;           /* the log's name as given */
-    int format;                  /* KVP_LOG_* of its lines (0 when it had none) */
-    uint32_t block_size;         /* tokens per block of that format */
-    const char *tokenizer;       /* OpenAI bodies: the tokenizer's name; NULL otherwise */
-    uint64_t n_lines;            /* lines read */
-    uint64_t n_skipped;          /* malformed lines skipped (--skip-invalid) */
-    char first_skip[512];        /* the first skipped line's message */
-    uint64_t block_bytes;        /* KV bytes of one block; 0 without a model shape */
-    char model_desc[128];        /* e.g. "Llama-3.1-8B, fp16"; "" without a model */
-    bool has_primary;            /* a single --capacity ran through the pool */
-    rp_metrics primary;          /* its figures (checked against the pool) */
-    rp_metrics ceiling;          /* unbounded capacity: the cold-miss ceiling */
-    rp_metrics curve[RP_MAX_CAPS]; /* sweep points, increasing capacity */
-    size_t n_curve;              /* 0 without a sweep */
-    uint64_t distinct;           /* distinct blocks seen */
-    rp_group_metrics *groups[RP_N_DIMS];      /* breakdown at the primary capacity (or the
-                                                 ceiling when there is none) */
+    const char *input;                   /* the log's name as given */
+    int format;                          /* KVP_LOG_* of its lines (0 when it had none) */
+    uint32_t block_size;                 /* tokens per block of that format */
+    const char *tokenizer;               /* OpenAI bodies: the tokenizer's name; NULL otherwise */
+    uint64_t n_lines;                    /* lines read */
+    uint64_t n_skipped;                  /* malformed lines skipped (--skip-invalid) */
+    char first_skip[512];                /* the first skipped line's message */
+    uint64_t block_bytes;                /* KV bytes of one block; 0 without a model shape */
+    char model_desc[128];                /* e.g. "Llama-3.1-8B, fp16"; "" without a model */
+    bool has_primary;                    /* a single --capacity ran through the pool */
+    rp_metrics primary;                  /* its figures (checked against the pool) */
+    rp_metrics ceiling;                  /* unbounded capacity: the cold-miss ceiling */
+    rp_metrics curve[RP_MAX_CAPS];       /* sweep points, increasing capacity */
+    size_t n_curve;                      /* 0 without a sweep */
+    uint64_t distinct;                   /* distinct blocks seen */
+    rp_group_metrics *groups[RP_N_DIMS]; /* breakdown at the primary capacity (or the
+                                            ceiling when there is none) */
     rp_group_metrics *groups_ceil[RP_N_DIMS]; /* the same at unbounded capacity */
-    const rp_sim *sim;           /* for group names */
-    rp_diag *diag;               /* diagnostics, or NULL */
-    double seconds;              /* wall time of the replay */
+    const rp_sim *sim;                        /* for group names */
+    rp_diag *diag;                            /* diagnostics, or NULL */
+    double seconds;                           /* wall time of the replay */
 } rp_result;
 
 /* Print the report: table, JSON or CSV (replay_report.c). Returns 0 or -1 on a write error. */

@@ -65,7 +65,8 @@ static size_t *order_groups(const rp_result *r, int d, size_t *n_out)
     /* Insertion sort on a copy of the key; group counts are small next to the log. */
     for (size_t i = 1; i < n; i++) {
         size_t v = ids[i], j = i;
-        while (j > 0 && r->groups[d][ids[j - 1]].n_prompt_tokens < r->groups[d][v].n_prompt_tokens) {
+        while (j > 0 &&
+               r->groups[d][ids[j - 1]].n_prompt_tokens < r->groups[d][v].n_prompt_tokens) {
             ids[j] = ids[j - 1];
             j--;
         }
@@ -126,8 +127,9 @@ static void print_metrics(FILE *f, const rp_result *r, const rp_metrics *m)
             num(m->n_cold_misses, a, sizeof a));
     fprintf(f, "                           %s capacity (seen before, evicted since)\n",
             num(m->n_capacity_misses, a, sizeof a));
-    fprintf(f, "  cold-miss ceiling        token hit rate %.1f%%, block hit rate %.1f%% "
-               "(unbounded cache)\n",
+    fprintf(f,
+            "  cold-miss ceiling        token hit rate %.1f%%, block hit rate %.1f%% "
+            "(unbounded cache)\n",
             100.0 * ratio(r->ceiling.n_hit_tokens, r->ceiling.n_prompt_tokens),
             100.0 * ratio(r->ceiling.n_blocks_cached, r->ceiling.n_blocks_full));
     fprintf(f, "  blocks evicted           %s\n", num(m->n_evicted, a, sizeof a));
@@ -177,9 +179,8 @@ static void print_curve(FILE *f, const rp_result *r)
         if (i < r->n_curve)
             fprintf(f, "  %14s %16s %12s", num(m->capacity, a, sizeof a),
                     num(m->capacity * r->block_size, b, sizeof b),
-                    r->block_bytes
-                        ? kvp_plan_fmt_binary(m->capacity * r->block_bytes, c, sizeof c)
-                        : "");
+                    r->block_bytes ? kvp_plan_fmt_binary(m->capacity * r->block_bytes, c, sizeof c)
+                                   : "");
         else
             fprintf(f, "  %14s %16s %12s", "unbounded", "", "");
         fprintf(f, " %9.1f%% %9.1f%% %7.1f%% %14s\n",
@@ -198,8 +199,9 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
             format_name(r->format), num(base->n_requests, a, sizeof a),
             num(r->n_lines, b, sizeof b), r->block_size);
     if (r->tokenizer)
-        fprintf(f, "  tokens                   APPROXIMATE: stand-in '%s' tokenizer and a fixed "
-                   "chat layout, not the model's; compare runs, not absolute counts\n",
+        fprintf(f,
+                "  tokens                   APPROXIMATE: stand-in '%s' tokenizer and a fixed "
+                "chat layout, not the model's; compare runs, not absolute counts\n",
                 r->tokenizer);
     if (r->n_skipped)
         fprintf(f, "  skipped lines            %s (first: %s)\n", num(r->n_skipped, a, sizeof a),
@@ -408,8 +410,7 @@ static int print_csv(FILE *f, const rp_result *r)
                 fprintf(f, "%llu", (unsigned long long)(r->primary.capacity * r->block_bytes));
             fprintf(f, ",%llu,%llu,%llu,%.6f,%llu,%llu,%.6f,,,,,%llu,,\n",
                     (unsigned long long)g->n_requests, (unsigned long long)g->n_prompt_tokens,
-                    (unsigned long long)g->n_hit_tokens,
-                    ratio(g->n_hit_tokens, g->n_prompt_tokens),
+                    (unsigned long long)g->n_hit_tokens, ratio(g->n_hit_tokens, g->n_prompt_tokens),
                     (unsigned long long)g->n_blocks_full, (unsigned long long)g->n_blocks_cached,
                     ratio(g->n_blocks_cached, g->n_blocks_full),
                     (unsigned long long)g->n_cold_misses);

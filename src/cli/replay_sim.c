@@ -38,16 +38,16 @@
 #include "cli.h"
 
 /* Keys are uniform 128-bit digests: their low bits are already a good bucket hash. */
-#define HASH_FUNCTION(keyptr, keylen, hashv)                                                     \
-    do {                                                                                         \
-        uint64_t lo_;                                                                            \
-        memcpy(&lo_, (keyptr), sizeof lo_);                                                      \
-        (hashv) = (unsigned)(lo_ ^ (lo_ >> 32));                                                 \
+#define HASH_FUNCTION(keyptr, keylen, hashv)                                                       \
+    do {                                                                                           \
+        uint64_t lo_;                                                                              \
+        memcpy(&lo_, (keyptr), sizeof lo_);                                                        \
+        (hashv) = (unsigned)(lo_ ^ (lo_ >> 32));                                                   \
     } while (0)
-#define HASH_NONFATAL_OOM   1
-#define uthash_nonfatal_oom(obj)                                                                 \
-    do {                                                                                         \
-        oom_flag = true;                                                                         \
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(obj)                                                                   \
+    do {                                                                                           \
+        oom_flag = true;                                                                           \
     } while (0)
 #include <uthash.h>
 
@@ -78,42 +78,42 @@ typedef struct group_name {
 } group_name;
 
 typedef struct req {
-    uint64_t n_tokens;       /* prompt tokens */
-    uint64_t pm_off;         /* first distance of this request in pm */
-    uint32_t n_prompt_full;  /* full prompt blocks */
-    uint32_t n_touch;        /* blocks touched (prompt, then cached output) */
-    uint32_t g[RP_N_DIMS];   /* group of each dimension */
+    uint64_t n_tokens;      /* prompt tokens */
+    uint64_t pm_off;        /* first distance of this request in pm */
+    uint32_t n_prompt_full; /* full prompt blocks */
+    uint32_t n_touch;       /* blocks touched (prompt, then cached output) */
+    uint32_t g[RP_N_DIMS];  /* group of each dimension */
 } req;
 
 typedef struct arena {
-    struct arena *next;          /* older arena */
-    entry slots[ARENA_ENTRIES];  /* entries handed out from the front */
+    struct arena *next;         /* older arena */
+    entry slots[ARENA_ENTRIES]; /* entries handed out from the front */
 } arena;
 
 struct rp_sim {
-    rp_sim_config cfg;      /* as given */
-    entry *keys;            /* uthash head */
-    arena *arenas;          /* entry storage, newest first */
-    size_t arena_used;      /* slots used in arenas (the newest) */
-    entry *free_entries;    /* entries given back (linked through hh.next) */
-    uint64_t n_live;        /* keys touched at least once */
-    uint32_t *fen;          /* Fenwick tree, 1-based, fen_cap + 1 entries */
-    uint8_t *mark;          /* mark[t] is 1 when t is some key's last touch */
-    uint64_t fen_cap;       /* times the tree covers */
-    uint64_t n_time;        /* times used so far */
-    req *reqs;              /* requests replayed */
+    rp_sim_config cfg;   /* as given */
+    entry *keys;         /* uthash head */
+    arena *arenas;       /* entry storage, newest first */
+    size_t arena_used;   /* slots used in arenas (the newest) */
+    entry *free_entries; /* entries given back (linked through hh.next) */
+    uint64_t n_live;     /* keys touched at least once */
+    uint32_t *fen;       /* Fenwick tree, 1-based, fen_cap + 1 entries */
+    uint8_t *mark;       /* mark[t] is 1 when t is some key's last touch */
+    uint64_t fen_cap;    /* times the tree covers */
+    uint64_t n_time;     /* times used so far */
+    req *reqs;           /* requests replayed */
     size_t n_reqs, reqs_cap;
-    uint32_t *pm;           /* running-maximum distances, see the picture */
+    uint32_t *pm; /* running-maximum distances, see the picture */
     size_t n_pm, pm_cap;
-    kvp_key *scratch_keys;  /* keys of the current request */
-    entry **scratch_ent;    /* their entries */
-    uint8_t *scratch_new;   /* whether find_entries created their entry */
-    kvp_key *scratch_ids;   /* hash ids as keys for kvp_access_ids */
+    kvp_key *scratch_keys; /* keys of the current request */
+    entry **scratch_ent;   /* their entries */
+    uint8_t *scratch_new;  /* whether find_entries created their entry */
+    kvp_key *scratch_ids;  /* hash ids as keys for kvp_access_ids */
     size_t scratch_cap;
     group *groups[RP_N_DIMS];     /* uthash heads */
     group_name *names[RP_N_DIMS]; /* values by id */
     size_t n_names[RP_N_DIMS], names_cap[RP_N_DIMS];
-    kvp_cache *pool;        /* pool mode: the library's cache */
+    kvp_cache *pool; /* pool mode: the library's cache */
 };
 
 /* ---- Fenwick tree ------------------------------------------------------------------------ */
@@ -232,7 +232,9 @@ static uint32_t group_intern(rp_sim *s, int dim, kvp_field f)
 {
     kvp_namespace ns;
     kvp_namespace_init(&ns);
-    kvp_field *slot = dim == RP_DIM_MODEL ? &ns.model : dim == RP_DIM_ADAPTER ? &ns.adapter : &ns.tenant;
+    kvp_field *slot = dim == RP_DIM_MODEL     ? &ns.model
+                      : dim == RP_DIM_ADAPTER ? &ns.adapter
+                                              : &ns.tenant;
     *slot = f;
     kvp_key k;
     if (kvp_namespace_key(0, &ns, &k) != KVP_OK)
@@ -322,8 +324,8 @@ static int token_keys(rp_sim *s, const rp_request *r, kvp_key root, uint32_t n_t
 /* Step 2: find or create the entry of every key. Trace mode checks that each id follows the
  * same prefix as when it was first seen (which also rules out repeats within the request);
  * on a mismatch the entries created here are removed again. */
-static int find_entries(rp_sim *s, const rp_request *r, kvp_key root, uint32_t n_touch,
-                        char *err, size_t err_size)
+static int find_entries(rp_sim *s, const rp_request *r, kvp_key root, uint32_t n_touch, char *err,
+                        size_t err_size)
 {
     bool trace = r->hash_ids != NULL;
     int rc = RP_OK;
@@ -341,8 +343,7 @@ static int find_entries(rp_sim *s, const rp_request *r, kvp_key root, uint32_t n
                 kvp_cli_errf(err, err_size,
                              "hash id %llu at block %u follows a different prefix than on line "
                              "%llu (a hash id must name its whole prefix)",
-                             (unsigned long long)r->hash_ids[i], i,
-                             (unsigned long long)e->line_no);
+                             (unsigned long long)r->hash_ids[i], i, (unsigned long long)e->line_no);
             rc = RP_EINPUT;
             break;
         }
@@ -486,7 +487,9 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
         return rc;
     req q = {n_prompt, s->n_pm, n_full, n_touch, {0, 0, 0}};
     for (int d = 0; d < RP_N_DIMS; d++) {
-        kvp_field f = d == RP_DIM_MODEL ? r->ns.model : d == RP_DIM_ADAPTER ? r->ns.adapter : r->ns.tenant;
+        kvp_field f = d == RP_DIM_MODEL     ? r->ns.model
+                      : d == RP_DIM_ADAPTER ? r->ns.adapter
+                                            : r->ns.tenant;
         q.g[d] = group_intern(s, d, f);
         if (q.g[d] == UINT32_MAX) {
             kvp_cli_errf(err, err_size, "out of memory");

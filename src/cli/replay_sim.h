@@ -46,30 +46,30 @@ typedef struct rp_sim_config {
 /* One request. Exactly one of tokens / hash_ids is non-NULL (tokens may be NULL when
  * n_tokens is 0 only for a trace). Pointers are the caller's, read during rp_sim_add only. */
 typedef struct rp_request {
-    kvp_namespace ns;           /* model, adapter, tenant, salt */
-    const uint32_t *tokens;     /* token log: prompt, then (cache_output) output tokens */
-    size_t n_tokens;            /* prompt tokens (token log) */
-    size_t n_output_tokens;     /* output tokens following the prompt in tokens[] to cache */
-    const uint64_t *hash_ids;   /* hash-id trace: one id per block of the prompt */
-    size_t n_hash_ids;          /* number of ids */
-    uint64_t input_length;      /* hash-id trace: prompt tokens */
-    uint64_t line_no;           /* for messages */
+    kvp_namespace ns;         /* model, adapter, tenant, salt */
+    const uint32_t *tokens;   /* token log: prompt, then (cache_output) output tokens */
+    size_t n_tokens;          /* prompt tokens (token log) */
+    size_t n_output_tokens;   /* output tokens following the prompt in tokens[] to cache */
+    const uint64_t *hash_ids; /* hash-id trace: one id per block of the prompt */
+    size_t n_hash_ids;        /* number of ids */
+    uint64_t input_length;    /* hash-id trace: prompt tokens */
+    uint64_t line_no;         /* for messages */
 } rp_request;
 
 /* Metrics of one capacity. Block counts are over full prompt blocks. */
 typedef struct rp_metrics {
-    uint64_t capacity;          /* blocks, or RP_CAP_INF */
-    uint64_t n_requests;        /* requests replayed */
-    uint64_t n_prompt_tokens;   /* prompt tokens */
-    uint64_t n_hit_tokens;      /* prefill tokens skipped (at least one token computed) */
-    uint64_t n_blocks_full;     /* full prompt blocks */
-    uint64_t n_blocks_cached;   /* of those, in the longest cached prefix (uncapped) */
-    uint64_t n_blocks_hit;      /* of those, reused (capped so one token is computed) */
-    uint64_t n_cold_misses;     /* missed blocks never seen before: no capacity could hit */
-    uint64_t n_capacity_misses; /* missed blocks seen before (evicted since) */
-    uint64_t n_stored;          /* blocks newly cached */
-    uint64_t n_evicted;         /* cached blocks evicted to make room */
-    double mean_hit;            /* mean of per-request hit fraction (hit / prompt tokens) */
+    uint64_t capacity;                /* blocks, or RP_CAP_INF */
+    uint64_t n_requests;              /* requests replayed */
+    uint64_t n_prompt_tokens;         /* prompt tokens */
+    uint64_t n_hit_tokens;            /* prefill tokens skipped (at least one token computed) */
+    uint64_t n_blocks_full;           /* full prompt blocks */
+    uint64_t n_blocks_cached;         /* of those, in the longest cached prefix (uncapped) */
+    uint64_t n_blocks_hit;            /* of those, reused (capped so one token is computed) */
+    uint64_t n_cold_misses;           /* missed blocks never seen before: no capacity could hit */
+    uint64_t n_capacity_misses;       /* missed blocks seen before (evicted since) */
+    uint64_t n_stored;                /* blocks newly cached */
+    uint64_t n_evicted;               /* cached blocks evicted to make room */
+    double mean_hit;                  /* mean of per-request hit fraction (hit / prompt tokens) */
     double p50_hit, p90_hit, p99_hit; /* nearest-rank percentiles of that fraction */
 } rp_metrics;
 

@@ -1,0 +1,294 @@
+/*
+ * test_replay_cli.c - the `kvprefix replay` binary on fixtures of tests/data/replay/: each
+ * input format, the report's figures against hand-computed values (the worked example of
+ * docs/replay.md), JSON/CSV/SVG output, --sort, --cache-output, --diagnose, byte
+ * capacities, compressed and standard input, and every bad input with its exit status and
+ * "FILE:LINE: what is wrong" message.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cliutil.h"
+
+static char err[65536], out[1 << 20];
+
+/* Run `kvprefix replay OPTS FILE` with FILE a fixture. */
+static int replay(const char *opts, const char *file)
+{
+    char args[8192];
+    snprintf(args, sizeof args, "%s '%s'", opts, cli_data(file));
+    return cli_run("replay", args, err, sizeof err, out, sizeof out);
+}
+
+/* Parse out as JSON and return the integer at a dotted path of object keys. */
+static json_int_t jint(json_t *root, const char *a, const char *b)
+{
+    json_t *v = json_object_get(root, a);
+    if (b)
+        v = json_object_get(v, b);
+    cr_assert(json_is_integer(v), "%s.%s is not an integer", a, b ? b : "");
+    return json_integer_value(v);
+}
+
+static json_t *parse_out(void)
+{
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert_not_null(j, "not JSON (%s): %s", je.text, out);
+    return j;
+}
+
+Test(replay_cli, worked_example_json)
+{
+    cr_assert_eq(replay("--block-size 2 --capacity 3 --json", "replay_hand.jsonl"), 0, "%s", err);
+    json_t *j = parse_out();
+    cr_assert_eq(jint(j, "capacity", "requests"), 5);
+    cr_assert_eq(jint(j, "capacity", "prompt_tokens"), 24);
+    cr_assert_eq(jint(j, "capacity", "hit_tokens"), 8);
+    cr_assert_eq(jint(j, "capacity", "blocks_cached"), 5);
+    cr_assert_eq(jint(j, "capacity", "cold_misses"), 4);
+    cr_assert_eq(jint(j, "capacity", "capacity_misses"), 1);
+    cr_assert_eq(jint(j, "capacity", "blocks_evicted"), 2);
+    cr_assert_eq(jint(j, "ceiling", "hit_tokens"), 10);
+    cr_assert_eq(jint(j, "distinct_blocks", NULL), 4);
+    cr_assert_eq(jint(j, "lines", NULL), 6); /* the blank line is counted, not replayed */
+    json_decref(j);
+}
+
+Test(replay_cli, table_shows_the_split_and_the_warning)
+{
+    cr_assert_eq(replay("--block-size 2 --capacity 2", "replay_hand.jsonl"), 0, "%s", err);
+    cr_assert(strstr(out, "token hit rate 25.0%") != NULL, "%s", out); /* 6 / 24 */
+    cr_assert(strstr(out, "2 capacity (seen before, evicted since)") != NULL, "%s", out);
+    cr_assert(strstr(out, "4 cold") != NULL, "%s", out);
+    cr_assert(strstr(out, "cold-miss ceiling        token hit rate 41.7%") != NULL, "%s", out);
+    cr_assert(strstr(out, "not first-access rates") != NULL);
+}
+
+Test(replay_cli, sweep_csv_and_plot)
+{
+    char svg[] = "/tmp/kvp_plot_XXXXXX";
+    int fd = mkstemp(svg);
+    cr_assert(fd >= 0);
+    char fmt[256];
+    snprintf(fmt, sizeof fmt, "--block-size 2 --capacities 1,2,3,4 --csv --plot %s", svg);
+    cr_assert_eq(replay(fmt, "replay_hand.jsonl"), 0, "%s", err);
+    /* Header, the ceiling row, 4 sweep rows, one tenant row. */
+    size_t lines = 0;
+    for (const char *p = out; *p; p++)
+        lines += *p == '\n';
+    cr_assert_eq(lines, 1 + 1 + 4 + 1, "%s", out);
+    cr_assert(strstr(out, "all,sweep,3,6,,5,24,8,") != NULL, "%s", out);
+    cr_assert(strstr(out, "all,sweep,2,4,,5,24,6,") != NULL, "%s", out);
+    cr_assert(strstr(out, "tenant,\"t\",") != NULL, "%s", out);
+    FILE *f = fdopen(fd, "r");
+    char head[256] = {0};
+    cr_assert(fread(head, 1, sizeof head - 1, f) > 0);
+    fclose(f);
+    remove(svg);
+    cr_assert(strstr(head, "<svg") != NULL, "%s", head);
+}
+
+Test(replay_cli, sweep_matches_single_runs)
+{
+    long hit[5];
+    for (int c = 1; c <= 4; c++) {
+        char fmt[64];
+        snprintf(fmt, sizeof fmt, "--block-size 2 --capacity %d --json", c);
+        cr_assert_eq(replay(fmt, "replay_hand.jsonl"), 0, "%s", err);
+        json_t *j = parse_out();
+        hit[c] = (long)jint(j, "capacity", "hit_tokens");
+        json_decref(j);
+    }
+    cr_assert_eq(replay("--block-size 2 --sweep --json", "replay_hand.jsonl"), 0);
+    json_t *j = parse_out();
+    json_t *sweep = json_object_get(j, "sweep");
+    cr_assert(json_array_size(sweep) > 0);
+    size_t i;
+    json_t *pt;
+    json_array_foreach(sweep, i, pt)
+    {
+        json_int_t cap = json_integer_value(json_object_get(pt, "capacity_blocks"));
+        if (cap >= 1 && cap <= 4)
+            cr_assert_eq(json_integer_value(json_object_get(pt, "hit_tokens")), hit[cap]);
+    }
+    json_decref(j);
+}
+
+Test(replay_cli, trace_by_hand)
+{
+    cr_assert_eq(replay("--trace-block-size 4 --capacity 16 --json", "replay_trace.jsonl"), 0, "%s",
+                 err);
+    json_t *j = parse_out();
+    cr_assert_eq(jint(j, "capacity", "prompt_tokens"), 27);
+    cr_assert_eq(jint(j, "capacity", "hit_tokens"), 12);
+    cr_assert_eq(jint(j, "capacity", "blocks_full"), 6);
+    cr_assert_eq(jint(j, "capacity", "blocks_cached"), 4);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "format")), "Mooncake hash-id trace");
+    json_decref(j);
+}
+
+Test(replay_cli, breakdown_by_model_adapter_tenant)
+{
+    cr_assert_eq(replay("--block-size 4 --capacity 100 --json", "replay_tenants.jsonl"), 0, "%s",
+                 err);
+    json_t *j = parse_out();
+    /* Only request 2 shares (its first 2 blocks with request 1): every other request is in
+     * a namespace of its own. */
+    cr_assert_eq(jint(j, "capacity", "hit_tokens"), 8);
+    json_t *tenants = json_object_get(json_object_get(j, "breakdown"), "tenant");
+    cr_assert_eq(json_array_size(tenants), 2);
+    json_t *acme = json_array_get(tenants, 0);
+    cr_assert_str_eq(json_string_value(json_object_get(acme, "name")), "acme");
+    cr_assert_eq(json_integer_value(json_object_get(acme, "requests")), 5);
+    cr_assert_eq(json_integer_value(json_object_get(acme, "hit_tokens")), 8);
+    json_t *adapters = json_object_get(json_object_get(j, "breakdown"), "adapter");
+    cr_assert_eq(json_array_size(adapters), 2);
+    cr_assert(json_is_null(json_object_get(json_array_get(adapters, 0), "name")));
+    json_decref(j);
+}
+
+Test(replay_cli, sort_by_timestamp)
+{
+    cr_assert_eq(replay("--block-size 2 --capacity 2 --json", "replay_sort.jsonl"), 0);
+    json_t *j = parse_out();
+    cr_assert_eq(jint(j, "capacity", "hit_tokens"), 0);
+    json_decref(j);
+    cr_assert_eq(replay("--block-size 2 --capacity 2 --sort --json", "replay_sort.jsonl"), 0);
+    j = parse_out();
+    cr_assert_eq(jint(j, "capacity", "hit_tokens"), 4);
+    json_decref(j);
+    cr_assert_eq(replay("--block-size 2 --capacity 2 --sort", "replay_hand.jsonl"), 1);
+    cr_assert(strstr(err, "replay_hand.jsonl:1: --sort needs a timestamp") != NULL, "%s", err);
+}
+
+Test(replay_cli, cache_output)
+{
+    cr_assert_eq(replay("--block-size 2 --capacity 64 --json", "replay_output.jsonl"), 0);
+    json_t *j = parse_out();
+    cr_assert_eq(jint(j, "capacity", "hit_tokens"), 4);
+    json_decref(j);
+    cr_assert_eq(
+        replay("--block-size 2 --capacity 64 --cache-output --json", "replay_output.jsonl"), 0);
+    j = parse_out();
+    cr_assert_eq(jint(j, "capacity", "hit_tokens"), 8); /* blocks up to token 8 */
+    json_decref(j);
+}
+
+Test(replay_cli, openai_relative_comparison_and_diagnose)
+{
+    cr_assert_eq(replay("--capacity 1000 --diagnose", "replay_openai_ts_first.jsonl"), 0, "%s",
+                 err);
+    cr_assert(strstr(out, "APPROXIMATE") != NULL, "%s", out);
+    cr_assert(strstr(out, "divergence points") != NULL, "%s", out);
+    cr_assert(strstr(out, "Current time") != NULL, "%s", out);
+    cr_assert_eq(replay("--capacity 1000 --json", "replay_openai_ts_first.jsonl"), 0);
+    json_t *j = parse_out();
+    json_int_t first = jint(j, "capacity", "hit_tokens");
+    cr_assert(json_is_true(json_object_get(j, "approximate_tokens")));
+    json_decref(j);
+    cr_assert_eq(replay("--capacity 1000 --json --diagnose", "replay_openai_ts_last.jsonl"), 0);
+    j = parse_out();
+    json_int_t last = jint(j, "capacity", "hit_tokens");
+    json_t *pts = json_object_get(json_object_get(j, "diagnose"), "break_points");
+    for (size_t i = 0; i < json_array_size(pts); i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(pts, i), "resynced")), 0);
+    json_decref(j);
+    cr_assert_eq(first, 0, "a timestamp first shares nothing past the first block");
+    cr_assert_gt(last, 0);
+}
+
+Test(replay_cli, byte_capacity_needs_a_model)
+{
+    cr_assert_eq(replay("--capacity 1GiB", "replay_hand.jsonl"), 2);
+    cr_assert(strstr(err, "needs --model") != NULL, "%s", err);
+    cr_assert_eq(replay("--capacity 1GiB --model Llama-3.1-8B --json", "replay_hand.jsonl"), 0,
+                 "%s", err);
+    json_t *j = parse_out();
+    /* Llama-3.1-8B: 2 x 32 x 8 x 128 x 2 B = 128 KiB per token, 2 MiB per 16-token block. */
+    cr_assert_eq(jint(j, "block_bytes", NULL), 2097152);
+    cr_assert_eq(jint(j, "capacity", "capacity_blocks"), 512);
+    json_decref(j);
+}
+
+Test(replay_cli, gzip_and_stdin)
+{
+    char gz[] = "/tmp/kvp_gz_XXXXXX";
+    int fd = mkstemp(gz);
+    cr_assert(fd >= 0);
+    close(fd);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "gzip -c '%s' > '%s'", cli_data("replay_hand.jsonl"), gz);
+    cr_assert_eq(system(cmd), 0);
+    char args[8192];
+    snprintf(args, sizeof args, "--block-size 2 --capacity 3 --json '%s'", gz);
+    cr_assert_eq(cli_run("replay", args, err, sizeof err, out, sizeof out), 0, "%s", err);
+    json_t *j = parse_out();
+    cr_assert_eq(jint(j, "capacity", "hit_tokens"), 8);
+    json_decref(j);
+    snprintf(args, sizeof args, "--block-size 2 --capacity 3 --json - < '%s'", gz);
+    /* cli_run redirects stdin from /dev/null after ARGS; the explicit one comes first. */
+    snprintf(cmd, sizeof cmd, "'%s' replay --block-size 2 --capacity 3 --json - < '%s' > /dev/null",
+             getenv("KVPREFIX_BIN"), gz);
+    cr_assert_eq(system(cmd), 0);
+    remove(gz);
+}
+
+static void expect(const char *opts, const char *file, int code, const char *msg)
+{
+    int rc = replay(opts, file);
+    cr_assert_eq(rc, code, "%s on %s: exit %d, stderr %s", opts, file, rc, err);
+    cr_assert(strstr(err, msg) != NULL, "%s on %s: stderr lacks '%s': %s", opts, file, msg, err);
+}
+
+Test(replay_cli, bad_input)
+{
+    expect("--capacity 8", "replay_bad_truncated.jsonl", 1, "replay_bad_truncated.jsonl:2:");
+    expect("--capacity 8", "replay_bad_huge.jsonl", 1, "replay_bad_huge.jsonl:2:");
+    expect("--capacity 8", "replay_bad_negative.jsonl", 1, "replay_bad_negative.jsonl:1:");
+    expect("--capacity 8", "replay_bad_utf8.jsonl", 1, "replay_bad_utf8.jsonl:1:");
+    expect("--capacity 8", "replay_empty.jsonl", 1, "no requests");
+    expect("--trace-block-size 4 --capacity 8", "replay_bad_moved.jsonl", 1,
+           "replay_bad_moved.jsonl:2: hash id 2 at block 1 follows a different prefix than on "
+           "line 1");
+    expect("--capacity 8", "replay_bad_mixed.jsonl", 1,
+           "replay_bad_mixed.jsonl:2: a Mooncake line in a token log");
+    expect("--capacity 8", "no_such_file.jsonl", 1, "no_such_file.jsonl");
+}
+
+Test(replay_cli, skip_invalid_counts_lines)
+{
+    cr_assert_eq(
+        replay("--block-size 2 --capacity 8 --skip-invalid --json", "replay_bad_truncated.jsonl"),
+        0, "%s", err);
+    json_t *j = parse_out();
+    cr_assert_eq(jint(j, "skipped_lines", NULL), 1);
+    cr_assert_eq(jint(j, "capacity", "requests"), 2);
+    cr_assert(strstr(json_string_value(json_object_get(j, "first_skipped")),
+                     "replay_bad_truncated.jsonl:2:") != NULL);
+    json_decref(j);
+    cr_assert_eq(
+        replay("--trace-block-size 4 --capacity 8 --skip-invalid --json", "replay_bad_moved.jsonl"),
+        0, "%s", err);
+    j = parse_out();
+    cr_assert_eq(jint(j, "skipped_lines", NULL), 1);
+    json_decref(j);
+}
+
+Test(replay_cli, usage_errors)
+{
+    expect("", "replay_hand.jsonl", 2, "give --capacity");
+    expect("--capacity 0", "replay_hand.jsonl", 2, "not a positive capacity");
+    expect("--capacity 8 --bogus", "replay_hand.jsonl", 2, "unknown option '--bogus'");
+    expect("--capacity 8 --json --csv", "replay_hand.jsonl", 2, "exclude each other");
+    expect("--capacity 8 --plot x.svg", "replay_hand.jsonl", 2, "--plot draws a sweep");
+    expect("--capacity 8 --format xml", "replay_hand.jsonl", 2, "--format");
+    expect("--capacity 8 --block-size 0", "replay_hand.jsonl", 2, "--block-size");
+    expect("--capacity 1tok", "replay_hand.jsonl", 1, "less than one block");
+    cr_assert_eq(cli_run("replay", "--help", err, sizeof err, out, sizeof out), 0);
+    cr_assert(strstr(out, "Examples:") != NULL);
+}
