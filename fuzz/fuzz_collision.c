@@ -67,20 +67,20 @@ typedef struct col_world {
     kvp_cache *c;
     fz_alloc alloc;
     uint32_t n_blocks, bs;
-    unsigned bits;                /* key bits kept */
-    fz_ns ns[COL_N_NS];           /* namespaces */
-    int cls[COL_N_NS];            /* their classes */
+    unsigned bits;      /* key bits kept */
+    fz_ns ns[COL_N_NS]; /* namespaces */
+    int cls[COL_N_NS];  /* their classes */
     uint32_t bases[3][COL_BASE_LEN];
     col_req reqs[COL_N_REQS + 1]; /* by request id */
     col_content *content;         /* per block */
     /* The access in progress, for the event callback. */
     bool in_access;
-    int acc_cls;                      /* its namespace class */
-    const uint32_t *acc_tokens;       /* its prompt */
-    kvp_key acc_keys[COL_MAX_SEQ];    /* truncated chain keys of the prompt */
-    size_t acc_n_keys;                /* full blocks */
-    kvp_key acc_root;                 /* truncated root */
-    size_t acc_min;                   /* STORED positions must be >= this */
+    int acc_cls;                   /* its namespace class */
+    const uint32_t *acc_tokens;    /* its prompt */
+    kvp_key acc_keys[COL_MAX_SEQ]; /* truncated chain keys of the prompt */
+    size_t acc_n_keys;             /* full blocks */
+    kvp_key acc_root;              /* truncated root */
+    size_t acc_min;                /* STORED positions must be >= this */
     size_t step;
     const char *op;
 } col_world;
@@ -140,14 +140,14 @@ static void check_holds(const col_world *w, uint32_t id, size_t i, int cls, cons
 {
     FZ_ASSERT(id < w->n_blocks, "step %zu %s: hit block id %u", w->step, w->op, id);
     const col_content *ct = &w->content[id];
-    FZ_ASSERT(ct->cls >= 0, "step %zu %s: hit %zu is block %u, which holds nothing", w->step,
-              w->op, i, id);
+    FZ_ASSERT(ct->cls >= 0, "step %zu %s: hit %zu is block %u, which holds nothing", w->step, w->op,
+              i, id);
     FZ_ASSERT(ct->cls == cls,
               "step %zu %s: COLLISION: hit %zu is block %u of namespace class %d, caller is %d",
               w->step, w->op, i, id, ct->cls, cls);
     FZ_ASSERT(ct->positions & (UINT64_C(1) << i),
-              "step %zu %s: COLLISION: hit %zu is block %u, which holds another position",
-              w->step, w->op, i, id);
+              "step %zu %s: COLLISION: hit %zu is block %u, which holds another position", w->step,
+              w->op, i, id);
     FZ_ASSERT(memcmp(ct->tokens, tokens, (i + 1) * w->bs * sizeof(uint32_t)) == 0,
               "step %zu %s: COLLISION: hit %zu is block %u, which holds other tokens", w->step,
               w->op, i, id);
@@ -167,11 +167,10 @@ static kvp_match checked_lookup(col_world *w, int nsi, const uint32_t *t, size_t
 
 static void same_match(const col_world *w, const kvp_match *a, const kvp_match *lookup)
 {
-    FZ_ASSERT(a->n_blocks_cached == lookup->n_blocks_cached &&
-                  a->n_blocks_hit == lookup->n_blocks_hit,
-              "step %zu %s: cached %u hit %u, but a lookup just before: cached %u hit %u",
-              w->step, w->op, a->n_blocks_cached, a->n_blocks_hit, lookup->n_blocks_cached,
-              lookup->n_blocks_hit);
+    FZ_ASSERT(
+        a->n_blocks_cached == lookup->n_blocks_cached && a->n_blocks_hit == lookup->n_blocks_hit,
+        "step %zu %s: cached %u hit %u, but a lookup just before: cached %u hit %u", w->step, w->op,
+        a->n_blocks_cached, a->n_blocks_hit, lookup->n_blocks_cached, lookup->n_blocks_hit);
 }
 
 static void make_prompt(col_world *w, fz_in *in, uint32_t *t, size_t *n)

@@ -74,16 +74,16 @@ typedef struct iso_op {
 } iso_op;
 
 typedef struct iso_input {
-    uint32_t block_size;         /* 1..4 */
-    bool verify;                 /* verify_tokens */
-    bool large;                  /* large-pool mode: (b) is checked too */
-    uint32_t small_blocks;       /* small-pool mode: pool size */
-    size_t n_ns;                 /* namespace entries */
-    fz_ns ns[ISO_MAX_NS];        /* the namespaces */
-    int cls[ISO_MAX_NS];         /* class: the first entry equal to this one */
-    size_t n_ops;                /* decoded calls */
-    iso_op ops[ISO_MAX_OPS];     /* the calls */
-    uint64_t max_blocks;         /* blocks the calls could take in total (an upper bound) */
+    uint32_t block_size;     /* 1..4 */
+    bool verify;             /* verify_tokens */
+    bool large;              /* large-pool mode: (b) is checked too */
+    uint32_t small_blocks;   /* small-pool mode: pool size */
+    size_t n_ns;             /* namespace entries */
+    fz_ns ns[ISO_MAX_NS];    /* the namespaces */
+    int cls[ISO_MAX_NS];     /* class: the first entry equal to this one */
+    size_t n_ops;            /* decoded calls */
+    iso_op ops[ISO_MAX_OPS]; /* the calls */
+    uint64_t max_blocks;     /* blocks the calls could take in total (an upper bound) */
 } iso_input;
 
 /* What one call returned, compared between runs. */
@@ -107,17 +107,17 @@ typedef struct iso_run {
     const iso_input *in;
     kvp_cache *cache;
     fz_alloc alloc;
-    uint32_t n_blocks;                 /* pool size */
-    int *owner;                        /* per block: class of the storing call, -1 if unindexed */
-    kvp_key *key;                      /* per block: key given at STORED */
+    uint32_t n_blocks; /* pool size */
+    int *owner;        /* per block: class of the storing call, -1 if unindexed */
+    kvp_key *key;      /* per block: key given at STORED */
     iso_req reqs[ISO_MAX_NS][ISO_SLOTS];
     /* The call in progress, for the event callback. */
-    int cur_cls;                       /* caller's class, -1 when no STORED may happen */
-    const kvp_key *cur_keys;           /* the caller's prompt chain keys */
-    size_t cur_n_keys;                 /* entries in cur_keys */
-    size_t cur_next;                   /* STORED must name block >= this one */
-    kvp_key cur_root;                  /* the caller's root key */
-    size_t op_index;                   /* for messages */
+    int cur_cls;             /* caller's class, -1 when no STORED may happen */
+    const kvp_key *cur_keys; /* the caller's prompt chain keys */
+    size_t cur_n_keys;       /* entries in cur_keys */
+    size_t cur_next;         /* STORED must name block >= this one */
+    kvp_key cur_root;        /* the caller's root key */
+    size_t op_index;         /* for messages */
 } iso_run;
 
 static uint32_t blocks_for(uint32_t bs, size_t n)
@@ -199,13 +199,14 @@ static void on_event(void *ud, const kvp_event *ev)
     }
     if (ev->type != KVP_EVENT_STORED)
         return;
-    FZ_ASSERT(r->cur_cls >= 0, "op %zu (%s): STORED during a call that stores nothing",
-              r->op_index, op_names[r->in->ops[r->op_index].kind]);
-    FZ_ASSERT(r->owner[ev->block_id] < 0, "op %zu: STORED block %u is already indexed",
-              r->op_index, ev->block_id);
+    FZ_ASSERT(r->cur_cls >= 0, "op %zu (%s): STORED during a call that stores nothing", r->op_index,
+              op_names[r->in->ops[r->op_index].kind]);
+    FZ_ASSERT(r->owner[ev->block_id] < 0, "op %zu: STORED block %u is already indexed", r->op_index,
+              ev->block_id);
     /* The key must be one of the caller's chain, at or after the last stored position. */
     size_t i = r->cur_next;
-    while (i < r->cur_n_keys && (r->cur_keys[i].lo != ev->key.lo || r->cur_keys[i].hi != ev->key.hi))
+    while (i < r->cur_n_keys &&
+           (r->cur_keys[i].lo != ev->key.lo || r->cur_keys[i].hi != ev->key.hi))
         i++;
     FZ_ASSERT(i < r->cur_n_keys, "op %zu: STORED key is not in the caller's chain", r->op_index);
     kvp_key parent = i ? r->cur_keys[i - 1] : r->cur_root;
@@ -243,8 +244,7 @@ static void check_hits(const iso_run *r, const uint32_t *ids, size_t n, int cls,
                   "is class %d",
                   r->op_index, i, id, r->owner[id], cls);
         FZ_ASSERT(r->key[id].lo == keys[i].lo && r->key[id].hi == keys[i].hi,
-                  "op %zu: hit %zu is block %u, whose key is not the prompt's", r->op_index, i,
-                  id);
+                  "op %zu: hit %zu is block %u, whose key is not the prompt's", r->op_index, i, id);
     }
 }
 
@@ -282,8 +282,8 @@ static void run_op(iso_run *r, const iso_op *op, iso_result *res)
     case OP_ACQUIRE: {
         size_t n_keys = chain_keys(r, ns, op->tokens, op->n_tokens, &root, keys);
         begin_call(r, cls, keys, n_keys, root);
-        res->rc = kvp_acquire(r->cache, id, ns, op->tokens, op->n_tokens,
-                              op->n_tokens + op->extra, &m);
+        res->rc =
+            kvp_acquire(r->cache, id, ns, op->tokens, op->n_tokens, op->n_tokens + op->extra, &m);
         if (res->rc == KVP_OK) {
             const uint32_t *held;
             size_t n_held = 0;
@@ -430,9 +430,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                       "cached %u hit %u tokens %llu stored %zu; alone rc %d cached %u hit %u "
                       "tokens %llu stored %zu",
                       k, op_names[op->kind], op->ns, a->rc, a->n_blocks_cached, a->n_blocks_hit,
-                      (unsigned long long)a->n_tokens_hit, a->n_stored, b->rc,
-                      b->n_blocks_cached, b->n_blocks_hit, (unsigned long long)b->n_tokens_hit,
-                      b->n_stored);
+                      (unsigned long long)a->n_tokens_hit, a->n_stored, b->rc, b->n_blocks_cached,
+                      b->n_blocks_hit, (unsigned long long)b->n_tokens_hit, b->n_stored);
         }
     }
     return 0;

@@ -47,11 +47,11 @@
 #include "fuzz_util.h"
 #include "refmodel.h"
 
-#define OPS_MAX_STEPS 160 /* steps decoded from one input */
-#define OPS_N_IDS     6   /* request ids the steps use (plus one never acquired) */
-#define OPS_MAX_SEQ   64  /* longest request sequence */
-#define OPS_BASE_LEN  48  /* length of the base sequences prompts are cut from */
-#define OPS_N_NS      3   /* namespaces per input */
+#define OPS_MAX_STEPS 160                  /* steps decoded from one input */
+#define OPS_N_IDS     6                    /* request ids the steps use (plus one never acquired) */
+#define OPS_MAX_SEQ   64                   /* longest request sequence */
+#define OPS_BASE_LEN  48                   /* length of the base sequences prompts are cut from */
+#define OPS_N_NS      3                    /* namespaces per input */
 #define OPS_SHADOW    UINT32_C(0x80000000) /* token bit that marks _ids calls in the model */
 
 static const uint64_t req_ids[OPS_N_IDS + 1] = {1, 2, 3, 0, UINT64_MAX, 42, 7777};
@@ -70,9 +70,9 @@ enum {
     K_ARM,
     N_KINDS
 };
-static const char *const kind_names[N_KINDS] = {
-    "lookup", "acquire", "grow",  "commit",  "release", "access",
-    "lookup_ids", "access_ids", "reset", "invalid", "arm"};
+static const char *const kind_names[N_KINDS] = {"lookup",  "acquire", "grow",       "commit",
+                                                "release", "access",  "lookup_ids", "access_ids",
+                                                "reset",   "invalid", "arm"};
 
 /* One decoded call. */
 typedef struct ops_call {
@@ -116,10 +116,10 @@ typedef struct ops_world {
     uint8_t *indexed;                         /* events: 1 while a block is indexed */
     uint64_t ev_stored, ev_evicted, ev_reset; /* events seen, by kind */
     uint64_t ev_replaced, ev_cleared;
-    uint64_t ev_total;                        /* every event */
-    uint64_t probe;                           /* which API function the next probe calls */
-    bool in_reset;                            /* CLEARED is legal now */
-    size_t step;                              /* for messages */
+    uint64_t ev_total; /* every event */
+    uint64_t probe;    /* which API function the next probe calls */
+    bool in_reset;     /* CLEARED is legal now */
+    size_t step;       /* for messages */
     const char *op;
 } ops_world;
 
@@ -198,10 +198,10 @@ static void on_event(void *ud, const kvp_event *ev)
     switch (ev->type) {
     case KVP_EVENT_STORED:
         FZ_ASSERT(ev->block_id < w->n_blocks && !w->indexed[ev->block_id],
-                  "step %zu %s: STORED block %u is out of range or already indexed", w->step,
-                  w->op, ev->block_id);
-        FZ_ASSERT(ev->n_tokens == w->bs && ev->reason == 0, "step %zu %s: STORED fields",
-                  w->step, w->op);
+                  "step %zu %s: STORED block %u is out of range or already indexed", w->step, w->op,
+                  ev->block_id);
+        FZ_ASSERT(ev->n_tokens == w->bs && ev->reason == 0, "step %zu %s: STORED fields", w->step,
+                  w->op);
         w->indexed[ev->block_id] = 1;
         w->ev_stored++;
         break;
@@ -393,8 +393,8 @@ static void call_lib(ops_world *w, const ops_call *k, ops_res *res)
             size_t n_ids = res->m.n_blocks_hit < k->cap ? res->m.n_blocks_hit : k->cap;
             for (size_t i = 0; i < n_ids; i++)
                 FZ_ASSERT(ids_buf[i] < w->n_blocks && w->indexed[ids_buf[i]],
-                          "step %zu lookup: hit %zu is block %u, which is not indexed", w->step,
-                          i, ids_buf[i]);
+                          "step %zu lookup: hit %zu is block %u, which is not indexed", w->step, i,
+                          ids_buf[i]);
         }
         break;
     case K_ACQUIRE:
@@ -461,8 +461,8 @@ static void call_model(ops_world *w, const ops_call *k, ops_res *res)
         else if (active)
             res->rc = KVP_EEXIST;
         else
-            res->rc = rm_acquire(w->m, req_ids[k->req], ns, k->tokens, k->n_tokens,
-                                 k->n_capacity, out);
+            res->rc =
+                rm_acquire(w->m, req_ids[k->req], ns, k->tokens, k->n_tokens, k->n_capacity, out);
         break;
     case K_GROW:
         if (!active)
@@ -582,7 +582,8 @@ static void compare_state(ops_world *w)
         uint32_t n_indexed = 0;
         for (uint32_t b = 0; b < w->n_blocks; b++)
             n_indexed += w->indexed[b];
-        FZ_ASSERT(n_indexed >= s.n_blocks_cached && n_indexed <= s.n_blocks_cached + s.n_blocks_in_use,
+        FZ_ASSERT(n_indexed >= s.n_blocks_cached &&
+                      n_indexed <= s.n_blocks_cached + s.n_blocks_in_use,
                   "step %zu %s: %u blocks indexed by events, %u cached, %u in use", w->step, w->op,
                   n_indexed, s.n_blocks_cached, s.n_blocks_in_use);
     }
@@ -775,20 +776,20 @@ static void step(ops_world *w, fz_in *in, int64_t *armed)
     if (*armed >= 0) {
         *armed = -1;
         FZ_ASSERT(!injected || got.rc == KVP_ENOMEM,
-                  "step %zu %s: an allocation failed but the call returned %d (%s)", w->step,
-                  w->op, got.rc, kvp_strerror(got.rc));
+                  "step %zu %s: an allocation failed but the call returned %d (%s)", w->step, w->op,
+                  got.rc, kvp_strerror(got.rc));
         if (injected) {
             FZ_ASSERT(kvp_cache_stats(w->c, &after) == KVP_OK &&
                           memcmp(&before, &after, sizeof before) == 0,
                       "step %zu %s: KVP_ENOMEM changed the statistics", w->step, w->op);
-            FZ_ASSERT(w->ev_total == ev_before, "step %zu %s: KVP_ENOMEM emitted events",
-                      w->step, w->op);
+            FZ_ASSERT(w->ev_total == ev_before, "step %zu %s: KVP_ENOMEM emitted events", w->step,
+                      w->op);
             compare_state(w); /* the model has not seen the call: nothing may differ */
             call_lib(w, &k, &got);
         }
     }
-    FZ_ASSERT(got.rc != KVP_ENOMEM, "step %zu %s: KVP_ENOMEM without an injected failure",
-              w->step, w->op);
+    FZ_ASSERT(got.rc != KVP_ENOMEM, "step %zu %s: KVP_ENOMEM without an injected failure", w->step,
+              w->op);
     call_model(w, &k, &exp);
     compare_res(w, &k, &got, &exp);
     if (got.rc == KVP_OK) {

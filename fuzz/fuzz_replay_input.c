@@ -207,8 +207,8 @@ static void check_record(const kvp_log_record *rec, const kvp_log_options *opt)
     }
     case KVP_LOG_OPENAI:
         FZ_ASSERT(rec->tokens && rec->n_tokens >= 1 && rec->input_length == rec->n_tokens,
-                  "line %llu: OpenAI record with %zu tokens, input_length %llu", ln,
-                  rec->n_tokens, (unsigned long long)rec->input_length);
+                  "line %llu: OpenAI record with %zu tokens, input_length %llu", ln, rec->n_tokens,
+                  (unsigned long long)rec->input_length);
         FZ_ASSERT(!rec->output_tokens && rec->n_output_tokens == 0 && !rec->hash_ids &&
                       rec->n_hash_ids == 0,
                   "line %llu: OpenAI record with output tokens or hash ids", ln);

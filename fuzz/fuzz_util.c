@@ -103,39 +103,39 @@ void fz_alloc_check_empty(const fz_alloc *a, const char *what)
 static const char empty_a[1] = "";
 static const char empty_b[2] = "x";
 
-#define F(s)      {(s), sizeof(s) - 1}
-#define FN(s, n)  {(s), (n)}
-#define ABSENT    {NULL, 0}
-#define EMPTY_A   {empty_a, 0}
-#define EMPTY_B   {empty_b + 1, 0}
-#define NS(m, a, t, s) {m, a, t, s}
+/* Field initializers (without their braces, which the table writes). */
+#define F(s)     (s), sizeof(s) - 1
+#define FN(s, n) (s), (n)
+#define ABSENT   NULL, 0
+#define EMPTY_A  empty_a, 0
+#define EMPTY_B  empty_b + 1, 0
 
 /* Entries next to each other are the adversarial pairs; comments say which must differ. */
 static const kvp_namespace table[] = {
-    NS(F("ab"), F("c"), ABSENT, ABSENT),             /* 0 vs 1: framing of model/adapter */
-    NS(F("a"), F("bc"), ABSENT, ABSENT),             /* 1 */
-    NS(F("abc"), ABSENT, ABSENT, ABSENT),            /* 2: concatenation of 0 and 1 */
-    NS(F("m"), ABSENT, ABSENT, ABSENT),              /* 3 vs 4: absent vs empty tenant */
-    NS(F("m"), ABSENT, EMPTY_A, ABSENT),             /* 4 */
-    NS(F("m"), ABSENT, EMPTY_B, ABSENT),             /* 5: equal to 4 (other address) */
-    NS(FN("m\0x", 3), ABSENT, ABSENT, ABSENT),       /* 6 vs 7: after an embedded NUL */
-    NS(FN("m\0y", 3), ABSENT, ABSENT, ABSENT),       /* 7 */
-    NS(FN("m\0", 2), ABSENT, ABSENT, ABSENT),        /* 8 vs 3: a trailing NUL is data */
-    NS(F("m"), FN("\0", 1), ABSENT, ABSENT),         /* 9 vs 3: a one-NUL adapter */
-    NS(F("m"), ABSENT, F("t"), ABSENT),              /* 10 vs 11 vs 12: same value, */
-    NS(F("m"), ABSENT, ABSENT, F("t")),              /* 11    other field */
-    NS(F("m"), F("t"), ABSENT, ABSENT),              /* 12 */
-    NS(F("mt"), ABSENT, ABSENT, ABSENT),             /* 13 vs 10: model+tenant joined */
-    NS(ABSENT, ABSENT, ABSENT, ABSENT),              /* 14: all absent */
-    NS(EMPTY_A, ABSENT, ABSENT, ABSENT),             /* 15 vs 14, 16: empty model */
-    NS(ABSENT, EMPTY_A, ABSENT, ABSENT),             /* 16: empty adapter */
-    NS(F("m"), ABSENT, F("t"), EMPTY_A),             /* 17 vs 10: empty salt */
-    NS(F("m"), ABSENT, F("t"), EMPTY_B),             /* 18: equal to 17 */
-    NS(F("m"), F("a"), F("t"), F("s")),              /* 19: all present */
-    NS(F("m"), F("a"), F("ts"), ABSENT),             /* 20 vs 19: tenant+salt joined */
-    NS(FN("\0\0", 2), ABSENT, ABSENT, ABSENT),       /* 21 vs 22: NUL counts */
-    NS(FN("\0", 1), FN("\0", 1), ABSENT, ABSENT),    /* 22 */
-    NS(FN("\x01\x01", 2), ABSENT, ABSENT, ABSENT),   /* 23: looks like a present-flag */
+    {{F("ab")}, {F("c")}, {ABSENT}, {ABSENT}},           /* 0 vs 1: framing of model/adapter */
+    {{F("a")}, {F("bc")}, {ABSENT}, {ABSENT}},           /* 1 */
+    {{F("abc")}, {ABSENT}, {ABSENT}, {ABSENT}},          /* 2: concatenation of 0 and 1 */
+    {{F("m")}, {ABSENT}, {ABSENT}, {ABSENT}},            /* 3 vs 4: absent vs empty tenant */
+    {{F("m")}, {ABSENT}, {EMPTY_A}, {ABSENT}},           /* 4 */
+    {{F("m")}, {ABSENT}, {EMPTY_B}, {ABSENT}},           /* 5: equal to 4 (other address) */
+    {{FN("m\0x", 3)}, {ABSENT}, {ABSENT}, {ABSENT}},     /* 6 vs 7: after an embedded NUL */
+    {{FN("m\0y", 3)}, {ABSENT}, {ABSENT}, {ABSENT}},     /* 7 */
+    {{FN("m\0", 2)}, {ABSENT}, {ABSENT}, {ABSENT}},      /* 8 vs 3: a trailing NUL is data */
+    {{F("m")}, {FN("\0", 1)}, {ABSENT}, {ABSENT}},       /* 9 vs 3: a one-NUL adapter */
+    {{F("m")}, {ABSENT}, {F("t")}, {ABSENT}},            /* 10 vs 11 vs 12: same value, */
+    {{F("m")}, {ABSENT}, {ABSENT}, {F("t")}},            /* 11    other field */
+    {{F("m")}, {F("t")}, {ABSENT}, {ABSENT}},            /* 12 */
+    {{F("mt")}, {ABSENT}, {ABSENT}, {ABSENT}},           /* 13 vs 10: model+tenant joined */
+    {{ABSENT}, {ABSENT}, {ABSENT}, {ABSENT}},            /* 14: all absent */
+    {{EMPTY_A}, {ABSENT}, {ABSENT}, {ABSENT}},           /* 15 vs 14, 16: empty model */
+    {{ABSENT}, {EMPTY_A}, {ABSENT}, {ABSENT}},           /* 16: empty adapter */
+    {{F("m")}, {ABSENT}, {F("t")}, {EMPTY_A}},           /* 17 vs 10: empty salt */
+    {{F("m")}, {ABSENT}, {F("t")}, {EMPTY_B}},           /* 18: equal to 17 */
+    {{F("m")}, {F("a")}, {F("t")}, {F("s")}},            /* 19: all present */
+    {{F("m")}, {F("a")}, {F("ts")}, {ABSENT}},           /* 20 vs 19: tenant+salt joined */
+    {{FN("\0\0", 2)}, {ABSENT}, {ABSENT}, {ABSENT}},     /* 21 vs 22: NUL counts */
+    {{FN("\0", 1)}, {FN("\0", 1)}, {ABSENT}, {ABSENT}},  /* 22 */
+    {{FN("\x01\x01", 2)}, {ABSENT}, {ABSENT}, {ABSENT}}, /* 23: looks like a present-flag */
 };
 
 size_t fz_ns_table_size(void)

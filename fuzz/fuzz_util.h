@@ -99,9 +99,9 @@ void fz_alloc_check_empty(const fz_alloc *a, const char *what);
  * copied by value once decoded). */
 #define FZ_FIELD_MAX 6
 typedef struct fz_ns {
-    kvp_namespace ns;                    /* the namespace; its fields point into bytes */
-    uint8_t bytes[4][FZ_FIELD_MAX];      /* field bytes read from the input */
-    int table_index;                     /* adversarial table entry, or -1 when decoded */
+    kvp_namespace ns;               /* the namespace; its fields point into bytes */
+    uint8_t bytes[4][FZ_FIELD_MAX]; /* field bytes read from the input */
+    int table_index;                /* adversarial table entry, or -1 when decoded */
 } fz_ns;
 
 /* Number of entries in the built-in adversarial table (see fuzz_util.c): pairs that must

@@ -4,7 +4,9 @@
 #   2. clang with ASan + UBSan            (build-asan/); LeakSanitizer checks the plain
 #      programs (tests/soak, and the kvprefix binary the CLI tests run) - it cannot see
 #      inside Criterion's forked workers, whose tests count library memory themselves
-# and check formatting. Exits non-zero on the first failure.
+# then fuzz every libFuzzer target for a bounded time (scripts/fuzz.sh: build-fuzz/, 25 s each
+# unless FUZZ_SECONDS says otherwise) and check formatting. Both builds also replay every
+# fuzz corpus as the 'fuzz' test suite. Exits non-zero on the first failure.
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
@@ -34,6 +36,8 @@ echo "== clang ASan+UBSan build, full test suite"
 ninja -C build-asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 run_suite meson test -C build-asan --print-errorlogs
+
+sh scripts/fuzz.sh
 
 if command -v clang-format >/dev/null 2>&1; then
     echo "== clang-format"

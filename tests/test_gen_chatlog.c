@@ -217,14 +217,14 @@ static size_t common_prefix(const uint32_t *a, size_t na, const uint32_t *b, siz
     return i;
 }
 
-static bool same_namespace(const req *a, const req *b)
+static inline bool same_namespace(const req *a, const req *b)
 {
     return strcmp(a->tenant, b->tenant) == 0 && strcmp(a->model, b->model) == 0 &&
            strcmp(a->adapter, b->adapter) == 0;
 }
 
 /* Whether b's prompt is a's prompt, then a's output, then more. */
-static bool extends(const req *a, const req *b)
+static inline bool extends(const req *a, const req *b)
 {
     return b->n > a->n + a->n_out && memcmp(b->tok, a->tok, a->n * sizeof *a->tok) == 0 &&
            memcmp(b->tok + a->n, a->out, a->n_out * sizeof *a->out) == 0;

@@ -293,7 +293,8 @@ static void check_random(unsigned seed, uint32_t bs, bool cache_output)
     for (size_t i = 0; i < L.count; i++)
         add_tokens(sweep, tenants[L.ns[i]], L.tok[i], L.n[i], cache_output ? L.n_out[i] : 0);
     uint64_t distinct = rp_sim_distinct(sweep);
-    for (uint64_t cap = 1; cap <= distinct + 2; cap++) {
+    /* Every small capacity, then about 30 more up to beyond the distinct count. */
+    for (uint64_t cap = 1; cap <= distinct + 2; cap = cap < 24 ? cap + 1 : cap + cap / 8) {
         rp_metrics m = eval(sweep, cap);
         /* The library's pool, driven directly. */
         kvp_config c;
@@ -336,7 +337,7 @@ static void check_random(unsigned seed, uint32_t bs, bool cache_output)
         free(nv.k);
 
         /* A single-capacity replay in pool mode checks itself on every request. */
-        if (cap <= 64 && cap % 7 == 1) {
+        if (cap % 7 == 1) {
             rp_sim *single = sim_new(bs, (uint32_t)cap);
             for (size_t i = 0; i < L.count; i++)
                 add_tokens(single, tenants[L.ns[i]], L.tok[i], L.n[i],
@@ -382,7 +383,8 @@ Test(replay, sweep_equals_pool_on_random_traces)
     rp_sim *sweep = sim_new(8, 0);
     for (size_t i = 0; i < N; i++)
         add_trace(sweep, req[i], n[i], n[i] * 8 - (i % 3), RP_OK);
-    for (uint64_t cap = 1; cap <= rp_sim_distinct(sweep) + 1; cap++) {
+    for (uint64_t cap = 1; cap <= rp_sim_distinct(sweep) + 1;
+         cap = cap < 24 ? cap + 1 : cap + cap / 8) {
         rp_metrics m = eval(sweep, cap);
         kvp_config c;
         kvp_config_init(&c);

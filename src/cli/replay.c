@@ -490,7 +490,9 @@ static int replay_one(run *ru, const held *h)
         q.n_output_tokens = ru->o->cache_output ? h->n_output : 0;
     }
     char msg[512];
+    double t0 = now_s();
     int rc = rp_sim_add(ru->sim, &q, msg, sizeof msg);
+    ru->res->seconds_engine += now_s() - t0;
     if (rc != RP_OK)
         return line_error(ru, h->line_no, rc, msg);
     if (ru->res->diag) {
@@ -866,7 +868,9 @@ int kvp_cli_replay(int argc, char **argv)
         rc = fail(EXIT_INTERNAL, "%s", err);
     if (rc == 0) {
         res.sim = ru.sim;
+        double t1 = now_s();
         rc = evaluate(&o, &res);
+        res.seconds_engine += now_s() - t1;
         res.seconds = now_s() - t0;
     }
     if (rc == 0 && o.plot_path)

@@ -63,7 +63,8 @@ typedef struct rp_result {
     rp_group_metrics *groups_ceil[RP_N_DIMS]; /* the same at unbounded capacity */
     const rp_sim *sim;                        /* for group names */
     rp_diag *diag;                            /* diagnostics, or NULL */
-    double seconds;                           /* wall time of the replay */
+    double seconds;                           /* wall time of the replay (reading included) */
+    double seconds_engine; /* of which in the engine: pool, stack model, evaluation */
 } rp_result;
 
 /* Print the report: table, JSON or CSV (replay_report.c). Returns 0 or -1 on a write error. */

@@ -206,9 +206,11 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
     if (r->n_skipped)
         fprintf(f, "  skipped lines            %s (first: %s)\n", num(r->n_skipped, a, sizeof a),
                 r->first_skip);
-    fprintf(f, "  order                    %s; LRU, tail blocks evicted first%s; %.2f s\n",
+    fprintf(f, "  order                    %s; LRU, tail blocks evicted first%s\n",
             o->sort ? "sorted by timestamp" : "file order",
-            o->cache_output ? "; output blocks cached" : "", r->seconds);
+            o->cache_output ? "; output blocks cached" : "");
+    fprintf(f, "  time                     %.3f s, %.3f s of it in the cache and LRU model\n",
+            r->seconds, r->seconds_engine);
     if (r->has_primary) {
         capacity_desc(r, r->primary.capacity, cap, sizeof cap);
         fprintf(f, "\nAt capacity %s, replayed through the library's pool\n", cap);
@@ -327,6 +329,7 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
     }
     json_object_set_new(j, "distinct_blocks", json_integer((json_int_t)r->distinct));
     json_object_set_new(j, "seconds", json_real(r->seconds));
+    json_object_set_new(j, "seconds_engine", json_real(r->seconds_engine));
     if (r->has_primary)
         json_object_set_new(j, "capacity", metrics_json(r, &r->primary));
     json_object_set_new(j, "ceiling", metrics_json(r, &r->ceiling));

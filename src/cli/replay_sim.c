@@ -4,10 +4,15 @@
  *
  * Layout.
  *
- *   keys       uthash map, block key -> entry { last touch time, parent key, first line }.
- *              Every block key ever touched stays here: it answers "seen before?" (cold
- *              versus capacity misses) and, for hash-id traces, "does this id always follow
- *              the same prefix?" (ids must name whole prefixes, or LRU stops being a stack).
+ *   ents, tab  every block key ever seen: ents[] holds entries { key, parent key, last touch
+ *              time, first line } in order of creation, tab[] is an open-addressing table
+ *              (linear probing, load <= 1/2) of { key.lo, entry index + 1 } over them. It
+ *              answers "seen before?" (cold versus capacity misses) and, for hash-id traces,
+ *              "does this id always follow the same prefix?" (ids must name whole prefixes,
+ *              or LRU stops being a stack). Keys are uniform digests, so key.lo is the probe
+ *              hash. A uthash map was first used here: its chains (up to 10 entries per bucket
+ *              before it doubles) made 44% of the engine's perf samples on the conversation
+ *              trace, one cache miss per link; a probe here is one line of tab[].
  *   fen, mark  a Fenwick tree over touch times 1 .. n_time: mark[t] is 1 when some key's last
  *              touch is t. The stack distance of a key is the number of keys touched after it:
  *              n_live - prefix_sum(last). O(log T) per query and update; the tree doubles
@@ -37,7 +42,7 @@
 
 #include "cli.h"
 
-/* Keys are uniform 128-bit digests: their low bits are already a good bucket hash. */
+/* Group keys are uniform 128-bit digests: their low bits are already a good bucket hash. */
 #define HASH_FUNCTION(keyptr, keylen, hashv)                                                       \
     do {                                                                                           \
         uint64_t lo_;                                                                              \
@@ -53,18 +58,21 @@
 
 #define RP_COLD        UINT32_MAX /* stack distance of a block never touched before */
 #define RP_DIST_MAX    (UINT32_MAX - 1)
-#define ARENA_ENTRIES  4096
 #define MAX_REQ_BLOCKS (UINT32_MAX - 1)
 
 static bool oom_flag; /* set by uthash when a table allocation fails (single-threaded tool) */
 
 typedef struct entry {
-    kvp_key key;       /* the block key */
-    kvp_key parent;    /* key of the block before it, or the namespace root */
-    uint64_t last;     /* time of its last touch; 0 while not yet touched */
-    uint64_t line_no;  /* line where it was first seen */
-    UT_hash_handle hh; /* keys map */
+    kvp_key key;      /* the block key */
+    kvp_key parent;   /* key of the block before it, or the namespace root */
+    uint64_t last;    /* time of its last touch; 0 while not yet touched */
+    uint64_t line_no; /* line where it was first seen */
 } entry;
+
+typedef struct slot {
+    uint64_t lo;  /* key.lo of the entry, compared before the entry is read */
+    uint64_t idx; /* entry index + 1; 0 for an empty slot */
+} slot;
 
 typedef struct group {
     kvp_key key;       /* digest of (dimension, presence, bytes) */
@@ -85,29 +93,23 @@ typedef struct req {
     uint32_t g[RP_N_DIMS];  /* group of each dimension */
 } req;
 
-typedef struct arena {
-    struct arena *next;         /* older arena */
-    entry slots[ARENA_ENTRIES]; /* entries handed out from the front */
-} arena;
-
 struct rp_sim {
-    rp_sim_config cfg;   /* as given */
-    entry *keys;         /* uthash head */
-    arena *arenas;       /* entry storage, newest first */
-    size_t arena_used;   /* slots used in arenas (the newest) */
-    entry *free_entries; /* entries given back (linked through hh.next) */
-    uint64_t n_live;     /* keys touched at least once */
-    uint32_t *fen;       /* Fenwick tree, 1-based, fen_cap + 1 entries */
-    uint8_t *mark;       /* mark[t] is 1 when t is some key's last touch */
-    uint64_t fen_cap;    /* times the tree covers */
-    uint64_t n_time;     /* times used so far */
-    req *reqs;           /* requests replayed */
+    rp_sim_config cfg; /* as given */
+    entry *ents;       /* every key seen, in order of creation */
+    size_t n_ents, ents_cap;
+    slot *tab; /* open-addressing index over ents, tab_mask + 1 slots */
+    size_t tab_mask;
+    uint64_t n_live;  /* keys touched at least once */
+    uint32_t *fen;    /* Fenwick tree, 1-based, fen_cap + 1 entries */
+    uint8_t *mark;    /* mark[t] is 1 when t is some key's last touch */
+    uint64_t fen_cap; /* times the tree covers */
+    uint64_t n_time;  /* times used so far */
+    req *reqs;        /* requests replayed */
     size_t n_reqs, reqs_cap;
     uint32_t *pm; /* running-maximum distances, see the picture */
     size_t n_pm, pm_cap;
     kvp_key *scratch_keys; /* keys of the current request */
-    entry **scratch_ent;   /* their entries */
-    uint8_t *scratch_new;  /* whether find_entries created their entry */
+    size_t *scratch_ent;   /* their entries' indexes */
     kvp_key *scratch_ids;  /* hash ids as keys for kvp_access_ids */
     size_t scratch_cap;
     group *groups[RP_N_DIMS];     /* uthash heads */
@@ -188,43 +190,84 @@ static bool scratch_reserve(rp_sim *s, size_t n)
     if (n <= s->scratch_cap)
         return true;
     size_t cap = s->scratch_cap;
-    size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap;
+    size_t c1 = cap, c2 = cap, c4 = cap;
     if (!grow((void **)&s->scratch_keys, &c1, n, sizeof *s->scratch_keys) ||
         !grow((void **)&s->scratch_ent, &c2, n, sizeof *s->scratch_ent) ||
-        !grow((void **)&s->scratch_new, &c3, n, sizeof *s->scratch_new) ||
         !grow((void **)&s->scratch_ids, &c4, n, sizeof *s->scratch_ids))
         return false;
     /* All four grew to the same power-of-two multiple of the old capacity. */
     s->scratch_cap = c1 < c2 ? c1 : c2;
-    s->scratch_cap = s->scratch_cap < c3 ? s->scratch_cap : c3;
     s->scratch_cap = s->scratch_cap < c4 ? s->scratch_cap : c4;
     return true;
 }
 
 /* ---- key map ----------------------------------------------------------------------------- */
 
-static entry *entry_new(rp_sim *s)
+/* The entry index of key k, or SIZE_MAX. */
+static size_t key_find(const rp_sim *s, kvp_key k)
 {
-    if (s->free_entries) {
-        entry *e = s->free_entries;
-        s->free_entries = e->hh.next;
-        return e;
+    for (size_t i = (size_t)k.lo & s->tab_mask;; i = (i + 1) & s->tab_mask) {
+        const slot *t = &s->tab[i];
+        if (t->idx == 0)
+            return SIZE_MAX;
+        if (t->lo == k.lo && s->ents[t->idx - 1].key.hi == k.hi)
+            return (size_t)t->idx - 1;
     }
-    if (!s->arenas || s->arena_used == ARENA_ENTRIES) {
-        arena *a = malloc(sizeof *a);
-        if (!a)
-            return NULL;
-        a->next = s->arenas;
-        s->arenas = a;
-        s->arena_used = 0;
-    }
-    return &s->arenas->slots[s->arena_used++];
 }
 
-static void entry_give_back(rp_sim *s, entry *e)
+static void slot_put(slot *tab, size_t mask, uint64_t lo, uint64_t idx)
 {
-    e->hh.next = s->free_entries;
-    s->free_entries = e;
+    size_t i = (size_t)lo & mask;
+    while (tab[i].idx != 0)
+        i = (i + 1) & mask;
+    tab[i].lo = lo;
+    tab[i].idx = idx;
+}
+
+/* Append a new entry for k and index it. Returns its index, or SIZE_MAX on ENOMEM. */
+static size_t key_add(rp_sim *s, kvp_key k, kvp_key parent, uint64_t line_no)
+{
+    if (!grow((void **)&s->ents, &s->ents_cap, s->n_ents + 1, sizeof *s->ents))
+        return SIZE_MAX;
+    if ((s->n_ents + 1) * 2 > s->tab_mask + 1) {
+        size_t n = (s->tab_mask + 1) * 2;
+        slot *tab = calloc(n, sizeof *tab);
+        if (!tab)
+            return SIZE_MAX;
+        for (size_t i = 0; i < s->n_ents; i++)
+            slot_put(tab, n - 1, s->ents[i].key.lo, i + 1);
+        free(s->tab);
+        s->tab = tab;
+        s->tab_mask = n - 1;
+    }
+    entry *e = &s->ents[s->n_ents];
+    e->key = k;
+    e->parent = parent;
+    e->last = 0;
+    e->line_no = line_no;
+    slot_put(s->tab, s->tab_mask, k.lo, ++s->n_ents);
+    return s->n_ents - 1;
+}
+
+/* Remove the newest entry (undo of key_add): empty its slot and shift the rest of its
+ * probe run back so no lookup stops early. Cannot fail. */
+static void key_pop(rp_sim *s)
+{
+    uint64_t idx = s->n_ents--;
+    size_t i = (size_t)s->ents[idx - 1].key.lo & s->tab_mask;
+    while (s->tab[i].idx != idx)
+        i = (i + 1) & s->tab_mask;
+    for (size_t j = (i + 1) & s->tab_mask; s->tab[j].idx != 0; j = (j + 1) & s->tab_mask) {
+        size_t home = (size_t)s->tab[j].lo & s->tab_mask;
+        /* Move j into the hole at i unless its home lies cyclically in (i, j]. */
+        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            s->tab[i] = s->tab[j];
+            i = j;
+        }
+    }
+    s->tab[i].idx = 0;
+    s->tab[i].lo = 0;
 }
 
 /* Intern the value of field f in dimension dim; returns its id, or UINT32_MAX on ENOMEM. */
@@ -232,10 +275,10 @@ static uint32_t group_intern(rp_sim *s, int dim, kvp_field f)
 {
     kvp_namespace ns;
     kvp_namespace_init(&ns);
-    kvp_field *slot = dim == RP_DIM_MODEL     ? &ns.model
-                      : dim == RP_DIM_ADAPTER ? &ns.adapter
-                                              : &ns.tenant;
-    *slot = f;
+    kvp_field *field = dim == RP_DIM_MODEL     ? &ns.model
+                       : dim == RP_DIM_ADAPTER ? &ns.adapter
+                                               : &ns.tenant;
+    *field = f;
     kvp_key k;
     if (kvp_namespace_key(0, &ns, &k) != KVP_OK)
         return UINT32_MAX;
@@ -304,7 +347,9 @@ rp_sim *rp_sim_new(const rp_sim_config *cfg, char *err, size_t err_size)
             return NULL;
         }
     }
-    if (!fen_reserve(s, 1)) {
+    s->tab = calloc(1024, sizeof *s->tab);
+    s->tab_mask = 1023;
+    if (!s->tab || !fen_reserve(s, 1)) {
         rp_sim_free(s);
         kvp_cli_errf(err, err_size, "out of memory");
         return NULL;
@@ -328,15 +373,15 @@ static int find_entries(rp_sim *s, const rp_request *r, kvp_key root, uint32_t n
                         size_t err_size)
 {
     bool trace = r->hash_ids != NULL;
+    size_t first_new = s->n_ents;
     int rc = RP_OK;
-    uint32_t i;
-    for (i = 0; i < n_touch; i++) {
+    for (uint32_t i = 0; i < n_touch; i++) {
         kvp_key k = s->scratch_keys[i];
         kvp_key parent = i ? s->scratch_keys[i - 1] : root;
-        entry *e;
-        HASH_FIND(hh, s->keys, &k, sizeof k, e);
+        size_t at = key_find(s, k);
+        const entry *e = at == SIZE_MAX ? NULL : &s->ents[at];
         if (e && trace && (e->parent.lo != parent.lo || e->parent.hi != parent.hi)) {
-            if (e->last == 0)
+            if (at >= first_new)
                 kvp_cli_errf(err, err_size, "hash id %llu repeats within the request (block %u)",
                              (unsigned long long)r->hash_ids[i], i);
             else
@@ -347,41 +392,16 @@ static int find_entries(rp_sim *s, const rp_request *r, kvp_key root, uint32_t n
             rc = RP_EINPUT;
             break;
         }
-        s->scratch_new[i] = e == NULL;
-        if (!e) {
-            e = entry_new(s);
-            if (!e) {
-                rc = RP_ENOMEM;
-                break;
-            }
-            e->key = k;
-            e->parent = parent;
-            e->last = 0;
-            e->line_no = r->line_no;
-            oom_flag = false;
-            HASH_ADD(hh, s->keys, key, sizeof e->key, e);
-            if (oom_flag) {
-                entry *check;
-                HASH_FIND(hh, s->keys, &k, sizeof k, check);
-                if (!check) {
-                    entry_give_back(s, e);
-                    rc = RP_ENOMEM;
-                    break;
-                }
-            }
-        }
-        s->scratch_ent[i] = e;
-    }
-    if (rc != RP_OK) {
-        for (uint32_t j = 0; j < i; j++) {
-            if (s->scratch_new[j]) {
-                HASH_DEL(s->keys, s->scratch_ent[j]);
-                entry_give_back(s, s->scratch_ent[j]);
-            }
-        }
-        if (rc == RP_ENOMEM)
+        if (!e && (at = key_add(s, k, parent, r->line_no)) == SIZE_MAX) {
             kvp_cli_errf(err, err_size, "out of memory");
+            rc = RP_ENOMEM;
+            break;
+        }
+        s->scratch_ent[i] = at;
     }
+    /* Undo: the entries made for this request are the newest ones. */
+    while (rc != RP_OK && s->n_ents > first_new)
+        key_pop(s);
     return rc;
 }
 
@@ -501,7 +521,7 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
     uint32_t *pm = s->pm + s->n_pm;
     uint32_t run = 0;
     for (uint32_t i = 0; i < n_touch; i++) {
-        entry *e = s->scratch_ent[i];
+        entry *e = &s->ents[s->scratch_ent[i]];
         uint32_t d = RP_COLD;
         if (e->last > 0) {
             uint64_t after = s->n_live - fen_prefix(s, e->last);
@@ -520,7 +540,7 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
 
     /* Step 5: touch from the last block to the first. */
     for (uint32_t i = n_touch; i-- > 0;) {
-        entry *e = s->scratch_ent[i];
+        entry *e = &s->ents[s->scratch_ent[i]];
         if (e->last > 0) {
             s->mark[e->last] = 0;
             fen_add(s, e->last, -1);
@@ -664,9 +684,10 @@ bool rp_sim_check(const rp_sim *s)
             return false;
         n_marked += s->mark[t];
     }
-    const entry *e, *tmp;
-    HASH_ITER(hh, s->keys, e, tmp)
-    {
+    for (size_t i = 0; i < s->n_ents; i++) {
+        const entry *e = &s->ents[i];
+        if (key_find(s, e->key) != i)
+            return false;
         if (e->last == 0)
             continue;
         n_touched++;
@@ -690,12 +711,8 @@ void rp_sim_free(rp_sim *s)
 {
     if (!s)
         return;
-    HASH_CLEAR(hh, s->keys);
-    while (s->arenas) {
-        arena *a = s->arenas;
-        s->arenas = a->next;
-        free(a);
-    }
+    free(s->ents);
+    free(s->tab);
     for (int d = 0; d < RP_N_DIMS; d++) {
         group *g, *tmp;
         HASH_ITER(hh, s->groups[d], g, tmp)
@@ -714,7 +731,6 @@ void rp_sim_free(rp_sim *s)
     free(s->pm);
     free(s->scratch_keys);
     free(s->scratch_ent);
-    free(s->scratch_new);
     free(s->scratch_ids);
     free(s);
 }

@@ -9,11 +9,15 @@
  *     FRAME_BOTTOM    number of legend rows, its bottom is fixed at y = 400
  *   below the frame   x tick labels, the x label, the x_secondary note
  *
- * Mapping: a capacity c goes to x = left + PAD + (log10 c - lo) / (hi - lo) * (width - 2 PAD),
- * where [lo, hi] is the data range (plus marker_x) widened to whole decades, and to two
- * decades around a lone power of ten; PAD keeps points off the frame. A rate y in [0,1] goes
- * to FRAME_BOTTOM - y * (FRAME_BOTTOM - frame_top), so the 0% and 100% gridlines are the
- * frame's bottom and top edges.
+ * Mapping: a capacity c goes to x = left + (log10 c - lo) / (hi - lo) * width, where [lo, hi]
+ * is the data range in decades (plus marker_x), widened about its centre to at least one
+ * decade and then by 4 % on each side to keep points off the frame; tick marks go at every
+ * decade inside it (every few decades over more than ten), with minor ticks at 2..9 times a
+ * power of ten over four decades or less, labelled (2 and 5) over 3.5 decades or less and
+ * all of them over 1.3 decades or less: at least two ticks are always labelled. (Whole-decade
+ * ranges were tried first: a sweep ending at 13,747 blocks then left a quarter of the width empty
+ * up to 100k.) A rate y in [0,1] goes to FRAME_BOTTOM - y * (FRAME_BOTTOM - frame_top), so the 0%
+ * and 100% gridlines are the frame's bottom and top edges.
  *
  * Invariants: the input is validated completely before the first byte is written, so an
  * invalid chart writes nothing; every number goes through printf with fixed precision (no
@@ -29,7 +33,6 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <string.h>
 
 #include "cli.h"
@@ -37,7 +40,7 @@
 #define FRAME_LEFT   72.0
 #define FRAME_RIGHT  780.0
 #define FRAME_BOTTOM 400.0
-#define PAD          14.0 /* inner margin between the frame and the first and last decade */
+#define X_MARGIN     0.04 /* share of the x range added on each side */
 #define LEGEND_Y0    50.0 /* baseline of the first legend row */
 #define LEGEND_ROW   18.0 /* legend row height */
 #define CHAR_W       6.6  /* estimated width of one character at font-size 12 */
@@ -47,12 +50,12 @@ static const char *const series_colour[KVP_PLOT_MAX_SERIES] = {"#1f77b4", "#d627
 
 /* The geometry of one chart, computed once from the validated input. */
 typedef struct plot_geom {
-    int lo, hi;       /* x range in decades: 10^lo .. 10^hi, hi > lo */
+    double lo, hi;    /* x range in decades: 10^lo .. 10^hi, hi - lo >= 1 */
     double frame_top; /* y of the 100% gridline */
     double x_scale;   /* pixels per decade */
 } plot_geom;
 
-static bool is_unit(double v)
+static inline bool is_unit(double v)
 {
     return v >= 0.0 && v <= 1.0; /* false for NaN */
 }
@@ -218,7 +221,7 @@ static void tick_label(char *buf, size_t size, int m, int e)
 
 static double map_x(const plot_geom *g, double x)
 {
-    return FRAME_LEFT + PAD + (log10(x) - g->lo) * g->x_scale;
+    return FRAME_LEFT + (log10(x) - g->lo) * g->x_scale;
 }
 
 static double map_y(const plot_geom *g, double y)
@@ -253,7 +256,7 @@ static int legend_layout(const kvp_plot *p, double *xs, double *ys)
     return rows;
 }
 
-/* Step 1 of kvp_plot_svg: the decade range and the frame. Cannot fail. */
+/* Step 1 of kvp_plot_svg: the x range and the frame. Cannot fail. */
 static void geometry(const kvp_plot *p, plot_geom *g)
 {
     double l = log10(p->x[0]), h = log10(p->x[p->n - 1]);
@@ -262,13 +265,14 @@ static void geometry(const kvp_plot *p, plot_geom *g)
         l = m < l ? m : l;
         h = m > h ? m : h;
     }
-    g->lo = (int)floor(l);
-    g->hi = (int)ceil(h);
-    if (g->hi <= g->lo) { /* every x is the same power of ten: centre it */
-        g->lo -= 1;
-        g->hi = g->lo + 2;
+    if (h - l < 1.0) { /* less than a decade (a lone point too): one decade about the centre */
+        double c = (l + h) / 2.0;
+        l = c - 0.5;
+        h = c + 0.5;
     }
-    g->x_scale = (FRAME_RIGHT - FRAME_LEFT - 2.0 * PAD) / (g->hi - g->lo);
+    g->lo = l - X_MARGIN * (h - l);
+    g->hi = h + X_MARGIN * (h - l);
+    g->x_scale = (FRAME_RIGHT - FRAME_LEFT) / (g->hi - g->lo);
     g->frame_top = LEGEND_Y0 + legend_layout(p, NULL, NULL) * LEGEND_ROW;
 }
 
@@ -288,19 +292,23 @@ static void put_boxed_label(FILE *f, double x, double y, const char *anchor, con
     fputs("</text>\n", f);
 }
 
-/* Step 2: the x gridlines, ticks and tick labels. */
+/* Step 2: the x gridlines, ticks and tick labels, at m * 10^e inside the range. */
 static void put_x_axis(FILE *f, const plot_geom *g)
 {
-    int span = g->hi - g->lo;
-    int step = span <= 10 ? 1 : (span + 9) / 10;
-    bool minor = span <= 4;
+    double span = g->hi - g->lo;
+    int step = span <= 10.5 ? 1 : (int)ceil(span / 10.0); /* decades between labels */
+    bool minor = span <= 4.0;
+    int minor_labels = span <= 1.3 ? 2 : span <= 3.5 ? 1 : 0; /* 2: all, 1: 2 and 5, 0: none */
     char label[32];
-    for (int e = g->lo; e <= g->hi; e++) {
+    for (int e = (int)floor(g->lo); e <= (int)ceil(g->hi); e++) {
         for (int m = 1; m <= 9; m++) {
-            if ((m > 1 && (!minor || e == g->hi)) || (m == 1 && e % step != 0 && span > 40))
-                continue;
-            double px = FRAME_LEFT + PAD + ((double)(e - g->lo) + log10((double)m)) * g->x_scale;
             bool major = m == 1;
+            if ((!major && !minor) || (major && e % step != 0 && span > 40.0))
+                continue;
+            double v = e + log10((double)m);
+            if (v < g->lo || v > g->hi)
+                continue;
+            double px = FRAME_LEFT + (v - g->lo) * g->x_scale;
             fprintf(f,
                     "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
                     "stroke-width=\"1\"/>\n",
@@ -309,7 +317,8 @@ static void put_x_axis(FILE *f, const plot_geom *g)
                     "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#333333\" "
                     "stroke-width=\"1\"/>\n",
                     px, FRAME_BOTTOM, px, FRAME_BOTTOM + (major ? 6.0 : 3.0));
-            bool labelled = major ? (e % step == 0) : (span == 1 || (span == 2 && m == 5));
+            bool labelled = major ? e % step == 0
+                                  : minor_labels == 2 || (minor_labels == 1 && (m == 2 || m == 5));
             if (!labelled)
                 continue;
             tick_label(label, sizeof label, m, e);

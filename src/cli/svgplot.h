@@ -19,10 +19,11 @@
  *   |                 x_secondary note                             |
  *   +--------------------------------------------------------------+
  *
- * The x axis is logarithmic over whole decades (the data range widened to the enclosing
- * powers of ten, and to at least one decade), the y axis linear from 0% to 100%. The output
- * depends only on the input: numbers are printed with fixed precision, so the same input
- * gives the same bytes.
+ * The x axis is logarithmic over the data range (widened to at least one decade, plus a 4 %
+ * margin on each side), with ticks and labels at the powers of ten (1, 10, 100, 1k, .., 1M)
+ * and minor ticks between them over short ranges; the y axis is linear from 0% to 100%.
+ * The output depends only on the input: numbers are printed with fixed precision, so the
+ * same input gives the same bytes.
  */
 #ifndef KVP_CLI_SVGPLOT_H
 #define KVP_CLI_SVGPLOT_H
