@@ -172,7 +172,7 @@ static void print_curve(FILE *f, const rp_result *r)
 {
     fprintf(f, "\nCapacity sweep (one pass over the log, from LRU stack distances)\n");
     fprintf(f, "  %14s %16s %12s %10s %10s %8s %14s\n", "blocks", "tokens",
-            r->block_bytes ? "KV memory" : "", "token hit", "block hit", "p50", "evicted");
+            r->block_bytes ? "KV memory" : "", "token hit", "block hit", "req p50", "evicted");
     for (size_t i = 0; i <= r->n_curve; i++) {
         const rp_metrics *m = i < r->n_curve ? &r->curve[i] : &r->ceiling;
         char a[32], b[32], c[32], e[32];
