@@ -284,6 +284,12 @@ static void free_log(rlog *L)
         free(L->tok[i]);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static void check_random(unsigned seed, uint32_t bs, bool cache_output)
 {
     rlog L;
@@ -305,6 +311,7 @@ static void check_random(unsigned seed, uint32_t bs, bool cache_output)
         cr_assert_eq(kvp_cache_new(&c, &cache), KVP_OK);
         naive nv = {calloc(cap, sizeof(kvp_key)), 0, cap, 0};
         uint64_t hit_tokens = 0, cached_blocks = 0;
+        double frac[200];
         for (size_t i = 0; i < L.count; i++) {
             kvp_namespace ns;
             kvp_namespace_init(&ns);
@@ -315,6 +322,7 @@ static void check_random(unsigned seed, uint32_t bs, bool cache_output)
             cr_assert_eq(kvp_access(cache, &ns, L.tok[i], L.n[i] + out, &unused), KVP_OK);
             hit_tokens += pm.n_tokens_hit;
             cached_blocks += pm.n_blocks_cached;
+            frac[i] = (double)pm.n_tokens_hit / (double)L.n[i];
             kvp_key root, keys[64];
             size_t nk;
             kvp_namespace_key(0, &ns, &root);
@@ -323,6 +331,11 @@ static void check_random(unsigned seed, uint32_t bs, bool cache_output)
             cr_assert_eq(nc, pm.n_blocks_cached, "seed %u cap %llu request %zu", seed,
                          (unsigned long long)cap, i);
         }
+        /* Percentiles by sorting, nearest rank: ceil(n p / 100)-th smallest. */
+        qsort(frac, L.count, sizeof *frac, cmp_double);
+        cr_assert_eq(m.p50_hit, frac[(L.count * 50 + 99) / 100 - 1]);
+        cr_assert_eq(m.p90_hit, frac[(L.count * 90 + 99) / 100 - 1]);
+        cr_assert_eq(m.p99_hit, frac[(L.count * 99 + 99) / 100 - 1]);
         kvp_stats st;
         kvp_cache_stats(cache, &st);
         cr_assert_eq(m.n_hit_tokens, hit_tokens, "seed %u bs %u cap %llu", seed, bs,
