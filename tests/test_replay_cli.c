@@ -292,3 +292,36 @@ Test(replay_cli, usage_errors)
     cr_assert_eq(cli_run("replay", "--help", err, sizeof err, out, sizeof out), 0);
     cr_assert(strstr(out, "Examples:") != NULL);
 }
+
+Test(replay_cli, progress_bar_when_asked)
+{
+    cr_assert_eq(replay("--block-size 2 --capacity 3 --progress", "replay_hand.jsonl"), 0);
+    cr_assert(strstr(err, "requests") != NULL, "no progress on stderr: %s", err);
+    cr_assert_eq(replay("--block-size 2 --capacity 3", "replay_hand.jsonl"), 0);
+    cr_assert_eq(err[0], '\0', "stderr is not a terminal, yet: %s", err);
+}
+
+/* A 100 MB line (a long string in an unknown field, then tokens) is read, not refused. */
+Test(replay_cli, hundred_megabyte_line, .timeout = 120)
+{
+    char path[] = "/tmp/kvp_big_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"note\": \"", f);
+    static char chunk[1 << 20];
+    memset(chunk, 'a', sizeof chunk);
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(fwrite(chunk, 1, sizeof chunk, f), sizeof chunk);
+    fputs("\", \"tokens\": [1, 2, 3, 4, 5]}\n{\"tokens\": [1, 2, 3, 4, 6]}\n", f);
+    cr_assert_eq(fclose(f), 0);
+    char args[8192];
+    snprintf(args, sizeof args, "--block-size 2 --capacity 8 --json '%s'", path);
+    int rc = cli_run("replay", args, err, sizeof err, out, sizeof out);
+    remove(path);
+    cr_assert_eq(rc, 0, "%s", err);
+    json_t *j = parse_out();
+    cr_assert_eq(jint(j, "capacity", "requests"), 2);
+    cr_assert_eq(jint(j, "capacity", "hit_tokens"), 4);
+    json_decref(j);
+}
