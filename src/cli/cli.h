@@ -19,4 +19,9 @@ int kvp_cli_replay(int argc, char **argv);
 void kvp_cli_errf(char *err, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Print "kvprefix CMD: message" to stderr (and, for code 2, a pointer to CMD --help);
+ * returns code, the exit status (errbuf.c). */
+int kvp_cli_fail(const char *cmd, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif /* KVP_CLI_H */

@@ -399,30 +399,6 @@ static int line_err(kvp_log_reader *r, const char *fmt, ...)
     return KVP_LOG_EINPUT;
 }
 
-static const char *type_name(const json_t *v)
-{
-    if (v == NULL)
-        return "missing";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a non-integer number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "something else";
-}
-
 /* Make *arr hold at least n elements of size elem. Returns 0 or KVP_LOG_ENOMEM. */
 static int reserve(void **arr, size_t *cap, size_t n, size_t elem)
 {
@@ -443,14 +419,16 @@ static int read_tokens(kvp_log_reader *r, const json_t *arr, const char *key, ui
                        size_t *cap, size_t *n_out)
 {
     if (!json_is_array(arr))
-        return line_err(r, "%s must be an array of token ids, not %s", key, type_name(arr));
+        return line_err(r, "%s must be an array of token ids, not %s", key,
+                        kvp__json_type_name(arr));
     size_t n = json_array_size(arr);
     if (reserve((void **)dst, cap, n == 0 ? 1 : n, sizeof **dst) != 0)
         return line_err(r, "out of memory for %zu %s", n, key), KVP_LOG_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(arr, i);
         if (!json_is_integer(v))
-            return line_err(r, "%s[%zu] must be an integer token id, not %s", key, i, type_name(v));
+            return line_err(r, "%s[%zu] must be an integer token id, not %s", key, i,
+                            kvp__json_type_name(v));
         json_int_t t = json_integer_value(v);
         if (t < 0 || t > (json_int_t)UINT32_MAX)
             return line_err(r, "%s[%zu] = %lld is outside the token id range 0..4294967295", key, i,
@@ -471,7 +449,7 @@ static int read_ns(kvp_log_reader *r, const json_t *obj, const char *key, const 
     if (v == NULL || json_is_null(v))
         return 0;
     if (!json_is_string(v))
-        return line_err(r, "%s must be a string or null, not %s", key, type_name(v));
+        return line_err(r, "%s must be a string or null, not %s", key, kvp__json_type_name(v));
     *s = json_string_value(v);
     *len = json_string_length(v);
     return 0;
@@ -488,7 +466,7 @@ static int read_len(kvp_log_reader *r, const json_t *obj, const char *key, uint6
                         "and hash_ids)",
                         key);
     if (!json_is_integer(v))
-        return line_err(r, "%s must be an integer, not %s", key, type_name(v));
+        return line_err(r, "%s must be an integer, not %s", key, kvp__json_type_name(v));
     json_int_t i = json_integer_value(v);
     if (i < 0 || (uint64_t)i > KVP_LOG_MAX_LEN)
         return line_err(r, "%s = %lld is outside 0..%llu", key, (long long)i,
@@ -504,7 +482,7 @@ static int read_timestamp(kvp_log_reader *r, const json_t *o, kvp_log_record *x)
     if (ts == NULL || json_is_null(ts))
         return 0;
     if (!json_is_number(ts))
-        return line_err(r, "timestamp must be a number, not %s", type_name(ts));
+        return line_err(r, "timestamp must be a number, not %s", kvp__json_type_name(ts));
     x->timestamp = json_number_value(ts);
     if (!(x->timestamp >= 0.0))
         return line_err(r, "timestamp must not be negative");
@@ -652,7 +630,7 @@ static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_r
     }
     const json_t *o = r->json;
     if (!json_is_object(o))
-        return line_err(r, "each line must be a JSON object, not %s", type_name(o));
+        return line_err(r, "each line must be a JSON object, not %s", kvp__json_type_name(o));
 
     kvp_log_record x;
     memset(&x, 0, sizeof x);
@@ -695,14 +673,16 @@ static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_r
         if (x.input_length == 0)
             return line_err(r, "input_length must be at least 1");
         if (!json_is_array(ids))
-            return line_err(r, "hash_ids must be an array of integers, not %s", type_name(ids));
+            return line_err(r, "hash_ids must be an array of integers, not %s",
+                            kvp__json_type_name(ids));
         size_t n = json_array_size(ids);
         if (reserve((void **)&r->ids, &r->ids_cap, n == 0 ? 1 : n, sizeof *r->ids) != 0)
             return line_err(r, "out of memory for %zu hash ids", n), KVP_LOG_ENOMEM;
         for (size_t i = 0; i < n; i++) {
             const json_t *v = json_array_get(ids, i);
             if (!json_is_integer(v))
-                return line_err(r, "hash_ids[%zu] must be an integer, not %s", i, type_name(v));
+                return line_err(r, "hash_ids[%zu] must be an integer, not %s", i,
+                                kvp__json_type_name(v));
             json_int_t h = json_integer_value(v);
             if (h < 0)
                 return line_err(r, "hash_ids[%zu] = %lld is negative", i, (long long)h);

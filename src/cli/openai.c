@@ -32,7 +32,7 @@ enum {
     FAIL_NOMEM     /* realloc failed */
 };
 
-static const char *type_name(const json_t *v)
+const char *kvp__json_type_name(const json_t *v)
 {
     if (v == NULL)
         return "missing";
@@ -172,17 +172,17 @@ static int render_parts(kvp_oai_prompt *p, size_t i, const json_t *parts, char *
         const json_t *part = json_array_get(parts, k);
         if (!json_is_object(part))
             return fail(err, err_size, "messages[%zu].content[%zu] must be an object, not %s", i, k,
-                        type_name(part));
+                        kvp__json_type_name(part));
         const json_t *type = json_object_get(part, "type");
         if (!json_is_string(type))
             return fail(err, err_size, "messages[%zu].content[%zu].type must be a string, not %s",
-                        i, k, type_name(type));
+                        i, k, kvp__json_type_name(type));
         if (strcmp(json_string_value(type), "text") == 0 && json_string_length(type) == 4) {
             const json_t *text = json_object_get(part, "text");
             if (!json_is_string(text))
                 return fail(err, err_size,
                             "messages[%zu].content[%zu].text must be a string, not %s", i, k,
-                            type_name(text));
+                            kvp__json_type_name(text));
             if (append_json_str(p, text) != 0)
                 return append_failed(p, err, err_size);
         } else if (append_str(p, "<") != 0 || append_json_str(p, type) != 0 ||
@@ -200,7 +200,7 @@ static int render_chat(kvp_oai_prompt *p, const json_t *body, char *err, size_t 
     const json_t *messages = json_object_get(body, "messages");
     if (!json_is_array(messages))
         return fail(err, err_size, "messages must be an array of messages, not %s",
-                    type_name(messages));
+                    kvp__json_type_name(messages));
     size_t n = json_array_size(messages);
     if (n == 0)
         return fail(err, err_size, "messages is empty: a chat request needs a message");
@@ -209,7 +209,8 @@ static int render_chat(kvp_oai_prompt *p, const json_t *body, char *err, size_t 
     const json_t *tools = json_object_get(body, "tools");
     if (tools != NULL && !json_is_null(tools)) {
         if (!json_is_array(tools))
-            return fail(err, err_size, "tools must be an array, not %s", type_name(tools));
+            return fail(err, err_size, "tools must be an array, not %s",
+                        kvp__json_type_name(tools));
         if (json_array_size(tools) > 0 &&
             (append_mark(p, KVP_TOKEN_IM_START) != 0 || append_str(p, "tools\n") != 0 ||
              append_json(p, tools) != 0 || append_mark(p, KVP_TOKEN_IM_END) != 0 ||
@@ -222,16 +223,16 @@ static int render_chat(kvp_oai_prompt *p, const json_t *body, char *err, size_t 
         const json_t *msg = json_array_get(messages, i);
         if (!json_is_object(msg))
             return fail(err, err_size, "messages[%zu] must be an object, not %s", i,
-                        type_name(msg));
+                        kvp__json_type_name(msg));
         const json_t *role = json_object_get(msg, "role");
         if (!json_is_string(role))
             return fail(err, err_size, "messages[%zu].role must be a string, not %s", i,
-                        type_name(role));
+                        kvp__json_type_name(role));
         const json_t *content = json_object_get(msg, "content");
         const json_t *calls = json_object_get(msg, "tool_calls");
         if (calls != NULL && !json_is_null(calls) && !json_is_array(calls))
             return fail(err, err_size, "messages[%zu].tool_calls must be an array, not %s", i,
-                        type_name(calls));
+                        kvp__json_type_name(calls));
         bool has_calls = json_is_array(calls);
         if (content == NULL && !has_calls)
             return fail(err, err_size,
@@ -243,7 +244,7 @@ static int render_chat(kvp_oai_prompt *p, const json_t *body, char *err, size_t 
             return fail(err, err_size,
                         "messages[%zu].content must be a string, an array of parts or null, "
                         "not %s",
-                        i, type_name(content));
+                        i, kvp__json_type_name(content));
         if (append_mark(p, KVP_TOKEN_IM_START) != 0 || append_json_str(p, role) != 0 ||
             append_str(p, "\n") != 0)
             return append_failed(p, err, err_size);
@@ -279,7 +280,7 @@ static int render_completions(kvp_oai_prompt *p, const json_t *body, char *err, 
     }
     if (!json_is_array(prompt))
         return fail(err, err_size, "prompt must be a string or an array of token ids, not %s",
-                    type_name(prompt));
+                    kvp__json_type_name(prompt));
     size_t n = json_array_size(prompt);
     if (n == 0)
         return fail(err, err_size, "prompt is empty: a request needs at least one prompt token");
@@ -342,7 +343,8 @@ int kvp__oai_render(const json_t *o, size_t limit, kvp_oai_prompt *p, char *err,
         const json_t *url = json_object_get(o, "url");
         if (url != NULL) {
             if (!json_is_string(url))
-                return fail(err, err_size, "url must be a string, not %s", type_name(url));
+                return fail(err, err_size, "url must be a string, not %s",
+                            kvp__json_type_name(url));
             const char *u = json_string_value(url);
             bool chat_url = strcmp(u, "/v1/chat/completions") == 0;
             if (!chat_url && strcmp(u, "/v1/completions") != 0)

@@ -107,4 +107,8 @@ int kvp__oai_render(const json_t *o, size_t limit, kvp_oai_prompt *p, char *err,
 /* Free what *p holds and zero it. Accepts NULL. */
 void kvp__oai_prompt_free(kvp_oai_prompt *p);
 
+/* How a JSON value's type reads in an error message ("an array", "a string", "missing" for
+ * NULL...): a static string. Shared with logread.c. Cannot fail. */
+const char *kvp__json_type_name(const json_t *v);
+
 #endif /* KVP_CLI_OPENAI_H */

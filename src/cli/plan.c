@@ -84,21 +84,8 @@ static const char usage_text[] =
 
 #include "plan.h"
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Print "kvprefix plan: message" to stderr and return code. */
-static int fail(int code, const char *fmt, ...)
-{
-    va_list ap;
-    fputs("kvprefix plan: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    if (code == EXIT_USAGE)
-        fputs("Try 'kvprefix plan --help'.\n", stderr);
-    return code;
-}
+/* Print "kvprefix plan: message" to stderr and return code (the exit status). */
+#define fail(...) kvp_cli_fail("plan", __VA_ARGS__)
 
 /* A positive integer flag value up to max. Returns 0 or an exit code (message printed). */
 static int flag_uint(const char *flag, const char *v, uint64_t min, uint64_t max, uint64_t *out)

@@ -80,21 +80,8 @@ static const char usage_text[] =
     "  kvprefix replay --diagnose --capacity 1Mtok --format openai bodies.jsonl\n"
     "  zcat big.jsonl.gz | kvprefix replay --capacities 1K,10K,100K --csv -\n";
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Print "kvprefix replay: message" to stderr and return code. */
-static int fail(int code, const char *fmt, ...)
-{
-    va_list ap;
-    fputs("kvprefix replay: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    if (code == EXIT_USAGE)
-        fputs("Try 'kvprefix replay --help'.\n", stderr);
-    return code;
-}
+/* Print "kvprefix replay: message" to stderr and return code (the exit status). */
+#define fail(...) kvp_cli_fail("replay", __VA_ARGS__)
 
 /* ---- options ------------------------------------------------------------------------------ */
 
