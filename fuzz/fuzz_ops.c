@@ -320,19 +320,22 @@ static void decode_call(ops_world *w, fz_in *in, ops_call *k)
         break;
     }
     case K_COMMIT: {
+        /* The tokens always extend the request's own sequence (or are a prefix of it): the
+         * contract requires them to begin with the prompt, and the cache cannot check. */
         const ops_req *r = &w->reqs[k->req];
         uint8_t c = fz_u8(in);
         memcpy(k->tokens, r->seq, r->n_seq * sizeof(uint32_t));
         k->n_tokens = r->n_seq;
-        if (c < 200) {
+        if (r->n_seq == 0) {
+            k->tokens[0] = 0; /* an idle id: 0 tokens or one dummy token */
+            k->n_tokens = fz_below(in, 2);
+        } else if (c < 200) {
             /* Decode up to 7 tokens (the model decides whether the request holds them). */
             for (size_t a = 0; a < (size_t)(c & 7) && k->n_tokens < OPS_MAX_SEQ; a++)
                 k->tokens[k->n_tokens++] = (uint32_t)fz_below(in, 4);
-        } else if (k->n_tokens > 0) {
+        } else {
             k->n_tokens = fz_below(in, k->n_tokens); /* shorter: EINVAL below committed */
         }
-        if (k->n_tokens == 0 && !k->null_tokens)
-            k->tokens[0] = 0, k->n_tokens = fz_below(in, 2); /* 0 or one dummy token */
         break;
     }
     default:

@@ -446,3 +446,64 @@ Test(replay, bad_requests_and_config)
     cr_assert_eq(m.mean_hit, 0.0);
     rp_sim_free(s);
 }
+
+/* Many trace requests (beyond the first growth of the key table and of the touch bitmap),
+ * a fifth of them refused after they created new entries (an id moved to another prefix at
+ * their end): the refused requests leave nothing behind, the invariants hold throughout,
+ * and the figures still equal the pool's. */
+Test(replay, refused_requests_undo_and_growth)
+{
+    srand(7);
+    enum { N = 3000 };
+    rp_sim *sim = sim_new(4, 0);
+    kvp_config c;
+    kvp_config_init(&c);
+    c.n_blocks = 300;
+    c.block_size = 4;
+    kvp_cache *cache;
+    cr_assert_eq(kvp_cache_new(&c, &cache), KVP_OK);
+    static uint64_t req[N][12];
+    size_t n[N];
+    uint64_t next_id = 1, hit = 0, accepted = 0;
+    for (size_t i = 0; i < N; i++) {
+        size_t len = 2 + (size_t)(rand() % 10), from = 0;
+        if (i > 0 && rand() % 3 != 0) {
+            size_t j = (size_t)rand() % i;
+            from = (size_t)rand() % (n[j] + 1);
+            from = from < len ? from : len;
+            memcpy(req[i], req[j], from * sizeof **req);
+        }
+        for (size_t k = from; k < len; k++)
+            req[i][k] = next_id++;
+        n[i] = len;
+        /* Refused unless id 2 would land right after request 0's first id again. */
+        bool refuse = rand() % 5 == 0 && i > 0 && !(len == 2 && req[i][0] == req[0][0]);
+        if (refuse)
+            req[i][len - 1] = req[0][1]; /* id 2 of request 0 now follows another prefix */
+        uint64_t distinct = rp_sim_distinct(sim);
+        add_trace(sim, req[i], len, len * 4, refuse ? RP_EINPUT : RP_OK);
+        if (refuse) {
+            cr_assert_eq(rp_sim_distinct(sim), distinct);
+            n[i] = 0; /* never reused as a base */
+            continue;
+        }
+        accepted++;
+        kvp_namespace ns;
+        kvp_namespace_init(&ns);
+        kvp_key ids[12];
+        for (size_t k = 0; k < len; k++)
+            ids[k] = (kvp_key){req[i][k], 0};
+        kvp_match pm;
+        cr_assert_eq(kvp_access_ids(cache, &ns, ids, len, len * 4, &pm), KVP_OK);
+        hit += pm.n_tokens_hit;
+    }
+    cr_assert_gt(next_id, 4096);
+    rp_metrics m = eval(sim, 300);
+    cr_assert_eq(m.n_requests, accepted);
+    cr_assert_eq(m.n_hit_tokens, hit);
+    kvp_stats st;
+    kvp_cache_stats(cache, &st);
+    cr_assert_eq(m.n_evicted, st.n_evictions);
+    kvp_cache_free(cache);
+    rp_sim_free(sim);
+}

@@ -95,26 +95,29 @@ Test(replay_cli, sweep_csv_and_plot)
 
 Test(replay_cli, sweep_matches_single_runs)
 {
-    long hit[5];
-    for (int c = 1; c <= 4; c++) {
-        char fmt[64];
-        snprintf(fmt, sizeof fmt, "--block-size 2 --capacity %d --json", c);
-        cr_assert_eq(replay(fmt, "replay_hand.jsonl"), 0, "%s", err);
+    static const char *const fields[] = {"hit_tokens",    "blocks_cached",   "blocks_hit",
+                                         "cold_misses",   "capacity_misses", "blocks_stored",
+                                         "blocks_evicted"};
+    json_int_t single[6][7];
+    for (int c = 1; c <= 5; c++) {
+        char opts[64];
+        snprintf(opts, sizeof opts, "--block-size 2 --capacity %d --json", c);
+        cr_assert_eq(replay(opts, "replay_hand.jsonl"), 0, "%s", err);
         json_t *j = parse_out();
-        hit[c] = (long)jint(j, "capacity", "hit_tokens");
+        for (int k = 0; k < 7; k++)
+            single[c][k] = jint(j, "capacity", fields[k]);
         json_decref(j);
     }
-    cr_assert_eq(replay("--block-size 2 --sweep --json", "replay_hand.jsonl"), 0);
+    cr_assert_eq(replay("--block-size 2 --capacities 5,1,3,2,4 --json", "replay_hand.jsonl"), 0);
     json_t *j = parse_out();
     json_t *sweep = json_object_get(j, "sweep");
-    cr_assert(json_array_size(sweep) > 0);
-    size_t i;
-    json_t *pt;
-    json_array_foreach(sweep, i, pt)
-    {
-        json_int_t cap = json_integer_value(json_object_get(pt, "capacity_blocks"));
-        if (cap >= 1 && cap <= 4)
-            cr_assert_eq(json_integer_value(json_object_get(pt, "hit_tokens")), hit[cap]);
+    cr_assert_eq(json_array_size(sweep), 5);
+    for (int c = 1; c <= 5; c++) {
+        json_t *pt = json_array_get(sweep, (size_t)c - 1); /* sorted by capacity */
+        cr_assert_eq(json_integer_value(json_object_get(pt, "capacity_blocks")), c);
+        for (int k = 0; k < 7; k++)
+            cr_assert_eq(json_integer_value(json_object_get(pt, fields[k])), single[c][k],
+                         "capacity %d %s", c, fields[k]);
     }
     json_decref(j);
 }
@@ -195,6 +198,7 @@ Test(replay_cli, openai_relative_comparison_and_diagnose)
     j = parse_out();
     json_int_t last = jint(j, "capacity", "hit_tokens");
     json_t *pts = json_object_get(json_object_get(j, "diagnose"), "break_points");
+    cr_assert(json_is_array(pts) && json_array_size(pts) > 0);
     for (size_t i = 0; i < json_array_size(pts); i++)
         cr_assert_eq(json_integer_value(json_object_get(json_array_get(pts, i), "resynced")), 0);
     json_decref(j);
@@ -230,11 +234,19 @@ Test(replay_cli, gzip_and_stdin)
     json_t *j = parse_out();
     cr_assert_eq(jint(j, "capacity", "hit_tokens"), 8);
     json_decref(j);
-    snprintf(args, sizeof args, "--block-size 2 --capacity 3 --json - < '%s'", gz);
-    /* cli_run redirects stdin from /dev/null after ARGS; the explicit one comes first. */
-    snprintf(cmd, sizeof cmd, "'%s' replay --block-size 2 --capacity 3 --json - < '%s' > /dev/null",
-             getenv("KVPREFIX_BIN"), gz);
-    cr_assert_eq(system(cmd), 0);
+    /* Standard input, still gzip: cli_run's own "</dev/null" comes after ours in the
+     * command, so pipe through cat instead. */
+    snprintf(cmd, sizeof cmd, "cat '%s' | '%s' replay --block-size 2 --capacity 3 --json -", gz,
+             getenv("KVPREFIX_BIN"));
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    cr_assert_eq(pclose(p), 0);
+    j = parse_out();
+    cr_assert_eq(jint(j, "capacity", "hit_tokens"), 8);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "input")), "-");
+    json_decref(j);
     remove(gz);
 }
 
@@ -258,6 +270,12 @@ Test(replay_cli, bad_input)
     expect("--capacity 8", "replay_bad_mixed.jsonl", 1,
            "replay_bad_mixed.jsonl:2: a Mooncake line in a token log");
     expect("--capacity 8", "no_such_file.jsonl", 1, "no_such_file.jsonl");
+    /* Options are checked before anything is read: a bad one on an empty log is a usage
+     * error, not "no requests". */
+    expect("--capacity abc", "replay_empty.jsonl", 2, "'abc' is not a positive capacity");
+    /* Every line skipped: no requests, not an empty report. */
+    expect("--block-size 2 --capacity 3 --sort --skip-invalid", "replay_hand.jsonl", 1,
+           "no requests (every line was skipped)");
 }
 
 Test(replay_cli, skip_invalid_counts_lines)
@@ -289,6 +307,14 @@ Test(replay_cli, usage_errors)
     expect("--capacity 8 --format xml", "replay_hand.jsonl", 2, "--format");
     expect("--capacity 8 --block-size 0", "replay_hand.jsonl", 2, "--block-size");
     expect("--capacity 1tok", "replay_hand.jsonl", 1, "less than one block");
+    expect("--capacity 0tok", "replay_hand.jsonl", 2, "'0tok' is not a positive capacity");
+    expect("--capacities 1,,2", "replay_hand.jsonl", 2, "--capacities: '' is not a capacity");
+    expect("--capacities=", "replay_hand.jsonl", 2, "--capacities: '' is not a capacity");
+    expect("--capacity 8 --kv-dtype fp8", "replay_hand.jsonl", 2, "--kv-dtype needs --model");
+    expect("--capacities 1,2GiB", "replay_hand.jsonl", 2, "needs --model or --config");
+    expect("--capacities 300T", "replay_hand.jsonl", 1, "is too large");
+    expect("--capacity 8 --sweep --plot /nonexistent/dir/x.svg", "replay_hand.jsonl", 1,
+           "/nonexistent/dir/x.svg: cannot create");
     cr_assert_eq(cli_run("replay", "--help", err, sizeof err, out, sizeof out), 0);
     cr_assert(strstr(out, "Examples:") != NULL);
 }

@@ -366,23 +366,38 @@ static void excerpt(const rp_diag *d, const dreq *q, size_t pos, size_t span, ch
     (void)d;
 }
 
+/* Nearest-rank p50 and p90 of the common-prefix lengths, in tokens. Returns 0, or -1 on
+ * out of memory. */
+static int lcp_percentiles(const rp_diag *d, uint64_t *p50, uint64_t *p90)
+{
+    size_t n = d->n_lcps;
+    *p50 = *p90 = 0;
+    if (n == 0)
+        return 0;
+    uint64_t *l = malloc(n * sizeof *l);
+    if (!l)
+        return -1;
+    memcpy(l, d->lcps, n * sizeof *l);
+    qsort(l, n, sizeof *l, cmp_u64);
+    *p50 = l[(n - 1) / 2] * d->unit;
+    *p90 = l[(n * 9 + 9) / 10 - 1] * d->unit;
+    free(l);
+    return 0;
+}
+
 int rp_diag_print(const rp_diag *d, FILE *f, unsigned top)
 {
     uint64_t n_cmp = d->n_lcps;
     fprintf(f, "\nPrompt layout (--diagnose): %llu requests, %llu first of their namespace\n",
             (unsigned long long)d->n_reqs, (unsigned long long)d->n_first);
     if (n_cmp) {
-        uint64_t *l = malloc(n_cmp * sizeof *l);
-        if (!l)
+        uint64_t p50, p90;
+        if (lcp_percentiles(d, &p50, &p90) != 0)
             return -1;
-        memcpy(l, d->lcps, n_cmp * sizeof *l);
-        qsort(l, n_cmp, sizeof *l, cmp_u64);
         fprintf(f,
                 "  common prefix with the most similar earlier request: p50 %llu, p90 %llu "
                 "tokens\n",
-                (unsigned long long)(l[(n_cmp - 1) / 2] * d->unit),
-                (unsigned long long)(l[(n_cmp * 9 + 9) / 10 - 1] * d->unit));
-        free(l);
+                (unsigned long long)p50, (unsigned long long)p90);
         static const char *const names[5] = {"none", "under 25%", "25-50%", "50-75%",
                                              "75% or more"};
         fprintf(f, "  share of the prompt it covers:");
@@ -442,6 +457,11 @@ json_t *rp_diag_json(const rp_diag *d, unsigned top)
         return NULL;
     json_object_set_new(j, "requests", json_integer((json_int_t)d->n_reqs));
     json_object_set_new(j, "first_in_namespace", json_integer((json_int_t)d->n_first));
+    uint64_t p50, p90;
+    if (lcp_percentiles(d, &p50, &p90) == 0 && d->n_lcps > 0) {
+        json_object_set_new(j, "common_prefix_p50_tokens", json_integer((json_int_t)p50));
+        json_object_set_new(j, "common_prefix_p90_tokens", json_integer((json_int_t)p90));
+    }
     json_object_set_new(j, "fully_covered", json_integer((json_int_t)d->n_full));
     json_t *b = json_array();
     for (int i = 0; i < 5; i++)

@@ -32,6 +32,7 @@
 #define EXIT_INPUT    1
 #define EXIT_USAGE    2
 #define EXIT_INTERNAL 3
+#define RP_CAP_MAX    (UINT64_C(1) << 48) /* largest capacity in blocks (exact in JSON) */
 
 static const char usage_text[] =
     "Usage: kvprefix replay [options] LOG\n"
@@ -265,6 +266,7 @@ static bool ends_with(const char *s, size_t n, const char *suffix)
 static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
 {
     char buf[64];
+    size_t given = n;
     if (n == 0 || n >= sizeof buf)
         return fail(EXIT_USAGE, "%s: '%.*s' is not a capacity", flag, (int)n, s);
     memcpy(buf, s, n);
@@ -294,7 +296,7 @@ static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
         return fail(EXIT_USAGE,
                     "%s: '%.*s' is not a positive capacity (blocks: 20000 or 64K; tokens: "
                     "1Mtok; KV memory: 40GiB with --model)",
-                    flag, (int)n, s);
+                    flag, (int)given, s);
     return 0;
 }
 
@@ -312,16 +314,28 @@ static int cap_blocks(const char *flag, const cap_spec *c, uint32_t block_size,
     }
     if (b == 0)
         return fail(EXIT_INPUT, "%s: less than one block of %u tokens", flag, block_size);
+    uint64_t unused;
+    if (b > RP_CAP_MAX || kvp_plan_mul(b, block_size, &unused) != KVP_PLAN_OK ||
+        kvp_plan_mul(b, block_bytes, &unused) != KVP_PLAN_OK)
+        return fail(EXIT_INPUT,
+                    "%s: %llu blocks is too large (at most 2^48, and the bytes must "
+                    "fit 64 bits)",
+                    flag, (unsigned long long)b);
     *out = b;
     return 0;
 }
 
 /* ---- the model shape for byte capacities --------------------------------------------------- */
 
-static int model_bytes(const rp_options *o, uint32_t block_size, rp_result *r)
+/* The KV bytes of one token for --model/--config (and --kv-dtype) into *token_bytes, and a
+ * description into desc; both left 0/"" without a model. Returns 0 or an exit code. */
+static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, size_t desc_size)
 {
-    if (!o->model && !o->config)
+    if (!o->model && !o->config) {
+        if (o->kv_dtype)
+            return fail(EXIT_USAGE, "--kv-dtype needs --model or --config");
         return 0;
+    }
     kvp_model_shape m;
     kvp_model_shape_init(&m);
     const char *name = o->model;
@@ -344,11 +358,56 @@ static int model_bytes(const rp_options *o, uint32_t block_size, rp_result *r)
     uint64_t tok;
     if (kvp_model_shape_check(&m, &what) != KVP_PLAN_OK)
         return fail(EXIT_INPUT, "model shape: %s", what ? what : "invalid");
-    if (kvp_plan_token_bytes(&m, m.n_kv_heads, &tok) != KVP_PLAN_OK ||
-        kvp_plan_mul(tok, block_size, &r->block_bytes) != KVP_PLAN_OK)
+    if (kvp_plan_token_bytes(&m, m.n_kv_heads, &tok) != KVP_PLAN_OK)
         return fail(EXIT_INPUT, "model shape: KV bytes overflow");
-    snprintf(r->model_desc, sizeof r->model_desc, "%s, %s KV", name,
-             kvp_plan_dtype_name(m.kv_dtype));
+    *token_bytes = tok;
+    snprintf(desc, desc_size, "%s, %s KV", name, kvp_plan_dtype_name(m.kv_dtype));
+    return 0;
+}
+
+/* Everything the options say that can be checked before the log is read: capacities, the
+ * model shape, the plot file. */
+typedef struct prep {
+    bool has_cap;               /* --capacity given */
+    cap_spec cap;               /* its value */
+    cap_spec caps[RP_MAX_CAPS]; /* --capacities values */
+    size_t n_caps;
+    uint64_t token_bytes; /* KV bytes per token, 0 without a model */
+    FILE *plot;           /* --plot file, created before reading */
+} prep;
+
+static int prepare(const rp_options *o, prep *p, rp_result *r)
+{
+    memset(p, 0, sizeof *p);
+    int rc;
+    bool bytes = false;
+    if (o->capacity) {
+        if ((rc = parse_cap("--capacity", o->capacity, strlen(o->capacity), &p->cap)) != 0)
+            return rc;
+        p->has_cap = true;
+        bytes = p->cap.unit == 2;
+    }
+    if (o->capacities) {
+        const char *s = o->capacities;
+        for (;;) {
+            const char *comma = strchr(s, ',');
+            size_t len = comma ? (size_t)(comma - s) : strlen(s);
+            if (p->n_caps == RP_MAX_CAPS)
+                return fail(EXIT_USAGE, "--capacities: at most %d values", RP_MAX_CAPS);
+            if ((rc = parse_cap("--capacities", s, len, &p->caps[p->n_caps])) != 0)
+                return rc;
+            bytes |= p->caps[p->n_caps++].unit == 2;
+            if (!comma)
+                break;
+            s = comma + 1;
+        }
+    }
+    if ((rc = model_bytes(o, &p->token_bytes, r->model_desc, sizeof r->model_desc)) != 0)
+        return rc;
+    if (bytes && p->token_bytes == 0)
+        return fail(EXIT_USAGE, "a capacity in bytes needs --model or --config");
+    if (o->plot_path && !(p->plot = fopen(o->plot_path, "w")))
+        return fail(EXIT_INPUT, "%s: cannot create: %s", o->plot_path, strerror(errno));
     return 0;
 }
 
@@ -411,6 +470,7 @@ typedef struct held {
 
 typedef struct run {
     const rp_options *o;
+    const prep *prep;
     rp_result *res;
     rp_sim *sim;
     kvp_log_reader *reader;
@@ -482,6 +542,8 @@ static int replay_one(run *ru, const held *h)
     ru->res->seconds_engine += now_s() - t0;
     if (rc != RP_OK)
         return line_error(ru, h->line_no, rc, msg);
+    ru->res->n_replayed++;
+    ru->res->n_output_cached += q.n_output_tokens > 0;
     if (ru->res->diag) {
         kvp_key root;
         kvp_namespace_key(ru->o->seed, &q.ns, &root);
@@ -490,10 +552,12 @@ static int replay_one(run *ru, const held *h)
         if (h->ids) {
             if (!ensure((void **)&ru->folded, &ru->folded_cap, h->n_ids, sizeof *ru->folded))
                 return fail(EXIT_INPUT, "out of memory");
-            for (size_t i = 0; i < h->n_ids; i++)
+            /* Only the ids of full blocks: a partial last block is never cached. */
+            n = h->input_length / ru->res->block_size;
+            n = n < h->n_ids ? n : h->n_ids;
+            for (size_t i = 0; i < n; i++)
                 ru->folded[i] = (uint32_t)(h->ids[i] ^ (h->ids[i] >> 32));
             sym = ru->folded;
-            n = h->n_ids;
         }
         if (rp_diag_add(ru->res->diag, root, sym, n, h->text, h->text_len, h->offsets,
                         h->line_no) != 0)
@@ -634,11 +698,12 @@ static int read_log(run *ru, progress *pg)
             rp_sim_config sc = {res->block_size, o->seed, 0};
             char err[256];
             uint64_t blocks = 0;
-            if (o->capacity) {
-                cap_spec c;
-                if ((rc = parse_cap("--capacity", o->capacity, strlen(o->capacity), &c)) ||
-                    (rc = model_bytes(o, res->block_size, res)) ||
-                    (rc = cap_blocks("--capacity", &c, res->block_size, res->block_bytes, &blocks)))
+            if (kvp_plan_mul(ru->prep->token_bytes, res->block_size, &res->block_bytes) !=
+                KVP_PLAN_OK)
+                return fail(EXIT_INPUT, "the KV bytes of one block overflow");
+            if (ru->prep->has_cap) {
+                if ((rc = cap_blocks("--capacity", &ru->prep->cap, res->block_size,
+                                     res->block_bytes, &blocks)) != 0)
                     return rc;
                 if (blocks > (UINT64_C(1) << 31))
                     return fail(EXIT_INPUT, "--capacity: %llu blocks; the pool holds at most 2^31",
@@ -646,8 +711,6 @@ static int read_log(run *ru, progress *pg)
                 sc.pool_blocks = (uint32_t)blocks;
                 res->has_primary = true;
                 res->primary.capacity = blocks;
-            } else if ((rc = model_bytes(o, res->block_size, res)) != 0) {
-                return rc;
             }
             ru->sim = rp_sim_new(&sc, err, sizeof err);
             if (!ru->sim)
@@ -673,7 +736,7 @@ static int read_log(run *ru, progress *pg)
             return rc;
         progress_draw(pg, kvp_log_n_records(ru->reader), kvp_log_bytes_in(ru->reader), false);
     }
-    if (o->sort) {
+    if (o->sort && ru->n_held > 0) {
         qsort(ru->held, ru->n_held, sizeof *ru->held, cmp_held);
         for (size_t i = 0; i < ru->n_held; i++)
             if ((rc = replay_one(ru, &ru->held[i])) != 0)
@@ -691,25 +754,16 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* The sweep's capacities in blocks: the --capacities list, or log-spaced points. */
-static int sweep_caps(const rp_options *o, rp_result *r, uint64_t *caps, size_t *n_caps)
+static int sweep_caps(const rp_options *o, const prep *pp, rp_result *r, uint64_t *caps,
+                      size_t *n_caps)
 {
     size_t n = 0;
     if (o->capacities) {
-        const char *p = o->capacities;
-        while (*p) {
-            const char *comma = strchr(p, ',');
-            size_t len = comma ? (size_t)(comma - p) : strlen(p);
-            if (n == RP_MAX_CAPS)
-                return fail(EXIT_USAGE, "--capacities: at most %d values", RP_MAX_CAPS);
-            cap_spec c;
-            int rc = parse_cap("--capacities", p, len, &c);
-            if (rc ||
-                (rc = cap_blocks("--capacities", &c, r->block_size, r->block_bytes, &caps[n])) != 0)
+        for (; n < pp->n_caps; n++) {
+            int rc =
+                cap_blocks("--capacities", &pp->caps[n], r->block_size, r->block_bytes, &caps[n]);
+            if (rc)
                 return rc;
-            n++;
-            p += len + (comma ? 1 : 0);
-            if (comma && !*p)
-                return fail(EXIT_USAGE, "--capacities: empty value after ','");
         }
     } else {
         /* Log-spaced from a thousandth of the distinct blocks (at least 1) to all of them,
@@ -732,7 +786,7 @@ static int sweep_caps(const rp_options *o, rp_result *r, uint64_t *caps, size_t 
     return 0;
 }
 
-static int evaluate(const rp_options *o, rp_result *r)
+static int evaluate(const rp_options *o, const prep *pp, rp_result *r)
 {
     r->distinct = rp_sim_distinct(r->sim);
     for (int d = 0; d < RP_N_DIMS; d++) {
@@ -754,7 +808,7 @@ static int evaluate(const rp_options *o, rp_result *r)
     }
     if (o->sweep || o->capacities) {
         uint64_t caps[RP_MAX_CAPS];
-        int rc = sweep_caps(o, r, caps, &r->n_curve);
+        int rc = sweep_caps(o, pp, r, caps, &r->n_curve);
         if (rc)
             return rc;
         for (size_t i = 0; i < r->n_curve; i++)
@@ -764,7 +818,7 @@ static int evaluate(const rp_options *o, rp_result *r)
     return 0;
 }
 
-static int plot(const rp_options *o, const rp_result *r)
+static int plot(const rp_options *o, FILE *f, const rp_result *r)
 {
     double x[RP_MAX_CAPS], yt[RP_MAX_CAPS], yb[RP_MAX_CAPS];
     for (size_t i = 0; i < r->n_curve; i++) {
@@ -806,12 +860,9 @@ static int plot(const rp_options *o, const rp_result *r)
     snprintf(mlabel, sizeof mlabel, "--capacity %llu",
              (unsigned long long)(r->has_primary ? r->primary.capacity : 0));
     p.marker_label = mlabel;
-    FILE *f = fopen(o->plot_path, "w");
-    if (!f)
-        return fail(EXIT_INPUT, "%s: cannot create: %s", o->plot_path, strerror(errno));
     char err[256];
     int rc = kvp_plot_svg(f, &p, err, sizeof err);
-    if (fclose(f) != 0 || rc != 0)
+    if (rc != 0 || fflush(f) != 0 || ferror(f))
         return fail(EXIT_INPUT, "%s: %s", o->plot_path, rc ? err : "write error");
     return 0;
 }
@@ -825,9 +876,13 @@ int kvp_cli_replay(int argc, char **argv)
     rp_result res;
     memset(&res, 0, sizeof res);
     res.input = o.path;
+    prep pp;
+    if ((rc = prepare(&o, &pp, &res)) != 0)
+        return rc;
     run ru;
     memset(&ru, 0, sizeof ru);
     ru.o = &o;
+    ru.prep = &pp;
     ru.res = &res;
 
     kvp_log_options lo;
@@ -836,8 +891,13 @@ int kvp_cli_replay(int argc, char **argv)
     lo.tokenizer = o.tokenizer;
     lo.hash_block_size = o.trace_block_size;
     char err[512];
-    if (kvp_log_open(o.path, &lo, &ru.reader, err, sizeof err) != 0)
+    if (kvp_log_open(o.path, &lo, &ru.reader, err, sizeof err) != 0) {
+        if (pp.plot) {
+            fclose(pp.plot);
+            remove(o.plot_path);
+        }
         return fail(EXIT_INPUT, "%s", err);
+    }
 
     progress pg = {false, 0, now_s(), 0.0};
     pg.on = o.progress == 1 || (o.progress < 0 && isatty(STDERR_FILENO));
@@ -849,19 +909,25 @@ int kvp_cli_replay(int argc, char **argv)
     rc = read_log(&ru, &pg);
     progress_draw(&pg, kvp_log_n_records(ru.reader), pg.total, true);
     res.n_lines = kvp_log_n_lines(ru.reader);
-    if (rc == 0 && !ru.sim)
-        rc = fail(EXIT_INPUT, "%s: no requests", o.path);
-    if (rc == 0 && rp_sim_finish(ru.sim, err, sizeof err) != RP_OK)
-        rc = fail(EXIT_INTERNAL, "%s", err);
+    if (rc == 0 && res.n_replayed == 0)
+        rc = fail(EXIT_INPUT, "%s: no requests%s", o.path,
+                  res.n_skipped ? " (every line was skipped)" : "");
+    int frc;
+    if (rc == 0 && (frc = rp_sim_finish(ru.sim, err, sizeof err)) != RP_OK)
+        rc = fail(frc == RP_ENOMEM ? EXIT_INPUT : EXIT_INTERNAL, "%s", err);
     if (rc == 0) {
         res.sim = ru.sim;
         double t1 = now_s();
-        rc = evaluate(&o, &res);
+        rc = evaluate(&o, &pp, &res);
         res.seconds_engine += now_s() - t1;
         res.seconds = now_s() - t0;
     }
-    if (rc == 0 && o.plot_path)
-        rc = plot(&o, &res);
+    if (rc == 0 && pp.plot)
+        rc = plot(&o, pp.plot, &res);
+    if (pp.plot && fclose(pp.plot) != 0 && rc == 0)
+        rc = fail(EXIT_INPUT, "%s: write error", o.plot_path);
+    if (pp.plot && rc != 0)
+        remove(o.plot_path); /* no half-written or empty chart */
     if (rc == 0 && rp_report(stdout, &o, &res) != 0)
         rc = fail(EXIT_INPUT, "cannot write the report");
 

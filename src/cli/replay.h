@@ -49,6 +49,8 @@ typedef struct rp_result {
     const char *tokenizer;               /* OpenAI bodies: the tokenizer's name; NULL otherwise */
     uint64_t n_lines;                    /* lines read */
     uint64_t n_skipped;                  /* malformed lines skipped (--skip-invalid) */
+    uint64_t n_replayed;                 /* requests replayed */
+    uint64_t n_output_cached;            /* of those, with output blocks cached (--cache-output) */
     char first_skip[512];                /* the first skipped line's message */
     uint64_t block_bytes;                /* KV bytes of one block; 0 without a model shape */
     char model_desc[128];                /* e.g. "Llama-3.1-8B, fp16"; "" without a model */

@@ -206,9 +206,12 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
     if (r->n_skipped)
         fprintf(f, "  skipped lines            %s (first: %s)\n", num(r->n_skipped, a, sizeof a),
                 r->first_skip);
-    fprintf(f, "  order                    %s; LRU, tail blocks evicted first%s\n",
-            o->sort ? "sorted by timestamp" : "file order",
-            o->cache_output ? "; output blocks cached" : "");
+    fprintf(f, "  order                    %s; LRU, tail blocks evicted first\n",
+            o->sort ? "sorted by timestamp" : "file order");
+    if (o->cache_output)
+        fprintf(f, "  output blocks            cached for %s requests with output_tokens%s\n",
+                num(r->n_output_cached, a, sizeof a),
+                r->format == KVP_LOG_MOONCAKE ? " (hash-id traces carry none)" : "");
     fprintf(f, "  time                     %.3f s, %.3f s of it in the cache and LRU model\n",
             r->seconds, r->seconds_engine);
     if (r->has_primary) {

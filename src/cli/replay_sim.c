@@ -34,8 +34,9 @@
  * Invariants: n_live == number of entries with last > 0 == set bits, all within 1 .. n_time;
  * each entry with last > 0 has bit last set, and no two entries share a time.
  *
- * Cost: O(B log T) time for B block accesses and T touches, and about 110 bytes per
- * distinct block plus 4 bytes per block access (pm) and 8 per touch (tree and marks).
+ * Cost: O(B log(T / 64)) time for B block accesses and T touches; memory about 80 bytes
+ * per distinct block (a 48-byte entry, two 16-byte slots at load <= 1/2), 4 bytes per block
+ * access (pm), 40 per request, and 1/4 byte per touch (bits and tree).
  */
 #include "replay_sim.h"
 
@@ -209,7 +210,7 @@ static bool scratch_reserve(rp_sim *s, size_t n)
         !grow((void **)&s->scratch_ent, &c2, n, sizeof *s->scratch_ent) ||
         !grow((void **)&s->scratch_ids, &c4, n, sizeof *s->scratch_ids))
         return false;
-    /* All four grew to the same power-of-two multiple of the old capacity. */
+    /* The three may have grown to different capacities: keep the smallest. */
     s->scratch_cap = c1 < c2 ? c1 : c2;
     s->scratch_cap = s->scratch_cap < c4 ? s->scratch_cap : c4;
     return true;
