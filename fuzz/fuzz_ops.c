@@ -538,25 +538,10 @@ static void compare_state(ops_world *w)
     kvp_stats s, e;
     FZ_ASSERT(kvp_cache_stats(w->c, &s) == KVP_OK, "kvp_cache_stats");
     rm_stats(w->m, &e);
-#define S(x)                                                                                       \
-    FZ_ASSERT(s.x == e.x, "step %zu %s: stats." #x " %llu, model %llu", w->step, w->op,            \
-              (unsigned long long)s.x, (unsigned long long)e.x)
-    S(n_blocks_total);
-    S(n_blocks_free);
-    S(n_blocks_cached);
-    S(n_blocks_in_use);
-    S(n_requests_active);
-    S(n_requests);
-    S(n_lookups);
-    S(n_tokens_queried);
-    S(n_tokens_hit);
-    S(n_blocks_hit);
-    S(n_blocks_missed);
-    S(n_blocks_stored);
-    S(n_blocks_deduped);
-    S(n_evictions);
-    S(n_verify_rejects);
-#undef S
+    uint64_t got, want;
+    const char *field = rm_stats_diff(&s, &e, &got, &want);
+    FZ_ASSERT(field == NULL, "step %zu %s: stats.%s %llu, model %llu", w->step, w->op,
+              field ? field : "", (unsigned long long)got, (unsigned long long)want);
     int rc = kvp_cache_check(w->c);
     FZ_ASSERT(rc == KVP_OK, "step %zu %s: kvp_cache_check: %s", w->step, w->op, kvp_strerror(rc));
     for (int r = 0; r <= OPS_N_IDS; r++) {

@@ -582,3 +582,30 @@ uint64_t rm_n_replaced(const rm_model *m)
 {
     return m->n_replaced;
 }
+
+const char *rm_stats_diff(const kvp_stats *a, const kvp_stats *b, uint64_t *a_val, uint64_t *b_val)
+{
+#define S(x)                                                                                       \
+    if (a->x != b->x) {                                                                            \
+        *a_val = a->x;                                                                             \
+        *b_val = b->x;                                                                             \
+        return #x;                                                                                 \
+    }
+    S(n_blocks_total);
+    S(n_blocks_free);
+    S(n_blocks_cached);
+    S(n_blocks_in_use);
+    S(n_requests_active);
+    S(n_requests);
+    S(n_lookups);
+    S(n_tokens_queried);
+    S(n_tokens_hit);
+    S(n_blocks_hit);
+    S(n_blocks_missed);
+    S(n_blocks_stored);
+    S(n_blocks_deduped);
+    S(n_evictions);
+    S(n_verify_rejects);
+#undef S
+    return NULL;
+}

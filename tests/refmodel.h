@@ -69,6 +69,11 @@ int rm_access(rm_model *m, const kvp_namespace *ns, const uint32_t *tokens, size
 int rm_reset(rm_model *m);
 void rm_stats(const rm_model *m, kvp_stats *out);
 
+/* The first field in which two kvp_stats differ: its name (a static string) with the two
+ * values in *a_val and *b_val; NULL when they are equal. Shared by the differential test and
+ * fuzz_ops. Cannot fail. */
+const char *rm_stats_diff(const kvp_stats *a, const kvp_stats *b, uint64_t *a_val, uint64_t *b_val);
+
 /* Blocks the request holds (0 if it is not active) and blocks it has committed. */
 size_t rm_request_n_blocks(const rm_model *m, uint64_t req_id);
 size_t rm_request_n_committed(const rm_model *m, uint64_t req_id);

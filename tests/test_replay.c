@@ -371,6 +371,24 @@ Test(replay, sweep_equals_single_replays_on_random_logs)
         check_random(seed, 1 + seed % 3, seed % 2 == 0);
 }
 
+/* Fill out[0 .. len) with a random trace request: two times in three a cut of an earlier
+ * request (reqs[0 .. i), of lengths n[]) and then new ids from next_id. Returns the next
+ * unused id. Every id thus names one prefix (a growing tree). */
+static uint64_t random_ids(uint64_t *out, size_t len, const uint64_t *const *reqs, const size_t *n,
+                           size_t i, uint64_t next_id)
+{
+    size_t from = 0;
+    if (i > 0 && rand() % 3 != 0) {
+        size_t j = (size_t)rand() % i;
+        from = (size_t)rand() % (n[j] + 1);
+        from = from < len ? from : len;
+        memcpy(out, reqs[j], from * sizeof *out);
+    }
+    for (size_t k = from; k < len; k++)
+        out[k] = next_id++;
+    return next_id;
+}
+
 /* Random hash-id traces: ids drawn from a growing tree, so every id names one prefix. */
 Test(replay, sweep_equals_pool_on_random_traces)
 {
@@ -383,15 +401,7 @@ Test(replay, sweep_equals_pool_on_random_traces)
         size_t len = 1 + (size_t)(rand() % 12);
         req[i] = malloc(len * sizeof **req);
         n[i] = len;
-        size_t from = 0;
-        if (i > 0 && rand() % 3 != 0) {
-            size_t j = (size_t)rand() % i;
-            from = (size_t)rand() % (n[j] + 1);
-            from = from < len ? from : len;
-            memcpy(req[i], req[j], from * sizeof **req);
-        }
-        for (size_t k = from; k < len; k++)
-            req[i][k] = next_id++;
+        next_id = random_ids(req[i], len, (const uint64_t *const *)req, n, i, next_id);
     }
     rp_sim *sweep = sim_new(8, 0);
     for (size_t i = 0; i < N; i++)
@@ -463,18 +473,14 @@ Test(replay, refused_requests_undo_and_growth)
     kvp_cache *cache;
     cr_assert_eq(kvp_cache_new(&c, &cache), KVP_OK);
     static uint64_t req[N][12];
+    static const uint64_t *bases[N];
+    for (size_t i = 0; i < N; i++)
+        bases[i] = req[i];
     size_t n[N];
     uint64_t next_id = 1, hit = 0, accepted = 0;
     for (size_t i = 0; i < N; i++) {
-        size_t len = 2 + (size_t)(rand() % 10), from = 0;
-        if (i > 0 && rand() % 3 != 0) {
-            size_t j = (size_t)rand() % i;
-            from = (size_t)rand() % (n[j] + 1);
-            from = from < len ? from : len;
-            memcpy(req[i], req[j], from * sizeof **req);
-        }
-        for (size_t k = from; k < len; k++)
-            req[i][k] = next_id++;
+        size_t len = 2 + (size_t)(rand() % 10);
+        next_id = random_ids(req[i], len, bases, n, i, next_id);
         n[i] = len;
         /* Refused unless id 2 would land right after request 0's first id again. */
         bool refuse = rand() % 5 == 0 && i > 0 && !(len == 2 && req[i][0] == req[0][0]);
