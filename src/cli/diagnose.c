@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "replay.h"
 
 /* Node keys are uniform digests and point keys small integers: both hash by their first
@@ -88,7 +89,7 @@ struct rp_diag {
     uint64_t n_full;    /* requests entirely covered by an earlier one */
     uint64_t bucket[5]; /* LCP / prompt: 0, (0,25%), [25,50%), [50,75%), [75,100%) */
     uint64_t *lcps;     /* LCP of each compared request, in symbols */
-    size_t n_lcps;
+    size_t n_lcps, lcps_cap;
     kvp_key *keys; /* scratch: block keys of the current request */
     size_t keys_cap;
 };
@@ -195,25 +196,10 @@ int rp_diag_add(rp_diag *d, kvp_key root, const uint32_t *sym, size_t n, const c
     size_t n_full = n / bs;
     if (d->n_reqs >= NONE - 1)
         return 0; /* enough to diagnose; the rest is not recorded */
-    if (d->n_reqs == d->reqs_cap) {
-        size_t cap = d->reqs_cap ? 2 * d->reqs_cap : 256;
-        dreq *q = realloc(d->reqs, cap * sizeof *q);
-        uint64_t *l = realloc(d->lcps, cap * sizeof *l);
-        if (q)
-            d->reqs = q;
-        if (l)
-            d->lcps = l;
-        if (!q || !l)
-            return -1;
-        d->reqs_cap = cap;
-    }
-    if (n_full > d->keys_cap) {
-        kvp_key *k = realloc(d->keys, n_full * sizeof *k);
-        if (!k)
-            return -1;
-        d->keys = k;
-        d->keys_cap = n_full;
-    }
+    if (!kvp_cli_grow((void **)&d->reqs, &d->reqs_cap, d->n_reqs + 1, sizeof *d->reqs) ||
+        !kvp_cli_grow((void **)&d->lcps, &d->lcps_cap, d->n_reqs + 1, sizeof *d->lcps) ||
+        !kvp_cli_grow((void **)&d->keys, &d->keys_cap, n_full, sizeof *d->keys))
+        return -1;
     dreq q = {malloc((n ? n : 1) * sizeof *sym), n, NULL, text_len, NULL, line_no};
     if (!q.sym)
         return -1;

@@ -488,21 +488,6 @@ static kvp_field field_of(const char *p, size_t len)
     return f;
 }
 
-static bool ensure(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t n = *cap ? *cap : 256;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q)
-        return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
 /* Report an engine error for line line_no: returns 0 to go on (skipped), or an exit code. */
 static int line_error(run *ru, uint64_t line_no, int rc, const char *msg)
 {
@@ -550,7 +535,7 @@ static int replay_one(run *ru, const held *h)
         const uint32_t *sym = h->tokens;
         size_t n = h->n_tokens;
         if (h->ids) {
-            if (!ensure((void **)&ru->folded, &ru->folded_cap, h->n_ids, sizeof *ru->folded))
+            if (!kvp_cli_grow((void **)&ru->folded, &ru->folded_cap, h->n_ids, sizeof *ru->folded))
                 return fail(EXIT_INPUT, "out of memory");
             /* Only the ids of full blocks: a partial last block is never cached. */
             n = h->input_length / ru->res->block_size;
@@ -589,7 +574,7 @@ static int view_record(run *ru, const kvp_log_record *rec, held *h)
     h->tokens = (uint32_t *)rec->tokens;
     if (ru->o->cache_output && rec->n_output_tokens > 0) {
         size_t n = rec->n_tokens + rec->n_output_tokens;
-        if (!ensure((void **)&ru->joined, &ru->joined_cap, n, sizeof *ru->joined))
+        if (!kvp_cli_grow((void **)&ru->joined, &ru->joined_cap, n, sizeof *ru->joined))
             return fail(EXIT_INPUT, "out of memory");
         memcpy(ru->joined, rec->tokens, rec->n_tokens * sizeof *ru->joined);
         memcpy(ru->joined + rec->n_tokens, rec->output_tokens,
@@ -624,7 +609,7 @@ static void held_free(held *h)
 /* Keep an owned copy of a record's view for --sort. */
 static int hold(run *ru, const held *v)
 {
-    if (!ensure((void **)&ru->held, &ru->held_cap, ru->n_held + 1, sizeof *ru->held))
+    if (!kvp_cli_grow((void **)&ru->held, &ru->held_cap, ru->n_held + 1, sizeof *ru->held))
         return fail(EXIT_INPUT, "out of memory");
     held *h = &ru->held[ru->n_held];
     *h = *v;

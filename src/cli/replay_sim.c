@@ -112,12 +112,12 @@ struct rp_sim {
     size_t n_reqs, reqs_cap;
     uint32_t *pm; /* running-maximum distances, see the picture */
     size_t n_pm, pm_cap;
-    kvp_key *scratch_keys; /* keys of the current request */
-    size_t *scratch_ent;   /* their entries' indexes */
-    kvp_key *scratch_ids;  /* hash ids as keys for kvp_access_ids */
-    size_t scratch_cap;
-    group *groups[RP_N_DIMS];     /* uthash heads */
-    group_name *names[RP_N_DIMS]; /* values by id */
+    kvp_key *scratch_keys;             /* keys of the current request */
+    size_t *scratch_ent;               /* their entries' indexes */
+    kvp_key *scratch_ids;              /* hash ids as keys for kvp_access_ids */
+    size_t keys_cap, ent_cap, ids_cap; /* elements allocated in each scratch array */
+    group *groups[RP_N_DIMS];          /* uthash heads */
+    group_name *names[RP_N_DIMS];      /* values by id */
     size_t n_names[RP_N_DIMS], names_cap[RP_N_DIMS];
     kvp_cache *pool; /* pool mode: the library's cache */
 };
@@ -180,40 +180,11 @@ static bool fen_reserve(rp_sim *s, uint64_t t)
     return true;
 }
 
-/* ---- growable arrays --------------------------------------------------------------------- */
-
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t n = *cap ? *cap : 64;
-    while (n < need) {
-        if (n > SIZE_MAX / 2 / elem)
-            return false;
-        n *= 2;
-    }
-    void *q = realloc(*p, n * elem);
-    if (!q)
-        return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
 static bool scratch_reserve(rp_sim *s, size_t n)
 {
-    if (n <= s->scratch_cap)
-        return true;
-    size_t cap = s->scratch_cap;
-    size_t c1 = cap, c2 = cap, c4 = cap;
-    if (!grow((void **)&s->scratch_keys, &c1, n, sizeof *s->scratch_keys) ||
-        !grow((void **)&s->scratch_ent, &c2, n, sizeof *s->scratch_ent) ||
-        !grow((void **)&s->scratch_ids, &c4, n, sizeof *s->scratch_ids))
-        return false;
-    /* The three may have grown to different capacities: keep the smallest. */
-    s->scratch_cap = c1 < c2 ? c1 : c2;
-    s->scratch_cap = s->scratch_cap < c4 ? s->scratch_cap : c4;
-    return true;
+    return kvp_cli_grow((void **)&s->scratch_keys, &s->keys_cap, n, sizeof *s->scratch_keys) &&
+           kvp_cli_grow((void **)&s->scratch_ent, &s->ent_cap, n, sizeof *s->scratch_ent) &&
+           kvp_cli_grow((void **)&s->scratch_ids, &s->ids_cap, n, sizeof *s->scratch_ids);
 }
 
 /* ---- key map ----------------------------------------------------------------------------- */
@@ -242,7 +213,7 @@ static void slot_put(slot *tab, size_t mask, uint64_t lo, uint64_t idx)
 /* Append a new entry for k and index it. Returns its index, or SIZE_MAX on ENOMEM. */
 static size_t key_add(rp_sim *s, kvp_key k, kvp_key parent, uint64_t line_no)
 {
-    if (!grow((void **)&s->ents, &s->ents_cap, s->n_ents + 1, sizeof *s->ents))
+    if (!kvp_cli_grow((void **)&s->ents, &s->ents_cap, s->n_ents + 1, sizeof *s->ents))
         return SIZE_MAX;
     if ((s->n_ents + 1) * 2 > s->tab_mask + 1) {
         size_t n = (s->tab_mask + 1) * 2;
@@ -305,8 +276,8 @@ static uint32_t group_intern(rp_sim *s, int dim, kvp_field f)
     HASH_FIND(hh, s->groups[dim], &k, sizeof k, g);
     if (g)
         return g->id;
-    if (!grow((void **)&s->names[dim], &s->names_cap[dim], s->n_names[dim] + 1,
-              sizeof *s->names[dim]))
+    if (!kvp_cli_grow((void **)&s->names[dim], &s->names_cap[dim], s->n_names[dim] + 1,
+                      sizeof *s->names[dim]))
         return UINT32_MAX;
     group_name name = {NULL, f.len};
     if (f.ptr) {
@@ -502,8 +473,8 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
     }
     uint32_t n_touch = (uint32_t)touch, n_full = (uint32_t)full;
     if (!scratch_reserve(s, (r->hash_ids ? r->n_hash_ids : 0) + n_touch + 1) ||
-        !grow((void **)&s->reqs, &s->reqs_cap, s->n_reqs + 1, sizeof *s->reqs) ||
-        !grow((void **)&s->pm, &s->pm_cap, s->n_pm + n_touch + 1, sizeof *s->pm) ||
+        !kvp_cli_grow((void **)&s->reqs, &s->reqs_cap, s->n_reqs + 1, sizeof *s->reqs) ||
+        !kvp_cli_grow((void **)&s->pm, &s->pm_cap, s->n_pm + n_touch + 1, sizeof *s->pm) ||
         !fen_reserve(s, s->n_time + n_touch + 1)) {
         kvp_cli_errf(err, err_size, "out of memory");
         return RP_ENOMEM;

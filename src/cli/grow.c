@@ -1,0 +1,26 @@
+/*
+ * grow.c - the growable arrays of the replay tool (replay.c, replay_sim.c, diagnose.c): one
+ * doubling realloc with an overflow check, so each array needs only a pointer and a capacity.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+bool kvp_cli_grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : 64;
+    while (n < need) {
+        if (n > SIZE_MAX / 2 / elem)
+            return false;
+        n *= 2;
+    }
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
