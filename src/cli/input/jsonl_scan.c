@@ -419,7 +419,7 @@ static int key_push(cur *c, const unsigned char *q, uint32_t h)
                 return fail(c, q, "duplicate object key");
     }
     if (s->n_keys == s->keys_cap) {
-        size_t ncap = s->keys_cap == 0 ? 64 : s->keys_cap * 2;
+        size_t ncap = s->keys_cap == 0 ? 16 : s->keys_cap * 2;
         js_key *k = ncap <= SIZE_MAX / sizeof *k ? realloc(s->keys, ncap * sizeof *k) : NULL;
         if (k == NULL) {
             s->err_column = column(c, q);
@@ -704,7 +704,7 @@ static int ids_reserve(cur *c, void **v, size_t *cap, size_t n, size_t elem)
 {
     if (n < *cap)
         return 0;
-    size_t ncap = *cap < 256 ? 256 : *cap * 2;
+    size_t ncap = *cap < 16 ? 16 : *cap * 2;
     void *p = ncap <= SIZE_MAX / elem ? realloc(*v, ncap * elem) : NULL;
     if (p == NULL) {
         c->s->err_column = column(c, c->p);
@@ -742,7 +742,28 @@ static int scan_id(cur *c, js_array *a, void **v, size_t *cap, size_t elem)
     return 0;
 }
 
-/* Read the id array at c->p ('[') into *v (see scan_id). Returns 0 or an error. */
+/* Read one id whose first byte is '1'..'9' at p, the hot case: at most 18 digits, not
+ * followed by a digit, '.', 'e' or 'E', and within range (elem 4: below 2^32). Returns the
+ * byte after it with the value in *u, or NULL when the id needs the general path (scan_id).
+ * Cannot fail. */
+static inline const unsigned char *fast_id(const unsigned char *p, const unsigned char *end,
+                                           size_t elem, uint64_t *u)
+{
+    const unsigned char *lim = end - p > 18 ? p + 18 : end;
+    uint64_t x = (uint64_t)(*p++ - '0');
+    while (p < lim && is_digit(*p))
+        x = x * 10 + (uint64_t)(*p++ - '0');
+    if (p < end && (is_digit(*p) || *p == '.' || *p == 'e' || *p == 'E'))
+        return NULL;
+    if (elem == 4 && x > UINT32_MAX)
+        return NULL;
+    *u = x;
+    return p;
+}
+
+/* Read the id array at c->p ('[') into *v (elem 4: uint32 token ids, 8: uint64 hash ids).
+ * The loop keeps the cursor in a local and stores plain ids directly; anything else (0,
+ * negative, real, too long, not a number) goes through scan_id. Returns 0 or an error. */
 static int scan_ids(cur *c, js_array *a, void **v, size_t *cap, size_t elem)
 {
     int rc = container_open(c, false);
@@ -754,18 +775,36 @@ static int scan_ids(cur *c, js_array *a, void **v, size_t *cap, size_t elem)
         c->depth--;
         return 0;
     }
-    for (;;) {
-        if (c->p >= c->end)
-            return fail_unexpected(c, "a value");
-        if ((rc = scan_id(c, a, v, cap, elem)) != 0)
+    const unsigned char *p = c->p, *end = c->end, *q;
+    for (uint64_t u;;) {
+        if (p < end && *p >= '1' && *p <= '9' && (q = fast_id(p, end, elem, &u)) != NULL &&
+            (a->n < *cap || (c->p = p, rc = ids_reserve(c, v, cap, a->n, elem)) == 0)) {
+            if (elem == 4)
+                ((uint32_t *)*v)[a->n] = (uint32_t)u;
+            else
+                ((uint64_t *)*v)[a->n] = u;
+            a->n++;
+            p = q;
+        } else if (rc != 0) {
             return rc;
-        skip_ws(c);
-        if (c->p < c->end && *c->p == ',') {
-            c->p++;
-            skip_ws(c);
+        } else {
+            c->p = p;
+            if (p >= end)
+                return fail_unexpected(c, "a value");
+            if ((rc = scan_id(c, a, v, cap, elem)) != 0)
+                return rc;
+            p = c->p;
+        }
+        while (p < end && is_ws(*p))
+            p++;
+        if (p < end && *p == ',') {
+            p++;
+            while (p < end && is_ws(*p))
+                p++;
             continue;
         }
-        if (c->p < c->end && *c->p == ']') {
+        c->p = p;
+        if (p < end && *p == ']') {
             c->p++;
             c->depth--;
             return 0;
