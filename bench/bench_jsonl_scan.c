@@ -94,9 +94,9 @@ static size_t put_ids(char *s, size_t k, uint32_t n, uint64_t bound)
 {
     s[k++] = '[';
     for (uint32_t i = 0; i < n; i++)
-        k += (size_t)sprintf(s + k, "%s%llu", i ? ", " : "",
-                             (unsigned long long)(((uint64_t)rnd(1u << 31) << 31 | rnd(1u << 31)) %
-                                                  bound));
+        k += (size_t)sprintf(
+            s + k, "%s%llu", i ? ", " : "",
+            (unsigned long long)(((uint64_t)rnd(1u << 31) << 31 | rnd(1u << 31)) % bound));
     s[k++] = ']';
     return k;
 }
@@ -127,8 +127,9 @@ static void make_mooncake(lines *ls, size_t n_lines)
         die("out of memory");
     for (size_t l = 0; l < n_lines; l++) {
         uint32_t in = 1 + rnd(32000);
-        size_t k = (size_t)sprintf(s, "{\"timestamp\": %zu, \"input_length\": %u, "
-                                      "\"output_length\": %u, \"hash_ids\": ",
+        size_t k = (size_t)sprintf(s,
+                                   "{\"timestamp\": %zu, \"input_length\": %u, "
+                                   "\"output_length\": %u, \"hash_ids\": ",
                                    l * 37, in, 1 + rnd(1000));
         k = put_ids(s, k, (in + 511) / 512, 200000);
         s[k++] = '}';
@@ -202,8 +203,8 @@ static double scan_bytes(const lines *ls, size_t i)
     js_record_init(&rec);
     if (js_scan(&s, ls->buf + ls->start[i], line_len(ls, i), &rec) != JS_OK)
         die(s.err);
-    double held = (double)(rec.tokens_cap * 4 + rec.output_tokens_cap * 4 +
-                           rec.hash_ids_cap * 8 + s.keys_cap * sizeof(js_key));
+    double held = (double)(rec.tokens_cap * 4 + rec.output_tokens_cap * 4 + rec.hash_ids_cap * 8 +
+                           s.keys_cap * sizeof(js_key));
     js_scanner_free(&s);
     js_record_free(&rec);
     return held;
@@ -247,8 +248,8 @@ static uint64_t pass_jansson(const lines *ls, double *max_ratio)
         size_t n = line_len(ls, i);
         json_error_t err;
         j_peak = j_live;
-        json_t *o = json_loadb(ls->buf + ls->start[i], n,
-                               JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
+        json_t *o =
+            json_loadb(ls->buf + ls->start[i], n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
         if (o == NULL)
             die(err.text);
         sum += sum_array(json_object_get(o, "tokens"));

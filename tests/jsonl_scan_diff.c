@@ -125,12 +125,18 @@ static void check_fields(const char *line, size_t len, const json_t *o, jsd_stat
     static const struct {
         const char *key;
         unsigned bit;
-    } bits[] = {{"tokens", JS_F_TOKENS},         {"output_tokens", JS_F_OUTPUT_TOKENS},
-                {"hash_ids", JS_F_HASH_IDS},     {"model", JS_F_MODEL},
-                {"adapter", JS_F_ADAPTER},       {"tenant", JS_F_TENANT},
-                {"cache_salt", JS_F_CACHE_SALT}, {"timestamp", JS_F_TIMESTAMP},
-                {"input_length", JS_F_INPUT_LENGTH}, {"output_length", JS_F_OUTPUT_LENGTH},
-                {"messages", JS_F_MESSAGES},     {"prompt", JS_F_PROMPT},
+    } bits[] = {{"tokens", JS_F_TOKENS},
+                {"output_tokens", JS_F_OUTPUT_TOKENS},
+                {"hash_ids", JS_F_HASH_IDS},
+                {"model", JS_F_MODEL},
+                {"adapter", JS_F_ADAPTER},
+                {"tenant", JS_F_TENANT},
+                {"cache_salt", JS_F_CACHE_SALT},
+                {"timestamp", JS_F_TIMESTAMP},
+                {"input_length", JS_F_INPUT_LENGTH},
+                {"output_length", JS_F_OUTPUT_LENGTH},
+                {"messages", JS_F_MESSAGES},
+                {"prompt", JS_F_PROMPT},
                 {"body", JS_F_BODY}};
     unsigned want = 0;
     for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++)
@@ -139,8 +145,8 @@ static void check_fields(const char *line, size_t len, const json_t *o, jsd_stat
     CHECK(record.fields == want, "field bits");
     const js_record *r = &record;
     check_ids(line, len, json_object_get(o, "tokens"), &r->tokens, r->tokens_v, 4, st);
-    check_ids(line, len, json_object_get(o, "output_tokens"), &r->output_tokens,
-              r->output_tokens_v, 4, st);
+    check_ids(line, len, json_object_get(o, "output_tokens"), &r->output_tokens, r->output_tokens_v,
+              4, st);
     check_ids(line, len, json_object_get(o, "hash_ids"), &r->hash_ids, r->hash_ids_v, 8, st);
     check_value(line, len, json_object_get(o, "model"), &r->model);
     check_value(line, len, json_object_get(o, "adapter"), &r->adapter);
@@ -246,11 +252,35 @@ static void ws(out *o)
 
 static void gen_string(out *o)
 {
-    static const char *const pieces[] = {
-        "abc", "m", "Llama-3", " ", "\\n", "\\\"", "\\\\", "\\/", "\\b\\f\\r\\t", "\\u0041",
-        "\\u00e9", "\\u20AC", "\\uD83D\\uDE00", "\\uDBFF\\uDFFF", "\\uD800", "\\uDC00",
-        "\\u0000", "\\uD83Dx", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xc0\xaf",
-        "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff", "\x01", "\x7f", "\\x", "\\u12"};
+    static const char *const pieces[] = {"abc",
+                                         "m",
+                                         "Llama-3",
+                                         " ",
+                                         "\\n",
+                                         "\\\"",
+                                         "\\\\",
+                                         "\\/",
+                                         "\\b\\f\\r\\t",
+                                         "\\u0041",
+                                         "\\u00e9",
+                                         "\\u20AC",
+                                         "\\uD83D\\uDE00",
+                                         "\\uDBFF\\uDFFF",
+                                         "\\uD800",
+                                         "\\uDC00",
+                                         "\\u0000",
+                                         "\\uD83Dx",
+                                         "\xc3\xa9",
+                                         "\xe2\x82\xac",
+                                         "\xf0\x9f\x98\x80",
+                                         "\xc0\xaf",
+                                         "\xed\xa0\x80",
+                                         "\xf4\x90\x80\x80",
+                                         "\xff",
+                                         "\x01",
+                                         "\x7f",
+                                         "\\x",
+                                         "\\u12"};
     put(o, "\"");
     for (uint32_t n = rnd(o, 4); n-- > 0;)
         put(o, pieces[rnd(o, rnd(o, 5) == 0 ? 29 : 21)]);
@@ -259,12 +289,39 @@ static void gen_string(out *o)
 
 static void gen_number(out *o)
 {
-    static const char *const special[] = {
-        "0", "-0", "1", "-1", "4294967295", "4294967296", "9223372036854775807",
-        "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
-        "18446744073709551615", "18446744073709551616", "1.5", "-0.0", "1e3", "1E+2", "2e-5",
-        "1.7976931348623157e308", "1.7976931348623159e308", "1e309", "-1e309", "1e-400",
-        "0.1e310", "10e308", "0.00001e313", "01", "1.", ".5", "-", "1e", "+1", "0x1", "1e+"};
+    static const char *const special[] = {"0",
+                                          "-0",
+                                          "1",
+                                          "-1",
+                                          "4294967295",
+                                          "4294967296",
+                                          "9223372036854775807",
+                                          "9223372036854775808",
+                                          "-9223372036854775808",
+                                          "-9223372036854775809",
+                                          "18446744073709551615",
+                                          "18446744073709551616",
+                                          "1.5",
+                                          "-0.0",
+                                          "1e3",
+                                          "1E+2",
+                                          "2e-5",
+                                          "1.7976931348623157e308",
+                                          "1.7976931348623159e308",
+                                          "1e309",
+                                          "-1e309",
+                                          "1e-400",
+                                          "0.1e310",
+                                          "10e308",
+                                          "0.00001e313",
+                                          "01",
+                                          "1.",
+                                          ".5",
+                                          "-",
+                                          "1e",
+                                          "+1",
+                                          "0x1",
+                                          "1e+"};
     if (rnd(o, 3) == 0) {
         put(o, special[rnd(o, rnd(o, 4) == 0 ? 33 : 25)]);
         return;
@@ -280,11 +337,26 @@ static void gen_number(out *o)
 
 static void gen_key(out *o)
 {
-    static const char *const keys[] = {
-        "\"tokens\"", "\"output_tokens\"", "\"hash_ids\"", "\"model\"", "\"adapter\"",
-        "\"tenant\"", "\"cache_salt\"", "\"timestamp\"", "\"input_length\"",
-        "\"output_length\"", "\"messages\"", "\"prompt\"", "\"body\"", "\"a\"", "\"b\"",
-        "\"x\"", "\"\"", "\"tok\\u0065ns\"", "\"mod\\u0065l\"", "\"\\u0061\""};
+    static const char *const keys[] = {"\"tokens\"",
+                                       "\"output_tokens\"",
+                                       "\"hash_ids\"",
+                                       "\"model\"",
+                                       "\"adapter\"",
+                                       "\"tenant\"",
+                                       "\"cache_salt\"",
+                                       "\"timestamp\"",
+                                       "\"input_length\"",
+                                       "\"output_length\"",
+                                       "\"messages\"",
+                                       "\"prompt\"",
+                                       "\"body\"",
+                                       "\"a\"",
+                                       "\"b\"",
+                                       "\"x\"",
+                                       "\"\"",
+                                       "\"tok\\u0065ns\"",
+                                       "\"mod\\u0065l\"",
+                                       "\"\\u0061\""};
     if (rnd(o, 8) == 0)
         gen_string(o);
     else
@@ -347,9 +419,9 @@ static void gen_ids(out *o, bool tokens)
 /* A top-level object mixing known fields (mostly of the right types) and others. */
 static void gen_record(out *o)
 {
-    static const char *const scalars[] = {"\"model\"", "\"adapter\"", "\"tenant\"",
-                                          "\"cache_salt\"", "\"timestamp\"",
-                                          "\"input_length\"", "\"output_length\""};
+    static const char *const scalars[] = {"\"model\"",        "\"adapter\"",   "\"tenant\"",
+                                          "\"cache_salt\"",   "\"timestamp\"", "\"input_length\"",
+                                          "\"output_length\""};
     uint32_t shape = rnd(o, 10); /* 0-4 token log, 5-7 Mooncake, 8 OpenAI, 9 anything */
     put(o, "{");
     ws(o);
@@ -366,7 +438,8 @@ static void gen_record(out *o)
             ws(o), put(o, ":"), ws(o);
             rnd(o, 3) == 0 ? gen_string(o) : rnd(o, 5) == 0 ? gen_value(o, 1) : gen_number(o);
         } else if (f == 7 && shape == 8) {
-            put(o, rnd(o, 2) ? "\"messages\": [{\"role\": \"user\", \"content\": " : "\"prompt\": [");
+            put(o,
+                rnd(o, 2) ? "\"messages\": [{\"role\": \"user\", \"content\": " : "\"prompt\": [");
             gen_string(o);
             put(o, rnd(o, 2) ? "}]" : "]");
         } else {

@@ -198,10 +198,10 @@ Test(jsonl_scan, strings_and_escapes)
     cr_assert_eq(js_string_decode(&rec.model, buf), 9);
     cr_assert_eq(memcmp(buf, "\xf0\x9f\x98\x80 \xf0\x9f\x98\x80", 9), 0);
     good("{\"tenant\": \"\\u0041\\u00e9\\u20AC\\uffff\"}");
-    bad("{\"model\": \"\\uD83D\"}");          /* lone high surrogate */
-    bad("{\"model\": \"\\uDE00\"}");          /* lone low surrogate */
-    bad("{\"model\": \"\\uD83D\\u0041\"}");   /* high surrogate, then not a low one */
-    bad("{\"model\": \"\\u0000\"}");          /* jansson without JSON_ALLOW_NUL */
+    bad("{\"model\": \"\\uD83D\"}");        /* lone high surrogate */
+    bad("{\"model\": \"\\uDE00\"}");        /* lone low surrogate */
+    bad("{\"model\": \"\\uD83D\\u0041\"}"); /* high surrogate, then not a low one */
+    bad("{\"model\": \"\\u0000\"}");        /* jansson without JSON_ALLOW_NUL */
     bad("{\"model\": \"\\u00G0\"}");
     bad("{\"model\": \"\\x41\"}");
     bad("{\"model\": \"\\'\"}");
@@ -212,13 +212,17 @@ Test(jsonl_scan, strings_and_escapes)
     bad("{\"model\": \"\xe2\x82\"}");         /* truncated sequence */
     bad("{\"model\": \"\xff\"}");
     cr_assert(sc.err_utf8);
-    good("{\"model\": \"\x7f\"}");             /* DEL is not a control character in JSON */
+    good("{\"model\": \"\x7f\"}"); /* DEL is not a control character in JSON */
     /* In-place decoding. */
     char line[] = "{\"model\": \"a\\nb\\u00e9c\"}";
     cr_assert_eq(scan(line), JS_OK);
     size_t n = js_string_decode(&rec.model, (char *)rec.model.str);
     cr_assert_eq(n, 6);
-    cr_assert_eq(memcmp(rec.model.str, "a\nb\xc3\xa9" "c", 6), 0);
+    cr_assert_eq(memcmp(rec.model.str,
+                        "a\nb\xc3\xa9"
+                        "c",
+                        6),
+                 0);
 }
 
 Test(jsonl_scan, bytes_outside_strings)
@@ -248,8 +252,8 @@ Test(jsonl_scan, bytes_outside_strings)
 Test(jsonl_scan, not_an_object)
 {
     const char *lines[] = {"[1, 2]", "\"s\"", "12", "-1.5", "null", "true", " [] "};
-    const char *names[] = {"an array", "a string", "an integer", "a non-integer number",
-                           "null", "a boolean", "an array"};
+    const char *names[] = {"an array", "a string",  "an integer", "a non-integer number",
+                           "null",     "a boolean", "an array"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         cr_assert_eq(scan(lines[i]), JS_ENOTOBJ, "%s", lines[i]);
         char want[96];
@@ -347,8 +351,9 @@ Test(jsonl_scan, truncated)
 
 Test(jsonl_scan, openai_fallback)
 {
-    cr_assert_eq(scan("{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}"),
-                 JS_FALLBACK);
+    cr_assert_eq(
+        scan("{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}"),
+        JS_FALLBACK);
     cr_assert_eq(rec.fields & JS_F_OPENAI, JS_F_MESSAGES);
     cr_assert_eq(scan("{\"prompt\": [1, 2]}"), JS_FALLBACK);
     cr_assert_eq(scan("{\"custom_id\": \"a\", \"body\": {\"prompt\": \"x\"}}"), JS_FALLBACK);

@@ -43,8 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DUP_LINEAR 32    /* objects up to this many keys are checked key by key */
-#define MAX_SIG    780   /* significant digits kept when a real goes to strtod */
+#define DUP_LINEAR 32         /* objects up to this many keys are checked key by key */
+#define MAX_SIG    780        /* significant digits kept when a real goes to strtod */
 #define ARRAY_SLOT UINT32_MAX /* key_base value of an open array */
 
 /* The cursor over one line. */
@@ -59,10 +59,10 @@ typedef struct cur {
 
 /* A number just read. */
 typedef struct num {
-    bool is_int;                  /* no fraction and no exponent */
-    int64_t i;                    /* the value when is_int */
-    const unsigned char *start;   /* its first byte */
-    size_t len;                   /* its bytes */
+    bool is_int;                /* no fraction and no exponent */
+    int64_t i;                  /* the value when is_int */
+    const unsigned char *start; /* its first byte */
+    size_t len;                 /* its bytes */
 } num;
 
 /* The known top-level fields: the name, its JS_F_ bit, and where its value goes. */
@@ -75,7 +75,10 @@ typedef struct known {
     size_t off;       /* offsetof the js_array or js_value in js_record */
 } known;
 
-#define KNOWN(name, bit, how, member) {name, sizeof name - 1, bit, how, offsetof(js_record, member)}
+#define KNOWN(name, bit, how, member)                                                              \
+    {                                                                                              \
+        name, sizeof name - 1, bit, how, offsetof(js_record, member)                               \
+    }
 static const known known_fields[] = {
     KNOWN("tokens", JS_F_TOKENS, K_IDS32, tokens),
     KNOWN("output_tokens", JS_F_OUTPUT_TOKENS, K_IDS32, output_tokens),
@@ -91,7 +94,7 @@ static const known known_fields[] = {
     KNOWN("prompt", JS_F_PROMPT, K_NOTE, model),
     KNOWN("body", JS_F_BODY, K_NOTE, model),
 };
-#define N_KNOWN (sizeof known_fields / sizeof known_fields[0])
+#define N_KNOWN       (sizeof known_fields / sizeof known_fields[0])
 #define KNOWN_MAX_LEN 15 /* longer keys are not known fields */
 
 static inline bool is_ws(unsigned char ch)
@@ -127,8 +130,7 @@ static int fail(cur *c, const unsigned char *at, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     c->s->err_column = column(c, at);
-    snprintf(c->s->err, sizeof c->s->err, "invalid JSON at column %zu: %s", c->s->err_column,
-             msg);
+    snprintf(c->s->err, sizeof c->s->err, "invalid JSON at column %zu: %s", c->s->err_column, msg);
     return JS_EJSON;
 }
 
@@ -136,8 +138,9 @@ static int fail(cur *c, const unsigned char *at, const char *fmt, ...)
 static int fail_utf8(cur *c, const unsigned char *at)
 {
     c->s->err_utf8 = true;
-    return fail(c, at, "the line is not valid UTF-8 (unable to decode byte 0x%02x); JSON text "
-                       "must be UTF-8",
+    return fail(c, at,
+                "the line is not valid UTF-8 (unable to decode byte 0x%02x); JSON text "
+                "must be UTF-8",
                 *at);
 }
 
@@ -159,7 +162,10 @@ static int fail_unexpected(cur *c, const char *what)
 static size_t utf8_len(const unsigned char *p, const unsigned char *end)
 {
     unsigned char b = p[0];
-    size_t n = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    size_t n = b >= 0xC2 && b <= 0xDF   ? 2
+               : b >= 0xE0 && b <= 0xEF ? 3
+               : b >= 0xF0 && b <= 0xF4 ? 4
+                                        : 0;
     if (n == 0 || (size_t)(end - p) < n)
         return 0;
     unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
@@ -186,7 +192,7 @@ static int hex4(const unsigned char *p, const unsigned char *end, unsigned *out)
     unsigned v = 0;
     for (int k = 0; k < 4; k++) {
         unsigned char ch = p[k];
-        unsigned d = is_digit(ch)                ? (unsigned)(ch - '0')
+        unsigned d = is_digit(ch)             ? (unsigned)(ch - '0')
                      : ch >= 'a' && ch <= 'f' ? (unsigned)(ch - 'a' + 10)
                      : ch >= 'A' && ch <= 'F' ? (unsigned)(ch - 'A' + 10)
                                               : 16u;
@@ -253,7 +259,8 @@ static int escape_check(cur *c)
         return c->p = c->end, fail_unexpected(c, "an escape");
     if (at[1] != 'u') {
         if (strchr("\"\\/bfnrt", at[1]) == NULL || at[1] == '\0')
-            return fail(c, at, "invalid escape '\\%c'", at[1] >= 0x20 && at[1] < 0x7f ? at[1] : '?');
+            return fail(c, at, "invalid escape '\\%c'",
+                        at[1] >= 0x20 && at[1] < 0x7f ? at[1] : '?');
         c->p = at + 2;
         return 0;
     }
@@ -267,8 +274,8 @@ static int escape_check(cur *c)
     c->p = at + 6;
     if (cp < 0xD800 || cp > 0xDBFF)
         return 0;
-    if (c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u' || hex4(c->p + 2, c->end, &lo) != 0 ||
-        lo < 0xDC00 || lo > 0xDFFF)
+    if (c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u' ||
+        hex4(c->p + 2, c->end, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
         return fail(c, at, "invalid \\u escape: high surrogate \\u%04X without its low half", cp);
     c->p += 6;
     return 0;
@@ -958,8 +965,12 @@ int js_scan(js_scanner *s, const char *line, size_t len, js_record *rec)
     s->err_column = 0;
     s->err_utf8 = false;
     s->n_keys = 0;
-    cur c = {(const unsigned char *)line, (const unsigned char *)line,
-             (const unsigned char *)line + len, s, rec, 0};
+    cur c = {(const unsigned char *)line,
+             (const unsigned char *)line,
+             (const unsigned char *)line + len,
+             s,
+             rec,
+             0};
     if (len > JS_MAX_LINE) {
         snprintf(s->err, sizeof s->err, "line longer than %llu bytes",
                  (unsigned long long)JS_MAX_LINE);

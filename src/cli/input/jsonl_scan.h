@@ -53,11 +53,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JS_MAX_DEPTH 2048           /* deepest value accepted, counting as jansson does: the
-                                       top-level value is at depth 1, and every value (scalar
-                                       or not) one level deeper than its container */
-#define JS_MAX_LINE  UINT32_MAX     /* longest line js_scan() accepts, in bytes */
-#define JS_NO_INDEX  ((size_t)-1)   /* js_array.bad_index when every element is valid */
+/* The deepest value accepted, counted as jansson does: the top-level value is at depth 1 and
+ * every value, scalar or not, one deeper than its container. */
+#define JS_MAX_DEPTH 2048
+#define JS_MAX_LINE  UINT32_MAX   /* longest line js_scan() accepts, in bytes */
+#define JS_NO_INDEX  ((size_t)-1) /* js_array.bad_index when every element is valid */
 
 enum {
     JS_OK = 0,       /* a valid top-level object without OpenAI fields: *rec is filled */
@@ -125,13 +125,13 @@ typedef struct js_array {
  * and reuse it: the arrays below belong to the caller, grow with realloc to the largest line
  * and are kept; js_record_free releases them. */
 typedef struct js_record {
-    unsigned fields;        /* JS_F_* bits of the top-level keys present */
-    js_array tokens;        /* "tokens" */
-    js_array output_tokens; /* "output_tokens" */
-    js_array hash_ids;      /* "hash_ids" */
-    uint32_t *tokens_v;     /* tokens: the first tokens.n elements are valid when the field
-                               is an array and bad_index is JS_NO_INDEX */
-    size_t tokens_cap;      /* elements allocated at tokens_v */
+    unsigned fields;           /* JS_F_* bits of the top-level keys present */
+    js_array tokens;           /* "tokens" */
+    js_array output_tokens;    /* "output_tokens" */
+    js_array hash_ids;         /* "hash_ids" */
+    uint32_t *tokens_v;        /* tokens: the first tokens.n elements are valid when the field
+                                  is an array and bad_index is JS_NO_INDEX */
+    size_t tokens_cap;         /* elements allocated at tokens_v */
     uint32_t *output_tokens_v; /* output_tokens, as tokens_v */
     size_t output_tokens_cap;  /* elements allocated at output_tokens_v */
     uint64_t *hash_ids_v;      /* hash_ids, as tokens_v (ids 0..2^63-1) */
@@ -154,13 +154,13 @@ typedef struct js_key {
 /* The scanner: scratch state reused across lines. Zero it (or js_scanner_init) before use
  * and release it with js_scanner_free. */
 typedef struct js_scanner {
-    js_key *keys;                      /* keys of the open objects, outermost first */
-    size_t n_keys;                     /* keys held (inside a js_scan call) */
-    size_t keys_cap;                   /* elements allocated at keys */
+    js_key *keys;                        /* keys of the open objects, outermost first */
+    size_t n_keys;                       /* keys held (inside a js_scan call) */
+    size_t keys_cap;                     /* elements allocated at keys */
     uint32_t key_base[JS_MAX_DEPTH + 1]; /* per open object: index of its first key */
-    size_t err_column;                 /* column of the last error (0 when none) */
-    bool err_utf8;                     /* the last JS_EJSON was invalid UTF-8 */
-    char err[256];                     /* the last error message; "" after success */
+    size_t err_column;                   /* column of the last error (0 when none) */
+    bool err_utf8;                       /* the last JS_EJSON was invalid UTF-8 */
+    char err[256];                       /* the last error message; "" after success */
 } js_scanner;
 
 /* Zero a scanner or a record. Cannot fail (accept NULL). */
