@@ -65,34 +65,32 @@ typedef struct num {
     size_t len;                 /* its bytes */
 } num;
 
-/* The known top-level fields: the name, its JS_F_ bit, and where its value goes. */
-enum { K_IDS32, K_IDS64, K_VALUE, K_NOTE };
+/* The known top-level fields: the name and its JS_F_ bit; field_value and field_array find
+ * where the value goes. */
 typedef struct known {
     const char *name; /* the key */
     unsigned len;     /* strlen(name) */
     unsigned bit;     /* JS_F_* */
-    int how;          /* K_IDS32, K_IDS64 (id arrays), K_VALUE (scalar), K_NOTE (only noted) */
-    size_t off;       /* offsetof the js_array or js_value in js_record */
 } known;
 
-#define KNOWN(name, bit, how, member)                                                              \
+#define KNOWN(name, bit)                                                                           \
     {                                                                                              \
-        name, sizeof name - 1, bit, how, offsetof(js_record, member)                               \
+        name, sizeof name - 1, bit                                                                 \
     }
 static const known known_fields[] = {
-    KNOWN("tokens", JS_F_TOKENS, K_IDS32, tokens),
-    KNOWN("output_tokens", JS_F_OUTPUT_TOKENS, K_IDS32, output_tokens),
-    KNOWN("hash_ids", JS_F_HASH_IDS, K_IDS64, hash_ids),
-    KNOWN("model", JS_F_MODEL, K_VALUE, model),
-    KNOWN("adapter", JS_F_ADAPTER, K_VALUE, adapter),
-    KNOWN("tenant", JS_F_TENANT, K_VALUE, tenant),
-    KNOWN("cache_salt", JS_F_CACHE_SALT, K_VALUE, cache_salt),
-    KNOWN("timestamp", JS_F_TIMESTAMP, K_VALUE, timestamp),
-    KNOWN("input_length", JS_F_INPUT_LENGTH, K_VALUE, input_length),
-    KNOWN("output_length", JS_F_OUTPUT_LENGTH, K_VALUE, output_length),
-    KNOWN("messages", JS_F_MESSAGES, K_NOTE, model),
-    KNOWN("prompt", JS_F_PROMPT, K_NOTE, model),
-    KNOWN("body", JS_F_BODY, K_NOTE, model),
+    KNOWN("tokens", JS_F_TOKENS),
+    KNOWN("output_tokens", JS_F_OUTPUT_TOKENS),
+    KNOWN("hash_ids", JS_F_HASH_IDS),
+    KNOWN("model", JS_F_MODEL),
+    KNOWN("adapter", JS_F_ADAPTER),
+    KNOWN("tenant", JS_F_TENANT),
+    KNOWN("cache_salt", JS_F_CACHE_SALT),
+    KNOWN("timestamp", JS_F_TIMESTAMP),
+    KNOWN("input_length", JS_F_INPUT_LENGTH),
+    KNOWN("output_length", JS_F_OUTPUT_LENGTH),
+    KNOWN("messages", JS_F_MESSAGES),
+    KNOWN("prompt", JS_F_PROMPT),
+    KNOWN("body", JS_F_BODY),
 };
 #define N_KNOWN       (sizeof known_fields / sizeof known_fields[0])
 #define KNOWN_MAX_LEN 15 /* longer keys are not known fields */
@@ -862,35 +860,67 @@ static const known *known_find(const unsigned char *head, size_t n)
     return NULL;
 }
 
-/* Read the value of a top-level member whose key is known as k (or NULL). */
-static int scan_member(cur *c, const known *k)
+/* The scalar field of rec with JS_F_ bit `bit`, or NULL when the field is not a scalar. */
+static js_value *field_value(js_record *rec, unsigned bit)
+{
+    switch (bit) {
+    case JS_F_MODEL:
+        return &rec->model;
+    case JS_F_ADAPTER:
+        return &rec->adapter;
+    case JS_F_TENANT:
+        return &rec->tenant;
+    case JS_F_CACHE_SALT:
+        return &rec->cache_salt;
+    case JS_F_TIMESTAMP:
+        return &rec->timestamp;
+    case JS_F_INPUT_LENGTH:
+        return &rec->input_length;
+    case JS_F_OUTPUT_LENGTH:
+        return &rec->output_length;
+    default:
+        return NULL;
+    }
+}
+
+/* Read the value of an id-array field (bit JS_F_TOKENS, JS_F_OUTPUT_TOKENS or
+ * JS_F_HASH_IDS) at c->p. Returns 0 or an error. */
+static int field_array(cur *c, unsigned bit)
 {
     js_record *rec = c->rec;
-    if (c->p >= c->end)
-        return fail_unexpected(c, "a value");
-    if (k == NULL)
-        return skip_value(c);
-    rec->fields |= k->bit;
-    if (k->how == K_NOTE)
-        return skip_value(c);
-    if (k->how == K_VALUE)
-        return scan_scalar(c, (js_value *)((char *)rec + k->off));
-    js_array *a = (js_array *)((char *)rec + k->off);
+    js_array *a = bit == JS_F_TOKENS          ? &rec->tokens
+                  : bit == JS_F_OUTPUT_TOKENS ? &rec->output_tokens
+                                              : &rec->hash_ids;
     memset(a, 0, sizeof *a);
     a->bad_index = JS_NO_INDEX;
     a->column = column(c, c->p);
-    a->kind = kind_of(*c->p, NULL);
     if (*c->p != '[') {
         js_value other;
         int rc = scan_scalar(c, &other);
         a->kind = other.kind;
         return rc;
     }
-    if (k->bit == JS_F_HASH_IDS)
+    a->kind = JS_ARRAY;
+    if (bit == JS_F_HASH_IDS)
         return scan_ids(c, a, (void **)&rec->hash_ids_v, &rec->hash_ids_cap, 8);
-    if (k->bit == JS_F_TOKENS)
+    if (bit == JS_F_TOKENS)
         return scan_ids(c, a, (void **)&rec->tokens_v, &rec->tokens_cap, 4);
     return scan_ids(c, a, (void **)&rec->output_tokens_v, &rec->output_tokens_cap, 4);
+}
+
+/* Read the value of a top-level member whose key is known as k (or NULL: skip it). Returns 0
+ * or an error. */
+static int scan_member(cur *c, const known *k)
+{
+    if (c->p >= c->end)
+        return fail_unexpected(c, "a value");
+    if (k == NULL)
+        return skip_value(c);
+    c->rec->fields |= k->bit;
+    if (k->bit & JS_F_OPENAI)
+        return skip_value(c);
+    js_value *v = field_value(c->rec, k->bit);
+    return v != NULL ? scan_scalar(c, v) : field_array(c, k->bit);
 }
 
 /* Read the top-level object at c->p ('{'). Returns 0 or an error. */
