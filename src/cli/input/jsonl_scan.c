@@ -142,14 +142,20 @@ static int fail_utf8(cur *c, const unsigned char *at)
                 *at);
 }
 
+static size_t utf8_len(const unsigned char *p, const unsigned char *end);
+
 /* Report an unexpected byte (or the end of the line) where `what` was expected. */
 static int fail_unexpected(cur *c, const char *what)
 {
     if (c->p >= c->end)
         return fail(c, c->p, "unexpected end of line, %s expected", what);
     unsigned char ch = *c->p;
-    if (ch >= 0x80)
+    if (ch >= 0x80 && utf8_len(c->p, c->end) == 0)
         return fail_utf8(c, c->p);
+    if (ch == 0xEF && c->end - c->p >= 3 && c->p[1] == 0xBB && c->p[2] == 0xBF)
+        return fail(c, c->p, "unexpected UTF-8 byte order mark, %s expected", what);
+    if (ch >= 0x80)
+        return fail(c, c->p, "unexpected non-ASCII character, %s expected", what);
     if (ch < 0x20 || ch == 0x7f)
         return fail(c, c->p, "unexpected byte 0x%02x, %s expected", ch, what);
     return fail(c, c->p, "unexpected '%c', %s expected", ch, what);
