@@ -8,13 +8,15 @@
  *     control bytes, invalid UTF-8, a BOM (not JSON: the caller strips it), nesting at
  *     JS_MAX_DEPTH and one deeper, truncated lines, the OpenAI fallback signal;
  *   - a differential test against jansson, called with the reader's flags
- *     (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY): tens of thousands of generated lines (token
- *     logs, Mooncake lines, OpenAI bodies, random nested values with random strings and
- *     numbers: 40000 of them) and four byte-level mutants of each. For each line the scanner accepts iff jansson
- *     does; it says "not an object" iff jansson's value is not an object; it signals the
- *     fallback iff the object has messages, prompt or body; and every extracted field
- *     (presence, kind, integer, double, decoded string, array length, first bad element,
- *     the elements themselves) equals what jansson gives.
+ *     (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY): 40000 generated lines (token logs, Mooncake
+ *     lines, OpenAI bodies, random nested values with random strings and numbers) and four
+ *     byte-level mutants of each. For each line the scanner accepts iff jansson does (a raw
+ *     NUL byte excepted, see jsonl_scan.h); it says "not an object" iff jansson's value is
+ *     not an object; it signals the fallback iff the object has messages, prompt or body;
+ *     and every extracted field (presence, kind, integer, double, decoded string, array
+ *     length, first bad element, the elements themselves) equals what jansson gives. A run
+ *     prints its counts with --verbose (last run: 20688 records, 1953 fallback lines, 174952
+ *     invalid lines, 2407 other values, 4073 lines with a bad id).
  * The differential checker is shared with fuzz/fuzz_jsonl_scan.c through jsonl_scan_diff.h.
  */
 #include <criterion/criterion.h>
