@@ -45,6 +45,23 @@
  * Errors: JS_EJSON with a message "invalid JSON at column N: what is wrong" (N is the 1-based
  * byte column of the offending byte), JS_ENOTOBJ ("each line must be a JSON object, not an
  * array"), JS_ENOMEM; the caller prefixes "FILE:LINE: ".
+ *
+ * Use in the log reader (logread.c), replacing json_loadb for every line unless the format
+ * is forced to OpenAI:
+ *   1. rc = js_scan(&scanner, line, len, &rec). JS_EJSON / JS_ENOTOBJ: report scanner.err as
+ *      the line's error; JS_ENOMEM: the reader's out-of-memory error. JS_FALLBACK: parse the
+ *      line with jansson and take today's path unchanged (format detection included, so a
+ *      line with both "tokens" and "messages" gets today's message).
+ *   2. JS_OK: the format is JS_F_TOKENS / JS_F_HASH_IDS of rec.fields (both or neither: the
+ *      detect_format messages, with "messages/prompt" never set).
+ *   3. In today's order, the same checks on kinds instead of json_t types (js_kind_name gives
+ *      today's words): model, adapter, tenant, cache_salt (JS_ABSENT or JS_NULL: none;
+ *      JS_STRING: js_string_decode(&v, (char *)v.str) decodes in place in the reader's line
+ *      buffer, NUL-terminated, valid until the next line); timestamp (JS_INT or JS_REAL: .d);
+ *      tokens / output_tokens / hash_ids (kind JS_ARRAY, then bad_index with bad_kind and
+ *      bad_int give "tokens[i] = v is outside the token id range" or "tokens[i] must be an
+ *      integer token id, not ..."; the ids are rec.tokens_v[0, n) etc.); input_length and
+ *      output_length (JS_INT and .i).
  */
 #ifndef KVP_CLI_JSONL_SCAN_H
 #define KVP_CLI_JSONL_SCAN_H
