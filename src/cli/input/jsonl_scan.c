@@ -32,8 +32,10 @@
  * NUL-terminated. Inside a call: the keys of the object open at depth d are keys[key_base[d],
  * key_base[d + 1]) (or up to n_keys for the innermost); the cursor never passes end.
  *
- * Cost: O(len) time, plus O(k log k) for each object with k > DUP_LINEAR keys. Measured by
- * bench/bench_jsonl_scan.c (figures in its opening comment).
+ * Cost: O(len) time, plus O(k log k) for each object with k > DUP_LINEAR keys. The id loop
+ * in scan_ids keeps the cursor in a local and reads plain ids without the general number
+ * path: bench/bench_jsonl_scan.c measures 750 MB/s of CPU time on token-log lines, 15x
+ * jansson's json_loadb on the same lines (figures in its opening comment).
  */
 #include "jsonl_scan.h"
 

@@ -37,11 +37,15 @@
  * (JS_F_MESSAGES ...): such a line is fully validated and then js_scan() returns JS_FALLBACK,
  * meaning "valid JSON, but parse it with jansson" (the OpenAI renderer needs a tree).
  *
- * Memory: the record's three arrays (4 bytes per token id, 8 per hash id, grown geometrically,
- * reused across lines, owned by the caller) and the scanner's key set for duplicate detection:
- * 8 bytes per key of the objects open at one time (a key takes at least 5 bytes of JSON), plus
- * a fixed 8 KiB. Nothing else grows with the line; no allocation per element.
- *
+ * Memory: the record's three arrays (4 bytes per token id, 8 per hash id, grown geometrically
+ * from 16 elements, reused across lines, owned by the caller) and the scanner's key set for
+ * duplicate detection: 8 bytes per key of the objects open at one time, plus a fixed 8 KiB.
+ * Nothing else grows with the line; no allocation per element. Worst case, since an element
+ * takes at least 2 bytes of JSON ("0,") and a key at least 5 ("\"\":0,"), and capacities at
+ * most double: 4 bytes per line byte for token ids, 8 for hash ids, 3.2 for keys. Measured
+ * (bench/bench_jsonl_scan.c): 1.1 bytes per line byte on token-log lines, against 7.5 for
+ * jansson's tree (allocator bytes, same lines).
+
  * Errors: JS_EJSON with a message "invalid JSON at column N: what is wrong" (N is the 1-based
  * byte column of the offending byte), JS_ENOTOBJ ("each line must be a JSON object, not an
  * array"), JS_ENOMEM; the caller prefixes "FILE:LINE: ".
