@@ -539,9 +539,14 @@ static bool real_value(const unsigned char *s, size_t len, double *value)
                 ex = ex * 10 + (*p - '0');
         e10 += neg ? -ex : ex;
     }
-    if (!sig || (value == NULL && e10 <= 308))
-        return value != NULL ? (*value = s[0] == '-' ? -0.0 : 0.0), false : false;
-    if (value == NULL && e10 >= 310)
+    if (!sig) { /* all digits zero */
+        if (value != NULL)
+            *value = s[0] == '-' ? -0.0 : 0.0;
+        return false;
+    }
+    if (value == NULL && e10 <= 308) /* below 10^308 < DBL_MAX */
+        return false;
+    if (value == NULL && e10 >= 310) /* at least 10^309 */
         return true;
     if (sticky)
         buf[k++] = '1';
