@@ -37,6 +37,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "structmember.h"
 
@@ -1351,6 +1352,86 @@ static PyObject *Cache_get_u64(CacheObject *self, void *closure)
     }
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Benchmark hooks (bench/bench_python.py): the same work without the Python layer          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The calling thread's CPU time: the benchmark compares it with Python's time.thread_time(),
+ * which stays meaningful on a machine shared with other jobs (wall time does not). */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* _run_batch(ns, buf, lens, first_id, ring) -> int: for each row k of buf (a 2-D C-contiguous
+ * uint32 buffer, one prompt per row, lens[k] tokens used), acquire + commit request
+ * first_id + k and release request first_id + k - ring, all in C under one mutex hold, with
+ * the GIL released. Returns the thread CPU nanoseconds spent; the first failing call
+ * raises. */
+static PyObject *Cache_run_batch(CacheObject *self, PyObject *args)
+{
+    PyObject *ns_obj, *buf_obj, *len_obj;
+    uint64_t first, ring;
+    if (!PyArg_ParseTuple(args, "OOOO&O&:_run_batch", &ns_obj, &buf_obj, &len_obj, conv_u64,
+                          &first, conv_u64, &ring))
+        return NULL;
+    const kvp_namespace *ns = ns_arg(ns_obj);
+    Py_buffer buf, lens;
+    if (ns == NULL || PyObject_GetBuffer(buf_obj, &buf, PyBUF_ND | PyBUF_FORMAT) != 0)
+        return NULL;
+    if (PyObject_GetBuffer(len_obj, &lens, PyBUF_ND | PyBUF_FORMAT) != 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (buf.ndim != 2 || !format_is_u32(buf.format, buf.itemsize) || lens.ndim != 1 ||
+        !format_is_u32(lens.format, lens.itemsize) || lens.shape[0] != buf.shape[0]) {
+        PyBuffer_Release(&buf);
+        PyBuffer_Release(&lens);
+        PyErr_SetString(PyExc_TypeError, "_run_batch: buf (n, width) and lens (n,) of uint32");
+        return NULL;
+    }
+    size_t n = (size_t)buf.shape[0], width = (size_t)buf.shape[1];
+    const uint32_t *len = lens.buf;
+    int rc = 0;
+    const char *fn = "";
+    uint64_t t0 = 0, t1 = 0;
+    evbatch b;
+    CALL_NOGIL(self, b, rc, t0 = now_ns(); for (size_t k = 0; k < n && rc == 0; k++) {
+        const uint32_t *tok = (const uint32_t *)buf.buf + k * width;
+        kvp_match m;
+        uint64_t id = first + k;
+        if ((rc = kvp_acquire(self->cache, id, ns, tok, len[k], 0, &m)) != 0)
+            fn = "kvp_acquire";
+        else if ((rc = kvp_commit(self->cache, id, tok, len[k], NULL)) != 0)
+            fn = "kvp_commit";
+        else if (id >= ring && (rc = kvp_release(self->cache, id - ring)) != 0)
+            fn = "kvp_release";
+    } t1 = now_ns());
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&lens);
+    return finish(self, rc, fn, &b, PyLong_FromUnsignedLongLong(t1 - t0));
+}
+
+/* _time_stats(n) -> float: thread CPU nanoseconds per kvp_cache_stats call, n calls timed
+ * in C. */
+static PyObject *Cache_time_stats(CacheObject *self, PyObject *arg)
+{
+    uint64_t n;
+    if (!conv_u64(arg, &n) || n == 0)
+        return n == 0 && !PyErr_Occurred() ? raise_code(KVP_EINVAL, "_time_stats") : NULL;
+    kvp_stats s;
+    int rc = 0;
+    uint64_t t0 = 0, t1 = 0;
+    evbatch b;
+    CALL_NOGIL(self, b, rc, t0 = now_ns(); for (uint64_t i = 0; i < n && rc == 0; i++) {
+        rc = kvp_cache_stats(self->cache, &s);
+        __asm__ volatile("" : : "r"(&s) : "memory");
+    } t1 = now_ns());
+    return finish(self, rc, "kvp_cache_stats", &b, PyFloat_FromDouble((double)(t1 - t0) / (double)n));
+}
+
 #define KW (PyCFunction)(void (*)(void))
 #define VK (METH_VARARGS | METH_KEYWORDS)
 
@@ -1396,6 +1477,11 @@ static PyMethodDef Cache_methods[] = {
      "cache; labels is a dict of str to str added to every sample."},
     {"close", (PyCFunction)Cache_close, METH_NOARGS,
      "close() -> None\n\nFree the cache now (idempotent); later calls raise ValueError."},
+    {"_run_batch", (PyCFunction)Cache_run_batch, METH_VARARGS,
+     "_run_batch(ns, buf, lens, first_id, ring) -> int\n\nFor bench/bench_python.py: workload "
+     "(c)'s acquire + commit + release loop in C; returns nanoseconds."},
+    {"_time_stats", (PyCFunction)Cache_time_stats, METH_O,
+     "_time_stats(n) -> float\n\nFor bench/bench_python.py: ns per kvp_cache_stats in C."},
     {"__enter__", (PyCFunction)Cache_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Cache_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
