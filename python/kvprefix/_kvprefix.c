@@ -47,8 +47,8 @@
 /* Module globals (single-phase initialisation: one interpreter)                            */
 /* ---------------------------------------------------------------------------------------- */
 
-static PyObject *err_base;     /* KvprefixError */
-static PyObject *err_callback; /* EventCallbackError */
+static PyObject *err_base;        /* KvprefixError */
+static PyObject *err_callback;    /* EventCallbackError */
 static PyObject *err_by_code[10]; /* index -code: the subclass for each KVP_E* code */
 static PyTypeObject *match_type;  /* Match struct sequence */
 static PyTypeObject *stats_type;  /* Stats struct sequence */
@@ -57,10 +57,9 @@ static PyObject *int_0;           /* the int 0 */
 static PyObject *int_64;          /* the int 64 */
 static PyObject *int_2_128;       /* the int 2**128 */
 
-static const char *const code_names[10] = {"KVP_OK",       "KVP_EINVAL", "KVP_ENOMEM",
-                                           "KVP_ENOSPC",   "KVP_ENOENT", "KVP_EEXIST",
-                                           "KVP_EOVERFLOW", "KVP_ERANGE", "KVP_EBUSY",
-                                           "KVP_ECORRUPT"};
+static const char *const code_names[10] = {
+    "KVP_OK",     "KVP_EINVAL",    "KVP_ENOMEM", "KVP_ENOSPC", "KVP_ENOENT",
+    "KVP_EEXIST", "KVP_EOVERFLOW", "KVP_ERANGE", "KVP_EBUSY",  "KVP_ECORRUPT"};
 
 /* ---------------------------------------------------------------------------------------- */
 /* Errors                                                                                   */
@@ -266,8 +265,7 @@ static void tokens_done(tokens *t)
 static int tokens_get(PyObject *obj, tokens *t)
 {
     memset(t, 0, sizeof *t);
-    int rc = PyObject_CheckBuffer(obj) ? tokens_from_buffer(obj, t)
-                                       : tokens_from_sequence(obj, t);
+    int rc = PyObject_CheckBuffer(obj) ? tokens_from_buffer(obj, t) : tokens_from_sequence(obj, t);
     if (rc != 0)
         tokens_done(t);
     return rc;
@@ -436,8 +434,8 @@ static PyObject *u32_to_list(const uint32_t *v, size_t n)
 
 /* An immutable namespace: the four fields as given (str, bytes or None) and their bytes. */
 typedef struct NamespaceObject {
-    PyObject_HEAD
-    PyObject *given[4]; /* model, adapter, tenant, salt as passed (str, bytes or None) */
+    PyObject_HEAD PyObject
+        *given[4];      /* model, adapter, tenant, salt as passed (str, bytes or None) */
     PyObject *bytes[4]; /* the same as bytes, or NULL when absent */
     kvp_namespace ns;   /* points into bytes[]; valid while the object lives */
     Py_hash_t hash;     /* cached hash, -1 until computed */
@@ -475,8 +473,7 @@ static PyObject *Namespace_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     self->hash = -1;
     kvp_namespace_init(&self->ns);
-    kvp_field *fields[4] = {&self->ns.model, &self->ns.adapter, &self->ns.tenant,
-                            &self->ns.salt};
+    kvp_field *fields[4] = {&self->ns.model, &self->ns.adapter, &self->ns.tenant, &self->ns.salt};
     for (int i = 0; i < 4; i++) {
         self->given[i] = Py_NewRef(given[i]);
         if (ns_field_bytes(given[i], ns_field_names[i], &self->bytes[i]) != 0) {
@@ -614,15 +611,14 @@ typedef struct evbatch {
 } evbatch;
 
 typedef struct CacheObject {
-    PyObject_HEAD
-    kvp_cache *cache;        /* NULL once closed; read and written under lock */
-    PyThread_type_lock lock; /* serialises every library call on cache (see the top) */
-    PyObject *on_event;      /* the Python callable, or NULL */
-    evbatch pending;         /* events of the call in progress; under lock */
-    uint32_t n_blocks;       /* configuration, immutable */
-    uint32_t block_size;     /* tokens per block */
-    uint64_t seed;           /* hash seed */
-    bool verify_tokens;      /* collision-proof mode */
+    PyObject_HEAD kvp_cache *cache; /* NULL once closed; read and written under lock */
+    PyThread_type_lock lock;        /* serialises every library call on cache (see the top) */
+    PyObject *on_event;             /* the Python callable, or NULL */
+    evbatch pending;                /* events of the call in progress; under lock */
+    uint32_t n_blocks;              /* configuration, immutable */
+    uint32_t block_size;            /* tokens per block */
+    uint64_t seed;                  /* hash seed */
+    bool verify_tokens;             /* collision-proof mode */
 } CacheObject;
 
 /* The library's event callback: runs inside a library call, under the mutex and without
@@ -673,9 +669,12 @@ static PyObject *event_to_py(const kvp_event *e)
     PyObject *o = PyStructSequence_New(event_type);
     if (o == NULL)
         return NULL;
-    PyObject *v[7] = {PyLong_FromLong(e->type),          PyLong_FromLong(e->reason),
-                      PyLong_FromUnsignedLong(e->block_id), PyLong_FromUnsignedLong(e->n_tokens),
-                      key_to_int(e->key),                key_to_int(e->parent),
+    PyObject *v[7] = {PyLong_FromLong(e->type),
+                      PyLong_FromLong(e->reason),
+                      PyLong_FromUnsignedLong(e->block_id),
+                      PyLong_FromUnsignedLong(e->n_tokens),
+                      key_to_int(e->key),
+                      key_to_int(e->parent),
                       PyBool_FromLong(e->parent_is_root)};
     bool ok = true;
     for (int i = 0; i < 7; i++) {
@@ -796,11 +795,10 @@ static PyObject *match_to_py(const kvp_match *m, PyObject *block_ids)
         Py_XDECREF(block_ids);
         return NULL;
     }
-    PyObject *v[5] = {PyLong_FromUnsignedLongLong(m->n_tokens),
-                      PyLong_FromUnsignedLong(m->n_blocks_full),
-                      PyLong_FromUnsignedLong(m->n_blocks_cached),
-                      PyLong_FromUnsignedLong(m->n_blocks_hit),
-                      PyLong_FromUnsignedLongLong(m->n_tokens_hit)};
+    PyObject *v[5] = {
+        PyLong_FromUnsignedLongLong(m->n_tokens), PyLong_FromUnsignedLong(m->n_blocks_full),
+        PyLong_FromUnsignedLong(m->n_blocks_cached), PyLong_FromUnsignedLong(m->n_blocks_hit),
+        PyLong_FromUnsignedLongLong(m->n_tokens_hit)};
     bool ok = true;
     for (int i = 0; i < 5; i++) {
         ok = ok && v[i] != NULL;
@@ -814,30 +812,30 @@ static PyObject *match_to_py(const kvp_match *m, PyObject *block_ids)
 
 /* Run STMT, a library call that assigns rc, with the GIL released and the mutex held, and
  * take the events it produced into b. rc becomes 1 when the cache is closed. */
-#define CALL_NOGIL(self, b, rc, STMT)                                                          \
-    do {                                                                                       \
-        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock((self)->lock, WAIT_LOCK);                 \
-        if ((self)->cache == NULL)                                                             \
-            (rc) = 1;                                                                          \
-        else {                                                                                 \
-            STMT;                                                                              \
-        }                                                                                      \
-        (b) = events_take_locked(self);                                                        \
-        PyThread_release_lock((self)->lock);                                                   \
-        Py_END_ALLOW_THREADS                                                                   \
+#define CALL_NOGIL(self, b, rc, STMT)                                                              \
+    do {                                                                                           \
+        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock((self)->lock, WAIT_LOCK);                     \
+        if ((self)->cache == NULL)                                                                 \
+            (rc) = 1;                                                                              \
+        else {                                                                                     \
+            STMT;                                                                                  \
+        }                                                                                          \
+        (b) = events_take_locked(self);                                                            \
+        PyThread_release_lock((self)->lock);                                                       \
+        Py_END_ALLOW_THREADS                                                                       \
     } while (0)
 
 /* The same for cheap calls: the GIL stays held unless another thread holds the mutex. */
-#define CALL_GIL(self, b, rc, STMT)                                                            \
-    do {                                                                                       \
-        lock_with_gil(self);                                                                   \
-        if ((self)->cache == NULL)                                                             \
-            (rc) = 1;                                                                          \
-        else {                                                                                 \
-            STMT;                                                                              \
-        }                                                                                      \
-        (b) = events_take_locked(self);                                                        \
-        PyThread_release_lock((self)->lock);                                                   \
+#define CALL_GIL(self, b, rc, STMT)                                                                \
+    do {                                                                                           \
+        lock_with_gil(self);                                                                       \
+        if ((self)->cache == NULL)                                                                 \
+            (rc) = 1;                                                                              \
+        else {                                                                                     \
+            STMT;                                                                                  \
+        }                                                                                          \
+        (b) = events_take_locked(self);                                                            \
+        PyThread_release_lock((self)->lock);                                                       \
     } while (0)
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1011,12 +1009,23 @@ static PyObject *Cache_grow(CacheObject *self, PyObject *args, PyObject *kw)
     return finish(self, rc, "kvp_grow", &b, Py_NewRef(Py_None));
 }
 
+/* A PyMem_Raw copy of request req_id's block table into *copy (NULL when out of memory)
+ * and its length; the caller holds the mutex. Returns kvp_request_blocks's code. */
+static int request_blocks_copy_locked(CacheObject *self, uint64_t req_id, uint32_t **copy,
+                                      size_t *n)
+{
+    const uint32_t *ids;
+    int rc = kvp_request_blocks(self->cache, req_id, &ids, n);
+    if (rc == KVP_OK && (*copy = PyMem_RawMalloc(*n * sizeof **copy + 4)) != NULL)
+        memcpy(*copy, ids, *n * sizeof **copy);
+    return rc;
+}
+
 static PyObject *Cache_request_blocks(CacheObject *self, PyObject *arg)
 {
     uint64_t req_id;
     if (!conv_u64(arg, &req_id))
         return NULL;
-    const uint32_t *ids;
     uint32_t *copy = NULL;
     size_t n = 0;
     evbatch b;
@@ -1024,11 +1033,7 @@ static PyObject *Cache_request_blocks(CacheObject *self, PyObject *arg)
     /* Copied under the mutex: the array is only valid until the next grow or release, which
      * another thread could make as soon as the mutex is dropped. The list is built after,
      * because allocating Python objects may run arbitrary code (the garbage collector). */
-    CALL_GIL(self, b, rc, if ((rc = kvp_request_blocks(self->cache, req_id, &ids, &n)) == KVP_OK) {
-        copy = PyMem_RawMalloc(n * sizeof *copy + 4);
-        if (copy != NULL)
-            memcpy(copy, ids, n * sizeof *copy);
-    });
+    CALL_GIL(self, b, rc, rc = request_blocks_copy_locked(self, req_id, &copy, &n));
     PyObject *list = NULL;
     if (rc == KVP_OK)
         list = copy ? u32_to_list(copy, n) : PyErr_NoMemory();
@@ -1043,8 +1048,7 @@ static PyObject *Cache_commit(CacheObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"req_id", "tokens", NULL};
     uint64_t req_id;
     PyObject *tok_obj;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O:commit", kwlist, conv_u64, &req_id,
-                                     &tok_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O:commit", kwlist, conv_u64, &req_id, &tok_obj))
         return NULL;
     tokens t;
     if (tokens_get(tok_obj, &t) != 0)
@@ -1054,8 +1058,7 @@ static PyObject *Cache_commit(CacheObject *self, PyObject *args, PyObject *kw)
     int rc = 0;
     CALL_NOGIL(self, b, rc, rc = kvp_commit(self->cache, req_id, t.ptr, t.n, &n_stored));
     tokens_done(&t);
-    return finish(self, rc, "kvp_commit", &b,
-                  rc == KVP_OK ? PyLong_FromSize_t(n_stored) : NULL);
+    return finish(self, rc, "kvp_commit", &b, rc == KVP_OK ? PyLong_FromSize_t(n_stored) : NULL);
 }
 
 static PyObject *Cache_release(CacheObject *self, PyObject *arg)
@@ -1164,10 +1167,10 @@ static PyObject *stats_to_py(const kvp_stats *s)
     if (o == NULL)
         return NULL;
     const unsigned long long v[15] = {
-        s->n_requests,       s->n_lookups,        s->n_tokens_queried, s->n_tokens_hit,
-        s->n_blocks_hit,     s->n_blocks_missed,  s->n_blocks_stored,  s->n_blocks_deduped,
-        s->n_evictions,      s->n_verify_rejects, s->n_blocks_total,   s->n_blocks_free,
-        s->n_blocks_cached,  s->n_blocks_in_use,  s->n_requests_active};
+        s->n_requests,      s->n_lookups,        s->n_tokens_queried, s->n_tokens_hit,
+        s->n_blocks_hit,    s->n_blocks_missed,  s->n_blocks_stored,  s->n_blocks_deduped,
+        s->n_evictions,     s->n_verify_rejects, s->n_blocks_total,   s->n_blocks_free,
+        s->n_blocks_cached, s->n_blocks_in_use,  s->n_requests_active};
     for (int i = 0; i < 15; i++) {
         PyObject *x = PyLong_FromUnsignedLongLong(v[i]);
         if (x == NULL) {
@@ -1198,7 +1201,7 @@ static kvp_label *labels_get(PyObject *obj, size_t *n, PyObject **keep)
     if (obj == Py_None)
         return NULL;
     PyObject *items = PyMapping_Check(obj) && !PySequence_Check(obj) ? PyMapping_Items(obj)
-                                                                    : PySequence_List(obj);
+                                                                     : PySequence_List(obj);
     if (items == NULL)
         return NULL;
     Py_ssize_t len = PyList_GET_SIZE(items);
@@ -1365,6 +1368,30 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The loop of _run_batch; the caller holds the mutex. Returns the first failing code (its
+ * function in *fn) or KVP_OK, and the CPU time spent in *dt. */
+static int run_batch_locked(CacheObject *self, const kvp_namespace *ns, const Py_buffer *buf,
+                            const uint32_t *len, uint64_t first, uint64_t ring, const char **fn,
+                            uint64_t *dt)
+{
+    size_t n = (size_t)buf->shape[0], width = (size_t)buf->shape[1];
+    int rc = KVP_OK;
+    uint64_t t0 = now_ns();
+    for (size_t k = 0; k < n && rc == KVP_OK; k++) {
+        const uint32_t *tok = (const uint32_t *)buf->buf + k * width;
+        kvp_match m;
+        uint64_t id = first + k;
+        if ((rc = kvp_acquire(self->cache, id, ns, tok, len[k], 0, &m)) != KVP_OK)
+            *fn = "kvp_acquire";
+        else if ((rc = kvp_commit(self->cache, id, tok, len[k], NULL)) != KVP_OK)
+            *fn = "kvp_commit";
+        else if (id >= ring && (rc = kvp_release(self->cache, id - ring)) != KVP_OK)
+            *fn = "kvp_release";
+    }
+    *dt = now_ns() - t0;
+    return rc;
+}
+
 /* _run_batch(ns, buf, lens, first_id, ring) -> int: for each row k of buf (a 2-D C-contiguous
  * uint32 buffer, one prompt per row, lens[k] tokens used), acquire + commit request
  * first_id + k and release request first_id + k - ring, all in C under one mutex hold, with
@@ -1374,8 +1401,8 @@ static PyObject *Cache_run_batch(CacheObject *self, PyObject *args)
 {
     PyObject *ns_obj, *buf_obj, *len_obj;
     uint64_t first, ring;
-    if (!PyArg_ParseTuple(args, "OOOO&O&:_run_batch", &ns_obj, &buf_obj, &len_obj, conv_u64,
-                          &first, conv_u64, &ring))
+    if (!PyArg_ParseTuple(args, "OOOO&O&:_run_batch", &ns_obj, &buf_obj, &len_obj, conv_u64, &first,
+                          conv_u64, &ring))
         return NULL;
     const kvp_namespace *ns = ns_arg(ns_obj);
     Py_buffer buf, lens;
@@ -1392,44 +1419,45 @@ static PyObject *Cache_run_batch(CacheObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "_run_batch: buf (n, width) and lens (n,) of uint32");
         return NULL;
     }
-    size_t n = (size_t)buf.shape[0], width = (size_t)buf.shape[1];
-    const uint32_t *len = lens.buf;
     int rc = 0;
     const char *fn = "";
-    uint64_t t0 = 0, t1 = 0;
+    uint64_t dt = 0;
     evbatch b;
-    CALL_NOGIL(self, b, rc, t0 = now_ns(); for (size_t k = 0; k < n && rc == 0; k++) {
-        const uint32_t *tok = (const uint32_t *)buf.buf + k * width;
-        kvp_match m;
-        uint64_t id = first + k;
-        if ((rc = kvp_acquire(self->cache, id, ns, tok, len[k], 0, &m)) != 0)
-            fn = "kvp_acquire";
-        else if ((rc = kvp_commit(self->cache, id, tok, len[k], NULL)) != 0)
-            fn = "kvp_commit";
-        else if (id >= ring && (rc = kvp_release(self->cache, id - ring)) != 0)
-            fn = "kvp_release";
-    } t1 = now_ns());
+    CALL_NOGIL(self, b, rc, rc = run_batch_locked(self, ns, &buf, lens.buf, first, ring, &fn, &dt));
     PyBuffer_Release(&buf);
     PyBuffer_Release(&lens);
-    return finish(self, rc, fn, &b, PyLong_FromUnsignedLongLong(t1 - t0));
+    return finish(self, rc, fn, &b, PyLong_FromUnsignedLongLong(dt));
 }
 
 /* _time_stats(n) -> float: thread CPU nanoseconds per kvp_cache_stats call, n calls timed
  * in C. */
+/* The loop of _time_stats; the caller holds the mutex. Returns ns per call, or -1. */
+static double time_stats_locked(CacheObject *self, uint64_t n)
+{
+    kvp_stats s;
+    uint64_t t0 = now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        if (kvp_cache_stats(self->cache, &s) != KVP_OK)
+            return -1.0;
+        __asm__ volatile("" : : "r"(&s) : "memory"); /* keep every call */
+    }
+    return (double)(now_ns() - t0) / (double)n;
+}
+
 static PyObject *Cache_time_stats(CacheObject *self, PyObject *arg)
 {
-    uint64_t n;
-    if (!conv_u64(arg, &n) || n == 0)
-        return n == 0 && !PyErr_Occurred() ? raise_code(KVP_EINVAL, "_time_stats") : NULL;
-    kvp_stats s;
+    uint64_t n = 0;
+    if (!conv_u64(arg, &n))
+        return NULL;
+    if (n == 0)
+        return raise_code(KVP_EINVAL, "_time_stats");
+    double per_call = 0;
     int rc = 0;
-    uint64_t t0 = 0, t1 = 0;
     evbatch b;
-    CALL_NOGIL(self, b, rc, t0 = now_ns(); for (uint64_t i = 0; i < n && rc == 0; i++) {
-        rc = kvp_cache_stats(self->cache, &s);
-        __asm__ volatile("" : : "r"(&s) : "memory");
-    } t1 = now_ns());
-    return finish(self, rc, "kvp_cache_stats", &b, PyFloat_FromDouble((double)(t1 - t0) / (double)n));
+    CALL_NOGIL(self, b, rc, per_call = time_stats_locked(self, n));
+    if (rc == 0 && per_call < 0)
+        rc = KVP_EBUSY;
+    return finish(self, rc, "kvp_cache_stats", &b, PyFloat_FromDouble(per_call));
 }
 
 #define KW (PyCFunction)(void (*)(void))
@@ -1524,8 +1552,8 @@ static PyObject *mod_hash_blocks(PyObject *m, PyObject *args, PyObject *kw)
     PyObject *tok_obj;
     uint64_t block_size = 16, seed = KVP_DEFAULT_SEED;
     kvp_key parent = {0, 0};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&$O&O&:hash_blocks", kwlist, &tok_obj,
-                                     conv_u64, &block_size, conv_u64, &seed, conv_key, &parent))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&$O&O&:hash_blocks", kwlist, &tok_obj, conv_u64,
+                                     &block_size, conv_u64, &seed, conv_key, &parent))
         return NULL;
     return hash_blocks_list(seed, parent, tok_obj, block_size);
 }
@@ -1689,8 +1717,8 @@ static int add_errors(PyObject *m)
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
         char qual[64];
         snprintf(qual, sizeof qual, "kvprefix.%s", defs[i].name);
-        PyObject *bases = defs[i].base ? PyTuple_Pack(2, err_base, *defs[i].base)
-                                       : PyTuple_Pack(1, err_base);
+        PyObject *bases =
+            defs[i].base ? PyTuple_Pack(2, err_base, *defs[i].base) : PyTuple_Pack(1, err_base);
         PyObject *cls = bases ? PyErr_NewExceptionWithDoc(qual, defs[i].doc, bases, NULL) : NULL;
         Py_XDECREF(bases);
         if (cls == NULL || PyModule_AddObjectRef(m, defs[i].name, cls) < 0)
@@ -1756,10 +1784,14 @@ static int add_types(PyObject *m)
 }
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "kvprefix._kvprefix",
-    "The C extension behind the kvprefix package (see kvprefix's docstring).", -1,
-    module_methods,        NULL,
-    NULL,                  NULL,
+    PyModuleDef_HEAD_INIT,
+    "kvprefix._kvprefix",
+    "The C extension behind the kvprefix package (see kvprefix's docstring).",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
     NULL,
 };
 
