@@ -1,6 +1,7 @@
 """Threads: the GIL is released around hashing and lookups, and a shared Cache stays
 consistent (its mutex serialises library calls) without deadlocks, callbacks included."""
 
+import sys
 import threading
 import time
 
@@ -55,41 +56,39 @@ def test_threads_share_a_cache_exactly(ns):
 
 
 def test_gil_released_during_hashing(ns):
-    big = np.arange(8 << 20, dtype=np.uint32)  # 32 MB of tokens
-    c = kvprefix.Cache(16, 16)
-    t0 = time.perf_counter()
-    c.hash_blocks(ns, big)
-    one_call = time.perf_counter() - t0
-    if one_call < 0.01:
-        pytest.skip(f"hashing too fast to observe ({one_call * 1e3:.1f} ms)")
+    """With a switch interval far longer than the test, a thread holding the GIL keeps it
+    until it releases it itself. The spinning thread takes the GIL only when the other
+    releases it (and gives it back at once with sleep(0)), so it can record a tick between
+    a call's start and end only if the call released the GIL."""
+    big = np.arange(4 << 20, dtype=np.uint32)  # 16 MB of tokens
     ticks = []
     stop = threading.Event()
 
     def spin():
         while not stop.is_set():
             ticks.append(time.perf_counter())
+            time.sleep(0)  # releases the GIL
 
-    # With the GIL held for a whole call, the spinning thread could not record a tick in
-    # the middle half of it; released, it ticks there as soon as the OS gives it a core
-    # (the machine may be busy, so try up to 40 calls).
-    found = False
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
     th = threading.Thread(target=spin)
-    th.start()
     try:
+        th.start()
         time.sleep(0.01)
-        for _ in range(40):
+        inside = []
+        for call in (lambda: kvprefix.hash_blocks(big, 16), lambda: c.lookup(ns, big)):
+            c = kvprefix.Cache(64, 16)
             n0 = len(ticks)
             s = time.perf_counter()
-            kvprefix.hash_blocks(big, 16)
+            call()
             e = time.perf_counter()
-            q = (e - s) / 4
-            if any(s + q < t < e - q for t in ticks[max(0, n0 - 10):]):
-                found = True
-                break
+            inside.append(sum(1 for t in ticks[n0:] if s < t < e))
+            time.sleep(0.001)
     finally:
         stop.set()
         th.join()
-    assert found, f"no tick inside any call; {len(ticks)} ticks in all"
+        sys.setswitchinterval(old)
+    assert all(n > 0 for n in inside), inside
 
 
 def test_lookup_while_another_thread_holds_the_mutex(ns):
