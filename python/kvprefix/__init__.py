@@ -17,6 +17,8 @@ memoryview), read in place without a copy, or any sequence of ints (checked to b
 Block keys are 128-bit ints. docs/python.md covers threading, events and metrics.
 """
 
+from typing import TYPE_CHECKING, Any, Dict
+
 from ._kvprefix import (
     EBUSY,
     ECORRUPT,
@@ -60,13 +62,16 @@ from ._kvprefix import (
 
 __version__ = version()
 
+if TYPE_CHECKING:  # the collector needs prometheus_client, imported on first use below
+    from .prometheus import PrometheusCollector
 
-def stats_dict(stats: Stats) -> dict:
+
+def stats_dict(stats: Any) -> Dict[str, Any]:
     """The fields of a :class:`Stats` (or :class:`Match`) as a dict, like dataclasses.asdict."""
     return {name: getattr(stats, name) for name in type(stats).__match_args__}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # The collector imports prometheus_client, an optional dependency: load it on first use.
     if name == "PrometheusCollector":
         from .prometheus import PrometheusCollector
