@@ -341,6 +341,34 @@ KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
  * O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid deployments. */
 KVP_EXPORT int kvp_cache_check(const kvp_cache *cache);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Prometheus metrics                                                                       */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One label the caller adds to every sample, e.g. {"model", "llama-3.1-8b"}. Both strings
+ * are NUL-terminated and only read during the call. The name must match
+ * [a-zA-Z_][a-zA-Z0-9_]*, must not begin with "__" (reserved by Prometheus) and must not be
+ * "state" (used by kvprefix_blocks); the value is any UTF-8 text and is escaped (\\, \", \n)
+ * as the text format requires. */
+typedef struct kvp_label {
+    const char *name;  /* label name */
+    const char *value; /* label value, UTF-8 */
+} kvp_label;
+
+/* Write the cache's counters and gauges in the Prometheus text exposition format 0.0.4
+ * (# HELP and # TYPE lines, counters ending in _total) to buf, NUL-terminated, with
+ * labels[0 .. n_labels) on every sample (labels may be NULL when n_labels is 0). Names
+ * follow vLLM's where the meaning matches; docs/python.md lists them all. Takes one
+ * kvp_cache_stats snapshot, so the figures are consistent with each other.
+ *
+ * Returns KVP_OK with *n_out = the text length (without the NUL); KVP_ENOSPC when cap bytes
+ * do not hold text and NUL: *n_out = the capacity needed (length + 1) and buf holds a
+ * truncated, NUL-terminated prefix (call again with that size; buf may be NULL when cap is 0);
+ * KVP_EINVAL (NULL cache or n_out, NULL label name or value, invalid or duplicate label name, value
+ * not UTF-8), with buf and *n_out untouched; KVP_EBUSY. Never changes the cache. */
+KVP_EXPORT int kvp_cache_metrics(const kvp_cache *cache, const kvp_label *labels, size_t n_labels,
+                                 char *buf, size_t cap, size_t *n_out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,6 +4,7 @@
 #   2. clang with ASan + UBSan            (build-asan/); LeakSanitizer checks the plain
 #      programs (tests/soak, and the kvprefix binary the CLI tests run) - it cannot see
 #      inside Criterion's forked workers, whose tests count library memory themselves
+# then build the Python package into a venv (build-py/) and run its pytest suite,
 # then fuzz every libFuzzer target for a bounded time (scripts/fuzz.sh: build-fuzz/, 25 s each
 # unless FUZZ_SECONDS says otherwise) and check formatting. Both builds also replay every
 # fuzz corpus as the 'fuzz' test suite. Exits non-zero on the first failure.
@@ -36,6 +37,18 @@ echo "== clang ASan+UBSan build, full test suite"
 ninja -C build-asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 run_suite meson test -C build-asan --print-errorlogs
+
+echo "== Python package: pip install into build-py/venv, pytest"
+[ -x build-py/venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages build-py/venv
+build-py/venv/bin/pip install -q --no-build-isolation --no-index \
+    --config-settings builddir=build-py/build .
+if ! (cd python/tests && KVPREFIX_GEN_CHATLOG="$PWD/../../build-py/build/gen_chatlog" \
+    ../../build-py/venv/bin/python -m pytest -q -p no:cacheprovider . >"$part" 2>&1); then
+    cat "$part"
+    echo "== tests FAILED in: pytest python/tests"
+    exit 1
+fi
+tail -n 1 "$part"
 
 sh scripts/fuzz.sh
 

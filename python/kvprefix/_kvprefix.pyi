@@ -1,0 +1,159 @@
+"""Type hints for the kvprefix C extension (python/kvprefix/_kvprefix.c)."""
+
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+# Tokens: any C-contiguous 1-D buffer of uint32 (array('I'), numpy.uint32, memoryview),
+# read in place, or a sequence of ints in 0 .. 2**32 - 1.
+Tokens = Union[Sequence[int], memoryview, Any]
+# Block ids for the _ids forms: ints of up to 128 bits, or a buffer of uint64 (lo, hi)
+# pairs, or bytes holding 16 bytes per key.
+Ids = Union[Sequence[int], bytes, memoryview, Any]
+Labels = Union[Mapping[str, str], Iterable[Tuple[str, str]], None]
+
+OK: int
+EINVAL: int
+ENOMEM: int
+ENOSPC: int
+ENOENT: int
+EEXIST: int
+EOVERFLOW: int
+ERANGE: int
+EBUSY: int
+ECORRUPT: int
+EVENT_STORED: int
+EVENT_REMOVED: int
+EVENT_CLEARED: int
+REMOVED_EVICTED: int
+REMOVED_RESET: int
+REMOVED_REPLACED: int
+MAX_BLOCK_SIZE: int
+__version__: str
+
+class KvprefixError(Exception):
+    code: int
+    function: Optional[str]
+
+class InvalidArgumentError(KvprefixError, ValueError): ...
+class OutOfMemoryError(KvprefixError, MemoryError): ...
+class NoSpaceError(KvprefixError): ...
+class NotFoundError(KvprefixError, LookupError): ...
+class AlreadyExistsError(KvprefixError): ...
+class TooLargeError(KvprefixError): ...
+class OutOfRangeError(KvprefixError): ...
+class BusyError(KvprefixError): ...
+class CorruptError(KvprefixError): ...
+
+class EventCallbackError(KvprefixError):
+    result: Any
+
+class Match(Tuple[Any, ...]):
+    n_tokens: int
+    n_blocks_full: int
+    n_blocks_cached: int
+    n_blocks_hit: int
+    n_tokens_hit: int
+    block_ids: Optional[List[int]]
+
+class Stats(Tuple[int, ...]):
+    n_requests: int
+    n_lookups: int
+    n_tokens_queried: int
+    n_tokens_hit: int
+    n_blocks_hit: int
+    n_blocks_missed: int
+    n_blocks_stored: int
+    n_blocks_deduped: int
+    n_evictions: int
+    n_verify_rejects: int
+    n_blocks_total: int
+    n_blocks_free: int
+    n_blocks_cached: int
+    n_blocks_in_use: int
+    n_requests_active: int
+
+class Event(Tuple[Any, ...]):
+    type: int
+    reason: int
+    block_id: int
+    n_tokens: int
+    key: int
+    parent: int
+    parent_is_root: bool
+
+Field = Union[str, bytes, None]
+
+class Namespace:
+    def __init__(
+        self,
+        model: Field = None,
+        adapter: Field = None,
+        tenant: Field = None,
+        salt: Field = None,
+    ) -> None: ...
+    @property
+    def model(self) -> Field: ...
+    @property
+    def adapter(self) -> Field: ...
+    @property
+    def tenant(self) -> Field: ...
+    @property
+    def salt(self) -> Field: ...
+    def key(self, seed: int = 0) -> int: ...
+    def __hash__(self) -> int: ...
+    def __eq__(self, other: object) -> bool: ...
+
+class Cache:
+    def __init__(
+        self,
+        n_blocks: int,
+        block_size: int = 16,
+        *,
+        seed: int = 0,
+        verify_tokens: bool = False,
+        on_event: Optional[Callable[[Event], Any]] = None,
+    ) -> None: ...
+    @property
+    def n_blocks(self) -> int: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def verify_tokens(self) -> bool: ...
+    @property
+    def on_event(self) -> Optional[Callable[[Event], Any]]: ...
+    @property
+    def closed(self) -> bool: ...
+    def lookup(self, ns: Optional[Namespace], tokens: Tokens) -> Match: ...
+    def acquire(
+        self, req_id: int, ns: Optional[Namespace], tokens: Tokens, capacity: int = 0
+    ) -> Match: ...
+    def grow(self, req_id: int, capacity: int) -> None: ...
+    def request_blocks(self, req_id: int) -> List[int]: ...
+    def commit(self, req_id: int, tokens: Tokens) -> int: ...
+    def release(self, req_id: int) -> None: ...
+    def access(self, ns: Optional[Namespace], tokens: Tokens) -> Match: ...
+    def lookup_ids(
+        self, ns: Optional[Namespace], ids: Ids, n_tokens: Optional[int] = None
+    ) -> Match: ...
+    def access_ids(
+        self, ns: Optional[Namespace], ids: Ids, n_tokens: Optional[int] = None
+    ) -> Match: ...
+    def hash_blocks(self, ns: Optional[Namespace], tokens: Tokens) -> List[int]: ...
+    def namespace_key(self, ns: Optional[Namespace]) -> int: ...
+    def reset(self) -> None: ...
+    def check(self) -> None: ...
+    def stats(self) -> Stats: ...
+    def metrics(self, labels: Labels = None) -> str: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "Cache": ...
+    def __exit__(self, *exc: object) -> None: ...
+
+def hash_blocks(
+    tokens: Tokens, block_size: int = 16, *, seed: int = 0, parent: Optional[int] = None
+) -> List[int]: ...
+def namespace_key(ns: Optional[Namespace], seed: int = 0) -> int: ...
+def external_key(root: int, external_id: int, seed: int = 0) -> int: ...
+def strerror(code: int) -> str: ...
+def version() -> str: ...
+def _token_address(tokens: Tokens) -> Tuple[int, bool]: ...
