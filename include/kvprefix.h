@@ -26,10 +26,20 @@
  * code, described by kvp_strerror(). Results come back through out-parameters that are left
  * untouched on failure, and a failed call leaves the cache exactly as it was (ENOMEM
  * included). A cache miss is not an error. The library never prints, exits or aborts.
- * A kvp_cache is not thread-safe: callers serialize all calls on one cache. Distinct caches
- * are independent. Callbacks run synchronously inside the call that caused them, while the
- * cache is between two consistent states, and must not call back into the same cache:
- * every function taking that cache returns KVP_EBUSY there (kvp_cache_free is ignored).
+ *
+ * Threads. One cache may be used from many threads at once. Lookups (kvp_lookup*,
+ * kvp_cache_stats, kvp_request_blocks, kvp_cache_check) share a reader/writer lock and run
+ * in parallel; every mutation (acquire, commit, grow, release, access, reset) takes it
+ * exclusively and is linearizable; counters are exact. Keys can be computed outside any lock
+ * (kvp_cache_keys) and passed to the *_keys forms. kvp_cache_new and kvp_cache_free must not
+ * race with other calls on the same cache. Distinct caches are independent.
+ * kvp_config.single_threaded drops the lock for engines that serialize calls themselves.
+ * docs/design.md ("Threads") has the picture.
+ *
+ * Callbacks run synchronously, on the thread whose call caused them, with the cache's
+ * exclusive lock held and the cache between two consistent states. They may call other
+ * caches, but not their own: every function taking that cache returns KVP_EBUSY there
+ * (kvp_cache_free is ignored); and they must not wait for a thread that calls this cache.
  */
 #ifndef KVPREFIX_H
 #define KVPREFIX_H
@@ -188,6 +198,8 @@ typedef struct kvp_config {
     kvp_allocator alloc;   /* memory hooks (default: malloc/free) */
     kvp_event_fn on_event; /* optional event callback (default NULL) */
     void *event_ud;        /* passed to on_event */
+    bool single_threaded;  /* the caller serializes every call: skip the cache's lock
+                              (default false: the cache is thread-safe) */
 } kvp_config;
 
 /* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
@@ -254,7 +266,9 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
 KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
 
 /* The request's block table: *ids points at its n block ids in token order. The array is
- * owned by the cache and valid until the next kvp_grow, kvp_release or kvp_cache_free.
+ * owned by the cache and valid until the next kvp_grow or kvp_release of the same request
+ * (from any thread), or kvp_cache_free; calls for other requests do not move it. Its
+ * contents do not change while it is valid.
  * Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_ENOENT, KVP_EBUSY. */
 KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
                                   size_t *n);
@@ -298,6 +312,34 @@ KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns, const k
                               kvp_match *out);
 KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
                               size_t n_ids, size_t n_tokens, kvp_match *out);
+
+/* Hashing outside the lock. kvp_cache_keys computes, without taking the cache's lock,
+ * the namespace root of ns and the keys of the full blocks of tokens[0 .. n_tokens) exactly
+ * as the cache would (its seed and block size): min(n_tokens / block_size, cap) keys in
+ * keys[], their count in *n_keys. Returns KVP_OK, KVP_EINVAL (NULL pointer, invalid ns),
+ * KVP_EBUSY (inside the cache's callback).
+ *
+ * The *_keys forms then do what kvp_lookup, kvp_acquire, kvp_commit and kvp_access do with
+ * those keys instead of hashing under the lock. keys[i] must be the key of full block i
+ * (all n_tokens / block_size of them; kvp_commit_keys may take keys == NULL to hash here)
+ * computed by kvp_cache_keys for the same cache and ns, and root the root it returned: the
+ * cache cannot tell other keys from these, and wrong keys make wrong matches (except in
+ * collision-proof mode, where tokens are verified: there tokens is required; elsewhere
+ * only kvp_commit_keys reads it). Returns as the token forms. */
+KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
+                              const uint32_t *tokens, size_t n_tokens, kvp_key *root,
+                              kvp_key *keys, size_t cap, size_t *n_keys);
+KVP_EXPORT int kvp_lookup_keys(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
+                               const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
+                               uint32_t *block_ids, size_t cap, kvp_match *out);
+KVP_EXPORT int kvp_acquire_keys(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
+                                kvp_key root, const kvp_key *keys, const uint32_t *tokens,
+                                size_t n_tokens, size_t n_capacity, kvp_match *out);
+KVP_EXPORT int kvp_commit_keys(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
+                               const uint32_t *tokens, size_t n_tokens, size_t *n_stored);
+KVP_EXPORT int kvp_access_keys(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
+                               const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
+                               kvp_match *out);
 
 /* Drop every cached block that no request pins: each emits KVP_EVENT_REMOVED with
  * KVP_REMOVED_RESET, and KVP_EVENT_CLEARED follows if the index is then empty. Pinned blocks

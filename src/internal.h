@@ -21,6 +21,8 @@
 #ifndef KVP_INTERNAL_H
 #define KVP_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -238,11 +240,77 @@ struct kvp_cache {
     uint32_t *scratch_ids;  /* kvp_access: blocks touched by the current prompt */
     size_t scratch_cap;     /* entries in both scratch arrays */
     unsigned key_bits;      /* 128, or fewer in collision tests (kvp__cache_set_key_bits) */
-    bool in_callback;       /* true while an event callback runs */
+    pthread_rwlock_t lock;  /* readers: lookups, stats, checks; writers: every mutation */
+    bool lock_ready;        /* lock was initialised (kvp_cache_new got that far) */
+    /* Counters that readers bump under the shared lock; summed into kvp_stats on read. */
+    _Atomic uint64_t n_lookups;        /* kvp_stats.n_lookups */
+    _Atomic uint64_t n_verify_rejects; /* kvp_stats.n_verify_rejects */
 };
 
-/* Emit an event if a callback is set (marks the cache busy meanwhile). */
+/* ---------------------------------------------------------------- locking (lock.c) */
+
+/* One event callback running on this thread: the cache it came from and the frame of the
+ * callback it is nested in (a callback of cache A may call cache B, whose callback runs
+ * while A's still does). The frames live on the emitting threads' stacks. */
+typedef struct kvp__cb_frame {
+    const kvp_cache *cache;     /* the cache whose callback runs */
+    struct kvp__cb_frame *up;   /* the enclosing frame on this thread, or NULL */
+} kvp__cb_frame;
+
+extern _Thread_local kvp__cb_frame *kvp__cb_top; /* innermost frame of this thread */
+
+/* Is this thread inside one of cache's event callbacks? Then every call on cache returns
+ * KVP_EBUSY: the thread holds the cache's write lock, and the cache is mid-operation. */
+static inline bool kvp__in_callback(const kvp_cache *cache)
+{
+    for (const kvp__cb_frame *f = kvp__cb_top; f; f = f->up)
+        if (f->cache == cache)
+            return true;
+    return false;
+}
+
+int kvp__lock_init(kvp_cache *cache);
+void kvp__lock_destroy(kvp_cache *cache);
+
+/* Emit an event if a callback is set (marks the cache busy on this thread meanwhile). */
 void kvp__emit(kvp_cache *cache, const kvp_event *ev);
+
+/* Count a key match that failed verification (any lock mode). Cannot fail. */
+static inline void kvp__count_reject(kvp_cache *cache)
+{
+    atomic_fetch_add_explicit(&cache->n_verify_rejects, 1, memory_order_relaxed);
+}
+
+/* The bodies of the public calls, run by lock.c with the cache's lock held (shared for
+ * lookups, stats and checks; exclusive for the rest) and cache non-NULL. Each returns what
+ * its public form documents in kvprefix.h. Where a body takes root and keys, NULL keys
+ * means "hash tokens here" (then root may be NULL too: computed from ns), and non-NULL keys
+ * are the caller's precomputed block keys (kvp_cache_keys) under the given root. */
+int kvp__lookup_locked(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
+                       size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out);
+int kvp__lookup_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
+                           size_t n_ids, size_t n_tokens, uint32_t *block_ids, size_t cap,
+                           kvp_match *out);
+int kvp__lookup_keys_locked(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
+                            const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
+                            uint32_t *block_ids, size_t cap, kvp_match *out);
+int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
+                        const kvp_key *root, const kvp_key *keys, const uint32_t *tokens,
+                        size_t n_tokens, size_t n_capacity, kvp_match *out);
+int kvp__grow_locked(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
+int kvp__request_blocks_locked(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
+                               size_t *n);
+int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
+                       const uint32_t *tokens, size_t n_tokens, size_t *n_stored);
+int kvp__release_locked(kvp_cache *cache, uint64_t req_id);
+int kvp__access_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *root,
+                       const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
+                       kvp_match *out);
+int kvp__access_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
+                           size_t n_ids, size_t n_tokens, kvp_match *out);
+int kvp__cache_stats_locked(const kvp_cache *cache, kvp_stats *out);
+void kvp__cache_destroy(kvp_cache *cache);
+int kvp__cache_reset_locked(kvp_cache *cache);
 
 /* Pool operations (pool.c). None allocates; none can fail unless stated. */
 int kvp__pool_init(kvp_cache *cache);
