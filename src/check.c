@@ -17,8 +17,10 @@
  *     no namespace or parent reference outside verify mode; in verify mode an unindexed
  *     block names no namespace and an indexed later block names a parent in the pool.
  * Tests and fuzzers call it after every mutation. O(n_blocks + held blocks); it allocates
- * its counter arrays with calloc, outside the cache's hooks, so it cannot disturb an
- * allocation-failure test.
+ * its counter arrays through the cache's hooks (a deployment that gives the cache an arena
+ * gets no hidden malloc), frees them before returning, and reports KVP_ENOMEM when they
+ * cannot be had. kvp_cache_check runs it under the cache's exclusive lock, since the
+ * allocator's live-byte count changes while it runs.
  */
 #include <stdlib.h>
 
@@ -122,7 +124,9 @@ int kvp__requests_check(const kvp_cache *cache)
 {
     const kvp__pool *pool = &cache->pool;
     int rc = KVP_OK;
-    uint32_t *refs = calloc(pool->n_blocks ? pool->n_blocks : 1, sizeof *refs);
+    kvp__mem *mem = (kvp__mem *)&cache->mem; /* scratch only: back to its count on return */
+    size_t n_refs = pool->n_blocks ? pool->n_blocks : 1;
+    uint32_t *refs = kvp__mem_calloc(mem, n_refs, sizeof *refs);
     if (!refs)
         return KVP_ENOMEM;
     const kvp__request *req, *tmp;
@@ -139,7 +143,7 @@ int kvp__requests_check(const kvp_cache *cache)
     for (uint32_t id = 0; id < pool->n_blocks; id++)
         FAIL_IF(refs[id] != pool->blocks[id].ref);
 out:
-    free(refs);
+    kvp__mem_free(mem, refs, n_refs * sizeof *refs);
     return rc;
 }
 
@@ -152,7 +156,9 @@ int kvp__verify_check(const kvp_cache *cache)
     const kvp__pool *pool = &cache->pool;
     const kvp__verify *v = &cache->verify;
     int rc = KVP_OK;
-    uint32_t *ns_refs = calloc(v->n_slots ? v->n_slots : 1, sizeof *ns_refs);
+    kvp__mem *mem = (kvp__mem *)&cache->mem; /* scratch only: back to its count on return */
+    size_t n_ns = v->n_slots ? v->n_slots : 1;
+    uint32_t *ns_refs = kvp__mem_calloc(mem, n_ns, sizeof *ns_refs);
     if (!ns_refs)
         return KVP_ENOMEM;
     const kvp__request *req, *tmp;
@@ -180,7 +186,7 @@ int kvp__verify_check(const kvp_cache *cache)
         FAIL_IF(kvp__verify_ns_refs(cache, s) != ns_refs[s] || ns_refs[s] == 0);
     }
 out:
-    free(ns_refs);
+    kvp__mem_free(mem, ns_refs, n_ns * sizeof *ns_refs);
     return rc;
 }
 

@@ -9,7 +9,8 @@
  *   shared (many threads at once)      exclusive (one thread, no readers)
  *   kvp_lookup, kvp_lookup_ids,        kvp_acquire(_keys), kvp_commit(_keys), kvp_grow,
  *   kvp_lookup_keys, kvp_cache_stats,  kvp_release, kvp_access(_keys, _ids),
- *   kvp_request_blocks, kvp_cache_check kvp_cache_reset
+ *   kvp_request_blocks                 kvp_cache_reset, kvp_cache_check (its scratch
+ *                                      memory goes through the cache's allocator)
  *
  *   lock-free: kvp_cache_keys (reads only the immutable config), kvp_hash_blocks,
  *   kvp_namespace_key, kvp_external_key; kvp_cache_new/kvp_cache_free are not concurrent
@@ -214,5 +215,6 @@ KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out)
 
 KVP_EXPORT int kvp_cache_check(const kvp_cache *cache)
 {
-    LOCKED(cache, SHARED, kvp__cache_check(cache));
+    /* Exclusive: the checker's scratch goes through the cache's allocator. */
+    LOCKED(cache, EXCLUSIVE, kvp__cache_check(cache));
 }
