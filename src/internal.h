@@ -224,6 +224,10 @@ typedef struct kvp__request {
     uint32_t n_committed; /* leading blocks that have keys (hit or committed) */
     uint32_t ns;          /* verify mode: interned namespace id, else KVP_NIL */
     kvp__vref canon;      /* verify mode: the accepted instance holding last_key, or none */
+    uint32_t *prompt;     /* the acquired prompt's tokens from prompt_start on, kept until
+                             they are all committed (kvp_commit compares them); or NULL */
+    size_t n_prompt;      /* the acquired prompt's length in tokens */
+    size_t prompt_start;  /* first token kept in prompt: the hit blocks' end */
 } kvp__request;
 
 /* ---------------------------------------------------------------- the cache (cache.c) */
@@ -303,6 +307,8 @@ int kvp__request_blocks_locked(const kvp_cache *cache, uint64_t req_id, const ui
 int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
                        const uint32_t *tokens, size_t n_tokens, size_t *n_stored);
 int kvp__release_locked(kvp_cache *cache, uint64_t req_id);
+int kvp__requests_locked(const kvp_cache *cache, uint64_t *ids, size_t cap, size_t *n_active);
+int kvp__release_all_locked(kvp_cache *cache, size_t *n_released);
 int kvp__access_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *root,
                        const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
                        kvp_match *out);
@@ -332,6 +338,9 @@ kvp__request *kvp__request_find(const kvp_cache *cache, uint64_t id);
 int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__request **out);
 int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_blocks);
 void kvp__request_delete(kvp_cache *cache, kvp__request *req);
+int kvp__request_keep_prompt(kvp_cache *cache, kvp__request *req, const uint32_t *tokens,
+                             size_t n_tokens, size_t start);
+void kvp__request_drop_prompt(kvp_cache *cache, kvp__request *req);
 
 /* Verify mode (verify.c). */
 int kvp__verify_init(kvp_cache *cache);

@@ -150,6 +150,7 @@ static void fill_match(const kvp_cache *cache, size_t n_tokens, uint32_t n_full,
     out->n_blocks_cached = n_cached;
     out->n_blocks_hit = n_cached < limit ? n_cached : limit;
     out->n_tokens_hit = (uint64_t)out->n_blocks_hit * cache->cfg.block_size;
+    out->n_blocks_stored = 0;
 }
 
 static void count_request(kvp_cache *cache, const kvp_match *m)
@@ -302,7 +303,7 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     if (n_total == KVP_NIL)
         return KVP_EOVERFLOW;
     if (n_total > cache->pool.n_blocks)
-        return KVP_ENOSPC;
+        return KVP_ETOOBIG;
 
     /* Step 2: allocate the request (and intern its namespace in verify mode). */
     kvp_key root = root_in ? *root_in : kvp__cache_root(cache, ns);
@@ -324,13 +325,19 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     kvp_match m;
     fill_match(cache, n_tokens, n_full, w.n_cached, &m);
     uint32_t n_hit = m.n_blocks_hit, n_take = n_total - n_hit;
-    if (n_take > kvp__pool_available(&cache->pool) - count_unpinned(cache, req->blocks, n_hit)) {
+    rc = KVP_OK;
+    if (n_take > kvp__pool_available(&cache->pool) - count_unpinned(cache, req->blocks, n_hit))
+        rc = KVP_ENOSPC;
+    else
+        rc = kvp__request_keep_prompt(cache, req, tokens, n_tokens,
+                                      (size_t)n_hit * cache->cfg.block_size);
+    if (rc != KVP_OK) {
         /* A failed call changes nothing; no reader runs under the exclusive lock. */
         atomic_store_explicit(&cache->n_verify_rejects, rejects_before, memory_order_relaxed);
         kvp__request_delete(cache, req);
         if (ns_id != KVP_NIL)
             kvp__verify_ns_unref(cache, ns_id);
-        return KVP_ENOSPC;
+        return rc;
     }
 
     /* Step 4: pin, take, record the chain state. */
@@ -357,6 +364,8 @@ int kvp__grow_locked(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
         return KVP_EOVERFLOW;
     if (n_total <= req->n_blocks)
         return KVP_OK;
+    if (n_total > cache->pool.n_blocks)
+        return KVP_ETOOBIG;
     uint32_t n_take = n_total - req->n_blocks;
     if (n_take > kvp__pool_available(&cache->pool))
         return KVP_ENOSPC;
@@ -423,6 +432,23 @@ static bool accept_existing(kvp_cache *cache, uint32_t b, const uint32_t *tokens
     return false;
 }
 
+/* Does tokens[0 .. n_tokens) agree with the acquired prompt where it is not committed yet?
+ * Committed blocks are not read again (their keys already chain them), so only the kept
+ * tokens from the first uncommitted block on are compared. Cannot fail. */
+static bool prompt_matches(const kvp__request *req, const uint32_t *tokens, size_t n_tokens,
+                           size_t bs)
+{
+    if (!req->prompt)
+        return true;
+    size_t from = (size_t)req->n_committed * bs;
+    size_t to = n_tokens < req->n_prompt ? n_tokens : req->n_prompt;
+    if (from < req->prompt_start)
+        from = req->prompt_start;
+    return from >= to ||
+           memcmp(tokens + from, req->prompt + (from - req->prompt_start),
+                  (to - from) * sizeof *tokens) == 0;
+}
+
 int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
                        const uint32_t *tokens, size_t n_tokens, size_t *n_stored)
 {
@@ -436,6 +462,8 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
         return KVP_EINVAL;
     if (n_tokens / bs > req->n_blocks)
         return KVP_ERANGE;
+    if (!prompt_matches(req, tokens, n_tokens, bs))
+        return KVP_EINVAL;
     uint32_t n_full = (uint32_t)(n_tokens / bs);
     size_t stored = 0;
     const kvp__probe_view view = kvp__index_view(&cache->index);
@@ -474,10 +502,14 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
             req->n_committed = i + 1;
         }
     }
+    if (req->prompt && (size_t)req->n_committed * bs >= req->n_prompt)
+        kvp__request_drop_prompt(cache, req);
     if (n_stored)
         *n_stored = stored;
     return KVP_OK;
 }
+
+static void release_request(kvp_cache *cache, kvp__request *req);
 
 int kvp__release_locked(kvp_cache *cache, uint64_t req_id)
 {
@@ -486,6 +518,43 @@ int kvp__release_locked(kvp_cache *cache, uint64_t req_id)
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
         return KVP_ENOENT;
+    release_request(cache, req);
+    return KVP_OK;
+}
+
+int kvp__requests_locked(const kvp_cache *cache, uint64_t *ids, size_t cap, size_t *n_active)
+{
+    if (!n_active || (!ids && cap))
+        return KVP_EINVAL;
+    size_t n = 0;
+    const kvp__request *req, *tmp;
+    HASH_ITER(hh, cache->requests, req, tmp)
+    {
+        if (n < cap)
+            ids[n] = req->id;
+        n++;
+    }
+    *n_active = n;
+    return KVP_OK;
+}
+
+int kvp__release_all_locked(kvp_cache *cache, size_t *n_released)
+{
+    size_t n = 0;
+    kvp__request *req, *tmp;
+    HASH_ITER(hh, cache->requests, req, tmp)
+    {
+        release_request(cache, req);
+        n++;
+    }
+    if (n_released)
+        *n_released = n;
+    return KVP_OK;
+}
+
+/* Unpin req's blocks tail first and delete it. Cannot fail. */
+static void release_request(kvp_cache *cache, kvp__request *req)
+{
     /* Tail first; the blocks a few steps ahead are prefetched, since a long-running request's
      * blocks have usually left the cache by the time it ends. */
     for (uint32_t i = req->n_blocks; i-- > 0;) {
@@ -496,7 +565,6 @@ int kvp__release_locked(kvp_cache *cache, uint64_t req_id)
     if (req->ns != KVP_NIL)
         kvp__verify_ns_unref(cache, req->ns);
     kvp__request_delete(cache, req);
-    return KVP_OK;
 }
 
 /* Make the scratch arrays hold n entries. KVP_OK or KVP_ENOMEM (nothing changed). */
@@ -559,6 +627,7 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
                 id = kvp__pool_take(cache);
                 store_block(cache, id, keys[i], i ? keys[i - 1] : src->root, i, blk_tokens, canon,
                             src->ns);
+                m.n_blocks_stored++;
             }
         }
         ids[i] = id;

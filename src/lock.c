@@ -8,8 +8,9 @@
  *
  *   shared (many threads at once)      exclusive (one thread, no readers)
  *   kvp_lookup, kvp_lookup_ids,        kvp_acquire(_keys), kvp_commit(_keys), kvp_grow,
- *   kvp_lookup_keys, kvp_cache_stats,  kvp_release, kvp_access(_keys, _ids),
- *   kvp_request_blocks                 kvp_cache_reset, kvp_cache_check (its scratch
+ *   kvp_lookup_keys, kvp_cache_stats,  kvp_release(_all), kvp_access(_keys, _ids),
+ *   kvp_request_blocks,                kvp_cache_reset, kvp_cache_check (its scratch
+ *   kvp_cache_requests
  *                                      memory goes through the cache's allocator)
  *
  *   lock-free: kvp_cache_keys (reads only the immutable config), kvp_hash_blocks,
@@ -182,6 +183,17 @@ KVP_EXPORT int kvp_commit_keys(kvp_cache *cache, uint64_t req_id, const kvp_key 
 KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id)
 {
     LOCKED(cache, EXCLUSIVE, kvp__release_locked(cache, req_id));
+}
+
+KVP_EXPORT int kvp_cache_requests(const kvp_cache *cache, uint64_t *ids, size_t cap,
+                                  size_t *n_active)
+{
+    LOCKED(cache, SHARED, kvp__requests_locked(cache, ids, cap, n_active));
+}
+
+KVP_EXPORT int kvp_release_all(kvp_cache *cache, size_t *n_released)
+{
+    LOCKED(cache, EXCLUSIVE, kvp__release_all_locked(cache, n_released));
 }
 
 KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
