@@ -5,8 +5,9 @@
  *
  * Invariants checked:
  *  1. Each block is free (ref 0, not indexed, on the free list), cached (ref 0, indexed,
- *     with exactly one live entry in the LRU ring's window) or in use (ref > 0, in
- *     neither); the free list is acyclic, and n_free + n_lru + n_in_use == n_blocks.
+ *     with exactly one live entry in the LRU ring's window, outside a cleaning pass's gap)
+ *     or in use (ref > 0, in neither); the free list is acyclic, and n_free + n_lru +
+ *     n_in_use == n_blocks.
  *  2. The index holds exactly the indexed blocks plus its sentinel, each under its key.
  *  3. Every block's ref equals the number of times it appears in active requests' block
  *     tables; each request has n_committed <= n_blocks <= cap_blocks.
@@ -48,21 +49,33 @@ static uint32_t walk_free(const kvp__pool *pool)
     return n;
 }
 
-/* The LRU ring: returns the number of live entries, or UINT32_MAX when the window is out
- * of shape, an entry names no block, or a cached block has no live entry in the window (or
- * an uncached one claims a slot). */
+/* Is absolute ring position p in the window, outside a cleaning pass's gap? */
+static bool in_window(const kvp__pool *pool, uint64_t p)
+{
+    if (p < pool->lru_head || p >= pool->lru_tail)
+        return false;
+    return !pool->cleaning || p < pool->clean_w || p >= pool->clean_r;
+}
+
+/* The LRU ring: returns the number of live entries, or UINT32_MAX when the window or the
+ * cleaning cursors are out of shape, an entry names no block, or a cached block has no live
+ * entry in the window outside the gap (or an uncached one claims a slot). */
 static uint32_t walk_lru(const kvp__pool *pool)
 {
     uint64_t head = pool->lru_head, tail = pool->lru_tail, cap = pool->lru_cap;
-    if (tail < head || tail - head > cap || cap < pool->n_blocks)
+    if (tail < head || tail - head >= cap || cap < pool->n_blocks)
+        return UINT32_MAX;
+    if (pool->cleaning && !(head <= pool->clean_w && pool->clean_w <= pool->clean_r &&
+                            pool->clean_r <= tail))
         return UINT32_MAX;
     uint32_t n = 0;
     for (uint64_t p = head; p < tail; p++) {
         uint32_t s = (uint32_t)(p % cap), id = pool->lru[s];
+        if (!in_window(pool, p))
+            continue; /* the gap: stale by construction, checked below */
         if (id >= pool->n_blocks)
             return UINT32_MAX;
-        const kvp__block *b = &pool->blocks[id];
-        n += b->lru_slot == s && b->ref == 0 && b->indexed;
+        n += pool->blocks[id].lru_slot == s;
     }
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
@@ -72,7 +85,7 @@ static uint32_t walk_lru(const kvp__pool *pool)
             continue;
         }
         uint64_t s = b->lru_slot, offset = (s + cap - head % cap) % cap;
-        if (s >= cap || pool->lru[s] != id || offset >= tail - head)
+        if (s >= cap || pool->lru[s] != id || !in_window(pool, head + offset))
             return UINT32_MAX;
     }
     return n;

@@ -174,9 +174,12 @@ typedef struct kvp__pool {
     uint32_t n_lru;     /* cached blocks: live entries in the LRU ring */
     uint32_t n_in_use;  /* blocks with ref > 0 */
     uint32_t *lru;      /* the LRU ring: lru_cap block ids, live and stale (see pool.c) */
-    uint64_t lru_cap;   /* entries in the ring: 1.5 n_blocks + 16 */
+    uint64_t lru_cap;   /* entries in the ring: 2 n_blocks + 16 */
     uint64_t lru_head;  /* absolute position of the oldest entry (evicted first) */
-    uint64_t lru_tail;  /* absolute position after the newest entry; tail - head <= cap */
+    uint64_t lru_tail;  /* absolute position after the newest entry; tail - head < cap */
+    uint64_t clean_w;   /* while cleaning: [head, clean_w) cleaned, [clean_w, clean_r) a gap */
+    uint64_t clean_r;   /*   of dead slots, [clean_r, tail) not cleaned yet */
+    bool cleaning;      /* a cleaning pass is under way (clean_w/clean_r valid) */
 } kvp__pool;
 
 /* ---------------------------------------------------------------- verify (verify.c) */
