@@ -201,10 +201,13 @@ static void bench_namespace(kvp_namespace *ns)
     ns->tenant = kvp_field_str("tenant-0");
 }
 
+static bool g_single_threaded; /* (c): create caches with kvp_config.single_threaded */
+
 static void new_cache(uint32_t n_blocks, bool verify, const kvp_allocator *alloc, kvp_cache **out)
 {
     kvp_config cfg;
     kvp_config_init(&cfg);
+    cfg.single_threaded = g_single_threaded;
     cfg.n_blocks = n_blocks;
     cfg.block_size = BS;
     cfg.verify_tokens = verify;
@@ -762,6 +765,13 @@ static void bench_workload(const opts *o, results *res)
     wl_result b = run_workload(o, true);
     printf("  %-36s %10.0f %10.0f %10.0f %8.4f %9.2f %9.2f\n", "lookup+acquire+commit+release",
            b.rps_med, b.rps_best, b.rps_all, b.hit, b.timed_s, b.gen_s);
+    g_single_threaded = true;
+    wl_result u = run_workload(o, false);
+    g_single_threaded = false;
+    printf("  %-36s %10.0f %10.0f %10.0f %8.4f %9.2f %9.2f\n", "same, single_threaded (no lock)",
+           u.rps_med, u.rps_best, u.rps_all, u.hit, u.timed_s, u.gen_s);
+    printf("  thread-safe / single_threaded req/s: %.3f (median chunks, same run)\n",
+           a.rps_med / u.rps_med);
     printf("  evictions during the measured requests: %llu (steady state: the pool is full)\n",
            (unsigned long long)a.evictions);
     res->ran_c = true;

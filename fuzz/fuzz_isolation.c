@@ -341,7 +341,7 @@ static void run_op(iso_run *r, const iso_op *op, iso_result *res)
     res->n_blocks_cached = m.n_blocks_cached;
     res->n_blocks_hit = m.n_blocks_hit;
     res->n_tokens_hit = m.n_tokens_hit;
-    bool allowed = res->rc == KVP_OK || res->rc == KVP_ENOSPC || res->rc == KVP_ENOENT ||
+    bool allowed = res->rc == KVP_OK || res->rc == KVP_ENOSPC || res->rc == KVP_ETOOBIG || res->rc == KVP_ENOENT ||
                    res->rc == KVP_EEXIST;
     FZ_ASSERT(allowed, "op %zu (%s): unexpected %s", r->op_index, op_names[op->kind],
               kvp_strerror(res->rc));

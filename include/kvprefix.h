@@ -26,10 +26,20 @@
  * code, described by kvp_strerror(). Results come back through out-parameters that are left
  * untouched on failure, and a failed call leaves the cache exactly as it was (ENOMEM
  * included). A cache miss is not an error. The library never prints, exits or aborts.
- * A kvp_cache is not thread-safe: callers serialize all calls on one cache. Distinct caches
- * are independent. Callbacks run synchronously inside the call that caused them, while the
- * cache is between two consistent states, and must not call back into the same cache:
- * every function taking that cache returns KVP_EBUSY there (kvp_cache_free is ignored).
+ *
+ * Threads. One cache may be used from many threads at once. Lookups (kvp_lookup*,
+ * kvp_cache_stats, kvp_request_blocks, kvp_cache_check) share a reader/writer lock and run
+ * in parallel; every mutation (acquire, commit, grow, release, access, reset) takes it
+ * exclusively and is linearizable; counters are exact. Keys can be computed outside any lock
+ * (kvp_cache_keys) and passed to the *_keys forms. kvp_cache_new and kvp_cache_free must not
+ * race with other calls on the same cache. Distinct caches are independent.
+ * kvp_config.single_threaded drops the lock for engines that serialize calls themselves.
+ * docs/design.md ("Threads") has the picture.
+ *
+ * Callbacks run synchronously, on the thread whose call caused them, with the cache's
+ * exclusive lock held and the cache between two consistent states. They may call other
+ * caches, but not their own: every function taking that cache returns KVP_EBUSY there
+ * (kvp_cache_free is ignored); and they must not wait for a thread that calls this cache.
  */
 #ifndef KVPREFIX_H
 #define KVPREFIX_H
@@ -66,7 +76,10 @@ enum {
     KVP_EOVERFLOW = -6, /* a token or block count does not fit the cache's limits */
     KVP_ERANGE = -7,    /* the call refers to tokens beyond what the request allocated */
     KVP_EBUSY = -8,     /* called from inside one of this cache's callbacks */
-    KVP_ECORRUPT = -9   /* the invariant checker found an inconsistency (a bug) */
+    KVP_ECORRUPT = -9,  /* the invariant checker found an inconsistency (a bug) */
+    KVP_ETOOBIG = -10   /* the request needs more blocks than the whole pool has: it can
+                           never be served by this cache (unlike KVP_ENOSPC, retrying after
+                           other requests end will not help) */
 };
 
 /* Return a static, human-readable description of a status code. Never NULL; unknown codes
@@ -188,6 +201,8 @@ typedef struct kvp_config {
     kvp_allocator alloc;   /* memory hooks (default: malloc/free) */
     kvp_event_fn on_event; /* optional event callback (default NULL) */
     void *event_ud;        /* passed to on_event */
+    bool single_threaded;  /* the caller serializes every call: skip the cache's lock
+                              (default false: the cache is thread-safe) */
 } kvp_config;
 
 /* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
@@ -215,6 +230,10 @@ typedef struct kvp_match {
     uint32_t n_blocks_hit;    /* blocks the engine may reuse: n_blocks_cached, capped so at
                                  least one prompt token is computed (see kvp_lookup) */
     uint64_t n_tokens_hit;    /* prefill tokens skipped: n_blocks_hit * block_size */
+    uint32_t n_blocks_stored; /* kvp_access*: full prompt blocks this call newly cached
+                                 (fewer than n_blocks_full - n_blocks_cached when the pool is
+                                 pinned full or the prompt is longer than the pool); 0 for
+                                 lookups and acquires */
 } kvp_match;
 
 /* Find the longest reusable prefix of tokens[0 .. n_tokens) in namespace ns. Hashes lazily:
@@ -243,31 +262,39 @@ KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint3
  * used cached block (each eviction emits KVP_EVENT_REMOVED with KVP_REMOVED_EVICTED).
  * The first n_blocks_hit blocks of the request are already committed.
  * Returns KVP_OK; KVP_EINVAL, KVP_EOVERFLOW as kvp_lookup; KVP_EEXIST (req_id active);
- * KVP_ENOSPC (free + evictable blocks are too few; nothing changed); KVP_ENOMEM; KVP_EBUSY. */
+ * KVP_ETOOBIG (the request needs more blocks than the pool has: it can never fit);
+ * KVP_ENOSPC (free + evictable blocks are too few now; retry after a release); KVP_ENOMEM;
+ * KVP_EBUSY. Nothing changes on failure. */
 KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
                            const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
                            kvp_match *out);
 
 /* Make request req_id hold enough blocks for n_capacity tokens (decode growth). Does nothing
  * if it already does. Returns KVP_OK, KVP_EINVAL (NULL cache), KVP_ENOENT, KVP_EOVERFLOW,
- * KVP_ENOSPC, KVP_ENOMEM (the request and the cache unchanged on failure), KVP_EBUSY. */
+ * KVP_ETOOBIG (more blocks than the pool has), KVP_ENOSPC, KVP_ENOMEM (the request and the
+ * cache unchanged on failure), KVP_EBUSY. */
 KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
 
 /* The request's block table: *ids points at its n block ids in token order. The array is
- * owned by the cache and valid until the next kvp_grow, kvp_release or kvp_cache_free.
+ * owned by the cache and valid until the next kvp_grow or kvp_release of the same request
+ * (from any thread), or kvp_cache_free; calls for other requests do not move it. Its
+ * contents do not change while it is valid.
  * Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_ENOENT, KVP_EBUSY. */
 KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
                                   size_t *n);
 
 /* Register the request's newly full blocks. tokens[0 .. n_tokens) is the request's whole
  * sequence so far (prompt, then generated tokens) and must begin with the tokens given to
- * kvp_acquire. Blocks already committed are not hashed again. Each new full block gets its
+ * kvp_acquire (or with their first n_tokens, for a prefill committed in chunks): the cache
+ * keeps the prompt's tokens that are not yet committed and compares them, so a mismatch is
+ * KVP_EINVAL and stores nothing. Blocks already committed are not hashed again. Each new full block gets its
  * key; if no cached block holds that key it is indexed (KVP_EVENT_STORED); if one does, the
  * key stays with the existing block and this block is a private duplicate that returns to
  * the free pool on release (counted in n_blocks_deduped, not n_blocks_stored).
  * *n_stored (may be NULL) receives the number of blocks newly indexed.
- * Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens shorter than already committed),
- * KVP_ENOENT, KVP_ERANGE (n_tokens / block_size exceeds the blocks held), KVP_EBUSY. */
+ * Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens shorter than already committed, tokens
+ * that do not begin with the acquired prompt), KVP_ENOENT, KVP_ERANGE (n_tokens / block_size
+ * exceeds the blocks held), KVP_EBUSY. Nothing changes on failure. */
 KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
                           size_t n_tokens, size_t *n_stored);
 
@@ -281,8 +308,8 @@ KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id);
  * block of the prompt cached, touching them from the last to the first so a parent is
  * always at least as recent as its children. Blocks that do not fit because the pool is
  * full of pinned blocks are not cached; when the prompt has more full blocks than the pool
- * can hold, its first blocks are kept. Nothing stays pinned. Returns as kvp_lookup, plus
- * KVP_ENOMEM. */
+ * can hold, its first blocks are kept; out->n_blocks_stored says how many were newly
+ * cached. Nothing stays pinned. Returns as kvp_lookup, plus KVP_ENOMEM. */
 KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
                           size_t n_tokens, kvp_match *out);
 
@@ -298,6 +325,45 @@ KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns, const k
                               kvp_match *out);
 KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
                               size_t n_ids, size_t n_tokens, kvp_match *out);
+
+/* Recovery, e.g. for a frontend restarting its scheduler. kvp_cache_requests writes the
+ * ids of up to cap active requests (in no particular order) to ids[] and their total number
+ * to *n_active (ids may be NULL when cap is 0: ask for the count first). kvp_release_all
+ * releases every active request, as kvp_release would (blocks already committed stay
+ * cached; requests are released in no particular order, so their blocks enter the LRU order
+ * in that order), and stores how many it released in *n_released (may be NULL). Neither
+ * frees the cache. Return KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
+KVP_EXPORT int kvp_cache_requests(const kvp_cache *cache, uint64_t *ids, size_t cap,
+                                  size_t *n_active);
+KVP_EXPORT int kvp_release_all(kvp_cache *cache, size_t *n_released);
+
+/* Hashing outside the lock. kvp_cache_keys computes, without taking the cache's lock,
+ * the namespace root of ns and the keys of the full blocks of tokens[0 .. n_tokens) exactly
+ * as the cache would (its seed and block size): min(n_tokens / block_size, cap) keys in
+ * keys[], their count in *n_keys. Returns KVP_OK, KVP_EINVAL (NULL pointer, invalid ns),
+ * KVP_EBUSY (inside the cache's callback).
+ *
+ * The *_keys forms then do what kvp_lookup, kvp_acquire, kvp_commit and kvp_access do with
+ * those keys instead of hashing under the lock. keys[i] must be the key of full block i
+ * (all n_tokens / block_size of them; kvp_commit_keys may take keys == NULL to hash here)
+ * computed by kvp_cache_keys for the same cache and ns, and root the root it returned: the
+ * cache cannot tell other keys from these, and wrong keys make wrong matches (except in
+ * collision-proof mode, where tokens are verified: there tokens is required; elsewhere
+ * only kvp_commit_keys reads it). Returns as the token forms. */
+KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
+                              const uint32_t *tokens, size_t n_tokens, kvp_key *root,
+                              kvp_key *keys, size_t cap, size_t *n_keys);
+KVP_EXPORT int kvp_lookup_keys(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
+                               const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
+                               uint32_t *block_ids, size_t cap, kvp_match *out);
+KVP_EXPORT int kvp_acquire_keys(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
+                                kvp_key root, const kvp_key *keys, const uint32_t *tokens,
+                                size_t n_tokens, size_t n_capacity, kvp_match *out);
+KVP_EXPORT int kvp_commit_keys(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
+                               const uint32_t *tokens, size_t n_tokens, size_t *n_stored);
+KVP_EXPORT int kvp_access_keys(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
+                               const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
+                               kvp_match *out);
 
 /* Drop every cached block that no request pins: each emits KVP_EVENT_REMOVED with
  * KVP_REMOVED_RESET, and KVP_EVENT_CLEARED follows if the index is then empty. Pinned blocks

@@ -4,6 +4,7 @@
 #   2. clang with ASan + UBSan            (build-asan/); LeakSanitizer checks the plain
 #      programs (tests/soak, and the kvprefix binary the CLI tests run) - it cannot see
 #      inside Criterion's forked workers, whose tests count library memory themselves
+# then the multi-threaded stress test (tests/threads.c) under ThreadSanitizer (build-tsan/),
 # then build the Python package into a venv (build-py/) and run its pytest suite,
 # then fuzz every libFuzzer target for a bounded time (scripts/fuzz.sh: build-fuzz/, 25 s each
 # unless FUZZ_SECONDS says otherwise) and check formatting. Both builds also replay every
@@ -37,6 +38,13 @@ echo "== clang ASan+UBSan build, full test suite"
 ninja -C build-asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 run_suite meson test -C build-asan --print-errorlogs
+
+echo "== clang ThreadSanitizer build, the threads suite"
+[ -f build-tsan/build.ninja ] || CC=clang meson setup build-tsan -Db_sanitize=thread \
+    -Db_lundef=false -Dcli=false -Dbench=false >/dev/null
+ninja -C build-tsan tests/threads
+TSAN_OPTIONS=halt_on_error=1 run_suite meson test -C build-tsan --no-rebuild --suite threads \
+    --print-errorlogs
 
 echo "== Python package: pip install into build-py/venv, pytest"
 [ -x build-py/venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages build-py/venv

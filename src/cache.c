@@ -1,5 +1,6 @@
 /*
- * cache.c - creating, resetting and freeing a cache; statistics; events.
+ * cache.c - creating, resetting and freeing a cache; statistics. (The public entry points
+ * that take the cache's lock, and event emission, are in lock.c.)
  *
  * A cache is one allocation for struct kvp_cache, the pool's block array, the index's
  * bucket array, and in collision-proof mode the token store and provenance table; all are
@@ -23,16 +24,9 @@ KVP_EXPORT void kvp_config_init(kvp_config *cfg)
     cfg->seed = KVP_DEFAULT_SEED;
 }
 
-void kvp__emit(kvp_cache *cache, const kvp_event *ev)
-{
-    if (!cache->cfg.on_event)
-        return;
-    cache->in_callback = true;
-    cache->cfg.on_event(cache->cfg.event_ud, ev);
-    cache->in_callback = false;
-}
-
-static void cache_destroy(kvp_cache *cache)
+/* Free the cache and all it owns (kvp_cache_free, in lock.c, calls it outside any of the
+ * cache's callbacks; kvp_cache_new on a failed creation). Cannot fail. */
+void kvp__cache_destroy(kvp_cache *cache)
 {
     kvp__request *req, *tmp;
     kvp__mem mem = cache->mem;
@@ -47,6 +41,7 @@ static void cache_destroy(kvp_cache *cache)
     kvp__pool_free(cache);
     kvp__mem_free(&cache->mem, cache->scratch_keys, cache->scratch_cap * sizeof(kvp_key));
     kvp__mem_free(&cache->mem, cache->scratch_ids, cache->scratch_cap * sizeof(uint32_t));
+    kvp__lock_destroy(cache);
     mem = cache->mem;
     kvp__mem_free(&mem, cache, sizeof *cache);
 }
@@ -64,14 +59,16 @@ KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
     cache->mem = mem;
     cache->cfg = *cfg;
     cache->key_bits = 128;
-    int rc = kvp__pool_init(cache);
+    int rc = kvp__lock_init(cache);
+    if (rc == KVP_OK)
+        rc = kvp__pool_init(cache);
     if (rc == KVP_OK)
         rc = kvp__index_init(&cache->index, &cache->mem, cfg->n_blocks);
     if (rc == KVP_OK && cfg->verify_tokens)
         rc = kvp__verify_init(cache);
     if (rc != KVP_OK) {
         cache->cfg.verify_tokens = false; /* verify_init cleaned up after itself */
-        cache_destroy(cache);
+        kvp__cache_destroy(cache);
         return rc;
     }
     cache->stats.n_blocks_total = cfg->n_blocks;
@@ -79,21 +76,13 @@ KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
     return KVP_OK;
 }
 
-KVP_EXPORT void kvp_cache_free(kvp_cache *cache)
+int kvp__cache_stats_locked(const kvp_cache *cache, kvp_stats *out)
 {
-    /* Inside its own callback the cache is mid-operation: freeing it there would pull the
-     * memory from under the call that is running, so the request is ignored. */
-    if (cache && !cache->in_callback)
-        cache_destroy(cache);
-}
-
-KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out)
-{
-    if (!cache || !out)
+    if (!out)
         return KVP_EINVAL;
-    if (cache->in_callback)
-        return KVP_EBUSY;
     *out = cache->stats;
+    out->n_lookups = atomic_load_explicit(&cache->n_lookups, memory_order_relaxed);
+    out->n_verify_rejects = atomic_load_explicit(&cache->n_verify_rejects, memory_order_relaxed);
     out->n_blocks_total = cache->pool.n_blocks;
     out->n_blocks_free = cache->pool.n_free;
     out->n_blocks_cached = cache->pool.n_lru;
@@ -104,12 +93,8 @@ KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out)
 
 /* Drop every cached, unpinned block (least recently used first), then report CLEARED if
  * nothing is indexed any more. */
-KVP_EXPORT int kvp_cache_reset(kvp_cache *cache)
+int kvp__cache_reset_locked(kvp_cache *cache)
 {
-    if (!cache)
-        return KVP_EINVAL;
-    if (cache->in_callback)
-        return KVP_EBUSY;
     kvp__pool_drop_cached(cache, KVP_REMOVED_RESET);
     if (cache->index.n_items == 0) {
         kvp_event ev = {0};
@@ -117,15 +102,6 @@ KVP_EXPORT int kvp_cache_reset(kvp_cache *cache)
         kvp__emit(cache, &ev);
     }
     return KVP_OK;
-}
-
-KVP_EXPORT int kvp_cache_check(const kvp_cache *cache)
-{
-    if (!cache)
-        return KVP_EINVAL;
-    if (cache->in_callback)
-        return KVP_EBUSY;
-    return kvp__cache_check(cache);
 }
 
 int kvp__cache_set_key_bits(kvp_cache *cache, unsigned bits)

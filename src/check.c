@@ -5,8 +5,9 @@
  *
  * Invariants checked:
  *  1. Each block is free (ref 0, not indexed, on the free list), cached (ref 0, indexed,
- *     with exactly one live entry in the LRU ring's window) or in use (ref > 0, in
- *     neither); the free list is acyclic, and n_free + n_lru + n_in_use == n_blocks.
+ *     with exactly one live entry in the LRU ring's window, outside a cleaning pass's gap)
+ *     or in use (ref > 0, in neither); the free list is acyclic, and n_free + n_lru +
+ *     n_in_use == n_blocks.
  *  2. The index holds exactly the indexed blocks plus its sentinel, each under its key.
  *  3. Every block's ref equals the number of times it appears in active requests' block
  *     tables; each request has n_committed <= n_blocks <= cap_blocks.
@@ -17,8 +18,10 @@
  *     no namespace or parent reference outside verify mode; in verify mode an unindexed
  *     block names no namespace and an indexed later block names a parent in the pool.
  * Tests and fuzzers call it after every mutation. O(n_blocks + held blocks); it allocates
- * its counter arrays with calloc, outside the cache's hooks, so it cannot disturb an
- * allocation-failure test.
+ * its counter arrays through the cache's hooks (a deployment that gives the cache an arena
+ * gets no hidden malloc), frees them before returning, and reports KVP_ENOMEM when they
+ * cannot be had. kvp_cache_check runs it under the cache's exclusive lock, since the
+ * allocator's live-byte count changes while it runs.
  */
 #include <stdlib.h>
 
@@ -46,21 +49,33 @@ static uint32_t walk_free(const kvp__pool *pool)
     return n;
 }
 
-/* The LRU ring: returns the number of live entries, or UINT32_MAX when the window is out
- * of shape, an entry names no block, or a cached block has no live entry in the window (or
- * an uncached one claims a slot). */
+/* Is absolute ring position p in the window, outside a cleaning pass's gap? */
+static bool in_window(const kvp__pool *pool, uint64_t p)
+{
+    if (p < pool->lru_head || p >= pool->lru_tail)
+        return false;
+    return !pool->cleaning || p < pool->clean_w || p >= pool->clean_r;
+}
+
+/* The LRU ring: returns the number of live entries, or UINT32_MAX when the window or the
+ * cleaning cursors are out of shape, an entry names no block, or a cached block has no live
+ * entry in the window outside the gap (or an uncached one claims a slot). */
 static uint32_t walk_lru(const kvp__pool *pool)
 {
     uint64_t head = pool->lru_head, tail = pool->lru_tail, cap = pool->lru_cap;
-    if (tail < head || tail - head > cap || cap < pool->n_blocks)
+    if (tail < head || tail - head >= cap || cap < pool->n_blocks)
+        return UINT32_MAX;
+    if (pool->cleaning && !(head <= pool->clean_w && pool->clean_w <= pool->clean_r &&
+                            pool->clean_r <= tail))
         return UINT32_MAX;
     uint32_t n = 0;
     for (uint64_t p = head; p < tail; p++) {
         uint32_t s = (uint32_t)(p % cap), id = pool->lru[s];
+        if (!in_window(pool, p))
+            continue; /* the gap: stale by construction, checked below */
         if (id >= pool->n_blocks)
             return UINT32_MAX;
-        const kvp__block *b = &pool->blocks[id];
-        n += b->lru_slot == s && b->ref == 0 && b->indexed;
+        n += pool->blocks[id].lru_slot == s;
     }
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
@@ -70,7 +85,7 @@ static uint32_t walk_lru(const kvp__pool *pool)
             continue;
         }
         uint64_t s = b->lru_slot, offset = (s + cap - head % cap) % cap;
-        if (s >= cap || pool->lru[s] != id || offset >= tail - head)
+        if (s >= cap || pool->lru[s] != id || !in_window(pool, head + offset))
             return UINT32_MAX;
     }
     return n;
@@ -122,7 +137,9 @@ int kvp__requests_check(const kvp_cache *cache)
 {
     const kvp__pool *pool = &cache->pool;
     int rc = KVP_OK;
-    uint32_t *refs = calloc(pool->n_blocks ? pool->n_blocks : 1, sizeof *refs);
+    kvp__mem *mem = (kvp__mem *)&cache->mem; /* scratch only: back to its count on return */
+    size_t n_refs = pool->n_blocks ? pool->n_blocks : 1;
+    uint32_t *refs = kvp__mem_calloc(mem, n_refs, sizeof *refs);
     if (!refs)
         return KVP_ENOMEM;
     const kvp__request *req, *tmp;
@@ -139,7 +156,7 @@ int kvp__requests_check(const kvp_cache *cache)
     for (uint32_t id = 0; id < pool->n_blocks; id++)
         FAIL_IF(refs[id] != pool->blocks[id].ref);
 out:
-    free(refs);
+    kvp__mem_free(mem, refs, n_refs * sizeof *refs);
     return rc;
 }
 
@@ -152,7 +169,9 @@ int kvp__verify_check(const kvp_cache *cache)
     const kvp__pool *pool = &cache->pool;
     const kvp__verify *v = &cache->verify;
     int rc = KVP_OK;
-    uint32_t *ns_refs = calloc(v->n_slots ? v->n_slots : 1, sizeof *ns_refs);
+    kvp__mem *mem = (kvp__mem *)&cache->mem; /* scratch only: back to its count on return */
+    size_t n_ns = v->n_slots ? v->n_slots : 1;
+    uint32_t *ns_refs = kvp__mem_calloc(mem, n_ns, sizeof *ns_refs);
     if (!ns_refs)
         return KVP_ENOMEM;
     const kvp__request *req, *tmp;
@@ -180,7 +199,7 @@ int kvp__verify_check(const kvp_cache *cache)
         FAIL_IF(kvp__verify_ns_refs(cache, s) != ns_refs[s] || ns_refs[s] == 0);
     }
 out:
-    free(ns_refs);
+    kvp__mem_free(mem, ns_refs, n_ns * sizeof *ns_refs);
     return rc;
 }
 

@@ -30,6 +30,8 @@ KVP_EXPORT const char *kvp_strerror(int code)
         return "cache called from inside its own event callback";
     case KVP_ECORRUPT:
         return "cache invariant violated (internal error)";
+    case KVP_ETOOBIG:
+        return "request needs more blocks than the whole pool has";
     default:
         return "unknown error";
     }

@@ -21,6 +21,8 @@
 #ifndef KVP_INTERNAL_H
 #define KVP_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -172,9 +174,12 @@ typedef struct kvp__pool {
     uint32_t n_lru;     /* cached blocks: live entries in the LRU ring */
     uint32_t n_in_use;  /* blocks with ref > 0 */
     uint32_t *lru;      /* the LRU ring: lru_cap block ids, live and stale (see pool.c) */
-    uint64_t lru_cap;   /* entries in the ring: 1.5 n_blocks + 16 */
+    uint64_t lru_cap;   /* entries in the ring: 2 n_blocks + 16 */
     uint64_t lru_head;  /* absolute position of the oldest entry (evicted first) */
-    uint64_t lru_tail;  /* absolute position after the newest entry; tail - head <= cap */
+    uint64_t lru_tail;  /* absolute position after the newest entry; tail - head < cap */
+    uint64_t clean_w;   /* while cleaning: [head, clean_w) cleaned, [clean_w, clean_r) a gap */
+    uint64_t clean_r;   /*   of dead slots, [clean_r, tail) not cleaned yet */
+    bool cleaning;      /* a cleaning pass is under way (clean_w/clean_r valid) */
 } kvp__pool;
 
 /* ---------------------------------------------------------------- verify (verify.c) */
@@ -222,6 +227,10 @@ typedef struct kvp__request {
     uint32_t n_committed; /* leading blocks that have keys (hit or committed) */
     uint32_t ns;          /* verify mode: interned namespace id, else KVP_NIL */
     kvp__vref canon;      /* verify mode: the accepted instance holding last_key, or none */
+    uint32_t *prompt;     /* the acquired prompt's tokens from prompt_start on, kept until
+                             they are all committed (kvp_commit compares them); or NULL */
+    size_t n_prompt;      /* the acquired prompt's length in tokens */
+    size_t prompt_start;  /* first token kept in prompt: the hit blocks' end */
 } kvp__request;
 
 /* ---------------------------------------------------------------- the cache (cache.c) */
@@ -238,11 +247,79 @@ struct kvp_cache {
     uint32_t *scratch_ids;  /* kvp_access: blocks touched by the current prompt */
     size_t scratch_cap;     /* entries in both scratch arrays */
     unsigned key_bits;      /* 128, or fewer in collision tests (kvp__cache_set_key_bits) */
-    bool in_callback;       /* true while an event callback runs */
+    pthread_rwlock_t lock;  /* readers: lookups, stats, checks; writers: every mutation */
+    bool lock_ready;        /* lock was initialised (kvp_cache_new got that far) */
+    /* Counters that readers bump under the shared lock; summed into kvp_stats on read. */
+    _Atomic uint64_t n_lookups;        /* kvp_stats.n_lookups */
+    _Atomic uint64_t n_verify_rejects; /* kvp_stats.n_verify_rejects */
 };
 
-/* Emit an event if a callback is set (marks the cache busy meanwhile). */
+/* ---------------------------------------------------------------- locking (lock.c) */
+
+/* One event callback running on this thread: the cache it came from and the frame of the
+ * callback it is nested in (a callback of cache A may call cache B, whose callback runs
+ * while A's still does). The frames live on the emitting threads' stacks. */
+typedef struct kvp__cb_frame {
+    const kvp_cache *cache;     /* the cache whose callback runs */
+    struct kvp__cb_frame *up;   /* the enclosing frame on this thread, or NULL */
+} kvp__cb_frame;
+
+extern _Thread_local kvp__cb_frame *kvp__cb_top; /* innermost frame of this thread */
+
+/* Is this thread inside one of cache's event callbacks? Then every call on cache returns
+ * KVP_EBUSY: the thread holds the cache's write lock, and the cache is mid-operation. */
+static inline bool kvp__in_callback(const kvp_cache *cache)
+{
+    for (const kvp__cb_frame *f = kvp__cb_top; f; f = f->up)
+        if (f->cache == cache)
+            return true;
+    return false;
+}
+
+int kvp__lock_init(kvp_cache *cache);
+void kvp__lock_destroy(kvp_cache *cache);
+
+/* Emit an event if a callback is set (marks the cache busy on this thread meanwhile). */
 void kvp__emit(kvp_cache *cache, const kvp_event *ev);
+
+/* Count a key match that failed verification (any lock mode). Cannot fail. */
+static inline void kvp__count_reject(kvp_cache *cache)
+{
+    atomic_fetch_add_explicit(&cache->n_verify_rejects, 1, memory_order_relaxed);
+}
+
+/* The bodies of the public calls, run by lock.c with the cache's lock held (shared for
+ * lookups, stats and checks; exclusive for the rest) and cache non-NULL. Each returns what
+ * its public form documents in kvprefix.h. Where a body takes root and keys, NULL keys
+ * means "hash tokens here" (then root may be NULL too: computed from ns), and non-NULL keys
+ * are the caller's precomputed block keys (kvp_cache_keys) under the given root. */
+int kvp__lookup_locked(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
+                       size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out);
+int kvp__lookup_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
+                           size_t n_ids, size_t n_tokens, uint32_t *block_ids, size_t cap,
+                           kvp_match *out);
+int kvp__lookup_keys_locked(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
+                            const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
+                            uint32_t *block_ids, size_t cap, kvp_match *out);
+int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
+                        const kvp_key *root, const kvp_key *keys, const uint32_t *tokens,
+                        size_t n_tokens, size_t n_capacity, kvp_match *out);
+int kvp__grow_locked(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
+int kvp__request_blocks_locked(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
+                               size_t *n);
+int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
+                       const uint32_t *tokens, size_t n_tokens, size_t *n_stored);
+int kvp__release_locked(kvp_cache *cache, uint64_t req_id);
+int kvp__requests_locked(const kvp_cache *cache, uint64_t *ids, size_t cap, size_t *n_active);
+int kvp__release_all_locked(kvp_cache *cache, size_t *n_released);
+int kvp__access_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *root,
+                       const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
+                       kvp_match *out);
+int kvp__access_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
+                           size_t n_ids, size_t n_tokens, kvp_match *out);
+int kvp__cache_stats_locked(const kvp_cache *cache, kvp_stats *out);
+void kvp__cache_destroy(kvp_cache *cache);
+int kvp__cache_reset_locked(kvp_cache *cache);
 
 /* Pool operations (pool.c). None allocates; none can fail unless stated. */
 int kvp__pool_init(kvp_cache *cache);
@@ -264,6 +341,9 @@ kvp__request *kvp__request_find(const kvp_cache *cache, uint64_t id);
 int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__request **out);
 int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_blocks);
 void kvp__request_delete(kvp_cache *cache, kvp__request *req);
+int kvp__request_keep_prompt(kvp_cache *cache, kvp__request *req, const uint32_t *tokens,
+                             size_t n_tokens, size_t start);
+void kvp__request_drop_prompt(kvp_cache *cache, kvp__request *req);
 
 /* Verify mode (verify.c). */
 int kvp__verify_init(kvp_cache *cache);

@@ -147,3 +147,22 @@ kvp_key kvp__cache_external_key(const kvp_cache *cache, kvp_key root, kvp_key id
 {
     return kvp__key_truncate(external_key(cache->cfg.seed, root, id), cache->key_bits);
 }
+
+KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
+                              const uint32_t *tokens, size_t n_tokens, kvp_key *root,
+                              kvp_key *keys, size_t cap, size_t *n_keys)
+{
+    if (!cache || !root || !n_keys || (!tokens && n_tokens) || (!keys && cap) ||
+        kvp__ns_valid(ns) != KVP_OK)
+        return KVP_EINVAL;
+    if (kvp__in_callback(cache))
+        return KVP_EBUSY;
+    size_t bs = cache->cfg.block_size, n = n_tokens / bs;
+    if (n > cap)
+        n = cap;
+    kvp_key parent = *root = kvp__cache_root(cache, ns);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = parent = kvp__cache_block_key(cache, parent, tokens + i * bs);
+    *n_keys = n;
+    return KVP_OK;
+}

@@ -95,7 +95,7 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
             uint32_t id = (uint32_t)(b - cache->pool.blocks);
             if (verifying &&
                 !kvp__verify_block(cache, id, src->tokens + (i + j) * bs, prev, src->ns)) {
-                cache->stats.n_verify_rejects++;
+                kvp__count_reject(cache);
                 w.rejected = true;
                 return w;
             }
@@ -128,8 +128,6 @@ static int check_prompt(const kvp_cache *cache, const kvp_namespace *ns, const v
 {
     if (!cache || !data || n_tokens == 0 || kvp__ns_valid(ns) != KVP_OK)
         return KVP_EINVAL;
-    if (cache->in_callback)
-        return KVP_EBUSY;
     size_t full = n_tokens / cache->cfg.block_size;
     if (full >= KVP_NIL)
         return KVP_EOVERFLOW;
@@ -152,6 +150,7 @@ static void fill_match(const kvp_cache *cache, size_t n_tokens, uint32_t n_full,
     out->n_blocks_cached = n_cached;
     out->n_blocks_hit = n_cached < limit ? n_cached : limit;
     out->n_tokens_hit = (uint64_t)out->n_blocks_hit * cache->cfg.block_size;
+    out->n_blocks_stored = 0;
 }
 
 static void count_request(kvp_cache *cache, const kvp_match *m)
@@ -171,12 +170,12 @@ static int lookup_common(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_
     uint32_t limit = hit_limit(cache, n_tokens);
     walk w = match(cache, src, n_full, block_ids, cap < limit ? cap : limit);
     fill_match(cache, n_tokens, n_full, w.n_cached, out);
-    cache->stats.n_lookups++;
+    atomic_fetch_add_explicit(&cache->n_lookups, 1, memory_order_relaxed);
     return KVP_OK;
 }
 
-KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
-                          size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out)
+int kvp__lookup_locked(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
+                       size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out)
 {
     uint32_t n_full;
     int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
@@ -186,6 +185,35 @@ KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint3
     src.prev = src.root;
     if (kvp__verifying(cache))
         src.ns = kvp__verify_ns_find(cache, ns, src.root);
+    return lookup_common(cache, &src, n_tokens, n_full, block_ids, cap, out);
+}
+
+/* Checks for the precomputed-key forms: keys may be NULL only when there are no full
+ * blocks, and collision-proof mode needs the tokens to verify against. */
+static int check_keys(const kvp_cache *cache, const kvp_key **keys, const uint32_t *tokens,
+                      uint32_t n_full)
+{
+    static const kvp_key no_keys; /* lets keys be NULL when there are none */
+    if (!*keys && n_full == 0)
+        *keys = &no_keys;
+    if (!*keys || (kvp__verifying(cache) && !tokens))
+        return KVP_EINVAL;
+    return KVP_OK;
+}
+
+int kvp__lookup_keys_locked(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
+                            const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
+                            uint32_t *block_ids, size_t cap, kvp_match *out)
+{
+    uint32_t n_full;
+    int rc = check_prompt(cache, ns, &root, n_tokens, &n_full);
+    if (rc == KVP_OK)
+        rc = check_keys(cache, &keys, tokens, n_full);
+    if (rc != KVP_OK)
+        return rc;
+    keysrc src = {tokens, NULL, keys, root, root, KVP_NIL};
+    if (kvp__verifying(cache))
+        src.ns = kvp__verify_ns_find(cache, ns, root);
     return lookup_common(cache, &src, n_tokens, n_full, block_ids, cap, out);
 }
 
@@ -199,9 +227,9 @@ static int check_ids(const kvp_cache *cache, size_t n_ids, size_t n_tokens, uint
     return KVP_OK;
 }
 
-KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
-                              size_t n_ids, size_t n_tokens, uint32_t *block_ids, size_t cap,
-                              kvp_match *out)
+int kvp__lookup_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
+                           size_t n_ids, size_t n_tokens, uint32_t *block_ids, size_t cap,
+                           kvp_match *out)
 {
     static const kvp_key no_ids; /* lets ids be NULL when there are none */
     if (!ids && n_ids == 0)
@@ -256,13 +284,15 @@ static uint32_t blocks_for(const kvp_cache *cache, size_t n)
     return blocks >= KVP_NIL ? KVP_NIL : (uint32_t)blocks;
 }
 
-KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
-                           const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
-                           kvp_match *out)
+int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
+                        const kvp_key *root_in, const kvp_key *keys, const uint32_t *tokens,
+                        size_t n_tokens, size_t n_capacity, kvp_match *out)
 {
     /* Step 1: validate. */
     uint32_t n_full;
-    int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
+    int rc = check_prompt(cache, ns, keys ? (const void *)root_in : tokens, n_tokens, &n_full);
+    if (rc == KVP_OK && keys)
+        rc = check_keys(cache, &keys, tokens, n_full);
     if (rc != KVP_OK)
         return rc;
     if (!out)
@@ -273,10 +303,10 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
     if (n_total == KVP_NIL)
         return KVP_EOVERFLOW;
     if (n_total > cache->pool.n_blocks)
-        return KVP_ENOSPC;
+        return KVP_ETOOBIG;
 
     /* Step 2: allocate the request (and intern its namespace in verify mode). */
-    kvp_key root = kvp__cache_root(cache, ns);
+    kvp_key root = root_in ? *root_in : kvp__cache_root(cache, ns);
     uint32_t ns_id = KVP_NIL;
     if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, root, &ns_id)))
         return rc;
@@ -288,19 +318,26 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
     }
 
     /* Step 3: match into the block table, then check the pool can supply the rest. */
-    keysrc src = {tokens, NULL, NULL, root, root, ns_id};
+    keysrc src = {tokens, NULL, keys, root, root, ns_id};
     uint32_t limit = hit_limit(cache, n_tokens);
-    uint64_t rejects_before = cache->stats.n_verify_rejects;
+    uint64_t rejects_before = atomic_load_explicit(&cache->n_verify_rejects, memory_order_relaxed);
     walk w = match(cache, &src, n_full, req->blocks, limit);
     kvp_match m;
     fill_match(cache, n_tokens, n_full, w.n_cached, &m);
     uint32_t n_hit = m.n_blocks_hit, n_take = n_total - n_hit;
-    if (n_take > kvp__pool_available(&cache->pool) - count_unpinned(cache, req->blocks, n_hit)) {
-        cache->stats.n_verify_rejects = rejects_before; /* a failed call changes nothing */
+    rc = KVP_OK;
+    if (n_take > kvp__pool_available(&cache->pool) - count_unpinned(cache, req->blocks, n_hit))
+        rc = KVP_ENOSPC;
+    else
+        rc = kvp__request_keep_prompt(cache, req, tokens, n_tokens,
+                                      (size_t)n_hit * cache->cfg.block_size);
+    if (rc != KVP_OK) {
+        /* A failed call changes nothing; no reader runs under the exclusive lock. */
+        atomic_store_explicit(&cache->n_verify_rejects, rejects_before, memory_order_relaxed);
         kvp__request_delete(cache, req);
         if (ns_id != KVP_NIL)
             kvp__verify_ns_unref(cache, ns_id);
-        return KVP_ENOSPC;
+        return rc;
     }
 
     /* Step 4: pin, take, record the chain state. */
@@ -315,12 +352,10 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
     return KVP_OK;
 }
 
-KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
+int kvp__grow_locked(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
 {
     if (!cache)
         return KVP_EINVAL;
-    if (cache->in_callback)
-        return KVP_EBUSY;
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
         return KVP_ENOENT;
@@ -329,6 +364,8 @@ KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
         return KVP_EOVERFLOW;
     if (n_total <= req->n_blocks)
         return KVP_OK;
+    if (n_total > cache->pool.n_blocks)
+        return KVP_ETOOBIG;
     uint32_t n_take = n_total - req->n_blocks;
     if (n_take > kvp__pool_available(&cache->pool))
         return KVP_ENOSPC;
@@ -340,13 +377,11 @@ KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
     return KVP_OK;
 }
 
-KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
-                                  size_t *n)
+int kvp__request_blocks_locked(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
+                               size_t *n)
 {
     if (!cache || !ids || !n)
         return KVP_EINVAL;
-    if (cache->in_callback)
-        return KVP_EBUSY;
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
         return KVP_ENOENT;
@@ -391,19 +426,34 @@ static bool accept_existing(kvp_cache *cache, uint32_t b, const uint32_t *tokens
     if (!counted && kvp__verify_block(cache, b, tokens, canon, ns))
         return true;
     if (!counted)
-        cache->stats.n_verify_rejects++;
+        kvp__count_reject(cache);
     if (can_replace)
         kvp__pool_unindex(cache, b, KVP_REMOVED_REPLACED);
     return false;
 }
 
-KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
-                          size_t n_tokens, size_t *n_stored)
+/* Does tokens[0 .. n_tokens) agree with the acquired prompt where it is not committed yet?
+ * Committed blocks are not read again (their keys already chain them), so only the kept
+ * tokens from the first uncommitted block on are compared. Cannot fail. */
+static bool prompt_matches(const kvp__request *req, const uint32_t *tokens, size_t n_tokens,
+                           size_t bs)
+{
+    if (!req->prompt)
+        return true;
+    size_t from = (size_t)req->n_committed * bs;
+    size_t to = n_tokens < req->n_prompt ? n_tokens : req->n_prompt;
+    if (from < req->prompt_start)
+        from = req->prompt_start;
+    return from >= to ||
+           memcmp(tokens + from, req->prompt + (from - req->prompt_start),
+                  (to - from) * sizeof *tokens) == 0;
+}
+
+int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
+                       const uint32_t *tokens, size_t n_tokens, size_t *n_stored)
 {
     if (!cache || (!tokens && n_tokens))
         return KVP_EINVAL;
-    if (cache->in_callback)
-        return KVP_EBUSY;
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
         return KVP_ENOENT;
@@ -412,10 +462,12 @@ KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tok
         return KVP_EINVAL;
     if (n_tokens / bs > req->n_blocks)
         return KVP_ERANGE;
+    if (!prompt_matches(req, tokens, n_tokens, bs))
+        return KVP_EINVAL;
     uint32_t n_full = (uint32_t)(n_tokens / bs);
     size_t stored = 0;
     const kvp__probe_view view = kvp__index_view(&cache->index);
-    kvp_key keys[MATCH_BATCH];
+    kvp_key batch[MATCH_BATCH];
     /* As in match(): hash a batch of keys ahead (they depend only on the tokens), prefetch
      * their buckets and entries and the blocks they will be stored in, then probe and
      * store in order, so the probes' cache misses overlap. */
@@ -426,43 +478,83 @@ KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tok
             const uint32_t *blk_tokens = tokens + (size_t)(i0 + j) * bs;
             if (i0 + j + 8 < n_full)
                 KVP__PREFETCH(blk_tokens + 8 * bs);
-            keys[j] = parent = kvp__cache_block_key(cache, parent, blk_tokens);
-            kvp__prefetch_bucket(view, keys[j]);
+            batch[j] = parent = keys ? keys[i0 + j] : kvp__cache_block_key(cache, parent, blk_tokens);
+            kvp__prefetch_bucket(view, batch[j]);
             KVP__PREFETCH_W(&cache->pool.blocks[req->blocks[i0 + j]]);
         }
         for (uint32_t j = 0; j < n; j++)
-            kvp__prefetch_entry(view, keys[j]);
+            kvp__prefetch_entry(view, batch[j]);
         for (uint32_t j = 0; j < n; j++) {
             uint32_t i = i0 + j, own = req->blocks[i];
             const uint32_t *blk_tokens = tokens + (size_t)i * bs;
-            kvp__block *b = kvp__index_find(&cache->index, keys[j]);
+            kvp__block *b = kvp__index_find(&cache->index, batch[j]);
             if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), blk_tokens,
                                      req->canon, req->ns, false, true)) {
                 cache->stats.n_blocks_deduped++;
                 req->canon = kvp__vref_of(cache, (uint32_t)(b - cache->pool.blocks));
             } else {
-                store_block(cache, own, keys[j], req->last_key, i, blk_tokens, req->canon, req->ns);
+                store_block(cache, own, batch[j], req->last_key, i, blk_tokens, req->canon,
+                            req->ns);
                 req->canon = kvp__vref_of(cache, own);
                 stored++;
             }
-            req->last_key = keys[j];
+            req->last_key = batch[j];
             req->n_committed = i + 1;
         }
     }
+    if (req->prompt && (size_t)req->n_committed * bs >= req->n_prompt)
+        kvp__request_drop_prompt(cache, req);
     if (n_stored)
         *n_stored = stored;
     return KVP_OK;
 }
 
-KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id)
+static void release_request(kvp_cache *cache, kvp__request *req);
+
+int kvp__release_locked(kvp_cache *cache, uint64_t req_id)
 {
     if (!cache)
         return KVP_EINVAL;
-    if (cache->in_callback)
-        return KVP_EBUSY;
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
         return KVP_ENOENT;
+    release_request(cache, req);
+    return KVP_OK;
+}
+
+int kvp__requests_locked(const kvp_cache *cache, uint64_t *ids, size_t cap, size_t *n_active)
+{
+    if (!n_active || (!ids && cap))
+        return KVP_EINVAL;
+    size_t n = 0;
+    const kvp__request *req, *tmp;
+    HASH_ITER(hh, cache->requests, req, tmp)
+    {
+        if (n < cap)
+            ids[n] = req->id;
+        n++;
+    }
+    *n_active = n;
+    return KVP_OK;
+}
+
+int kvp__release_all_locked(kvp_cache *cache, size_t *n_released)
+{
+    size_t n = 0;
+    kvp__request *req, *tmp;
+    HASH_ITER(hh, cache->requests, req, tmp)
+    {
+        release_request(cache, req);
+        n++;
+    }
+    if (n_released)
+        *n_released = n;
+    return KVP_OK;
+}
+
+/* Unpin req's blocks tail first and delete it. Cannot fail. */
+static void release_request(kvp_cache *cache, kvp__request *req)
+{
     /* Tail first; the blocks a few steps ahead are prefetched, since a long-running request's
      * blocks have usually left the cache by the time it ends. */
     for (uint32_t i = req->n_blocks; i-- > 0;) {
@@ -473,7 +565,6 @@ KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id)
     if (req->ns != KVP_NIL)
         kvp__verify_ns_unref(cache, req->ns);
     kvp__request_delete(cache, req);
-    return KVP_OK;
 }
 
 /* Make the scratch arrays hold n entries. KVP_OK or KVP_ENOMEM (nothing changed). */
@@ -508,7 +599,7 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
 {
     /* Step 1: match. */
     uint32_t *ids = cache->scratch_ids;
-    const kvp_key *keys = cache->scratch_keys;
+    const kvp_key *keys = src->keys;
     walk w = match(cache, src, n_full, ids, n_full);
     kvp_match m;
     fill_match(cache, n_tokens, n_full, w.n_cached, &m);
@@ -536,6 +627,7 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
                 id = kvp__pool_take(cache);
                 store_block(cache, id, keys[i], i ? keys[i - 1] : src->root, i, blk_tokens, canon,
                             src->ns);
+                m.n_blocks_stored++;
             }
         }
         ids[i] = id;
@@ -558,31 +650,36 @@ static int access_prepare(kvp_cache *cache, kvp_match *out, uint32_t n_full)
     return scratch_reserve(cache, n_full);
 }
 
-KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
-                          size_t n_tokens, kvp_match *out)
+int kvp__access_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *root,
+                       const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
+                       kvp_match *out)
 {
     uint32_t n_full;
-    int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
+    int rc = check_prompt(cache, ns, keys ? (const void *)root : tokens, n_tokens, &n_full);
+    if (rc == KVP_OK && keys)
+        rc = check_keys(cache, &keys, tokens, n_full);
     if (rc == KVP_OK)
         rc = access_prepare(cache, out, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {tokens, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    keysrc src = {tokens, NULL, keys, root ? *root : kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
     if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, src.root, &src.ns)))
         return rc;
-    kvp_key parent = src.root;
-    for (uint32_t i = 0; i < n_full; i++)
-        parent = cache->scratch_keys[i] =
-            kvp__cache_block_key(cache, parent, tokens + (size_t)i * cache->cfg.block_size);
-    src.keys = cache->scratch_keys;
+    if (!keys) {
+        kvp_key parent = src.root;
+        for (uint32_t i = 0; i < n_full; i++)
+            parent = cache->scratch_keys[i] =
+                kvp__cache_block_key(cache, parent, tokens + (size_t)i * cache->cfg.block_size);
+        src.keys = cache->scratch_keys;
+    }
     access_keys(cache, &src, n_tokens, n_full, out);
     if (src.ns != KVP_NIL)
         kvp__verify_ns_unref(cache, src.ns);
     return KVP_OK;
 }
 
-KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
-                              size_t n_ids, size_t n_tokens, kvp_match *out)
+int kvp__access_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
+                           size_t n_ids, size_t n_tokens, kvp_match *out)
 {
     static const kvp_key no_ids; /* lets ids be NULL when there are none */
     if (!ids && n_ids == 0)

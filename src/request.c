@@ -7,8 +7,13 @@
  * (ids are caller-chosen and often sequential, so their bits are mixed), allocating through
  * the cache's hooks in non-fatal OOM mode: a failed insert leaves the table as it was.
  *
+ * A request also keeps the prompt tokens it has not committed yet (from the end of its hit
+ * blocks), so that kvp_commit can check that the sequence it is given begins with the
+ * prompt; the copy is freed as soon as every prompt token is committed.
+ *
  * Invariant: every block id in blocks[0 .. n_blocks) is pinned (ref counts one per
- * appearance across all requests); n_committed <= n_blocks.
+ * appearance across all requests); n_committed <= n_blocks; prompt is NULL or holds
+ * n_prompt - prompt_start tokens.
  */
 #include <string.h>
 
@@ -76,10 +81,38 @@ int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_block
     return KVP_OK;
 }
 
+/* Keep a copy of the prompt's tokens [start, n_tokens) in req, for kvp_commit to compare
+ * (nothing is kept when start == n_tokens). KVP_OK or KVP_ENOMEM (req unchanged). */
+int kvp__request_keep_prompt(kvp_cache *cache, kvp__request *req, const uint32_t *tokens,
+                             size_t n_tokens, size_t start)
+{
+    uint32_t *copy = NULL;
+    if (start < n_tokens) {
+        copy = kvp__mem_alloc(&cache->mem, (n_tokens - start) * sizeof *copy);
+        if (!copy)
+            return KVP_ENOMEM;
+        memcpy(copy, tokens + start, (n_tokens - start) * sizeof *copy);
+    }
+    req->prompt = copy;
+    req->n_prompt = n_tokens;
+    req->prompt_start = start;
+    return KVP_OK;
+}
+
+/* Free req's prompt copy (once every prompt token is committed). Cannot fail. */
+void kvp__request_drop_prompt(kvp_cache *cache, kvp__request *req)
+{
+    if (req->prompt)
+        kvp__mem_free(&cache->mem, req->prompt,
+                      (req->n_prompt - req->prompt_start) * sizeof *req->prompt);
+    req->prompt = NULL;
+}
+
 /* Remove req from the table and free it. The caller has unpinned its blocks, or is
  * destroying the whole cache. Cannot fail. */
 void kvp__request_delete(kvp_cache *cache, kvp__request *req)
 {
+    kvp__request_drop_prompt(cache, req);
     HASH_DELETE(hh, cache->requests, req);
     kvp__mem_free(&cache->mem, req->blocks, (size_t)req->cap_blocks * sizeof(uint32_t));
     kvp__mem_free(&cache->mem, req, sizeof *req);

@@ -321,6 +321,7 @@ static void match(rm_model *m, size_t ns, const uint32_t *tokens, size_t n_token
     out->n_blocks_cached = (uint32_t)n_cached;
     out->n_blocks_hit = (uint32_t)(n_cached < cap ? n_cached : cap);
     out->n_tokens_hit = (uint64_t)out->n_blocks_hit * bs;
+    out->n_blocks_stored = 0;
 }
 
 static void count_request(rm_model *m, const kvp_match *mt)
@@ -357,7 +358,7 @@ int rm_acquire(rm_model *m, uint64_t req_id, const kvp_namespace *ns, const uint
     size_t need = blocks_for(m, n_tokens > n_capacity ? n_tokens : n_capacity);
     /* A request larger than the whole pool fails before matching (no reject is counted). */
     if (need > m->n_blocks)
-        return KVP_ENOSPC;
+        return KVP_ETOOBIG;
     size_t nsn = ns_number(m, ns);
     long *hit = xmalloc((n_tokens / m->block_size + 1) * sizeof(long));
     kvp_match mt;
@@ -413,6 +414,8 @@ int rm_grow(rm_model *m, uint64_t req_id, size_t n_capacity)
     size_t need = blocks_for(m, n_capacity);
     if (need <= r->n_blocks)
         return KVP_OK;
+    if (need > m->n_blocks)
+        return KVP_ETOOBIG;
     if (need - r->n_blocks > (size_t)count_free(m) + count_cached(m))
         return KVP_ENOSPC;
     uint32_t *nb = xmalloc(need * sizeof(uint32_t));
@@ -522,6 +525,7 @@ int rm_access(rm_model *m, const kvp_namespace *ns, const uint32_t *tokens, size
                 break;
             index_block(m, (uint32_t)b, nsn, tokens, n_prefix, prev_inst);
             m->st.n_blocks_stored++;
+            mt.n_blocks_stored++;
         }
         held[b] = true;
         prev_inst = m->blocks[b].inst;

@@ -145,7 +145,8 @@ static int soak_round(int round, bool verify, unsigned key_bits)
                     kind);
             return 1;
         }
-        if (rc != KVP_OK && rc != KVP_ENOMEM && rc != KVP_ENOSPC && rc != KVP_ERANGE) {
+        if (rc != KVP_OK && rc != KVP_ENOMEM && rc != KVP_ENOSPC && rc != KVP_ERANGE &&
+            rc != KVP_ETOOBIG) {
             fprintf(stderr, "soak: round %d op %d (kind %d): unexpected %s\n", round, op, kind,
                     kvp_strerror(rc));
             return 1;

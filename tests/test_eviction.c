@@ -68,7 +68,7 @@ Test(eviction, pinned_blocks_are_never_evicted)
     cr_assert_eq(cached_run(c, &ns, b, 2), 1, "the evictable block was evicted anyway");
     cr_assert_eq(kvp_acquire(c, 2, &ns, b, 3, 0, &m), KVP_ENOSPC, "request 2 was registered");
 
-    cr_assert_eq(kvp_grow(c, 1, 10), KVP_ENOSPC, "grow needs 2 more blocks, 1 evictable");
+    cr_assert_eq(kvp_grow(c, 1, 10), KVP_ETOOBIG, "5 blocks in a pool of 4: never, not later");
     TH_CHECK(c);
     const uint32_t *ids;
     size_t n;
@@ -82,7 +82,8 @@ Test(eviction, pinned_blocks_are_never_evicted)
     cr_assert_eq(full.n_blocks_in_use, 4);
     cr_assert_eq(full.n_evictions, before.n_evictions + 1);
     cr_assert_eq(kvp_acquire(c, 3, &ns, b, 1, 0, &m), KVP_ENOSPC);
-    cr_assert_eq(kvp_grow(c, 1, 9), KVP_ENOSPC);
+    cr_assert_eq(kvp_grow(c, 1, 8), KVP_OK, "already held");
+    cr_assert_eq(kvp_grow(c, 1, 9), KVP_ETOOBIG, "5 blocks in a pool of 4");
     TH_CHECK(c);
     kvp_stats full2 = th_stats(c);
     th_assert_stats_equal(&full, &full2, "ENOSPC on a fully pinned pool");
