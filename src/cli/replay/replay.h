@@ -3,8 +3,8 @@
  * the figures a run produced (replay.c fills them, replay_report.c prints them) and the
  * prompt-layout diagnostics (diagnose.c).
  */
-#ifndef KVP_CLI_REPLAY_H
-#define KVP_CLI_REPLAY_H
+#ifndef CLI_REPLAY_H
+#define CLI_REPLAY_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,10 +17,10 @@
 
 typedef struct rp_options {
     const char *path;          /* the log; "-" for standard input */
-    int format;                /* 0 auto, or KVP_LOG_TOKENS / MOONCAKE / OPENAI */
+    int format;                /* 0 auto, or LOG_TOKENS / MOONCAKE / OPENAI */
     uint32_t block_size;       /* token logs and OpenAI bodies (default 16) */
     uint32_t trace_block_size; /* hash-id traces (default 512) */
-    int tokenizer;             /* OpenAI bodies: KVP_TOKENIZER_* (default words) */
+    int tokenizer;             /* OpenAI bodies: TOK_* (default words) */
     uint64_t seed;             /* hash seed (default 0) */
     bool cache_output;         /* token logs: also cache full blocks of output_tokens */
     bool sort;                 /* stable sort by timestamp before replaying */
@@ -44,7 +44,7 @@ typedef struct rp_diag rp_diag;
 /* The figures of one run. */
 typedef struct rp_result {
     const char *input;                   /* the log's name as given */
-    int format;                          /* KVP_LOG_* of its lines (0 when it had none) */
+    int format;                          /* LOG_* of its lines (0 when it had none) */
     uint32_t block_size;                 /* tokens per block of that format */
     const char *tokenizer;               /* OpenAI bodies: the tokenizer's name; NULL otherwise */
     uint64_t n_lines;                    /* lines read */
@@ -92,4 +92,4 @@ struct json_t *rp_diag_json(const rp_diag *d, unsigned top);
 
 void rp_diag_free(rp_diag *d);
 
-#endif /* KVP_CLI_REPLAY_H */
+#endif /* CLI_REPLAY_H */

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "flags.h"
 #include "logread.h"
 #include "replay.h"
 
@@ -20,10 +21,10 @@ static double ratio(uint64_t a, uint64_t b)
 
 static const char *format_name(int f)
 {
-    return f == KVP_LOG_TOKENS     ? "token-id log"
-           : f == KVP_LOG_MOONCAKE ? "Mooncake hash-id trace"
-           : f == KVP_LOG_OPENAI   ? "OpenAI-style request bodies"
-                                   : "empty";
+    return f == LOG_TOKENS     ? "token-id log"
+           : f == LOG_MOONCAKE ? "Mooncake hash-id trace"
+           : f == LOG_OPENAI   ? "OpenAI-style request bodies"
+                               : "empty";
 }
 
 static const char *dim_name(int d)
@@ -107,7 +108,7 @@ static void capacity_desc(const rp_result *r, uint64_t cap, char *buf, size_t si
                      num(cap * r->block_size, b, sizeof b));
     if (r->block_bytes && n > 0 && (size_t)n < size)
         n += snprintf(buf + n, size - (size_t)n, "; %s of KV, %s",
-                      kvp_plan_fmt_binary(cap * r->block_bytes, c, sizeof c), r->model_desc);
+                      cli_fmt_binary(cap * r->block_bytes, c, sizeof c), r->model_desc);
     if (n > 0 && (size_t)n < size)
         snprintf(buf + n, size - (size_t)n, ")");
 }
@@ -179,7 +180,7 @@ static void print_curve(FILE *f, const rp_result *r)
         if (i < r->n_curve)
             fprintf(f, "  %14s %16s %12s", num(m->capacity, a, sizeof a),
                     num(m->capacity * r->block_size, b, sizeof b),
-                    r->block_bytes ? kvp_plan_fmt_binary(m->capacity * r->block_bytes, c, sizeof c)
+                    r->block_bytes ? cli_fmt_binary(m->capacity * r->block_bytes, c, sizeof c)
                                    : "");
         else
             fprintf(f, "  %14s %16s %12s", "unbounded", "", "");
@@ -211,7 +212,7 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
     if (o->cache_output)
         fprintf(f, "  output blocks            cached for %s requests with output_tokens%s\n",
                 num(r->n_output_cached, a, sizeof a),
-                r->format == KVP_LOG_MOONCAKE ? " (hash-id traces carry none)" : "");
+                r->format == LOG_MOONCAKE ? " (hash-id traces carry none)" : "");
     fprintf(f, "  time                     %.3f s, %.3f s of it in the cache and LRU model\n",
             r->seconds, r->seconds_engine);
     if (r->has_primary) {

@@ -112,7 +112,7 @@ static int fail(const char *what, int rc)
     return 1;
 }
 
-int kvp_cli_demo(int argc, char **argv)
+int demo_main(int argc, char **argv)
 {
     (void)argv;
     if (argc > 1) {

@@ -2,7 +2,7 @@
  * openai.c - rendering OpenAI completions and chat completions bodies to prompt text (the
  * layout and the accepted shapes are documented in openai.h).
  *
- * Layout. The text is one growable buffer in kvp_oai_prompt, reused across lines, with the
+ * Layout. The text is one growable buffer in oai_prompt, reused across lines, with the
  * template markers recorded beside it as (offset, id) pairs:
  *
  *     text:  <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n
@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "logread.h"
 
 enum {
     FAIL_NONE = 0, /* no append failed */
@@ -32,32 +33,8 @@ enum {
     FAIL_NOMEM     /* realloc failed */
 };
 
-const char *kvp__json_type_name(const json_t *v)
-{
-    if (v == NULL)
-        return "missing";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a non-integer number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "something else";
-}
-
 /* Append n bytes to the text. Returns 0, or -1 with p->failure set (the text unchanged). */
-static int append(kvp_oai_prompt *p, const char *s, size_t n)
+static int append(oai_prompt *p, const char *s, size_t n)
 {
     if (p->failure != FAIL_NONE)
         return -1;
@@ -84,25 +61,25 @@ static int append(kvp_oai_prompt *p, const char *s, size_t n)
     return 0;
 }
 
-static int append_str(kvp_oai_prompt *p, const char *s)
+static int append_str(oai_prompt *p, const char *s)
 {
     return append(p, s, strlen(s));
 }
 
 /* Append a JSON string's bytes. */
-static int append_json_str(kvp_oai_prompt *p, const json_t *s)
+static int append_json_str(oai_prompt *p, const json_t *s)
 {
     return append(p, json_string_value(s), json_string_length(s));
 }
 
 /* Append a template marker and record its position. Returns 0 or -1 (p->failure set). */
-static int append_mark(kvp_oai_prompt *p, uint32_t id)
+static int append_mark(oai_prompt *p, uint32_t id)
 {
     if (p->failure != FAIL_NONE)
         return -1;
     if (p->n_marks == p->marks_cap) {
         size_t ncap = p->marks_cap == 0 ? 64 : p->marks_cap * 2;
-        kvp_tok_mark *m = realloc(p->marks, ncap * sizeof *m);
+        tok_mark *m = realloc(p->marks, ncap * sizeof *m);
         if (m == NULL) {
             p->failure = FAIL_NOMEM;
             return -1;
@@ -111,8 +88,7 @@ static int append_mark(kvp_oai_prompt *p, uint32_t id)
         p->marks_cap = ncap;
     }
     size_t at = p->text_len;
-    int rc = id == KVP_TOKEN_IM_START ? append_str(p, KVP_IM_START_TEXT)
-                                      : append_str(p, KVP_IM_END_TEXT);
+    int rc = id == TOK_IM_START ? append_str(p, TOK_IM_START_TEXT) : append_str(p, TOK_IM_END_TEXT);
     if (rc != 0)
         return rc;
     p->marks[p->n_marks].offset = (uint32_t)at;
@@ -127,7 +103,7 @@ static int dump_cb(const char *buf, size_t size, void *data)
 }
 
 /* Append v as compact JSON, keys in their given order. */
-static int append_json(kvp_oai_prompt *p, const json_t *v)
+static int append_json(oai_prompt *p, const json_t *v)
 {
     if (json_dump_callback(v, dump_cb, p, JSON_COMPACT | JSON_PRESERVE_ORDER) != 0) {
         if (p->failure == FAIL_NONE)
@@ -140,7 +116,7 @@ static int append_json(kvp_oai_prompt *p, const json_t *v)
 static int fail(char *err, size_t err_size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Format the message into err and return KVP_LOG_EINPUT. */
+/* Format the message into err and return LOG_EINPUT. */
 static int fail(char *err, size_t err_size, const char *fmt, ...)
 {
     if (err != NULL && err_size > 0) {
@@ -149,40 +125,39 @@ static int fail(char *err, size_t err_size, const char *fmt, ...)
         vsnprintf(err, err_size, fmt, ap);
         va_end(ap);
     }
-    return KVP_LOG_EINPUT;
+    return LOG_EINPUT;
 }
 
 /* Turn p->failure into the return code and message. */
-static int append_failed(kvp_oai_prompt *p, char *err, size_t err_size)
+static int append_failed(oai_prompt *p, char *err, size_t err_size)
 {
     if (p->failure == FAIL_LIMIT)
         return fail(err, err_size,
                     "the rendered prompt would exceed %zu bytes (8 times the line plus 4 KiB)",
                     p->limit);
-    kvp_cli_errf(err, err_size, "out of memory rendering a prompt of %zu bytes", p->text_len);
-    return KVP_LOG_ENOMEM;
+    cli_errf(err, err_size, "out of memory rendering a prompt of %zu bytes", p->text_len);
+    return LOG_ENOMEM;
 }
 
-/* Render a message's content parts (an array). Returns 0, or a KVP_LOG_E* code. */
-static int render_parts(kvp_oai_prompt *p, size_t i, const json_t *parts, char *err,
-                        size_t err_size)
+/* Render a message's content parts (an array). Returns 0, or a LOG_E* code. */
+static int render_parts(oai_prompt *p, size_t i, const json_t *parts, char *err, size_t err_size)
 {
     size_t n = json_array_size(parts);
     for (size_t k = 0; k < n; k++) {
         const json_t *part = json_array_get(parts, k);
         if (!json_is_object(part))
             return fail(err, err_size, "messages[%zu].content[%zu] must be an object, not %s", i, k,
-                        kvp__json_type_name(part));
+                        cli_json_type_name(part));
         const json_t *type = json_object_get(part, "type");
         if (!json_is_string(type))
             return fail(err, err_size, "messages[%zu].content[%zu].type must be a string, not %s",
-                        i, k, kvp__json_type_name(type));
+                        i, k, cli_json_type_name(type));
         if (strcmp(json_string_value(type), "text") == 0 && json_string_length(type) == 4) {
             const json_t *text = json_object_get(part, "text");
             if (!json_is_string(text))
                 return fail(err, err_size,
                             "messages[%zu].content[%zu].text must be a string, not %s", i, k,
-                            kvp__json_type_name(text));
+                            cli_json_type_name(text));
             if (append_json_str(p, text) != 0)
                 return append_failed(p, err, err_size);
         } else if (append_str(p, "<") != 0 || append_json_str(p, type) != 0 ||
@@ -193,14 +168,14 @@ static int render_parts(kvp_oai_prompt *p, size_t i, const json_t *parts, char *
     return 0;
 }
 
-/* Render a chat request in the layout of openai.h, steps 1-3. Returns 0 or a KVP_LOG_E*
+/* Render a chat request in the layout of openai.h, steps 1-3. Returns 0 or a LOG_E*
  * code. */
-static int render_chat(kvp_oai_prompt *p, const json_t *body, char *err, size_t err_size)
+static int render_chat(oai_prompt *p, const json_t *body, char *err, size_t err_size)
 {
     const json_t *messages = json_object_get(body, "messages");
     if (!json_is_array(messages))
         return fail(err, err_size, "messages must be an array of messages, not %s",
-                    kvp__json_type_name(messages));
+                    cli_json_type_name(messages));
     size_t n = json_array_size(messages);
     if (n == 0)
         return fail(err, err_size, "messages is empty: a chat request needs a message");
@@ -209,11 +184,10 @@ static int render_chat(kvp_oai_prompt *p, const json_t *body, char *err, size_t 
     const json_t *tools = json_object_get(body, "tools");
     if (tools != NULL && !json_is_null(tools)) {
         if (!json_is_array(tools))
-            return fail(err, err_size, "tools must be an array, not %s",
-                        kvp__json_type_name(tools));
+            return fail(err, err_size, "tools must be an array, not %s", cli_json_type_name(tools));
         if (json_array_size(tools) > 0 &&
-            (append_mark(p, KVP_TOKEN_IM_START) != 0 || append_str(p, "tools\n") != 0 ||
-             append_json(p, tools) != 0 || append_mark(p, KVP_TOKEN_IM_END) != 0 ||
+            (append_mark(p, TOK_IM_START) != 0 || append_str(p, "tools\n") != 0 ||
+             append_json(p, tools) != 0 || append_mark(p, TOK_IM_END) != 0 ||
              append_str(p, "\n") != 0))
             return append_failed(p, err, err_size);
     }
@@ -223,16 +197,16 @@ static int render_chat(kvp_oai_prompt *p, const json_t *body, char *err, size_t 
         const json_t *msg = json_array_get(messages, i);
         if (!json_is_object(msg))
             return fail(err, err_size, "messages[%zu] must be an object, not %s", i,
-                        kvp__json_type_name(msg));
+                        cli_json_type_name(msg));
         const json_t *role = json_object_get(msg, "role");
         if (!json_is_string(role))
             return fail(err, err_size, "messages[%zu].role must be a string, not %s", i,
-                        kvp__json_type_name(role));
+                        cli_json_type_name(role));
         const json_t *content = json_object_get(msg, "content");
         const json_t *calls = json_object_get(msg, "tool_calls");
         if (calls != NULL && !json_is_null(calls) && !json_is_array(calls))
             return fail(err, err_size, "messages[%zu].tool_calls must be an array, not %s", i,
-                        kvp__json_type_name(calls));
+                        cli_json_type_name(calls));
         bool has_calls = json_is_array(calls);
         if (content == NULL && !has_calls)
             return fail(err, err_size,
@@ -244,8 +218,8 @@ static int render_chat(kvp_oai_prompt *p, const json_t *body, char *err, size_t 
             return fail(err, err_size,
                         "messages[%zu].content must be a string, an array of parts or null, "
                         "not %s",
-                        i, kvp__json_type_name(content));
-        if (append_mark(p, KVP_TOKEN_IM_START) != 0 || append_json_str(p, role) != 0 ||
+                        i, cli_json_type_name(content));
+        if (append_mark(p, TOK_IM_START) != 0 || append_json_str(p, role) != 0 ||
             append_str(p, "\n") != 0)
             return append_failed(p, err, err_size);
         if (json_is_string(content)) {
@@ -258,19 +232,19 @@ static int render_chat(kvp_oai_prompt *p, const json_t *body, char *err, size_t 
         }
         if (has_calls && append_json(p, calls) != 0)
             return append_failed(p, err, err_size);
-        if (append_mark(p, KVP_TOKEN_IM_END) != 0 || append_str(p, "\n") != 0)
+        if (append_mark(p, TOK_IM_END) != 0 || append_str(p, "\n") != 0)
             return append_failed(p, err, err_size);
     }
 
     /* Step 3: the generation prompt. */
-    if (append_mark(p, KVP_TOKEN_IM_START) != 0 || append_str(p, "assistant\n") != 0)
+    if (append_mark(p, TOK_IM_START) != 0 || append_str(p, "assistant\n") != 0)
         return append_failed(p, err, err_size);
     return 0;
 }
 
 /* Render a completions prompt: text as is, or note the token-id array. Returns 0 or a
- * KVP_LOG_E* code. */
-static int render_completions(kvp_oai_prompt *p, const json_t *body, char *err, size_t err_size)
+ * LOG_E* code. */
+static int render_completions(oai_prompt *p, const json_t *body, char *err, size_t err_size)
 {
     const json_t *prompt = json_object_get(body, "prompt");
     if (json_is_string(prompt)) {
@@ -280,7 +254,7 @@ static int render_completions(kvp_oai_prompt *p, const json_t *body, char *err, 
     }
     if (!json_is_array(prompt))
         return fail(err, err_size, "prompt must be a string or an array of token ids, not %s",
-                    kvp__json_type_name(prompt));
+                    cli_json_type_name(prompt));
     size_t n = json_array_size(prompt);
     if (n == 0)
         return fail(err, err_size, "prompt is empty: a request needs at least one prompt token");
@@ -310,7 +284,7 @@ static bool has_request_keys(const json_t *o)
     return json_object_get(o, "messages") != NULL || json_object_get(o, "prompt") != NULL;
 }
 
-bool kvp__oai_is_request(const json_t *o)
+bool oai_is_request(const json_t *o)
 {
     if (!json_is_object(o))
         return false;
@@ -320,7 +294,7 @@ bool kvp__oai_is_request(const json_t *o)
     return json_is_object(body) && has_request_keys(body);
 }
 
-int kvp__oai_render(const json_t *o, size_t limit, kvp_oai_prompt *p, char *err, size_t err_size)
+int oai_render(const json_t *o, size_t limit, oai_prompt *p, char *err, size_t err_size)
 {
     p->body = NULL;
     p->chat = false;
@@ -343,8 +317,7 @@ int kvp__oai_render(const json_t *o, size_t limit, kvp_oai_prompt *p, char *err,
         const json_t *url = json_object_get(o, "url");
         if (url != NULL) {
             if (!json_is_string(url))
-                return fail(err, err_size, "url must be a string, not %s",
-                            kvp__json_type_name(url));
+                return fail(err, err_size, "url must be a string, not %s", cli_json_type_name(url));
             const char *u = json_string_value(url);
             bool chat_url = strcmp(u, "/v1/chat/completions") == 0;
             if (!chat_url && strcmp(u, "/v1/completions") != 0)
@@ -369,7 +342,7 @@ int kvp__oai_render(const json_t *o, size_t limit, kvp_oai_prompt *p, char *err,
                    : render_completions(p, body, err, err_size);
 }
 
-void kvp__oai_prompt_free(kvp_oai_prompt *p)
+void oai_prompt_free(oai_prompt *p)
 {
     if (p == NULL)
         return;

@@ -7,7 +7,7 @@
 
 #include "cli.h"
 
-bool kvp_cli_grow(void **p, size_t *cap, size_t need, size_t elem)
+bool cli_grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return true;

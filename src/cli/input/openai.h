@@ -65,18 +65,19 @@
  * tools and tool_calls can outgrow its source, where a number like 0.1 is written as
  * 0.10000000000000001 (at most about 5x).
  */
-#ifndef KVP_CLI_OPENAI_H
-#define KVP_CLI_OPENAI_H
+#ifndef CLI_OPENAI_H
+#define CLI_OPENAI_H
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "json_names.h"
 #include "tokenize.h"
 
 /* The rendered prompt of one request; zero it before first use, reuse it across lines, free
- * it with kvp__oai_prompt_free. */
-typedef struct kvp_oai_prompt {
+ * it with oai_prompt_free. */
+typedef struct oai_prompt {
     const json_t *body;      /* the request body (the line, or its "body"); valid while the
                                 line's JSON lives */
     bool chat;               /* a chat request ("messages") rather than completions */
@@ -86,29 +87,25 @@ typedef struct kvp_oai_prompt {
     char *text;              /* rendered prompt, NUL-terminated when text_cap > 0 */
     size_t text_len;         /* bytes of text */
     size_t text_cap;         /* bytes allocated at text */
-    kvp_tok_mark *marks;     /* template markers in text, ascending offsets */
+    tok_mark *marks;         /* template markers in text, ascending offsets */
     size_t n_marks;          /* number of markers */
     size_t marks_cap;        /* elements allocated at marks */
-    size_t limit;            /* longest text allowed (set by kvp__oai_render) */
+    size_t limit;            /* longest text allowed (set by oai_render) */
     int failure;             /* inside rendering: 0, or why an append failed */
-} kvp_oai_prompt;
+} oai_prompt;
 
 /* Whether line object o is an OpenAI request: it has "messages" or "prompt", or its "body"
  * is an object that has one of them. Cannot fail. */
-bool kvp__oai_is_request(const json_t *o);
+bool oai_is_request(const json_t *o);
 
 /* Render the request in line object o (see above) into *p, allowing at most limit bytes of
- * text (limit < 2^32). Returns 0 on success; KVP_LOG_EINPUT when the request is malformed
+ * text (limit < 2^32). Returns 0 on success; LOG_EINPUT when the request is malformed
  * or its text would exceed limit, with the message ("what is wrong", no file or line) in
- * err; KVP_LOG_ENOMEM when out of memory (message in err). After a failure *p holds partial
+ * err; LOG_ENOMEM when out of memory (message in err). After a failure *p holds partial
  * text but stays reusable and freeable. */
-int kvp__oai_render(const json_t *o, size_t limit, kvp_oai_prompt *p, char *err, size_t err_size);
+int oai_render(const json_t *o, size_t limit, oai_prompt *p, char *err, size_t err_size);
 
 /* Free what *p holds and zero it. Accepts NULL. */
-void kvp__oai_prompt_free(kvp_oai_prompt *p);
+void oai_prompt_free(oai_prompt *p);
 
-/* How a JSON value's type reads in an error message ("an array", "a string", "missing" for
- * NULL...): a static string. Shared with logread.c. Cannot fail. */
-const char *kvp__json_type_name(const json_t *v);
-
-#endif /* KVP_CLI_OPENAI_H */
+#endif /* CLI_OPENAI_H */

@@ -1,15 +1,17 @@
 /*
- * errbuf.c - error messages of the CLI: formatting one into a caller's buffer, for the
+ * errbuf.c - error messages of the tool: formatting one into a caller's buffer, for the
  * readers (logread.c, models.c), which report "FILE:LINE: what is wrong" to their callers
- * instead of printing it themselves; and printing a subcommand's own error.
+ * instead of printing it themselves; printing a subcommand's own error; and the one name
+ * every message gives standard input.
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 
 /* Format into err[0 .. size) (truncating); does nothing when err is NULL or size is 0. */
-void kvp_cli_errf(char *err, size_t size, const char *fmt, ...)
+void cli_errf(char *err, size_t size, const char *fmt, ...)
 {
     va_list ap;
     if (err == NULL || size == 0)
@@ -19,7 +21,7 @@ void kvp_cli_errf(char *err, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
-int kvp_cli_fail(const char *cmd, int code, const char *fmt, ...)
+int cli_fail(const char *cmd, int code, const char *fmt, ...)
 {
     va_list ap;
     fprintf(stderr, "kvprefix %s: ", cmd);
@@ -27,7 +29,12 @@ int kvp_cli_fail(const char *cmd, int code, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
-    if (code == 2)
+    if (code == CLI_EXIT_USAGE)
         fprintf(stderr, "Try 'kvprefix %s --help'.\n", cmd);
     return code;
+}
+
+const char *cli_input_name(const char *path)
+{
+    return path == NULL || strcmp(path, "-") == 0 ? "<stdin>" : path;
 }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "flags.h"
 #include "logread.h"
 #include "models.h"
 #include "svgplot.h"
@@ -82,15 +83,15 @@ static const char usage_text[] =
     "  zcat big.jsonl.gz | kvprefix replay --capacities 1K,10K,100K --csv -\n";
 
 /* Print "kvprefix replay: message" to stderr and return code (the exit status). */
-#define fail(...) kvp_cli_fail("replay", __VA_ARGS__)
+#define fail(...) cli_fail("replay", __VA_ARGS__)
 
 /* ---- options ------------------------------------------------------------------------------ */
 
 static int flag_uint(const char *flag, const char *v, uint64_t min, uint64_t max, uint64_t *out)
 {
     uint64_t x = 0;
-    int rc = kvp_plan_parse_uint(v, max, &x);
-    if (rc != KVP_PLAN_OK || x < min)
+    int rc = cli_parse_uint(v, max, &x);
+    if (rc != PL_OK || x < min)
         return fail(EXIT_USAGE, "%s: '%s' is not an integer in %llu..%llu", flag, v,
                     (unsigned long long)min, (unsigned long long)max);
     *out = x;
@@ -132,18 +133,18 @@ static int apply_value(rp_options *o, const char *flag, const char *v)
         if (strcmp(v, "auto") == 0)
             o->format = 0;
         else if (strcmp(v, "tokens") == 0)
-            o->format = KVP_LOG_TOKENS;
+            o->format = LOG_TOKENS;
         else if (strcmp(v, "mooncake") == 0)
-            o->format = KVP_LOG_MOONCAKE;
+            o->format = LOG_MOONCAKE;
         else if (strcmp(v, "openai") == 0)
-            o->format = KVP_LOG_OPENAI;
+            o->format = LOG_OPENAI;
         else
             return fail(EXIT_USAGE, "--format: '%s' is not auto, tokens, mooncake or openai", v);
     } else if (strcmp(flag, "--tokenizer") == 0) {
         if (strcmp(v, "words") == 0)
-            o->tokenizer = KVP_TOKENIZER_WORDS;
+            o->tokenizer = TOK_WORDS;
         else if (strcmp(v, "bytes") == 0)
-            o->tokenizer = KVP_TOKENIZER_BYTES;
+            o->tokenizer = TOK_BYTES;
         else
             return fail(EXIT_USAGE, "--tokenizer: '%s' is not words or bytes", v);
     } else if (strcmp(flag, "--block-size") == 0) {
@@ -166,7 +167,7 @@ static int parse_args(int argc, char **argv, rp_options *o)
     memset(o, 0, sizeof *o);
     o->block_size = 16;
     o->trace_block_size = 512;
-    o->tokenizer = KVP_TOKENIZER_WORDS;
+    o->tokenizer = TOK_WORDS;
     o->sweep_points = 20;
     o->progress = -1;
     o->top = 10;
@@ -278,10 +279,10 @@ static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
             n--;
         buf[n] = '\0';
         out->unit = 1;
-        rc = kvp_plan_parse_count(buf, &out->amount);
+        rc = cli_parse_count(buf, &out->amount);
     } else if (n > 0 && (buf[n - 1] == 'B' || buf[n - 1] == 'b')) {
         out->unit = 2;
-        rc = kvp_plan_parse_bytes(buf, &out->amount);
+        rc = cli_parse_bytes(buf, &out->amount);
     } else {
         if (ends_with(buf, n, "blocks")) {
             n -= 6;
@@ -290,9 +291,9 @@ static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
             buf[n] = '\0';
         }
         out->unit = 0;
-        rc = kvp_plan_parse_count(buf, &out->amount);
+        rc = cli_parse_count(buf, &out->amount);
     }
-    if (rc != KVP_PLAN_OK || out->amount == 0)
+    if (rc != PL_OK || out->amount == 0)
         return fail(EXIT_USAGE,
                     "%s: '%.*s' is not a positive capacity (blocks: 20000 or 64K; tokens: "
                     "1Mtok; KV memory: 40GiB with --model)",
@@ -315,8 +316,8 @@ static int cap_blocks(const char *flag, const cap_spec *c, uint32_t block_size,
     if (b == 0)
         return fail(EXIT_INPUT, "%s: less than one block of %u tokens", flag, block_size);
     uint64_t unused;
-    if (b > RP_CAP_MAX || kvp_plan_mul(b, block_size, &unused) != KVP_PLAN_OK ||
-        kvp_plan_mul(b, block_bytes, &unused) != KVP_PLAN_OK)
+    if (b > RP_CAP_MAX || pl_mul(b, block_size, &unused) != PL_OK ||
+        pl_mul(b, block_bytes, &unused) != PL_OK)
         return fail(EXIT_INPUT,
                     "%s: %llu blocks is too large (at most 2^48, and the bytes must "
                     "fit 64 bits)",
@@ -336,11 +337,11 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
             return fail(EXIT_USAGE, "--kv-dtype needs --model or --config");
         return 0;
     }
-    kvp_model_shape m;
-    kvp_model_shape_init(&m);
+    pl_model_shape m;
+    pl_model_shape_init(&m);
     const char *name = o->model;
     if (o->model) {
-        const kvp_model_preset *p = kvp_model_find(o->model);
+        const pl_model_preset *p = pl_model_find(o->model);
         if (!p)
             return fail(EXIT_USAGE, "--model: no preset '%s' (kvprefix plan --list-models)",
                         o->model);
@@ -348,20 +349,20 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
         name = p->name;
     } else {
         char err[512];
-        if (kvp_model_from_config(o->config, &m, err, sizeof err) != KVP_PLAN_OK)
+        if (pl_model_from_config(o->config, &m, err, sizeof err) != PL_OK)
             return fail(EXIT_INPUT, "%s", err);
         name = o->config;
     }
-    if (o->kv_dtype && kvp_plan_dtype_parse(o->kv_dtype, &m.kv_dtype) != KVP_PLAN_OK)
+    if (o->kv_dtype && pl_dtype_parse(o->kv_dtype, &m.kv_dtype) != PL_OK)
         return fail(EXIT_USAGE, "--kv-dtype: unknown dtype '%s'", o->kv_dtype);
     const char *what = NULL;
     uint64_t tok;
-    if (kvp_model_shape_check(&m, &what) != KVP_PLAN_OK)
+    if (pl_model_shape_check(&m, &what) != PL_OK)
         return fail(EXIT_INPUT, "model shape: %s", what ? what : "invalid");
-    if (kvp_plan_token_bytes(&m, m.n_kv_heads, &tok) != KVP_PLAN_OK)
+    if (pl_token_bytes(&m, m.n_kv_heads, &tok) != PL_OK)
         return fail(EXIT_INPUT, "model shape: KV bytes overflow");
     *token_bytes = tok;
-    snprintf(desc, desc_size, "%s, %s KV", name, kvp_plan_dtype_name(m.kv_dtype));
+    snprintf(desc, desc_size, "%s, %s KV", name, pl_dtype_name(m.kv_dtype));
     return 0;
 }
 
@@ -473,7 +474,7 @@ typedef struct run {
     const prep *prep;
     rp_result *res;
     rp_sim *sim;
-    kvp_log_reader *reader;
+    log_reader *reader;
     uint32_t *joined; /* prompt + output tokens, for --cache-output */
     size_t joined_cap;
     uint32_t *folded; /* hash ids folded to 32 bits, for the diagnostics */
@@ -535,7 +536,7 @@ static int replay_one(run *ru, const held *h)
         const uint32_t *sym = h->tokens;
         size_t n = h->n_tokens;
         if (h->ids) {
-            if (!kvp_cli_grow((void **)&ru->folded, &ru->folded_cap, h->n_ids, sizeof *ru->folded))
+            if (!cli_grow((void **)&ru->folded, &ru->folded_cap, h->n_ids, sizeof *ru->folded))
                 return fail(EXIT_INPUT, "out of memory");
             /* Only the ids of full blocks: a partial last block is never cached. */
             n = h->input_length / ru->res->block_size;
@@ -552,7 +553,7 @@ static int replay_one(run *ru, const held *h)
 }
 
 /* View a record as a held request without copying (pointers stay the reader's). */
-static int view_record(run *ru, const kvp_log_record *rec, held *h)
+static int view_record(run *ru, const log_record *rec, held *h)
 {
     memset(h, 0, sizeof *h);
     h->line_no = rec->line_no;
@@ -564,7 +565,7 @@ static int view_record(run *ru, const kvp_log_record *rec, held *h)
         h->lens[i] = l[i];
         h->present[i] = s[i] != NULL;
     }
-    if (rec->format == KVP_LOG_MOONCAKE) {
+    if (rec->format == LOG_MOONCAKE) {
         h->ids = (uint64_t *)rec->hash_ids;
         h->n_ids = rec->n_hash_ids;
         h->input_length = rec->input_length;
@@ -574,7 +575,7 @@ static int view_record(run *ru, const kvp_log_record *rec, held *h)
     h->tokens = (uint32_t *)rec->tokens;
     if (ru->o->cache_output && rec->n_output_tokens > 0) {
         size_t n = rec->n_tokens + rec->n_output_tokens;
-        if (!kvp_cli_grow((void **)&ru->joined, &ru->joined_cap, n, sizeof *ru->joined))
+        if (!cli_grow((void **)&ru->joined, &ru->joined_cap, n, sizeof *ru->joined))
             return fail(EXIT_INPUT, "out of memory");
         memcpy(ru->joined, rec->tokens, rec->n_tokens * sizeof *ru->joined);
         memcpy(ru->joined + rec->n_tokens, rec->output_tokens,
@@ -609,7 +610,7 @@ static void held_free(held *h)
 /* Keep an owned copy of a record's view for --sort. */
 static int hold(run *ru, const held *v)
 {
-    if (!kvp_cli_grow((void **)&ru->held, &ru->held_cap, ru->n_held + 1, sizeof *ru->held))
+    if (!cli_grow((void **)&ru->held, &ru->held_cap, ru->n_held + 1, sizeof *ru->held))
         return fail(EXIT_INPUT, "out of memory");
     held *h = &ru->held[ru->n_held];
     *h = *v;
@@ -646,45 +647,44 @@ static int read_log(run *ru, progress *pg)
 {
     const rp_options *o = ru->o;
     rp_result *res = ru->res;
-    kvp_log_record rec;
+    log_record rec;
     int rc;
-    while ((rc = kvp_log_next(ru->reader, &rec)) != KVP_LOG_END) {
-        if (rc == KVP_LOG_EINPUT) {
+    while ((rc = log_next(ru->reader, &rec)) != LOG_END) {
+        if (rc == LOG_EINPUT) {
             if (!o->skip_invalid) {
-                fprintf(stderr, "%s\n", kvp_log_error(ru->reader));
+                fprintf(stderr, "%s\n", log_error(ru->reader));
                 return EXIT_INPUT;
             }
             if (res->n_skipped++ == 0)
-                snprintf(res->first_skip, sizeof res->first_skip, "%s", kvp_log_error(ru->reader));
+                snprintf(res->first_skip, sizeof res->first_skip, "%s", log_error(ru->reader));
             continue;
         }
         if (rc < 0) {
-            fprintf(stderr, "%s\n", kvp_log_error(ru->reader));
+            fprintf(stderr, "%s\n", log_error(ru->reader));
             return EXIT_INPUT;
         }
         if (res->format == 0) {
             res->format = rec.format;
-            res->block_size = rec.format == KVP_LOG_MOONCAKE ? o->trace_block_size : o->block_size;
+            res->block_size = rec.format == LOG_MOONCAKE ? o->trace_block_size : o->block_size;
         } else if (rec.format != res->format &&
-                   (rec.format == KVP_LOG_MOONCAKE || res->format == KVP_LOG_MOONCAKE)) {
+                   (rec.format == LOG_MOONCAKE || res->format == LOG_MOONCAKE)) {
             char msg[160];
             snprintf(msg, sizeof msg,
                      "a %s line in a %s log: hash ids and tokens cannot share one cache "
                      "(use --format to pick one)",
-                     rec.format == KVP_LOG_MOONCAKE ? "Mooncake" : "token",
-                     res->format == KVP_LOG_MOONCAKE ? "Mooncake" : "token");
+                     rec.format == LOG_MOONCAKE ? "Mooncake" : "token",
+                     res->format == LOG_MOONCAKE ? "Mooncake" : "token");
             if ((rc = line_error(ru, rec.line_no, RP_EINPUT, msg)) != 0)
                 return rc;
             continue;
         }
-        if (rec.format == KVP_LOG_OPENAI)
-            res->tokenizer = o->tokenizer == KVP_TOKENIZER_BYTES ? "bytes" : "words";
+        if (rec.format == LOG_OPENAI)
+            res->tokenizer = o->tokenizer == TOK_BYTES ? "bytes" : "words";
         if (!ru->sim) {
             rp_sim_config sc = {res->block_size, o->seed, 0};
             char err[256];
             uint64_t blocks = 0;
-            if (kvp_plan_mul(ru->prep->token_bytes, res->block_size, &res->block_bytes) !=
-                KVP_PLAN_OK)
+            if (pl_mul(ru->prep->token_bytes, res->block_size, &res->block_bytes) != PL_OK)
                 return fail(EXIT_INPUT, "the KV bytes of one block overflow");
             if (ru->prep->has_cap) {
                 if ((rc = cap_blocks("--capacity", &ru->prep->cap, res->block_size,
@@ -701,8 +701,8 @@ static int read_log(run *ru, progress *pg)
             if (!ru->sim)
                 return fail(EXIT_INPUT, "%s", err);
             if (o->diagnose) {
-                uint32_t unit = res->format == KVP_LOG_MOONCAKE ? res->block_size : 1;
-                uint32_t dbs = res->format == KVP_LOG_MOONCAKE ? 1 : res->block_size;
+                uint32_t unit = res->format == LOG_MOONCAKE ? res->block_size : 1;
+                uint32_t dbs = res->format == LOG_MOONCAKE ? 1 : res->block_size;
                 res->diag = rp_diag_new(dbs, unit);
                 if (!res->diag)
                     return fail(EXIT_INPUT, "out of memory");
@@ -719,7 +719,7 @@ static int read_log(run *ru, progress *pg)
         rc = o->sort ? hold(ru, &v) : replay_one(ru, &v);
         if (rc)
             return rc;
-        progress_draw(pg, kvp_log_n_records(ru->reader), kvp_log_bytes_in(ru->reader), false);
+        progress_draw(pg, log_n_records(ru->reader), log_bytes_in(ru->reader), false);
     }
     if (o->sort && ru->n_held > 0) {
         qsort(ru->held, ru->n_held, sizeof *ru->held, cmp_held);
@@ -826,10 +826,10 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
     if (r->block_bytes) {
         char b[32];
         snprintf(note, sizeof note, "1 block = %u tokens = %s of KV (%s)", r->block_size,
-                 kvp_plan_fmt_binary(r->block_bytes, b, sizeof b), r->model_desc);
+                 cli_fmt_binary(r->block_bytes, b, sizeof b), r->model_desc);
     }
-    kvp_plot_series series[2] = {{"token hit rate (prefill skipped)", yt}, {"block hit rate", yb}};
-    kvp_plot p;
+    svg_series series[2] = {{"token hit rate (prefill skipped)", yt}, {"block hit rate", yb}};
+    svg_plot p;
     memset(&p, 0, sizeof p);
     p.title = title;
     p.x_label = xlabel;
@@ -846,13 +846,13 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
              (unsigned long long)(r->has_primary ? r->primary.capacity : 0));
     p.marker_label = mlabel;
     char err[256];
-    int rc = kvp_plot_svg(f, &p, err, sizeof err);
+    int rc = svg_write(f, &p, err, sizeof err);
     if (rc != 0 || fflush(f) != 0 || ferror(f))
         return fail(EXIT_INPUT, "%s: %s", o->plot_path, rc ? err : "write error");
     return 0;
 }
 
-int kvp_cli_replay(int argc, char **argv)
+int rp_main(int argc, char **argv)
 {
     rp_options o;
     int rc = parse_args(argc, argv, &o);
@@ -870,13 +870,13 @@ int kvp_cli_replay(int argc, char **argv)
     ru.prep = &pp;
     ru.res = &res;
 
-    kvp_log_options lo;
-    kvp_log_options_init(&lo);
+    log_options lo;
+    log_options_init(&lo);
     lo.format = o.format;
     lo.tokenizer = o.tokenizer;
     lo.hash_block_size = o.trace_block_size;
     char err[512];
-    if (kvp_log_open(o.path, &lo, &ru.reader, err, sizeof err) != 0) {
+    if (log_open(o.path, &lo, &ru.reader, err, sizeof err) != 0) {
         if (pp.plot) {
             fclose(pp.plot);
             remove(o.plot_path);
@@ -892,8 +892,8 @@ int kvp_cli_replay(int argc, char **argv)
 
     double t0 = now_s();
     rc = read_log(&ru, &pg);
-    progress_draw(&pg, kvp_log_n_records(ru.reader), pg.total, true);
-    res.n_lines = kvp_log_n_lines(ru.reader);
+    progress_draw(&pg, log_n_records(ru.reader), pg.total, true);
+    res.n_lines = log_n_lines(ru.reader);
     if (rc == 0 && res.n_replayed == 0)
         rc = fail(EXIT_INPUT, "%s: no requests%s", o.path,
                   res.n_skipped ? " (every line was skipped)" : "");
@@ -927,6 +927,6 @@ int kvp_cli_replay(int argc, char **argv)
     }
     rp_diag_free(res.diag);
     rp_sim_free(ru.sim);
-    kvp_log_close(ru.reader);
+    log_close(ru.reader);
     return rc;
 }

@@ -48,10 +48,10 @@
 
 static const unsigned char zstd_magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
 
-struct kvp_log_reader {
+struct log_reader {
     gzFile gz;             /* input; NULL once closed */
     char *name;            /* file name for messages ("<stdin>" for "-") */
-    kvp_log_options opt;   /* options given to kvp_log_open */
+    log_options opt;       /* options given to log_open */
     char *buf;             /* read buffer, see the picture above */
     size_t cap;            /* bytes allocated at buf */
     size_t start;          /* first unread byte */
@@ -80,69 +80,68 @@ struct kvp_log_reader {
     size_t ids_cap;        /* elements allocated at ids */
     uint32_t *offsets;     /* OpenAI: byte offset of each token in the rendered text */
     size_t offsets_cap;    /* elements allocated at offsets */
-    kvp_oai_prompt prompt; /* OpenAI: the rendered prompt of the current line */
+    oai_prompt prompt;     /* OpenAI: the rendered prompt of the current line */
     char err[512];         /* last error message */
 };
 
-void kvp_log_options_init(kvp_log_options *opt)
+void log_options_init(log_options *opt)
 {
     if (opt == NULL)
         return;
     opt->max_line_bytes = (size_t)1 << 30;
     opt->hash_block_size = 512;
     opt->format = 0;
-    opt->tokenizer = KVP_TOKENIZER_WORDS;
+    opt->tokenizer = TOK_WORDS;
 }
 
-int kvp_log_open(const char *path, const kvp_log_options *opt, kvp_log_reader **out, char *err,
-                 size_t err_size)
+int log_open(const char *path, const log_options *opt, log_reader **out, char *err, size_t err_size)
 {
     if (path == NULL || out == NULL) {
-        kvp_cli_errf(err, err_size, "no input file given");
-        return KVP_LOG_EIO;
+        cli_errf(err, err_size, "no input file given");
+        return LOG_EIO;
     }
     bool is_stdin = strcmp(path, "-") == 0;
     const char *name = is_stdin ? "<stdin>" : path;
-    kvp_log_reader *r = calloc(1, sizeof *r);
+    log_reader *r = calloc(1, sizeof *r);
     if (r == NULL || (r->name = strdup(name)) == NULL) {
         free(r);
-        kvp_cli_errf(err, err_size, "%s: out of memory", name);
-        return KVP_LOG_ENOMEM;
+        cli_errf(err, err_size, "%s: out of memory", name);
+        return LOG_ENOMEM;
     }
     if (opt != NULL)
         r->opt = *opt;
     else
-        kvp_log_options_init(&r->opt);
+        log_options_init(&r->opt);
     if (r->opt.max_line_bytes == 0)
         r->opt.max_line_bytes = 1;
     if (r->opt.tokenizer == 0)
-        r->opt.tokenizer = KVP_TOKENIZER_WORDS;
-    if (r->opt.format < 0 || r->opt.format > KVP_LOG_OPENAI ||
-        (r->opt.tokenizer != KVP_TOKENIZER_WORDS && r->opt.tokenizer != KVP_TOKENIZER_BYTES)) {
-        kvp_cli_errf(err, err_size, "%s: unknown log format %d or tokenizer %d", name,
-                     r->opt.format, r->opt.tokenizer);
-        kvp_log_close(r);
-        return KVP_LOG_EIO;
+        r->opt.tokenizer = TOK_WORDS;
+    if (r->opt.format < 0 || r->opt.format > LOG_OPENAI ||
+        (r->opt.tokenizer != TOK_WORDS && r->opt.tokenizer != TOK_BYTES)) {
+        cli_errf(err, err_size, "%s: unknown log format %d or tokenizer %d", name, r->opt.format,
+                 r->opt.tokenizer);
+        log_close(r);
+        return LOG_EIO;
     }
 
     int fd = is_stdin ? dup(STDIN_FILENO) : open(path, O_RDONLY);
     if (fd < 0) {
-        kvp_cli_errf(err, err_size, "%s: cannot open: %s", name, strerror(errno));
-        kvp_log_close(r);
-        return KVP_LOG_EIO;
+        cli_errf(err, err_size, "%s: cannot open: %s", name, strerror(errno));
+        log_close(r);
+        return LOG_EIO;
     }
     r->gz = gzdopen(fd, "rb");
     if (r->gz == NULL) {
         close(fd);
-        kvp_cli_errf(err, err_size, "%s: cannot read (out of memory)", name);
-        kvp_log_close(r);
-        return KVP_LOG_ENOMEM;
+        cli_errf(err, err_size, "%s: cannot read (out of memory)", name);
+        log_close(r);
+        return LOG_ENOMEM;
     }
     *out = r;
     return 0;
 }
 
-void kvp_log_close(kvp_log_reader *r)
+void log_close(log_reader *r)
 {
     if (r == NULL)
         return;
@@ -151,7 +150,7 @@ void kvp_log_close(kvp_log_reader *r)
     ZSTD_freeDStream(r->zs);
     free(r->zin);
     free(r->offsets);
-    kvp__oai_prompt_free(&r->prompt);
+    oai_prompt_free(&r->prompt);
     json_decref(r->json);
     free(r->buf);
     free(r->tokens);
@@ -161,22 +160,22 @@ void kvp_log_close(kvp_log_reader *r)
     free(r);
 }
 
-const char *kvp_log_error(const kvp_log_reader *r)
+const char *log_error(const log_reader *r)
 {
     return r == NULL ? "" : r->err;
 }
 
-uint64_t kvp_log_n_records(const kvp_log_reader *r)
+uint64_t log_n_records(const log_reader *r)
 {
     return r == NULL ? 0 : r->n_records;
 }
 
-uint64_t kvp_log_n_lines(const kvp_log_reader *r)
+uint64_t log_n_lines(const log_reader *r)
 {
     return r == NULL ? 0 : r->line_no;
 }
 
-uint64_t kvp_log_bytes_in(const kvp_log_reader *r)
+uint64_t log_bytes_in(const log_reader *r)
 {
     if (r == NULL || r->gz == NULL)
         return 0;
@@ -185,9 +184,9 @@ uint64_t kvp_log_bytes_in(const kvp_log_reader *r)
 }
 
 /* Read up to want (> 0, <= READ_CHUNK) bytes of gzread's output, head[] first, into dst.
- * Returns the number of bytes read, 0 at the end (raw_eof set), or KVP_LOG_EIO (message
+ * Returns the number of bytes read, 0 at the end (raw_eof set), or LOG_EIO (message
  * set). */
-static long raw_read(kvp_log_reader *r, void *dst, size_t want)
+static long raw_read(log_reader *r, void *dst, size_t want)
 {
     if (r->head_pos < r->n_head) {
         size_t n = r->n_head - r->head_pos;
@@ -206,7 +205,7 @@ static long raw_read(kvp_log_reader *r, void *dst, size_t want)
         snprintf(r->err, sizeof r->err, "%s: read error: %s", r->name,
                  zerr == Z_ERRNO ? strerror(errno) : msg);
         r->raw_eof = true;
-        return KVP_LOG_EIO;
+        return LOG_EIO;
     }
     if (n == 0) {
         int zerr;
@@ -215,15 +214,15 @@ static long raw_read(kvp_log_reader *r, void *dst, size_t want)
         if (zerr != Z_OK && zerr != Z_STREAM_END) {
             snprintf(r->err, sizeof r->err, "%s: corrupt or truncated gzip data (%s)", r->name,
                      msg);
-            return KVP_LOG_EIO;
+            return LOG_EIO;
         }
     }
     return n;
 }
 
 /* Read the first four bytes into head[] and, when they are the zstd magic, set up the
- * decoder. Returns 0, KVP_LOG_EIO or KVP_LOG_ENOMEM (message set). */
-static int detect(kvp_log_reader *r)
+ * decoder. Returns 0, LOG_EIO or LOG_ENOMEM (message set). */
+static int detect(log_reader *r)
 {
     r->detected = true;
     while (r->n_head < sizeof r->head) {
@@ -245,16 +244,16 @@ static int detect(kvp_log_reader *r)
     r->zs = ZSTD_createDStream();
     if (r->zin == NULL || r->zs == NULL || ZSTD_isError(ZSTD_initDStream(r->zs))) {
         snprintf(r->err, sizeof r->err, "%s: out of memory starting zstd decompression", r->name);
-        return KVP_LOG_ENOMEM;
+        return LOG_ENOMEM;
     }
     r->zret = 1; /* inside the first frame */
     return 0;
 }
 
 /* Decompress up to want (> 0) bytes of zstd data into dst. Returns the number of bytes
- * written, 0 at the end of the input after a complete frame, or KVP_LOG_EIO for corrupt
+ * written, 0 at the end of the input after a complete frame, or LOG_EIO for corrupt
  * or truncated data or a read error (message set). */
-static long zstd_read(kvp_log_reader *r, void *dst, size_t want)
+static long zstd_read(log_reader *r, void *dst, size_t want)
 {
     ZSTD_outBuffer out = {dst, want, 0};
     while (out.pos == 0) {
@@ -272,7 +271,7 @@ static long zstd_read(kvp_log_reader *r, void *dst, size_t want)
         if (ZSTD_isError(ret)) {
             snprintf(r->err, sizeof r->err, "%s: corrupt zstd data (%s)", r->name,
                      ZSTD_getErrorName(ret));
-            return KVP_LOG_EIO;
+            return LOG_EIO;
         }
         /* A call without input after a frame ends returns the next header's size, not 0:
          * only a call that did something says where in a frame the stream is. */
@@ -282,7 +281,7 @@ static long zstd_read(kvp_log_reader *r, void *dst, size_t want)
             if (r->zret != 0) {
                 snprintf(r->err, sizeof r->err,
                          "%s: truncated zstd data (the input ends inside a frame)", r->name);
-                return KVP_LOG_EIO;
+                return LOG_EIO;
             }
             return 0;
         }
@@ -291,8 +290,8 @@ static long zstd_read(kvp_log_reader *r, void *dst, size_t want)
 }
 
 /* Read more input into buf, growing it as needed. Returns 1 if bytes were added, 0 at the
- * end of the input, or a negative KVP_LOG_E* code (message set). */
-static int fill(kvp_log_reader *r)
+ * end of the input, or a negative LOG_E* code (message set). */
+static int fill(log_reader *r)
 {
     if (r->eof)
         return 0;
@@ -313,7 +312,7 @@ static int fill(kvp_log_reader *r)
         if (r->cap >= limit) {
             snprintf(r->err, sizeof r->err, "%s:%llu: line longer than %zu bytes", r->name,
                      (unsigned long long)r->line_no + 1, r->opt.max_line_bytes);
-            return KVP_LOG_ENOMEM;
+            return LOG_ENOMEM;
         }
         size_t ncap = r->cap == 0 ? 64 * 1024 : r->cap * 2;
         if (ncap > limit || ncap < r->cap)
@@ -322,7 +321,7 @@ static int fill(kvp_log_reader *r)
         if (nb == NULL) {
             snprintf(r->err, sizeof r->err, "%s:%llu: out of memory reading a %zu-byte line",
                      r->name, (unsigned long long)r->line_no + 1, r->cap);
-            return KVP_LOG_ENOMEM;
+            return LOG_ENOMEM;
         }
         r->buf = nb;
         r->cap = ncap;
@@ -345,8 +344,8 @@ static int fill(kvp_log_reader *r)
 }
 
 /* Cut the next line (without its '\n' or "\r\n"). Returns 1 with *line and *len set, 0 at
- * the end, or a negative KVP_LOG_E* code. */
-static int next_line(kvp_log_reader *r, char **line, size_t *len)
+ * the end, or a negative LOG_E* code. */
+static int next_line(log_reader *r, char **line, size_t *len)
 {
     size_t scanned = r->start;
     for (;;) {
@@ -361,7 +360,7 @@ static int next_line(kvp_log_reader *r, char **line, size_t *len)
             snprintf(r->err, sizeof r->err, "%s:%llu: line longer than %zu bytes", r->name,
                      (unsigned long long)r->line_no + 1, r->opt.max_line_bytes);
             r->failed = true;
-            return KVP_LOG_ENOMEM;
+            return LOG_ENOMEM;
         }
         size_t pending = r->end - r->start;
         int rc = fill(r);
@@ -385,10 +384,10 @@ static int next_line(kvp_log_reader *r, char **line, size_t *len)
     return 1;
 }
 
-static int line_err(kvp_log_reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int line_err(log_reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Set "FILE:LINE: message" and return KVP_LOG_EINPUT. */
-static int line_err(kvp_log_reader *r, const char *fmt, ...)
+/* Set "FILE:LINE: message" and return LOG_EINPUT. */
+static int line_err(log_reader *r, const char *fmt, ...)
 {
     char msg[384];
     va_list ap;
@@ -396,39 +395,39 @@ static int line_err(kvp_log_reader *r, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     snprintf(r->err, sizeof r->err, "%s:%llu: %s", r->name, (unsigned long long)r->line_no, msg);
-    return KVP_LOG_EINPUT;
+    return LOG_EINPUT;
 }
 
-/* Make *arr hold at least n elements of size elem. Returns 0 or KVP_LOG_ENOMEM. */
+/* Make *arr hold at least n elements of size elem. Returns 0 or LOG_ENOMEM. */
 static int reserve(void **arr, size_t *cap, size_t n, size_t elem)
 {
     if (n <= *cap)
         return 0;
     if (n > SIZE_MAX / elem)
-        return KVP_LOG_ENOMEM;
+        return LOG_ENOMEM;
     void *p = realloc(*arr, n * elem);
     if (p == NULL)
-        return KVP_LOG_ENOMEM;
+        return LOG_ENOMEM;
     *arr = p;
     *cap = n;
     return 0;
 }
 
-/* Read a token-id array field into *dst. Returns 0, KVP_LOG_EINPUT or KVP_LOG_ENOMEM. */
-static int read_tokens(kvp_log_reader *r, const json_t *arr, const char *key, uint32_t **dst,
+/* Read a token-id array field into *dst. Returns 0, LOG_EINPUT or LOG_ENOMEM. */
+static int read_tokens(log_reader *r, const json_t *arr, const char *key, uint32_t **dst,
                        size_t *cap, size_t *n_out)
 {
     if (!json_is_array(arr))
         return line_err(r, "%s must be an array of token ids, not %s", key,
-                        kvp__json_type_name(arr));
+                        cli_json_type_name(arr));
     size_t n = json_array_size(arr);
     if (reserve((void **)dst, cap, n == 0 ? 1 : n, sizeof **dst) != 0)
-        return line_err(r, "out of memory for %zu %s", n, key), KVP_LOG_ENOMEM;
+        return line_err(r, "out of memory for %zu %s", n, key), LOG_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(arr, i);
         if (!json_is_integer(v))
             return line_err(r, "%s[%zu] must be an integer token id, not %s", key, i,
-                            kvp__json_type_name(v));
+                            cli_json_type_name(v));
         json_int_t t = json_integer_value(v);
         if (t < 0 || t > (json_int_t)UINT32_MAX)
             return line_err(r, "%s[%zu] = %lld is outside the token id range 0..4294967295", key, i,
@@ -439,9 +438,8 @@ static int read_tokens(kvp_log_reader *r, const json_t *arr, const char *key, ui
     return 0;
 }
 
-/* Read an optional namespace string. Returns 0 or KVP_LOG_EINPUT. */
-static int read_ns(kvp_log_reader *r, const json_t *obj, const char *key, const char **s,
-                   size_t *len)
+/* Read an optional namespace string. Returns 0 or LOG_EINPUT. */
+static int read_ns(log_reader *r, const json_t *obj, const char *key, const char **s, size_t *len)
 {
     const json_t *v = json_object_get(obj, key);
     *s = NULL;
@@ -449,15 +447,15 @@ static int read_ns(kvp_log_reader *r, const json_t *obj, const char *key, const 
     if (v == NULL || json_is_null(v))
         return 0;
     if (!json_is_string(v))
-        return line_err(r, "%s must be a string or null, not %s", key, kvp__json_type_name(v));
+        return line_err(r, "%s must be a string or null, not %s", key, cli_json_type_name(v));
     *s = json_string_value(v);
     *len = json_string_length(v);
     return 0;
 }
 
-/* Read a required Mooncake length field (0 .. KVP_LOG_MAX_LEN). Returns 0 or
- * KVP_LOG_EINPUT. */
-static int read_len(kvp_log_reader *r, const json_t *obj, const char *key, uint64_t *out)
+/* Read a required Mooncake length field (0 .. LOG_MAX_LEN). Returns 0 or
+ * LOG_EINPUT. */
+static int read_len(log_reader *r, const json_t *obj, const char *key, uint64_t *out)
 {
     const json_t *v = json_object_get(obj, key);
     if (v == NULL)
@@ -466,23 +464,23 @@ static int read_len(kvp_log_reader *r, const json_t *obj, const char *key, uint6
                         "and hash_ids)",
                         key);
     if (!json_is_integer(v))
-        return line_err(r, "%s must be an integer, not %s", key, kvp__json_type_name(v));
+        return line_err(r, "%s must be an integer, not %s", key, cli_json_type_name(v));
     json_int_t i = json_integer_value(v);
-    if (i < 0 || (uint64_t)i > KVP_LOG_MAX_LEN)
+    if (i < 0 || (uint64_t)i > LOG_MAX_LEN)
         return line_err(r, "%s = %lld is outside 0..%llu", key, (long long)i,
-                        (unsigned long long)KVP_LOG_MAX_LEN);
+                        (unsigned long long)LOG_MAX_LEN);
     *out = (uint64_t)i;
     return 0;
 }
 
-/* Read an optional non-negative "timestamp" of o into x. Returns 0 or KVP_LOG_EINPUT. */
-static int read_timestamp(kvp_log_reader *r, const json_t *o, kvp_log_record *x)
+/* Read an optional non-negative "timestamp" of o into x. Returns 0 or LOG_EINPUT. */
+static int read_timestamp(log_reader *r, const json_t *o, log_record *x)
 {
     const json_t *ts = json_object_get(o, "timestamp");
     if (ts == NULL || json_is_null(ts))
         return 0;
     if (!json_is_number(ts))
-        return line_err(r, "timestamp must be a number, not %s", kvp__json_type_name(ts));
+        return line_err(r, "timestamp must be a number, not %s", cli_json_type_name(ts));
     x->timestamp = json_number_value(ts);
     if (!(x->timestamp >= 0.0))
         return line_err(r, "timestamp must not be negative");
@@ -493,9 +491,9 @@ static int read_timestamp(kvp_log_reader *r, const json_t *o, kvp_log_record *x)
 static const char *format_desc(int format)
 {
     switch (format) {
-    case KVP_LOG_TOKENS:
+    case LOG_TOKENS:
         return "a token log line (with \"tokens\")";
-    case KVP_LOG_MOONCAKE:
+    case LOG_MOONCAKE:
         return "a Mooncake trace line (with \"hash_ids\")";
     default:
         return "an OpenAI request (with \"messages\" or \"prompt\", or a Batch API \"body\" "
@@ -504,19 +502,19 @@ static const char *format_desc(int format)
 }
 
 /* Decide the format of line object o (and check it against a forced format). Returns 0
- * with *format set, or KVP_LOG_EINPUT. */
-static int detect_format(kvp_log_reader *r, const json_t *o, int *format)
+ * with *format set, or LOG_EINPUT. */
+static int detect_format(log_reader *r, const json_t *o, int *format)
 {
     bool tokens = json_object_get(o, "tokens") != NULL;
     bool ids = json_object_get(o, "hash_ids") != NULL;
-    bool oai = kvp__oai_is_request(o);
+    bool oai = oai_is_request(o);
     if (tokens + ids + oai > 1)
         return line_err(r,
                         "a line has only one of \"tokens\" (token log), \"hash_ids\" (Mooncake "
                         "trace), \"messages\" or \"prompt\" (OpenAI request); this one has%s%s%s",
                         tokens ? " tokens" : "", ids ? " hash_ids" : "",
                         oai ? " messages/prompt" : "");
-    int f = tokens ? KVP_LOG_TOKENS : ids ? KVP_LOG_MOONCAKE : oai ? KVP_LOG_OPENAI : 0;
+    int f = tokens ? LOG_TOKENS : ids ? LOG_MOONCAKE : oai ? LOG_OPENAI : 0;
     int want = r->opt.format;
     if (want != 0 && f != want)
         return line_err(r, "expected %s, but this line is %s", format_desc(want),
@@ -530,15 +528,14 @@ static int detect_format(kvp_log_reader *r, const json_t *o, int *format)
 
 /* Parse an OpenAI request line o (len bytes of JSON) into *rec, starting from *x (line_no
  * and format set): render and tokenize the prompt, map the namespace (see openai.h).
- * Returns KVP_LOG_RECORD or a negative code. */
-static int parse_openai(kvp_log_reader *r, const json_t *o, size_t len, kvp_log_record *rec,
-                        kvp_log_record *x)
+ * Returns LOG_RECORD or a negative code. */
+static int parse_openai(log_reader *r, const json_t *o, size_t len, log_record *rec, log_record *x)
 {
     /* Step 1: render (or find the token-id prompt). */
     size_t limit = len > (UINT32_MAX - 4096) / 8 ? UINT32_MAX - 1 : 8 * len + 4096;
     char msg[384];
-    kvp_oai_prompt *p = &r->prompt;
-    int rc = kvp__oai_render(o, limit, p, msg, sizeof msg);
+    oai_prompt *p = &r->prompt;
+    int rc = oai_render(o, limit, p, msg, sizeof msg);
     if (rc != 0)
         return line_err(r, "%s", msg), rc;
     const json_t *body = p->body;
@@ -572,9 +569,9 @@ static int parse_openai(kvp_log_reader *r, const json_t *o, size_t len, kvp_log_
         if (!json_is_integer(v) || json_integer_value(v) < 0)
             continue;
         json_int_t n = json_integer_value(v);
-        if ((uint64_t)n > KVP_LOG_MAX_LEN)
+        if ((uint64_t)n > LOG_MAX_LEN)
             return line_err(r, "%s = %lld is outside 0..%llu", len_keys[i], (long long)n,
-                            (unsigned long long)KVP_LOG_MAX_LEN);
+                            (unsigned long long)LOG_MAX_LEN);
         x->output_length = (uint64_t)n;
         break;
     }
@@ -592,15 +589,14 @@ static int parse_openai(kvp_log_reader *r, const json_t *o, size_t len, kvp_log_
             return rc;
     } else {
         size_t len_text = p->text_len;
-        size_t n =
-            kvp__tokenize(r->opt.tokenizer, p->text, len_text, p->marks, p->n_marks, NULL, NULL);
+        size_t n = tok_split(r->opt.tokenizer, p->text, len_text, p->marks, p->n_marks, NULL, NULL);
         if (reserve((void **)&r->tokens, &r->tokens_cap, n == 0 ? 1 : n, sizeof *r->tokens) ||
             reserve((void **)&r->offsets, &r->offsets_cap, n == 0 ? 1 : n, sizeof *r->offsets))
             return line_err(r, "out of memory for the %zu tokens of a %zu-byte prompt", n,
                             len_text),
-                   KVP_LOG_ENOMEM;
-        x->n_tokens = kvp__tokenize(r->opt.tokenizer, p->text, len_text, p->marks, p->n_marks,
-                                    r->tokens, r->offsets);
+                   LOG_ENOMEM;
+        x->n_tokens = tok_split(r->opt.tokenizer, p->text, len_text, p->marks, p->n_marks,
+                                r->tokens, r->offsets);
         x->text = p->text;
         x->text_len = len_text;
         x->token_offsets = r->offsets;
@@ -611,11 +607,11 @@ static int parse_openai(kvp_log_reader *r, const json_t *o, size_t len, kvp_log_
     x->input_length = x->n_tokens;
     *rec = *x;
     r->n_records++;
-    return KVP_LOG_RECORD;
+    return LOG_RECORD;
 }
 
-/* Parse one non-blank line into *rec. Returns KVP_LOG_RECORD or a negative code. */
-static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_record *rec)
+/* Parse one non-blank line into *rec. Returns LOG_RECORD or a negative code. */
+static int parse_line(log_reader *r, const char *line, size_t len, log_record *rec)
 {
     json_error_t jerr;
     json_decref(r->json);
@@ -630,15 +626,15 @@ static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_r
     }
     const json_t *o = r->json;
     if (!json_is_object(o))
-        return line_err(r, "each line must be a JSON object, not %s", kvp__json_type_name(o));
+        return line_err(r, "each line must be a JSON object, not %s", cli_json_type_name(o));
 
-    kvp_log_record x;
+    log_record x;
     memset(&x, 0, sizeof x);
     x.line_no = r->line_no;
     int rc = detect_format(r, o, &x.format);
     if (rc != 0)
         return rc;
-    if (x.format == KVP_LOG_OPENAI)
+    if (x.format == LOG_OPENAI)
         return parse_openai(r, o, len, rec, &x);
     const json_t *tokens = json_object_get(o, "tokens");
     const json_t *ids = json_object_get(o, "hash_ids");
@@ -674,15 +670,15 @@ static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_r
             return line_err(r, "input_length must be at least 1");
         if (!json_is_array(ids))
             return line_err(r, "hash_ids must be an array of integers, not %s",
-                            kvp__json_type_name(ids));
+                            cli_json_type_name(ids));
         size_t n = json_array_size(ids);
         if (reserve((void **)&r->ids, &r->ids_cap, n == 0 ? 1 : n, sizeof *r->ids) != 0)
-            return line_err(r, "out of memory for %zu hash ids", n), KVP_LOG_ENOMEM;
+            return line_err(r, "out of memory for %zu hash ids", n), LOG_ENOMEM;
         for (size_t i = 0; i < n; i++) {
             const json_t *v = json_array_get(ids, i);
             if (!json_is_integer(v))
                 return line_err(r, "hash_ids[%zu] must be an integer, not %s", i,
-                                kvp__json_type_name(v));
+                                cli_json_type_name(v));
             json_int_t h = json_integer_value(v);
             if (h < 0)
                 return line_err(r, "hash_ids[%zu] = %lld is negative", i, (long long)h);
@@ -702,7 +698,7 @@ static int parse_line(kvp_log_reader *r, const char *line, size_t len, kvp_log_r
     }
     *rec = x;
     r->n_records++;
-    return KVP_LOG_RECORD;
+    return LOG_RECORD;
 }
 
 static bool is_blank(const char *s, size_t len)
@@ -713,13 +709,13 @@ static bool is_blank(const char *s, size_t len)
     return true;
 }
 
-int kvp_log_next(kvp_log_reader *r, kvp_log_record *rec)
+int log_next(log_reader *r, log_record *rec)
 {
     if (r == NULL || rec == NULL)
-        return KVP_LOG_EIO;
+        return LOG_EIO;
     r->err[0] = '\0';
     if (r->failed)
-        return KVP_LOG_END;
+        return LOG_END;
     for (;;) {
         char *line;
         size_t len;

@@ -17,13 +17,13 @@
 #include <stdbool.h>
 #include <xxhash.h>
 
-size_t kvp__tok_mark_bytes(uint32_t id)
+size_t tok_mark_bytes(uint32_t id)
 {
     switch (id) {
-    case KVP_TOKEN_IM_START:
-        return sizeof KVP_IM_START_TEXT - 1;
-    case KVP_TOKEN_IM_END:
-        return sizeof KVP_IM_END_TEXT - 1;
+    case TOK_IM_START:
+        return sizeof TOK_IM_START_TEXT - 1;
+    case TOK_IM_END:
+        return sizeof TOK_IM_END_TEXT - 1;
     default:
         return 0;
     }
@@ -38,21 +38,21 @@ static inline bool is_word_byte(unsigned char c)
 static inline uint32_t word_id(const char *p, size_t n)
 {
     uint32_t h = XXH32(p, n, 0);
-    return h < KVP_TOKEN_N_RESERVED ? h + KVP_TOKEN_N_RESERVED : h;
+    return h < TOK_N_RESERVED ? h + TOK_N_RESERVED : h;
 }
 
-size_t kvp__tokenize(int tokenizer, const char *text, size_t len, const kvp_tok_mark *marks,
-                     size_t n_marks, uint32_t *ids, uint32_t *offsets)
+size_t tok_split(int tokenizer, const char *text, size_t len, const tok_mark *marks, size_t n_marks,
+                 uint32_t *ids, uint32_t *offsets)
 {
     const unsigned char *u = (const unsigned char *)text;
-    bool bytes = tokenizer == KVP_TOKENIZER_BYTES;
+    bool bytes = tokenizer == TOK_BYTES;
     size_t n = 0, m = 0, i = 0;
     while (i < len) {
         while (m < n_marks && marks[m].offset < i)
             m++; /* only a misplaced (overlapping) marker is ever skipped */
         size_t next_mark = m < n_marks ? marks[m].offset : len;
         if (i == next_mark) {
-            size_t w = kvp__tok_mark_bytes(marks[m].id);
+            size_t w = tok_mark_bytes(marks[m].id);
             if (ids != NULL) {
                 ids[n] = marks[m].id;
                 offsets[n] = (uint32_t)i;

@@ -16,8 +16,8 @@
  * compared with the stack model's on every request (and the eviction count at the end): the
  * figures reported for that capacity are the pool's, checked.
  */
-#ifndef KVP_CLI_REPLAY_SIM_H
-#define KVP_CLI_REPLAY_SIM_H
+#ifndef CLI_REPLAY_SIM_H
+#define CLI_REPLAY_SIM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -115,4 +115,4 @@ bool rp_sim_check(const rp_sim *s);
 
 void rp_sim_free(rp_sim *s);
 
-#endif /* KVP_CLI_REPLAY_SIM_H */
+#endif /* CLI_REPLAY_SIM_H */

@@ -182,9 +182,9 @@ static bool fen_reserve(rp_sim *s, uint64_t t)
 
 static bool scratch_reserve(rp_sim *s, size_t n)
 {
-    return kvp_cli_grow((void **)&s->scratch_keys, &s->keys_cap, n, sizeof *s->scratch_keys) &&
-           kvp_cli_grow((void **)&s->scratch_ent, &s->ent_cap, n, sizeof *s->scratch_ent) &&
-           kvp_cli_grow((void **)&s->scratch_ids, &s->ids_cap, n, sizeof *s->scratch_ids);
+    return cli_grow((void **)&s->scratch_keys, &s->keys_cap, n, sizeof *s->scratch_keys) &&
+           cli_grow((void **)&s->scratch_ent, &s->ent_cap, n, sizeof *s->scratch_ent) &&
+           cli_grow((void **)&s->scratch_ids, &s->ids_cap, n, sizeof *s->scratch_ids);
 }
 
 /* ---- key map ----------------------------------------------------------------------------- */
@@ -213,7 +213,7 @@ static void slot_put(slot *tab, size_t mask, uint64_t lo, uint64_t idx)
 /* Append a new entry for k and index it. Returns its index, or SIZE_MAX on ENOMEM. */
 static size_t key_add(rp_sim *s, kvp_key k, kvp_key parent, uint64_t line_no)
 {
-    if (!kvp_cli_grow((void **)&s->ents, &s->ents_cap, s->n_ents + 1, sizeof *s->ents))
+    if (!cli_grow((void **)&s->ents, &s->ents_cap, s->n_ents + 1, sizeof *s->ents))
         return SIZE_MAX;
     if ((s->n_ents + 1) * 2 > s->tab_mask + 1) {
         size_t n = (s->tab_mask + 1) * 2;
@@ -276,8 +276,8 @@ static uint32_t group_intern(rp_sim *s, int dim, kvp_field f)
     HASH_FIND(hh, s->groups[dim], &k, sizeof k, g);
     if (g)
         return g->id;
-    if (!kvp_cli_grow((void **)&s->names[dim], &s->names_cap[dim], s->n_names[dim] + 1,
-                      sizeof *s->names[dim]))
+    if (!cli_grow((void **)&s->names[dim], &s->names_cap[dim], s->n_names[dim] + 1,
+                  sizeof *s->names[dim]))
         return UINT32_MAX;
     group_name name = {NULL, f.len};
     if (f.ptr) {
@@ -314,12 +314,12 @@ static uint32_t group_intern(rp_sim *s, int dim, kvp_field f)
 rp_sim *rp_sim_new(const rp_sim_config *cfg, char *err, size_t err_size)
 {
     if (!cfg || cfg->block_size == 0 || cfg->block_size > KVP_MAX_BLOCK_SIZE) {
-        kvp_cli_errf(err, err_size, "block size must be 1..%u", KVP_MAX_BLOCK_SIZE);
+        cli_errf(err, err_size, "block size must be 1..%u", KVP_MAX_BLOCK_SIZE);
         return NULL;
     }
     rp_sim *s = calloc(1, sizeof *s);
     if (!s) {
-        kvp_cli_errf(err, err_size, "out of memory");
+        cli_errf(err, err_size, "out of memory");
         return NULL;
     }
     s->cfg = *cfg;
@@ -331,8 +331,8 @@ rp_sim *rp_sim_new(const rp_sim_config *cfg, char *err, size_t err_size)
         kc.seed = cfg->seed;
         int rc = kvp_cache_new(&kc, &s->pool);
         if (rc != KVP_OK) {
-            kvp_cli_errf(err, err_size, "cannot create a cache of %u blocks: %s", cfg->pool_blocks,
-                         kvp_strerror(rc));
+            cli_errf(err, err_size, "cannot create a cache of %u blocks: %s", cfg->pool_blocks,
+                     kvp_strerror(rc));
             free(s);
             return NULL;
         }
@@ -341,7 +341,7 @@ rp_sim *rp_sim_new(const rp_sim_config *cfg, char *err, size_t err_size)
     s->tab_mask = 1023;
     if (!s->tab || !fen_reserve(s, 1)) {
         rp_sim_free(s);
-        kvp_cli_errf(err, err_size, "out of memory");
+        cli_errf(err, err_size, "out of memory");
         return NULL;
     }
     return s;
@@ -375,18 +375,18 @@ static int find_entries(rp_sim *s, const rp_request *r, kvp_key root, uint32_t n
         const entry *e = at == SIZE_MAX ? NULL : &s->ents[at];
         if (e && trace && (e->parent.lo != parent.lo || e->parent.hi != parent.hi)) {
             if (at >= first_new)
-                kvp_cli_errf(err, err_size, "hash id %llu repeats within the request (block %u)",
-                             (unsigned long long)r->hash_ids[i], i);
+                cli_errf(err, err_size, "hash id %llu repeats within the request (block %u)",
+                         (unsigned long long)r->hash_ids[i], i);
             else
-                kvp_cli_errf(err, err_size,
-                             "hash id %llu at block %u follows a different prefix than on line "
-                             "%llu (a hash id must name its whole prefix)",
-                             (unsigned long long)r->hash_ids[i], i, (unsigned long long)e->line_no);
+                cli_errf(err, err_size,
+                         "hash id %llu at block %u follows a different prefix than on line "
+                         "%llu (a hash id must name its whole prefix)",
+                         (unsigned long long)r->hash_ids[i], i, (unsigned long long)e->line_no);
             rc = RP_EINPUT;
             break;
         }
         if (!e && (at = key_add(s, k, parent, r->line_no)) == SIZE_MAX) {
-            kvp_cli_errf(err, err_size, "out of memory");
+            cli_errf(err, err_size, "out of memory");
             rc = RP_ENOMEM;
             break;
         }
@@ -431,20 +431,20 @@ static int drive_pool(rp_sim *s, const rp_request *r, uint32_t n_prompt_full, co
             rc = kvp_access(s->pool, &r->ns, r->tokens, r->n_tokens + r->n_output_tokens, &m2);
     }
     if (rc == KVP_ENOMEM) {
-        kvp_cli_errf(err, err_size, "out of memory");
+        cli_errf(err, err_size, "out of memory");
         return RP_ENOMEM;
     }
     if (rc != KVP_OK) {
-        kvp_cli_errf(err, err_size, "internal error: the cache refused the request: %s",
-                     kvp_strerror(rc));
+        cli_errf(err, err_size, "internal error: the cache refused the request: %s",
+                 kvp_strerror(rc));
         return RP_EINTERNAL;
     }
     uint32_t model = count_below(pm, n_prompt_full, s->cfg.pool_blocks);
     if (m.n_blocks_cached != model) {
-        kvp_cli_errf(err, err_size,
-                     "internal error: the pool matched %u blocks, the LRU model %u (please "
-                     "report this with the input)",
-                     m.n_blocks_cached, model);
+        cli_errf(err, err_size,
+                 "internal error: the pool matched %u blocks, the LRU model %u (please "
+                 "report this with the input)",
+                 m.n_blocks_cached, model);
         return RP_EINTERNAL;
     }
     return RP_OK;
@@ -457,40 +457,40 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
     uint64_t full = n_prompt / bs;
     uint64_t touch = r->hash_ids ? full : (r->n_tokens + r->n_output_tokens) / bs;
     if (n_prompt == 0) {
-        kvp_cli_errf(err, err_size, "empty prompt");
+        cli_errf(err, err_size, "empty prompt");
         return RP_EINPUT;
     }
     if (r->hash_ids && r->n_hash_ids != full && r->n_hash_ids != (n_prompt + bs - 1) / bs) {
-        kvp_cli_errf(err, err_size,
-                     "%zu hash ids for %llu tokens: blocks of %llu tokens need %llu or %llu",
-                     r->n_hash_ids, (unsigned long long)n_prompt, (unsigned long long)bs,
-                     (unsigned long long)full, (unsigned long long)((n_prompt + bs - 1) / bs));
+        cli_errf(err, err_size,
+                 "%zu hash ids for %llu tokens: blocks of %llu tokens need %llu or %llu",
+                 r->n_hash_ids, (unsigned long long)n_prompt, (unsigned long long)bs,
+                 (unsigned long long)full, (unsigned long long)((n_prompt + bs - 1) / bs));
         return RP_EINPUT;
     }
     if (touch > MAX_REQ_BLOCKS) {
-        kvp_cli_errf(err, err_size, "request too long: %llu blocks", (unsigned long long)touch);
+        cli_errf(err, err_size, "request too long: %llu blocks", (unsigned long long)touch);
         return RP_EINPUT;
     }
     uint32_t n_touch = (uint32_t)touch, n_full = (uint32_t)full;
     if (!scratch_reserve(s, (r->hash_ids ? r->n_hash_ids : 0) + n_touch + 1) ||
-        !kvp_cli_grow((void **)&s->reqs, &s->reqs_cap, s->n_reqs + 1, sizeof *s->reqs) ||
-        !kvp_cli_grow((void **)&s->pm, &s->pm_cap, s->n_pm + n_touch + 1, sizeof *s->pm) ||
+        !cli_grow((void **)&s->reqs, &s->reqs_cap, s->n_reqs + 1, sizeof *s->reqs) ||
+        !cli_grow((void **)&s->pm, &s->pm_cap, s->n_pm + n_touch + 1, sizeof *s->pm) ||
         !fen_reserve(s, s->n_time + n_touch + 1)) {
-        kvp_cli_errf(err, err_size, "out of memory");
+        cli_errf(err, err_size, "out of memory");
         return RP_ENOMEM;
     }
 
     /* Step 1: keys. */
     kvp_key root;
     if (kvp_namespace_key(s->cfg.seed, &r->ns, &root) != KVP_OK) {
-        kvp_cli_errf(err, err_size, "invalid namespace");
+        cli_errf(err, err_size, "invalid namespace");
         return RP_EINPUT;
     }
     if (r->hash_ids) {
         for (uint32_t i = 0; i < n_touch; i++)
             s->scratch_keys[i] = kvp_external_key(s->cfg.seed, root, (kvp_key){r->hash_ids[i], 0});
     } else if (token_keys(s, r, root, n_touch) != RP_OK) {
-        kvp_cli_errf(err, err_size, "internal error: cannot hash the prompt");
+        cli_errf(err, err_size, "internal error: cannot hash the prompt");
         return RP_EINTERNAL;
     }
 
@@ -505,7 +505,7 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
                                             : r->ns.tenant;
         q.g[d] = group_intern(s, d, f);
         if (q.g[d] == UINT32_MAX) {
-            kvp_cli_errf(err, err_size, "out of memory");
+            cli_errf(err, err_size, "out of memory");
             return RP_ENOMEM;
         }
     }
@@ -555,20 +555,19 @@ int rp_sim_finish(rp_sim *s, char *err, size_t err_size)
     rp_metrics m;
     int rc = rp_sim_eval(s, s->cfg.pool_blocks, &m, NULL);
     if (rc != RP_OK) {
-        kvp_cli_errf(err, err_size, "out of memory");
+        cli_errf(err, err_size, "out of memory");
         return rc;
     }
     if (kvp_cache_stats(s->pool, &st) != KVP_OK || kvp_cache_check(s->pool) != KVP_OK) {
-        kvp_cli_errf(err, err_size, "internal error: the cache fails its check");
+        cli_errf(err, err_size, "internal error: the cache fails its check");
         return RP_EINTERNAL;
     }
     if (st.n_evictions != m.n_evicted || st.n_blocks_cached != m.n_stored - m.n_evicted) {
-        kvp_cli_errf(err, err_size,
-                     "internal error: the pool evicted %llu blocks and caches %u, the LRU model "
-                     "%llu and %llu",
-                     (unsigned long long)st.n_evictions, st.n_blocks_cached,
-                     (unsigned long long)m.n_evicted,
-                     (unsigned long long)(m.n_stored - m.n_evicted));
+        cli_errf(err, err_size,
+                 "internal error: the pool evicted %llu blocks and caches %u, the LRU model "
+                 "%llu and %llu",
+                 (unsigned long long)st.n_evictions, st.n_blocks_cached,
+                 (unsigned long long)m.n_evicted, (unsigned long long)(m.n_stored - m.n_evicted));
         return RP_EINTERNAL;
     }
     return RP_OK;

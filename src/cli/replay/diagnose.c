@@ -196,9 +196,9 @@ int rp_diag_add(rp_diag *d, kvp_key root, const uint32_t *sym, size_t n, const c
     size_t n_full = n / bs;
     if (d->n_reqs >= NONE - 1)
         return 0; /* enough to diagnose; the rest is not recorded */
-    if (!kvp_cli_grow((void **)&d->reqs, &d->reqs_cap, d->n_reqs + 1, sizeof *d->reqs) ||
-        !kvp_cli_grow((void **)&d->lcps, &d->lcps_cap, d->n_reqs + 1, sizeof *d->lcps) ||
-        !kvp_cli_grow((void **)&d->keys, &d->keys_cap, n_full, sizeof *d->keys))
+    if (!cli_grow((void **)&d->reqs, &d->reqs_cap, d->n_reqs + 1, sizeof *d->reqs) ||
+        !cli_grow((void **)&d->lcps, &d->lcps_cap, d->n_reqs + 1, sizeof *d->lcps) ||
+        !cli_grow((void **)&d->keys, &d->keys_cap, n_full, sizeof *d->keys))
         return -1;
     dreq q = {malloc((n ? n : 1) * sizeof *sym), n, NULL, text_len, NULL, line_no};
     if (!q.sym)

@@ -32,59 +32,59 @@
 
 #define CARD(repo) "https://huggingface.co/" repo "/blob/main/config.json"
 
-static const kvp_model_preset presets[] = {
+static const pl_model_preset presets[] = {
     {"Llama-3.1-8B",
      "meta-llama/Llama-3.1-8B",
-     {32, 32, 8, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(8030261248)},
+     {32, 32, 8, 128, PL_DTYPE_BF16, PL_DTYPE_BF16, UINT64_C(8030261248)},
      CARD("meta-llama/Llama-3.1-8B") " (hidden_size 4096, intermediate_size 14336, "
                                      "vocab_size 128256)"},
     {"Llama-3.1-70B",
      "meta-llama/Llama-3.1-70B",
-     {80, 64, 8, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(70553706496)},
+     {80, 64, 8, 128, PL_DTYPE_BF16, PL_DTYPE_BF16, UINT64_C(70553706496)},
      CARD("meta-llama/Llama-3.1-70B") " (hidden_size 8192, intermediate_size 28672, "
                                       "vocab_size 128256)"},
     {"Llama-2-7B",
      "meta-llama/Llama-2-7b-hf",
-     {32, 32, 32, 128, KVP_DTYPE_FP16, KVP_DTYPE_FP16, UINT64_C(6738415616)},
+     {32, 32, 32, 128, PL_DTYPE_FP16, PL_DTYPE_FP16, UINT64_C(6738415616)},
      CARD("meta-llama/Llama-2-7b-hf") " (hidden_size 4096, intermediate_size 11008, "
                                       "vocab_size 32000)"},
     {"Mistral-7B",
      "mistralai/Mistral-7B-v0.1",
-     {32, 32, 8, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(7241732096)},
+     {32, 32, 8, 128, PL_DTYPE_BF16, PL_DTYPE_BF16, UINT64_C(7241732096)},
      CARD("mistralai/Mistral-7B-v0.1") " (hidden_size 4096, intermediate_size 14336, "
                                        "vocab_size 32000, sliding_window 4096)"},
     {"Qwen2.5-7B",
      "Qwen/Qwen2.5-7B",
-     {28, 28, 4, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(7615616512)},
+     {28, 28, 4, 128, PL_DTYPE_BF16, PL_DTYPE_BF16, UINT64_C(7615616512)},
      CARD("Qwen/Qwen2.5-7B") " (hidden_size 3584, intermediate_size 18944, "
                              "vocab_size 152064)"},
     {"Qwen2.5-72B",
      "Qwen/Qwen2.5-72B",
-     {80, 64, 8, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(72706203648)},
+     {80, 64, 8, 128, PL_DTYPE_BF16, PL_DTYPE_BF16, UINT64_C(72706203648)},
      CARD("Qwen/Qwen2.5-72B") " (hidden_size 8192, intermediate_size 29568, "
                               "vocab_size 152064)"},
     {"Mixtral-8x7B",
      "mistralai/Mixtral-8x7B-v0.1",
-     {32, 32, 8, 128, KVP_DTYPE_BF16, KVP_DTYPE_BF16, UINT64_C(46702792704)},
+     {32, 32, 8, 128, PL_DTYPE_BF16, PL_DTYPE_BF16, UINT64_C(46702792704)},
      CARD("mistralai/Mixtral-8x7B-v0.1") " (hidden_size 4096, intermediate_size 14336, "
                                          "8 local experts, vocab_size 32000)"},
 };
 
-size_t kvp_model_count(void)
+size_t pl_model_count(void)
 {
     return sizeof presets / sizeof presets[0];
 }
 
-const kvp_model_preset *kvp_model_at(size_t i)
+const pl_model_preset *pl_model_at(size_t i)
 {
-    return i < kvp_model_count() ? &presets[i] : NULL;
+    return i < pl_model_count() ? &presets[i] : NULL;
 }
 
-const kvp_model_preset *kvp_model_find(const char *name)
+const pl_model_preset *pl_model_find(const char *name)
 {
     if (name == NULL)
         return NULL;
-    for (size_t i = 0; i < kvp_model_count(); i++)
+    for (size_t i = 0; i < pl_model_count(); i++)
         if (strcasecmp(name, presets[i].name) == 0 || strcasecmp(name, presets[i].hf_repo) == 0)
             return &presets[i];
     return NULL;
@@ -99,40 +99,40 @@ static int get_count(const json_t *obj, const char *key, uint32_t *out, const ch
     if (v == NULL || json_is_null(v))
         return 0;
     if (!json_is_integer(v)) {
-        kvp_cli_errf(err, err_size, "%s: %s must be an integer", path, key);
+        cli_errf(err, err_size, "%s: %s must be an integer", path, key);
         return -1;
     }
     json_int_t i = json_integer_value(v);
     if (i <= 0 || i > (json_int_t)1 << 31) {
-        kvp_cli_errf(err, err_size, "%s: %s must be between 1 and 2147483648, not %lld", path, key,
-                     (long long)i);
+        cli_errf(err, err_size, "%s: %s must be between 1 and 2147483648, not %lld", path, key,
+                 (long long)i);
         return -1;
     }
     *out = (uint32_t)i;
     return 1;
 }
 
-int kvp_model_from_config(const char *path, kvp_model_shape *out, char *err, size_t err_size)
+int pl_model_from_config(const char *path, pl_model_shape *out, char *err, size_t err_size)
 {
     json_error_t jerr;
     if (path == NULL || out == NULL) {
-        kvp_cli_errf(err, err_size, "no config path");
-        return KVP_PLAN_EINVAL;
+        cli_errf(err, err_size, "no config path");
+        return PL_EINVAL;
     }
     /* A config.json is small; refuse anything that is not a JSON object. */
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
         if (jerr.line > 0)
-            kvp_cli_errf(err, err_size, "%s:%d: invalid JSON: %s", path, jerr.line, jerr.text);
+            cli_errf(err, err_size, "%s:%d: invalid JSON: %s", path, jerr.line, jerr.text);
         else
-            kvp_cli_errf(err, err_size, "%s: %s", path, jerr.text);
-        return KVP_PLAN_EINVAL;
+            cli_errf(err, err_size, "%s: %s", path, jerr.text);
+        return PL_EINVAL;
     }
-    int rc = KVP_PLAN_EINVAL;
-    kvp_model_shape m = *out;
+    int rc = PL_EINVAL;
+    pl_model_shape m = *out;
     const json_t *cfg = root;
     if (!json_is_object(root)) {
-        kvp_cli_errf(err, err_size, "%s: the top level must be a JSON object", path);
+        cli_errf(err, err_size, "%s: the top level must be a JSON object", path);
         goto done;
     }
     if (json_object_get(root, "num_hidden_layers") == NULL &&
@@ -143,12 +143,12 @@ int kvp_model_from_config(const char *path, kvp_model_shape *out, char *err, siz
     int r;
     if ((r = get_count(cfg, "num_hidden_layers", &m.n_layers, path, err, err_size)) <= 0) {
         if (r == 0)
-            kvp_cli_errf(err, err_size, "%s: num_hidden_layers is missing", path);
+            cli_errf(err, err_size, "%s: num_hidden_layers is missing", path);
         goto done;
     }
     if ((r = get_count(cfg, "num_attention_heads", &m.n_heads, path, err, err_size)) <= 0) {
         if (r == 0)
-            kvp_cli_errf(err, err_size, "%s: num_attention_heads is missing", path);
+            cli_errf(err, err_size, "%s: num_attention_heads is missing", path);
         goto done;
     }
     r = get_count(cfg, "num_key_value_heads", &m.n_kv_heads, path, err, err_size);
@@ -164,13 +164,13 @@ int kvp_model_from_config(const char *path, kvp_model_shape *out, char *err, siz
         if (r < 0)
             goto done;
         if (r == 0) {
-            kvp_cli_errf(err, err_size, "%s: neither head_dim nor hidden_size is given", path);
+            cli_errf(err, err_size, "%s: neither head_dim nor hidden_size is given", path);
             goto done;
         }
         if (hidden % m.n_heads != 0) {
-            kvp_cli_errf(err, err_size,
-                         "%s: hidden_size %u is not a multiple of num_attention_heads %u", path,
-                         hidden, m.n_heads);
+            cli_errf(err, err_size,
+                     "%s: hidden_size %u is not a multiple of num_attention_heads %u", path, hidden,
+                     m.n_heads);
             goto done;
         }
         m.head_dim = hidden / m.n_heads;
@@ -179,23 +179,23 @@ int kvp_model_from_config(const char *path, kvp_model_shape *out, char *err, siz
     if (dt == NULL || json_is_null(dt))
         dt = json_object_get(cfg, "dtype");
     if (dt != NULL && !json_is_null(dt)) {
-        kvp_plan_dtype d;
-        if (!json_is_string(dt) || kvp_plan_dtype_parse(json_string_value(dt), &d) != 0) {
-            kvp_cli_errf(err, err_size, "%s: torch_dtype must be one of float32, float16, bfloat16",
-                         path);
+        pl_dtype d;
+        if (!json_is_string(dt) || pl_dtype_parse(json_string_value(dt), &d) != 0) {
+            cli_errf(err, err_size, "%s: torch_dtype must be one of float32, float16, bfloat16",
+                     path);
             goto done;
         }
         m.kv_dtype = d;
         m.w_dtype = d;
     }
     const char *what = NULL;
-    if (kvp_model_shape_check(&m, &what) != KVP_PLAN_OK) {
-        kvp_cli_errf(err, err_size, "%s: %s (num_attention_heads %u, num_key_value_heads %u)", path,
-                     what, m.n_heads, m.n_kv_heads);
+    if (pl_model_shape_check(&m, &what) != PL_OK) {
+        cli_errf(err, err_size, "%s: %s (num_attention_heads %u, num_key_value_heads %u)", path,
+                 what, m.n_heads, m.n_kv_heads);
         goto done;
     }
     *out = m;
-    rc = KVP_PLAN_OK;
+    rc = PL_OK;
 done:
     json_decref(root);
     return rc;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "flags.h"
 #include "kvplan.h"
 #include "logread.h"
 #include "models.h"
@@ -86,16 +87,16 @@ static const char usage_text[] =
 #include "plan.h"
 
 /* Print "kvprefix plan: message" to stderr and return code (the exit status). */
-#define fail(...) kvp_cli_fail("plan", __VA_ARGS__)
+#define fail(...) cli_fail("plan", __VA_ARGS__)
 
 /* A positive integer flag value up to max. Returns 0 or an exit code (message printed). */
 static int flag_uint(const char *flag, const char *v, uint64_t min, uint64_t max, uint64_t *out)
 {
     uint64_t x;
-    int rc = kvp_plan_parse_uint(v, max, &x);
-    if (rc == KVP_PLAN_EINVAL)
+    int rc = cli_parse_uint(v, max, &x);
+    if (rc == PL_EINVAL)
         return fail(EXIT_INPUT, "%s: '%s' is not a non-negative integer", flag, v);
-    if (rc != KVP_PLAN_OK)
+    if (rc != PL_OK)
         return fail(EXIT_INPUT, "%s: %s is too large (at most %llu)", flag, v,
                     (unsigned long long)max);
     if (x < min)
@@ -107,10 +108,10 @@ static int flag_uint(const char *flag, const char *v, uint64_t min, uint64_t max
 
 static int flag_bytes(const char *flag, const char *v, uint64_t *out)
 {
-    int rc = kvp_plan_parse_bytes(v, out);
-    if (rc == KVP_PLAN_EOVERFLOW)
+    int rc = cli_parse_bytes(v, out);
+    if (rc == PL_EOVERFLOW)
         return fail(EXIT_INPUT, "%s: %s is too large", flag, v);
-    if (rc != KVP_PLAN_OK)
+    if (rc != PL_OK)
         return fail(EXIT_INPUT,
                     "%s: '%s' is not a size (examples: 80GiB, 80GB = 80x10^9, 81920MiB, "
                     "4096; a bare G or M is ambiguous)",
@@ -137,7 +138,7 @@ static int parse_lens(const char *v, plan_opts *o)
             return fail(EXIT_INPUT, "--lens: '%s' is not a comma-separated list of lengths", v);
         memcpy(tmp, p, len);
         tmp[len] = '\0';
-        int rc = flag_uint("--lens", tmp, 1, KVP_LOG_MAX_LEN, &o->lens[i]);
+        int rc = flag_uint("--lens", tmp, 1, LOG_MAX_LEN, &o->lens[i]);
         if (rc != 0)
             return rc;
         o->n_lens++;
@@ -246,20 +247,20 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
             o->block_size = (uint32_t)x;
         break;
     case OPT_SEQ_LEN:
-        return flag_uint(flag, v, 1, KVP_LOG_MAX_LEN, &o->seq_len);
+        return flag_uint(flag, v, 1, LOG_MAX_LEN, &o->seq_len);
     case OPT_BATCH:
         return flag_uint(flag, v, 1, UINT64_C(4294967295), &o->batch);
     case OPT_LENS:
         return parse_lens(v, o);
     case OPT_MAX_LEN:
-        return flag_uint(flag, v, 1, KVP_LOG_MAX_LEN, &o->max_len);
+        return flag_uint(flag, v, 1, LOG_MAX_LEN, &o->max_len);
     case OPT_GPU_MEM:
         if ((rc = flag_bytes(flag, v, &o->gpu_mem)) == 0 && o->gpu_mem == 0)
             rc = fail(EXIT_INPUT, "--gpu-mem must be greater than 0");
         o->have_gpu_mem = true;
         break;
     case OPT_UTIL:
-        if (kvp_plan_parse_fraction(v, &o->util_ppm) != KVP_PLAN_OK)
+        if (cli_parse_fraction(v, &o->util_ppm) != PL_OK)
             rc = fail(EXIT_INPUT,
                       "--util: '%s' is not a fraction in (0, 1] with at most 6 decimals", v);
         break;
@@ -268,10 +269,10 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
         o->have_weights_mem = true;
         break;
     case OPT_PARAMS: {
-        int prc = kvp_plan_parse_count(v, &o->params);
-        if (prc == KVP_PLAN_EOVERFLOW)
+        int prc = cli_parse_count(v, &o->params);
+        if (prc == PL_EOVERFLOW)
             rc = fail(EXIT_INPUT, "--params: %s is too large", v);
-        else if (prc != KVP_PLAN_OK)
+        else if (prc != PL_OK)
             rc = fail(EXIT_INPUT, "--params: '%s' is not a count (examples: 8B, 70.6B, 7000M)", v);
         else if (o->params == 0)
             rc = fail(EXIT_INPUT, "--params must be greater than 0");
@@ -353,9 +354,9 @@ static int parse_args(int argc, char **argv, plan_opts *o)
     return 0;
 }
 
-static int dtype_flag(const char *flag, const char *v, kvp_plan_dtype *out)
+static int dtype_flag(const char *flag, const char *v, pl_dtype *out)
 {
-    if (kvp_plan_dtype_parse(v, out) != KVP_PLAN_OK)
+    if (pl_dtype_parse(v, out) != PL_OK)
         return fail(EXIT_INPUT, "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8 or int8)", flag,
                     v);
     return 0;
@@ -365,11 +366,11 @@ static int dtype_flag(const char *flag, const char *v, kvp_plan_dtype *out)
 static int build_model(const plan_opts *o, plan_result *r)
 {
     static char errbuf[512];
-    kvp_model_shape_init(&r->m);
+    pl_model_shape_init(&r->m);
     if (o->model_name != NULL && o->config_path != NULL)
         return fail(EXIT_USAGE, "give either --model or --config, not both");
     if (o->model_name != NULL) {
-        const kvp_model_preset *p = kvp_model_find(o->model_name);
+        const pl_model_preset *p = pl_model_find(o->model_name);
         if (p == NULL)
             return fail(EXIT_INPUT, "--model: unknown preset '%s' (see --list-models)",
                         o->model_name);
@@ -377,7 +378,7 @@ static int build_model(const plan_opts *o, plan_result *r)
         r->model_label = p->name;
         r->model_source = p->source;
     } else if (o->config_path != NULL) {
-        if (kvp_model_from_config(o->config_path, &r->m, errbuf, sizeof errbuf) != KVP_PLAN_OK)
+        if (pl_model_from_config(o->config_path, &r->m, errbuf, sizeof errbuf) != PL_OK)
             return fail(EXIT_INPUT, "--config: %s", errbuf);
         r->model_label = o->config_path;
         r->model_source = "Hugging Face config.json";
@@ -410,7 +411,7 @@ static int build_model(const plan_opts *o, plan_result *r)
     if (o->head_dim)
         r->m.head_dim = (uint32_t)o->head_dim;
     int rc;
-    kvp_plan_dtype d;
+    pl_dtype d;
     if (o->dtype != NULL) {
         if ((rc = dtype_flag("--dtype", o->dtype, &d)) != 0)
             return rc;
@@ -429,10 +430,10 @@ static int build_model(const plan_opts *o, plan_result *r)
     if (o->params)
         r->m.n_params = o->params;
     const char *what = NULL;
-    if (kvp_model_shape_check(&r->m, &what) != KVP_PLAN_OK)
+    if (pl_model_shape_check(&r->m, &what) != PL_OK)
         return fail(EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what, r->m.n_heads,
                     r->m.n_kv_heads);
-    if (kvp_plan_tp_split(&r->m, o->tp, &r->tp, &what) != KVP_PLAN_OK)
+    if (pl_tp_split(&r->m, o->tp, &r->tp, &what) != PL_OK)
         return fail(EXIT_INPUT, "--tp %u: %s (query heads %u, KV heads %u)", o->tp, what,
                     r->m.n_heads, r->m.n_kv_heads);
     return 0;
@@ -441,27 +442,27 @@ static int build_model(const plan_opts *o, plan_result *r)
 /* Read the trace's lengths into a growing array. Returns 0 or an exit code. */
 static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, plan_result *r)
 {
-    kvp_log_options lo;
-    kvp_log_options_init(&lo);
+    log_options lo;
+    log_options_init(&lo);
     lo.hash_block_size = o->trace_bs;
-    kvp_log_reader *rd = NULL;
+    log_reader *rd = NULL;
     char err[512];
-    if (kvp_log_open(o->trace, &lo, &rd, err, sizeof err) != 0)
+    if (log_open(o->trace, &lo, &rd, err, sizeof err) != 0)
         return fail(EXIT_INPUT, "--trace: %s", err);
     uint64_t *lens = NULL;
     size_t n = 0, cap = 0;
     int code = 0;
     for (;;) {
-        kvp_log_record rec;
-        int rc = kvp_log_next(rd, &rec);
-        if (rc == KVP_LOG_END)
+        log_record rec;
+        int rc = log_next(rd, &rec);
+        if (rc == LOG_END)
             break;
         if (rc < 0) {
-            code = fail(EXIT_INPUT, "%s", kvp_log_error(rd));
+            code = fail(EXIT_INPUT, "%s", log_error(rd));
             break;
         }
         uint64_t len = rec.input_length + (o->include_output ? rec.output_length : 0);
-        if (rec.format != KVP_LOG_MOONCAKE)
+        if (rec.format != LOG_MOONCAKE)
             r->n_tokens_fmt++;
         else
             r->n_mooncake_fmt++;
@@ -480,7 +481,7 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
     if (code == 0 && n == 0)
         code = fail(EXIT_INPUT, "%s: no requests (the file is empty or has only blank lines)",
                     strcmp(o->trace, "-") == 0 ? "<stdin>" : o->trace);
-    kvp_log_close(rd);
+    log_close(rd);
     if (code != 0) {
         free(lens);
         return code;
@@ -500,9 +501,9 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
 {
     int rc;
     r->block_size = o->block_size;
-    if (kvp_plan_token_bytes(&r->m, r->m.n_kv_heads, &r->tok_logical) ||
-        kvp_plan_token_bytes(&r->m, r->tp.kv_heads_per_rank, &r->tok_gpu) ||
-        kvp_plan_mul(r->tok_gpu, o->block_size, &r->blk_gpu))
+    if (pl_token_bytes(&r->m, r->m.n_kv_heads, &r->tok_logical) ||
+        pl_token_bytes(&r->m, r->tp.kv_heads_per_rank, &r->tok_gpu) ||
+        pl_mul(r->tok_gpu, o->block_size, &r->blk_gpu))
         return overflow("the KV bytes per block");
 
     /* The batch: --seq-len x --batch, or --lens. */
@@ -532,40 +533,38 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
                         "--max-len %llu is shorter than a sequence of %llu tokens in the batch",
                         (unsigned long long)r->max_len, (unsigned long long)longest);
         if (r->uniform) {
-            kvp_plan_frag f1;
-            if (kvp_plan_fragmentation(&one_len, 1, o->block_size, r->max_len, &f1))
+            pl_frag f1;
+            if (pl_fragmentation(&one_len, 1, o->block_size, r->max_len, &f1))
                 return overflow("the fragmentation");
-            kvp_plan_frag *f = &r->frag;
+            pl_frag *f = &r->frag;
             f->n_seqs = r->batch;
-            if (kvp_plan_mul(f1.n_tokens, r->batch, &f->n_tokens) ||
-                kvp_plan_mul(f1.n_blocks, r->batch, &f->n_blocks) ||
-                kvp_plan_mul(f1.paged_alloc_tokens, r->batch, &f->paged_alloc_tokens) ||
-                kvp_plan_mul(f1.paged_waste_tokens, r->batch, &f->paged_waste_tokens) ||
-                kvp_plan_mul(f1.contig_alloc_tokens, r->batch, &f->contig_alloc_tokens) ||
-                kvp_plan_mul(f1.contig_waste_tokens, r->batch, &f->contig_waste_tokens) ||
-                kvp_plan_mul(o->seq_len, r->tok_gpu, &r->seq_bytes_gpu))
+            if (pl_mul(f1.n_tokens, r->batch, &f->n_tokens) ||
+                pl_mul(f1.n_blocks, r->batch, &f->n_blocks) ||
+                pl_mul(f1.paged_alloc_tokens, r->batch, &f->paged_alloc_tokens) ||
+                pl_mul(f1.paged_waste_tokens, r->batch, &f->paged_waste_tokens) ||
+                pl_mul(f1.contig_alloc_tokens, r->batch, &f->contig_alloc_tokens) ||
+                pl_mul(f1.contig_waste_tokens, r->batch, &f->contig_waste_tokens) ||
+                pl_mul(o->seq_len, r->tok_gpu, &r->seq_bytes_gpu))
                 return overflow("the batch");
-        } else if (kvp_plan_fragmentation(o->lens, o->n_lens, o->block_size, r->max_len,
-                                          &r->frag)) {
+        } else if (pl_fragmentation(o->lens, o->n_lens, o->block_size, r->max_len, &r->frag)) {
             return overflow("the fragmentation");
         }
         r->batch_tokens = r->frag.n_tokens;
-        if (kvp_plan_mul(r->batch_tokens, r->tok_gpu, &r->batch_bytes_gpu))
+        if (pl_mul(r->batch_tokens, r->tok_gpu, &r->batch_bytes_gpu))
             return overflow("the KV bytes of the batch");
         /* Naive attention scores for one layer: sum over sequences of Hq x len^2 x s. */
-        uint64_t sq = 0, s = kvp_plan_dtype_bytes(r->m.kv_dtype);
+        uint64_t sq = 0, s = pl_dtype_bytes(r->m.kv_dtype);
         r->ws_ok = true;
         if (r->uniform) {
-            r->ws_ok =
-                !kvp_plan_mul(o->seq_len, o->seq_len, &sq) && !kvp_plan_mul(sq, r->batch, &sq);
+            r->ws_ok = !pl_mul(o->seq_len, o->seq_len, &sq) && !pl_mul(sq, r->batch, &sq);
         } else {
             for (size_t i = 0; i < o->n_lens && r->ws_ok; i++) {
                 uint64_t t;
-                r->ws_ok = !kvp_plan_mul(o->lens[i], o->lens[i], &t) && !kvp_plan_add(sq, t, &sq);
+                r->ws_ok = !pl_mul(o->lens[i], o->lens[i], &t) && !pl_add(sq, t, &sq);
             }
         }
-        r->ws_ok = r->ws_ok && !kvp_plan_mul(sq, r->tp.q_heads_per_rank, &sq) &&
-                   !kvp_plan_mul(sq, s, &r->ws_bytes_gpu);
+        r->ws_ok = r->ws_ok && !pl_mul(sq, r->tp.q_heads_per_rank, &sq) &&
+                   !pl_mul(sq, s, &r->ws_bytes_gpu);
     }
 
     /* The trace. */
@@ -576,7 +575,7 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
         r->has_trace = true;
         r->trace_path = o->trace;
         uint64_t *tl = *trace_lens;
-        if (kvp_plan_len_stats(tl, n_trace, &r->st))
+        if (pl_len_stats(tl, n_trace, &r->st))
             return overflow("the sum of the trace lengths");
         r->tmax_len = o->max_len > 0 ? o->max_len : r->st.max;
         if (r->tmax_len < r->st.max)
@@ -584,33 +583,31 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
                         "--max-len %llu is shorter than the longest request in the trace "
                         "(%llu tokens)",
                         (unsigned long long)r->tmax_len, (unsigned long long)r->st.max);
-        if (kvp_plan_fragmentation(tl, n_trace, o->block_size, r->tmax_len, &r->tfrag))
+        if (pl_fragmentation(tl, n_trace, o->block_size, r->tmax_len, &r->tfrag))
             return overflow("the trace fragmentation");
         r->sum_blocks = r->tfrag.n_blocks;
         r->conc = o->concurrency;
         if (r->conc > 0) {
             uint64_t t;
             /* Expectations: ceil(N x sum / n), the mean rounded up to whole tokens/blocks. */
-            if (kvp_plan_mul(r->conc, r->st.sum, &t))
+            if (pl_mul(r->conc, r->st.sum, &t))
                 return overflow("--concurrency x the trace's total length");
             r->exp_tokens = t / n_trace + (t % n_trace != 0);
-            if (kvp_plan_mul(r->conc, r->sum_blocks, &t))
+            if (pl_mul(r->conc, r->sum_blocks, &t))
                 return overflow("--concurrency x the trace's blocks");
             r->exp_blocks = t / n_trace + (t % n_trace != 0);
-            if (kvp_plan_sum_longest(tl, n_trace, r->conc, &r->worst_tokens))
+            if (pl_sum_longest(tl, n_trace, r->conc, &r->worst_tokens))
                 return overflow("the sum of the longest requests");
             uint64_t wb = 0;
             for (uint64_t i = 0; i < r->conc; i++) {
                 uint64_t len = tl[i < n_trace ? n_trace - 1 - i : n_trace - 1];
-                if (kvp_plan_add(wb, kvp_plan_blocks_for(len, o->block_size), &wb))
+                if (pl_add(wb, pl_blocks_for(len, o->block_size), &wb))
                     return overflow("the blocks of the longest requests");
             }
             r->worst_blocks = wb;
             uint64_t b;
-            if (kvp_plan_mul(r->exp_tokens, r->tok_gpu, &b) ||
-                kvp_plan_mul(r->worst_tokens, r->tok_gpu, &b) ||
-                kvp_plan_mul(r->worst_blocks, r->blk_gpu, &b) ||
-                kvp_plan_mul(r->exp_blocks, r->blk_gpu, &b))
+            if (pl_mul(r->exp_tokens, r->tok_gpu, &b) || pl_mul(r->worst_tokens, r->tok_gpu, &b) ||
+                pl_mul(r->worst_blocks, r->blk_gpu, &b) || pl_mul(r->exp_blocks, r->blk_gpu, &b))
                 return overflow("the KV bytes of the concurrent requests");
         }
     }
@@ -622,12 +619,12 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
             r->weights_total = o->weights_mem;
             r->weights_from = "--weights-mem";
         } else if (r->m.n_params > 0) {
-            if (kvp_plan_mul(r->m.n_params, kvp_plan_dtype_bytes(r->m.w_dtype), &r->weights_total))
+            if (pl_mul(r->m.n_params, pl_dtype_bytes(r->m.w_dtype), &r->weights_total))
                 return overflow("the weight memory");
             snprintf(r->weights_from_buf, sizeof r->weights_from_buf,
                      "%llu parameters (%s) x %u bytes (%s)", (unsigned long long)r->m.n_params,
-                     o->params ? "--params" : "preset", kvp_plan_dtype_bytes(r->m.w_dtype),
-                     kvp_plan_dtype_name(r->m.w_dtype));
+                     o->params ? "--params" : "preset", pl_dtype_bytes(r->m.w_dtype),
+                     pl_dtype_name(r->m.w_dtype));
             r->weights_from = r->weights_from_buf;
         } else {
             return fail(EXIT_USAGE, "--gpu-mem needs the weight memory: give --weights-mem or "
@@ -638,7 +635,7 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
                         "--reserve (%llu bytes) is not smaller than --gpu-mem "
                         "(%llu bytes)",
                         (unsigned long long)o->reserve, (unsigned long long)o->gpu_mem);
-        kvp_plan_mem_in *in = &r->mem_in;
+        pl_mem_in *in = &r->mem_in;
         in->gpu_mem_bytes = o->gpu_mem;
         in->util_ppm = o->util_ppm;
         in->weights_bytes = r->weights_total;
@@ -646,8 +643,8 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
         in->tp = r->tp.tp;
         in->block_bytes = r->blk_gpu;
         in->block_size = o->block_size;
-        rc = kvp_plan_memory(in, &r->mem);
-        if (rc == KVP_PLAN_ENOSPACE) {
+        rc = pl_memory(in, &r->mem);
+        if (rc == PL_ENOSPACE) {
             char a[32], b[32], c[32];
             uint64_t q = o->gpu_mem / 1000000, rem = o->gpu_mem % 1000000;
             uint64_t budget = q * o->util_ppm + rem * o->util_ppm / 1000000;
@@ -655,15 +652,14 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
             return fail(EXIT_INPUT,
                         "no memory left for the KV cache: weights %s per GPU (%s) + --reserve "
                         "%s do not fit the budget of %s (--gpu-mem x --util)",
-                        kvp_plan_fmt_binary(wpg, a, sizeof a), r->weights_from,
-                        kvp_plan_fmt_binary(o->reserve, b, sizeof b),
-                        kvp_plan_fmt_binary(budget, c, sizeof c));
+                        cli_fmt_binary(wpg, a, sizeof a), r->weights_from,
+                        cli_fmt_binary(o->reserve, b, sizeof b),
+                        cli_fmt_binary(budget, c, sizeof c));
         }
-        if (rc != KVP_PLAN_OK)
+        if (rc != PL_OK)
             return overflow("the memory plan");
         if (r->has_batch && r->uniform)
-            r->fit_seq =
-                kvp_plan_fit_count(r->mem.n_blocks, kvp_plan_blocks_for(r->seq_len, o->block_size));
+            r->fit_seq = pl_fit_count(r->mem.n_blocks, pl_blocks_for(r->seq_len, o->block_size));
         uint64_t ml = r->has_batch ? r->max_len : (r->has_trace ? r->tmax_len : 0);
         r->fit_contig = ml ? r->mem.n_tokens / ml : 0;
         if (r->has_trace) {
@@ -671,13 +667,13 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
             /* Mean-based: n_blocks / (sum_blocks / n) = n_blocks x n / sum_blocks. */
             if (r->sum_blocks == 0)
                 r->conc_mean_fit = 0;
-            else if (!kvp_plan_mul(r->mem.n_blocks, n_trace, &t))
+            else if (!pl_mul(r->mem.n_blocks, n_trace, &t))
                 r->conc_mean_fit = t / r->sum_blocks;
             else
                 r->conc_mean_fit =
                     (uint64_t)((double)r->mem.n_blocks * (double)n_trace / (double)r->sum_blocks);
             r->conc_worst_fit =
-                kvp_plan_fit_longest(*trace_lens, n_trace, o->block_size, r->mem.n_blocks);
+                pl_fit_longest(*trace_lens, n_trace, o->block_size, r->mem.n_blocks);
         }
     }
     return 0;
@@ -687,18 +683,18 @@ static void list_models(void)
 {
     printf("%-14s %-28s %6s %6s %6s %6s %5s %14s\n", "preset", "Hugging Face repository", "layers",
            "heads", "kv", "dim", "dtype", "parameters");
-    for (size_t i = 0; i < kvp_model_count(); i++) {
-        const kvp_model_preset *p = kvp_model_at(i);
+    for (size_t i = 0; i < pl_model_count(); i++) {
+        const pl_model_preset *p = pl_model_at(i);
         printf("%-14s %-28s %6u %6u %6u %6u %5s %14llu\n", p->name, p->hf_repo, p->shape.n_layers,
                p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
-               kvp_plan_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params);
+               pl_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params);
     }
     printf("\nSources (config.json on each model card; parameters computed from its shapes):\n");
-    for (size_t i = 0; i < kvp_model_count(); i++)
-        printf("  %s: %s\n", kvp_model_at(i)->name, kvp_model_at(i)->source);
+    for (size_t i = 0; i < pl_model_count(); i++)
+        printf("  %s: %s\n", pl_model_at(i)->name, pl_model_at(i)->source);
 }
 
-int kvp_cli_plan(int argc, char **argv)
+int pl_main(int argc, char **argv)
 {
     plan_opts o;
     memset(&o, 0, sizeof o);
@@ -719,9 +715,9 @@ int kvp_cli_plan(int argc, char **argv)
     } else if (rc == 0 && (rc = build_model(&o, &r)) == 0 &&
                (rc = compute(&o, &r, &trace_lens)) == 0) {
         if (o.json)
-            rc = kvp_plan_print_json(&r, &o);
+            rc = pl_print_json(&r, &o);
         else
-            kvp_plan_print_table(&r, &o);
+            pl_print_table(&r, &o);
     }
     if (rc == 0 && fflush(stdout) != 0)
         rc = fail(EXIT_INPUT, "cannot write the output");

@@ -45,8 +45,8 @@
 #define LEGEND_ROW   18.0 /* legend row height */
 #define CHAR_W       6.6  /* estimated width of one character at font-size 12 */
 
-static const char *const series_colour[KVP_PLOT_MAX_SERIES] = {"#1f77b4", "#d62728", "#2ca02c",
-                                                               "#9467bd"};
+static const char *const series_colour[SVG_MAX_SERIES] = {"#1f77b4", "#d62728", "#2ca02c",
+                                                          "#9467bd"};
 
 /* The geometry of one chart, computed once from the validated input. */
 typedef struct plot_geom {
@@ -61,55 +61,54 @@ static inline bool is_unit(double v)
 }
 
 /*
- * Check everything kvp_plot_svg's contract requires. Returns 0, or -1 with a message.
+ * Check everything svg_write's contract requires. Returns 0, or -1 with a message.
  */
-static int validate(FILE *f, const kvp_plot *p, char *err, size_t err_size)
+static int validate(FILE *f, const svg_plot *p, char *err, size_t err_size)
 {
     if (f == NULL || p == NULL) {
-        kvp_cli_errf(err, err_size, "plot: no %s", f == NULL ? "output file" : "chart");
+        cli_errf(err, err_size, "plot: no %s", f == NULL ? "output file" : "chart");
         return -1;
     }
     if (p->n == 0 || p->x == NULL) {
-        kvp_cli_errf(err, err_size, "plot: no data points");
+        cli_errf(err, err_size, "plot: no data points");
         return -1;
     }
-    if (p->series == NULL || p->n_series < 1 || p->n_series > KVP_PLOT_MAX_SERIES) {
-        kvp_cli_errf(err, err_size, "plot: %zu series (must be 1 to %d)",
-                     p->series == NULL ? (size_t)0 : p->n_series, KVP_PLOT_MAX_SERIES);
+    if (p->series == NULL || p->n_series < 1 || p->n_series > SVG_MAX_SERIES) {
+        cli_errf(err, err_size, "plot: %zu series (must be 1 to %d)",
+                 p->series == NULL ? (size_t)0 : p->n_series, SVG_MAX_SERIES);
         return -1;
     }
     for (size_t i = 0; i < p->n; i++) {
         if (!(p->x[i] > 0.0) || !isfinite(p->x[i])) {
-            kvp_cli_errf(err, err_size, "plot: x[%zu] = %g is not a finite positive capacity", i,
-                         p->x[i]);
+            cli_errf(err, err_size, "plot: x[%zu] = %g is not a finite positive capacity", i,
+                     p->x[i]);
             return -1;
         }
         if (i > 0 && !(p->x[i] > p->x[i - 1])) {
-            kvp_cli_errf(err, err_size, "plot: x[%zu] = %g does not increase (x[%zu] = %g)", i,
-                         p->x[i], i - 1, p->x[i - 1]);
+            cli_errf(err, err_size, "plot: x[%zu] = %g does not increase (x[%zu] = %g)", i, p->x[i],
+                     i - 1, p->x[i - 1]);
             return -1;
         }
     }
     for (size_t s = 0; s < p->n_series; s++) {
         if (p->series[s].y == NULL) {
-            kvp_cli_errf(err, err_size, "plot: series %zu has no values", s + 1);
+            cli_errf(err, err_size, "plot: series %zu has no values", s + 1);
             return -1;
         }
         for (size_t i = 0; i < p->n; i++) {
             if (!is_unit(p->series[s].y[i])) {
-                kvp_cli_errf(err, err_size, "plot: series %zu: y[%zu] = %g is not in [0,1]", s + 1,
-                             i, p->series[s].y[i]);
+                cli_errf(err, err_size, "plot: series %zu: y[%zu] = %g is not in [0,1]", s + 1, i,
+                         p->series[s].y[i]);
                 return -1;
             }
         }
     }
     if (isnan(p->ceiling) || p->ceiling > 1.0) {
-        kvp_cli_errf(err, err_size, "plot: ceiling %g is not in [0,1] (or < 0 for none)",
-                     p->ceiling);
+        cli_errf(err, err_size, "plot: ceiling %g is not in [0,1] (or < 0 for none)", p->ceiling);
         return -1;
     }
     if (!isfinite(p->marker_x)) {
-        kvp_cli_errf(err, err_size, "plot: marker_x %g is not finite", p->marker_x);
+        cli_errf(err, err_size, "plot: marker_x %g is not finite", p->marker_x);
         return -1;
     }
     return 0;
@@ -231,7 +230,7 @@ static double map_y(const plot_geom *g, double y)
 
 /* Place the legend entries left to right from FRAME_LEFT, wrapping at FRAME_RIGHT; stores
  * each entry's position when xs/ys are not NULL. Returns the number of rows (>= 1). */
-static int legend_layout(const kvp_plot *p, double *xs, double *ys)
+static int legend_layout(const svg_plot *p, double *xs, double *ys)
 {
     double x = FRAME_LEFT;
     int rows = 1;
@@ -256,8 +255,8 @@ static int legend_layout(const kvp_plot *p, double *xs, double *ys)
     return rows;
 }
 
-/* Step 1 of kvp_plot_svg: the x range and the frame. Cannot fail. */
-static void geometry(const kvp_plot *p, plot_geom *g)
+/* Step 1 of svg_write: the x range and the frame. Cannot fail. */
+static void geometry(const svg_plot *p, plot_geom *g)
 {
     double l = log10(p->x[0]), h = log10(p->x[p->n - 1]);
     if (p->marker_x > 0.0) {
@@ -348,7 +347,7 @@ static void put_y_axis(FILE *f, const plot_geom *g)
 }
 
 /* Step 5: one polyline and n circles per series, each circle with a tooltip. */
-static void put_series(FILE *f, const kvp_plot *p, const plot_geom *g)
+static void put_series(FILE *f, const svg_plot *p, const plot_geom *g)
 {
     for (size_t s = 0; s < p->n_series; s++) {
         const char *colour = series_colour[s];
@@ -373,9 +372,9 @@ static void put_series(FILE *f, const kvp_plot *p, const plot_geom *g)
 }
 
 /* Step 6: the legend rows above the frame. */
-static void put_legend(FILE *f, const kvp_plot *p)
+static void put_legend(FILE *f, const svg_plot *p)
 {
-    double xs[KVP_PLOT_MAX_SERIES], ys[KVP_PLOT_MAX_SERIES];
+    double xs[SVG_MAX_SERIES], ys[SVG_MAX_SERIES];
     legend_layout(p, xs, ys);
     for (size_t s = 0; s < p->n_series; s++) {
         const char *colour = series_colour[s];
@@ -405,7 +404,7 @@ static void put_legend(FILE *f, const kvp_plot *p)
  *   5. the series;
  *   6. the legend and axis labels, then close and flush.
  */
-int kvp_plot_svg(FILE *f, const kvp_plot *p, char *err, size_t err_size)
+int svg_write(FILE *f, const svg_plot *p, char *err, size_t err_size)
 {
     plot_geom g;
 
@@ -421,22 +420,22 @@ int kvp_plot_svg(FILE *f, const kvp_plot *p, char *err, size_t err_size)
             "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n"
             "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" "
             "height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n",
-            KVP_PLOT_WIDTH, KVP_PLOT_HEIGHT, KVP_PLOT_WIDTH, KVP_PLOT_HEIGHT);
+            SVG_WIDTH, SVG_HEIGHT, SVG_WIDTH, SVG_HEIGHT);
     if (p->title != NULL) {
         fputs("<title>", f);
         put_text(f, p->title);
         fputs("</title>\n", f);
     }
-    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n",
-            KVP_PLOT_WIDTH, KVP_PLOT_HEIGHT);
+    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", SVG_WIDTH,
+            SVG_HEIGHT);
     if (p->title != NULL) {
         double size = 16.0, w = text_width(p->title, 16.0 * 1.1);
-        if (w > KVP_PLOT_WIDTH - 20.0)
-            size = fmax(8.0, size * (KVP_PLOT_WIDTH - 20.0) / w);
+        if (w > SVG_WIDTH - 20.0)
+            size = fmax(8.0, size * (SVG_WIDTH - 20.0) / w);
         fprintf(f,
                 "<text x=\"%.2f\" y=\"26.00\" font-size=\"%.1f\" font-weight=\"bold\" "
                 "fill=\"#111111\" text-anchor=\"middle\">",
-                KVP_PLOT_WIDTH / 2.0, size);
+                SVG_WIDTH / 2.0, size);
         put_text(f, p->title);
         fputs("</text>\n", f);
     }
@@ -508,7 +507,7 @@ int kvp_plot_svg(FILE *f, const kvp_plot *p, char *err, size_t err_size)
     }
     fputs("</svg>\n", f);
     if (fflush(f) != 0 || ferror(f)) {
-        kvp_cli_errf(err, err_size, "plot: write error: %s", strerror(errno));
+        cli_errf(err, err_size, "plot: write error: %s", strerror(errno));
         return -1;
     }
     return 0;

@@ -2,8 +2,8 @@
  * plan.h - what `kvprefix plan` computes and prints: the parsed options (plan.c) and the
  * result record that plan.c fills and plan_report.c renders as a table or as JSON.
  */
-#ifndef KVP_CLI_PLAN_H
-#define KVP_CLI_PLAN_H
+#ifndef CLI_PLAN_H
+#define CLI_PLAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -42,11 +42,11 @@ typedef struct plan_opts {
 
 /* Everything that is printed, computed once, rendered as a table or as JSON. */
 typedef struct plan_result {
-    kvp_model_shape m;        /* the model shape in use */
+    pl_model_shape m;         /* the model shape in use */
     const char *model_label;  /* preset name, config path or "custom shape" */
     const char *model_source; /* preset source, "config.json", or "flags" */
     bool heads_assumed;       /* --heads not given for a bare shape: Hq = Hkv assumed */
-    kvp_plan_tp tp;           /* tensor-parallel split */
+    pl_tp tp;                 /* tensor-parallel split */
     uint32_t block_size;      /* tokens per block */
     uint64_t tok_logical;     /* KV bytes per token, whole model without replicas */
     uint64_t tok_gpu;         /* KV bytes per token on one GPU */
@@ -60,15 +60,15 @@ typedef struct plan_result {
     uint64_t batch_tokens;    /* sum of the batch's lengths */
     uint64_t seq_bytes_gpu;   /* uniform: one sequence, per GPU */
     uint64_t batch_bytes_gpu; /* batch tokens x tok_gpu */
-    kvp_plan_frag frag;       /* batch fragmentation */
+    pl_frag frag;             /* batch fragmentation */
     uint64_t max_len;         /* contiguous reservation used */
     bool max_len_given;       /* --max-len given (else the longest length) */
     bool ws_ok;               /* workspace fits 64 bits */
     uint64_t ws_bytes_gpu;    /* naive score matrix, one layer, per GPU */
 
     bool has_mem;               /* --gpu-mem given */
-    kvp_plan_mem_in mem_in;     /* inverse-plan inputs */
-    kvp_plan_mem_out mem;       /* inverse-plan result */
+    pl_mem_in mem_in;           /* inverse-plan inputs */
+    pl_mem_out mem;             /* inverse-plan result */
     uint64_t weights_total;     /* weights of the whole model */
     const char *weights_from;   /* how weights_total was obtained */
     char weights_from_buf[128]; /* storage for weights_from when it is computed */
@@ -79,9 +79,9 @@ typedef struct plan_result {
     const char *trace_path;                /* --trace */
     uint64_t n_tokens_fmt, n_mooncake_fmt; /* records with tokens (token logs, OpenAI
                                               bodies) and Mooncake records */
-    kvp_plan_stats st;                     /* length statistics */
+    pl_stats st;                           /* length statistics */
     uint64_t sum_blocks;                   /* sum of ceil(len / block_size) over the trace */
-    kvp_plan_frag tfrag;                   /* trace fragmentation */
+    pl_frag tfrag;                         /* trace fragmentation */
     uint64_t tmax_len;                     /* contiguous reservation for the trace */
     uint64_t conc;                         /* --concurrency */
     uint64_t exp_tokens;                   /* ceil(conc x mean) */
@@ -93,10 +93,10 @@ typedef struct plan_result {
 } plan_result;
 
 /* Print r as the readable table (stdout). Cannot fail. */
-void kvp_plan_print_table(const plan_result *r, const plan_opts *o);
+void pl_print_table(const plan_result *r, const plan_opts *o);
 
 /* Print r as one JSON object (stdout). Returns 0, or 1 after a message on stderr when the
  * JSON document cannot be built or written. */
-int kvp_plan_print_json(const plan_result *r, const plan_opts *o);
+int pl_print_json(const plan_result *r, const plan_opts *o);
 
-#endif /* KVP_CLI_PLAN_H */
+#endif /* CLI_PLAN_H */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags.h"
 #include "plan.h"
 
 static int json_oom(void)
@@ -19,7 +20,7 @@ static int json_oom(void)
 
 /* ---- table output ---------------------------------------------------------------------- */
 
-static const char *attn_kind(const kvp_model_shape *m)
+static const char *attn_kind(const pl_model_shape *m)
 {
     if (m->n_kv_heads == m->n_heads)
         return "MHA";
@@ -33,13 +34,13 @@ static void row(const plan_result *r, const char *label, uint64_t gpu)
 {
     char b[32];
     printf("  %-40s %20llu  %*s", label, (unsigned long long)gpu, r->tp.tp > 1 ? -12 : 0,
-           kvp_plan_fmt_binary(gpu, b, sizeof b));
+           cli_fmt_binary(gpu, b, sizeof b));
     if (r->tp.tp > 1) {
         uint64_t all;
-        if (kvp_plan_mul(gpu, r->tp.tp, &all))
+        if (pl_mul(gpu, r->tp.tp, &all))
             printf("  (overflow)");
         else
-            printf("  %20llu  %s", (unsigned long long)all, kvp_plan_fmt_binary(all, b, sizeof b));
+            printf("  %20llu  %s", (unsigned long long)all, cli_fmt_binary(all, b, sizeof b));
     }
     putchar('\n');
 }
@@ -57,7 +58,7 @@ static double pct(uint64_t part, uint64_t whole)
     return whole == 0 ? 0.0 : 100.0 * (double)part / (double)whole;
 }
 
-static void print_frag(const plan_result *r, const kvp_plan_frag *f, uint64_t max_len, bool given)
+static void print_frag(const plan_result *r, const pl_frag *f, uint64_t max_len, bool given)
 {
     char label[96];
     double n = f->n_seqs ? (double)f->n_seqs : 1.0;
@@ -75,20 +76,20 @@ static void print_frag(const plan_result *r, const kvp_plan_frag *f, uint64_t ma
            pct(f->contig_waste_tokens, f->contig_alloc_tokens));
     uint64_t b;
     header(r, "  waste in KV bytes");
-    if (!kvp_plan_mul(f->paged_waste_tokens, r->tok_gpu, &b)) {
+    if (!pl_mul(f->paged_waste_tokens, r->tok_gpu, &b)) {
         snprintf(label, sizeof label, "paged");
         row(r, label, b);
     }
-    if (!kvp_plan_mul(f->contig_waste_tokens, r->tok_gpu, &b)) {
+    if (!pl_mul(f->contig_waste_tokens, r->tok_gpu, &b)) {
         snprintf(label, sizeof label, "contiguous");
         row(r, label, b);
     }
 }
 
-void kvp_plan_print_table(const plan_result *r, const plan_opts *o)
+void pl_print_table(const plan_result *r, const plan_opts *o)
 {
     char label[128], b1[32];
-    const kvp_model_shape *m = &r->m;
+    const pl_model_shape *m = &r->m;
     printf("kvprefix plan: logical KV-cache bytes = 2 x L x Hkv x D x s per token\n\n");
     printf("Model: %s\n  source: %s\n", r->model_label, r->model_source);
     printf("  %u layers, %u query heads%s, %u KV heads (%s", m->n_layers, m->n_heads,
@@ -97,9 +98,8 @@ void kvp_plan_print_table(const plan_result *r, const plan_opts *o)
     if (m->n_kv_heads != m->n_heads)
         printf(", %u query heads per KV head", m->n_heads / m->n_kv_heads);
     printf("), head dim %u\n", m->head_dim);
-    printf("  KV dtype %s (%u bytes per element); weight dtype %s",
-           kvp_plan_dtype_name(m->kv_dtype), kvp_plan_dtype_bytes(m->kv_dtype),
-           kvp_plan_dtype_name(m->w_dtype));
+    printf("  KV dtype %s (%u bytes per element); weight dtype %s", pl_dtype_name(m->kv_dtype),
+           pl_dtype_bytes(m->kv_dtype), pl_dtype_name(m->w_dtype));
     if (m->n_params)
         printf(", %llu parameters", (unsigned long long)m->n_params);
     printf("\n");
@@ -130,7 +130,7 @@ void kvp_plan_print_table(const plan_result *r, const plan_opts *o)
         }
         row(r, label, r->batch_bytes_gpu);
         uint64_t pb;
-        if (!kvp_plan_mul(r->frag.n_blocks, r->blk_gpu, &pb)) {
+        if (!pl_mul(r->frag.n_blocks, r->blk_gpu, &pb)) {
             snprintf(label, sizeof label, "batch in blocks (%llu blocks)",
                      (unsigned long long)r->frag.n_blocks);
             row(r, label, pb);
@@ -155,7 +155,7 @@ void kvp_plan_print_table(const plan_result *r, const plan_opts *o)
     }
 
     if (r->has_trace) {
-        const kvp_plan_stats *s = &r->st;
+        const pl_stats *s = &r->st;
         printf("\nTrace %s: %llu requests (%llu token-log or OpenAI lines, %llu Mooncake lines)\n",
                r->trace_path, (unsigned long long)s->n, (unsigned long long)r->n_tokens_fmt,
                (unsigned long long)r->n_mooncake_fmt);
@@ -172,19 +172,19 @@ void kvp_plan_print_table(const plan_result *r, const plan_opts *o)
             header(r, "KV for concurrent requests from the trace");
             snprintf(label, sizeof label, "expected: %llu x mean = %llu tokens",
                      (unsigned long long)r->conc, (unsigned long long)r->exp_tokens);
-            kvp_plan_mul(r->exp_tokens, r->tok_gpu, &b);
+            pl_mul(r->exp_tokens, r->tok_gpu, &b);
             row(r, label, b);
             snprintf(label, sizeof label, "  in blocks: %llu blocks",
                      (unsigned long long)r->exp_blocks);
-            kvp_plan_mul(r->exp_blocks, r->blk_gpu, &b);
+            pl_mul(r->exp_blocks, r->blk_gpu, &b);
             row(r, label, b);
             snprintf(label, sizeof label, "worst: %llu longest = %llu tokens",
                      (unsigned long long)r->conc, (unsigned long long)r->worst_tokens);
-            kvp_plan_mul(r->worst_tokens, r->tok_gpu, &b);
+            pl_mul(r->worst_tokens, r->tok_gpu, &b);
             row(r, label, b);
             snprintf(label, sizeof label, "  in blocks: %llu blocks",
                      (unsigned long long)r->worst_blocks);
-            kvp_plan_mul(r->worst_blocks, r->blk_gpu, &b);
+            pl_mul(r->worst_blocks, r->blk_gpu, &b);
             row(r, label, b);
             printf("  expected = N x the mean length (and N x the mean blocks per request), "
                    "rounded up;\n  worst = the sum of the N longest requests in the trace%s.\n",
@@ -193,12 +193,12 @@ void kvp_plan_print_table(const plan_result *r, const plan_opts *o)
     }
 
     if (r->has_mem) {
-        const kvp_plan_mem_in *in = &r->mem_in;
-        const kvp_plan_mem_out *mo = &r->mem;
+        const pl_mem_in *in = &r->mem_in;
+        const pl_mem_out *mo = &r->mem;
         printf("\n%-42s %20s\n", "Memory per GPU", "bytes");
         printf("  %-40s %20llu  %s\n", "GPU memory (--gpu-mem)",
                (unsigned long long)in->gpu_mem_bytes,
-               kvp_plan_fmt_binary(in->gpu_mem_bytes, b1, sizeof b1));
+               cli_fmt_binary(in->gpu_mem_bytes, b1, sizeof b1));
         char util[16];
         snprintf(util, sizeof util, "%u.%06u", in->util_ppm / 1000000, in->util_ppm % 1000000);
         for (size_t k = strlen(util) - 1; util[k] == '0'; k--)
@@ -207,25 +207,25 @@ void kvp_plan_print_table(const plan_result *r, const plan_opts *o)
             strcat(util, "0");
         snprintf(label, sizeof label, "usable at --util %s", util);
         printf("  %-40s %20llu  %s\n", label, (unsigned long long)mo->budget_bytes,
-               kvp_plan_fmt_binary(mo->budget_bytes, b1, sizeof b1));
+               cli_fmt_binary(mo->budget_bytes, b1, sizeof b1));
         snprintf(label, sizeof label, "- weights (all weights / tp %u)", in->tp);
         printf("  %-40s %20llu  %s\n", label, (unsigned long long)mo->weights_per_gpu_bytes,
-               kvp_plan_fmt_binary(mo->weights_per_gpu_bytes, b1, sizeof b1));
+               cli_fmt_binary(mo->weights_per_gpu_bytes, b1, sizeof b1));
         printf("      all weights: %llu bytes (%s), from %s\n",
                (unsigned long long)r->weights_total,
-               kvp_plan_fmt_binary(r->weights_total, b1, sizeof b1), r->weights_from);
+               cli_fmt_binary(r->weights_total, b1, sizeof b1), r->weights_from);
         printf("  %-40s %20llu  %s\n", "- reserve (--reserve)",
                (unsigned long long)in->reserve_bytes,
-               kvp_plan_fmt_binary(in->reserve_bytes, b1, sizeof b1));
+               cli_fmt_binary(in->reserve_bytes, b1, sizeof b1));
         printf("  %-40s %20llu  %s\n", "= left for the KV cache", (unsigned long long)mo->kv_bytes,
-               kvp_plan_fmt_binary(mo->kv_bytes, b1, sizeof b1));
+               cli_fmt_binary(mo->kv_bytes, b1, sizeof b1));
         printf("  KV blocks: %llu of %u tokens (%llu tokens in all); the same number on every "
                "GPU\n",
                (unsigned long long)mo->n_blocks, r->block_size, (unsigned long long)mo->n_tokens);
         if (r->has_batch && r->uniform)
             printf("  concurrent requests of %llu tokens: %llu (paged, %llu blocks each)\n",
                    (unsigned long long)r->seq_len, (unsigned long long)r->fit_seq,
-                   (unsigned long long)kvp_plan_blocks_for(r->seq_len, r->block_size));
+                   (unsigned long long)pl_blocks_for(r->seq_len, r->block_size));
         if (r->has_batch && !r->uniform)
             printf("  the batch needs %llu blocks: it %s\n", (unsigned long long)r->frag.n_blocks,
                    r->frag.n_blocks <= mo->n_blocks ? "fits" : "does NOT fit");
@@ -244,10 +244,10 @@ void kvp_plan_print_table(const plan_result *r, const plan_opts *o)
     printf("  - These are logical KV bytes, not all the memory an engine uses: weights, "
            "activations,\n    CUDA graphs, allocator slack and fragmentation come on top "
            "(--reserve covers some).\n");
-    if (m->kv_dtype == KVP_DTYPE_FP8 || m->kv_dtype == KVP_DTYPE_INT8)
+    if (m->kv_dtype == PL_DTYPE_FP8 || m->kv_dtype == PL_DTYPE_INT8)
         printf("  - %s KV figures are capacity estimates only: real KV quantization adds "
                "scales and\n    numerical error.\n",
-               kvp_plan_dtype_name(m->kv_dtype));
+               pl_dtype_name(m->kv_dtype));
     else
         printf("  - fp8/int8 KV figures (--kv-dtype) are capacity estimates only: real KV "
                "quantization\n    adds scales and numerical error.\n");
@@ -260,11 +260,11 @@ static json_t *ju(uint64_t v)
     return v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
 }
 
-static json_t *jfrag(const plan_result *r, const kvp_plan_frag *f, uint64_t max_len)
+static json_t *jfrag(const plan_result *r, const pl_frag *f, uint64_t max_len)
 {
     uint64_t pw = 0, cw = 0;
-    kvp_plan_mul(f->paged_waste_tokens, r->tok_gpu, &pw);
-    kvp_plan_mul(f->contig_waste_tokens, r->tok_gpu, &cw);
+    pl_mul(f->paged_waste_tokens, r->tok_gpu, &pw);
+    pl_mul(f->contig_waste_tokens, r->tok_gpu, &cw);
     return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "sequences", ju(f->n_seqs),
                      "tokens", ju(f->n_tokens), "block_size", ju(r->block_size), "paged_blocks",
                      ju(f->n_blocks), "paged_waste_tokens", ju(f->paged_waste_tokens),
@@ -274,29 +274,28 @@ static json_t *jfrag(const plan_result *r, const kvp_plan_frag *f, uint64_t max_
                      "contiguous_waste_bytes_per_gpu", ju(cw));
 }
 
-int kvp_plan_print_json(const plan_result *r, const plan_opts *o)
+int pl_print_json(const plan_result *r, const plan_opts *o)
 {
-    const kvp_model_shape *m = &r->m;
+    const pl_model_shape *m = &r->m;
     json_t *root = json_object();
     if (root == NULL)
         return json_oom();
-    json_object_set_new(root, "model",
-                        json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:s,s:o,s:s,s:o}", "name",
-                                  r->model_label, "source", r->model_source, "layers",
-                                  ju(m->n_layers), "query_heads", ju(m->n_heads), "kv_heads",
-                                  ju(m->n_kv_heads), "head_dim", ju(m->head_dim), "attention",
-                                  attn_kind(m), "kv_dtype", kvp_plan_dtype_name(m->kv_dtype),
-                                  "kv_dtype_bytes", ju(kvp_plan_dtype_bytes(m->kv_dtype)),
-                                  "weights_dtype", kvp_plan_dtype_name(m->w_dtype), "params",
-                                  m->n_params ? ju(m->n_params) : json_null()));
+    json_object_set_new(
+        root, "model",
+        json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:s,s:o,s:s,s:o}", "name", r->model_label, "source",
+                  r->model_source, "layers", ju(m->n_layers), "query_heads", ju(m->n_heads),
+                  "kv_heads", ju(m->n_kv_heads), "head_dim", ju(m->head_dim), "attention",
+                  attn_kind(m), "kv_dtype", pl_dtype_name(m->kv_dtype), "kv_dtype_bytes",
+                  ju(pl_dtype_bytes(m->kv_dtype)), "weights_dtype", pl_dtype_name(m->w_dtype),
+                  "params", m->n_params ? ju(m->n_params) : json_null()));
     json_object_set_new(root, "tp",
                         json_pack("{s:o,s:o,s:o,s:o}", "size", ju(r->tp.tp), "kv_heads_per_gpu",
                                   ju(r->tp.kv_heads_per_rank), "kv_head_replication",
                                   ju(r->tp.replication), "query_heads_per_gpu",
                                   ju(r->tp.q_heads_per_rank)));
     uint64_t all_tok = 0, all_blk = 0;
-    kvp_plan_mul(r->tok_gpu, r->tp.tp, &all_tok);
-    kvp_plan_mul(r->blk_gpu, r->tp.tp, &all_blk);
+    pl_mul(r->tok_gpu, r->tp.tp, &all_tok);
+    pl_mul(r->blk_gpu, r->tp.tp, &all_blk);
     json_t *kv = json_pack(
         "{s:o,s:o,s:o,s:o,s:o,s:o}", "block_size", ju(r->block_size), "token_bytes_logical",
         ju(r->tok_logical), "token_bytes_per_gpu", ju(r->tok_gpu), "token_bytes_all_gpus",
@@ -316,7 +315,7 @@ int kvp_plan_print_json(const plan_result *r, const plan_opts *o)
             json_object_set_new(b, "lens", a);
         }
         uint64_t all = 0;
-        kvp_plan_mul(r->batch_bytes_gpu, r->tp.tp, &all);
+        pl_mul(r->batch_bytes_gpu, r->tp.tp, &all);
         json_object_set_new(b, "kv_bytes_all_gpus", ju(all));
         json_object_set_new(root, "batch", b);
         json_object_set_new(root, "fragmentation", jfrag(r, &r->frag, r->max_len));
@@ -328,7 +327,7 @@ int kvp_plan_print_json(const plan_result *r, const plan_opts *o)
                       "transient; FlashAttention-style kernels reduce it, not the KV cache"));
     }
     if (r->has_trace) {
-        const kvp_plan_stats *s = &r->st;
+        const pl_stats *s = &r->st;
         json_t *t = json_pack("{s:s,s:o,s:o,s:o,s:b,s:f,s:o,s:o,s:o,s:o,s:o,s:o}", "path",
                               r->trace_path, "requests", ju(s->n), "token_log_lines",
                               ju(r->n_tokens_fmt), "mooncake_lines", ju(r->n_mooncake_fmt),
@@ -338,10 +337,10 @@ int kvp_plan_print_json(const plan_result *r, const plan_opts *o)
         json_object_set_new(t, "fragmentation", jfrag(r, &r->tfrag, r->tmax_len));
         if (r->conc > 0) {
             uint64_t eb = 0, wb = 0, ebb = 0, wbb = 0;
-            kvp_plan_mul(r->exp_tokens, r->tok_gpu, &eb);
-            kvp_plan_mul(r->worst_tokens, r->tok_gpu, &wb);
-            kvp_plan_mul(r->exp_blocks, r->blk_gpu, &ebb);
-            kvp_plan_mul(r->worst_blocks, r->blk_gpu, &wbb);
+            pl_mul(r->exp_tokens, r->tok_gpu, &eb);
+            pl_mul(r->worst_tokens, r->tok_gpu, &wb);
+            pl_mul(r->exp_blocks, r->blk_gpu, &ebb);
+            pl_mul(r->worst_blocks, r->blk_gpu, &wbb);
             json_object_set_new(
                 t, "concurrency",
                 json_pack("{s:o,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:o}", "n", ju(r->conc),
@@ -355,8 +354,8 @@ int kvp_plan_print_json(const plan_result *r, const plan_opts *o)
         json_object_set_new(root, "trace", t);
     }
     if (r->has_mem) {
-        const kvp_plan_mem_in *in = &r->mem_in;
-        const kvp_plan_mem_out *mo = &r->mem;
+        const pl_mem_in *in = &r->mem_in;
+        const pl_mem_out *mo = &r->mem;
         json_t *mj =
             json_pack("{s:o,s:f,s:o,s:o,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "gpu_mem_bytes",
                       ju(in->gpu_mem_bytes), "util", (double)in->util_ppm / 1e6, "budget_bytes",

@@ -16,7 +16,7 @@
  *
  * A line with "tokens" is a token log line, one with "hash_ids" a Mooncake line, one with
  * "messages" or "prompt" (at the top level or in "body") an OpenAI request; a line with more
- * than one of these, or none, is an error. kvp_log_options.format can force one format, and a
+ * than one of these, or none, is an error. log_options.format can force one format, and a
  * line of another shape is then an error naming the expected format. The namespace strings
  * (model, adapter, tenant, cache_salt) are optional in every format and may be null (absent);
  * the OpenAI mapping is in openai.h. Unknown fields are ignored. Blank lines are skipped.
@@ -37,65 +37,51 @@
  * shorter than the line: see openai.h) and two 4-byte arrays per token (at most one token per
  * byte of text).
  */
-#ifndef KVP_CLI_LOGREAD_H
-#define KVP_CLI_LOGREAD_H
+#ifndef CLI_LOGREAD_H
+#define CLI_LOGREAD_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tokenize.h"
+
 enum {
-    KVP_LOG_RECORD = 1,  /* *rec holds the next request */
-    KVP_LOG_END = 0,     /* no more lines */
-    KVP_LOG_EINPUT = -1, /* this line is malformed; the next call reads the next line */
-    KVP_LOG_EIO = -2,    /* read or decompression error; the reader is at its end */
-    KVP_LOG_ENOMEM = -3  /* out of memory, or a line over max_line_bytes; at its end */
+    LOG_RECORD = 1,  /* *rec holds the next request */
+    LOG_END = 0,     /* no more lines */
+    LOG_EINPUT = -1, /* this line is malformed; the next call reads the next line */
+    LOG_EIO = -2,    /* read or decompression error; the reader is at its end */
+    LOG_ENOMEM = -3  /* out of memory, or a line over max_line_bytes; at its end */
 };
 
 enum {
-    KVP_LOG_TOKENS = 1,   /* token-id log line */
-    KVP_LOG_MOONCAKE = 2, /* Mooncake hash-id trace line */
-    KVP_LOG_OPENAI = 3    /* OpenAI completions or chat completions request body */
-};
-
-/* Tokenizers for OpenAI lines (tokenize.h has the exact rules). Both give approximate
- * counts: words typically undercounts a model's BPE tokens by about 1.3x, bytes overcounts
- * them by about 4x. */
-enum {
-    KVP_TOKENIZER_WORDS = 1, /* words, punctuation and spaces, ids from XXH32 (default) */
-    KVP_TOKENIZER_BYTES = 2  /* one token per UTF-8 byte, ids 0..255 */
-};
-
-/* Token ids of the chat template's markers, the same for both tokenizers. Ids below
- * KVP_TOKEN_N_RESERVED are never produced by the words tokenizer for text. */
-enum {
-    KVP_TOKEN_IM_START = 256,   /* "<|im_start|>" written by the chat template */
-    KVP_TOKEN_IM_END = 257,     /* "<|im_end|>" written by the chat template */
-    KVP_TOKEN_N_RESERVED = 1024 /* ids 0..1023: bytes, markers, future use */
+    LOG_TOKENS = 1,   /* token-id log line */
+    LOG_MOONCAKE = 2, /* Mooncake hash-id trace line */
+    LOG_OPENAI = 3    /* OpenAI completions or chat completions request body */
 };
 
 /* Largest length, in tokens, a record may declare (input_length, output_length). */
-#define KVP_LOG_MAX_LEN UINT64_C(4294967295)
+#define LOG_MAX_LEN UINT64_C(4294967295)
 
-typedef struct kvp_log_options {
+typedef struct log_options {
     size_t max_line_bytes;    /* longest accepted line (default 1 GiB) */
     uint32_t hash_block_size; /* Mooncake: tokens per hash id; when > 0, len(hash_ids) must
                                  be ceil or floor of input_length / hash_block_size (default
                                  512, the Mooncake traces' block size; 0 disables) */
-    int format;               /* 0: detect per line (default); or KVP_LOG_TOKENS,
-                                 KVP_LOG_MOONCAKE or KVP_LOG_OPENAI to require that format */
-    int tokenizer;            /* OpenAI lines: KVP_TOKENIZER_WORDS (default) or
-                                 KVP_TOKENIZER_BYTES */
-} kvp_log_options;
+    int format;               /* 0: detect per line (default); or LOG_TOKENS,
+                                 LOG_MOONCAKE or LOG_OPENAI to require that format */
+    int tokenizer;            /* OpenAI lines: TOK_WORDS (default) or
+                                 TOK_BYTES */
+} log_options;
 
 /* Fill *opt with the defaults above. Cannot fail (does nothing if opt is NULL). */
-void kvp_log_options_init(kvp_log_options *opt);
+void log_options_init(log_options *opt);
 
 /* One request. Every pointer is owned by the reader and valid until the next
- * kvp_log_next or kvp_log_close. */
-typedef struct kvp_log_record {
+ * log_next or log_close. */
+typedef struct log_record {
     uint64_t line_no;  /* 1-based line number in the (decompressed) input */
-    int format;        /* KVP_LOG_TOKENS, KVP_LOG_MOONCAKE or KVP_LOG_OPENAI */
+    int format;        /* LOG_TOKENS, LOG_MOONCAKE or LOG_OPENAI */
     const char *model; /* namespace strings, NUL-terminated; NULL when absent */
     const char *adapter;
     const char *tenant;
@@ -123,33 +109,33 @@ typedef struct kvp_log_record {
     size_t text_len;               /* bytes at text (0 when text is NULL) */
     const uint32_t *token_offsets; /* n_tokens byte offsets into text: where token i begins
                                       (ascending); NULL when text is NULL */
-} kvp_log_record;
+} log_record;
 
-typedef struct kvp_log_reader kvp_log_reader;
+typedef struct log_reader log_reader;
 
-/* Open path ("-" for standard input, which kvp_log_close then leaves open). opt may be NULL
- * for the defaults. Returns 0 and sets *out to a new reader (free it with kvp_log_close), or
- * KVP_LOG_EIO / KVP_LOG_ENOMEM with "FILE: what is wrong" in err (truncated to err_size). */
-int kvp_log_open(const char *path, const kvp_log_options *opt, kvp_log_reader **out, char *err,
-                 size_t err_size);
+/* Open path ("-" for standard input, which log_close then leaves open). opt may be NULL
+ * for the defaults. Returns 0 and sets *out to a new reader (free it with log_close), or
+ * LOG_EIO / LOG_ENOMEM with "FILE: what is wrong" in err (truncated to err_size). */
+int log_open(const char *path, const log_options *opt, log_reader **out, char *err,
+             size_t err_size);
 
-/* Read the next request into *rec. Returns KVP_LOG_RECORD, KVP_LOG_END, or a negative
- * KVP_LOG_E* code with the message in kvp_log_error(). *rec is only written on
- * KVP_LOG_RECORD. */
-int kvp_log_next(kvp_log_reader *r, kvp_log_record *rec);
+/* Read the next request into *rec. Returns LOG_RECORD, LOG_END, or a negative
+ * LOG_E* code with the message in log_error(). *rec is only written on
+ * LOG_RECORD. */
+int log_next(log_reader *r, log_record *rec);
 
 /* The last error message, "FILE:LINE: what is wrong"; "" if none. Owned by the reader. */
-const char *kvp_log_error(const kvp_log_reader *r);
+const char *log_error(const log_reader *r);
 
 /* Records returned so far, and lines read so far (blank lines included). */
-uint64_t kvp_log_n_records(const kvp_log_reader *r);
-uint64_t kvp_log_n_lines(const kvp_log_reader *r);
+uint64_t log_n_records(const log_reader *r);
+uint64_t log_n_lines(const log_reader *r);
 
 /* Bytes of the input file consumed so far (compressed bytes for .gz and .zst), for progress
  * bars; 0 when unknown. Cannot fail. */
-uint64_t kvp_log_bytes_in(const kvp_log_reader *r);
+uint64_t log_bytes_in(const log_reader *r);
 
 /* Close the reader and free everything it holds. Accepts NULL. */
-void kvp_log_close(kvp_log_reader *r);
+void log_close(log_reader *r);
 
-#endif /* KVP_CLI_LOGREAD_H */
+#endif /* CLI_LOGREAD_H */
