@@ -625,16 +625,17 @@ Test(binary, errors_exit_status_and_message)
     expect_exit("--layers", 2, "--layers needs a value");
     expect_exit("--model Llama-3.1-8B --config x.json", 2, "not both");
     expect_exit("--layers 32 --kv-heads 8", 2, "--head-dim is missing");
-    expect_exit("--layers 0 --kv-heads 8 --head-dim 128", 1, "--layers must be at least 1");
-    expect_exit("--layers -32 --kv-heads 8 --head-dim 128", 1, "--layers: '-32'");
+    expect_exit("--layers 0 --kv-heads 8 --head-dim 128", 2,
+                "--layers: '0' is not an integer in 1..");
+    expect_exit("--layers -32 --kv-heads 8 --head-dim 128", 2, "--layers: '-32'");
     expect_exit("--layers 32 --heads 30 --kv-heads 8 --head-dim 128", 1, "multiple of the KV");
     expect_exit("--model Llama-3.1-8B --tp 3", 1, "--tp 3");
-    expect_exit("--model NoSuchModel", 1, "unknown preset 'NoSuchModel'");
-    expect_exit("--model Llama-3.1-8B --dtype fp4", 1, "--dtype: unknown dtype 'fp4'");
-    expect_exit("--model Llama-3.1-8B --gpu-mem 80G", 1, "--gpu-mem: '80G' is not a size");
+    expect_exit("--model NoSuchModel", 2, "unknown preset 'NoSuchModel'");
+    expect_exit("--model Llama-3.1-8B --dtype fp4", 2, "--dtype: unknown dtype 'fp4'");
+    expect_exit("--model Llama-3.1-8B --gpu-mem 80G", 2, "--gpu-mem: '80G' is not a size");
     expect_exit("--model Llama-3.1-8B --gpu-mem 80GiB --reserve 90GiB", 1, "--reserve");
     expect_exit("--model Llama-3.1-8B --gpu-mem 16GiB", 1, "no memory left for the KV cache");
-    expect_exit("--model Llama-3.1-8B --util 1.5", 1, "--util");
+    expect_exit("--model Llama-3.1-8B --util 1.5", 2, "--util");
     expect_exit("--layers 32 --kv-heads 8 --head-dim 128 --gpu-mem 80GiB", 2, "--weights-mem");
     expect_exit("--model Llama-3.1-8B --seq-len 4096 --max-len 100", 1, "--max-len 100");
     char args[4200];

@@ -85,7 +85,10 @@ Test(replay_cli, sweep_csv_and_plot)
     cr_assert(strstr(out, "all,sweep,3,6,,5,24,8,") != NULL, "%s", out);
     cr_assert(strstr(out, "all,sweep,2,4,,5,24,6,") != NULL, "%s", out);
     cr_assert(strstr(out, "tenant,\"t\",") != NULL, "%s", out);
-    FILE *f = fdopen(fd, "r");
+    close(fd);
+    /* Reopened by name: the chart was written beside it and renamed over it. */
+    FILE *f = fopen(svg, "r");
+    cr_assert(f != NULL);
     char head[256] = {0};
     cr_assert(fread(head, 1, sizeof head - 1, f) > 0);
     fclose(f);
@@ -327,7 +330,8 @@ Test(replay_cli, progress_bar_when_asked)
     cr_assert_eq(err[0], '\0', "stderr is not a terminal, yet: %s", err);
 }
 
-/* A 100 MB line (a long string in an unknown field, then tokens) is read, not refused. */
+/* A 100 MB line (a long string in an unknown field, then tokens) is refused by default and
+ * read with --max-line-bytes 128MiB. */
 Test(replay_cli, hundred_megabyte_line, .timeout = 120)
 {
     char path[] = "/tmp/kvp_big_XXXXXX";
@@ -342,8 +346,15 @@ Test(replay_cli, hundred_megabyte_line, .timeout = 120)
     fputs("\", \"tokens\": [1, 2, 3, 4, 5]}\n{\"tokens\": [1, 2, 3, 4, 6]}\n", f);
     cr_assert_eq(fclose(f), 0);
     char args[8192];
+    /* Over the default limit of 64 MiB: refused with the limit and the flag named. */
     snprintf(args, sizeof args, "--block-size 2 --capacity 8 --json '%s'", path);
     int rc = cli_run("replay", args, err, sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 1, "%s", err);
+    cr_assert(strstr(err, ":1: line longer than 67108864 bytes (--max-line-bytes)") != NULL, "%s",
+              err);
+    snprintf(args, sizeof args, "--block-size 2 --capacity 8 --max-line-bytes 128MiB --json '%s'",
+             path);
+    rc = cli_run("replay", args, err, sizeof err, out, sizeof out);
     remove(path);
     cr_assert_eq(rc, 0, "%s", err);
     json_t *j = parse_out();

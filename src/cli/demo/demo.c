@@ -15,11 +15,17 @@
  *    reused before has to be computed again.
  * Text is split on spaces and each word hashed to a token id: a stand-in tokenizer, enough
  * to show prefix behaviour; real engines use the model's tokenizer.
+ *
+ * Exit status (common/cli.h): 0 done, 1 out of memory or standard output not writable,
+ * 2 usage, 3 the library refused a step of the script or its invariant check failed.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "flags.h"
+#include "outfile.h"
+
 #include "kvprefix.h"
 
 #define DEMO_BLOCK 4
@@ -106,19 +112,45 @@ static void show_boundary(const char *const parts[3], size_t n_reused)
     printf("\n");
 }
 
+/* Report a library error in a step of the script: out of memory is a failed resource (1),
+ * anything else means the script or the library is wrong (3). Returns the exit status. */
 static int fail(const char *what, int rc)
 {
-    fprintf(stderr, "kvprefix demo: %s: %s\n", what, kvp_strerror(rc));
-    return 1;
+    return cli_fail("demo", rc == KVP_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s: %s", what,
+                    kvp_strerror(rc));
+}
+
+static const char usage_text[] =
+    "Usage: kvprefix demo\n"
+    "\n"
+    "Run a scripted serving session (two tenants, a pool of %d blocks of %d tokens) through\n"
+    "the engine API and show, per request, what the prefix cache reused and why.\n"
+    "\n"
+    "  -h, --help   this text\n"
+    "\n" CLI_EXIT_HELP;
+
+/* Parse argv: only --help. Returns -1 to run, or the exit status. */
+static int parse_args(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    int c;
+    cli_getopt_begin();
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c != 'h')
+            return cli_getopt_error("demo", c, argv, longopts);
+        printf(usage_text, DEMO_POOL, DEMO_BLOCK);
+        return cli_stdout_check("demo");
+    }
+    if (optind < argc)
+        return cli_fail("demo", CLI_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    return -1;
 }
 
 int demo_main(int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 1) {
-        fprintf(stderr, "usage: kvprefix demo\n");
-        return 2;
-    }
+    int status = parse_args(argc, argv);
+    if (status >= 0)
+        return status;
     kvp_config cfg;
     kvp_config_init(&cfg);
     cfg.n_blocks = DEMO_POOL;
@@ -182,5 +214,7 @@ int demo_main(int argc, char **argv)
            DEMO_BLOCK);
     rc = kvp_cache_check(cache);
     kvp_cache_free(cache);
-    return rc == KVP_OK ? 0 : fail("invariant check", rc);
+    if (rc != KVP_OK)
+        return fail("invariant check", rc);
+    return cli_stdout_check("demo");
 }

@@ -88,7 +88,7 @@ void log_options_init(log_options *opt)
 {
     if (opt == NULL)
         return;
-    opt->max_line_bytes = (size_t)1 << 30;
+    opt->max_line_bytes = LOG_DEFAULT_MAX_LINE;
     opt->hash_block_size = 512;
     opt->format = 0;
     opt->tokenizer = TOK_WORDS;
@@ -310,7 +310,7 @@ static int fill(log_reader *r)
     if (r->end == r->cap) {
         size_t limit = r->opt.max_line_bytes + 1;
         if (r->cap >= limit) {
-            snprintf(r->err, sizeof r->err, "%s:%llu: line longer than %zu bytes", r->name,
+            snprintf(r->err, sizeof r->err, "%s:%llu: line longer than %zu bytes (--max-line-bytes)", r->name,
                      (unsigned long long)r->line_no + 1, r->opt.max_line_bytes);
             return LOG_ENOMEM;
         }
@@ -357,7 +357,7 @@ static int next_line(log_reader *r, char **line, size_t *len)
             break;
         }
         if (r->end - r->start > r->opt.max_line_bytes) {
-            snprintf(r->err, sizeof r->err, "%s:%llu: line longer than %zu bytes", r->name,
+            snprintf(r->err, sizeof r->err, "%s:%llu: line longer than %zu bytes (--max-line-bytes)", r->name,
                      (unsigned long long)r->line_no + 1, r->opt.max_line_bytes);
             r->failed = true;
             return LOG_ENOMEM;

@@ -60,11 +60,17 @@ enum {
     LOG_OPENAI = 3    /* OpenAI completions or chat completions request body */
 };
 
+/* Default and largest --max-line-bytes. The default bounds what one line can cost: a parsed
+ * JSON line takes up to tens of bytes per input byte, so 64 MiB keeps one line below a few
+ * GiB of memory however hostile the input (docs/replay.md, "Bad and hostile input"). */
+#define LOG_DEFAULT_MAX_LINE ((size_t)64 << 20)
+#define LOG_MAX_LINE_LIMIT   (UINT64_C(1) << 40)
+
 /* Largest length, in tokens, a record may declare (input_length, output_length). */
 #define LOG_MAX_LEN UINT64_C(4294967295)
 
 typedef struct log_options {
-    size_t max_line_bytes;    /* longest accepted line (default 1 GiB) */
+    size_t max_line_bytes;    /* longest accepted line (default LOG_DEFAULT_MAX_LINE) */
     uint32_t hash_block_size; /* Mooncake: tokens per hash id; when > 0, len(hash_ids) must
                                  be ceil or floor of input_length / hash_block_size (default
                                  512, the Mooncake traces' block size; 0 disables) */

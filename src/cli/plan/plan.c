@@ -23,9 +23,9 @@
 #include "kvplan.h"
 #include "logread.h"
 #include "models.h"
+#include "outfile.h"
+#include "outfile.h"
 
-#define EXIT_INPUT     1
-#define EXIT_USAGE     2
 #define MAX_BLOCK_SIZE 65536u /* the library's KVP_MAX_BLOCK_SIZE */
 #define MAX_COUNT      (UINT64_C(1) << 31)
 
@@ -67,6 +67,7 @@ static const char usage_text[] =
     "  --trace-block-size N tokens per Mooncake hash id, checked against input_length\n"
     "                       (default 512; 0 disables the check)\n"
     "  --concurrency N      KV for N concurrent requests drawn from the trace\n"
+    "  --max-line-bytes N   longest accepted trace line (default 64MiB)\n"
     "  --include-output     lengths = input + output (the default: KV holds both in decode)\n"
     "  --no-include-output  lengths = input only\n"
     "\n"
@@ -82,41 +83,25 @@ static const char usage_text[] =
     "--seq-len 32768\n"
     "  kvprefix plan --config config.json --params 7B --gpu-mem 24GiB --lens 512,3000,9000\n"
     "  kvprefix plan --model Qwen2.5-7B --trace trace.jsonl.gz --concurrency 64 "
-    "--gpu-mem 80GiB\n";
+    "--gpu-mem 80GiB\n"
+    "\n" CLI_EXIT_HELP;
 
 #include "plan.h"
 
 /* Print "kvprefix plan: message" to stderr and return code (the exit status). */
 #define fail(...) cli_fail("plan", __VA_ARGS__)
 
-/* A positive integer flag value up to max. Returns 0 or an exit code (message printed). */
-static int flag_uint(const char *flag, const char *v, uint64_t min, uint64_t max, uint64_t *out)
+/* One --lens item: a length in 1 .. LOG_MAX_LEN. */
+static int lens_item(void *ctx, const char *item, size_t len, size_t index)
 {
-    uint64_t x;
-    int rc = cli_parse_uint(v, max, &x);
-    if (rc == PL_EINVAL)
-        return fail(EXIT_INPUT, "%s: '%s' is not a non-negative integer", flag, v);
-    if (rc != PL_OK)
-        return fail(EXIT_INPUT, "%s: %s is too large (at most %llu)", flag, v,
-                    (unsigned long long)max);
-    if (x < min)
-        return fail(EXIT_INPUT, "%s must be at least %llu, not %s", flag, (unsigned long long)min,
-                    v);
-    *out = x;
-    return 0;
-}
-
-static int flag_bytes(const char *flag, const char *v, uint64_t *out)
-{
-    int rc = cli_parse_bytes(v, out);
-    if (rc == PL_EOVERFLOW)
-        return fail(EXIT_INPUT, "%s: %s is too large", flag, v);
-    if (rc != PL_OK)
-        return fail(EXIT_INPUT,
-                    "%s: '%s' is not a size (examples: 80GiB, 80GB = 80x10^9, 81920MiB, "
-                    "4096; a bare G or M is ambiguous)",
-                    flag, v);
-    return 0;
+    plan_opts *o = ctx;
+    char tmp[32];
+    if (!cli_item_copy(item, len, tmp, sizeof tmp))
+        snprintf(tmp, sizeof tmp, "%.*s...", 24, item);
+    int rc = cli_flag_uint("plan", "--lens", tmp, 1, LOG_MAX_LEN, &o->lens[index]);
+    if (rc == 0)
+        o->n_lens = index + 1;
+    return rc;
 }
 
 static int parse_lens(const char *v, plan_opts *o)
@@ -125,30 +110,15 @@ static int parse_lens(const char *v, plan_opts *o)
     for (const char *p = v; *p; p++)
         n += *p == ',';
     free(o->lens);
+    o->n_lens = 0;
     o->lens = calloc(n, sizeof *o->lens);
     if (o->lens == NULL)
-        return fail(EXIT_INPUT, "--lens: out of memory");
-    o->n_lens = 0;
-    const char *p = v;
-    for (size_t i = 0; i < n; i++) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        char tmp[32];
-        if (len == 0 || len >= sizeof tmp)
-            return fail(EXIT_INPUT, "--lens: '%s' is not a comma-separated list of lengths", v);
-        memcpy(tmp, p, len);
-        tmp[len] = '\0';
-        int rc = flag_uint("--lens", tmp, 1, LOG_MAX_LEN, &o->lens[i]);
-        if (rc != 0)
-            return rc;
-        o->n_lens++;
-        p = comma ? comma + 1 : p + len;
-    }
-    return 0;
+        return fail(CLI_EXIT_INPUT, "--lens: out of memory");
+    return cli_flag_list("plan", "--lens", v, n, lens_item, o);
 }
 
 enum {
-    OPT_MODEL = 1,
+    OPT_MODEL = 256,
     OPT_CONFIG,
     OPT_LAYERS,
     OPT_HEADS,
@@ -171,46 +141,45 @@ enum {
     OPT_TRACE,
     OPT_TRACE_BS,
     OPT_CONCURRENCY,
+    OPT_MAX_LINE,
     OPT_INCLUDE_OUTPUT,
     OPT_NO_INCLUDE_OUTPUT,
     OPT_JSON,
     OPT_LIST,
-    OPT_HELP
+    OPT_HELP = 'h'
 };
 
-static const struct {
-    const char *name;
-    int id;
-    bool has_arg;
-} options[] = {
-    {"model", OPT_MODEL, true},
-    {"config", OPT_CONFIG, true},
-    {"layers", OPT_LAYERS, true},
-    {"heads", OPT_HEADS, true},
-    {"kv-heads", OPT_KV_HEADS, true},
-    {"head-dim", OPT_HEAD_DIM, true},
-    {"dtype", OPT_DTYPE, true},
-    {"kv-dtype", OPT_KV_DTYPE, true},
-    {"weights-dtype", OPT_W_DTYPE, true},
-    {"block-size", OPT_BLOCK_SIZE, true},
-    {"seq-len", OPT_SEQ_LEN, true},
-    {"batch", OPT_BATCH, true},
-    {"lens", OPT_LENS, true},
-    {"max-len", OPT_MAX_LEN, true},
-    {"gpu-mem", OPT_GPU_MEM, true},
-    {"util", OPT_UTIL, true},
-    {"weights-mem", OPT_WEIGHTS_MEM, true},
-    {"params", OPT_PARAMS, true},
-    {"reserve", OPT_RESERVE, true},
-    {"tp", OPT_TP, true},
-    {"trace", OPT_TRACE, true},
-    {"trace-block-size", OPT_TRACE_BS, true},
-    {"concurrency", OPT_CONCURRENCY, true},
-    {"include-output", OPT_INCLUDE_OUTPUT, false},
-    {"no-include-output", OPT_NO_INCLUDE_OUTPUT, false},
-    {"json", OPT_JSON, false},
-    {"list-models", OPT_LIST, false},
-    {"help", OPT_HELP, false},
+static const struct option longopts[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"heads", required_argument, NULL, OPT_HEADS},
+    {"kv-heads", required_argument, NULL, OPT_KV_HEADS},
+    {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+    {"weights-dtype", required_argument, NULL, OPT_W_DTYPE},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"lens", required_argument, NULL, OPT_LENS},
+    {"max-len", required_argument, NULL, OPT_MAX_LEN},
+    {"gpu-mem", required_argument, NULL, OPT_GPU_MEM},
+    {"util", required_argument, NULL, OPT_UTIL},
+    {"weights-mem", required_argument, NULL, OPT_WEIGHTS_MEM},
+    {"params", required_argument, NULL, OPT_PARAMS},
+    {"reserve", required_argument, NULL, OPT_RESERVE},
+    {"tp", required_argument, NULL, OPT_TP},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"trace-block-size", required_argument, NULL, OPT_TRACE_BS},
+    {"concurrency", required_argument, NULL, OPT_CONCURRENCY},
+    {"max-line-bytes", required_argument, NULL, OPT_MAX_LINE},
+    {"include-output", no_argument, NULL, OPT_INCLUDE_OUTPUT},
+    {"no-include-output", no_argument, NULL, OPT_NO_INCLUDE_OUTPUT},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"list-models", no_argument, NULL, OPT_LIST},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
 };
 
 /* Apply one option. Returns 0 or an exit code (message printed). */
@@ -226,13 +195,13 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
         o->config_path = v;
         break;
     case OPT_LAYERS:
-        return flag_uint(flag, v, 1, MAX_COUNT, &o->layers);
+        return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->layers);
     case OPT_HEADS:
-        return flag_uint(flag, v, 1, MAX_COUNT, &o->heads);
+        return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->heads);
     case OPT_KV_HEADS:
-        return flag_uint(flag, v, 1, MAX_COUNT, &o->kv_heads);
+        return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->kv_heads);
     case OPT_HEAD_DIM:
-        return flag_uint(flag, v, 1, MAX_COUNT, &o->head_dim);
+        return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->head_dim);
     case OPT_DTYPE:
         o->dtype = v;
         break;
@@ -243,56 +212,49 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
         o->w_dtype = v;
         break;
     case OPT_BLOCK_SIZE:
-        if ((rc = flag_uint(flag, v, 1, MAX_BLOCK_SIZE, &x)) == 0)
+        if ((rc = cli_flag_uint("plan", flag, v, 1, MAX_BLOCK_SIZE, &x)) == 0)
             o->block_size = (uint32_t)x;
         break;
     case OPT_SEQ_LEN:
-        return flag_uint(flag, v, 1, LOG_MAX_LEN, &o->seq_len);
+        return cli_flag_uint("plan", flag, v, 1, LOG_MAX_LEN, &o->seq_len);
     case OPT_BATCH:
-        return flag_uint(flag, v, 1, UINT64_C(4294967295), &o->batch);
+        return cli_flag_uint("plan", flag, v, 1, UINT64_C(4294967295), &o->batch);
     case OPT_LENS:
         return parse_lens(v, o);
     case OPT_MAX_LEN:
-        return flag_uint(flag, v, 1, LOG_MAX_LEN, &o->max_len);
+        return cli_flag_uint("plan", flag, v, 1, LOG_MAX_LEN, &o->max_len);
     case OPT_GPU_MEM:
-        if ((rc = flag_bytes(flag, v, &o->gpu_mem)) == 0 && o->gpu_mem == 0)
-            rc = fail(EXIT_INPUT, "--gpu-mem must be greater than 0");
+        rc = cli_flag_bytes("plan", flag, v, 1, UINT64_MAX, &o->gpu_mem);
         o->have_gpu_mem = true;
         break;
     case OPT_UTIL:
-        if (cli_parse_fraction(v, &o->util_ppm) != PL_OK)
-            rc = fail(EXIT_INPUT,
-                      "--util: '%s' is not a fraction in (0, 1] with at most 6 decimals", v);
+        rc = cli_flag_fraction("plan", flag, v, &o->util_ppm);
         break;
     case OPT_WEIGHTS_MEM:
-        rc = flag_bytes(flag, v, &o->weights_mem);
+        rc = cli_flag_bytes("plan", flag, v, 0, UINT64_MAX, &o->weights_mem);
         o->have_weights_mem = true;
         break;
-    case OPT_PARAMS: {
-        int prc = cli_parse_count(v, &o->params);
-        if (prc == PL_EOVERFLOW)
-            rc = fail(EXIT_INPUT, "--params: %s is too large", v);
-        else if (prc != PL_OK)
-            rc = fail(EXIT_INPUT, "--params: '%s' is not a count (examples: 8B, 70.6B, 7000M)", v);
-        else if (o->params == 0)
-            rc = fail(EXIT_INPUT, "--params must be greater than 0");
-        break;
-    }
+    case OPT_PARAMS:
+        return cli_flag_count("plan", flag, v, 1, UINT64_MAX, &o->params);
     case OPT_RESERVE:
-        return flag_bytes(flag, v, &o->reserve);
+        return cli_flag_bytes("plan", flag, v, 0, UINT64_MAX, &o->reserve);
     case OPT_TP:
-        if ((rc = flag_uint(flag, v, 1, 1u << 20, &x)) == 0)
+        if ((rc = cli_flag_uint("plan", flag, v, 1, 1u << 20, &x)) == 0)
             o->tp = (uint32_t)x;
         break;
     case OPT_TRACE:
         o->trace = v;
         break;
     case OPT_TRACE_BS:
-        if ((rc = flag_uint(flag, v, 0, MAX_BLOCK_SIZE, &x)) == 0)
+        if ((rc = cli_flag_uint("plan", flag, v, 0, MAX_BLOCK_SIZE, &x)) == 0)
             o->trace_bs = (uint32_t)x;
         break;
     case OPT_CONCURRENCY:
-        return flag_uint(flag, v, 1, UINT64_C(4294967295), &o->concurrency);
+        return cli_flag_uint("plan", flag, v, 1, UINT64_C(4294967295), &o->concurrency);
+    case OPT_MAX_LINE:
+        if ((rc = cli_flag_bytes("plan", flag, v, 1024, LOG_MAX_LINE_LIMIT, &x)) == 0)
+            o->max_line_bytes = (size_t)x;
+        break;
     case OPT_INCLUDE_OUTPUT:
         o->include_output = true;
         break;
@@ -314,50 +276,29 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
     return rc;
 }
 
-/* Parse argv[1 ..]. Returns 0 or an exit code (message printed). */
+/* Parse argv[1 ..] with getopt_long. Returns 0 or an exit code (message printed). */
 static int parse_args(int argc, char **argv, plan_opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
-            return fail(EXIT_USAGE, "unexpected argument '%s'", a);
-        const char *name = a + 2;
-        const char *eq = strchr(name, '=');
-        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
-        int idx = -1;
-        for (size_t k = 0; k < sizeof options / sizeof options[0]; k++) {
-            if (strlen(options[k].name) == name_len &&
-                strncmp(options[k].name, name, name_len) == 0) {
-                idx = (int)k;
-                break;
-            }
-        }
-        if (idx < 0)
-            return fail(EXIT_USAGE, "unknown option '%.*s'", (int)name_len + 2, a);
-        const char *v = NULL;
-        if (options[idx].has_arg) {
-            if (eq != NULL)
-                v = eq + 1;
-            else if (i + 1 < argc)
-                v = argv[++i];
-            else
-                return fail(EXIT_USAGE, "--%s needs a value", options[idx].name);
-        } else if (eq != NULL) {
-            return fail(EXIT_USAGE, "--%s takes no value", options[idx].name);
-        }
+    int c, idx;
+    cli_getopt_begin();
+    while ((c = getopt_long(argc, argv, ":h", longopts, &idx)) != -1) {
+        if (c == '?' || c == ':')
+            return cli_getopt_error("plan", c, argv, longopts);
         char flag[64];
-        snprintf(flag, sizeof flag, "--%s", options[idx].name);
-        int rc = apply_opt(o, options[idx].id, flag, v);
+        snprintf(flag, sizeof flag, "--%s", c == 'h' ? "help" : longopts[idx].name);
+        int rc = apply_opt(o, c, flag, optarg);
         if (rc != 0)
             return rc;
     }
+    if (optind < argc)
+        return fail(CLI_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
     return 0;
 }
 
 static int dtype_flag(const char *flag, const char *v, pl_dtype *out)
 {
     if (pl_dtype_parse(v, out) != PL_OK)
-        return fail(EXIT_INPUT, "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8 or int8)", flag,
+        return fail(CLI_EXIT_USAGE, "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8 or int8)", flag,
                     v);
     return 0;
 }
@@ -368,32 +309,32 @@ static int build_model(const plan_opts *o, plan_result *r)
     static char errbuf[512];
     pl_model_shape_init(&r->m);
     if (o->model_name != NULL && o->config_path != NULL)
-        return fail(EXIT_USAGE, "give either --model or --config, not both");
+        return fail(CLI_EXIT_USAGE, "give either --model or --config, not both");
     if (o->model_name != NULL) {
         const pl_model_preset *p = pl_model_find(o->model_name);
         if (p == NULL)
-            return fail(EXIT_INPUT, "--model: unknown preset '%s' (see --list-models)",
+            return fail(CLI_EXIT_USAGE, "--model: unknown preset '%s' (see --list-models)",
                         o->model_name);
         r->m = p->shape;
         r->model_label = p->name;
         r->model_source = p->source;
     } else if (o->config_path != NULL) {
         if (pl_model_from_config(o->config_path, &r->m, errbuf, sizeof errbuf) != PL_OK)
-            return fail(EXIT_INPUT, "--config: %s", errbuf);
+            return fail(CLI_EXIT_INPUT, "--config: %s", errbuf);
         r->model_label = o->config_path;
         r->model_source = "Hugging Face config.json";
     } else {
         if (o->layers == 0 && o->kv_heads == 0 && o->head_dim == 0)
-            return fail(EXIT_USAGE, "no model: give --model NAME, --config FILE, or --layers, "
+            return fail(CLI_EXIT_USAGE, "no model: give --model NAME, --config FILE, or --layers, "
                                     "--kv-heads and --head-dim");
         if (o->layers == 0)
-            return fail(EXIT_USAGE, "--layers is missing (the shape needs --layers, "
+            return fail(CLI_EXIT_USAGE, "--layers is missing (the shape needs --layers, "
                                     "--kv-heads and --head-dim)");
         if (o->kv_heads == 0)
-            return fail(EXIT_USAGE, "--kv-heads is missing (the shape needs --layers, "
+            return fail(CLI_EXIT_USAGE, "--kv-heads is missing (the shape needs --layers, "
                                     "--kv-heads and --head-dim)");
         if (o->head_dim == 0)
-            return fail(EXIT_USAGE, "--head-dim is missing (the shape needs --layers, "
+            return fail(CLI_EXIT_USAGE, "--head-dim is missing (the shape needs --layers, "
                                     "--kv-heads and --head-dim)");
         r->model_label = "custom shape";
         r->model_source = "command-line flags";
@@ -431,10 +372,10 @@ static int build_model(const plan_opts *o, plan_result *r)
         r->m.n_params = o->params;
     const char *what = NULL;
     if (pl_model_shape_check(&r->m, &what) != PL_OK)
-        return fail(EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what, r->m.n_heads,
+        return fail(CLI_EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what, r->m.n_heads,
                     r->m.n_kv_heads);
     if (pl_tp_split(&r->m, o->tp, &r->tp, &what) != PL_OK)
-        return fail(EXIT_INPUT, "--tp %u: %s (query heads %u, KV heads %u)", o->tp, what,
+        return fail(CLI_EXIT_INPUT, "--tp %u: %s (query heads %u, KV heads %u)", o->tp, what,
                     r->m.n_heads, r->m.n_kv_heads);
     return 0;
 }
@@ -445,10 +386,11 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
     log_options lo;
     log_options_init(&lo);
     lo.hash_block_size = o->trace_bs;
+    lo.max_line_bytes = o->max_line_bytes;
     log_reader *rd = NULL;
     char err[512];
     if (log_open(o->trace, &lo, &rd, err, sizeof err) != 0)
-        return fail(EXIT_INPUT, "--trace: %s", err);
+        return fail(CLI_EXIT_INPUT, "--trace: %s", err);
     uint64_t *lens = NULL;
     size_t n = 0, cap = 0;
     int code = 0;
@@ -458,7 +400,7 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
         if (rc == LOG_END)
             break;
         if (rc < 0) {
-            code = fail(EXIT_INPUT, "%s", log_error(rd));
+            code = fail(CLI_EXIT_INPUT, "%s", log_error(rd));
             break;
         }
         uint64_t len = rec.input_length + (o->include_output ? rec.output_length : 0);
@@ -470,7 +412,7 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
             size_t ncap = cap == 0 ? 1024 : cap * 2;
             uint64_t *nl = ncap > cap ? realloc(lens, ncap * sizeof *lens) : NULL;
             if (nl == NULL) {
-                code = fail(EXIT_INPUT, "--trace: out of memory after %zu requests", n);
+                code = fail(CLI_EXIT_INPUT, "--trace: out of memory after %zu requests", n);
                 break;
             }
             lens = nl;
@@ -479,8 +421,8 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
         lens[n++] = len;
     }
     if (code == 0 && n == 0)
-        code = fail(EXIT_INPUT, "%s: no requests (the file is empty or has only blank lines)",
-                    strcmp(o->trace, "-") == 0 ? "<stdin>" : o->trace);
+        code = fail(CLI_EXIT_INPUT, "%s: no requests (the file is empty or has only blank lines)",
+                    cli_input_name(o->trace));
     log_close(rd);
     if (code != 0) {
         free(lens);
@@ -493,7 +435,7 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
 
 static int overflow(const char *what)
 {
-    return fail(EXIT_INPUT, "%s does not fit in 64 bits; use smaller values", what);
+    return fail(CLI_EXIT_INPUT, "%s does not fit in 64 bits; use smaller values", what);
 }
 
 /* Compute every figure. Returns 0 or an exit code. */
@@ -508,9 +450,9 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
 
     /* The batch: --seq-len x --batch, or --lens. */
     if (o->n_lens > 0 && (o->seq_len > 0 || o->batch > 0))
-        return fail(EXIT_USAGE, "give either --lens or --seq-len/--batch, not both");
+        return fail(CLI_EXIT_USAGE, "give either --lens or --seq-len/--batch, not both");
     if (o->batch > 0 && o->seq_len == 0)
-        return fail(EXIT_USAGE, "--batch needs --seq-len");
+        return fail(CLI_EXIT_USAGE, "--batch needs --seq-len");
     uint64_t longest = 0;
     if (o->seq_len > 0 || o->n_lens > 0) {
         r->has_batch = true;
@@ -529,7 +471,7 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
         r->max_len_given = o->max_len > 0;
         r->max_len = o->max_len > 0 ? o->max_len : longest;
         if (r->max_len < longest)
-            return fail(EXIT_INPUT,
+            return fail(CLI_EXIT_INPUT,
                         "--max-len %llu is shorter than a sequence of %llu tokens in the batch",
                         (unsigned long long)r->max_len, (unsigned long long)longest);
         if (r->uniform) {
@@ -579,7 +521,7 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
             return overflow("the sum of the trace lengths");
         r->tmax_len = o->max_len > 0 ? o->max_len : r->st.max;
         if (r->tmax_len < r->st.max)
-            return fail(EXIT_INPUT,
+            return fail(CLI_EXIT_INPUT,
                         "--max-len %llu is shorter than the longest request in the trace "
                         "(%llu tokens)",
                         (unsigned long long)r->tmax_len, (unsigned long long)r->st.max);
@@ -627,11 +569,11 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
                      pl_dtype_name(r->m.w_dtype));
             r->weights_from = r->weights_from_buf;
         } else {
-            return fail(EXIT_USAGE, "--gpu-mem needs the weight memory: give --weights-mem or "
+            return fail(CLI_EXIT_USAGE, "--gpu-mem needs the weight memory: give --weights-mem or "
                                     "--params (a --model preset knows its parameter count)");
         }
         if (o->reserve >= o->gpu_mem)
-            return fail(EXIT_INPUT,
+            return fail(CLI_EXIT_INPUT,
                         "--reserve (%llu bytes) is not smaller than --gpu-mem "
                         "(%llu bytes)",
                         (unsigned long long)o->reserve, (unsigned long long)o->gpu_mem);
@@ -649,7 +591,7 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
             uint64_t q = o->gpu_mem / 1000000, rem = o->gpu_mem % 1000000;
             uint64_t budget = q * o->util_ppm + rem * o->util_ppm / 1000000;
             uint64_t wpg = r->weights_total / r->tp.tp + (r->weights_total % r->tp.tp != 0);
-            return fail(EXIT_INPUT,
+            return fail(CLI_EXIT_INPUT,
                         "no memory left for the KV cache: weights %s per GPU (%s) + --reserve "
                         "%s do not fit the budget of %s (--gpu-mem x --util)",
                         cli_fmt_binary(wpg, a, sizeof a), r->weights_from,
@@ -703,6 +645,7 @@ int pl_main(int argc, char **argv)
     o.tp = 1;
     o.trace_bs = 512;
     o.include_output = true;
+    o.max_line_bytes = LOG_DEFAULT_MAX_LINE;
     plan_result r;
     memset(&r, 0, sizeof r);
     uint64_t *trace_lens = NULL;
@@ -719,8 +662,8 @@ int pl_main(int argc, char **argv)
         else
             pl_print_table(&r, &o);
     }
-    if (rc == 0 && fflush(stdout) != 0)
-        rc = fail(EXIT_INPUT, "cannot write the output");
+    if (rc == 0)
+        rc = cli_stdout_check("plan");
     free(trace_lens);
     free(o.lens);
     return rc;

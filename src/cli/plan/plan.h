@@ -34,6 +34,7 @@ typedef struct plan_opts {
     const char *trace;                          /* --trace, or NULL */
     uint32_t trace_bs;                          /* --trace-block-size */
     uint64_t concurrency;                       /* --concurrency; 0 when not given */
+    size_t max_line_bytes;                      /* --max-line-bytes */
     bool include_output;                        /* lengths include output tokens */
     bool json;                                  /* --json */
     bool list_models;                           /* --list-models */

@@ -28,11 +28,9 @@
 #include "flags.h"
 #include "logread.h"
 #include "models.h"
+#include "outfile.h"
 #include "svgplot.h"
 
-#define EXIT_INPUT    1
-#define EXIT_USAGE    2
-#define EXIT_INTERNAL 3
 #define RP_CAP_MAX    (UINT64_C(1) << 48) /* largest capacity in blocks (exact in JSON) */
 
 static const char usage_text[] =
@@ -66,10 +64,14 @@ static const char usage_text[] =
     "  --sort               replay in timestamp order (stable) instead of file order\n"
     "  --seed N             hash seed (default 0)\n"
     "  --skip-invalid       count and skip malformed lines instead of stopping\n"
+    "  --max-line-bytes N   longest accepted line (default 64MiB; also bounds what a\n"
+    "                       compressed line may expand to)\n"
     "\n"
     "Output:\n"
     "  --json, --csv        machine-readable output instead of the table\n"
-    "  --plot FILE.svg      hit rate against capacity (needs a sweep)\n"
+    "  -o, --output FILE    write the report to FILE (replaced only when the run succeeds)\n"
+    "  --plot FILE.svg      hit rate against capacity (needs a sweep; replaced only when\n"
+    "                       the run succeeds)\n"
     "  --diagnose           where shared prefixes break: common-prefix reach and the most\n"
     "                       frequent divergence points (a timestamp or id up front)\n"
     "  --top N              rows per breakdown and diagnostics list (default 10)\n"
@@ -80,88 +82,205 @@ static const char usage_text[] =
     "  kvprefix replay --sweep --plot curve.svg --capacity 20000 conversation_trace.jsonl\n"
     "  kvprefix replay --capacity 40GiB --model Llama-3.1-8B requests.jsonl.zst\n"
     "  kvprefix replay --diagnose --capacity 1Mtok --format openai bodies.jsonl\n"
-    "  zcat big.jsonl.gz | kvprefix replay --capacities 1K,10K,100K --csv -\n";
+    "  zcat big.jsonl.gz | kvprefix replay --capacities 1K,10K,100K --csv -\n"
+    "\n" CLI_EXIT_HELP;
 
 /* Print "kvprefix replay: message" to stderr and return code (the exit status). */
 #define fail(...) cli_fail("replay", __VA_ARGS__)
 
 /* ---- options ------------------------------------------------------------------------------ */
 
-static int flag_uint(const char *flag, const char *v, uint64_t min, uint64_t max, uint64_t *out)
-{
-    uint64_t x = 0;
-    int rc = cli_parse_uint(v, max, &x);
-    if (rc != PL_OK || x < min)
-        return fail(EXIT_USAGE, "%s: '%s' is not an integer in %llu..%llu", flag, v,
-                    (unsigned long long)min, (unsigned long long)max);
-    *out = x;
-    return 0;
-}
+enum {
+    OPT_CAPACITY = 256,
+    OPT_CAPACITIES,
+    OPT_SWEEP,
+    OPT_MODEL,
+    OPT_CONFIG,
+    OPT_KV_DTYPE,
+    OPT_FORMAT,
+    OPT_BLOCK_SIZE,
+    OPT_TRACE_BS,
+    OPT_TOKENIZER,
+    OPT_CACHE_OUTPUT,
+    OPT_SORT,
+    OPT_SEED,
+    OPT_SKIP_INVALID,
+    OPT_MAX_LINE,
+    OPT_JSON,
+    OPT_CSV,
+    OPT_PLOT,
+    OPT_DIAGNOSE,
+    OPT_TOP,
+    OPT_PROGRESS,
+    OPT_NO_PROGRESS
+};
 
-/* Flags that take a value. */
-static const char *const value_flags[] = {
-    "--capacity",  "--capacities", "--model",      "--config",
-    "--kv-dtype",  "--format",     "--block-size", "--trace-block-size",
-    "--tokenizer", "--seed",       "--plot",       "--top",
-    NULL};
+static const struct option longopts[] = {
+    {"capacity", required_argument, NULL, OPT_CAPACITY},
+    {"capacities", required_argument, NULL, OPT_CAPACITIES},
+    {"sweep", optional_argument, NULL, OPT_SWEEP},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"trace-block-size", required_argument, NULL, OPT_TRACE_BS},
+    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+    {"cache-output", no_argument, NULL, OPT_CACHE_OUTPUT},
+    {"sort", no_argument, NULL, OPT_SORT},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"skip-invalid", no_argument, NULL, OPT_SKIP_INVALID},
+    {"max-line-bytes", required_argument, NULL, OPT_MAX_LINE},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"csv", no_argument, NULL, OPT_CSV},
+    {"output", required_argument, NULL, 'o'},
+    {"plot", required_argument, NULL, OPT_PLOT},
+    {"diagnose", no_argument, NULL, OPT_DIAGNOSE},
+    {"top", required_argument, NULL, OPT_TOP},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
 
-static bool takes_value(const char *flag)
-{
-    for (size_t i = 0; value_flags[i]; i++)
-        if (strcmp(flag, value_flags[i]) == 0)
-            return true;
-    return false;
-}
+static const cli_choice formats[] = {{"auto", 0},
+                                     {"tokens", LOG_TOKENS},
+                                     {"mooncake", LOG_MOONCAKE},
+                                     {"openai", LOG_OPENAI},
+                                     {NULL, 0}};
+static const cli_choice tokenizers[] = {{"words", TOK_WORDS}, {"bytes", TOK_BYTES}, {NULL, 0}};
 
-static int apply_value(rp_options *o, const char *flag, const char *v)
+/* Apply an option that takes a number or a choice. Returns 0 or the exit status. */
+static int apply_value(rp_options *o, int c, const char *flag, const char *v)
 {
     uint64_t x = 0;
     int rc = 0;
-    if (strcmp(flag, "--capacity") == 0) {
-        o->capacity = v;
-    } else if (strcmp(flag, "--capacities") == 0) {
-        o->capacities = v;
-    } else if (strcmp(flag, "--model") == 0) {
-        o->model = v;
-    } else if (strcmp(flag, "--config") == 0) {
-        o->config = v;
-    } else if (strcmp(flag, "--kv-dtype") == 0) {
-        o->kv_dtype = v;
-    } else if (strcmp(flag, "--plot") == 0) {
-        o->plot_path = v;
-    } else if (strcmp(flag, "--format") == 0) {
-        if (strcmp(v, "auto") == 0)
-            o->format = 0;
-        else if (strcmp(v, "tokens") == 0)
-            o->format = LOG_TOKENS;
-        else if (strcmp(v, "mooncake") == 0)
-            o->format = LOG_MOONCAKE;
-        else if (strcmp(v, "openai") == 0)
-            o->format = LOG_OPENAI;
-        else
-            return fail(EXIT_USAGE, "--format: '%s' is not auto, tokens, mooncake or openai", v);
-    } else if (strcmp(flag, "--tokenizer") == 0) {
-        if (strcmp(v, "words") == 0)
-            o->tokenizer = TOK_WORDS;
-        else if (strcmp(v, "bytes") == 0)
-            o->tokenizer = TOK_BYTES;
-        else
-            return fail(EXIT_USAGE, "--tokenizer: '%s' is not words or bytes", v);
-    } else if (strcmp(flag, "--block-size") == 0) {
-        if ((rc = flag_uint(flag, v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
-            o->block_size = (uint32_t)x;
-    } else if (strcmp(flag, "--trace-block-size") == 0) {
-        if ((rc = flag_uint(flag, v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
-            o->trace_block_size = (uint32_t)x;
-    } else if (strcmp(flag, "--seed") == 0) {
-        rc = flag_uint(flag, v, 0, UINT64_MAX, &o->seed);
-    } else if (strcmp(flag, "--top") == 0) {
-        if ((rc = flag_uint(flag, v, 1, 1000, &x)) == 0)
+    switch (c) {
+    case OPT_FORMAT:
+        return cli_flag_choice("replay", flag, v, formats, &o->format);
+    case OPT_TOKENIZER:
+        return cli_flag_choice("replay", flag, v, tokenizers, &o->tokenizer);
+    case OPT_BLOCK_SIZE:
+    case OPT_TRACE_BS:
+        if ((rc = cli_flag_uint("replay", flag, v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
+            *(c == OPT_BLOCK_SIZE ? &o->block_size : &o->trace_block_size) = (uint32_t)x;
+        return rc;
+    case OPT_SEED:
+        return cli_flag_uint("replay", flag, v, 0, UINT64_MAX, &o->seed);
+    case OPT_TOP:
+        if ((rc = cli_flag_uint("replay", flag, v, 1, 1000, &x)) == 0)
             o->top = (unsigned)x;
+        return rc;
+    case OPT_SWEEP:
+        o->sweep = true;
+        if (v && (rc = cli_flag_uint("replay", flag, v, 2, RP_MAX_CAPS, &x)) == 0)
+            o->sweep_points = (unsigned)x;
+        return rc;
+    case OPT_MAX_LINE:
+        if ((rc = cli_flag_bytes("replay", flag, v, 1024, LOG_MAX_LINE_LIMIT, &x)) == 0)
+            o->max_line_bytes = (size_t)x;
+        return rc;
+    default:
+        return 0;
     }
+}
+
+/* The flag of option value c as the user spells it ("--top"). Cannot fail. */
+static const char *opt_name(int c, char *buf, size_t size)
+{
+    for (const struct option *o = longopts; o->name; o++)
+        if (o->val == c)
+            snprintf(buf, size, "--%s", o->name);
+    return buf;
+}
+
+/* Apply one option getopt_long returned. Returns 0, -1 after --help, or the exit status. */
+static int apply_opt(rp_options *o, int c, const char *v)
+{
+    char name[40] = "";
+    switch (c) {
+    case 'h':
+        fputs(usage_text, stdout);
+        return -1;
+    case 'o':
+        o->output_path = v;
+        break;
+    case OPT_CAPACITY:
+        o->capacity = v;
+        break;
+    case OPT_CAPACITIES:
+        o->capacities = v;
+        break;
+    case OPT_MODEL:
+        o->model = v;
+        break;
+    case OPT_CONFIG:
+        o->config = v;
+        break;
+    case OPT_KV_DTYPE:
+        o->kv_dtype = v;
+        break;
+    case OPT_PLOT:
+        o->plot_path = v;
+        break;
+    case OPT_CACHE_OUTPUT:
+        o->cache_output = true;
+        break;
+    case OPT_SORT:
+        o->sort = true;
+        break;
+    case OPT_SKIP_INVALID:
+        o->skip_invalid = true;
+        break;
+    case OPT_JSON:
+        o->json = true;
+        break;
+    case OPT_CSV:
+        o->csv = true;
+        break;
+    case OPT_DIAGNOSE:
+        o->diagnose = true;
+        break;
+    case OPT_PROGRESS:
+    case OPT_NO_PROGRESS:
+        o->progress = c == OPT_PROGRESS;
+        break;
+    default:
+        return apply_value(o, c, opt_name(c, name, sizeof name), v);
+    }
+    return 0;
+}
+
+/* The checks between options, once all are known. Returns 0 or the exit status. */
+static int check_args(const rp_options *o)
+{
+    if (!o->path)
+        return fail(CLI_EXIT_USAGE, "no log given");
+    if (o->json && o->csv)
+        return fail(CLI_EXIT_USAGE, "--json and --csv exclude each other");
+    if (!o->capacity && !o->capacities && !o->sweep)
+        return fail(CLI_EXIT_USAGE, "give --capacity C, --sweep or --capacities A,B,...");
+    if (o->sweep && o->capacities)
+        return fail(CLI_EXIT_USAGE, "--sweep and --capacities exclude each other");
+    if (o->plot_path && !o->sweep && !o->capacities)
+        return fail(CLI_EXIT_USAGE, "--plot draws a sweep: add --sweep or --capacities");
+    if (o->model && o->config)
+        return fail(CLI_EXIT_USAGE, "--model and --config exclude each other");
+    const char *inputs[] = {o->path, o->config};
+    int rc = cli_out_refuse_input("replay", "--plot", o->plot_path, inputs, 2);
+    if (rc == 0)
+        rc = cli_out_refuse_input("replay", "--output", o->output_path, inputs, 2);
+    if (rc == 0 && o->plot_path && o->output_path && strcmp(o->plot_path, o->output_path) == 0 &&
+        strcmp(o->plot_path, "-") != 0)
+        rc = fail(CLI_EXIT_USAGE, "--plot and --output name the same file");
+    if (rc == 0 && o->plot_path && strcmp(o->plot_path, "-") == 0 &&
+        (!o->output_path || strcmp(o->output_path, "-") == 0))
+        rc = fail(CLI_EXIT_USAGE, "--plot - writes the chart to standard output: send the report "
+                                  "elsewhere with -o FILE");
     return rc;
 }
 
+/* Parse argv. Returns 0, -1 after --help, or the exit status (message printed). */
 static int parse_args(int argc, char **argv, rp_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -171,82 +290,21 @@ static int parse_args(int argc, char **argv, rp_options *o)
     o->sweep_points = 20;
     o->progress = -1;
     o->top = 10;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage_text, stdout);
-            return -1;
-        }
-        if (a[0] != '-' || strcmp(a, "-") == 0) {
-            if (o->path)
-                return fail(EXIT_USAGE, "one log at a time ('%s' and '%s')", o->path, a);
-            o->path = a;
-            continue;
-        }
-        char flag[64];
-        const char *eq = strchr(a, '=');
-        size_t n = eq ? (size_t)(eq - a) : strlen(a);
-        if (n >= sizeof flag)
-            return fail(EXIT_USAGE, "unknown option '%s'", a);
-        memcpy(flag, a, n);
-        flag[n] = '\0';
-        const char *v = eq ? eq + 1 : NULL;
-        if (takes_value(flag)) {
-            if (!v) {
-                if (i + 1 >= argc)
-                    return fail(EXIT_USAGE, "%s needs a value", flag);
-                v = argv[++i];
-            }
-            int rc = apply_value(o, flag, v);
-            if (rc)
-                return rc;
-            continue;
-        }
-        if (strcmp(flag, "--sweep") == 0) {
-            o->sweep = true;
-            if (v) {
-                uint64_t x = 0;
-                int rc = flag_uint("--sweep", v, 2, RP_MAX_CAPS, &x);
-                if (rc)
-                    return rc;
-                o->sweep_points = (unsigned)x;
-            }
-            continue;
-        }
-        if (v)
-            return fail(EXIT_USAGE, "%s takes no value", flag);
-        if (strcmp(flag, "--json") == 0)
-            o->json = true;
-        else if (strcmp(flag, "--csv") == 0)
-            o->csv = true;
-        else if (strcmp(flag, "--diagnose") == 0)
-            o->diagnose = true;
-        else if (strcmp(flag, "--skip-invalid") == 0)
-            o->skip_invalid = true;
-        else if (strcmp(flag, "--cache-output") == 0)
-            o->cache_output = true;
-        else if (strcmp(flag, "--sort") == 0)
-            o->sort = true;
-        else if (strcmp(flag, "--progress") == 0)
-            o->progress = 1;
-        else if (strcmp(flag, "--no-progress") == 0)
-            o->progress = 0;
-        else
-            return fail(EXIT_USAGE, "unknown option '%s'", a);
+    o->max_line_bytes = LOG_DEFAULT_MAX_LINE;
+    int c;
+    cli_getopt_begin();
+    while ((c = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
+        if (c == '?' || c == ':')
+            return cli_getopt_error("replay", c, argv, longopts);
+        int rc = apply_opt(o, c, optarg);
+        if (rc)
+            return rc;
     }
-    if (!o->path)
-        return fail(EXIT_USAGE, "no log given");
-    if (o->json && o->csv)
-        return fail(EXIT_USAGE, "--json and --csv exclude each other");
-    if (!o->capacity && !o->capacities && !o->sweep)
-        return fail(EXIT_USAGE, "give --capacity C, --sweep or --capacities A,B,...");
-    if (o->sweep && o->capacities)
-        return fail(EXIT_USAGE, "--sweep and --capacities exclude each other");
-    if (o->plot_path && !o->sweep && !o->capacities)
-        return fail(EXIT_USAGE, "--plot draws a sweep: add --sweep or --capacities");
-    if (o->model && o->config)
-        return fail(EXIT_USAGE, "--model and --config exclude each other");
-    return 0;
+    if (optind < argc)
+        o->path = argv[optind++];
+    if (optind < argc)
+        return fail(CLI_EXIT_USAGE, "one log at a time ('%s' and '%s')", o->path, argv[optind]);
+    return check_args(o);
 }
 
 /* ---- capacities --------------------------------------------------------------------------- */
@@ -269,7 +327,7 @@ static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
     char buf[64];
     size_t given = n;
     if (n == 0 || n >= sizeof buf)
-        return fail(EXIT_USAGE, "%s: '%.*s' is not a capacity", flag, (int)n, s);
+        return fail(CLI_EXIT_USAGE, "%s: '%.*s' is not a capacity", flag, (int)n, s);
     memcpy(buf, s, n);
     buf[n] = '\0';
     int rc;
@@ -294,7 +352,7 @@ static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
         rc = cli_parse_count(buf, &out->amount);
     }
     if (rc != PL_OK || out->amount == 0)
-        return fail(EXIT_USAGE,
+        return fail(CLI_EXIT_USAGE,
                     "%s: '%.*s' is not a positive capacity (blocks: 20000 or 64K; tokens: "
                     "1Mtok; KV memory: 40GiB with --model)",
                     flag, (int)given, s);
@@ -310,15 +368,15 @@ static int cap_blocks(const char *flag, const cap_spec *c, uint32_t block_size,
         b = c->amount / block_size;
     if (c->unit == 2) {
         if (block_bytes == 0)
-            return fail(EXIT_USAGE, "%s: a capacity in bytes needs --model or --config", flag);
+            return fail(CLI_EXIT_USAGE, "%s: a capacity in bytes needs --model or --config", flag);
         b = c->amount / block_bytes;
     }
     if (b == 0)
-        return fail(EXIT_INPUT, "%s: less than one block of %u tokens", flag, block_size);
+        return fail(CLI_EXIT_INPUT, "%s: less than one block of %u tokens", flag, block_size);
     uint64_t unused;
     if (b > RP_CAP_MAX || pl_mul(b, block_size, &unused) != PL_OK ||
         pl_mul(b, block_bytes, &unused) != PL_OK)
-        return fail(EXIT_INPUT,
+        return fail(CLI_EXIT_INPUT,
                     "%s: %llu blocks is too large (at most 2^48, and the bytes must "
                     "fit 64 bits)",
                     flag, (unsigned long long)b);
@@ -334,7 +392,7 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
 {
     if (!o->model && !o->config) {
         if (o->kv_dtype)
-            return fail(EXIT_USAGE, "--kv-dtype needs --model or --config");
+            return fail(CLI_EXIT_USAGE, "--kv-dtype needs --model or --config");
         return 0;
     }
     pl_model_shape m;
@@ -343,24 +401,24 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
     if (o->model) {
         const pl_model_preset *p = pl_model_find(o->model);
         if (!p)
-            return fail(EXIT_USAGE, "--model: no preset '%s' (kvprefix plan --list-models)",
+            return fail(CLI_EXIT_USAGE, "--model: no preset '%s' (kvprefix plan --list-models)",
                         o->model);
         m = p->shape;
         name = p->name;
     } else {
         char err[512];
         if (pl_model_from_config(o->config, &m, err, sizeof err) != PL_OK)
-            return fail(EXIT_INPUT, "%s", err);
+            return fail(CLI_EXIT_INPUT, "%s", err);
         name = o->config;
     }
     if (o->kv_dtype && pl_dtype_parse(o->kv_dtype, &m.kv_dtype) != PL_OK)
-        return fail(EXIT_USAGE, "--kv-dtype: unknown dtype '%s'", o->kv_dtype);
+        return fail(CLI_EXIT_USAGE, "--kv-dtype: unknown dtype '%s'", o->kv_dtype);
     const char *what = NULL;
     uint64_t tok;
     if (pl_model_shape_check(&m, &what) != PL_OK)
-        return fail(EXIT_INPUT, "model shape: %s", what ? what : "invalid");
+        return fail(CLI_EXIT_INPUT, "model shape: %s", what ? what : "invalid");
     if (pl_token_bytes(&m, m.n_kv_heads, &tok) != PL_OK)
-        return fail(EXIT_INPUT, "model shape: KV bytes overflow");
+        return fail(CLI_EXIT_INPUT, "model shape: KV bytes overflow");
     *token_bytes = tok;
     snprintf(desc, desc_size, "%s, %s KV", name, pl_dtype_name(m.kv_dtype));
     return 0;
@@ -374,7 +432,8 @@ typedef struct prep {
     cap_spec caps[RP_MAX_CAPS]; /* --capacities values */
     size_t n_caps;
     uint64_t token_bytes; /* KV bytes per token, 0 without a model */
-    FILE *plot;           /* --plot file, created before reading */
+    cli_out plot;         /* --plot: its temporary file, created before reading */
+    cli_out report;       /* -o FILE or standard output */
 } prep;
 
 static int prepare(const rp_options *o, prep *p, rp_result *r)
@@ -394,7 +453,7 @@ static int prepare(const rp_options *o, prep *p, rp_result *r)
             const char *comma = strchr(s, ',');
             size_t len = comma ? (size_t)(comma - s) : strlen(s);
             if (p->n_caps == RP_MAX_CAPS)
-                return fail(EXIT_USAGE, "--capacities: at most %d values", RP_MAX_CAPS);
+                return fail(CLI_EXIT_USAGE, "--capacities: at most %d values", RP_MAX_CAPS);
             if ((rc = parse_cap("--capacities", s, len, &p->caps[p->n_caps])) != 0)
                 return rc;
             bytes |= p->caps[p->n_caps++].unit == 2;
@@ -406,10 +465,15 @@ static int prepare(const rp_options *o, prep *p, rp_result *r)
     if ((rc = model_bytes(o, &p->token_bytes, r->model_desc, sizeof r->model_desc)) != 0)
         return rc;
     if (bytes && p->token_bytes == 0)
-        return fail(EXIT_USAGE, "a capacity in bytes needs --model or --config");
-    if (o->plot_path && !(p->plot = fopen(o->plot_path, "w")))
-        return fail(EXIT_INPUT, "%s: cannot create: %s", o->plot_path, strerror(errno));
-    return 0;
+        return fail(CLI_EXIT_USAGE, "a capacity in bytes needs --model or --config");
+    /* Created now so that a path that cannot be written stops the run before the log is
+     * read; nothing replaces a target before write_outputs succeeds. */
+    if (o->plot_path && (rc = cli_out_open("replay", &p->plot, o->plot_path)) != 0)
+        return rc;
+    rc = cli_out_open("replay", &p->report, o->output_path ? o->output_path : "-");
+    if (rc != 0)
+        cli_out_abort(&p->plot);
+    return rc;
 }
 
 /* ---- progress ----------------------------------------------------------------------------- */
@@ -500,7 +564,7 @@ static int line_error(run *ru, uint64_t line_no, int rc, const char *msg)
         return 0;
     }
     fprintf(stderr, "%s:%llu: %s\n", name, (unsigned long long)line_no, msg);
-    return rc == RP_EINPUT ? EXIT_INPUT : rc == RP_ENOMEM ? EXIT_INPUT : EXIT_INTERNAL;
+    return rc == RP_EINPUT ? CLI_EXIT_INPUT : rc == RP_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL;
 }
 
 /* Replay one request (from a record or from the --sort buffer). */
@@ -537,7 +601,7 @@ static int replay_one(run *ru, const held *h)
         size_t n = h->n_tokens;
         if (h->ids) {
             if (!cli_grow((void **)&ru->folded, &ru->folded_cap, h->n_ids, sizeof *ru->folded))
-                return fail(EXIT_INPUT, "out of memory");
+                return fail(CLI_EXIT_INPUT, "out of memory");
             /* Only the ids of full blocks: a partial last block is never cached. */
             n = h->input_length / ru->res->block_size;
             n = n < h->n_ids ? n : h->n_ids;
@@ -547,7 +611,7 @@ static int replay_one(run *ru, const held *h)
         }
         if (rp_diag_add(ru->res->diag, root, sym, n, h->text, h->text_len, h->offsets,
                         h->line_no) != 0)
-            return fail(EXIT_INPUT, "out of memory");
+            return fail(CLI_EXIT_INPUT, "out of memory");
     }
     return 0;
 }
@@ -576,7 +640,7 @@ static int view_record(run *ru, const log_record *rec, held *h)
     if (ru->o->cache_output && rec->n_output_tokens > 0) {
         size_t n = rec->n_tokens + rec->n_output_tokens;
         if (!cli_grow((void **)&ru->joined, &ru->joined_cap, n, sizeof *ru->joined))
-            return fail(EXIT_INPUT, "out of memory");
+            return fail(CLI_EXIT_INPUT, "out of memory");
         memcpy(ru->joined, rec->tokens, rec->n_tokens * sizeof *ru->joined);
         memcpy(ru->joined + rec->n_tokens, rec->output_tokens,
                rec->n_output_tokens * sizeof *ru->joined);
@@ -611,7 +675,7 @@ static void held_free(held *h)
 static int hold(run *ru, const held *v)
 {
     if (!cli_grow((void **)&ru->held, &ru->held_cap, ru->n_held + 1, sizeof *ru->held))
-        return fail(EXIT_INPUT, "out of memory");
+        return fail(CLI_EXIT_INPUT, "out of memory");
     held *h = &ru->held[ru->n_held];
     *h = *v;
     h->seq = ru->n_held;
@@ -628,7 +692,7 @@ static int hold(run *ru, const held *v)
           (!v->offsets || h->offsets);
     if (!ok) {
         held_free(h);
-        return fail(EXIT_INPUT, "out of memory");
+        return fail(CLI_EXIT_INPUT, "out of memory");
     }
     ru->n_held++;
     return 0;
@@ -653,7 +717,7 @@ static int read_log(run *ru, progress *pg)
         if (rc == LOG_EINPUT) {
             if (!o->skip_invalid) {
                 fprintf(stderr, "%s\n", log_error(ru->reader));
-                return EXIT_INPUT;
+                return CLI_EXIT_INPUT;
             }
             if (res->n_skipped++ == 0)
                 snprintf(res->first_skip, sizeof res->first_skip, "%s", log_error(ru->reader));
@@ -661,7 +725,7 @@ static int read_log(run *ru, progress *pg)
         }
         if (rc < 0) {
             fprintf(stderr, "%s\n", log_error(ru->reader));
-            return EXIT_INPUT;
+            return CLI_EXIT_INPUT;
         }
         if (res->format == 0) {
             res->format = rec.format;
@@ -685,13 +749,13 @@ static int read_log(run *ru, progress *pg)
             char err[256];
             uint64_t blocks = 0;
             if (pl_mul(ru->prep->token_bytes, res->block_size, &res->block_bytes) != PL_OK)
-                return fail(EXIT_INPUT, "the KV bytes of one block overflow");
+                return fail(CLI_EXIT_INPUT, "the KV bytes of one block overflow");
             if (ru->prep->has_cap) {
                 if ((rc = cap_blocks("--capacity", &ru->prep->cap, res->block_size,
                                      res->block_bytes, &blocks)) != 0)
                     return rc;
                 if (blocks > (UINT64_C(1) << 31))
-                    return fail(EXIT_INPUT, "--capacity: %llu blocks; the pool holds at most 2^31",
+                    return fail(CLI_EXIT_INPUT, "--capacity: %llu blocks; the pool holds at most 2^31",
                                 (unsigned long long)blocks);
                 sc.pool_blocks = (uint32_t)blocks;
                 res->has_primary = true;
@@ -699,13 +763,13 @@ static int read_log(run *ru, progress *pg)
             }
             ru->sim = rp_sim_new(&sc, err, sizeof err);
             if (!ru->sim)
-                return fail(EXIT_INPUT, "%s", err);
+                return fail(CLI_EXIT_INPUT, "%s", err);
             if (o->diagnose) {
                 uint32_t unit = res->format == LOG_MOONCAKE ? res->block_size : 1;
                 uint32_t dbs = res->format == LOG_MOONCAKE ? 1 : res->block_size;
                 res->diag = rp_diag_new(dbs, unit);
                 if (!res->diag)
-                    return fail(EXIT_INPUT, "out of memory");
+                    return fail(CLI_EXIT_INPUT, "out of memory");
             }
         }
         held v;
@@ -779,13 +843,13 @@ static int evaluate(const rp_options *o, const prep *pp, rp_result *r)
         r->groups[d] = calloc(n ? n : 1, sizeof *r->groups[d]);
         r->groups_ceil[d] = calloc(n ? n : 1, sizeof *r->groups_ceil[d]);
         if (!r->groups[d] || !r->groups_ceil[d])
-            return fail(EXIT_INPUT, "out of memory");
+            return fail(CLI_EXIT_INPUT, "out of memory");
     }
     if (rp_sim_eval(r->sim, RP_CAP_INF, &r->ceiling, r->groups_ceil) != RP_OK)
-        return fail(EXIT_INPUT, "out of memory");
+        return fail(CLI_EXIT_INPUT, "out of memory");
     if (r->has_primary) {
         if (rp_sim_eval(r->sim, r->primary.capacity, &r->primary, r->groups) != RP_OK)
-            return fail(EXIT_INPUT, "out of memory");
+            return fail(CLI_EXIT_INPUT, "out of memory");
     } else {
         for (int d = 0; d < RP_N_DIMS; d++)
             memcpy(r->groups[d], r->groups_ceil[d],
@@ -798,7 +862,7 @@ static int evaluate(const rp_options *o, const prep *pp, rp_result *r)
             return rc;
         for (size_t i = 0; i < r->n_curve; i++)
             if (rp_sim_eval(r->sim, caps[i], &r->curve[i], NULL) != RP_OK)
-                return fail(EXIT_INPUT, "out of memory");
+                return fail(CLI_EXIT_INPUT, "out of memory");
     }
     return 0;
 }
@@ -847,9 +911,86 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
     p.marker_label = mlabel;
     char err[256];
     int rc = svg_write(f, &p, err, sizeof err);
-    if (rc != 0 || fflush(f) != 0 || ferror(f))
-        return fail(EXIT_INPUT, "%s: %s", o->plot_path, rc ? err : "write error");
+    if (rc != 0)
+        return fail(CLI_EXIT_INPUT, "%s: %s", o->plot_path, err);
     return 0;
+}
+
+/* Open the log and replay it into ru and res: read, finish, evaluate. Returns 0 or the exit
+ * status (message printed). */
+static int replay_log(const rp_options *o, const prep *pp, run *ru, rp_result *res)
+{
+    log_options lo;
+    log_options_init(&lo);
+    lo.format = o->format;
+    lo.tokenizer = o->tokenizer;
+    lo.hash_block_size = o->trace_block_size;
+    lo.max_line_bytes = o->max_line_bytes;
+    char err[512];
+    int rc = log_open(o->path, &lo, &ru->reader, err, sizeof err);
+    if (rc != 0)
+        return fail(CLI_EXIT_INPUT, "%s%s", err,
+                    rc == LOG_ENOMEM && !strstr(err, "out of memory") ? " (out of memory)" : "");
+
+    progress pg = {false, 0, now_s(), 0.0};
+    pg.on = o->progress == 1 || (o->progress < 0 && isatty(STDERR_FILENO));
+    struct stat st;
+    if (strcmp(o->path, "-") != 0 && stat(o->path, &st) == 0 && S_ISREG(st.st_mode))
+        pg.total = (uint64_t)st.st_size;
+
+    double t0 = now_s();
+    rc = read_log(ru, &pg);
+    progress_draw(&pg, log_n_records(ru->reader), pg.total, true);
+    res->n_lines = log_n_lines(ru->reader);
+    if (rc == 0 && res->n_replayed == 0)
+        rc = fail(CLI_EXIT_INPUT, "%s: no requests%s", cli_input_name(o->path),
+                  res->n_skipped ? " (every line was skipped)" : "");
+    int frc;
+    if (rc == 0 && (frc = rp_sim_finish(ru->sim, err, sizeof err)) != RP_OK)
+        rc = fail(frc == RP_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s", err);
+    if (rc == 0) {
+        res->sim = ru->sim;
+        double t1 = now_s();
+        rc = evaluate(o, pp, res);
+        res->seconds_engine += now_s() - t1;
+        res->seconds = now_s() - t0;
+    }
+    return rc;
+}
+
+/* Write the chart and the report into their outputs and rename them into place; on any
+ * failure both are abandoned (their targets untouched). Returns 0 or the exit status. */
+static int write_outputs(const rp_options *o, prep *pp, const rp_result *res)
+{
+    int rc = 0;
+    if (pp->plot.f)
+        rc = plot(o, pp->plot.f, res);
+    if (rc == 0 && rp_report(pp->report.f, o, res) != 0 && pp->report.f != stdout)
+        rc = fail(CLI_EXIT_INPUT, "%s: cannot write the report", o->output_path);
+    /* The report first: a chart is only replaced when the report could be written too. */
+    if (rc == 0)
+        rc = cli_out_commit("replay", &pp->report);
+    if (rc == 0 && pp->plot.f)
+        rc = cli_out_commit("replay", &pp->plot);
+    cli_out_abort(&pp->plot);
+    cli_out_abort(&pp->report);
+    return rc;
+}
+
+static void run_free(run *ru, rp_result *res)
+{
+    for (size_t i = 0; i < ru->n_held; i++)
+        held_free(&ru->held[i]);
+    free(ru->held);
+    free(ru->joined);
+    free(ru->folded);
+    for (int d = 0; d < RP_N_DIMS; d++) {
+        free(res->groups[d]);
+        free(res->groups_ceil[d]);
+    }
+    rp_diag_free(res->diag);
+    rp_sim_free(ru->sim);
+    log_close(ru->reader);
 }
 
 int rp_main(int argc, char **argv)
@@ -857,7 +998,7 @@ int rp_main(int argc, char **argv)
     rp_options o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
-        return rc < 0 ? 0 : rc;
+        return rc < 0 ? cli_stdout_check("replay") : rc;
     rp_result res;
     memset(&res, 0, sizeof res);
     res.input = o.path;
@@ -869,64 +1010,11 @@ int rp_main(int argc, char **argv)
     ru.o = &o;
     ru.prep = &pp;
     ru.res = &res;
-
-    log_options lo;
-    log_options_init(&lo);
-    lo.format = o.format;
-    lo.tokenizer = o.tokenizer;
-    lo.hash_block_size = o.trace_block_size;
-    char err[512];
-    if (log_open(o.path, &lo, &ru.reader, err, sizeof err) != 0) {
-        if (pp.plot) {
-            fclose(pp.plot);
-            remove(o.plot_path);
-        }
-        return fail(EXIT_INPUT, "%s", err);
-    }
-
-    progress pg = {false, 0, now_s(), 0.0};
-    pg.on = o.progress == 1 || (o.progress < 0 && isatty(STDERR_FILENO));
-    struct stat st;
-    if (strcmp(o.path, "-") != 0 && stat(o.path, &st) == 0 && S_ISREG(st.st_mode))
-        pg.total = (uint64_t)st.st_size;
-
-    double t0 = now_s();
-    rc = read_log(&ru, &pg);
-    progress_draw(&pg, log_n_records(ru.reader), pg.total, true);
-    res.n_lines = log_n_lines(ru.reader);
-    if (rc == 0 && res.n_replayed == 0)
-        rc = fail(EXIT_INPUT, "%s: no requests%s", o.path,
-                  res.n_skipped ? " (every line was skipped)" : "");
-    int frc;
-    if (rc == 0 && (frc = rp_sim_finish(ru.sim, err, sizeof err)) != RP_OK)
-        rc = fail(frc == RP_ENOMEM ? EXIT_INPUT : EXIT_INTERNAL, "%s", err);
-    if (rc == 0) {
-        res.sim = ru.sim;
-        double t1 = now_s();
-        rc = evaluate(&o, &pp, &res);
-        res.seconds_engine += now_s() - t1;
-        res.seconds = now_s() - t0;
-    }
-    if (rc == 0 && pp.plot)
-        rc = plot(&o, pp.plot, &res);
-    if (pp.plot && fclose(pp.plot) != 0 && rc == 0)
-        rc = fail(EXIT_INPUT, "%s: write error", o.plot_path);
-    if (pp.plot && rc != 0)
-        remove(o.plot_path); /* no half-written or empty chart */
-    if (rc == 0 && rp_report(stdout, &o, &res) != 0)
-        rc = fail(EXIT_INPUT, "cannot write the report");
-
-    for (size_t i = 0; i < ru.n_held; i++)
-        held_free(&ru.held[i]);
-    free(ru.held);
-    free(ru.joined);
-    free(ru.folded);
-    for (int d = 0; d < RP_N_DIMS; d++) {
-        free(res.groups[d]);
-        free(res.groups_ceil[d]);
-    }
-    rp_diag_free(res.diag);
-    rp_sim_free(ru.sim);
-    log_close(ru.reader);
+    rc = replay_log(&o, &pp, &ru, &res);
+    if (rc == 0)
+        rc = write_outputs(&o, &pp, &res);
+    cli_out_abort(&pp.plot);
+    cli_out_abort(&pp.report);
+    run_free(&ru, &res);
     return rc;
 }

@@ -29,6 +29,8 @@ typedef struct rp_options {
     bool sweep;                /* --sweep: an automatic list */
     unsigned sweep_points;     /* points of the automatic list (default 20) */
     const char *plot_path;     /* --plot FILE.svg, or NULL */
+    const char *output_path;   /* -o FILE for the report, or NULL for standard output */
+    size_t max_line_bytes;     /* --max-line-bytes (default LOG_DEFAULT_MAX_LINE) */
     bool json, csv;            /* output format (default: table) */
     bool diagnose;             /* prompt-layout diagnostics */
     bool skip_invalid;         /* count and skip malformed lines instead of stopping */
