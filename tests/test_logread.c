@@ -735,7 +735,7 @@ Test(input, zstd_truncated_and_corrupt)
     r = open_log(trail, 0, 0);
     for (int i = 0; i < 3; i++)
         next_record(r, &rec);
-    next_error(r, LOG_EIO, "corrupt zstd data");
+    next_error(r, LOG_EIO, "trailing data after the last zstd frame");
     expect_end(r);
     log_close(r);
     unlink(trail);

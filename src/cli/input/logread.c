@@ -3,10 +3,11 @@
  * request bodies (see logread.h for the formats and the contract; openai.c renders OpenAI
  * requests to text and tokenize.c splits the text into tokens).
  *
- * Layout. Input goes through zlib's gzread, which passes plain data through unchanged, so
- * one code path serves plain and gzip files, and standard input. On the first read the
- * first four bytes gzread returns are kept aside in head[] and compared with the zstd magic:
- * when they match, everything gzread returns (head[] first) is fed to a ZSTD_DStream and
+ * Layout. Input goes through gzin.c, which gunzips gzip data and passes plain data through
+ * unchanged (and, unlike zlib's gzread, reports data after the last gzip member), so one
+ * code path serves plain and gzip files, and standard input. On the first read the
+ * first four bytes it returns are kept aside in head[] and compared with the zstd magic:
+ * when they match, everything it returns (head[] first) is fed to a ZSTD_DStream and
  * its output is the input; otherwise head[] is handed out first and the rest follows. This
  * needs no seeking, so pipes work too. Lines are cut from a single growable buffer:
  *
@@ -29,6 +30,7 @@
  * truncated frame.
  */
 #include "cli.h"
+#include "gzin.h"
 #include "logread.h"
 #include "openai.h"
 #include "tokenize.h"
@@ -44,12 +46,13 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#define READ_CHUNK (1u << 20) /* bytes asked of gzread at a time */
+#define READ_CHUNK (1u << 20) /* bytes asked of the gzip layer at a time */
 
 static const unsigned char zstd_magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
 
 struct log_reader {
-    gzFile gz;             /* input; NULL once closed */
+    int fd;                /* input (a dup of stdin for "-"); -1 once closed */
+    log_gzin gz;           /* plain or gzip layer over fd */
     char *name;            /* file name for messages ("<stdin>" for "-") */
     log_options opt;       /* options given to log_open */
     char *buf;             /* read buffer, see the picture above */
@@ -58,8 +61,8 @@ struct log_reader {
     size_t end;            /* one past the last byte read */
     bool eof;              /* the (decompressed) input ended, or an error ended it */
     bool detected;         /* head[] has been read and the zstd magic checked */
-    bool raw_eof;          /* gzread reported the end of its output */
-    unsigned char head[4]; /* the first bytes gzread returned, handed out first */
+    bool raw_eof;          /* the gzip layer reported the end of its output */
+    unsigned char head[4]; /* the first bytes the gzip layer returned, handed out first */
     size_t n_head;         /* bytes held in head */
     size_t head_pos;       /* bytes of head already handed out */
     ZSTD_DStream *zs;      /* zstd decoder when the input is zstd data, else NULL */
@@ -103,6 +106,8 @@ int log_open(const char *path, const log_options *opt, log_reader **out, char *e
     bool is_stdin = strcmp(path, "-") == 0;
     const char *name = is_stdin ? "<stdin>" : path;
     log_reader *r = calloc(1, sizeof *r);
+    if (r != NULL)
+        r->fd = -1;
     if (r == NULL || (r->name = strdup(name)) == NULL) {
         free(r);
         cli_errf(err, err_size, "%s: out of memory", name);
@@ -130,9 +135,8 @@ int log_open(const char *path, const log_options *opt, log_reader **out, char *e
         log_close(r);
         return LOG_EIO;
     }
-    r->gz = gzdopen(fd, "rb");
-    if (r->gz == NULL) {
-        close(fd);
+    r->fd = fd;
+    if (log_gzin_init(&r->gz, fd) != 0) {
         cli_errf(err, err_size, "%s: cannot read (out of memory)", name);
         log_close(r);
         return LOG_ENOMEM;
@@ -145,8 +149,9 @@ void log_close(log_reader *r)
 {
     if (r == NULL)
         return;
-    if (r->gz != NULL)
-        gzclose(r->gz);
+    log_gzin_free(&r->gz);
+    if (r->fd >= 0)
+        close(r->fd);
     ZSTD_freeDStream(r->zs);
     free(r->zin);
     free(r->offsets);
@@ -177,13 +182,10 @@ uint64_t log_n_lines(const log_reader *r)
 
 uint64_t log_bytes_in(const log_reader *r)
 {
-    if (r == NULL || r->gz == NULL)
-        return 0;
-    z_off_t off = gzoffset(r->gz);
-    return off > 0 ? (uint64_t)off : 0;
+    return r == NULL ? 0 : log_gzin_offset(&r->gz);
 }
 
-/* Read up to want (> 0, <= READ_CHUNK) bytes of gzread's output, head[] first, into dst.
+/* Read up to want (> 0, <= READ_CHUNK) bytes of the gzip layer's output, head[] first, into dst.
  * Returns the number of bytes read, 0 at the end (raw_eof set), or LOG_EIO (message
  * set). */
 static long raw_read(log_reader *r, void *dst, size_t want)
@@ -198,25 +200,15 @@ static long raw_read(log_reader *r, void *dst, size_t want)
     }
     if (r->raw_eof)
         return 0;
-    int n = gzread(r->gz, dst, (unsigned)want);
+    char msg[256];
+    long n = log_gzin_read(&r->gz, dst, want, msg, sizeof msg);
     if (n < 0) {
-        int zerr;
-        const char *msg = gzerror(r->gz, &zerr);
-        snprintf(r->err, sizeof r->err, "%s: read error: %s", r->name,
-                 zerr == Z_ERRNO ? strerror(errno) : msg);
+        snprintf(r->err, sizeof r->err, "%s: %s", r->name, msg);
         r->raw_eof = true;
         return LOG_EIO;
     }
-    if (n == 0) {
-        int zerr;
-        const char *msg = gzerror(r->gz, &zerr);
+    if (n == 0)
         r->raw_eof = true;
-        if (zerr != Z_OK && zerr != Z_STREAM_END) {
-            snprintf(r->err, sizeof r->err, "%s: corrupt or truncated gzip data (%s)", r->name,
-                     msg);
-            return LOG_EIO;
-        }
-    }
     return n;
 }
 
@@ -269,7 +261,9 @@ static long zstd_read(log_reader *r, void *dst, size_t want)
         bool progress = in.pos > r->zin_pos || out.pos > 0;
         r->zin_pos = in.pos;
         if (ZSTD_isError(ret)) {
-            snprintf(r->err, sizeof r->err, "%s: corrupt zstd data (%s)", r->name,
+            snprintf(r->err, sizeof r->err, "%s: %s (%s)", r->name,
+                     r->zret == 0 ? "trailing data after the last zstd frame (not another frame)"
+                                  : "corrupt zstd data",
                      ZSTD_getErrorName(ret));
             return LOG_EIO;
         }
@@ -380,6 +374,11 @@ static int next_line(log_reader *r, char **line, size_t *len)
     }
     if (*len > 0 && (*line)[*len - 1] == '\r')
         (*len)--;
+    /* A UTF-8 byte order mark some editors write at the start of a file is not JSON. */
+    if (r->line_no == 0 && *len >= 3 && memcmp(*line, "\xEF\xBB\xBF", 3) == 0) {
+        *line += 3;
+        *len -= 3;
+    }
     r->line_no++;
     return 1;
 }
@@ -615,8 +614,27 @@ static int parse_line(log_reader *r, const char *line, size_t len, log_record *r
 {
     json_error_t jerr;
     json_decref(r->json);
+    r->json = NULL;
+    const char *nul = memchr(line, '\0', len);
+    if (nul != NULL)
+        return line_err(r,
+                        "a raw NUL byte at column %zu (JSON text cannot hold one: a binary or "
+                        "corrupt file?)",
+                        (size_t)(nul - line) + 1);
     r->json = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (r->json == NULL) {
+        if (json_error_code(&jerr) == json_error_out_of_memory) {
+            r->failed = true;
+            line_err(r, "out of memory parsing a %zu-byte line (lower --max-line-bytes to refuse "
+                        "such lines sooner)",
+                     len);
+            return LOG_ENOMEM;
+        }
+        if (memchr(line, '\r', len) != NULL)
+            return line_err(r,
+                            "invalid JSON at column %d: %s; the line holds a carriage return "
+                            "(CR-only line endings are not supported: use \\n or \\r\\n)",
+                            jerr.column, jerr.text);
         if (json_error_code(&jerr) == json_error_invalid_utf8)
             return line_err(r,
                             "invalid JSON at column %d: the line is not valid UTF-8 (%s); "
