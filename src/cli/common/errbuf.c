@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "escape.h"
 
 /* Format into err[0 .. size) (truncating); does nothing when err is NULL or size is 0. */
 void cli_errf(char *err, size_t size, const char *fmt, ...)
@@ -23,12 +24,15 @@ void cli_errf(char *err, size_t size, const char *fmt, ...)
 
 int cli_fail(const char *cmd, int code, const char *fmt, ...)
 {
+    /* Messages quote file names and bytes of the input: no control character reaches the
+     * terminal. */
+    char msg[1024], safe[1024];
     va_list ap;
-    fprintf(stderr, "kvprefix %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    cli_escape_str(safe, sizeof safe, msg);
+    fprintf(stderr, "kvprefix %s: %s\n", cmd, safe);
     if (code == CLI_EXIT_USAGE)
         fprintf(stderr, "Try 'kvprefix %s --help'.\n", cmd);
     return code;

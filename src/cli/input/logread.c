@@ -30,6 +30,7 @@
  * truncated frame.
  */
 #include "cli.h"
+#include "escape.h"
 #include "gzin.h"
 #include "logread.h"
 #include "openai.h"
@@ -393,7 +394,9 @@ static int line_err(log_reader *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(r->err, sizeof r->err, "%s:%llu: %s", r->name, (unsigned long long)r->line_no, msg);
+    char line[sizeof r->err];
+    snprintf(line, sizeof line, "%s:%llu: %s", r->name, (unsigned long long)r->line_no, msg);
+    cli_escape_str(r->err, sizeof r->err, line); /* jansson quotes bytes of the line */
     return LOG_EINPUT;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
 #include "flags.h"
 #include "plan.h"
 
@@ -91,7 +92,9 @@ void pl_print_table(const plan_result *r, const plan_opts *o)
     char label[128], b1[32];
     const pl_model_shape *m = &r->m;
     printf("kvprefix plan: logical KV-cache bytes = 2 x L x Hkv x D x s per token\n\n");
-    printf("Model: %s\n  source: %s\n", r->model_label, r->model_source);
+    fputs("Model: ", stdout);
+    cli_put_escaped(stdout, r->model_label, strlen(r->model_label));
+    printf("\n  source: %s\n", r->model_source);
     printf("  %u layers, %u query heads%s, %u KV heads (%s", m->n_layers, m->n_heads,
            r->heads_assumed ? " (assumed equal to KV heads: give --heads)" : "", m->n_kv_heads,
            attn_kind(m));
@@ -156,8 +159,10 @@ void pl_print_table(const plan_result *r, const plan_opts *o)
 
     if (r->has_trace) {
         const pl_stats *s = &r->st;
-        printf("\nTrace %s: %llu requests (%llu token-log or OpenAI lines, %llu Mooncake lines)\n",
-               r->trace_path, (unsigned long long)s->n, (unsigned long long)r->n_tokens_fmt,
+        fputs("\nTrace ", stdout);
+        cli_put_escaped(stdout, r->trace_path, strlen(r->trace_path));
+        printf(": %llu requests (%llu token-log or OpenAI lines, %llu Mooncake lines)\n",
+               (unsigned long long)s->n, (unsigned long long)r->n_tokens_fmt,
                (unsigned long long)r->n_mooncake_fmt);
         printf("  lengths = %s\n", o->include_output
                                        ? "input + output tokens (KV holds both during decode; "

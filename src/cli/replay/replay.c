@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "escape.h"
 #include "flags.h"
 #include "logread.h"
 #include "models.h"
@@ -420,7 +421,9 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
     if (pl_token_bytes(&m, m.n_kv_heads, &tok) != PL_OK)
         return fail(CLI_EXIT_INPUT, "model shape: KV bytes overflow");
     *token_bytes = tok;
-    snprintf(desc, desc_size, "%s, %s KV", name, pl_dtype_name(m.kv_dtype));
+    char safe[256];
+    cli_escape_str(safe, sizeof safe, name); /* a config path shows in the table and chart */
+    snprintf(desc, desc_size, "%.100s, %s KV", safe, pl_dtype_name(m.kv_dtype));
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "escape.h"
 #include "flags.h"
 #include "logread.h"
 #include "replay.h"
@@ -195,7 +196,9 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
 {
     char a[32], b[32], cap[256];
     const rp_metrics *base = r->has_primary ? &r->primary : &r->ceiling;
-    fprintf(f, "kvprefix replay: %s\n", r->input);
+    fputs("kvprefix replay: ", f);
+    cli_put_escaped(f, r->input, strlen(r->input));
+    fputc('\n', f);
     fprintf(f, "  input                    %s, %s requests from %s lines, blocks of %u tokens\n",
             format_name(r->format), num(base->n_requests, a, sizeof a),
             num(r->n_lines, b, sizeof b), r->block_size);
@@ -204,9 +207,11 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
                 "  tokens                   APPROXIMATE: stand-in '%s' tokenizer and a fixed "
                 "chat layout, not the model's; compare runs, not absolute counts\n",
                 r->tokenizer);
-    if (r->n_skipped)
-        fprintf(f, "  skipped lines            %s (first: %s)\n", num(r->n_skipped, a, sizeof a),
-                r->first_skip);
+    if (r->n_skipped) {
+        fprintf(f, "  skipped lines            %s (first: ", num(r->n_skipped, a, sizeof a));
+        cli_put_escaped(f, r->first_skip, strlen(r->first_skip));
+        fputs(")\n", f);
+    }
     fprintf(f, "  order                    %s; LRU, tail blocks evicted first\n",
             o->sort ? "sorted by timestamp" : "file order");
     if (o->cache_output)
@@ -354,17 +359,6 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
 
 /* ---- CSV ----------------------------------------------------------------------------------- */
 
-static void csv_field(FILE *f, const char *s, size_t len)
-{
-    fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] == '"')
-            fputc('"', f);
-        fputc(s[i] ? s[i] : ' ', f);
-    }
-    fputc('"', f);
-}
-
 static void csv_metrics(FILE *f, const rp_result *r, const char *kind, const rp_metrics *m)
 {
     fprintf(f, "all,%s,", kind);
@@ -407,7 +401,7 @@ static int print_csv(FILE *f, const rp_result *r)
             const char *name = rp_sim_group_name(r->sim, d, k, &len);
             fprintf(f, "%s,", dim_name(d));
             if (name)
-                csv_field(f, name, len);
+                cli_csv_field(f, name, len);
             if (r->has_primary)
                 fprintf(f, ",%llu,%llu,", (unsigned long long)r->primary.capacity,
                         (unsigned long long)(r->primary.capacity * r->block_size));
