@@ -709,6 +709,46 @@ static int cmp_held(const void *a, const void *b)
     return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
+/* Create the engine once the first record has fixed the format and the block size: the
+ * --capacity in blocks, the pool that cross-checks the model, the diagnostics. The pool
+ * holds min(capacity, RP_POOL_MAX) blocks, so a huge --capacity allocates nothing more: the
+ * figures at the capacity come from the LRU model either way (exact under the inclusion
+ * property), and the pool checks the model at its own size on every request. When the log
+ * has at most RP_POOL_MAX distinct blocks, no capacity above that evicts anything, and a
+ * pool of RP_POOL_MAX blocks behaves exactly as one of the capacity. Returns 0 or the exit
+ * status. */
+static int start_engine(run *ru)
+{
+    const rp_options *o = ru->o;
+    rp_result *res = ru->res;
+    rp_sim_config sc = {res->block_size, o->seed, 0};
+    char err[256];
+    uint64_t blocks = 0;
+    int rc;
+    if (pl_mul(ru->prep->token_bytes, res->block_size, &res->block_bytes) != PL_OK)
+        return fail(CLI_EXIT_INPUT, "the KV bytes of one block overflow");
+    if (ru->prep->has_cap) {
+        if ((rc = cap_blocks("--capacity", &ru->prep->cap, res->block_size, res->block_bytes,
+                             &blocks)) != 0)
+            return rc;
+        sc.pool_blocks = (uint32_t)(blocks < RP_POOL_MAX ? blocks : RP_POOL_MAX);
+        res->pool_blocks = sc.pool_blocks;
+        res->has_primary = true;
+        res->primary.capacity = blocks;
+    }
+    ru->sim = rp_sim_new(&sc, err, sizeof err);
+    if (!ru->sim)
+        return fail(CLI_EXIT_INPUT, "%s", err);
+    if (o->diagnose) {
+        uint32_t unit = res->format == LOG_MOONCAKE ? res->block_size : 1;
+        uint32_t dbs = res->format == LOG_MOONCAKE ? 1 : res->block_size;
+        res->diag = rp_diag_new(dbs, unit);
+        if (!res->diag)
+            return fail(CLI_EXIT_INPUT, "out of memory");
+    }
+    return 0;
+}
+
 /* Read the whole log, replaying as it goes (or holding for --sort). */
 static int read_log(run *ru, progress *pg)
 {
@@ -747,34 +787,8 @@ static int read_log(run *ru, progress *pg)
         }
         if (rec.format == LOG_OPENAI)
             res->tokenizer = o->tokenizer == TOK_BYTES ? "bytes" : "words";
-        if (!ru->sim) {
-            rp_sim_config sc = {res->block_size, o->seed, 0};
-            char err[256];
-            uint64_t blocks = 0;
-            if (pl_mul(ru->prep->token_bytes, res->block_size, &res->block_bytes) != PL_OK)
-                return fail(CLI_EXIT_INPUT, "the KV bytes of one block overflow");
-            if (ru->prep->has_cap) {
-                if ((rc = cap_blocks("--capacity", &ru->prep->cap, res->block_size,
-                                     res->block_bytes, &blocks)) != 0)
-                    return rc;
-                if (blocks > (UINT64_C(1) << 31))
-                    return fail(CLI_EXIT_INPUT, "--capacity: %llu blocks; the pool holds at most 2^31",
-                                (unsigned long long)blocks);
-                sc.pool_blocks = (uint32_t)blocks;
-                res->has_primary = true;
-                res->primary.capacity = blocks;
-            }
-            ru->sim = rp_sim_new(&sc, err, sizeof err);
-            if (!ru->sim)
-                return fail(CLI_EXIT_INPUT, "%s", err);
-            if (o->diagnose) {
-                uint32_t unit = res->format == LOG_MOONCAKE ? res->block_size : 1;
-                uint32_t dbs = res->format == LOG_MOONCAKE ? 1 : res->block_size;
-                res->diag = rp_diag_new(dbs, unit);
-                if (!res->diag)
-                    return fail(CLI_EXIT_INPUT, "out of memory");
-            }
-        }
+        if (!ru->sim && (rc = start_engine(ru)) != 0)
+            return rc;
         held v;
         if ((rc = view_record(ru, &rec, &v)) != 0)
             return rc;

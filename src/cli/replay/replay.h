@@ -14,6 +14,8 @@
 #include "replay_sim.h"
 
 #define RP_MAX_CAPS 64 /* capacities in one sweep */
+/* Largest pool that cross-checks the LRU model (about 100 bytes per block: 6.6 MB). */
+#define RP_POOL_MAX (UINT32_C(1) << 16)
 
 typedef struct rp_options {
     const char *path;          /* the log; "-" for standard input */
@@ -56,7 +58,9 @@ typedef struct rp_result {
     char first_skip[512];                /* the first skipped line's message */
     uint64_t block_bytes;                /* KV bytes of one block; 0 without a model shape */
     char model_desc[128];                /* e.g. "Llama-3.1-8B, fp16"; "" without a model */
-    bool has_primary;                    /* a single --capacity ran through the pool */
+    bool has_primary;                    /* a single --capacity was given */
+    uint32_t pool_blocks;                /* the pool that checked the model: min(capacity,
+                                            RP_POOL_MAX) blocks; 0 without --capacity */
     rp_metrics primary;                  /* its figures (checked against the pool) */
     rp_metrics ceiling;                  /* unbounded capacity: the cold-miss ceiling */
     rp_metrics curve[RP_MAX_CAPS];       /* sweep points, increasing capacity */

@@ -222,7 +222,18 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
             r->seconds, r->seconds_engine);
     if (r->has_primary) {
         capacity_desc(r, r->primary.capacity, cap, sizeof cap);
-        fprintf(f, "\nAt capacity %s, replayed through the library's pool\n", cap);
+        if (r->pool_blocks == r->primary.capacity)
+            fprintf(f, "\nAt capacity %s, replayed through the library's pool\n", cap);
+        else if (r->distinct <= r->pool_blocks)
+            fprintf(f,
+                    "\nAt capacity %s, replayed through the library's pool (%u blocks: more "
+                    "than the log's %llu distinct blocks, so the same figures)\n",
+                    cap, r->pool_blocks, (unsigned long long)r->distinct);
+        else
+            fprintf(f,
+                    "\nAt capacity %s, from the LRU model (the library's pool checked the model "
+                    "at %u blocks)\n",
+                    cap, r->pool_blocks);
         print_metrics(f, r, &r->primary);
     } else {
         fprintf(f, "\nUnbounded cache (the cold-miss ceiling)\n");
@@ -339,8 +350,10 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
     json_object_set_new(j, "distinct_blocks", json_integer((json_int_t)r->distinct));
     json_object_set_new(j, "seconds", json_real(r->seconds));
     json_object_set_new(j, "seconds_engine", json_real(r->seconds_engine));
-    if (r->has_primary)
+    if (r->has_primary) {
         json_object_set_new(j, "capacity", metrics_json(r, &r->primary));
+        json_object_set_new(j, "pool_blocks", json_integer((json_int_t)r->pool_blocks));
+    }
     json_object_set_new(j, "ceiling", metrics_json(r, &r->ceiling));
     if (r->n_curve) {
         json_t *arr = json_array();
