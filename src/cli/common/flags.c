@@ -144,13 +144,14 @@ char *cli_fmt_binary(uint64_t bytes, char *buf, size_t size)
 
 /* ---- flag values -------------------------------------------------------------------------- */
 
-/* The shared tail of the range helpers: x parsed with rc; in min .. max or a message. */
+/* The shared tail of the range helpers: x parsed with rc; in min .. max or a message that
+ * ends with hint (examples of the syntax, or ""). */
 static int in_range(const char *cmd, const char *flag, const char *v, int rc, uint64_t x,
-                    uint64_t min, uint64_t max, const char *what, uint64_t *out)
+                    uint64_t min, uint64_t max, const char *what, const char *hint, uint64_t *out)
 {
     if (rc != CLI_OK || x < min || x > max)
-        return cli_fail(cmd, CLI_EXIT_USAGE, "%s: '%s' is not %s in %" PRIu64 "..%" PRIu64, flag, v,
-                        what, min, max);
+        return cli_fail(cmd, CLI_EXIT_USAGE, "%s: '%s' is not %s in %" PRIu64 "..%" PRIu64 "%s",
+                        flag, v, what, min, max, hint);
     *out = x;
     return 0;
 }
@@ -160,7 +161,7 @@ int cli_flag_uint(const char *cmd, const char *flag, const char *v, uint64_t min
 {
     uint64_t x = 0;
     int rc = cli_parse_uint(v, UINT64_MAX, &x);
-    return in_range(cmd, flag, v, rc, x, min, max, "an integer", out);
+    return in_range(cmd, flag, v, rc, x, min, max, "an integer", "", out);
 }
 
 int cli_flag_count(const char *cmd, const char *flag, const char *v, uint64_t min, uint64_t max,
@@ -168,7 +169,7 @@ int cli_flag_count(const char *cmd, const char *flag, const char *v, uint64_t mi
 {
     uint64_t x = 0;
     int rc = cli_parse_count(v, &x);
-    return in_range(cmd, flag, v, rc, x, min, max, "a count (8B, 70.6B, 7000M)", out);
+    return in_range(cmd, flag, v, rc, x, min, max, "a count", " (8B, 70.6B, 7000M)", out);
 }
 
 int cli_flag_bytes(const char *cmd, const char *flag, const char *v, uint64_t min, uint64_t max,
@@ -176,8 +177,8 @@ int cli_flag_bytes(const char *cmd, const char *flag, const char *v, uint64_t mi
 {
     uint64_t x = 0;
     int rc = cli_parse_bytes(v, &x);
-    return in_range(cmd, flag, v, rc, x, min, max,
-                    "a size (80GiB, 80GB = 80x10^9, 81920MiB; a bare G is ambiguous)", out);
+    return in_range(cmd, flag, v, rc, x, min, max, "a size",
+                    " (80GiB, 80GB = 80x10^9, 81920MiB; a bare G is ambiguous)", out);
 }
 
 int cli_flag_fraction(const char *cmd, const char *flag, const char *v, uint32_t *ppm)

@@ -439,6 +439,14 @@ typedef struct prep {
     cli_out report;       /* -o FILE or standard output */
 } prep;
 
+/* One --capacities item (cli_flag_list). */
+static int cap_item(void *ctx, const char *item, size_t len, size_t index)
+{
+    prep *p = ctx;
+    p->n_caps = index + 1;
+    return parse_cap("--capacities", item, len, &p->caps[index]);
+}
+
 static int prepare(const rp_options *o, prep *p, rp_result *r)
 {
     memset(p, 0, sizeof *p);
@@ -451,19 +459,11 @@ static int prepare(const rp_options *o, prep *p, rp_result *r)
         bytes = p->cap.unit == 2;
     }
     if (o->capacities) {
-        const char *s = o->capacities;
-        for (;;) {
-            const char *comma = strchr(s, ',');
-            size_t len = comma ? (size_t)(comma - s) : strlen(s);
-            if (p->n_caps == RP_MAX_CAPS)
-                return fail(CLI_EXIT_USAGE, "--capacities: at most %d values", RP_MAX_CAPS);
-            if ((rc = parse_cap("--capacities", s, len, &p->caps[p->n_caps])) != 0)
-                return rc;
-            bytes |= p->caps[p->n_caps++].unit == 2;
-            if (!comma)
-                break;
-            s = comma + 1;
-        }
+        if ((rc = cli_flag_list("replay", "--capacities", o->capacities, RP_MAX_CAPS, cap_item,
+                                p)) != 0)
+            return rc;
+        for (size_t i = 0; i < p->n_caps; i++)
+            bytes |= p->caps[i].unit == 2;
     }
     if ((rc = model_bytes(o, &p->token_bytes, r->model_desc, sizeof r->model_desc)) != 0)
         return rc;
