@@ -305,7 +305,8 @@ static int fill(log_reader *r)
     if (r->end == r->cap) {
         size_t limit = r->opt.max_line_bytes + 1;
         if (r->cap >= limit) {
-            snprintf(r->err, sizeof r->err, "%s:%llu: line longer than %zu bytes (--max-line-bytes)", r->name,
+            snprintf(r->err, sizeof r->err,
+                     "%s:%llu: line longer than %zu bytes (--max-line-bytes)", r->name,
                      (unsigned long long)r->line_no + 1, r->opt.max_line_bytes);
             return LOG_ENOMEM;
         }
@@ -352,7 +353,8 @@ static int next_line(log_reader *r, char **line, size_t *len)
             break;
         }
         if (r->end - r->start > r->opt.max_line_bytes) {
-            snprintf(r->err, sizeof r->err, "%s:%llu: line longer than %zu bytes (--max-line-bytes)", r->name,
+            snprintf(r->err, sizeof r->err,
+                     "%s:%llu: line longer than %zu bytes (--max-line-bytes)", r->name,
                      (unsigned long long)r->line_no + 1, r->opt.max_line_bytes);
             r->failed = true;
             return LOG_ENOMEM;
@@ -628,8 +630,9 @@ static int parse_line(log_reader *r, const char *line, size_t len, log_record *r
     if (r->json == NULL) {
         if (json_error_code(&jerr) == json_error_out_of_memory) {
             r->failed = true;
-            line_err(r, "out of memory parsing a %zu-byte line (lower --max-line-bytes to refuse "
-                        "such lines sooner)",
+            line_err(r,
+                     "out of memory parsing a %zu-byte line (lower --max-line-bytes to refuse "
+                     "such lines sooner)",
                      len);
             return LOG_ENOMEM;
         }

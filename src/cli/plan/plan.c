@@ -298,8 +298,8 @@ static int parse_args(int argc, char **argv, plan_opts *o)
 static int dtype_flag(const char *flag, const char *v, pl_dtype *out)
 {
     if (pl_dtype_parse(v, out) != PL_OK)
-        return fail(CLI_EXIT_USAGE, "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8 or int8)", flag,
-                    v);
+        return fail(CLI_EXIT_USAGE, "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8 or int8)",
+                    flag, v);
     return 0;
 }
 
@@ -326,16 +326,16 @@ static int build_model(const plan_opts *o, plan_result *r)
     } else {
         if (o->layers == 0 && o->kv_heads == 0 && o->head_dim == 0)
             return fail(CLI_EXIT_USAGE, "no model: give --model NAME, --config FILE, or --layers, "
-                                    "--kv-heads and --head-dim");
+                                        "--kv-heads and --head-dim");
         if (o->layers == 0)
             return fail(CLI_EXIT_USAGE, "--layers is missing (the shape needs --layers, "
-                                    "--kv-heads and --head-dim)");
+                                        "--kv-heads and --head-dim)");
         if (o->kv_heads == 0)
             return fail(CLI_EXIT_USAGE, "--kv-heads is missing (the shape needs --layers, "
-                                    "--kv-heads and --head-dim)");
+                                        "--kv-heads and --head-dim)");
         if (o->head_dim == 0)
             return fail(CLI_EXIT_USAGE, "--head-dim is missing (the shape needs --layers, "
-                                    "--kv-heads and --head-dim)");
+                                        "--kv-heads and --head-dim)");
         r->model_label = "custom shape";
         r->model_source = "command-line flags";
         if (o->heads == 0) {
@@ -372,8 +372,8 @@ static int build_model(const plan_opts *o, plan_result *r)
         r->m.n_params = o->params;
     const char *what = NULL;
     if (pl_model_shape_check(&r->m, &what) != PL_OK)
-        return fail(CLI_EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what, r->m.n_heads,
-                    r->m.n_kv_heads);
+        return fail(CLI_EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what,
+                    r->m.n_heads, r->m.n_kv_heads);
     if (pl_tp_split(&r->m, o->tp, &r->tp, &what) != PL_OK)
         return fail(CLI_EXIT_INPUT, "--tp %u: %s (query heads %u, KV heads %u)", o->tp, what,
                     r->m.n_heads, r->m.n_kv_heads);
@@ -570,7 +570,7 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
             r->weights_from = r->weights_from_buf;
         } else {
             return fail(CLI_EXIT_USAGE, "--gpu-mem needs the weight memory: give --weights-mem or "
-                                    "--params (a --model preset knows its parameter count)");
+                                        "--params (a --model preset knows its parameter count)");
         }
         if (o->reserve >= o->gpu_mem)
             return fail(CLI_EXIT_INPUT,

@@ -32,7 +32,7 @@
 #include "outfile.h"
 #include "svgplot.h"
 
-#define RP_CAP_MAX    (UINT64_C(1) << 48) /* largest capacity in blocks (exact in JSON) */
+#define RP_CAP_MAX (UINT64_C(1) << 48) /* largest capacity in blocks (exact in JSON) */
 
 static const char usage_text[] =
     "Usage: kvprefix replay [options] LOG\n"
