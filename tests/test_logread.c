@@ -799,3 +799,35 @@ Test(input, large_line)
     log_close(r);
     unlink(path);
 }
+
+/* ---- jansson out of memory ------------------------------------------------------------- */
+
+static int json_allocs_left; /* allocations jansson may still make */
+
+static void *failing_malloc(size_t n)
+{
+    return json_allocs_left-- > 0 ? malloc(n) : NULL;
+}
+
+/* When jansson cannot allocate, the line is reported as out of memory (LOG_ENOMEM, and the
+ * message says so), not as "invalid JSON at column -1". */
+Test(input, json_out_of_memory_is_named)
+{
+    char line[65536];
+    size_t n = (size_t)snprintf(line, sizeof line, "{\"tokens\": [");
+    for (int i = 0; i < 5000; i++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%d", i ? "," : "", i);
+    n += (size_t)snprintf(line + n, sizeof line - n, "]}\n");
+    const char *path = temp_file(0, line, n);
+    log_reader *r = open_log(path, 0, 0);
+    log_record rec;
+    json_allocs_left = 100;
+    json_set_alloc_funcs(failing_malloc, free);
+    int rc = log_next(r, &rec);
+    json_set_alloc_funcs(malloc, free);
+    cr_expect_eq(rc, LOG_ENOMEM);
+    cr_expect(strstr(log_error(r), ":1: out of memory parsing a ") != NULL, "%s", log_error(r));
+    cr_expect(strstr(log_error(r), "invalid JSON") == NULL, "%s", log_error(r));
+    log_close(r);
+    unlink(path);
+}

@@ -248,7 +248,7 @@ Test(replay_cli, gzip_and_stdin)
     cr_assert_eq(pclose(p), 0);
     j = parse_out();
     cr_assert_eq(jint(j, "capacity", "hit_tokens"), 8);
-    cr_assert_str_eq(json_string_value(json_object_get(j, "input")), "-");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "input")), "<stdin>");
     json_decref(j);
     remove(gz);
 }
@@ -311,8 +311,10 @@ Test(replay_cli, usage_errors)
     expect("--capacity 8 --block-size 0", "replay_hand.jsonl", 2, "--block-size");
     expect("--capacity 1tok", "replay_hand.jsonl", 1, "less than one block");
     expect("--capacity 0tok", "replay_hand.jsonl", 2, "'0tok' is not a positive capacity");
-    expect("--capacities 1,,2", "replay_hand.jsonl", 2, "--capacities: '' is not a capacity");
-    expect("--capacities=", "replay_hand.jsonl", 2, "--capacities: '' is not a capacity");
+    expect("--capacities 1,,2", "replay_hand.jsonl", 2,
+           "--capacities: '1,,2' is not a comma-separated list");
+    expect("--capacities=", "replay_hand.jsonl", 2,
+           "--capacities: '' is not a comma-separated list");
     expect("--capacity 8 --kv-dtype fp8", "replay_hand.jsonl", 2, "--kv-dtype needs --model");
     expect("--capacities 1,2GiB", "replay_hand.jsonl", 2, "needs --model or --config");
     expect("--capacities 300T", "replay_hand.jsonl", 1, "is too large");

@@ -628,7 +628,10 @@ static int parse_line(log_reader *r, const char *line, size_t len, log_record *r
                         (size_t)(nul - line) + 1);
     r->json = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (r->json == NULL) {
-        if (json_error_code(&jerr) == json_error_out_of_memory) {
+        /* jansson 2.14 leaves the error unset (no text, column -1) when an allocation
+         * fails inside the parser; newer versions say json_error_out_of_memory. */
+        if (json_error_code(&jerr) == json_error_out_of_memory ||
+            (jerr.text[0] == '\0' && jerr.column == -1)) {
             r->failed = true;
             line_err(r,
                      "out of memory parsing a %zu-byte line (lower --max-line-bytes to refuse "

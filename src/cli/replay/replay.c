@@ -893,7 +893,7 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
         yt[i] = m->n_prompt_tokens ? (double)m->n_hit_tokens / (double)m->n_prompt_tokens : 0;
         yb[i] = m->n_blocks_full ? (double)m->n_blocks_cached / (double)m->n_blocks_full : 0;
     }
-    const char *base = strrchr(o->path, '/') ? strrchr(o->path, '/') + 1 : o->path;
+    const char *base = strrchr(r->input, '/') ? strrchr(r->input, '/') + 1 : r->input;
     char title[256], xlabel[128], ceil_label[128], note[256], mlabel[64];
     snprintf(title, sizeof title, "%s: LRU prefix-cache hit rate against capacity", base);
     snprintf(xlabel, sizeof xlabel, "cache capacity (blocks of %u tokens, log scale)",
@@ -1018,7 +1018,7 @@ int rp_main(int argc, char **argv)
         return rc < 0 ? cli_stdout_check("replay") : rc;
     rp_result res;
     memset(&res, 0, sizeof res);
-    res.input = o.path;
+    res.input = cli_input_name(o.path);
     prep pp;
     if ((rc = prepare(&o, &pp, &res)) != 0)
         return rc;
