@@ -438,17 +438,10 @@ static int overflow(const char *what)
     return fail(CLI_EXIT_INPUT, "%s does not fit in 64 bits; use smaller values", what);
 }
 
-/* Compute every figure. Returns 0 or an exit code. */
-static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
+/* The batch: --seq-len x --batch, or --lens: its KV bytes, fragmentation and the naive
+ * attention workspace. Returns 0 or an exit code. */
+static int compute_batch(const plan_opts *o, plan_result *r)
 {
-    int rc;
-    r->block_size = o->block_size;
-    if (pl_token_bytes(&r->m, r->m.n_kv_heads, &r->tok_logical) ||
-        pl_token_bytes(&r->m, r->tp.kv_heads_per_rank, &r->tok_gpu) ||
-        pl_mul(r->tok_gpu, o->block_size, &r->blk_gpu))
-        return overflow("the KV bytes per block");
-
-    /* The batch: --seq-len x --batch, or --lens. */
     if (o->n_lens > 0 && (o->seq_len > 0 || o->batch > 0))
         return fail(CLI_EXIT_USAGE, "give either --lens or --seq-len/--batch, not both");
     if (o->batch > 0 && o->seq_len == 0)
@@ -509,15 +502,22 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
                    !pl_mul(sq, s, &r->ws_bytes_gpu);
     }
 
-    /* The trace. */
-    size_t n_trace = 0;
+    return 0;
+}
+
+/* The trace: its length statistics, fragmentation and the KV of --concurrency requests
+ * drawn from it. Sets *trace_lens (sorted, owned by the caller) and *n_trace. Returns 0 or an
+ * exit code. */
+static int compute_trace(const plan_opts *o, plan_result *r, uint64_t **trace_lens, size_t *n_trace)
+{
+    int rc;
     if (o->trace != NULL) {
-        if ((rc = read_trace(o, trace_lens, &n_trace, r)) != 0)
+        if ((rc = read_trace(o, trace_lens, n_trace, r)) != 0)
             return rc;
         r->has_trace = true;
         r->trace_path = o->trace;
         uint64_t *tl = *trace_lens;
-        if (pl_len_stats(tl, n_trace, &r->st))
+        if (pl_len_stats(tl, (*n_trace), &r->st))
             return overflow("the sum of the trace lengths");
         r->tmax_len = o->max_len > 0 ? o->max_len : r->st.max;
         if (r->tmax_len < r->st.max)
@@ -525,7 +525,7 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
                         "--max-len %llu is shorter than the longest request in the trace "
                         "(%llu tokens)",
                         (unsigned long long)r->tmax_len, (unsigned long long)r->st.max);
-        if (pl_fragmentation(tl, n_trace, o->block_size, r->tmax_len, &r->tfrag))
+        if (pl_fragmentation(tl, (*n_trace), o->block_size, r->tmax_len, &r->tfrag))
             return overflow("the trace fragmentation");
         r->sum_blocks = r->tfrag.n_blocks;
         r->conc = o->concurrency;
@@ -534,15 +534,15 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
             /* Expectations: ceil(N x sum / n), the mean rounded up to whole tokens/blocks. */
             if (pl_mul(r->conc, r->st.sum, &t))
                 return overflow("--concurrency x the trace's total length");
-            r->exp_tokens = t / n_trace + (t % n_trace != 0);
+            r->exp_tokens = t / (*n_trace) + (t % (*n_trace) != 0);
             if (pl_mul(r->conc, r->sum_blocks, &t))
                 return overflow("--concurrency x the trace's blocks");
-            r->exp_blocks = t / n_trace + (t % n_trace != 0);
-            if (pl_sum_longest(tl, n_trace, r->conc, &r->worst_tokens))
+            r->exp_blocks = t / (*n_trace) + (t % (*n_trace) != 0);
+            if (pl_sum_longest(tl, (*n_trace), r->conc, &r->worst_tokens))
                 return overflow("the sum of the longest requests");
             uint64_t wb = 0;
             for (uint64_t i = 0; i < r->conc; i++) {
-                uint64_t len = tl[i < n_trace ? n_trace - 1 - i : n_trace - 1];
+                uint64_t len = tl[i < (*n_trace) ? (*n_trace) - 1 - i : (*n_trace) - 1];
                 if (pl_add(wb, pl_blocks_for(len, o->block_size), &wb))
                     return overflow("the blocks of the longest requests");
             }
@@ -554,7 +554,15 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
         }
     }
 
-    /* The inverse plan. */
+    return 0;
+}
+
+/* The inverse plan: what one GPU has left for KV after the weights and the reserve, and how
+ * many requests fit it. Returns 0 or an exit code. */
+static int compute_memory(const plan_opts *o, plan_result *r, const uint64_t *trace_lens,
+                          size_t n_trace)
+{
+    int rc;
     if (o->have_gpu_mem) {
         r->has_mem = true;
         if (o->have_weights_mem) {
@@ -615,10 +623,32 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
                 r->conc_mean_fit =
                     (uint64_t)((double)r->mem.n_blocks * (double)n_trace / (double)r->sum_blocks);
             r->conc_worst_fit =
-                pl_fit_longest(*trace_lens, n_trace, o->block_size, r->mem.n_blocks);
+                pl_fit_longest(trace_lens, n_trace, o->block_size, r->mem.n_blocks);
         }
     }
     return 0;
+}
+
+/* Compute every figure: Step 1 the KV bytes per token and block; Step 2 the batch; Step 3
+ * the trace; Step 4 the inverse plan. Returns 0 or an exit code. */
+static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
+{
+    int rc;
+    size_t n_trace = 0;
+    /* Step 1: */
+    r->block_size = o->block_size;
+    if (pl_token_bytes(&r->m, r->m.n_kv_heads, &r->tok_logical) ||
+        pl_token_bytes(&r->m, r->tp.kv_heads_per_rank, &r->tok_gpu) ||
+        pl_mul(r->tok_gpu, o->block_size, &r->blk_gpu))
+        return overflow("the KV bytes per block");
+    /* Step 2: */
+    if ((rc = compute_batch(o, r)) != 0)
+        return rc;
+    /* Step 3: */
+    if (o->trace != NULL && (rc = compute_trace(o, r, trace_lens, &n_trace)) != 0)
+        return rc;
+    /* Step 4: */
+    return o->have_gpu_mem ? compute_memory(o, r, *trace_lens, n_trace) : 0;
 }
 
 static void list_models(void)
