@@ -614,6 +614,67 @@ static int parse_openai(log_reader *r, const json_t *o, size_t len, log_record *
     return LOG_RECORD;
 }
 
+/* A token log line's tokens and output_tokens into *x. Returns 0 or a negative code. */
+static int parse_token_fields(log_reader *r, const json_t *o, const json_t *tokens, log_record *x)
+{
+    int rc;
+    if ((rc = read_tokens(r, tokens, "tokens", &r->tokens, &r->tokens_cap, &x->n_tokens)))
+        return rc;
+    if (x->n_tokens == 0)
+        return line_err(r, "tokens is empty: a request needs at least one prompt token");
+    x->tokens = r->tokens;
+    const json_t *out = json_object_get(o, "output_tokens");
+    if (out != NULL && !json_is_null(out)) {
+        if ((rc = read_tokens(r, out, "output_tokens", &r->out_tokens, &r->out_tokens_cap,
+                              &x->n_output_tokens)))
+            return rc;
+        x->output_tokens = r->out_tokens;
+    }
+    x->input_length = x->n_tokens;
+    x->output_length = x->n_output_tokens;
+    return 0;
+}
+
+/* A Mooncake line's lengths and hash_ids into *x, checked against the block size. Returns 0
+ * or a negative code. */
+static int parse_trace_fields(log_reader *r, const json_t *o, const json_t *ids, log_record *x)
+{
+    int rc;
+    if ((rc = read_len(r, o, "input_length", &x->input_length)) != 0 ||
+        (rc = read_len(r, o, "output_length", &x->output_length)) != 0)
+        return rc;
+    if (x->input_length == 0)
+        return line_err(r, "input_length must be at least 1");
+    if (!json_is_array(ids))
+        return line_err(r, "hash_ids must be an array of integers, not %s",
+                        cli_json_type_name(ids));
+    size_t n = json_array_size(ids);
+    if (reserve((void **)&r->ids, &r->ids_cap, n == 0 ? 1 : n, sizeof *r->ids) != 0)
+        return line_err(r, "out of memory for %zu hash ids", n), LOG_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(ids, i);
+        if (!json_is_integer(v))
+            return line_err(r, "hash_ids[%zu] must be an integer, not %s", i,
+                            cli_json_type_name(v));
+        json_int_t h = json_integer_value(v);
+        if (h < 0)
+            return line_err(r, "hash_ids[%zu] = %lld is negative", i, (long long)h);
+        r->ids[i] = (uint64_t)h;
+    }
+    uint32_t bs = r->opt.hash_block_size;
+    if (bs > 0) {
+        uint64_t lo = x->input_length / bs, hi = lo + (x->input_length % bs != 0);
+        if (n != lo && n != hi)
+            return line_err(r,
+                            "%zu hash_ids do not match input_length %llu with %u-token "
+                            "blocks (expected %llu)",
+                            n, (unsigned long long)x->input_length, bs, (unsigned long long)hi);
+    }
+    x->hash_ids = r->ids;
+    x->n_hash_ids = n;
+    return 0;
+}
+
 /* Parse one non-blank line into *rec. Returns LOG_RECORD or a negative code. */
 static int parse_line(log_reader *r, const char *line, size_t len, log_record *rec)
 {
@@ -674,55 +735,9 @@ static int parse_line(log_reader *r, const char *line, size_t len, log_record *r
     if ((rc = read_timestamp(r, o, &x)) != 0)
         return rc;
 
-    if (tokens != NULL) {
-        if ((rc = read_tokens(r, tokens, "tokens", &r->tokens, &r->tokens_cap, &x.n_tokens)))
-            return rc;
-        if (x.n_tokens == 0)
-            return line_err(r, "tokens is empty: a request needs at least one prompt token");
-        x.tokens = r->tokens;
-        const json_t *out = json_object_get(o, "output_tokens");
-        if (out != NULL && !json_is_null(out)) {
-            if ((rc = read_tokens(r, out, "output_tokens", &r->out_tokens, &r->out_tokens_cap,
-                                  &x.n_output_tokens)))
-                return rc;
-            x.output_tokens = r->out_tokens;
-        }
-        x.input_length = x.n_tokens;
-        x.output_length = x.n_output_tokens;
-    } else {
-        if ((rc = read_len(r, o, "input_length", &x.input_length)) != 0 ||
-            (rc = read_len(r, o, "output_length", &x.output_length)) != 0)
-            return rc;
-        if (x.input_length == 0)
-            return line_err(r, "input_length must be at least 1");
-        if (!json_is_array(ids))
-            return line_err(r, "hash_ids must be an array of integers, not %s",
-                            cli_json_type_name(ids));
-        size_t n = json_array_size(ids);
-        if (reserve((void **)&r->ids, &r->ids_cap, n == 0 ? 1 : n, sizeof *r->ids) != 0)
-            return line_err(r, "out of memory for %zu hash ids", n), LOG_ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-            const json_t *v = json_array_get(ids, i);
-            if (!json_is_integer(v))
-                return line_err(r, "hash_ids[%zu] must be an integer, not %s", i,
-                                cli_json_type_name(v));
-            json_int_t h = json_integer_value(v);
-            if (h < 0)
-                return line_err(r, "hash_ids[%zu] = %lld is negative", i, (long long)h);
-            r->ids[i] = (uint64_t)h;
-        }
-        uint32_t bs = r->opt.hash_block_size;
-        if (bs > 0) {
-            uint64_t lo = x.input_length / bs, hi = lo + (x.input_length % bs != 0);
-            if (n != lo && n != hi)
-                return line_err(r,
-                                "%zu hash_ids do not match input_length %llu with %u-token "
-                                "blocks (expected %llu)",
-                                n, (unsigned long long)x.input_length, bs, (unsigned long long)hi);
-        }
-        x.hash_ids = r->ids;
-        x.n_hash_ids = n;
-    }
+    rc = tokens != NULL ? parse_token_fields(r, o, tokens, &x) : parse_trace_fields(r, o, ids, &x);
+    if (rc != 0)
+        return rc;
     *rec = x;
     r->n_records++;
     return LOG_RECORD;

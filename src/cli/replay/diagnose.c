@@ -189,17 +189,11 @@ static int record_break(rp_diag *d, uint32_t r, uint32_t e, size_t pos)
     return 0;
 }
 
-int rp_diag_add(rp_diag *d, kvp_key root, const uint32_t *sym, size_t n, const char *text,
-                size_t text_len, const uint32_t *offsets, uint64_t line_no)
+/* Keep an owned copy of a request's symbols (and text and offsets) as request r. Returns 0,
+ * or -1 on out of memory with nothing kept. */
+static int keep_request(rp_diag *d, const uint32_t *sym, size_t n, const char *text,
+                        size_t text_len, const uint32_t *offsets, uint64_t line_no)
 {
-    size_t bs = d->block_size;
-    size_t n_full = n / bs;
-    if (d->n_reqs >= NONE - 1)
-        return 0; /* enough to diagnose; the rest is not recorded */
-    if (!cli_grow((void **)&d->reqs, &d->reqs_cap, d->n_reqs + 1, sizeof *d->reqs) ||
-        !cli_grow((void **)&d->lcps, &d->lcps_cap, d->n_reqs + 1, sizeof *d->lcps) ||
-        !cli_grow((void **)&d->keys, &d->keys_cap, n_full, sizeof *d->keys))
-        return -1;
     dreq q = {malloc((n ? n : 1) * sizeof *sym), n, NULL, text_len, NULL, line_no};
     if (!q.sym)
         return -1;
@@ -219,26 +213,17 @@ int rp_diag_add(rp_diag *d, kvp_key root, const uint32_t *sym, size_t n, const c
         if (n)
             memcpy(q.offsets, offsets, n * sizeof *offsets);
     }
-    uint32_t r = (uint32_t)d->n_reqs;
     d->reqs[d->n_reqs++] = q;
-    size_t n_keys = 0;
-    kvp_hash_blocks(0, root, sym, n, (uint32_t)bs, d->keys, n_full, &n_keys);
+    return 0;
+}
 
-    /* Walk the trie as far as the prompt's blocks go. */
-    node *at = node_find(d, root);
-    if (!at && !(at = node_add(d, root, NONE, UINT32_MAX, NULL)))
-        return -1;
-    size_t matched = 0;
-    while (matched < n_keys) {
-        node *c = node_find(d, d->keys[matched]);
-        if (!c)
-            break;
-        at = c;
-        matched++;
-    }
-
-    /* The most similar earlier request: the best of the recent siblings at the break, or
-     * the latest request through the last matched block. */
+/* Compare request r (symbols sym[0 .. n)) with the most similar earlier request: the best of
+ * the recent siblings under at (matched blocks in), or the latest request through at; count
+ * its common prefix and record where it breaks. Returns 0 or -1 on out of memory. */
+static int compare_earlier(rp_diag *d, uint32_t r, const uint32_t *sym, size_t n, const node *at,
+                           size_t matched)
+{
+    size_t bs = d->block_size;
     uint32_t best = at->req;
     size_t best_lcp = 0, k = 0;
     for (node *c = at->first_child; c && k < RECENT_SIBLINGS; c = c->next_sibling, k++) {
@@ -252,24 +237,57 @@ int rp_diag_add(rp_diag *d, kvp_key root, const uint32_t *sym, size_t n, const c
     }
     if (best == NONE) {
         d->n_first++;
-    } else {
-        const dreq *e = &d->reqs[best];
-        size_t lcp = common(sym, n, e->sym, e->n);
-        d->lcps[d->n_lcps++] = lcp;
-        double f = n ? (double)lcp / (double)n : 0.0;
-        d->bucket[lcp == 0 ? 0 : f < 0.25 ? 1 : f < 0.5 ? 2 : f < 0.75 ? 3 : 4]++;
-        if (lcp == n)
-            d->n_full++;
-        else if (record_break(d, r, best, lcp) != 0)
-            return -1;
+        return 0;
     }
+    const dreq *e = &d->reqs[best];
+    size_t lcp = common(sym, n, e->sym, e->n);
+    d->lcps[d->n_lcps++] = lcp;
+    double f = n ? (double)lcp / (double)n : 0.0;
+    d->bucket[lcp == 0 ? 0 : f < 0.25 ? 1 : f < 0.5 ? 2 : f < 0.75 ? 3 : 4]++;
+    if (lcp == n) {
+        d->n_full++;
+        return 0;
+    }
+    return record_break(d, r, best, lcp);
+}
 
-    /* Insert the rest of the prompt's blocks; mark the matched path with this request. */
+/* Step 1 keep the request; Step 2 walk the trie as far as its blocks go; Step 3 compare it
+ * with the most similar earlier request; Step 4 insert the rest of its blocks and mark the
+ * matched path with it. */
+int rp_diag_add(rp_diag *d, kvp_key root, const uint32_t *sym, size_t n, const char *text,
+                size_t text_len, const uint32_t *offsets, uint64_t line_no)
+{
+    size_t bs = d->block_size;
+    size_t n_full = n / bs;
+    if (d->n_reqs >= NONE - 1)
+        return 0; /* enough to diagnose; the rest is not recorded */
+    if (!cli_grow((void **)&d->reqs, &d->reqs_cap, d->n_reqs + 1, sizeof *d->reqs) ||
+        !cli_grow((void **)&d->lcps, &d->lcps_cap, d->n_reqs + 1, sizeof *d->lcps) ||
+        !cli_grow((void **)&d->keys, &d->keys_cap, n_full, sizeof *d->keys))
+        return -1;
+    /* Step 1: */
+    uint32_t r = (uint32_t)d->n_reqs;
+    if (keep_request(d, sym, n, text, text_len, offsets, line_no) != 0)
+        return -1;
+    size_t n_keys = 0;
+    kvp_hash_blocks(0, root, sym, n, (uint32_t)bs, d->keys, n_full, &n_keys);
+
+    /* Step 2: */
+    node *at = node_find(d, root);
+    if (!at && !(at = node_add(d, root, NONE, UINT32_MAX, NULL)))
+        return -1;
+    size_t matched = 0;
+    for (node *c; matched < n_keys && (c = node_find(d, d->keys[matched])) != NULL; matched++)
+        at = c;
+
+    /* Step 3: */
+    if (compare_earlier(d, r, sym, n, at, matched) != 0)
+        return -1;
+
+    /* Step 4: */
     at->req = r;
-    for (size_t i = 0; i < matched; i++) {
-        node *c = node_find(d, d->keys[i]);
-        c->req = r;
-    }
+    for (size_t i = 0; i < matched; i++)
+        node_find(d, d->keys[i])->req = r;
     for (size_t i = matched; i < n_keys; i++) {
         node *c = node_add(d, d->keys[i], r, (uint32_t)i, at);
         if (!c)
