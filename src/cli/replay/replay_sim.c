@@ -450,7 +450,11 @@ static int drive_pool(rp_sim *s, const rp_request *r, uint32_t n_prompt_full, co
     return RP_OK;
 }
 
-int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
+/* Step 0: check the request's shape and make room for it: *n_touch blocks to touch, *n_full
+ * full prompt blocks. Returns RP_OK, RP_EINPUT (message in err, nothing changed) or
+ * RP_ENOMEM. */
+static int check_request(rp_sim *s, const rp_request *r, uint32_t *n_touch_out,
+                         uint32_t *n_full_out, char *err, size_t err_size)
 {
     uint64_t bs = s->cfg.block_size;
     uint64_t n_prompt = r->hash_ids ? r->input_length : r->n_tokens;
@@ -471,7 +475,7 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
         cli_errf(err, err_size, "request too long: %llu blocks", (unsigned long long)touch);
         return RP_EINPUT;
     }
-    uint32_t n_touch = (uint32_t)touch, n_full = (uint32_t)full;
+    uint32_t n_touch = (uint32_t)touch;
     if (!scratch_reserve(s, (r->hash_ids ? r->n_hash_ids : 0) + n_touch + 1) ||
         !cli_grow((void **)&s->reqs, &s->reqs_cap, s->n_reqs + 1, sizeof *s->reqs) ||
         !cli_grow((void **)&s->pm, &s->pm_cap, s->n_pm + n_touch + 1, sizeof *s->pm) ||
@@ -479,6 +483,18 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
         cli_errf(err, err_size, "out of memory");
         return RP_ENOMEM;
     }
+    *n_touch_out = n_touch;
+    *n_full_out = (uint32_t)full;
+    return RP_OK;
+}
+
+int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
+{
+    uint32_t n_touch, n_full;
+    int rc = check_request(s, r, &n_touch, &n_full, err, err_size);
+    if (rc != RP_OK)
+        return rc;
+    uint64_t n_prompt = r->hash_ids ? r->input_length : r->n_tokens;
 
     /* Step 1: keys. */
     kvp_key root;
@@ -495,7 +511,7 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
     }
 
     /* Step 2: entries. */
-    int rc = find_entries(s, r, root, n_touch, err, err_size);
+    rc = find_entries(s, r, root, n_touch, err, err_size);
     if (rc != RP_OK)
         return rc;
     req q = {n_prompt, s->n_pm, n_full, n_touch, {0, 0, 0}};
