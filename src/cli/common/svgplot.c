@@ -404,18 +404,10 @@ static void put_legend(FILE *f, const svg_plot *p)
  *   5. the series;
  *   6. the legend and axis labels, then close and flush.
  */
-int svg_write(FILE *f, const svg_plot *p, char *err, size_t err_size)
+/* Step 2 of svg_write: the document, its title, the background and the x axis. */
+static void put_head(FILE *f, const svg_plot *p, const plot_geom *pg)
 {
-    plot_geom g;
-
-    /* Step 0: */
-    if (validate(f, p, err, err_size) != 0)
-        return -1;
-
-    /* Step 1: */
-    geometry(p, &g);
-
-    /* Step 2: */
+    const plot_geom g = *pg;
     fprintf(f,
             "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n"
             "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" "
@@ -441,42 +433,40 @@ int svg_write(FILE *f, const svg_plot *p, char *err, size_t err_size)
     }
     put_x_axis(f, &g);
 
-    /* Step 3: */
-    put_y_axis(f, &g);
-    fprintf(f,
-            "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"none\" "
-            "stroke=\"#333333\" stroke-width=\"1\"/>\n",
-            FRAME_LEFT, g.frame_top, FRAME_RIGHT - FRAME_LEFT, FRAME_BOTTOM - g.frame_top);
+}
 
-    /* Step 4: */
+/* Step 4 of svg_write: the ceiling and the marker lines. */
+static void put_lines(FILE *f, const svg_plot *p, const plot_geom *g)
+{
     if (p->ceiling >= 0.0) {
-        double py = map_y(&g, p->ceiling);
+        double py = map_y(g, p->ceiling);
         fprintf(f,
                 "<line id=\"ceiling\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
                 "stroke=\"#555555\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>\n",
                 FRAME_LEFT, py, FRAME_RIGHT, py);
     }
     if (p->marker_x > 0.0) {
-        double px = map_x(&g, p->marker_x);
+        double px = map_x(g, p->marker_x);
         fprintf(f,
                 "<line id=\"marker\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
                 "stroke=\"#7f7f7f\" stroke-width=\"1.5\" stroke-dasharray=\"2 3\"/>\n",
-                px, g.frame_top, px, FRAME_BOTTOM);
+                px, g->frame_top, px, FRAME_BOTTOM);
     }
 
-    /* Step 5: */
-    put_series(f, p, &g);
+}
 
-    /* Step 6: the labels go last so that they are drawn over the curves. */
+/* Step 6 of svg_write: the labels, last so that they are drawn over the curves. */
+static void put_labels(FILE *f, const svg_plot *p, const plot_geom *g)
+{
     if (p->ceiling >= 0.0 && p->ceiling_label != NULL) {
-        double py = map_y(&g, p->ceiling);
-        double ly = py - 6.0 < g.frame_top + 14.0 ? py + 16.0 : py - 6.0;
+        double py = map_y(g, p->ceiling);
+        double ly = py - 6.0 < g->frame_top + 14.0 ? py + 16.0 : py - 6.0;
         put_boxed_label(f, FRAME_RIGHT - 6.0, ly, "end", "#333333", p->ceiling_label);
     }
     if (p->marker_x > 0.0 && p->marker_label != NULL) {
-        double px = map_x(&g, p->marker_x);
+        double px = map_x(g, p->marker_x);
         bool left = px + 4.0 + text_width(p->marker_label, 11.0) > FRAME_RIGHT;
-        put_boxed_label(f, left ? px - 4.0 : px + 4.0, g.frame_top + 14.0, left ? "end" : "start",
+        put_boxed_label(f, left ? px - 4.0 : px + 4.0, g->frame_top + 14.0, left ? "end" : "start",
                         "#555555", p->marker_label);
     }
     put_legend(f, p);
@@ -497,7 +487,7 @@ int svg_write(FILE *f, const svg_plot *p, char *err, size_t err_size)
         fputs("</text>\n", f);
     }
     if (p->y_label != NULL) {
-        double cy = (g.frame_top + FRAME_BOTTOM) / 2.0;
+        double cy = (g->frame_top + FRAME_BOTTOM) / 2.0;
         fprintf(f,
                 "<text x=\"20.00\" y=\"%.2f\" font-size=\"13\" fill=\"#111111\" "
                 "text-anchor=\"middle\" transform=\"rotate(-90 20.00 %.2f)\">",
@@ -505,6 +495,37 @@ int svg_write(FILE *f, const svg_plot *p, char *err, size_t err_size)
         put_text(f, p->y_label);
         fputs("</text>\n", f);
     }
+}
+
+int svg_write(FILE *f, const svg_plot *p, char *err, size_t err_size)
+{
+    plot_geom g;
+
+    /* Step 0: */
+    if (validate(f, p, err, err_size) != 0)
+        return -1;
+
+    /* Step 1: */
+    geometry(p, &g);
+
+    /* Step 2: */
+    put_head(f, p, &g);
+
+    /* Step 3: */
+    put_y_axis(f, &g);
+    fprintf(f,
+            "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"none\" "
+            "stroke=\"#333333\" stroke-width=\"1\"/>\n",
+            FRAME_LEFT, g.frame_top, FRAME_RIGHT - FRAME_LEFT, FRAME_BOTTOM - g.frame_top);
+
+    /* Step 4: */
+    put_lines(f, p, &g);
+
+    /* Step 5: */
+    put_series(f, p, &g);
+
+    /* Step 6: the labels go last so that they are drawn over the curves. */
+    put_labels(f, p, &g);
     fputs("</svg>\n", f);
     if (fflush(f) != 0 || ferror(f)) {
         cli_errf(err, err_size, "plot: write error: %s", strerror(errno));
