@@ -87,9 +87,9 @@ static void print_frag(const plan_result *r, const pl_frag *f, uint64_t max_len,
     }
 }
 
-void pl_print_table(const plan_result *r, const plan_opts *o)
+/* The model, its dtypes and the tensor-parallel split. */
+static void print_model_section(const plan_result *r, const plan_opts *o)
 {
-    char label[128], b1[32];
     const pl_model_shape *m = &r->m;
     printf("kvprefix plan: logical KV-cache bytes = 2 x L x Hkv x D x s per token\n\n");
     fputs("Model: ", stdout);
@@ -114,7 +114,12 @@ void pl_print_table(const plan_result *r, const plan_opts *o)
             printf("; tp > KV heads, so each KV head is replicated on %u GPUs", r->tp.replication);
         printf("\n");
     }
+}
 
+/* KV bytes per token, block, sequence and batch. */
+static void print_kv_section(const plan_result *r, const plan_opts *o)
+{
+    char label[128];
     header(r, "KV cache (persistent, grows with context)");
     row(r, "per token", r->tok_gpu);
     snprintf(label, sizeof label, "per block (%u tokens)", r->block_size);
@@ -144,7 +149,11 @@ void pl_print_table(const plan_result *r, const plan_opts *o)
                "%llu bytes per token)\n",
                r->tp.replication, (unsigned long long)r->tok_logical);
     }
+}
 
+/* Fragmentation of the batch and the attention workspace. */
+static void print_batch_section(const plan_result *r, const plan_opts *o)
+{
     if (r->has_batch) {
         printf("\nFragmentation of the batch\n");
         print_frag(r, &r->frag, r->max_len, r->max_len_given);
@@ -156,7 +165,12 @@ void pl_print_table(const plan_result *r, const plan_opts *o)
         printf("  Memory-saving attention kernels such as FlashAttention avoid materializing "
                "this\n  matrix; they shrink the transient workspace, not the KV cache above.\n");
     }
+}
 
+/* The trace: lengths, fragmentation and --concurrency requests. */
+static void print_trace_section(const plan_result *r, const plan_opts *o)
+{
+    char label[128];
     if (r->has_trace) {
         const pl_stats *s = &r->st;
         fputs("\nTrace ", stdout);
@@ -196,7 +210,12 @@ void pl_print_table(const plan_result *r, const plan_opts *o)
                    r->conc > s->n ? " (all of them, then the longest again)" : "");
         }
     }
+}
 
+/* The inverse plan: memory per GPU and what fits it. */
+static void print_memory_section(const plan_result *r, const plan_opts *o)
+{
+    char label[128], b1[32];
     if (r->has_mem) {
         const pl_mem_in *in = &r->mem_in;
         const pl_mem_out *mo = &r->mem;
@@ -244,7 +263,12 @@ void pl_print_table(const plan_result *r, const plan_opts *o)
                    (unsigned long long)(r->has_batch ? r->max_len : r->tmax_len),
                    (unsigned long long)r->fit_contig);
     }
+}
 
+/* The notes under every table. */
+static void print_notes(const plan_result *r, const plan_opts *o)
+{
+    const pl_model_shape *m = &r->m;
     printf("\nNotes\n");
     printf("  - These are logical KV bytes, not all the memory an engine uses: weights, "
            "activations,\n    CUDA graphs, allocator slack and fragmentation come on top "
@@ -256,6 +280,16 @@ void pl_print_table(const plan_result *r, const plan_opts *o)
     else
         printf("  - fp8/int8 KV figures (--kv-dtype) are capacity estimates only: real KV "
                "quantization\n    adds scales and numerical error.\n");
+}
+
+void pl_print_table(const plan_result *r, const plan_opts *o)
+{
+    print_model_section(r, o);
+    print_kv_section(r, o);
+    print_batch_section(r, o);
+    print_trace_section(r, o);
+    print_memory_section(r, o);
+    print_notes(r, o);
 }
 
 /* ---- JSON output ----------------------------------------------------------------------- */
