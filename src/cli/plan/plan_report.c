@@ -313,6 +313,88 @@ static json_t *jfrag(const plan_result *r, const pl_frag *f, uint64_t max_len)
                      "contiguous_waste_bytes_per_gpu", ju(cw));
 }
 
+/* The batch: sizes, fragmentation and the attention workspace. Adds its object to root. */
+static void json_batch(json_t *root, const plan_result *r, const plan_opts *o)
+{
+    json_t *b = json_pack("{s:o,s:o,s:o}", "sequences", ju(r->frag.n_seqs), "tokens",
+                          ju(r->batch_tokens), "kv_bytes_per_gpu", ju(r->batch_bytes_gpu));
+    if (r->uniform) {
+        json_object_set_new(b, "seq_len", ju(r->seq_len));
+        json_object_set_new(b, "batch", ju(r->batch));
+        json_object_set_new(b, "seq_kv_bytes_per_gpu", ju(r->seq_bytes_gpu));
+    } else {
+        json_t *a = json_array();
+        for (size_t i = 0; i < r->n_lens; i++)
+            json_array_append_new(a, ju(r->lens[i]));
+        json_object_set_new(b, "lens", a);
+    }
+    uint64_t all = 0;
+    pl_mul(r->batch_bytes_gpu, r->tp.tp, &all);
+    json_object_set_new(b, "kv_bytes_all_gpus", ju(all));
+    json_object_set_new(root, "batch", b);
+    json_object_set_new(root, "fragmentation", jfrag(r, &r->frag, r->max_len));
+    json_object_set_new(
+        root, "workspace",
+        json_pack("{s:s,s:o,s:s}", "what",
+                  "naive attention scores B x Hq x T x T x s, one layer", "bytes_per_gpu",
+                  r->ws_ok ? ju(r->ws_bytes_gpu) : json_null(), "note",
+                  "transient; FlashAttention-style kernels reduce it, not the KV cache"));
+}
+
+/* The trace: lengths, fragmentation and --concurrency requests. Adds its object to root. */
+static void json_trace(json_t *root, const plan_result *r, const plan_opts *o)
+{
+    const pl_stats *s = &r->st;
+    json_t *t = json_pack("{s:s,s:o,s:o,s:o,s:b,s:f,s:o,s:o,s:o,s:o,s:o,s:o}", "path",
+                          r->trace_path, "requests", ju(s->n), "token_log_lines",
+                          ju(r->n_tokens_fmt), "mooncake_lines", ju(r->n_mooncake_fmt),
+                          "include_output", o->include_output, "mean_len", s->mean, "p50_len",
+                          ju(s->p50), "p90_len", ju(s->p90), "p99_len", ju(s->p99), "min_len",
+                          ju(s->min), "max_len", ju(s->max), "total_blocks", ju(r->sum_blocks));
+    json_object_set_new(t, "fragmentation", jfrag(r, &r->tfrag, r->tmax_len));
+    if (r->conc > 0) {
+        uint64_t eb = 0, wb = 0, ebb = 0, wbb = 0;
+        pl_mul(r->exp_tokens, r->tok_gpu, &eb);
+        pl_mul(r->worst_tokens, r->tok_gpu, &wb);
+        pl_mul(r->exp_blocks, r->blk_gpu, &ebb);
+        pl_mul(r->worst_blocks, r->blk_gpu, &wbb);
+        json_object_set_new(
+            t, "concurrency",
+            json_pack("{s:o,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:o}", "n", ju(r->conc),
+                      "expected_is", "N x mean length, rounded up", "expected_tokens",
+                      ju(r->exp_tokens), "expected_kv_bytes_per_gpu", ju(eb), "expected_blocks",
+                      ju(r->exp_blocks), "expected_block_bytes_per_gpu", ju(ebb), "worst_is",
+                      "sum of the N longest requests", "worst_tokens", ju(r->worst_tokens),
+                      "worst_kv_bytes_per_gpu", ju(wb), "worst_blocks", ju(r->worst_blocks),
+                      "worst_block_bytes_per_gpu", ju(wbb)));
+    }
+    json_object_set_new(root, "trace", t);
+}
+
+/* The inverse plan: memory per GPU and what fits it. Adds its object to root. */
+static void json_memory(json_t *root, const plan_result *r, const plan_opts *o)
+{
+    const pl_mem_in *in = &r->mem_in;
+    const pl_mem_out *mo = &r->mem;
+    json_t *mj =
+        json_pack("{s:o,s:f,s:o,s:o,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "gpu_mem_bytes",
+                  ju(in->gpu_mem_bytes), "util", (double)in->util_ppm / 1e6, "budget_bytes",
+                  ju(mo->budget_bytes), "weights_total_bytes", ju(r->weights_total),
+                  "weights_from", r->weights_from, "weights_per_gpu_bytes",
+                  ju(mo->weights_per_gpu_bytes), "reserve_bytes", ju(in->reserve_bytes),
+                  "kv_bytes_per_gpu", ju(mo->kv_bytes), "kv_blocks", ju(mo->n_blocks),
+                  "kv_tokens", ju(mo->n_tokens), "contiguous_requests", ju(r->fit_contig));
+    if (r->has_batch && r->uniform)
+        json_object_set_new(mj, "requests_of_seq_len", ju(r->fit_seq));
+    if (r->has_batch && !r->uniform)
+        json_object_set_new(mj, "batch_fits", json_boolean(r->frag.n_blocks <= mo->n_blocks));
+    if (r->has_trace) {
+        json_object_set_new(mj, "trace_requests_at_mean", ju(r->conc_mean_fit));
+        json_object_set_new(mj, "trace_requests_longest_first", ju(r->conc_worst_fit));
+    }
+    json_object_set_new(root, "memory", mj);
+}
+
 int pl_print_json(const plan_result *r, const plan_opts *o)
 {
     const pl_model_shape *m = &r->m;
@@ -340,79 +422,12 @@ int pl_print_json(const plan_result *r, const plan_opts *o)
         ju(r->tok_logical), "token_bytes_per_gpu", ju(r->tok_gpu), "token_bytes_all_gpus",
         ju(all_tok), "block_bytes_per_gpu", ju(r->blk_gpu), "block_bytes_all_gpus", ju(all_blk));
     json_object_set_new(root, "kv", kv);
-    if (r->has_batch) {
-        json_t *b = json_pack("{s:o,s:o,s:o}", "sequences", ju(r->frag.n_seqs), "tokens",
-                              ju(r->batch_tokens), "kv_bytes_per_gpu", ju(r->batch_bytes_gpu));
-        if (r->uniform) {
-            json_object_set_new(b, "seq_len", ju(r->seq_len));
-            json_object_set_new(b, "batch", ju(r->batch));
-            json_object_set_new(b, "seq_kv_bytes_per_gpu", ju(r->seq_bytes_gpu));
-        } else {
-            json_t *a = json_array();
-            for (size_t i = 0; i < r->n_lens; i++)
-                json_array_append_new(a, ju(r->lens[i]));
-            json_object_set_new(b, "lens", a);
-        }
-        uint64_t all = 0;
-        pl_mul(r->batch_bytes_gpu, r->tp.tp, &all);
-        json_object_set_new(b, "kv_bytes_all_gpus", ju(all));
-        json_object_set_new(root, "batch", b);
-        json_object_set_new(root, "fragmentation", jfrag(r, &r->frag, r->max_len));
-        json_object_set_new(
-            root, "workspace",
-            json_pack("{s:s,s:o,s:s}", "what",
-                      "naive attention scores B x Hq x T x T x s, one layer", "bytes_per_gpu",
-                      r->ws_ok ? ju(r->ws_bytes_gpu) : json_null(), "note",
-                      "transient; FlashAttention-style kernels reduce it, not the KV cache"));
-    }
-    if (r->has_trace) {
-        const pl_stats *s = &r->st;
-        json_t *t = json_pack("{s:s,s:o,s:o,s:o,s:b,s:f,s:o,s:o,s:o,s:o,s:o,s:o}", "path",
-                              r->trace_path, "requests", ju(s->n), "token_log_lines",
-                              ju(r->n_tokens_fmt), "mooncake_lines", ju(r->n_mooncake_fmt),
-                              "include_output", o->include_output, "mean_len", s->mean, "p50_len",
-                              ju(s->p50), "p90_len", ju(s->p90), "p99_len", ju(s->p99), "min_len",
-                              ju(s->min), "max_len", ju(s->max), "total_blocks", ju(r->sum_blocks));
-        json_object_set_new(t, "fragmentation", jfrag(r, &r->tfrag, r->tmax_len));
-        if (r->conc > 0) {
-            uint64_t eb = 0, wb = 0, ebb = 0, wbb = 0;
-            pl_mul(r->exp_tokens, r->tok_gpu, &eb);
-            pl_mul(r->worst_tokens, r->tok_gpu, &wb);
-            pl_mul(r->exp_blocks, r->blk_gpu, &ebb);
-            pl_mul(r->worst_blocks, r->blk_gpu, &wbb);
-            json_object_set_new(
-                t, "concurrency",
-                json_pack("{s:o,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:o}", "n", ju(r->conc),
-                          "expected_is", "N x mean length, rounded up", "expected_tokens",
-                          ju(r->exp_tokens), "expected_kv_bytes_per_gpu", ju(eb), "expected_blocks",
-                          ju(r->exp_blocks), "expected_block_bytes_per_gpu", ju(ebb), "worst_is",
-                          "sum of the N longest requests", "worst_tokens", ju(r->worst_tokens),
-                          "worst_kv_bytes_per_gpu", ju(wb), "worst_blocks", ju(r->worst_blocks),
-                          "worst_block_bytes_per_gpu", ju(wbb)));
-        }
-        json_object_set_new(root, "trace", t);
-    }
-    if (r->has_mem) {
-        const pl_mem_in *in = &r->mem_in;
-        const pl_mem_out *mo = &r->mem;
-        json_t *mj =
-            json_pack("{s:o,s:f,s:o,s:o,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "gpu_mem_bytes",
-                      ju(in->gpu_mem_bytes), "util", (double)in->util_ppm / 1e6, "budget_bytes",
-                      ju(mo->budget_bytes), "weights_total_bytes", ju(r->weights_total),
-                      "weights_from", r->weights_from, "weights_per_gpu_bytes",
-                      ju(mo->weights_per_gpu_bytes), "reserve_bytes", ju(in->reserve_bytes),
-                      "kv_bytes_per_gpu", ju(mo->kv_bytes), "kv_blocks", ju(mo->n_blocks),
-                      "kv_tokens", ju(mo->n_tokens), "contiguous_requests", ju(r->fit_contig));
-        if (r->has_batch && r->uniform)
-            json_object_set_new(mj, "requests_of_seq_len", ju(r->fit_seq));
-        if (r->has_batch && !r->uniform)
-            json_object_set_new(mj, "batch_fits", json_boolean(r->frag.n_blocks <= mo->n_blocks));
-        if (r->has_trace) {
-            json_object_set_new(mj, "trace_requests_at_mean", ju(r->conc_mean_fit));
-            json_object_set_new(mj, "trace_requests_longest_first", ju(r->conc_worst_fit));
-        }
-        json_object_set_new(root, "memory", mj);
-    }
+    if (r->has_batch)
+        json_batch(root, r, o);
+    if (r->has_trace)
+        json_trace(root, r, o);
+    if (r->has_mem)
+        json_memory(root, r, o);
     json_t *notes = json_array();
     json_array_append_new(notes, json_string("Logical KV bytes only: not all the memory an "
                                              "engine uses (weights, activations, CUDA graphs, "
