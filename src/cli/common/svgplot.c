@@ -432,7 +432,6 @@ static void put_head(FILE *f, const svg_plot *p, const plot_geom *pg)
         fputs("</text>\n", f);
     }
     put_x_axis(f, &g);
-
 }
 
 /* Step 4 of svg_write: the ceiling and the marker lines. */
@@ -452,7 +451,6 @@ static void put_lines(FILE *f, const svg_plot *p, const plot_geom *g)
                 "stroke=\"#7f7f7f\" stroke-width=\"1.5\" stroke-dasharray=\"2 3\"/>\n",
                 px, g->frame_top, px, FRAME_BOTTOM);
     }
-
 }
 
 /* Step 6 of svg_write: the labels, last so that they are drawn over the curves. */

@@ -622,8 +622,7 @@ static int compute_memory(const plan_opts *o, plan_result *r, const uint64_t *tr
             else
                 r->conc_mean_fit =
                     (uint64_t)((double)r->mem.n_blocks * (double)n_trace / (double)r->sum_blocks);
-            r->conc_worst_fit =
-                pl_fit_longest(trace_lens, n_trace, o->block_size, r->mem.n_blocks);
+            r->conc_worst_fit = pl_fit_longest(trace_lens, n_trace, o->block_size, r->mem.n_blocks);
         }
     }
     return 0;

@@ -335,9 +335,8 @@ static void json_batch(json_t *root, const plan_result *r, const plan_opts *o)
     json_object_set_new(root, "fragmentation", jfrag(r, &r->frag, r->max_len));
     json_object_set_new(
         root, "workspace",
-        json_pack("{s:s,s:o,s:s}", "what",
-                  "naive attention scores B x Hq x T x T x s, one layer", "bytes_per_gpu",
-                  r->ws_ok ? ju(r->ws_bytes_gpu) : json_null(), "note",
+        json_pack("{s:s,s:o,s:s}", "what", "naive attention scores B x Hq x T x T x s, one layer",
+                  "bytes_per_gpu", r->ws_ok ? ju(r->ws_bytes_gpu) : json_null(), "note",
                   "transient; FlashAttention-style kernels reduce it, not the KV cache"));
 }
 
@@ -345,12 +344,12 @@ static void json_batch(json_t *root, const plan_result *r, const plan_opts *o)
 static void json_trace(json_t *root, const plan_result *r, const plan_opts *o)
 {
     const pl_stats *s = &r->st;
-    json_t *t = json_pack("{s:s,s:o,s:o,s:o,s:b,s:f,s:o,s:o,s:o,s:o,s:o,s:o}", "path",
-                          r->trace_path, "requests", ju(s->n), "token_log_lines",
-                          ju(r->n_tokens_fmt), "mooncake_lines", ju(r->n_mooncake_fmt),
-                          "include_output", o->include_output, "mean_len", s->mean, "p50_len",
-                          ju(s->p50), "p90_len", ju(s->p90), "p99_len", ju(s->p99), "min_len",
-                          ju(s->min), "max_len", ju(s->max), "total_blocks", ju(r->sum_blocks));
+    json_t *t =
+        json_pack("{s:s,s:o,s:o,s:o,s:b,s:f,s:o,s:o,s:o,s:o,s:o,s:o}", "path", r->trace_path,
+                  "requests", ju(s->n), "token_log_lines", ju(r->n_tokens_fmt), "mooncake_lines",
+                  ju(r->n_mooncake_fmt), "include_output", o->include_output, "mean_len", s->mean,
+                  "p50_len", ju(s->p50), "p90_len", ju(s->p90), "p99_len", ju(s->p99), "min_len",
+                  ju(s->min), "max_len", ju(s->max), "total_blocks", ju(r->sum_blocks));
     json_object_set_new(t, "fragmentation", jfrag(r, &r->tfrag, r->tmax_len));
     if (r->conc > 0) {
         uint64_t eb = 0, wb = 0, ebb = 0, wbb = 0;
@@ -376,14 +375,13 @@ static void json_memory(json_t *root, const plan_result *r, const plan_opts *o)
 {
     const pl_mem_in *in = &r->mem_in;
     const pl_mem_out *mo = &r->mem;
-    json_t *mj =
-        json_pack("{s:o,s:f,s:o,s:o,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "gpu_mem_bytes",
-                  ju(in->gpu_mem_bytes), "util", (double)in->util_ppm / 1e6, "budget_bytes",
-                  ju(mo->budget_bytes), "weights_total_bytes", ju(r->weights_total),
-                  "weights_from", r->weights_from, "weights_per_gpu_bytes",
-                  ju(mo->weights_per_gpu_bytes), "reserve_bytes", ju(in->reserve_bytes),
-                  "kv_bytes_per_gpu", ju(mo->kv_bytes), "kv_blocks", ju(mo->n_blocks),
-                  "kv_tokens", ju(mo->n_tokens), "contiguous_requests", ju(r->fit_contig));
+    json_t *mj = json_pack(
+        "{s:o,s:f,s:o,s:o,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "gpu_mem_bytes", ju(in->gpu_mem_bytes),
+        "util", (double)in->util_ppm / 1e6, "budget_bytes", ju(mo->budget_bytes),
+        "weights_total_bytes", ju(r->weights_total), "weights_from", r->weights_from,
+        "weights_per_gpu_bytes", ju(mo->weights_per_gpu_bytes), "reserve_bytes",
+        ju(in->reserve_bytes), "kv_bytes_per_gpu", ju(mo->kv_bytes), "kv_blocks", ju(mo->n_blocks),
+        "kv_tokens", ju(mo->n_tokens), "contiguous_requests", ju(r->fit_contig));
     if (r->has_batch && r->uniform)
         json_object_set_new(mj, "requests_of_seq_len", ju(r->fit_seq));
     if (r->has_batch && !r->uniform)
