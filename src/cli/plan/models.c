@@ -112,6 +112,70 @@ static int get_count(const json_t *obj, const char *key, uint32_t *out, const ch
     return 1;
 }
 
+/* The shape fields of a config.json object (layers, heads, KV heads, head dim, falling back
+ * to hidden_size / heads) into *m. Returns 0, or -1 with the message in err. */
+static int read_shape(const json_t *cfg, pl_model_shape *m, const char *path, char *err,
+                      size_t err_size)
+{
+    uint32_t hidden = 0;
+    int r;
+    if ((r = get_count(cfg, "num_hidden_layers", &m->n_layers, path, err, err_size)) <= 0) {
+        if (r == 0)
+            cli_errf(err, err_size, "%s: num_hidden_layers is missing", path);
+        return -1;
+    }
+    if ((r = get_count(cfg, "num_attention_heads", &m->n_heads, path, err, err_size)) <= 0) {
+        if (r == 0)
+            cli_errf(err, err_size, "%s: num_attention_heads is missing", path);
+        return -1;
+    }
+    r = get_count(cfg, "num_key_value_heads", &m->n_kv_heads, path, err, err_size);
+    if (r < 0)
+        return -1;
+    if (r == 0)
+        m->n_kv_heads = m->n_heads; /* absent: multi-head attention */
+    r = get_count(cfg, "head_dim", &m->head_dim, path, err, err_size);
+    if (r < 0)
+        return -1;
+    if (r == 0) {
+        r = get_count(cfg, "hidden_size", &hidden, path, err, err_size);
+        if (r < 0)
+            return -1;
+        if (r == 0) {
+            cli_errf(err, err_size, "%s: neither head_dim nor hidden_size is given", path);
+            return -1;
+        }
+        if (hidden % m->n_heads != 0) {
+            cli_errf(err, err_size,
+                     "%s: hidden_size %u is not a multiple of num_attention_heads %u", path, hidden,
+                     m->n_heads);
+            return -1;
+        }
+        m->head_dim = hidden / m->n_heads;
+    }
+    return 0;
+}
+
+/* torch_dtype (or dtype) into *m when given. Returns 0, or -1 with the message in err. */
+static int read_dtype(const json_t *cfg, pl_model_shape *m, const char *path, char *err,
+                      size_t err_size)
+{
+    json_t *dt = json_object_get(cfg, "torch_dtype");
+    if (dt == NULL || json_is_null(dt))
+        dt = json_object_get(cfg, "dtype");
+    if (dt != NULL && !json_is_null(dt)) {
+        pl_dtype d;
+        if (!json_is_string(dt) || pl_dtype_parse(json_string_value(dt), &d) != 0) {
+            cli_errf(err, err_size, "%s: torch_dtype must be one of float32, float16, bfloat16",
+                     path);
+            return -1;
+        }
+        m->kv_dtype = d;
+        m->w_dtype = d;
+    }
+    return 0;
+}
+
 int pl_model_from_config(const char *path, pl_model_shape *out, char *err, size_t err_size)
 {
     json_error_t jerr;
@@ -139,55 +203,9 @@ int pl_model_from_config(const char *path, pl_model_shape *out, char *err, size_
         json_is_object(json_object_get(root, "text_config")))
         cfg = json_object_get(root, "text_config");
 
-    uint32_t hidden = 0;
-    int r;
-    if ((r = get_count(cfg, "num_hidden_layers", &m.n_layers, path, err, err_size)) <= 0) {
-        if (r == 0)
-            cli_errf(err, err_size, "%s: num_hidden_layers is missing", path);
+    if (read_shape(cfg, &m, path, err, err_size) != 0 ||
+        read_dtype(cfg, &m, path, err, err_size) != 0)
         goto done;
-    }
-    if ((r = get_count(cfg, "num_attention_heads", &m.n_heads, path, err, err_size)) <= 0) {
-        if (r == 0)
-            cli_errf(err, err_size, "%s: num_attention_heads is missing", path);
-        goto done;
-    }
-    r = get_count(cfg, "num_key_value_heads", &m.n_kv_heads, path, err, err_size);
-    if (r < 0)
-        goto done;
-    if (r == 0)
-        m.n_kv_heads = m.n_heads; /* absent: multi-head attention */
-    r = get_count(cfg, "head_dim", &m.head_dim, path, err, err_size);
-    if (r < 0)
-        goto done;
-    if (r == 0) {
-        r = get_count(cfg, "hidden_size", &hidden, path, err, err_size);
-        if (r < 0)
-            goto done;
-        if (r == 0) {
-            cli_errf(err, err_size, "%s: neither head_dim nor hidden_size is given", path);
-            goto done;
-        }
-        if (hidden % m.n_heads != 0) {
-            cli_errf(err, err_size,
-                     "%s: hidden_size %u is not a multiple of num_attention_heads %u", path, hidden,
-                     m.n_heads);
-            goto done;
-        }
-        m.head_dim = hidden / m.n_heads;
-    }
-    json_t *dt = json_object_get(cfg, "torch_dtype");
-    if (dt == NULL || json_is_null(dt))
-        dt = json_object_get(cfg, "dtype");
-    if (dt != NULL && !json_is_null(dt)) {
-        pl_dtype d;
-        if (!json_is_string(dt) || pl_dtype_parse(json_string_value(dt), &d) != 0) {
-            cli_errf(err, err_size, "%s: torch_dtype must be one of float32, float16, bfloat16",
-                     path);
-            goto done;
-        }
-        m.kv_dtype = d;
-        m.w_dtype = d;
-    }
     const char *what = NULL;
     if (pl_model_shape_check(&m, &what) != PL_OK) {
         cli_errf(err, err_size, "%s: %s (num_attention_heads %u, num_key_value_heads %u)", path,
