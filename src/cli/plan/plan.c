@@ -182,18 +182,12 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
-/* Apply one option. Returns 0 or an exit code (message printed). */
-static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
+/* Apply an option that takes a number, a size or a list. Returns 0 or an exit code. */
+static int apply_value(plan_opts *o, int id, const char *flag, const char *v)
 {
     uint64_t x;
     int rc = 0;
     switch (id) {
-    case OPT_MODEL:
-        o->model_name = v;
-        break;
-    case OPT_CONFIG:
-        o->config_path = v;
-        break;
     case OPT_LAYERS:
         return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->layers);
     case OPT_HEADS:
@@ -202,15 +196,6 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
         return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->kv_heads);
     case OPT_HEAD_DIM:
         return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->head_dim);
-    case OPT_DTYPE:
-        o->dtype = v;
-        break;
-    case OPT_KV_DTYPE:
-        o->kv_dtype = v;
-        break;
-    case OPT_W_DTYPE:
-        o->w_dtype = v;
-        break;
     case OPT_BLOCK_SIZE:
         if ((rc = cli_flag_uint("plan", flag, v, 1, MAX_BLOCK_SIZE, &x)) == 0)
             o->block_size = (uint32_t)x;
@@ -242,9 +227,6 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
         if ((rc = cli_flag_uint("plan", flag, v, 1, 1u << 20, &x)) == 0)
             o->tp = (uint32_t)x;
         break;
-    case OPT_TRACE:
-        o->trace = v;
-        break;
     case OPT_TRACE_BS:
         if ((rc = cli_flag_uint("plan", flag, v, 0, MAX_BLOCK_SIZE, &x)) == 0)
             o->trace_bs = (uint32_t)x;
@@ -254,6 +236,35 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
     case OPT_MAX_LINE:
         if ((rc = cli_flag_bytes("plan", flag, v, 1024, LOG_MAX_LINE_LIMIT, &x)) == 0)
             o->max_line_bytes = (size_t)x;
+        break;
+    default:
+        break;
+    }
+    return rc;
+}
+
+/* Apply one option. Returns 0 or an exit code (message printed). */
+static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
+{
+    int rc = 0;
+    switch (id) {
+    case OPT_MODEL:
+        o->model_name = v;
+        break;
+    case OPT_CONFIG:
+        o->config_path = v;
+        break;
+    case OPT_DTYPE:
+        o->dtype = v;
+        break;
+    case OPT_KV_DTYPE:
+        o->kv_dtype = v;
+        break;
+    case OPT_W_DTYPE:
+        o->w_dtype = v;
+        break;
+    case OPT_TRACE:
+        o->trace = v;
         break;
     case OPT_INCLUDE_OUTPUT:
         o->include_output = true;
@@ -271,7 +282,7 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
         o->help = true;
         break;
     default:
-        break;
+        return apply_value(o, id, flag, v);
     }
     return rc;
 }
