@@ -24,14 +24,18 @@
  * The input is a path, "-" for standard input. It is gunzipped transparently when it is gzip
  * data and decompressed with libzstd's streaming API when it starts with the zstd magic
  * 28 B5 2F FD (several concatenated frames included), whatever its name. Detection looks at
- * the first four bytes of what zlib's gzread returns, so it works on pipes and a gzipped .zst
- * is unwrapped twice.
+ * the first bytes of the input (gzin.c) and then of what the gzip layer returns, so it works
+ * on pipes and a gzipped .zst is unwrapped twice. Data after the last gzip member or zstd
+ * frame, and a member or frame cut short, are errors. A UTF-8 byte order mark at the start
+ * is skipped; a raw NUL byte or a carriage return inside a line that does not parse is named
+ * in the message.
  *
  * Errors read "FILE:LINE: what is wrong" (or "FILE: ..." for the file as a whole). After an
  * error on one line the reader can go on with the next line; a read or decompression error
  * ends the file.
  *
- * Memory: the reader holds one line (which may be arbitrarily long, up to max_line_bytes),
+ * Memory: the reader holds one line (up to max_line_bytes, also after decompression, so a
+ * compression bomb stops at its first over-long line),
  * its parsed JSON and the arrays of that line; all of it is reused or freed at the next call.
  * An OpenAI line adds its rendered text (at most 8 times the line plus 4 KiB, and in practice
  * shorter than the line: see openai.h) and two 4-byte arrays per token (at most one token per

@@ -4,14 +4,17 @@
  *
  * Flow: parse the options; open the log (logread.c: token-id logs, Mooncake hash-id traces,
  * OpenAI-style bodies; plain, gzip or zstd; "-" for stdin); feed each request to the engine
- * (replay_sim.c), which drives the library's pool at --capacity and records LRU stack
- * distances; optionally buffer everything first and sort it by timestamp; then evaluate the
- * primary capacity, the unbounded ceiling and the sweep, and print (replay_report.c) and plot
- * (svgplot.c). The prompt-layout diagnostics (diagnose.c) see the same requests.
+ * (replay_sim.c), which records LRU stack distances and drives the library's pool at
+ * min(--capacity, RP_POOL_MAX) blocks to check them; optionally buffer everything first and
+ * sort it by timestamp; then evaluate the primary capacity, the unbounded ceiling and the
+ * sweep, and write the report (replay_report.c) and the chart (svgplot.c) through
+ * outfile.c, which replaces a target only when the whole run succeeded. The prompt-layout
+ * diagnostics (diagnose.c) see the same requests.
  *
- * Exit status: 0 success, 1 bad input (a malformed line stops the run unless --skip-invalid,
- * a bad value), 2 usage, 3 internal error (the pool and the LRU model disagreed). Messages
- * read "FILE:LINE: what is wrong" for lines of the log and "kvprefix replay: ..." otherwise.
+ * Exit status (cli.h): 0 done, 1 bad input or failed I/O (a malformed line stops the run
+ * unless --skip-invalid), 2 usage, 3 internal error (the pool and the LRU model disagreed).
+ * Messages read "FILE:LINE: what is wrong" for lines of the log and "kvprefix replay: ..."
+ * otherwise.
  */
 #include "replay.h"
 
