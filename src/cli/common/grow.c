@@ -1,6 +1,7 @@
 /*
- * grow.c - the growable arrays of the replay tool (replay.c, replay_sim.c, diagnose.c): one
- * doubling realloc with an overflow check, so each array needs only a pointer and a capacity.
+ * grow.c - the tool's one growable-array helper (replay, its engine and diagnostics, the log
+ * reader's arrays, the OpenAI renderer, plan's trace lengths): one doubling realloc with an
+ * overflow check, so each array needs only a pointer and a capacity.
  */
 #include <stdint.h>
 #include <stdlib.h>

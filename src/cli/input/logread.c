@@ -402,19 +402,10 @@ static int line_err(log_reader *r, const char *fmt, ...)
     return LOG_EINPUT;
 }
 
-/* Make *arr hold at least n elements of size elem. Returns 0 or LOG_ENOMEM. */
+/* Make *arr hold at least n elements of size elem (cli_grow). Returns 0 or LOG_ENOMEM. */
 static int reserve(void **arr, size_t *cap, size_t n, size_t elem)
 {
-    if (n <= *cap)
-        return 0;
-    if (n > SIZE_MAX / elem)
-        return LOG_ENOMEM;
-    void *p = realloc(*arr, n * elem);
-    if (p == NULL)
-        return LOG_ENOMEM;
-    *arr = p;
-    *cap = n;
-    return 0;
+    return cli_grow(arr, cap, n, elem) ? 0 : LOG_ENOMEM;
 }
 
 /* Read a token-id array field into *dst. Returns 0, LOG_EINPUT or LOG_ENOMEM. */

@@ -30,7 +30,7 @@
 enum {
     FAIL_NONE = 0, /* no append failed */
     FAIL_LIMIT,    /* the text would exceed p->limit */
-    FAIL_NOMEM     /* realloc failed */
+    FAIL_NOMEM     /* cli_grow failed */
 };
 
 /* Append n bytes to the text. Returns 0, or -1 with p->failure set (the text unchanged). */
@@ -43,17 +43,9 @@ static int append(oai_prompt *p, const char *s, size_t n)
         return -1;
     }
     size_t need = p->text_len + n + 1;
-    if (need > p->text_cap) {
-        size_t ncap = p->text_cap == 0 ? 4096 : p->text_cap;
-        while (ncap < need)
-            ncap *= 2;
-        char *t = realloc(p->text, ncap);
-        if (t == NULL) {
-            p->failure = FAIL_NOMEM;
-            return -1;
-        }
-        p->text = t;
-        p->text_cap = ncap;
+    if (!cli_grow((void **)&p->text, &p->text_cap, need, 1)) {
+        p->failure = FAIL_NOMEM;
+        return -1;
     }
     memcpy(p->text + p->text_len, s, n);
     p->text_len += n;
@@ -77,15 +69,9 @@ static int append_mark(oai_prompt *p, uint32_t id)
 {
     if (p->failure != FAIL_NONE)
         return -1;
-    if (p->n_marks == p->marks_cap) {
-        size_t ncap = p->marks_cap == 0 ? 64 : p->marks_cap * 2;
-        tok_mark *m = realloc(p->marks, ncap * sizeof *m);
-        if (m == NULL) {
-            p->failure = FAIL_NOMEM;
-            return -1;
-        }
-        p->marks = m;
-        p->marks_cap = ncap;
+    if (!cli_grow((void **)&p->marks, &p->marks_cap, p->n_marks + 1, sizeof *p->marks)) {
+        p->failure = FAIL_NOMEM;
+        return -1;
     }
     size_t at = p->text_len;
     int rc = id == TOK_IM_START ? append_str(p, TOK_IM_START_TEXT) : append_str(p, TOK_IM_END_TEXT);

@@ -419,15 +419,9 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
             r->n_tokens_fmt++;
         else
             r->n_mooncake_fmt++;
-        if (n == cap) {
-            size_t ncap = cap == 0 ? 1024 : cap * 2;
-            uint64_t *nl = ncap > cap ? realloc(lens, ncap * sizeof *lens) : NULL;
-            if (nl == NULL) {
-                code = fail(CLI_EXIT_INPUT, "--trace: out of memory after %zu requests", n);
-                break;
-            }
-            lens = nl;
-            cap = ncap;
+        if (!cli_grow((void **)&lens, &cap, n + 1, sizeof *lens)) {
+            code = fail(CLI_EXIT_INPUT, "--trace: out of memory after %zu requests", n);
+            break;
         }
         lens[n++] = len;
     }
