@@ -350,3 +350,23 @@ Test(io, huge_capacity_costs_nothing)
     cr_expect_lt(kib, 512 * 1024, "peak RSS %ld KiB", kib);
     sh("rm -rf '%s'", dir);
 }
+
+/* A chart path that is a symbolic link stays a link: the file it names is replaced. */
+Test(io, symlink_target_is_replaced_not_the_link)
+{
+    const char *dir = scratch();
+    char real[256], lnk[256], buf[256];
+    snprintf(real, sizeof real, "%s/real.svg", dir);
+    snprintf(lnk, sizeof lnk, "%s/link.svg", dir);
+    write_file(real, "OLD", 3);
+    cr_assert_eq(symlink("real.svg", lnk), 0);
+    cr_expect_eq(sh("$K replay --sweep --plot '%s' '%s' >/dev/null", lnk,
+                    cli_data("replay_hand.jsonl")),
+                 0, "%s", err);
+    struct stat st;
+    cr_assert_eq(lstat(lnk, &st), 0);
+    cr_expect(S_ISLNK(st.st_mode), "the link was replaced by a file");
+    read_file(real, buf, sizeof buf);
+    cr_expect(strstr(buf, "<?xml") != NULL, "%s", buf);
+    sh("rm -rf '%s'", dir);
+}

@@ -4,6 +4,8 @@
  *
  * Cost: one mkstemp, one rename; the data is written once, through stdio.
  */
+#define _XOPEN_SOURCE 700 /* realpath */
+
 #include "outfile.h"
 
 #include <errno.h>
@@ -70,6 +72,15 @@ int cli_out_open(const char *cmd, cli_out *o, const char *path)
     mode_t mask = umask(0);
     umask(mask);
     o->mode = exists ? (int)(st.st_mode & 07777) : (int)(0666 & ~mask);
+    /* Through a symbolic link, replace the file it names, not the link. */
+    struct stat lst;
+    if (exists && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+        o->real = realpath(path, NULL);
+        if (!o->real)
+            return cli_fail(cmd, CLI_EXIT_INPUT, "%s: cannot create: %s", path, strerror(errno));
+        path = o->real;
+    }
+    o->target = path;
     o->tmp = tmp_template(path);
     int fd = o->tmp ? mkstemp(o->tmp) : -1;
     if (fd < 0) {
@@ -103,7 +114,7 @@ int cli_out_commit(const char *cmd, cli_out *o)
     }
     o->f = NULL;
     if (ok && o->tmp &&
-        (fchmodat(AT_FDCWD, o->tmp, (mode_t)o->mode, 0) != 0 || rename(o->tmp, o->path) != 0)) {
+        (fchmodat(AT_FDCWD, o->tmp, (mode_t)o->mode, 0) != 0 || rename(o->tmp, o->target) != 0)) {
         ok = false;
         e = errno;
     }
@@ -114,6 +125,8 @@ int cli_out_commit(const char *cmd, cli_out *o)
     }
     free(o->tmp);
     o->tmp = NULL;
+    free(o->real);
+    o->real = NULL;
     return 0;
 }
 
@@ -126,6 +139,8 @@ void cli_out_abort(cli_out *o)
         unlink(o->tmp);
     free(o->tmp);
     o->tmp = NULL;
+    free(o->real);
+    o->real = NULL;
 }
 
 int cli_stdout_check(const char *cmd)

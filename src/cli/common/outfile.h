@@ -10,8 +10,10 @@
  *   "-"                                  standard output, flushed and checked
  *
  * Nothing the tool did not create is removed. A new file gets mode 0666 less the umask; a
- * replaced file keeps its mode. Write errors, including those that only show at fflush or
- * fclose (a full disk, /dev/full), are reported as "PATH: cannot write: reason".
+ * replaced file keeps its mode; a symbolic link stays a link and the file it names is the
+ * one replaced (its temporary file is written beside that file). Write errors, including those that
+ * only show at fflush or fclose (a full disk, /dev/full), are reported as "PATH: cannot write:
+ * reason".
  *
  * cli_out_refuse_input checks up front that an output is not one of the inputs (the same
  * path, or the same device and inode), so that --plot LOG LOG cannot replace the log.
@@ -23,10 +25,12 @@
 #include <stdio.h>
 
 typedef struct cli_out {
-    FILE *f;          /* where to write; NULL before cli_out_open and after commit/abort */
-    const char *path; /* the target as given ("-" for standard output) */
-    char *tmp;        /* the temporary file's path, or NULL when writing the target directly */
-    int mode;         /* permissions the renamed file gets */
+    FILE *f;            /* where to write; NULL before cli_out_open and after commit/abort */
+    const char *path;   /* the target as given ("-" for standard output) */
+    const char *target; /* the file renamed over: path, or what its symbolic link names */
+    char *real;         /* realpath of path when it is a symbolic link (owned), else NULL */
+    char *tmp;          /* the temporary file's path, or NULL when writing the target directly */
+    int mode;           /* permissions the renamed file gets */
 } cli_out;
 
 /* Refuse an output that is one of the inputs: out_path equal to inputs[i] as a string, or
