@@ -360,9 +360,9 @@ Test(io, symlink_target_is_replaced_not_the_link)
     snprintf(lnk, sizeof lnk, "%s/link.svg", dir);
     write_file(real, "OLD", 3);
     cr_assert_eq(symlink("real.svg", lnk), 0);
-    cr_expect_eq(sh("$K replay --sweep --plot '%s' '%s' >/dev/null", lnk,
-                    cli_data("replay_hand.jsonl")),
-                 0, "%s", err);
+    cr_expect_eq(
+        sh("$K replay --sweep --plot '%s' '%s' >/dev/null", lnk, cli_data("replay_hand.jsonl")), 0,
+        "%s", err);
     struct stat st;
     cr_assert_eq(lstat(lnk, &st), 0);
     cr_expect(S_ISLNK(st.st_mode), "the link was replaced by a file");
