@@ -11,17 +11,17 @@
  *   2. hash_block_size = 4 (Mooncake lines must then have ceil or floor of input_length/4
  *      hash ids) and the bytes tokenizer;
  *   3. max_line_bytes = 64 and one format forced (chosen by the input's length).
- * Each run reads until KVP_LOG_END, at most REPLAY_MAX_CALLS calls.
+ * Each run reads until LOG_END, at most REPLAY_MAX_CALLS calls.
  *
  * Asserted for every call:
- *   - KVP_LOG_RECORD: kvp_log_error() is empty; line_no equals kvp_log_n_lines() and grows;
- *     kvp_log_n_records() counts the records; format is TOKENS, MOONCAKE or OPENAI (the
+ *   - LOG_RECORD: log_error() is empty; line_no equals log_n_lines() and grows;
+ *     log_n_records() counts the records; format is TOKENS, MOONCAKE or OPENAI (the
  *     forced one in run 3); namespace strings are NUL-terminated at their length (and have
  *     length 0 when absent); a timestamp is not negative; every array is readable over its
  *     whole length (ASan checks the bytes); and per format:
  *       TOKENS   tokens non-NULL, n_tokens >= 1, input_length == n_tokens,
  *                output_length == n_output_tokens, no hash ids, no text;
- *       MOONCAKE no tokens, 1 <= input_length <= KVP_LOG_MAX_LEN, output_length <= that,
+ *       MOONCAKE no tokens, 1 <= input_length <= LOG_MAX_LEN, output_length <= that,
  *                n_hash_ids is ceil or floor of input_length / hash_block_size (when set);
  *       OPENAI   tokens non-NULL, n_tokens >= 1, input_length == n_tokens, no output
  *                tokens, no hash ids; with text: text[text_len] == '\0', the offsets start
@@ -29,10 +29,10 @@
  *                tokenizer (tokenize.h) makes of its bytes: a marker where the text holds
  *                "<|im_start|>" / "<|im_end|>", else the byte itself (bytes tokenizer, one
  *                byte per token) or XXH32 of its bytes moved out of 0..1023 (words).
- *   - KVP_LOG_EINPUT: the message is "PATH:LINE: ..." with LINE == kvp_log_n_lines();
+ *   - LOG_EINPUT: the message is "PATH:LINE: ..." with LINE == log_n_lines();
  *     reading goes on with the next line.
- *   - KVP_LOG_EIO / KVP_LOG_ENOMEM: the message is "PATH: ..." or "PATH:LINE: ..."; the
- *     next call returns KVP_LOG_END.
+ *   - LOG_EIO / LOG_ENOMEM: the message is "PATH: ..." or "PATH:LINE: ..."; the
+ *     next call returns LOG_END.
  *   - no crash, no sanitizer report, no leak (LeakSanitizer, per input under libFuzzer).
  *
  * The reader's sources come from the meson variables logread_sources and logread_deps
@@ -50,7 +50,7 @@
 #include "fuzz_util.h"
 #include "logread.h"
 
-#define REPLAY_MAX_CALLS 100000 /* kvp_log_next calls per run */
+#define REPLAY_MAX_CALLS 100000 /* log_next calls per run */
 
 /* Write data to a fresh file; returns its descriptor (or -1) and its path in path. */
 static int make_file(const uint8_t *data, size_t size, char *path, size_t path_size)
@@ -124,15 +124,15 @@ static void check_message(const char *msg, const char *path, uint64_t line, bool
 /* The token the tokenizer makes of text[off, end), which is not a marker. */
 static uint32_t text_token(int tokenizer, const char *text, size_t off, size_t end)
 {
-    if (tokenizer == KVP_TOKENIZER_BYTES) {
+    if (tokenizer == TOK_BYTES) {
         FZ_ASSERT(end == off + 1, "bytes tokenizer: token of %zu bytes", end - off);
         return (unsigned char)text[off];
     }
     uint32_t h = XXH32(text + off, end - off, 0);
-    return h < KVP_TOKEN_N_RESERVED ? h + KVP_TOKEN_N_RESERVED : h;
+    return h < TOK_N_RESERVED ? h + TOK_N_RESERVED : h;
 }
 
-static void check_openai_text(const kvp_log_record *rec, int tokenizer)
+static void check_openai_text(const log_record *rec, int tokenizer)
 {
     check_string("text", rec->text, rec->text_len);
     FZ_ASSERT(rec->token_offsets != NULL, "line %llu: OpenAI text without token offsets",
@@ -146,8 +146,8 @@ static void check_openai_text(const kvp_log_record *rec, int tokenizer)
                   "line %llu: token %zu spans [%zu, %zu) of %zu bytes",
                   (unsigned long long)rec->line_no, i, off, end, rec->text_len);
         uint32_t id = rec->tokens[i];
-        if (id == KVP_TOKEN_IM_START || id == KVP_TOKEN_IM_END) {
-            const char *mark = id == KVP_TOKEN_IM_START ? "<|im_start|>" : "<|im_end|>";
+        if (id == TOK_IM_START || id == TOK_IM_END) {
+            const char *mark = id == TOK_IM_START ? "<|im_start|>" : "<|im_end|>";
             FZ_ASSERT(end - off == strlen(mark) && memcmp(rec->text + off, mark, end - off) == 0,
                       "line %llu: marker token %zu over other text",
                       (unsigned long long)rec->line_no, i);
@@ -159,7 +159,7 @@ static void check_openai_text(const kvp_log_record *rec, int tokenizer)
     }
 }
 
-static void check_record(const kvp_log_record *rec, const kvp_log_options *opt)
+static void check_record(const log_record *rec, const log_options *opt)
 {
     unsigned long long ln = (unsigned long long)rec->line_no;
     check_string("model", rec->model, rec->model_len);
@@ -177,7 +177,7 @@ static void check_record(const kvp_log_record *rec, const kvp_log_options *opt)
     if (rec->hash_ids)
         touch(rec->hash_ids, rec->n_hash_ids * sizeof *rec->hash_ids);
     switch (rec->format) {
-    case KVP_LOG_TOKENS:
+    case LOG_TOKENS:
         FZ_ASSERT(rec->tokens && rec->n_tokens >= 1 && rec->input_length == rec->n_tokens,
                   "line %llu: token record with %zu tokens, input_length %llu", ln, rec->n_tokens,
                   (unsigned long long)rec->input_length);
@@ -188,11 +188,11 @@ static void check_record(const kvp_log_record *rec, const kvp_log_options *opt)
         FZ_ASSERT(!rec->hash_ids && rec->n_hash_ids == 0 && !rec->text && !rec->token_offsets,
                   "line %llu: token record with hash ids or text", ln);
         break;
-    case KVP_LOG_MOONCAKE: {
+    case LOG_MOONCAKE: {
         FZ_ASSERT(!rec->tokens && rec->n_tokens == 0 && !rec->output_tokens && !rec->text,
                   "line %llu: Mooncake record with tokens or text", ln);
-        FZ_ASSERT(rec->input_length >= 1 && rec->input_length <= KVP_LOG_MAX_LEN &&
-                      rec->output_length <= KVP_LOG_MAX_LEN,
+        FZ_ASSERT(rec->input_length >= 1 && rec->input_length <= LOG_MAX_LEN &&
+                      rec->output_length <= LOG_MAX_LEN,
                   "line %llu: Mooncake lengths %llu, %llu", ln,
                   (unsigned long long)rec->input_length, (unsigned long long)rec->output_length);
         FZ_ASSERT(rec->hash_ids || rec->n_hash_ids == 0, "line %llu: hash ids NULL", ln);
@@ -205,7 +205,7 @@ static void check_record(const kvp_log_record *rec, const kvp_log_options *opt)
         }
         break;
     }
-    case KVP_LOG_OPENAI:
+    case LOG_OPENAI:
         FZ_ASSERT(rec->tokens && rec->n_tokens >= 1 && rec->input_length == rec->n_tokens,
                   "line %llu: OpenAI record with %zu tokens, input_length %llu", ln, rec->n_tokens,
                   (unsigned long long)rec->input_length);
@@ -224,27 +224,27 @@ static void check_record(const kvp_log_record *rec, const kvp_log_options *opt)
 }
 
 /* Read the whole file at path with opt, checking every call. */
-static void read_all(const char *path, const kvp_log_options *opt)
+static void read_all(const char *path, const log_options *opt)
 {
     char err[256];
-    kvp_log_reader *r = NULL;
-    int rc = kvp_log_open(path, opt, &r, err, sizeof err);
+    log_reader *r = NULL;
+    int rc = log_open(path, opt, &r, err, sizeof err);
     if (rc != 0) {
         check_message(err, path, 0, false);
-        FZ_ASSERT(r == NULL, "kvp_log_open failed but set the reader");
+        FZ_ASSERT(r == NULL, "log_open failed but set the reader");
         return;
     }
     uint64_t n_records = 0, last_line = 0;
     for (int calls = 0; calls < REPLAY_MAX_CALLS; calls++) {
-        kvp_log_record rec;
-        rc = kvp_log_next(r, &rec);
-        uint64_t lines = kvp_log_n_lines(r);
-        const char *msg = kvp_log_error(r);
-        if (rc == KVP_LOG_END) {
-            FZ_ASSERT(msg[0] == '\0', "KVP_LOG_END with message \"%s\"", msg);
+        log_record rec;
+        rc = log_next(r, &rec);
+        uint64_t lines = log_n_lines(r);
+        const char *msg = log_error(r);
+        if (rc == LOG_END) {
+            FZ_ASSERT(msg[0] == '\0', "LOG_END with message \"%s\"", msg);
             break;
         }
-        if (rc == KVP_LOG_RECORD) {
+        if (rc == LOG_RECORD) {
             FZ_ASSERT(msg[0] == '\0', "a record with message \"%s\"", msg);
             FZ_ASSERT(rec.line_no == lines && rec.line_no > last_line,
                       "record of line %llu, reader at line %llu, previous record line %llu",
@@ -252,22 +252,22 @@ static void read_all(const char *path, const kvp_log_options *opt)
                       (unsigned long long)last_line);
             last_line = rec.line_no;
             n_records++;
-            FZ_ASSERT(kvp_log_n_records(r) == n_records, "kvp_log_n_records %llu, counted %llu",
-                      (unsigned long long)kvp_log_n_records(r), (unsigned long long)n_records);
+            FZ_ASSERT(log_n_records(r) == n_records, "log_n_records %llu, counted %llu",
+                      (unsigned long long)log_n_records(r), (unsigned long long)n_records);
             check_record(&rec, opt);
             continue;
         }
-        if (rc == KVP_LOG_EINPUT) {
+        if (rc == LOG_EINPUT) {
             check_message(msg, path, lines, true);
             continue;
         }
-        FZ_ASSERT(rc == KVP_LOG_EIO || rc == KVP_LOG_ENOMEM, "kvp_log_next returned %d", rc);
+        FZ_ASSERT(rc == LOG_EIO || rc == LOG_ENOMEM, "log_next returned %d", rc);
         check_message(msg, path, 0, false);
-        rc = kvp_log_next(r, &rec);
-        FZ_ASSERT(rc == KVP_LOG_END, "after an I/O error kvp_log_next returned %d", rc);
+        rc = log_next(r, &rec);
+        FZ_ASSERT(rc == LOG_END, "after an I/O error log_next returned %d", rc);
         break;
     }
-    kvp_log_close(r);
+    log_close(r);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -277,16 +277,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int fd = make_file(data, size, path, sizeof path);
     FZ_ASSERT(fd >= 0, "cannot make a file for the input: %s", strerror(errno));
 
-    kvp_log_options opt;
-    kvp_log_options_init(&opt);
+    log_options opt;
+    log_options_init(&opt);
     opt.max_line_bytes = (size_t)1 << 20;
     read_all(path, &opt);
 
     opt.hash_block_size = 4;
-    opt.tokenizer = KVP_TOKENIZER_BYTES;
+    opt.tokenizer = TOK_BYTES;
     read_all(path, &opt);
 
-    kvp_log_options_init(&opt);
+    log_options_init(&opt);
     opt.max_line_bytes = 64;
     opt.hash_block_size = 1;
     opt.format = 1 + (int)(size % 3);

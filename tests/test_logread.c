@@ -23,8 +23,8 @@
 #include "openai.h"
 #include "tokenize.h"
 
-#define IMS KVP_TOKEN_IM_START
-#define IME KVP_TOKEN_IM_END
+#define IMS TOK_IM_START
+#define IME TOK_IM_END
 
 static const char *data_path(const char *name)
 {
@@ -35,41 +35,40 @@ static const char *data_path(const char *name)
 }
 
 /* Open path with the given format and tokenizer (0 for the defaults). */
-static kvp_log_reader *open_log(const char *path, int format, int tokenizer)
+static log_reader *open_log(const char *path, int format, int tokenizer)
 {
-    kvp_log_options o;
-    kvp_log_options_init(&o);
+    log_options o;
+    log_options_init(&o);
     if (format != 0)
         o.format = format;
     if (tokenizer != 0)
         o.tokenizer = tokenizer;
-    kvp_log_reader *r = NULL;
+    log_reader *r = NULL;
     char err[512];
-    cr_assert_eq(kvp_log_open(path, &o, &r, err, sizeof err), 0, "%s: %s", path, err);
+    cr_assert_eq(log_open(path, &o, &r, err, sizeof err), 0, "%s: %s", path, err);
     return r;
 }
 
-static void next_record(kvp_log_reader *r, kvp_log_record *rec)
+static void next_record(log_reader *r, log_record *rec)
 {
-    int rc = kvp_log_next(r, rec);
-    cr_assert_eq(rc, KVP_LOG_RECORD, "rc %d: %s", rc, kvp_log_error(r));
+    int rc = log_next(r, rec);
+    cr_assert_eq(rc, LOG_RECORD, "rc %d: %s", rc, log_error(r));
 }
 
 /* The next call must fail with code and a message holding what. */
-static void next_error(kvp_log_reader *r, int code, const char *what)
+static void next_error(log_reader *r, int code, const char *what)
 {
-    kvp_log_record rec;
-    int rc = kvp_log_next(r, &rec);
-    cr_assert_eq(rc, code, "expected %d (%s), got %d: %s", code, what, rc, kvp_log_error(r));
-    cr_assert(strstr(kvp_log_error(r), what) != NULL, "expected \"%s\" in: %s", what,
-              kvp_log_error(r));
+    log_record rec;
+    int rc = log_next(r, &rec);
+    cr_assert_eq(rc, code, "expected %d (%s), got %d: %s", code, what, rc, log_error(r));
+    cr_assert(strstr(log_error(r), what) != NULL, "expected \"%s\" in: %s", what, log_error(r));
 }
 
-static void expect_end(kvp_log_reader *r)
+static void expect_end(log_reader *r)
 {
-    kvp_log_record rec;
-    int rc = kvp_log_next(r, &rec);
-    cr_assert_eq(rc, KVP_LOG_END, "rc %d: %s", rc, kvp_log_error(r));
+    log_record rec;
+    int rc = log_next(r, &rec);
+    cr_assert_eq(rc, LOG_END, "rc %d: %s", rc, log_error(r));
 }
 
 /* The documented words id of a token. */
@@ -79,7 +78,7 @@ static uint32_t wid(const char *s)
     return h < 1024 ? h + 1024 : h;
 }
 
-static void assert_text(const kvp_log_record *rec, const char *want)
+static void assert_text(const log_record *rec, const char *want)
 {
     cr_assert_not_null(rec->text);
     cr_assert_eq(rec->text_len, strlen(want), "text_len %zu, want %zu:\n%s", rec->text_len,
@@ -90,7 +89,7 @@ static void assert_text(const kvp_log_record *rec, const char *want)
 
 /* Check tokens against pieces (NULL-terminated, "" for IM_START, "\x01" for IM_END): each
  * piece is one token at the next offset, with its words id. */
-static void assert_words(const kvp_log_record *rec, const char *const *pieces)
+static void assert_words(const log_record *rec, const char *const *pieces)
 {
     size_t i = 0, off = 0;
     for (; pieces[i] != NULL; i++) {
@@ -120,14 +119,14 @@ static void assert_words(const kvp_log_record *rec, const char *const *pieces)
 
 Test(openai, chat_rendering_and_namespace)
 {
-    kvp_log_reader *r = open_log(data_path("openai_chat.jsonl"), 0, 0);
-    kvp_log_record rec;
+    log_reader *r = open_log(data_path("openai_chat.jsonl"), 0, 0);
+    log_record rec;
 
     /* Line 1: system + user. Offsets: 0 S, 12 system, 18 \n, 19 Be, 21 " brief", 27 ".",
      * 28 E, 38 \n, 39 S, 51 user, 55 \n, 56 Hi, 58 E, 68 \n, 69 S, 81 assistant, 90 \n;
      * 91 bytes. */
     next_record(r, &rec);
-    cr_assert_eq(rec.format, KVP_LOG_OPENAI);
+    cr_assert_eq(rec.format, LOG_OPENAI);
     cr_assert_eq(rec.line_no, 1);
     assert_text(&rec, "<|im_start|>system\nBe brief.<|im_end|>\n"
                       "<|im_start|>user\nHi<|im_end|>\n"
@@ -200,15 +199,15 @@ Test(openai, chat_rendering_and_namespace)
     cr_assert_null(rec.tenant);
     cr_assert_null(rec.model);
     expect_end(r);
-    cr_assert_eq(kvp_log_n_records(r), 4);
-    cr_assert_eq(kvp_log_n_lines(r), 5);
-    kvp_log_close(r);
+    cr_assert_eq(log_n_records(r), 4);
+    cr_assert_eq(log_n_lines(r), 5);
+    log_close(r);
 }
 
 Test(openai, bytes_tokenizer_chat)
 {
-    kvp_log_reader *r = open_log(data_path("openai_chat.jsonl"), 0, KVP_TOKENIZER_BYTES);
-    kvp_log_record rec;
+    log_reader *r = open_log(data_path("openai_chat.jsonl"), 0, TOK_BYTES);
+    log_record rec;
     next_record(r, &rec);
     /* 91 bytes, 56 of them in 3 starts and 2 ends: 91 - 56 + 5 = 40 tokens. */
     const char *plain[] = {"system\nBe brief.", "\n", "user\nHi", "\n", "assistant\n"};
@@ -249,15 +248,15 @@ Test(openai, bytes_tokenizer_chat)
     for (size_t i = 0; i < rec.n_tokens; i++)
         n_s += rec.tokens[i] == IMS;
     cr_assert_eq(n_s, 2);
-    kvp_log_close(r);
+    log_close(r);
 }
 
 /* ---- completions ---------------------------------------------------------------------- */
 
 Test(openai, completions_and_batch_api)
 {
-    kvp_log_reader *r = open_log(data_path("openai_completions.jsonl"), 0, 0);
-    kvp_log_record rec;
+    log_reader *r = open_log(data_path("openai_completions.jsonl"), 0, 0);
+    log_record rec;
 
     /* "Hello,  world 123\n": Hello | , | " " | " world" | " 123" | \n. */
     next_record(r, &rec);
@@ -269,7 +268,7 @@ Test(openai, completions_and_batch_api)
 
     /* Token ids used directly; a non-integer max_completion_tokens falls to max_tokens. */
     next_record(r, &rec);
-    cr_assert_eq(rec.format, KVP_LOG_OPENAI);
+    cr_assert_eq(rec.format, LOG_OPENAI);
     cr_assert_null(rec.text);
     cr_assert_eq(rec.text_len, 0);
     cr_assert_null(rec.token_offsets);
@@ -306,10 +305,10 @@ Test(openai, completions_and_batch_api)
     cr_assert_str_eq(rec.tenant, "outer");
     cr_assert_float_eq(rec.timestamp, 4.0, 1e-12);
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
 
     /* Bytes: "café ok" is 8 byte tokens. */
-    r = open_log(data_path("openai_completions.jsonl"), KVP_LOG_OPENAI, KVP_TOKENIZER_BYTES);
+    r = open_log(data_path("openai_completions.jsonl"), LOG_OPENAI, TOK_BYTES);
     for (int i = 0; i < 4; i++)
         next_record(r, &rec);
     uint32_t want[] = {'c', 'a', 'f', 0xc3, 0xa9, ' ', 'o', 'k'};
@@ -318,7 +317,7 @@ Test(openai, completions_and_batch_api)
         cr_assert_eq(rec.tokens[i], want[i]);
         cr_assert_eq(rec.token_offsets[i], i);
     }
-    kvp_log_close(r);
+    log_close(r);
 }
 
 /* ---- errors --------------------------------------------------------------------------- */
@@ -366,32 +365,32 @@ Test(openai, every_bad_line)
         "invalid JSON", /* duplicate key */
     };
     size_t n = sizeof want / sizeof want[0];
-    kvp_log_reader *r = open_log(data_path("openai_bad_lines.jsonl"), 0, 0);
+    log_reader *r = open_log(data_path("openai_bad_lines.jsonl"), 0, 0);
     char where[64];
     for (size_t i = 0; i < n; i++) {
-        next_error(r, KVP_LOG_EINPUT, want[i]);
+        next_error(r, LOG_EINPUT, want[i]);
         snprintf(where, sizeof where, "openai_bad_lines.jsonl:%zu: ", i + 1);
-        cr_assert(strstr(kvp_log_error(r), where) != NULL, "%s", kvp_log_error(r));
+        cr_assert(strstr(log_error(r), where) != NULL, "%s", log_error(r));
     }
-    kvp_log_record rec;
+    log_record rec;
     next_record(r, &rec); /* the reader goes on after bad lines */
     cr_assert_eq(rec.line_no, n + 1);
     assert_text(&rec, "ok");
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
 }
 
 Test(openai, invalid_utf8_is_reported_as_such)
 {
-    kvp_log_reader *r = open_log(data_path("openai_bad_utf8.jsonl"), 0, 0);
-    next_error(r, KVP_LOG_EINPUT, "openai_bad_utf8.jsonl:1: invalid JSON");
-    cr_assert(strstr(kvp_log_error(r), "not valid UTF-8") != NULL, "%s", kvp_log_error(r));
-    next_error(r, KVP_LOG_EINPUT, "not valid UTF-8");
-    kvp_log_record rec;
+    log_reader *r = open_log(data_path("openai_bad_utf8.jsonl"), 0, 0);
+    next_error(r, LOG_EINPUT, "openai_bad_utf8.jsonl:1: invalid JSON");
+    cr_assert(strstr(log_error(r), "not valid UTF-8") != NULL, "%s", log_error(r));
+    next_error(r, LOG_EINPUT, "not valid UTF-8");
+    log_record rec;
     next_record(r, &rec);
     cr_assert_eq(rec.line_no, 3);
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
 }
 
 Test(openai, render_limit)
@@ -402,31 +401,30 @@ Test(openai, render_limit)
     json_t *o =
         json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"hello\"}]}", 0, &jerr);
     cr_assert_not_null(o);
-    kvp_oai_prompt p;
+    oai_prompt p;
     memset(&p, 0, sizeof p);
     char err[256];
-    cr_assert_eq(kvp__oai_render(o, 20, &p, err, sizeof err), KVP_LOG_EINPUT);
+    cr_assert_eq(oai_render(o, 20, &p, err, sizeof err), LOG_EINPUT);
     cr_assert(strstr(err, "would exceed 20 bytes") != NULL, "%s", err);
     /* 12 + 5 + 5 + 11 + 22 = 55 bytes fit in 55. */
-    cr_assert_eq(kvp__oai_render(o, 55, &p, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(oai_render(o, 55, &p, err, sizeof err), 0, "%s", err);
     cr_assert_eq(p.text_len, 55);
     cr_assert_eq(p.n_marks, 3);
     cr_assert_eq(p.marks[1].offset, 22);
     cr_assert_eq(p.marks[1].id, IME);
     cr_assert(p.chat);
-    kvp__oai_prompt_free(&p);
-    kvp__oai_prompt_free(NULL);
+    oai_prompt_free(&p);
+    oai_prompt_free(NULL);
     json_decref(o);
 }
 
 /* ---- tokenizers ----------------------------------------------------------------------- */
 
-static size_t tok(int kind, const char *s, const kvp_tok_mark *m, size_t n_m, uint32_t *ids,
+static size_t tok(int kind, const char *s, const tok_mark *m, size_t n_m, uint32_t *ids,
                   uint32_t *offs)
 {
-    size_t n = kvp__tokenize(kind, s, strlen(s), m, n_m, ids, offs);
-    cr_assert_eq(kvp__tokenize(kind, s, strlen(s), m, n_m, NULL, NULL), n,
-                 "the counting pass agrees");
+    size_t n = tok_split(kind, s, strlen(s), m, n_m, ids, offs);
+    cr_assert_eq(tok_split(kind, s, strlen(s), m, n_m, NULL, NULL), n, "the counting pass agrees");
     return n;
 }
 
@@ -434,7 +432,7 @@ Test(tokenize, words_rules)
 {
     uint32_t ids[64], offs[64];
     /* The header's example: "Hi" "," " " " you" "\n". */
-    cr_assert_eq(tok(KVP_TOKENIZER_WORDS, "Hi,  you\n", NULL, 0, ids, offs), 5);
+    cr_assert_eq(tok(TOK_WORDS, "Hi,  you\n", NULL, 0, ids, offs), 5);
     uint32_t o1[] = {0, 2, 3, 4, 8};
     for (int i = 0; i < 5; i++)
         cr_assert_eq(offs[i], o1[i]);
@@ -443,25 +441,24 @@ Test(tokenize, words_rules)
 
     /* Tab and newline before a word are their own tokens; digits and UTF-8 join words:
      * "\t" "x1" "\n" "na\xc3\xafve" " caf\xc3\xa9" " " " " "-" "2" */
-    cr_assert_eq(tok(KVP_TOKENIZER_WORDS, "\tx1\nna\xc3\xafve caf\xc3\xa9  -2", NULL, 0, ids, offs),
-                 9);
+    cr_assert_eq(tok(TOK_WORDS, "\tx1\nna\xc3\xafve caf\xc3\xa9  -2", NULL, 0, ids, offs), 9);
     uint32_t o2[] = {0, 1, 3, 4, 10, 16, 17, 18, 19};
     for (int i = 0; i < 9; i++)
         cr_assert_eq(offs[i], o2[i], "token %d at %u", i, offs[i]);
     cr_assert_eq(ids[4], wid(" caf\xc3\xa9"));
-    cr_assert_eq(tok(KVP_TOKENIZER_WORDS, "", NULL, 0, ids, offs), 0);
+    cr_assert_eq(tok(TOK_WORDS, "", NULL, 0, ids, offs), 0);
 
     /* Markers only where given: "<|im_start|>ab" is 8 tokens as text, 2 with a marker. */
-    cr_assert_eq(tok(KVP_TOKENIZER_WORDS, "<|im_start|>ab", NULL, 0, ids, offs), 8);
-    kvp_tok_mark m[] = {{0, IMS}, {14, IME}};
-    cr_assert_eq(tok(KVP_TOKENIZER_WORDS, "<|im_start|>ab<|im_end|>", m, 2, ids, offs), 3);
+    cr_assert_eq(tok(TOK_WORDS, "<|im_start|>ab", NULL, 0, ids, offs), 8);
+    tok_mark m[] = {{0, IMS}, {14, IME}};
+    cr_assert_eq(tok(TOK_WORDS, "<|im_start|>ab<|im_end|>", m, 2, ids, offs), 3);
     cr_assert_eq(ids[0], IMS);
     cr_assert_eq(ids[1], wid("ab"));
     cr_assert_eq(ids[2], IME);
     cr_assert_eq(offs[2], 14);
     /* A space right before a marker is a token by itself, not part of a word. */
-    kvp_tok_mark m2[] = {{2, IME}};
-    cr_assert_eq(tok(KVP_TOKENIZER_WORDS, "a <|im_end|>", m2, 1, ids, offs), 3);
+    tok_mark m2[] = {{2, IME}};
+    cr_assert_eq(tok(TOK_WORDS, "a <|im_end|>", m2, 1, ids, offs), 3);
     cr_assert_eq(ids[1], wid(" "));
 }
 
@@ -480,89 +477,89 @@ Test(tokenize, words_ids_avoid_reserved_range)
     }
     cr_assert_lt(h, 1024, "no number below 1e8 hashes below 1024");
     uint32_t id, off;
-    cr_assert_eq(tok(KVP_TOKENIZER_WORDS, s, NULL, 0, &id, &off), 1);
+    cr_assert_eq(tok(TOK_WORDS, s, NULL, 0, &id, &off), 1);
     cr_assert_eq(id, h + 1024, "\"%s\": XXH32 %u, id %u", s, h, id);
 }
 
 Test(tokenize, bytes_rules)
 {
     uint32_t ids[64], offs[64];
-    cr_assert_eq(tok(KVP_TOKENIZER_BYTES, "a \xff\n", NULL, 0, ids, offs), 4);
+    cr_assert_eq(tok(TOK_BYTES, "a \xff\n", NULL, 0, ids, offs), 4);
     cr_assert_eq(ids[0], 'a');
     cr_assert_eq(ids[1], ' ');
     cr_assert_eq(ids[2], 0xff);
     cr_assert_eq(ids[3], '\n');
-    kvp_tok_mark m[] = {{1, IMS}};
-    cr_assert_eq(tok(KVP_TOKENIZER_BYTES, "x<|im_start|>y", m, 1, ids, offs), 3);
+    tok_mark m[] = {{1, IMS}};
+    cr_assert_eq(tok(TOK_BYTES, "x<|im_start|>y", m, 1, ids, offs), 3);
     cr_assert_eq(ids[1], IMS);
     cr_assert_eq(offs[2], 13);
-    cr_assert_eq(kvp__tok_mark_bytes(IMS), 12);
-    cr_assert_eq(kvp__tok_mark_bytes(IME), 10);
-    cr_assert_eq(kvp__tok_mark_bytes(7), 0);
+    cr_assert_eq(tok_mark_bytes(IMS), 12);
+    cr_assert_eq(tok_mark_bytes(IME), 10);
+    cr_assert_eq(tok_mark_bytes(7), 0);
 }
 
 /* ---- formats -------------------------------------------------------------------------- */
 
 Test(formats, detected_per_line)
 {
-    kvp_log_reader *r = open_log(data_path("mixed.jsonl"), 0, 0);
-    kvp_log_record rec;
+    log_reader *r = open_log(data_path("mixed.jsonl"), 0, 0);
+    log_record rec;
     next_record(r, &rec);
-    cr_assert_eq(rec.format, KVP_LOG_TOKENS);
+    cr_assert_eq(rec.format, LOG_TOKENS);
     cr_assert_null(rec.text);
     cr_assert_null(rec.token_offsets);
     next_record(r, &rec);
-    cr_assert_eq(rec.format, KVP_LOG_MOONCAKE);
+    cr_assert_eq(rec.format, LOG_MOONCAKE);
     cr_assert_null(rec.text);
     next_record(r, &rec);
-    cr_assert_eq(rec.format, KVP_LOG_OPENAI);
+    cr_assert_eq(rec.format, LOG_OPENAI);
     cr_assert_eq(rec.n_tokens, 2); /* "one" " two" */
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
 }
 
 Test(formats, forced)
 {
-    kvp_log_reader *r = open_log(data_path("mixed.jsonl"), KVP_LOG_TOKENS, 0);
-    kvp_log_record rec;
+    log_reader *r = open_log(data_path("mixed.jsonl"), LOG_TOKENS, 0);
+    log_record rec;
     next_record(r, &rec);
-    next_error(r, KVP_LOG_EINPUT,
+    next_error(r, LOG_EINPUT,
                "mixed.jsonl:2: expected a token log line (with \"tokens\"), but this line is a "
                "Mooncake trace line");
-    next_error(r, KVP_LOG_EINPUT, "but this line is an OpenAI request");
+    next_error(r, LOG_EINPUT, "but this line is an OpenAI request");
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
 
-    r = open_log(data_path("mixed.jsonl"), KVP_LOG_OPENAI, 0);
-    next_error(r, KVP_LOG_EINPUT, "expected an OpenAI request");
-    next_error(r, KVP_LOG_EINPUT, "Mooncake");
+    r = open_log(data_path("mixed.jsonl"), LOG_OPENAI, 0);
+    next_error(r, LOG_EINPUT, "expected an OpenAI request");
+    next_error(r, LOG_EINPUT, "Mooncake");
     next_record(r, &rec);
-    cr_assert_eq(rec.format, KVP_LOG_OPENAI);
-    kvp_log_close(r);
+    cr_assert_eq(rec.format, LOG_OPENAI);
+    log_close(r);
 
-    r = open_log(data_path("mixed.jsonl"), KVP_LOG_MOONCAKE, 0);
-    next_error(r, KVP_LOG_EINPUT, "expected a Mooncake trace line");
+    r = open_log(data_path("mixed.jsonl"), LOG_MOONCAKE, 0);
+    next_error(r, LOG_EINPUT, "expected a Mooncake trace line");
     next_record(r, &rec);
-    cr_assert_eq(rec.format, KVP_LOG_MOONCAKE);
-    kvp_log_close(r);
+    cr_assert_eq(rec.format, LOG_MOONCAKE);
+    log_close(r);
 
-    r = open_log(data_path("short.jsonl"), KVP_LOG_MOONCAKE, 0); /* "{}" */
-    next_error(r, KVP_LOG_EINPUT, "none of the known formats");
-    kvp_log_close(r);
+    r = open_log(data_path("short.jsonl"), LOG_MOONCAKE, 0); /* "{}" */
+    next_error(r, LOG_EINPUT, "none of the known formats");
+    log_close(r);
 
-    kvp_log_options o;
-    kvp_log_options_init(&o);
+    log_options o;
+    log_options_init(&o);
     cr_assert_eq(o.format, 0);
-    cr_assert_eq(o.tokenizer, KVP_TOKENIZER_WORDS);
+    cr_assert_eq(o.tokenizer, TOK_WORDS);
     char err[256];
     o.format = 4;
     r = NULL;
-    cr_assert_eq(kvp_log_open(data_path("mixed.jsonl"), &o, &r, err, sizeof err), KVP_LOG_EIO);
+    cr_assert_eq(log_open(data_path("mixed.jsonl"), &o, &r, err, sizeof err), LOG_EIO);
     cr_assert_null(r);
     cr_assert(strstr(err, "unknown log format 4") != NULL, "%s", err);
     o.format = 0;
     o.tokenizer = 3;
-    cr_assert_eq(kvp_log_open(data_path("mixed.jsonl"), &o, &r, err, sizeof err), KVP_LOG_EIO);
+    cr_assert_eq(log_open(data_path("mixed.jsonl"), &o, &r, err, sizeof err), LOG_EIO);
     cr_assert(strstr(err, "tokenizer 3") != NULL, "%s", err);
 }
 
@@ -586,11 +583,11 @@ static const char mixed_text[] =
     "{\"timestamp\": 10, \"input_length\": 3, \"output_length\": 2, \"hash_ids\": [7]}\n"
     "{\"prompt\": \"one two\", \"model\": \"m\"}\n";
 
-static void expect_mixed(kvp_log_reader *r, int times)
+static void expect_mixed(log_reader *r, int times)
 {
-    kvp_log_record rec;
+    log_record rec;
     for (int t = 0; t < times; t++) {
-        for (int f = KVP_LOG_TOKENS; f <= KVP_LOG_OPENAI; f++) {
+        for (int f = LOG_TOKENS; f <= LOG_OPENAI; f++) {
             next_record(r, &rec);
             cr_assert_eq(rec.format, f);
         }
@@ -607,9 +604,9 @@ Test(input, gzip_whatever_the_name)
     cr_assert_not_null(gz);
     cr_assert_eq(gzwrite(gz, mixed_text, sizeof mixed_text - 1), (int)sizeof mixed_text - 1);
     cr_assert_eq(gzclose(gz), Z_OK);
-    kvp_log_reader *r = open_log(path, 0, 0);
+    log_reader *r = open_log(path, 0, 0);
     expect_mixed(r, 1);
-    kvp_log_close(r);
+    log_close(r);
 
     /* Truncated gzip: an I/O error naming the file. */
     FILE *f = fopen(path, "rb");
@@ -618,15 +615,15 @@ Test(input, gzip_whatever_the_name)
     fclose(f);
     const char *cut = temp_file(0, buf, n / 2);
     r = open_log(cut, 0, 0);
-    kvp_log_record rec;
+    log_record rec;
     int rc;
-    while ((rc = kvp_log_next(r, &rec)) == KVP_LOG_RECORD)
+    while ((rc = log_next(r, &rec)) == LOG_RECORD)
         ;
-    cr_assert_eq(rc, KVP_LOG_EIO, "rc %d: %s", rc, kvp_log_error(r));
-    cr_assert(strstr(kvp_log_error(r), cut) != NULL, "%s", kvp_log_error(r));
-    cr_assert(strstr(kvp_log_error(r), "gzip") != NULL, "%s", kvp_log_error(r));
+    cr_assert_eq(rc, LOG_EIO, "rc %d: %s", rc, log_error(r));
+    cr_assert(strstr(log_error(r), cut) != NULL, "%s", log_error(r));
+    cr_assert(strstr(log_error(r), "gzip") != NULL, "%s", log_error(r));
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
     unlink(path);
     unlink(cut);
 }
@@ -650,9 +647,9 @@ Test(input, zstd_two_frames_and_stdin)
     memcpy(two, z, zn);
     memcpy(two + zn, z, zn);
     const char *path = temp_file(0, two, 2 * zn); /* no .zst suffix */
-    kvp_log_reader *r = open_log(path, 0, 0);
+    log_reader *r = open_log(path, 0, 0);
     expect_mixed(r, 2);
-    kvp_log_close(r);
+    log_close(r);
 
     /* The same through standard input. */
     int fd = open(path, O_RDONLY);
@@ -661,7 +658,7 @@ Test(input, zstd_two_frames_and_stdin)
     close(fd);
     r = open_log("-", 0, 0);
     expect_mixed(r, 2);
-    kvp_log_close(r);
+    log_close(r);
     unlink(path);
     free(two);
     free(z);
@@ -687,14 +684,14 @@ Test(input, zstd_large_streamed)
     memcpy(both, z1, z1n);
     memcpy(both + z1n, z2, z2n);
     const char *path = temp_file(0, both, z1n + z2n);
-    kvp_log_reader *r = open_log(path, 0, 0);
-    kvp_log_record rec;
+    log_reader *r = open_log(path, 0, 0);
+    log_record rec;
     for (size_t i = 0; i < n_lines; i++) {
         next_record(r, &rec);
         cr_assert_eq(rec.n_tokens, 5); /* "line" " N" " of" " the" " log" */
     }
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
     unlink(path);
     free(both);
     free(z2);
@@ -707,29 +704,29 @@ Test(input, zstd_truncated_and_corrupt)
     size_t zn;
     char *z = zstd_frame(mixed_text, sizeof mixed_text - 1, &zn);
     const char *cut = temp_file(0, z, zn - 3);
-    kvp_log_reader *r = open_log(cut, 0, 0);
-    kvp_log_record rec;
+    log_reader *r = open_log(cut, 0, 0);
+    log_record rec;
     int rc;
-    while ((rc = kvp_log_next(r, &rec)) == KVP_LOG_RECORD)
+    while ((rc = log_next(r, &rec)) == LOG_RECORD)
         ;
-    cr_assert_eq(rc, KVP_LOG_EIO, "rc %d: %s", rc, kvp_log_error(r));
-    cr_assert(strstr(kvp_log_error(r), cut) != NULL, "%s", kvp_log_error(r));
-    cr_assert(strstr(kvp_log_error(r), "truncated zstd data") != NULL, "%s", kvp_log_error(r));
+    cr_assert_eq(rc, LOG_EIO, "rc %d: %s", rc, log_error(r));
+    cr_assert(strstr(log_error(r), cut) != NULL, "%s", log_error(r));
+    cr_assert(strstr(log_error(r), "truncated zstd data") != NULL, "%s", log_error(r));
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
     unlink(cut);
 
     /* The magic alone is a truncated frame; the magic and garbage is corrupt; a valid
      * frame followed by garbage fails after the frame's records. */
     const char *magic = temp_file(0, "\x28\xb5\x2f\xfd", 4);
     r = open_log(magic, 0, 0);
-    next_error(r, KVP_LOG_EIO, "truncated zstd data");
-    kvp_log_close(r);
+    next_error(r, LOG_EIO, "truncated zstd data");
+    log_close(r);
     unlink(magic);
     const char *bad = temp_file(0, "\x28\xb5\x2f\xfdgarbage, not a frame", 25);
     r = open_log(bad, 0, 0);
-    next_error(r, KVP_LOG_EIO, "corrupt zstd data");
-    kvp_log_close(r);
+    next_error(r, LOG_EIO, "corrupt zstd data");
+    log_close(r);
     unlink(bad);
     char *tail = malloc(zn + 8);
     memcpy(tail, z, zn);
@@ -738,9 +735,9 @@ Test(input, zstd_truncated_and_corrupt)
     r = open_log(trail, 0, 0);
     for (int i = 0; i < 3; i++)
         next_record(r, &rec);
-    next_error(r, KVP_LOG_EIO, "corrupt zstd data");
+    next_error(r, LOG_EIO, "trailing data after the last zstd frame");
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
     unlink(trail);
     free(tail);
     free(z);
@@ -748,21 +745,21 @@ Test(input, zstd_truncated_and_corrupt)
 
 Test(input, empty_and_tiny_files)
 {
-    kvp_log_reader *r = open_log(data_path("empty.jsonl"), 0, 0);
+    log_reader *r = open_log(data_path("empty.jsonl"), 0, 0);
     expect_end(r);
-    cr_assert_eq(kvp_log_n_lines(r), 0);
-    kvp_log_close(r);
+    cr_assert_eq(log_n_lines(r), 0);
+    log_close(r);
     r = open_log(data_path("short.jsonl"), 0, 0); /* 2 bytes, shorter than the magic */
-    next_error(r, KVP_LOG_EINPUT, "short.jsonl:1: neither");
+    next_error(r, LOG_EINPUT, "short.jsonl:1: neither");
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
     /* An empty zstd frame holds no lines. */
     size_t zn;
     char *z = zstd_frame("", 0, &zn);
     const char *path = temp_file(0, z, zn);
     r = open_log(path, 0, 0);
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
     unlink(path);
     free(z);
 }
@@ -780,25 +777,57 @@ Test(input, large_line)
     const char *path = temp_file(0, line, n + 1);
     free(line);
 
-    kvp_log_options o;
-    kvp_log_options_init(&o);
+    log_options o;
+    log_options_init(&o);
     o.max_line_bytes = (size_t)128 << 20;
-    kvp_log_reader *r = NULL;
+    log_reader *r = NULL;
     char err[256];
-    cr_assert_eq(kvp_log_open(path, &o, &r, err, sizeof err), 0, "%s", err);
-    kvp_log_record rec;
+    cr_assert_eq(log_open(path, &o, &r, err, sizeof err), 0, "%s", err);
+    log_record rec;
     next_record(r, &rec);
     cr_assert_eq(rec.text_len, n - 14);
     cr_assert_eq(rec.n_tokens, 1);
     cr_assert_eq(rec.token_offsets[0], 0);
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
 
     /* Over the limit: a clear ENOMEM naming the line and the limit, then the end. */
     o.max_line_bytes = (size_t)1 << 20;
-    cr_assert_eq(kvp_log_open(path, &o, &r, err, sizeof err), 0, "%s", err);
-    next_error(r, KVP_LOG_ENOMEM, ":1: line longer than 1048576 bytes");
+    cr_assert_eq(log_open(path, &o, &r, err, sizeof err), 0, "%s", err);
+    next_error(r, LOG_ENOMEM, ":1: line longer than 1048576 bytes");
     expect_end(r);
-    kvp_log_close(r);
+    log_close(r);
+    unlink(path);
+}
+
+/* ---- jansson out of memory ------------------------------------------------------------- */
+
+static int json_allocs_left; /* allocations jansson may still make */
+
+static void *failing_malloc(size_t n)
+{
+    return json_allocs_left-- > 0 ? malloc(n) : NULL;
+}
+
+/* When jansson cannot allocate, the line is reported as out of memory (LOG_ENOMEM, and the
+ * message says so), not as "invalid JSON at column -1". */
+Test(input, json_out_of_memory_is_named)
+{
+    char line[65536];
+    size_t n = (size_t)snprintf(line, sizeof line, "{\"tokens\": [");
+    for (int i = 0; i < 5000; i++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%d", i ? "," : "", i);
+    n += (size_t)snprintf(line + n, sizeof line - n, "]}\n");
+    const char *path = temp_file(0, line, n);
+    log_reader *r = open_log(path, 0, 0);
+    log_record rec;
+    json_allocs_left = 100;
+    json_set_alloc_funcs(failing_malloc, free);
+    int rc = log_next(r, &rec);
+    json_set_alloc_funcs(malloc, free);
+    cr_expect_eq(rc, LOG_ENOMEM);
+    cr_expect(strstr(log_error(r), ":1: out of memory parsing a ") != NULL, "%s", log_error(r));
+    cr_expect(strstr(log_error(r), "invalid JSON") == NULL, "%s", log_error(r));
+    log_close(r);
     unlink(path);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "flags.h"
 #include "kvplan.h"
 #include "cliutil.h"
 #include "logread.h"
@@ -21,10 +22,10 @@
 #define GiB (UINT64_C(1) << 30)
 #define MiB (UINT64_C(1) << 20)
 
-static kvp_model_shape shape(uint32_t l, uint32_t hq, uint32_t hkv, uint32_t d, kvp_plan_dtype t)
+static pl_model_shape shape(uint32_t l, uint32_t hq, uint32_t hkv, uint32_t d, pl_dtype t)
 {
-    kvp_model_shape m;
-    kvp_model_shape_init(&m);
+    pl_model_shape m;
+    pl_model_shape_init(&m);
     m.n_layers = l;
     m.n_heads = hq;
     m.n_kv_heads = hkv;
@@ -34,11 +35,11 @@ static kvp_model_shape shape(uint32_t l, uint32_t hq, uint32_t hkv, uint32_t d, 
     return m;
 }
 
-static uint64_t seq_bytes(const kvp_model_shape *m, uint64_t len)
+static uint64_t seq_bytes(const pl_model_shape *m, uint64_t len)
 {
     uint64_t tok = 0, b = 0;
-    cr_assert_eq(kvp_plan_token_bytes(m, m->n_kv_heads, &tok), KVP_PLAN_OK);
-    cr_assert_eq(kvp_plan_mul(tok, len, &b), KVP_PLAN_OK);
+    cr_assert_eq(pl_token_bytes(m, m->n_kv_heads, &tok), PL_OK);
+    cr_assert_eq(pl_mul(tok, len, &b), PL_OK);
     return b;
 }
 
@@ -55,52 +56,52 @@ static const char *data_path(const char *name)
 Test(forward, mha_is_2gib_gqa_half_gib_ratio_4)
 {
     /* 2 x 32 x 32 x 128 x 2 = 524288 bytes per token; x 4096 = 2^31 = 2 GiB. */
-    kvp_model_shape mha = shape(32, 32, 32, 128, KVP_DTYPE_FP16);
-    kvp_model_shape gqa = shape(32, 32, 8, 128, KVP_DTYPE_FP16);
+    pl_model_shape mha = shape(32, 32, 32, 128, PL_DTYPE_FP16);
+    pl_model_shape gqa = shape(32, 32, 8, 128, PL_DTYPE_FP16);
     uint64_t tok = 0;
-    cr_assert_eq(kvp_plan_token_bytes(&mha, 32, &tok), KVP_PLAN_OK);
+    cr_assert_eq(pl_token_bytes(&mha, 32, &tok), PL_OK);
     cr_assert_eq(tok, 524288);
     cr_assert_eq(seq_bytes(&mha, 4096), 2 * GiB);
     cr_assert_eq(seq_bytes(&gqa, 4096), GiB / 2);
     cr_assert_eq(seq_bytes(&mha, 4096), 4 * seq_bytes(&gqa, 4096));
-    kvp_model_shape mqa = shape(32, 32, 1, 128, KVP_DTYPE_FP16);
+    pl_model_shape mqa = shape(32, 32, 1, 128, PL_DTYPE_FP16);
     cr_assert_eq(seq_bytes(&mqa, 4096), 64 * MiB);
 }
 
 Test(forward, dtype_sizes)
 {
-    kvp_plan_dtype d;
+    pl_dtype d;
     const char *names[] = {"fp32",     "float32", "fp16",          "half", "bf16",
                            "bfloat16", "fp8",     "float8_e4m3fn", "int8", "BF16"};
     unsigned sizes[] = {4, 4, 2, 2, 2, 2, 1, 1, 1, 2};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        cr_assert_eq(kvp_plan_dtype_parse(names[i], &d), KVP_PLAN_OK, "%s", names[i]);
-        cr_assert_eq(kvp_plan_dtype_bytes(d), sizes[i], "%s", names[i]);
+        cr_assert_eq(pl_dtype_parse(names[i], &d), PL_OK, "%s", names[i]);
+        cr_assert_eq(pl_dtype_bytes(d), sizes[i], "%s", names[i]);
     }
-    cr_assert_eq(kvp_plan_dtype_parse("fp4", &d), KVP_PLAN_EINVAL);
-    cr_assert_eq(kvp_plan_dtype_parse("", &d), KVP_PLAN_EINVAL);
-    kvp_model_shape f32 = shape(32, 32, 8, 128, KVP_DTYPE_FP32);
-    kvp_model_shape f8 = shape(32, 32, 8, 128, KVP_DTYPE_FP8);
+    cr_assert_eq(pl_dtype_parse("fp4", &d), PL_EINVAL);
+    cr_assert_eq(pl_dtype_parse("", &d), PL_EINVAL);
+    pl_model_shape f32 = shape(32, 32, 8, 128, PL_DTYPE_FP32);
+    pl_model_shape f8 = shape(32, 32, 8, 128, PL_DTYPE_FP8);
     cr_assert_eq(seq_bytes(&f32, 4096), GiB);
     cr_assert_eq(seq_bytes(&f8, 4096), GiB / 4);
 }
 
 Test(forward, doubling_t_or_b_doubles_bytes)
 {
-    kvp_model_shape m = shape(80, 64, 8, 128, KVP_DTYPE_BF16);
+    pl_model_shape m = shape(80, 64, 8, 128, PL_DTYPE_BF16);
     uint64_t a = seq_bytes(&m, 1000), b = seq_bytes(&m, 2000);
     cr_assert_eq(b, 2 * a);
     uint64_t lens1[] = {1000, 1000}, lens2[] = {1000, 1000, 1000, 1000}, s1, s2;
-    cr_assert_eq(kvp_plan_sum(lens1, 2, &s1), KVP_PLAN_OK);
-    cr_assert_eq(kvp_plan_sum(lens2, 4, &s2), KVP_PLAN_OK);
+    cr_assert_eq(pl_sum(lens1, 2, &s1), PL_OK);
+    cr_assert_eq(pl_sum(lens2, 4, &s2), PL_OK);
     cr_assert_eq(seq_bytes(&m, s2), 2 * seq_bytes(&m, s1));
 }
 
 Test(forward, variable_length_batch_sums_lengths)
 {
-    kvp_model_shape m = shape(32, 32, 8, 128, KVP_DTYPE_BF16); /* 131072 bytes per token */
+    pl_model_shape m = shape(32, 32, 8, 128, PL_DTYPE_BF16); /* 131072 bytes per token */
     uint64_t lens[] = {100, 2000, 513, 4096}, sum = 0;
-    cr_assert_eq(kvp_plan_sum(lens, 4, &sum), KVP_PLAN_OK);
+    cr_assert_eq(pl_sum(lens, 4, &sum), PL_OK);
     cr_assert_eq(sum, 6709);
     cr_assert_eq(seq_bytes(&m, sum), UINT64_C(6709) * 131072);
     cr_assert_eq(seq_bytes(&m, sum), seq_bytes(&m, 100) + seq_bytes(&m, 2000) + seq_bytes(&m, 513) +
@@ -109,72 +110,72 @@ Test(forward, variable_length_batch_sums_lengths)
 
 Test(forward, overflow_is_refused)
 {
-    kvp_model_shape m = shape(1u << 31, 1u << 31, 1u << 31, 1u << 31, KVP_DTYPE_FP32);
+    pl_model_shape m = shape(1u << 31, 1u << 31, 1u << 31, 1u << 31, PL_DTYPE_FP32);
     uint64_t tok = 7;
-    cr_assert_eq(kvp_plan_token_bytes(&m, m.n_kv_heads, &tok), KVP_PLAN_EOVERFLOW);
+    cr_assert_eq(pl_token_bytes(&m, m.n_kv_heads, &tok), PL_EOVERFLOW);
     cr_assert_eq(tok, 7, "out-parameter must be untouched on failure");
     uint64_t x = 3;
-    cr_assert_eq(kvp_plan_mul(UINT64_MAX, 2, &x), KVP_PLAN_EOVERFLOW);
-    cr_assert_eq(kvp_plan_add(UINT64_MAX, 1, &x), KVP_PLAN_EOVERFLOW);
+    cr_assert_eq(pl_mul(UINT64_MAX, 2, &x), PL_EOVERFLOW);
+    cr_assert_eq(pl_add(UINT64_MAX, 1, &x), PL_EOVERFLOW);
     cr_assert_eq(x, 3);
 }
 
 Test(forward, shape_errors)
 {
     const char *what = NULL;
-    kvp_model_shape m = shape(32, 30, 8, 128, KVP_DTYPE_BF16);
-    cr_assert_eq(kvp_model_shape_check(&m, &what), KVP_PLAN_EINVAL);
+    pl_model_shape m = shape(32, 30, 8, 128, PL_DTYPE_BF16);
+    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
     cr_assert(strstr(what, "multiple") != NULL, "%s", what);
-    m = shape(0, 32, 8, 128, KVP_DTYPE_BF16);
-    cr_assert_eq(kvp_model_shape_check(&m, &what), KVP_PLAN_EINVAL);
+    m = shape(0, 32, 8, 128, PL_DTYPE_BF16);
+    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
     cr_assert(strstr(what, "layers") != NULL, "%s", what);
-    m = shape(32, 32, 8, 0, KVP_DTYPE_BF16);
-    cr_assert_eq(kvp_model_shape_check(&m, &what), KVP_PLAN_EINVAL);
-    m = shape(32, 8, 32, 128, KVP_DTYPE_BF16);
-    cr_assert_eq(kvp_model_shape_check(&m, &what), KVP_PLAN_EINVAL);
-    m = shape(32, 32, 8, 128, KVP_DTYPE_BF16);
-    cr_assert_eq(kvp_model_shape_check(&m, &what), KVP_PLAN_OK);
+    m = shape(32, 32, 8, 0, PL_DTYPE_BF16);
+    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
+    m = shape(32, 8, 32, 128, PL_DTYPE_BF16);
+    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
+    m = shape(32, 32, 8, 128, PL_DTYPE_BF16);
+    cr_assert_eq(pl_model_shape_check(&m, &what), PL_OK);
 }
 
 /* ---- tensor parallelism ---------------------------------------------------------------- */
 
 Test(tp, split_and_replicate)
 {
-    kvp_model_shape m = shape(80, 64, 8, 128, KVP_DTYPE_BF16);
-    kvp_plan_tp t;
+    pl_model_shape m = shape(80, 64, 8, 128, PL_DTYPE_BF16);
+    pl_tp t;
     const char *what;
     uint64_t per_gpu, whole;
-    cr_assert_eq(kvp_plan_token_bytes(&m, 8, &whole), KVP_PLAN_OK);
+    cr_assert_eq(pl_token_bytes(&m, 8, &whole), PL_OK);
     cr_assert_eq(whole, 327680); /* 2 x 80 x 8 x 128 x 2 */
 
-    cr_assert_eq(kvp_plan_tp_split(&m, 8, &t, &what), KVP_PLAN_OK);
+    cr_assert_eq(pl_tp_split(&m, 8, &t, &what), PL_OK);
     cr_assert_eq(t.kv_heads_per_rank, 1);
     cr_assert_eq(t.replication, 1);
     cr_assert_eq(t.q_heads_per_rank, 8);
-    cr_assert_eq(kvp_plan_token_bytes(&m, t.kv_heads_per_rank, &per_gpu), KVP_PLAN_OK);
+    cr_assert_eq(pl_token_bytes(&m, t.kv_heads_per_rank, &per_gpu), PL_OK);
     cr_assert_eq(per_gpu, 40960);
     cr_assert_eq(per_gpu * 8, whole, "no replication: the GPUs together hold the model's KV");
 
-    cr_assert_eq(kvp_plan_tp_split(&m, 2, &t, &what), KVP_PLAN_OK);
+    cr_assert_eq(pl_tp_split(&m, 2, &t, &what), PL_OK);
     cr_assert_eq(t.kv_heads_per_rank, 4);
 
     /* tp 16 > 8 KV heads: one head per GPU, each head on 2 GPUs. */
-    cr_assert_eq(kvp_plan_tp_split(&m, 16, &t, &what), KVP_PLAN_OK);
+    cr_assert_eq(pl_tp_split(&m, 16, &t, &what), PL_OK);
     cr_assert_eq(t.kv_heads_per_rank, 1);
     cr_assert_eq(t.replication, 2);
     cr_assert_eq(t.q_heads_per_rank, 4);
-    cr_assert_eq(kvp_plan_token_bytes(&m, t.kv_heads_per_rank, &per_gpu), KVP_PLAN_OK);
+    cr_assert_eq(pl_token_bytes(&m, t.kv_heads_per_rank, &per_gpu), PL_OK);
     cr_assert_eq(per_gpu * 16, 2 * whole, "replicated heads are stored twice");
 
-    cr_assert_eq(kvp_plan_tp_split(&m, 3, &t, &what), KVP_PLAN_EINVAL);
-    cr_assert_eq(kvp_plan_tp_split(&m, 0, &t, &what), KVP_PLAN_EINVAL);
-    kvp_model_shape q = shape(28, 28, 4, 128, KVP_DTYPE_BF16);
-    cr_assert_eq(kvp_plan_tp_split(&q, 8, &t, &what), KVP_PLAN_EINVAL); /* 28 % 8 */
-    cr_assert_eq(kvp_plan_tp_split(&q, 4, &t, &what), KVP_PLAN_OK);
+    cr_assert_eq(pl_tp_split(&m, 3, &t, &what), PL_EINVAL);
+    cr_assert_eq(pl_tp_split(&m, 0, &t, &what), PL_EINVAL);
+    pl_model_shape q = shape(28, 28, 4, 128, PL_DTYPE_BF16);
+    cr_assert_eq(pl_tp_split(&q, 8, &t, &what), PL_EINVAL); /* 28 % 8 */
+    cr_assert_eq(pl_tp_split(&q, 4, &t, &what), PL_OK);
     cr_assert_eq(t.kv_heads_per_rank, 1);
-    kvp_model_shape odd = shape(32, 48, 6, 128, KVP_DTYPE_BF16);
-    cr_assert_eq(kvp_plan_tp_split(&odd, 4, &t, &what), KVP_PLAN_EINVAL); /* 6 % 4 */
-    cr_assert_eq(kvp_plan_tp_split(&odd, 12, &t, &what), KVP_PLAN_OK);    /* 12 % 6 == 0 */
+    pl_model_shape odd = shape(32, 48, 6, 128, PL_DTYPE_BF16);
+    cr_assert_eq(pl_tp_split(&odd, 4, &t, &what), PL_EINVAL); /* 6 % 4 */
+    cr_assert_eq(pl_tp_split(&odd, 12, &t, &what), PL_OK);    /* 12 % 6 == 0 */
     cr_assert_eq(t.replication, 2);
 }
 
@@ -186,12 +187,12 @@ Test(inverse, hand_computed_and_round_trip)
      * budget = floor(85899345920 x 0.9) = 77309411328; kv = 77309411328 - 16e9 - 2147483648
      * = 59161927680; block = 16 x 131072 = 2097152; blocks = 28210 (59161927680 / 2097152
      * = 28210.76). */
-    kvp_model_shape m = shape(32, 32, 8, 128, KVP_DTYPE_BF16);
+    pl_model_shape m = shape(32, 32, 8, 128, PL_DTYPE_BF16);
     uint64_t tok;
-    cr_assert_eq(kvp_plan_token_bytes(&m, 8, &tok), KVP_PLAN_OK);
-    kvp_plan_mem_in in = {80 * GiB, 900000, UINT64_C(16000000000), 2 * GiB, 1, tok * 16, 16};
-    kvp_plan_mem_out out;
-    cr_assert_eq(kvp_plan_memory(&in, &out), KVP_PLAN_OK);
+    cr_assert_eq(pl_token_bytes(&m, 8, &tok), PL_OK);
+    pl_mem_in in = {80 * GiB, 900000, UINT64_C(16000000000), 2 * GiB, 1, tok * 16, 16};
+    pl_mem_out out;
+    cr_assert_eq(pl_memory(&in, &out), PL_OK);
     cr_assert_eq(out.budget_bytes, UINT64_C(77309411328));
     cr_assert_eq(out.kv_bytes, UINT64_C(59161927680));
     cr_assert_eq(out.n_blocks, 28210);
@@ -201,7 +202,7 @@ Test(inverse, hand_computed_and_round_trip)
     cr_assert_leq(need, out.kv_bytes);
     cr_assert_gt(seq_bytes(&m, out.n_tokens + 16), out.kv_bytes);
     /* Requests of 4096 tokens (256 blocks): 28210 / 256 = 110. */
-    cr_assert_eq(kvp_plan_fit_count(out.n_blocks, kvp_plan_blocks_for(4096, 16)), 110);
+    cr_assert_eq(pl_fit_count(out.n_blocks, pl_blocks_for(4096, 16)), 110);
     cr_assert_leq(seq_bytes(&m, 110 * 4096), out.kv_bytes);
     cr_assert_gt(seq_bytes(&m, 111 * 4096), out.kv_bytes);
 }
@@ -209,39 +210,39 @@ Test(inverse, hand_computed_and_round_trip)
 Test(inverse, tp_splits_weights)
 {
     /* 141107412992 bytes of weights over 8 GPUs: 17638426624 each. */
-    kvp_plan_mem_in in = {80 * GiB, 900000, UINT64_C(141107412992), 4 * GiB, 8, 655360, 16};
-    kvp_plan_mem_out out;
-    cr_assert_eq(kvp_plan_memory(&in, &out), KVP_PLAN_OK);
+    pl_mem_in in = {80 * GiB, 900000, UINT64_C(141107412992), 4 * GiB, 8, 655360, 16};
+    pl_mem_out out;
+    cr_assert_eq(pl_memory(&in, &out), PL_OK);
     cr_assert_eq(out.weights_per_gpu_bytes, UINT64_C(17638426624));
     cr_assert_eq(out.kv_bytes, UINT64_C(77309411328) - UINT64_C(17638426624) - 4 * GiB);
     cr_assert_eq(out.n_blocks, out.kv_bytes / 655360);
     in.weights_bytes = 9; /* ceil(9 / 8) = 2 */
-    cr_assert_eq(kvp_plan_memory(&in, &out), KVP_PLAN_OK);
+    cr_assert_eq(pl_memory(&in, &out), PL_OK);
     cr_assert_eq(out.weights_per_gpu_bytes, 2);
 }
 
 Test(inverse, errors)
 {
-    kvp_plan_mem_in in = {16 * GiB, 900000, UINT64_C(16060522496), 0, 1, 2097152, 16};
-    kvp_plan_mem_out out;
+    pl_mem_in in = {16 * GiB, 900000, UINT64_C(16060522496), 0, 1, 2097152, 16};
+    pl_mem_out out;
     memset(&out, 0xab, sizeof out);
-    kvp_plan_mem_out before = out;
-    cr_assert_eq(kvp_plan_memory(&in, &out), KVP_PLAN_ENOSPACE);
+    pl_mem_out before = out;
+    cr_assert_eq(pl_memory(&in, &out), PL_ENOSPACE);
     cr_assert_eq(memcmp(&out, &before, sizeof out), 0);
     in.weights_bytes = 0;
     in.reserve_bytes = 20 * GiB;
-    cr_assert_eq(kvp_plan_memory(&in, &out), KVP_PLAN_ENOSPACE);
+    cr_assert_eq(pl_memory(&in, &out), PL_ENOSPACE);
     in.reserve_bytes = 0;
     in.util_ppm = 0;
-    cr_assert_eq(kvp_plan_memory(&in, &out), KVP_PLAN_EINVAL);
+    cr_assert_eq(pl_memory(&in, &out), PL_EINVAL);
     in.util_ppm = 1000001;
-    cr_assert_eq(kvp_plan_memory(&in, &out), KVP_PLAN_EINVAL);
+    cr_assert_eq(pl_memory(&in, &out), PL_EINVAL);
     in.util_ppm = 1000000;
     in.gpu_mem_bytes = 0;
-    cr_assert_eq(kvp_plan_memory(&in, &out), KVP_PLAN_EINVAL);
+    cr_assert_eq(pl_memory(&in, &out), PL_EINVAL);
     in.gpu_mem_bytes = GiB;
     in.tp = 0;
-    cr_assert_eq(kvp_plan_memory(&in, &out), KVP_PLAN_EINVAL);
+    cr_assert_eq(pl_memory(&in, &out), PL_EINVAL);
 }
 
 /* ---- fragmentation and statistics ------------------------------------------------------ */
@@ -252,8 +253,8 @@ Test(fragmentation, hand_computed)
      * 4096 -> 256 (0). Blocks 421, waste 27. Contiguous 8192: 8092 + 6192 + 7679 + 4096 =
      * 26059. */
     uint64_t lens[] = {100, 2000, 513, 4096};
-    kvp_plan_frag f;
-    cr_assert_eq(kvp_plan_fragmentation(lens, 4, 16, 8192, &f), KVP_PLAN_OK);
+    pl_frag f;
+    cr_assert_eq(pl_fragmentation(lens, 4, 16, 8192, &f), PL_OK);
     cr_assert_eq(f.n_tokens, 6709);
     cr_assert_eq(f.n_blocks, 421);
     cr_assert_eq(f.paged_alloc_tokens, 421 * 16);
@@ -261,23 +262,23 @@ Test(fragmentation, hand_computed)
     cr_assert_eq(f.contig_alloc_tokens, 4 * 8192);
     cr_assert_eq(f.contig_waste_tokens, 26059);
     /* Block 1 wastes nothing; max_len 0 skips the contiguous figures. */
-    cr_assert_eq(kvp_plan_fragmentation(lens, 4, 1, 0, &f), KVP_PLAN_OK);
+    cr_assert_eq(pl_fragmentation(lens, 4, 1, 0, &f), PL_OK);
     cr_assert_eq(f.paged_waste_tokens, 0);
     cr_assert_eq(f.contig_waste_tokens, 0);
     /* A length above max_len cannot be reserved; block size 0 is invalid. */
-    cr_assert_eq(kvp_plan_fragmentation(lens, 4, 16, 4000, &f), KVP_PLAN_EINVAL);
-    cr_assert_eq(kvp_plan_fragmentation(lens, 4, 0, 0, &f), KVP_PLAN_EINVAL);
-    cr_assert_eq(kvp_plan_blocks_for(0, 16), 0);
-    cr_assert_eq(kvp_plan_blocks_for(1, 16), 1);
-    cr_assert_eq(kvp_plan_blocks_for(16, 16), 1);
-    cr_assert_eq(kvp_plan_blocks_for(17, 16), 2);
+    cr_assert_eq(pl_fragmentation(lens, 4, 16, 4000, &f), PL_EINVAL);
+    cr_assert_eq(pl_fragmentation(lens, 4, 0, 0, &f), PL_EINVAL);
+    cr_assert_eq(pl_blocks_for(0, 16), 0);
+    cr_assert_eq(pl_blocks_for(1, 16), 1);
+    cr_assert_eq(pl_blocks_for(16, 16), 1);
+    cr_assert_eq(pl_blocks_for(17, 16), 2);
 }
 
 Test(stats, percentiles_and_longest)
 {
     uint64_t lens[] = {2048, 104, 1024, 512};
-    kvp_plan_stats s;
-    cr_assert_eq(kvp_plan_len_stats(lens, 4, &s), KVP_PLAN_OK);
+    pl_stats s;
+    cr_assert_eq(pl_len_stats(lens, 4, &s), PL_OK);
     cr_assert_eq(s.sum, 3688);
     cr_assert_float_eq(s.mean, 922.0, 1e-9);
     cr_assert_eq(s.min, 104);
@@ -286,23 +287,23 @@ Test(stats, percentiles_and_longest)
     cr_assert_eq(s.p99, 2048);
     cr_assert_eq(s.max, 2048);
     uint64_t w;
-    cr_assert_eq(kvp_plan_sum_longest(lens, 4, 2, &w), KVP_PLAN_OK);
+    cr_assert_eq(pl_sum_longest(lens, 4, 2, &w), PL_OK);
     cr_assert_eq(w, 3072);
-    cr_assert_eq(kvp_plan_sum_longest(lens, 4, 6, &w), KVP_PLAN_OK);
+    cr_assert_eq(pl_sum_longest(lens, 4, 6, &w), PL_OK);
     cr_assert_eq(w, 3688 + 2 * 2048);
     /* Blocks of 16: 128, 64, 32, 7. 200 blocks: 128 + 64 fit, 32 does not. */
-    cr_assert_eq(kvp_plan_fit_longest(lens, 4, 16, 200), 2);
+    cr_assert_eq(pl_fit_longest(lens, 4, 16, 200), 2);
     /* 231 blocks hold all four; 231 + 256 also two more of the longest. */
-    cr_assert_eq(kvp_plan_fit_longest(lens, 4, 16, 231), 4);
-    cr_assert_eq(kvp_plan_fit_longest(lens, 4, 16, 231 + 256), 6);
+    cr_assert_eq(pl_fit_longest(lens, 4, 16, 231), 4);
+    cr_assert_eq(pl_fit_longest(lens, 4, 16, 231 + 256), 6);
     uint64_t hundred[100];
     for (int i = 0; i < 100; i++)
         hundred[i] = (uint64_t)(100 - i);
-    cr_assert_eq(kvp_plan_len_stats(hundred, 100, &s), KVP_PLAN_OK);
+    cr_assert_eq(pl_len_stats(hundred, 100, &s), PL_OK);
     cr_assert_eq(s.p50, 50);
     cr_assert_eq(s.p90, 90);
     cr_assert_eq(s.p99, 99);
-    cr_assert_eq(kvp_plan_len_stats(hundred, 0, &s), KVP_PLAN_EINVAL);
+    cr_assert_eq(pl_len_stats(hundred, 0, &s), PL_EINVAL);
 }
 
 /* ---- parsing --------------------------------------------------------------------------- */
@@ -310,54 +311,54 @@ Test(stats, percentiles_and_longest)
 Test(parse, sizes_counts_fractions)
 {
     uint64_t v = 0;
-    cr_assert_eq(kvp_plan_parse_bytes("80GiB", &v), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_bytes("80GiB", &v), CLI_OK);
     cr_assert_eq(v, 80 * GiB);
-    cr_assert_eq(kvp_plan_parse_bytes("80GB", &v), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_bytes("80GB", &v), CLI_OK);
     cr_assert_eq(v, UINT64_C(80000000000));
-    cr_assert_eq(kvp_plan_parse_bytes("81920mib", &v), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_bytes("81920mib", &v), CLI_OK);
     cr_assert_eq(v, 80 * GiB);
-    cr_assert_eq(kvp_plan_parse_bytes("1.5GiB", &v), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_bytes("1.5GiB", &v), CLI_OK);
     cr_assert_eq(v, 3 * GiB / 2);
-    cr_assert_eq(kvp_plan_parse_bytes("4096", &v), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_bytes("4096", &v), CLI_OK);
     cr_assert_eq(v, 4096);
-    cr_assert_eq(kvp_plan_parse_bytes("0", &v), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_bytes("0", &v), CLI_OK);
     const char *bad[] = {"",        "GiB", "80G",  "-1GiB", "80 GiB",
                          "1.2.3GB", "1e9", "80XB", ".GB",   "1.1234567GiB"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        cr_assert_eq(kvp_plan_parse_bytes(bad[i], &v), KVP_PLAN_EINVAL, "%s", bad[i]);
-    cr_assert_eq(kvp_plan_parse_bytes("99999999TiB", &v), KVP_PLAN_EOVERFLOW);
-    cr_assert_eq(kvp_plan_parse_bytes("99999999999999999999", &v), KVP_PLAN_EOVERFLOW);
+        cr_assert_eq(cli_parse_bytes(bad[i], &v), CLI_EINVAL, "%s", bad[i]);
+    cr_assert_eq(cli_parse_bytes("99999999TiB", &v), CLI_EOVERFLOW);
+    cr_assert_eq(cli_parse_bytes("99999999999999999999", &v), CLI_EOVERFLOW);
 
-    cr_assert_eq(kvp_plan_parse_count("8B", &v), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_count("8B", &v), CLI_OK);
     cr_assert_eq(v, UINT64_C(8000000000));
-    cr_assert_eq(kvp_plan_parse_count("70.6B", &v), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_count("70.6B", &v), CLI_OK);
     cr_assert_eq(v, UINT64_C(70600000000));
-    cr_assert_eq(kvp_plan_parse_count("7000m", &v), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_count("7000m", &v), CLI_OK);
     cr_assert_eq(v, UINT64_C(7000000000));
-    cr_assert_eq(kvp_plan_parse_count("8Q", &v), KVP_PLAN_EINVAL);
+    cr_assert_eq(cli_parse_count("8Q", &v), CLI_EINVAL);
 
     uint32_t ppm = 0;
-    cr_assert_eq(kvp_plan_parse_fraction("0.9", &ppm), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_fraction("0.9", &ppm), CLI_OK);
     cr_assert_eq(ppm, 900000);
-    cr_assert_eq(kvp_plan_parse_fraction("1", &ppm), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_fraction("1", &ppm), CLI_OK);
     cr_assert_eq(ppm, 1000000);
-    cr_assert_eq(kvp_plan_parse_fraction(".85", &ppm), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_fraction(".85", &ppm), CLI_OK);
     cr_assert_eq(ppm, 850000);
     const char *badf[] = {"0", "1.5", "-0.5", "abc", "0.1234567", ""};
     for (size_t i = 0; i < sizeof badf / sizeof badf[0]; i++)
-        cr_assert_eq(kvp_plan_parse_fraction(badf[i], &ppm), KVP_PLAN_EINVAL, "%s", badf[i]);
+        cr_assert_eq(cli_parse_fraction(badf[i], &ppm), CLI_EINVAL, "%s", badf[i]);
 
-    cr_assert_eq(kvp_plan_parse_uint("42", 100, &v), KVP_PLAN_OK);
+    cr_assert_eq(cli_parse_uint("42", 100, &v), CLI_OK);
     cr_assert_eq(v, 42);
-    cr_assert_eq(kvp_plan_parse_uint("101", 100, &v), KVP_PLAN_EOVERFLOW);
-    cr_assert_eq(kvp_plan_parse_uint("-1", 100, &v), KVP_PLAN_EINVAL);
-    cr_assert_eq(kvp_plan_parse_uint("4x", 100, &v), KVP_PLAN_EINVAL);
+    cr_assert_eq(cli_parse_uint("101", 100, &v), CLI_EOVERFLOW);
+    cr_assert_eq(cli_parse_uint("-1", 100, &v), CLI_EINVAL);
+    cr_assert_eq(cli_parse_uint("4x", 100, &v), CLI_EINVAL);
 
     char b[32];
-    cr_assert_str_eq(kvp_plan_fmt_binary(2 * GiB, b, sizeof b), "2 GiB");
-    cr_assert_str_eq(kvp_plan_fmt_binary(GiB / 2, b, sizeof b), "512 MiB");
-    cr_assert_str_eq(kvp_plan_fmt_binary(1536 * MiB, b, sizeof b), "1.50 GiB");
-    cr_assert_str_eq(kvp_plan_fmt_binary(0, b, sizeof b), "0 B");
+    cr_assert_str_eq(cli_fmt_binary(2 * GiB, b, sizeof b), "2 GiB");
+    cr_assert_str_eq(cli_fmt_binary(GiB / 2, b, sizeof b), "512 MiB");
+    cr_assert_str_eq(cli_fmt_binary(1536 * MiB, b, sizeof b), "1.50 GiB");
+    cr_assert_str_eq(cli_fmt_binary(0, b, sizeof b), "0 B");
 }
 
 /* ---- presets and config.json ----------------------------------------------------------- */
@@ -365,7 +366,7 @@ Test(parse, sizes_counts_fractions)
 static void check_preset(const char *name, uint32_t l, uint32_t hq, uint32_t hkv, uint32_t d,
                          uint64_t params)
 {
-    const kvp_model_preset *p = kvp_model_find(name);
+    const pl_model_preset *p = pl_model_find(name);
     cr_assert_not_null(p, "%s", name);
     cr_assert_eq(p->shape.n_layers, l, "%s", name);
     cr_assert_eq(p->shape.n_heads, hq, "%s", name);
@@ -373,7 +374,7 @@ static void check_preset(const char *name, uint32_t l, uint32_t hq, uint32_t hkv
     cr_assert_eq(p->shape.head_dim, d, "%s", name);
     cr_assert_eq(p->shape.n_params, params, "%s", name);
     cr_assert(strstr(p->source, "huggingface.co") != NULL, "%s", name);
-    cr_assert_eq(kvp_model_shape_check(&p->shape, NULL), KVP_PLAN_OK, "%s", name);
+    cr_assert_eq(pl_model_shape_check(&p->shape, NULL), PL_OK, "%s", name);
 }
 
 Test(presets, published_shapes)
@@ -386,67 +387,66 @@ Test(presets, published_shapes)
     check_preset("Qwen2.5-7B", 28, 28, 4, 128, UINT64_C(7615616512));
     check_preset("Qwen2.5-72B", 80, 64, 8, 128, UINT64_C(72706203648));
     check_preset("Mixtral-8x7B", 32, 32, 8, 128, UINT64_C(46702792704));
-    cr_assert_eq(kvp_model_count(), 7);
-    cr_assert_eq(kvp_model_find("llama-3.1-8b"), kvp_model_find("meta-llama/Llama-3.1-8B"));
-    cr_assert_eq(kvp_model_find("Llama-2-7B")->shape.kv_dtype, KVP_DTYPE_FP16);
-    cr_assert_null(kvp_model_find("GPT-5"));
-    cr_assert_null(kvp_model_at(kvp_model_count()));
+    cr_assert_eq(pl_model_count(), 7);
+    cr_assert_eq(pl_model_find("llama-3.1-8b"), pl_model_find("meta-llama/Llama-3.1-8B"));
+    cr_assert_eq(pl_model_find("Llama-2-7B")->shape.kv_dtype, PL_DTYPE_FP16);
+    cr_assert_null(pl_model_find("GPT-5"));
+    cr_assert_null(pl_model_at(pl_model_count()));
     /* Llama-3.1-8B bf16: 128 KiB per token. */
     uint64_t tok;
-    cr_assert_eq(kvp_plan_token_bytes(&kvp_model_find("Llama-3.1-8B")->shape, 8, &tok), 0);
+    cr_assert_eq(pl_token_bytes(&pl_model_find("Llama-3.1-8B")->shape, 8, &tok), 0);
     cr_assert_eq(tok, 131072);
 }
 
 Test(config, reads_hf_config)
 {
     char err[256];
-    kvp_model_shape m;
-    kvp_model_shape_init(&m);
-    cr_assert_eq(kvp_model_from_config(data_path("config_llama.json"), &m, err, sizeof err),
-                 KVP_PLAN_OK, "%s", err);
+    pl_model_shape m;
+    pl_model_shape_init(&m);
+    cr_assert_eq(pl_model_from_config(data_path("config_llama.json"), &m, err, sizeof err), PL_OK,
+                 "%s", err);
     cr_assert_eq(m.n_layers, 32);
     cr_assert_eq(m.n_heads, 32);
     cr_assert_eq(m.n_kv_heads, 8);
     cr_assert_eq(m.head_dim, 128); /* 4096 / 32 */
-    cr_assert_eq(m.kv_dtype, KVP_DTYPE_BF16);
+    cr_assert_eq(m.kv_dtype, PL_DTYPE_BF16);
 
-    kvp_model_shape_init(&m);
-    cr_assert_eq(kvp_model_from_config(data_path("config_mha.json"), &m, err, sizeof err),
-                 KVP_PLAN_OK, "%s", err);
+    pl_model_shape_init(&m);
+    cr_assert_eq(pl_model_from_config(data_path("config_mha.json"), &m, err, sizeof err), PL_OK,
+                 "%s", err);
     cr_assert_eq(m.n_kv_heads, 16, "no num_key_value_heads means MHA");
     cr_assert_eq(m.head_dim, 128); /* 2048 / 16 */
-    cr_assert_eq(m.kv_dtype, KVP_DTYPE_FP16);
+    cr_assert_eq(m.kv_dtype, PL_DTYPE_FP16);
 }
 
 Test(config, errors)
 {
     char err[256];
-    kvp_model_shape m;
-    kvp_model_shape_init(&m);
+    pl_model_shape m;
+    pl_model_shape_init(&m);
     m.n_layers = 77;
-    cr_assert_eq(kvp_model_from_config(data_path("config_bad.json"), &m, err, sizeof err),
-                 KVP_PLAN_EINVAL);
+    cr_assert_eq(pl_model_from_config(data_path("config_bad.json"), &m, err, sizeof err),
+                 PL_EINVAL);
     cr_assert(strstr(err, "multiple") != NULL, "%s", err);
     cr_assert_eq(m.n_layers, 77, "untouched on failure");
-    cr_assert_eq(kvp_model_from_config(data_path("config_truncated.json"), &m, err, sizeof err),
-                 KVP_PLAN_EINVAL);
+    cr_assert_eq(pl_model_from_config(data_path("config_truncated.json"), &m, err, sizeof err),
+                 PL_EINVAL);
     cr_assert(strstr(err, "config_truncated.json") != NULL, "%s", err);
-    cr_assert_eq(kvp_model_from_config(data_path("nonexistent.json"), &m, err, sizeof err),
-                 KVP_PLAN_EINVAL);
-    cr_assert_eq(kvp_model_from_config(data_path("mooncake.jsonl"), &m, err, sizeof err),
-                 KVP_PLAN_EINVAL);
+    cr_assert_eq(pl_model_from_config(data_path("nonexistent.json"), &m, err, sizeof err),
+                 PL_EINVAL);
+    cr_assert_eq(pl_model_from_config(data_path("mooncake.jsonl"), &m, err, sizeof err), PL_EINVAL);
 }
 
 /* ---- the log reader -------------------------------------------------------------------- */
 
 Test(logread, token_log)
 {
-    kvp_log_reader *r = NULL;
+    log_reader *r = NULL;
     char err[256];
-    cr_assert_eq(kvp_log_open(data_path("tokens.jsonl"), NULL, &r, err, sizeof err), 0, "%s", err);
-    kvp_log_record rec;
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_RECORD, "%s", kvp_log_error(r));
-    cr_assert_eq(rec.format, KVP_LOG_TOKENS);
+    cr_assert_eq(log_open(data_path("tokens.jsonl"), NULL, &r, err, sizeof err), 0, "%s", err);
+    log_record rec;
+    cr_assert_eq(log_next(r, &rec), LOG_RECORD, "%s", log_error(r));
+    cr_assert_eq(rec.format, LOG_TOKENS);
     cr_assert_eq(rec.line_no, 1);
     cr_assert_eq(rec.n_tokens, 17);
     cr_assert_eq(rec.tokens[16], 17);
@@ -462,32 +462,32 @@ Test(logread, token_log)
     cr_assert_float_eq(rec.timestamp, 0.5, 1e-12);
     cr_assert_null(rec.hash_ids);
 
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_RECORD);
+    cr_assert_eq(log_next(r, &rec), LOG_RECORD);
     cr_assert_eq(rec.line_no, 2);
     cr_assert_eq(rec.n_tokens, 8);
     cr_assert_null(rec.adapter, "null means absent");
     cr_assert_str_eq(rec.cache_salt, "s");
     cr_assert_eq(rec.output_length, 0);
 
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_RECORD);
+    cr_assert_eq(log_next(r, &rec), LOG_RECORD);
     cr_assert_eq(rec.line_no, 4, "the blank line 3 is skipped but counted");
     cr_assert_eq(rec.tokens[0], UINT32_MAX);
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_END);
-    cr_assert_eq(kvp_log_n_records(r), 3);
-    kvp_log_close(r);
+    cr_assert_eq(log_next(r, &rec), LOG_END);
+    cr_assert_eq(log_n_records(r), 3);
+    log_close(r);
 }
 
 static void check_mooncake(const char *file)
 {
-    kvp_log_reader *r = NULL;
+    log_reader *r = NULL;
     char err[256];
-    cr_assert_eq(kvp_log_open(data_path(file), NULL, &r, err, sizeof err), 0, "%s", err);
-    kvp_log_record rec;
+    cr_assert_eq(log_open(data_path(file), NULL, &r, err, sizeof err), 0, "%s", err);
+    log_record rec;
     uint64_t in[] = {1000, 512, 2000, 100}, out[] = {24, 0, 48, 4};
     size_t ids[] = {2, 1, 4, 1};
     for (int i = 0; i < 4; i++) {
-        cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_RECORD, "%s", kvp_log_error(r));
-        cr_assert_eq(rec.format, KVP_LOG_MOONCAKE);
+        cr_assert_eq(log_next(r, &rec), LOG_RECORD, "%s", log_error(r));
+        cr_assert_eq(rec.format, LOG_MOONCAKE);
         cr_assert_eq(rec.line_no, (uint64_t)i + 1);
         cr_assert_eq(rec.input_length, in[i]);
         cr_assert_eq(rec.output_length, out[i]);
@@ -496,8 +496,8 @@ static void check_mooncake(const char *file)
         cr_assert(rec.has_timestamp);
     }
     cr_assert_eq(rec.hash_ids[0], 5);
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_END);
-    kvp_log_close(r);
+    cr_assert_eq(log_next(r, &rec), LOG_END);
+    log_close(r);
 }
 
 Test(logread, mooncake_plain_and_gzip)
@@ -509,69 +509,68 @@ Test(logread, mooncake_plain_and_gzip)
 /* Open file, read until the first error, and check its "FILE:LINE: ..." text. */
 static void expect_error(const char *file, int code, const char *where, const char *what)
 {
-    kvp_log_reader *r = NULL;
+    log_reader *r = NULL;
     char err[256];
-    cr_assert_eq(kvp_log_open(data_path(file), NULL, &r, err, sizeof err), 0, "%s", err);
-    kvp_log_record rec;
+    cr_assert_eq(log_open(data_path(file), NULL, &r, err, sizeof err), 0, "%s", err);
+    log_record rec;
     int rc;
-    while ((rc = kvp_log_next(r, &rec)) == KVP_LOG_RECORD)
+    while ((rc = log_next(r, &rec)) == LOG_RECORD)
         ;
-    cr_assert_eq(rc, code, "%s: rc %d: %s", file, rc, kvp_log_error(r));
-    cr_assert(strstr(kvp_log_error(r), where) != NULL, "%s: %s", file, kvp_log_error(r));
-    cr_assert(strstr(kvp_log_error(r), what) != NULL, "%s: %s", file, kvp_log_error(r));
-    kvp_log_close(r);
+    cr_assert_eq(rc, code, "%s: rc %d: %s", file, rc, log_error(r));
+    cr_assert(strstr(log_error(r), where) != NULL, "%s: %s", file, log_error(r));
+    cr_assert(strstr(log_error(r), what) != NULL, "%s: %s", file, log_error(r));
+    log_close(r);
 }
 
 Test(logread, malformed_lines)
 {
-    expect_error("bad_truncated.jsonl", KVP_LOG_EINPUT, "bad_truncated.jsonl:1:", "invalid JSON");
-    expect_error("bad_type.jsonl", KVP_LOG_EINPUT, "bad_type.jsonl:2:", "must be an array");
-    expect_error("bad_negative.jsonl", KVP_LOG_EINPUT, ":1:", "tokens[1] = -2");
-    expect_error("bad_huge.jsonl", KVP_LOG_EINPUT, ":1:", "token id range");
-    expect_error("bad_nonint.jsonl", KVP_LOG_EINPUT, ":1:", "hash_ids[1] must be an integer");
-    expect_error("bad_missing.jsonl", KVP_LOG_EINPUT, ":1:", "output_length is missing");
-    expect_error("bad_idcount.jsonl", KVP_LOG_EINPUT, ":1:", "do not match input_length");
-    expect_error("bad_biglen.jsonl", KVP_LOG_EINPUT, ":1:", "input_length");
-    expect_error("bad_neither.jsonl", KVP_LOG_EINPUT, ":1:", "neither");
-    expect_error("truncated.jsonl.gz", KVP_LOG_EIO, "truncated.jsonl.gz", "gzip");
+    expect_error("bad_truncated.jsonl", LOG_EINPUT, "bad_truncated.jsonl:1:", "invalid JSON");
+    expect_error("bad_type.jsonl", LOG_EINPUT, "bad_type.jsonl:2:", "must be an array");
+    expect_error("bad_negative.jsonl", LOG_EINPUT, ":1:", "tokens[1] = -2");
+    expect_error("bad_huge.jsonl", LOG_EINPUT, ":1:", "token id range");
+    expect_error("bad_nonint.jsonl", LOG_EINPUT, ":1:", "hash_ids[1] must be an integer");
+    expect_error("bad_missing.jsonl", LOG_EINPUT, ":1:", "output_length is missing");
+    expect_error("bad_idcount.jsonl", LOG_EINPUT, ":1:", "do not match input_length");
+    expect_error("bad_biglen.jsonl", LOG_EINPUT, ":1:", "input_length");
+    expect_error("bad_neither.jsonl", LOG_EINPUT, ":1:", "neither");
+    expect_error("truncated.jsonl.gz", LOG_EIO, "truncated.jsonl.gz", "gzip");
 }
 
 Test(logread, continues_after_a_bad_line)
 {
-    kvp_log_reader *r = NULL;
+    log_reader *r = NULL;
     char err[256];
-    cr_assert_eq(kvp_log_open(data_path("bad_type.jsonl"), NULL, &r, err, sizeof err), 0);
-    kvp_log_record rec;
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_RECORD);
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_EINPUT);
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_END);
-    kvp_log_close(r);
+    cr_assert_eq(log_open(data_path("bad_type.jsonl"), NULL, &r, err, sizeof err), 0);
+    log_record rec;
+    cr_assert_eq(log_next(r, &rec), LOG_RECORD);
+    cr_assert_eq(log_next(r, &rec), LOG_EINPUT);
+    cr_assert_eq(log_next(r, &rec), LOG_END);
+    log_close(r);
 }
 
 Test(logread, empty_and_missing_files)
 {
-    kvp_log_reader *r = NULL;
+    log_reader *r = NULL;
     char err[256];
-    kvp_log_record rec;
+    log_record rec;
     const char *empties[] = {"empty.jsonl", "blank.jsonl"};
     for (int i = 0; i < 2; i++) {
-        cr_assert_eq(kvp_log_open(data_path(empties[i]), NULL, &r, err, sizeof err), 0);
-        cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_END);
-        cr_assert_eq(kvp_log_n_records(r), 0);
-        kvp_log_close(r);
+        cr_assert_eq(log_open(data_path(empties[i]), NULL, &r, err, sizeof err), 0);
+        cr_assert_eq(log_next(r, &rec), LOG_END);
+        cr_assert_eq(log_n_records(r), 0);
+        log_close(r);
     }
     r = NULL;
-    cr_assert_eq(kvp_log_open(data_path("nonexistent.jsonl"), NULL, &r, err, sizeof err),
-                 KVP_LOG_EIO);
+    cr_assert_eq(log_open(data_path("nonexistent.jsonl"), NULL, &r, err, sizeof err), LOG_EIO);
     cr_assert_null(r);
     cr_assert(strstr(err, "nonexistent.jsonl: cannot open") != NULL, "%s", err);
-    kvp_log_close(NULL);
+    log_close(NULL);
 }
 
 Test(logread, long_line_and_limit)
 {
     /* A 200000-token line crosses several buffer growths; a tiny limit refuses it. */
-    char path[] = "/tmp/kvp_plan_longXXXXXX";
+    char path[] = "/tmp/pl_longXXXXXX";
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
     FILE *f = fdopen(fd, "w");
@@ -580,27 +579,26 @@ Test(logread, long_line_and_limit)
         fprintf(f, "%s%d", i ? "," : "", i);
     fputs("]}\r\n{\"tokens\": [7]}", f); /* CRLF, and a last line without a newline */
     fclose(f);
-    kvp_log_reader *r = NULL;
+    log_reader *r = NULL;
     char err[256];
-    kvp_log_record rec;
-    cr_assert_eq(kvp_log_open(path, NULL, &r, err, sizeof err), 0);
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_RECORD, "%s", kvp_log_error(r));
+    log_record rec;
+    cr_assert_eq(log_open(path, NULL, &r, err, sizeof err), 0);
+    cr_assert_eq(log_next(r, &rec), LOG_RECORD, "%s", log_error(r));
     cr_assert_eq(rec.n_tokens, 200000);
     cr_assert_eq(rec.tokens[199999], 199999);
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_RECORD, "%s", kvp_log_error(r));
+    cr_assert_eq(log_next(r, &rec), LOG_RECORD, "%s", log_error(r));
     cr_assert_eq(rec.tokens[0], 7);
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_END);
-    kvp_log_close(r);
+    cr_assert_eq(log_next(r, &rec), LOG_END);
+    log_close(r);
 
-    kvp_log_options opt;
-    kvp_log_options_init(&opt);
+    log_options opt;
+    log_options_init(&opt);
     opt.max_line_bytes = 1000;
-    cr_assert_eq(kvp_log_open(path, &opt, &r, err, sizeof err), 0);
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_ENOMEM);
-    cr_assert(strstr(kvp_log_error(r), ":1: line longer than 1000 bytes") != NULL, "%s",
-              kvp_log_error(r));
-    cr_assert_eq(kvp_log_next(r, &rec), KVP_LOG_END);
-    kvp_log_close(r);
+    cr_assert_eq(log_open(path, &opt, &r, err, sizeof err), 0);
+    cr_assert_eq(log_next(r, &rec), LOG_ENOMEM);
+    cr_assert(strstr(log_error(r), ":1: line longer than 1000 bytes") != NULL, "%s", log_error(r));
+    cr_assert_eq(log_next(r, &rec), LOG_END);
+    log_close(r);
     remove(path);
 }
 
@@ -627,16 +625,17 @@ Test(binary, errors_exit_status_and_message)
     expect_exit("--layers", 2, "--layers needs a value");
     expect_exit("--model Llama-3.1-8B --config x.json", 2, "not both");
     expect_exit("--layers 32 --kv-heads 8", 2, "--head-dim is missing");
-    expect_exit("--layers 0 --kv-heads 8 --head-dim 128", 1, "--layers must be at least 1");
-    expect_exit("--layers -32 --kv-heads 8 --head-dim 128", 1, "--layers: '-32'");
+    expect_exit("--layers 0 --kv-heads 8 --head-dim 128", 2,
+                "--layers: '0' is not an integer in 1..");
+    expect_exit("--layers -32 --kv-heads 8 --head-dim 128", 2, "--layers: '-32'");
     expect_exit("--layers 32 --heads 30 --kv-heads 8 --head-dim 128", 1, "multiple of the KV");
     expect_exit("--model Llama-3.1-8B --tp 3", 1, "--tp 3");
-    expect_exit("--model NoSuchModel", 1, "unknown preset 'NoSuchModel'");
-    expect_exit("--model Llama-3.1-8B --dtype fp4", 1, "--dtype: unknown dtype 'fp4'");
-    expect_exit("--model Llama-3.1-8B --gpu-mem 80G", 1, "--gpu-mem: '80G' is not a size");
+    expect_exit("--model NoSuchModel", 2, "unknown preset 'NoSuchModel'");
+    expect_exit("--model Llama-3.1-8B --dtype fp4", 2, "--dtype: unknown dtype 'fp4'");
+    expect_exit("--model Llama-3.1-8B --gpu-mem 80G", 2, "--gpu-mem: '80G' is not a size");
     expect_exit("--model Llama-3.1-8B --gpu-mem 80GiB --reserve 90GiB", 1, "--reserve");
     expect_exit("--model Llama-3.1-8B --gpu-mem 16GiB", 1, "no memory left for the KV cache");
-    expect_exit("--model Llama-3.1-8B --util 1.5", 1, "--util");
+    expect_exit("--model Llama-3.1-8B --util 1.5", 2, "--util");
     expect_exit("--layers 32 --kv-heads 8 --head-dim 128 --gpu-mem 80GiB", 2, "--weights-mem");
     expect_exit("--model Llama-3.1-8B --seq-len 4096 --max-len 100", 1, "--max-len 100");
     char args[4200];

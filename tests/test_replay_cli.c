@@ -85,7 +85,10 @@ Test(replay_cli, sweep_csv_and_plot)
     cr_assert(strstr(out, "all,sweep,3,6,,5,24,8,") != NULL, "%s", out);
     cr_assert(strstr(out, "all,sweep,2,4,,5,24,6,") != NULL, "%s", out);
     cr_assert(strstr(out, "tenant,\"t\",") != NULL, "%s", out);
-    FILE *f = fdopen(fd, "r");
+    close(fd);
+    /* Reopened by name: the chart was written beside it and renamed over it. */
+    FILE *f = fopen(svg, "r");
+    cr_assert(f != NULL);
     char head[256] = {0};
     cr_assert(fread(head, 1, sizeof head - 1, f) > 0);
     fclose(f);
@@ -245,7 +248,7 @@ Test(replay_cli, gzip_and_stdin)
     cr_assert_eq(pclose(p), 0);
     j = parse_out();
     cr_assert_eq(jint(j, "capacity", "hit_tokens"), 8);
-    cr_assert_str_eq(json_string_value(json_object_get(j, "input")), "-");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "input")), "<stdin>");
     json_decref(j);
     remove(gz);
 }
@@ -308,8 +311,10 @@ Test(replay_cli, usage_errors)
     expect("--capacity 8 --block-size 0", "replay_hand.jsonl", 2, "--block-size");
     expect("--capacity 1tok", "replay_hand.jsonl", 1, "less than one block");
     expect("--capacity 0tok", "replay_hand.jsonl", 2, "'0tok' is not a positive capacity");
-    expect("--capacities 1,,2", "replay_hand.jsonl", 2, "--capacities: '' is not a capacity");
-    expect("--capacities=", "replay_hand.jsonl", 2, "--capacities: '' is not a capacity");
+    expect("--capacities 1,,2", "replay_hand.jsonl", 2,
+           "--capacities: '1,,2' is not a comma-separated list");
+    expect("--capacities=", "replay_hand.jsonl", 2,
+           "--capacities: '' is not a comma-separated list");
     expect("--capacity 8 --kv-dtype fp8", "replay_hand.jsonl", 2, "--kv-dtype needs --model");
     expect("--capacities 1,2GiB", "replay_hand.jsonl", 2, "needs --model or --config");
     expect("--capacities 300T", "replay_hand.jsonl", 1, "is too large");
@@ -327,7 +332,8 @@ Test(replay_cli, progress_bar_when_asked)
     cr_assert_eq(err[0], '\0', "stderr is not a terminal, yet: %s", err);
 }
 
-/* A 100 MB line (a long string in an unknown field, then tokens) is read, not refused. */
+/* A 100 MB line (a long string in an unknown field, then tokens) is refused by default and
+ * read with --max-line-bytes 128MiB. */
 Test(replay_cli, hundred_megabyte_line, .timeout = 120)
 {
     char path[] = "/tmp/kvp_big_XXXXXX";
@@ -342,8 +348,15 @@ Test(replay_cli, hundred_megabyte_line, .timeout = 120)
     fputs("\", \"tokens\": [1, 2, 3, 4, 5]}\n{\"tokens\": [1, 2, 3, 4, 6]}\n", f);
     cr_assert_eq(fclose(f), 0);
     char args[8192];
+    /* Over the default limit of 64 MiB: refused with the limit and the flag named. */
     snprintf(args, sizeof args, "--block-size 2 --capacity 8 --json '%s'", path);
     int rc = cli_run("replay", args, err, sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 1, "%s", err);
+    cr_assert(strstr(err, ":1: line longer than 67108864 bytes (--max-line-bytes)") != NULL, "%s",
+              err);
+    snprintf(args, sizeof args, "--block-size 2 --capacity 8 --max-line-bytes 128MiB --json '%s'",
+             path);
+    rc = cli_run("replay", args, err, sizeof err, out, sizeof out);
     remove(path);
     cr_assert_eq(rc, 0, "%s", err);
     json_t *j = parse_out();

@@ -22,19 +22,19 @@
 
 /* A rendered chart. */
 typedef struct render {
-    int rc;        /* kvp_plot_svg's return value */
+    int rc;        /* svg_write's return value */
     char *text;    /* the document (NUL-terminated), owned; may be empty */
     size_t len;    /* its length in bytes */
     char err[256]; /* the error message ("" when none) */
 } render;
 
-static render draw(const kvp_plot *p)
+static render draw(const svg_plot *p)
 {
     render r;
     memset(&r, 0, sizeof r);
     FILE *f = open_memstream(&r.text, &r.len);
     cr_assert_not_null(f);
-    r.rc = kvp_plot_svg(f, p, r.err, sizeof r.err);
+    r.rc = svg_write(f, p, r.err, sizeof r.err);
     cr_assert_eq(fclose(f), 0);
     return r;
 }
@@ -88,9 +88,9 @@ static const double xs3[] = {1, 10, 100};
 static const double ys3a[] = {0.1, 0.5, 0.9};
 static const double ys3b[] = {0.0, 0.25, 1.0};
 
-static kvp_plot chart(const double *x, size_t n, const kvp_plot_series *series, size_t n_series)
+static svg_plot chart(const double *x, size_t n, const svg_series *series, size_t n_series)
 {
-    kvp_plot p;
+    svg_plot p;
     memset(&p, 0, sizeof p);
     p.title = "trace.jsonl: LRU prefix-cache hit rate";
     p.x_label = "cache capacity (blocks of 512 tokens, log scale)";
@@ -105,8 +105,8 @@ static kvp_plot chart(const double *x, size_t n, const kvp_plot_series *series, 
 
 Test(svgplot, document_shape)
 {
-    kvp_plot_series s[] = {{"token hit rate", ys3a}};
-    kvp_plot p = chart(xs3, 3, s, 1);
+    svg_series s[] = {{"token hit rate", ys3a}};
+    svg_plot p = chart(xs3, 3, s, 1);
     p.x_secondary = "1 block = 512 tokens = 64 MiB of KV (Llama-3.1-8B fp16)";
     render r = draw(&p);
     cr_assert_eq(r.rc, 0, "%s", r.err);
@@ -147,11 +147,11 @@ Test(svgplot, one_circle_per_point_and_series)
                                    {0.0, 0.1, 0.2, 0.3, 0.4},
                                    {0.2, 0.3, 0.5, 0.7, 0.7},
                                    {1.0, 1.0, 1.0, 1.0, 1.0}};
-    for (size_t k = 1; k <= KVP_PLOT_MAX_SERIES; k++) {
-        kvp_plot_series s[KVP_PLOT_MAX_SERIES];
+    for (size_t k = 1; k <= SVG_MAX_SERIES; k++) {
+        svg_series s[SVG_MAX_SERIES];
         for (size_t i = 0; i < k; i++)
-            s[i] = (kvp_plot_series){i == 2 ? NULL : "curve", y[i]};
-        kvp_plot p = chart(x, 5, s, k);
+            s[i] = (svg_series){i == 2 ? NULL : "curve", y[i]};
+        svg_plot p = chart(x, 5, s, k);
         render r = draw(&p);
         cr_assert_eq(r.rc, 0, "%s", r.err);
         cr_assert_eq(count(r.text, "<circle"), 5 * k, "%zu series", k);
@@ -178,8 +178,8 @@ Test(svgplot, one_circle_per_point_and_series)
 
 Test(svgplot, x_is_log_spaced)
 {
-    kvp_plot_series s[] = {{"a", ys3a}, {"b", ys3b}};
-    kvp_plot p = chart(xs3, 3, s, 2);
+    svg_series s[] = {{"a", ys3a}, {"b", ys3b}};
+    svg_plot p = chart(xs3, 3, s, 2);
     render r = draw(&p);
     cr_assert_eq(r.rc, 0, "%s", r.err);
     double c0 = nth_attr(r.text, "<circle", 0, "cx");
@@ -203,7 +203,7 @@ Test(svgplot, x_is_log_spaced)
     /* 1, 10, 1000: the second gap is twice the first; 1, 2, 4, 8: equal gaps. */
     static const double xa[] = {1, 10, 1000}, xb[] = {1, 2, 4, 8};
     static const double ya[] = {0.1, 0.2, 0.3, 0.4};
-    kvp_plot_series sa[] = {{"a", ya}};
+    svg_series sa[] = {{"a", ya}};
     p = chart(xa, 3, sa, 1);
     r = draw(&p);
     cr_assert_eq(r.rc, 0, "%s", r.err);
@@ -228,8 +228,8 @@ Test(svgplot, decade_labels_over_a_wide_range)
 {
     static const double x[] = {1, 1e2, 1e4, 1e6};
     static const double y[] = {0.0, 0.3, 0.6, 0.7};
-    kvp_plot_series s[] = {{"a", y}};
-    kvp_plot p = chart(x, 4, s, 1);
+    svg_series s[] = {{"a", y}};
+    svg_plot p = chart(x, 4, s, 1);
     render r = draw(&p);
     cr_assert_eq(r.rc, 0, "%s", r.err);
     static const char *const want[] = {">1<", ">10<", ">100<", ">1k<", ">10k<", ">100k<", ">1M<"};
@@ -253,8 +253,8 @@ Test(svgplot, y_is_linear_between_the_gridlines)
 {
     static const double y[] = {0.5, 0.0, 1.0, 0.3};
     static const double x[] = {1, 2, 3, 4};
-    kvp_plot_series s[] = {{"a", y}};
-    kvp_plot p = chart(x, 4, s, 1);
+    svg_series s[] = {{"a", y}};
+    svg_plot p = chart(x, 4, s, 1);
     render r = draw(&p);
     cr_assert_eq(r.rc, 0, "%s", r.err);
     double g0 = grid_y(r.text, 0), g100 = grid_y(r.text, 100), g30 = grid_y(r.text, 30);
@@ -271,8 +271,8 @@ Test(svgplot, text_is_escaped)
 {
     static const double y[] = {0.5};
     static const double x[] = {100};
-    kvp_plot_series s[] = {{"tok <&> \"q\"", y}};
-    kvp_plot p = chart(x, 1, s, 1);
+    svg_series s[] = {{"tok <&> \"q\"", y}};
+    svg_plot p = chart(x, 1, s, 1);
     p.title = "a<&>b 'it'";
     p.x_label = "x\x01y\tz";        /* a control character (dropped) and a tab (a space) */
     p.y_label = "caf\xc3\xa9 \xff"; /* valid UTF-8 kept, an invalid byte replaced */
@@ -291,8 +291,8 @@ Test(svgplot, text_is_escaped)
 
 Test(svgplot, ceiling_is_dashed_and_labelled)
 {
-    kvp_plot_series s[] = {{"token hit rate", ys3a}};
-    kvp_plot p = chart(xs3, 3, s, 1);
+    svg_series s[] = {{"token hit rate", ys3a}};
+    svg_plot p = chart(xs3, 3, s, 1);
     p.ceiling = 0.712;
     p.ceiling_label = "cold-miss ceiling 71.2% (infinite cache)";
     render r = draw(&p);
@@ -321,9 +321,9 @@ Test(svgplot, single_point_and_marker)
 {
     static const double y[] = {0.42};
     static const double x1[] = {10}, x2[] = {37};
-    kvp_plot_series s[] = {{"a", y}};
+    svg_series s[] = {{"a", y}};
     for (int k = 0; k < 2; k++) {
-        kvp_plot p = chart(k ? x2 : x1, 1, s, 1);
+        svg_plot p = chart(k ? x2 : x1, 1, s, 1);
         render r = draw(&p);
         cr_assert_eq(r.rc, 0, "%s", r.err);
         cr_assert_eq(count(r.text, "<circle"), 1);
@@ -338,8 +338,8 @@ Test(svgplot, single_point_and_marker)
 
     /* A marker outside the data widens the x range and stays inside the frame. */
     static const double xm[] = {16, 64, 256}, ym[] = {0.2, 0.4, 0.6};
-    kvp_plot_series sm[] = {{"a", ym}};
-    kvp_plot p = chart(xm, 3, sm, 1);
+    svg_series sm[] = {{"a", ym}};
+    svg_plot p = chart(xm, 3, sm, 1);
     p.marker_x = 5000;
     p.marker_label = "--capacity 5000";
     render r = draw(&p);
@@ -359,8 +359,8 @@ Test(svgplot, same_input_same_bytes)
     static const double x[] = {3, 17, 250, 4096, 65536};
     static const double y1[] = {0.013, 0.123456789, 0.5, 2.0 / 3.0, 0.71};
     static const double y2[] = {0.0, 0.1, 0.3, 0.6, 0.7};
-    kvp_plot_series s[] = {{"token hit rate", y1}, {"request hit rate", y2}};
-    kvp_plot p = chart(x, 5, s, 2);
+    svg_series s[] = {{"token hit rate", y1}, {"request hit rate", y2}};
+    svg_plot p = chart(x, 5, s, 2);
     p.ceiling = 0.712;
     p.ceiling_label = "ceiling";
     p.marker_x = 1000;
@@ -375,7 +375,7 @@ Test(svgplot, same_input_same_bytes)
 }
 
 /* Render p, which must be refused: -1, a message, and nothing written. */
-static void refused(const kvp_plot *p, const char *what)
+static void refused(const svg_plot *p, const char *what)
 {
     render r = draw(p);
     cr_assert_eq(r.rc, -1, "%s accepted", what);
@@ -389,8 +389,8 @@ Test(svgplot, invalid_input_is_refused)
 {
     static const double x[] = {1, 10, 100};
     static const double y[] = {0.1, 0.2, 0.3};
-    kvp_plot_series s[] = {{"a", y}, {"b", y}, {"c", y}, {"d", y}, {"e", y}};
-    kvp_plot p;
+    svg_series s[] = {{"a", y}, {"b", y}, {"c", y}, {"d", y}, {"e", y}};
+    svg_plot p;
 
     p = chart(x, 0, s, 1);
     refused(&p, "n == 0");
@@ -414,11 +414,11 @@ Test(svgplot, invalid_input_is_refused)
     static const double bad_y[][3] = {
         {-0.1, 0.2, 0.3}, {0.1, 1.0001, 0.3}, {0.1, 0.2, D_NAN}, {0.1, D_INF, 0.3}};
     for (size_t i = 0; i < sizeof bad_y / sizeof bad_y[0]; i++) {
-        kvp_plot_series sb[] = {{"good", y}, {"bad", bad_y[i]}};
+        svg_series sb[] = {{"good", y}, {"bad", bad_y[i]}};
         p = chart(x, 3, sb, 2);
         refused(&p, "bad y");
     }
-    kvp_plot_series sn[] = {{"no values", NULL}};
+    svg_series sn[] = {{"no values", NULL}};
     p = chart(x, 3, sn, 1);
     refused(&p, "y NULL");
 
@@ -435,14 +435,14 @@ Test(svgplot, invalid_input_is_refused)
 
     /* No chart, no file. */
     char err[128] = "";
-    cr_assert_eq(kvp_plot_svg(stdout, NULL, err, sizeof err), -1);
+    cr_assert_eq(svg_write(stdout, NULL, err, sizeof err), -1);
     cr_assert(err[0] != '\0');
     p = chart(x, 3, s, 1);
     err[0] = '\0';
-    cr_assert_eq(kvp_plot_svg(NULL, &p, err, sizeof err), -1);
+    cr_assert_eq(svg_write(NULL, &p, err, sizeof err), -1);
     cr_assert(err[0] != '\0');
     /* A NULL or empty message buffer is allowed. */
-    cr_assert_eq(kvp_plot_svg(NULL, &p, NULL, 0), -1);
+    cr_assert_eq(svg_write(NULL, &p, NULL, 0), -1);
 }
 
 Test(svgplot, write_error_is_reported)
@@ -451,10 +451,10 @@ Test(svgplot, write_error_is_reported)
     if (f == NULL)
         cr_skip_test("no /dev/full");
     static const double y[] = {0.1, 0.2, 0.3};
-    kvp_plot_series s[] = {{"a", y}};
-    kvp_plot p = chart(xs3, 3, s, 1);
+    svg_series s[] = {{"a", y}};
+    svg_plot p = chart(xs3, 3, s, 1);
     char err[128] = "";
-    cr_assert_eq(kvp_plot_svg(f, &p, err, sizeof err), -1);
+    cr_assert_eq(svg_write(f, &p, err, sizeof err), -1);
     cr_assert(strstr(err, "write error") != NULL, "%s", err);
     fclose(f);
 }

@@ -1,18 +1,21 @@
 /*
- * main.c - the kvprefix command-line tool: dispatches to a subcommand.
+ * main.c - the kvprefix command-line tool: dispatches to a subcommand (docs/cli.md has the
+ * map of the tool's files).
  *
- *   kvprefix demo        a scripted serving session through the engine API
- *   kvprefix plan ...    KV-cache capacity planning (plan.c)
- *   kvprefix replay ...  prefix-cache hit rate of a request log (replay.c)
+ *   kvprefix demo        a scripted serving session through the engine API (demo/)
+ *   kvprefix plan ...    KV-cache capacity planning (plan/)
+ *   kvprefix replay ...  prefix-cache hit rate of a request log (replay/)
  *   kvprefix version     library and tool version
  *
- * Exit status: 0 success, 1 bad input (message on stderr), 2 usage error.
+ * Exit status, the same in every subcommand (common/cli.h): 0 done, 1 bad input or failed
+ * I/O, 2 usage, 3 internal error.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "kvprefix.h"
+#include "outfile.h"
 
 static void usage(FILE *f)
 {
@@ -24,31 +27,32 @@ static void usage(FILE *f)
                "  replay    hit rate of a request log at a cache size, or a whole curve\n"
                "            (kvprefix replay --help)\n"
                "  version   print the version\n"
-               "  help      this message\n");
+               "  help      this message\n"
+               "\n" CLI_EXIT_HELP);
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return CLI_EXIT_USAGE;
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "demo") == 0)
-        return kvp_cli_demo(argc - 1, argv + 1);
+        return demo_main(argc - 1, argv + 1);
     if (strcmp(cmd, "plan") == 0)
-        return kvp_cli_plan(argc - 1, argv + 1);
+        return pl_main(argc - 1, argv + 1);
     if (strcmp(cmd, "replay") == 0)
-        return kvp_cli_replay(argc - 1, argv + 1);
+        return rp_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kvprefix %s (library %s)\n", KVP_VERSION_STRING, kvp_version());
-        return 0;
+        return cli_stdout_check("version");
     }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         usage(stdout);
-        return 0;
+        return cli_stdout_check("help");
     }
     fprintf(stderr, "kvprefix: unknown command '%s'\n", cmd);
     usage(stderr);
-    return 2;
+    return CLI_EXIT_USAGE;
 }

@@ -1,0 +1,57 @@
+/*
+ * cli.h - what every subcommand of the kvprefix tool shares: the exit-status table, the
+ * subcommand entry points, error formatting (errbuf.c) and growable arrays (grow.c).
+ *
+ * Names. The tool is a client of the library and never uses its prefixes: cli_ (this
+ * folder), log_ / oai_ / tok_ (input/), rp_ (replay/), pl_ (plan/), svg_ (the plot),
+ * demo_ (demo/). Library calls are kvp_*, and kvp__ internals are out of reach.
+ *
+ * Exit status, the same in every subcommand (docs/cli.md):
+ *
+ *   0  done
+ *   1  bad input or failed I/O: a malformed log line, a value that does not fit the model
+ *      or the log, a file that cannot be read, an output that cannot be written
+ *   2  usage: an unknown flag, a flag's value that does not parse or is out of range,
+ *      conflicting flags, an output path equal to an input path
+ *   3  internal error: a check inside the tool failed (please report it)
+ *
+ * A subcommand is a function taking the arguments after its name (argv[0] is the
+ * subcommand name) and returning one of these.
+ */
+#ifndef CLI_CLI_H
+#define CLI_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum {
+    CLI_EXIT_OK = 0,      /* done */
+    CLI_EXIT_INPUT = 1,   /* bad input or failed I/O */
+    CLI_EXIT_USAGE = 2,   /* usage error */
+    CLI_EXIT_INTERNAL = 3 /* a check inside the tool failed */
+};
+
+/* The exit-status table as --help prints it (one paragraph, ends with a newline). */
+#define CLI_EXIT_HELP                                                                              \
+    "Exit status: 0 done, 1 bad input or failed I/O, 2 usage error, 3 internal error.\n"
+
+int demo_main(int argc, char **argv);
+int pl_main(int argc, char **argv);
+int rp_main(int argc, char **argv);
+
+/* Format an error message into err[0 .. size) (errbuf.c). */
+void cli_errf(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Make room for need elements of elem bytes at *p (capacity *cap, in elements), doubling
+ * from 64. Returns false on overflow or out of memory, with *p and *cap unchanged (grow.c). */
+bool cli_grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/* Print "kvprefix CMD: message" to stderr (and, for CLI_EXIT_USAGE, a pointer to
+ * CMD --help); returns code, the exit status (errbuf.c). */
+int cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The name of an input path in messages: "<stdin>" for "-" (and NULL), else the path.
+ * Cannot fail. */
+const char *cli_input_name(const char *path);
+
+#endif /* CLI_CLI_H */

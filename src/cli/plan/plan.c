@@ -1,0 +1,704 @@
+/*
+ * plan.c - `kvprefix plan`: KV-cache capacity planning from the command line.
+ *
+ * Forward: the logical KV bytes of a token, a block, a sequence and a batch for a model
+ * shape (2 x L x Hkv x D x s per token). Inverse: what a GPU has left for KV after weights
+ * and a runtime reserve, as blocks, tokens and concurrent requests. Fragmentation of paged
+ * blocks versus contiguous max-length reservations, and the length distribution of a request
+ * log (logread.c) with the KV that N concurrent requests drawn from it need.
+ *
+ * This file only parses arguments and gathers the figures into a plan_result; plan_report.c
+ * prints it as a table or as JSON, the arithmetic lives in kvplan.c, the presets and the
+ * config.json reader in models.c. Exit status: 0 success, 1 an input was wrong (a value, a file), 2
+ * usage (unknown or missing flags, conflicting flags). It never aborts on input.
+ */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "flags.h"
+#include "kvplan.h"
+#include "logread.h"
+#include "models.h"
+#include "outfile.h"
+#include "outfile.h"
+
+#define MAX_BLOCK_SIZE 65536u /* the library's KVP_MAX_BLOCK_SIZE */
+#define MAX_COUNT      (UINT64_C(1) << 31)
+
+static const char usage_text[] =
+    "Usage: kvprefix plan MODEL [options]\n"
+    "\n"
+    "KV-cache capacity planning: logical KV bytes = 2 x L x Hkv x D x s x (sum of the active\n"
+    "sequences' lengths), and the inverse: how many blocks, tokens and requests fit a GPU.\n"
+    "\n"
+    "Model (one of):\n"
+    "  --model NAME         a preset (--list-models shows them), e.g. Llama-3.1-8B\n"
+    "  --config FILE        a Hugging Face config.json\n"
+    "  --layers L --kv-heads H --head-dim D [--heads HQ]   the shape itself (HQ defaults to H)\n"
+    "  (--layers, --heads, --kv-heads, --head-dim also override a preset or config)\n"
+    "  --dtype T            KV and weight dtype: fp32, fp16, bf16, fp8, int8 (default: the\n"
+    "                       model's, bf16 for a bare shape)\n"
+    "  --kv-dtype T         KV dtype only;  --weights-dtype T  weight dtype only\n"
+    "\n"
+    "Forward:\n"
+    "  --block-size N       tokens per KV block (default 16, as the library)\n"
+    "  --seq-len T          sequence length;  --batch B  sequences of that length (default 1)\n"
+    "  --lens A,B,C         a variable-length batch instead of --seq-len/--batch\n"
+    "  --max-len M          contiguous reservation per sequence, for the fragmentation\n"
+    "                       comparison (default: the longest length)\n"
+    "\n"
+    "Inverse (per GPU):\n"
+    "  --gpu-mem SIZE       memory of one GPU: 80GiB, 80GB (10^9), 81920MiB\n"
+    "  --util F             usable fraction, as vLLM's gpu_memory_utilization (default 0.9)\n"
+    "  --weights-mem SIZE   memory of all the weights (split over --tp), or\n"
+    "  --params N           parameter count, e.g. 8B, 70.6B (x the weight dtype size);\n"
+    "                       a preset knows its own\n"
+    "  --reserve SIZE       activations, workspace, allocator, per GPU (default 0)\n"
+    "  --tp N               tensor-parallel GPUs: KV heads split over them, replicated when N\n"
+    "                       exceeds the KV heads; weights split too (default 1)\n"
+    "\n"
+    "From a request log:\n"
+    "  --trace FILE         token-id JSON Lines, Mooncake trace or OpenAI request bodies\n"
+    "                       (approximate lengths); '-' is stdin; .gz and .zst are read\n"
+    "  --trace-block-size N tokens per Mooncake hash id, checked against input_length\n"
+    "                       (default 512; 0 disables the check)\n"
+    "  --concurrency N      KV for N concurrent requests drawn from the trace\n"
+    "  --max-line-bytes N   longest accepted trace line (default 64MiB)\n"
+    "  --include-output     lengths = input + output (the default: KV holds both in decode)\n"
+    "  --no-include-output  lengths = input only\n"
+    "\n"
+    "Output:\n"
+    "  --json               JSON instead of the table\n"
+    "  --list-models        list the presets and their sources\n"
+    "  --help               this text\n"
+    "\n"
+    "Examples:\n"
+    "  kvprefix plan --layers 32 --kv-heads 32 --head-dim 128 --dtype fp16 --seq-len 4096\n"
+    "  kvprefix plan --model Llama-3.1-8B --seq-len 8192 --batch 16 --gpu-mem 80GiB\n"
+    "  kvprefix plan --model Llama-3.1-70B --tp 8 --gpu-mem 80GiB --reserve 4GiB "
+    "--seq-len 32768\n"
+    "  kvprefix plan --config config.json --params 7B --gpu-mem 24GiB --lens 512,3000,9000\n"
+    "  kvprefix plan --model Qwen2.5-7B --trace trace.jsonl.gz --concurrency 64 "
+    "--gpu-mem 80GiB\n"
+    "\n" CLI_EXIT_HELP;
+
+#include "plan.h"
+
+/* Print "kvprefix plan: message" to stderr and return code (the exit status). */
+#define fail(...) cli_fail("plan", __VA_ARGS__)
+
+/* One --lens item: a length in 1 .. LOG_MAX_LEN. */
+static int lens_item(void *ctx, const char *item, size_t len, size_t index)
+{
+    plan_opts *o = ctx;
+    char tmp[32];
+    if (!cli_item_copy(item, len, tmp, sizeof tmp))
+        snprintf(tmp, sizeof tmp, "%.*s...", 24, item);
+    int rc = cli_flag_uint("plan", "--lens", tmp, 1, LOG_MAX_LEN, &o->lens[index]);
+    if (rc == 0)
+        o->n_lens = index + 1;
+    return rc;
+}
+
+static int parse_lens(const char *v, plan_opts *o)
+{
+    size_t n = 1;
+    for (const char *p = v; *p; p++)
+        n += *p == ',';
+    free(o->lens);
+    o->n_lens = 0;
+    o->lens = calloc(n, sizeof *o->lens);
+    if (o->lens == NULL)
+        return fail(CLI_EXIT_INPUT, "--lens: out of memory");
+    return cli_flag_list("plan", "--lens", v, n, lens_item, o);
+}
+
+enum {
+    OPT_MODEL = 256,
+    OPT_CONFIG,
+    OPT_LAYERS,
+    OPT_HEADS,
+    OPT_KV_HEADS,
+    OPT_HEAD_DIM,
+    OPT_DTYPE,
+    OPT_KV_DTYPE,
+    OPT_W_DTYPE,
+    OPT_BLOCK_SIZE,
+    OPT_SEQ_LEN,
+    OPT_BATCH,
+    OPT_LENS,
+    OPT_MAX_LEN,
+    OPT_GPU_MEM,
+    OPT_UTIL,
+    OPT_WEIGHTS_MEM,
+    OPT_PARAMS,
+    OPT_RESERVE,
+    OPT_TP,
+    OPT_TRACE,
+    OPT_TRACE_BS,
+    OPT_CONCURRENCY,
+    OPT_MAX_LINE,
+    OPT_INCLUDE_OUTPUT,
+    OPT_NO_INCLUDE_OUTPUT,
+    OPT_JSON,
+    OPT_LIST,
+    OPT_HELP = 'h'
+};
+
+static const struct option longopts[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"heads", required_argument, NULL, OPT_HEADS},
+    {"kv-heads", required_argument, NULL, OPT_KV_HEADS},
+    {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+    {"weights-dtype", required_argument, NULL, OPT_W_DTYPE},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"lens", required_argument, NULL, OPT_LENS},
+    {"max-len", required_argument, NULL, OPT_MAX_LEN},
+    {"gpu-mem", required_argument, NULL, OPT_GPU_MEM},
+    {"util", required_argument, NULL, OPT_UTIL},
+    {"weights-mem", required_argument, NULL, OPT_WEIGHTS_MEM},
+    {"params", required_argument, NULL, OPT_PARAMS},
+    {"reserve", required_argument, NULL, OPT_RESERVE},
+    {"tp", required_argument, NULL, OPT_TP},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"trace-block-size", required_argument, NULL, OPT_TRACE_BS},
+    {"concurrency", required_argument, NULL, OPT_CONCURRENCY},
+    {"max-line-bytes", required_argument, NULL, OPT_MAX_LINE},
+    {"include-output", no_argument, NULL, OPT_INCLUDE_OUTPUT},
+    {"no-include-output", no_argument, NULL, OPT_NO_INCLUDE_OUTPUT},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"list-models", no_argument, NULL, OPT_LIST},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+/* Apply an option that takes a number, a size or a list. Returns 0 or an exit code. */
+static int apply_value(plan_opts *o, int id, const char *flag, const char *v)
+{
+    uint64_t x;
+    int rc = 0;
+    switch (id) {
+    case OPT_LAYERS:
+        return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->layers);
+    case OPT_HEADS:
+        return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->heads);
+    case OPT_KV_HEADS:
+        return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->kv_heads);
+    case OPT_HEAD_DIM:
+        return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->head_dim);
+    case OPT_BLOCK_SIZE:
+        if ((rc = cli_flag_uint("plan", flag, v, 1, MAX_BLOCK_SIZE, &x)) == 0)
+            o->block_size = (uint32_t)x;
+        break;
+    case OPT_SEQ_LEN:
+        return cli_flag_uint("plan", flag, v, 1, LOG_MAX_LEN, &o->seq_len);
+    case OPT_BATCH:
+        return cli_flag_uint("plan", flag, v, 1, UINT64_C(4294967295), &o->batch);
+    case OPT_LENS:
+        return parse_lens(v, o);
+    case OPT_MAX_LEN:
+        return cli_flag_uint("plan", flag, v, 1, LOG_MAX_LEN, &o->max_len);
+    case OPT_GPU_MEM:
+        rc = cli_flag_bytes("plan", flag, v, 1, UINT64_MAX, &o->gpu_mem);
+        o->have_gpu_mem = true;
+        break;
+    case OPT_UTIL:
+        rc = cli_flag_fraction("plan", flag, v, &o->util_ppm);
+        break;
+    case OPT_WEIGHTS_MEM:
+        rc = cli_flag_bytes("plan", flag, v, 0, UINT64_MAX, &o->weights_mem);
+        o->have_weights_mem = true;
+        break;
+    case OPT_PARAMS:
+        return cli_flag_count("plan", flag, v, 1, UINT64_MAX, &o->params);
+    case OPT_RESERVE:
+        return cli_flag_bytes("plan", flag, v, 0, UINT64_MAX, &o->reserve);
+    case OPT_TP:
+        if ((rc = cli_flag_uint("plan", flag, v, 1, 1u << 20, &x)) == 0)
+            o->tp = (uint32_t)x;
+        break;
+    case OPT_TRACE_BS:
+        if ((rc = cli_flag_uint("plan", flag, v, 0, MAX_BLOCK_SIZE, &x)) == 0)
+            o->trace_bs = (uint32_t)x;
+        break;
+    case OPT_CONCURRENCY:
+        return cli_flag_uint("plan", flag, v, 1, UINT64_C(4294967295), &o->concurrency);
+    case OPT_MAX_LINE:
+        if ((rc = cli_flag_bytes("plan", flag, v, 1024, LOG_MAX_LINE_LIMIT, &x)) == 0)
+            o->max_line_bytes = (size_t)x;
+        break;
+    default:
+        break;
+    }
+    return rc;
+}
+
+/* Apply one option. Returns 0 or an exit code (message printed). */
+static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
+{
+    int rc = 0;
+    switch (id) {
+    case OPT_MODEL:
+        o->model_name = v;
+        break;
+    case OPT_CONFIG:
+        o->config_path = v;
+        break;
+    case OPT_DTYPE:
+        o->dtype = v;
+        break;
+    case OPT_KV_DTYPE:
+        o->kv_dtype = v;
+        break;
+    case OPT_W_DTYPE:
+        o->w_dtype = v;
+        break;
+    case OPT_TRACE:
+        o->trace = v;
+        break;
+    case OPT_INCLUDE_OUTPUT:
+        o->include_output = true;
+        break;
+    case OPT_NO_INCLUDE_OUTPUT:
+        o->include_output = false;
+        break;
+    case OPT_JSON:
+        o->json = true;
+        break;
+    case OPT_LIST:
+        o->list_models = true;
+        break;
+    case OPT_HELP:
+        o->help = true;
+        break;
+    default:
+        return apply_value(o, id, flag, v);
+    }
+    return rc;
+}
+
+/* Parse argv[1 ..] with getopt_long. Returns 0 or an exit code (message printed). */
+static int parse_args(int argc, char **argv, plan_opts *o)
+{
+    int c, idx;
+    cli_getopt_begin();
+    while ((c = getopt_long(argc, argv, ":h", longopts, &idx)) != -1) {
+        if (c == '?' || c == ':')
+            return cli_getopt_error("plan", c, argv, longopts);
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s", c == 'h' ? "help" : longopts[idx].name);
+        int rc = apply_opt(o, c, flag, optarg);
+        if (rc != 0)
+            return rc;
+    }
+    if (optind < argc)
+        return fail(CLI_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    return 0;
+}
+
+static int dtype_flag(const char *flag, const char *v, pl_dtype *out)
+{
+    if (pl_dtype_parse(v, out) != PL_OK)
+        return fail(CLI_EXIT_USAGE, "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8 or int8)",
+                    flag, v);
+    return 0;
+}
+
+/* Build the model shape from --model / --config / flags. Returns 0 or an exit code. */
+static int build_model(const plan_opts *o, plan_result *r)
+{
+    static char errbuf[512];
+    pl_model_shape_init(&r->m);
+    if (o->model_name != NULL && o->config_path != NULL)
+        return fail(CLI_EXIT_USAGE, "give either --model or --config, not both");
+    if (o->model_name != NULL) {
+        const pl_model_preset *p = pl_model_find(o->model_name);
+        if (p == NULL)
+            return fail(CLI_EXIT_USAGE, "--model: unknown preset '%s' (see --list-models)",
+                        o->model_name);
+        r->m = p->shape;
+        r->model_label = p->name;
+        r->model_source = p->source;
+    } else if (o->config_path != NULL) {
+        if (pl_model_from_config(o->config_path, &r->m, errbuf, sizeof errbuf) != PL_OK)
+            return fail(CLI_EXIT_INPUT, "--config: %s", errbuf);
+        r->model_label = o->config_path;
+        r->model_source = "Hugging Face config.json";
+    } else {
+        if (o->layers == 0 && o->kv_heads == 0 && o->head_dim == 0)
+            return fail(CLI_EXIT_USAGE, "no model: give --model NAME, --config FILE, or --layers, "
+                                        "--kv-heads and --head-dim");
+        if (o->layers == 0)
+            return fail(CLI_EXIT_USAGE, "--layers is missing (the shape needs --layers, "
+                                        "--kv-heads and --head-dim)");
+        if (o->kv_heads == 0)
+            return fail(CLI_EXIT_USAGE, "--kv-heads is missing (the shape needs --layers, "
+                                        "--kv-heads and --head-dim)");
+        if (o->head_dim == 0)
+            return fail(CLI_EXIT_USAGE, "--head-dim is missing (the shape needs --layers, "
+                                        "--kv-heads and --head-dim)");
+        r->model_label = "custom shape";
+        r->model_source = "command-line flags";
+        if (o->heads == 0) {
+            r->m.n_heads = (uint32_t)o->kv_heads;
+            r->heads_assumed = true;
+        }
+    }
+    if (o->layers)
+        r->m.n_layers = (uint32_t)o->layers;
+    if (o->heads)
+        r->m.n_heads = (uint32_t)o->heads;
+    if (o->kv_heads)
+        r->m.n_kv_heads = (uint32_t)o->kv_heads;
+    if (o->head_dim)
+        r->m.head_dim = (uint32_t)o->head_dim;
+    int rc;
+    pl_dtype d;
+    if (o->dtype != NULL) {
+        if ((rc = dtype_flag("--dtype", o->dtype, &d)) != 0)
+            return rc;
+        r->m.kv_dtype = r->m.w_dtype = d;
+    }
+    if (o->kv_dtype != NULL) {
+        if ((rc = dtype_flag("--kv-dtype", o->kv_dtype, &d)) != 0)
+            return rc;
+        r->m.kv_dtype = d;
+    }
+    if (o->w_dtype != NULL) {
+        if ((rc = dtype_flag("--weights-dtype", o->w_dtype, &d)) != 0)
+            return rc;
+        r->m.w_dtype = d;
+    }
+    if (o->params)
+        r->m.n_params = o->params;
+    const char *what = NULL;
+    if (pl_model_shape_check(&r->m, &what) != PL_OK)
+        return fail(CLI_EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what,
+                    r->m.n_heads, r->m.n_kv_heads);
+    if (pl_tp_split(&r->m, o->tp, &r->tp, &what) != PL_OK)
+        return fail(CLI_EXIT_INPUT, "--tp %u: %s (query heads %u, KV heads %u)", o->tp, what,
+                    r->m.n_heads, r->m.n_kv_heads);
+    return 0;
+}
+
+/* Read the trace's lengths into a growing array. Returns 0 or an exit code. */
+static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, plan_result *r)
+{
+    log_options lo;
+    log_options_init(&lo);
+    lo.hash_block_size = o->trace_bs;
+    lo.max_line_bytes = o->max_line_bytes;
+    log_reader *rd = NULL;
+    char err[512];
+    if (log_open(o->trace, &lo, &rd, err, sizeof err) != 0)
+        return fail(CLI_EXIT_INPUT, "--trace: %s", err);
+    uint64_t *lens = NULL;
+    size_t n = 0, cap = 0;
+    int code = 0;
+    for (;;) {
+        log_record rec;
+        int rc = log_next(rd, &rec);
+        if (rc == LOG_END)
+            break;
+        if (rc < 0) {
+            code = fail(CLI_EXIT_INPUT, "%s", log_error(rd));
+            break;
+        }
+        uint64_t len = rec.input_length + (o->include_output ? rec.output_length : 0);
+        if (rec.format != LOG_MOONCAKE)
+            r->n_tokens_fmt++;
+        else
+            r->n_mooncake_fmt++;
+        if (!cli_grow((void **)&lens, &cap, n + 1, sizeof *lens)) {
+            code = fail(CLI_EXIT_INPUT, "--trace: out of memory after %zu requests", n);
+            break;
+        }
+        lens[n++] = len;
+    }
+    if (code == 0 && n == 0)
+        code = fail(CLI_EXIT_INPUT, "%s: no requests (the file is empty or has only blank lines)",
+                    cli_input_name(o->trace));
+    log_close(rd);
+    if (code != 0) {
+        free(lens);
+        return code;
+    }
+    *lens_out = lens;
+    *n_out = n;
+    return 0;
+}
+
+static int overflow(const char *what)
+{
+    return fail(CLI_EXIT_INPUT, "%s does not fit in 64 bits; use smaller values", what);
+}
+
+/* The batch: --seq-len x --batch, or --lens: its KV bytes, fragmentation and the naive
+ * attention workspace. Returns 0 or an exit code. */
+static int compute_batch(const plan_opts *o, plan_result *r)
+{
+    if (o->n_lens > 0 && (o->seq_len > 0 || o->batch > 0))
+        return fail(CLI_EXIT_USAGE, "give either --lens or --seq-len/--batch, not both");
+    if (o->batch > 0 && o->seq_len == 0)
+        return fail(CLI_EXIT_USAGE, "--batch needs --seq-len");
+    uint64_t longest = 0;
+    if (o->seq_len > 0 || o->n_lens > 0) {
+        r->has_batch = true;
+        r->uniform = o->n_lens == 0;
+        uint64_t one_len = o->seq_len;
+        if (r->uniform) {
+            r->seq_len = o->seq_len;
+            r->batch = o->batch ? o->batch : 1;
+            longest = o->seq_len;
+        } else {
+            r->lens = o->lens;
+            r->n_lens = o->n_lens;
+            for (size_t i = 0; i < o->n_lens; i++)
+                longest = o->lens[i] > longest ? o->lens[i] : longest;
+        }
+        r->max_len_given = o->max_len > 0;
+        r->max_len = o->max_len > 0 ? o->max_len : longest;
+        if (r->max_len < longest)
+            return fail(CLI_EXIT_INPUT,
+                        "--max-len %llu is shorter than a sequence of %llu tokens in the batch",
+                        (unsigned long long)r->max_len, (unsigned long long)longest);
+        if (r->uniform) {
+            pl_frag f1;
+            if (pl_fragmentation(&one_len, 1, o->block_size, r->max_len, &f1))
+                return overflow("the fragmentation");
+            pl_frag *f = &r->frag;
+            f->n_seqs = r->batch;
+            if (pl_mul(f1.n_tokens, r->batch, &f->n_tokens) ||
+                pl_mul(f1.n_blocks, r->batch, &f->n_blocks) ||
+                pl_mul(f1.paged_alloc_tokens, r->batch, &f->paged_alloc_tokens) ||
+                pl_mul(f1.paged_waste_tokens, r->batch, &f->paged_waste_tokens) ||
+                pl_mul(f1.contig_alloc_tokens, r->batch, &f->contig_alloc_tokens) ||
+                pl_mul(f1.contig_waste_tokens, r->batch, &f->contig_waste_tokens) ||
+                pl_mul(o->seq_len, r->tok_gpu, &r->seq_bytes_gpu))
+                return overflow("the batch");
+        } else if (pl_fragmentation(o->lens, o->n_lens, o->block_size, r->max_len, &r->frag)) {
+            return overflow("the fragmentation");
+        }
+        r->batch_tokens = r->frag.n_tokens;
+        if (pl_mul(r->batch_tokens, r->tok_gpu, &r->batch_bytes_gpu))
+            return overflow("the KV bytes of the batch");
+        /* Naive attention scores for one layer: sum over sequences of Hq x len^2 x s. */
+        uint64_t sq = 0, s = pl_dtype_bytes(r->m.kv_dtype);
+        r->ws_ok = true;
+        if (r->uniform) {
+            r->ws_ok = !pl_mul(o->seq_len, o->seq_len, &sq) && !pl_mul(sq, r->batch, &sq);
+        } else {
+            for (size_t i = 0; i < o->n_lens && r->ws_ok; i++) {
+                uint64_t t;
+                r->ws_ok = !pl_mul(o->lens[i], o->lens[i], &t) && !pl_add(sq, t, &sq);
+            }
+        }
+        r->ws_ok = r->ws_ok && !pl_mul(sq, r->tp.q_heads_per_rank, &sq) &&
+                   !pl_mul(sq, s, &r->ws_bytes_gpu);
+    }
+
+    return 0;
+}
+
+/* The trace: its length statistics, fragmentation and the KV of --concurrency requests
+ * drawn from it. Sets *trace_lens (sorted, owned by the caller) and *n_trace. Returns 0 or an
+ * exit code. */
+static int compute_trace(const plan_opts *o, plan_result *r, uint64_t **trace_lens, size_t *n_trace)
+{
+    int rc;
+    if (o->trace != NULL) {
+        if ((rc = read_trace(o, trace_lens, n_trace, r)) != 0)
+            return rc;
+        r->has_trace = true;
+        r->trace_path = o->trace;
+        uint64_t *tl = *trace_lens;
+        if (pl_len_stats(tl, (*n_trace), &r->st))
+            return overflow("the sum of the trace lengths");
+        r->tmax_len = o->max_len > 0 ? o->max_len : r->st.max;
+        if (r->tmax_len < r->st.max)
+            return fail(CLI_EXIT_INPUT,
+                        "--max-len %llu is shorter than the longest request in the trace "
+                        "(%llu tokens)",
+                        (unsigned long long)r->tmax_len, (unsigned long long)r->st.max);
+        if (pl_fragmentation(tl, (*n_trace), o->block_size, r->tmax_len, &r->tfrag))
+            return overflow("the trace fragmentation");
+        r->sum_blocks = r->tfrag.n_blocks;
+        r->conc = o->concurrency;
+        if (r->conc > 0) {
+            uint64_t t;
+            /* Expectations: ceil(N x sum / n), the mean rounded up to whole tokens/blocks. */
+            if (pl_mul(r->conc, r->st.sum, &t))
+                return overflow("--concurrency x the trace's total length");
+            r->exp_tokens = t / (*n_trace) + (t % (*n_trace) != 0);
+            if (pl_mul(r->conc, r->sum_blocks, &t))
+                return overflow("--concurrency x the trace's blocks");
+            r->exp_blocks = t / (*n_trace) + (t % (*n_trace) != 0);
+            if (pl_sum_longest(tl, (*n_trace), r->conc, &r->worst_tokens))
+                return overflow("the sum of the longest requests");
+            uint64_t wb = 0;
+            for (uint64_t i = 0; i < r->conc; i++) {
+                uint64_t len = tl[i < (*n_trace) ? (*n_trace) - 1 - i : (*n_trace) - 1];
+                if (pl_add(wb, pl_blocks_for(len, o->block_size), &wb))
+                    return overflow("the blocks of the longest requests");
+            }
+            r->worst_blocks = wb;
+            uint64_t b;
+            if (pl_mul(r->exp_tokens, r->tok_gpu, &b) || pl_mul(r->worst_tokens, r->tok_gpu, &b) ||
+                pl_mul(r->worst_blocks, r->blk_gpu, &b) || pl_mul(r->exp_blocks, r->blk_gpu, &b))
+                return overflow("the KV bytes of the concurrent requests");
+        }
+    }
+
+    return 0;
+}
+
+/* The inverse plan: what one GPU has left for KV after the weights and the reserve, and how
+ * many requests fit it. Returns 0 or an exit code. */
+static int compute_memory(const plan_opts *o, plan_result *r, const uint64_t *trace_lens,
+                          size_t n_trace)
+{
+    int rc;
+    if (o->have_gpu_mem) {
+        r->has_mem = true;
+        if (o->have_weights_mem) {
+            r->weights_total = o->weights_mem;
+            r->weights_from = "--weights-mem";
+        } else if (r->m.n_params > 0) {
+            if (pl_mul(r->m.n_params, pl_dtype_bytes(r->m.w_dtype), &r->weights_total))
+                return overflow("the weight memory");
+            snprintf(r->weights_from_buf, sizeof r->weights_from_buf,
+                     "%llu parameters (%s) x %u bytes (%s)", (unsigned long long)r->m.n_params,
+                     o->params ? "--params" : "preset", pl_dtype_bytes(r->m.w_dtype),
+                     pl_dtype_name(r->m.w_dtype));
+            r->weights_from = r->weights_from_buf;
+        } else {
+            return fail(CLI_EXIT_USAGE, "--gpu-mem needs the weight memory: give --weights-mem or "
+                                        "--params (a --model preset knows its parameter count)");
+        }
+        if (o->reserve >= o->gpu_mem)
+            return fail(CLI_EXIT_INPUT,
+                        "--reserve (%llu bytes) is not smaller than --gpu-mem "
+                        "(%llu bytes)",
+                        (unsigned long long)o->reserve, (unsigned long long)o->gpu_mem);
+        pl_mem_in *in = &r->mem_in;
+        in->gpu_mem_bytes = o->gpu_mem;
+        in->util_ppm = o->util_ppm;
+        in->weights_bytes = r->weights_total;
+        in->reserve_bytes = o->reserve;
+        in->tp = r->tp.tp;
+        in->block_bytes = r->blk_gpu;
+        in->block_size = o->block_size;
+        rc = pl_memory(in, &r->mem);
+        if (rc == PL_ENOSPACE) {
+            char a[32], b[32], c[32];
+            uint64_t q = o->gpu_mem / 1000000, rem = o->gpu_mem % 1000000;
+            uint64_t budget = q * o->util_ppm + rem * o->util_ppm / 1000000;
+            uint64_t wpg = r->weights_total / r->tp.tp + (r->weights_total % r->tp.tp != 0);
+            return fail(CLI_EXIT_INPUT,
+                        "no memory left for the KV cache: weights %s per GPU (%s) + --reserve "
+                        "%s do not fit the budget of %s (--gpu-mem x --util)",
+                        cli_fmt_binary(wpg, a, sizeof a), r->weights_from,
+                        cli_fmt_binary(o->reserve, b, sizeof b),
+                        cli_fmt_binary(budget, c, sizeof c));
+        }
+        if (rc != PL_OK)
+            return overflow("the memory plan");
+        if (r->has_batch && r->uniform)
+            r->fit_seq = pl_fit_count(r->mem.n_blocks, pl_blocks_for(r->seq_len, o->block_size));
+        uint64_t ml = r->has_batch ? r->max_len : (r->has_trace ? r->tmax_len : 0);
+        r->fit_contig = ml ? r->mem.n_tokens / ml : 0;
+        if (r->has_trace) {
+            uint64_t t;
+            /* Mean-based: n_blocks / (sum_blocks / n) = n_blocks x n / sum_blocks. */
+            if (r->sum_blocks == 0)
+                r->conc_mean_fit = 0;
+            else if (!pl_mul(r->mem.n_blocks, n_trace, &t))
+                r->conc_mean_fit = t / r->sum_blocks;
+            else
+                r->conc_mean_fit =
+                    (uint64_t)((double)r->mem.n_blocks * (double)n_trace / (double)r->sum_blocks);
+            r->conc_worst_fit = pl_fit_longest(trace_lens, n_trace, o->block_size, r->mem.n_blocks);
+        }
+    }
+    return 0;
+}
+
+/* Compute every figure: Step 1 the KV bytes per token and block; Step 2 the batch; Step 3
+ * the trace; Step 4 the inverse plan. Returns 0 or an exit code. */
+static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
+{
+    int rc;
+    size_t n_trace = 0;
+    /* Step 1: */
+    r->block_size = o->block_size;
+    if (pl_token_bytes(&r->m, r->m.n_kv_heads, &r->tok_logical) ||
+        pl_token_bytes(&r->m, r->tp.kv_heads_per_rank, &r->tok_gpu) ||
+        pl_mul(r->tok_gpu, o->block_size, &r->blk_gpu))
+        return overflow("the KV bytes per block");
+    /* Step 2: */
+    if ((rc = compute_batch(o, r)) != 0)
+        return rc;
+    /* Step 3: */
+    if (o->trace != NULL && (rc = compute_trace(o, r, trace_lens, &n_trace)) != 0)
+        return rc;
+    /* Step 4: */
+    return o->have_gpu_mem ? compute_memory(o, r, *trace_lens, n_trace) : 0;
+}
+
+static void list_models(void)
+{
+    printf("%-14s %-28s %6s %6s %6s %6s %5s %14s\n", "preset", "Hugging Face repository", "layers",
+           "heads", "kv", "dim", "dtype", "parameters");
+    for (size_t i = 0; i < pl_model_count(); i++) {
+        const pl_model_preset *p = pl_model_at(i);
+        printf("%-14s %-28s %6u %6u %6u %6u %5s %14llu\n", p->name, p->hf_repo, p->shape.n_layers,
+               p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
+               pl_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params);
+    }
+    printf("\nSources (config.json on each model card; parameters computed from its shapes):\n");
+    for (size_t i = 0; i < pl_model_count(); i++)
+        printf("  %s: %s\n", pl_model_at(i)->name, pl_model_at(i)->source);
+}
+
+int pl_main(int argc, char **argv)
+{
+    plan_opts o;
+    memset(&o, 0, sizeof o);
+    o.block_size = 16;
+    o.util_ppm = 900000;
+    o.tp = 1;
+    o.trace_bs = 512;
+    o.include_output = true;
+    o.max_line_bytes = LOG_DEFAULT_MAX_LINE;
+    plan_result r;
+    memset(&r, 0, sizeof r);
+    uint64_t *trace_lens = NULL;
+
+    int rc = parse_args(argc, argv, &o);
+    if (rc == 0 && o.help) {
+        fputs(usage_text, stdout);
+    } else if (rc == 0 && o.list_models) {
+        list_models();
+    } else if (rc == 0 && (rc = build_model(&o, &r)) == 0 &&
+               (rc = compute(&o, &r, &trace_lens)) == 0) {
+        if (o.json)
+            rc = pl_print_json(&r, &o);
+        else
+            pl_print_table(&r, &o);
+    }
+    if (rc == 0)
+        rc = cli_stdout_check("plan");
+    free(trace_lens);
+    free(o.lens);
+    return rc;
+}

@@ -1,0 +1,443 @@
+/*
+ * replay_report.c - print what `kvprefix replay` measured: a readable table (default), one
+ * JSON document (--json, built with jansson) or CSV rows (--csv).
+ *
+ * Every rate is computed here from counts in rp_result, never carried as a float from the
+ * engine, so the table, JSON and CSV always agree. Token hit rate = hit (skipped) tokens /
+ * prompt tokens; block hit rate = blocks in the longest cached prefix / full prompt blocks;
+ * the per-request figures are of hit tokens / prompt tokens per request.
+ */
+#include <jansson.h>
+#include <string.h>
+
+#include "escape.h"
+#include "flags.h"
+#include "logread.h"
+#include "replay.h"
+
+static double ratio(uint64_t a, uint64_t b)
+{
+    return b ? (double)a / (double)b : 0.0;
+}
+
+static const char *format_name(int f)
+{
+    return f == LOG_TOKENS     ? "token-id log"
+           : f == LOG_MOONCAKE ? "Mooncake hash-id trace"
+           : f == LOG_OPENAI   ? "OpenAI-style request bodies"
+                               : "empty";
+}
+
+static const char *dim_name(int d)
+{
+    return d == RP_DIM_MODEL ? "model" : d == RP_DIM_ADAPTER ? "adapter" : "tenant";
+}
+
+/* 1234567 -> "1,234,567" into buf. */
+static const char *num(uint64_t v, char *buf, size_t size)
+{
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
+    size_t j = 0;
+    for (int i = 0; i < n && j + 2 < size; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            buf[j++] = ',';
+        buf[j++] = tmp[i];
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
+/* A dimension is shown when the log names it: more than one value, or one present value. */
+static bool dim_shown(const rp_result *r, int d)
+{
+    size_t n = rp_sim_n_groups(r->sim, d), len;
+    return n > 1 || (n == 1 && rp_sim_group_name(r->sim, d, 0, &len) != NULL);
+}
+
+/* Group ids of dimension d ordered by prompt tokens, largest first (caller frees). */
+static size_t *order_groups(const rp_result *r, int d, size_t *n_out)
+{
+    size_t n = rp_sim_n_groups(r->sim, d);
+    size_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    if (!ids)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = i;
+    /* Insertion sort on a copy of the key; group counts are small next to the log. */
+    for (size_t i = 1; i < n; i++) {
+        size_t v = ids[i], j = i;
+        while (j > 0 &&
+               r->groups[d][ids[j - 1]].n_prompt_tokens < r->groups[d][v].n_prompt_tokens) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = v;
+    }
+    *n_out = n;
+    return ids;
+}
+
+/* Print a group's name, printable ASCII kept, other bytes as \xNN, at most width columns. */
+static void print_name(FILE *f, const char *s, size_t len, int width)
+{
+    char buf[64];
+    size_t j = 0;
+    if (!s) {
+        snprintf(buf, sizeof buf, "(none)");
+        j = strlen(buf);
+    }
+    for (size_t i = 0; s && i < len && j + 5 < sizeof buf && (int)j < width; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x7f)
+            buf[j++] = (char)c;
+        else
+            j += (size_t)snprintf(buf + j, sizeof buf - j, "\\x%02x", c);
+    }
+    buf[j] = '\0';
+    fprintf(f, "  %-*s", width, buf);
+}
+
+static void capacity_desc(const rp_result *r, uint64_t cap, char *buf, size_t size)
+{
+    char a[32], b[32], c[32];
+    if (cap == RP_CAP_INF) {
+        snprintf(buf, size, "unbounded");
+        return;
+    }
+    int n = snprintf(buf, size, "%s blocks (%s tokens", num(cap, a, sizeof a),
+                     num(cap * r->block_size, b, sizeof b));
+    if (r->block_bytes && n > 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, "; %s of KV, %s",
+                      cli_fmt_binary(cap * r->block_bytes, c, sizeof c), r->model_desc);
+    if (n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, ")");
+}
+
+static void print_metrics(FILE *f, const rp_result *r, const rp_metrics *m)
+{
+    char a[32], b[32];
+    fprintf(f, "  prompt tokens            %s\n", num(m->n_prompt_tokens, a, sizeof a));
+    fprintf(f, "  hit (prefill skipped)    %s tokens   token hit rate %.1f%%\n",
+            num(m->n_hit_tokens, a, sizeof a), 100.0 * ratio(m->n_hit_tokens, m->n_prompt_tokens));
+    fprintf(f, "  full prompt blocks       %s, %s in a cached prefix   block hit rate %.1f%%\n",
+            num(m->n_blocks_full, a, sizeof a), num(m->n_blocks_cached, b, sizeof b),
+            100.0 * ratio(m->n_blocks_cached, m->n_blocks_full));
+    fprintf(f, "  per-request hit          mean %.1f%%  p50 %.1f%%  p90 %.1f%%  p99 %.1f%%\n",
+            100.0 * m->mean_hit, 100.0 * m->p50_hit, 100.0 * m->p90_hit, 100.0 * m->p99_hit);
+    fprintf(f, "  missed blocks            %s cold (never seen: no cache could hit)\n",
+            num(m->n_cold_misses, a, sizeof a));
+    fprintf(f, "                           %s capacity (seen before, evicted since)\n",
+            num(m->n_capacity_misses, a, sizeof a));
+    fprintf(f,
+            "  cold-miss ceiling        token hit rate %.1f%%, block hit rate %.1f%% "
+            "(unbounded cache)\n",
+            100.0 * ratio(r->ceiling.n_hit_tokens, r->ceiling.n_prompt_tokens),
+            100.0 * ratio(r->ceiling.n_blocks_cached, r->ceiling.n_blocks_full));
+    fprintf(f, "  blocks evicted           %s\n", num(m->n_evicted, a, sizeof a));
+    fprintf(f, "  distinct blocks seen     %s\n", num(r->distinct, a, sizeof a));
+}
+
+static void print_groups(FILE *f, const rp_result *r, unsigned top)
+{
+    for (int d = 0; d < RP_N_DIMS; d++) {
+        if (!dim_shown(r, d))
+            continue;
+        size_t n;
+        size_t *ids = order_groups(r, d, &n);
+        if (!ids)
+            return;
+        fprintf(f, "\nBy %s (%s)\n", dim_name(d),
+                r->has_primary ? "at the capacity above" : "unbounded cache");
+        fprintf(f, "  %-24s %9s %14s %10s %10s %9s\n", dim_name(d), "requests", "prompt tokens",
+                "token hit", "block hit", "ceiling");
+        for (size_t k = 0; k < n && k < top; k++) {
+            const rp_group_metrics *g = &r->groups[d][ids[k]];
+            const rp_group_metrics *c = &r->groups_ceil[d][ids[k]];
+            size_t len;
+            const char *name = rp_sim_group_name(r->sim, d, ids[k], &len);
+            char a[32], b[32];
+            print_name(f, name, len, 24);
+            fprintf(f, " %9s %14s %9.1f%% %9.1f%% %8.1f%%\n", num(g->n_requests, a, sizeof a),
+                    num(g->n_prompt_tokens, b, sizeof b),
+                    100.0 * ratio(g->n_hit_tokens, g->n_prompt_tokens),
+                    100.0 * ratio(g->n_blocks_cached, g->n_blocks_full),
+                    100.0 * ratio(c->n_hit_tokens, c->n_prompt_tokens));
+        }
+        if (n > top)
+            fprintf(f, "  (%zu more; --top N shows more)\n", n - top);
+        free(ids);
+    }
+}
+
+static void print_curve(FILE *f, const rp_result *r)
+{
+    fprintf(f, "\nCapacity sweep (one pass over the log, from LRU stack distances)\n");
+    fprintf(f, "  %14s %16s %12s %10s %10s %8s %14s\n", "blocks", "tokens",
+            r->block_bytes ? "KV memory" : "", "token hit", "block hit", "req p50", "evicted");
+    for (size_t i = 0; i <= r->n_curve; i++) {
+        const rp_metrics *m = i < r->n_curve ? &r->curve[i] : &r->ceiling;
+        char a[32], b[32], c[32], e[32];
+        if (i < r->n_curve)
+            fprintf(f, "  %14s %16s %12s", num(m->capacity, a, sizeof a),
+                    num(m->capacity * r->block_size, b, sizeof b),
+                    r->block_bytes ? cli_fmt_binary(m->capacity * r->block_bytes, c, sizeof c)
+                                   : "");
+        else
+            fprintf(f, "  %14s %16s %12s", "unbounded", "", "");
+        fprintf(f, " %9.1f%% %9.1f%% %7.1f%% %14s\n",
+                100.0 * ratio(m->n_hit_tokens, m->n_prompt_tokens),
+                100.0 * ratio(m->n_blocks_cached, m->n_blocks_full), 100.0 * m->p50_hit,
+                num(m->n_evicted, e, sizeof e));
+    }
+}
+
+static int print_table(FILE *f, const rp_options *o, const rp_result *r)
+{
+    char a[32], b[32], cap[256];
+    const rp_metrics *base = r->has_primary ? &r->primary : &r->ceiling;
+    fputs("kvprefix replay: ", f);
+    cli_put_escaped(f, r->input, strlen(r->input));
+    fputc('\n', f);
+    fprintf(f, "  input                    %s, %s requests from %s lines, blocks of %u tokens\n",
+            format_name(r->format), num(base->n_requests, a, sizeof a),
+            num(r->n_lines, b, sizeof b), r->block_size);
+    if (r->tokenizer)
+        fprintf(f,
+                "  tokens                   APPROXIMATE: stand-in '%s' tokenizer and a fixed "
+                "chat layout, not the model's; compare runs, not absolute counts\n",
+                r->tokenizer);
+    if (r->n_skipped) {
+        fprintf(f, "  skipped lines            %s (first: ", num(r->n_skipped, a, sizeof a));
+        cli_put_escaped(f, r->first_skip, strlen(r->first_skip));
+        fputs(")\n", f);
+    }
+    fprintf(f, "  order                    %s; LRU, tail blocks evicted first\n",
+            o->sort ? "sorted by timestamp" : "file order");
+    if (o->cache_output)
+        fprintf(f, "  output blocks            cached for %s requests with output_tokens%s\n",
+                num(r->n_output_cached, a, sizeof a),
+                r->format == LOG_MOONCAKE ? " (hash-id traces carry none)" : "");
+    fprintf(f, "  time                     %.3f s, %.3f s of it in the cache and LRU model\n",
+            r->seconds, r->seconds_engine);
+    if (r->has_primary) {
+        capacity_desc(r, r->primary.capacity, cap, sizeof cap);
+        if (r->pool_blocks == r->primary.capacity)
+            fprintf(f, "\nAt capacity %s, replayed through the library's pool\n", cap);
+        else if (r->distinct <= r->pool_blocks)
+            fprintf(f,
+                    "\nAt capacity %s, replayed through the library's pool (%u blocks: more "
+                    "than the log's %llu distinct blocks, so the same figures)\n",
+                    cap, r->pool_blocks, (unsigned long long)r->distinct);
+        else
+            fprintf(f,
+                    "\nAt capacity %s, from the LRU model (the library's pool checked the model "
+                    "at %u blocks)\n",
+                    cap, r->pool_blocks);
+        print_metrics(f, r, &r->primary);
+    } else {
+        fprintf(f, "\nUnbounded cache (the cold-miss ceiling)\n");
+        print_metrics(f, r, &r->ceiling);
+    }
+    print_groups(f, r, o->top);
+    if (r->n_curve)
+        print_curve(f, r);
+    if (r->diag && rp_diag_print(r->diag, f, o->top) != 0)
+        return -1;
+    fprintf(f, "\nThese are hit rates of this log replayed in order, warm cache included: not "
+               "first-access rates.\nCold misses are first sights no capacity can avoid; "
+               "capacity misses are prefixes seen before and evicted.\n");
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---- JSON ---------------------------------------------------------------------------------- */
+
+static json_t *metrics_json(const rp_result *r, const rp_metrics *m)
+{
+    json_t *j = json_object();
+    if (!j)
+        return NULL;
+    if (m->capacity == RP_CAP_INF) {
+        json_object_set_new(j, "capacity_blocks", json_null());
+    } else {
+        json_object_set_new(j, "capacity_blocks", json_integer((json_int_t)m->capacity));
+        json_object_set_new(j, "capacity_tokens",
+                            json_integer((json_int_t)(m->capacity * r->block_size)));
+        if (r->block_bytes)
+            json_object_set_new(j, "capacity_bytes",
+                                json_integer((json_int_t)(m->capacity * r->block_bytes)));
+    }
+    json_object_set_new(j, "requests", json_integer((json_int_t)m->n_requests));
+    json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)m->n_prompt_tokens));
+    json_object_set_new(j, "hit_tokens", json_integer((json_int_t)m->n_hit_tokens));
+    json_object_set_new(j, "token_hit_rate", json_real(ratio(m->n_hit_tokens, m->n_prompt_tokens)));
+    json_object_set_new(j, "blocks_full", json_integer((json_int_t)m->n_blocks_full));
+    json_object_set_new(j, "blocks_cached", json_integer((json_int_t)m->n_blocks_cached));
+    json_object_set_new(j, "blocks_hit", json_integer((json_int_t)m->n_blocks_hit));
+    json_object_set_new(j, "block_hit_rate",
+                        json_real(ratio(m->n_blocks_cached, m->n_blocks_full)));
+    json_object_set_new(j, "mean_request_hit", json_real(m->mean_hit));
+    json_object_set_new(j, "p50_request_hit", json_real(m->p50_hit));
+    json_object_set_new(j, "p90_request_hit", json_real(m->p90_hit));
+    json_object_set_new(j, "p99_request_hit", json_real(m->p99_hit));
+    json_object_set_new(j, "cold_misses", json_integer((json_int_t)m->n_cold_misses));
+    json_object_set_new(j, "capacity_misses", json_integer((json_int_t)m->n_capacity_misses));
+    json_object_set_new(j, "blocks_stored", json_integer((json_int_t)m->n_stored));
+    json_object_set_new(j, "blocks_evicted", json_integer((json_int_t)m->n_evicted));
+    return j;
+}
+
+static json_t *name_json(const char *s, size_t len)
+{
+    json_t *v = s ? json_stringn(s, len) : json_null();
+    return v ? v : json_null();
+}
+
+static json_t *groups_json(const rp_result *r)
+{
+    json_t *all = json_object();
+    for (int d = 0; all && d < RP_N_DIMS; d++) {
+        if (!dim_shown(r, d))
+            continue;
+        json_t *arr = json_array();
+        size_t n;
+        size_t *ids = order_groups(r, d, &n);
+        for (size_t k = 0; arr && ids && k < n; k++) {
+            const rp_group_metrics *g = &r->groups[d][ids[k]];
+            const rp_group_metrics *c = &r->groups_ceil[d][ids[k]];
+            size_t len;
+            const char *name = rp_sim_group_name(r->sim, d, ids[k], &len);
+            json_t *o = json_object();
+            json_object_set_new(o, "name", name_json(name, len));
+            json_object_set_new(o, "requests", json_integer((json_int_t)g->n_requests));
+            json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)g->n_prompt_tokens));
+            json_object_set_new(o, "hit_tokens", json_integer((json_int_t)g->n_hit_tokens));
+            json_object_set_new(o, "token_hit_rate",
+                                json_real(ratio(g->n_hit_tokens, g->n_prompt_tokens)));
+            json_object_set_new(o, "block_hit_rate",
+                                json_real(ratio(g->n_blocks_cached, g->n_blocks_full)));
+            json_object_set_new(o, "cold_misses", json_integer((json_int_t)g->n_cold_misses));
+            json_object_set_new(o, "ceiling_token_hit_rate",
+                                json_real(ratio(c->n_hit_tokens, c->n_prompt_tokens)));
+            json_array_append_new(arr, o);
+        }
+        free(ids);
+        json_object_set_new(all, dim_name(d), arr);
+    }
+    return all;
+}
+
+static int print_json(FILE *f, const rp_options *o, const rp_result *r)
+{
+    json_t *j = json_object();
+    if (!j)
+        return -1;
+    json_object_set_new(j, "input", name_json(r->input, strlen(r->input)));
+    json_object_set_new(j, "format", json_string(format_name(r->format)));
+    json_object_set_new(j, "block_size", json_integer(r->block_size));
+    json_object_set_new(j, "approximate_tokens", json_boolean(r->tokenizer != NULL));
+    if (r->tokenizer)
+        json_object_set_new(j, "tokenizer", json_string(r->tokenizer));
+    json_object_set_new(j, "order", json_string(o->sort ? "timestamp" : "file"));
+    json_object_set_new(j, "lines", json_integer((json_int_t)r->n_lines));
+    json_object_set_new(j, "skipped_lines", json_integer((json_int_t)r->n_skipped));
+    if (r->n_skipped)
+        json_object_set_new(j, "first_skipped", json_string(r->first_skip));
+    if (r->block_bytes) {
+        json_object_set_new(j, "model", json_string(r->model_desc));
+        json_object_set_new(j, "block_bytes", json_integer((json_int_t)r->block_bytes));
+    }
+    json_object_set_new(j, "distinct_blocks", json_integer((json_int_t)r->distinct));
+    json_object_set_new(j, "seconds", json_real(r->seconds));
+    json_object_set_new(j, "seconds_engine", json_real(r->seconds_engine));
+    if (r->has_primary) {
+        json_object_set_new(j, "capacity", metrics_json(r, &r->primary));
+        json_object_set_new(j, "pool_blocks", json_integer((json_int_t)r->pool_blocks));
+    }
+    json_object_set_new(j, "ceiling", metrics_json(r, &r->ceiling));
+    if (r->n_curve) {
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < r->n_curve; i++)
+            json_array_append_new(arr, metrics_json(r, &r->curve[i]));
+        json_object_set_new(j, "sweep", arr);
+    }
+    json_object_set_new(j, "breakdown", groups_json(r));
+    if (r->diag)
+        json_object_set_new(j, "diagnose", rp_diag_json(r->diag, o->top));
+    int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+    json_decref(j);
+    fputc('\n', f);
+    return rc == 0 && !ferror(f) ? 0 : -1;
+}
+
+/* ---- CSV ----------------------------------------------------------------------------------- */
+
+static void csv_metrics(FILE *f, const rp_result *r, const char *kind, const rp_metrics *m)
+{
+    fprintf(f, "all,%s,", kind);
+    if (m->capacity == RP_CAP_INF)
+        fputs(",,", f);
+    else if (r->block_bytes)
+        fprintf(f, "%llu,%llu,%llu", (unsigned long long)m->capacity,
+                (unsigned long long)(m->capacity * r->block_size),
+                (unsigned long long)(m->capacity * r->block_bytes));
+    else
+        fprintf(f, "%llu,%llu,", (unsigned long long)m->capacity,
+                (unsigned long long)(m->capacity * r->block_size));
+    fprintf(f, ",%llu,%llu,%llu,%.6f,%llu,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%llu,%llu,%llu\n",
+            (unsigned long long)m->n_requests, (unsigned long long)m->n_prompt_tokens,
+            (unsigned long long)m->n_hit_tokens, ratio(m->n_hit_tokens, m->n_prompt_tokens),
+            (unsigned long long)m->n_blocks_full, (unsigned long long)m->n_blocks_cached,
+            ratio(m->n_blocks_cached, m->n_blocks_full), m->mean_hit, m->p50_hit, m->p90_hit,
+            m->p99_hit, (unsigned long long)m->n_cold_misses,
+            (unsigned long long)m->n_capacity_misses, (unsigned long long)m->n_evicted);
+}
+
+static int print_csv(FILE *f, const rp_result *r)
+{
+    fputs("dimension,value,capacity_blocks,capacity_tokens,capacity_bytes,requests,"
+          "prompt_tokens,hit_tokens,token_hit_rate,blocks_full,blocks_cached,block_hit_rate,"
+          "mean_request_hit,p50_request_hit,p90_request_hit,p99_request_hit,cold_misses,"
+          "capacity_misses,blocks_evicted\n",
+          f);
+    if (r->has_primary)
+        csv_metrics(f, r, "capacity", &r->primary);
+    csv_metrics(f, r, "ceiling", &r->ceiling);
+    for (size_t i = 0; i < r->n_curve; i++)
+        csv_metrics(f, r, "sweep", &r->curve[i]);
+    for (int d = 0; d < RP_N_DIMS; d++) {
+        if (!dim_shown(r, d))
+            continue;
+        for (size_t k = 0; k < rp_sim_n_groups(r->sim, d); k++) {
+            const rp_group_metrics *g = &r->groups[d][k];
+            size_t len;
+            const char *name = rp_sim_group_name(r->sim, d, k, &len);
+            fprintf(f, "%s,", dim_name(d));
+            if (name)
+                cli_csv_field(f, name, len);
+            if (r->has_primary)
+                fprintf(f, ",%llu,%llu,", (unsigned long long)r->primary.capacity,
+                        (unsigned long long)(r->primary.capacity * r->block_size));
+            else
+                fputs(",,,", f);
+            if (r->has_primary && r->block_bytes)
+                fprintf(f, "%llu", (unsigned long long)(r->primary.capacity * r->block_bytes));
+            fprintf(f, ",%llu,%llu,%llu,%.6f,%llu,%llu,%.6f,,,,,%llu,,\n",
+                    (unsigned long long)g->n_requests, (unsigned long long)g->n_prompt_tokens,
+                    (unsigned long long)g->n_hit_tokens, ratio(g->n_hit_tokens, g->n_prompt_tokens),
+                    (unsigned long long)g->n_blocks_full, (unsigned long long)g->n_blocks_cached,
+                    ratio(g->n_blocks_cached, g->n_blocks_full),
+                    (unsigned long long)g->n_cold_misses);
+        }
+    }
+    return ferror(f) ? -1 : 0;
+}
+
+int rp_report(FILE *f, const rp_options *o, const rp_result *r)
+{
+    if (o->json)
+        return print_json(f, o, r);
+    if (o->csv)
+        return print_csv(f, r);
+    return print_table(f, o, r);
+}
