@@ -25,6 +25,7 @@ KVP_EXPORT void kvp_config_init(kvp_config *cfg)
 
 void kvp__emit(kvp_cache *cache, const kvp_event *ev)
 {
+    assert(!cache->in_callback); /* every entry point refuses to run inside a callback */
     if (!cache->cfg.on_event)
         return;
     cache->in_callback = true;

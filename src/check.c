@@ -37,9 +37,10 @@ static uint32_t walk_free(const kvp__pool *pool)
 {
     uint32_t n = 0;
     for (uint32_t id = pool->free_head; id != KVP_NIL; id = pool->blocks[id].next) {
+        if (id >= pool->n_blocks || n >= pool->n_blocks)
+            return UINT32_MAX;
         const kvp__block *b = &pool->blocks[id];
-        if (id >= pool->n_blocks || n >= pool->n_blocks || b->ref || b->indexed ||
-            b->lru_slot != KVP_NIL)
+        if (!kvp__block_is_free(b) || b->lru_slot != KVP_NIL)
             return UINT32_MAX;
         n++;
     }
@@ -59,12 +60,11 @@ static uint32_t walk_lru(const kvp__pool *pool)
         uint32_t s = (uint32_t)(p % cap), id = pool->lru[s];
         if (id >= pool->n_blocks)
             return UINT32_MAX;
-        const kvp__block *b = &pool->blocks[id];
-        n += b->lru_slot == s && b->ref == 0 && b->indexed;
+        n += kvp__lru_entry_live(pool, id, s);
     }
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
-        if (b->ref != 0 || !b->indexed) {
+        if (!kvp__block_is_cached(b)) {
             if (b->lru_slot != KVP_NIL)
                 return UINT32_MAX;
             continue;
@@ -86,7 +86,7 @@ int kvp__pool_check(const kvp_cache *cache)
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
         FAIL_IF(b->indexed > 1 || b->ref == KVP_NIL);
-        n_used += b->ref > 0;
+        n_used += kvp__block_is_in_use(b);
     }
     FAIL_IF(n_used != pool->n_in_use || n_free + n_lru + n_used != pool->n_blocks);
 out:
@@ -102,7 +102,7 @@ int kvp__index_check(const kvp_cache *cache)
     uint32_t n_indexed = 0;
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
-        if (!b->indexed)
+        if (!kvp__block_is_indexed(b))
             continue;
         n_indexed++;
         FAIL_IF(kvp__index_find(&cache->index, b->key) != b);
@@ -128,7 +128,7 @@ int kvp__requests_check(const kvp_cache *cache)
     const kvp__request *req, *tmp;
     HASH_ITER(hh, cache->requests, req, tmp)
     {
-        FAIL_IF(req->n_committed > req->n_blocks || req->n_blocks > req->cap_blocks);
+        FAIL_IF(!kvp__request_counts_ok(req));
         FAIL_IF(req->canon.id != KVP_NIL && req->canon.id >= pool->n_blocks);
         FAIL_IF(!kvp__verifying(cache) && (req->ns != KVP_NIL || req->canon.id != KVP_NIL));
         for (uint32_t i = 0; i < req->n_blocks; i++) {
@@ -163,7 +163,7 @@ int kvp__verify_check(const kvp_cache *cache)
     }
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__vmeta *m = &v->meta[id];
-        if (!pool->blocks[id].indexed) {
+        if (!kvp__block_is_indexed(&pool->blocks[id])) {
             FAIL_IF(m->ns != KVP_NIL);
             continue;
         }

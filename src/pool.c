@@ -32,14 +32,15 @@
 
 static inline uint32_t ring_slot(const kvp__pool *pool, uint64_t pos)
 {
+    assert(pool->lru_cap > 0);
     return (uint32_t)(pos % pool->lru_cap);
 }
 
 /* Is the ring entry at slot s, naming block id, the block's live LRU entry? */
 static inline bool ring_live(const kvp__pool *pool, uint32_t id, uint32_t s)
 {
-    const kvp__block *b = &pool->blocks[id];
-    return b->lru_slot == s && b->ref == 0 && b->indexed;
+    assert(id < pool->n_blocks && s < pool->lru_cap);
+    return kvp__lru_entry_live(pool, id, s);
 }
 
 /* Rewrite the ring's live entries contiguously from head, in order. Cannot fail. */
@@ -55,11 +56,15 @@ static void ring_compact(kvp__pool *pool)
         pool->blocks[id].lru_slot = ws;
     }
     pool->lru_tail = w;
+    assert(pool->lru_tail - pool->lru_head == pool->n_lru);
 }
 
 /* Cached block id leaves the LRU order (pinned or uncached): its entry becomes stale. */
 static void lru_remove(kvp__pool *pool, uint32_t id)
 {
+    /* Cached until now (kvp__pool_pin has already counted its new pin). */
+    assert(kvp__block_is_indexed(&pool->blocks[id]) && pool->n_lru > 0);
+    assert(pool->blocks[id].lru_slot < pool->lru_cap && pool->lru[pool->blocks[id].lru_slot] == id);
     pool->blocks[id].lru_slot = KVP_NIL;
     pool->n_lru--;
 }
@@ -67,8 +72,11 @@ static void lru_remove(kvp__pool *pool, uint32_t id)
 /* Make indexed, unpinned block id the most recently used. */
 static void lru_push_tail(kvp__pool *pool, uint32_t id)
 {
+    assert(kvp__block_is_cached(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
+    assert(pool->n_lru < pool->n_blocks);
     if (pool->lru_tail - pool->lru_head == pool->lru_cap)
         ring_compact(pool);
+    assert(pool->lru_tail - pool->lru_head < pool->lru_cap);
     uint32_t s = ring_slot(pool, pool->lru_tail++);
     pool->lru[s] = id;
     pool->blocks[id].lru_slot = s;
@@ -91,6 +99,7 @@ static uint32_t lru_pop_head(kvp__pool *pool)
 static void free_push(kvp__pool *pool, uint32_t id)
 {
     kvp__block *b = &pool->blocks[id];
+    assert(kvp__block_is_free(b) && pool->n_free < pool->n_blocks);
     b->lru_slot = KVP_NIL;
     b->next = pool->free_head;
     pool->free_head = id;
@@ -133,7 +142,10 @@ void kvp__pool_free(kvp_cache *cache)
 void kvp__pool_pin(kvp_cache *cache, uint32_t id)
 {
     kvp__pool *pool = &cache->pool;
+    assert(id < pool->n_blocks);
     kvp__block *b = &pool->blocks[id];
+    assert(kvp__block_is_indexed(b) || kvp__block_is_in_use(b));
+    assert(b->ref < KVP_NIL - 1); /* KVP_NIL is the marker of count_unpinned (lifecycle.c) */
     if (b->ref++ == 0) {
         lru_remove(pool, id);
         pool->n_in_use++;
@@ -145,11 +157,14 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
 void kvp__pool_unpin(kvp_cache *cache, uint32_t id)
 {
     kvp__pool *pool = &cache->pool;
+    assert(id < pool->n_blocks);
     kvp__block *b = &pool->blocks[id];
+    assert(kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
     if (--b->ref > 0)
         return;
+    assert(pool->n_in_use > 0);
     pool->n_in_use--;
-    if (b->indexed)
+    if (kvp__block_is_indexed(b))
         lru_push_tail(pool, id);
     else
         free_push(pool, id);
@@ -159,6 +174,7 @@ void kvp__pool_unpin(kvp_cache *cache, uint32_t id)
 static void unindex(kvp_cache *cache, uint32_t id, int reason)
 {
     kvp__block *b = &cache->pool.blocks[id];
+    assert(kvp__block_is_indexed(b));
     kvp_event ev = {0};
     ev.type = KVP_EVENT_REMOVED;
     ev.reason = reason;
@@ -174,6 +190,7 @@ static void unindex(kvp_cache *cache, uint32_t id, int reason)
  * unlinked and unpinned (the caller pins it or puts it on the free list). Cannot fail. */
 static void uncache(kvp_cache *cache, uint32_t id, int reason)
 {
+    assert(kvp__block_is_cached(&cache->pool.blocks[id]));
     lru_remove(&cache->pool, id);
     unindex(cache, id, reason);
 }
@@ -205,6 +222,7 @@ static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
 void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
+    assert(kvp__pool_available(pool) >= n);
     for (uint32_t i = 0; i < n; i++) {
         if (pool->free_head == KVP_NIL) {
             uint64_t far = pool->lru_head + EVICT_AHEAD, near = pool->lru_head + EVICT_AHEAD / 2;
@@ -230,12 +248,15 @@ uint32_t kvp__pool_take(kvp_cache *cache)
     uint32_t id = pool->free_head;
     bool evicted = id == KVP_NIL;
     if (!evicted) {
+        assert(id < pool->n_blocks && pool->n_free > 0);
+        assert(kvp__block_is_free(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
         pool->free_head = pool->blocks[id].next;
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
     } else if ((id = lru_pop_head(pool)) == KVP_NIL) {
         return KVP_NIL;
     }
+    assert(!kvp__block_is_in_use(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
     pool->blocks[id].ref = 1;
     pool->n_in_use++;
     if (evicted) {
@@ -252,7 +273,8 @@ uint32_t kvp__pool_take(kvp_cache *cache)
  * Cannot fail. */
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason)
 {
-    if (cache->pool.blocks[id].ref == 0) {
+    assert(id < cache->pool.n_blocks && kvp__block_is_indexed(&cache->pool.blocks[id]));
+    if (kvp__block_is_cached(&cache->pool.blocks[id])) {
         uncache(cache, id, reason);
         free_push(&cache->pool, id);
         return;
@@ -269,4 +291,5 @@ void kvp__pool_drop_cached(kvp_cache *cache, int reason)
         unindex(cache, id, reason);
         free_push(&cache->pool, id);
     }
+    assert(cache->pool.n_lru == 0 && cache->pool.lru_head == cache->pool.lru_tail);
 }
