@@ -52,6 +52,14 @@ extern "C" {
 #define KVP_EXPORT
 #endif
 
+/* Marks calls whose status must be checked: ignoring the result is a compiler warning
+ * (GCC and Clang). With GCC even a (void) cast does not silence it; test the code. */
+#if defined(__GNUC__)
+#define KVP_NODISCARD __attribute__((warn_unused_result))
+#else
+#define KVP_NODISCARD
+#endif
+
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes                                                                             */
 /* ---------------------------------------------------------------------------------------- */
@@ -73,9 +81,38 @@ enum {
  * give "unknown error". Cannot fail. */
 KVP_EXPORT const char *kvp_strerror(int code);
 
+/* Versions and compatibility. kvprefix follows semantic versioning, MAJOR.MINOR.PATCH, and
+ * the shared library's soname carries MAJOR (libkvprefix.so.MAJOR).
+ *   patch (0.1.0 -> 0.1.1)  bug fixes only: no declaration, struct layout, constant or
+ *                           documented behaviour changes; API and ABI are identical, either
+ *                           library can replace the other.
+ *   minor (0.1.x -> 0.2.0)  additions only, source and binary compatible: new functions,
+ *                           new KVP_* constants, status, event and reason codes (code that
+ *                           switches on them keeps a default case). Existing functions keep
+ *                           their signatures and meaning, and every public struct keeps its
+ *                           size and layout, so a program built against an older minor runs
+ *                           unchanged on a newer library (not the reverse).
+ *   major                   may change or remove anything, struct layouts included; the
+ *                           soname changes with it.
+ * Value structs (kvp_config, kvp_namespace) grow only through their kvp_*_init: the init
+ * function fills every field with its default, so code that calls it and then sets fields
+ * by name keeps its meaning when a major release adds fields, with a recompile and no edit.
+ * A struct grows only in a major release because the caller allocates it: a larger
+ * sizeof would be an ABI break under the same soname. While MAJOR is 0 the soname stays
+ * libkvprefix.so.0, so 0.x minor releases keep the minor-release promise above. Status codes
+ * keep their values forever. Symbols not declared here are private and may change in any
+ * release. KVP_VERSION_* describe the header a program was compiled with; kvp_version() and
+ * kvp_version_number() the library it runs with. */
+
 /* Return the library version as "MAJOR.MINOR.PATCH" (static string). Compare with
  * KVP_VERSION_STRING to detect a header/library mismatch. Cannot fail. */
 KVP_EXPORT const char *kvp_version(void);
+
+/* Return the library version as one number, MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is
+ * 100), the value of KVP_VERSION_NUMBER in the library's own header, so run-time checks
+ * can compare: kvp_version_number() >= KVP_VERSION_NUMBER means the library is at least
+ * as new as the header. MINOR and PATCH stay below 100. Cannot fail. */
+KVP_EXPORT int kvp_version_number(void);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Keys and namespaces                                                                      */
@@ -120,16 +157,17 @@ KVP_EXPORT kvp_field kvp_field_str(const char *s);
 
 /* Compute the namespace root key for seed. Returns KVP_OK, or KVP_EINVAL if ns or out is
  * NULL or a field has ptr == NULL with len != 0. */
-KVP_EXPORT int kvp_namespace_key(uint64_t seed, const kvp_namespace *ns, kvp_key *out);
+KVP_NODISCARD KVP_EXPORT int kvp_namespace_key(uint64_t seed, const kvp_namespace *ns,
+                                               kvp_key *out);
 
 /* Chain-hash the full blocks of tokens[0 .. n_tokens): keys[i] is the key of block i given
  * the key of the block before the first one (the namespace root when tokens start the
  * sequence). The partial tail is ignored. Writes min(n_tokens / block_size, cap) keys and
  * stores that count in *n_keys. Returns KVP_OK; KVP_EINVAL for NULL pointers (tokens may be
  * NULL when n_tokens is 0, keys when cap is 0) or block_size outside 1..KVP_MAX_BLOCK_SIZE. */
-KVP_EXPORT int kvp_hash_blocks(uint64_t seed, kvp_key parent, const uint32_t *tokens,
-                               size_t n_tokens, uint32_t block_size, kvp_key *keys, size_t cap,
-                               size_t *n_keys);
+KVP_NODISCARD KVP_EXPORT int kvp_hash_blocks(uint64_t seed, kvp_key parent, const uint32_t *tokens,
+                                             size_t n_tokens, uint32_t block_size, kvp_key *keys,
+                                             size_t cap, size_t *n_keys);
 
 /* The key under which an externally computed block id is cached in a namespace: a router
  * that receives engine block hashes, or a trace whose hash ids already name whole prefixes.
@@ -197,7 +235,7 @@ typedef struct kvp_cache kvp_cache;
 
 /* Create a cache. On KVP_OK, *out is a new cache owned by the caller (kvp_cache_free).
  * Returns KVP_EINVAL (NULL pointer, n_blocks or block_size out of range), KVP_ENOMEM. */
-KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out);
 
 /* Free a cache and everything it owns, active requests included. Accepts NULL. Emits no
  * events. */
@@ -233,8 +271,9 @@ typedef struct kvp_match {
  * verify_tokens, n_verify_rejects) changes. The ids are a snapshot: a later mutating call may evict
  * them unless kvp_acquire pins them. Returns KVP_OK (also on a miss), KVP_EINVAL (NULL pointer,
  * n_tokens == 0), KVP_EOVERFLOW (2^32 - 1 or more full blocks), KVP_EBUSY. */
-KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
-                          size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns,
+                                        const uint32_t *tokens, size_t n_tokens,
+                                        uint32_t *block_ids, size_t cap, kvp_match *out);
 
 /* Start request req_id (any caller-chosen id not currently active): match the prompt like
  * kvp_lookup, pin the n_blocks_hit reused blocks, and allocate fresh blocks so the request
@@ -244,20 +283,20 @@ KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint3
  * The first n_blocks_hit blocks of the request are already committed.
  * Returns KVP_OK; KVP_EINVAL, KVP_EOVERFLOW as kvp_lookup; KVP_EEXIST (req_id active);
  * KVP_ENOSPC (free + evictable blocks are too few; nothing changed); KVP_ENOMEM; KVP_EBUSY. */
-KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
-                           const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
-                           kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
+                                         const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
+                                         kvp_match *out);
 
 /* Make request req_id hold enough blocks for n_capacity tokens (decode growth). Does nothing
  * if it already does. Returns KVP_OK, KVP_EINVAL (NULL cache), KVP_ENOENT, KVP_EOVERFLOW,
  * KVP_ENOSPC, KVP_ENOMEM (the request and the cache unchanged on failure), KVP_EBUSY. */
-KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
+KVP_NODISCARD KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
 
 /* The request's block table: *ids points at its n block ids in token order. The array is
  * owned by the cache and valid until the next kvp_grow, kvp_release or kvp_cache_free.
  * Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_ENOENT, KVP_EBUSY. */
-KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
-                                  size_t *n);
+KVP_NODISCARD KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id,
+                                                const uint32_t **ids, size_t *n);
 
 /* Register the request's newly full blocks. tokens[0 .. n_tokens) is the request's whole
  * sequence so far (prompt, then generated tokens) and must begin with the tokens given to
@@ -268,14 +307,14 @@ KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const
  * *n_stored (may be NULL) receives the number of blocks newly indexed.
  * Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens shorter than already committed),
  * KVP_ENOENT, KVP_ERANGE (n_tokens / block_size exceeds the blocks held), KVP_EBUSY. */
-KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
-                          size_t n_tokens, size_t *n_stored);
+KVP_NODISCARD KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
+                                        size_t n_tokens, size_t *n_stored);
 
 /* End request req_id: unpin its blocks from the last to the first, so within a chain the
  * tail becomes least recently used and is evicted before its parents. Indexed blocks whose
  * count drops to 0 join the LRU list; others return to the free pool. Cannot fail for an
  * active request. Returns KVP_OK, KVP_ENOENT, KVP_EBUSY. */
-KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id);
+KVP_NODISCARD KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id);
 
 /* Replay/simulation in one call: match tokens like kvp_lookup (*out), then make every full
  * block of the prompt cached, touching them from the last to the first so a parent is
@@ -283,8 +322,8 @@ KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id);
  * full of pinned blocks are not cached; when the prompt has more full blocks than the pool
  * can hold, its first blocks are kept. Nothing stays pinned. Returns as kvp_lookup, plus
  * KVP_ENOMEM. */
-KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
-                          size_t n_tokens, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns,
+                                        const uint32_t *tokens, size_t n_tokens, kvp_match *out);
 
 /* kvp_lookup and kvp_access for precomputed block keys (see kvp_external_key): ids[i] names
  * the whole prefix up to block i; each is scoped by the namespace before use. n_tokens is
@@ -293,16 +332,17 @@ KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint3
  * or n_ids == n_tokens / block_size (a trailing partial block's id is never cached).
  * Collision-proof mode cannot verify external ids (there are no tokens): these calls return
  * KVP_EINVAL on a cache with verify_tokens. Otherwise return as kvp_lookup / kvp_access. */
-KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
-                              size_t n_ids, size_t n_tokens, uint32_t *block_ids, size_t cap,
-                              kvp_match *out);
-KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
-                              size_t n_ids, size_t n_tokens, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns,
+                                            const kvp_key *ids, size_t n_ids, size_t n_tokens,
+                                            uint32_t *block_ids, size_t cap, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns,
+                                            const kvp_key *ids, size_t n_ids, size_t n_tokens,
+                                            kvp_match *out);
 
 /* Drop every cached block that no request pins: each emits KVP_EVENT_REMOVED with
  * KVP_REMOVED_RESET, and KVP_EVENT_CLEARED follows if the index is then empty. Pinned blocks
  * stay cached. Returns KVP_OK, KVP_EINVAL (NULL), KVP_EBUSY. */
-KVP_EXPORT int kvp_cache_reset(kvp_cache *cache);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_reset(kvp_cache *cache);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Statistics and checks                                                                    */
@@ -333,13 +373,13 @@ typedef struct kvp_stats {
 } kvp_stats;
 
 /* Copy the counters to *out. Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
-KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
 
 /* Walk the whole cache and check every invariant (index, pool, LRU list, free list,
  * reference counts, requests, interned namespaces). Returns KVP_OK, KVP_ECORRUPT, KVP_EBUSY,
  * KVP_EINVAL (NULL), or KVP_ENOMEM (its scratch array, taken with malloc, not the cache's hooks).
  * O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid deployments. */
-KVP_EXPORT int kvp_cache_check(const kvp_cache *cache);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_check(const kvp_cache *cache);
 
 #ifdef __cplusplus
 }

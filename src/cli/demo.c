@@ -168,7 +168,8 @@ int kvp_cli_demo(int argc, char **argv)
     }
 
     kvp_stats stats;
-    kvp_cache_stats(cache, &stats);
+    if ((rc = kvp_cache_stats(cache, &stats)) != KVP_OK)
+        return fail("statistics", rc);
     printf("\nrequests %llu, prompt tokens %llu, reused %llu (%.1f%% of prefill skipped)\n",
            (unsigned long long)stats.n_requests, (unsigned long long)stats.n_tokens_queried,
            (unsigned long long)stats.n_tokens_hit,

@@ -222,7 +222,8 @@ int rp_diag_add(rp_diag *d, kvp_key root, const uint32_t *sym, size_t n, const c
     uint32_t r = (uint32_t)d->n_reqs;
     d->reqs[d->n_reqs++] = q;
     size_t n_keys = 0;
-    kvp_hash_blocks(0, root, sym, n, (uint32_t)bs, d->keys, n_full, &n_keys);
+    if (kvp_hash_blocks(0, root, sym, n, (uint32_t)bs, d->keys, n_full, &n_keys) != KVP_OK)
+        return -1; /* not with a block size the replay accepted */
 
     /* Walk the trie as far as the prompt's blocks go. */
     node *at = node_find(d, root);
