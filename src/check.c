@@ -8,6 +8,8 @@
  *     with exactly one live entry in the LRU ring's window) or in use (ref > 0, in
  *     neither); the free list is acyclic, and n_free + n_lru + n_in_use == n_blocks.
  *  2. The index holds exactly the indexed blocks plus its sentinel, each under its key.
+ *     (The table points at the key inside its block, so a key is stored once: its entry's
+ *     bucket and hash are cross-checked, the key's upper 64 bits have no copy to check.)
  *  3. Every block's ref equals the number of times it appears in active requests' block
  *     tables; each request has n_committed <= n_blocks <= cap_blocks.
  *  4. Verify mode: each interned namespace's refs equals the requests and indexed first
@@ -16,7 +18,8 @@
  *     fit the test-only truncation; no ref count holds the KVP_NIL marker; requests carry
  *     no namespace or parent reference outside verify mode; in verify mode an unindexed
  *     block names no namespace and an indexed later block names a parent in the pool.
- * Tests and fuzzers call it after every mutation. O(n_blocks + held blocks); it allocates
+ * Tests and fuzzers call it after every mutation; tests/test_check.c corrupts each structure
+ * above in turn and shows the checker catching it. O(n_blocks + held blocks); it allocates
  * its counter arrays with calloc, outside the cache's hooks, so it cannot disturb an
  * allocation-failure test.
  */
