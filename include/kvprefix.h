@@ -312,7 +312,7 @@ KVP_NODISCARD KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const
 
 /* End request req_id: unpin its blocks from the last to the first, so within a chain the
  * tail becomes least recently used and is evicted before its parents. Indexed blocks whose
- * count drops to 0 join the LRU list; others return to the free pool. Cannot fail for an
+ * count drops to 0 join the LRU order; others return to the free pool. Cannot fail for an
  * active request. Returns KVP_OK, KVP_ENOENT, KVP_EBUSY. */
 KVP_NODISCARD KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id);
 
@@ -375,7 +375,7 @@ typedef struct kvp_stats {
 /* Copy the counters to *out. Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
 KVP_NODISCARD KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
 
-/* Walk the whole cache and check every invariant (index, pool, LRU list, free list,
+/* Walk the whole cache and check every invariant (index, pool, LRU ring, free list,
  * reference counts, requests, interned namespaces). Returns KVP_OK, KVP_ECORRUPT, KVP_EBUSY,
  * KVP_EINVAL (NULL), or KVP_ENOMEM (its scratch array, taken with malloc, not the cache's hooks).
  * O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid deployments. */

@@ -1,6 +1,6 @@
 /*
  * check.c - the invariant checker: walks the whole cache and verifies that the index, the
- * pool's free and LRU lists, the reference counts, the requests and (in collision-proof
+ * pool's free list and LRU ring, the reference counts, the requests and (in collision-proof
  * mode) the interned namespaces agree with each other.
  *
  * Invariants checked:

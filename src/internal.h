@@ -283,7 +283,7 @@ static inline bool kvp__request_counts_ok(const kvp__request *req)
 struct kvp_cache {
     kvp_config cfg;         /* copy of the creation config */
     kvp__mem mem;           /* allocator and live-byte count */
-    kvp__pool pool;         /* physical blocks, free and LRU lists */
+    kvp__pool pool;         /* physical blocks, free list, LRU ring */
     kvp__index index;       /* key -> block */
     kvp__request *requests; /* uthash head of active requests */
     kvp__verify verify;     /* collision-proof mode state; zeroed when off */

@@ -186,7 +186,7 @@ static void unindex(kvp_cache *cache, uint32_t id, int reason)
     kvp__emit(cache, &ev);
 }
 
-/* Remove cached (unpinned, indexed) block id from the index and the LRU list, and leave it
+/* Remove cached (unpinned, indexed) block id from the index and the LRU ring, and leave it
  * unlinked and unpinned (the caller pins it or puts it on the free list). Cannot fail. */
 static void uncache(kvp_cache *cache, uint32_t id, int reason)
 {
