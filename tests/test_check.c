@@ -14,7 +14,7 @@
  *
  * The second half (suite check_asserts) runs internal functions with a broken precondition
  * and expects the process to abort on an assert(): unpinning at reference count 0, pinning
- * a free block, indexing a block or a key twice, taking a non-free block from the free
+ * a free block, indexing a block twice, taking a non-free block from the free
  * list, bad request counts, a namespace reference dropped past zero. These need assert()
  * compiled in, which meson's b_ndebug=if-release does for every non-release build (the
  * test, sanitizer and fuzz builds); under NDEBUG they are left out.
@@ -586,12 +586,6 @@ Test(check_asserts, index_block_twice, .signal = SIGABRT)
     scene s = scene_new(false);
     kvp__block *b = &s.c->pool.blocks[s.cached_id];
     kvp__index_add(&s.c->index, b, b->key);
-}
-
-Test(check_asserts, index_key_twice, .signal = SIGABRT)
-{
-    scene s = scene_new(false);
-    kvp__index_add(&s.c->index, &s.c->pool.blocks[s.free_id], s.c->pool.blocks[s.cached_id].key);
 }
 
 Test(check_asserts, take_cached_block_from_free_list, .signal = SIGABRT)
