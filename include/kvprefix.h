@@ -62,6 +62,14 @@ extern "C" {
 #define KVP_EXPORT
 #endif
 
+/* Marks calls whose status must be checked: ignoring the result is a compiler warning
+ * (GCC and Clang). With GCC even a (void) cast does not silence it; test the code. */
+#if defined(__GNUC__)
+#define KVP_NODISCARD __attribute__((warn_unused_result))
+#else
+#define KVP_NODISCARD
+#endif
+
 /* ---------------------------------------------------------------------------------------- */
 /* Status codes                                                                             */
 /* ---------------------------------------------------------------------------------------- */
@@ -86,9 +94,38 @@ enum {
  * give "unknown error". Cannot fail. */
 KVP_EXPORT const char *kvp_strerror(int code);
 
+/* Versions and compatibility. kvprefix follows semantic versioning, MAJOR.MINOR.PATCH, and
+ * the shared library's soname carries MAJOR (libkvprefix.so.MAJOR).
+ *   patch (0.1.0 -> 0.1.1)  bug fixes only: no declaration, struct layout, constant or
+ *                           documented behaviour changes; API and ABI are identical, either
+ *                           library can replace the other.
+ *   minor (0.1.x -> 0.2.0)  additions only, source and binary compatible: new functions,
+ *                           new KVP_* constants, status, event and reason codes (code that
+ *                           switches on them keeps a default case). Existing functions keep
+ *                           their signatures and meaning, and every public struct keeps its
+ *                           size and layout, so a program built against an older minor runs
+ *                           unchanged on a newer library (not the reverse).
+ *   major                   may change or remove anything, struct layouts included; the
+ *                           soname changes with it.
+ * Value structs (kvp_config, kvp_namespace) grow only through their kvp_*_init: the init
+ * function fills every field with its default, so code that calls it and then sets fields
+ * by name keeps its meaning when a major release adds fields, with a recompile and no edit.
+ * A struct grows only in a major release because the caller allocates it: a larger
+ * sizeof would be an ABI break under the same soname. While MAJOR is 0 the soname stays
+ * libkvprefix.so.0, so 0.x minor releases keep the minor-release promise above. Status codes
+ * keep their values forever. Symbols not declared here are private and may change in any
+ * release. KVP_VERSION_* describe the header a program was compiled with; kvp_version() and
+ * kvp_version_number() the library it runs with. */
+
 /* Return the library version as "MAJOR.MINOR.PATCH" (static string). Compare with
  * KVP_VERSION_STRING to detect a header/library mismatch. Cannot fail. */
 KVP_EXPORT const char *kvp_version(void);
+
+/* Return the library version as one number, MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is
+ * 100), the value of KVP_VERSION_NUMBER in the library's own header, so run-time checks
+ * can compare: kvp_version_number() >= KVP_VERSION_NUMBER means the library is at least
+ * as new as the header. MINOR and PATCH stay below 100. Cannot fail. */
+KVP_EXPORT int kvp_version_number(void);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Keys and namespaces                                                                      */
@@ -133,16 +170,17 @@ KVP_EXPORT kvp_field kvp_field_str(const char *s);
 
 /* Compute the namespace root key for seed. Returns KVP_OK, or KVP_EINVAL if ns or out is
  * NULL or a field has ptr == NULL with len != 0. */
-KVP_EXPORT int kvp_namespace_key(uint64_t seed, const kvp_namespace *ns, kvp_key *out);
+KVP_NODISCARD KVP_EXPORT int kvp_namespace_key(uint64_t seed, const kvp_namespace *ns,
+                                               kvp_key *out);
 
 /* Chain-hash the full blocks of tokens[0 .. n_tokens): keys[i] is the key of block i given
  * the key of the block before the first one (the namespace root when tokens start the
  * sequence). The partial tail is ignored. Writes min(n_tokens / block_size, cap) keys and
  * stores that count in *n_keys. Returns KVP_OK; KVP_EINVAL for NULL pointers (tokens may be
  * NULL when n_tokens is 0, keys when cap is 0) or block_size outside 1..KVP_MAX_BLOCK_SIZE. */
-KVP_EXPORT int kvp_hash_blocks(uint64_t seed, kvp_key parent, const uint32_t *tokens,
-                               size_t n_tokens, uint32_t block_size, kvp_key *keys, size_t cap,
-                               size_t *n_keys);
+KVP_NODISCARD KVP_EXPORT int kvp_hash_blocks(uint64_t seed, kvp_key parent, const uint32_t *tokens,
+                                             size_t n_tokens, uint32_t block_size, kvp_key *keys,
+                                             size_t cap, size_t *n_keys);
 
 /* The key under which an externally computed block id is cached in a namespace: a router
  * that receives engine block hashes, or a trace whose hash ids already name whole prefixes.
@@ -212,7 +250,7 @@ typedef struct kvp_cache kvp_cache;
 
 /* Create a cache. On KVP_OK, *out is a new cache owned by the caller (kvp_cache_free).
  * Returns KVP_EINVAL (NULL pointer, n_blocks or block_size out of range), KVP_ENOMEM. */
-KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out);
 
 /* Free a cache and everything it owns, active requests included. Accepts NULL. Emits no
  * events. */
@@ -252,8 +290,9 @@ typedef struct kvp_match {
  * verify_tokens, n_verify_rejects) changes. The ids are a snapshot: a later mutating call may evict
  * them unless kvp_acquire pins them. Returns KVP_OK (also on a miss), KVP_EINVAL (NULL pointer,
  * n_tokens == 0), KVP_EOVERFLOW (2^32 - 1 or more full blocks), KVP_EBUSY. */
-KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
-                          size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns,
+                                        const uint32_t *tokens, size_t n_tokens,
+                                        uint32_t *block_ids, size_t cap, kvp_match *out);
 
 /* Start request req_id (any caller-chosen id not currently active): match the prompt like
  * kvp_lookup, pin the n_blocks_hit reused blocks, and allocate fresh blocks so the request
@@ -265,44 +304,44 @@ KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint3
  * KVP_ETOOBIG (the request needs more blocks than the pool has: it can never fit);
  * KVP_ENOSPC (free + evictable blocks are too few now; retry after a release); KVP_ENOMEM;
  * KVP_EBUSY. Nothing changes on failure. */
-KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
-                           const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
-                           kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
+                                         const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
+                                         kvp_match *out);
 
 /* Make request req_id hold enough blocks for n_capacity tokens (decode growth). Does nothing
  * if it already does. Returns KVP_OK, KVP_EINVAL (NULL cache), KVP_ENOENT, KVP_EOVERFLOW,
  * KVP_ETOOBIG (more blocks than the pool has), KVP_ENOSPC, KVP_ENOMEM (the request and the
  * cache unchanged on failure), KVP_EBUSY. */
-KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
+KVP_NODISCARD KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity);
 
 /* The request's block table: *ids points at its n block ids in token order. The array is
  * owned by the cache and valid until the next kvp_grow or kvp_release of the same request
  * (from any thread), or kvp_cache_free; calls for other requests do not move it. Its
  * contents do not change while it is valid.
  * Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_ENOENT, KVP_EBUSY. */
-KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
-                                  size_t *n);
+KVP_NODISCARD KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id,
+                                                const uint32_t **ids, size_t *n);
 
 /* Register the request's newly full blocks. tokens[0 .. n_tokens) is the request's whole
  * sequence so far (prompt, then generated tokens) and must begin with the tokens given to
  * kvp_acquire (or with their first n_tokens, for a prefill committed in chunks): the cache
  * keeps the prompt's tokens that are not yet committed and compares them, so a mismatch is
- * KVP_EINVAL and stores nothing. Blocks already committed are not hashed again. Each new full block gets its
- * key; if no cached block holds that key it is indexed (KVP_EVENT_STORED); if one does, the
- * key stays with the existing block and this block is a private duplicate that returns to
- * the free pool on release (counted in n_blocks_deduped, not n_blocks_stored).
- * *n_stored (may be NULL) receives the number of blocks newly indexed.
- * Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens shorter than already committed, tokens
- * that do not begin with the acquired prompt), KVP_ENOENT, KVP_ERANGE (n_tokens / block_size
- * exceeds the blocks held), KVP_EBUSY. Nothing changes on failure. */
-KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
-                          size_t n_tokens, size_t *n_stored);
+ * KVP_EINVAL and stores nothing. Blocks already committed are not hashed again. Each new full block
+ * gets its key; if no cached block holds that key it is indexed (KVP_EVENT_STORED); if one does,
+ * the key stays with the existing block and this block is a private duplicate that returns to the
+ * free pool on release (counted in n_blocks_deduped, not n_blocks_stored). *n_stored (may be NULL)
+ * receives the number of blocks newly indexed. Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens
+ * shorter than already committed, tokens that do not begin with the acquired prompt), KVP_ENOENT,
+ * KVP_ERANGE (n_tokens / block_size exceeds the blocks held), KVP_EBUSY. Nothing changes on
+ * failure. */
+KVP_NODISCARD KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
+                                        size_t n_tokens, size_t *n_stored);
 
 /* End request req_id: unpin its blocks from the last to the first, so within a chain the
  * tail becomes least recently used and is evicted before its parents. Indexed blocks whose
- * count drops to 0 join the LRU list; others return to the free pool. Cannot fail for an
+ * count drops to 0 join the LRU order; others return to the free pool. Cannot fail for an
  * active request. Returns KVP_OK, KVP_ENOENT, KVP_EBUSY. */
-KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id);
+KVP_NODISCARD KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id);
 
 /* Replay/simulation in one call: match tokens like kvp_lookup (*out), then make every full
  * block of the prompt cached, touching them from the last to the first so a parent is
@@ -310,8 +349,8 @@ KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id);
  * full of pinned blocks are not cached; when the prompt has more full blocks than the pool
  * can hold, its first blocks are kept; out->n_blocks_stored says how many were newly
  * cached. Nothing stays pinned. Returns as kvp_lookup, plus KVP_ENOMEM. */
-KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
-                          size_t n_tokens, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns,
+                                        const uint32_t *tokens, size_t n_tokens, kvp_match *out);
 
 /* kvp_lookup and kvp_access for precomputed block keys (see kvp_external_key): ids[i] names
  * the whole prefix up to block i; each is scoped by the namespace before use. n_tokens is
@@ -320,11 +359,12 @@ KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint3
  * or n_ids == n_tokens / block_size (a trailing partial block's id is never cached).
  * Collision-proof mode cannot verify external ids (there are no tokens): these calls return
  * KVP_EINVAL on a cache with verify_tokens. Otherwise return as kvp_lookup / kvp_access. */
-KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
-                              size_t n_ids, size_t n_tokens, uint32_t *block_ids, size_t cap,
-                              kvp_match *out);
-KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *ids,
-                              size_t n_ids, size_t n_tokens, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns,
+                                            const kvp_key *ids, size_t n_ids, size_t n_tokens,
+                                            uint32_t *block_ids, size_t cap, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns,
+                                            const kvp_key *ids, size_t n_ids, size_t n_tokens,
+                                            kvp_match *out);
 
 /* Recovery, e.g. for a frontend restarting its scheduler. kvp_cache_requests writes the
  * ids of up to cap active requests (in no particular order) to ids[] and their total number
@@ -333,9 +373,9 @@ KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const k
  * cached; requests are released in no particular order, so their blocks enter the LRU order
  * in that order), and stores how many it released in *n_released (may be NULL). Neither
  * frees the cache. Return KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
-KVP_EXPORT int kvp_cache_requests(const kvp_cache *cache, uint64_t *ids, size_t cap,
-                                  size_t *n_active);
-KVP_EXPORT int kvp_release_all(kvp_cache *cache, size_t *n_released);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_requests(const kvp_cache *cache, uint64_t *ids, size_t cap,
+                                                size_t *n_active);
+KVP_NODISCARD KVP_EXPORT int kvp_release_all(kvp_cache *cache, size_t *n_released);
 
 /* Hashing outside the lock. kvp_cache_keys computes, without taking the cache's lock,
  * the namespace root of ns and the keys of the full blocks of tokens[0 .. n_tokens) exactly
@@ -350,25 +390,29 @@ KVP_EXPORT int kvp_release_all(kvp_cache *cache, size_t *n_released);
  * cache cannot tell other keys from these, and wrong keys make wrong matches (except in
  * collision-proof mode, where tokens are verified: there tokens is required; elsewhere
  * only kvp_commit_keys reads it). Returns as the token forms. */
-KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
-                              const uint32_t *tokens, size_t n_tokens, kvp_key *root,
-                              kvp_key *keys, size_t cap, size_t *n_keys);
-KVP_EXPORT int kvp_lookup_keys(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
-                               const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
-                               uint32_t *block_ids, size_t cap, kvp_match *out);
-KVP_EXPORT int kvp_acquire_keys(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
-                                kvp_key root, const kvp_key *keys, const uint32_t *tokens,
-                                size_t n_tokens, size_t n_capacity, kvp_match *out);
-KVP_EXPORT int kvp_commit_keys(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
-                               const uint32_t *tokens, size_t n_tokens, size_t *n_stored);
-KVP_EXPORT int kvp_access_keys(kvp_cache *cache, const kvp_namespace *ns, kvp_key root,
-                               const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
-                               kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
+                                            const uint32_t *tokens, size_t n_tokens, kvp_key *root,
+                                            kvp_key *keys, size_t cap, size_t *n_keys);
+KVP_NODISCARD KVP_EXPORT int kvp_lookup_keys(kvp_cache *cache, const kvp_namespace *ns,
+                                             kvp_key root, const kvp_key *keys,
+                                             const uint32_t *tokens, size_t n_tokens,
+                                             uint32_t *block_ids, size_t cap, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_acquire_keys(kvp_cache *cache, uint64_t req_id,
+                                              const kvp_namespace *ns, kvp_key root,
+                                              const kvp_key *keys, const uint32_t *tokens,
+                                              size_t n_tokens, size_t n_capacity, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_commit_keys(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
+                                             const uint32_t *tokens, size_t n_tokens,
+                                             size_t *n_stored);
+KVP_NODISCARD KVP_EXPORT int kvp_access_keys(kvp_cache *cache, const kvp_namespace *ns,
+                                             kvp_key root, const kvp_key *keys,
+                                             const uint32_t *tokens, size_t n_tokens,
+                                             kvp_match *out);
 
 /* Drop every cached block that no request pins: each emits KVP_EVENT_REMOVED with
  * KVP_REMOVED_RESET, and KVP_EVENT_CLEARED follows if the index is then empty. Pinned blocks
  * stay cached. Returns KVP_OK, KVP_EINVAL (NULL), KVP_EBUSY. */
-KVP_EXPORT int kvp_cache_reset(kvp_cache *cache);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_reset(kvp_cache *cache);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Statistics and checks                                                                    */
@@ -399,13 +443,13 @@ typedef struct kvp_stats {
 } kvp_stats;
 
 /* Copy the counters to *out. Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
-KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
 
-/* Walk the whole cache and check every invariant (index, pool, LRU list, free list,
+/* Walk the whole cache and check every invariant (index, pool, LRU ring, free list,
  * reference counts, requests, interned namespaces). Returns KVP_OK, KVP_ECORRUPT, KVP_EBUSY,
  * KVP_EINVAL (NULL), or KVP_ENOMEM (its scratch array, taken with malloc, not the cache's hooks).
  * O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid deployments. */
-KVP_EXPORT int kvp_cache_check(const kvp_cache *cache);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_check(const kvp_cache *cache);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Prometheus metrics                                                                       */
@@ -432,8 +476,9 @@ typedef struct kvp_label {
  * truncated, NUL-terminated prefix (call again with that size; buf may be NULL when cap is 0);
  * KVP_EINVAL (NULL cache or n_out, NULL label name or value, invalid or duplicate label name, value
  * not UTF-8), with buf and *n_out untouched; KVP_EBUSY. Never changes the cache. */
-KVP_EXPORT int kvp_cache_metrics(const kvp_cache *cache, const kvp_label *labels, size_t n_labels,
-                                 char *buf, size_t cap, size_t *n_out);
+KVP_NODISCARD KVP_EXPORT int kvp_cache_metrics(const kvp_cache *cache, const kvp_label *labels,
+                                               size_t n_labels, char *buf, size_t cap,
+                                               size_t *n_out);
 
 #ifdef __cplusplus
 }

@@ -73,6 +73,7 @@ static inline KVP__FLATTEN kvp_key kvp__hash_block16(uint64_t seed, kvp_key pare
 static inline kvp_key kvp__hash_block(uint64_t seed, kvp_key parent, const uint32_t *tokens,
                                       uint32_t block_size)
 {
+    assert(block_size >= 1 && block_size <= KVP_MAX_BLOCK_SIZE && tokens);
     size_t n_bytes = 16 + (size_t)block_size * 4;
     if (block_size == 16)
         return kvp__hash_block16(seed, parent, tokens);

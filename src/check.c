@@ -1,6 +1,6 @@
 /*
  * check.c - the invariant checker: walks the whole cache and verifies that the index, the
- * pool's free and LRU lists, the reference counts, the requests and (in collision-proof
+ * pool's free list and LRU ring, the reference counts, the requests and (in collision-proof
  * mode) the interned namespaces agree with each other.
  *
  * Invariants checked:
@@ -9,6 +9,8 @@
  *     or in use (ref > 0, in neither); the free list is acyclic, and n_free + n_lru +
  *     n_in_use == n_blocks.
  *  2. The index holds exactly the indexed blocks plus its sentinel, each under its key.
+ *     (The table points at the key inside its block, so a key is stored once: its entry's
+ *     bucket and hash are cross-checked, the key's upper 64 bits have no copy to check.)
  *  3. Every block's ref equals the number of times it appears in active requests' block
  *     tables; each request has n_committed <= n_blocks <= cap_blocks.
  *  4. Verify mode: each interned namespace's refs equals the requests and indexed first
@@ -17,7 +19,8 @@
  *     fit the test-only truncation; no ref count holds the KVP_NIL marker; requests carry
  *     no namespace or parent reference outside verify mode; in verify mode an unindexed
  *     block names no namespace and an indexed later block names a parent in the pool.
- * Tests and fuzzers call it after every mutation. O(n_blocks + held blocks); it allocates
+ * Tests and fuzzers call it after every mutation; tests/test_check.c corrupts each structure
+ * above in turn and shows the checker catching it. O(n_blocks + held blocks); it allocates
  * its counter arrays through the cache's hooks (a deployment that gives the cache an arena
  * gets no hidden malloc), frees them before returning, and reports KVP_ENOMEM when they
  * cannot be had. kvp_cache_check runs it under the cache's exclusive lock, since the
@@ -40,9 +43,10 @@ static uint32_t walk_free(const kvp__pool *pool)
 {
     uint32_t n = 0;
     for (uint32_t id = pool->free_head; id != KVP_NIL; id = pool->blocks[id].next) {
+        if (id >= pool->n_blocks || n >= pool->n_blocks)
+            return UINT32_MAX;
         const kvp__block *b = &pool->blocks[id];
-        if (id >= pool->n_blocks || n >= pool->n_blocks || b->ref || b->indexed ||
-            b->lru_slot != KVP_NIL)
+        if (!kvp__block_is_free(b) || b->lru_slot != KVP_NIL)
             return UINT32_MAX;
         n++;
     }
@@ -75,11 +79,11 @@ static uint32_t walk_lru(const kvp__pool *pool)
             continue; /* the gap: stale by construction, checked below */
         if (id >= pool->n_blocks)
             return UINT32_MAX;
-        n += pool->blocks[id].lru_slot == s;
+        n += kvp__lru_entry_live(pool, id, s);
     }
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
-        if (b->ref != 0 || !b->indexed) {
+        if (!kvp__block_is_cached(b)) {
             if (b->lru_slot != KVP_NIL)
                 return UINT32_MAX;
             continue;
@@ -101,7 +105,7 @@ int kvp__pool_check(const kvp_cache *cache)
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
         FAIL_IF(b->indexed > 1 || b->ref == KVP_NIL);
-        n_used += b->ref > 0;
+        n_used += kvp__block_is_in_use(b);
     }
     FAIL_IF(n_used != pool->n_in_use || n_free + n_lru + n_used != pool->n_blocks);
 out:
@@ -117,7 +121,7 @@ int kvp__index_check(const kvp_cache *cache)
     uint32_t n_indexed = 0;
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
-        if (!b->indexed)
+        if (!kvp__block_is_indexed(b))
             continue;
         n_indexed++;
         FAIL_IF(kvp__index_find(&cache->index, b->key) != b);
@@ -145,7 +149,7 @@ int kvp__requests_check(const kvp_cache *cache)
     const kvp__request *req, *tmp;
     HASH_ITER(hh, cache->requests, req, tmp)
     {
-        FAIL_IF(req->n_committed > req->n_blocks || req->n_blocks > req->cap_blocks);
+        FAIL_IF(!kvp__request_counts_ok(req));
         FAIL_IF(req->canon.id != KVP_NIL && req->canon.id >= pool->n_blocks);
         FAIL_IF(!kvp__verifying(cache) && (req->ns != KVP_NIL || req->canon.id != KVP_NIL));
         for (uint32_t i = 0; i < req->n_blocks; i++) {
@@ -182,7 +186,7 @@ int kvp__verify_check(const kvp_cache *cache)
     }
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__vmeta *m = &v->meta[id];
-        if (!pool->blocks[id].indexed) {
+        if (!kvp__block_is_indexed(&pool->blocks[id])) {
             FAIL_IF(m->ns != KVP_NIL);
             continue;
         }

@@ -3,7 +3,8 @@
  *
  * Every public function returns KVP_OK or one of the negative KVP_E* codes declared in
  * kvprefix.h; kvp_strerror() maps each to a fixed English sentence fragment. The strings
- * are static, so callers never free them.
+ * are static, so callers never free them. kvp_version and kvp_version_number report the
+ * library's own version (the KVP_VERSION_* macros of the header it was built with).
  */
 #include "internal.h"
 
@@ -40,4 +41,9 @@ KVP_EXPORT const char *kvp_strerror(int code)
 KVP_EXPORT const char *kvp_version(void)
 {
     return KVP_VERSION_STRING;
+}
+
+KVP_EXPORT int kvp_version_number(void)
+{
+    return KVP_VERSION_NUMBER;
 }

@@ -83,6 +83,11 @@ void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
 {
     kvp__mem *mem = NULL; /* never used: the table exists and never expands */
     (void)mem;
+    /* A second block under the same key is not asserted here (that costs a probe per store
+     * in every build with asserts): callers add only after a find missed or unindexed the
+     * holder, and kvp__index_check finds any block not reachable under its own key. */
+    assert(!kvp__block_is_indexed(blk) && blk != &idx->sentinel);
+    assert(idx->n_items < UINT32_MAX);
     blk->key = key;
     HASH_ADD_KEYPTR_BYHASHVALUE(hh, idx->head, &blk->key, KEY_BYTES, bucket_hash(key), blk);
     blk->indexed = 1;
@@ -95,6 +100,8 @@ void kvp__index_del(kvp__index *idx, kvp__block *blk)
 {
     kvp__mem *mem = NULL; /* uthash frees only when the last entry goes: the sentinel stays */
     (void)mem;
+    assert(kvp__block_is_indexed(blk) && blk != &idx->sentinel && idx->n_items > 0);
+    assert(blk->hh.tbl == idx->head->hh.tbl); /* an entry of this table */
     HASH_DELETE(hh, idx->head, blk);
     blk->indexed = 0;
     idx->n_items--;

@@ -6,21 +6,30 @@
  *
  *   kvp_cache
  *    |- pool: blocks[0 .. n_blocks)      one kvp__block per physical KV block id
- *    |     free list (singly linked via next)   blocks holding nothing reusable
- *    |     LRU list (doubly linked, head = least recently used)   cached, unpinned blocks
- *    |- index: uthash table key -> block  every block with indexed == true, plus a sentinel
+ *    |     free list: free_head -> b -> b -> NIL (singly linked via next), never-used or
+ *    |                holding nothing reusable
+ *    |     LRU ring:  lru[head % cap] .. lru[(tail - 1) % cap], block ids oldest first;
+ *    |                an entry is live iff its block is cached and its lru_slot names the
+ *    |                entry's slot (pinning only clears lru_slot: lazy deletion, pool.c)
+ *    |- index: uthash table key -> block  every block with indexed == 1, plus a sentinel
  *    |- requests: uthash table id -> kvp__request (block table, chain state)
  *    `- verify (optional): tokens per block, parent links, interned namespaces
  *
- * Each block is in exactly one of three states, derived from (ref, indexed):
- *   free    ref == 0, !indexed   on the free list
- *   cached  ref == 0,  indexed   in the index and on the LRU list
- *   in use  ref  > 0             pinned by requests; indexed or a private block
+ * Each block is in exactly one of three states, derived from (ref, indexed) and named by
+ * the predicates kvp__block_is_free / _cached / _in_use below:
+ *   free    ref == 0, !indexed   on the free list, lru_slot == KVP_NIL
+ *   cached  ref == 0,  indexed   in the index, with exactly one live entry in the LRU ring
+ *   in use  ref  > 0             pinned by requests; indexed, or private (not indexed);
+ *                                lru_slot == KVP_NIL
  * kvp__cache_check() verifies this and every count; tests call it after each mutation.
+ * Internal preconditions are assert()ed (compiled in unless NDEBUG: meson's b_ndebug is
+ * if-release, so the debugoptimized test, sanitizer and fuzz builds keep them). Asserts are
+ * for bugs in the library only; caller input is checked and answered with KVP_E* codes.
  */
 #ifndef KVP_INTERNAL_H
 #define KVP_INTERNAL_H
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -95,6 +104,7 @@ static inline bool kvp__key_eq(kvp_key a, kvp_key b)
 /* Keep the low `bits` bits of a key (bits in 1..128); test-only collision forcing. */
 static inline kvp_key kvp__key_truncate(kvp_key k, unsigned bits)
 {
+    assert(bits >= 1);
     if (bits >= 128)
         return k;
     if (bits >= 64) {
@@ -116,6 +126,35 @@ typedef struct kvp__block {
     uint32_t next;     /* free list: the next free block; KVP_NIL at the end */
     uint32_t indexed;  /* 1 while the key is in the index, else 0 */
 } kvp__block;
+
+/* The block states (see the top of this file). A block is in exactly one of free, cached
+ * and in use; in-use blocks are indexed (shared) or private. Cannot fail. */
+static inline bool kvp__block_is_indexed(const kvp__block *b)
+{
+    return b->indexed != 0;
+}
+
+static inline bool kvp__block_is_in_use(const kvp__block *b)
+{
+    return b->ref > 0;
+}
+
+static inline bool kvp__block_is_free(const kvp__block *b)
+{
+    return b->ref == 0 && !kvp__block_is_indexed(b);
+}
+
+static inline bool kvp__block_is_cached(const kvp__block *b)
+{
+    return b->ref == 0 && kvp__block_is_indexed(b);
+}
+
+/* In use but not indexed: a partial tail, a deduplicated copy or a replaced block; it
+ * returns to the free list on its last unpin. */
+static inline bool kvp__block_is_private(const kvp__block *b)
+{
+    return kvp__block_is_in_use(b) && !kvp__block_is_indexed(b);
+}
 
 /* The key -> block table. A sentinel entry with a 1-byte key keeps the uthash table alive
  * for the cache's lifetime, and buckets are sized once for the whole pool, so adding and
@@ -182,6 +221,14 @@ typedef struct kvp__pool {
     bool cleaning;      /* a cleaning pass is under way (clean_w/clean_r valid) */
 } kvp__pool;
 
+/* Is the ring entry in slot s, naming block id, that block's live LRU entry? The block must
+ * be cached and point back at the slot (see pool.c). Cannot fail. */
+static inline bool kvp__lru_entry_live(const kvp__pool *pool, uint32_t id, uint32_t s)
+{
+    const kvp__block *b = &pool->blocks[id];
+    return b->lru_slot == s && kvp__block_is_cached(b);
+}
+
 /* ---------------------------------------------------------------- verify (verify.c) */
 
 /* Per-block provenance kept in collision-proof mode. Generations are 64-bit serials drawn
@@ -233,12 +280,19 @@ typedef struct kvp__request {
     size_t prompt_start;  /* first token kept in prompt: the hit blocks' end */
 } kvp__request;
 
+/* The request's counts are in order: committed blocks are held, held blocks fit the table.
+ * Cannot fail. */
+static inline bool kvp__request_counts_ok(const kvp__request *req)
+{
+    return req->n_committed <= req->n_blocks && req->n_blocks <= req->cap_blocks;
+}
+
 /* ---------------------------------------------------------------- the cache (cache.c) */
 
 struct kvp_cache {
     kvp_config cfg;         /* copy of the creation config */
     kvp__mem mem;           /* allocator and live-byte count */
-    kvp__pool pool;         /* physical blocks, free and LRU lists */
+    kvp__pool pool;         /* physical blocks, free list, LRU ring */
     kvp__index index;       /* key -> block */
     kvp__request *requests; /* uthash head of active requests */
     kvp__verify verify;     /* collision-proof mode state; zeroed when off */
@@ -369,6 +423,7 @@ static inline kvp__vref kvp__vref_of(const kvp_cache *cache, uint32_t id)
 {
     if (!kvp__verifying(cache) || id == KVP_NIL)
         return KVP__VREF_NONE;
+    assert(id < cache->pool.n_blocks);
     kvp__vref r = {id, cache->verify.meta[id].gen};
     return r;
 }

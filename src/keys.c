@@ -140,6 +140,7 @@ KVP_EXPORT kvp_key kvp_external_key(uint64_t seed, kvp_key root, kvp_key externa
 /* The cache-level variants apply the test-only truncation (key_bits < 128). */
 kvp_key kvp__cache_root(const kvp_cache *cache, const kvp_namespace *ns)
 {
+    assert(kvp__ns_valid(ns) == KVP_OK); /* the entry points validate it first */
     return kvp__key_truncate(ns_root(cache->cfg.seed, ns), cache->key_bits);
 }
 

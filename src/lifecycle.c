@@ -71,6 +71,8 @@ typedef struct walk {
 static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_t n_full,
                                           uint32_t *ids, size_t cap, int mode)
 {
+    assert(ids || cap == 0);
+    assert(!kvp__verifying(cache) || src->tokens); /* verification compares tokens */
     walk w = {0, false, src->root, KVP_NIL};
     kvp__vref prev = KVP__VREF_NONE;
     uint32_t batch = 1;
@@ -248,6 +250,7 @@ int kvp__lookup_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_
  * after them. The caller checked availability. Cannot fail. */
 static void pin_and_take(kvp_cache *cache, kvp__request *req, uint32_t n_hit, uint32_t n_take)
 {
+    assert(req->n_blocks == 0 && (uint64_t)n_hit + n_take <= req->cap_blocks);
     for (uint32_t i = 0; i < n_hit; i++)
         kvp__pool_pin(cache, req->blocks[i]);
     kvp__pool_take_n(cache, req->blocks + n_hit, n_take);
@@ -263,7 +266,8 @@ static uint32_t count_unpinned(kvp_cache *cache, const uint32_t *ids, uint32_t n
     uint32_t count = 0;
     for (uint32_t i = 0; i < n; i++) {
         kvp__block *b = &cache->pool.blocks[ids[i]];
-        if (b->ref == 0) {
+        assert(kvp__block_is_indexed(b));
+        if (kvp__block_is_cached(b)) {
             b->ref = KVP_NIL;
             count++;
         }
@@ -372,6 +376,7 @@ int kvp__grow_locked(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
     int rc = kvp__request_reserve(cache, req, n_total);
     if (rc != KVP_OK)
         return rc;
+    assert(req->n_blocks + n_take <= req->cap_blocks);
     kvp__pool_take_n(cache, req->blocks + req->n_blocks, n_take);
     req->n_blocks += n_take;
     return KVP_OK;
@@ -395,6 +400,9 @@ int kvp__request_blocks_locked(const kvp_cache *cache, uint64_t req_id, const ui
 static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key parent_key, uint32_t i,
                         const uint32_t *tokens, kvp__vref canon, uint32_t ns)
 {
+    /* Only a block held by the caller is stored: one of its request's or a fresh one. */
+    assert(id < cache->pool.n_blocks && kvp__block_is_private(&cache->pool.blocks[id]));
+    assert(!kvp__verifying(cache) || tokens);
     kvp__index_add(&cache->index, &cache->pool.blocks[id], key);
     if (kvp__verifying(cache))
         kvp__verify_store(cache, id, tokens, canon, i == 0 ? ns : KVP_NIL);
@@ -421,6 +429,7 @@ static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key pare
 static bool accept_existing(kvp_cache *cache, uint32_t b, const uint32_t *tokens, kvp__vref canon,
                             uint32_t ns, bool counted, bool can_replace)
 {
+    assert(b < cache->pool.n_blocks && kvp__block_is_indexed(&cache->pool.blocks[b]));
     if (!kvp__verifying(cache))
         return true;
     if (!counted && kvp__verify_block(cache, b, tokens, canon, ns))
@@ -457,6 +466,7 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
         return KVP_ENOENT;
+    assert(kvp__request_counts_ok(req));
     size_t bs = cache->cfg.block_size;
     if (n_tokens / bs < req->n_committed)
         return KVP_EINVAL;
@@ -502,6 +512,7 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
             req->n_committed = i + 1;
         }
     }
+    assert(req->n_committed == n_full && kvp__request_counts_ok(req));
     if (req->prompt && (size_t)req->n_committed * bs >= req->n_prompt)
         kvp__request_drop_prompt(cache, req);
     if (n_stored)
@@ -555,6 +566,7 @@ int kvp__release_all_locked(kvp_cache *cache, size_t *n_released)
 /* Unpin req's blocks tail first and delete it. Cannot fail. */
 static void release_request(kvp_cache *cache, kvp__request *req)
 {
+    assert(kvp__request_counts_ok(req));
     /* Tail first; the blocks a few steps ahead are prefetched, since a long-running request's
      * blocks have usually left the cache by the time it ends. */
     for (uint32_t i = req->n_blocks; i-- > 0;) {
@@ -636,6 +648,7 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
     }
 
     /* Step 3: release tail first. */
+    assert(n_held <= n_full && w.n_cached <= n_full);
     for (uint32_t i = n_held; i-- > 0;)
         kvp__pool_unpin(cache, ids[i]);
     count_request(cache, &m);

@@ -75,6 +75,7 @@ void kvp__mem_free(kvp__mem *mem, void *ptr, size_t size)
 {
     if (!ptr)
         return;
+    assert(mem->live_bytes >= (size ? size : 1));
     mem->hooks.free(mem->hooks.ud, ptr, size ? size : 1);
     mem->live_bytes -= size ? size : 1;
 }

@@ -52,13 +52,15 @@
 
 static inline uint32_t ring_slot(const kvp__pool *pool, uint64_t pos)
 {
+    assert(pool->lru_cap > 0);
     return (uint32_t)(pos % pool->lru_cap);
 }
 
 /* Is the ring entry at slot s, naming block id, the block's live LRU entry? */
 static inline bool ring_live(const kvp__pool *pool, uint32_t id, uint32_t s)
 {
-    return id != KVP_NIL && pool->blocks[id].lru_slot == s;
+    assert(id == KVP_NIL || (id < pool->n_blocks && s < pool->lru_cap));
+    return id != KVP_NIL && kvp__lru_entry_live(pool, id, s);
 }
 
 /* Clean up to CLEAN_STEP entries of the current pass; end the pass when it reaches the
@@ -80,11 +82,13 @@ static void ring_clean_step(kvp__pool *pool)
     }
 }
 
-/* Cached block id leaves the LRU order (pinned or uncached): its slot becomes dead. */
+/* Cached block id leaves the LRU order (pinned or uncached): its entry becomes stale. */
 static void lru_remove(kvp__pool *pool, uint32_t id)
 {
     kvp__block *b = &pool->blocks[id];
-    assert(b->lru_slot != KVP_NIL && pool->lru[b->lru_slot] == id);
+    /* Cached until now (kvp__pool_pin has already counted its new pin). */
+    assert(kvp__block_is_indexed(b) && pool->n_lru > 0);
+    assert(b->lru_slot < pool->lru_cap && pool->lru[b->lru_slot] == id);
     b->lru_slot = KVP_NIL;
     pool->n_lru--;
 }
@@ -93,6 +97,8 @@ static void lru_remove(kvp__pool *pool, uint32_t id)
  * 3/4 of the ring and always ends before the ring is full. */
 static void lru_push_tail(kvp__pool *pool, uint32_t id)
 {
+    assert(kvp__block_is_cached(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
+    assert(pool->n_lru < pool->n_blocks);
     if (!pool->cleaning && (pool->lru_tail - pool->lru_head) * 4 >= pool->lru_cap * 3) {
         pool->clean_w = pool->clean_r = pool->lru_head;
         pool->cleaning = true;
@@ -129,6 +135,7 @@ static uint32_t lru_pop_head(kvp__pool *pool)
 static void free_push(kvp__pool *pool, uint32_t id)
 {
     kvp__block *b = &pool->blocks[id];
+    assert(kvp__block_is_free(b) && pool->n_free < pool->n_blocks);
     b->lru_slot = KVP_NIL;
     b->next = pool->free_head;
     pool->free_head = id;
@@ -171,7 +178,10 @@ void kvp__pool_free(kvp_cache *cache)
 void kvp__pool_pin(kvp_cache *cache, uint32_t id)
 {
     kvp__pool *pool = &cache->pool;
+    assert(id < pool->n_blocks);
     kvp__block *b = &pool->blocks[id];
+    assert(kvp__block_is_indexed(b) || kvp__block_is_in_use(b));
+    assert(b->ref < KVP_NIL - 1); /* KVP_NIL is the marker of count_unpinned (lifecycle.c) */
     if (b->ref++ == 0) {
         lru_remove(pool, id);
         pool->n_in_use++;
@@ -183,11 +193,14 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
 void kvp__pool_unpin(kvp_cache *cache, uint32_t id)
 {
     kvp__pool *pool = &cache->pool;
+    assert(id < pool->n_blocks);
     kvp__block *b = &pool->blocks[id];
+    assert(kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
     if (--b->ref > 0)
         return;
+    assert(pool->n_in_use > 0);
     pool->n_in_use--;
-    if (b->indexed)
+    if (kvp__block_is_indexed(b))
         lru_push_tail(pool, id);
     else
         free_push(pool, id);
@@ -197,6 +210,7 @@ void kvp__pool_unpin(kvp_cache *cache, uint32_t id)
 static void unindex(kvp_cache *cache, uint32_t id, int reason)
 {
     kvp__block *b = &cache->pool.blocks[id];
+    assert(kvp__block_is_indexed(b));
     kvp_event ev = {0};
     ev.type = KVP_EVENT_REMOVED;
     ev.reason = reason;
@@ -208,10 +222,11 @@ static void unindex(kvp_cache *cache, uint32_t id, int reason)
     kvp__emit(cache, &ev);
 }
 
-/* Remove cached (unpinned, indexed) block id from the index and the LRU list, and leave it
+/* Remove cached (unpinned, indexed) block id from the index and the LRU ring, and leave it
  * unlinked and unpinned (the caller pins it or puts it on the free list). Cannot fail. */
 static void uncache(kvp_cache *cache, uint32_t id, int reason)
 {
+    assert(kvp__block_is_cached(&cache->pool.blocks[id]));
     lru_remove(&cache->pool, id);
     unindex(cache, id, reason);
 }
@@ -243,6 +258,7 @@ static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
 void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
+    assert(kvp__pool_available(pool) >= n);
     for (uint32_t i = 0; i < n; i++) {
         if (pool->free_head == KVP_NIL) {
             uint64_t far = pool->lru_head + EVICT_AHEAD, near = pool->lru_head + EVICT_AHEAD / 2;
@@ -267,12 +283,15 @@ uint32_t kvp__pool_take(kvp_cache *cache)
     uint32_t id = pool->free_head;
     bool evicted = id == KVP_NIL;
     if (!evicted) {
+        assert(id < pool->n_blocks && pool->n_free > 0);
+        assert(kvp__block_is_free(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
         pool->free_head = pool->blocks[id].next;
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
     } else if ((id = lru_pop_head(pool)) == KVP_NIL) {
         return KVP_NIL;
     }
+    assert(!kvp__block_is_in_use(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
     pool->blocks[id].ref = 1;
     pool->n_in_use++;
     if (evicted) {
@@ -289,7 +308,8 @@ uint32_t kvp__pool_take(kvp_cache *cache)
  * Cannot fail. */
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason)
 {
-    if (cache->pool.blocks[id].ref == 0) {
+    assert(id < cache->pool.n_blocks && kvp__block_is_indexed(&cache->pool.blocks[id]));
+    if (kvp__block_is_cached(&cache->pool.blocks[id])) {
         uncache(cache, id, reason);
         free_push(&cache->pool, id);
         return;
@@ -306,4 +326,5 @@ void kvp__pool_drop_cached(kvp_cache *cache, int reason)
         unindex(cache, id, reason);
         free_push(&cache->pool, id);
     }
+    assert(cache->pool.n_lru == 0 && cache->pool.lru_head == cache->pool.lru_tail);
 }

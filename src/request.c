@@ -36,6 +36,7 @@ kvp__request *kvp__request_find(const kvp_cache *cache, uint64_t id)
  * caller has checked that id is not active. Returns KVP_OK or KVP_ENOMEM (nothing changed). */
 int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__request **out)
 {
+    assert(kvp__request_find(cache, id) == NULL);
     kvp__request *req = kvp__mem_calloc(&cache->mem, 1, sizeof *req);
     if (!req)
         return KVP_ENOMEM;
@@ -64,6 +65,7 @@ int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__re
  * unchanged). */
 int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_blocks)
 {
+    assert(kvp__request_counts_ok(req));
     if (cap_blocks <= req->cap_blocks)
         return KVP_OK;
     uint64_t cap = (uint64_t)req->cap_blocks * 2;
@@ -112,6 +114,7 @@ void kvp__request_drop_prompt(kvp_cache *cache, kvp__request *req)
  * destroying the whole cache. Cannot fail. */
 void kvp__request_delete(kvp_cache *cache, kvp__request *req)
 {
+    assert(kvp__request_find(cache, req->id) == req && kvp__request_counts_ok(req));
     kvp__request_drop_prompt(cache, req);
     HASH_DELETE(hh, cache->requests, req);
     kvp__mem_free(&cache->mem, req->blocks, (size_t)req->cap_blocks * sizeof(uint32_t));

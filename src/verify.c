@@ -233,6 +233,8 @@ int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key roo
 
 void kvp__verify_ns_ref(kvp_cache *cache, uint32_t ns)
 {
+    assert(ns < cache->verify.n_slots && cache->verify.slots[ns]);
+    assert(cache->verify.slots[ns]->refs > 0 && cache->verify.slots[ns]->refs < UINT32_MAX);
     cache->verify.slots[ns]->refs++;
 }
 
@@ -241,13 +243,17 @@ void kvp__verify_ns_ref(kvp_cache *cache, uint32_t ns)
 void kvp__verify_ns_unref(kvp_cache *cache, uint32_t ns)
 {
     kvp__verify *v = &cache->verify;
+    assert(ns < v->n_slots && v->slots[ns] && v->slots[ns]->id == ns);
     kvp__nsrec *rec = v->slots[ns];
+    assert(rec->refs > 0);
     if (--rec->refs > 0)
         return;
     kvp__nsroot *node = rec->owner;
     kvp__nsrec **link = &node->first;
-    while (*link != rec)
+    while (*link != rec) {
+        assert(*link); /* the record is on its owner's chain */
         link = &(*link)->next;
+    }
     *link = rec->next;
     if (!node->first) {
         HASH_DELETE(hh, v->by_key, node);
@@ -266,6 +272,7 @@ bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *toke
                        kvp__vref parent, uint32_t ns)
 {
     const kvp__verify *v = &cache->verify;
+    assert(id < cache->pool.n_blocks && tokens);
     const kvp__vmeta *m = &v->meta[id];
     size_t bs = cache->cfg.block_size;
     if (memcmp(v->tokens + (size_t)id * bs, tokens, bs * sizeof(uint32_t)) != 0)
@@ -282,6 +289,8 @@ void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, kv
                        uint32_t ns)
 {
     kvp__verify *v = &cache->verify;
+    assert(id < cache->pool.n_blocks && tokens && v->meta[id].ns == KVP_NIL);
+    assert((parent.id == KVP_NIL) == (ns != KVP_NIL) && parent.id != id);
     kvp__vmeta *m = &v->meta[id];
     size_t bs = cache->cfg.block_size;
     memcpy(v->tokens + (size_t)id * bs, tokens, bs * sizeof(uint32_t));
@@ -296,6 +305,7 @@ void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, kv
 /* Block id left the index: drop its namespace reference. Cannot fail. */
 void kvp__verify_forget(kvp_cache *cache, uint32_t id)
 {
+    assert(id < cache->pool.n_blocks);
     kvp__vmeta *m = &cache->verify.meta[id];
     if (m->ns != KVP_NIL)
         kvp__verify_ns_unref(cache, m->ns);

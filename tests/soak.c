@@ -91,7 +91,10 @@ static int soak_round(int round, bool verify, unsigned key_bits)
             ns.salt = kvp_field_str("s");
         kvp_match m;
         kvp_stats before, after;
-        kvp_cache_stats(c, &before);
+        if (kvp_cache_stats(c, &before) != KVP_OK) {
+            fprintf(stderr, "soak: round %d op %d: kvp_cache_stats failed\n", round, op);
+            return 1;
+        }
         alloc.fail_at = rnd(8) == 0 ? (long)rnd(4) : -1;
         alloc.n_calls = 0;
         int rc = KVP_OK, kind = (int)rnd(7);
@@ -139,7 +142,10 @@ static int soak_round(int round, bool verify, unsigned key_bits)
             break;
         }
         alloc.fail_at = -1;
-        kvp_cache_stats(c, &after);
+        if (kvp_cache_stats(c, &after) != KVP_OK) {
+            fprintf(stderr, "soak: round %d op %d: kvp_cache_stats failed\n", round, op);
+            return 1;
+        }
         if (rc == KVP_ENOMEM && memcmp(&before, &after, sizeof before) != 0) {
             fprintf(stderr, "soak: round %d op %d (kind %d): ENOMEM changed the stats\n", round, op,
                     kind);

@@ -16,6 +16,7 @@
  * must work with an allocator that fails every call.
  */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
@@ -60,6 +61,27 @@ Test(errors, version)
     cr_assert_str_eq(kvp_version(), KVP_VERSION_STRING);
     cr_assert_eq(KVP_VERSION_NUMBER,
                  KVP_VERSION_MAJOR * 10000 + KVP_VERSION_MINOR * 100 + KVP_VERSION_PATCH);
+}
+
+/* The numeric version: the library's kvp_version_number() equals the header's
+ * KVP_VERSION_NUMBER, and both decode to the numbers of the version string. */
+Test(errors, version_number)
+{
+    unsigned major, minor, patch;
+    char tail;
+    cr_assert_eq(sscanf(kvp_version(), "%u.%u.%u%c", &major, &minor, &patch, &tail), 3,
+                 "kvp_version() \"%s\" is not MAJOR.MINOR.PATCH", kvp_version());
+    cr_assert_eq(major, KVP_VERSION_MAJOR);
+    cr_assert_eq(minor, KVP_VERSION_MINOR);
+    cr_assert_eq(patch, KVP_VERSION_PATCH);
+    cr_assert_lt(minor, 100, "MINOR must stay below 100 for the numeric encoding");
+    cr_assert_lt(patch, 100, "PATCH must stay below 100 for the numeric encoding");
+    int n = kvp_version_number();
+    cr_assert_eq(n, KVP_VERSION_NUMBER);
+    cr_assert_eq(n, (int)(major * 10000 + minor * 100 + patch));
+    cr_assert_eq(n / 10000, (int)major);
+    cr_assert_eq(n / 100 % 100, (int)minor);
+    cr_assert_eq(n % 100, (int)patch);
 }
 
 /* ------------------------------------------------------------------ keys and config */

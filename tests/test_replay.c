@@ -325,8 +325,9 @@ static void check_random(unsigned seed, uint32_t bs, bool cache_output)
             frac[i] = (double)pm.n_tokens_hit / (double)L.n[i];
             kvp_key root, keys[64];
             size_t nk;
-            kvp_namespace_key(0, &ns, &root);
-            kvp_hash_blocks(0, root, L.tok[i], L.n[i] + out, bs, keys, 64, &nk);
+            cr_assert_eq(kvp_namespace_key(0, &ns, &root), KVP_OK);
+            cr_assert_eq(kvp_hash_blocks(0, root, L.tok[i], L.n[i] + out, bs, keys, 64, &nk),
+                         KVP_OK);
             uint32_t nc = naive_access(&nv, keys, (uint32_t)(L.n[i] / bs), (uint32_t)nk);
             cr_assert_eq(nc, pm.n_blocks_cached, "seed %u cap %llu request %zu", seed,
                          (unsigned long long)cap, i);
@@ -337,7 +338,7 @@ static void check_random(unsigned seed, uint32_t bs, bool cache_output)
         cr_assert_eq(m.p90_hit, frac[(L.count * 90 + 99) / 100 - 1]);
         cr_assert_eq(m.p99_hit, frac[(L.count * 99 + 99) / 100 - 1]);
         kvp_stats st;
-        kvp_cache_stats(cache, &st);
+        cr_assert_eq(kvp_cache_stats(cache, &st), KVP_OK);
         cr_assert_eq(m.n_hit_tokens, hit_tokens, "seed %u bs %u cap %llu", seed, bs,
                      (unsigned long long)cap);
         cr_assert_eq(m.n_blocks_cached, cached_blocks);
@@ -427,7 +428,7 @@ Test(replay, sweep_equals_pool_on_random_traces)
             hit += pm.n_tokens_hit;
         }
         kvp_stats st;
-        kvp_cache_stats(cache, &st);
+        cr_assert_eq(kvp_cache_stats(cache, &st), KVP_OK);
         cr_assert_eq(m.n_hit_tokens, hit, "cap %llu", (unsigned long long)cap);
         cr_assert_eq(m.n_evicted, st.n_evictions, "cap %llu", (unsigned long long)cap);
         kvp_cache_free(cache);
@@ -508,7 +509,7 @@ Test(replay, refused_requests_undo_and_growth)
     cr_assert_eq(m.n_requests, accepted);
     cr_assert_eq(m.n_hit_tokens, hit);
     kvp_stats st;
-    kvp_cache_stats(cache, &st);
+    cr_assert_eq(kvp_cache_stats(cache, &st), KVP_OK);
     cr_assert_eq(m.n_evicted, st.n_evictions);
     kvp_cache_free(cache);
     rp_sim_free(sim);

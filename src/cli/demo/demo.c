@@ -200,7 +200,8 @@ int demo_main(int argc, char **argv)
     }
 
     kvp_stats stats;
-    kvp_cache_stats(cache, &stats);
+    if ((rc = kvp_cache_stats(cache, &stats)) != KVP_OK)
+        return fail("statistics", rc);
     printf("\nrequests %llu, prompt tokens %llu, reused %llu (%.1f%% of prefill skipped)\n",
            (unsigned long long)stats.n_requests, (unsigned long long)stats.n_tokens_queried,
            (unsigned long long)stats.n_tokens_hit,

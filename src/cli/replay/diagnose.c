@@ -270,7 +270,8 @@ int rp_diag_add(rp_diag *d, kvp_key root, const uint32_t *sym, size_t n, const c
     if (keep_request(d, sym, n, text, text_len, offsets, line_no) != 0)
         return -1;
     size_t n_keys = 0;
-    kvp_hash_blocks(0, root, sym, n, (uint32_t)bs, d->keys, n_full, &n_keys);
+    if (kvp_hash_blocks(0, root, sym, n, (uint32_t)bs, d->keys, n_full, &n_keys) != KVP_OK)
+        return -1; /* not with a block size the replay accepted */
 
     /* Step 2: */
     node *at = node_find(d, root);

@@ -602,7 +602,8 @@ static int replay_one(run *ru, const held *h)
     ru->res->n_output_cached += q.n_output_tokens > 0;
     if (ru->res->diag) {
         kvp_key root;
-        kvp_namespace_key(ru->o->seed, &q.ns, &root);
+        if (kvp_namespace_key(ru->o->seed, &q.ns, &root) != KVP_OK)
+            return fail(CLI_EXIT_INTERNAL, "namespace key failed");
         const uint32_t *sym = h->tokens;
         size_t n = h->n_tokens;
         if (h->ids) {
