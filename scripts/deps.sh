@@ -5,7 +5,7 @@
 set -eu
 
 PKGS="meson ninja-build pkg-config gcc clang clang-format libclang-rt-14-dev llvm libxxhash-dev uthash-dev \
-libcriterion-dev libjansson-dev zlib1g-dev libzstd-dev"
+libcriterion-dev libjansson-dev zlib1g-dev libzstd-dev libssl-dev libsodium-dev"
 
 missing=""
 for p in $PKGS; do

@@ -21,6 +21,7 @@ KVP_EXPORT void kvp_config_init(kvp_config *cfg)
     cfg->n_blocks = 0;
     cfg->block_size = 16;
     cfg->seed = KVP_DEFAULT_SEED;
+    cfg->hash_profile = KVP_HASH_KEYED;
 }
 
 void kvp__emit(kvp_cache *cache, const kvp_event *ev)
@@ -63,8 +64,14 @@ KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
         return KVP_ENOMEM;
     cache->mem = mem;
     cache->cfg = *cfg;
+    cache->cfg.vllm_seed = NULL; /* read by kvp__hasher_init only; the caller owns it */
     cache->key_bits = 128;
-    int rc = kvp__pool_init(cache);
+    int rc = kvp__hasher_init(&cache->hasher, cfg);
+    if (rc != KVP_OK) {
+        kvp__mem_free(&cache->mem, cache, sizeof *cache);
+        return rc;
+    }
+    rc = kvp__pool_init(cache);
     if (rc == KVP_OK)
         rc = kvp__index_init(&cache->index, &cache->mem, cfg->n_blocks);
     if (rc == KVP_OK && cfg->verify_tokens)

@@ -33,6 +33,7 @@
 #include <uthash.h>
 #include <string.h>
 
+#include "hashprof.h"
 #include "kvprefix.h"
 
 #define KVP_NIL UINT32_MAX /* "no block" in 32-bit links */
@@ -212,16 +213,20 @@ typedef struct kvp__verify {
 /* ---------------------------------------------------------------- requests (request.c) */
 
 typedef struct kvp__request {
-    UT_hash_handle hh;    /* requests table linkage, keyed by id */
-    uint64_t id;          /* caller's request id */
-    kvp_key root;         /* namespace root key */
-    kvp_key last_key;     /* key of block n_committed-1, or root when none */
-    uint32_t *blocks;     /* block table: cap_blocks entries, n_blocks used */
-    uint32_t n_blocks;    /* blocks held (pinned) */
-    uint32_t cap_blocks;  /* allocated entries in blocks */
-    uint32_t n_committed; /* leading blocks that have keys (hit or committed) */
-    uint32_t ns;          /* verify mode: interned namespace id, else KVP_NIL */
-    kvp__vref canon;      /* verify mode: the accepted instance holding last_key, or none */
+    UT_hash_handle hh;       /* requests table linkage, keyed by id */
+    uint64_t id;             /* caller's request id */
+    kvp_key root;            /* namespace root key */
+    kvp_key last_key;        /* key of block n_committed-1, or root when none */
+    uint32_t *blocks;        /* block table: cap_blocks entries, n_blocks used */
+    uint32_t n_blocks;       /* blocks held (pinned) */
+    uint32_t cap_blocks;     /* allocated entries in blocks */
+    uint32_t n_committed;    /* leading blocks that have keys (hit or committed) */
+    uint32_t ns;             /* verify mode: interned namespace id, else KVP_NIL */
+    kvp__vref canon;         /* verify mode: the accepted instance holding last_key, or none */
+    kvp_key last_high;       /* vllm-sha256: high half of the chain value after last_key */
+    kvp__vctx vx;            /* vllm-*: extra keys, pointing into vx_bytes */
+    unsigned char *vx_bytes; /* vllm-*: copy of the adapter and salt bytes, or NULL */
+    size_t vx_bytes_len;     /* size of vx_bytes */
 } kvp__request;
 
 /* ---------------------------------------------------------------- the cache (cache.c) */
@@ -239,6 +244,7 @@ struct kvp_cache {
     size_t scratch_cap;     /* entries in both scratch arrays */
     unsigned key_bits;      /* 128, or fewer in collision tests (kvp__cache_set_key_bits) */
     bool in_callback;       /* true while an event callback runs */
+    kvp_hasher hasher;      /* the key function (profile, key, seeds); fixed at creation */
 };
 
 /* Emit an event if a callback is set (marks the cache busy meanwhile). */
@@ -296,6 +302,9 @@ static inline kvp__vref kvp__vref_of(const kvp_cache *cache, uint32_t id)
 /* The cache's key functions (apply the test-only truncation). */
 kvp_key kvp__cache_root(const kvp_cache *cache, const kvp_namespace *ns);
 kvp_key kvp__cache_external_key(const kvp_cache *cache, kvp_key root, kvp_key id);
+
+/* The xxh3 profile's namespace root (keys.c); also the vllm-* scope root. Cannot fail. */
+kvp_key kvp__ns_root_xxh3(uint64_t seed, const kvp_namespace *ns);
 
 /* Validate a namespace's fields: KVP_OK or KVP_EINVAL. */
 int kvp__ns_valid(const kvp_namespace *ns);

@@ -64,7 +64,7 @@ static void hash_field(XXH3_state_t *state, unsigned char number, const kvp_fiel
 }
 
 /* The root key of a namespace that kvp__ns_valid accepted. Cannot fail. */
-static kvp_key ns_root(uint64_t seed, const kvp_namespace *ns)
+kvp_key kvp__ns_root_xxh3(uint64_t seed, const kvp_namespace *ns)
 {
     static const unsigned char tag[8] = {'K', 'V', 'P', 'N', 'S', '1', 0, 0};
     XXH3_state_t state;
@@ -102,7 +102,7 @@ KVP_EXPORT int kvp_namespace_key(uint64_t seed, const kvp_namespace *ns, kvp_key
 {
     if (!out || kvp__ns_valid(ns) != KVP_OK)
         return KVP_EINVAL;
-    *out = ns_root(seed, ns);
+    *out = kvp__ns_root_xxh3(seed, ns);
     return KVP_OK;
 }
 
@@ -137,13 +137,13 @@ KVP_EXPORT kvp_key kvp_external_key(uint64_t seed, kvp_key root, kvp_key externa
     return external_key(seed, root, external_id);
 }
 
-/* The cache-level variants apply the test-only truncation (key_bits < 128). */
+/* The cache-level variants use the cache's profile and apply the test-only truncation. */
 kvp_key kvp__cache_root(const kvp_cache *cache, const kvp_namespace *ns)
 {
-    return kvp__key_truncate(ns_root(cache->cfg.seed, ns), cache->key_bits);
+    return kvp__key_truncate(kvp__hasher_root(&cache->hasher, ns), cache->key_bits);
 }
 
 kvp_key kvp__cache_external_key(const kvp_cache *cache, kvp_key root, kvp_key id)
 {
-    return kvp__key_truncate(external_key(cache->cfg.seed, root, id), cache->key_bits);
+    return kvp__key_truncate(kvp__hasher_external(&cache->hasher, root, id), cache->key_bits);
 }

@@ -15,8 +15,11 @@
  * Matching walks the prompt block by block from the namespace root and stops at the first
  * key that is not indexed (or, in collision-proof mode, whose provenance does not verify);
  * keys are hashed in growing batches ahead of their probes (see match_mode). Cost per
- * block: one XXH3-128 over 16 + 4 * block_size bytes and one hash-table probe, about 95 ns
- * in a 1M-block cache (docs/performance.md); nothing allocates.
+ * block: one block hash of the cache's profile (XXH3-128 over 16 + 4 * block_size bytes
+ * for xxh3 and keyed, inlined for 16-token blocks; hash_profile.c for the others) and one
+ * hash-table probe, about 95 ns in a 1M-block cache (docs/performance.md); nothing
+ * allocates. Under vllm-* the chain value is 256 bits wide: a walk and a request carry
+ * its high half next to the key (last_high), the index keys on the low 128 bits.
  */
 #include <string.h>
 
@@ -30,9 +33,20 @@ typedef struct keysrc {
     kvp_key root;           /* namespace root */
     kvp_key prev;           /* token mode: key of the block before the next one */
     uint32_t ns;            /* verify mode: interned namespace id, KVP_NIL if unknown */
+    kvp_key prev_high;      /* token mode, vllm-sha256: high half of the chain value */
+    kvp_key start;          /* the chain value before block 0 (its key): root or NONE_HASH */
+    kvp__vctx vx;           /* token mode, vllm-*: the namespace's extra keys */
 } keysrc;
 
-enum { SRC_KEYS, SRC_IDS, SRC_TOKENS, SRC_TOKENS16 };
+enum { SRC_KEYS, SRC_IDS, SRC_TOKENS, SRC_TOKENS16, SRC_KEYED16 };
+
+/* Set the chain start of a token-mode src whose root is set (any profile). */
+static void src_start(const kvp_cache *cache, keysrc *src, const kvp_namespace *ns)
+{
+    kvp__hasher_start(&cache->hasher, src->root, &src->prev, &src->prev_high);
+    src->start = src->prev;
+    src->vx = kvp__hasher_vctx(ns);
+}
 
 /* Key i of src in the given mode; the mode is a constant in each specialised walk, so the
  * branches below fold away (and with 16-token blocks the hash input has a constant size). */
@@ -43,9 +57,12 @@ static KVP__ALWAYS_INLINE kvp_key src_key(const kvp_cache *cache, keysrc *src, s
     if (mode == SRC_IDS)
         return kvp__cache_external_key(cache, src->root, src->ids[i]);
     if (mode == SRC_TOKENS16)
-        src->prev = kvp__hash_block16(cache->cfg.seed, src->prev, src->tokens + i * 16);
+        src->prev = kvp__hash_block16(cache->hasher.seed, src->prev, src->tokens + i * 16);
+    else if (mode == SRC_KEYED16)
+        src->prev = kvp__hash_block16_secret(cache->hasher.secret, src->prev, src->tokens + i * 16);
     else
-        src->prev = kvp__cache_block_key(cache, src->prev, src->tokens + i * cache->cfg.block_size);
+        kvp__cache_chain(cache, &src->vx, &src->prev, &src->prev_high,
+                         src->tokens + i * cache->cfg.block_size, i);
     return src->prev;
 }
 
@@ -53,8 +70,9 @@ static KVP__ALWAYS_INLINE kvp_key src_key(const kvp_cache *cache, keysrc *src, s
 typedef struct walk {
     uint32_t n_cached; /* cached (and verified) blocks from the start */
     bool rejected;     /* the walk stopped at a block that failed verification */
-    kvp_key last_key;  /* key of block min(n_cached, cap) - 1, or the root */
+    kvp_key last_key;  /* key of block min(n_cached, cap) - 1, or the chain start */
     uint32_t last_id;  /* that block's id, or KVP_NIL */
+    kvp_key last_high; /* vllm-sha256: the high half of that block's chain value */
 } walk;
 
 #define MATCH_BATCH 32 /* keys hashed ahead of the probes, at most */
@@ -71,19 +89,21 @@ typedef struct walk {
 static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_t n_full,
                                           uint32_t *ids, size_t cap, int mode)
 {
-    walk w = {0, false, src->root, KVP_NIL};
+    walk w = {0, false, src->start, KVP_NIL, src->prev_high};
     kvp__vref prev = KVP__VREF_NONE;
     uint32_t batch = 1;
     const size_t bs = cache->cfg.block_size;
     const bool verifying = kvp__verifying(cache);
     const kvp__probe_view view = kvp__index_view(&cache->index);
-    kvp_key keys[MATCH_BATCH];
+    kvp_key keys[MATCH_BATCH], highs[MATCH_BATCH];
     for (uint64_t i = 0; i < n_full; i += batch, batch = batch < MATCH_BATCH ? batch * 2 : batch) {
         uint32_t n = n_full - i < batch ? (uint32_t)(n_full - i) : batch;
         for (uint32_t j = 0; j < n; j++) {
             if (mode >= SRC_TOKENS && i + j + 8 < n_full)
                 KVP__PREFETCH(src->tokens + (size_t)(i + j + 8) * bs);
             keys[j] = src_key(cache, src, i + j, mode);
+            if (mode == SRC_TOKENS)
+                highs[j] = src->prev_high;
             kvp__prefetch_bucket(view, keys[j]);
         }
         for (uint32_t j = 0; j < n; j++)
@@ -103,6 +123,8 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
                 ids[i + j] = id;
                 w.last_key = keys[j];
                 w.last_id = id;
+                if (mode == SRC_TOKENS)
+                    w.last_high = highs[j];
             }
             prev = kvp__vref_of(cache, id);
             w.n_cached++;
@@ -117,8 +139,12 @@ static walk match(kvp_cache *cache, keysrc *src, uint32_t n_full, uint32_t *ids,
         return match_mode(cache, src, n_full, ids, cap, SRC_KEYS);
     if (src->ids)
         return match_mode(cache, src, n_full, ids, cap, SRC_IDS);
-    if (cache->cfg.block_size == 16 && cache->key_bits == 128)
+    if (cache->cfg.block_size == 16 && cache->key_bits == 128 &&
+        cache->hasher.profile == KVP_HASH_XXH3)
         return match_mode(cache, src, n_full, ids, cap, SRC_TOKENS16);
+    if (cache->cfg.block_size == 16 && cache->key_bits == 128 &&
+        cache->hasher.profile == KVP_HASH_KEYED)
+        return match_mode(cache, src, n_full, ids, cap, SRC_KEYED16);
     return match_mode(cache, src, n_full, ids, cap, SRC_TOKENS);
 }
 
@@ -130,6 +156,9 @@ static int check_prompt(const kvp_cache *cache, const kvp_namespace *ns, const v
         return KVP_EINVAL;
     if (cache->in_callback)
         return KVP_EBUSY;
+    int rc = kvp__hasher_ns_check(&cache->hasher, ns);
+    if (rc != KVP_OK)
+        return rc;
     size_t full = n_tokens / cache->cfg.block_size;
     if (full >= KVP_NIL)
         return KVP_EOVERFLOW;
@@ -180,10 +209,12 @@ KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint3
 {
     uint32_t n_full;
     int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
+    if (rc == KVP_OK)
+        rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {tokens, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
-    src.prev = src.root;
+    keysrc src = {.tokens = tokens, .root = kvp__cache_root(cache, ns), .ns = KVP_NIL};
+    src_start(cache, &src, ns);
     if (kvp__verifying(cache))
         src.ns = kvp__verify_ns_find(cache, ns, src.root);
     return lookup_common(cache, &src, n_tokens, n_full, block_ids, cap, out);
@@ -212,7 +243,8 @@ KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns, const k
         rc = check_ids(cache, n_ids, n_tokens, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {NULL, ids, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    keysrc src = {.ids = ids, .root = kvp__cache_root(cache, ns), .ns = KVP_NIL};
+    src.start = src.root;
     return lookup_common(cache, &src, n_tokens, n_full, block_ids, cap, out);
 }
 
@@ -248,6 +280,30 @@ static uint32_t count_unpinned(kvp_cache *cache, const uint32_t *ids, uint32_t n
     return count;
 }
 
+/* vllm-*: give req its own copy of the namespace's extra keys, which every later commit
+ * hashes (the caller's namespace is only valid during kvp_acquire). KVP_OK or KVP_ENOMEM
+ * (req unchanged). */
+static int request_keep_vctx(kvp_cache *cache, kvp__request *req, const kvp__vctx *vx)
+{
+    size_t n = (vx->has_adapter ? vx->adapter_len : 0) + (vx->has_salt ? vx->salt_len : 0);
+    req->vx = *vx;
+    if (n == 0)
+        return KVP_OK;
+    unsigned char *p = kvp__mem_alloc(&cache->mem, n);
+    if (!p)
+        return KVP_ENOMEM;
+    size_t a = vx->has_adapter ? vx->adapter_len : 0;
+    if (a)
+        memcpy(p, vx->adapter, a);
+    if (vx->has_salt)
+        memcpy(p + a, vx->salt, vx->salt_len);
+    req->vx.adapter = p;
+    req->vx.salt = p + a;
+    req->vx_bytes = p;
+    req->vx_bytes_len = n;
+    return KVP_OK;
+}
+
 /* Blocks needed to hold n tokens, or KVP_NIL when that does not fit in 32 bits. */
 static uint32_t blocks_for(const kvp_cache *cache, size_t n)
 {
@@ -263,6 +319,8 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
     /* Step 1: validate. */
     uint32_t n_full;
     int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
+    if (rc == KVP_OK)
+        rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc != KVP_OK)
         return rc;
     if (!out)
@@ -281,14 +339,18 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
     if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, root, &ns_id)))
         return rc;
     kvp__request *req;
-    if ((rc = kvp__request_new(cache, req_id, n_total, &req))) {
+    keysrc src = {.tokens = tokens, .root = root, .ns = ns_id};
+    src_start(cache, &src, ns);
+    if ((rc = kvp__request_new(cache, req_id, n_total, &req)) == KVP_OK &&
+        (rc = request_keep_vctx(cache, req, &src.vx)) != KVP_OK)
+        kvp__request_delete(cache, req);
+    if (rc != KVP_OK) {
         if (ns_id != KVP_NIL)
             kvp__verify_ns_unref(cache, ns_id);
         return rc;
     }
 
     /* Step 3: match into the block table, then check the pool can supply the rest. */
-    keysrc src = {tokens, NULL, NULL, root, root, ns_id};
     uint32_t limit = hit_limit(cache, n_tokens);
     uint64_t rejects_before = cache->stats.n_verify_rejects;
     walk w = match(cache, &src, n_full, req->blocks, limit);
@@ -307,6 +369,7 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
     pin_and_take(cache, req, n_hit, n_take);
     req->root = root;
     req->last_key = w.last_key;
+    req->last_high = w.last_high;
     req->canon = kvp__vref_of(cache, w.last_id);
     req->n_committed = n_hit;
     req->ns = ns_id;
@@ -410,23 +473,28 @@ KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tok
     size_t bs = cache->cfg.block_size;
     if (n_tokens / bs < req->n_committed)
         return KVP_EINVAL;
+    int rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
+    if (rc != KVP_OK)
+        return rc;
     if (n_tokens / bs > req->n_blocks)
         return KVP_ERANGE;
     uint32_t n_full = (uint32_t)(n_tokens / bs);
     size_t stored = 0;
     const kvp__probe_view view = kvp__index_view(&cache->index);
-    kvp_key keys[MATCH_BATCH];
+    kvp_key keys[MATCH_BATCH], highs[MATCH_BATCH];
     /* As in match(): hash a batch of keys ahead (they depend only on the tokens), prefetch
      * their buckets and entries and the blocks they will be stored in, then probe and
      * store in order, so the probes' cache misses overlap. */
     for (uint32_t i0 = req->n_committed; i0 < n_full; i0 += MATCH_BATCH) {
         uint32_t n = n_full - i0 < MATCH_BATCH ? n_full - i0 : MATCH_BATCH;
-        kvp_key parent = req->last_key;
+        kvp_key parent = req->last_key, parent_high = req->last_high;
         for (uint32_t j = 0; j < n; j++) {
             const uint32_t *blk_tokens = tokens + (size_t)(i0 + j) * bs;
             if (i0 + j + 8 < n_full)
                 KVP__PREFETCH(blk_tokens + 8 * bs);
-            keys[j] = parent = kvp__cache_block_key(cache, parent, blk_tokens);
+            kvp__cache_chain(cache, &req->vx, &parent, &parent_high, blk_tokens, i0 + j);
+            keys[j] = parent;
+            highs[j] = parent_high;
             kvp__prefetch_bucket(view, keys[j]);
             KVP__PREFETCH_W(&cache->pool.blocks[req->blocks[i0 + j]]);
         }
@@ -446,6 +514,7 @@ KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tok
                 stored++;
             }
             req->last_key = keys[j];
+            req->last_high = highs[j];
             req->n_committed = i + 1;
         }
     }
@@ -534,7 +603,7 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
                 if (kvp__pool_available(&cache->pool) == 0)
                     break;
                 id = kvp__pool_take(cache);
-                store_block(cache, id, keys[i], i ? keys[i - 1] : src->root, i, blk_tokens, canon,
+                store_block(cache, id, keys[i], i ? keys[i - 1] : src->start, i, blk_tokens, canon,
                             src->ns);
             }
         }
@@ -564,16 +633,21 @@ KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint3
     uint32_t n_full;
     int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
     if (rc == KVP_OK)
+        rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
+    if (rc == KVP_OK)
         rc = access_prepare(cache, out, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {tokens, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    keysrc src = {.tokens = tokens, .root = kvp__cache_root(cache, ns), .ns = KVP_NIL};
     if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, src.root, &src.ns)))
         return rc;
-    kvp_key parent = src.root;
-    for (uint32_t i = 0; i < n_full; i++)
-        parent = cache->scratch_keys[i] =
-            kvp__cache_block_key(cache, parent, tokens + (size_t)i * cache->cfg.block_size);
+    src_start(cache, &src, ns);
+    kvp_key parent = src.prev, parent_high = src.prev_high;
+    for (uint32_t i = 0; i < n_full; i++) {
+        kvp__cache_chain(cache, &src.vx, &parent, &parent_high,
+                         tokens + (size_t)i * cache->cfg.block_size, i);
+        cache->scratch_keys[i] = parent;
+    }
     src.keys = cache->scratch_keys;
     access_keys(cache, &src, n_tokens, n_full, out);
     if (src.ns != KVP_NIL)
@@ -595,7 +669,8 @@ KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const k
         rc = access_prepare(cache, out, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {NULL, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    keysrc src = {.root = kvp__cache_root(cache, ns), .ns = KVP_NIL};
+    src.start = src.root;
     for (uint32_t i = 0; i < n_full; i++)
         cache->scratch_keys[i] = kvp__cache_external_key(cache, src.root, ids[i]);
     src.keys = cache->scratch_keys;
