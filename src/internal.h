@@ -213,20 +213,20 @@ typedef struct kvp__verify {
 /* ---------------------------------------------------------------- requests (request.c) */
 
 typedef struct kvp__request {
-    UT_hash_handle hh;       /* requests table linkage, keyed by id */
-    uint64_t id;             /* caller's request id */
-    kvp_key root;            /* namespace root key */
-    kvp_key last_key;        /* key of block n_committed-1, or root when none */
-    uint32_t *blocks;        /* block table: cap_blocks entries, n_blocks used */
-    uint32_t n_blocks;       /* blocks held (pinned) */
-    uint32_t cap_blocks;     /* allocated entries in blocks */
-    uint32_t n_committed;    /* leading blocks that have keys (hit or committed) */
-    uint32_t ns;             /* verify mode: interned namespace id, else KVP_NIL */
-    kvp__vref canon;         /* verify mode: the accepted instance holding last_key, or none */
-    kvp_key last_high;       /* vllm-sha256: high half of the chain value after last_key */
-    kvp__vctx vx;            /* vllm-*: extra keys, pointing into vx_bytes */
-    unsigned char *vx_bytes; /* vllm-*: copy of the adapter and salt bytes, or NULL */
-    size_t vx_bytes_len;     /* size of vx_bytes */
+    UT_hash_handle hh;    /* requests table linkage, keyed by id */
+    uint64_t id;          /* caller's request id */
+    kvp_key root;         /* namespace root key */
+    kvp_key last_key;     /* key of block n_committed-1, or root when none */
+    uint32_t *blocks;     /* block table: cap_blocks entries, n_blocks used */
+    uint32_t n_blocks;    /* blocks held (pinned) */
+    uint32_t cap_blocks;  /* allocated entries in blocks */
+    uint32_t n_committed; /* leading blocks that have keys (hit or committed) */
+    uint32_t ns;          /* verify mode: interned namespace id, else KVP_NIL */
+    kvp__vref canon;      /* verify mode: the accepted instance holding last_key, or none */
+    kvp_key last_high;    /* vllm-sha256: high half of the chain value after last_key */
+    kvp__vctx vx;         /* vllm-*: extra keys, pointing into vx_mem */
+    void *vx_mem;         /* vllm-*: copy of the adapter and salt bytes, or NULL */
+    size_t vx_len;        /* size of vx_mem */
 } kvp__request;
 
 /* ---------------------------------------------------------------- the cache (cache.c) */

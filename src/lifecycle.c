@@ -299,8 +299,8 @@ static int request_keep_vctx(kvp_cache *cache, kvp__request *req, const kvp__vct
         memcpy(p + a, vx->salt, vx->salt_len);
     req->vx.adapter = p;
     req->vx.salt = p + a;
-    req->vx_bytes = p;
-    req->vx_bytes_len = n;
+    req->vx_mem = p;
+    req->vx_len = n;
     return KVP_OK;
 }
 

@@ -81,7 +81,7 @@ int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_block
 void kvp__request_delete(kvp_cache *cache, kvp__request *req)
 {
     HASH_DELETE(hh, cache->requests, req);
-    kvp__mem_free(&cache->mem, req->vx_bytes, req->vx_bytes_len);
+    kvp__mem_free(&cache->mem, req->vx_mem, req->vx_len);
     kvp__mem_free(&cache->mem, req->blocks, (size_t)req->cap_blocks * sizeof(uint32_t));
     kvp__mem_free(&cache->mem, req, sizeof *req);
 }
