@@ -79,9 +79,44 @@ void kvp__cbor_string(kvp__cbor_out *o, unsigned major, const void *p, size_t n)
     kvp__cbor_raw(o, p, n);
 }
 
+/* Write the uint head of v at p (room for 5 bytes); returns the bytes written. */
+static inline size_t put_uint32(unsigned char *p, uint32_t v)
+{
+    if (v < 24) {
+        p[0] = (unsigned char)v;
+        return 1;
+    }
+    if (v <= UINT8_MAX) {
+        p[0] = 24;
+        p[1] = (unsigned char)v;
+        return 2;
+    }
+    if (v <= UINT16_MAX) {
+        p[0] = 25;
+        p[1] = (unsigned char)(v >> 8);
+        p[2] = (unsigned char)v;
+        return 3;
+    }
+    p[0] = 26;
+    p[1] = (unsigned char)(v >> 24);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 8);
+    p[4] = (unsigned char)v;
+    return 5;
+}
+
+/* Token ids are most of a block's encoding: when the buffer has room for the worst case
+ * (5 bytes each) they are written in one tight loop, else head by head with flushes. */
 void kvp__cbor_uint_array(kvp__cbor_out *o, const uint32_t *v, size_t n)
 {
     kvp__cbor_head(o, KVP__CBOR_ARRAY, n);
+    if (o->cap - o->n >= 5 * n) {
+        unsigned char *p = o->buf + o->n;
+        for (size_t i = 0; i < n; i++)
+            p += put_uint32(p, v[i]);
+        o->n = (size_t)(p - o->buf);
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         kvp__cbor_head(o, KVP__CBOR_UINT, v[i]);
 }
