@@ -12,7 +12,11 @@
  * token sequence gets the key XXH3-128(key of block i-1 (the root for block 0) || the
  * block's tokens as little-endian uint32), with the cache's 64-bit seed. Equal keys
  * therefore mean equal namespace and equal tokens up to and including the block.
- * docs/design.md gives the byte layout and test vectors.
+ * docs/design.md gives the byte layout and test vectors. That is the xxh3 hash profile; a
+ * cache's profile (kvp_config.hash_profile) may instead be keyed (the default: unforgeable
+ * without the cache's secret key), siphash, or vLLM's exact block hash
+ * (docs/hash-profiles.md). kvp_namespace_key, kvp_hash_blocks and kvp_external_key always
+ * compute the xxh3 profile's keys; kvp_hasher computes any profile's.
  *
  * Request lifecycle (what an engine calls):
  *   kvp_lookup   read-only query: the longest reusable cached prefix;
@@ -270,7 +274,7 @@ typedef void (*kvp_event_fn)(void *ud, const kvp_event *ev);
 typedef struct kvp_config {
     uint32_t n_blocks;     /* physical KV blocks in the pool; 1 .. 2^31 (no default: 0) */
     uint32_t block_size;   /* tokens per block; 1 .. KVP_MAX_BLOCK_SIZE (default 16) */
-    uint64_t seed;         /* hash seed (default KVP_DEFAULT_SEED) */
+    uint64_t seed;         /* xxh3 hash seed (default KVP_DEFAULT_SEED); unused by keyed */
     bool verify_tokens;    /* collision-proof mode: keep tokens, compare on every hit */
     kvp_allocator alloc;   /* memory hooks (default: malloc/free) */
     kvp_event_fn on_event; /* optional event callback (default NULL) */
