@@ -49,6 +49,7 @@ static void cache_destroy(kvp_cache *cache)
     kvp__mem_free(&cache->mem, cache->scratch_keys, cache->scratch_cap * sizeof(kvp_key));
     kvp__mem_free(&cache->mem, cache->scratch_ids, cache->scratch_cap * sizeof(uint32_t));
     mem = cache->mem;
+    kvp__hasher_wipe(&cache->hasher); /* the key does not outlive the cache */
     kvp__mem_free(&mem, cache, sizeof *cache);
 }
 

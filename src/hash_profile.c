@@ -480,6 +480,11 @@ kvp_key kvp__hasher_external(const kvp_hasher *h, kvp_key root, kvp_key id)
     return kvp__from_xxh(XXH3_128bits_withSeed(buf, sizeof buf, h->seed));
 }
 
+void kvp__hasher_wipe(kvp_hasher *h)
+{
+    sodium_memzero(h, sizeof *h);
+}
+
 int kvp__hasher_check(const kvp_hasher *h)
 {
     if (!profile_known(h->profile) || h->block_size == 0 || h->block_size > KVP_MAX_BLOCK_SIZE)
@@ -516,7 +521,7 @@ KVP_EXPORT void kvp_hasher_free(kvp_hasher *h)
         return;
     kvp__mem mem;
     kvp__mem_init(&mem, &h->alloc);
-    sodium_memzero(h, sizeof *h); /* the key and secret do not outlive the hasher */
+    kvp__hasher_wipe(h);
     kvp__mem_free(&mem, h, sizeof *h);
 }
 

@@ -73,6 +73,9 @@ void kvp__hasher_next(const kvp_hasher *h, const kvp__vctx *vx, kvp_key *key, kv
 /* The scoped key of an external id. Cannot fail. */
 kvp_key kvp__hasher_external(const kvp_hasher *h, kvp_key root, kvp_key id);
 
+/* Zero the hasher, key material included (memory being freed). Cannot fail. */
+void kvp__hasher_wipe(kvp_hasher *h);
+
 /* Every field consistent with its profile? KVP_OK or KVP_ECORRUPT. */
 int kvp__hasher_check(const kvp_hasher *h);
 

@@ -19,6 +19,7 @@
 #include <xxhash.h>
 
 #include "cbor.h"
+#include "internal.h"
 #include "kvprefix.h"
 #include "testutil.h"
 
@@ -739,4 +740,24 @@ Test(profiles, namespaces_isolated_under_every_profile)
         cr_assert_eq(m.n_blocks_cached, 2);
         kvp_cache_free(c);
     }
+}
+
+/* The hasher's checker (kvp__hasher_check, part of kvp_cache_check) catches each kind of
+ * corruption it looks for. */
+Test(profiles, checker_catches_corrupt_hashers)
+{
+    kvp_config cfg = profile_config(KVP_HASH_KEYED, 16);
+    kvp_cache *c = th_cache_new(&cfg);
+    TH_CHECK(c);
+    c->hasher.profile = 0;
+    cr_assert_eq(kvp_cache_check(c), KVP_ECORRUPT, "unknown profile");
+    c->hasher.profile = KVP_HASH_KEYED;
+    c->hasher.key_len = 8;
+    cr_assert_eq(kvp_cache_check(c), KVP_ECORRUPT, "short key");
+    c->hasher.key_len = 32;
+    c->hasher.block_size = 0;
+    cr_assert_eq(kvp_cache_check(c), KVP_ECORRUPT, "block size 0");
+    c->hasher.block_size = 16;
+    TH_CHECK(c);
+    kvp_cache_free(c);
 }
