@@ -69,7 +69,7 @@ KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
     cache->key_bits = 128;
     int rc = kvp__hasher_init(&cache->hasher, cfg);
     if (rc != KVP_OK) {
-        kvp__mem_free(&cache->mem, cache, sizeof *cache);
+        kvp__mem_free(&mem, cache, sizeof *cache); /* not &cache->mem: it is freed here */
         return rc;
     }
     rc = kvp__pool_init(cache);
