@@ -310,9 +310,10 @@ static const kvp_event *stored_with(const th_events *ev, size_t from, kvp_key ke
 
 /* Run a cache of this profile through access, acquire/commit (the commit continues a chain
  * whose first blocks were hits) and lookup; every key it stores must be the hasher's. */
-static void cache_matches_hasher(int profile, uint32_t bs, const kvp_namespace *ns)
+static void cache_matches_hasher(int profile, uint32_t bs, const kvp_namespace *ns, bool verify)
 {
     kvp_config cfg = profile_config(profile, bs);
+    cfg.verify_tokens = verify;
     th_events ev = {.n = 0};
     cfg.on_event = th_events_fn;
     cfg.event_ud = &ev;
@@ -360,7 +361,8 @@ Test(profiles, cache_keys_equal_hasher_keys)
     for (size_t p = 0; p < N_PROFILES; p++) {
         bool vllm = all_profiles[p] >= KVP_HASH_VLLM_SHA256;
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-            cache_matches_hasher(all_profiles[p], sizes[s], vllm ? &vns : &plain);
+            for (int verify = 0; verify < 2; verify++)
+                cache_matches_hasher(all_profiles[p], sizes[s], vllm ? &vns : &plain, verify);
     }
 }
 
@@ -760,4 +762,51 @@ Test(profiles, checker_catches_corrupt_hashers)
     c->hasher.block_size = 16;
     TH_CHECK(c);
     kvp_cache_free(c);
+}
+
+/* vllm-*: kvp_acquire copies the adapter and salt for later commits; every failure point of
+ * that allocation leaves the cache unchanged and leaks nothing, and a later commit hashes
+ * from the copy (the caller's strings are gone by then). */
+Test(vllm, acquire_keeps_its_own_copy_of_the_extra_keys)
+{
+    for (int64_t n = 0;; n++) {
+        cr_assert_lt(n, 100, "kvp_acquire never succeeded");
+        th_alloc a;
+        th_alloc_init(&a);
+        kvp_config cfg = profile_config(KVP_HASH_VLLM_SHA256, 16);
+        cfg.alloc = th_alloc_hooks(&a);
+        cfg.vllm_seed = "0";
+        kvp_cache *c = th_cache_new(&cfg);
+        char lora[] = "my-lora", salt[] = "tenant-a";
+        kvp_namespace ns;
+        th_ns(&ns, NULL, lora, NULL, salt);
+        uint32_t t[33];
+        for (uint32_t i = 0; i < 33; i++)
+            t[i] = i;
+        kvp_match m;
+        th_alloc_arm(&a, n);
+        int rc = kvp_acquire(c, 1, &ns, t, 33, 0, &m);
+        th_alloc_arm(&a, -1);
+        if (rc == KVP_ENOMEM) {
+            cr_assert_eq(th_stats(c).n_requests_active, 0);
+            TH_CHECK(c);
+            kvp_cache_free(c);
+            cr_assert_eq(a.live_bytes, 0, "leak after a failed kvp_acquire");
+            continue;
+        }
+        cr_assert_eq(rc, KVP_OK);
+        memset(lora, 'x', strlen(lora));
+        memset(salt, 'x', strlen(salt));
+        cr_assert_eq(kvp_commit(c, 1, t, 33, NULL), KVP_OK);
+        kvp_namespace again;
+        th_ns(&again, NULL, "my-lora", NULL, "tenant-a");
+        cr_assert_eq(kvp_release(c, 1), KVP_OK);
+        cr_assert_eq(kvp_lookup(c, &again, t, 33, NULL, 0, &m), KVP_OK);
+        cr_assert_eq(m.n_blocks_cached, 2, "the commit did not hash with the copied extra keys");
+        TH_CHECK(c);
+        kvp_cache_free(c);
+        cr_assert_eq(a.live_bytes, 0);
+        cr_assert_gt(n, 0, "no allocation failure was ever injected");
+        break;
+    }
 }
