@@ -810,3 +810,46 @@ Test(vllm, acquire_keeps_its_own_copy_of_the_extra_keys)
         break;
     }
 }
+
+Test(profiles, hasher_api_arguments)
+{
+    kvp_config cfg = profile_config(KVP_HASH_XXH3, 4);
+    kvp_hasher *h = hasher_new(&cfg);
+    kvp_namespace ns, bad;
+    kvp_namespace_init(&ns);
+    th_ns(&bad, "m", NULL, NULL, NULL);
+    bad.tenant.len = 3; /* ptr NULL with a length: invalid */
+    uint32_t t[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    kvp_chain c, out[2];
+    size_t n = 99;
+    cr_assert_eq(kvp_hasher_root(NULL, &ns, &c), KVP_EINVAL);
+    cr_assert_eq(kvp_hasher_root(h, NULL, &c), KVP_EINVAL);
+    cr_assert_eq(kvp_hasher_root(h, &ns, NULL), KVP_EINVAL);
+    cr_assert_eq(kvp_hasher_root(h, &bad, &c), KVP_EINVAL);
+    cr_assert_eq(kvp_hasher_root(h, &ns, &c), KVP_OK);
+    cr_assert_eq(kvp_hasher_blocks(h, &ns, &c, NULL, 4, out, 2, &n), KVP_EINVAL);
+    cr_assert_eq(kvp_hasher_blocks(h, &ns, &c, t, 10, NULL, 2, &n), KVP_EINVAL);
+    cr_assert_eq(kvp_hasher_blocks(h, &ns, &c, t, 10, out, 2, NULL), KVP_EINVAL);
+    cr_assert_eq(n, 99);
+    /* cap limits the states written; the chain advances over those only. */
+    kvp_chain start = c;
+    cr_assert_eq(kvp_hasher_blocks(h, &ns, &c, t, 10, out, 1, &n), KVP_OK);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(c.n_blocks, 1);
+    cr_assert(th_key_eq(c.key, out[0].key));
+    /* Continuing the chain equals hashing both blocks at once. */
+    kvp_chain both[2], s2 = start;
+    cr_assert_eq(kvp_hasher_blocks(h, &ns, &c, t + 4, 6, out + 1, 1, &n), KVP_OK);
+    cr_assert_eq(kvp_hasher_blocks(h, &ns, &s2, t, 10, both, 2, &n), KVP_OK);
+    cr_assert_eq(n, 2);
+    cr_assert(th_key_eq(both[1].key, out[1].key));
+    cr_assert_eq(kvp_hasher_blocks(h, &ns, &c, NULL, 0, NULL, 0, &n), KVP_OK);
+    cr_assert_eq(n, 0);
+    uint8_t d[32];
+    cr_assert_eq(kvp_chain_digest(NULL, &c, d), 0);
+    cr_assert_eq(kvp_chain_digest(h, NULL, d), 0);
+    cr_assert_eq(kvp_chain_digest(h, &c, d), 16);
+    kvp_key zero = kvp_hasher_external_key(NULL, c.root, c.key);
+    cr_assert(zero.lo == 0 && zero.hi == 0);
+    kvp_hasher_free(h);
+}
