@@ -181,15 +181,31 @@ static void vstream_update(void *ud, const unsigned char *p, size_t n)
         XXH3_128bits_update(s->xxh, p, n);
 }
 
-/* Encode the CBOR of one vLLM hash input into o: the tuple (parent digest, tokens, extra)
- * or, when tokens is NULL, the seed text string alone. Cannot fail. */
-static void vllm_encode(kvp__cbor_out *o, const unsigned char *parent, size_t parent_len,
-                        const uint32_t *tokens, size_t n_tokens, const kvp__vctx *vx, bool first)
+/* One vLLM hash input: the tuple (parent digest, tokens, extra keys), or, when text is set,
+ * the seed string alone (NONE_HASH). */
+typedef struct vinput {
+    const unsigned char *parent; /* parent digest bytes (tuple form) */
+    size_t parent_len;           /* 32 or 16 */
+    const uint32_t *tokens;      /* the block's token ids */
+    size_t n_tokens;             /* block size */
+    const kvp__vctx *vx;         /* LoRA name and cache_salt */
+    bool first;                  /* block 0: cache_salt is included */
+    const char *text;            /* NONE_HASH form: the seed string, else NULL */
+    size_t text_len;             /* bytes of text */
+} vinput;
+
+/* Encode in's CBOR into o. Cannot fail. */
+static void vllm_encode(kvp__cbor_out *o, const vinput *in)
 {
+    if (in->text) {
+        kvp__cbor_string(o, KVP__CBOR_TEXT, in->text, in->text_len);
+        return;
+    }
+    const kvp__vctx *vx = in->vx;
     kvp__cbor_head(o, KVP__CBOR_ARRAY, 3);
-    kvp__cbor_string(o, KVP__CBOR_BYTES, parent, parent_len);
-    kvp__cbor_uint_array(o, tokens, n_tokens);
-    size_t n_extra = (size_t)vx->has_adapter + (size_t)(first && vx->has_salt);
+    kvp__cbor_string(o, KVP__CBOR_BYTES, in->parent, in->parent_len);
+    kvp__cbor_uint_array(o, in->tokens, in->n_tokens);
+    size_t n_extra = (size_t)vx->has_adapter + (size_t)(in->first && vx->has_salt);
     if (n_extra == 0) {
         unsigned char null = KVP__CBOR_NULL;
         kvp__cbor_raw(o, &null, 1);
@@ -198,20 +214,21 @@ static void vllm_encode(kvp__cbor_out *o, const unsigned char *parent, size_t pa
     kvp__cbor_head(o, KVP__CBOR_ARRAY, n_extra);
     if (vx->has_adapter)
         kvp__cbor_string(o, KVP__CBOR_TEXT, vx->adapter, vx->adapter_len);
-    if (first && vx->has_salt)
+    if (in->first && vx->has_salt)
         kvp__cbor_string(o, KVP__CBOR_TEXT, vx->salt, vx->salt_len);
 }
 
-/* An upper bound of the encoding's size (every token id taken at 5 bytes). */
-static size_t vllm_encoded_bound(size_t parent_len, size_t n_tokens, const kvp__vctx *vx,
-                                 bool first)
+/* An upper bound of in's encoded size (every token id taken at 5 bytes). */
+static size_t vllm_encoded_bound(const vinput *in)
 {
-    size_t len = 1 + kvp__cbor_head_len(parent_len) + parent_len;
-    len += kvp__cbor_head_len(n_tokens) + 5 * n_tokens + 9;
-    if (vx->has_adapter)
-        len += kvp__cbor_head_len(vx->adapter_len) + vx->adapter_len;
-    if (first && vx->has_salt)
-        len += kvp__cbor_head_len(vx->salt_len) + vx->salt_len;
+    if (in->text)
+        return 9 + in->text_len;
+    size_t len = 1 + kvp__cbor_head_len(in->parent_len) + in->parent_len;
+    len += kvp__cbor_head_len(in->n_tokens) + 5 * in->n_tokens + 9;
+    if (in->vx->has_adapter)
+        len += kvp__cbor_head_len(in->vx->adapter_len) + in->vx->adapter_len;
+    if (in->first && in->vx->has_salt)
+        len += kvp__cbor_head_len(in->vx->salt_len) + in->vx->salt_len;
     return len;
 }
 
@@ -236,23 +253,21 @@ static void vllm_digest_buf(int p, const unsigned char *buf, size_t n, unsigned 
  * low-level SHA256_CTX (deprecated in OpenSSL 3 in favour of EVP) is used because its
  * context lives on the stack: EVP's must be heap-allocated, which would make hashing
  * fallible and allocate in the lookup loop. */
-static void vllm_stream(int p, const unsigned char *parent, size_t parent_len,
-                        const uint32_t *tokens, size_t n_tokens, const kvp__vctx *vx, bool first,
-                        unsigned char *d)
+static void vllm_stream(int p, const vinput *in, unsigned char *d)
 {
     XXH_ALIGN(64) XXH3_state_t xstate;
     unsigned char buf[512];
     vstream s;
     memset(&s, 0, sizeof s);
+    memset(&xstate, 0, sizeof xstate);
     s.profile = p;
     s.xxh = &xstate;
-    memset(&xstate, 0, sizeof xstate);
     if (p == KVP_HASH_VLLM_SHA256)
         SHA256_Init(&s.sha);
     else
         XXH3_128bits_reset(&xstate);
     kvp__cbor_out o = {buf, 0, sizeof buf, vstream_update, &s};
-    vllm_encode(&o, parent, parent_len, tokens, n_tokens, vx, first);
+    vllm_encode(&o, in);
     kvp__cbor_finish(&o);
     if (p == KVP_HASH_VLLM_SHA256) {
         SHA256_Final(d, &s.sha);
@@ -263,56 +278,39 @@ static void vllm_stream(int p, const unsigned char *parent, size_t parent_len,
     }
 }
 
+/* H(cbor(in)) under profile p into d: one shot from a stack buffer when the encoding fits
+ * (every 16-token block with names under about 1.9 KB), else streamed. Cannot fail. */
+static void vllm_hash(int p, const vinput *in, unsigned char *d)
+{
+    if (vllm_encoded_bound(in) > VLLM_STACK_BYTES) {
+        vllm_stream(p, in, d);
+        return;
+    }
+    unsigned char buf[VLLM_STACK_BYTES];
+    kvp__cbor_out o = {buf, 0, sizeof buf, NULL, NULL};
+    vllm_encode(&o, in);
+    vllm_digest_buf(p, buf, o.n, d);
+}
+
 /* vLLM's hash_block_tokens: the chain value (key, high) becomes the block's. */
 static void vllm_next(const kvp_hasher *h, const kvp__vctx *vx, kvp_key *key, kvp_key *high,
                       const uint32_t *tokens, uint64_t index)
 {
     unsigned char parent[32], d[32];
-    size_t plen = chain_digest(h->profile, *key, *high, parent);
-    bool first = index == 0;
-    size_t len = vllm_encoded_bound(plen, h->block_size, vx, first);
-    if (len <= VLLM_STACK_BYTES) {
-        unsigned char buf[VLLM_STACK_BYTES];
-        kvp__cbor_out o = {buf, 0, sizeof buf, NULL, NULL};
-        vllm_encode(&o, parent, plen, tokens, h->block_size, vx, first);
-        vllm_digest_buf(h->profile, buf, o.n, d);
-    } else {
-        vllm_stream(h->profile, parent, plen, tokens, h->block_size, vx, first, d);
-    }
+    vinput in = {parent, chain_digest(h->profile, *key, *high, parent),
+                 tokens, h->block_size,
+                 vx,     index == 0,
+                 NULL,   0};
+    vllm_hash(h->profile, &in, d);
     digest_to_chain(h->profile, d, key, high);
 }
 
 /* NONE_HASH = H(cbor(seed as a text string)). */
 static void vllm_none_hash(kvp_hasher *h, const char *seed)
 {
-    size_t n = strlen(seed);
-    unsigned char d[32], small[64];
-    if (n + 9 <= sizeof small) {
-        kvp__cbor_out o = {small, 0, sizeof small, NULL, NULL};
-        kvp__cbor_string(&o, KVP__CBOR_TEXT, seed, n);
-        vllm_digest_buf(h->profile, small, o.n, d);
-    } else {
-        XXH_ALIGN(64) XXH3_state_t xstate;
-        vstream s;
-        memset(&s, 0, sizeof s);
-        s.profile = h->profile;
-        s.xxh = &xstate;
-        memset(&xstate, 0, sizeof xstate);
-        if (h->profile == KVP_HASH_VLLM_SHA256)
-            SHA256_Init(&s.sha);
-        else
-            XXH3_128bits_reset(&xstate);
-        kvp__cbor_out o = {small, 0, sizeof small, vstream_update, &s};
-        kvp__cbor_string(&o, KVP__CBOR_TEXT, seed, n);
-        kvp__cbor_finish(&o);
-        if (h->profile == KVP_HASH_VLLM_SHA256) {
-            SHA256_Final(d, &s.sha);
-        } else {
-            XXH128_canonical_t c;
-            XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&xstate));
-            memcpy(d, c.digest, 16);
-        }
-    }
+    unsigned char d[32];
+    vinput in = {NULL, 0, NULL, 0, NULL, false, seed, strlen(seed)};
+    vllm_hash(h->profile, &in, d);
     digest_to_chain(h->profile, d, &h->none_key, &h->none_high);
 }
 

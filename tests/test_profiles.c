@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include <criterion/criterion.h>
+#include <openssl/evp.h>
 #include <sodium.h>
 #include <xxhash.h>
 
@@ -851,5 +852,44 @@ Test(profiles, hasher_api_arguments)
     cr_assert_eq(kvp_chain_digest(h, &c, d), 16);
     kvp_key zero = kvp_hasher_external_key(NULL, c.root, c.key);
     cr_assert(zero.lo == 0 && zero.hi == 0);
+    kvp_hasher_free(h);
+}
+
+/* Encodings over the 2 KB stack buffer take the streaming path (a 3000-byte seed string and
+ * LoRA name here); the digests must equal SHA-256 over the whole encoding built in one
+ * buffer and hashed with OpenSSL's EVP interface. */
+Test(vllm, long_names_take_the_streaming_path)
+{
+    static char big[3001];
+    memset(big, 'a', 3000);
+    kvp_config cfg = profile_config(KVP_HASH_VLLM_SHA256, 16);
+    cfg.vllm_seed = big;
+    kvp_hasher *h = hasher_new(&cfg);
+    static unsigned char enc[8192];
+    kvp__cbor_out o = {enc, 0, sizeof enc, NULL, NULL};
+    kvp__cbor_string(&o, KVP__CBOR_TEXT, big, 3000);
+    unsigned char none[32], want[32], got[32];
+    unsigned int len;
+    cr_assert(EVP_Digest(enc, o.n, none, &len, EVP_sha256(), NULL));
+    kvp_namespace ns;
+    th_ns(&ns, NULL, big, NULL, NULL);
+    kvp_chain c, out[1];
+    size_t n;
+    cr_assert_eq(kvp_hasher_root(h, &ns, &c), KVP_OK);
+    cr_assert_eq(kvp_chain_digest(h, &c, got), 32);
+    cr_assert_eq(memcmp(got, none, 32), 0, "NONE_HASH of a long seed");
+    uint32_t t[16];
+    for (uint32_t i = 0; i < 16; i++)
+        t[i] = i * 1000u;
+    o.n = 0;
+    kvp__cbor_head(&o, KVP__CBOR_ARRAY, 3);
+    kvp__cbor_string(&o, KVP__CBOR_BYTES, none, 32);
+    kvp__cbor_uint_array(&o, t, 16);
+    kvp__cbor_head(&o, KVP__CBOR_ARRAY, 1);
+    kvp__cbor_string(&o, KVP__CBOR_TEXT, big, 3000);
+    cr_assert(EVP_Digest(enc, o.n, want, &len, EVP_sha256(), NULL));
+    cr_assert_eq(kvp_hasher_blocks(h, &ns, &c, t, 16, out, 1, &n), KVP_OK);
+    cr_assert_eq(kvp_chain_digest(h, &out[0], got), 32);
+    cr_assert_eq(memcmp(got, want, 32), 0, "block 0 with a long LoRA name");
     kvp_hasher_free(h);
 }
