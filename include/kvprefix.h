@@ -163,6 +163,16 @@ enum {
     KVP_HASH_VLLM_XXHASH = 5  /* vLLM's xxhash_cbor hash_block_tokens, bit for bit */
 };
 
+/* Return codes the profile fields add to every call (on top of each call's own list):
+ *   kvp_cache_new      KVP_EINVAL for an unknown hash_profile or a hash_key_len outside
+ *                      0 or 16..32; KVP_ENOTSUP when a random key is needed and the system
+ *                      has no random source;
+ *   calls taking a namespace (kvp_lookup, kvp_acquire, kvp_access, kvp_lookup_ids,
+ *                      kvp_access_ids): KVP_ENOTSUP when the profile cannot express it
+ *                      (vllm-*: model or tenant present, empty salt, non-UTF-8 names);
+ *   calls taking tokens (kvp_lookup, kvp_acquire, kvp_commit, kvp_access): KVP_ETOKEN when
+ *                      vocab_size is set and an id is at or above it.
+ * As with every error, the cache is left unchanged. */
 #define KVP_HASH_KEY_MIN      16u /* smallest accepted kvp_config.hash_key_len (128 bits) */
 #define KVP_HASH_KEY_MAX      32u /* largest: the size of kvp_config.hash_key */
 #define KVP_VLLM_SEED_DEFAULT "vllm-none-hash" /* vLLM's default NONE_HASH seed string */
