@@ -16,6 +16,8 @@
  *                  with 128 distinct 128k-token prompts after the free list was shuffled (so
  *                  a prompt's blocks are scattered as after eviction), then kvp_lookup of
  *                  every prompt once per rep in a shuffled order (each lookup fully cached).
+ *                  All five caches exist at once and the reps interleave the profiles, so a
+ *                  busy machine slows them alike (their ratio is the figure to read).
  *   (c) memory     per profile: live bytes of a cache with every block cached, counted by a
  *                  kvp_allocator hook, divided by the cached blocks.
  *
@@ -277,72 +279,93 @@ static void scramble_pool(kvp_cache *cache, const kvp_namespace *ns, uint32_t n_
     free(order);
 }
 
-static void bench_lookup_profile(const opts *o, int profile, const uint32_t *prompts,
-                                 uint32_t n_prompts)
+/* One profile's cache for (b): filled to the last block, its allocator's live bytes. */
+typedef struct lcache {
+    kvp_cache *cache;   /* the cache */
+    kvp_namespace ns;   /* the namespace every prompt was cached in */
+    counter cnt;        /* live bytes through the cache's hooks */
+    double fill_ns;     /* kvp_access time per block while filling */
+    double v[MAX_REPS]; /* us per lookup, per rep */
+} lcache;
+
+static void fill_profile(const opts *o, int profile, const uint32_t *prompts, uint32_t n_prompts,
+                         lcache *lc)
 {
-    counter cnt = {0};
     kvp_config cfg = profile_config(profile, o->pool);
     cfg.alloc.alloc = count_alloc;
     cfg.alloc.free = count_free;
-    cfg.alloc.ud = &cnt;
-    kvp_cache *cache;
-    check(kvp_cache_new(&cfg, &cache), "kvp_cache_new");
-    kvp_namespace ns;
-    bench_namespace(profile, &ns);
+    cfg.alloc.ud = &lc->cnt;
+    check(kvp_cache_new(&cfg, &lc->cache), "kvp_cache_new");
+    bench_namespace(profile, &lc->ns);
     uint64_t s = 0xb;
-    scramble_pool(cache, &ns, o->pool, &s);
+    scramble_pool(lc->cache, &lc->ns, o->pool, &s);
     kvp_match m;
     uint64_t f0 = now_ns();
     for (uint32_t i = 0; i < n_prompts; i++)
-        check(kvp_access(cache, &ns, prompts + (size_t)i * LONG_TOKENS, LONG_TOKENS, &m),
+        check(kvp_access(lc->cache, &lc->ns, prompts + (size_t)i * LONG_TOKENS, LONG_TOKENS, &m),
               "kvp_access");
-    uint64_t f1 = now_ns();
-    kvp_stats st;
-    check(kvp_cache_stats(cache, &st), "kvp_cache_stats");
-    uint32_t *ord = xmalloc(n_prompts * sizeof *ord);
-    uint32_t *ids = xmalloc(LONG_BLOCKS * sizeof *ids);
-    for (uint32_t i = 0; i < n_prompts; i++)
-        ord[i] = i;
-    double v[MAX_REPS];
-    for (int r = -1; r < o->reps; r++) {
-        shuffle_u32(&s, ord, n_prompts);
-        uint64_t t0 = now_ns();
-        for (uint32_t i = 0; i < n_prompts; i++) {
-            check(kvp_lookup(cache, &ns, prompts + (size_t)ord[i] * LONG_TOKENS, LONG_TOKENS, ids,
-                             LONG_BLOCKS, &m),
-                  "kvp_lookup");
-            if (m.n_blocks_cached != LONG_BLOCKS) {
-                fprintf(stderr, "bench_hash: lookup found %u blocks\n", m.n_blocks_cached);
-                exit(1);
-            }
-        }
-        if (r >= 0)
-            v[r] = (double)(now_ns() - t0) / n_prompts / 1000.0;
-    }
-    double mn = v[0];
-    for (int r = 1; r < o->reps; r++)
-        mn = v[r] < mn ? v[r] : mn;
-    printf("  %-18s %10.1f us (%7.1f)  fill %6.0f ns/block  %8.1f bytes/cached block\n",
-           kvp_hash_profile_name(profile), median_of(v, o->reps), mn,
-           (double)(f1 - f0) / ((double)n_prompts * LONG_BLOCKS),
-           (double)cnt.live / (double)st.n_blocks_cached);
-    kvp_cache_free(cache);
-    free(ord);
-    free(ids);
+    lc->fill_ns = (double)(now_ns() - f0) / ((double)n_prompts * LONG_BLOCKS);
 }
 
+/* One pass: every prompt looked up once, in the order ord. Returns us per lookup. */
+static double lookup_pass(lcache *lc, const uint32_t *prompts, const uint32_t *ord,
+                          uint32_t n_prompts, uint32_t *ids)
+{
+    kvp_match m;
+    uint64_t t0 = now_ns();
+    for (uint32_t i = 0; i < n_prompts; i++) {
+        check(kvp_lookup(lc->cache, &lc->ns, prompts + (size_t)ord[i] * LONG_TOKENS, LONG_TOKENS,
+                         ids, LONG_BLOCKS, &m),
+              "kvp_lookup");
+        if (m.n_blocks_cached != LONG_BLOCKS) {
+            fprintf(stderr, "bench_hash: lookup found %u blocks\n", m.n_blocks_cached);
+            exit(1);
+        }
+    }
+    return (double)(now_ns() - t0) / n_prompts / 1000.0;
+}
+
+/* All profiles' caches are built first, then every rep runs one pass per profile, the
+ * profile order rotating per rep, so that load from other processes falls on all alike. */
 static void bench_lookup(const opts *o)
 {
     uint32_t n_prompts = o->pool / LONG_BLOCKS;
     uint64_t s = 0xc;
     uint32_t *prompts = xmalloc((size_t)n_prompts * LONG_TOKENS * sizeof *prompts);
+    uint32_t *ord = xmalloc(n_prompts * sizeof *ord);
+    uint32_t *ids = xmalloc(LONG_BLOCKS * sizeof *ids);
     fill_tokens(&s, prompts, (size_t)n_prompts * LONG_TOKENS);
+    for (uint32_t i = 0; i < n_prompts; i++)
+        ord[i] = i;
     printf("\n(b)+(c) %u-block cache, %u x 128k-token prompts (block ids scattered): cached "
-           "128k lookup, median of %d (min); bytes per cached block\n",
+           "128k lookup, median of %d interleaved passes (min); bytes per cached block\n",
            o->pool, n_prompts, o->reps);
+    static lcache lc[N_PROFILES];
     for (int p = 0; p < N_PROFILES; p++)
-        bench_lookup_profile(o, profiles[p], prompts, n_prompts);
+        fill_profile(o, profiles[p], prompts, n_prompts, &lc[p]);
+    for (int p = 0; p < N_PROFILES; p++)
+        lookup_pass(&lc[p], prompts, ord, n_prompts, ids); /* warm-up */
+    for (int r = 0; r < o->reps; r++) {
+        shuffle_u32(&s, ord, n_prompts);
+        for (int k = 0; k < N_PROFILES; k++) {
+            int p = (k + r) % N_PROFILES;
+            lc[p].v[r] = lookup_pass(&lc[p], prompts, ord, n_prompts, ids);
+        }
+    }
+    for (int p = 0; p < N_PROFILES; p++) {
+        kvp_stats st;
+        check(kvp_cache_stats(lc[p].cache, &st), "kvp_cache_stats");
+        double mn = lc[p].v[0];
+        for (int r = 1; r < o->reps; r++)
+            mn = lc[p].v[r] < mn ? lc[p].v[r] : mn;
+        printf("  %-18s %10.1f us (%7.1f)  fill %6.0f ns/block  %8.1f bytes/cached block\n",
+               kvp_hash_profile_name(profiles[p]), median_of(lc[p].v, o->reps), mn, lc[p].fill_ns,
+               (double)lc[p].cnt.live / (double)st.n_blocks_cached);
+        kvp_cache_free(lc[p].cache);
+    }
     free(prompts);
+    free(ord);
+    free(ids);
 }
 
 int main(int argc, char **argv)
