@@ -66,6 +66,7 @@ KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
     cache->mem = mem;
     cache->cfg = *cfg;
     cache->cfg.vllm_seed = NULL; /* read by kvp__hasher_init only; the caller owns it */
+    memset(cache->cfg.hash_key, 0, sizeof cache->cfg.hash_key); /* one copy: the hasher's */
     cache->key_bits = 128;
     int rc = kvp__hasher_init(&cache->hasher, cfg);
     if (rc != KVP_OK) {
