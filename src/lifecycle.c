@@ -285,8 +285,8 @@ static uint32_t count_unpinned(kvp_cache *cache, const uint32_t *ids, uint32_t n
  * (req unchanged). */
 static int request_keep_vctx(kvp_cache *cache, kvp__request *req, const kvp__vctx *vx)
 {
-    int p = cache->hasher.profile;
-    if (p != KVP_HASH_VLLM_SHA256 && p != KVP_HASH_VLLM_XXHASH)
+    int profile = cache->hasher.profile;
+    if (profile != KVP_HASH_VLLM_SHA256 && profile != KVP_HASH_VLLM_XXHASH)
         return KVP_OK; /* the other profiles hash no namespace bytes per block */
     size_t n = (vx->has_adapter ? vx->adapter_len : 0) + (vx->has_salt ? vx->salt_len : 0);
     req->vx = *vx;
