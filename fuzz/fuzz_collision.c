@@ -319,6 +319,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_alloc_init(&w.alloc);
     kvp_config cfg;
     kvp_config_init(&cfg);
+    cfg.hash_profile = KVP_HASH_XXH3; /* the oracle computes xxh3 keys */
     cfg.n_blocks = w.n_blocks;
     cfg.block_size = w.bs;
     cfg.verify_tokens = true;

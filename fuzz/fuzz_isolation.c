@@ -368,6 +368,7 @@ static void run(const iso_input *x, uint32_t n_blocks, int only_cls, bool check,
     fz_alloc_init(&r->alloc);
     kvp_config cfg;
     kvp_config_init(&cfg);
+    cfg.hash_profile = KVP_HASH_XXH3; /* the oracle computes xxh3 keys */
     cfg.n_blocks = n_blocks;
     cfg.block_size = x->block_size;
     cfg.verify_tokens = x->verify;

@@ -12,7 +12,11 @@
  * token sequence gets the key XXH3-128(key of block i-1 (the root for block 0) || the
  * block's tokens as little-endian uint32), with the cache's 64-bit seed. Equal keys
  * therefore mean equal namespace and equal tokens up to and including the block.
- * docs/design.md gives the byte layout and test vectors.
+ * docs/design.md gives the byte layout and test vectors. That is the xxh3 hash profile; a
+ * cache's profile (kvp_config.hash_profile) may instead be keyed (the default: unforgeable
+ * without the cache's secret key), siphash, or vLLM's exact block hash
+ * (docs/hash-profiles.md). kvp_namespace_key, kvp_hash_blocks and kvp_external_key always
+ * compute the xxh3 profile's keys; kvp_hasher computes any profile's.
  *
  * Request lifecycle (what an engine calls):
  *   kvp_lookup   read-only query: the longest reusable cached prefix;
@@ -85,7 +89,10 @@ enum {
     KVP_ERANGE = -7,    /* the call refers to tokens beyond what the request allocated */
     KVP_EBUSY = -8,     /* called from inside one of this cache's callbacks */
     KVP_ECORRUPT = -9,  /* the invariant checker found an inconsistency (a bug) */
-    KVP_ETOOBIG = -10   /* the request needs more blocks than the whole pool has: it can
+    KVP_ETOKEN = -10,   /* a token id is at or above the configured vocab_size */
+    KVP_ENOTSUP = -11,  /* the hash profile cannot express this namespace (or no random
+                           source for a key): refused rather than a field dropped */
+    KVP_ETOOBIG = -12   /* the request needs more blocks than the whole pool has: it can
                            never be served by this cache (unlike KVP_ENOSPC, retrying after
                            other requests end will not help) */
 };
@@ -190,6 +197,100 @@ KVP_NODISCARD KVP_EXPORT int kvp_hash_blocks(uint64_t seed, kvp_key parent, cons
 KVP_EXPORT kvp_key kvp_external_key(uint64_t seed, kvp_key root, kvp_key external_id);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Hash profiles and hashers (docs/hash-profiles.md)                                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/* How block keys are computed (kvp_config.hash_profile). docs/hash-profiles.md gives each
+ * profile's byte layout, speed and what it promises. */
+enum {
+    KVP_HASH_KEYED = 1,       /* default: roots by keyed BLAKE2b, blocks by XXH3-128 with a
+                                 192-byte secret derived from the key; unforgeable without
+                                 the key */
+    KVP_HASH_XXH3 = 2,        /* XXH3-128 with the public 64-bit seed (the kvp_hash_blocks
+                                 chain): fast, safe only when every tenant is trusted */
+    KVP_HASH_SIPHASH = 3,     /* every block key is SipHash-2-4-128 of (parent, tokens): a
+                                 keyed PRF per block, about 4x slower than keyed */
+    KVP_HASH_VLLM_SHA256 = 4, /* vLLM's sha256_cbor hash_block_tokens, bit for bit */
+    KVP_HASH_VLLM_XXHASH = 5  /* vLLM's xxhash_cbor hash_block_tokens, bit for bit */
+};
+
+/* Return codes the profile fields add to every call (on top of each call's own list):
+ *   kvp_cache_new      KVP_EINVAL for an unknown hash_profile or a hash_key_len outside
+ *                      0 or 16..32; KVP_ENOTSUP when a random key is needed and the system
+ *                      has no random source;
+ *   calls taking a namespace (kvp_lookup, kvp_acquire, kvp_access, kvp_lookup_ids,
+ *                      kvp_access_ids): KVP_ENOTSUP when the profile cannot express it
+ *                      (vllm-*: model or tenant present, empty salt, non-UTF-8 names);
+ *   calls taking tokens (kvp_lookup, kvp_acquire, kvp_commit, kvp_access): KVP_ETOKEN when
+ *                      vocab_size is set and an id is at or above it.
+ * As with every error, the cache is left unchanged. */
+#define KVP_HASH_KEY_MIN      16u /* smallest accepted kvp_config.hash_key_len (128 bits) */
+#define KVP_HASH_KEY_MAX      32u /* largest: the size of kvp_config.hash_key */
+#define KVP_VLLM_SEED_DEFAULT "vllm-none-hash" /* vLLM's default NONE_HASH seed string */
+
+/* The profile's name as the tools spell it ("keyed", "xxh3", "siphash", "vllm-sha256-cbor",
+ * "vllm-xxhash-cbor"); NULL for an unknown profile. Cannot fail. */
+KVP_EXPORT const char *kvp_hash_profile_name(int profile);
+
+/* Parse a profile name into *out. Returns KVP_OK or KVP_EINVAL (NULL or unknown name). */
+KVP_EXPORT int kvp_hash_profile_parse(const char *name, int *out);
+
+/* The state of a key chain after some blocks: what the next block hashes as its parent.
+ * A plain value: copy it freely. */
+typedef struct kvp_chain {
+    kvp_key key;       /* index key of the last block (the chain start before block 0) */
+    kvp_key high;      /* vllm-sha256-cbor: high 128 bits of the 256-bit digest; else 0 */
+    kvp_key root;      /* the namespace root (scopes external ids; see kvp_hasher_root) */
+    uint64_t n_blocks; /* blocks hashed since the root: 0 means the next one is block 0 */
+} kvp_chain;
+
+/* A key function (profile, key, seeds, block size, vocab_size) outside any cache: a router
+ * or a second thread computes exactly the keys the cache computes. Immutable once made, so
+ * one hasher may be used by many threads at once. */
+typedef struct kvp_hasher kvp_hasher;
+struct kvp_config; /* defined below */
+struct kvp_cache;  /* opaque, below */
+
+/* Make a hasher from cfg's hash fields (hash_profile, seed, hash_key, hash_key_len,
+ * vllm_seed, block_size, vocab_size, alloc); n_blocks is ignored. With hash_key_len 0
+ * under keyed/siphash the key is random, so it equals no other hasher: processes that
+ * must agree on keys (engine and router, replicas sharing an index) must share one key.
+ * On KVP_OK *out is owned by the caller (kvp_hasher_free). Returns KVP_EINVAL (NULL, bad
+ * block size, profile or key length), KVP_ENOMEM, KVP_ENOTSUP (no random source). */
+KVP_EXPORT int kvp_hasher_new(const struct kvp_config *cfg, kvp_hasher **out);
+
+/* Free a hasher made by kvp_hasher_new. Accepts NULL. */
+KVP_EXPORT void kvp_hasher_free(kvp_hasher *h);
+
+/* The hasher of a cache, equal to it in every key it computes (also with a random key).
+ * Owned by the cache, valid until kvp_cache_free. NULL if cache is NULL. */
+KVP_EXPORT const kvp_hasher *kvp_cache_hasher(const struct kvp_cache *cache);
+
+/* The chain start of namespace ns: *out gets the root and n_blocks = 0. Returns KVP_OK,
+ * KVP_EINVAL (NULL, bad field), KVP_ENOTSUP (vllm-*: model or tenant present, empty salt,
+ * or a name that is not UTF-8: vLLM keys cannot express it). */
+KVP_EXPORT int kvp_hasher_root(const kvp_hasher *h, const kvp_namespace *ns, kvp_chain *out);
+
+/* Hash the full blocks of tokens[0 .. n_tokens) continuing *chain (from kvp_hasher_root or
+ * an earlier call with the same ns): out[i] is the chain after block i. Writes
+ * min(n_tokens / block_size, cap) states, stores the count in *n_out and advances *chain
+ * to the last one. Returns KVP_OK, KVP_EINVAL (NULL pointers), KVP_ENOTSUP (as
+ * kvp_hasher_root), KVP_ETOKEN (an id >= vocab_size; nothing written). */
+KVP_EXPORT int kvp_hasher_blocks(const kvp_hasher *h, const kvp_namespace *ns, kvp_chain *chain,
+                                 const uint32_t *tokens, size_t n_tokens, kvp_chain *out,
+                                 size_t cap, size_t *n_out);
+
+/* The key an external id is cached under in the namespace whose root is root (as the
+ * cache's _ids calls compute it). Cannot fail (NULL h gives a zero key). */
+KVP_EXPORT kvp_key kvp_hasher_external_key(const kvp_hasher *h, kvp_key root, kvp_key external_id);
+
+/* Write the chain's digest in its canonical form (XXH3-128 canonical big-endian, SipHash
+ * and BLAKE2b output bytes, or vLLM's digest bytes) to out and return its length: 16, or 32
+ * for vllm-sha256-cbor. The event integer (vLLM's KV event form) is the last 8 bytes read
+ * big-endian, which is always chain->key.lo. Returns 0 for NULL arguments. */
+KVP_EXPORT size_t kvp_chain_digest(const kvp_hasher *h, const kvp_chain *chain, uint8_t out[32]);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Cache configuration                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
@@ -234,11 +335,17 @@ typedef void (*kvp_event_fn)(void *ud, const kvp_event *ev);
 typedef struct kvp_config {
     uint32_t n_blocks;     /* physical KV blocks in the pool; 1 .. 2^31 (no default: 0) */
     uint32_t block_size;   /* tokens per block; 1 .. KVP_MAX_BLOCK_SIZE (default 16) */
-    uint64_t seed;         /* hash seed (default KVP_DEFAULT_SEED) */
+    uint64_t seed;         /* xxh3 hash seed (default KVP_DEFAULT_SEED); unused by keyed */
     bool verify_tokens;    /* collision-proof mode: keep tokens, compare on every hit */
     kvp_allocator alloc;   /* memory hooks (default: malloc/free) */
     kvp_event_fn on_event; /* optional event callback (default NULL) */
     void *event_ud;        /* passed to on_event */
+    int hash_profile;      /* KVP_HASH_* (default KVP_HASH_KEYED) */
+    uint8_t hash_key[KVP_HASH_KEY_MAX]; /* keyed, siphash: the secret key's bytes */
+    uint32_t hash_key_len; /* bytes of hash_key used, 16..32; 0 (default): a random key */
+    const char *vllm_seed; /* vllm-*: NONE_HASH seed string (PYTHONHASHSEED or vLLM's
+                              default); NULL: KVP_VLLM_SEED_DEFAULT. Read at creation only */
+    uint32_t vocab_size;   /* token ids must be below it (KVP_ETOKEN); 0 = unchecked */
     bool single_threaded;  /* the caller serializes every call: skip the cache's lock
                               (default false: the cache is thread-safe) */
 } kvp_config;

@@ -101,12 +101,61 @@ static inline kvp_key kvp__hash_block(uint64_t seed, kvp_key parent, const uint3
     return kvp__from_xxh(XXH3_128bits_digest(&state));
 }
 
-/* The key of a block in this cache (applies the test-only truncation). Cannot fail. */
-static inline kvp_key kvp__cache_block_key(const kvp_cache *cache, kvp_key parent,
-                                           const uint32_t *tokens)
+/* The keyed profile's 16-token block: as kvp__hash_block16 with the 192-byte secret in
+ * place of the seed (XXH3's 17..128-byte case reads its secret words from memory instead
+ * of deriving them from the seed). Cannot fail. */
+static inline KVP__FLATTEN kvp_key kvp__hash_block16_secret(const unsigned char *secret,
+                                                            kvp_key parent, const uint32_t *tokens)
 {
-    kvp_key k = kvp__hash_block(cache->cfg.seed, parent, tokens, cache->cfg.block_size);
-    return kvp__key_truncate(k, cache->key_bits);
+    unsigned char buf[16 + 64];
+    kvp__put_key(buf, parent);
+    kvp__put_tokens(buf + 16, tokens, 16);
+    return kvp__from_xxh(XXH3_128bits_withSecret(buf, sizeof buf, secret, KVP__SECRET_BYTES));
+}
+
+/* The keyed profile's block key for any block size (see kvp__hash_block). Cannot fail. */
+static inline kvp_key kvp__hash_block_secret(const unsigned char *secret, kvp_key parent,
+                                             const uint32_t *tokens, uint32_t block_size)
+{
+    size_t n_bytes = 16 + (size_t)block_size * 4;
+    if (block_size == 16)
+        return kvp__hash_block16_secret(secret, parent, tokens);
+    unsigned char buf[KVP__STACK_BLOCK_BYTES];
+    if (n_bytes <= KVP__STACK_BLOCK_BYTES) {
+        kvp__put_key(buf, parent);
+        kvp__put_tokens(buf + 16, tokens, block_size);
+        return kvp__from_xxh(XXH3_128bits_withSecret(buf, n_bytes, secret, KVP__SECRET_BYTES));
+    }
+    XXH3_state_t state;
+    memset(&state, 0, sizeof state);
+    XXH3_128bits_reset_withSecret(&state, secret, KVP__SECRET_BYTES);
+    kvp__put_key(buf, parent);
+    XXH3_128bits_update(&state, buf, 16);
+    for (size_t done = 0; done < block_size;) {
+        size_t n = block_size - done;
+        if (n > KVP__STACK_BLOCK_BYTES / 4)
+            n = KVP__STACK_BLOCK_BYTES / 4;
+        kvp__put_tokens(buf, tokens + done, n);
+        XXH3_128bits_update(&state, buf, n * 4);
+        done += n;
+    }
+    return kvp__from_xxh(XXH3_128bits_digest(&state));
+}
+
+/* Advance a cache's chain value (*key, *high) over block `index` of a prompt in the
+ * namespace whose vLLM extra keys are vx, and apply the test-only truncation. The xxh3
+ * and keyed profiles are inlined; the others call kvp__hasher_next. Cannot fail. */
+static inline void kvp__cache_chain(const kvp_cache *cache, const kvp__vctx *vx, kvp_key *key,
+                                    kvp_key *high, const uint32_t *tokens, uint64_t index)
+{
+    const kvp_hasher *h = &cache->hasher;
+    if (h->profile == KVP_HASH_XXH3)
+        *key = kvp__hash_block(h->seed, *key, tokens, h->block_size);
+    else if (h->profile == KVP_HASH_KEYED)
+        *key = kvp__hash_block_secret(h->secret, *key, tokens, h->block_size);
+    else
+        kvp__hasher_next(h, vx, key, high, tokens, index);
+    *key = kvp__key_truncate(*key, cache->key_bits);
 }
 
 #endif /* KVP_BLOCKHASH_H */

@@ -22,6 +22,7 @@ KVP_EXPORT void kvp_config_init(kvp_config *cfg)
     cfg->n_blocks = 0;
     cfg->block_size = 16;
     cfg->seed = KVP_DEFAULT_SEED;
+    cfg->hash_profile = KVP_HASH_KEYED;
 }
 
 /* Free the cache and all it owns (kvp_cache_free, in lock.c, calls it outside any of the
@@ -43,6 +44,7 @@ void kvp__cache_destroy(kvp_cache *cache)
     kvp__mem_free(&cache->mem, cache->scratch_ids, cache->scratch_cap * sizeof(uint32_t));
     kvp__lock_destroy(cache);
     mem = cache->mem;
+    kvp__hasher_wipe(&cache->hasher); /* the key does not outlive the cache */
     kvp__mem_free(&mem, cache, sizeof *cache);
 }
 
@@ -58,8 +60,15 @@ KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
         return KVP_ENOMEM;
     cache->mem = mem;
     cache->cfg = *cfg;
+    cache->cfg.vllm_seed = NULL; /* read by kvp__hasher_init only; the caller owns it */
+    memset(cache->cfg.hash_key, 0, sizeof cache->cfg.hash_key); /* one copy: the hasher's */
     cache->key_bits = 128;
-    int rc = kvp__lock_init(cache);
+    int rc = kvp__hasher_init(&cache->hasher, cfg);
+    if (rc != KVP_OK) {
+        kvp__mem_free(&mem, cache, sizeof *cache); /* not &cache->mem: it is freed here */
+        return rc;
+    }
+    rc = kvp__lock_init(cache);
     if (rc == KVP_OK)
         rc = kvp__pool_init(cache);
     if (rc == KVP_OK)

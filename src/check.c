@@ -217,5 +217,7 @@ int kvp__cache_check(const kvp_cache *cache)
         rc = kvp__requests_check(cache);
     if (rc == KVP_OK)
         rc = kvp__verify_check(cache);
+    if (rc == KVP_OK)
+        rc = kvp__hasher_check(&cache->hasher);
     return rc;
 }

@@ -31,6 +31,10 @@ KVP_EXPORT const char *kvp_strerror(int code)
         return "cache called from inside its own event callback";
     case KVP_ECORRUPT:
         return "cache invariant violated (internal error)";
+    case KVP_ETOKEN:
+        return "token id out of range: at or above the configured vocab_size";
+    case KVP_ENOTSUP:
+        return "not supported: the hash profile cannot express this namespace";
     case KVP_ETOOBIG:
         return "request needs more blocks than the whole pool has";
     default:

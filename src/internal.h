@@ -44,6 +44,7 @@
 #include <uthash.h>
 #include <string.h>
 
+#include "hashprof.h"
 #include "kvprefix.h"
 
 #define KVP_NIL UINT32_MAX /* "no block" in 32-bit links */
@@ -278,6 +279,10 @@ typedef struct kvp__request {
                              they are all committed (kvp_commit compares them); or NULL */
     size_t n_prompt;      /* the acquired prompt's length in tokens */
     size_t prompt_start;  /* first token kept in prompt: the hit blocks' end */
+    kvp_key last_high;    /* vllm-sha256: high half of the chain value after last_key */
+    kvp__vctx vx;         /* vllm-*: extra keys, pointing into vx_mem */
+    void *vx_mem;         /* vllm-*: copy of the adapter and salt bytes, or NULL */
+    size_t vx_len;        /* size of vx_mem */
 } kvp__request;
 
 /* The request's counts are in order: committed blocks are held, held blocks fit the table.
@@ -306,6 +311,7 @@ struct kvp_cache {
     /* Counters that readers bump under the shared lock; summed into kvp_stats on read. */
     _Atomic uint64_t n_lookups;        /* kvp_stats.n_lookups */
     _Atomic uint64_t n_verify_rejects; /* kvp_stats.n_verify_rejects */
+    kvp_hasher hasher;      /* the key function (profile, key, seeds); fixed at creation */
 };
 
 /* ---------------------------------------------------------------- locking (lock.c) */
@@ -431,6 +437,9 @@ static inline kvp__vref kvp__vref_of(const kvp_cache *cache, uint32_t id)
 /* The cache's key functions (apply the test-only truncation). */
 kvp_key kvp__cache_root(const kvp_cache *cache, const kvp_namespace *ns);
 kvp_key kvp__cache_external_key(const kvp_cache *cache, kvp_key root, kvp_key id);
+
+/* The xxh3 profile's namespace root (keys.c); also the vllm-* scope root. Cannot fail. */
+kvp_key kvp__ns_root_xxh3(uint64_t seed, const kvp_namespace *ns);
 
 /* Validate a namespace's fields: KVP_OK or KVP_EINVAL. */
 int kvp__ns_valid(const kvp_namespace *ns);

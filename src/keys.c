@@ -64,7 +64,7 @@ static void hash_field(XXH3_state_t *state, unsigned char number, const kvp_fiel
 }
 
 /* The root key of a namespace that kvp__ns_valid accepted. Cannot fail. */
-static kvp_key ns_root(uint64_t seed, const kvp_namespace *ns)
+kvp_key kvp__ns_root_xxh3(uint64_t seed, const kvp_namespace *ns)
 {
     static const unsigned char tag[8] = {'K', 'V', 'P', 'N', 'S', '1', 0, 0};
     XXH3_state_t state;
@@ -102,7 +102,7 @@ KVP_EXPORT int kvp_namespace_key(uint64_t seed, const kvp_namespace *ns, kvp_key
 {
     if (!out || kvp__ns_valid(ns) != KVP_OK)
         return KVP_EINVAL;
-    *out = ns_root(seed, ns);
+    *out = kvp__ns_root_xxh3(seed, ns);
     return KVP_OK;
 }
 
@@ -137,16 +137,16 @@ KVP_EXPORT kvp_key kvp_external_key(uint64_t seed, kvp_key root, kvp_key externa
     return external_key(seed, root, external_id);
 }
 
-/* The cache-level variants apply the test-only truncation (key_bits < 128). */
+/* The cache-level variants use the cache's profile and apply the test-only truncation. */
 kvp_key kvp__cache_root(const kvp_cache *cache, const kvp_namespace *ns)
 {
     assert(kvp__ns_valid(ns) == KVP_OK); /* the entry points validate it first */
-    return kvp__key_truncate(ns_root(cache->cfg.seed, ns), cache->key_bits);
+    return kvp__key_truncate(kvp__hasher_root(&cache->hasher, ns), cache->key_bits);
 }
 
 kvp_key kvp__cache_external_key(const kvp_cache *cache, kvp_key root, kvp_key id)
 {
-    return kvp__key_truncate(external_key(cache->cfg.seed, root, id), cache->key_bits);
+    return kvp__key_truncate(kvp__hasher_external(&cache->hasher, root, id), cache->key_bits);
 }
 
 KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
@@ -161,9 +161,19 @@ KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
     size_t bs = cache->cfg.block_size, n = n_tokens / bs;
     if (n > cap)
         n = cap;
-    kvp_key parent = *root = kvp__cache_root(cache, ns);
-    for (size_t i = 0; i < n; i++)
-        keys[i] = parent = kvp__cache_block_key(cache, parent, tokens + i * bs);
+    int rc = kvp__hasher_ns_check(&cache->hasher, ns);
+    if (rc == KVP_OK)
+        rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
+    if (rc != KVP_OK)
+        return rc;
+    *root = kvp__cache_root(cache, ns);
+    kvp_key parent, high;
+    kvp__hasher_start(&cache->hasher, *root, &parent, &high);
+    kvp__vctx vx = kvp__hasher_vctx(ns);
+    for (size_t i = 0; i < n; i++) {
+        kvp__cache_chain(cache, &vx, &parent, &high, tokens + i * bs, i);
+        keys[i] = parent;
+    }
     *n_keys = n;
     return KVP_OK;
 }

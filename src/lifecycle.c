@@ -15,8 +15,11 @@
  * Matching walks the prompt block by block from the namespace root and stops at the first
  * key that is not indexed (or, in collision-proof mode, whose provenance does not verify);
  * keys are hashed in growing batches ahead of their probes (see match_mode). Cost per
- * block: one XXH3-128 over 16 + 4 * block_size bytes and one hash-table probe, about 95 ns
- * in a 1M-block cache (docs/performance.md); nothing allocates.
+ * block: one block hash of the cache's profile (XXH3-128 over 16 + 4 * block_size bytes
+ * for xxh3 and keyed, inlined for 16-token blocks; hash_profile.c for the others) and one
+ * hash-table probe, about 95 ns in a 1M-block cache (docs/performance.md); nothing
+ * allocates. Under vllm-* the chain value is 256 bits wide: a walk and a request carry
+ * its high half next to the key (last_high), the index keys on the low 128 bits.
  */
 #include <string.h>
 
@@ -30,9 +33,20 @@ typedef struct keysrc {
     kvp_key root;           /* namespace root */
     kvp_key prev;           /* token mode: key of the block before the next one */
     uint32_t ns;            /* verify mode: interned namespace id, KVP_NIL if unknown */
+    kvp_key prev_high;      /* token mode, vllm-sha256: high half of the chain value */
+    kvp_key start;          /* the chain value before block 0 (its key): root or NONE_HASH */
+    kvp__vctx vx;           /* token mode, vllm-*: the namespace's extra keys */
 } keysrc;
 
-enum { SRC_KEYS, SRC_IDS, SRC_TOKENS, SRC_TOKENS16 };
+enum { SRC_KEYS, SRC_IDS, SRC_TOKENS, SRC_TOKENS16, SRC_KEYED16 };
+
+/* Set the chain start of a token-mode src whose root is set (any profile). */
+static void src_start(const kvp_cache *cache, keysrc *src, const kvp_namespace *ns)
+{
+    kvp__hasher_start(&cache->hasher, src->root, &src->prev, &src->prev_high);
+    src->start = src->prev;
+    src->vx = kvp__hasher_vctx(ns);
+}
 
 /* Key i of src in the given mode; the mode is a constant in each specialised walk, so the
  * branches below fold away (and with 16-token blocks the hash input has a constant size). */
@@ -43,9 +57,12 @@ static KVP__ALWAYS_INLINE kvp_key src_key(const kvp_cache *cache, keysrc *src, s
     if (mode == SRC_IDS)
         return kvp__cache_external_key(cache, src->root, src->ids[i]);
     if (mode == SRC_TOKENS16)
-        src->prev = kvp__hash_block16(cache->cfg.seed, src->prev, src->tokens + i * 16);
+        src->prev = kvp__hash_block16(cache->hasher.seed, src->prev, src->tokens + i * 16);
+    else if (mode == SRC_KEYED16)
+        src->prev = kvp__hash_block16_secret(cache->hasher.secret, src->prev, src->tokens + i * 16);
     else
-        src->prev = kvp__cache_block_key(cache, src->prev, src->tokens + i * cache->cfg.block_size);
+        kvp__cache_chain(cache, &src->vx, &src->prev, &src->prev_high,
+                         src->tokens + i * cache->cfg.block_size, i);
     return src->prev;
 }
 
@@ -53,8 +70,9 @@ static KVP__ALWAYS_INLINE kvp_key src_key(const kvp_cache *cache, keysrc *src, s
 typedef struct walk {
     uint32_t n_cached; /* cached (and verified) blocks from the start */
     bool rejected;     /* the walk stopped at a block that failed verification */
-    kvp_key last_key;  /* key of block min(n_cached, cap) - 1, or the root */
+    kvp_key last_key;  /* key of block min(n_cached, cap) - 1, or the chain start */
     uint32_t last_id;  /* that block's id, or KVP_NIL */
+    kvp_key last_high; /* vllm-sha256: the high half of that block's chain value */
 } walk;
 
 #define MATCH_BATCH 32 /* keys hashed ahead of the probes, at most */
@@ -73,19 +91,21 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
 {
     assert(ids || cap == 0);
     assert(!kvp__verifying(cache) || src->tokens); /* verification compares tokens */
-    walk w = {0, false, src->root, KVP_NIL};
+    walk w = {0, false, src->start, KVP_NIL, src->prev_high};
     kvp__vref prev = KVP__VREF_NONE;
     uint32_t batch = 1;
     const size_t bs = cache->cfg.block_size;
     const bool verifying = kvp__verifying(cache);
     const kvp__probe_view view = kvp__index_view(&cache->index);
-    kvp_key keys[MATCH_BATCH];
+    kvp_key keys[MATCH_BATCH], highs[MATCH_BATCH];
     for (uint64_t i = 0; i < n_full; i += batch, batch = batch < MATCH_BATCH ? batch * 2 : batch) {
         uint32_t n = n_full - i < batch ? (uint32_t)(n_full - i) : batch;
         for (uint32_t j = 0; j < n; j++) {
             if (mode >= SRC_TOKENS && i + j + 8 < n_full)
                 KVP__PREFETCH(src->tokens + (size_t)(i + j + 8) * bs);
             keys[j] = src_key(cache, src, i + j, mode);
+            if (mode == SRC_TOKENS)
+                highs[j] = src->prev_high;
             kvp__prefetch_bucket(view, keys[j]);
         }
         for (uint32_t j = 0; j < n; j++)
@@ -105,6 +125,8 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
                 ids[i + j] = id;
                 w.last_key = keys[j];
                 w.last_id = id;
+                if (mode == SRC_TOKENS)
+                    w.last_high = highs[j];
             }
             prev = kvp__vref_of(cache, id);
             w.n_cached++;
@@ -119,8 +141,12 @@ static walk match(kvp_cache *cache, keysrc *src, uint32_t n_full, uint32_t *ids,
         return match_mode(cache, src, n_full, ids, cap, SRC_KEYS);
     if (src->ids)
         return match_mode(cache, src, n_full, ids, cap, SRC_IDS);
-    if (cache->cfg.block_size == 16 && cache->key_bits == 128)
+    if (cache->cfg.block_size == 16 && cache->key_bits == 128 &&
+        cache->hasher.profile == KVP_HASH_XXH3)
         return match_mode(cache, src, n_full, ids, cap, SRC_TOKENS16);
+    if (cache->cfg.block_size == 16 && cache->key_bits == 128 &&
+        cache->hasher.profile == KVP_HASH_KEYED)
+        return match_mode(cache, src, n_full, ids, cap, SRC_KEYED16);
     return match_mode(cache, src, n_full, ids, cap, SRC_TOKENS);
 }
 
@@ -130,6 +156,9 @@ static int check_prompt(const kvp_cache *cache, const kvp_namespace *ns, const v
 {
     if (!cache || !data || n_tokens == 0 || kvp__ns_valid(ns) != KVP_OK)
         return KVP_EINVAL;
+    int rc = kvp__hasher_ns_check(&cache->hasher, ns);
+    if (rc != KVP_OK)
+        return rc;
     size_t full = n_tokens / cache->cfg.block_size;
     if (full >= KVP_NIL)
         return KVP_EOVERFLOW;
@@ -181,10 +210,12 @@ int kvp__lookup_locked(kvp_cache *cache, const kvp_namespace *ns, const uint32_t
 {
     uint32_t n_full;
     int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
+    if (rc == KVP_OK)
+        rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {tokens, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
-    src.prev = src.root;
+    keysrc src = {.tokens = tokens, .root = kvp__cache_root(cache, ns), .ns = KVP_NIL};
+    src_start(cache, &src, ns);
     if (kvp__verifying(cache))
         src.ns = kvp__verify_ns_find(cache, ns, src.root);
     return lookup_common(cache, &src, n_tokens, n_full, block_ids, cap, out);
@@ -193,13 +224,17 @@ int kvp__lookup_locked(kvp_cache *cache, const kvp_namespace *ns, const uint32_t
 /* Checks for the precomputed-key forms: keys may be NULL only when there are no full
  * blocks, and collision-proof mode needs the tokens to verify against. */
 static int check_keys(const kvp_cache *cache, const kvp_key **keys, const uint32_t *tokens,
-                      uint32_t n_full)
+                      uint32_t n_full, bool keeps_chain)
 {
     static const kvp_key no_keys; /* lets keys be NULL when there are none */
     if (!*keys && n_full == 0)
         *keys = &no_keys;
     if (!*keys || (kvp__verifying(cache) && !tokens))
         return KVP_EINVAL;
+    /* A request continues its chain from its last key; under vllm-sha256 the chain value is
+     * 256 bits and a kvp_key holds only the index's 128 of them. */
+    if (keeps_chain && cache->hasher.profile == KVP_HASH_VLLM_SHA256)
+        return KVP_ENOTSUP;
     return KVP_OK;
 }
 
@@ -210,10 +245,11 @@ int kvp__lookup_keys_locked(kvp_cache *cache, const kvp_namespace *ns, kvp_key r
     uint32_t n_full;
     int rc = check_prompt(cache, ns, &root, n_tokens, &n_full);
     if (rc == KVP_OK)
-        rc = check_keys(cache, &keys, tokens, n_full);
+        rc = check_keys(cache, &keys, tokens, n_full, false);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {tokens, NULL, keys, root, root, KVP_NIL};
+    keysrc src = {.tokens = tokens, .keys = keys, .root = root, .ns = KVP_NIL};
+    src_start(cache, &src, ns);
     if (kvp__verifying(cache))
         src.ns = kvp__verify_ns_find(cache, ns, root);
     return lookup_common(cache, &src, n_tokens, n_full, block_ids, cap, out);
@@ -242,7 +278,8 @@ int kvp__lookup_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_
         rc = check_ids(cache, n_ids, n_tokens, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {NULL, ids, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    keysrc src = {.ids = ids, .root = kvp__cache_root(cache, ns), .ns = KVP_NIL};
+    src.start = src.root;
     return lookup_common(cache, &src, n_tokens, n_full, block_ids, cap, out);
 }
 
@@ -280,6 +317,33 @@ static uint32_t count_unpinned(kvp_cache *cache, const uint32_t *ids, uint32_t n
     return count;
 }
 
+/* vllm-*: give req its own copy of the namespace's extra keys, which every later commit
+ * hashes (the caller's namespace is only valid during kvp_acquire). KVP_OK or KVP_ENOMEM
+ * (req unchanged). */
+static int request_keep_vctx(kvp_cache *cache, kvp__request *req, const kvp__vctx *vx)
+{
+    int profile = cache->hasher.profile;
+    if (profile != KVP_HASH_VLLM_SHA256 && profile != KVP_HASH_VLLM_XXHASH)
+        return KVP_OK; /* the other profiles hash no namespace bytes per block */
+    size_t n = (vx->has_adapter ? vx->adapter_len : 0) + (vx->has_salt ? vx->salt_len : 0);
+    req->vx = *vx;
+    if (n == 0)
+        return KVP_OK;
+    unsigned char *p = kvp__mem_alloc(&cache->mem, n);
+    if (!p)
+        return KVP_ENOMEM;
+    size_t a = vx->has_adapter ? vx->adapter_len : 0;
+    if (a)
+        memcpy(p, vx->adapter, a);
+    if (vx->has_salt)
+        memcpy(p + a, vx->salt, vx->salt_len);
+    req->vx.adapter = p;
+    req->vx.salt = p + a;
+    req->vx_mem = p;
+    req->vx_len = n;
+    return KVP_OK;
+}
+
 /* Blocks needed to hold n tokens, or KVP_NIL when that does not fit in 32 bits. */
 static uint32_t blocks_for(const kvp_cache *cache, size_t n)
 {
@@ -296,7 +360,11 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     uint32_t n_full;
     int rc = check_prompt(cache, ns, keys ? (const void *)root_in : tokens, n_tokens, &n_full);
     if (rc == KVP_OK && keys)
-        rc = check_keys(cache, &keys, tokens, n_full);
+        rc = check_keys(cache, &keys, tokens, n_full, true);
+    if (rc == KVP_OK && !tokens)
+        rc = KVP_EINVAL; /* the prompt is kept to check later commits against it */
+    if (rc == KVP_OK)
+        rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc != KVP_OK)
         return rc;
     if (!out)
@@ -315,14 +383,19 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, root, &ns_id)))
         return rc;
     kvp__request *req;
-    if ((rc = kvp__request_new(cache, req_id, n_total, &req))) {
+    keysrc src = {.tokens = tokens, .root = root, .ns = ns_id};
+    src_start(cache, &src, ns);
+    if ((rc = kvp__request_new(cache, req_id, n_total, &req)) == KVP_OK &&
+        (rc = request_keep_vctx(cache, req, &src.vx)) != KVP_OK)
+        kvp__request_delete(cache, req);
+    if (rc != KVP_OK) {
         if (ns_id != KVP_NIL)
             kvp__verify_ns_unref(cache, ns_id);
         return rc;
     }
 
     /* Step 3: match into the block table, then check the pool can supply the rest. */
-    keysrc src = {tokens, NULL, keys, root, root, ns_id};
+    src.keys = keys;
     uint32_t limit = hit_limit(cache, n_tokens);
     uint64_t rejects_before = atomic_load_explicit(&cache->n_verify_rejects, memory_order_relaxed);
     walk w = match(cache, &src, n_full, req->blocks, limit);
@@ -348,6 +421,7 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     pin_and_take(cache, req, n_hit, n_take);
     req->root = root;
     req->last_key = w.last_key;
+    req->last_high = w.last_high;
     req->canon = kvp__vref_of(cache, w.last_id);
     req->n_committed = n_hit;
     req->ns = ns_id;
@@ -470,25 +544,36 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
     size_t bs = cache->cfg.block_size;
     if (n_tokens / bs < req->n_committed)
         return KVP_EINVAL;
+    int rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
+    if (rc != KVP_OK)
+        return rc;
     if (n_tokens / bs > req->n_blocks)
         return KVP_ERANGE;
     if (!prompt_matches(req, tokens, n_tokens, bs))
         return KVP_EINVAL;
+    if (keys && cache->hasher.profile == KVP_HASH_VLLM_SHA256)
+        return KVP_ENOTSUP; /* see check_keys */
     uint32_t n_full = (uint32_t)(n_tokens / bs);
     size_t stored = 0;
     const kvp__probe_view view = kvp__index_view(&cache->index);
-    kvp_key batch[MATCH_BATCH];
+    kvp_key batch[MATCH_BATCH], highs[MATCH_BATCH];
     /* As in match(): hash a batch of keys ahead (they depend only on the tokens), prefetch
      * their buckets and entries and the blocks they will be stored in, then probe and
      * store in order, so the probes' cache misses overlap. */
     for (uint32_t i0 = req->n_committed; i0 < n_full; i0 += MATCH_BATCH) {
         uint32_t n = n_full - i0 < MATCH_BATCH ? n_full - i0 : MATCH_BATCH;
-        kvp_key parent = req->last_key;
+        kvp_key parent = req->last_key, parent_high = req->last_high;
         for (uint32_t j = 0; j < n; j++) {
             const uint32_t *blk_tokens = tokens + (size_t)(i0 + j) * bs;
             if (i0 + j + 8 < n_full)
                 KVP__PREFETCH(blk_tokens + 8 * bs);
-            batch[j] = parent = keys ? keys[i0 + j] : kvp__cache_block_key(cache, parent, blk_tokens);
+            if (keys) {
+                parent = keys[i0 + j]; /* precomputed: not vllm-sha256 (check_keys) */
+            } else {
+                kvp__cache_chain(cache, &req->vx, &parent, &parent_high, blk_tokens, i0 + j);
+            }
+            batch[j] = parent;
+            highs[j] = parent_high;
             kvp__prefetch_bucket(view, batch[j]);
             KVP__PREFETCH_W(&cache->pool.blocks[req->blocks[i0 + j]]);
         }
@@ -509,6 +594,7 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
                 stored++;
             }
             req->last_key = batch[j];
+            req->last_high = highs[j];
             req->n_committed = i + 1;
         }
     }
@@ -637,7 +723,7 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
                 if (kvp__pool_available(&cache->pool) == 0)
                     break;
                 id = kvp__pool_take(cache);
-                store_block(cache, id, keys[i], i ? keys[i - 1] : src->root, i, blk_tokens, canon,
+                store_block(cache, id, keys[i], i ? keys[i - 1] : src->start, i, blk_tokens, canon,
                             src->ns);
                 m.n_blocks_stored++;
             }
@@ -670,19 +756,25 @@ int kvp__access_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key 
     uint32_t n_full;
     int rc = check_prompt(cache, ns, keys ? (const void *)root : tokens, n_tokens, &n_full);
     if (rc == KVP_OK && keys)
-        rc = check_keys(cache, &keys, tokens, n_full);
+        rc = check_keys(cache, &keys, tokens, n_full, false);
+    if (rc == KVP_OK)
+        rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc == KVP_OK)
         rc = access_prepare(cache, out, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {tokens, NULL, keys, root ? *root : kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    keysrc src = {.tokens = tokens, .keys = keys, .root = root ? *root : kvp__cache_root(cache, ns),
+                  .ns = KVP_NIL};
     if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, src.root, &src.ns)))
         return rc;
+    src_start(cache, &src, ns);
     if (!keys) {
-        kvp_key parent = src.root;
-        for (uint32_t i = 0; i < n_full; i++)
-            parent = cache->scratch_keys[i] =
-                kvp__cache_block_key(cache, parent, tokens + (size_t)i * cache->cfg.block_size);
+        kvp_key parent = src.prev, parent_high = src.prev_high;
+        for (uint32_t i = 0; i < n_full; i++) {
+            kvp__cache_chain(cache, &src.vx, &parent, &parent_high,
+                             tokens + (size_t)i * cache->cfg.block_size, i);
+            cache->scratch_keys[i] = parent;
+        }
         src.keys = cache->scratch_keys;
     }
     access_keys(cache, &src, n_tokens, n_full, out);
@@ -705,7 +797,8 @@ int kvp__access_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_
         rc = access_prepare(cache, out, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {NULL, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    keysrc src = {.root = kvp__cache_root(cache, ns), .ns = KVP_NIL};
+    src.start = src.root;
     for (uint32_t i = 0; i < n_full; i++)
         cache->scratch_keys[i] = kvp__cache_external_key(cache, src.root, ids[i]);
     src.keys = cache->scratch_keys;

@@ -117,6 +117,7 @@ void kvp__request_delete(kvp_cache *cache, kvp__request *req)
     assert(kvp__request_find(cache, req->id) == req && kvp__request_counts_ok(req));
     kvp__request_drop_prompt(cache, req);
     HASH_DELETE(hh, cache->requests, req);
+    kvp__mem_free(&cache->mem, req->vx_mem, req->vx_len);
     kvp__mem_free(&cache->mem, req->blocks, (size_t)req->cap_blocks * sizeof(uint32_t));
     kvp__mem_free(&cache->mem, req, sizeof *req);
 }

@@ -117,6 +117,9 @@ kvp_config th_config(uint32_t n_blocks, uint32_t block_size, bool verify, kvp_ev
 {
     kvp_config cfg;
     kvp_config_init(&cfg);
+    /* The tests compare cache keys with kvp_hash_blocks/kvp_namespace_key, which compute
+     * the xxh3 profile's keys; test_keys and test_profiles cover the other profiles. */
+    cfg.hash_profile = KVP_HASH_XXH3;
     cfg.n_blocks = n_blocks;
     cfg.block_size = block_size;
     cfg.verify_tokens = verify;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "keys.h"
 #include "kvprefix.h"
 #include "outfile.h"
 
@@ -26,6 +27,7 @@ static void usage(FILE *f)
                "  plan      KV-cache capacity planning (kvprefix plan --help)\n"
                "  replay    hit rate of a request log at a cache size, or a whole curve\n"
                "            (kvprefix replay --help)\n"
+               "  keys      block keys of a token list under a hash profile (keys --help)\n"
                "  version   print the version\n"
                "  help      this message\n"
                "\n" CLI_EXIT_HELP);
@@ -44,6 +46,8 @@ int main(int argc, char **argv)
         return pl_main(argc - 1, argv + 1);
     if (strcmp(cmd, "replay") == 0)
         return rp_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "keys") == 0)
+        return keys_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kvprefix %s (library %s)\n", KVP_VERSION_STRING, kvp_version());
         return cli_stdout_check("version");
