@@ -129,6 +129,7 @@ typedef struct kvp__index {
 int kvp__index_init(kvp__index *idx, kvp__mem *mem, uint32_t n_blocks);
 void kvp__index_free(kvp__index *idx, kvp__mem *mem);
 kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key);
+kvp__block *kvp__index_find_next(const kvp__index *idx, const kvp__block *prev, kvp_key key);
 void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key);
 void kvp__index_del(kvp__index *idx, kvp__block *blk);
 size_t kvp__index_bucket_bytes(const kvp__index *idx);

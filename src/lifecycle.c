@@ -13,7 +13,8 @@
  * returns an error has changed nothing.
  *
  * Matching walks the prompt block by block from the namespace root and stops at the first
- * key that is not indexed (or, in collision-proof mode, whose provenance does not verify);
+ * key that is not indexed (or, in collision-proof mode, under which no candidate block
+ * verifies: several blocks may share a key there, see index.c and find_verified);
  * keys are hashed in growing batches ahead of their probes (see match_mode). Cost per
  * block: one XXH3-128 over 16 + 4 * block_size bytes and one hash-table probe, about 95 ns
  * in a 1M-block cache (docs/performance.md); nothing allocates.
@@ -47,6 +48,22 @@ static KVP__ALWAYS_INLINE kvp_key src_key(const kvp_cache *cache, keysrc *src, s
     else
         src->prev = kvp__cache_block_key(cache, src->prev, src->tokens + i * cache->cfg.block_size);
     return src->prev;
+}
+
+/* Collision-proof mode: the first block indexed under key, starting at candidate b and
+ * going on along the bucket chain, that verifies as the query's block (these tokens, after
+ * the accepted instance canon, or in namespace ns for a first block); KVP_NIL if none does.
+ * At most one candidate can verify: two indexed blocks with equal tokens and provenance
+ * would have been deduplicated when the second was committed. Cannot fail. */
+static uint32_t find_verified(const kvp_cache *cache, const kvp__block *b, kvp_key key,
+                              const uint32_t *tokens, kvp__vref canon, uint32_t ns)
+{
+    for (; b; b = kvp__index_find_next(&cache->index, b, key)) {
+        uint32_t id = (uint32_t)(b - cache->pool.blocks);
+        if (kvp__verify_block(cache, id, tokens, canon, ns))
+            return id;
+    }
+    return KVP_NIL;
 }
 
 /* The result of walking the cached chain. */
@@ -93,8 +110,9 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
             if (!b)
                 return w;
             uint32_t id = (uint32_t)(b - cache->pool.blocks);
-            if (verifying &&
-                !kvp__verify_block(cache, id, src->tokens + (i + j) * bs, prev, src->ns)) {
+            const uint32_t *blk_tokens = src->tokens + (i + j) * bs;
+            if (verifying && !kvp__verify_block(cache, id, blk_tokens, prev, src->ns) &&
+                (id = find_verified(cache, b, keys[j], blk_tokens, prev, src->ns)) == KVP_NIL) {
                 cache->stats.n_verify_rejects++;
                 w.rejected = true;
                 return w;
@@ -374,27 +392,27 @@ static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key pare
     kvp__emit(cache, &ev);
 }
 
-/* May the indexed block b stand for block i of this chain? Always yes without verification.
- * In collision-proof mode, b must verify against the query: its tokens, and the accepted
- * previous instance canon (none for i == 0, where namespace ns is compared instead). A
- * block that fails is a hash collision or a block whose recorded parent has been evicted
- * since; either way its key is handed over to the caller's block: it leaves the index
- * (KVP_REMOVED_REPLACED) and the caller stores its own block under the key - unless
- * can_replace is false (kvp_access with no block to store: then nothing is removed). The
- * failure counts in n_verify_rejects unless the caller's own match already counted it
- * (counted). Cannot fail. */
-static bool accept_existing(kvp_cache *cache, uint32_t b, const uint32_t *tokens, kvp__vref canon,
-                            uint32_t ns, bool counted, bool can_replace)
+/* The indexed block that may stand for block i of this chain, whose key is key, or KVP_NIL.
+ * Without verification that is whatever is indexed under key. In collision-proof mode it is
+ * the candidate that verifies against the query (find_verified); candidates that do not -
+ * a hash collision, another namespace's block, or a block whose recorded parent has been
+ * evicted since - are left exactly as they are: never removed, never replaced, never
+ * touched in the LRU order, so nothing the caller can observe depends on them. The caller
+ * then stores its own block beside them under the same key. A key that is indexed with no
+ * verifying candidate counts in n_verify_rejects, unless the caller's own match already
+ * counted it (counted). Cannot fail. */
+static uint32_t probe_existing(kvp_cache *cache, kvp_key key, const uint32_t *tokens,
+                               kvp__vref canon, uint32_t ns, bool counted)
 {
+    const kvp__block *b = kvp__index_find(&cache->index, key);
+    if (!b)
+        return KVP_NIL;
     if (!kvp__verifying(cache))
-        return true;
-    if (!counted && kvp__verify_block(cache, b, tokens, canon, ns))
-        return true;
-    if (!counted)
+        return (uint32_t)(b - cache->pool.blocks);
+    uint32_t id = find_verified(cache, b, key, tokens, canon, ns);
+    if (id == KVP_NIL && !counted)
         cache->stats.n_verify_rejects++;
-    if (can_replace)
-        kvp__pool_unindex(cache, b, KVP_REMOVED_REPLACED);
-    return false;
+    return id;
 }
 
 KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
@@ -435,11 +453,10 @@ KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tok
         for (uint32_t j = 0; j < n; j++) {
             uint32_t i = i0 + j, own = req->blocks[i];
             const uint32_t *blk_tokens = tokens + (size_t)i * bs;
-            kvp__block *b = kvp__index_find(&cache->index, keys[j]);
-            if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), blk_tokens,
-                                     req->canon, req->ns, false, true)) {
+            uint32_t found = probe_existing(cache, keys[j], blk_tokens, req->canon, req->ns, false);
+            if (found != KVP_NIL) {
                 cache->stats.n_blocks_deduped++;
-                req->canon = kvp__vref_of(cache, (uint32_t)(b - cache->pool.blocks));
+                req->canon = kvp__vref_of(cache, found);
             } else {
                 store_block(cache, own, keys[j], req->last_key, i, blk_tokens, req->canon, req->ns);
                 req->canon = kvp__vref_of(cache, own);
@@ -524,11 +541,9 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
             id = ids[i];
             kvp__pool_pin(cache, id);
         } else {
-            kvp__block *b = kvp__index_find(&cache->index, keys[i]);
-            if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), blk_tokens, canon,
-                                     src->ns, i == w.n_cached && w.rejected,
-                                     kvp__pool_available(&cache->pool) > 0 || b->ref == 0)) {
-                id = (uint32_t)(b - cache->pool.blocks);
+            id = probe_existing(cache, keys[i], blk_tokens, canon, src->ns,
+                                i == w.n_cached && w.rejected);
+            if (id != KVP_NIL) {
                 kvp__pool_pin(cache, id);
             } else {
                 if (kvp__pool_available(&cache->pool) == 0)
