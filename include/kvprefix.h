@@ -185,10 +185,16 @@ typedef struct kvp_config {
     uint32_t block_size;   /* tokens per block; 1 .. KVP_MAX_BLOCK_SIZE (default 16) */
     uint64_t seed;         /* hash seed (default KVP_DEFAULT_SEED) */
     bool verify_tokens;    /* collision-proof mode: keep tokens, compare on every hit */
+    uint32_t ns_quota;     /* per-namespace quotas on cached blocks: 0 = off (default);
+                              else the default quota of every namespace (KVP_QUOTA_UNLIMITED:
+                              none by default, set per namespace with kvp_cache_set_quota) */
     kvp_allocator alloc;   /* memory hooks (default: malloc/free) */
     kvp_event_fn on_event; /* optional event callback (default NULL) */
     void *event_ud;        /* passed to on_event */
 } kvp_config;
+
+/* kvp_config.ns_quota / kvp_cache_set_quota: no limit on a namespace's cached blocks. */
+#define KVP_QUOTA_UNLIMITED UINT32_MAX
 
 /* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
 KVP_EXPORT void kvp_config_init(kvp_config *cfg);
@@ -331,6 +337,22 @@ typedef struct kvp_stats {
     uint32_t n_blocks_in_use;   /* pinned by at least one request */
     uint32_t n_requests_active; /* requests between kvp_acquire and kvp_release */
 } kvp_stats;
+
+/* Per-namespace quotas (capacity isolation; needs kvp_config.ns_quota != 0). A namespace
+ * never holds more than its quota of cached (indexed, unpinned) blocks: when a release
+ * would take it over, its own least recently used cached block is evicted at once
+ * (KVP_EVENT_REMOVED, KVP_REMOVED_EVICTED), before any other namespace's block. Blocks
+ * pinned by requests are not counted. If the quotas of all namespaces plus the blocks
+ * pinned at any one time fit in the pool, no namespace's cached blocks ever depend on
+ * another namespace's requests (no prime+probe across tenants; see docs/security.md for
+ * what remains, e.g. timing). Namespaces are told apart by their full root key.
+ *
+ * Set namespace ns's quota to max_cached_blocks (0: cache nothing; KVP_QUOTA_UNLIMITED: no
+ * limit), overriding the default for the cache's lifetime; if ns holds more, its least
+ * recently used cached blocks are evicted now. Returns KVP_OK, KVP_EINVAL (NULL cache,
+ * invalid ns, quotas off), KVP_ENOMEM (nothing changed), KVP_EBUSY. */
+KVP_EXPORT int kvp_cache_set_quota(kvp_cache *cache, const kvp_namespace *ns,
+                                   uint32_t max_cached_blocks);
 
 /* Copy the counters to *out. Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
 KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);

@@ -18,6 +18,8 @@
  *     fit the test-only truncation; no ref count holds the KVP_NIL marker; requests carry
  *     no namespace or parent reference outside verify mode; in verify mode an unindexed
  *     block names no namespace and an indexed later block names a parent in the pool.
+ *  6. Quotas (quota.c, kvp__quota_check): each namespace's list of cached blocks is exact
+ *     and within its quota.
  * Tests and fuzzers call it after every mutation. O(n_blocks + held blocks); it allocates
  * its counter arrays with calloc, outside the cache's hooks, so it cannot disturb an
  * allocation-failure test.
@@ -223,5 +225,7 @@ int kvp__cache_check(const kvp_cache *cache)
         rc = kvp__requests_check(cache);
     if (rc == KVP_OK)
         rc = kvp__verify_check(cache);
+    if (rc == KVP_OK)
+        rc = kvp__quota_check(cache);
     return rc;
 }

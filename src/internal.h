@@ -210,6 +210,37 @@ typedef struct kvp__verify {
     uint64_t serial;     /* last generation handed out (2^64: never wraps in practice) */
 } kvp__verify;
 
+/* ---------------------------------------------------------------- quotas (quota.c) */
+
+/* One namespace's quota group: its cached blocks in LRU order and its limit. */
+typedef struct kvp__qgroup {
+    UT_hash_handle hh;   /* quota.by_root linkage */
+    kvp_key root;        /* the namespace's full (untruncated) root key */
+    uint32_t quota;      /* most cached blocks the namespace may hold */
+    uint32_t n_cached;   /* its cached (indexed, unpinned) blocks: the list's length */
+    uint32_t head;       /* its least recently used cached block, KVP_NIL if none */
+    uint32_t tail;       /* its most recently used cached block, KVP_NIL if none */
+    uint32_t refs;       /* active requests + indexed blocks tagged + explicit_quota */
+    bool explicit_quota; /* set by kvp_cache_set_quota: kept for the cache's lifetime */
+} kvp__qgroup;
+
+typedef struct kvp__quota {
+    kvp__qgroup *by_root; /* uthash head of the groups */
+    kvp__qgroup **group;  /* n_blocks entries: an indexed block's group; NULL: quotas off */
+    uint32_t *prev;       /* n_blocks entries: previous block in its group's cached list */
+    uint32_t *next;       /* n_blocks entries: next block in its group's cached list */
+} kvp__quota;
+
+int kvp__quota_init(kvp_cache *cache);
+void kvp__quota_free(kvp_cache *cache);
+int kvp__quota_intern(kvp_cache *cache, const kvp_namespace *ns, kvp__qgroup **out);
+void kvp__quota_unref(kvp_cache *cache, kvp__qgroup *g);
+void kvp__quota_tag(kvp_cache *cache, uint32_t id, kvp__qgroup *g);
+void kvp__quota_untag(kvp_cache *cache, uint32_t id);
+void kvp__quota_link(kvp_cache *cache, uint32_t id);
+void kvp__quota_unlink(kvp_cache *cache, uint32_t id);
+uint32_t kvp__quota_victim(const kvp_cache *cache, uint32_t id);
+
 /* ---------------------------------------------------------------- requests (request.c) */
 
 typedef struct kvp__request {
@@ -223,6 +254,7 @@ typedef struct kvp__request {
     uint32_t n_committed; /* leading blocks that have keys (hit or committed) */
     uint32_t ns;          /* verify mode: interned namespace id, else KVP_NIL */
     kvp__vref canon;      /* verify mode: the accepted instance holding last_key, or none */
+    kvp__qgroup *qg;      /* quotas on: the namespace's quota group (one reference), else NULL */
 } kvp__request;
 
 /* ---------------------------------------------------------------- the cache (cache.c) */
@@ -234,6 +266,7 @@ struct kvp_cache {
     kvp__index index;       /* key -> block */
     kvp__request *requests; /* uthash head of active requests */
     kvp__verify verify;     /* collision-proof mode state; zeroed when off */
+    kvp__quota quota;       /* per-namespace quotas; zeroed when off (cfg.ns_quota == 0) */
     kvp_stats stats;        /* counters (pool gauges filled in on read) */
     kvp_key *scratch_keys;  /* kvp_access: keys of the current prompt */
     uint32_t *scratch_ids;  /* kvp_access: blocks touched by the current prompt */
@@ -254,6 +287,12 @@ uint32_t kvp__pool_take(kvp_cache *cache); /* KVP_NIL when no free or cached blo
 void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n);
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason);
 void kvp__pool_drop_cached(kvp_cache *cache, int reason);
+void kvp__pool_enforce_quota(kvp_cache *cache, kvp__qgroup *g);
+
+static inline bool kvp__quotas_on(const kvp_cache *cache)
+{
+    return cache->quota.group != NULL;
+}
 
 static inline uint32_t kvp__pool_available(const kvp__pool *pool)
 {
@@ -307,6 +346,7 @@ int kvp__pool_check(const kvp_cache *cache);
 int kvp__index_check(const kvp_cache *cache);
 int kvp__requests_check(const kvp_cache *cache);
 int kvp__verify_check(const kvp_cache *cache);
+int kvp__quota_check(const kvp_cache *cache);
 int kvp__cache_check(const kvp_cache *cache);
 
 /* Test hook: truncate every key this cache computes to `bits` low bits (1..128), so that

@@ -31,6 +31,7 @@ typedef struct keysrc {
     kvp_key root;           /* namespace root */
     kvp_key prev;           /* token mode: key of the block before the next one */
     uint32_t ns;            /* verify mode: interned namespace id, KVP_NIL if unknown */
+    kvp__qgroup *qg;        /* kvp_access with quotas on: the namespace's group, else NULL */
 } keysrc;
 
 enum { SRC_KEYS, SRC_IDS, SRC_TOKENS, SRC_TOKENS16 };
@@ -200,7 +201,7 @@ KVP_EXPORT int kvp_lookup(kvp_cache *cache, const kvp_namespace *ns, const uint3
     int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {tokens, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    keysrc src = {tokens, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL, NULL};
     src.prev = src.root;
     if (kvp__verifying(cache))
         src.ns = kvp__verify_ns_find(cache, ns, src.root);
@@ -230,7 +231,7 @@ KVP_EXPORT int kvp_lookup_ids(kvp_cache *cache, const kvp_namespace *ns, const k
         rc = check_ids(cache, n_ids, n_tokens, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {NULL, ids, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    keysrc src = {NULL, ids, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL, NULL};
     return lookup_common(cache, &src, n_tokens, n_full, block_ids, cap, out);
 }
 
@@ -274,6 +275,32 @@ static uint32_t blocks_for(const kvp_cache *cache, size_t n)
     return blocks >= KVP_NIL ? KVP_NIL : (uint32_t)blocks;
 }
 
+/* Take what a request of namespace ns refers to for its lifetime: its interned namespace
+ * (verify mode, *ns_id) and its quota group (quotas on, *qg); each is left untouched when
+ * its mode is off. Returns KVP_OK or KVP_ENOMEM (nothing taken). */
+static int intern_ns(kvp_cache *cache, const kvp_namespace *ns, kvp_key root, uint32_t *ns_id,
+                     kvp__qgroup **qg)
+{
+    int rc;
+    if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, root, ns_id)))
+        return rc;
+    if (kvp__quotas_on(cache) && (rc = kvp__quota_intern(cache, ns, qg))) {
+        if (*ns_id != KVP_NIL)
+            kvp__verify_ns_unref(cache, *ns_id);
+        return rc;
+    }
+    return KVP_OK;
+}
+
+/* Drop what intern_ns took (KVP_NIL / NULL: nothing). Cannot fail. */
+static void unref_ns(kvp_cache *cache, uint32_t ns_id, kvp__qgroup *qg)
+{
+    if (ns_id != KVP_NIL)
+        kvp__verify_ns_unref(cache, ns_id);
+    if (qg)
+        kvp__quota_unref(cache, qg);
+}
+
 KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
                            const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
                            kvp_match *out)
@@ -293,20 +320,21 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
     if (n_total > cache->pool.n_blocks)
         return KVP_ENOSPC;
 
-    /* Step 2: allocate the request (and intern its namespace in verify mode). */
+    /* Step 2: allocate the request (and intern its namespace in verify mode and its quota
+     * group when quotas are on). */
     kvp_key root = kvp__cache_root(cache, ns);
     uint32_t ns_id = KVP_NIL;
-    if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, root, &ns_id)))
+    kvp__qgroup *qg = NULL;
+    if ((rc = intern_ns(cache, ns, root, &ns_id, &qg)))
         return rc;
     kvp__request *req;
     if ((rc = kvp__request_new(cache, req_id, n_total, &req))) {
-        if (ns_id != KVP_NIL)
-            kvp__verify_ns_unref(cache, ns_id);
+        unref_ns(cache, ns_id, qg);
         return rc;
     }
 
     /* Step 3: match into the block table, then check the pool can supply the rest. */
-    keysrc src = {tokens, NULL, NULL, root, root, ns_id};
+    keysrc src = {tokens, NULL, NULL, root, root, ns_id, NULL};
     uint32_t limit = hit_limit(cache, n_tokens);
     uint64_t rejects_before = cache->stats.n_verify_rejects;
     walk w = match(cache, &src, n_full, req->blocks, limit);
@@ -316,8 +344,7 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
     if (n_take > kvp__pool_available(&cache->pool) - count_unpinned(cache, req->blocks, n_hit)) {
         cache->stats.n_verify_rejects = rejects_before; /* a failed call changes nothing */
         kvp__request_delete(cache, req);
-        if (ns_id != KVP_NIL)
-            kvp__verify_ns_unref(cache, ns_id);
+        unref_ns(cache, ns_id, qg);
         return KVP_ENOSPC;
     }
 
@@ -328,6 +355,7 @@ KVP_EXPORT int kvp_acquire(kvp_cache *cache, uint64_t req_id, const kvp_namespac
     req->canon = kvp__vref_of(cache, w.last_id);
     req->n_committed = n_hit;
     req->ns = ns_id;
+    req->qg = qg;
     count_request(cache, &m);
     *out = m;
     return KVP_OK;
@@ -374,13 +402,15 @@ KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t req_id, const
 }
 
 /* Index block id under key as block i of a chain whose accepted previous instance is canon
- * (none for i == 0), emit STORED. Cannot fail. */
+ * (none for i == 0), in quota group qg (NULL when quotas are off), emit STORED. Cannot
+ * fail. */
 static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key parent_key, uint32_t i,
-                        const uint32_t *tokens, kvp__vref canon, uint32_t ns)
+                        const uint32_t *tokens, kvp__vref canon, uint32_t ns, kvp__qgroup *qg)
 {
     kvp__index_add(&cache->index, &cache->pool.blocks[id], key);
     if (kvp__verifying(cache))
         kvp__verify_store(cache, id, tokens, canon, i == 0 ? ns : KVP_NIL);
+    kvp__quota_tag(cache, id, qg);
     cache->stats.n_blocks_stored++;
     kvp_event ev = {0};
     ev.type = KVP_EVENT_STORED;
@@ -458,7 +488,8 @@ KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tok
                 cache->stats.n_blocks_deduped++;
                 req->canon = kvp__vref_of(cache, found);
             } else {
-                store_block(cache, own, keys[j], req->last_key, i, blk_tokens, req->canon, req->ns);
+                store_block(cache, own, keys[j], req->last_key, i, blk_tokens, req->canon, req->ns,
+                            req->qg);
                 req->canon = kvp__vref_of(cache, own);
                 stored++;
             }
@@ -487,8 +518,7 @@ KVP_EXPORT int kvp_release(kvp_cache *cache, uint64_t req_id)
             KVP__PREFETCH_W(&cache->pool.blocks[req->blocks[i - 8]]);
         kvp__pool_unpin(cache, req->blocks[i]);
     }
-    if (req->ns != KVP_NIL)
-        kvp__verify_ns_unref(cache, req->ns);
+    unref_ns(cache, req->ns, req->qg);
     kvp__request_delete(cache, req);
     return KVP_OK;
 }
@@ -550,7 +580,7 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
                     break;
                 id = kvp__pool_take(cache);
                 store_block(cache, id, keys[i], i ? keys[i - 1] : src->root, i, blk_tokens, canon,
-                            src->ns);
+                            src->ns, src->qg);
             }
         }
         ids[i] = id;
@@ -582,8 +612,8 @@ KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint3
         rc = access_prepare(cache, out, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {tokens, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
-    if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, src.root, &src.ns)))
+    keysrc src = {tokens, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL, NULL};
+    if ((rc = intern_ns(cache, ns, src.root, &src.ns, &src.qg)))
         return rc;
     kvp_key parent = src.root;
     for (uint32_t i = 0; i < n_full; i++)
@@ -591,8 +621,7 @@ KVP_EXPORT int kvp_access(kvp_cache *cache, const kvp_namespace *ns, const uint3
             kvp__cache_block_key(cache, parent, tokens + (size_t)i * cache->cfg.block_size);
     src.keys = cache->scratch_keys;
     access_keys(cache, &src, n_tokens, n_full, out);
-    if (src.ns != KVP_NIL)
-        kvp__verify_ns_unref(cache, src.ns);
+    unref_ns(cache, src.ns, src.qg);
     return KVP_OK;
 }
 
@@ -610,10 +639,13 @@ KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const k
         rc = access_prepare(cache, out, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {NULL, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL};
+    keysrc src = {NULL, NULL, NULL, kvp__cache_root(cache, ns), {0, 0}, KVP_NIL, NULL};
+    if (kvp__quotas_on(cache) && (rc = kvp__quota_intern(cache, ns, &src.qg)))
+        return rc;
     for (uint32_t i = 0; i < n_full; i++)
         cache->scratch_keys[i] = kvp__cache_external_key(cache, src.root, ids[i]);
     src.keys = cache->scratch_keys;
     access_keys(cache, &src, n_tokens, n_full, out);
+    unref_ns(cache, KVP_NIL, src.qg);
     return KVP_OK;
 }
