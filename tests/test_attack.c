@@ -219,6 +219,7 @@ typedef struct observed {
     kvp_event ev[16];
     size_t n_ev;
     bool recording;
+    uint64_t n_rejects; /* operator-level counter, not B's: shows the collision was met */
 } observed;
 
 static void record(void *ud, const kvp_event *ev)
@@ -259,6 +260,7 @@ static void run_world(const profile *p, bool verify, bool victim_present, observ
     cr_assert_eq(kvp_release(c, 1), KVP_OK);
     cr_assert_eq(kvp_lookup(c, &ns_b, forged, 2 * BS + 1, NULL, 0, &o->m_again), KVP_OK);
     o->recording = false;
+    o->n_rejects = th_stats(c).n_verify_rejects;
     TH_CHECK(c);
     if (victim_present) {
         /* A still finds its own two blocks, whatever B did. */
@@ -360,6 +362,8 @@ Test(attack, verify_gives_no_hit_and_no_observable_difference)
         run_world(p, true, true, &with, a_ids, b_ids);
         run_world(p, true, false, &without, dummy, dummy);
         cr_assert_eq(with.m_lookup.n_blocks_cached, 0, "%s: a false hit in verify mode", p->name);
+        cr_assert_eq(with.n_rejects > 0, p->collides, "%s: collision not met", p->name);
+        cr_assert_eq(without.n_rejects, 0, "%s", p->name);
         cr_assert_eq(with.m_acquire.n_blocks_hit, 0, "%s", p->name);
         cr_assert_eq(with.n_stored, 2, "%s: B's blocks were not stored", p->name);
         cr_assert_eq(with.m_again.n_blocks_hit, 2, "%s: B does not find its own blocks", p->name);
