@@ -28,12 +28,12 @@
 #include "forge.h"
 #include "kvprefix.h"
 
-#define BS         16u
-#define LONG_TOK   131072u /* P: 8192 blocks */
-#define FILL_TOK   8192u   /* filler prompts */
-#define SEED       UINT64_C(0)
-#define N_MODES    3
-#define MAX_REPS   51
+#define BS       16u
+#define LONG_TOK 131072u /* P: 8192 blocks */
+#define FILL_TOK 8192u   /* filler prompts */
+#define SEED     UINT64_C(0)
+#define N_MODES  3
+#define MAX_REPS 51
 
 static const char *const mode_names[N_MODES] = {"off", "verify", "forced"};
 
@@ -188,8 +188,8 @@ int main(int argc, char **argv)
         b.p[i] = (uint32_t)splitmix(&s) % 128000;
     forge_chain(&b);
 
-    printf("kvprefix bench_verify: pool %u blocks of %u tokens, P = %u tokens, %d reps\n",
-           b.pool, BS, LONG_TOK, reps);
+    printf("kvprefix bench_verify: pool %u blocks of %u tokens, P = %u tokens, %d reps\n", b.pool,
+           BS, LONG_TOK, reps);
     for (int k = 0; k < N_MODES; k++) {
         kvp_config cfg;
         kvp_config_init(&cfg);

@@ -39,9 +39,9 @@
 enum { OP_LOOKUP, OP_ACCESS, OP_ACQUIRE, OP_COMMIT, OP_RELEASE, N_OPS };
 
 typedef struct ni_step {
-    bool victim;                   /* a victim call (left out of the second run) */
-    int op;                        /* OP_* */
-    int ns;                        /* attacker: 1 or 2; victim: 0 */
+    bool victim;                    /* a victim call (left out of the second run) */
+    int op;                         /* OP_* */
+    int ns;                         /* attacker: 1 or 2; victim: 0 */
     uint32_t tokens[NI_MAX_TOKENS]; /* the prompt or sequence */
     size_t n_tokens;
 } ni_step;

@@ -73,8 +73,8 @@ static acc run_rounds(const uint64_t w[10], uint64_t seed)
 
 /* Write 16 tokens that, after own_parent, hash like target (16 tokens) after
  * target_parent under XXH3-128 with seed: the closed form of the header comment. */
-void forge_collide(uint64_t seed, kvp_key target_parent, const uint32_t *target,
-                    kvp_key own_parent, uint32_t *out)
+void forge_collide(uint64_t seed, kvp_key target_parent, const uint32_t *target, kvp_key own_parent,
+                   uint32_t *out)
 {
     uint64_t tw[10], w[10];
     words_of(target_parent, target, tw);
@@ -96,4 +96,3 @@ void forge_collide(uint64_t seed, kvp_key target_parent, const uint32_t *target,
         out[2 * k + 1] = (uint32_t)(w[2 + k] >> 32);
     }
 }
-

@@ -206,8 +206,8 @@ static bool event_eq(const kvp_event *x, const kvp_event *y)
 static bool same_observations(const observed *x, const observed *y)
 {
     bool same = match_eq(&x->m_lookup, &y->m_lookup) && match_eq(&x->m_acquire, &y->m_acquire) &&
-                match_eq(&x->m_again, &y->m_again) &&
-                x->n_stored == y->n_stored && x->rc_acquire == y->rc_acquire && x->n_ev == y->n_ev;
+                match_eq(&x->m_again, &y->m_again) && x->n_stored == y->n_stored &&
+                x->rc_acquire == y->rc_acquire && x->n_ev == y->n_ev;
     for (size_t i = 0; same && i < x->n_ev; i++)
         same = event_eq(&x->ev[i], &y->ev[i]);
     return same;

@@ -288,8 +288,8 @@ Test(noninterference, controls_do_leak)
     uint32_t leaks_noverify = 0, leaks_noquota = 0;
     for (uint64_t seed = 1; seed <= 20; seed++) {
         uint64_t r;
-        leaks_noverify += ni_world(seed, true, false, NI_QUOTA, &r) !=
-                          ni_world(seed, false, false, NI_QUOTA, &r);
+        leaks_noverify +=
+            ni_world(seed, true, false, NI_QUOTA, &r) != ni_world(seed, false, false, NI_QUOTA, &r);
         leaks_noquota += ni_world(seed, true, true, 0, &r) != ni_world(seed, false, true, 0, &r);
     }
     cr_assert_geq(leaks_noverify, 15);
