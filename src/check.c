@@ -162,6 +162,7 @@ int kvp__requests_check(const kvp_cache *cache)
         FAIL_IF(req->n_committed > req->n_blocks || req->n_blocks > req->cap_blocks);
         FAIL_IF(req->canon.id != KVP_NIL && req->canon.id >= pool->n_blocks);
         FAIL_IF(!kvp__verifying(cache) && (req->ns != KVP_NIL || req->canon.id != KVP_NIL));
+        FAIL_IF(kvp__quotas_on(cache) != (req->qg != NULL));
         for (uint32_t i = 0; i < req->n_blocks; i++) {
             FAIL_IF(req->blocks[i] >= pool->n_blocks);
             refs[req->blocks[i]]++;

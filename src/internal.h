@@ -9,8 +9,10 @@
  *    |     free list (singly linked via next)   blocks holding nothing reusable
  *    |     LRU list (doubly linked, head = least recently used)   cached, unpinned blocks
  *    |- index: uthash table key -> block  every block with indexed == true, plus a sentinel
+ *    |                                    (in verify mode several blocks may share a key)
  *    |- requests: uthash table id -> kvp__request (block table, chain state)
- *    `- verify (optional): tokens per block, parent links, interned namespaces
+ *    |- verify (optional): tokens per block, parent links, interned namespaces
+ *    `- quota (optional): per-namespace groups, each with its cached blocks in LRU order
  *
  * Each block is in exactly one of three states, derived from (ref, indexed):
  *   free    ref == 0, !indexed   on the free list
