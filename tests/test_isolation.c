@@ -295,3 +295,54 @@ Test(noninterference, controls_do_leak)
     cr_assert_geq(leaks_noverify, 15);
     cr_assert_geq(leaks_noquota, 15);
 }
+
+/* ---------------------------------------------------------------- the checkers catch */
+
+/* Each kind of corruption of the quota lists and of the collision-tolerant index is caught
+ * by kvp_cache_check, and undoing it makes the cache consistent again. */
+Test(checker, quota_and_index_corruption)
+{
+    kvp_cache *c = quota_cache(16, 1, true, 4, NULL, NULL);
+    kvp_namespace a;
+    th_ns(&a, "m", NULL, "a", NULL);
+    uint32_t t[3] = {1, 2, 3};
+    th_access_ok(c, &a, t, 3);
+    kvp__qgroup *g = c->quota.by_root; /* the only group */
+    cr_assert_not_null(g);
+    cr_assert_eq(HASH_COUNT(c->quota.by_root), 1);
+    cr_assert_eq(g->n_cached, 3);
+    uint32_t head = g->head, second = c->quota.next[head];
+
+    g->n_cached++; /* a count that disagrees with the list */
+    cr_assert_eq(kvp_cache_check(c), KVP_ECORRUPT);
+    g->n_cached--;
+    g->quota = 2; /* a group over its quota */
+    cr_assert_eq(kvp_cache_check(c), KVP_ECORRUPT);
+    g->quota = 4;
+    c->quota.prev[second] = KVP_NIL; /* a broken back link */
+    cr_assert_eq(kvp_cache_check(c), KVP_ECORRUPT);
+    c->quota.prev[second] = head;
+    uint32_t free_id = c->pool.free_head; /* a group on a block that is not indexed */
+    c->quota.group[free_id] = g;
+    cr_assert_eq(kvp_cache_check(c), KVP_ECORRUPT);
+    c->quota.group[free_id] = NULL;
+    TH_CHECK(c);
+
+    /* A second block under the same key with the same tokens and provenance: two blocks no
+     * verification could tell apart. */
+    kvp__block *b = &c->pool.blocks[head];
+    kvp__index_add(&c->index, &c->pool.blocks[free_id], b->key);
+    c->pool.blocks[free_id].ref = 1; /* pinned, so the pool's lists stay consistent */
+    c->pool.n_free--;
+    c->pool.n_in_use++;
+    c->pool.free_head = c->pool.blocks[free_id].next;
+    c->pool.blocks[free_id].next = KVP_NIL;
+    c->verify.meta[free_id] = c->verify.meta[head];
+    c->verify.meta[free_id].ns = KVP_NIL;
+    c->verify.meta[head].ns = KVP_NIL;
+    memcpy(c->verify.tokens + free_id, c->verify.tokens + head, sizeof(uint32_t));
+    cr_assert_eq(kvp__index_check(c), KVP_ECORRUPT);
+    c->verify.tokens[free_id] ^= 1; /* other tokens: a legitimate collision */
+    cr_assert_eq(kvp__index_check(c), KVP_OK);
+    kvp_cache_free(c);
+}
