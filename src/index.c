@@ -95,7 +95,7 @@ kvp__block *kvp__index_find_next(const kvp__index *idx, const kvp__block *prev, 
     unsigned hv = bucket_hash(key);
     for (const UT_hash_handle *hh = prev->hh.hh_next; hh; hh = hh->hh_next)
         if (hh->hashv == hv && hh->keylen == KEY_BYTES && memcmp(hh->key, &key, KEY_BYTES) == 0)
-            return (kvp__block *)((char *)(uintptr_t)hh - tbl->hho);
+            return (kvp__block *)(void *)((char *)(uintptr_t)hh - tbl->hho);
     return NULL;
 }
 

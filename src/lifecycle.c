@@ -111,12 +111,14 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
             if (!b)
                 return w;
             uint32_t id = (uint32_t)(b - cache->pool.blocks);
-            const uint32_t *blk_tokens = src->tokens + (i + j) * bs;
-            if (verifying && !kvp__verify_block(cache, id, blk_tokens, prev, src->ns) &&
-                (id = find_verified(cache, b, keys[j], blk_tokens, prev, src->ns)) == KVP_NIL) {
-                cache->stats.n_verify_rejects++;
-                w.rejected = true;
-                return w;
+            if (verifying &&
+                !kvp__verify_block(cache, id, src->tokens + (i + j) * bs, prev, src->ns)) {
+                id = find_verified(cache, b, keys[j], src->tokens + (i + j) * bs, prev, src->ns);
+                if (id == KVP_NIL) {
+                    cache->stats.n_verify_rejects++;
+                    w.rejected = true;
+                    return w;
+                }
             }
             if (i + j < cap) {
                 ids[i + j] = id;
