@@ -160,7 +160,7 @@ enum {
 enum {
     KVP_REMOVED_EVICTED = 1, /* recycled for another request; the engine may overwrite it */
     KVP_REMOVED_RESET = 2,   /* dropped by kvp_cache_reset; the block is now free */
-    KVP_REMOVED_REPLACED = 3 /* no longer emitted: until 0.1, a block that failed
+    KVP_REMOVED_REPLACED = 3 /* no longer emitted: in 0.1.0 a block that failed
                                 verification handed its key to a newly stored block. Now
                                 several blocks may share a key in collision-proof mode and
                                 a failing block is never removed (see verify_tokens). The
