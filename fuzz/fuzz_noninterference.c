@@ -96,7 +96,7 @@ static void decode(fz_in *in, ni_prog *p)
     p->bs = sizes[fz_below(in, 5)];
     p->bits = 1 + (unsigned)fz_below(in, 12);
     p->quota = 1 + (uint32_t)fz_below(in, 8);
-    p->n_blocks = 3 * p->quota + 2 * NI_MAX_BLOCKS;
+    p->n_blocks = 3 * p->quota + 2 * (NI_MAX_BLOCKS + 1);
     p->seed = 0;
     for (int i = 0; i < 8; i++)
         p->seed = p->seed << 8 | fz_u8(in);
