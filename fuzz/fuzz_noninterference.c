@@ -16,8 +16,9 @@
  * Conditions under which the property is claimed (and set up here): verification on, keys
  * truncated to 1..12 bits with kvp__cache_set_key_bits so that the parties' keys collide
  * all the time, and per-namespace quotas q (1..8) with a pool that holds every
- * namespace's quota plus the blocks both parties can pin at once (3q + 2 * MAX_BLOCKS), so
- * the shared LRU order never has to be used. Pools are therefore small (5..54 blocks),
+ * namespace's quota plus the blocks both parties can pin at once (3q + 2 * (MAX_BLOCKS +
+ * 1): a request pins its full blocks and a partial tail block), so the shared LRU order
+ * never has to be used. Pools are therefore small (21..42 blocks),
  * block sizes 1, 2, 3, 4 and 16, seeds random. Attacker prompts are drawn from the same
  * 3-token alphabet as the victim's, or copied from the victim's last prompt, so equal and
  * colliding blocks across namespaces are common. kvp_cache_check passes after every call.
