@@ -15,7 +15,8 @@
  *     of an engine never sees them, and which free block it gets does depend on others).
  * Conditions under which the property is claimed (and set up here): verification on, keys
  * truncated to 1..12 bits with kvp__cache_set_key_bits so that the parties' keys collide
- * all the time, and per-namespace quotas q (1..8) with a pool that holds every
+ * all the time (or, one input in 13, full 128-bit keys without verification, where quotas
+ * alone must isolate), and per-namespace quotas q (1..8) with a pool that holds every
  * namespace's quota plus the blocks both parties can pin at once (3q + 2 * (MAX_BLOCKS +
  * 1): a request pins its full blocks and a partial tail block), so the shared LRU order
  * never has to be used. Pools are therefore small (21..42 blocks),
@@ -49,7 +50,8 @@ typedef struct ni_step {
 
 typedef struct ni_prog {
     uint32_t bs, quota, n_blocks;
-    unsigned bits;
+    unsigned bits; /* key bits kept: 1..12, or 128 without verification */
+    bool verify;   /* verify_tokens (always with truncated keys) */
     uint64_t seed;
     ni_step steps[NI_MAX_STEPS];
     size_t n_steps;
@@ -95,7 +97,10 @@ static void decode(fz_in *in, ni_prog *p)
 {
     static const uint32_t sizes[5] = {1, 2, 3, 4, 16};
     p->bs = sizes[fz_below(in, 5)];
-    p->bits = 1 + (unsigned)fz_below(in, 12);
+    p->bits = 1 + (unsigned)fz_below(in, 13);
+    p->verify = p->bits <= 12;
+    if (!p->verify)
+        p->bits = 128; /* full keys, no verification: quotas alone must isolate */
     p->quota = 1 + (uint32_t)fz_below(in, 8);
     p->n_blocks = 3 * p->quota + 2 * (NI_MAX_BLOCKS + 1);
     p->seed = 0;
@@ -132,7 +137,7 @@ static ni_view run(const ni_prog *p, bool with_victim)
     cfg.n_blocks = p->n_blocks;
     cfg.block_size = p->bs;
     cfg.seed = p->seed;
-    cfg.verify_tokens = true;
+    cfg.verify_tokens = p->verify;
     cfg.ns_quota = p->quota;
     cfg.on_event = on_event;
     cfg.event_ud = &v;
@@ -205,8 +210,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     decode(&in, &prog);
     ni_view with = run(&prog, true), without = run(&prog, false);
     FZ_ASSERT(with.n_obs == without.n_obs && with.digest == without.digest,
-              "the attacker's view depends on the victim (bs %u, %u key bits, quota %u, pool "
-              "%u, %zu steps)",
-              prog.bs, prog.bits, prog.quota, prog.n_blocks, prog.n_steps);
+              "the attacker's view depends on the victim (bs %u, %u key bits, verify %d, quota "
+              "%u, pool %u, %zu steps)",
+              prog.bs, prog.bits, prog.verify, prog.quota, prog.n_blocks, prog.n_steps);
     return 0;
 }
