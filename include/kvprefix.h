@@ -312,10 +312,11 @@ enum {
 enum {
     KVP_REMOVED_EVICTED = 1, /* recycled for another request; the engine may overwrite it */
     KVP_REMOVED_RESET = 2,   /* dropped by kvp_cache_reset; the block is now free */
-    KVP_REMOVED_REPLACED = 3 /* collision-proof mode: the block failed verification and its
-                                key is handed to a newly stored block (kvp_commit,
-                                kvp_access); the old block is free, or private to the
-                                requests that still pin it */
+    KVP_REMOVED_REPLACED = 3 /* no longer emitted: in 0.1.0 a block that failed
+                                verification handed its key to a newly stored block. Now
+                                several blocks may share a key in collision-proof mode and
+                                a failing block is never removed (see verify_tokens). The
+                                value stays so that existing code compiles. */
 };
 
 /* One cache event. The pointer passed to the callback is valid only during the call. */
@@ -336,7 +337,16 @@ typedef struct kvp_config {
     uint32_t n_blocks;     /* physical KV blocks in the pool; 1 .. 2^31 (no default: 0) */
     uint32_t block_size;   /* tokens per block; 1 .. KVP_MAX_BLOCK_SIZE (default 16) */
     uint64_t seed;         /* xxh3 hash seed (default KVP_DEFAULT_SEED); unused by keyed */
-    bool verify_tokens;    /* collision-proof mode: keep tokens, compare on every hit */
+    bool verify_tokens;    /* collision-proof mode: keep tokens, compare on every hit.
+                              Several blocks may then share one key: a probe accepts only
+                              the candidate whose tokens, parent instance and namespace
+                              match, and a block that fails is never removed, replaced or
+                              touched (a colliding commit is stored beside it), so no
+                              request can observe or disturb another namespace's blocks
+                              through a collision (docs/security.md) */
+    uint32_t ns_quota;     /* per-namespace quotas on cached blocks: 0 = off (default);
+                              else the default quota of every namespace (KVP_QUOTA_UNLIMITED:
+                              none by default, set per namespace with kvp_cache_set_quota) */
     kvp_allocator alloc;   /* memory hooks (default: malloc/free) */
     kvp_event_fn on_event; /* optional event callback (default NULL) */
     void *event_ud;        /* passed to on_event */
@@ -349,6 +359,9 @@ typedef struct kvp_config {
     bool single_threaded;  /* the caller serializes every call: skip the cache's lock
                               (default false: the cache is thread-safe) */
 } kvp_config;
+
+/* kvp_config.ns_quota / kvp_cache_set_quota: no limit on a namespace's cached blocks. */
+#define KVP_QUOTA_UNLIMITED UINT32_MAX
 
 /* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
 KVP_EXPORT void kvp_config_init(kvp_config *cfg);
@@ -433,14 +446,17 @@ KVP_NODISCARD KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t
  * sequence so far (prompt, then generated tokens) and must begin with the tokens given to
  * kvp_acquire (or with their first n_tokens, for a prefill committed in chunks): the cache
  * keeps the prompt's tokens that are not yet committed and compares them, so a mismatch is
- * KVP_EINVAL and stores nothing. Blocks already committed are not hashed again. Each new full block
- * gets its key; if no cached block holds that key it is indexed (KVP_EVENT_STORED); if one does,
- * the key stays with the existing block and this block is a private duplicate that returns to the
- * free pool on release (counted in n_blocks_deduped, not n_blocks_stored). *n_stored (may be NULL)
- * receives the number of blocks newly indexed. Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens
- * shorter than already committed, tokens that do not begin with the acquired prompt), KVP_ENOENT,
- * KVP_ERANGE (n_tokens / block_size exceeds the blocks held), KVP_EBUSY. Nothing changes on
- * failure. */
+ * KVP_EINVAL and stores nothing. Blocks already committed are not hashed again. Each new
+ * full block gets its key; if no cached block holds that key it is indexed
+ * (KVP_EVENT_STORED); if one does, the key stays with the existing block and this block is
+ * a private duplicate that returns to the free pool on release (counted in
+ * n_blocks_deduped, not n_blocks_stored). With verify_tokens, "holds that key" means a block
+ * under the key that verifies (same tokens, same parent instance, or same namespace for a
+ * first block); blocks under the key that do not verify are left alone and this block is
+ * indexed beside them. *n_stored (may be NULL) receives the number of blocks newly indexed.
+ * Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens shorter than already committed, tokens
+ * that do not begin with the acquired prompt), KVP_ENOENT, KVP_ERANGE (n_tokens / block_size
+ * exceeds the blocks held), KVP_EBUSY. Nothing changes on failure. */
 KVP_NODISCARD KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
                                         size_t n_tokens, size_t *n_stored);
 
@@ -538,16 +554,34 @@ typedef struct kvp_stats {
     uint64_t n_blocks_stored;   /* blocks newly indexed */
     uint64_t n_blocks_deduped;  /* committed blocks whose key was already indexed */
     uint64_t n_evictions;       /* cached blocks recycled for new data */
-    uint64_t n_verify_rejects;  /* collision-proof mode: key matches that failed verification
-                                   (a hash collision, or a block whose recorded parent was
-                                   evicted since), counted by each call that meets one: a
-                                   lookup, acquire and commit of one prompt may each count */
+    uint64_t n_verify_rejects;  /* collision-proof mode: probes of an indexed key under which
+                                   no block verified (a hash collision, or a block whose
+                                   recorded parent was evicted since), counted by each call
+                                   that meets one: a lookup, acquire and commit of one
+                                   prompt may each count. Operator-level: it counts other
+                                   namespaces' blocks met, so do not show it to tenants */
     uint32_t n_blocks_total;    /* pool size */
     uint32_t n_blocks_free;     /* never used, or holding nothing reusable */
     uint32_t n_blocks_cached;   /* indexed and unpinned: evictable, in LRU order */
     uint32_t n_blocks_in_use;   /* pinned by at least one request */
     uint32_t n_requests_active; /* requests between kvp_acquire and kvp_release */
 } kvp_stats;
+
+/* Per-namespace quotas (capacity isolation; needs kvp_config.ns_quota != 0). A namespace
+ * never holds more than its quota of cached (indexed, unpinned) blocks: when a release
+ * would take it over, its own least recently used cached block is evicted at once
+ * (KVP_EVENT_REMOVED, KVP_REMOVED_EVICTED), before any other namespace's block. Blocks
+ * pinned by requests are not counted. If the quotas of all namespaces plus the blocks
+ * pinned at any one time fit in the pool, no namespace's cached blocks ever depend on
+ * another namespace's requests (no prime+probe across tenants; see docs/security.md for
+ * what remains, e.g. timing). Namespaces are told apart by their full root key.
+ *
+ * Set namespace ns's quota to max_cached_blocks (0: cache nothing; KVP_QUOTA_UNLIMITED: no
+ * limit), overriding the default for the cache's lifetime; if ns holds more, its least
+ * recently used cached blocks are evicted now. Returns KVP_OK, KVP_EINVAL (NULL cache,
+ * invalid ns, quotas off), KVP_ENOMEM (nothing changed), KVP_EBUSY. */
+KVP_NODISCARD KVP_EXPORT int kvp_cache_set_quota(kvp_cache *cache, const kvp_namespace *ns,
+                                                 uint32_t max_cached_blocks);
 
 /* Copy the counters to *out. Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
 KVP_NODISCARD KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);

@@ -38,6 +38,7 @@ void kvp__cache_destroy(kvp_cache *cache)
     }
     if (kvp__verifying(cache))
         kvp__verify_free(cache);
+    kvp__quota_free(cache);
     kvp__index_free(&cache->index, &cache->mem);
     kvp__pool_free(cache);
     kvp__mem_free(&cache->mem, cache->scratch_keys, cache->scratch_cap * sizeof(kvp_key));
@@ -75,7 +76,11 @@ KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
         rc = kvp__index_init(&cache->index, &cache->mem, cfg->n_blocks);
     if (rc == KVP_OK && cfg->verify_tokens)
         rc = kvp__verify_init(cache);
+    if (rc == KVP_OK)
+        rc = kvp__quota_init(cache);
     if (rc != KVP_OK) {
+        if (cfg->verify_tokens && cache->verify.meta)
+            kvp__verify_free(cache);
         cache->cfg.verify_tokens = false; /* verify_init cleaned up after itself */
         kvp__cache_destroy(cache);
         return rc;

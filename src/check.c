@@ -8,7 +8,9 @@
  *     with exactly one live entry in the LRU ring's window, outside a cleaning pass's gap)
  *     or in use (ref > 0, in neither); the free list is acyclic, and n_free + n_lru +
  *     n_in_use == n_blocks.
- *  2. The index holds exactly the indexed blocks plus its sentinel, each under its key.
+ *  2. The index holds exactly the indexed blocks plus its sentinel, each under its key;
+ *     a key is indexed once, except in verify mode, where blocks sharing a key must differ
+ *     in tokens or provenance (none could be told apart from another by verification).
  *     (The table points at the key inside its block, so a key is stored once: its entry's
  *     bucket and hash are cross-checked, the key's upper 64 bits have no copy to check.)
  *  3. Every block's ref equals the number of times it appears in active requests' block
@@ -19,6 +21,8 @@
  *     fit the test-only truncation; no ref count holds the KVP_NIL marker; requests carry
  *     no namespace or parent reference outside verify mode; in verify mode an unindexed
  *     block names no namespace and an indexed later block names a parent in the pool.
+ *  6. Quotas (quota.c, kvp__quota_check): each namespace's list of cached blocks is exact
+ *     and within its quota.
  * Tests and fuzzers call it after every mutation; tests/test_check.c corrupts each structure
  * above in turn and shows the checker catching it. O(n_blocks + held blocks); it allocates
  * its counter arrays through the cache's hooks (a deployment that gives the cache an arena
@@ -27,6 +31,7 @@
  * allocator's live-byte count changes while it runs.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -112,6 +117,32 @@ out:
     return rc;
 }
 
+/* Is indexed block b a candidate under its key, and (verify mode) does no other candidate
+ * carry the same tokens and provenance? Outside verify mode b must be the only one. */
+static bool indexed_ok(const kvp_cache *cache, const kvp__block *b)
+{
+    const kvp__block *c = kvp__index_find(&cache->index, b->key);
+    if (!kvp__verifying(cache))
+        return c == b && !kvp__index_find_next(&cache->index, c, b->key);
+    const kvp__verify *v = &cache->verify;
+    size_t bs = cache->cfg.block_size;
+    uint32_t id = (uint32_t)(b - cache->pool.blocks);
+    const kvp__vmeta *mb = &v->meta[id];
+    bool seen = false;
+    for (; c; c = kvp__index_find_next(&cache->index, c, b->key)) {
+        uint32_t cid = (uint32_t)(c - cache->pool.blocks);
+        const kvp__vmeta *mc = &v->meta[cid];
+        if (c == b) {
+            seen = true;
+            continue;
+        }
+        if (mc->parent == mb->parent && mc->parent_gen == mb->parent_gen && mc->ns == mb->ns &&
+            memcmp(v->tokens + (size_t)cid * bs, v->tokens + (size_t)id * bs, bs * 4) == 0)
+            return false;
+    }
+    return seen;
+}
+
 /* Invariant 2 (index): exactly the indexed blocks plus the sentinel, each under its own
  * (truncated) key, in a table that kept its initial bucket count. */
 int kvp__index_check(const kvp_cache *cache)
@@ -124,7 +155,7 @@ int kvp__index_check(const kvp_cache *cache)
         if (!kvp__block_is_indexed(b))
             continue;
         n_indexed++;
-        FAIL_IF(kvp__index_find(&cache->index, b->key) != b);
+        FAIL_IF(!indexed_ok(cache, b));
         FAIL_IF(!kvp__key_eq(kvp__key_truncate(b->key, cache->key_bits), b->key));
     }
     FAIL_IF(n_indexed != cache->index.n_items);
@@ -152,6 +183,7 @@ int kvp__requests_check(const kvp_cache *cache)
         FAIL_IF(!kvp__request_counts_ok(req));
         FAIL_IF(req->canon.id != KVP_NIL && req->canon.id >= pool->n_blocks);
         FAIL_IF(!kvp__verifying(cache) && (req->ns != KVP_NIL || req->canon.id != KVP_NIL));
+        FAIL_IF(kvp__quotas_on(cache) != (req->qg != NULL));
         for (uint32_t i = 0; i < req->n_blocks; i++) {
             FAIL_IF(req->blocks[i] >= pool->n_blocks);
             refs[req->blocks[i]]++;
@@ -219,5 +251,7 @@ int kvp__cache_check(const kvp_cache *cache)
         rc = kvp__verify_check(cache);
     if (rc == KVP_OK)
         rc = kvp__hasher_check(&cache->hasher);
+    if (rc == KVP_OK)
+        rc = kvp__quota_check(cache);
     return rc;
 }

@@ -18,8 +18,18 @@
  * That is what lets kvp_commit and kvp_access mutate the cache with no failure path after
  * their allocations are done. Memory: 16 bytes per bucket, 16-32 bytes per pool block.
  *
+ * Several blocks may share one key in collision-proof mode (verify_tokens): the table then
+ * resolves a key collision the way any hash table resolves a bucket collision, by keeping
+ * every entry and letting the caller check each candidate (kvp__index_find, then
+ * kvp__index_find_next along the bucket chain; see lifecycle.c find_verified). Outside that
+ * mode a key is indexed at most once. Duplicates cost nothing extra on the hot path: the
+ * first candidate is found exactly as before, and only a candidate that fails verification
+ * makes the walk go on (bench/bench_verify: a cached 128k-token lookup with verification
+ * takes 1.76x the verify-off time when every block has a forged colliding candidate probed
+ * first, against 1.23x with none; docs/security.md).
+ *
  * Invariant (checked by kvp__cache_check): n_items == number of blocks with indexed == 1,
- * and every such block is found under its own key.
+ * and every such block is found under its own key (as one of the candidates in verify mode).
  */
 #include <string.h>
 
@@ -78,7 +88,21 @@ kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key)
     return out;
 }
 
-/* Index blk under key; the key must not be indexed yet. Cannot fail (see above). */
+/* The next block indexed under key after prev (itself a block indexed under key) in prev's
+ * bucket chain, or NULL. Together with kvp__index_find this visits every block indexed
+ * under key exactly once. Cannot fail; does not change the table. */
+kvp__block *kvp__index_find_next(const kvp__index *idx, const kvp__block *prev, kvp_key key)
+{
+    const UT_hash_table *tbl = idx->head->hh.tbl;
+    unsigned hv = bucket_hash(key);
+    for (const UT_hash_handle *hh = prev->hh.hh_next; hh; hh = hh->hh_next)
+        if (hh->hashv == hv && hh->keylen == KEY_BYTES && memcmp(hh->key, &key, KEY_BYTES) == 0)
+            return (kvp__block *)(void *)((char *)(uintptr_t)hh - tbl->hho);
+    return NULL;
+}
+
+/* Index blk under key. Outside collision-proof mode the key must not be indexed yet; in it,
+ * other blocks may already be indexed under the same key. Cannot fail (see above). */
 void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
 {
     kvp__mem *mem = NULL; /* never used: the table exists and never expands */

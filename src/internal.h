@@ -12,8 +12,10 @@
  *    |                an entry is live iff its block is cached and its lru_slot names the
  *    |                entry's slot (pinning only clears lru_slot: lazy deletion, pool.c)
  *    |- index: uthash table key -> block  every block with indexed == 1, plus a sentinel
+ *    |                                    (in verify mode several blocks may share a key)
  *    |- requests: uthash table id -> kvp__request (block table, chain state)
- *    `- verify (optional): tokens per block, parent links, interned namespaces
+ *    |- verify (optional): tokens per block, parent links, interned namespaces
+ *    `- quota (optional): per-namespace groups, each with its cached blocks in LRU order
  *
  * Each block is in exactly one of three states, derived from (ref, indexed) and named by
  * the predicates kvp__block_is_free / _cached / _in_use below:
@@ -171,6 +173,7 @@ typedef struct kvp__index {
 int kvp__index_init(kvp__index *idx, kvp__mem *mem, uint32_t n_blocks);
 void kvp__index_free(kvp__index *idx, kvp__mem *mem);
 kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key);
+kvp__block *kvp__index_find_next(const kvp__index *idx, const kvp__block *prev, kvp_key key);
 void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key);
 void kvp__index_del(kvp__index *idx, kvp__block *blk);
 size_t kvp__index_bucket_bytes(const kvp__index *idx);
@@ -262,6 +265,37 @@ typedef struct kvp__verify {
     uint64_t serial;     /* last generation handed out (2^64: never wraps in practice) */
 } kvp__verify;
 
+/* ---------------------------------------------------------------- quotas (quota.c) */
+
+/* One namespace's quota group: its cached blocks in LRU order and its limit. */
+typedef struct kvp__qgroup {
+    UT_hash_handle hh;   /* quota.by_root linkage */
+    kvp_key root;        /* the namespace's full (untruncated) root key */
+    uint32_t quota;      /* most cached blocks the namespace may hold */
+    uint32_t n_cached;   /* its cached (indexed, unpinned) blocks: the list's length */
+    uint32_t head;       /* its least recently used cached block, KVP_NIL if none */
+    uint32_t tail;       /* its most recently used cached block, KVP_NIL if none */
+    uint32_t refs;       /* active requests + indexed blocks tagged + explicit_quota */
+    bool explicit_quota; /* set by kvp_cache_set_quota: kept for the cache's lifetime */
+} kvp__qgroup;
+
+typedef struct kvp__quota {
+    kvp__qgroup *by_root; /* uthash head of the groups */
+    kvp__qgroup **group;  /* n_blocks entries: an indexed block's group; NULL: quotas off */
+    uint32_t *prev;       /* n_blocks entries: previous block in its group's cached list */
+    uint32_t *next;       /* n_blocks entries: next block in its group's cached list */
+} kvp__quota;
+
+int kvp__quota_init(kvp_cache *cache);
+void kvp__quota_free(kvp_cache *cache);
+int kvp__quota_intern(kvp_cache *cache, const kvp_namespace *ns, kvp__qgroup **out);
+void kvp__quota_unref(kvp_cache *cache, kvp__qgroup *g);
+void kvp__quota_tag(kvp_cache *cache, uint32_t id, kvp__qgroup *g);
+void kvp__quota_untag(kvp_cache *cache, uint32_t id);
+void kvp__quota_link(kvp_cache *cache, uint32_t id);
+void kvp__quota_unlink(kvp_cache *cache, uint32_t id);
+uint32_t kvp__quota_victim(const kvp_cache *cache, uint32_t id);
+
 /* ---------------------------------------------------------------- requests (request.c) */
 
 typedef struct kvp__request {
@@ -283,6 +317,7 @@ typedef struct kvp__request {
     kvp__vctx vx;         /* vllm-*: extra keys, pointing into vx_mem */
     void *vx_mem;         /* vllm-*: copy of the adapter and salt bytes, or NULL */
     size_t vx_len;        /* size of vx_mem */
+    kvp__qgroup *qg;      /* quotas on: the namespace's quota group (one reference), else NULL */
 } kvp__request;
 
 /* The request's counts are in order: committed blocks are held, held blocks fit the table.
@@ -301,6 +336,7 @@ struct kvp_cache {
     kvp__index index;       /* key -> block */
     kvp__request *requests; /* uthash head of active requests */
     kvp__verify verify;     /* collision-proof mode state; zeroed when off */
+    kvp__quota quota;       /* per-namespace quotas; zeroed when off (cfg.ns_quota == 0) */
     kvp_stats stats;        /* counters (pool gauges filled in on read) */
     kvp_key *scratch_keys;  /* kvp_access: keys of the current prompt */
     uint32_t *scratch_ids;  /* kvp_access: blocks touched by the current prompt */
@@ -380,6 +416,7 @@ int kvp__access_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_
 int kvp__cache_stats_locked(const kvp_cache *cache, kvp_stats *out);
 void kvp__cache_destroy(kvp_cache *cache);
 int kvp__cache_reset_locked(kvp_cache *cache);
+int kvp__set_quota_locked(kvp_cache *cache, const kvp_namespace *ns, uint32_t max_cached_blocks);
 
 /* Pool operations (pool.c). None allocates; none can fail unless stated. */
 int kvp__pool_init(kvp_cache *cache);
@@ -390,6 +427,12 @@ uint32_t kvp__pool_take(kvp_cache *cache); /* KVP_NIL when no free or cached blo
 void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n);
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason);
 void kvp__pool_drop_cached(kvp_cache *cache, int reason);
+void kvp__pool_enforce_quota(kvp_cache *cache, kvp__qgroup *g);
+
+static inline bool kvp__quotas_on(const kvp_cache *cache)
+{
+    return cache->quota.group != NULL;
+}
 
 static inline uint32_t kvp__pool_available(const kvp__pool *pool)
 {
@@ -450,6 +493,7 @@ int kvp__pool_check(const kvp_cache *cache);
 int kvp__index_check(const kvp_cache *cache);
 int kvp__requests_check(const kvp_cache *cache);
 int kvp__verify_check(const kvp_cache *cache);
+int kvp__quota_check(const kvp_cache *cache);
 int kvp__cache_check(const kvp_cache *cache);
 
 /* Test hook: truncate every key this cache computes to `bits` low bits (1..128), so that

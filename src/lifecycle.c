@@ -13,7 +13,8 @@
  * returns an error has changed nothing.
  *
  * Matching walks the prompt block by block from the namespace root and stops at the first
- * key that is not indexed (or, in collision-proof mode, whose provenance does not verify);
+ * key that is not indexed (or, in collision-proof mode, under which no candidate block
+ * verifies: several blocks may share a key there, see index.c and find_verified);
  * keys are hashed in growing batches ahead of their probes (see match_mode). Cost per
  * block: one block hash of the cache's profile (XXH3-128 over 16 + 4 * block_size bytes
  * for xxh3 and keyed, inlined for 16-token blocks; hash_profile.c for the others) and one
@@ -36,6 +37,7 @@ typedef struct keysrc {
     kvp_key prev_high;      /* token mode, vllm-sha256: high half of the chain value */
     kvp_key start;          /* the chain value before block 0 (its key): root or NONE_HASH */
     kvp__vctx vx;           /* token mode, vllm-*: the namespace's extra keys */
+    kvp__qgroup *qg;        /* kvp_access with quotas on: the namespace's group, else NULL */
 } keysrc;
 
 enum { SRC_KEYS, SRC_IDS, SRC_TOKENS, SRC_TOKENS16, SRC_KEYED16 };
@@ -64,6 +66,22 @@ static KVP__ALWAYS_INLINE kvp_key src_key(const kvp_cache *cache, keysrc *src, s
         kvp__cache_chain(cache, &src->vx, &src->prev, &src->prev_high,
                          src->tokens + i * cache->cfg.block_size, i);
     return src->prev;
+}
+
+/* Collision-proof mode: the first block indexed under key, starting at candidate b and
+ * going on along the bucket chain, that verifies as the query's block (these tokens, after
+ * the accepted instance canon, or in namespace ns for a first block); KVP_NIL if none does.
+ * At most one candidate can verify: two indexed blocks with equal tokens and provenance
+ * would have been deduplicated when the second was committed. Cannot fail. */
+static uint32_t find_verified(const kvp_cache *cache, const kvp__block *b, kvp_key key,
+                              const uint32_t *tokens, kvp__vref canon, uint32_t ns)
+{
+    for (; b; b = kvp__index_find_next(&cache->index, b, key)) {
+        uint32_t id = (uint32_t)(b - cache->pool.blocks);
+        if (kvp__verify_block(cache, id, tokens, canon, ns))
+            return id;
+    }
+    return KVP_NIL;
 }
 
 /* The result of walking the cached chain. */
@@ -117,9 +135,12 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
             uint32_t id = (uint32_t)(b - cache->pool.blocks);
             if (verifying &&
                 !kvp__verify_block(cache, id, src->tokens + (i + j) * bs, prev, src->ns)) {
-                kvp__count_reject(cache);
-                w.rejected = true;
-                return w;
+                id = find_verified(cache, b, keys[j], src->tokens + (i + j) * bs, prev, src->ns);
+                if (id == KVP_NIL) {
+                    kvp__count_reject(cache);
+                    w.rejected = true;
+                    return w;
+                }
             }
             if (i + j < cap) {
                 ids[i + j] = id;
@@ -352,6 +373,32 @@ static uint32_t blocks_for(const kvp_cache *cache, size_t n)
     return blocks >= KVP_NIL ? KVP_NIL : (uint32_t)blocks;
 }
 
+/* Take what a request of namespace ns refers to for its lifetime: its interned namespace
+ * (verify mode, *ns_id) and its quota group (quotas on, *qg); each is left untouched when
+ * its mode is off. Returns KVP_OK or KVP_ENOMEM (nothing taken). */
+static int intern_ns(kvp_cache *cache, const kvp_namespace *ns, kvp_key root, uint32_t *ns_id,
+                     kvp__qgroup **qg)
+{
+    int rc;
+    if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, root, ns_id)))
+        return rc;
+    if (kvp__quotas_on(cache) && (rc = kvp__quota_intern(cache, ns, qg))) {
+        if (*ns_id != KVP_NIL)
+            kvp__verify_ns_unref(cache, *ns_id);
+        return rc;
+    }
+    return KVP_OK;
+}
+
+/* Drop what intern_ns took (KVP_NIL / NULL: nothing). Cannot fail. */
+static void unref_ns(kvp_cache *cache, uint32_t ns_id, kvp__qgroup *qg)
+{
+    if (ns_id != KVP_NIL)
+        kvp__verify_ns_unref(cache, ns_id);
+    if (qg)
+        kvp__quota_unref(cache, qg);
+}
+
 int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
                         const kvp_key *root_in, const kvp_key *keys, const uint32_t *tokens,
                         size_t n_tokens, size_t n_capacity, kvp_match *out)
@@ -377,10 +424,12 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     if (n_total > cache->pool.n_blocks)
         return KVP_ETOOBIG;
 
-    /* Step 2: allocate the request (and intern its namespace in verify mode). */
+    /* Step 2: allocate the request (and intern its namespace in verify mode and its quota
+     * group when quotas are on). */
     kvp_key root = root_in ? *root_in : kvp__cache_root(cache, ns);
     uint32_t ns_id = KVP_NIL;
-    if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, root, &ns_id)))
+    kvp__qgroup *qg = NULL;
+    if ((rc = intern_ns(cache, ns, root, &ns_id, &qg)))
         return rc;
     kvp__request *req;
     keysrc src = {.tokens = tokens, .root = root, .ns = ns_id};
@@ -389,8 +438,7 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
         (rc = request_keep_vctx(cache, req, &src.vx)) != KVP_OK)
         kvp__request_delete(cache, req);
     if (rc != KVP_OK) {
-        if (ns_id != KVP_NIL)
-            kvp__verify_ns_unref(cache, ns_id);
+        unref_ns(cache, ns_id, qg);
         return rc;
     }
 
@@ -412,8 +460,7 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
         /* A failed call changes nothing; no reader runs under the exclusive lock. */
         atomic_store_explicit(&cache->n_verify_rejects, rejects_before, memory_order_relaxed);
         kvp__request_delete(cache, req);
-        if (ns_id != KVP_NIL)
-            kvp__verify_ns_unref(cache, ns_id);
+        unref_ns(cache, ns_id, qg);
         return rc;
     }
 
@@ -425,6 +472,7 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     req->canon = kvp__vref_of(cache, w.last_id);
     req->n_committed = n_hit;
     req->ns = ns_id;
+    req->qg = qg;
     count_request(cache, &m);
     *out = m;
     return KVP_OK;
@@ -470,9 +518,10 @@ int kvp__request_blocks_locked(const kvp_cache *cache, uint64_t req_id, const ui
 }
 
 /* Index block id under key as block i of a chain whose accepted previous instance is canon
- * (none for i == 0), emit STORED. Cannot fail. */
+ * (none for i == 0), in quota group qg (NULL when quotas are off), emit STORED. Cannot
+ * fail. */
 static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key parent_key, uint32_t i,
-                        const uint32_t *tokens, kvp__vref canon, uint32_t ns)
+                        const uint32_t *tokens, kvp__vref canon, uint32_t ns, kvp__qgroup *qg)
 {
     /* Only a block held by the caller is stored: one of its request's or a fresh one. */
     assert(id < cache->pool.n_blocks && kvp__block_is_private(&cache->pool.blocks[id]));
@@ -480,6 +529,7 @@ static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key pare
     kvp__index_add(&cache->index, &cache->pool.blocks[id], key);
     if (kvp__verifying(cache))
         kvp__verify_store(cache, id, tokens, canon, i == 0 ? ns : KVP_NIL);
+    kvp__quota_tag(cache, id, qg);
     cache->stats.n_blocks_stored++;
     kvp_event ev = {0};
     ev.type = KVP_EVENT_STORED;
@@ -491,28 +541,27 @@ static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key pare
     kvp__emit(cache, &ev);
 }
 
-/* May the indexed block b stand for block i of this chain? Always yes without verification.
- * In collision-proof mode, b must verify against the query: its tokens, and the accepted
- * previous instance canon (none for i == 0, where namespace ns is compared instead). A
- * block that fails is a hash collision or a block whose recorded parent has been evicted
- * since; either way its key is handed over to the caller's block: it leaves the index
- * (KVP_REMOVED_REPLACED) and the caller stores its own block under the key - unless
- * can_replace is false (kvp_access with no block to store: then nothing is removed). The
- * failure counts in n_verify_rejects unless the caller's own match already counted it
- * (counted). Cannot fail. */
-static bool accept_existing(kvp_cache *cache, uint32_t b, const uint32_t *tokens, kvp__vref canon,
-                            uint32_t ns, bool counted, bool can_replace)
+/* The indexed block that may stand for block i of this chain, whose key is key, or KVP_NIL.
+ * Without verification that is whatever is indexed under key. In collision-proof mode it is
+ * the candidate that verifies against the query (find_verified); candidates that do not -
+ * a hash collision, another namespace's block, or a block whose recorded parent has been
+ * evicted since - are left exactly as they are: never removed, never replaced, never
+ * touched in the LRU order, so nothing the caller can observe depends on them. The caller
+ * then stores its own block beside them under the same key. A key that is indexed with no
+ * verifying candidate counts in n_verify_rejects, unless the caller's own match already
+ * counted it (counted). Cannot fail. */
+static uint32_t probe_existing(kvp_cache *cache, kvp_key key, const uint32_t *tokens,
+                               kvp__vref canon, uint32_t ns, bool counted)
 {
-    assert(b < cache->pool.n_blocks && kvp__block_is_indexed(&cache->pool.blocks[b]));
+    const kvp__block *b = kvp__index_find(&cache->index, key);
+    if (!b)
+        return KVP_NIL;
     if (!kvp__verifying(cache))
-        return true;
-    if (!counted && kvp__verify_block(cache, b, tokens, canon, ns))
-        return true;
-    if (!counted)
+        return (uint32_t)(b - cache->pool.blocks);
+    uint32_t id = find_verified(cache, b, key, tokens, canon, ns);
+    if (id == KVP_NIL && !counted)
         kvp__count_reject(cache);
-    if (can_replace)
-        kvp__pool_unindex(cache, b, KVP_REMOVED_REPLACED);
-    return false;
+    return id;
 }
 
 /* Does tokens[0 .. n_tokens) agree with the acquired prompt where it is not committed yet?
@@ -527,9 +576,8 @@ static bool prompt_matches(const kvp__request *req, const uint32_t *tokens, size
     size_t to = n_tokens < req->n_prompt ? n_tokens : req->n_prompt;
     if (from < req->prompt_start)
         from = req->prompt_start;
-    return from >= to ||
-           memcmp(tokens + from, req->prompt + (from - req->prompt_start),
-                  (to - from) * sizeof *tokens) == 0;
+    return from >= to || memcmp(tokens + from, req->prompt + (from - req->prompt_start),
+                                (to - from) * sizeof *tokens) == 0;
 }
 
 int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
@@ -582,14 +630,14 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
         for (uint32_t j = 0; j < n; j++) {
             uint32_t i = i0 + j, own = req->blocks[i];
             const uint32_t *blk_tokens = tokens + (size_t)i * bs;
-            kvp__block *b = kvp__index_find(&cache->index, batch[j]);
-            if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), blk_tokens,
-                                     req->canon, req->ns, false, true)) {
+            uint32_t found =
+                probe_existing(cache, batch[j], blk_tokens, req->canon, req->ns, false);
+            if (found != KVP_NIL) {
                 cache->stats.n_blocks_deduped++;
-                req->canon = kvp__vref_of(cache, (uint32_t)(b - cache->pool.blocks));
+                req->canon = kvp__vref_of(cache, found);
             } else {
-                store_block(cache, own, batch[j], req->last_key, i, blk_tokens, req->canon,
-                            req->ns);
+                store_block(cache, own, batch[j], req->last_key, i, blk_tokens, req->canon, req->ns,
+                            req->qg);
                 req->canon = kvp__vref_of(cache, own);
                 stored++;
             }
@@ -660,8 +708,7 @@ static void release_request(kvp_cache *cache, kvp__request *req)
             KVP__PREFETCH_W(&cache->pool.blocks[req->blocks[i - 8]]);
         kvp__pool_unpin(cache, req->blocks[i]);
     }
-    if (req->ns != KVP_NIL)
-        kvp__verify_ns_unref(cache, req->ns);
+    unref_ns(cache, req->ns, req->qg);
     kvp__request_delete(cache, req);
 }
 
@@ -713,18 +760,16 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
             id = ids[i];
             kvp__pool_pin(cache, id);
         } else {
-            kvp__block *b = kvp__index_find(&cache->index, keys[i]);
-            if (b && accept_existing(cache, (uint32_t)(b - cache->pool.blocks), blk_tokens, canon,
-                                     src->ns, i == w.n_cached && w.rejected,
-                                     kvp__pool_available(&cache->pool) > 0 || b->ref == 0)) {
-                id = (uint32_t)(b - cache->pool.blocks);
+            id = probe_existing(cache, keys[i], blk_tokens, canon, src->ns,
+                                i == w.n_cached && w.rejected);
+            if (id != KVP_NIL) {
                 kvp__pool_pin(cache, id);
             } else {
                 if (kvp__pool_available(&cache->pool) == 0)
                     break;
                 id = kvp__pool_take(cache);
                 store_block(cache, id, keys[i], i ? keys[i - 1] : src->start, i, blk_tokens, canon,
-                            src->ns);
+                            src->ns, src->qg);
                 m.n_blocks_stored++;
             }
         }
@@ -750,8 +795,7 @@ static int access_prepare(kvp_cache *cache, kvp_match *out, uint32_t n_full)
 }
 
 int kvp__access_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key *root,
-                       const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
-                       kvp_match *out)
+                       const kvp_key *keys, const uint32_t *tokens, size_t n_tokens, kvp_match *out)
 {
     uint32_t n_full;
     int rc = check_prompt(cache, ns, keys ? (const void *)root : tokens, n_tokens, &n_full);
@@ -763,9 +807,11 @@ int kvp__access_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key 
         rc = access_prepare(cache, out, n_full);
     if (rc != KVP_OK)
         return rc;
-    keysrc src = {.tokens = tokens, .keys = keys, .root = root ? *root : kvp__cache_root(cache, ns),
+    keysrc src = {.tokens = tokens,
+                  .keys = keys,
+                  .root = root ? *root : kvp__cache_root(cache, ns),
                   .ns = KVP_NIL};
-    if (kvp__verifying(cache) && (rc = kvp__verify_ns_intern(cache, ns, src.root, &src.ns)))
+    if ((rc = intern_ns(cache, ns, src.root, &src.ns, &src.qg)))
         return rc;
     src_start(cache, &src, ns);
     if (!keys) {
@@ -778,8 +824,7 @@ int kvp__access_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key 
         src.keys = cache->scratch_keys;
     }
     access_keys(cache, &src, n_tokens, n_full, out);
-    if (src.ns != KVP_NIL)
-        kvp__verify_ns_unref(cache, src.ns);
+    unref_ns(cache, src.ns, src.qg);
     return KVP_OK;
 }
 
@@ -799,9 +844,12 @@ int kvp__access_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_
         return rc;
     keysrc src = {.root = kvp__cache_root(cache, ns), .ns = KVP_NIL};
     src.start = src.root;
+    if (kvp__quotas_on(cache) && (rc = kvp__quota_intern(cache, ns, &src.qg)))
+        return rc;
     for (uint32_t i = 0; i < n_full; i++)
         cache->scratch_keys[i] = kvp__cache_external_key(cache, src.root, ids[i]);
     src.keys = cache->scratch_keys;
     access_keys(cache, &src, n_tokens, n_full, out);
+    unref_ns(cache, KVP_NIL, src.qg);
     return KVP_OK;
 }

@@ -102,12 +102,12 @@ static int leave(const kvp_cache *cache, int rc)
 }
 
 /* Run BODY (an expression giving a status) under the lock in MODE. */
-#define LOCKED(cache, mode, body)                                                             \
-    do {                                                                                      \
-        int rc_ = enter((cache), (mode));                                                     \
-        if (rc_ != KVP_OK)                                                                    \
-            return rc_;                                                                       \
-        return leave((cache), (body));                                                        \
+#define LOCKED(cache, mode, body)                                                                  \
+    do {                                                                                           \
+        int rc_ = enter((cache), (mode));                                                          \
+        if (rc_ != KVP_OK)                                                                         \
+            return rc_;                                                                            \
+        return leave((cache), (body));                                                             \
     } while (0)
 
 KVP_EXPORT void kvp_cache_free(kvp_cache *cache)
@@ -153,8 +153,7 @@ KVP_EXPORT int kvp_acquire_keys(kvp_cache *cache, uint64_t req_id, const kvp_nam
                                 size_t n_tokens, size_t n_capacity, kvp_match *out)
 {
     LOCKED(cache, EXCLUSIVE,
-           kvp__acquire_locked(cache, req_id, ns, &root, keys, tokens, n_tokens, n_capacity,
-                               out));
+           kvp__acquire_locked(cache, req_id, ns, &root, keys, tokens, n_tokens, n_capacity, out));
 }
 
 KVP_EXPORT int kvp_grow(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
@@ -213,6 +212,12 @@ KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const k
                               size_t n_ids, size_t n_tokens, kvp_match *out)
 {
     LOCKED(cache, EXCLUSIVE, kvp__access_ids_locked(cache, ns, ids, n_ids, n_tokens, out));
+}
+
+KVP_EXPORT int kvp_cache_set_quota(kvp_cache *cache, const kvp_namespace *ns,
+                                   uint32_t max_cached_blocks)
+{
+    LOCKED(cache, EXCLUSIVE, kvp__set_quota_locked(cache, ns, max_cached_blocks));
 }
 
 KVP_EXPORT int kvp_cache_reset(kvp_cache *cache)

@@ -39,6 +39,11 @@
  * Requests release their blocks from the last to the first, so within one chain the tail
  * enters the LRU order first and is evicted before its parents.
  *
+ * With per-namespace quotas (quota.c), each cached block is also on its namespace's list,
+ * in the same order, and a release that takes a namespace over its quota evicts that
+ * namespace's least recently used block at once (kvp__pool_unpin), so "a namespace's
+ * blocks beyond its quota are evicted first" holds at every moment.
+ *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
  * ring costs 8 bytes per block.
@@ -173,6 +178,10 @@ void kvp__pool_free(kvp_cache *cache)
     pool->lru = NULL;
 }
 
+/* Evict cached block id to the free list: the LRU victim of kvp__pool_take, minus the
+ * pinning (n_evictions++, KVP_EVENT_REMOVED with KVP_REMOVED_EVICTED). Cannot fail. */
+static void evict_to_free(kvp_cache *cache, uint32_t id);
+
 /* Add a pin to block id. A cached block leaves the LRU order. Only indexed or already
  * pinned blocks may be pinned (free blocks are handed out by kvp__pool_take). Cannot fail. */
 void kvp__pool_pin(kvp_cache *cache, uint32_t id)
@@ -183,13 +192,17 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
     assert(kvp__block_is_indexed(b) || kvp__block_is_in_use(b));
     assert(b->ref < KVP_NIL - 1); /* KVP_NIL is the marker of count_unpinned (lifecycle.c) */
     if (b->ref++ == 0) {
+        if (b->indexed && kvp__quotas_on(cache))
+            kvp__quota_unlink(cache, id);
         lru_remove(pool, id);
         pool->n_in_use++;
     }
 }
 
 /* Drop one pin. At zero, an indexed block becomes the most recently used cached block and a
- * private one returns to the free list. Cannot fail. */
+ * private one returns to the free list. With quotas, a namespace that now holds more cached
+ * blocks than its quota loses its least recently used one (evicted to the free list).
+ * Cannot fail. */
 void kvp__pool_unpin(kvp_cache *cache, uint32_t id)
 {
     kvp__pool *pool = &cache->pool;
@@ -200,10 +213,25 @@ void kvp__pool_unpin(kvp_cache *cache, uint32_t id)
         return;
     assert(pool->n_in_use > 0);
     pool->n_in_use--;
-    if (kvp__block_is_indexed(b))
-        lru_push_tail(pool, id);
-    else
+    if (!kvp__block_is_indexed(b)) {
         free_push(pool, id);
+        return;
+    }
+    lru_push_tail(pool, id);
+    if (kvp__quotas_on(cache)) {
+        kvp__quota_link(cache, id);
+        uint32_t victim = kvp__quota_victim(cache, id);
+        if (victim != KVP_NIL)
+            evict_to_free(cache, victim);
+    }
+}
+
+/* Evict group g's least recently used cached blocks until it is within its quota. Cannot
+ * fail. */
+void kvp__pool_enforce_quota(kvp_cache *cache, kvp__qgroup *g)
+{
+    while (g->n_cached > g->quota)
+        evict_to_free(cache, g->head);
 }
 
 /* Remove indexed block id from the index and emit KVP_EVENT_REMOVED with reason. */
@@ -219,6 +247,8 @@ static void unindex(kvp_cache *cache, uint32_t id, int reason)
     kvp__index_del(&cache->index, b);
     if (kvp__verifying(cache))
         kvp__verify_forget(cache, id);
+    if (kvp__quotas_on(cache))
+        kvp__quota_untag(cache, id);
     kvp__emit(cache, &ev);
 }
 
@@ -227,8 +257,17 @@ static void unindex(kvp_cache *cache, uint32_t id, int reason)
 static void uncache(kvp_cache *cache, uint32_t id, int reason)
 {
     assert(kvp__block_is_cached(&cache->pool.blocks[id]));
+    if (kvp__quotas_on(cache))
+        kvp__quota_unlink(cache, id);
     lru_remove(&cache->pool, id);
     unindex(cache, id, reason);
+}
+
+static void evict_to_free(kvp_cache *cache, uint32_t id)
+{
+    cache->stats.n_evictions++;
+    uncache(cache, id, KVP_REMOVED_EVICTED);
+    free_push(&cache->pool, id);
 }
 
 /* Prefetch what evicting cached block id will touch: its bucket, its neighbours in the
@@ -294,6 +333,8 @@ uint32_t kvp__pool_take(kvp_cache *cache)
     assert(!kvp__block_is_in_use(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
     pool->blocks[id].ref = 1;
     pool->n_in_use++;
+    if (evicted && kvp__quotas_on(cache))
+        kvp__quota_unlink(cache, id);
     if (evicted) {
         /* Counted and pinned before the event, so the cache is consistent when it fires. */
         cache->stats.n_evictions++;
@@ -323,6 +364,8 @@ void kvp__pool_drop_cached(kvp_cache *cache, int reason)
 {
     uint32_t id;
     while ((id = lru_pop_head(&cache->pool)) != KVP_NIL) {
+        if (kvp__quotas_on(cache))
+            kvp__quota_unlink(cache, id);
         unindex(cache, id, reason);
         free_push(&cache->pool, id);
     }

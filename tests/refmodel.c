@@ -5,7 +5,9 @@
  * Model invariants (kept by construction, no checker needed for code this small):
  *   - a block is free (ref 0, not indexed), cached (ref 0, indexed, in LRU order by stamp)
  *     or in use (ref > 0, indexed or a private block of one request);
- *   - no two indexed blocks have the same namespace and token prefix;
+ *   - outside collision-proof mode, no two indexed blocks have the same namespace and token
+ *     prefix; in it, several may (a block whose parent left the index stays until evicted,
+ *     and a new instance is stored beside it), but never two with the same parent_inst;
  *   - a request's committed blocks come first in its table; its first n_hit blocks are the
  *     hit blocks shared with the index;
  *   - collision-proof mode: every indexed block has a unique instance serial (inst), and a
@@ -60,7 +62,7 @@ struct rm_model {
     kvp_stats st;        /* counters; the block counts are recomputed by rm_stats */
     bool verify;         /* collision-proof mode */
     uint64_t n_inst;     /* instance serials handed out (the last one) */
-    uint64_t n_replaced; /* blocks removed with KVP_REMOVED_REPLACED */
+    uint64_t n_replaced; /* blocks removed with KVP_REMOVED_REPLACED: always 0 (never emitted) */
 };
 
 static void *xmalloc(size_t n)
@@ -167,18 +169,6 @@ void rm_free(rm_model *m)
     free(m);
 }
 
-/* The indexed block holding exactly (ns, tokens[0 .. n_prefix)), or -1. */
-static long find_block(const rm_model *m, size_t ns, const uint32_t *tokens, size_t n_prefix)
-{
-    for (uint32_t b = 0; b < m->n_blocks; b++) {
-        const rm_block *bl = &m->blocks[b];
-        if (bl->indexed && bl->ns == ns && bl->n_prefix == n_prefix &&
-            memcmp(bl->prefix, tokens, n_prefix * sizeof(uint32_t)) == 0)
-            return (long)b;
-    }
-    return -1;
-}
-
 static bool is_free(const rm_block *b)
 {
     return b->ref == 0 && !b->indexed;
@@ -240,16 +230,26 @@ static bool verifies(const rm_model *m, long b, size_t i, uint64_t prev_inst)
     return !m->verify || i == 0 || m->blocks[b].parent_inst == prev_inst;
 }
 
-/* Block b failed verification where commit or access needs its key: count the reject
- * (unless the same call's match already counted it) and take it out of the index
- * (KVP_REMOVED_REPLACED). Unpinned, it becomes free; pinned, it stays with its requests as a
- * private block and becomes free at its last release. */
-static void replace(rm_model *m, long b, bool counted)
+/* The indexed block that may stand for block i of namespace ns's chain (tokens[0 ..
+ * n_prefix)) after the accepted instance prev_inst, or -1. Outside collision-proof mode
+ * that is the one block holding the prefix. In it, several instances may hold the prefix
+ * and the one stored after prev_inst is chosen (there is at most one); *any says whether
+ * some instance held the prefix at all (a reject when none verifies). Nothing is ever
+ * removed here: a block that does not verify stays as it is. */
+static long find_verified(const rm_model *m, size_t ns, const uint32_t *tokens, size_t n_prefix,
+                          size_t i, uint64_t prev_inst, bool *any)
 {
-    if (!counted)
-        m->st.n_verify_rejects++;
-    m->n_replaced++;
-    unindex(&m->blocks[b]);
+    *any = false;
+    for (uint32_t b = 0; b < m->n_blocks; b++) {
+        const rm_block *bl = &m->blocks[b];
+        if (!bl->indexed || bl->ns != ns || bl->n_prefix != n_prefix ||
+            memcmp(bl->prefix, tokens, n_prefix * sizeof(uint32_t)) != 0)
+            continue;
+        *any = true;
+        if (verifies(m, b, i, prev_inst))
+            return (long)b;
+    }
+    return -1;
 }
 
 /* Take one block for new data: a free block first, else the least recently used cached
@@ -273,15 +273,6 @@ static long take_block(rm_model *m, const bool *skip)
     return victim;
 }
 
-/* Could take_block(m, skip) supply a block right now? */
-static bool can_take(const rm_model *m, const bool *skip)
-{
-    for (uint32_t b = 0; b < m->n_blocks; b++)
-        if ((is_free(&m->blocks[b]) || is_cached(&m->blocks[b])) && !(skip && skip[b]))
-            return true;
-    return false;
-}
-
 static rm_request *find_request(rm_model *m, uint64_t req_id)
 {
     for (size_t r = 0; r < RM_MAX_REQUESTS; r++)
@@ -293,8 +284,8 @@ static rm_request *find_request(rm_model *m, uint64_t req_id)
 /* The match of tokens in namespace number ns; also the model block of each cached block in
  * hit[] (which has room for n_tokens / block_size entries) when hit is not NULL. The walk
  * covers every full block (not only those under the at-least-one-token cap). In
- * collision-proof mode a block that is indexed but does not verify ends the walk and counts
- * one reject. */
+ * collision-proof mode a prefix that is indexed but under which no instance verifies ends
+ * the walk and counts one reject. */
 static void match(rm_model *m, size_t ns, const uint32_t *tokens, size_t n_tokens, kvp_match *out,
                   long *hit)
 {
@@ -303,11 +294,10 @@ static void match(rm_model *m, size_t ns, const uint32_t *tokens, size_t n_token
     size_t n_cached = 0;
     uint64_t prev_inst = 0;
     while (n_cached < n_full) {
-        long b = find_block(m, ns, tokens, (n_cached + 1) * bs);
-        if (b < 0)
-            break;
-        if (!verifies(m, b, n_cached, prev_inst)) {
-            m->st.n_verify_rejects++;
+        bool any;
+        long b = find_verified(m, ns, tokens, (n_cached + 1) * bs, n_cached, prev_inst, &any);
+        if (b < 0) {
+            m->st.n_verify_rejects += any && m->verify;
             break;
         }
         prev_inst = m->blocks[b].inst;
@@ -449,14 +439,14 @@ int rm_commit(rm_model *m, uint64_t req_id, const uint32_t *tokens, size_t n_tok
     size_t stored = 0;
     for (size_t i = r->n_committed; i < n_full; i++) {
         size_t n_prefix = (i + 1) * m->block_size;
-        long b = find_block(m, r->ns, tokens, n_prefix);
-        if (b >= 0 && verifies(m, b, i, r->canon)) {
+        bool any;
+        long b = find_verified(m, r->ns, tokens, n_prefix, i, r->canon, &any);
+        if (b >= 0) {
             m->st.n_blocks_deduped++;
             r->canon = m->blocks[b].inst;
             continue;
         }
-        if (b >= 0)
-            replace(m, b, false);
+        m->st.n_verify_rejects += any && m->verify;
         r->canon = index_block(m, r->blocks[i], r->ns, tokens, n_prefix, r->canon);
         stored++;
     }
@@ -496,10 +486,10 @@ int rm_access(rm_model *m, const kvp_namespace *ns, const uint32_t *tokens, size
 
     /* Walk the full blocks in order, holding each one (found or newly placed) so it cannot
      * be chosen as a victim for a later block; stop at the first block with no room. The
-     * matched run is held as is; past it, a block whose key is indexed but that does not
-     * verify after the block held before it is replaced (one reject: when the match
-     * stopped on that same block, the match's reject is the one), and a fresh block is
-     * stored in its place. */
+     * matched run is held as is; past it, a prefix that is indexed with no instance that
+     * verifies after the block held before it counts one reject (when the match stopped on
+     * that same block, the match's reject is the one), and a fresh block is stored beside
+     * the instances that did not verify. */
     bool *held = xmalloc(m->n_blocks * sizeof(bool));
     memset(held, 0, m->n_blocks * sizeof(bool));
     uint32_t *order = xmalloc((mt.n_blocks_full + 1) * sizeof(uint32_t));
@@ -507,17 +497,12 @@ int rm_access(rm_model *m, const kvp_namespace *ns, const uint32_t *tokens, size
     uint64_t prev_inst = 0;
     for (size_t i = 0; i < mt.n_blocks_full; i++) {
         size_t n_prefix = (i + 1) * m->block_size;
-        long b = i < mt.n_blocks_cached ? hit[i] : find_block(m, nsn, tokens, n_prefix);
-        if (b >= 0 && !verifies(m, b, i, prev_inst)) {
-            bool counted = i == mt.n_blocks_cached;
-            /* With nothing to store in its place, a pinned stale block keeps its key. */
-            if (!can_take(m, held) && (m->blocks[b].ref > 0 || held[b])) {
-                if (!counted)
-                    m->st.n_verify_rejects++;
-                break;
-            }
-            replace(m, b, counted);
-            b = -1;
+        long b = i < mt.n_blocks_cached ? hit[i] : -1;
+        if (i >= mt.n_blocks_cached) {
+            bool any, counted = i == mt.n_blocks_cached;
+            b = find_verified(m, nsn, tokens, n_prefix, i, prev_inst, &any);
+            if (b < 0 && any && m->verify && !counted)
+                m->st.n_verify_rejects++;
         }
         if (b < 0) {
             b = take_block(m, held);

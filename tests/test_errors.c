@@ -370,10 +370,14 @@ static void assert_no_leak(const th_alloc *a, const char *what)
                  (unsigned long long)a->n_bad_frees);
 }
 
+/* kvp_config.ns_quota of the caches hooked_config makes (the quota tests set it). */
+static uint32_t hooked_quota;
+
 static kvp_config hooked_config(th_alloc *a, uint32_t n_blocks, uint32_t bs, bool verify)
 {
     kvp_config cfg = th_config(n_blocks, bs, verify, NULL, NULL);
     cfg.alloc = th_alloc_hooks(a);
+    cfg.ns_quota = hooked_quota;
     return cfg;
 }
 
@@ -638,6 +642,70 @@ Test(enomem, every_failure_point)
 {
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         run_scenario(&scenarios[i]);
+}
+
+/* The same with per-namespace quotas on (quota groups are allocated per new namespace),
+ * small enough that the scenarios' releases evict by quota. */
+Test(enomem, every_failure_point_with_quotas)
+{
+    hooked_quota = 3;
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
+        run_scenario(&scenarios[i]);
+}
+
+Test(enomem, cache_new_with_quotas)
+{
+    hooked_quota = KVP_QUOTA_UNLIMITED;
+    for (int64_t n = 0;; n++) {
+        cr_assert_lt(n, 10000, "kvp_cache_new never succeeded");
+        th_alloc a;
+        th_alloc_init(&a);
+        kvp_config cfg = hooked_config(&a, 64, 4, true);
+        th_alloc_arm(&a, n);
+        kvp_cache *c = NULL;
+        int rc = kvp_cache_new(&cfg, &c);
+        if (rc == KVP_ENOMEM) {
+            assert_no_leak(&a, "kvp_cache_new failure");
+            continue;
+        }
+        cr_assert_eq(rc, KVP_OK);
+        kvp_cache_free(c);
+        assert_no_leak(&a, "kvp_cache_free");
+        cr_assert_gt(n, 4, "the quota arrays were never failed");
+        break;
+    }
+}
+
+Test(enomem, set_quota)
+{
+    hooked_quota = 5;
+    for (int64_t n = 0;; n++) {
+        cr_assert_lt(n, 100, "kvp_cache_set_quota never succeeded");
+        th_alloc a;
+        th_alloc_init(&a);
+        kvp_config cfg = hooked_config(&a, 64, 1, false);
+        kvp_cache *c = th_cache_new(&cfg);
+        setup_common(c);
+        kvp_stats before = th_stats(c);
+        kvp_namespace ns;
+        ns_k(&ns, 5); /* a namespace never seen: its group is allocated */
+        th_alloc_arm(&a, n);
+        int rc = kvp_cache_set_quota(c, &ns, 1);
+        th_alloc_arm(&a, -1); /* the checker's scratch comes from the hooks too */
+        TH_CHECK(c);
+        if (rc == KVP_ENOMEM) {
+            kvp_stats after = th_stats(c);
+            th_assert_stats_equal(&before, &after, "set_quota failure");
+            kvp_cache_free(c);
+            assert_no_leak(&a, "set_quota failure");
+            continue;
+        }
+        cr_assert_eq(rc, KVP_OK);
+        kvp_cache_free(c);
+        assert_no_leak(&a, "kvp_cache_free");
+        cr_assert_gt(n, 0, "no allocation was ever failed");
+        break;
+    }
 }
 
 Test(enomem, calls_without_enomem_do_not_allocate)

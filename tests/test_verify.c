@@ -86,8 +86,9 @@ Test(verify, recached_first_block_makes_children_stale)
      * evicted and block 0 cached again: a new instance, so in verify mode blocks 1 and 2 no
      * longer verify (the documented cost of exact verification) and a lookup stops after
      * block 0 with one reject; the plain cache still reports the 3-block run. Request 3 then
-     * commits [1 2 3 4]: in verify mode its blocks replace the stale ones (which stay
-     * private to request 1), and the full run is found again in both modes. */
+     * commits [1 2 3 4]: in verify mode its blocks are stored beside the stale ones under
+     * the same keys (nothing is replaced: KVP_REMOVED_REPLACED is never emitted), and the
+     * full run is found again in both modes. */
     for (int verify = 0; verify < 2; verify++) {
         th_events *ev = calloc(1, sizeof *ev);
         cr_assert_not_null(ev);
@@ -133,7 +134,8 @@ Test(verify, recached_first_block_makes_children_stale)
         TH_CHECK(c);
 
         /* Step 2: request 3 commits the long prompt again. In verify mode its acquire
-         * rejects the stale block 1 once more, and its commit replaces blocks 1 and 2. */
+         * rejects the stale block 1 once more, and its commit rejects blocks 1 and 2 and
+         * stores its own beside them. */
         cr_assert_eq(kvp_acquire(c, 3, &ns, t, 4, 0, &m), KVP_OK);
         cr_assert_eq(m.n_blocks_cached, verify ? 1 : 3);
         cr_assert_eq(m.n_blocks_hit, verify ? 1 : 3);
@@ -143,10 +145,10 @@ Test(verify, recached_first_block_makes_children_stale)
         s = th_stats(c);
         cr_assert_eq(st, verify ? 3 : 1, "n_stored %zu", st);
         cr_assert_eq(s.n_verify_rejects, verify ? 4 : 0);
-        cr_assert_eq(th_events_count(ev, KVP_EVENT_REMOVED, KVP_REMOVED_REPLACED),
-                     verify ? 2u : 0u);
-        /* Request 1 holds its private copy of block 0 and blocks 1, 2 (in verify mode now
-         * private too); request 3 holds the cached-again block 0 and, in verify mode, three
+        cr_assert_eq(th_events_count(ev, KVP_EVENT_REMOVED, KVP_REMOVED_REPLACED), 0u);
+        cr_assert_eq(th_events_count(ev, KVP_EVENT_REMOVED, -1), 1u); /* the eviction */
+        /* Request 1 holds its private copy of block 0 and blocks 1, 2 (in verify mode still
+         * indexed, but stale); request 3 holds the cached-again block 0 and, in verify mode, three
          * blocks of its own (plain: blocks 1, 2 shared with request 1, and one of its own). */
         cr_assert_eq(s.n_blocks_in_use, verify ? 7 : 5);
         cr_assert_eq(s.n_blocks_cached, 0);
@@ -167,17 +169,18 @@ Test(verify, recached_first_block_makes_children_stale)
             cr_assert_eq(ids[i], r3[i], "lookup block %zu is %u, request 3 holds %u", i, ids[i],
                          r3[i]);
 
-        /* Step 4: the replaced blocks were private to request 1 and now become free; the
-         * new chain stays cached. */
+        /* Step 4: request 1's private block 0 becomes free; in verify mode its stale blocks
+         * 1 and 2 stay indexed and become cached (unreachable, they age out in LRU order);
+         * the new chain stays cached. */
         cr_assert_eq(kvp_release(c, 1), KVP_OK);
         s = th_stats(c);
         cr_assert_eq(s.n_blocks_in_use, 4);
-        cr_assert_eq(s.n_blocks_cached, 0);
-        cr_assert_eq(s.n_blocks_free, 4);
+        cr_assert_eq(s.n_blocks_cached, verify ? 2 : 0);
+        cr_assert_eq(s.n_blocks_free, verify ? 2 : 4);
         cr_assert_eq(kvp_release(c, 3), KVP_OK);
         s = th_stats(c);
-        cr_assert_eq(s.n_blocks_cached, 4);
-        cr_assert_eq(s.n_blocks_free, 4);
+        cr_assert_eq(s.n_blocks_cached, verify ? 6 : 4);
+        cr_assert_eq(s.n_blocks_free, verify ? 2 : 4);
         cr_assert_eq(kvp_lookup(c, &ns, t, 5, NULL, 0, &m), KVP_OK);
         cr_assert_eq(m.n_blocks_cached, 4);
         cr_assert_eq(th_stats(c).n_verify_rejects, verify ? 4 : 0);
