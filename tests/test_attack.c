@@ -65,11 +65,34 @@ typedef struct profile {
 
 static void setup_xxh3(kvp_config *cfg)
 {
+    cfg->hash_profile = KVP_HASH_XXH3;
     cfg->seed = SEED;
+}
+
+/* The attacker knows everything but the key (the seed too: the keyed profiles ignore it). */
+static void set_key(kvp_config *cfg, int hash_profile)
+{
+    cfg->hash_profile = hash_profile;
+    cfg->seed = SEED;
+    for (unsigned i = 0; i < 16; i++)
+        cfg->hash_key[i] = (uint8_t)(0xa5 ^ (i * 17));
+    cfg->hash_key_len = 16;
+}
+
+static void setup_keyed(kvp_config *cfg)
+{
+    set_key(cfg, KVP_HASH_KEYED);
+}
+
+static void setup_siphash(kvp_config *cfg)
+{
+    set_key(cfg, KVP_HASH_SIPHASH);
 }
 
 static const profile PROFILES[] = {
     {"xxh3", setup_xxh3, true},
+    {"keyed", setup_keyed, false},
+    {"siphash", setup_siphash, false},
 };
 #define N_PROFILES (sizeof PROFILES / sizeof PROFILES[0])
 
