@@ -192,7 +192,7 @@ static void step(col_world *w, fz_in *in)
     case C_ACQUIRE: {
         make_prompt(w, in, t, &n);
         uint8_t c = fz_u8(in);
-        size_t cap = n + ((c & 0x80) ? fz_below(in, 2 * w->bs) : c % 12);
+        size_t cap = n + ((c & 0x80) ? fz_below(in, (size_t)2 * w->bs) : c % 12);
         before = checked_lookup(w, nsi, t, n);
         rc = kvp_acquire(w->c, id, &w->ns[nsi].ns, t, n, cap, &m);
         if (rc != KVP_OK)
@@ -214,7 +214,7 @@ static void step(col_world *w, fz_in *in)
     }
     case C_COMMIT: {
         uint8_t a = fz_u8(in);
-        size_t add = (a & 0x80) ? fz_below(in, 2 * w->bs) : a % 8;
+        size_t add = (a & 0x80) ? fz_below(in, (size_t)2 * w->bs) : a % 8;
         if (!q->active) {
             rc = kvp_commit(w->c, id, t, 0, NULL);
             break;
@@ -305,7 +305,8 @@ static void world_init(col_world *w, fz_in *in)
         w->bases[b] = malloc(w->base_len * sizeof(uint32_t));
         FZ_ASSERT(w->bases[b], "out of memory");
         for (size_t i = 0; i < w->base_len; i++)
-            w->bases[b][i] = (uint32_t)((b * 3 + i * (i + b + 2) + ((salt >> (i % 8)) & 1)) % 4);
+            w->bases[b][i] =
+                (uint32_t)(((size_t)b * 3 + i * (i + b + 2) + ((salt >> (i % 8)) & 1)) % 4);
     }
     w->prompt = malloc(w->max_seq * sizeof(uint32_t));
     w->content = calloc(w->n_blocks, sizeof *w->content);

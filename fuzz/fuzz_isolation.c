@@ -211,7 +211,7 @@ static void decode_shape(fz_in *in, iso_input *x)
     }
     uint32_t bs = x->block_size;
     x->max_prompt = (max_prompt_blocks(bs) + 1) * bs;
-    x->max_seq = x->max_prompt + 2 * bs + 16;
+    x->max_seq = x->max_prompt + (size_t)2 * bs + 16;
     uint8_t salt = fz_u8(in);
     for (int b = 0; b < 2; b++) {
         x->base[b] = malloc(x->max_seq * sizeof(uint32_t));
@@ -534,6 +534,7 @@ static int run_match(iso_run *r, const iso_op *op, kvp_match *m)
     bool stores = op->kind == OP_ACCESS || op->kind == OP_ACCESS_IDS;
     uint32_t ids[64];
     size_t cap = op->cap < 64 ? op->cap : 64;
+    memset(ids, 0xff, sizeof ids); /* an id the library did not write is out of range */
     size_t n_ids = 0, n_keys;
     kvp_key root;
     if (by_ids) {

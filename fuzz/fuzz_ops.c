@@ -309,7 +309,8 @@ static void decode_call(ops_world *w, fz_in *in, ops_call *k)
         k->cap = fz_below(in, w->base_len / w->bs + 2);
         if (k->kind == K_ACQUIRE) {
             uint8_t c = fz_u8(in);
-            k->n_capacity = c < 64 ? 0 : k->n_tokens + (c % 24) * (w->bs > 4 ? w->bs / 8 : 1);
+            k->n_capacity =
+                c < 64 ? 0 : k->n_tokens + (size_t)(c % 24) * (w->bs > 4 ? w->bs / 8 : 1);
             if (c >= 250)
                 k->n_capacity = (size_t)w->n_blocks * w->bs + 1 + c % 3; /* > pool */
         }
@@ -827,7 +828,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t salt = fz_u8(&in);
     for (int b = 0; b < 3; b++)
         for (size_t i = 0; i < w.base_len; i++)
-            w.bases[b][i] = (uint32_t)((b * 5 + i * (i + b + 1) + ((salt >> (i % 8)) & 1)) % 4);
+            w.bases[b][i] = (uint32_t)((size_t)b * 5 + i * (i + b + 1) + ((salt >> (i % 8)) & 1)) % 4);
     w.indexed = calloc(w.n_blocks, 1);
     FZ_ASSERT(w.indexed, "out of memory");
     fz_alloc_init(&w.alloc);
