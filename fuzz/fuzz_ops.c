@@ -828,7 +828,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t salt = fz_u8(&in);
     for (int b = 0; b < 3; b++)
         for (size_t i = 0; i < w.base_len; i++)
-            w.bases[b][i] = (uint32_t)((size_t)b * 5 + i * (i + b + 1) + ((salt >> (i % 8)) & 1)) % 4);
+            w.bases[b][i] =
+                (uint32_t)(((size_t)b * 5 + i * (i + b + 1) + ((salt >> (i % 8)) & 1)) % 4);
     w.indexed = calloc(w.n_blocks, 1);
     FZ_ASSERT(w.indexed, "out of memory");
     fz_alloc_init(&w.alloc);
