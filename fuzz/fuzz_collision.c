@@ -4,9 +4,12 @@
  *
  * The cache's keys are truncated to 1..16 bits with the internal hook
  * kvp__cache_set_key_bits, so distinct prefixes, and distinct namespaces, share keys all the
- * time; verify_tokens is always on. Up to COL_MAX_STEPS lookups, acquires, commits, grows,
- * releases, accesses and resets run over 3 namespaces (fz_ns_decode_set: adversarial pairs
- * and exact copies) and prompts cut from three base sequences over 4 tokens.
+ * time; verify_tokens is always on. The block size is 1..4, 16, 1021 or 1500 (fz_block_size:
+ * the library's generic, 16-token and streaming hash paths) and the seed is random. Up to
+ * COL_MAX_STEPS lookups, acquires, commits, grows, releases, accesses and resets run over 3
+ * namespaces (fz_ns_decode_set: adversarial pairs and exact copies) and prompts cut from
+ * three base sequences over 4 tokens (up to 48 tokens for blocks of 1..4, 6 blocks of 16 or
+ * 3 large blocks, plus a tail).
  *
  * Oracle: what each block really holds, kept by the harness from what an engine would have
  * written into it, never from the cache's own token store:
@@ -15,11 +18,11 @@
  *     request's tokens[0 .. (i+1) * block_size)), whether it was indexed or deduplicated;
  *   - kvp_grow: the new blocks hold nothing;
  *   - kvp_access: a block it stores holds the prompt's prefix up to its position. Positions
- *     are not in the event, so the harness computes the prompt's truncated key chain itself
- *     and keeps every position whose key and parent key match the STORED event (positions
- *     only increase within a call); the content is then "one of these prefixes" - exact
- *     unless the prompt collides with itself.
- * Namespaces are compared by value (classes of fz_ns_equal).
+ *     are not in the event, so the harness computes the prompt's truncated key chain with
+ *     the independent oracle (fz_oracle_chain) and keeps every position whose key and parent key
+ * match the STORED event (positions only increase within a call); the content is then "one of these
+ * prefixes" - exact unless the prompt collides with itself. Namespaces are compared by value
+ * (classes of fz_ns_equal).
  *
  * Asserted after every call: every block id a kvp_lookup returns as a hit, and the first
  * n_blocks_hit blocks of a request after kvp_acquire, hold exactly the caller's namespace
@@ -36,11 +39,9 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "internal.h"
 
 #define COL_MAX_STEPS 160 /* calls decoded from one input */
-#define COL_MAX_SEQ   64  /* longest request sequence (and prompt) */
-#define COL_BASE_LEN  48  /* base sequences */
+#define COL_MAX_KEYS  64  /* most full blocks in a sequence (positions are bits of a u64) */
 #define COL_N_NS      3   /* namespaces */
 #define COL_N_REQS    4   /* request ids 1..COL_N_REQS */
 
@@ -50,63 +51,51 @@ static const char *const c_names[N_C] = {"lookup",  "acquire", "commit", "grow",
 
 /* What a block holds: prefix (i+1) * block_size of tokens, for one i in positions. */
 typedef struct col_content {
-    int cls;                      /* namespace class; -1: nothing (fresh or never written) */
-    uint64_t positions;           /* candidate block positions (bit i) */
-    uint32_t tokens[COL_MAX_SEQ]; /* the sequence the prefix is taken from */
+    int cls;            /* namespace class; -1: nothing (fresh or never written) */
+    uint64_t positions; /* candidate block positions (bit i) */
+    uint32_t *tokens;   /* the sequence the prefix is taken from (max_seq entries) */
 } col_content;
 
 typedef struct col_req {
-    bool active;               /* acquired and not released */
-    int ns;                    /* namespace index */
-    uint32_t seq[COL_MAX_SEQ]; /* prompt, then decoded tokens */
-    size_t n_seq;              /* tokens in seq */
-    size_t n_committed;        /* blocks committed (hits included) */
+    bool active;        /* acquired and not released */
+    int ns;             /* namespace index */
+    uint32_t *seq;      /* prompt, then decoded tokens (max_seq entries) */
+    size_t n_seq;       /* tokens in seq */
+    size_t n_committed; /* blocks committed (hits included) */
 } col_req;
 
 typedef struct col_world {
     kvp_cache *c;
     fz_alloc alloc;
     uint32_t n_blocks, bs;
-    unsigned bits;      /* key bits kept */
+    fz_keys keys;       /* seed, and the key bits kept */
+    size_t max_blocks;  /* full blocks in the longest prompt */
+    size_t base_len;    /* tokens in each base sequence */
+    size_t max_seq;     /* longest request sequence (and prompt), at most COL_MAX_KEYS blocks */
     fz_ns ns[COL_N_NS]; /* namespaces */
     int cls[COL_N_NS];  /* their classes */
-    uint32_t bases[3][COL_BASE_LEN];
+    uint32_t *bases[3]; /* base_len tokens each */
+    uint32_t *prompt;   /* the current prompt (max_seq entries) */
     col_req reqs[COL_N_REQS + 1]; /* by request id */
     col_content *content;         /* per block */
     /* The access in progress, for the event callback. */
     bool in_access;
-    int acc_cls;                   /* its namespace class */
-    const uint32_t *acc_tokens;    /* its prompt */
-    kvp_key acc_keys[COL_MAX_SEQ]; /* truncated chain keys of the prompt */
-    size_t acc_n_keys;             /* full blocks */
-    kvp_key acc_root;              /* truncated root */
-    size_t acc_min;                /* STORED positions must be >= this */
+    int acc_cls;                    /* its namespace class */
+    const uint32_t *acc_tokens;     /* its prompt */
+    kvp_key acc_keys[COL_MAX_KEYS]; /* truncated chain keys of the prompt */
+    size_t acc_n_keys;              /* full blocks */
+    kvp_key acc_root;               /* truncated root */
+    size_t acc_min;                 /* STORED positions must be >= this */
     size_t step;
     const char *op;
 } col_world;
 
-/* The cache's truncated key chain of tokens[0 .. n) in namespace ns. */
+/* The cache's truncated key chain of tokens[0 .. n) in namespace ns, from the oracle. */
 static size_t trunc_chain(const col_world *w, const kvp_namespace *ns, const uint32_t *tokens,
                           size_t n, kvp_key *root, kvp_key *keys)
 {
-    FZ_ASSERT(kvp_namespace_key(KVP_DEFAULT_SEED, ns, root) == KVP_OK, "kvp_namespace_key");
-    *root = kvp__key_truncate(*root, w->bits);
-    kvp_key parent = *root;
-    size_t n_full = n / w->bs;
-    for (size_t i = 0; i < n_full; i++) {
-        size_t one = 0;
-        FZ_ASSERT(kvp_hash_blocks(KVP_DEFAULT_SEED, parent, tokens + i * w->bs, w->bs, w->bs,
-                                  &keys[i], 1, &one) == KVP_OK &&
-                      one == 1,
-                  "kvp_hash_blocks");
-        keys[i] = parent = kvp__key_truncate(keys[i], w->bits);
-    }
-    return n_full;
-}
-
-static bool key_eq(kvp_key a, kvp_key b)
-{
-    return a.lo == b.lo && a.hi == b.hi;
+    *root = fz_key_trunc(fz_oracle_root(w->keys.seed, ns), w->keys.bits);
+    return fz_oracle_chain(w->keys.seed, w->keys.bits, *root, tokens, n, w->bs, keys, COL_MAX_KEYS);
 }
 
 static void on_event(void *ud, const kvp_event *ev)
@@ -119,7 +108,7 @@ static void on_event(void *ud, const kvp_event *ev)
     size_t first = SIZE_MAX;
     for (size_t i = w->acc_min; i < w->acc_n_keys; i++) {
         kvp_key parent = i ? w->acc_keys[i - 1] : w->acc_root;
-        if (key_eq(w->acc_keys[i], ev->key) && key_eq(parent, ev->parent) &&
+        if (fz_key_eq(w->acc_keys[i], ev->key) && fz_key_eq(parent, ev->parent) &&
             ev->parent_is_root == (i == 0)) {
             positions |= UINT64_C(1) << i;
             if (first == SIZE_MAX)
@@ -156,9 +145,9 @@ static void check_holds(const col_world *w, uint32_t id, size_t i, int cls, cons
 /* kvp_lookup of the prompt with its hit ids checked; returns the match. */
 static kvp_match checked_lookup(col_world *w, int nsi, const uint32_t *t, size_t n)
 {
-    uint32_t ids[COL_MAX_SEQ];
+    uint32_t ids[COL_MAX_KEYS];
     kvp_match m;
-    int rc = kvp_lookup(w->c, &w->ns[nsi].ns, t, n, ids, COL_MAX_SEQ, &m);
+    int rc = kvp_lookup(w->c, &w->ns[nsi].ns, t, n, ids, COL_MAX_KEYS, &m);
     FZ_ASSERT(rc == KVP_OK, "step %zu: kvp_lookup: %s", w->step, kvp_strerror(rc));
     for (size_t i = 0; i < m.n_blocks_hit; i++)
         check_holds(w, ids[i], i, w->cls[nsi], t);
@@ -177,7 +166,7 @@ static void make_prompt(col_world *w, fz_in *in, uint32_t *t, size_t *n)
 {
     uint8_t b = fz_u8(in);
     const uint32_t *base = w->bases[b % 3];
-    *n = 1 + fz_below(in, (b & 0x80) ? 3 * w->bs : COL_BASE_LEN);
+    *n = fz_prompt_len(in, w->bs, (b & 0x80) ? 2 : w->max_blocks);
     memcpy(t, base, *n * sizeof(uint32_t));
     if ((b & 0x0c) == 0)
         t[fz_below(in, *n)] = (uint32_t)fz_below(in, 4);
@@ -190,7 +179,7 @@ static void step(col_world *w, fz_in *in)
     int nsi = (int)((op / N_C) % COL_N_NS);
     uint64_t id = 1 + fz_below(in, COL_N_REQS);
     col_req *q = &w->reqs[id];
-    uint32_t t[COL_MAX_SEQ];
+    uint32_t *t = w->prompt;
     size_t n = 0;
     kvp_match m, before;
     int rc = KVP_OK;
@@ -202,7 +191,8 @@ static void step(col_world *w, fz_in *in)
         break;
     case C_ACQUIRE: {
         make_prompt(w, in, t, &n);
-        size_t cap = n + fz_below(in, 12);
+        uint8_t c = fz_u8(in);
+        size_t cap = n + ((c & 0x80) ? fz_below(in, (size_t)2 * w->bs) : c % 12);
         before = checked_lookup(w, nsi, t, n);
         rc = kvp_acquire(w->c, id, &w->ns[nsi].ns, t, n, cap, &m);
         if (rc != KVP_OK)
@@ -223,13 +213,14 @@ static void step(col_world *w, fz_in *in)
         break;
     }
     case C_COMMIT: {
-        size_t add = fz_below(in, 8);
+        uint8_t a = fz_u8(in);
+        size_t add = (a & 0x80) ? fz_below(in, (size_t)2 * w->bs) : a % 8;
         if (!q->active) {
             rc = kvp_commit(w->c, id, t, 0, NULL);
             break;
         }
         size_t n_seq = q->n_seq;
-        while (add-- > 0 && n_seq < COL_MAX_SEQ)
+        while (add-- > 0 && n_seq < w->max_seq)
             q->seq[n_seq++] = (uint32_t)fz_below(in, 4);
         rc = kvp_commit(w->c, id, q->seq, n_seq, NULL);
         if (rc != KVP_OK)
@@ -252,7 +243,7 @@ static void step(col_world *w, fz_in *in)
         size_t n_old = 0, n_new = 0;
         if (q->active)
             FZ_ASSERT(kvp_request_blocks(w->c, id, &blocks, &n_old) == KVP_OK, "request_blocks");
-        rc = kvp_grow(w->c, id, fz_below(in, COL_MAX_SEQ + 4));
+        rc = kvp_grow(w->c, id, fz_below(in, w->max_seq + 4));
         if (rc == KVP_OK) {
             FZ_ASSERT(kvp_request_blocks(w->c, id, &blocks, &n_new) == KVP_OK, "request_blocks");
             for (size_t i = n_old; i < n_new; i++)
@@ -289,33 +280,67 @@ static void step(col_world *w, fz_in *in)
     FZ_ASSERT(rc == KVP_OK, "step %zu %s: kvp_cache_check: %s", w->step, w->op, kvp_strerror(rc));
 }
 
+/* Decode the shape, namespaces and base sequences, and allocate the per-input arrays. */
+static void world_init(col_world *w, fz_in *in)
+{
+    uint8_t shape = fz_u8(in);
+    w->bs = fz_block_size(in);
+    fz_keys_decode(in, &w->keys);
+    w->keys.bits = 1 + (shape >> 2) % 16;
+    w->max_blocks = w->bs <= 4 ? 48 / w->bs : w->bs <= 16 ? 6 : 3;
+    w->base_len = (w->max_blocks + 1) * w->bs;
+    w->max_seq = w->base_len + (w->bs <= 4 ? 16 : 2 * w->bs);
+    w->n_blocks = 1 + (uint32_t)fz_below(in, 32);
+    fz_ns_decode_set(in, w->ns, COL_N_NS);
+    for (int i = 0; i < COL_N_NS; i++) {
+        w->cls[i] = i;
+        for (int j = 0; j < i; j++)
+            if (fz_ns_equal(&w->ns[i].ns, &w->ns[j].ns)) {
+                w->cls[i] = w->cls[j];
+                break;
+            }
+    }
+    uint8_t salt = fz_u8(in);
+    for (int b = 0; b < 3; b++) {
+        w->bases[b] = malloc(w->base_len * sizeof(uint32_t));
+        FZ_ASSERT(w->bases[b], "out of memory");
+        for (size_t i = 0; i < w->base_len; i++)
+            w->bases[b][i] =
+                (uint32_t)(((size_t)b * 3 + i * (i + b + 2) + ((salt >> (i % 8)) & 1)) % 4);
+    }
+    w->prompt = malloc(w->max_seq * sizeof(uint32_t));
+    w->content = calloc(w->n_blocks, sizeof *w->content);
+    FZ_ASSERT(w->prompt && w->content, "out of memory");
+    for (uint32_t b = 0; b < w->n_blocks; b++) {
+        w->content[b].cls = -1;
+        w->content[b].tokens = malloc(w->max_seq * sizeof(uint32_t));
+        FZ_ASSERT(w->content[b].tokens, "out of memory");
+    }
+    for (int r = 0; r <= COL_N_REQS; r++) {
+        w->reqs[r].seq = malloc(w->max_seq * sizeof(uint32_t));
+        FZ_ASSERT(w->reqs[r].seq, "out of memory");
+    }
+}
+
+static void world_free(col_world *w)
+{
+    for (int b = 0; b < 3; b++)
+        free(w->bases[b]);
+    for (uint32_t b = 0; b < w->n_blocks; b++)
+        free(w->content[b].tokens);
+    for (int r = 0; r <= COL_N_REQS; r++)
+        free(w->reqs[r].seq);
+    free(w->content);
+    free(w->prompt);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_harness = "fuzz_collision";
     static col_world w;
     fz_in in = {data, size};
     memset(&w, 0, sizeof w);
-    uint8_t shape = fz_u8(&in);
-    w.bs = 1 + (shape & 3);
-    w.bits = 1 + (shape >> 2) % 16;
-    w.n_blocks = 1 + (uint32_t)fz_below(&in, 32);
-    fz_ns_decode_set(&in, w.ns, COL_N_NS);
-    for (int i = 0; i < COL_N_NS; i++) {
-        w.cls[i] = i;
-        for (int j = 0; j < i; j++)
-            if (fz_ns_equal(&w.ns[i].ns, &w.ns[j].ns)) {
-                w.cls[i] = w.cls[j];
-                break;
-            }
-    }
-    uint8_t salt = fz_u8(&in);
-    for (int b = 0; b < 3; b++)
-        for (int i = 0; i < COL_BASE_LEN; i++)
-            w.bases[b][i] = (uint32_t)((b * 3 + i * (i + b + 2) + ((salt >> (i % 8)) & 1)) % 4);
-    w.content = calloc(w.n_blocks, sizeof *w.content);
-    FZ_ASSERT(w.content, "out of memory");
-    for (uint32_t b = 0; b < w.n_blocks; b++)
-        w.content[b].cls = -1;
+    world_init(&w, &in);
     fz_alloc_init(&w.alloc);
     kvp_config cfg;
     kvp_config_init(&cfg);
@@ -326,12 +351,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.alloc = fz_alloc_hooks(&w.alloc);
     cfg.on_event = on_event;
     cfg.event_ud = &w;
+    fz_keys_apply(&w.keys, &cfg);
     FZ_ASSERT(kvp_cache_new(&cfg, &w.c) == KVP_OK, "kvp_cache_new");
-    FZ_ASSERT(kvp__cache_set_key_bits(w.c, w.bits) == KVP_OK, "kvp__cache_set_key_bits");
+    fz_keys_truncate_cache(&w.keys, w.c);
     for (w.step = 0; w.step < COL_MAX_STEPS && fz_more(&in); w.step++)
         step(&w, &in);
     kvp_cache_free(w.c);
     fz_alloc_check_empty(&w.alloc, "kvp_cache_free");
-    free(w.content);
+    world_free(&w);
     return 0;
 }

@@ -3,8 +3,9 @@
  * model (tests/refmodel.c), with invalid arguments, re-entrant calls from callbacks and
  * injected allocation failures.
  *
- * An input decodes to a cache shape (1..32 blocks of 1..4 tokens, verify_tokens on or off,
- * events on or off, re-entrant callback probes on or off) and up to OPS_MAX_STEPS steps. A
+ * An input decodes to a cache shape (1..32 blocks of 1..4, 16, 1021 or 1500 tokens - see
+ * fz_block_size -, a random 64-bit seed, verify_tokens on or off, events on or off,
+ * re-entrant callback probes on or off) and up to OPS_MAX_STEPS steps. A
  * step is one of: kvp_lookup, kvp_acquire, kvp_grow, kvp_commit, kvp_release, kvp_access,
  * kvp_lookup_ids, kvp_access_ids, kvp_cache_reset; a battery of calls with invalid
  * arguments (NULL cache, NULL pointers, invalid namespaces, bad configs, n_tokens 0, huge
@@ -12,9 +13,10 @@
  * purpose: NULL namespace/tokens/out/ids, a field with ptr NULL and len > 0, n_tokens 0,
  * 2^32 blocks, unknown request ids (so double releases), commits past the capacity or
  * shorter than what is committed, n_ids that match neither floor nor ceil of the prompt.
- * Prompts are prefixes of three base sequences over 4 tokens (sometimes mutated, sometimes
- * a prefix of an active request's own sequence), so hits, dedup, eviction, stale blocks and
- * (in verify mode) replacements are all common.
+ * Prompts are prefixes of three base sequences over 4 tokens (48 tokens for blocks of 1..4,
+ * 7 blocks of 16, 4 larger blocks; sometimes mutated, sometimes a prefix of an active
+ * request's own sequence), so hits, dedup, eviction, stale blocks and (in verify mode)
+ * replacements are all common; commits decode up to 7 tokens (7/4 of a block past 4).
  *
  * Oracle. The model answers every valid call; the harness itself knows the answers the
  * model does not cover (which invalid argument each call rejects first, KVP_EOVERFLOW,
@@ -49,8 +51,8 @@
 
 #define OPS_MAX_STEPS 160                  /* steps decoded from one input */
 #define OPS_N_IDS     6                    /* request ids the steps use (plus one never acquired) */
-#define OPS_MAX_SEQ   64                   /* longest request sequence */
-#define OPS_BASE_LEN  48                   /* length of the base sequences prompts are cut from */
+#define OPS_MAX_SEQ   8192                 /* longest request sequence, any block size */
+#define OPS_MAX_KEYS  64                   /* most full blocks in a sequence */
 #define OPS_N_NS      3                    /* namespaces per input */
 #define OPS_SHADOW    UINT32_C(0x80000000) /* token bit that marks _ids calls in the model */
 
@@ -111,7 +113,10 @@ typedef struct ops_world {
     bool verify, events, probes;              /* modes */
     fz_ns ns[OPS_N_NS];                       /* namespaces */
     kvp_namespace bad_ns;                     /* a field with ptr NULL and len 1 */
-    uint32_t bases[3][OPS_BASE_LEN];          /* prompts are cut from these */
+    fz_keys keys;                             /* the cache's seed */
+    size_t base_len;                          /* tokens in each base sequence */
+    size_t max_seq;                           /* longest request sequence here */
+    uint32_t bases[3][OPS_MAX_SEQ];           /* prompts are cut from these */
     ops_req reqs[OPS_N_IDS + 1];              /* harness view of each request id */
     uint8_t *indexed;                         /* events: 1 while a block is indexed */
     uint64_t ev_stored, ev_evicted, ev_reset; /* events seen, by kind */
@@ -248,7 +253,10 @@ static void make_prompt(ops_world *w, fz_in *in, ops_call *k)
         return;
     }
     const uint32_t *base = w->bases[(b >> 5) % 3];
-    k->n_tokens = 1 + fz_below(in, (b & 0x80) ? 2 * w->bs + 1 : OPS_BASE_LEN);
+    if (w->bs <= 4)
+        k->n_tokens = 1 + fz_below(in, (b & 0x80) ? 2 * w->bs + 1 : w->base_len);
+    else
+        k->n_tokens = fz_prompt_len(in, w->bs, (b & 0x80) ? 2 : w->base_len / w->bs - 1);
     memcpy(k->tokens, base, k->n_tokens * sizeof(uint32_t));
     if ((b & 7) == 0)
         k->tokens[fz_below(in, k->n_tokens)] = (uint32_t)fz_below(in, 4);
@@ -298,10 +306,11 @@ static void decode_call(ops_world *w, fz_in *in, ops_call *k)
             k->ns = ns_kept;
         if (fault >= 226 && fault < 232)
             k->n_tokens = 0;
-        k->cap = fz_below(in, OPS_BASE_LEN / w->bs + 2);
+        k->cap = fz_below(in, w->base_len / w->bs + 2);
         if (k->kind == K_ACQUIRE) {
             uint8_t c = fz_u8(in);
-            k->n_capacity = c < 64 ? 0 : k->n_tokens + c % 24;
+            k->n_capacity =
+                c < 64 ? 0 : k->n_tokens + (size_t)(c % 24) * (w->bs > 4 ? w->bs / 8 : 1);
             if (c >= 250)
                 k->n_capacity = (size_t)w->n_blocks * w->bs + 1 + c % 3; /* > pool */
         }
@@ -314,7 +323,7 @@ static void decode_call(ops_world *w, fz_in *in, ops_call *k)
         break;
     case K_GROW: {
         uint8_t c = fz_u8(in);
-        k->n_capacity = c % (OPS_MAX_SEQ + 8);
+        k->n_capacity = (size_t)(c % 72) * w->max_seq / 64;
         if (c >= 250)
             k->n_capacity = (size_t)w->n_blocks * w->bs + 1 + c % 3;
         break;
@@ -331,7 +340,8 @@ static void decode_call(ops_world *w, fz_in *in, ops_call *k)
             k->n_tokens = fz_below(in, 2);
         } else if (c < 200) {
             /* Decode up to 7 tokens (the model decides whether the request holds them). */
-            for (size_t a = 0; a < (size_t)(c & 7) && k->n_tokens < OPS_MAX_SEQ; a++)
+            size_t n_add = (size_t)(c & 7) * (w->bs > 4 ? w->bs / 4 : 1);
+            for (size_t a = 0; a < n_add && k->n_tokens < w->max_seq; a++)
                 k->tokens[k->n_tokens++] = (uint32_t)fz_below(in, 4);
         } else {
             k->n_tokens = fz_below(in, k->n_tokens); /* shorter: EINVAL below committed */
@@ -363,9 +373,9 @@ static void make_ids(const ops_world *w, const ops_call *k, kvp_key *ids)
     size_t n_keys = 0, n_full = k->n_tokens / w->bs;
     kvp_key zero = {0, 0};
     FZ_ASSERT(kvp_hash_blocks(UINT64_C(0x1d5), zero, k->tokens, k->n_tokens, w->bs, ids,
-                              OPS_MAX_SEQ, &n_keys) == KVP_OK,
+                              OPS_MAX_KEYS, &n_keys) == KVP_OK,
               "kvp_hash_blocks");
-    for (size_t i = n_full; i < k->n_ids && i < OPS_MAX_SEQ + 2; i++) {
+    for (size_t i = n_full; i < k->n_ids && i < OPS_MAX_KEYS + 2; i++) {
         ids[i].lo = 0xabcdef00u + i;
         ids[i].hi = k->n_tokens;
     }
@@ -385,8 +395,8 @@ static void call_lib(ops_world *w, const ops_call *k, ops_res *res)
     size_t n = k->huge ? huge_tokens(w) : k->n_tokens;
     kvp_match *out = k->null_out ? NULL : &res->m;
     uint64_t id = req_ids[k->req];
-    uint32_t ids_buf[OPS_MAX_SEQ + 2];
-    kvp_key ids[OPS_MAX_SEQ + 4];
+    uint32_t ids_buf[OPS_MAX_KEYS + 2];
+    kvp_key ids[OPS_MAX_KEYS + 4];
     memset(&res->m, 0xa5, sizeof res->m);
     res->n_stored = 0xa5a5;
     switch (k->kind) {
@@ -511,7 +521,7 @@ static void call_model(ops_world *w, const ops_call *k, ops_res *res)
         else if (k->null_out || (k->kind == K_LOOKUP_IDS && k->null_ids_buf && k->cap))
             res->rc = KVP_EINVAL;
         else {
-            uint32_t shadow[OPS_MAX_SEQ];
+            static uint32_t shadow[OPS_MAX_SEQ];
             for (size_t i = 0; i < k->n_tokens; i++)
                 shadow[i] = k->tokens[i] | OPS_SHADOW;
             if (k->kind == K_LOOKUP_IDS)
@@ -803,7 +813,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_in in = {data, size};
     memset(&w, 0, sizeof w);
     uint8_t shape = fz_u8(&in);
-    w.bs = 1 + (shape & 3);
+    w.bs = fz_block_size(&in);
+    fz_keys_decode(&in, &w.keys);
+    w.base_len = w.bs <= 4 ? 48 : (size_t)(w.bs <= 16 ? 7 : 4) * w.bs;
+    w.max_seq = w.bs <= 4 ? 64 : w.base_len + w.bs;
     w.verify = (shape & 4) != 0;
     w.events = (shape & 0x18) != 0;
     w.probes = w.events && (shape & 0x20) != 0;
@@ -814,8 +827,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     w.bad_ns.tenant.len = 1;
     uint8_t salt = fz_u8(&in);
     for (int b = 0; b < 3; b++)
-        for (int i = 0; i < OPS_BASE_LEN; i++)
-            w.bases[b][i] = (uint32_t)((b * 5 + i * (i + b + 1) + ((salt >> (i % 8)) & 1)) % 4);
+        for (size_t i = 0; i < w.base_len; i++)
+            w.bases[b][i] =
+                (uint32_t)(((size_t)b * 5 + i * (i + b + 1) + ((salt >> (i % 8)) & 1)) % 4);
     w.indexed = calloc(w.n_blocks, 1);
     FZ_ASSERT(w.indexed, "out of memory");
     fz_alloc_init(&w.alloc);
@@ -825,6 +839,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.n_blocks = w.n_blocks;
     cfg.block_size = w.bs;
     cfg.verify_tokens = w.verify;
+    fz_keys_apply(&w.keys, &cfg);
     cfg.alloc = fz_alloc_hooks(&w.alloc);
     if (w.events) {
         cfg.on_event = on_event;

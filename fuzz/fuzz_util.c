@@ -8,6 +8,10 @@
  */
 #include "fuzz_util.h"
 
+#include <xxhash.h> /* not XXH_INLINE_ALL: the oracle calls libxxhash's own XXH3 */
+
+#include "internal.h" /* kvp__cache_set_key_bits, the test-only truncation hook */
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,4 +222,170 @@ bool fz_ns_equal(const kvp_namespace *a, const kvp_namespace *b)
 {
     return field_equal(&a->model, &b->model) && field_equal(&a->adapter, &b->adapter) &&
            field_equal(&a->tenant, &b->tenant) && field_equal(&a->salt, &b->salt);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Cache shapes and keys                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+uint32_t fz_block_size(fz_in *in)
+{
+    static const uint32_t sizes[8] = {1, 2, 3, 4, 16, 16, 1021, FZ_MAX_BLOCK_SIZE};
+    return sizes[fz_u8(in) % 8];
+}
+
+size_t fz_prompt_len(fz_in *in, uint32_t bs, size_t max_blocks)
+{
+    uint8_t b = fz_u8(in);
+    size_t n_full = (b & 63) % (max_blocks + 1);
+    size_t tail;
+    switch (b >> 6) {
+    case 0:
+        tail = 0;
+        break;
+    case 1:
+        tail = 1;
+        break;
+    case 2:
+        tail = bs - 1;
+        break;
+    default:
+        tail = fz_below(in, bs);
+        break;
+    }
+    if (tail >= bs)
+        tail = 0;
+    size_t n = n_full * bs + tail;
+    return n ? n : 1;
+}
+
+void fz_keys_decode(fz_in *in, fz_keys *k)
+{
+    k->seed = 0;
+    for (int i = 0; i < 8; i++)
+        k->seed |= (uint64_t)fz_u8(in) << (8 * i);
+    k->bits = 128;
+}
+
+void fz_keys_apply(const fz_keys *k, kvp_config *cfg)
+{
+    /* The oracle reproduces the seeded XXH3-128 chain, so the harnesses ask for that profile
+     * explicitly (the default, keyed, draws a random key per cache). */
+    cfg->hash_profile = KVP_HASH_XXH3;
+    cfg->seed = k->seed;
+}
+
+void fz_keys_truncate_cache(const fz_keys *k, kvp_cache *cache)
+{
+    if (k->bits < 128)
+        FZ_ASSERT(kvp__cache_set_key_bits(cache, k->bits) == KVP_OK, "kvp__cache_set_key_bits");
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Key oracle                                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The largest hash input the oracle builds: a block of FZ_MAX_BLOCK_SIZE tokens after its
+ * parent key (namespaces of the harnesses are far smaller). */
+#define ORACLE_BYTES (16 + 4 * FZ_MAX_BLOCK_SIZE)
+
+typedef struct oracle_buf {
+    size_t n;                      /* bytes written */
+    unsigned char b[ORACLE_BYTES]; /* the hash input */
+} oracle_buf;
+
+static void ob_byte(oracle_buf *o, unsigned v)
+{
+    FZ_ASSERT(o->n < ORACLE_BYTES, "oracle: hash input over %u bytes", (unsigned)ORACLE_BYTES);
+    o->b[o->n++] = (unsigned char)(v & 0xff);
+}
+
+/* n_bytes bytes of v, least significant first. */
+static void ob_le(oracle_buf *o, uint64_t v, int n_bytes)
+{
+    for (int i = 0; i < n_bytes; i++)
+        ob_byte(o, (unsigned)(v >> (8 * i)));
+}
+
+static void ob_key(oracle_buf *o, kvp_key k)
+{
+    ob_le(o, k.lo, 8);
+    ob_le(o, k.hi, 8);
+}
+
+static void ob_text(oracle_buf *o, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ob_byte(o, (unsigned char)s[i]);
+}
+
+static kvp_key ob_hash(const oracle_buf *o, uint64_t seed)
+{
+    XXH128_hash_t h = XXH3_128bits_withSeed(o->b, o->n, seed);
+    kvp_key k = {h.low64, h.high64};
+    return k;
+}
+
+kvp_key fz_key_trunc(kvp_key k, unsigned bits)
+{
+    for (unsigned i = bits; i < 128; i++) {
+        if (i < 64)
+            k.lo &= ~(UINT64_C(1) << i);
+        else
+            k.hi &= ~(UINT64_C(1) << (i - 64));
+    }
+    return k;
+}
+
+static void ob_field(oracle_buf *o, unsigned number, const kvp_field *f)
+{
+    ob_byte(o, number);
+    ob_byte(o, f->ptr != NULL);
+    if (f->ptr == NULL)
+        return;
+    ob_le(o, (uint64_t)f->len, 8);
+    ob_text(o, f->ptr, f->len);
+}
+
+kvp_key fz_oracle_root(uint64_t seed, const kvp_namespace *ns)
+{
+    static oracle_buf o; /* large: kept off the stack */
+    o.n = 0;
+    ob_text(&o, "KVPNS1\0\0", 8);
+    ob_field(&o, 1, &ns->model);
+    ob_field(&o, 2, &ns->adapter);
+    ob_field(&o, 3, &ns->tenant);
+    ob_field(&o, 4, &ns->salt);
+    return ob_hash(&o, seed);
+}
+
+kvp_key fz_oracle_block(uint64_t seed, kvp_key parent, const uint32_t *tokens, size_t n)
+{
+    static oracle_buf o;
+    o.n = 0;
+    ob_key(&o, parent);
+    for (size_t i = 0; i < n; i++)
+        ob_le(&o, tokens[i], 4);
+    return ob_hash(&o, seed);
+}
+
+kvp_key fz_oracle_external(uint64_t seed, kvp_key root, kvp_key id)
+{
+    static oracle_buf o;
+    o.n = 0;
+    ob_text(&o, "KVPEXT1\0", 8);
+    ob_key(&o, root);
+    ob_key(&o, id);
+    return ob_hash(&o, seed);
+}
+
+size_t fz_oracle_chain(uint64_t seed, unsigned bits, kvp_key parent, const uint32_t *tokens,
+                       size_t n_tokens, uint32_t bs, kvp_key *keys, size_t cap)
+{
+    size_t n = n_tokens / bs;
+    if (n > cap)
+        n = cap;
+    for (size_t i = 0; i < n; i++)
+        keys[i] = parent = fz_key_trunc(fz_oracle_block(seed, parent, tokens + i * bs, bs), bits);
+    return n;
 }

@@ -14,6 +14,26 @@
  * free with another size, or with a pointer the allocator never gave, is a failure.
  * live_bytes and n_live must be zero after kvp_cache_free (no leaks, even after injected
  * failures). fail_in counts down allocations: the one made when it is 0 fails.
+ *
+ * Cache shapes: fz_block_size draws from 1..4 (short inputs, many blocks), 16 (the default,
+ * which the library hashes on its own inlined 80-byte path) and 1021 and 1500 (over 1020
+ * tokens the library streams a block through XXH3's state in chunks of 1024 tokens: one
+ * chunk, then two). fz_prompt_len picks whole blocks plus a tail that is often empty, one
+ * token or one short of a block, so exactly-full prompts and commits that complete a block
+ * are common at every block size.
+ *
+ * Keys: fz_keys holds how a harness's caches derive keys - a 64-bit seed from the input and,
+ * for forced collisions, the number of key bits kept - and fz_keys_apply is the only place
+ * that writes them into a kvp_config, so choosing a hash profile is one line there.
+ *
+ * Key oracle: fz_oracle_* is a second, deliberately naive implementation of the byte layout
+ * documented in src/keys.c, written from that text and sharing no code with the library:
+ * each hash input is built byte by byte (integers by shifts, so little-endian on every
+ * host) into one buffer and hashed with one call of XXH3_128bits_withSeed from Debian's
+ * libxxhash (a separately compiled copy of XXH3, not the library's inlined one). A bug in
+ * the library's framing, chaining, seeding or byte order - even one shared by chaining and
+ * lookup, which would cancel out when the library is compared with itself - shows up as a
+ * key that differs from the oracle's.
  */
 #ifndef KVP_FUZZ_UTIL_H
 #define KVP_FUZZ_UTIL_H
@@ -123,5 +143,65 @@ void fz_ns_decode_set(fz_in *in, fz_ns *set, size_t n);
 /* True when a and b are the same namespace for the cache: every field equal in presence and
  * bytes (the field addresses do not matter). */
 bool fz_ns_equal(const kvp_namespace *a, const kvp_namespace *b);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Cache shapes and keys                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+#define FZ_MAX_BLOCK_SIZE 1500u /* largest block size fz_block_size returns */
+
+/* A block size from one byte: 1, 2, 3, 4 (half the time), 16 (a quarter), 1021 or 1500
+ * (an eighth each). Cannot fail. */
+uint32_t fz_block_size(fz_in *in);
+
+/* A prompt length of 0..max_blocks full blocks of bs tokens plus a tail (none, one token,
+ * bs - 1 tokens or any), at least 1 and at most (max_blocks + 1) * bs - 1. Cannot fail. */
+size_t fz_prompt_len(fz_in *in, uint32_t bs, size_t max_blocks);
+
+/* How a cache derives its keys. Today: the XXH3-128 chain with a 64-bit seed. */
+typedef struct fz_keys {
+    uint64_t seed; /* the cache's hash seed (8 input bytes) */
+    unsigned bits; /* key bits the cache keeps: 128, or 1..16 to force collisions */
+} fz_keys;
+
+/* Read a seed (8 bytes, little-endian) and set bits to 128. Cannot fail. */
+void fz_keys_decode(fz_in *in, fz_keys *k);
+
+/* Make cfg derive keys as k says (the seed; key truncation needs the cache, see
+ * fz_keys_truncate_cache). Every harness configures its caches' keys through this function
+ * only. Cannot fail. */
+void fz_keys_apply(const fz_keys *k, kvp_config *cfg);
+
+/* Apply k->bits to a new, empty cache (the test-only truncation hook); fails the input if
+ * the library refuses. */
+void fz_keys_truncate_cache(const fz_keys *k, kvp_cache *cache);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Key oracle (independent of the library's hashing code)                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Keep the low bits of a 128-bit key (bits >= 128: unchanged). */
+kvp_key fz_key_trunc(kvp_key k, unsigned bits);
+
+static inline bool fz_key_eq(kvp_key a, kvp_key b)
+{
+    return a.lo == b.lo && a.hi == b.hi;
+}
+
+/* The namespace root: "KVPNS1\0\0", then per field (model 1, adapter 2, tenant 3, salt 4)
+ * its number, a presence byte and, when present, its length as u64 LE and its bytes. */
+kvp_key fz_oracle_root(uint64_t seed, const kvp_namespace *ns);
+
+/* One block key: parent key bytes (lo then hi, each LE) || n tokens as u32 LE. */
+kvp_key fz_oracle_block(uint64_t seed, kvp_key parent, const uint32_t *tokens, size_t n);
+
+/* An external key: "KVPEXT1\0" || root key bytes || external id key bytes. */
+kvp_key fz_oracle_external(uint64_t seed, kvp_key root, kvp_key id);
+
+/* The chain of tokens[0 .. n_tokens) from parent, as a cache keeping `bits` key bits sees
+ * it (parent must already be truncated): keys[i] = trunc(block(keys[i - 1], block i)).
+ * Writes and returns min(n_tokens / bs, cap) keys. */
+size_t fz_oracle_chain(uint64_t seed, unsigned bits, kvp_key parent, const uint32_t *tokens,
+                       size_t n_tokens, uint32_t bs, kvp_key *keys, size_t cap);
 
 #endif /* KVP_FUZZ_UTIL_H */

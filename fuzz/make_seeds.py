@@ -3,8 +3,9 @@
 
 The binary harnesses (isolation, ops, collision) decode one byte per decision (see each
 fuzz_<target>.c), so their seeds are deterministic pseudo-random byte strings whose first
-bytes sweep the cache shapes (block size, verify mode, pool mode) that the harness reads
-first. The replay_input seeds are small request logs, one per line format and error case.
+two bytes sweep the cache shapes that the harness reads first: a shape byte (verify mode,
+pool mode, forced collisions...) and the block-size byte of fz_block_size (1, 2, 3, 4, 16,
+16, 1021, 1500 by its value mod 8); the 64-bit seed follows, from the random body. The replay_input seeds are small request logs, one per line format and error case.
 Minimized inputs found by campaigns (libFuzzer -merge=1) are added next to the seeds under
 other names; this script only rewrites seed-* files. Run from anywhere:
     python3 fuzz/make_seeds.py
@@ -23,12 +24,25 @@ def write(target, name, data):
         f.write(data)
 
 
-def binary_seeds(target, n, length, seed):
+def binary_seeds(target, n, length, seed, shape):
+    """n seeds: seed i has shape byte shape(i, rng) and block-size byte i % 8."""
     rng = random.Random(seed)
     for i in range(n):
-        head = bytes([i % 256, (i * 37) % 256, rng.randrange(256)])
+        head = bytes([shape(i, rng), i % 8])
         body = bytes(rng.randrange(256) for _ in range(rng.randrange(length // 2, length)))
         write(target, "%02d" % i, head + body)
+
+
+def isolation_shape(i, rng):
+    """fuzz_isolation: every block size in each of six modes (i // 8): large pool without and
+    with verify, small pool without and with verify, forced collisions in a large and in a
+    small pool. Bit 0 verify, bit 1 small pool, bits 2-3 zero forces collisions; the high
+    nibble is part of the small pool's size."""
+    mode = (i // 8) % 6
+    collide = mode >= 4
+    small = mode in (2, 3, 5)
+    verify = mode in (1, 3)
+    return (rng.randrange(16) << 4) | (0 if collide else 4) | (2 if small else 0) | verify
 
 
 def replay_seeds():
@@ -80,9 +94,9 @@ def replay_seeds():
 
 
 def main():
-    binary_seeds("isolation", 24, 160, 1)
-    binary_seeds("ops", 32, 400, 2)
-    binary_seeds("collision", 24, 300, 3)
+    binary_seeds("isolation", 48, 240, 1, isolation_shape)
+    binary_seeds("ops", 32, 400, 2, lambda i, rng: rng.randrange(256))
+    binary_seeds("collision", 24, 300, 3, lambda i, rng: rng.randrange(256))
     replay_seeds()
 
 

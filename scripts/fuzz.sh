@@ -3,6 +3,7 @@
 #
 #   sh scripts/fuzz.sh                       every target, FUZZ_SECONDS (default 25) each
 #   FUZZ_SECONDS=600 sh scripts/fuzz.sh ops  one target for ten minutes
+#   FUZZ_JOBS=N                              build jobs (default 2)
 #
 # Builds build-fuzz/ with clang: ASan + UBSan everywhere, libFuzzer coverage
 # (-fsanitize=fuzzer-no-link) in the library too, and -Dfuzzing=true so the harnesses link
@@ -32,7 +33,7 @@ echo "== fuzz: libFuzzer build (build-fuzz/), ${seconds}s per target"
 [ -f build-fuzz/build.ninja ] || CC=clang meson setup build-fuzz -Dfuzzing=true \
     -Db_sanitize=address,undefined -Db_lundef=false -Dtests=false -Dbench=false \
     -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all' >/dev/null
-ninja -C build-fuzz >/dev/null
+ninja -C build-fuzz -j "${FUZZ_JOBS:-2}" >/dev/null
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 mkdir -p fuzz-out
