@@ -1,5 +1,6 @@
-"""Threads: the GIL is released around hashing and lookups, and a shared Cache stays
-consistent (its mutex serialises library calls) without deadlocks, callbacks included."""
+"""Threads: the GIL is released around every library call, lookups of different threads run
+at the same time, and a shared Cache stays consistent (the library's reader/writer lock)
+without deadlocks, callbacks and close() included."""
 
 import sys
 import threading
@@ -99,7 +100,7 @@ def test_gil_released_during_hashing(ns):
     assert all(n > 0 for n in inside), inside
 
 
-def test_lookup_while_another_thread_holds_the_mutex(ns):
+def test_lookup_while_another_thread_mutates(ns):
     """Two threads each running long calls on one cache both finish (no lock inversion)."""
     c = kvprefix.Cache((1 << 16) + 1024, 16)  # room for the writer: no eviction
     big = np.arange(1 << 20, dtype=np.uint32)
@@ -125,3 +126,78 @@ def test_lookup_while_another_thread_holds_the_mutex(ns):
         assert not t.is_alive(), "deadlock"
     assert sorted(done) == ["r", "w"]
     c.check()
+
+
+def _overlap_step(single_threaded):
+    """One long lookup on thread A while thread B runs short lookups on the same cache in a
+    loop and, after each, reads A's CPU clock. Returns (the most CPU time A spent between
+    two of B's completions during A's call, A's CPU time in the call).
+
+    Why this cannot pass by accident: if the two lookups could not overlap (a binding mutex,
+    an exclusive library lock, a held GIL), A would do nearly all its work (hashing 8M
+    tokens; building the 2048-entry result is negligible) in one stretch holding the cache,
+    and at most one of B's calls could complete inside that stretch, so some step would be
+    at least half of A's CPU time (less a clock tick: another thread's CPU clock may lag
+    by one). Steps far below that mean B's lookups kept completing
+    while A's was computing. A step measures A's progress, not wall time, so a busy machine
+    descheduling A does not matter; it only fails the test when B is descheduled for long.
+    Nothing can hang: every wait is bounded."""
+    c = kvprefix.Cache(2064, 4096, hash_profile="vllm-sha256-cbor",
+                       single_threaded=single_threaded)
+    ns = kvprefix.Namespace()
+    big = np.arange(1 << 23, dtype=np.uint32) * np.uint32(2654435761) % np.uint32(150000)
+    c.access(ns, big)  # 2048 cached blocks: about 50 ms of SHA-256 per lookup
+    short = big[:4097]
+    span = {}
+    started = threading.Event()
+    done = threading.Event()
+    readings = []
+
+    def long_reader():
+        span["clock"] = time.pthread_getcpuclockid(threading.get_ident())
+        started.set()
+        time.sleep(0.01)  # let B start its loop
+        c0 = time.thread_time()
+        m = c.lookup(ns, big)
+        span["cpu"] = (c0, time.thread_time())
+        assert m.n_blocks_cached == 2048
+        done.set()
+
+    def short_reader():
+        started.wait(10)
+        deadline = time.perf_counter() + 20  # bounded even if the long lookup never ends
+        while not done.is_set() and time.perf_counter() < deadline:
+            assert c.lookup(ns, short).n_blocks_cached == 1
+            try:
+                readings.append(time.clock_gettime(span["clock"]))
+            except OSError:  # A's thread has ended
+                break
+
+    ts = [threading.Thread(target=short_reader), threading.Thread(target=long_reader)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=60)
+        assert not t.is_alive(), "hang"
+    c0, c1 = span["cpu"]
+    points = [c0] + [r for r in readings if c0 < r < c1] + [c1]
+    return max(b - a for a, b in zip(points, points[1:])), c1 - c0
+
+
+def test_lookups_of_two_threads_overlap():
+    # A loaded machine can deschedule B for a while: up to 5 tries. No try can pass unless
+    # B's lookups completed throughout A's (see _overlap_step).
+    results = []
+    for _ in range(5):
+        step, cpu = _overlap_step(False)
+        results.append((step, cpu))
+        if step < cpu / 4:
+            break
+    assert any(step < cpu / 4 for step, cpu in results), results
+
+
+def test_single_threaded_cache_keeps_the_gil():
+    """The negative control of the test above: a single_threaded cache keeps the GIL during
+    a call, so B's lookups cannot complete inside A's, and the detector sees no overlap."""
+    step, cpu = _overlap_step(True)
+    assert step >= cpu / 2, (step, cpu)
