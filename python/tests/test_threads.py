@@ -215,20 +215,21 @@ def test_each_call_delivers_its_own_events(ns):
     def on_event(ev):
         if not getattr(local, "in_call", False):
             wrong.append(ev)
-        per_thread.setdefault(threading.get_ident(), []).append(ev)
+        per_thread.setdefault(local.worker, []).append(ev)
 
     c = kvprefix.Cache(4096, 16, on_event=on_event)
     stored = {}
 
     def worker(t):
-        mine = stored.setdefault(threading.get_ident(), 0)
+        local.worker = t  # thread idents can be reused once a thread ends: use t
+        mine = 0
         for i in range(200):
             p = prompt(16 * 4, seed=t * 1000 + i)  # distinct prompts: 4 new blocks each
             local.in_call = True
             m = c.access(ns, p)
             local.in_call = False
             mine += m.n_blocks_stored
-        stored[threading.get_ident()] = mine
+        stored[t] = mine
 
     ts = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
     for t in ts:
@@ -237,8 +238,9 @@ def test_each_call_delivers_its_own_events(ns):
         t.join(timeout=120)
         assert not t.is_alive(), "hang"
     assert wrong == []
-    for ident, n in stored.items():
-        evs = per_thread.get(ident, [])
+    assert len(stored) == 4
+    for t, n in stored.items():
+        evs = per_thread.get(t, [])
         assert sum(e.type == kvprefix.EVENT_STORED for e in evs) == n == 800
     assert c.stats().n_blocks_stored == 3200
     c.check()
@@ -273,3 +275,40 @@ def test_close_while_another_thread_is_in_a_call():
     assert c.closed
     with pytest.raises(ValueError):
         c.lookup(ns, big[:10])
+
+
+def test_request_blocks_races_grow_and_release(ns):
+    """request_blocks copies a block table that the library frees on the next grow or release
+    of the request; a thread racing those calls must get a consistent copy or NotFoundError,
+    never freed memory (the ASan run of this suite checks the latter)."""
+    c = kvprefix.Cache(4096, 4)
+    stop = threading.Event()
+    seen = []
+
+    def mutator():
+        deadline, i = time.perf_counter() + 10, 0
+        while len(seen) < 500 and time.perf_counter() < deadline:
+            c.acquire(1, ns, list(range(i % 50, i % 50 + 8)))
+            for cap in range(16, 400, 16):
+                c.grow(1, cap)
+            c.release(1)
+            i += 1
+        stop.set()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                ids = c.request_blocks(1)
+            except kvprefix.NotFoundError:
+                continue
+            seen.append(len(ids))
+            assert len(set(ids)) == len(ids) and all(0 <= b < 4096 for b in ids)
+
+    ts = [threading.Thread(target=mutator), threading.Thread(target=reader)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+        assert not t.is_alive(), "hang"
+    assert len(seen) >= 500 and all(2 <= n <= 100 for n in seen)
+    c.check()
