@@ -1,7 +1,7 @@
 /*
  * _kvprefix.c - the CPython extension module behind the `kvprefix` Python package: Cache,
- * Namespace, the Match/Stats/Event records, the exception hierarchy and the key functions,
- * over the public C API (kvprefix.h) only.
+ * Namespace, Hasher, the Match/Stats/Event/Chain records, the exception hierarchy and the
+ * key functions, over the public C API (kvprefix.h) only.
  *
  * Why the C API and not cffi: Debian 12 ships python3-dev and python3-mesonpy, so meson
  * builds this file like any other target and `pip install --no-build-isolation .` works
