@@ -15,8 +15,12 @@ are numpy uint32 rows, passed without a copy.
 
 For the ratio, the same batches (the same prompts, on a second cache) are also run through
 Cache._run_batch, which makes the same three library calls per request in a C loop: the
-difference is the whole cost of the Python layer (argument parsing, the mutex, releasing
-the GIL, building the Match). The requests are split into --reps chunks (default 5); each
+difference is the whole cost of the Python layer (argument parsing, releasing the GIL,
+collecting events, building the Match). A third cache runs the same prompts through the
+hash-outside-the-lock forms (Cache.keys(raw=True), acquire_keys, commit_keys with the same
+keys): what a multi-threaded frontend would call. --profile picks the caches' hash profile
+(default keyed, the library's default); --single-threaded makes them single-threaded (the
+library skips its lock and the binding keeps the GIL). The requests are split into --reps chunks (default 5); each
 figure is the median over the chunks, after --warmup untimed requests that fill the pool.
 
 Per-call overhead: Cache.stats() timed in a Python loop against kvp_cache_stats timed in a C
@@ -81,46 +85,71 @@ def run_py(cache, ns, buf, lens, first):
     return time.thread_time() - t0
 
 
+def run_py_keys(cache, ns, buf, lens, first):
+    """run_py with the keys computed first (outside the cache's lock); returns seconds."""
+    keys, acquire, commit, release = cache.keys, cache.acquire_keys, cache.commit_keys, cache.release
+    rows = [buf[k, : lens[k]] for k in range(len(lens))]
+    t0 = time.thread_time()
+    for k, tok in enumerate(rows):
+        rid = first + k
+        root, kk = keys(ns, tok, raw=True)
+        acquire(rid, ns, root, kk, tok)
+        commit(rid, kk, tok)
+        if rid >= RING:
+            release(rid - RING)
+    return time.thread_time() - t0
+
+
 def workload(a):
     w = Workload(a.seed, 0.4)
     ns = kvprefix.Namespace(model="bench-model", tenant="bench")
-    py_cache = kvprefix.Cache(a.pool, BS)
-    c_cache = kvprefix.Cache(a.pool, BS)
+    opts = dict(hash_profile=a.profile, single_threaded=a.single_threaded)
+    if a.profile in ("keyed", "siphash"):
+        opts["hash_key"] = bytes(range(32))  # one key: the three caches compute equal keys
+    py_cache = kvprefix.Cache(a.pool, BS, **opts)
+    c_cache = kvprefix.Cache(a.pool, BS, **opts)
+    k_cache = kvprefix.Cache(a.pool, BS, **opts)
     rid = 0
     done = 0
     while done < a.warmup:
         n = min(BATCH, a.warmup - done)
         buf, lens = w.batch(n)
         run_py(py_cache, ns, buf, lens, rid)
+        run_py_keys(k_cache, ns, buf, lens, rid)
         c_cache._run_batch(ns, buf, lens, rid, RING)
         rid += n
         done += n
     s0 = py_cache.stats()
-    py_rps, c_rps = [], []
+    py_rps, c_rps, k_rps = [], [], []
     for c in range(a.reps):
         chunk = a.requests // a.reps + (c < a.requests % a.reps)
-        t_py = t_c = 0.0
+        t_py = t_c = t_k = 0.0
         done = 0
         while done < chunk:
             n = min(BATCH, chunk - done)
             buf, lens = w.batch(n)
             t_py += run_py(py_cache, ns, buf, lens, rid)
+            t_k += run_py_keys(k_cache, ns, buf, lens, rid)
             t_c += c_cache._run_batch(ns, buf, lens, rid, RING) / 1e9
             rid += n
             done += n
         py_rps.append(chunk / t_py)
         c_rps.append(chunk / t_c)
+        k_rps.append(chunk / t_k)
     s1 = py_cache.stats()
     py_cache.check()
     c_cache.check()
+    k_cache.check()
     assert py_cache.stats()[:10] == c_cache.stats()[:10], "both caches saw the same requests"
+    assert py_cache.stats()[:10] == k_cache.stats()[:10], "the keys forms did the same"
     hit = (s1.n_tokens_hit - s0.n_tokens_hit) / (s1.n_tokens_queried - s0.n_tokens_queried)
-    return statistics.median(py_rps), statistics.median(c_rps), hit, s1.n_evictions
+    med = statistics.median
+    return med(py_rps), med(c_rps), med(k_rps), hit, s1.n_evictions
 
 
 def per_call(a):
     """Median over reps of (Python stats us, C stats us, release-unknown us, grow no-op us)."""
-    c = kvprefix.Cache(1024, BS)
+    c = kvprefix.Cache(1024, BS, hash_profile=a.profile, single_threaded=a.single_threaded)
     ns = kvprefix.Namespace(model="m")
     c.acquire(1, ns, np.arange(64, dtype=np.uint32))
     n = 200_000 if not a.quick else 50_000
@@ -155,6 +184,8 @@ def main(argv=None):
     ap.add_argument("--pool", type=int, default=200_000)
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--quick", action="store_true", help="20k requests, 5k warm-up")
+    ap.add_argument("--profile", default="keyed", help="hash profile (default keyed)")
+    ap.add_argument("--single-threaded", action="store_true", help="single-threaded caches")
     a = ap.parse_args(argv)
     if a.quick:
         a.requests, a.warmup = 20_000, 5_000
@@ -162,10 +193,12 @@ def main(argv=None):
     print(
         f"(c) workload: {a.requests} requests (+{a.warmup} warm-up), lengths 512..8192, "
         f"1000 system prompts of 256..2048 (Zipf s=0.40), pool {a.pool} blocks, {RING} in "
-        f"flight; medians of {a.reps} chunks; thread CPU time"
+        f"flight; medians of {a.reps} chunks; thread CPU time; profile {a.profile}"
+        f"{', single-threaded' if a.single_threaded else ''}"
     )
-    py, cc, hit, ev = workload(a)
+    py, cc, kk, hit, ev = workload(a)
     print(f"  Python loop (acquire+commit+release)  {py:10.0f} req/s")
+    print(f"  Python loop, keys outside the lock    {kk:10.0f} req/s")
     print(f"  C loop, same prompts (_run_batch)     {cc:10.0f} req/s")
     print(f"  Python / C                            {py / cc:10.3f}")
     print(f"  Python layer per request              {(1 / py - 1 / cc) * 1e6:10.2f} us")
@@ -179,7 +212,7 @@ def main(argv=None):
     print(f"  Cache.release unknown id (raises)     {rel:10.3f} us")
     target = "PASS" if py >= 10_000 else "MISS"
     print(
-        f"SUMMARY py_rps={py:.0f} c_rps={cc:.0f} ratio={py / cc:.3f} hit={hit:.4f} "
+        f"SUMMARY py_rps={py:.0f} keys_rps={kk:.0f} c_rps={cc:.0f} ratio={py / cc:.3f} hit={hit:.4f} "
         f"stats_us={st:.3f} c_stats_us={cst:.3f} overhead_us={st - cst:.3f} "
         f"target_10000={target}"
     )

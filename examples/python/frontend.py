@@ -12,8 +12,8 @@ per line with "tokens", optional "output_tokens", "model", "adapter", "tenant",
     1. admit waiting requests in arrival order while the pool can take them:
        Cache.acquire pins the cached prefix and allocates the rest; only the prompt tokens
        after Match.n_tokens_hit would be prefilled; the whole prompt is then committed;
-       NoSpaceError means "wait for a release" - unless nothing is running, in which case
-       the request can never fit and is rejected;
+       NoSpaceError means "wait for a release"; RequestTooBigError means the request needs
+       more blocks than the whole pool and can never fit: it is rejected at once;
     2. decode one token for every running request: Cache.grow makes room for it (blocks
        are allocated as decode goes, as vLLM does); when the pool is full the newest running
        request is preempted (released and queued again: on re-admission its prefix, generated
@@ -86,11 +86,11 @@ def run(path, n_blocks, block_size, max_running, out=sys.stdout):
             r = waiting[0]
             try:
                 m = cache.acquire(r.req_id, r.ns, r.seq, len(r.seq) + 1)
+            except kvprefix.RequestTooBigError:  # larger than the pool: retrying never helps
+                waiting.popleft()
+                rejected += 1
+                continue
             except kvprefix.NoSpaceError:
-                if not running:  # nothing will ever be released: it cannot fit
-                    waiting.popleft()
-                    rejected += 1
-                    continue
                 break
             waiting.popleft()
             prefill_total += len(r.seq)
@@ -105,6 +105,11 @@ def run(path, n_blocks, block_size, max_running, out=sys.stdout):
             while True:
                 try:
                     cache.grow(r.req_id, len(r.seq) + 1)
+                    break
+                except kvprefix.RequestTooBigError:  # its decode outgrew the whole pool
+                    running.remove(r)
+                    cache.release(r.req_id)
+                    rejected += 1
                     break
                 except kvprefix.NoSpaceError:
                     victim = running.pop()

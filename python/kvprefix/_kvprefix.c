@@ -1,7 +1,7 @@
 /*
  * _kvprefix.c - the CPython extension module behind the `kvprefix` Python package: Cache,
- * Namespace, the Match/Stats/Event records, the exception hierarchy and the key functions,
- * over the public C API (kvprefix.h) only.
+ * Namespace, Hasher, the Match/Stats/Event/Chain records, the exception hierarchy and the
+ * key functions, over the public C API (kvprefix.h) only.
  *
  * Why the C API and not cffi: Debian 12 ships python3-dev and python3-mesonpy, so meson
  * builds this file like any other target and `pip install --no-build-isolation .` works
@@ -10,24 +10,38 @@
  * exactly the library call, and the buffer protocol gives zero-copy access to array('I'),
  * numpy uint32 arrays and memoryviews. docs/python.md has the measured per-call overhead.
  *
- * Threading. The library is not thread-safe yet, so every Cache owns a mutex
- * (PyThread_type_lock) held around each library call on its cache. Calls that hash tokens
- * or walk the cache (lookup, acquire, commit, access, their _ids forms, reset, check,
- * hash_blocks) release the GIL first and take the mutex without it; cheap calls (grow,
- * release, request_blocks, stats, metrics) try the mutex with the GIL held and only release
- * the GIL when another thread holds it. Nothing touches a Python object while the GIL is
- * released: token buffers stay exported (Py_buffer) and namespaces are immutable. Lock order
- * is always GIL -> (released) -> mutex, and no Python code runs while the mutex is held, so
- * the two cannot deadlock. When the library becomes thread-safe the mutex can go.
+ * Threading. The library is thread-safe (a reader/writer lock per cache: lookups in
+ * parallel, mutations one at a time; include/kvprefix.h), so the binding adds no lock
+ * around library calls: every call on a cache releases the GIL around the library call and
+ * threads run their calls concurrently. One exception: request_blocks copies the library's
+ * block table after kvp_request_blocks returns, and the table is freed by the next grow or
+ * release of that request, so those calls and the copy share a small per-cache table lock
+ * (taken without the GIL; nothing else waits inside it), lest a racing Python program read
+ * freed memory. Nothing touches a Python object while the GIL is released:
+ * token buffers stay exported (Py_buffer), namespaces are immutable, keys are converted
+ * before. Lock order is GIL -> (released) -> the library's lock, and no Python code runs
+ * under the library's lock, so the two cannot deadlock. Closing a cache while other
+ * threads are inside calls on it is safe: each call counts itself in flight (under the
+ * GIL) and the last one out frees a cache closed meanwhile. Cache(single_threaded=True)
+ * makes the library skip its lock; the binding then keeps the GIL during each call, so the
+ * GIL serialises them as the library requires.
  *
- * Events. The library calls its callback synchronously inside the call, under the mutex
- * and without the GIL, so the C callback (event_collect) only appends the event to the
- * Cache's pending array. The calling thread takes that batch before it drops the mutex and,
- * with the GIL back, hands each event to the Python callable in order. An exception raised
- * by the callable does not stop delivery of the rest of the batch; after the last one the
- * first exception is re-raised as EventCallbackError (its __cause__ is the original and
- * .result what the call returned, since the call itself completed). The callable may call
- * the cache again: the mutex is not held during delivery.
+ * Events. The library calls its callback synchronously inside a mutating call, on the
+ * calling thread, under the cache's exclusive lock and without the GIL, so the C callback
+ * (event_collect) only appends the event to the batch of the call in progress, which a
+ * thread-local pointer names: concurrent calls each collect their own events. With the
+ * GIL back, the calling thread hands each event of its batch to the Python callable in
+ * order. Events of different threads' calls are delivered by each thread; a callable
+ * shared between threads sees each call's events in order, and the calls' batches in any
+ * interleaving (each batch comes after its call's mutation, so possibly after later
+ * mutations of other threads). An exception raised by the callable does not stop delivery
+ * of the rest of the batch; after the last one the first exception is re-raised as
+ * EventCallbackError (its __cause__ is the original and .result what the call returned,
+ * since the call itself completed). The callable may call the cache again: no lock is held
+ * during delivery.
+ *
+ * Hashers. Hasher wraps kvp_hasher (profiles, vLLM-exact digests); Cache.hasher() the
+ * cache's own, reached through the cache's in-flight count like any call.
  *
  * Keys are Python ints of 128 bits: (hi << 64) | lo of kvp_key.
  */
@@ -49,17 +63,19 @@
 
 static PyObject *err_base;        /* KvprefixError */
 static PyObject *err_callback;    /* EventCallbackError */
-static PyObject *err_by_code[10]; /* index -code: the subclass for each KVP_E* code */
+static PyObject *err_by_code[13]; /* index -code: the subclass for each KVP_E* code */
 static PyTypeObject *match_type;  /* Match struct sequence */
 static PyTypeObject *stats_type;  /* Stats struct sequence */
 static PyTypeObject *event_type;  /* Event struct sequence */
+static PyTypeObject *chain_type;  /* Chain struct sequence */
 static PyObject *int_0;           /* the int 0 */
 static PyObject *int_64;          /* the int 64 */
 static PyObject *int_2_128;       /* the int 2**128 */
 
-static const char *const code_names[10] = {
+static const char *const code_names[13] = {
     "KVP_OK",     "KVP_EINVAL",    "KVP_ENOMEM", "KVP_ENOSPC", "KVP_ENOENT",
-    "KVP_EEXIST", "KVP_EOVERFLOW", "KVP_ERANGE", "KVP_EBUSY",  "KVP_ECORRUPT"};
+    "KVP_EEXIST", "KVP_EOVERFLOW", "KVP_ERANGE", "KVP_EBUSY",  "KVP_ECORRUPT",
+    "KVP_ETOKEN", "KVP_ENOTSUP",   "KVP_ETOOBIG"};
 
 /* ---------------------------------------------------------------------------------------- */
 /* Errors                                                                                   */
@@ -69,8 +85,8 @@ static const char *const code_names[10] = {
  * .function set. Returns NULL so callers can `return raise_code(...)`. */
 static PyObject *raise_code(int rc, const char *fn)
 {
-    PyObject *cls = (rc < 0 && rc > -10) ? err_by_code[-rc] : err_base;
-    const char *name = (rc < 0 && rc > -10) ? code_names[-rc] : "unknown";
+    PyObject *cls = (rc < 0 && rc > -13) ? err_by_code[-rc] : err_base;
+    const char *name = (rc < 0 && rc > -13) ? code_names[-rc] : "unknown";
     PyObject *msg = PyUnicode_FromFormat("%s: %s (%s, %d)", fn, kvp_strerror(rc), name, rc);
     if (msg == NULL)
         return NULL;
@@ -611,22 +627,35 @@ typedef struct evbatch {
 } evbatch;
 
 typedef struct CacheObject {
-    PyObject_HEAD kvp_cache *cache; /* NULL once closed; read and written under lock */
-    PyThread_type_lock lock;        /* serialises every library call on cache (see the top) */
+    PyObject_HEAD kvp_cache *cache; /* NULL once closed; read and written with the GIL */
+    kvp_cache *doomed;              /* closed while calls were in flight: freed by the last */
+    Py_ssize_t n_inflight;          /* calls (and cache hashers) using cache now; GIL */
+    PyThread_type_lock table_lock;  /* orders request_blocks' copy against grow/release */
     PyObject *on_event;             /* the Python callable, or NULL */
-    evbatch pending;                /* events of the call in progress; under lock */
     uint32_t n_blocks;              /* configuration, immutable */
     uint32_t block_size;            /* tokens per block */
-    uint64_t seed;                  /* hash seed */
+    uint64_t seed;                  /* xxh3 hash seed */
     bool verify_tokens;             /* collision-proof mode */
+    bool single_threaded;           /* no library lock: calls keep the GIL (see the top) */
+    int hash_profile;               /* KVP_HASH_* */
+    uint32_t vocab_size;            /* token ids must be below it; 0 = unchecked */
+    uint32_t ns_quota;              /* default per-namespace quota; 0 = quotas off */
 } CacheObject;
 
-/* The library's event callback: runs inside a library call, under the mutex and without
- * the GIL, so it only records the event. Cannot fail (a failed growth counts a lost event,
- * reported after the call). */
+/* The event batch of the library call this thread is making (NULL between calls). The
+ * library runs a callback on the thread whose call caused it, so a thread-local pointer
+ * gives every call its own batch, however many threads call one cache at once. */
+static _Thread_local evbatch *tls_events;
+
+/* The library's event callback: runs inside a library call, under the cache's exclusive
+ * lock and without the GIL, so it only records the event in the calling thread's batch.
+ * Cannot fail (a failed growth counts a lost event, reported after the call). */
 static void event_collect(void *ud, const kvp_event *ev)
 {
-    evbatch *b = &((CacheObject *)ud)->pending;
+    evbatch *b = tls_events;
+    (void)ud;
+    if (b == NULL)
+        return; /* not reached: every call on a cache with a callback sets the batch */
     if (b->n == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 64;
         kvp_event *p = PyMem_RawRealloc(b->ev, cap * sizeof *p);
@@ -640,21 +669,38 @@ static void event_collect(void *ud, const kvp_event *ev)
     b->ev[b->n++] = *ev;
 }
 
-/* Take the pending events (caller holds the mutex). Cannot fail. */
-static evbatch events_take_locked(CacheObject *self)
+/* The block table lock, taken without the GIL (see request_blocks_copy_nogil); a
+ * single-threaded cache's calls keep the GIL, which orders them already. Cannot fail. */
+static void table_lock(CacheObject *self)
 {
-    evbatch b = self->pending;
-    memset(&self->pending, 0, sizeof self->pending);
-    return b;
+    if (!self->single_threaded)
+        PyThread_acquire_lock(self->table_lock, WAIT_LOCK);
 }
 
-/* Take the mutex while holding the GIL: try first, and only release the GIL to wait. */
-static void lock_with_gil(CacheObject *self)
+static void table_unlock(CacheObject *self)
 {
-    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK))
-        return;
-    Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    Py_END_ALLOW_THREADS
+    if (!self->single_threaded)
+        PyThread_release_lock(self->table_lock);
+}
+
+/* Start a call on self's cache (GIL held): the cache, counted in flight so that close()
+ * cannot free it under the call, or NULL when it is closed. Cannot fail otherwise. */
+static kvp_cache *cache_enter(CacheObject *self)
+{
+    if (self->cache != NULL)
+        self->n_inflight++;
+    return self->cache;
+}
+
+/* End a call started by cache_enter (GIL held); the last call out frees a cache closed
+ * meanwhile. Cannot fail. */
+static void cache_leave(CacheObject *self)
+{
+    if (--self->n_inflight == 0 && self->doomed != NULL) {
+        kvp_cache *c = self->doomed;
+        self->doomed = NULL;
+        kvp_cache_free(c);
+    }
 }
 
 static PyObject *raise_closed(void)
@@ -771,7 +817,7 @@ static PyObject *events_deliver(CacheObject *self, evbatch *b, PyObject *result)
     return NULL;
 }
 
-/* The result of a library call made under the mutex: rc, the events it produced, and
+/* The result of a library call: rc, the events it produced, and
  * result (new reference, stolen; used when rc is KVP_OK). Raises for rc < 0 or a closed
  * cache (rc == 1). */
 static PyObject *finish(CacheObject *self, int rc, const char *fn, evbatch *b, PyObject *result)
@@ -805,37 +851,33 @@ static PyObject *match_to_py(const kvp_match *m, PyObject *block_ids)
         PyStructSequence_SET_ITEM(o, i, v[i] ? v[i] : Py_NewRef(Py_None));
     }
     PyStructSequence_SET_ITEM(o, 5, block_ids ? block_ids : Py_NewRef(Py_None));
+    PyObject *stored = PyLong_FromUnsignedLong(m->n_blocks_stored);
+    ok = ok && stored != NULL;
+    PyStructSequence_SET_ITEM(o, 6, stored ? stored : Py_NewRef(Py_None));
     if (!ok)
         Py_CLEAR(o);
     return o;
 }
 
-/* Run STMT, a library call that assigns rc, with the GIL released and the mutex held, and
- * take the events it produced into b. rc becomes 1 when the cache is closed. */
-#define CALL_NOGIL(self, b, rc, STMT)                                                              \
+/* Run STMT, a library call on kc that assigns rc, with the GIL released (kept when the
+ * cache is single-threaded: the GIL then serialises calls, as the library requires), and
+ * collect the events it produced into b. rc becomes 1 when the cache is closed. STMT must
+ * not touch Python objects. */
+#define CALL(self, b, rc, STMT)                                                                    \
     do {                                                                                           \
-        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock((self)->lock, WAIT_LOCK);                     \
-        if ((self)->cache == NULL)                                                                 \
+        kvp_cache *const kc = cache_enter(self);                                                   \
+        memset(&(b), 0, sizeof(b));                                                                \
+        if (kc == NULL) {                                                                          \
             (rc) = 1;                                                                              \
-        else {                                                                                     \
-            STMT;                                                                                  \
+            break;                                                                                 \
         }                                                                                          \
-        (b) = events_take_locked(self);                                                            \
-        PyThread_release_lock((self)->lock);                                                       \
-        Py_END_ALLOW_THREADS                                                                       \
-    } while (0)
-
-/* The same for cheap calls: the GIL stays held unless another thread holds the mutex. */
-#define CALL_GIL(self, b, rc, STMT)                                                                \
-    do {                                                                                           \
-        lock_with_gil(self);                                                                       \
-        if ((self)->cache == NULL)                                                                 \
-            (rc) = 1;                                                                              \
-        else {                                                                                     \
-            STMT;                                                                                  \
-        }                                                                                          \
-        (b) = events_take_locked(self);                                                            \
-        PyThread_release_lock((self)->lock);                                                       \
+        PyThreadState *ts_ = (self)->single_threaded ? NULL : PyEval_SaveThread();                 \
+        tls_events = &(b);                                                                         \
+        STMT;                                                                                      \
+        tls_events = NULL;                                                                         \
+        if (ts_ != NULL)                                                                           \
+            PyEval_RestoreThread(ts_);                                                             \
+        cache_leave(self);                                                                         \
     } while (0)
 
 /* ---------------------------------------------------------------------------------------- */
@@ -844,30 +886,98 @@ static PyObject *match_to_py(const kvp_match *m, PyObject *block_ids)
 
 static PyTypeObject Cache_Type;
 
+/* Overwrite a secret key's copy on the stack (a volatile store the compiler keeps). */
+static void wipe(void *p, size_t n)
+{
+    volatile unsigned char *v = p;
+    while (n-- > 0)
+        *v++ = 0;
+}
+
+/* O& converter: a hash profile given by name ("keyed", "xxh3", "siphash",
+ * "vllm-sha256-cbor", "vllm-xxhash-cbor") or as a HASH_* int, checked by name only (the
+ * library checks ints: KVP_EINVAL). */
+static int conv_profile(PyObject *obj, void *out)
+{
+    if (PyUnicode_Check(obj)) {
+        const char *name = PyUnicode_AsUTF8(obj);
+        if (name == NULL)
+            return 0;
+        if (kvp_hash_profile_parse(name, (int *)out) != KVP_OK) {
+            raise_invalid("unknown hash profile %R (keyed, xxh3, siphash, vllm-sha256-cbor, "
+                          "vllm-xxhash-cbor)",
+                          obj);
+            return 0;
+        }
+        return 1;
+    }
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred())
+        return 0;
+    *(int *)out = (v < 0 || v > INT32_MAX) ? 0 : (int)v;
+    return 1;
+}
+
+/* The hash fields of *cfg from Python values: key (bytes-like or None: a random key) and
+ * vllm_seed (str or None: vLLM's default); the string stays owned by vllm_seed, which the
+ * caller keeps alive until the config is used. Returns 0, or -1 with an exception set. */
+static int hash_cfg_fill(kvp_config *cfg, PyObject *key, PyObject *vllm_seed)
+{
+    if (key != Py_None) {
+        Py_buffer v;
+        if (PyObject_GetBuffer(key, &v, PyBUF_SIMPLE) != 0)
+            return -1;
+        bool ok = v.len >= (Py_ssize_t)KVP_HASH_KEY_MIN && v.len <= (Py_ssize_t)KVP_HASH_KEY_MAX;
+        if (ok) {
+            memcpy(cfg->hash_key, v.buf, (size_t)v.len);
+            cfg->hash_key_len = (uint32_t)v.len;
+        }
+        PyBuffer_Release(&v);
+        if (!ok) {
+            raise_invalid("hash_key: %u to %u bytes are needed", KVP_HASH_KEY_MIN,
+                          KVP_HASH_KEY_MAX);
+            return -1;
+        }
+    }
+    if (vllm_seed != Py_None) {
+        Py_ssize_t n;
+        const char *str =
+            PyUnicode_Check(vllm_seed) ? PyUnicode_AsUTF8AndSize(vllm_seed, &n) : NULL;
+        if (str == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "vllm_seed: a str or None");
+            return -1;
+        }
+        if (strlen(str) != (size_t)n) {
+            raise_invalid("vllm_seed contains a NUL character");
+            return -1;
+        }
+        cfg->vllm_seed = str;
+    }
+    return 0;
+}
+
 static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"n_blocks", "block_size", "seed", "verify_tokens", "on_event", NULL};
-    uint64_t n_blocks = 0, block_size = 16, seed = KVP_DEFAULT_SEED;
-    int verify = 0;
-    PyObject *on_event = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&$O&pO:Cache", kwlist, conv_u64, &n_blocks,
-                                     conv_u64, &block_size, conv_u64, &seed, &verify, &on_event))
+    static char *kwlist[] = {
+        "n_blocks", "block_size", "seed",       "verify_tokens", "on_event",        "hash_profile",
+        "hash_key", "vllm_seed",  "vocab_size", "ns_quota",      "single_threaded", NULL};
+    uint64_t n_blocks = 0, block_size = 16, seed = KVP_DEFAULT_SEED, vocab = 0, quota = 0;
+    int verify = 0, single = 0, profile = KVP_HASH_KEYED;
+    PyObject *on_event = Py_None, *key = Py_None, *vseed = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&$O&pOO&OOO&O&p:Cache", kwlist, conv_u64,
+                                     &n_blocks, conv_u64, &block_size, conv_u64, &seed, &verify,
+                                     &on_event, conv_profile, &profile, &key, &vseed, conv_u64,
+                                     &vocab, conv_u64, &quota, &single))
         return NULL;
     if (on_event != Py_None && !PyCallable_Check(on_event)) {
         PyErr_SetString(PyExc_TypeError, "on_event: a callable or None");
         return NULL;
     }
-    if (n_blocks > UINT32_MAX || block_size > UINT32_MAX) {
-        raise_invalid("n_blocks and block_size must fit in 32 bits");
+    if (n_blocks > UINT32_MAX || block_size > UINT32_MAX || vocab > UINT32_MAX ||
+        quota > UINT32_MAX) {
+        raise_invalid("n_blocks, block_size, vocab_size and ns_quota must fit in 32 bits");
         return NULL;
-    }
-    CacheObject *self = (CacheObject *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->lock = PyThread_allocate_lock();
-    if (self->lock == NULL) {
-        Py_DECREF(self);
-        return PyErr_NoMemory();
     }
     kvp_config cfg;
     kvp_config_init(&cfg);
@@ -875,12 +985,26 @@ static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     cfg.block_size = (uint32_t)block_size;
     cfg.seed = seed;
     cfg.verify_tokens = verify != 0;
+    cfg.hash_profile = profile;
+    cfg.vocab_size = (uint32_t)vocab;
+    cfg.ns_quota = (uint32_t)quota;
+    cfg.single_threaded = single != 0;
+    if (hash_cfg_fill(&cfg, key, vseed) != 0)
+        return NULL;
+    CacheObject *self = (CacheObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if ((self->table_lock = PyThread_allocate_lock()) == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     if (on_event != Py_None) {
         self->on_event = Py_NewRef(on_event);
         cfg.on_event = event_collect;
         cfg.event_ud = self;
     }
     int rc = kvp_cache_new(&cfg, &self->cache);
+    wipe(cfg.hash_key, sizeof cfg.hash_key);
     if (rc != KVP_OK) {
         Py_DECREF(self);
         return raise_code(rc, "kvp_cache_new");
@@ -889,6 +1013,10 @@ static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->block_size = cfg.block_size;
     self->seed = seed;
     self->verify_tokens = cfg.verify_tokens;
+    self->single_threaded = cfg.single_threaded;
+    self->hash_profile = cfg.hash_profile;
+    self->vocab_size = cfg.vocab_size;
+    self->ns_quota = cfg.ns_quota;
     return (PyObject *)self;
 }
 
@@ -904,26 +1032,28 @@ static int Cache_clear(CacheObject *self)
     return 0;
 }
 
+/* No call can be in flight here: each holds a reference to self. */
 static void Cache_dealloc(CacheObject *self)
 {
     PyObject_GC_UnTrack(self);
     kvp_cache_free(self->cache); /* emits no events */
-    if (self->lock != NULL)
-        PyThread_free_lock(self->lock);
-    PyMem_RawFree(self->pending.ev);
+    kvp_cache_free(self->doomed);
+    if (self->table_lock != NULL)
+        PyThread_free_lock(self->table_lock);
     Cache_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Close now; a cache still used by calls of other threads (a Hasher from Cache.hasher()
+ * included) is freed by the last of them. Idempotent. */
 static PyObject *Cache_close(CacheObject *self, PyObject *unused)
 {
-    kvp_cache *c;
-    evbatch b;
-    int rc = 0;
-    CALL_GIL(self, b, rc, (c = self->cache, self->cache = NULL));
-    if (rc == 0)
+    kvp_cache *c = self->cache;
+    self->cache = NULL;
+    if (c != NULL && self->n_inflight > 0)
+        self->doomed = c;
+    else
         kvp_cache_free(c);
-    PyMem_RawFree(b.ev);
     Py_RETURN_NONE;
 }
 
@@ -960,7 +1090,7 @@ static PyObject *Cache_lookup(CacheObject *self, PyObject *args, PyObject *kw)
     kvp_match m;
     evbatch b;
     int rc = 0;
-    CALL_NOGIL(self, b, rc, rc = kvp_lookup(self->cache, ns, t.ptr, t.n, ids, cap, &m));
+    CALL(self, b, rc, rc = kvp_lookup(kc, ns, t.ptr, t.n, ids, cap, &m));
     tokens_done(&t);
     PyObject *res = NULL;
     if (rc == KVP_OK) {
@@ -990,7 +1120,7 @@ static PyObject *Cache_acquire(CacheObject *self, PyObject *args, PyObject *kw)
     kvp_match m;
     evbatch b;
     int rc = 0;
-    CALL_NOGIL(self, b, rc, rc = kvp_acquire(self->cache, req_id, ns, t.ptr, t.n, capacity, &m));
+    CALL(self, b, rc, rc = kvp_acquire(kc, req_id, ns, t.ptr, t.n, capacity, &m));
     tokens_done(&t);
     return finish(self, rc, "kvp_acquire", &b, rc == KVP_OK ? match_to_py(&m, NULL) : NULL);
 }
@@ -1005,19 +1135,25 @@ static PyObject *Cache_grow(CacheObject *self, PyObject *args, PyObject *kw)
         return NULL;
     evbatch b;
     int rc = 0;
-    CALL_GIL(self, b, rc, rc = kvp_grow(self->cache, req_id, capacity));
+    CALL(self, b, rc, (table_lock(self), rc = kvp_grow(kc, req_id, capacity), table_unlock(self)));
     return finish(self, rc, "kvp_grow", &b, Py_NewRef(Py_None));
 }
 
 /* A PyMem_Raw copy of request req_id's block table into *copy (NULL when out of memory)
- * and its length; the caller holds the mutex. Returns kvp_request_blocks's code. */
-static int request_blocks_copy_locked(CacheObject *self, uint64_t req_id, uint32_t **copy,
-                                      size_t *n)
+ * and its length, without the GIL. The library's array stays valid only until the next
+ * grow or release of the request, which another thread may make as soon as
+ * kvp_request_blocks returns (a racing Python program must not make this read freed
+ * memory), so the copy is made under the cache's table lock, which grow, release and
+ * release_all also take. Returns kvp_request_blocks's code. */
+static int request_blocks_copy_nogil(CacheObject *self, kvp_cache *kc, uint64_t req_id,
+                                     uint32_t **copy, size_t *n)
 {
     const uint32_t *ids;
-    int rc = kvp_request_blocks(self->cache, req_id, &ids, n);
+    table_lock(self);
+    int rc = kvp_request_blocks(kc, req_id, &ids, n);
     if (rc == KVP_OK && (*copy = PyMem_RawMalloc(*n * sizeof **copy + 4)) != NULL)
         memcpy(*copy, ids, *n * sizeof **copy);
+    table_unlock(self);
     return rc;
 }
 
@@ -1030,10 +1166,8 @@ static PyObject *Cache_request_blocks(CacheObject *self, PyObject *arg)
     size_t n = 0;
     evbatch b;
     int rc = 0;
-    /* Copied under the mutex: the array is only valid until the next grow or release, which
-     * another thread could make as soon as the mutex is dropped. The list is built after,
-     * because allocating Python objects may run arbitrary code (the garbage collector). */
-    CALL_GIL(self, b, rc, rc = request_blocks_copy_locked(self, req_id, &copy, &n));
+    /* The list is built after the copy, with the GIL. */
+    CALL(self, b, rc, rc = request_blocks_copy_nogil(self, kc, req_id, &copy, &n));
     PyObject *list = NULL;
     if (rc == KVP_OK)
         list = copy ? u32_to_list(copy, n) : PyErr_NoMemory();
@@ -1056,7 +1190,7 @@ static PyObject *Cache_commit(CacheObject *self, PyObject *args, PyObject *kw)
     size_t n_stored = 0;
     evbatch b;
     int rc = 0;
-    CALL_NOGIL(self, b, rc, rc = kvp_commit(self->cache, req_id, t.ptr, t.n, &n_stored));
+    CALL(self, b, rc, rc = kvp_commit(kc, req_id, t.ptr, t.n, &n_stored));
     tokens_done(&t);
     return finish(self, rc, "kvp_commit", &b, rc == KVP_OK ? PyLong_FromSize_t(n_stored) : NULL);
 }
@@ -1068,7 +1202,7 @@ static PyObject *Cache_release(CacheObject *self, PyObject *arg)
         return NULL;
     evbatch b;
     int rc = 0;
-    CALL_GIL(self, b, rc, rc = kvp_release(self->cache, req_id));
+    CALL(self, b, rc, (table_lock(self), rc = kvp_release(kc, req_id), table_unlock(self)));
     return finish(self, rc, "kvp_release", &b, Py_NewRef(Py_None));
 }
 
@@ -1085,7 +1219,7 @@ static PyObject *Cache_access(CacheObject *self, PyObject *args, PyObject *kw)
     kvp_match m;
     evbatch b;
     int rc = 0;
-    CALL_NOGIL(self, b, rc, rc = kvp_access(self->cache, ns, t.ptr, t.n, &m));
+    CALL(self, b, rc, rc = kvp_access(kc, ns, t.ptr, t.n, &m));
     tokens_done(&t);
     return finish(self, rc, "kvp_access", &b, rc == KVP_OK ? match_to_py(&m, NULL) : NULL);
 }
@@ -1115,10 +1249,9 @@ static PyObject *ids_call(CacheObject *self, PyObject *args, PyObject *kw, bool 
     evbatch b;
     int rc = 0;
     if (lookup)
-        CALL_NOGIL(self, b, rc,
-                   rc = kvp_lookup_ids(self->cache, ns, kl.keys, kl.n, n_tokens, ids, kl.n, &m));
+        CALL(self, b, rc, rc = kvp_lookup_ids(kc, ns, kl.keys, kl.n, n_tokens, ids, kl.n, &m));
     else
-        CALL_NOGIL(self, b, rc, rc = kvp_access_ids(self->cache, ns, kl.keys, kl.n, n_tokens, &m));
+        CALL(self, b, rc, rc = kvp_access_ids(kc, ns, kl.keys, kl.n, n_tokens, &m));
     PyMem_Free(kl.keys);
     PyObject *res = NULL;
     if (rc == KVP_OK) {
@@ -1149,7 +1282,7 @@ static PyObject *Cache_reset(CacheObject *self, PyObject *unused)
 {
     evbatch b;
     int rc = 0;
-    CALL_NOGIL(self, b, rc, rc = kvp_cache_reset(self->cache));
+    CALL(self, b, rc, rc = kvp_cache_reset(kc));
     return finish(self, rc, "kvp_cache_reset", &b, Py_NewRef(Py_None));
 }
 
@@ -1157,7 +1290,7 @@ static PyObject *Cache_check(CacheObject *self, PyObject *unused)
 {
     evbatch b;
     int rc = 0;
-    CALL_NOGIL(self, b, rc, rc = kvp_cache_check(self->cache));
+    CALL(self, b, rc, rc = kvp_cache_check(kc));
     return finish(self, rc, "kvp_cache_check", &b, Py_NewRef(Py_None));
 }
 
@@ -1187,7 +1320,7 @@ static PyObject *Cache_stats(CacheObject *self, PyObject *unused)
     kvp_stats s;
     evbatch b;
     int rc = 0;
-    CALL_GIL(self, b, rc, rc = kvp_cache_stats(self->cache, &s));
+    CALL(self, b, rc, rc = kvp_cache_stats(kc, &s));
     return finish(self, rc, "kvp_cache_stats", &b, rc == KVP_OK ? stats_to_py(&s) : NULL);
 }
 
@@ -1237,11 +1370,10 @@ fail:
     return NULL;
 }
 
-/* kvp_cache_metrics into a PyMem buffer, growing it as the library asks. Caller holds the
- * mutex. Returns the library's code; *out is the text on KVP_OK (NULL when out of memory,
+/* kvp_cache_metrics into a PyMem_Raw buffer, growing it as the library asks; runs without
+ * the GIL. Returns the library's code; *out is the text on KVP_OK (NULL when out of memory,
  * reported as KVP_ENOMEM). */
-static int metrics_locked(CacheObject *self, const kvp_label *l, size_t n_l, char **out,
-                          size_t *len)
+static int metrics_nogil(kvp_cache *kc, const kvp_label *l, size_t n_l, char **out, size_t *len)
 {
     size_t cap = 4096;
     *out = NULL;
@@ -1250,7 +1382,7 @@ static int metrics_locked(CacheObject *self, const kvp_label *l, size_t n_l, cha
         if (buf == NULL)
             return KVP_ENOMEM;
         size_t n = 0;
-        int rc = kvp_cache_metrics(self->cache, l, n_l, buf, cap, &n);
+        int rc = kvp_cache_metrics(kc, l, n_l, buf, cap, &n);
         if (rc == KVP_OK) {
             *out = buf;
             *len = n;
@@ -1277,7 +1409,7 @@ static PyObject *Cache_metrics(CacheObject *self, PyObject *args, PyObject *kw)
     size_t len = 0;
     evbatch b;
     int rc = 0;
-    CALL_GIL(self, b, rc, rc = metrics_locked(self, l, n_l, &text, &len));
+    CALL(self, b, rc, rc = metrics_nogil(kc, l, n_l, &text, &len));
     PyMem_Free(l);
     Py_XDECREF(keep);
     PyObject *res = rc == KVP_OK ? PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "strict") : NULL;
@@ -1311,30 +1443,319 @@ static PyObject *hash_blocks_list(uint64_t seed, kvp_key parent, PyObject *tok_o
     return res;
 }
 
-static PyObject *Cache_hash_blocks(CacheObject *self, PyObject *args, PyObject *kw)
+/* kvp_cache_keys for ns and t into *root and a new PyMem_Raw array *keys of *n keys
+ * (keys may be NULL when want_keys is false). The call takes no lock, so the GIL is released
+ * even on a single-threaded cache. Returns the library's code, 1 when the cache is closed,
+ * or KVP_ENOMEM (no exception set in any case). */
+static int cache_keys_nogil(CacheObject *self, const kvp_namespace *ns, const tokens *t,
+                            bool want_keys, kvp_key *root, kvp_key **keys, size_t *n)
 {
-    static char *kwlist[] = {"ns", "tokens", NULL};
+    static const uint32_t none[1] = {0};
+    size_t cap = want_keys ? t->n / self->block_size : 0;
+    *keys = PyMem_RawMalloc(cap * sizeof **keys + sizeof **keys);
+    *n = 0;
+    if (*keys == NULL)
+        return KVP_ENOMEM;
+    kvp_cache *kc = cache_enter(self);
+    if (kc == NULL)
+        return 1;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc =
+        kvp_cache_keys(kc, ns, t->n ? t->ptr : none, t->n, root, *keys, cap, n);
+    Py_END_ALLOW_THREADS cache_leave(self);
+    return rc;
+}
+
+/* Raise for a non-OK code of cache_keys_nogil. Returns NULL. */
+static PyObject *raise_keys(int rc)
+{
+    if (rc == 1)
+        return raise_closed();
+    if (rc == KVP_ENOMEM)
+        return PyErr_NoMemory();
+    return raise_code(rc, "kvp_cache_keys");
+}
+
+static PyObject *Cache_keys(CacheObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"ns", "tokens", "raw", NULL};
     PyObject *ns_obj, *tok_obj;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:hash_blocks", kwlist, &ns_obj, &tok_obj))
+    int raw = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$p:keys", kwlist, &ns_obj, &tok_obj, &raw))
         return NULL;
     const kvp_namespace *ns = ns_arg(ns_obj);
-    kvp_key root;
-    if (ns == NULL)
+    tokens t;
+    if (ns == NULL || tokens_get(tok_obj, &t) != 0)
         return NULL;
-    int rc = kvp_namespace_key(self->seed, ns, &root);
+    kvp_key root, *keys;
+    size_t n;
+    int rc = cache_keys_nogil(self, ns, &t, true, &root, &keys, &n);
+    tokens_done(&t);
+    PyObject *res = NULL;
     if (rc != KVP_OK)
-        return raise_code(rc, "kvp_namespace_key");
-    return hash_blocks_list(self->seed, root, tok_obj, self->block_size);
+        raise_keys(rc);
+    else if (raw)
+        res = Py_BuildValue("(Ny#)", key_to_int(root), (const char *)keys,
+                            (Py_ssize_t)(n * sizeof *keys));
+    else
+        res = Py_BuildValue("(NN)", key_to_int(root), keys_to_list(keys, n));
+    PyMem_RawFree(keys);
+    return res;
+}
+
+static PyObject *Cache_hash_blocks(CacheObject *self, PyObject *args, PyObject *kw)
+{
+    PyObject *pair = Cache_keys(self, args, kw);
+    if (pair == NULL)
+        return NULL;
+    PyObject *keys = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+    Py_DECREF(pair);
+    return keys;
 }
 
 static PyObject *Cache_namespace_key(CacheObject *self, PyObject *ns_obj)
 {
     const kvp_namespace *ns = ns_arg(ns_obj);
-    kvp_key root;
     if (ns == NULL)
         return NULL;
-    int rc = kvp_namespace_key(self->seed, ns, &root);
-    return rc == KVP_OK ? key_to_int(root) : raise_code(rc, "kvp_namespace_key");
+    tokens t;
+    memset(&t, 0, sizeof t);
+    kvp_key root, *keys;
+    size_t n;
+    int rc = cache_keys_nogil(self, ns, &t, false, &root, &keys, &n);
+    PyMem_RawFree(keys);
+    return rc == KVP_OK ? key_to_int(root) : raise_keys(rc);
+}
+
+/* The converted arguments of a *_keys call. */
+typedef struct keyargs {
+    keylist kl;      /* the block keys (kl.keys NULL when None was given) */
+    tokens t;        /* the tokens, when has_tokens */
+    bool has_tokens; /* tokens were given */
+    size_t n_tokens; /* prompt length the keys cover */
+} keyargs;
+
+static void keyargs_done(keyargs *a)
+{
+    PyMem_Free(a->kl.keys);
+    a->kl.keys = NULL;
+    if (a->has_tokens)
+        tokens_done(&a->t);
+    a->has_tokens = false;
+}
+
+/* Convert keys (None allowed), tokens (None allowed) and n_tokens (None: len(tokens), or
+ * len(keys) * block_size without tokens), and check that there is exactly one key per full
+ * block, since the library reads n_tokens / block_size keys. Returns 0, or -1 with an
+ * exception set and nothing held. */
+static int keyargs_get(CacheObject *self, PyObject *keys_obj, PyObject *tok_obj, PyObject *nt_obj,
+                       keyargs *a)
+{
+    memset(a, 0, sizeof *a);
+    if (tok_obj != Py_None) {
+        if (tokens_get(tok_obj, &a->t) != 0)
+            return -1;
+        a->has_tokens = true;
+    }
+    if (keys_obj != Py_None && keys_get(keys_obj, &a->kl) != 0)
+        goto fail;
+    a->n_tokens = a->has_tokens ? a->t.n : a->kl.n * self->block_size;
+    if (nt_obj != Py_None) {
+        size_t nt;
+        if (!conv_size(nt_obj, &nt))
+            goto fail;
+        if (a->has_tokens && nt != a->t.n) {
+            raise_invalid("n_tokens %zu differs from len(tokens) %zu", nt, a->t.n);
+            goto fail;
+        }
+        a->n_tokens = nt;
+    }
+    if (keys_obj != Py_None && a->kl.n != a->n_tokens / self->block_size) {
+        raise_invalid("keys: %zu given, but %zu tokens have %zu full blocks", a->kl.n, a->n_tokens,
+                      a->n_tokens / self->block_size);
+        goto fail;
+    }
+    return 0;
+fail:
+    keyargs_done(a);
+    return -1;
+}
+
+static PyObject *Cache_lookup_keys(CacheObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"ns", "root", "keys", "tokens", "n_tokens", NULL};
+    PyObject *ns_obj, *keys_obj, *tok_obj = Py_None, *nt_obj = Py_None;
+    kvp_key root;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&O|O$O:lookup_keys", kwlist, &ns_obj, conv_key,
+                                     &root, &keys_obj, &tok_obj, &nt_obj))
+        return NULL;
+    const kvp_namespace *ns = ns_arg(ns_obj);
+    keyargs a;
+    if (ns == NULL || keys_obj == Py_None || keyargs_get(self, keys_obj, tok_obj, nt_obj, &a) != 0)
+        return ns != NULL && keys_obj == Py_None ? PyErr_Format(PyExc_TypeError, "keys: None")
+                                                 : NULL;
+    uint32_t *ids = PyMem_Malloc(a.kl.n * sizeof *ids + 4);
+    if (ids == NULL) {
+        keyargs_done(&a);
+        return PyErr_NoMemory();
+    }
+    const uint32_t *tp = a.has_tokens ? a.t.ptr : NULL;
+    kvp_match m;
+    evbatch b;
+    int rc = 0;
+    CALL(self, b, rc,
+         rc = kvp_lookup_keys(kc, ns, root, a.kl.keys, tp, a.n_tokens, ids, a.kl.n, &m));
+    keyargs_done(&a);
+    PyObject *res = NULL;
+    if (rc == KVP_OK) {
+        PyObject *list = u32_to_list(ids, m.n_blocks_hit < a.kl.n ? m.n_blocks_hit : a.kl.n);
+        res = list ? match_to_py(&m, list) : NULL;
+    }
+    PyMem_Free(ids);
+    if (rc == KVP_OK && res == NULL)
+        return events_deliver(self, &b, NULL);
+    return finish(self, rc, "kvp_lookup_keys", &b, res);
+}
+
+static PyObject *Cache_acquire_keys(CacheObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"req_id", "ns",       "root",     "keys",
+                             "tokens", "capacity", "n_tokens", NULL};
+    PyObject *ns_obj, *keys_obj, *tok_obj = Py_None, *nt_obj = Py_None;
+    uint64_t req_id;
+    size_t capacity = 0;
+    kvp_key root;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&O|OO&$O:acquire_keys", kwlist, conv_u64,
+                                     &req_id, &ns_obj, conv_key, &root, &keys_obj, &tok_obj,
+                                     conv_size, &capacity, &nt_obj))
+        return NULL;
+    const kvp_namespace *ns = ns_arg(ns_obj);
+    keyargs a;
+    if (ns == NULL || keys_obj == Py_None || keyargs_get(self, keys_obj, tok_obj, nt_obj, &a) != 0)
+        return ns != NULL && keys_obj == Py_None ? PyErr_Format(PyExc_TypeError, "keys: None")
+                                                 : NULL;
+    const uint32_t *tp = a.has_tokens ? a.t.ptr : NULL;
+    kvp_match m;
+    evbatch b;
+    int rc = 0;
+    CALL(self, b, rc,
+         rc = kvp_acquire_keys(kc, req_id, ns, root, a.kl.keys, tp, a.n_tokens, capacity, &m));
+    keyargs_done(&a);
+    return finish(self, rc, "kvp_acquire_keys", &b, rc == KVP_OK ? match_to_py(&m, NULL) : NULL);
+}
+
+static PyObject *Cache_access_keys(CacheObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"ns", "root", "keys", "tokens", "n_tokens", NULL};
+    PyObject *ns_obj, *keys_obj, *tok_obj = Py_None, *nt_obj = Py_None;
+    kvp_key root;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&O|O$O:access_keys", kwlist, &ns_obj, conv_key,
+                                     &root, &keys_obj, &tok_obj, &nt_obj))
+        return NULL;
+    const kvp_namespace *ns = ns_arg(ns_obj);
+    keyargs a;
+    if (ns == NULL || keys_obj == Py_None || keyargs_get(self, keys_obj, tok_obj, nt_obj, &a) != 0)
+        return ns != NULL && keys_obj == Py_None ? PyErr_Format(PyExc_TypeError, "keys: None")
+                                                 : NULL;
+    const uint32_t *tp = a.has_tokens ? a.t.ptr : NULL;
+    kvp_match m;
+    evbatch b;
+    int rc = 0;
+    CALL(self, b, rc, rc = kvp_access_keys(kc, ns, root, a.kl.keys, tp, a.n_tokens, &m));
+    keyargs_done(&a);
+    return finish(self, rc, "kvp_access_keys", &b, rc == KVP_OK ? match_to_py(&m, NULL) : NULL);
+}
+
+static PyObject *Cache_commit_keys(CacheObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"req_id", "keys", "tokens", NULL};
+    PyObject *keys_obj, *tok_obj;
+    uint64_t req_id;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO:commit_keys", kwlist, conv_u64, &req_id,
+                                     &keys_obj, &tok_obj))
+        return NULL;
+    keyargs a;
+    if (tok_obj == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "commit_keys: tokens are required");
+        return NULL;
+    }
+    if (keyargs_get(self, keys_obj, tok_obj, Py_None, &a) != 0)
+        return NULL;
+    size_t n_stored = 0;
+    evbatch b;
+    int rc = 0;
+    CALL(self, b, rc, rc = kvp_commit_keys(kc, req_id, a.kl.keys, a.t.ptr, a.t.n, &n_stored));
+    keyargs_done(&a);
+    return finish(self, rc, "kvp_commit_keys", &b,
+                  rc == KVP_OK ? PyLong_FromSize_t(n_stored) : NULL);
+}
+
+/* Every active request id into a new PyMem_Raw array (*ids, *n); the count is asked first
+ * and asked again when requests started in between. Returns the library's code, or
+ * KVP_ENOMEM. */
+static int requests_nogil(kvp_cache *kc, uint64_t **ids, size_t *n)
+{
+    size_t cap = 0;
+    *ids = NULL;
+    for (;;) {
+        int rc = kvp_cache_requests(kc, *ids, cap, n);
+        if (rc != KVP_OK || *n <= cap)
+            return rc;
+        PyMem_RawFree(*ids);
+        cap = *n + 16;
+        if ((*ids = PyMem_RawMalloc(cap * sizeof **ids)) == NULL)
+            return KVP_ENOMEM;
+    }
+}
+
+static PyObject *Cache_requests(CacheObject *self, PyObject *unused)
+{
+    uint64_t *ids = NULL;
+    size_t n = 0;
+    evbatch b;
+    int rc = 0;
+    CALL(self, b, rc, rc = requests_nogil(kc, &ids, &n));
+    PyObject *list = rc == KVP_OK ? PyList_New((Py_ssize_t)n) : NULL;
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(ids[i]);
+        if (x == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    PyMem_RawFree(ids);
+    if (rc == KVP_OK && list == NULL)
+        return events_deliver(self, &b, NULL);
+    return finish(self, rc, "kvp_cache_requests", &b, list);
+}
+
+static PyObject *Cache_release_all(CacheObject *self, PyObject *unused)
+{
+    size_t n = 0;
+    evbatch b;
+    int rc = 0;
+    CALL(self, b, rc, (table_lock(self), rc = kvp_release_all(kc, &n), table_unlock(self)));
+    return finish(self, rc, "kvp_release_all", &b, rc == KVP_OK ? PyLong_FromSize_t(n) : NULL);
+}
+
+static PyObject *Cache_set_quota(CacheObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"ns", "max_cached_blocks", NULL};
+    PyObject *ns_obj, *n_obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:set_quota", kwlist, &ns_obj, &n_obj))
+        return NULL;
+    const kvp_namespace *ns = ns_arg(ns_obj);
+    uint64_t n = KVP_QUOTA_UNLIMITED;
+    if (ns == NULL || (n_obj != Py_None && !conv_u64(n_obj, &n)))
+        return NULL;
+    if (n > UINT32_MAX) {
+        raise_invalid("max_cached_blocks must fit in 32 bits (None: unlimited)");
+        return NULL;
+    }
+    evbatch b;
+    int rc = 0;
+    CALL(self, b, rc, rc = kvp_cache_set_quota(kc, ns, (uint32_t)n));
+    return finish(self, rc, "kvp_cache_set_quota", &b, Py_NewRef(Py_None));
 }
 
 static PyObject *Cache_get_u64(CacheObject *self, void *closure)
@@ -1350,10 +1771,318 @@ static PyObject *Cache_get_u64(CacheObject *self, void *closure)
         return PyBool_FromLong(self->verify_tokens);
     case 4:
         return Py_NewRef(self->on_event ? self->on_event : Py_None);
+    case 6:
+        return PyUnicode_FromString(kvp_hash_profile_name(self->hash_profile));
+    case 7:
+        return PyLong_FromUnsignedLong(self->vocab_size);
+    case 8:
+        return PyLong_FromUnsignedLong(self->ns_quota);
+    case 9:
+        return PyBool_FromLong(self->single_threaded);
     default:
         return PyBool_FromLong(self->cache == NULL);
     }
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Hasher: a cache's key function outside any cache (routers, replicas, vLLM-exact keys)     */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A kvp_hasher: owned (Hasher(...)), or a cache's (Cache.hasher()), which each call reaches
+ * through the cache's in-flight count so that close() cannot free it under the call. */
+typedef struct HasherObject {
+    PyObject_HEAD kvp_hasher *own; /* made by Hasher(...), freed with the object; else NULL */
+    CacheObject *cache;            /* Cache.hasher(): the cache (a reference); else NULL */
+    int profile;                   /* KVP_HASH_* */
+    uint32_t block_size;           /* tokens per block */
+} HasherObject;
+
+static PyTypeObject Hasher_Type;
+
+/* Most chains one call returns digests for in its no-GIL part, and their digest bytes. */
+typedef struct chaindig {
+    kvp_chain chain; /* the state after the block */
+    uint8_t dig[32]; /* its canonical digest */
+    size_t n_dig;    /* 16, or 32 for vllm-sha256-cbor */
+} chaindig;
+
+/* A Chain from a state and its digest, or NULL with an exception set. */
+static PyObject *chain_to_py(const chaindig *c)
+{
+    PyObject *o = PyStructSequence_New(chain_type);
+    if (o == NULL)
+        return NULL;
+    PyObject *v[6] = {key_to_int(c->chain.key),
+                      key_to_int(c->chain.high),
+                      key_to_int(c->chain.root),
+                      PyLong_FromUnsignedLongLong(c->chain.n_blocks),
+                      PyBytes_FromStringAndSize((const char *)c->dig, (Py_ssize_t)c->n_dig),
+                      PyLong_FromUnsignedLongLong(c->chain.key.lo)};
+    bool ok = true;
+    for (int i = 0; i < 6; i++) {
+        ok = ok && v[i] != NULL;
+        PyStructSequence_SET_ITEM(o, i, v[i] ? v[i] : Py_NewRef(Py_None));
+    }
+    if (!ok)
+        Py_CLEAR(o);
+    return o;
+}
+
+/* A kvp_chain from a Chain. Returns 0, or -1 with an exception set. */
+static int chain_from_py(PyObject *obj, kvp_chain *out)
+{
+    if (!PyObject_TypeCheck(obj, chain_type)) {
+        PyErr_Format(PyExc_TypeError, "parent: a kvprefix.Chain or None, got %.80s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (key_from_obj(PyStructSequence_GET_ITEM(obj, 0), &out->key) != 0 ||
+        key_from_obj(PyStructSequence_GET_ITEM(obj, 1), &out->high) != 0 ||
+        key_from_obj(PyStructSequence_GET_ITEM(obj, 2), &out->root) != 0 ||
+        !conv_u64(PyStructSequence_GET_ITEM(obj, 3), &out->n_blocks))
+        return -1;
+    return 0;
+}
+
+/* The hasher to use now (GIL held), or NULL with ValueError set when it is a closed
+ * cache's. Pair with hasher_leave. */
+static const kvp_hasher *hasher_enter(HasherObject *self)
+{
+    if (self->own != NULL)
+        return self->own;
+    kvp_cache *kc = cache_enter(self->cache);
+    if (kc == NULL)
+        raise_closed();
+    return kc ? kvp_cache_hasher(kc) : NULL;
+}
+
+static void hasher_leave(HasherObject *self)
+{
+    if (self->cache != NULL)
+        cache_leave(self->cache);
+}
+
+static PyObject *Hasher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"profile",   "block_size", "key", "seed",
+                             "vllm_seed", "vocab_size", NULL};
+    int profile = KVP_HASH_KEYED;
+    uint64_t block_size = 16, seed = KVP_DEFAULT_SEED, vocab = 0;
+    PyObject *key = Py_None, *vseed = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&$O&OO&OO&:Hasher", kwlist, conv_profile,
+                                     &profile, conv_u64, &block_size, &key, conv_u64, &seed, &vseed,
+                                     conv_u64, &vocab))
+        return NULL;
+    if (block_size > UINT32_MAX || vocab > UINT32_MAX) {
+        raise_invalid("block_size and vocab_size must fit in 32 bits");
+        return NULL;
+    }
+    kvp_config cfg;
+    kvp_config_init(&cfg);
+    cfg.hash_profile = profile;
+    cfg.block_size = (uint32_t)block_size;
+    cfg.seed = seed;
+    cfg.vocab_size = (uint32_t)vocab;
+    if (hash_cfg_fill(&cfg, key, vseed) != 0)
+        return NULL;
+    HasherObject *self = (HasherObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    int rc = kvp_hasher_new(&cfg, &self->own);
+    wipe(cfg.hash_key, sizeof cfg.hash_key);
+    if (rc != KVP_OK) {
+        Py_DECREF(self);
+        return raise_code(rc, "kvp_hasher_new");
+    }
+    self->profile = profile;
+    self->block_size = cfg.block_size;
+    return (PyObject *)self;
+}
+
+static PyObject *Cache_hasher(CacheObject *self, PyObject *unused)
+{
+    if (self->cache == NULL)
+        return raise_closed();
+    HasherObject *h = PyObject_GC_New(HasherObject, &Hasher_Type);
+    if (h == NULL)
+        return NULL;
+    h->own = NULL;
+    h->cache = (CacheObject *)Py_NewRef(self);
+    h->profile = self->hash_profile;
+    h->block_size = self->block_size;
+    PyObject_GC_Track(h);
+    return (PyObject *)h;
+}
+
+static int Hasher_traverse(HasherObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->cache);
+    return 0;
+}
+
+static int Hasher_clear(HasherObject *self)
+{
+    Py_CLEAR(self->cache);
+    return 0;
+}
+
+static void Hasher_dealloc(HasherObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    kvp_hasher_free(self->own);
+    Hasher_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A closed cache's hasher, once cleared by the garbage collector, is unusable too. */
+static bool hasher_dead(HasherObject *self)
+{
+    if (self->own == NULL && self->cache == NULL) {
+        raise_closed();
+        return true;
+    }
+    return false;
+}
+
+static PyObject *Hasher_root(HasherObject *self, PyObject *ns_obj)
+{
+    const kvp_namespace *ns = ns_arg(ns_obj);
+    if (ns == NULL || hasher_dead(self))
+        return NULL;
+    const kvp_hasher *h = hasher_enter(self);
+    if (h == NULL)
+        return NULL;
+    chaindig c;
+    int rc = kvp_hasher_root(h, ns, &c.chain);
+    if (rc == KVP_OK)
+        c.n_dig = kvp_chain_digest(h, &c.chain, c.dig);
+    hasher_leave(self);
+    return rc == KVP_OK ? chain_to_py(&c) : raise_code(rc, "kvp_hasher_root");
+}
+
+/* Hash t's full blocks from *start into d[0 .. *n) with their digests. Runs without the
+ * GIL. Returns kvp_hasher_blocks's code. */
+static int hasher_blocks_nogil(const kvp_hasher *h, const kvp_namespace *ns, kvp_chain *start,
+                               const tokens *t, kvp_chain *out, chaindig *d, size_t cap, size_t *n)
+{
+    static const uint32_t none[1] = {0};
+    int rc = kvp_hasher_blocks(h, ns, start, t->n ? t->ptr : none, t->n, out, cap, n);
+    for (size_t i = 0; rc == KVP_OK && i < *n; i++) {
+        d[i].chain = out[i];
+        d[i].n_dig = kvp_chain_digest(h, &out[i], d[i].dig);
+    }
+    return rc;
+}
+
+static PyObject *Hasher_blocks(HasherObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"ns", "tokens", "parent", NULL};
+    PyObject *ns_obj, *tok_obj, *parent = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:blocks", kwlist, &ns_obj, &tok_obj, &parent))
+        return NULL;
+    const kvp_namespace *ns = ns_arg(ns_obj);
+    kvp_chain start;
+    if (ns == NULL || hasher_dead(self) || (parent != Py_None && chain_from_py(parent, &start)))
+        return NULL;
+    tokens t;
+    if (tokens_get(tok_obj, &t) != 0)
+        return NULL;
+    size_t cap = t.n / self->block_size, n = 0;
+    kvp_chain *out = PyMem_RawMalloc(cap * sizeof *out + sizeof *out);
+    chaindig *d = PyMem_RawMalloc(cap * sizeof *d + sizeof *d);
+    const kvp_hasher *h = (out && d) ? hasher_enter(self) : NULL;
+    int rc = KVP_OK;
+    if (h != NULL) {
+        if (parent == Py_None)
+            rc = kvp_hasher_root(h, ns, &start);
+        if (rc == KVP_OK) {
+            Py_BEGIN_ALLOW_THREADS rc = hasher_blocks_nogil(h, ns, &start, &t, out, d, cap, &n);
+            Py_END_ALLOW_THREADS
+        }
+        hasher_leave(self);
+    } else if (!PyErr_Occurred()) {
+        PyErr_NoMemory();
+    }
+    tokens_done(&t);
+    PyObject *list = NULL;
+    if (h != NULL && rc != KVP_OK)
+        raise_code(rc, "kvp_hasher_blocks");
+    else if (h != NULL)
+        list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        PyObject *c = chain_to_py(&d[i]);
+        if (c == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, (Py_ssize_t)i, c);
+    }
+    PyMem_RawFree(out);
+    PyMem_RawFree(d);
+    return list;
+}
+
+static PyObject *Hasher_external_key(HasherObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"root", "external_id", NULL};
+    kvp_key root, ext;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&:external_key", kwlist, conv_key, &root,
+                                     conv_key, &ext) ||
+        hasher_dead(self))
+        return NULL;
+    const kvp_hasher *h = hasher_enter(self);
+    if (h == NULL)
+        return NULL;
+    kvp_key k = kvp_hasher_external_key(h, root, ext);
+    hasher_leave(self);
+    return key_to_int(k);
+}
+
+static PyObject *Hasher_get(HasherObject *self, void *closure)
+{
+    if ((intptr_t)closure == 0)
+        return PyUnicode_FromString(kvp_hash_profile_name(self->profile));
+    return PyLong_FromUnsignedLong(self->block_size);
+}
+
+static PyGetSetDef Hasher_getset[] = {
+    {"profile", (getter)Hasher_get, NULL, "The hash profile's name.", (void *)0},
+    {"block_size", (getter)Hasher_get, NULL, "Tokens per block.", (void *)1},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Hasher_methods[] = {
+    {"root", (PyCFunction)Hasher_root, METH_O,
+     "root(ns) -> Chain\n\nThe chain start of namespace ns (kvp_hasher_root): n_blocks 0; under "
+     "the vLLM profiles its digest is NONE_HASH."},
+    {"blocks", (PyCFunction)(void (*)(void))Hasher_blocks, METH_VARARGS | METH_KEYWORDS,
+     "blocks(ns, tokens, parent=None) -> list[Chain]\n\nHash the full blocks of tokens "
+     "(kvp_hasher_blocks) continuing parent (None: the root of ns): one Chain per block, "
+     "with .key (the cache's index key), .digest (bytes) and .event (vLLM's KV-event int). "
+     "Releases the GIL."},
+    {"external_key", (PyCFunction)(void (*)(void))Hasher_external_key, METH_VARARGS | METH_KEYWORDS,
+     "external_key(root, external_id) -> int\n\nThe key an external block id is cached under "
+     "in the namespace with root key root (as lookup_ids computes it)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject Hasher_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvprefix.Hasher",
+    .tp_basicsize = sizeof(HasherObject),
+    .tp_dealloc = (destructor)Hasher_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Hasher(profile='keyed', *, block_size=16, key=None, seed=0, vllm_seed=None,\n"
+              "       vocab_size=0)\n\n"
+              "A cache's key function outside any cache (kvp_hasher): a router computes the\n"
+              "keys an engine's cache computes, or vLLM's exact block hashes under the\n"
+              "vllm-sha256-cbor and vllm-xxhash-cbor profiles. key=None under keyed and\n"
+              "siphash draws a random key (equal to no other hasher). Cache.hasher() returns\n"
+              "the hasher of a cache. Immutable: share it between threads freely.",
+    .tp_traverse = (traverseproc)Hasher_traverse,
+    .tp_clear = (inquiry)Hasher_clear,
+    .tp_methods = Hasher_methods,
+    .tp_getset = Hasher_getset,
+    .tp_new = Hasher_new,
+};
 
 /* ---------------------------------------------------------------------------------------- */
 /* Benchmark hooks (bench/bench_python.py): the same work without the Python layer          */
@@ -1368,11 +2097,11 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The loop of _run_batch; the caller holds the mutex. Returns the first failing code (its
- * function in *fn) or KVP_OK, and the CPU time spent in *dt. */
-static int run_batch_locked(CacheObject *self, const kvp_namespace *ns, const Py_buffer *buf,
-                            const uint32_t *len, uint64_t first, uint64_t ring, const char **fn,
-                            uint64_t *dt)
+/* The loop of _run_batch, without the GIL and under the table lock (it releases). Returns the first
+ * failing code (its function in *fn) or KVP_OK, and the CPU time spent in *dt. */
+static int run_batch_nogil(kvp_cache *kc, const kvp_namespace *ns, const Py_buffer *buf,
+                           const uint32_t *len, uint64_t first, uint64_t ring, const char **fn,
+                           uint64_t *dt)
 {
     size_t n = (size_t)buf->shape[0], width = (size_t)buf->shape[1];
     int rc = KVP_OK;
@@ -1381,11 +2110,11 @@ static int run_batch_locked(CacheObject *self, const kvp_namespace *ns, const Py
         const uint32_t *tok = (const uint32_t *)buf->buf + k * width;
         kvp_match m;
         uint64_t id = first + k;
-        if ((rc = kvp_acquire(self->cache, id, ns, tok, len[k], 0, &m)) != KVP_OK)
+        if ((rc = kvp_acquire(kc, id, ns, tok, len[k], 0, &m)) != KVP_OK)
             *fn = "kvp_acquire";
-        else if ((rc = kvp_commit(self->cache, id, tok, len[k], NULL)) != KVP_OK)
+        else if ((rc = kvp_commit(kc, id, tok, len[k], NULL)) != KVP_OK)
             *fn = "kvp_commit";
-        else if (id >= ring && (rc = kvp_release(self->cache, id - ring)) != KVP_OK)
+        else if (id >= ring && (rc = kvp_release(kc, id - ring)) != KVP_OK)
             *fn = "kvp_release";
     }
     *dt = now_ns() - t0;
@@ -1394,9 +2123,8 @@ static int run_batch_locked(CacheObject *self, const kvp_namespace *ns, const Py
 
 /* _run_batch(ns, buf, lens, first_id, ring) -> int: for each row k of buf (a 2-D C-contiguous
  * uint32 buffer, one prompt per row, lens[k] tokens used), acquire + commit request
- * first_id + k and release request first_id + k - ring, all in C under one mutex hold, with
- * the GIL released. Returns the thread CPU nanoseconds spent; the first failing call
- * raises. */
+ * first_id + k and release request first_id + k - ring, all in C with the GIL released. Returns the
+ * thread CPU nanoseconds spent; the first failing call raises. */
 static PyObject *Cache_run_batch(CacheObject *self, PyObject *args)
 {
     PyObject *ns_obj, *buf_obj, *len_obj;
@@ -1423,7 +2151,9 @@ static PyObject *Cache_run_batch(CacheObject *self, PyObject *args)
     const char *fn = "";
     uint64_t dt = 0;
     evbatch b;
-    CALL_NOGIL(self, b, rc, rc = run_batch_locked(self, ns, &buf, lens.buf, first, ring, &fn, &dt));
+    CALL(self, b, rc,
+         (table_lock(self), rc = run_batch_nogil(kc, ns, &buf, lens.buf, first, ring, &fn, &dt),
+          table_unlock(self)));
     PyBuffer_Release(&buf);
     PyBuffer_Release(&lens);
     return finish(self, rc, fn, &b, PyLong_FromUnsignedLongLong(dt));
@@ -1431,13 +2161,13 @@ static PyObject *Cache_run_batch(CacheObject *self, PyObject *args)
 
 /* _time_stats(n) -> float: thread CPU nanoseconds per kvp_cache_stats call, n calls timed
  * in C. */
-/* The loop of _time_stats; the caller holds the mutex. Returns ns per call, or -1. */
-static double time_stats_locked(CacheObject *self, uint64_t n)
+/* The loop of _time_stats, without the GIL. Returns ns per call, or -1. */
+static double time_stats_nogil(kvp_cache *kc, uint64_t n)
 {
     kvp_stats s;
     uint64_t t0 = now_ns();
     for (uint64_t i = 0; i < n; i++) {
-        if (kvp_cache_stats(self->cache, &s) != KVP_OK)
+        if (kvp_cache_stats(kc, &s) != KVP_OK)
             return -1.0;
         __asm__ volatile("" : : "r"(&s) : "memory"); /* keep every call */
     }
@@ -1454,7 +2184,7 @@ static PyObject *Cache_time_stats(CacheObject *self, PyObject *arg)
     double per_call = 0;
     int rc = 0;
     evbatch b;
-    CALL_NOGIL(self, b, rc, per_call = time_stats_locked(self, n));
+    CALL(self, b, rc, per_call = time_stats_nogil(kc, n));
     if (rc == 0 && per_call < 0)
         rc = KVP_EBUSY;
     return finish(self, rc, "kvp_cache_stats", &b, PyFloat_FromDouble(per_call));
@@ -1490,11 +2220,39 @@ static PyMethodDef Cache_methods[] = {
      "defaults to len(ids) * block_size."},
     {"access_ids", KW Cache_access_ids, VK,
      "access_ids(ns, ids, n_tokens=None) -> Match\n\naccess for precomputed block ids."},
+    {"keys", KW Cache_keys, VK,
+     "keys(ns, tokens, *, raw=False) -> (int, list[int] | bytes)\n\nThe namespace root and "
+     "the keys of the full blocks of tokens, exactly as this cache computes them (its profile, "
+     "key and block size; kvp_cache_keys), for the *_keys forms. Takes no lock and releases "
+     "the GIL. raw=True returns the keys as bytes, 16 per key (uint64 lo, hi)."},
+    {"lookup_keys", KW Cache_lookup_keys, VK,
+     "lookup_keys(ns, root, keys, tokens=None, *, n_tokens=None) -> Match\n\nlookup with keys "
+     "from keys(): one per full block. tokens are required in collision-proof mode (they are "
+     "verified); n_tokens defaults to len(tokens), else len(keys) * block_size."},
+    {"acquire_keys", KW Cache_acquire_keys, VK,
+     "acquire_keys(req_id, ns, root, keys, tokens=None, capacity=0, *, n_tokens=None) -> "
+     "Match\n\nacquire with keys from keys()."},
+    {"commit_keys", KW Cache_commit_keys, VK,
+     "commit_keys(req_id, keys, tokens) -> int\n\ncommit with keys from keys() for the whole "
+     "sequence (None: hash under the lock, as commit)."},
+    {"access_keys", KW Cache_access_keys, VK,
+     "access_keys(ns, root, keys, tokens=None, *, n_tokens=None) -> Match\n\naccess with "
+     "keys from keys()."},
+    {"requests", (PyCFunction)Cache_requests, METH_NOARGS,
+     "requests() -> list[int]\n\nThe ids of the active requests, in no particular order."},
+    {"release_all", (PyCFunction)Cache_release_all, METH_NOARGS,
+     "release_all() -> int\n\nRelease every active request (e.g. a scheduler restarting); "
+     "returns how many. Committed blocks stay cached."},
+    {"set_quota", KW Cache_set_quota, VK,
+     "set_quota(ns, max_cached_blocks) -> None\n\nThe namespace's quota of cached blocks "
+     "(None: unlimited); needs Cache(ns_quota=...) != 0. Evicts its excess now."},
+    {"hasher", (PyCFunction)Cache_hasher, METH_NOARGS,
+     "hasher() -> Hasher\n\nThe cache's key function (kvp_cache_hasher), usable while the "
+     "cache is open."},
     {"hash_blocks", KW Cache_hash_blocks, VK,
-     "hash_blocks(ns, tokens) -> list[int]\n\nThe keys of the full blocks of tokens in ns, "
-     "with this cache's seed and block size. Releases the GIL; does not take the mutex."},
+     "hash_blocks(ns, tokens) -> list[int]\n\nkeys(ns, tokens)[1]."},
     {"namespace_key", (PyCFunction)Cache_namespace_key, METH_O,
-     "namespace_key(ns) -> int\n\nThe namespace root key under this cache's seed."},
+     "namespace_key(ns) -> int\n\nThe namespace root key as this cache computes it."},
     {"reset", (PyCFunction)Cache_reset, METH_NOARGS,
      "reset() -> None\n\nDrop every cached block that no request pins."},
     {"check", (PyCFunction)Cache_check, METH_NOARGS,
@@ -1522,6 +2280,13 @@ static PyGetSetDef Cache_getset[] = {
     {"verify_tokens", (getter)Cache_get_u64, NULL, "Collision-proof mode.", (void *)3},
     {"on_event", (getter)Cache_get_u64, NULL, "The event callable, or None.", (void *)4},
     {"closed", (getter)Cache_get_u64, NULL, "True after close().", (void *)5},
+    {"hash_profile", (getter)Cache_get_u64, NULL, "The hash profile's name.", (void *)6},
+    {"vocab_size", (getter)Cache_get_u64, NULL, "Token ids must be below it; 0: unchecked.",
+     (void *)7},
+    {"ns_quota", (getter)Cache_get_u64, NULL,
+     "Default per-namespace quota of cached blocks; 0: quotas off.", (void *)8},
+    {"single_threaded", (getter)Cache_get_u64, NULL,
+     "No library lock: calls keep the GIL, which serialises them.", (void *)9},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1530,11 +2295,15 @@ static PyTypeObject Cache_Type = {
     .tp_basicsize = sizeof(CacheObject),
     .tp_dealloc = (destructor)Cache_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Cache(n_blocks, block_size=16, *, seed=0, verify_tokens=False, on_event=None)\n\n"
+    .tp_doc = "Cache(n_blocks, block_size=16, *, seed=0, verify_tokens=False, on_event=None,\n"
+              "      hash_profile='keyed', hash_key=None, vllm_seed=None, vocab_size=0,\n"
+              "      ns_quota=0, single_threaded=False)\n\n"
               "A prefix cache over a pool of n_blocks KV blocks (kvp_cache). Tokens are any\n"
               "C-contiguous buffer of uint32 (used without copying) or a sequence of ints.\n"
-              "on_event(event) receives each Event after the call that caused it. Safe to\n"
-              "share between threads: a per-cache mutex serialises library calls.",
+              "on_event(event) receives each Event after the call that caused it, on the\n"
+              "calling thread. Safe to share between threads: calls run concurrently with the\n"
+              "GIL released (lookups in parallel, mutations one at a time), unless\n"
+              "single_threaded=True, where calls keep the GIL and the library takes no lock.",
     .tp_traverse = (traverseproc)Cache_traverse,
     .tp_clear = (inquiry)Cache_clear,
     .tp_methods = Cache_methods,
@@ -1593,6 +2362,25 @@ static PyObject *mod_strerror(PyObject *m, PyObject *arg)
     return PyUnicode_FromString(kvp_strerror(code < INT32_MIN || code > INT32_MAX ? 1 : (int)code));
 }
 
+static PyObject *mod_hash_profile_name(PyObject *m, PyObject *arg)
+{
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    const char *name = kvp_hash_profile_name(v < INT32_MIN || v > INT32_MAX ? 0 : (int)v);
+    if (name == NULL) {
+        raise_invalid("unknown hash profile %R", arg);
+        return NULL;
+    }
+    return PyUnicode_FromString(name);
+}
+
+static PyObject *mod_hash_profile_parse(PyObject *m, PyObject *arg)
+{
+    int profile;
+    return conv_profile(arg, &profile) ? PyLong_FromLong(profile) : NULL;
+}
+
 static PyObject *mod_version(PyObject *m, PyObject *unused)
 {
     return PyUnicode_FromString(kvp_version());
@@ -1623,6 +2411,10 @@ static PyMethodDef module_methods[] = {
      "block id in the namespace with root key root (kvp_external_key)."},
     {"strerror", (PyCFunction)mod_strerror, METH_O,
      "strerror(code) -> str\n\nThe library's description of a status code."},
+    {"hash_profile_name", (PyCFunction)mod_hash_profile_name, METH_O,
+     "hash_profile_name(profile) -> str\n\nThe name of a HASH_* profile."},
+    {"hash_profile_parse", (PyCFunction)mod_hash_profile_parse, METH_O,
+     "hash_profile_parse(name) -> int\n\nThe HASH_* constant of a profile name."},
     {"version", (PyCFunction)mod_version, METH_NOARGS,
      "version() -> str\n\nThe C library's version."},
     {"_token_address", (PyCFunction)mod_token_address, METH_O,
@@ -1646,6 +2438,7 @@ static PyStructSequence_Field match_fields[] = {
     {"n_blocks_hit", "blocks the engine may reuse (at least one token is computed)"},
     {"n_tokens_hit", "prefill tokens skipped: n_blocks_hit * block_size"},
     {"block_ids", "lookup: the reused block ids (list); None for acquire and access"},
+    {"n_blocks_stored", "access: full prompt blocks this call newly cached; else 0"},
     {NULL, NULL},
 };
 
@@ -1670,7 +2463,7 @@ static PyStructSequence_Field stats_fields[] = {
 
 static PyStructSequence_Field event_fields[] = {
     {"type", "EVENT_STORED, EVENT_REMOVED or EVENT_CLEARED"},
-    {"reason", "REMOVED only: REMOVED_EVICTED, REMOVED_RESET or REMOVED_REPLACED; else 0"},
+    {"reason", "REMOVED only: REMOVED_EVICTED or REMOVED_RESET; else 0"},
     {"block_id", "the physical block (0 for CLEARED)"},
     {"n_tokens", "STORED: tokens in the block"},
     {"key", "the block key (int)"},
@@ -1680,10 +2473,24 @@ static PyStructSequence_Field event_fields[] = {
 };
 
 static PyStructSequence_Desc match_desc = {"kvprefix.Match", "The result of matching a prompt.",
-                                           match_fields, 6};
+                                           match_fields, 7};
 static PyStructSequence_Desc stats_desc = {"kvprefix.Stats", "Cache counters and gauges.",
                                            stats_fields, 15};
 static PyStructSequence_Desc event_desc = {"kvprefix.Event", "One cache event.", event_fields, 7};
+
+static PyStructSequence_Field chain_fields[] = {
+    {"key", "the cache's index key of the last block hashed (the root before block 0)"},
+    {"high", "vllm-sha256-cbor: high 128 bits of the 256-bit digest; else 0"},
+    {"root", "the namespace root"},
+    {"n_blocks", "blocks hashed since the root"},
+    {"digest", "the canonical digest (bytes: 16, or 32 for vllm-sha256-cbor)"},
+    {"event", "vLLM's KV-event int: the digest's last 8 bytes, big-endian (key & (2**64-1))"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc chain_desc = {
+    "kvprefix.Chain", "A key chain after some blocks (kvp_chain), with its digest.", chain_fields,
+    6};
 
 /* The exception classes: name, code, extra builtin base (or NULL), docstring. */
 typedef struct errdef {
@@ -1713,6 +2520,13 @@ static int add_errors(PyObject *m)
         {"OutOfRangeError", KVP_ERANGE, NULL, "KVP_ERANGE"},
         {"BusyError", KVP_EBUSY, NULL, "KVP_EBUSY"},
         {"CorruptError", KVP_ECORRUPT, NULL, "KVP_ECORRUPT: the invariant checker failed"},
+        {"TokenError", KVP_ETOKEN, &PyExc_ValueError,
+         "KVP_ETOKEN: a token id is at or above the cache's vocab_size"},
+        {"NotSupportedError", KVP_ENOTSUP, NULL,
+         "KVP_ENOTSUP: the hash profile cannot express this namespace (or no random source)"},
+        {"RequestTooBigError", KVP_ETOOBIG, NULL,
+         "KVP_ETOOBIG: the request needs more blocks than the whole pool: retrying never "
+         "helps (unlike NoSpaceError)"},
     };
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
         char qual[64];
@@ -1752,6 +2566,17 @@ static int add_constants(PyObject *m)
         {"ERANGE", KVP_ERANGE},
         {"EBUSY", KVP_EBUSY},
         {"ECORRUPT", KVP_ECORRUPT},
+        {"ETOKEN", KVP_ETOKEN},
+        {"ENOTSUP", KVP_ENOTSUP},
+        {"ETOOBIG", KVP_ETOOBIG},
+        {"HASH_KEYED", KVP_HASH_KEYED},
+        {"HASH_XXH3", KVP_HASH_XXH3},
+        {"HASH_SIPHASH", KVP_HASH_SIPHASH},
+        {"HASH_VLLM_SHA256", KVP_HASH_VLLM_SHA256},
+        {"HASH_VLLM_XXHASH", KVP_HASH_VLLM_XXHASH},
+        {"HASH_KEY_MIN", KVP_HASH_KEY_MIN},
+        {"HASH_KEY_MAX", KVP_HASH_KEY_MAX},
+        {"QUOTA_UNLIMITED", (long)KVP_QUOTA_UNLIMITED},
         {"EVENT_STORED", KVP_EVENT_STORED},
         {"EVENT_REMOVED", KVP_EVENT_REMOVED},
         {"EVENT_CLEARED", KVP_EVENT_CLEARED},
@@ -1763,20 +2588,24 @@ static int add_constants(PyObject *m)
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
         if (PyModule_AddIntConstant(m, c[i].name, c[i].value) < 0)
             return -1;
-    return 0;
+    return PyModule_AddStringConstant(m, "VLLM_SEED_DEFAULT", KVP_VLLM_SEED_DEFAULT);
 }
 
 static int add_types(PyObject *m)
 {
     if ((match_type = PyStructSequence_NewType(&match_desc)) == NULL ||
         (stats_type = PyStructSequence_NewType(&stats_desc)) == NULL ||
-        (event_type = PyStructSequence_NewType(&event_desc)) == NULL)
+        (event_type = PyStructSequence_NewType(&event_desc)) == NULL ||
+        (chain_type = PyStructSequence_NewType(&chain_desc)) == NULL)
         return -1;
-    if (PyType_Ready(&Namespace_Type) < 0 || PyType_Ready(&Cache_Type) < 0)
+    if (PyType_Ready(&Namespace_Type) < 0 || PyType_Ready(&Cache_Type) < 0 ||
+        PyType_Ready(&Hasher_Type) < 0)
         return -1;
     if (PyModule_AddObjectRef(m, "Match", (PyObject *)match_type) < 0 ||
         PyModule_AddObjectRef(m, "Stats", (PyObject *)stats_type) < 0 ||
         PyModule_AddObjectRef(m, "Event", (PyObject *)event_type) < 0 ||
+        PyModule_AddObjectRef(m, "Chain", (PyObject *)chain_type) < 0 ||
+        PyModule_AddObjectRef(m, "Hasher", (PyObject *)&Hasher_Type) < 0 ||
         PyModule_AddObjectRef(m, "Namespace", (PyObject *)&Namespace_Type) < 0 ||
         PyModule_AddObjectRef(m, "Cache", (PyObject *)&Cache_Type) < 0)
         return -1;

@@ -8,7 +8,13 @@ Tokens = Union[Sequence[int], memoryview, Any]
 # Block ids for the _ids forms: ints of up to 128 bits, or a buffer of uint64 (lo, hi)
 # pairs, or bytes holding 16 bytes per key.
 Ids = Union[Sequence[int], bytes, memoryview, Any]
+# Block keys for the *_keys forms: the same forms as Ids (Cache.keys returns ints, or bytes
+# with raw=True).
+Keys = Ids
 Labels = Union[Mapping[str, str], Iterable[Tuple[str, str]], None]
+# A hash profile: its name ("keyed", "xxh3", "siphash", "vllm-sha256-cbor",
+# "vllm-xxhash-cbor") or a HASH_* constant.
+Profile = Union[str, int]
 
 OK: int
 EINVAL: int
@@ -20,12 +26,24 @@ EOVERFLOW: int
 ERANGE: int
 EBUSY: int
 ECORRUPT: int
+ETOKEN: int
+ENOTSUP: int
+ETOOBIG: int
+HASH_KEYED: int
+HASH_XXH3: int
+HASH_SIPHASH: int
+HASH_VLLM_SHA256: int
+HASH_VLLM_XXHASH: int
+HASH_KEY_MIN: int
+HASH_KEY_MAX: int
+QUOTA_UNLIMITED: int
+VLLM_SEED_DEFAULT: str
 EVENT_STORED: int
 EVENT_REMOVED: int
 EVENT_CLEARED: int
 REMOVED_EVICTED: int
 REMOVED_RESET: int
-REMOVED_REPLACED: int
+REMOVED_REPLACED: int  # no longer emitted; kept so that existing code still runs
 MAX_BLOCK_SIZE: int
 __version__: str
 
@@ -42,6 +60,9 @@ class TooLargeError(KvprefixError): ...
 class OutOfRangeError(KvprefixError): ...
 class BusyError(KvprefixError): ...
 class CorruptError(KvprefixError): ...
+class TokenError(KvprefixError, ValueError): ...
+class NotSupportedError(KvprefixError): ...
+class RequestTooBigError(KvprefixError): ...
 
 class EventCallbackError(KvprefixError):
     result: Any
@@ -53,6 +74,7 @@ class Match(Tuple[Any, ...]):
     n_blocks_hit: int
     n_tokens_hit: int
     block_ids: Optional[List[int]]
+    n_blocks_stored: int
 
 class Stats(Tuple[int, ...]):
     n_requests: int
@@ -79,6 +101,14 @@ class Event(Tuple[Any, ...]):
     key: int
     parent: int
     parent_is_root: bool
+
+class Chain(Tuple[Any, ...]):
+    key: int
+    high: int
+    root: int
+    n_blocks: int
+    digest: bytes
+    event: int
 
 Field = Union[str, bytes, None]
 
@@ -111,6 +141,12 @@ class Cache:
         seed: int = 0,
         verify_tokens: bool = False,
         on_event: Optional[Callable[[Event], Any]] = None,
+        hash_profile: Profile = "keyed",
+        hash_key: Optional[bytes] = None,
+        vllm_seed: Optional[str] = None,
+        vocab_size: int = 0,
+        ns_quota: int = 0,
+        single_threaded: bool = False,
     ) -> None: ...
     @property
     def n_blocks(self) -> int: ...
@@ -124,6 +160,14 @@ class Cache:
     def on_event(self) -> Optional[Callable[[Event], Any]]: ...
     @property
     def closed(self) -> bool: ...
+    @property
+    def hash_profile(self) -> str: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def ns_quota(self) -> int: ...
+    @property
+    def single_threaded(self) -> bool: ...
     def lookup(self, ns: Optional[Namespace], tokens: Tokens) -> Match: ...
     def acquire(
         self, req_id: int, ns: Optional[Namespace], tokens: Tokens, capacity: int = 0
@@ -139,6 +183,43 @@ class Cache:
     def access_ids(
         self, ns: Optional[Namespace], ids: Ids, n_tokens: Optional[int] = None
     ) -> Match: ...
+    def keys(
+        self, ns: Optional[Namespace], tokens: Tokens, *, raw: bool = False
+    ) -> Tuple[int, Union[List[int], bytes]]: ...
+    def lookup_keys(
+        self,
+        ns: Optional[Namespace],
+        root: int,
+        keys: Keys,
+        tokens: Optional[Tokens] = None,
+        *,
+        n_tokens: Optional[int] = None,
+    ) -> Match: ...
+    def acquire_keys(
+        self,
+        req_id: int,
+        ns: Optional[Namespace],
+        root: int,
+        keys: Keys,
+        tokens: Optional[Tokens] = None,
+        capacity: int = 0,
+        *,
+        n_tokens: Optional[int] = None,
+    ) -> Match: ...
+    def commit_keys(self, req_id: int, keys: Optional[Keys], tokens: Tokens) -> int: ...
+    def access_keys(
+        self,
+        ns: Optional[Namespace],
+        root: int,
+        keys: Keys,
+        tokens: Optional[Tokens] = None,
+        *,
+        n_tokens: Optional[int] = None,
+    ) -> Match: ...
+    def requests(self) -> List[int]: ...
+    def release_all(self) -> int: ...
+    def set_quota(self, ns: Optional[Namespace], max_cached_blocks: Optional[int]) -> None: ...
+    def hasher(self) -> "Hasher": ...
     def hash_blocks(self, ns: Optional[Namespace], tokens: Tokens) -> List[int]: ...
     def namespace_key(self, ns: Optional[Namespace]) -> int: ...
     def reset(self) -> None: ...
@@ -149,6 +230,29 @@ class Cache:
     def __enter__(self) -> "Cache": ...
     def __exit__(self, *exc: object) -> None: ...
 
+class Hasher:
+    def __init__(
+        self,
+        profile: Profile = "keyed",
+        *,
+        block_size: int = 16,
+        key: Optional[bytes] = None,
+        seed: int = 0,
+        vllm_seed: Optional[str] = None,
+        vocab_size: int = 0,
+    ) -> None: ...
+    @property
+    def profile(self) -> str: ...
+    @property
+    def block_size(self) -> int: ...
+    def root(self, ns: Optional[Namespace]) -> Chain: ...
+    def blocks(
+        self, ns: Optional[Namespace], tokens: Tokens, parent: Optional[Chain] = None
+    ) -> List[Chain]: ...
+    def external_key(self, root: int, external_id: int) -> int: ...
+
+def hash_profile_name(profile: int) -> str: ...
+def hash_profile_parse(name: Profile) -> int: ...
 def hash_blocks(
     tokens: Tokens, block_size: int = 16, *, seed: int = 0, parent: Optional[int] = None
 ) -> List[int]: ...

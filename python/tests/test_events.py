@@ -81,8 +81,11 @@ def test_callback_may_call_the_cache(ns):
 def test_failed_call_emits_no_event(ns):
     events = []
     c = kvprefix.Cache(4, 4, on_event=events.append)
-    with pytest.raises(kvprefix.NoSpaceError):
+    with pytest.raises(kvprefix.RequestTooBigError):
         c.acquire(1, ns, prompt(8), 100)
+    c.acquire(2, ns, prompt(8), 16)  # the whole pool: pinned
+    with pytest.raises(kvprefix.NoSpaceError):
+        c.acquire(3, ns, prompt(4))
     assert events == []
 
 
