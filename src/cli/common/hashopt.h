@@ -27,13 +27,13 @@ enum {
 };
 
 /* The option-table rows of the four flags (a subcommand's longopts lists them). */
+/* clang-format off */
 #define CLI_HASH_LONGOPTS                                                                          \
     {"hash", required_argument, NULL, CLI_OPT_HASH},                                               \
-        {"hash-key", required_argument, NULL, CLI_OPT_HASH_KEY},                                   \
-        {"vllm-seed", required_argument, NULL, CLI_OPT_VLLM_SEED},                                 \
-    {                                                                                              \
-        "vocab-size", required_argument, NULL, CLI_OPT_VOCAB_SIZE                                  \
-    }
+    {"hash-key", required_argument, NULL, CLI_OPT_HASH_KEY},                                       \
+    {"vllm-seed", required_argument, NULL, CLI_OPT_VLLM_SEED},                                     \
+    {"vocab-size", required_argument, NULL, CLI_OPT_VOCAB_SIZE}
+/* clang-format on */
 
 /* The lines of --help that describe them (two-space indent, 21-column flag field). */
 #define CLI_HASH_HELP                                                                              \
