@@ -408,6 +408,7 @@ static int request_keys(rp_sim *s, const rp_request *r, uint32_t n_touch, kvp_ke
                         size_t err_size)
 {
     kvp_chain chain;
+    memset(&chain, 0, sizeof chain);
     size_t n_tok = r->hash_ids ? 0 : r->n_tokens + r->n_output_tokens;
     int rc = kvp_hasher_root(s->hasher, &r->ns, &chain);
     /* The partial last block is never hashed, but its ids are checked as the pool does. */
