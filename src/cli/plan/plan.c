@@ -71,7 +71,7 @@ static const char usage_text[] =
     "  --include-output     lengths = input + output (the default: KV holds both in decode)\n"
     "  --no-include-output  lengths = input only\n"
     "\n"
-    "Hash checks on the --trace lines (the figures above do not depend on them):\n" CLI_HASH_HELP
+    "Hash checks on the --trace lines (no capacity figure depends on them):\n" CLI_HASH_HELP
     "  With any of these, every trace line is refused as a cache with that profile would\n"
     "  refuse it, with FILE:LINE, as replay does: under vllm-* a line naming a model or a\n"
     "  tenant (vLLM keys have neither), and an id at or above --vocab-size.\n"
