@@ -1,5 +1,5 @@
 /*
- * test_cli_flags.c - every subcommand of the built kvprefix binary (replay, plan, demo) run
+ * test_cli_flags.c - every subcommand of the built kvprefix binary (replay, plan, demo, keys) run
  * with a bad value for each of its flags, and with getopt_long's own mistakes (unknown
  * option, missing value, a value given to a flag that takes none): each must exit with the
  * status of the one table in common/cli.h (2 for usage) and print the shared message of the
@@ -58,6 +58,23 @@ static const bad_flag replay_cases[] = {
     {"replay", "--capacity 4 --json --csv LOG", 2, "--json and --csv exclude each other"},
     {"replay", "LOG", 2, "give --capacity C, --sweep or --capacities"},
     {"replay", "--capacity 4", 2, "no log given"},
+    {"replay", "--capacity 4 --hash md5 LOG", 2,
+     "--hash: 'md5' is not one of keyed, xxh3, siphash, vllm-sha256-cbor, vllm-xxhash-cbor"},
+    {"replay", "--capacity 4 LOG --hash", 2, "--hash needs a value"},
+    {"replay", "--capacity 4 --hash-key abcd LOG", 2,
+     "--hash-key: 'abcd' is not a key of 32..64 hex digits (16..32 bytes)"},
+    {"replay", "--capacity 4 --hash-key 000102030405060708090a0b0c0d0e0g LOG", 2,
+     "--hash-key: '000102030405060708090a0b0c0d0e0g' is not a key of 32..64 hex digits"},
+    {"replay", "--capacity 4 --hash xxh3 --hash-key 000102030405060708090a0b0c0d0e0f LOG", 2,
+     "--hash-key applies to --hash keyed and siphash, not xxh3"},
+    {"replay", "--capacity 4 --vllm-seed 0 LOG", 2,
+     "--vllm-seed applies to --hash vllm-sha256-cbor and vllm-xxhash-cbor, not keyed"},
+    {"replay", "--capacity 4 --seed 7 LOG", 2,
+     "--seed is the xxh3 profile's seed: add --hash xxh3"},
+    {"replay", "--capacity 4 --vocab-size 0 LOG", 2,
+     "--vocab-size: '0' is not an integer in 1..4294967295"},
+    {"replay", "--capacity 4 --vocab-size 4294967296 LOG", 2,
+     "--vocab-size: '4294967296' is not an integer in 1..4294967295"},
 };
 
 static const bad_flag plan_cases[] = {
@@ -99,12 +116,48 @@ static const bad_flag plan_cases[] = {
     {"plan", "--model", 2, "--model needs a value"},
     {"plan", "--bogus", 2, "unknown option '--bogus'"},
     {"plan", "--model Llama-3.1-8B extra", 2, "unexpected argument 'extra'"},
+    {"plan", "--model Llama-3.1-8B --trace LOG --hash sha1", 2,
+     "--hash: 'sha1' is not one of keyed, xxh3, siphash"},
+    {"plan", "--model Llama-3.1-8B --trace LOG --hash-key 12", 2,
+     "--hash-key: '12' is not a key of 32..64 hex digits"},
+    {"plan", "--model Llama-3.1-8B --trace LOG --vocab-size x", 2,
+     "--vocab-size: 'x' is not an integer in 1..4294967295"},
+    {"plan", "--model Llama-3.1-8B --trace LOG --hash siphash --vllm-seed s", 2,
+     "--vllm-seed applies to --hash vllm-sha256-cbor and vllm-xxhash-cbor, not siphash"},
+    {"plan", "--model Llama-3.1-8B --vocab-size 32000", 2,
+     "check the lines of a request log: add --trace FILE"},
 };
 
 static const bad_flag demo_cases[] = {
     {"demo", "--bogus", 2, "unknown option '--bogus'"},
     {"demo", "extra", 2, "unexpected argument 'extra'"},
     {"demo", "--help=x", 2, "--help takes no value"},
+    {"demo", "--hash blake3", 2, "--hash: 'blake3' is not one of keyed, xxh3, siphash"},
+    {"demo", "--hash-key 0011", 2, "--hash-key: '0011' is not a key of 32..64 hex digits"},
+    {"demo", "--hash vllm-sha256-cbor --hash-key 000102030405060708090a0b0c0d0e0f", 2,
+     "--hash-key applies to --hash keyed and siphash, not vllm-sha256-cbor"},
+    {"demo", "--vllm-seed x", 2, "--vllm-seed applies to --hash vllm-sha256-cbor"},
+    {"demo", "--vocab-size -1", 2, "--vocab-size: '-1' is not an integer in 1..4294967295"},
+    {"demo", "--vocab-size", 2, "--vocab-size needs a value"},
+};
+
+static const bad_flag keys_cases[] = {
+    {"keys", "--hash md5 1", 2, "--hash: 'md5' is not one of keyed, xxh3, siphash"},
+    {"keys", "1 2", 2, "--hash keyed needs --hash-key HEX (the cache's key)"},
+    {"keys", "--hash siphash --key abcd 1", 2, "--hash-key: 'abcd' is not a key of 32..64 hex"},
+    {"keys", "--hash xxh3 --key 000102030405060708090a0b0c0d0e0f 1", 2,
+     "--hash-key applies to --hash keyed and siphash, not xxh3"},
+    {"keys", "--hash xxh3 --seed x 1", 2, "--seed: 'x' is not an integer in 0.."},
+    {"keys", "--hash keyed --key 000102030405060708090a0b0c0d0e0f --seed 1 1", 2,
+     "--seed applies to xxh3 and vllm-* only"},
+    {"keys", "--hash vllm-sha256-cbor --seed a --vllm-seed b 1", 2,
+     "--seed and --vllm-seed both give the vLLM seed"},
+    {"keys", "--hash xxh3 --block-size 0 1", 2, "--block-size: '0' is not an integer in 1..65536"},
+    {"keys", "--hash xxh3 --vocab-size 0 1", 2, "--vocab-size: '0' is not an integer in 1.."},
+    {"keys", "--hash xxh3 --file LOG 1", 2, "give tokens as arguments or with --file, not both"},
+    {"keys", "--json=1", 2, "--json takes no value"},
+    {"keys", "--bogus", 2, "unknown option '--bogus'"},
+    {"keys", "--file", 2, "--file needs a value"},
 };
 
 static void run_cases(const bad_flag *cases, size_t n)
@@ -153,12 +206,17 @@ Test(flags, demo_flags)
     run_cases(demo_cases, sizeof demo_cases / sizeof demo_cases[0]);
 }
 
+Test(flags, keys_every_flag)
+{
+    run_cases(keys_cases, sizeof keys_cases / sizeof keys_cases[0]);
+}
+
 /* --help prints the exit-status table in every subcommand and exits 0. */
 Test(flags, help_documents_exit_status)
 {
     static char err[4096], out[65536];
-    const char *subs[] = {"replay", "plan", "demo"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *subs[] = {"replay", "plan", "demo", "keys"};
+    for (size_t i = 0; i < 4; i++) {
         cr_assert_eq(cli_run(subs[i], "--help", err, sizeof err, out, sizeof out), 0, "%s", err);
         cr_expect(strstr(out, "Exit status: 0 done, 1 bad input or failed I/O, 2 usage error, "
                               "3 internal error.") != NULL,

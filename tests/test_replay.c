@@ -19,7 +19,7 @@ static char err[512];
 
 static rp_sim *sim_new(uint32_t bs, uint32_t pool)
 {
-    rp_sim_config c = {bs, 0, pool};
+    rp_sim_config c = {bs, 0, pool, NULL};
     rp_sim *s = rp_sim_new(&c, err, sizeof err);
     cr_assert_not_null(s, "%s", err);
     return s;
@@ -440,7 +440,7 @@ Test(replay, sweep_equals_pool_on_random_traces)
 
 Test(replay, bad_requests_and_config)
 {
-    rp_sim_config c = {0, 0, 0};
+    rp_sim_config c = {0, 0, 0, NULL};
     cr_assert_null(rp_sim_new(&c, err, sizeof err));
     cr_assert(strstr(err, "block size") != NULL);
     rp_sim *s = sim_new(4, 0);

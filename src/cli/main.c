@@ -5,6 +5,7 @@
  *   kvprefix demo        a scripted serving session through the engine API (demo/)
  *   kvprefix plan ...    KV-cache capacity planning (plan/)
  *   kvprefix replay ...  prefix-cache hit rate of a request log (replay/)
+ *   kvprefix keys ...    block keys of a token list under a hash profile (keys/)
  *   kvprefix version     library and tool version
  *
  * Exit status, the same in every subcommand (common/cli.h): 0 done, 1 bad input or failed

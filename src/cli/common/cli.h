@@ -4,7 +4,7 @@
  *
  * Names. The tool is a client of the library and never uses its prefixes: cli_ (this
  * folder), log_ / oai_ / tok_ (input/), rp_ (replay/), pl_ (plan/), svg_ (the plot),
- * demo_ (demo/). Library calls are kvp_*, and kvp__ internals are out of reach.
+ * demo_ (demo/), keys_ (keys/). Library calls are kvp_*, and kvp__ internals are out of reach.
  *
  * Exit status, the same in every subcommand (docs/cli.md):
  *

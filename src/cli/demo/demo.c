@@ -16,21 +16,30 @@
  * Text is split on spaces and each word hashed to a token id: a stand-in tokenizer, enough
  * to show prefix behaviour; real engines use the model's tokenizer.
  *
- * Exit status (common/cli.h): 0 done, 1 out of memory or standard output not writable,
- * 2 usage, 3 the library refused a step of the script or its invariant check failed.
+ * The hash flags (common/hashopt.c) pick the cache's hash profile; the session reuses the
+ * same blocks under every profile. vLLM's keys have no model or tenant field, so under the
+ * vllm-* profiles each tenant becomes a cache_salt (vLLM's per-user isolation) and the model
+ * stays implicit, as in one vLLM engine.
+ *
+ * Exit status (common/cli.h): 0 done, 1 out of memory, standard output not writable or a
+ * --vocab-size below the script's ids, 2 usage, 3 the library refused a step of the script
+ * or its invariant check failed.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "flags.h"
+#include "hashopt.h"
 #include "outfile.h"
 
 #include "kvprefix.h"
 
-#define DEMO_BLOCK 4
-#define DEMO_POOL  48
-#define MAX_TOKENS 256
+#define DEMO_BLOCK    4
+#define DEMO_POOL     48
+#define MAX_TOKENS    256
+#define DEMO_DOC_BASE 50000u                 /* words hash to ids below it; a document's above */
+#define DEMO_MAX_ID   (DEMO_DOC_BASE + 149u) /* the largest id the script uses */
 
 static const char *SYSTEM = "You are a helpful assistant for Acme Corp . Answer briefly and cite "
                             "the product manual when you can .";
@@ -79,7 +88,7 @@ static size_t tokenize(const char *text, uint32_t *out, size_t cap, size_t n)
         uint32_t h = 2166136261u;
         while (*p && *p != ' ')
             h = (h ^ (unsigned char)*p++) * 16777619u;
-        out[n++] = h % 50000u;
+        out[n++] = h % DEMO_DOC_BASE;
     }
     return n;
 }
@@ -113,46 +122,77 @@ static void show_boundary(const char *const parts[3], size_t n_reused)
 }
 
 /* Report a library error in a step of the script: out of memory is a failed resource (1),
- * anything else means the script or the library is wrong (3). Returns the exit status. */
+ * an id at or above --vocab-size bad input (1), anything else means the script or the
+ * library is wrong (3). Returns the exit status. */
 static int fail(const char *what, int rc)
 {
+    if (rc == KVP_ETOKEN)
+        return cli_fail("demo", CLI_EXIT_INPUT,
+                        "%s: the script's token ids reach %u: --vocab-size must be above that",
+                        what, DEMO_MAX_ID);
     return cli_fail("demo", rc == KVP_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s: %s", what,
                     kvp_strerror(rc));
 }
 
 static const char usage_text[] =
-    "Usage: kvprefix demo\n"
+    "Usage: kvprefix demo [options]\n"
     "\n"
     "Run a scripted serving session (two tenants, a pool of %d blocks of %d tokens) through\n"
     "the engine API and show, per request, what the prefix cache reused and why.\n"
     "\n"
-    "  -h, --help   this text\n"
+    "Options (the cache's hash profile; the session reuses the same blocks under "
+    "each):\n" CLI_HASH_HELP
+    "  Under vllm-* each tenant is a cache_salt and the model is implicit (vLLM keys have\n"
+    "  no model or tenant field). The script's ids reach %u.\n"
+    "  -h, --help           this text\n"
     "\n" CLI_EXIT_HELP;
 
-/* Parse argv: only --help. Returns -1 to run, or the exit status. */
-static int parse_args(int argc, char **argv)
+/* Parse argv into the cache's hash fields (*cfg). Returns -1 to run, or the exit status. */
+static int parse_args(int argc, char **argv, kvp_config *cfg)
 {
-    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'}, CLI_HASH_LONGOPTS, {NULL, 0, NULL, 0}};
+    cli_hash_opts hash;
+    cli_hash_init(&hash);
     int c;
     cli_getopt_begin();
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c != 'h')
+        if (c == 'h') {
+            printf(usage_text, DEMO_POOL, DEMO_BLOCK, DEMO_MAX_ID);
+            return cli_stdout_check("demo");
+        }
+        if (!cli_hash_is_opt(c))
             return cli_getopt_error("demo", c, argv, longopts);
-        printf(usage_text, DEMO_POOL, DEMO_BLOCK);
-        return cli_stdout_check("demo");
+        int rc = cli_hash_apply("demo", &hash, c, optarg);
+        if (rc)
+            return rc;
     }
     if (optind < argc)
         return cli_fail("demo", CLI_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
-    return -1;
+    return cli_hash_finish("demo", &hash, cfg) ? CLI_EXIT_USAGE : -1;
+}
+
+/* The namespace of a step: model and tenant, or under vllm-* the tenant as cache_salt. */
+static kvp_namespace step_ns(const kvp_config *cfg, const step *st)
+{
+    kvp_namespace ns;
+    kvp_namespace_init(&ns);
+    if (cfg->hash_profile == KVP_HASH_VLLM_SHA256 || cfg->hash_profile == KVP_HASH_VLLM_XXHASH) {
+        ns.salt = kvp_field_str(st->tenant);
+    } else {
+        ns.model = kvp_field_str("demo-model");
+        ns.tenant = kvp_field_str(st->tenant);
+    }
+    return ns;
 }
 
 int demo_main(int argc, char **argv)
 {
-    int status = parse_args(argc, argv);
-    if (status >= 0)
-        return status;
     kvp_config cfg;
     kvp_config_init(&cfg);
+    int status = parse_args(argc, argv, &cfg);
+    if (status >= 0)
+        return status;
     cfg.n_blocks = DEMO_POOL;
     cfg.block_size = DEMO_BLOCK;
     kvp_cache *cache;
@@ -160,8 +200,9 @@ int demo_main(int argc, char **argv)
     if (rc != KVP_OK)
         return fail("creating the cache", rc);
 
-    printf("kvprefix %s demo: block size %d tokens, pool of %d blocks, words as tokens\n\n",
-           kvp_version(), DEMO_BLOCK, DEMO_POOL);
+    printf("kvprefix %s demo: block size %d tokens, pool of %d blocks, words as tokens, "
+           "--hash %s\n\n",
+           kvp_version(), DEMO_BLOCK, DEMO_POOL, kvp_hash_profile_name(cfg.hash_profile));
     printf("  #  tenant  prompt  reused  computed  what it shows\n");
     for (size_t s = 0; s < sizeof STEPS / sizeof STEPS[0]; s++) {
         const step *st = &STEPS[s];
@@ -170,14 +211,11 @@ int demo_main(int argc, char **argv)
         n = tokenize(SYSTEM, tokens, MAX_TOKENS, n);
         n = tokenize(st->question, tokens, MAX_TOKENS, n);
         for (unsigned w = 0; w < st->n_document && n < MAX_TOKENS; w++)
-            tokens[n++] = 50000u + w; /* the document's words: ids no sentence uses */
+            tokens[n++] = DEMO_DOC_BASE + w; /* the document's words: ids no sentence uses */
         size_t n_prompt = n;
         n = tokenize(st->answer, tokens, MAX_TOKENS, n);
 
-        kvp_namespace ns;
-        kvp_namespace_init(&ns);
-        ns.model = kvp_field_str("demo-model");
-        ns.tenant = kvp_field_str(st->tenant);
+        kvp_namespace ns = step_ns(&cfg, st);
         kvp_match m;
         uint64_t id = s + 1;
         /* The engine's calls: acquire, prefill, commit, decode (grow, commit), release. */

@@ -20,10 +20,10 @@
 
 #include "cli.h"
 #include "flags.h"
+#include "hashopt.h"
 #include "kvplan.h"
 #include "logread.h"
 #include "models.h"
-#include "outfile.h"
 #include "outfile.h"
 
 #define MAX_BLOCK_SIZE 65536u /* the library's KVP_MAX_BLOCK_SIZE */
@@ -70,6 +70,11 @@ static const char usage_text[] =
     "  --max-line-bytes N   longest accepted trace line (default 64MiB)\n"
     "  --include-output     lengths = input + output (the default: KV holds both in decode)\n"
     "  --no-include-output  lengths = input only\n"
+    "\n"
+    "Hash checks on the --trace lines (no capacity figure depends on them):\n" CLI_HASH_HELP
+    "  With any of these, every trace line is refused as a cache with that profile would\n"
+    "  refuse it, with FILE:LINE, as replay does: under vllm-* a line naming a model or a\n"
+    "  tenant (vLLM keys have neither), and an id at or above --vocab-size.\n"
     "\n"
     "Output:\n"
     "  --json               JSON instead of the table\n"
@@ -179,6 +184,7 @@ static const struct option longopts[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"list-models", no_argument, NULL, OPT_LIST},
     {"help", no_argument, NULL, OPT_HELP},
+    CLI_HASH_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -282,6 +288,8 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
         o->help = true;
         break;
     default:
+        if (cli_hash_is_opt(id))
+            return cli_hash_apply("plan", &o->hash, id, v);
         return apply_value(o, id, flag, v);
     }
     return rc;
@@ -303,7 +311,12 @@ static int parse_args(int argc, char **argv, plan_opts *o)
     }
     if (optind < argc)
         return fail(CLI_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
-    return 0;
+    if (cli_hash_any(&o->hash) && !o->trace && !o->help && !o->list_models)
+        return fail(CLI_EXIT_USAGE, "--hash, --hash-key, --vllm-seed and --vocab-size check the "
+                                    "lines of a request log: add --trace FILE");
+    kvp_config_init(&o->hash_cfg);
+    o->hash_cfg.block_size = o->block_size;
+    return cli_hash_finish("plan", &o->hash, &o->hash_cfg);
 }
 
 static int dtype_flag(const char *flag, const char *v, pl_dtype *out)
@@ -391,6 +404,37 @@ static int build_model(const plan_opts *o, plan_result *r)
     return 0;
 }
 
+/* Refuse rec as a cache with the hash flags' profile would: its namespace (kvp_hasher_root)
+ * and its ids against --vocab-size (prompt, and output when lengths include it). Returns 0
+ * or CLI_EXIT_INPUT after "FILE:LINE: why". */
+static int check_trace_line(const plan_opts *o, const kvp_hasher *h, const log_record *rec)
+{
+    kvp_namespace ns;
+    kvp_namespace_init(&ns);
+    ns.model = (kvp_field){rec->model, rec->model ? rec->model_len : 0};
+    ns.adapter = (kvp_field){rec->adapter, rec->adapter ? rec->adapter_len : 0};
+    ns.tenant = (kvp_field){rec->tenant, rec->tenant ? rec->tenant_len : 0};
+    ns.salt = (kvp_field){rec->cache_salt, rec->cache_salt ? rec->cache_salt_len : 0};
+    kvp_chain root;
+    int rc = kvp_hasher_root(h, &ns, &root);
+    const uint32_t *bad = NULL;
+    size_t n_bad = 0;
+    uint32_t vocab = o->hash_cfg.vocab_size;
+    for (size_t i = 0; rc == KVP_OK && vocab && i < rec->n_tokens; i++)
+        if (rec->tokens[i] >= vocab)
+            rc = KVP_ETOKEN, bad = rec->tokens, n_bad = rec->n_tokens;
+    for (size_t i = 0; rc == KVP_OK && vocab && o->include_output && i < rec->n_output_tokens; i++)
+        if (rec->output_tokens[i] >= vocab)
+            rc = KVP_ETOKEN, bad = rec->output_tokens, n_bad = rec->n_output_tokens;
+    if (rc == KVP_OK)
+        return 0;
+    char why[512];
+    cli_hash_refusal(rc, o->hash_cfg.hash_profile, vocab, &ns, bad, n_bad, why, sizeof why);
+    return fail(CLI_EXIT_INPUT, "%s:%llu: %s%s", cli_input_name(o->trace),
+                (unsigned long long)rec->line_no, bad == rec->output_tokens && bad ? "output " : "",
+                why);
+}
+
 /* Read the trace's lengths into a growing array. Returns 0 or an exit code. */
 static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, plan_result *r)
 {
@@ -402,6 +446,12 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
     char err[512];
     if (log_open(o->trace, &lo, &rd, err, sizeof err) != 0)
         return fail(CLI_EXIT_INPUT, "--trace: %s", err);
+    kvp_hasher *h = NULL;
+    int hrc = cli_hash_any(&o->hash) ? kvp_hasher_new(&o->hash_cfg, &h) : KVP_OK;
+    if (hrc != KVP_OK) {
+        log_close(rd);
+        return fail(CLI_EXIT_INPUT, "--hash: cannot make the hash function: %s", kvp_strerror(hrc));
+    }
     uint64_t *lens = NULL;
     size_t n = 0, cap = 0;
     int code = 0;
@@ -414,6 +464,8 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
             code = fail(CLI_EXIT_INPUT, "%s", log_error(rd));
             break;
         }
+        if (h && (code = check_trace_line(o, h, &rec)) != 0)
+            break;
         uint64_t len = rec.input_length + (o->include_output ? rec.output_length : 0);
         if (rec.format != LOG_MOONCAKE)
             r->n_tokens_fmt++;
@@ -428,6 +480,7 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
     if (code == 0 && n == 0)
         code = fail(CLI_EXIT_INPUT, "%s: no requests (the file is empty or has only blank lines)",
                     cli_input_name(o->trace));
+    kvp_hasher_free(h);
     log_close(rd);
     if (code != 0) {
         free(lens);
@@ -680,6 +733,7 @@ int pl_main(int argc, char **argv)
     o.trace_bs = 512;
     o.include_output = true;
     o.max_line_bytes = LOG_DEFAULT_MAX_LINE;
+    cli_hash_init(&o.hash);
     plan_result r;
     memset(&r, 0, sizeof r);
     uint64_t *trace_lens = NULL;

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hashopt.h"
 #include "kvplan.h"
 
 /* Parsed command line. */
@@ -39,6 +40,8 @@ typedef struct plan_opts {
     bool json;                                  /* --json */
     bool list_models;                           /* --list-models */
     bool help;                                  /* --help */
+    cli_hash_opts hash;                         /* --hash, --hash-key, --vllm-seed, --vocab-size */
+    kvp_config hash_cfg;                        /* their hash fields (with --trace) */
 } plan_opts;
 
 /* Everything that is printed, computed once, rendered as a table or as JSON. */

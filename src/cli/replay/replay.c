@@ -66,10 +66,14 @@ static const char usage_text[] =
     "  --tokenizer T        OpenAI bodies: words (default) or bytes\n"
     "  --cache-output       token logs: cache the full blocks of output_tokens too\n"
     "  --sort               replay in timestamp order (stable) instead of file order\n"
-    "  --seed N             hash seed (default 0)\n"
     "  --skip-invalid       count and skip malformed lines instead of stopping\n"
     "  --max-line-bytes N   longest accepted line (default 64MiB; also bounds what a\n"
     "                       compressed line may expand to)\n"
+    "\n"
+    "Hashing (figures differ between profiles only through key collisions):\n" CLI_HASH_HELP
+    "  --seed N             --hash xxh3: the public 64-bit seed (default 0)\n"
+    "  A vllm-* profile has no model or tenant field: a line naming one is bad input\n"
+    "  (give the tenant as cache_salt); so is an id at or above --vocab-size.\n"
     "\n"
     "Output:\n"
     "  --json, --csv        machine-readable output instead of the table\n"
@@ -144,6 +148,7 @@ static const struct option longopts[] = {
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"help", no_argument, NULL, 'h'},
+    CLI_HASH_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -170,7 +175,11 @@ static int apply_value(rp_options *o, int c, const char *flag, const char *v)
             *(c == OPT_BLOCK_SIZE ? &o->block_size : &o->trace_block_size) = (uint32_t)x;
         return rc;
     case OPT_SEED:
-        return cli_flag_uint("replay", flag, v, 0, UINT64_MAX, &o->seed);
+        if ((rc = cli_flag_uint("replay", flag, v, 0, UINT64_MAX, &o->seed)) == 0) {
+            o->hash.seed = o->seed;
+            o->hash.seed_given = true;
+        }
+        return rc;
     case OPT_TOP:
         if ((rc = cli_flag_uint("replay", flag, v, 1, 1000, &x)) == 0)
             o->top = (unsigned)x;
@@ -250,13 +259,16 @@ static int apply_opt(rp_options *o, int c, const char *v)
         o->progress = c == OPT_PROGRESS;
         break;
     default:
+        if (cli_hash_is_opt(c))
+            return cli_hash_apply("replay", &o->hash, c, v);
         return apply_value(o, c, opt_name(c, name, sizeof name), v);
     }
     return 0;
 }
 
-/* The checks between options, once all are known. Returns 0 or the exit status. */
-static int check_args(const rp_options *o)
+/* The checks between options, once all are known; fills o->hash_cfg. Returns 0 or the exit
+ * status. */
+static int check_args(rp_options *o)
 {
     if (!o->path)
         return fail(CLI_EXIT_USAGE, "no log given");
@@ -270,6 +282,9 @@ static int check_args(const rp_options *o)
         return fail(CLI_EXIT_USAGE, "--plot draws a sweep: add --sweep or --capacities");
     if (o->model && o->config)
         return fail(CLI_EXIT_USAGE, "--model and --config exclude each other");
+    kvp_config_init(&o->hash_cfg);
+    if (cli_hash_finish("replay", &o->hash, &o->hash_cfg) != 0)
+        return CLI_EXIT_USAGE;
     const char *inputs[] = {o->path, o->config};
     int rc = cli_out_refuse_input("replay", "--plot", o->plot_path, inputs, 2);
     if (rc == 0)
@@ -295,6 +310,7 @@ static int parse_args(int argc, char **argv, rp_options *o)
     o->progress = -1;
     o->top = 10;
     o->max_line_bytes = LOG_DEFAULT_MAX_LINE;
+    cli_hash_init(&o->hash);
     int c;
     cli_getopt_begin();
     while ((c = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
@@ -725,7 +741,7 @@ static int start_engine(run *ru)
 {
     const rp_options *o = ru->o;
     rp_result *res = ru->res;
-    rp_sim_config sc = {res->block_size, o->seed, 0};
+    rp_sim_config sc = {res->block_size, o->seed, 0, &o->hash_cfg};
     char err[256];
     uint64_t blocks = 0;
     int rc;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "hashopt.h"
 #include "kvplan.h"
 #include "replay_sim.h"
 
@@ -23,7 +24,9 @@ typedef struct rp_options {
     uint32_t block_size;       /* token logs and OpenAI bodies (default 16) */
     uint32_t trace_block_size; /* hash-id traces (default 512) */
     int tokenizer;             /* OpenAI bodies: TOK_* (default words) */
-    uint64_t seed;             /* hash seed (default 0) */
+    uint64_t seed;             /* --seed: the xxh3 seed (default 0) */
+    cli_hash_opts hash;        /* --hash, --hash-key, --vllm-seed, --vocab-size, --seed */
+    kvp_config hash_cfg;       /* their hash fields, filled once the options are checked */
     bool cache_output;         /* token logs: also cache full blocks of output_tokens */
     bool sort;                 /* stable sort by timestamp before replaying */
     const char *capacity;      /* --capacity as given, or NULL */

@@ -214,6 +214,8 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
     }
     fprintf(f, "  order                    %s; LRU, tail blocks evicted first\n",
             o->sort ? "sorted by timestamp" : "file order");
+    fprintf(f, "  block keys               --hash %s\n",
+            kvp_hash_profile_name(o->hash_cfg.hash_profile));
     if (o->cache_output)
         fprintf(f, "  output blocks            cached for %s requests with output_tokens%s\n",
                 num(r->n_output_cached, a, sizeof a),
@@ -339,6 +341,7 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
     if (r->tokenizer)
         json_object_set_new(j, "tokenizer", json_string(r->tokenizer));
     json_object_set_new(j, "order", json_string(o->sort ? "timestamp" : "file"));
+    json_object_set_new(j, "hash", json_string(kvp_hash_profile_name(o->hash_cfg.hash_profile)));
     json_object_set_new(j, "lines", json_integer((json_int_t)r->n_lines));
     json_object_set_new(j, "skipped_lines", json_integer((json_int_t)r->n_skipped));
     if (r->n_skipped)

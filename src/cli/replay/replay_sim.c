@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "hashopt.h"
 
 /* Group keys are uniform 128-bit digests: their low bits are already a good bucket hash. */
 #define HASH_FUNCTION(keyptr, keylen, hashv)                                                       \
@@ -119,7 +120,10 @@ struct rp_sim {
     group *groups[RP_N_DIMS];          /* uthash heads */
     group_name *names[RP_N_DIMS];      /* values by id */
     size_t n_names[RP_N_DIMS], names_cap[RP_N_DIMS];
-    kvp_cache *pool; /* pool mode: the library's cache */
+    kvp_cache *pool;          /* pool mode: the library's cache */
+    kvp_config hash;          /* the hash fields in use (profile, vocab_size, for messages) */
+    const kvp_hasher *hasher; /* the block keys: the pool's, or own_hasher without a pool */
+    kvp_hasher *own_hasher;   /* made here when there is no pool; else NULL */
 };
 
 /* ---- Fenwick tree ------------------------------------------------------------------------ */
@@ -311,6 +315,43 @@ static uint32_t group_intern(rp_sim *s, int dim, kvp_field f)
 
 /* ---- public -------------------------------------------------------------------------------- */
 
+/* The hash fields of cfg (or xxh3 with cfg->seed), the pool when pool_blocks > 0, and the
+ * hasher of the block keys. Returns KVP_OK or the library's code (err filled). */
+static int make_hasher_and_pool(rp_sim *s, const rp_sim_config *cfg, char *err, size_t err_size)
+{
+    kvp_config kc;
+    if (cfg->hash) {
+        kc = *cfg->hash;
+    } else {
+        kvp_config_init(&kc);
+        kc.hash_profile = KVP_HASH_XXH3;
+        kc.seed = cfg->seed;
+    }
+    kc.block_size = cfg->block_size;
+    kc.vllm_seed = NULL; /* only read at creation: the copy must not keep the pointer */
+    s->hash = kc;
+    kc.vllm_seed = cfg->hash ? cfg->hash->vllm_seed : NULL;
+    int rc;
+    if (cfg->pool_blocks > 0) {
+        kc.n_blocks = cfg->pool_blocks;
+        rc = kvp_cache_new(&kc, &s->pool);
+        if (rc != KVP_OK) {
+            cli_errf(err, err_size, "cannot create a cache of %u blocks: %s", cfg->pool_blocks,
+                     kvp_strerror(rc));
+            return rc;
+        }
+        s->hasher = kvp_cache_hasher(s->pool);
+        return KVP_OK;
+    }
+    rc = kvp_hasher_new(&kc, &s->own_hasher);
+    if (rc != KVP_OK) {
+        cli_errf(err, err_size, "cannot make the hash function: %s", kvp_strerror(rc));
+        return rc;
+    }
+    s->hasher = s->own_hasher;
+    return KVP_OK;
+}
+
 rp_sim *rp_sim_new(const rp_sim_config *cfg, char *err, size_t err_size)
 {
     if (!cfg || cfg->block_size == 0 || cfg->block_size > KVP_MAX_BLOCK_SIZE) {
@@ -323,19 +364,10 @@ rp_sim *rp_sim_new(const rp_sim_config *cfg, char *err, size_t err_size)
         return NULL;
     }
     s->cfg = *cfg;
-    if (cfg->pool_blocks > 0) {
-        kvp_config kc;
-        kvp_config_init(&kc);
-        kc.n_blocks = cfg->pool_blocks;
-        kc.block_size = cfg->block_size;
-        kc.seed = cfg->seed;
-        int rc = kvp_cache_new(&kc, &s->pool);
-        if (rc != KVP_OK) {
-            cli_errf(err, err_size, "cannot create a cache of %u blocks: %s", cfg->pool_blocks,
-                     kvp_strerror(rc));
-            free(s);
-            return NULL;
-        }
+    s->cfg.hash = NULL; /* read here only */
+    if (make_hasher_and_pool(s, cfg, err, err_size) != KVP_OK) {
+        rp_sim_free(s);
+        return NULL;
     }
     s->tab = calloc(1024, sizeof *s->tab);
     s->tab_mask = 1023;
@@ -347,13 +379,61 @@ rp_sim *rp_sim_new(const rp_sim_config *cfg, char *err, size_t err_size)
     return s;
 }
 
-/* Step 1 for a token log: chained keys of the prompt and cached output. */
-static int token_keys(rp_sim *s, const rp_request *r, kvp_key root, uint32_t n_touch)
+/* Step 1 for a token log: chained keys of the prompt and cached output, continuing chain
+ * (the namespace's start), a few blocks per call so that the chain states stay on the
+ * stack. Returns KVP_OK or the hasher's code (KVP_ETOKEN, KVP_ENOTSUP). */
+static int token_keys(rp_sim *s, const rp_request *r, kvp_chain *chain, uint32_t n_touch)
 {
-    size_t n_keys = 0;
-    int rc = kvp_hash_blocks(s->cfg.seed, root, r->tokens, r->n_tokens + r->n_output_tokens,
-                             s->cfg.block_size, s->scratch_keys, n_touch, &n_keys);
-    return rc == KVP_OK && n_keys == n_touch ? RP_OK : RP_EINTERNAL;
+    kvp_chain out[64];
+    size_t bs = s->cfg.block_size;
+    for (uint32_t done = 0; done < n_touch;) {
+        size_t n = n_touch - done < 64 ? n_touch - done : 64, n_out = 0;
+        int rc = kvp_hasher_blocks(s->hasher, &r->ns, chain, r->tokens + (size_t)done * bs, n * bs,
+                                   out, n, &n_out);
+        if (rc != KVP_OK)
+            return rc;
+        if (n_out != n)
+            return KVP_EINVAL;
+        for (size_t i = 0; i < n; i++)
+            s->scratch_keys[done + i] = out[i].key;
+        done += (uint32_t)n;
+    }
+    return KVP_OK;
+}
+
+/* Step 1: the keys of every block the request touches into scratch_keys, and its chain
+ * start into *root. Returns RP_OK, RP_EINPUT (the profile cannot express the namespace, a
+ * token id at or above vocab_size: message in err) or RP_EINTERNAL. */
+static int request_keys(rp_sim *s, const rp_request *r, uint32_t n_touch, kvp_key *root, char *err,
+                        size_t err_size)
+{
+    kvp_chain chain;
+    memset(&chain, 0, sizeof chain);
+    size_t n_tok = r->hash_ids ? 0 : r->n_tokens + r->n_output_tokens;
+    int rc = kvp_hasher_root(s->hasher, &r->ns, &chain);
+    /* The partial last block is never hashed, but its ids are checked as the pool does. */
+    for (size_t i = 0; rc == KVP_OK && s->hash.vocab_size && i < n_tok; i++)
+        rc = r->tokens[i] >= s->hash.vocab_size ? KVP_ETOKEN : KVP_OK;
+    if (rc == KVP_OK && r->hash_ids) {
+        for (uint32_t i = 0; i < n_touch; i++)
+            s->scratch_keys[i] =
+                kvp_hasher_external_key(s->hasher, chain.root, (kvp_key){r->hash_ids[i], 0});
+    }
+    *root = chain.key;
+    if (rc == KVP_OK && !r->hash_ids)
+        rc = token_keys(s, r, &chain, n_touch);
+    if (rc == KVP_OK)
+        return RP_OK;
+    if (rc == KVP_ENOTSUP || rc == KVP_ETOKEN || rc == KVP_EINVAL) {
+        if (rc == KVP_EINVAL)
+            cli_errf(err, err_size, "invalid namespace");
+        else
+            cli_hash_refusal(rc, s->hash.hash_profile, s->hash.vocab_size, &r->ns, r->tokens, n_tok,
+                             err, err_size);
+        return RP_EINPUT;
+    }
+    cli_errf(err, err_size, "internal error: cannot hash the prompt: %s", kvp_strerror(rc));
+    return RP_EINTERNAL;
 }
 
 /* Step 2: find or create the entry of every key. Trace mode checks that each id follows the
@@ -498,17 +578,9 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
 
     /* Step 1: keys. */
     kvp_key root;
-    if (kvp_namespace_key(s->cfg.seed, &r->ns, &root) != KVP_OK) {
-        cli_errf(err, err_size, "invalid namespace");
-        return RP_EINPUT;
-    }
-    if (r->hash_ids) {
-        for (uint32_t i = 0; i < n_touch; i++)
-            s->scratch_keys[i] = kvp_external_key(s->cfg.seed, root, (kvp_key){r->hash_ids[i], 0});
-    } else if (token_keys(s, r, root, n_touch) != RP_OK) {
-        cli_errf(err, err_size, "internal error: cannot hash the prompt");
-        return RP_EINTERNAL;
-    }
+    rc = request_keys(s, r, n_touch, &root, err, err_size);
+    if (rc != RP_OK)
+        return rc;
 
     /* Step 2: entries. */
     rc = find_entries(s, r, root, n_touch, err, err_size);
@@ -749,6 +821,7 @@ void rp_sim_free(rp_sim *s)
         return;
     free(s->ents);
     free(s->tab);
+    kvp_hasher_free(s->own_hasher);
     for (int d = 0; d < RP_N_DIMS; d++) {
         group *g, *tmp;
         HASH_ITER(hh, s->groups[d], g, tmp)

@@ -15,6 +15,10 @@
  * kvp_access_ids (hash-id traces) on a kvp_cache of that many blocks, and the pool's match is
  * compared with the stack model's on every request (and the eviction count at the end): the
  * figures reported for that capacity are the pool's, checked.
+ *
+ * Block keys are the configured hash profile's (kvp_hasher): the pool's own hasher when
+ * there is a pool, so the model and the pool agree key for key even with a random key. The
+ * figures depend on the profile only through key collisions (128-bit keys: none expected).
  */
 #ifndef CLI_REPLAY_SIM_H
 #define CLI_REPLAY_SIM_H
@@ -38,9 +42,12 @@ enum {
 enum { RP_DIM_MODEL = 0, RP_DIM_ADAPTER = 1, RP_DIM_TENANT = 2, RP_N_DIMS = 3 };
 
 typedef struct rp_sim_config {
-    uint32_t block_size;  /* tokens per block (token logs) or per hash id (traces) */
-    uint64_t seed;        /* hash seed for the namespace roots and block keys */
-    uint32_t pool_blocks; /* > 0: drive a kvp_cache of this many blocks and cross-check */
+    uint32_t block_size;    /* tokens per block (token logs) or per hash id (traces) */
+    uint64_t seed;          /* xxh3 seed, used when hash is NULL */
+    uint32_t pool_blocks;   /* > 0: drive a kvp_cache of this many blocks and cross-check */
+    const kvp_config *hash; /* the hash fields (profile, key, seeds, vocab_size) of the keys
+                               and the pool, read during rp_sim_new only; NULL: xxh3 with
+                               seed */
 } rp_sim_config;
 
 /* One request. Exactly one of tokens / hash_ids is non-NULL (tokens may be NULL when
@@ -89,7 +96,8 @@ typedef struct rp_sim rp_sim;
 rp_sim *rp_sim_new(const rp_sim_config *cfg, char *err, size_t err_size);
 
 /* Replay one request. Returns RP_OK; RP_EINPUT (a hash id that follows a different prefix
- * than where it was first seen, or repeats within the request; too many blocks) with nothing
+ * than where it was first seen, or repeats within the request; too many blocks; a namespace
+ * the hash profile cannot express; a token id at or above the vocab_size) with nothing
  * changed; RP_ENOMEM; RP_EINTERNAL. The message, without a "FILE:LINE: " prefix, is in err. */
 int rp_sim_add(rp_sim *s, const rp_request *req, char *err, size_t err_size);
 
