@@ -792,11 +792,9 @@ static int scan_trace_fields(log_reader *r, const js_record *j, log_record *x)
         return line_err(r, "input_length must be at least 1");
     const js_array *a = &j->hash_ids;
     if (a->kind != JS_ARRAY)
-        return line_err(r, "hash_ids must be an array of integers, not %s",
-                        js_kind_name(a->kind));
+        return line_err(r, "hash_ids must be an array of integers, not %s", js_kind_name(a->kind));
     if (a->bad_index != JS_NO_INDEX && a->bad_kind == JS_INT)
-        return line_err(r, "hash_ids[%zu] = %lld is negative", a->bad_index,
-                        (long long)a->bad_int);
+        return line_err(r, "hash_ids[%zu] = %lld is negative", a->bad_index, (long long)a->bad_int);
     if (a->bad_index != JS_NO_INDEX)
         return line_err(r, "hash_ids[%zu] must be an integer, not %s", a->bad_index,
                         js_kind_name(a->bad_kind));
