@@ -17,8 +17,20 @@
  * A line is found by scanning buf[start, end) for '\n'; when none is there the unread tail is
  * moved to the front and the buffer doubles (up to max_line_bytes + 1) before reading more.
  * Lines therefore have no length limit other than max_line_bytes, embedded NUL bytes are
- * seen (and rejected by the JSON parser) rather than silently truncating the line, and
- * memory is bounded by the longest line plus its parsed form.
+ * seen (and named in a message) rather than silently truncating the line, and memory is
+ * bounded by the longest line plus its ids (or, on the jansson path, its parsed tree).
+ *
+ * Parsing. A line goes first to the scanner (jsonl_scan.c), which validates it as jansson
+ * would and reads token and hash ids straight into its record's arrays, which become the
+ * log_record's; namespace strings are decoded in place in buf. parse_scanned then runs the
+ * checks of the jansson path (parse_json_line and the read_* helpers) in the same order and
+ * with the same words, on the scanner's kinds instead of json_t types. Lines holding an
+ * OpenAI request ("messages", "prompt", "body"), lines of a log forced to OpenAI, and every
+ * line under LOG_PARSER_JANSSON take the jansson path. Measured on a 2M-request token log
+ * (bench/bench_replay.c --tokens): replay went from 31-34 MB/s to over 200 MB/s of CPU time,
+ * the scanner's share of the run falling from 87% (jansson) to under 30%
+ * (docs/replay.md, "Performance"); tests/test_logread.c reads every fixture, both fuzz
+ * corpora and generated lines with both paths and compares every call.
  *
  * Invariants: start <= end <= cap; buf[start, end) is unread input; line_no counts the
  * lines handed out so far. The arrays of a record are reused across lines, grown to the

@@ -23,9 +23,10 @@
  *   rq         per request, one record appended to a byte stream, every number a LEB128
  *              varint (7 bits a byte): prompt tokens, full prompt blocks, blocks touched,
  *              warm blocks W, the group of each dimension, then the running maximum of the
- *              stack distances along its touched blocks, delta-coded, for the first W blocks:
+ *              stack distances along its touched blocks for the first W blocks, as deltas
+ *              (2 d) or runs of k deltas of 1 (2 k + 1):
  *
- *                [n_tokens][n_full][n_touch][W][g0][g1][g2][pm0][pm1-pm0]...[pm(W-1)-pm(W-2)]
+ *                [n_tokens][n_full][n_touch][W][g0][g1][g2][2 pm0][2 k + 1][2 (pm - prev)]...
  *
  *              The running maximum is non-decreasing, so "blocks with running max < C" is the
  *              cached prefix at capacity C; a block never seen has RP_COLD, the largest
@@ -35,9 +36,9 @@
  *              the percentiles of the per-request hit fraction in particular, need each
  *              request's whole step function C -> cached blocks when the capacities are only
  *              known at the end (the automatic sweep spans the distinct blocks seen); the
- *              deltas along a shared prefix are small (a prefix touched last to first has
- *              distances i + X at block i), so a warm block costs about 1 byte, a cold one
- *              nothing and the header about 8 (docs/replay.md, "Performance").
+ *              deltas along a shared prefix are 1 (a prefix touched last to first has
+ *              distances X + i at block i), so a run of them costs 1 or 2 bytes, a cold
+ *              block nothing and the header about 8 (docs/replay.md, "Memory").
  *
  * Per request: Step 1 compute its block keys (chained token hashes, or scoped hash ids);
  * Step 2 look them up, creating entries for new keys (trace mode: check parents first, and
@@ -56,8 +57,8 @@
  *
  * Cost: O(B log(T / 64)) time for B block accesses and T touches; memory about 80 bytes
  * per distinct block (a 48-byte entry, two 16-byte slots at load <= 1/2), 1/4 byte per touch
- * (bits and tree), and per request its rq record: about 8 bytes plus 1 per warm block
- * (at most 5 per block and 46 for the header). Evaluation adds 1.5 MiB of buckets and the
+ * (bits and tree), and per request its rq record: about 8 bytes plus 1-3 per run of warm blocks
+ * (at most 5 per warm block and 35 for the header). Evaluation adds 1.5 MiB of buckets and the
  * values of at most three buckets.
  */
 #include "replay_sim.h"
@@ -254,12 +255,50 @@ static void rq_append(rp_sim *s, const req *q, const uint32_t *pm)
     for (int d = 0; d < RP_N_DIMS; d++)
         p = put_varint(p, q->g[d]);
     uint32_t prev = 0;
-    for (uint32_t i = 0; i < q->n_warm; i++) {
-        p = put_varint(p, pm[i] - prev);
-        prev = pm[i];
+    for (uint32_t i = 0; i < q->n_warm;) {
+        uint32_t k = 0;
+        while (i + k < q->n_warm && pm[i + k] - (k ? pm[i + k - 1] : prev) == 1)
+            k++;
+        if (k > 0) {
+            p = put_varint(p, (uint64_t)k << 1 | 1); /* a run of k deltas of 1 */
+            i += k;
+        } else {
+            p = put_varint(p, (uint64_t)(pm[i] - prev) << 1);
+            i++;
+        }
+        prev = pm[i - 1];
     }
     s->n_rq = (size_t)(p - s->rq);
     s->n_reqs++;
+}
+
+/* Decode the n_warm distances of a record whose first code is at *p (q->pm) and count the
+ * blocks whose running maximum is below `below` into *n_below; move *p past the record.
+ * Returns the last running maximum (0 when there is none), or UINT64_MAX when the codes do
+ * not add up to n_warm blocks (only a corrupted record). */
+static uint64_t rq_distances(const uint8_t **p, uint32_t n_warm, uint64_t below, uint32_t *n_below)
+{
+    const uint8_t *c = *p;
+    uint64_t run = 0;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < n_warm;) {
+        uint64_t v = get_varint(&c);
+        if (v & 1) {
+            uint64_t k = v >> 1; /* run + 1, ..., run + k */
+            if (k == 0 || k > n_warm - i)
+                return UINT64_MAX;
+            n += below > run + 1 ? (uint32_t)(below - run - 1 < k ? below - run - 1 : k) : 0;
+            run += k;
+            i += (uint32_t)k;
+        } else {
+            run += v >> 1;
+            n += run < below;
+            i++;
+        }
+    }
+    *p = c;
+    *n_below = n;
+    return run;
 }
 
 /* Decode the header of the record at p into *q (q->pm: its first distance delta). Returns
@@ -700,15 +739,10 @@ typedef struct req_fig {
  * record. Cannot fail. */
 static void req_eval(const rp_sim *s, const uint8_t **p, uint64_t cap, req *q, req_fig *f)
 {
-    const uint8_t *c = rq_header(*p, q);
+    *p = rq_header(*p, q);
     uint64_t below = cap < RP_COLD ? cap : RP_COLD; /* a cold block never hits */
-    uint64_t run = 0;
     uint32_t n_below = 0; /* blocks whose running maximum is below the capacity */
-    for (uint32_t i = 0; i < q->n_warm; i++) {
-        run += get_varint(&c);
-        n_below += run < below;
-    }
-    *p = c;
+    rq_distances(p, q->n_warm, below, &n_below);
     /* The running maximum never decreases: the blocks below are a prefix. */
     f->cached = n_below < q->n_prompt_full ? n_below : q->n_prompt_full;
     f->seen = q->n_warm < q->n_prompt_full ? q->n_warm : q->n_prompt_full;
@@ -960,10 +994,8 @@ bool rp_sim_check(const rp_sim *s)
         for (int d = 0; d < RP_N_DIMS; d++)
             if (q.g[d] >= s->n_names[d])
                 return false;
-        uint64_t run = 0;
-        for (uint32_t j = 0; j < q.n_warm && p < end; j++)
-            run += get_varint(&p);
-        if (run > RP_DIST_MAX)
+        uint32_t n_below;
+        if (rq_distances(&p, q.n_warm, RP_COLD, &n_below) > RP_DIST_MAX || n_below != q.n_warm)
             return false;
         n_reqs++;
     }
