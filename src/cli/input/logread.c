@@ -27,10 +27,10 @@
  * with the same words, on the scanner's kinds instead of json_t types. Lines holding an
  * OpenAI request ("messages", "prompt", "body"), lines of a log forced to OpenAI, and every
  * line under LOG_PARSER_JANSSON take the jansson path. Measured on a 2M-request token log
- * (bench/bench_replay.c --tokens): replay went from 31-34 MB/s to over 200 MB/s of CPU time,
- * the scanner's share of the run falling from 87% (jansson) to under 30%
- * (docs/replay.md, "Performance"); tests/test_logread.c reads every fixture, both fuzz
- * corpora and generated lines with both paths and compares every call.
+ * (bench/bench_replay.c --tokens): replay went from 39 to 259 MB/s of CPU time, parsing
+ * falling from 87% of the run (jansson) to about 30% (docs/replay.md, "Performance");
+ * tests/test_logread.c reads every fixture, both fuzz corpora and generated lines with both
+ * paths and compares every call.
  *
  * Invariants: start <= end <= cap; buf[start, end) is unread input; line_no counts the
  * lines handed out so far. The arrays of a record are reused across lines, grown to the
