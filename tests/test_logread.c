@@ -1045,7 +1045,7 @@ static size_t gen_log_line(uint64_t *s, char *out, size_t cap)
         "7",         "\"\xc3\xa9\xe2\x82\xac\"", "[]",   "\"a\\ud83d\\ude00\""};
     static const char *keys[] = {"model", "adapter", "tenant", "cache_salt"};
     static const char *stamps[] = {"12", "1.5e3", "0.25", "-1", "null", "\"x\"", "1e400"};
-    char f[8][2048];
+    char f[10][2048]; /* at most 9 fields */
     int nf = 0;
     bool trace = rnd(s) % 3 == 0;
     if (trace) {

@@ -301,6 +301,12 @@ static uint64_t rq_distances(const uint8_t **p, uint32_t n_warm, uint64_t below,
     return run;
 }
 
+/* One past the last record (s->rq itself, maybe NULL, when there is none). */
+static const uint8_t *rq_end(const rp_sim *s)
+{
+    return s->n_rq > 0 ? s->rq + s->n_rq : s->rq;
+}
+
 /* Decode the header of the record at p into *q (q->pm: its first distance delta). Returns
  * the byte after the header. Cannot fail. */
 static const uint8_t *rq_header(const uint8_t *p, req *q)
@@ -850,7 +856,7 @@ static int percentiles(const rp_sim *s, uint64_t cap, const frac_hist *h, rp_met
     for (int j = 0; j < 3 && rc == RP_OK; j++)
         if (!known[j] && !(vals[j] = malloc(h->n[bucket[j]] * sizeof *vals[j])))
             rc = RP_ENOMEM;
-    const uint8_t *p = s->rq, *end = s->rq + s->n_rq;
+    const uint8_t *p = s->rq, *end = rq_end(s);
     while (rc == RP_OK && p < end) {
         req q;
         req_fig f;
@@ -919,7 +925,7 @@ int rp_sim_eval(const rp_sim *s, uint64_t cap, rp_metrics *out, rp_group_metrics
 
     /* Step 1: the figures. */
     double sum = 0.0;
-    const uint8_t *p = s->rq, *end = s->rq + s->n_rq;
+    const uint8_t *p = s->rq, *end = rq_end(s);
     while (p < end) {
         req q;
         req_fig f;
@@ -985,7 +991,7 @@ bool rp_sim_check(const rp_sim *s)
         fen_prefix(s, s->n_words * 64 - 1) != s->n_live)
         return false;
     size_t n_reqs = 0;
-    const uint8_t *p = s->rq, *end = s->rq + s->n_rq;
+    const uint8_t *p = s->rq, *end = rq_end(s);
     while (p < end) {
         req q;
         p = rq_header(p, &q);
