@@ -180,8 +180,9 @@ static int generate(const char *path, uint64_t n, uint64_t *bytes)
         setvbuf(f, buf, _IOFBF, sizeof buf);
     for (uint64_t r = 0; f && r < n; r++) {
         const piece *a = &sys[rng(&seed) % N_SYS], *b = &turn[rng(&seed) % N_TURNS];
-        fprintf(f, "{\"timestamp\": %.3f, \"model\": \"llama-3.1-8b\", \"tenant\": \"t%02u\", "
-                   "\"tokens\": [",
+        fprintf(f,
+                "{\"timestamp\": %.3f, \"model\": \"llama-3.1-8b\", \"tenant\": \"t%02u\", "
+                "\"tokens\": [",
                 (double)r * 0.05, (unsigned)(a - sys));
         fwrite(a->text, 1, a->len, f);
         fwrite(b->text, 1, b->len - 2, f); /* without the last ", " */
@@ -261,17 +262,17 @@ static int scale_main(const char *sizes, const char *bin, const char *before, ch
     printf("bench_replay --tokens: token logs of %" PRIu64 " and %" PRIu64 " requests "
            "(%.0f and %.0f MB), --capacity %s, %d runs each (medians)\n",
            n[0], n[1], (double)bytes[0] / 1e6, (double)bytes[1] / 1e6, cap, reps);
-    printf("  %-11s %9s %8s %8s %10s %9s %10s %9s %9s\n", "binary", "requests", "wall s",
-           "MB/s", "requests/s", "user s", "MB/cpu-s", "peak MB", "B/request");
+    printf("  %-11s %9s %8s %8s %10s %9s %10s %9s %9s\n", "binary", "requests", "wall s", "MB/s",
+           "requests/s", "user s", "MB/cpu-s", "peak MB", "B/request");
     for (int b = 0; b < n_bins; b++)
         for (int k = 0; k < 2; k++) {
             const scale_fig *f = &fig[k][b];
             double mb = (double)bytes[k] / 1e6;
-            double slope = (fig[1][b].rss_mb - fig[0][b].rss_mb) * 1048576.0 /
-                           (double)(n[1] - n[0]);
+            double slope =
+                (fig[1][b].rss_mb - fig[0][b].rss_mb) * 1048576.0 / (double)(n[1] - n[0]);
             printf("  %-11s %9.0f %8.2f %8.1f %10.0f %9.2f %10.1f %9.1f %9.1f\n", names[b],
-                   f->requests, f->wall, mb / f->wall, f->requests / f->wall, f->user,
-                   mb / f->cpu, f->rss_mb, slope);
+                   f->requests, f->wall, mb / f->wall, f->requests / f->wall, f->user, mb / f->cpu,
+                   f->rss_mb, slope);
         }
     if (n_bins == 2)
         printf("  speed-up on %" PRIu64 " requests: %.2fx wall, %.2fx CPU\n", n[1],
@@ -297,8 +298,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--write") == 0 && i + 2 < argc) {
             uint64_t bytes;
             return generate(argv[i + 2], strtoull(argv[i + 1], NULL, 10), &bytes) ? 1 : 0;
-        }
-        else if (strcmp(argv[i], "--bin") == 0 && i + 1 < argc)
+        } else if (strcmp(argv[i], "--bin") == 0 && i + 1 < argc)
             bin = argv[++i];
         else if (strcmp(argv[i], "--capacity") == 0 && i + 1 < argc)
             cap = argv[++i];
