@@ -10,6 +10,7 @@
  * the tests with zlib and libzstd into temporary files.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "jsonl_scan_diff.h"
 #include "logread.h"
 #include "openai.h"
 #include "tokenize.h"
@@ -810,9 +812,11 @@ static void *failing_malloc(size_t n)
 }
 
 /* When jansson cannot allocate, the line is reported as out of memory (LOG_ENOMEM, and the
- * message says so), not as "invalid JSON at column -1". */
+ * message says so), not as "invalid JSON at column -1". Token lines go to the scanner, so
+ * the reader is told to use jansson for every line (KVPREFIX_LOG_PARSER=jansson). */
 Test(input, json_out_of_memory_is_named)
 {
+    setenv("KVPREFIX_LOG_PARSER", "jansson", 1);
     char line[65536];
     size_t n = (size_t)snprintf(line, sizeof line, "{\"tokens\": [");
     for (int i = 0; i < 5000; i++)
@@ -820,6 +824,7 @@ Test(input, json_out_of_memory_is_named)
     n += (size_t)snprintf(line + n, sizeof line - n, "]}\n");
     const char *path = temp_file(0, line, n);
     log_reader *r = open_log(path, 0, 0);
+    unsetenv("KVPREFIX_LOG_PARSER");
     log_record rec;
     json_allocs_left = 100;
     json_set_alloc_funcs(failing_malloc, free);
@@ -830,4 +835,293 @@ Test(input, json_out_of_memory_is_named)
     cr_expect(strstr(log_error(r), "invalid JSON") == NULL, "%s", log_error(r));
     log_close(r);
     unlink(path);
+}
+
+/* ---- the scanner against jansson, through the whole reader ------------------------------ */
+
+/* Both parsers on the same input: log_options.parser LOG_PARSER_SCAN (js_scan for token and
+ * Mooncake lines) and LOG_PARSER_JANSSON (json_loadb for every line, the reader as it was)
+ * must return the same codes, the same records (every field, byte for byte) and the same
+ * messages; the one allowed difference is the text after "invalid JSON at column " (each
+ * parser words its syntax errors its own way, and may name a different first error: jansson
+ * decodes UTF-8 before it looks at tokens, so in "[n\x9e" it names the byte 0x9e where the
+ * scanner names the bad literal), where both must still agree on the line and on the
+ * carriage-return note. */
+
+typedef struct diff_stats {
+    size_t n_files;       /* inputs read */
+    size_t n_records;     /* records compared */
+    size_t n_errors;      /* line errors compared (same message) */
+    size_t n_json_errors; /* syntax errors compared (same place and notes) */
+} diff_stats;
+
+static void same_bytes(const void *a, size_t na, const void *b, size_t nb, const char *what,
+                       const char *where)
+{
+    cr_assert_eq(a == NULL, b == NULL, "%s: %s: NULL on one side only", where, what);
+    cr_assert_eq(na, nb, "%s: %s: %zu against %zu", where, what, na, nb);
+    if (a != NULL && na > 0)
+        cr_assert(memcmp(a, b, na) == 0, "%s: %s differ", where, what);
+}
+
+static void same_record(const log_record *x, const log_record *y, const char *where)
+{
+    cr_assert_eq(x->line_no, y->line_no, "%s", where);
+    cr_assert_eq(x->format, y->format, "%s", where);
+    same_bytes(x->model, x->model_len, y->model, y->model_len, "model", where);
+    same_bytes(x->adapter, x->adapter_len, y->adapter, y->adapter_len, "adapter", where);
+    same_bytes(x->tenant, x->tenant_len, y->tenant, y->tenant_len, "tenant", where);
+    same_bytes(x->cache_salt, x->cache_salt_len, y->cache_salt, y->cache_salt_len, "cache_salt",
+               where);
+    same_bytes(x->tokens, x->n_tokens * 4, y->tokens, y->n_tokens * 4, "tokens", where);
+    same_bytes(x->output_tokens, x->n_output_tokens * 4, y->output_tokens, y->n_output_tokens * 4,
+               "output_tokens", where);
+    same_bytes(x->hash_ids, x->n_hash_ids * 8, y->hash_ids, y->n_hash_ids * 8, "hash_ids", where);
+    cr_assert_eq(x->input_length, y->input_length, "%s", where);
+    cr_assert_eq(x->output_length, y->output_length, "%s", where);
+    cr_assert_eq(x->has_timestamp, y->has_timestamp, "%s", where);
+    cr_assert(memcmp(&x->timestamp, &y->timestamp, sizeof x->timestamp) == 0, "%s: timestamp",
+              where);
+    same_bytes(x->text, x->text_len, y->text, y->text_len, "text", where);
+    same_bytes(x->token_offsets, x->token_offsets ? x->n_tokens * 4 : 0, y->token_offsets,
+               y->token_offsets ? y->n_tokens * 4 : 0, "token_offsets", where);
+    if (x->model)
+        cr_assert_eq(x->model[x->model_len], '\0', "%s", where);
+}
+
+static void same_error(const char *a, const char *b, const char *where, diff_stats *st)
+{
+    const char *tag = ": invalid JSON at column ";
+    const char *ja = strstr(a, tag), *jb = strstr(b, tag);
+    cr_assert_eq(ja == NULL, jb == NULL, "%s:\n  scanner: %s\n  jansson: %s", where, a, b);
+    if (ja == NULL) {
+        cr_assert_str_eq(a, b, "%s", where);
+        st->n_errors += a[0] != '\0';
+        return;
+    }
+    cr_assert_eq(ja - a, jb - b, "%s:\n  scanner: %s\n  jansson: %s", where, a, b);
+    cr_assert(strncmp(a, b, (size_t)(ja - a)) == 0, "%s: %s / %s", where, a, b);
+    cr_assert_eq(strstr(a, "carriage return") == NULL, strstr(b, "carriage return") == NULL,
+                 "%s:\n  scanner: %s\n  jansson: %s", where, a, b);
+    st->n_json_errors++;
+}
+
+/* Read path with both parsers in lock step and compare every call. */
+static void diff_file(const char *path, const log_options *base, diff_stats *st)
+{
+    log_options oa = *base, ob = *base;
+    oa.parser = LOG_PARSER_SCAN;
+    ob.parser = LOG_PARSER_JANSSON;
+    log_reader *a = NULL, *b = NULL;
+    char ea[512] = "", eb[512] = "";
+    int ra = log_open(path, &oa, &a, ea, sizeof ea), rb = log_open(path, &ob, &b, eb, sizeof eb);
+    cr_assert_eq(ra, rb, "%s: open", path);
+    cr_assert_str_eq(ea, eb, "%s: open", path);
+    if (ra != 0)
+        return;
+    st->n_files++;
+    char where[600];
+    for (int call = 0; call < 200000; call++) {
+        log_record x, y;
+        memset(&x, 0, sizeof x);
+        memset(&y, 0, sizeof y);
+        ra = log_next(a, &x);
+        rb = log_next(b, &y);
+        snprintf(where, sizeof where, "%s (format %d, hash block %u, tokenizer %d), call %d", path,
+                 base->format, base->hash_block_size, base->tokenizer, call);
+        cr_assert_eq(ra, rb, "%s: scanner %d (%s), jansson %d (%s)", where, ra, log_error(a), rb,
+                     log_error(b));
+        same_error(log_error(a), log_error(b), where, st);
+        if (ra == LOG_RECORD) {
+            same_record(&x, &y, where);
+            st->n_records++;
+        }
+        if (ra == LOG_END)
+            break;
+    }
+    cr_assert_eq(log_n_records(a), log_n_records(b), "%s", path);
+    cr_assert_eq(log_n_lines(a), log_n_lines(b), "%s", path);
+    log_close(a);
+    log_close(b);
+}
+
+/* Every file of directory dir through diff_file with each of the option sets the fuzz
+ * harness uses (defaults; 4-token hash blocks and the bytes tokenizer; each format forced;
+ * no block-size check). */
+static void diff_dir(const char *dir, diff_stats *st)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "%s", dir);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        for (int set = 0; set < 6; set++) {
+            log_options o;
+            log_options_init(&o);
+            o.max_line_bytes = (size_t)1 << 20;
+            if (set == 1) {
+                o.hash_block_size = 4;
+                o.tokenizer = TOK_BYTES;
+            }
+            if (set >= 2 && set <= 4)
+                o.format = set - 1; /* LOG_TOKENS, LOG_MOONCAKE, LOG_OPENAI */
+            if (set == 5)
+                o.hash_block_size = 0;
+            diff_file(path, &o, st);
+        }
+    }
+    closedir(d);
+}
+
+/* The data directory's sibling fuzz corpus: tests/data -> fuzz/corpus/NAME. */
+static const char *corpus_path(const char *name)
+{
+    static char buf[4096];
+    const char *dir = getenv("KVPREFIX_TEST_DATA");
+    snprintf(buf, sizeof buf, "%s/../../fuzz/corpus/%s", dir ? dir : "tests/data", name);
+    return buf;
+}
+
+Test(scanner, same_as_jansson_on_fixtures_and_corpus)
+{
+    const char *dir = getenv("KVPREFIX_TEST_DATA");
+    char plan[4096], replay[4096];
+    snprintf(plan, sizeof plan, "%s/plan", dir ? dir : "tests/data");
+    snprintf(replay, sizeof replay, "%s/replay", dir ? dir : "tests/data");
+    diff_stats st = {0, 0, 0, 0};
+    diff_dir(replay, &st);
+    diff_dir(plan, &st);
+    diff_dir(corpus_path("replay_input"), &st);
+    diff_dir(corpus_path("jsonl_scan"), &st);
+    cr_log_info("%zu files x option sets, %zu records, %zu messages, %zu syntax errors", st.n_files,
+                st.n_records, st.n_errors, st.n_json_errors);
+    /* The inputs hold every kind of line: a run that compared nothing would prove nothing. */
+    cr_assert_gt(st.n_records, 400);
+    cr_assert_gt(st.n_errors, 900);
+    cr_assert_gt(st.n_json_errors, 600);
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+/* One array element: mostly a valid id, sometimes one on or past a boundary or of a wrong
+ * kind. */
+static const char *gen_id(uint64_t *s, char *buf, size_t size)
+{
+    static const char *odd[] = {
+        "0",   "4294967295",          "4294967296",          "-1", "1.0",  "1e3", "\"7\"", "null",
+        "[1]", "9223372036854775807", "9223372036854775808", "-0", "true", "{}"};
+    if (rnd(s) % 40 == 0)
+        return odd[rnd(s) % (sizeof odd / sizeof odd[0])];
+    snprintf(buf, size, "%llu", (unsigned long long)(rnd(s) % 200000));
+    return buf;
+}
+
+/* An array of n ids with random spacing. */
+static size_t gen_array(uint64_t *s, char *out, size_t cap, size_t n)
+{
+    size_t k = (size_t)snprintf(out, cap, "[");
+    char id[32];
+    for (size_t i = 0; i < n && k + 64 < cap; i++)
+        k += (size_t)snprintf(out + k, cap - k, "%s%s%s", i ? "," : "", rnd(s) % 8 == 0 ? " " : "",
+                              gen_id(s, id, sizeof id));
+    return k + (size_t)snprintf(out + k, cap - k, "]");
+}
+
+/* A token-log or Mooncake line with its fields in random order, optional namespace strings
+ * (escapes, UTF-8, null, a wrong kind), timestamps of every kind and an unknown field. */
+static size_t gen_log_line(uint64_t *s, char *out, size_t cap)
+{
+    static const char *strs[] = {
+        "\"llama\"", "\"t\\u00e9n\\\"a\\nt\"",   "null", "\"\"",
+        "7",         "\"\xc3\xa9\xe2\x82\xac\"", "[]",   "\"a\\ud83d\\ude00\""};
+    static const char *keys[] = {"model", "adapter", "tenant", "cache_salt"};
+    static const char *stamps[] = {"12", "1.5e3", "0.25", "-1", "null", "\"x\"", "1e400"};
+    char f[10][2048]; /* at most 9 fields */
+    int nf = 0;
+    bool trace = rnd(s) % 3 == 0;
+    if (trace) {
+        uint64_t len = rnd(s) % 3000 + (rnd(s) % 50 == 0 ? 0 : 1);
+        size_t n = (size_t)(len / 512 + (len % 512 != 0)) + (rnd(s) % 30 == 0);
+        snprintf(f[nf++], sizeof f[0], "\"input_length\": %llu", (unsigned long long)len);
+        if (rnd(s) % 30 != 0)
+            snprintf(f[nf++], sizeof f[0], "\"output_length\": %llu",
+                     (unsigned long long)(rnd(s) % 500));
+        size_t k = (size_t)snprintf(f[nf], sizeof f[0], "\"hash_ids\":");
+        gen_array(s, f[nf++] + k, sizeof f[0] - k, n);
+    } else {
+        size_t k = (size_t)snprintf(f[nf], sizeof f[0], "\"tokens\": ");
+        gen_array(s, f[nf++] + k, sizeof f[0] - k, rnd(s) % 120 + (rnd(s) % 50 != 0));
+        if (rnd(s) % 2) {
+            k = (size_t)snprintf(f[nf], sizeof f[0], "\"output_tokens\":");
+            gen_array(s, f[nf++] + k, sizeof f[0] - k, rnd(s) % 30);
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        if (rnd(s) % 3 == 0)
+            snprintf(f[nf++], sizeof f[0], "\"%s\": %s", keys[i],
+                     strs[rnd(s) % (sizeof strs / sizeof strs[0])]);
+    if (rnd(s) % 2)
+        snprintf(f[nf++], sizeof f[0], "\"timestamp\": %s",
+                 stamps[rnd(s) % (sizeof stamps / sizeof stamps[0])]);
+    if (rnd(s) % 4 == 0)
+        snprintf(f[nf++], sizeof f[0], "\"meta\": {\"a\": [1, {\"b\": null}], \"c\": \"d\"}");
+    for (int i = nf - 1; i > 0; i--) { /* shuffle */
+        int j = (int)(rnd(s) % (uint64_t)(i + 1));
+        char t[2048];
+        memcpy(t, f[i], sizeof t);
+        memcpy(f[i], f[j], sizeof t);
+        memcpy(f[j], t, sizeof t);
+    }
+    size_t k = (size_t)snprintf(out, cap, "{");
+    for (int i = 0; i < nf && k + 2100 < cap; i++)
+        k += (size_t)snprintf(out + k, cap - k, "%s%s", i ? ", " : "", f[i]);
+    return k + (size_t)snprintf(out + k, cap - k, "}");
+}
+
+/* Generated token-log and Mooncake lines, the scanner's own generator of JSON values
+ * (tests/jsonl_scan_diff.c), and byte-level mutants of both, through both readers. */
+Test(scanner, same_as_jansson_on_generated_lines, .timeout = 120)
+{
+    size_t cap = (size_t)12 << 20, n = 0;
+    char *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    uint64_t seed = 0x5ca77e12;
+    char line[20000], mut[20000 + 16];
+    while (n + 3 * sizeof mut < cap) {
+        size_t len = rnd(&seed) % 4 == 0 ? jsd_generate(&seed, line, 4096)
+                                         : gen_log_line(&seed, line, sizeof line);
+        memcpy(buf + n, line, len);
+        n += len;
+        buf[n++] = '\n';
+        if (rnd(&seed) % 3 != 0)
+            continue;
+        size_t mlen = jsd_mutate(&seed, line, len, mut, sizeof mut);
+        memcpy(buf + n, mut, mlen);
+        n += mlen;
+        buf[n++] = '\n';
+    }
+    const char *path = temp_file(0, buf, n);
+    free(buf);
+    diff_stats st = {0, 0, 0, 0};
+    for (int set = 0; set < 3; set++) {
+        log_options o;
+        log_options_init(&o);
+        o.hash_block_size = set == 0 ? 0 : set == 1 ? 4 : 512;
+        diff_file(path, &o, &st);
+    }
+    unlink(path);
+    cr_log_info("%zu records, %zu messages, %zu syntax errors", st.n_records, st.n_errors,
+                st.n_json_errors);
+    cr_assert_gt(st.n_records, 10000);
+    cr_assert_gt(st.n_errors, 10000);
+    cr_assert_gt(st.n_json_errors, 1000);
 }

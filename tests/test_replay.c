@@ -514,3 +514,41 @@ Test(replay, refused_requests_undo_and_growth)
     kvp_cache_free(cache);
     rp_sim_free(sim);
 }
+
+/* Percentiles whose bucket holds distinct values: prompts of 70000 + k tokens extending one
+ * sequence (block size 1), so request k reuses all but its last token: fractions
+ * (L - 1) / L, all within 1.5e-5 of each other, fall in one of the engine's 65536 buckets,
+ * and the second pass must pick the right one among them. Checked against a sort, at the
+ * ceiling and at capacities that cut the requests short. */
+Test(replay, percentiles_inside_one_bucket)
+{
+    enum { N = 21, BASE = 70000 };
+    uint32_t *seq = malloc((BASE + N) * sizeof *seq);
+    cr_assert_not_null(seq);
+    for (uint32_t i = 0; i < BASE + N; i++)
+        seq[i] = i * 2654435761u;
+    rp_sim *s = sim_new(1, 0);
+    for (size_t k = 0; k < N; k++)
+        add_tokens(s, "t", seq, BASE + k, 0);
+    const uint64_t caps[] = {RP_CAP_INF, BASE + N, BASE + 5, 1000};
+    for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+        rp_metrics m = eval(s, caps[c]);
+        double frac[N];
+        for (size_t k = 0; k < N; k++) {
+            /* Request k finds the previous prompt's BASE + k - 1 blocks, of which a cache
+             * of C blocks holds the first C (touched last to first, they are the most
+             * recent); it reuses all but its own last token at most. */
+            uint64_t prev = k ? BASE + k - 1 : 0;
+            uint64_t cached = prev < caps[c] ? prev : caps[c];
+            uint64_t hit = cached < BASE + k - 1 ? cached : BASE + k - 1;
+            frac[k] = (double)hit / (double)(BASE + k);
+        }
+        qsort(frac, N, sizeof *frac, cmp_double);
+        cr_assert_eq(m.p50_hit, frac[(N * 50 + 99) / 100 - 1], "cap %llu: %.17g",
+                     (unsigned long long)caps[c], m.p50_hit);
+        cr_assert_eq(m.p90_hit, frac[(N * 90 + 99) / 100 - 1]);
+        cr_assert_eq(m.p99_hit, frac[(N * 99 + 99) / 100 - 1]);
+    }
+    rp_sim_free(s);
+    free(seq);
+}

@@ -17,8 +17,20 @@
  * A line is found by scanning buf[start, end) for '\n'; when none is there the unread tail is
  * moved to the front and the buffer doubles (up to max_line_bytes + 1) before reading more.
  * Lines therefore have no length limit other than max_line_bytes, embedded NUL bytes are
- * seen (and rejected by the JSON parser) rather than silently truncating the line, and
- * memory is bounded by the longest line plus its parsed form.
+ * seen (and named in a message) rather than silently truncating the line, and memory is
+ * bounded by the longest line plus its ids (or, on the jansson path, its parsed tree).
+ *
+ * Parsing. A line goes first to the scanner (jsonl_scan.c), which validates it as jansson
+ * would and reads token and hash ids straight into its record's arrays, which become the
+ * log_record's; namespace strings are decoded in place in buf. parse_scanned then runs the
+ * checks of the jansson path (parse_json_line and the read_* helpers) in the same order and
+ * with the same words, on the scanner's kinds instead of json_t types. Lines holding an
+ * OpenAI request ("messages", "prompt", "body"), lines of a log forced to OpenAI, and every
+ * line under LOG_PARSER_JANSSON take the jansson path. Measured on a 2M-request token log
+ * (bench/bench_replay.c --tokens): replay went from 39 to 259 MB/s of CPU time, parsing
+ * falling from 87% of the run (jansson) to about 30% (docs/replay.md, "Performance");
+ * tests/test_logread.c reads every fixture, both fuzz corpora and generated lines with both
+ * paths and compares every call.
  *
  * Invariants: start <= end <= cap; buf[start, end) is unread input; line_no counts the
  * lines handed out so far. The arrays of a record are reused across lines, grown to the
@@ -32,6 +44,7 @@
 #include "cli.h"
 #include "escape.h"
 #include "gzin.h"
+#include "jsonl_scan.h"
 #include "logread.h"
 #include "openai.h"
 #include "tokenize.h"
@@ -75,7 +88,11 @@ struct log_reader {
     bool failed;           /* a read, decompression or memory error ended the input */
     uint64_t line_no;      /* lines handed out so far */
     uint64_t n_records;    /* records returned so far */
-    json_t *json;          /* parsed current line, kept so namespace strings stay valid */
+    json_t *json;          /* current line parsed by jansson (OpenAI, or LOG_PARSER_JANSSON),
+                              kept so namespace strings stay valid; NULL after the scanner */
+    js_scanner scan;       /* the scanner's scratch state (key set, message) */
+    js_record scanned;     /* what the scanner read from the current line; its arrays are the
+                              token and Mooncake records' arrays */
     uint32_t *tokens;      /* token ids of the current line */
     size_t tokens_cap;     /* elements allocated at tokens */
     uint32_t *out_tokens;  /* output token ids of the current line */
@@ -96,6 +113,9 @@ void log_options_init(log_options *opt)
     opt->hash_block_size = 512;
     opt->format = 0;
     opt->tokenizer = TOK_WORDS;
+    const char *parser = getenv("KVPREFIX_LOG_PARSER");
+    opt->parser =
+        parser != NULL && strcmp(parser, "jansson") == 0 ? LOG_PARSER_JANSSON : LOG_PARSER_SCAN;
 }
 
 int log_open(const char *path, const log_options *opt, log_reader **out, char *err, size_t err_size)
@@ -123,9 +143,10 @@ int log_open(const char *path, const log_options *opt, log_reader **out, char *e
     if (r->opt.tokenizer == 0)
         r->opt.tokenizer = TOK_WORDS;
     if (r->opt.format < 0 || r->opt.format > LOG_OPENAI ||
-        (r->opt.tokenizer != TOK_WORDS && r->opt.tokenizer != TOK_BYTES)) {
-        cli_errf(err, err_size, "%s: unknown log format %d or tokenizer %d", name, r->opt.format,
-                 r->opt.tokenizer);
+        (r->opt.tokenizer != TOK_WORDS && r->opt.tokenizer != TOK_BYTES) ||
+        (r->opt.parser != LOG_PARSER_SCAN && r->opt.parser != LOG_PARSER_JANSSON)) {
+        cli_errf(err, err_size, "%s: unknown log format %d, tokenizer %d or parser %d", name,
+                 r->opt.format, r->opt.tokenizer, r->opt.parser);
         log_close(r);
         return LOG_EIO;
     }
@@ -158,6 +179,8 @@ void log_close(log_reader *r)
     free(r->offsets);
     oai_prompt_free(&r->prompt);
     json_decref(r->json);
+    js_scanner_free(&r->scan);
+    js_record_free(&r->scanned);
     free(r->buf);
     free(r->tokens);
     free(r->out_tokens);
@@ -496,13 +519,10 @@ static const char *format_desc(int format)
     }
 }
 
-/* Decide the format of line object o (and check it against a forced format). Returns 0
- * with *format set, or LOG_EINPUT. */
-static int detect_format(log_reader *r, const json_t *o, int *format)
+/* Decide the format of a line from which of "tokens", "hash_ids" and an OpenAI request it
+ * holds (and check it against a forced format). Returns 0 with *format set, or LOG_EINPUT. */
+static int pick_format(log_reader *r, bool tokens, bool ids, bool oai, int *format)
 {
-    bool tokens = json_object_get(o, "tokens") != NULL;
-    bool ids = json_object_get(o, "hash_ids") != NULL;
-    bool oai = oai_is_request(o);
     if (tokens + ids + oai > 1)
         return line_err(r,
                         "a line has only one of \"tokens\" (token log), \"hash_ids\" (Mooncake "
@@ -519,6 +539,13 @@ static int detect_format(log_reader *r, const json_t *o, int *format)
                            "nor \"messages\" or \"prompt\" (OpenAI request) is present");
     *format = f;
     return 0;
+}
+
+/* Decide the format of line object o (pick_format). Returns 0 or LOG_EINPUT. */
+static int detect_format(log_reader *r, const json_t *o, int *format)
+{
+    return pick_format(r, json_object_get(o, "tokens") != NULL,
+                       json_object_get(o, "hash_ids") != NULL, oai_is_request(o), format);
 }
 
 /* Parse an OpenAI request line o (len bytes of JSON) into *rec, starting from *x (line_no
@@ -626,6 +653,22 @@ static int parse_token_fields(log_reader *r, const json_t *o, const json_t *toke
     return 0;
 }
 
+/* Check that n hash ids fit input_length tokens (ceil or floor of input_length /
+ * hash_block_size; any number when that is 0). Returns 0 or LOG_EINPUT. */
+static int check_n_ids(log_reader *r, uint64_t input_length, size_t n)
+{
+    uint32_t bs = r->opt.hash_block_size;
+    if (bs == 0)
+        return 0;
+    uint64_t lo = input_length / bs, hi = lo + (input_length % bs != 0);
+    if (n != lo && n != hi)
+        return line_err(r,
+                        "%zu hash_ids do not match input_length %llu with %u-token "
+                        "blocks (expected %llu)",
+                        n, (unsigned long long)input_length, bs, (unsigned long long)hi);
+    return 0;
+}
+
 /* A Mooncake line's lengths and hash_ids into *x, checked against the block size. Returns 0
  * or a negative code. */
 static int parse_trace_fields(log_reader *r, const json_t *o, const json_t *ids, log_record *x)
@@ -652,32 +695,175 @@ static int parse_trace_fields(log_reader *r, const json_t *o, const json_t *ids,
             return line_err(r, "hash_ids[%zu] = %lld is negative", i, (long long)h);
         r->ids[i] = (uint64_t)h;
     }
-    uint32_t bs = r->opt.hash_block_size;
-    if (bs > 0) {
-        uint64_t lo = x->input_length / bs, hi = lo + (x->input_length % bs != 0);
-        if (n != lo && n != hi)
-            return line_err(r,
-                            "%zu hash_ids do not match input_length %llu with %u-token "
-                            "blocks (expected %llu)",
-                            n, (unsigned long long)x->input_length, bs, (unsigned long long)hi);
-    }
+    if ((rc = check_n_ids(r, x->input_length, n)) != 0)
+        return rc;
     x->hash_ids = r->ids;
     x->n_hash_ids = n;
     return 0;
 }
 
-/* Parse one non-blank line into *rec. Returns LOG_RECORD or a negative code. */
-static int parse_line(log_reader *r, const char *line, size_t len, log_record *rec)
+/* ---- the scanner's path: the checks above, in the same order and words, on js_record ---- */
+
+/* What an id field that is present but empty points at (the scanner allocates nothing for
+ * it, and a record's arrays are never NULL when the field is there). */
+static const uint32_t no_tokens[1];
+static const uint64_t no_ids[1];
+
+/* An optional namespace string the scanner found: decoded in place in the line buffer
+ * (never longer than its JSON form) and NUL-terminated there, valid until the next line.
+ * Returns 0 or LOG_EINPUT. */
+static int scan_ns(log_reader *r, const js_value *v, const char *key, const char **s, size_t *len)
+{
+    *s = NULL;
+    *len = 0;
+    if (v->kind == JS_ABSENT || v->kind == JS_NULL)
+        return 0;
+    if (v->kind != JS_STRING)
+        return line_err(r, "%s must be a string or null, not %s", key, js_kind_name(v->kind));
+    char *dst = r->buf + (v->str - r->buf); /* the line is r->buf's: writable */
+    *len = js_string_decode(v, dst);
+    *s = dst;
+    return 0;
+}
+
+/* An optional non-negative timestamp (read_timestamp). Returns 0 or LOG_EINPUT. */
+static int scan_timestamp(log_reader *r, const js_value *v, log_record *x)
+{
+    if (v->kind == JS_ABSENT || v->kind == JS_NULL)
+        return 0;
+    if (v->kind != JS_INT && v->kind != JS_REAL)
+        return line_err(r, "timestamp must be a number, not %s", js_kind_name(v->kind));
+    x->timestamp = v->d;
+    if (!(x->timestamp >= 0.0))
+        return line_err(r, "timestamp must not be negative");
+    x->has_timestamp = true;
+    return 0;
+}
+
+/* A token-id array field (read_tokens): *dst points at the scanner's ids v. Returns 0 or
+ * LOG_EINPUT. */
+static int scan_tokens(log_reader *r, const js_array *a, const uint32_t *v, const char *key,
+                       const uint32_t **dst, size_t *n_out)
+{
+    if (a->kind != JS_ARRAY)
+        return line_err(r, "%s must be an array of token ids, not %s", key, js_kind_name(a->kind));
+    if (a->bad_index != JS_NO_INDEX && a->bad_kind == JS_INT)
+        return line_err(r, "%s[%zu] = %lld is outside the token id range 0..4294967295", key,
+                        a->bad_index, (long long)a->bad_int);
+    if (a->bad_index != JS_NO_INDEX)
+        return line_err(r, "%s[%zu] must be an integer token id, not %s", key, a->bad_index,
+                        js_kind_name(a->bad_kind));
+    *dst = a->n > 0 ? v : no_tokens;
+    *n_out = a->n;
+    return 0;
+}
+
+/* A required Mooncake length (read_len). Returns 0 or LOG_EINPUT. */
+static int scan_len(log_reader *r, const js_value *v, const char *key, uint64_t *out)
+{
+    if (v->kind == JS_ABSENT)
+        return line_err(r,
+                        "%s is missing (Mooncake lines need input_length, output_length "
+                        "and hash_ids)",
+                        key);
+    if (v->kind != JS_INT)
+        return line_err(r, "%s must be an integer, not %s", key, js_kind_name(v->kind));
+    if (v->i < 0 || (uint64_t)v->i > LOG_MAX_LEN)
+        return line_err(r, "%s = %lld is outside 0..%llu", key, (long long)v->i,
+                        (unsigned long long)LOG_MAX_LEN);
+    *out = (uint64_t)v->i;
+    return 0;
+}
+
+/* A token log line's arrays (parse_token_fields). Returns 0 or LOG_EINPUT. */
+static int scan_token_fields(log_reader *r, const js_record *j, log_record *x)
+{
+    int rc;
+    if ((rc = scan_tokens(r, &j->tokens, j->tokens_v, "tokens", &x->tokens, &x->n_tokens)))
+        return rc;
+    if (x->n_tokens == 0)
+        return line_err(r, "tokens is empty: a request needs at least one prompt token");
+    const js_array *out = &j->output_tokens;
+    if (out->kind != JS_ABSENT && out->kind != JS_NULL &&
+        (rc = scan_tokens(r, out, j->output_tokens_v, "output_tokens", &x->output_tokens,
+                          &x->n_output_tokens)))
+        return rc;
+    x->input_length = x->n_tokens;
+    x->output_length = x->n_output_tokens;
+    return 0;
+}
+
+/* A Mooncake line's lengths and ids (parse_trace_fields). Returns 0 or LOG_EINPUT. */
+static int scan_trace_fields(log_reader *r, const js_record *j, log_record *x)
+{
+    int rc;
+    if ((rc = scan_len(r, &j->input_length, "input_length", &x->input_length)) != 0 ||
+        (rc = scan_len(r, &j->output_length, "output_length", &x->output_length)) != 0)
+        return rc;
+    if (x->input_length == 0)
+        return line_err(r, "input_length must be at least 1");
+    const js_array *a = &j->hash_ids;
+    if (a->kind != JS_ARRAY)
+        return line_err(r, "hash_ids must be an array of integers, not %s", js_kind_name(a->kind));
+    if (a->bad_index != JS_NO_INDEX && a->bad_kind == JS_INT)
+        return line_err(r, "hash_ids[%zu] = %lld is negative", a->bad_index, (long long)a->bad_int);
+    if (a->bad_index != JS_NO_INDEX)
+        return line_err(r, "hash_ids[%zu] must be an integer, not %s", a->bad_index,
+                        js_kind_name(a->bad_kind));
+    if ((rc = check_n_ids(r, x->input_length, a->n)) != 0)
+        return rc;
+    x->hash_ids = a->n > 0 ? j->hash_ids_v : no_ids;
+    x->n_hash_ids = a->n;
+    return 0;
+}
+
+/* Finish a line js_scan returned rc for (anything but JS_FALLBACK): its error in the
+ * reader's words, or the record with the checks of the jansson path in the same order
+ * (format, namespace strings, timestamp, arrays or lengths). Returns LOG_RECORD or a
+ * negative code. */
+static int parse_scanned(log_reader *r, int rc, const char *line, size_t len, log_record *rec)
+{
+    const js_record *j = &r->scanned;
+    if (rc == JS_ENOMEM) {
+        r->failed = true;
+        line_err(r,
+                 "out of memory parsing a %zu-byte line (lower --max-line-bytes to refuse "
+                 "such lines sooner)",
+                 len);
+        return LOG_ENOMEM;
+    }
+    if (rc == JS_EJSON && memchr(line, '\r', len) != NULL)
+        return line_err(r,
+                        "%s; the line holds a carriage return (CR-only line endings are not "
+                        "supported: use \\n or \\r\\n)",
+                        r->scan.err);
+    if (rc != JS_OK)
+        return line_err(r, "%s", r->scan.err);
+    log_record x;
+    memset(&x, 0, sizeof x);
+    x.line_no = r->line_no;
+    if ((rc = pick_format(r, j->fields & JS_F_TOKENS, j->fields & JS_F_HASH_IDS, false,
+                          &x.format)) != 0 ||
+        (rc = scan_ns(r, &j->model, "model", &x.model, &x.model_len)) != 0 ||
+        (rc = scan_ns(r, &j->adapter, "adapter", &x.adapter, &x.adapter_len)) != 0 ||
+        (rc = scan_ns(r, &j->tenant, "tenant", &x.tenant, &x.tenant_len)) != 0 ||
+        (rc = scan_ns(r, &j->cache_salt, "cache_salt", &x.cache_salt, &x.cache_salt_len)) != 0 ||
+        (rc = scan_timestamp(r, &j->timestamp, &x)) != 0)
+        return rc;
+    rc = x.format == LOG_TOKENS ? scan_token_fields(r, j, &x) : scan_trace_fields(r, j, &x);
+    if (rc != 0)
+        return rc;
+    *rec = x;
+    r->n_records++;
+    return LOG_RECORD;
+}
+
+/* ---- one line ---------------------------------------------------------------------------- */
+
+/* Parse one non-blank line with jansson into *rec. Returns LOG_RECORD or a negative code. */
+static int parse_json_line(log_reader *r, const char *line, size_t len, log_record *rec)
 {
     json_error_t jerr;
-    json_decref(r->json);
-    r->json = NULL;
-    const char *nul = memchr(line, '\0', len);
-    if (nul != NULL)
-        return line_err(r,
-                        "a raw NUL byte at column %zu (JSON text cannot hold one: a binary or "
-                        "corrupt file?)",
-                        (size_t)(nul - line) + 1);
     r->json = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (r->json == NULL) {
         /* jansson 2.14 leaves the error unset (no text, column -1) when an allocation
@@ -732,6 +918,26 @@ static int parse_line(log_reader *r, const char *line, size_t len, log_record *r
     *rec = x;
     r->n_records++;
     return LOG_RECORD;
+}
+
+/* Parse one non-blank line into *rec: through the scanner unless the line (or the options)
+ * need jansson. Returns LOG_RECORD or a negative code. */
+static int parse_line(log_reader *r, const char *line, size_t len, log_record *rec)
+{
+    json_decref(r->json);
+    r->json = NULL;
+    const char *nul = memchr(line, '\0', len);
+    if (nul != NULL)
+        return line_err(r,
+                        "a raw NUL byte at column %zu (JSON text cannot hold one: a binary or "
+                        "corrupt file?)",
+                        (size_t)(nul - line) + 1);
+    if (r->opt.parser == LOG_PARSER_SCAN && r->opt.format != LOG_OPENAI && len <= JS_MAX_LINE) {
+        int rc = js_scan(&r->scan, line, len, &r->scanned);
+        if (rc != JS_FALLBACK)
+            return parse_scanned(r, rc, line, len, rec);
+    }
+    return parse_json_line(r, line, len, rec);
 }
 
 static bool is_blank(const char *s, size_t len)

@@ -34,9 +34,19 @@
  * error on one line the reader can go on with the next line; a read or decompression error
  * ends the file.
  *
+ * Parsing: a token or Mooncake line is read by the validating single-pass scanner
+ * (jsonl_scan.h), which accepts and rejects exactly what jansson does (RFC 8259, duplicate
+ * keys, int64 integers) and decodes the id arrays straight into the record; the reader's
+ * checks and messages are the same on both paths (only the text after "invalid JSON at
+ * column N:" is the scanner's own). A line with "messages", "prompt" or "body" is parsed
+ * again by jansson (the OpenAI renderer needs a tree), as is every line when the format is
+ * forced to OpenAI or log_options.parser is LOG_PARSER_JANSSON.
+ *
  * Memory: the reader holds one line (up to max_line_bytes, also after decompression, so a
- * compression bomb stops at its first over-long line),
- * its parsed JSON and the arrays of that line; all of it is reused or freed at the next call.
+ * compression bomb stops at its first over-long line) and the arrays of that line (at most
+ * 4 bytes per line byte for token ids, 8 for hash ids, plus the scanner's 8 bytes per key of
+ * the objects open at one time); a line parsed by jansson adds its tree (tens of bytes per
+ * line byte). All of it is reused or freed at the next call.
  * An OpenAI line adds its rendered text (at most 8 times the line plus 4 KiB, and in practice
  * shorter than the line: see openai.h) and two 4-byte arrays per token (at most one token per
  * byte of text).
@@ -64,6 +74,11 @@ enum {
     LOG_OPENAI = 3    /* OpenAI completions or chat completions request body */
 };
 
+enum {
+    LOG_PARSER_SCAN = 0,   /* jsonl_scan for token and Mooncake lines, jansson for OpenAI */
+    LOG_PARSER_JANSSON = 1 /* jansson for every line */
+};
+
 /* Default and largest --max-line-bytes. The default bounds what one line can cost: a parsed
  * JSON line takes up to tens of bytes per input byte, so 64 MiB keeps one line below a few
  * GiB of memory however hostile the input (docs/replay.md, "Bad and hostile input"). */
@@ -82,9 +97,16 @@ typedef struct log_options {
                                  LOG_MOONCAKE or LOG_OPENAI to require that format */
     int tokenizer;            /* OpenAI lines: TOK_WORDS (default) or
                                  TOK_BYTES */
+    int parser;               /* LOG_PARSER_SCAN (default): token and Mooncake lines go
+                                 through the single-pass scanner (jsonl_scan.h) and OpenAI
+                                 lines through jansson; LOG_PARSER_JANSSON: every line
+                                 through jansson (the reference the scanner is tested
+                                 against; also set by KVPREFIX_LOG_PARSER=jansson) */
 } log_options;
 
-/* Fill *opt with the defaults above. Cannot fail (does nothing if opt is NULL). */
+/* Fill *opt with the defaults above (parser: LOG_PARSER_JANSSON when the environment
+ * variable KVPREFIX_LOG_PARSER is "jansson", else LOG_PARSER_SCAN). Cannot fail (does
+ * nothing if opt is NULL). */
 void log_options_init(log_options *opt);
 
 /* One request. Every pointer is owned by the reader and valid until the next

@@ -20,10 +20,25 @@
  *              tree 64 times smaller than one over times (32 KiB for the conversation trace's
  *              290k touches), so its walks stay in cache. Both double (the tree is rebuilt
  *              from the bits) when time runs past their end.
- *   reqs, pm   per request: prompt tokens, full prompt blocks, blocks touched, and in pm the
- *              running maximum of the stack distances along its touched blocks (RP_COLD for a
- *              block never seen). Non-decreasing, so "blocks with running max < C" is the
- *              cached prefix at capacity C: a binary search per request and capacity.
+ *   rq         per request, one record appended to a byte stream, every number a LEB128
+ *              varint (7 bits a byte): prompt tokens, full prompt blocks, blocks touched,
+ *              warm blocks W, the group of each dimension, then the running maximum of the
+ *              stack distances along its touched blocks for the first W blocks, as deltas
+ *              (2 d) or runs of k deltas of 1 (2 k + 1):
+ *
+ *                [n_tokens][n_full][n_touch][W][g0][g1][g2][2 pm0][2 k + 1][2 (pm - prev)]...
+ *
+ *              The running maximum is non-decreasing, so "blocks with running max < C" is the
+ *              cached prefix at capacity C; a block never seen has RP_COLD, the largest
+ *              value, so every block from the first cold one on is cold and only the W warm
+ *              ones are stored. Why this and not a struct plus 4 bytes per block (121 bytes
+ *              per request on a 2M-request token log): the hit figures of any capacity, and
+ *              the percentiles of the per-request hit fraction in particular, need each
+ *              request's whole step function C -> cached blocks when the capacities are only
+ *              known at the end (the automatic sweep spans the distinct blocks seen); the
+ *              deltas along a shared prefix are 1 (a prefix touched last to first has
+ *              distances X + i at block i), so a run of them costs 1 or 2 bytes, a cold
+ *              block nothing and the header about 8 (docs/replay.md, "Memory").
  *
  * Per request: Step 1 compute its block keys (chained token hashes, or scoped hash ids);
  * Step 2 look them up, creating entries for new keys (trace mode: check parents first, and
@@ -34,9 +49,17 @@
  * Invariants: n_live == number of entries with last > 0 == set bits, all within 1 .. n_time;
  * each entry with last > 0 has bit last set, and no two entries share a time.
  *
+ * Percentiles (rp_sim_eval) come without a per-request array: a first pass over rq sums
+ * the figures and counts the hit fractions in N_BUCKETS buckets (0 exactly, then 1/65535-wide
+ * bins of (0, 1)), keeping each bucket's least and largest value; the bucket holding each
+ * wanted rank is then known, and when its values are not all equal a second pass collects
+ * just that bucket's values and selects the rank among them, exactly as a sort would.
+ *
  * Cost: O(B log(T / 64)) time for B block accesses and T touches; memory about 80 bytes
- * per distinct block (a 48-byte entry, two 16-byte slots at load <= 1/2), 4 bytes per block
- * access (pm), 40 per request, and 1/4 byte per touch (bits and tree).
+ * per distinct block (a 48-byte entry, two 16-byte slots at load <= 1/2), 1/4 byte per touch
+ * (bits and tree), and per request its rq record: about 8 bytes plus 1-3 per run of warm blocks
+ * (at most 5 per warm block and 35 for the header). Evaluation adds 1.5 MiB of buckets and the
+ * values of at most three buckets.
  */
 #include "replay_sim.h"
 
@@ -64,6 +87,9 @@
 #define RP_COLD        UINT32_MAX /* stack distance of a block never touched before */
 #define RP_DIST_MAX    (UINT32_MAX - 1)
 #define MAX_REQ_BLOCKS (UINT32_MAX - 1)
+#define VARINT_MAX     10               /* bytes of the longest varint (a uint64_t) */
+#define RQ_HEAD_MAX    (7 * VARINT_MAX) /* bytes of the longest record header */
+#define N_BUCKETS      65536            /* percentile buckets: 0, then 65535 bins */
 
 static bool oom_flag; /* set by uthash when a table allocation fails (single-threaded tool) */
 
@@ -90,12 +116,14 @@ typedef struct group_name {
     size_t len;  /* bytes in it */
 } group_name;
 
+/* One request's record, decoded from rq (or about to be encoded into it). */
 typedef struct req {
     uint64_t n_tokens;      /* prompt tokens */
-    uint64_t pm_off;        /* first distance of this request in pm */
     uint32_t n_prompt_full; /* full prompt blocks */
     uint32_t n_touch;       /* blocks touched (prompt, then cached output) */
+    uint32_t n_warm;        /* leading blocks with a distance below RP_COLD (<= n_touch) */
     uint32_t g[RP_N_DIMS];  /* group of each dimension */
+    const uint8_t *pm;      /* decoding: the first delta of its distances, inside rq */
 } req;
 
 struct rp_sim {
@@ -104,18 +132,20 @@ struct rp_sim {
     size_t n_ents, ents_cap;
     slot *tab; /* open-addressing index over ents, tab_mask + 1 slots */
     size_t tab_mask;
-    uint64_t n_live;  /* keys touched at least once */
-    uint64_t *bits;   /* bit t is set when time t is some key's last touch */
-    uint32_t *fen;    /* Fenwick tree over the marks per word of bits, 1-based */
-    uint64_t n_words; /* words of bits (times 0 .. 64 n_words - 1; time 0 is never used) */
-    uint64_t n_time;  /* times used so far */
-    req *reqs;        /* requests replayed */
-    size_t n_reqs, reqs_cap;
-    uint32_t *pm; /* running-maximum distances, see the picture */
-    size_t n_pm, pm_cap;
-    kvp_key *scratch_keys;             /* keys of the current request */
-    size_t *scratch_ent;               /* their entries' indexes */
-    kvp_key *scratch_ids;              /* hash ids as keys for kvp_access_ids */
+    uint64_t n_live;       /* keys touched at least once */
+    uint64_t *bits;        /* bit t is set when time t is some key's last touch */
+    uint32_t *fen;         /* Fenwick tree over the marks per word of bits, 1-based */
+    uint64_t n_words;      /* words of bits (times 0 .. 64 n_words - 1; time 0 is never used) */
+    uint64_t n_time;       /* times used so far */
+    uint8_t *rq;           /* one record per request replayed, see the picture */
+    size_t n_rq;           /* bytes used at rq */
+    size_t rq_cap;         /* bytes allocated at rq */
+    size_t n_reqs;         /* requests replayed (records in rq) */
+    uint32_t *pm;          /* running-maximum distances of the current request */
+    size_t pm_cap;         /* elements allocated at pm */
+    kvp_key *scratch_keys; /* keys of the current request */
+    size_t *scratch_ent;   /* their entries' indexes */
+    kvp_key *scratch_ids;  /* hash ids as keys for kvp_access_ids */
     size_t keys_cap, ent_cap, ids_cap; /* elements allocated in each scratch array */
     group *groups[RP_N_DIMS];          /* uthash heads */
     group_name *names[RP_N_DIMS];      /* values by id */
@@ -182,6 +212,117 @@ static bool fen_reserve(rp_sim *s, uint64_t t)
     s->bits = bits;
     s->n_words = words;
     return true;
+}
+
+/* ---- request records ----------------------------------------------------------------------- */
+
+/* Write v at p as a LEB128 varint; returns the byte after it. Cannot fail (room reserved). */
+static inline uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* Read the varint at *p (one put_varint wrote) and move *p past it. Cannot fail. */
+static inline uint64_t get_varint(const uint8_t **p)
+{
+    const uint8_t *q = *p;
+    if (*q < 0x80) {
+        *p = q + 1;
+        return *q;
+    }
+    uint64_t v = 0;
+    unsigned shift = 0;
+    uint8_t b;
+    do {
+        b = *q++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        shift += 7;
+    } while (b & 0x80);
+    *p = q;
+    return v;
+}
+
+/* Append request q with the running maxima pm[0, q->n_warm) to rq (room reserved by
+ * check_request). Cannot fail. */
+static void rq_append(rp_sim *s, const req *q, const uint32_t *pm)
+{
+    uint8_t *p = s->rq + s->n_rq;
+    p = put_varint(p, q->n_tokens);
+    p = put_varint(p, q->n_prompt_full);
+    p = put_varint(p, q->n_touch);
+    p = put_varint(p, q->n_warm);
+    for (int d = 0; d < RP_N_DIMS; d++)
+        p = put_varint(p, q->g[d]);
+    uint32_t prev = 0;
+    for (uint32_t i = 0; i < q->n_warm;) {
+        uint32_t k = 0;
+        while (i + k < q->n_warm && pm[i + k] - (k ? pm[i + k - 1] : prev) == 1)
+            k++;
+        if (k > 0) {
+            p = put_varint(p, (uint64_t)k << 1 | 1); /* a run of k deltas of 1 */
+            i += k;
+        } else {
+            p = put_varint(p, (uint64_t)(pm[i] - prev) << 1);
+            i++;
+        }
+        prev = pm[i - 1];
+    }
+    s->n_rq = (size_t)(p - s->rq);
+    s->n_reqs++;
+}
+
+/* Decode the n_warm distances of a record whose first code is at *p (q->pm) and count the
+ * blocks whose running maximum is below `below` into *n_below; move *p past the record.
+ * Returns the last running maximum (0 when there is none), or UINT64_MAX when the codes do
+ * not add up to n_warm blocks (only a corrupted record). */
+static uint64_t rq_distances(const uint8_t **p, uint32_t n_warm, uint64_t below, uint32_t *n_below)
+{
+    const uint8_t *c = *p;
+    uint64_t run = 0;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < n_warm;) {
+        uint64_t v = get_varint(&c);
+        if (v & 1) {
+            uint64_t k = v >> 1; /* run + 1, ..., run + k */
+            if (k == 0 || k > n_warm - i)
+                return UINT64_MAX;
+            n += below > run + 1 ? (uint32_t)(below - run - 1 < k ? below - run - 1 : k) : 0;
+            run += k;
+            i += (uint32_t)k;
+        } else {
+            run += v >> 1;
+            n += run < below;
+            i++;
+        }
+    }
+    *p = c;
+    *n_below = n;
+    return run;
+}
+
+/* One past the last record (s->rq itself, maybe NULL, when there is none). */
+static const uint8_t *rq_end(const rp_sim *s)
+{
+    return s->n_rq > 0 ? s->rq + s->n_rq : s->rq;
+}
+
+/* Decode the header of the record at p into *q (q->pm: its first distance delta). Returns
+ * the byte after the header. Cannot fail. */
+static const uint8_t *rq_header(const uint8_t *p, req *q)
+{
+    q->n_tokens = get_varint(&p);
+    q->n_prompt_full = (uint32_t)get_varint(&p);
+    q->n_touch = (uint32_t)get_varint(&p);
+    q->n_warm = (uint32_t)get_varint(&p);
+    for (int d = 0; d < RP_N_DIMS; d++)
+        q->g[d] = (uint32_t)get_varint(&p);
+    q->pm = p;
+    return p;
 }
 
 static bool scratch_reserve(rp_sim *s, size_t n)
@@ -557,8 +698,8 @@ static int check_request(rp_sim *s, const rp_request *r, uint32_t *n_touch_out,
     }
     uint32_t n_touch = (uint32_t)touch;
     if (!scratch_reserve(s, (r->hash_ids ? r->n_hash_ids : 0) + n_touch + 1) ||
-        !cli_grow((void **)&s->reqs, &s->reqs_cap, s->n_reqs + 1, sizeof *s->reqs) ||
-        !cli_grow((void **)&s->pm, &s->pm_cap, s->n_pm + n_touch + 1, sizeof *s->pm) ||
+        !cli_grow((void **)&s->pm, &s->pm_cap, (size_t)n_touch + 1, sizeof *s->pm) ||
+        !cli_grow((void **)&s->rq, &s->rq_cap, s->n_rq + RQ_HEAD_MAX + (size_t)n_touch * 5, 1) ||
         !fen_reserve(s, s->n_time + n_touch + 1)) {
         cli_errf(err, err_size, "out of memory");
         return RP_ENOMEM;
@@ -586,7 +727,7 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
     rc = find_entries(s, r, root, n_touch, err, err_size);
     if (rc != RP_OK)
         return rc;
-    req q = {n_prompt, s->n_pm, n_full, n_touch, {0, 0, 0}};
+    req q = {n_prompt, n_full, n_touch, 0, {0, 0, 0}, NULL};
     for (int d = 0; d < RP_N_DIMS; d++) {
         kvp_field f = d == RP_DIM_MODEL     ? r->ns.model
                       : d == RP_DIM_ADAPTER ? r->ns.adapter
@@ -599,7 +740,7 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
     }
 
     /* Step 3: distances before any touch, as running maxima. */
-    uint32_t *pm = s->pm + s->n_pm;
+    uint32_t *pm = s->pm;
     uint32_t run = 0;
     for (uint32_t i = 0; i < n_touch; i++) {
         entry *e = &s->ents[s->scratch_ent[i]];
@@ -610,6 +751,7 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
         }
         run = d > run ? d : run;
         pm[i] = run;
+        q.n_warm += run < RP_COLD;
     }
 
     /* Step 4: the pool. */
@@ -630,8 +772,7 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
         e->last = ++s->n_time;
         fen_mark(s, e->last, +1);
     }
-    s->n_pm += n_touch;
-    s->reqs[s->n_reqs++] = q;
+    rq_append(s, &q, pm);
     return RP_OK;
 }
 
@@ -659,6 +800,76 @@ int rp_sim_finish(rp_sim *s, char *err, size_t err_size)
         return RP_EINTERNAL;
     }
     return RP_OK;
+}
+
+/* ---- evaluation ---------------------------------------------------------------------------- */
+
+/* One request's figures at one capacity. */
+typedef struct req_fig {
+    uint32_t cached;     /* full prompt blocks in the cached prefix */
+    uint32_t seen;       /* full prompt blocks seen before (warm) */
+    uint32_t cached_all; /* touched blocks in the cached prefix */
+    uint64_t hit;        /* blocks reused (capped so one token is computed) */
+    double frac;         /* hit tokens / prompt tokens */
+} req_fig;
+
+/* Decode the record at *p into *q and its figures at capacity cap into *f; move *p past the
+ * record. Cannot fail. */
+static void req_eval(const rp_sim *s, const uint8_t **p, uint64_t cap, req *q, req_fig *f)
+{
+    *p = rq_header(*p, q);
+    uint64_t below = cap < RP_COLD ? cap : RP_COLD; /* a cold block never hits */
+    uint32_t n_below = 0; /* blocks whose running maximum is below the capacity */
+    rq_distances(p, q->n_warm, below, &n_below);
+    /* The running maximum never decreases: the blocks below are a prefix. */
+    f->cached = n_below < q->n_prompt_full ? n_below : q->n_prompt_full;
+    f->seen = q->n_warm < q->n_prompt_full ? q->n_warm : q->n_prompt_full;
+    f->cached_all = n_below;
+    uint64_t limit = (q->n_tokens - 1) / s->cfg.block_size;
+    f->hit = f->cached < limit ? f->cached : limit;
+    f->frac = (double)(f->hit * s->cfg.block_size) / (double)q->n_tokens;
+}
+
+/* Hit fractions counted per bucket: bucket 0 holds exactly 0, bucket 1 + floor(f (N - 1))
+ * the f in (0, 1) (a fraction is below 1: one token is always computed). */
+typedef struct frac_hist {
+    uint64_t n[N_BUCKETS]; /* fractions in each bucket */
+    double lo[N_BUCKETS];  /* the least of them (valid when n > 0) */
+    double hi[N_BUCKETS];  /* the largest */
+} frac_hist;
+
+static size_t bucket_of(double f)
+{
+    if (!(f > 0.0))
+        return 0;
+    size_t b = 1 + (size_t)(f * (double)(N_BUCKETS - 1));
+    return b < N_BUCKETS ? b : N_BUCKETS - 1;
+}
+
+static void hist_add(frac_hist *h, double f)
+{
+    size_t b = bucket_of(f);
+    if (h->n[b] == 0 || f < h->lo[b])
+        h->lo[b] = f;
+    if (h->n[b] == 0 || f > h->hi[b])
+        h->hi[b] = f;
+    h->n[b]++;
+}
+
+/* The element of 0-based rank k among the n fractions counted in h: *bucket and *rank (its
+ * rank inside the bucket) say where it is; returns true with *value set when the bucket's
+ * values are all equal, false when they must be collected (second pass). */
+static bool hist_find(const frac_hist *h, uint64_t k, size_t *bucket, uint64_t *rank, double *value)
+{
+    size_t b = 0;
+    while (k >= h->n[b]) {
+        k -= h->n[b];
+        b++;
+    }
+    *bucket = b;
+    *rank = k;
+    *value = h->lo[b];
+    return h->lo[b] == h->hi[b];
 }
 
 /* Put the k-th smallest of v[lo .. hi] (inclusive) at v[k], smaller ones before it and
@@ -692,23 +903,90 @@ static void select_kth(double *v, size_t lo, size_t hi, size_t k)
     }
 }
 
-/* Nearest-rank percentile p (0 < p <= 100) of v[from .. n), rearranging v: the element of
- * rank ceil(n p / 100) is selected in place, so later calls with larger p may start at it. */
-static double percentile(double *v, size_t n, size_t *from, unsigned p)
+/* The nearest-rank percentiles 50, 90 and 99 of the hit fractions at capacity cap into m,
+ * from the histogram h of a first pass: a bucket with distinct values is collected by a
+ * second pass over rq and the rank selected in it. Returns RP_OK or RP_ENOMEM. */
+static int percentiles(const rp_sim *s, uint64_t cap, const frac_hist *h, rp_metrics *m)
 {
-    if (n == 0)
-        return 0.0;
-    size_t rank = (size_t)(((uint64_t)n * p + 99) / 100); /* ceil(n p / 100) */
-    size_t k = rank ? rank - 1 : 0;
-    select_kth(v, *from, n - 1, k);
-    *from = k;
-    return v[k];
+    static const unsigned pct[3] = {50, 90, 99};
+    double *out[3] = {&m->p50_hit, &m->p90_hit, &m->p99_hit};
+    size_t bucket[3];
+    uint64_t rank[3];
+    bool known[3], need = false;
+    for (int j = 0; j < 3; j++) {
+        uint64_t r = (s->n_reqs * pct[j] + 99) / 100; /* ceil(n p / 100), 1-based */
+        known[j] = s->n_reqs == 0 || hist_find(h, r ? r - 1 : 0, &bucket[j], &rank[j], out[j]);
+        if (s->n_reqs == 0)
+            *out[j] = 0.0;
+        need |= !known[j];
+    }
+    if (!need)
+        return RP_OK;
+    double *vals[3] = {NULL, NULL, NULL};
+    size_t n_vals[3] = {0, 0, 0};
+    int rc = RP_OK;
+    for (int j = 0; j < 3 && rc == RP_OK; j++)
+        if (!known[j] && !(vals[j] = malloc(h->n[bucket[j]] * sizeof *vals[j])))
+            rc = RP_ENOMEM;
+    const uint8_t *p = s->rq, *end = rq_end(s);
+    while (rc == RP_OK && p < end) {
+        req q;
+        req_fig f;
+        req_eval(s, &p, cap, &q, &f);
+        size_t b = bucket_of(f.frac);
+        for (int j = 0; j < 3; j++)
+            if (!known[j] && b == bucket[j])
+                vals[j][n_vals[j]++] = f.frac;
+    }
+    for (int j = 0; j < 3 && rc == RP_OK; j++) {
+        if (known[j])
+            continue;
+        select_kth(vals[j], 0, n_vals[j] - 1, (size_t)rank[j]);
+        *out[j] = vals[j][rank[j]];
+    }
+    for (int j = 0; j < 3; j++)
+        free(vals[j]);
+    return rc;
 }
 
+/* Add one request's figures to m and, when groups is not NULL, to its groups. */
+static void add_figures(rp_metrics *m, rp_group_metrics **groups, const req *q, const req_fig *f,
+                        uint64_t cap, uint64_t bs)
+{
+    uint64_t keep = q->n_touch < cap ? q->n_touch : cap;
+    m->n_requests++;
+    m->n_prompt_tokens += q->n_tokens;
+    m->n_hit_tokens += f->hit * bs;
+    m->n_blocks_full += q->n_prompt_full;
+    m->n_blocks_cached += f->cached;
+    m->n_blocks_hit += f->hit;
+    m->n_cold_misses += q->n_prompt_full - f->seen;
+    m->n_capacity_misses += f->seen - f->cached;
+    m->n_stored += keep > f->cached_all ? keep - f->cached_all : 0;
+    if (!groups)
+        return;
+    for (int d = 0; d < RP_N_DIMS; d++) {
+        rp_group_metrics *g = &groups[d][q->g[d]];
+        g->n_requests++;
+        g->n_prompt_tokens += q->n_tokens;
+        g->n_hit_tokens += f->hit * bs;
+        g->n_blocks_full += q->n_prompt_full;
+        g->n_blocks_cached += f->cached;
+        g->n_cold_misses += q->n_prompt_full - f->seen;
+    }
+}
+
+/*
+ * Evaluate capacity cap. Steps:
+ *   1. one pass over rq: every request's figures summed (and per group), its hit fraction
+ *      summed for the mean and counted in the histogram;
+ *   2. the evictions from what was stored and what stays resident;
+ *   3. the percentiles from the histogram (and a second pass when a bucket needs it).
+ */
 int rp_sim_eval(const rp_sim *s, uint64_t cap, rp_metrics *out, rp_group_metrics **groups)
 {
-    double *frac = malloc((s->n_reqs ? s->n_reqs : 1) * sizeof *frac);
-    if (!frac)
+    frac_hist *h = calloc(1, sizeof *h);
+    if (!h)
         return RP_ENOMEM;
     rp_metrics m;
     memset(&m, 0, sizeof m);
@@ -716,49 +994,29 @@ int rp_sim_eval(const rp_sim *s, uint64_t cap, rp_metrics *out, rp_group_metrics
     if (groups)
         for (int d = 0; d < RP_N_DIMS; d++)
             memset(groups[d], 0, s->n_names[d] * sizeof *groups[d]);
-    uint64_t bs = s->cfg.block_size;
+
+    /* Step 1: the figures. */
     double sum = 0.0;
-    uint64_t below = cap < RP_COLD ? cap : RP_COLD; /* a cold block never hits */
-    for (size_t i = 0; i < s->n_reqs; i++) {
-        const req *q = &s->reqs[i];
-        const uint32_t *pm = s->pm + q->pm_off;
-        uint32_t cached = count_below(pm, q->n_prompt_full, below);
-        uint32_t seen = count_below(pm, q->n_prompt_full, RP_COLD);
-        uint32_t cached_all = count_below(pm, q->n_touch, below);
-        uint64_t limit = (q->n_tokens - 1) / bs;
-        uint64_t hit = cached < limit ? cached : limit;
-        uint64_t keep = q->n_touch < cap ? q->n_touch : cap;
-        m.n_requests++;
-        m.n_prompt_tokens += q->n_tokens;
-        m.n_hit_tokens += hit * bs;
-        m.n_blocks_full += q->n_prompt_full;
-        m.n_blocks_cached += cached;
-        m.n_blocks_hit += hit;
-        m.n_cold_misses += q->n_prompt_full - seen;
-        m.n_capacity_misses += seen - cached;
-        m.n_stored += keep > cached_all ? keep - cached_all : 0;
-        frac[i] = (double)(hit * bs) / (double)q->n_tokens;
-        sum += frac[i];
-        if (groups) {
-            for (int d = 0; d < RP_N_DIMS; d++) {
-                rp_group_metrics *g = &groups[d][q->g[d]];
-                g->n_requests++;
-                g->n_prompt_tokens += q->n_tokens;
-                g->n_hit_tokens += hit * bs;
-                g->n_blocks_full += q->n_prompt_full;
-                g->n_blocks_cached += cached;
-                g->n_cold_misses += q->n_prompt_full - seen;
-            }
-        }
+    const uint8_t *p = s->rq, *end = rq_end(s);
+    while (p < end) {
+        req q;
+        req_fig f;
+        req_eval(s, &p, cap, &q, &f);
+        add_figures(&m, groups, &q, &f, cap, s->cfg.block_size);
+        sum += f.frac;
+        hist_add(h, f.frac);
     }
+
+    /* Step 2: evictions. */
     uint64_t resident = s->n_live < cap ? s->n_live : cap;
     m.n_evicted = m.n_stored - resident;
-    size_t from = 0;
     m.mean_hit = s->n_reqs ? sum / (double)s->n_reqs : 0.0;
-    m.p50_hit = percentile(frac, s->n_reqs, &from, 50);
-    m.p90_hit = percentile(frac, s->n_reqs, &from, 90);
-    m.p99_hit = percentile(frac, s->n_reqs, &from, 99);
-    free(frac);
+
+    /* Step 3: percentiles. */
+    int rc = percentiles(s, cap, h, &m);
+    free(h);
+    if (rc != RP_OK)
+        return rc;
     *out = m;
     return RP_OK;
 }
@@ -804,14 +1062,23 @@ bool rp_sim_check(const rp_sim *s)
     if (n_marked != s->n_live || n_touched != s->n_live ||
         fen_prefix(s, s->n_words * 64 - 1) != s->n_live)
         return false;
-    for (size_t i = 0; i < s->n_reqs; i++) {
-        const req *q = &s->reqs[i];
-        if (q->n_prompt_full > q->n_touch || q->pm_off + q->n_touch > s->n_pm)
+    size_t n_reqs = 0;
+    const uint8_t *p = s->rq, *end = rq_end(s);
+    while (p < end) {
+        req q;
+        p = rq_header(p, &q);
+        if (q.n_prompt_full > q.n_touch || q.n_warm > q.n_touch || q.n_tokens == 0)
             return false;
-        for (uint32_t j = 1; j < q->n_touch; j++)
-            if (s->pm[q->pm_off + j] < s->pm[q->pm_off + j - 1])
+        for (int d = 0; d < RP_N_DIMS; d++)
+            if (q.g[d] >= s->n_names[d])
                 return false;
+        uint32_t n_below;
+        if (rq_distances(&p, q.n_warm, RP_COLD, &n_below) > RP_DIST_MAX || n_below != q.n_warm)
+            return false;
+        n_reqs++;
     }
+    if (p != end || n_reqs != s->n_reqs)
+        return false;
     return true;
 }
 
@@ -836,7 +1103,7 @@ void rp_sim_free(rp_sim *s)
     kvp_cache_free(s->pool);
     free(s->fen);
     free(s->bits);
-    free(s->reqs);
+    free(s->rq);
     free(s->pm);
     free(s->scratch_keys);
     free(s->scratch_ent);
