@@ -59,7 +59,7 @@ int kvp__index_init(kvp__index *idx, kvp__mem *mem, uint32_t n_blocks)
 {
     memset(idx, 0, sizeof *idx);
     idx->log2_buckets = 5;
-    while ((1u << idx->log2_buckets) < n_blocks && idx->log2_buckets < 31)
+    while ((1u << idx->log2_buckets) < 2 * (uint64_t)n_blocks && idx->log2_buckets < 31)
         idx->log2_buckets++;
     idx->sentinel_key = 0;
     kvp__block *s = &idx->sentinel;
@@ -113,7 +113,16 @@ void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
     assert(!kvp__block_is_indexed(blk) && blk != &idx->sentinel);
     assert(idx->n_items < UINT32_MAX);
     blk->key = key;
-    HASH_ADD_KEYPTR_BYHASHVALUE(hh, idx->head, &blk->key, KEY_BYTES, bucket_hash(key), blk);
+    UT_hash_table *tbl = idx->head->hh.tbl;
+    blk->hh.tbl = tbl;
+    blk->hh.prev = blk->hh.next = NULL;
+    blk->hh.key = &blk->key;
+    blk->hh.keylen = KEY_BYTES;
+    blk->hh.hashv = bucket_hash(key);
+    int oomed = 0; /* never set: the bucket never expands */
+    HASH_ADD_TO_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], hh, &blk->hh, oomed);
+    (void)oomed;
+    tbl->num_items++;
     blk->indexed = 1;
     idx->n_items++;
 }
@@ -126,7 +135,9 @@ void kvp__index_del(kvp__index *idx, kvp__block *blk)
     (void)mem;
     assert(kvp__block_is_indexed(blk) && blk != &idx->sentinel && idx->n_items > 0);
     assert(blk->hh.tbl == idx->head->hh.tbl); /* an entry of this table */
-    HASH_DELETE(hh, idx->head, blk);
+    UT_hash_table *tbl = idx->head->hh.tbl;
+    HASH_DEL_IN_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], &blk->hh);
+    tbl->num_items--;
     blk->indexed = 0;
     idx->n_items--;
 }

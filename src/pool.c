@@ -278,10 +278,6 @@ static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
     const kvp__block *b = &cache->pool.blocks[id];
     const UT_hash_table *tbl = cache->index.head->hh.tbl;
     KVP__PREFETCH_W(&tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)]);
-    if (b->hh.prev)
-        KVP__PREFETCH_W((const char *)b->hh.prev + tbl->hho);
-    if (b->hh.next)
-        KVP__PREFETCH_W((const char *)b->hh.next + tbl->hho);
     if (b->hh.hh_prev)
         KVP__PREFETCH_W(b->hh.hh_prev);
     if (b->hh.hh_next)
