@@ -8,16 +8,16 @@
  *     with exactly one live entry in the LRU ring's window, outside a cleaning pass's gap)
  *     or in use (ref > 0, in neither); the free list is acyclic, and n_free + n_lru +
  *     n_in_use == n_blocks.
- *  2. The index holds exactly the indexed blocks plus its sentinel, each under its key;
- *     a key is indexed once, except in verify mode, where blocks sharing a key must differ
- *     in tokens or provenance (none could be told apart from another by verification).
- *     (The table points at the key inside its block, so a key is stored once: its entry's
- *     bucket and hash are cross-checked, the key's upper 64 bits have no copy to check.)
+ *  2. The index's chains hold exactly the indexed blocks, each once, each in the bucket of
+ *     its own key, with no cycle and no link out of the pool; a key is indexed once,
+ *     except in verify mode, where blocks sharing a key must differ in tokens or
+ *     provenance (none could be told apart from another by verification). (A key is
+ *     stored once, in its block: only a change that moves it to another bucket shows.)
  *  3. Every block's ref equals the number of times it appears in active requests' block
  *     tables; each request has n_committed <= n_blocks <= cap_blocks.
  *  4. Verify mode: each interned namespace's refs equals the requests and indexed first
  *     blocks that name it; slots and records agree.
- *  5. Structure: the index keeps the bucket count it was built with (it never grows); keys
+ *  5. Structure: the index keeps the bucket count its pool size gives (it never grows); keys
  *     fit the test-only truncation; no ref count holds the KVP_NIL marker; requests carry
  *     no namespace or parent reference outside verify mode; in verify mode an unindexed
  *     block names no namespace and an indexed later block names a parent in the pool.
@@ -143,13 +143,41 @@ static bool indexed_ok(const kvp_cache *cache, const kvp__block *b)
     return seen;
 }
 
-/* Invariant 2 (index): exactly the indexed blocks plus the sentinel, each under its own
- * (truncated) key, in a table that kept its initial bucket count. */
+/* Walk every chain of the index: each link names an indexed block of the pool whose key
+ * maps to the chain's bucket, and there are n_items entries in all (a cycle or a repeated
+ * block exceeds that). Returns KVP_OK or KVP_ECORRUPT. */
+static int walk_chains(const kvp_cache *cache)
+{
+    const kvp__index *idx = &cache->index;
+    const kvp__pool *pool = &cache->pool;
+    int rc = KVP_OK;
+    uint32_t n = 0;
+    for (uint64_t bkt = 0; bkt <= idx->mask; bkt++) {
+        for (uint32_t id = idx->buckets[bkt]; id != KVP_NIL; id = pool->blocks[id].next) {
+            FAIL_IF(id >= pool->n_blocks || n >= idx->n_items);
+            const kvp__block *b = &pool->blocks[id];
+            FAIL_IF(!kvp__block_is_indexed(b) || kvp__index_bucket(idx->mask, b->key) != bkt);
+            n++;
+        }
+    }
+    FAIL_IF(n != idx->n_items);
+out:
+    return rc;
+}
+
+/* Invariant 2 (index): exactly the indexed blocks, each under its own (truncated) key, in
+ * a table of the bucket count its pool size gives. The chains are walked before any key
+ * is looked up, so a corrupt chain cannot make a lookup loop. */
 int kvp__index_check(const kvp_cache *cache)
 {
     const kvp__pool *pool = &cache->pool;
+    const kvp__index *idx = &cache->index;
     int rc = KVP_OK;
     uint32_t n_indexed = 0;
+    unsigned log2 = kvp__index_log2_buckets(pool->n_blocks);
+    FAIL_IF(!idx->buckets || idx->blocks != pool->blocks || idx->log2_buckets != log2);
+    FAIL_IF((uint64_t)idx->mask + 1 != (uint64_t)1 << log2);
+    FAIL_IF(walk_chains(cache) != KVP_OK);
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
         if (!kvp__block_is_indexed(b))
@@ -158,9 +186,7 @@ int kvp__index_check(const kvp_cache *cache)
         FAIL_IF(!indexed_ok(cache, b));
         FAIL_IF(!kvp__key_eq(kvp__key_truncate(b->key, cache->key_bits), b->key));
     }
-    FAIL_IF(n_indexed != cache->index.n_items);
-    FAIL_IF(!cache->index.head || HASH_COUNT(cache->index.head) != n_indexed + 1);
-    FAIL_IF(cache->index.head->hh.tbl->num_buckets != 1u << cache->index.log2_buckets);
+    FAIL_IF(n_indexed != idx->n_items);
 out:
     return rc;
 }

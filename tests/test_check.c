@@ -330,29 +330,73 @@ Test(check, lru_window_out_of_shape)
 
 Test(check, index_entry_key_changed)
 {
-    /* The table keeps a pointer to the block's own key, so the key is stored once: a change
-     * in the low half (the bucket hash) leaves the entry in the wrong bucket under a stale
-     * hash and is caught; the high half has no second copy to compare with. */
+    /* A key is stored once, in its block, so a change shows only when it moves the key to
+     * another bucket: the block then sits in the wrong chain and is not found under its
+     * key. A change outside the bucket bits has no second copy to compare with. */
     scene s = scene_new(false);
     kvp__block *b = &s.c->pool.blocks[s.cached_id];
     b->key.lo ^= 1;
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    b->key.lo ^= UINT64_C(1) << 31 | 1; /* the same bucket, another hash value */
+    uint64_t top = ((uint64_t)s.c->index.mask + 1) >> 1; /* the highest bucket bit */
+    b->key.lo ^= 1 | top;
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    b->key.lo ^= UINT64_C(1) << 31;
+    b->key.lo ^= top;
     scene_end(&s);
 }
 
-Test(check, index_entry_handle)
+Test(check, index_chain_cycle)
+{
+    scene s = scene_new(false);
+    kvp__block *b = &s.c->pool.blocks[s.cached_id];
+    uint32_t saved = b->next;
+    b->next = s.cached_id; /* a chain that loops on itself: a lookup that misses never ends */
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    b->next = saved;
+    scene_end(&s);
+}
+
+Test(check, index_chain_link_out_of_pool)
 {
     scene s = scene_new(false);
     kvp__block *b = &s.c->pool.blocks[s.pinned_id];
-    b->hh.hashv ^= 1; /* the entry's stored hash no longer matches its key */
+    uint32_t saved = b->next;
+    b->next = N_BLOCKS + 5;
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    b->hh.hashv ^= 1;
-    b->hh.keylen = 15;
+    b->next = saved;
+    scene_end(&s);
+}
+
+Test(check, index_chain_links_unindexed_block)
+{
+    scene s = scene_new(false);
+    kvp__block *b = &s.c->pool.blocks[s.cached_id];
+    uint32_t saved = b->next;
+    b->next = s.private_id; /* in use, not indexed: no chain may hold it */
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    b->hh.keylen = (unsigned)sizeof(kvp_key);
+    b->next = saved;
+    scene_end(&s);
+}
+
+Test(check, index_bucket_emptied)
+{
+    /* The chain holding the cached block is cut off at its bucket: it and any block after it
+     * can no longer be found, and the chains hold fewer entries than n_items. */
+    scene s = scene_new(false);
+    kvp__index *idx = &s.c->index;
+    uint32_t *head = &idx->buckets[kvp__index_bucket(idx->mask, s.c->pool.blocks[s.cached_id].key)];
+    uint32_t saved = *head;
+    *head = KVP_NIL;
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    *head = saved;
+    scene_end(&s);
+}
+
+Test(check, index_mask_changed)
+{
+    scene s = scene_new(false);
+    s.c->index.mask >>= 1; /* fewer buckets than the array holds and the pool needs */
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    s.c->index.mask = s.c->index.mask << 1 | 1;
     scene_end(&s);
 }
 
