@@ -858,9 +858,9 @@ static void bench_memory(const opts *o, results *res)
            "B/block", "library count");
     res->d_bpb = measure_memory(o, false);
     res->d_bpb_verify = measure_memory(o, true);
-    printf("  layout: sizeof(kvp__block) = %zu, index bucket = %zu B per bucket "
-           "(buckets = next power of two >= 2 x pool)\n",
-           sizeof(kvp__block), sizeof(uint32_t));
+    printf("  layout: sizeof(kvp__block) = %zu, uthash bucket = %zu B per bucket "
+           "(buckets = next power of two >= pool)\n",
+           sizeof(kvp__block), sizeof(UT_hash_bucket));
     res->ran_d = true;
 }
 

@@ -73,7 +73,7 @@ KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
     if (rc == KVP_OK)
         rc = kvp__pool_init(cache);
     if (rc == KVP_OK)
-        rc = kvp__index_init(&cache->index, &cache->mem, cache->pool.blocks, cfg->n_blocks);
+        rc = kvp__index_init(&cache->index, &cache->mem, cfg->n_blocks);
     if (rc == KVP_OK && cfg->verify_tokens)
         rc = kvp__verify_init(cache);
     if (rc == KVP_OK)

@@ -11,8 +11,8 @@
  *    |     LRU ring:  lru[head % cap] .. lru[(tail - 1) % cap], block ids oldest first;
  *    |                an entry is live iff its block is cached and its lru_slot names the
  *    |                entry's slot (pinning only clears lru_slot: lazy deletion, pool.c)
- *    |- index: buckets key -> block chain  every block with indexed == 1, chained through
- *    |                                    next (in verify mode several may share a key)
+ *    |- index: uthash table key -> block  every block with indexed == 1, plus a sentinel
+ *    |                                    (in verify mode several blocks may share a key)
  *    |- requests: uthash table id -> kvp__request (block table, chain state)
  *    |- verify (optional): tokens per block, parent links, interned namespaces
  *    `- quota (optional): per-namespace groups, each with its cached blocks in LRU order
@@ -121,19 +121,14 @@ static inline kvp_key kvp__key_truncate(kvp_key k, unsigned bits)
 
 /* ---------------------------------------------------------------- blocks, index, pool */
 
-/* One physical block: 32 bytes, so two share a cache line and (in a pool aligned to 32, as
- * every pool of 4 MiB or more is, mem.c) none straddles one. An index probe reads key and
- * next, the first 20 bytes (index.c). */
 typedef struct kvp__block {
+    UT_hash_handle hh; /* index linkage (bucket chain only); valid while indexed */
     kvp_key key;       /* the block's key; meaningful while indexed */
-    uint32_t next;     /* free: the next free block; indexed: the next block in its index
-                          chain (index.c); KVP_NIL at the end of either; else unused */
     uint32_t ref;      /* number of active requests pinning this block */
     uint32_t lru_slot; /* cached: slot of its live entry in the LRU ring, else KVP_NIL */
+    uint32_t next;     /* free list: the next free block; KVP_NIL at the end */
     uint32_t indexed;  /* 1 while the key is in the index, else 0 */
 } kvp__block;
-
-_Static_assert(sizeof(kvp__block) == 32, "kvp__block is sized for two per cache line");
 
 /* The block states (see the top of this file). A block is in exactly one of free, cached
  * and in use; in-use blocks are indexed (shared) or private. Cannot fail. */
@@ -164,26 +159,20 @@ static inline bool kvp__block_is_private(const kvp__block *b)
     return kvp__block_is_in_use(b) && !kvp__block_is_indexed(b);
 }
 
-/* The key -> block table: u32 bucket heads chaining the pool's blocks through their next
- * field. Buckets are sized once for the whole pool, so adding and deleting keys never
- * allocates and cannot fail (see index.c). */
+/* The key -> block table: uthash buckets whose chains link the indexed blocks (never
+ * uthash's insertion-order list). A sentinel entry with a 1-byte key keeps the table alive
+ * for the cache's lifetime, and buckets are sized once for the whole pool, so adding and
+ * deleting keys never allocates and cannot fail (see index.c). */
 typedef struct kvp__index {
-    uint32_t *buckets;     /* mask + 1 chain heads (block ids), KVP_NIL for an empty chain */
-    kvp__block *blocks;    /* the pool's block array, which the chains link */
-    uint32_t mask;         /* number of buckets - 1 */
+    kvp__block *head;      /* uthash head: always the sentinel or another entry */
+    kvp__block sentinel;   /* never matches a 16-byte key */
+    uint8_t sentinel_key;  /* the sentinel's 1-byte key */
     unsigned log2_buckets; /* log2 of the bucket count: kvp__index_log2_buckets(n_blocks) */
-    uint32_t n_items;      /* indexed blocks */
+    uint32_t n_items;      /* indexed blocks (the sentinel excluded) */
 } kvp__index;
 
-/* The bucket of key in a table of mask + 1 buckets: the key's low bits (keys are digests
- * already). Cannot fail. */
-static inline uint32_t kvp__index_bucket(uint32_t mask, kvp_key key)
-{
-    return (uint32_t)key.lo & mask;
-}
-
 unsigned kvp__index_log2_buckets(uint32_t n_blocks);
-int kvp__index_init(kvp__index *idx, kvp__mem *mem, kvp__block *blocks, uint32_t n_blocks);
+int kvp__index_init(kvp__index *idx, kvp__mem *mem, uint32_t n_blocks);
 void kvp__index_free(kvp__index *idx, kvp__mem *mem);
 kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key);
 kvp__block *kvp__index_find_next(const kvp__index *idx, const kvp__block *prev, kvp_key key);
@@ -192,31 +181,34 @@ void kvp__index_del(kvp__index *idx, kvp__block *blk);
 size_t kvp__index_bucket_bytes(const kvp__index *idx);
 
 /* Prefetch hints for pipelined probes (see match() in lifecycle.c): first the bucket a key
- * maps to, then, once that has had time to arrive, the first block of its chain, whose key
- * and next a probe reads (the line of the block's first byte holds both). The bucket
- * array, block array and mask are read once per walk into a kvp__probe_view. */
+ * maps to, then, once that has had time to arrive, the first entry of its chain. A probe
+ * reads the handle's hh_next/keylen/hashv and the block's key right after the handle
+ * (kvp__block starts with hh): the lines of hashv and of the key's last byte cover them.
+ * The bucket array and mask are read once per walk into a kvp__probe_view. */
 typedef struct kvp__probe_view {
-    const uint32_t *buckets;  /* the index's bucket array */
-    const kvp__block *blocks; /* the pool's blocks */
-    uint32_t mask;            /* number of buckets - 1 */
+    const UT_hash_bucket *buckets; /* the index's bucket array */
+    unsigned mask;                 /* num_buckets - 1 */
 } kvp__probe_view;
 
 static inline kvp__probe_view kvp__index_view(const kvp__index *idx)
 {
-    kvp__probe_view v = {idx->buckets, idx->blocks, idx->mask};
+    const UT_hash_table *tbl = idx->head->hh.tbl;
+    kvp__probe_view v = {tbl->buckets, tbl->num_buckets - 1};
     return v;
 }
 
 static inline void kvp__prefetch_bucket(kvp__probe_view v, kvp_key key)
 {
-    KVP__PREFETCH(&v.buckets[kvp__index_bucket(v.mask, key)]);
+    KVP__PREFETCH(&v.buckets[(unsigned)key.lo & v.mask]);
 }
 
 static inline void kvp__prefetch_entry(kvp__probe_view v, kvp_key key)
 {
-    uint32_t id = v.buckets[kvp__index_bucket(v.mask, key)];
-    if (id != KVP_NIL)
-        KVP__PREFETCH(&v.blocks[id]);
+    const UT_hash_handle *hh = v.buckets[(unsigned)key.lo & v.mask].hh_head;
+    if (hh) {
+        KVP__PREFETCH((const char *)hh + offsetof(UT_hash_handle, hashv));
+        KVP__PREFETCH((const char *)hh + sizeof(UT_hash_handle) + sizeof(kvp_key) - 1);
+    }
 }
 
 typedef struct kvp__pool {

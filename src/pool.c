@@ -270,14 +270,18 @@ static void evict_to_free(kvp_cache *cache, uint32_t id)
     free_push(&cache->pool, id);
 }
 
-/* Prefetch what evicting cached block id will touch: its index bucket, whose chain the
- * deletion walks and usually rewrites (at load 1/2 the block is mostly its chain's only
- * entry). Reads block id itself, which should have been prefetched a few evictions
- * earlier. Cannot fail. */
+/* Prefetch what evicting cached block id will touch: its bucket and its neighbours in the
+ * bucket chain (HASH_DEL_IN_BKT rewrites their links; the index keeps no other list).
+ * Reads block id itself, which should have been prefetched a few evictions earlier. */
 static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
 {
-    const kvp__index *idx = &cache->index;
-    KVP__PREFETCH_W(&idx->buckets[kvp__index_bucket(idx->mask, cache->pool.blocks[id].key)]);
+    const kvp__block *b = &cache->pool.blocks[id];
+    const UT_hash_table *tbl = cache->index.head->hh.tbl;
+    KVP__PREFETCH_W(&tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)]);
+    if (b->hh.hh_prev)
+        KVP__PREFETCH_W(b->hh.hh_prev);
+    if (b->hh.hh_next)
+        KVP__PREFETCH_W(b->hh.hh_next);
 }
 
 #define EVICT_AHEAD 16 /* ring entries ahead of the head whose blocks are prefetched */

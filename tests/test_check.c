@@ -330,17 +330,29 @@ Test(check, lru_window_out_of_shape)
 
 Test(check, index_entry_key_changed)
 {
-    /* A key is stored once, in its block, so a change shows only when it moves the key to
-     * another bucket: the block then sits in the wrong chain and is not found under its
-     * key. A change outside the bucket bits has no second copy to compare with. */
+    /* The table keeps a pointer to the block's own key, so the key is stored once: a change
+     * in the low half (the bucket hash) leaves the entry in the wrong bucket under a stale
+     * hash and is caught; the high half has no second copy to compare with. */
     scene s = scene_new(false);
     kvp__block *b = &s.c->pool.blocks[s.cached_id];
     b->key.lo ^= 1;
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    uint64_t top = ((uint64_t)s.c->index.mask + 1) >> 1; /* the highest bucket bit */
-    b->key.lo ^= 1 | top;
+    b->key.lo ^= UINT64_C(1) << 31 | 1; /* the same bucket, another hash value */
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    b->key.lo ^= top;
+    b->key.lo ^= UINT64_C(1) << 31;
+    scene_end(&s);
+}
+
+Test(check, index_entry_handle)
+{
+    scene s = scene_new(false);
+    kvp__block *b = &s.c->pool.blocks[s.pinned_id];
+    b->hh.hashv ^= 1; /* the entry's stored hash no longer matches its key */
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    b->hh.hashv ^= 1;
+    b->hh.keylen = 15;
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    b->hh.keylen = (unsigned)sizeof(kvp_key);
     scene_end(&s);
 }
 
@@ -348,21 +360,24 @@ Test(check, index_chain_cycle)
 {
     scene s = scene_new(false);
     kvp__block *b = &s.c->pool.blocks[s.cached_id];
-    uint32_t saved = b->next;
-    b->next = s.cached_id; /* a chain that loops on itself: a lookup that misses never ends */
+    UT_hash_handle *saved = b->hh.hh_next;
+    b->hh.hh_next = &b->hh; /* a chain that loops on itself: a missing lookup never ends */
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    b->next = saved;
+    b->hh.hh_next = saved;
     scene_end(&s);
 }
 
 Test(check, index_chain_link_out_of_pool)
 {
+    /* The checker range-checks a link before it reads through it (ASan would see it). */
     scene s = scene_new(false);
     kvp__block *b = &s.c->pool.blocks[s.pinned_id];
-    uint32_t saved = b->next;
-    b->next = N_BLOCKS + 5;
+    UT_hash_handle *saved = b->hh.hh_next;
+    b->hh.hh_next = (UT_hash_handle *)(void *)(s.c->pool.blocks + N_BLOCKS);
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    b->next = saved;
+    b->hh.hh_next = (UT_hash_handle *)(void *)((char *)&s.c->pool.blocks[1] + 8);
+    EXPECT_CORRUPT(s.c, kvp__index_check); /* inside the pool, but not at a block */
+    b->hh.hh_next = saved;
     scene_end(&s);
 }
 
@@ -370,33 +385,44 @@ Test(check, index_chain_links_unindexed_block)
 {
     scene s = scene_new(false);
     kvp__block *b = &s.c->pool.blocks[s.cached_id];
-    uint32_t saved = b->next;
-    b->next = s.private_id; /* in use, not indexed: no chain may hold it */
+    kvp__block *p = &s.c->pool.blocks[s.private_id];
+    UT_hash_handle *saved = b->hh.hh_next;
+    b->hh.hh_next = &p->hh; /* in use, not indexed: no chain may hold it */
+    p->hh.hh_next = saved;
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    b->next = saved;
+    b->hh.hh_next = saved;
     scene_end(&s);
 }
 
-Test(check, index_bucket_emptied)
+Test(check, index_chain_back_link)
 {
-    /* The chain holding the cached block is cut off at its bucket: it and any block after it
-     * can no longer be found, and the chains hold fewer entries than n_items. */
     scene s = scene_new(false);
-    kvp__index *idx = &s.c->index;
-    uint32_t *head = &idx->buckets[kvp__index_bucket(idx->mask, s.c->pool.blocks[s.cached_id].key)];
-    uint32_t saved = *head;
-    *head = KVP_NIL;
+    kvp__block *b = &s.c->pool.blocks[s.cached_id];
+    UT_hash_handle *saved = b->hh.hh_prev;
+    b->hh.hh_prev = &b->hh;
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    *head = saved;
+    b->hh.hh_prev = saved;
     scene_end(&s);
 }
 
-Test(check, index_mask_changed)
+Test(check, index_bucket_counts)
 {
+    /* The chain holding the cached block is cut off at its bucket; then the bucket's count
+     * and the table's item count disagree with the chains. */
     scene s = scene_new(false);
-    s.c->index.mask >>= 1; /* fewer buckets than the array holds and the pool needs */
+    UT_hash_table *tbl = s.c->index.head->hh.tbl;
+    kvp__block *b = &s.c->pool.blocks[s.cached_id];
+    UT_hash_bucket *bucket = &tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)];
+    UT_hash_handle *saved = bucket->hh_head;
+    bucket->hh_head = NULL;
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    s.c->index.mask = s.c->index.mask << 1 | 1;
+    bucket->hh_head = saved;
+    bucket->count++;
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    bucket->count--;
+    tbl->num_items++;
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    tbl->num_items--;
     scene_end(&s);
 }
 
