@@ -331,13 +331,12 @@ Test(checker, quota_and_index_corruption)
     /* A second block under the same key with the same tokens and provenance: two blocks no
      * verification could tell apart. */
     kvp__block *b = &c->pool.blocks[head];
-    /* Off the free list first: an indexed block chains through next. */
-    c->pool.free_head = c->pool.blocks[free_id].next;
-    c->pool.blocks[free_id].next = KVP_NIL;
+    kvp__index_add(&c->index, &c->pool.blocks[free_id], b->key);
     c->pool.blocks[free_id].ref = 1; /* pinned, so the pool's lists stay consistent */
     c->pool.n_free--;
     c->pool.n_in_use++;
-    kvp__index_add(&c->index, &c->pool.blocks[free_id], b->key);
+    c->pool.free_head = c->pool.blocks[free_id].next;
+    c->pool.blocks[free_id].next = KVP_NIL;
     c->verify.meta[free_id] = c->verify.meta[head];
     c->verify.meta[free_id].ns = KVP_NIL;
     c->verify.meta[head].ns = KVP_NIL;
