@@ -164,7 +164,7 @@ static inline bool kvp__block_is_private(const kvp__block *b)
  * for the cache's lifetime, and buckets are sized once for the whole pool, so adding and
  * deleting keys never allocates and cannot fail (see index.c). */
 typedef struct kvp__index {
-    kvp__block *head;      /* uthash head: always the sentinel or another entry */
+    kvp__block *head;      /* uthash head: always the sentinel (nothing else is listed) */
     kvp__block sentinel;   /* never matches a 16-byte key */
     uint8_t sentinel_key;  /* the sentinel's 1-byte key */
     unsigned log2_buckets; /* log2 of the bucket count: kvp__index_log2_buckets(n_blocks) */
