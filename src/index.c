@@ -25,8 +25,8 @@
  * That is what lets kvp_commit and kvp_access mutate the cache with no failure path after
  * their allocations are done. Memory: 16 bytes per bucket, 16-32 bytes per pool block.
  * (Buckets at 2x the pool shorten chains but cost 32-64 bytes per block; at 1M blocks that
- * is 128 bytes per cached block, over bench_core (d)'s limit, for no gain that showed in
- * the A/B: docs/performance.md.)
+ * is 128 bytes per cached block, over bench_core (d)'s limit, for a gain this VM could not
+ * resolve: docs/performance.md.)
  *
  * Several blocks may share one key in collision-proof mode (verify_tokens): the table then
  * resolves a key collision the way any hash table resolves a bucket collision, by keeping
