@@ -8,16 +8,18 @@
  *     with exactly one live entry in the LRU ring's window, outside a cleaning pass's gap)
  *     or in use (ref > 0, in neither); the free list is acyclic, and n_free + n_lru +
  *     n_in_use == n_blocks.
- *  2. The index holds exactly the indexed blocks plus its sentinel, each under its key;
- *     a key is indexed once, except in verify mode, where blocks sharing a key must differ
- *     in tokens or provenance (none could be told apart from another by verification).
- *     (The table points at the key inside its block, so a key is stored once: its entry's
- *     bucket and hash are cross-checked, the key's upper 64 bits have no copy to check.)
+ *  2. The index's bucket chains hold exactly the indexed blocks plus its sentinel, each
+ *     once, each in the bucket of its key, with sound back links and bucket counts and no
+ *     cycle or link out of the pool; a key is indexed once, except in verify mode, where
+ *     blocks sharing a key must differ in tokens or provenance (none could be told apart
+ *     from another by verification). (The table points at the key inside its block, so a
+ *     key is stored once: its entry's bucket and hash are cross-checked, the key's upper
+ *     64 bits have no copy to check.)
  *  3. Every block's ref equals the number of times it appears in active requests' block
  *     tables; each request has n_committed <= n_blocks <= cap_blocks.
  *  4. Verify mode: each interned namespace's refs equals the requests and indexed first
  *     blocks that name it; slots and records agree.
- *  5. Structure: the index keeps the bucket count it was built with (it never grows); keys
+ *  5. Structure: the index keeps the bucket count its pool size gives (it never grows); keys
  *     fit the test-only truncation; no ref count holds the KVP_NIL marker; requests carry
  *     no namespace or parent reference outside verify mode; in verify mode an unindexed
  *     block names no namespace and an indexed later block names a parent in the pool.
@@ -143,13 +145,63 @@ static bool indexed_ok(const kvp_cache *cache, const kvp__block *b)
     return seen;
 }
 
+/* Is handle hh, met in the chain of bucket bkt, a sound entry: the sentinel (in bucket 0),
+ * or the handle of an indexed pool block naming its own key and hash? The pointer is
+ * range-checked before it is read. */
+static bool entry_ok(const kvp_cache *cache, const UT_hash_handle *hh, uint64_t bkt)
+{
+    const kvp__index *idx = &cache->index;
+    const UT_hash_table *tbl = idx->head->hh.tbl;
+    if (hh == &idx->sentinel.hh)
+        return bkt == 0 && hh->keylen == 1 && hh->hashv == 0;
+    const char *p = (const char *)hh, *lo = (const char *)cache->pool.blocks;
+    if (p < lo || p >= (const char *)(cache->pool.blocks + cache->pool.n_blocks) ||
+        (size_t)(p - lo) % sizeof(kvp__block) != 0)
+        return false;
+    const kvp__block *b = (const kvp__block *)(const void *)hh;
+    return kvp__block_is_indexed(b) && hh->tbl == tbl && hh->key == &b->key &&
+           hh->keylen == sizeof(kvp_key) && hh->hashv == (unsigned)b->key.lo &&
+           (hh->hashv & (tbl->num_buckets - 1)) == bkt;
+}
+
+/* Walk every bucket chain: sound entries (entry_ok) with sound back links, bucket counts
+ * that match the chains, n_items + 1 entries in all (the sentinel included; a cycle or a
+ * repeated block exceeds that), and as many in tbl->num_items. KVP_OK or KVP_ECORRUPT. */
+static int walk_chains(const kvp_cache *cache)
+{
+    const kvp__index *idx = &cache->index;
+    const UT_hash_table *tbl = idx->head->hh.tbl;
+    int rc = KVP_OK;
+    uint64_t n = 0;
+    for (uint64_t bkt = 0; bkt < tbl->num_buckets; bkt++) {
+        const UT_hash_bucket *bucket = &tbl->buckets[bkt];
+        const UT_hash_handle *prev = NULL;
+        uint64_t n_chain = 0;
+        for (const UT_hash_handle *hh = bucket->hh_head; hh; prev = hh, hh = hh->hh_next) {
+            FAIL_IF(n > idx->n_items || !entry_ok(cache, hh, bkt) || hh->hh_prev != prev);
+            n++;
+            n_chain++;
+        }
+        FAIL_IF(n_chain != bucket->count);
+    }
+    FAIL_IF(n != (uint64_t)idx->n_items + 1 || tbl->num_items != n);
+out:
+    return rc;
+}
+
 /* Invariant 2 (index): exactly the indexed blocks plus the sentinel, each under its own
- * (truncated) key, in a table that kept its initial bucket count. */
+ * (truncated) key, in a table of the bucket count its pool size gives. The chains are
+ * walked before any key is looked up, so a corrupt chain cannot make a lookup loop. */
 int kvp__index_check(const kvp_cache *cache)
 {
     const kvp__pool *pool = &cache->pool;
+    const kvp__index *idx = &cache->index;
     int rc = KVP_OK;
     uint32_t n_indexed = 0;
+    FAIL_IF(!idx->head || idx->head != &idx->sentinel || !idx->head->hh.tbl);
+    FAIL_IF(idx->log2_buckets != kvp__index_log2_buckets(pool->n_blocks));
+    FAIL_IF(idx->head->hh.tbl->num_buckets != 1u << idx->log2_buckets);
+    FAIL_IF(walk_chains(cache) != KVP_OK);
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
         if (!kvp__block_is_indexed(b))
@@ -158,9 +210,7 @@ int kvp__index_check(const kvp_cache *cache)
         FAIL_IF(!indexed_ok(cache, b));
         FAIL_IF(!kvp__key_eq(kvp__key_truncate(b->key, cache->key_bits), b->key));
     }
-    FAIL_IF(n_indexed != cache->index.n_items);
-    FAIL_IF(!cache->index.head || HASH_COUNT(cache->index.head) != n_indexed + 1);
-    FAIL_IF(cache->index.head->hh.tbl->num_buckets != 1u << cache->index.log2_buckets);
+    FAIL_IF(n_indexed != idx->n_items);
 out:
     return rc;
 }

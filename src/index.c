@@ -1,35 +1,47 @@
 /*
- * index.c - the block index: a uthash table from 128-bit block key to kvp__block.
+ * index.c - the block index: uthash buckets chaining the pool's blocks by 128-bit key.
  *
- *   buckets[0 .. 2^log2_buckets)  ->  chains of kvp__block.hh  (one entry per cached key)
+ *   buckets[0 .. 2^log2_buckets)  ->  chains of kvp__block.hh  (hh_next / hh_prev)
  *
- * Keys are already XXH3 digests, so the table never hashes them again: the bucket hash is
- * the key's low 32 bits, passed with HASH_FIND_BYHASHVALUE / HASH_ADD_KEYPTR_BYHASHVALUE.
- * (A probe into a 1M-entry table costs about 70 ns this way against about 160 ns with
- * uthash's default Jenkins hash over the 16 key bytes.)
+ * Keys are already digests (keyed XXH3, XXH3 or SHA-256), so the table never hashes them
+ * again: the bucket hash is the key's low 32 bits.
+ *
+ * Entries are linked only into uthash's bucket chains (HASH_ADD_TO_BKT, HASH_DEL_IN_BKT);
+ * uthash's insertion-order list (the handle's prev/next and the table's tail), which
+ * HASH_ADD and HASH_DELETE maintain, is never written, because the index never iterates
+ * in insertion order. That saves an insertion the write to the table's tail entry and a
+ * deletion the writes to its two list neighbours: two scattered cache lines per eviction
+ * (bench_core (c) under callgrind, docs/performance.md "The block index"). A probe walks
+ * the chain and compares the stored hash, the key length and the 16 key bytes of the block
+ * itself (kvp__block starts with its handle and continues with its key).
  *
  * Adding a key never allocates, so it cannot fail:
- *  - a sentinel entry with a 1-byte key is added at init and stays until kvp__index_free,
- *    so uthash never frees or re-creates its table (a 16-byte lookup never matches it,
- *    because uthash compares key lengths before bytes);
+ *  - a sentinel entry with a 1-byte key is added at init (with HASH_ADD, which makes the
+ *    table) and stays until kvp__index_free, so uthash never frees or re-creates its table
+ *    (a 16-byte lookup never matches it, because the key lengths differ);
  *  - the bucket array is sized once, at init, to the power of two >= n_blocks (the pool
- *    bounds the number of entries, so the load factor stays <= 1), and uthash's
- *    bucket-doubling is switched off by raising HASH_BKT_CAPACITY_THRESH out of reach.
+ *    bounds the number of entries, so the load factor stays <= 1), and buckets never
+ *    double (HASH_BKT_CAPACITY_THRESH is out of reach).
  * That is what lets kvp_commit and kvp_access mutate the cache with no failure path after
  * their allocations are done. Memory: 16 bytes per bucket, 16-32 bytes per pool block.
+ * (Buckets at 2x the pool shorten chains but cost 32-64 bytes per block; at 1M blocks that
+ * is 128 bytes per cached block, over bench_core (d)'s limit, for a gain this VM could not
+ * resolve: docs/performance.md.)
  *
  * Several blocks may share one key in collision-proof mode (verify_tokens): the table then
  * resolves a key collision the way any hash table resolves a bucket collision, by keeping
  * every entry and letting the caller check each candidate (kvp__index_find, then
- * kvp__index_find_next along the bucket chain; see lifecycle.c find_verified). Outside that
- * mode a key is indexed at most once. Duplicates cost nothing extra on the hot path: the
- * first candidate is found exactly as before, and only a candidate that fails verification
- * makes the walk go on (bench/bench_verify: a cached 128k-token lookup with verification
- * takes 1.76x the verify-off time when every block has a forged colliding candidate probed
- * first, against 1.23x with none; docs/security.md).
+ * kvp__index_find_next along the bucket chain; see lifecycle.c find_verified). New entries
+ * go to the head of their chain, so the most recently indexed candidate is probed first.
+ * Outside that mode a key is indexed at most once. Duplicates cost nothing extra on the
+ * hot path: the first candidate is found exactly as before, and only a candidate that
+ * fails verification makes the walk go on (bench/bench_verify: a cached 128k-token lookup
+ * with verification takes 1.76x the verify-off time when every block has a forged
+ * colliding candidate probed first, against 1.23x with none; docs/security.md).
  *
- * Invariant (checked by kvp__cache_check): n_items == number of blocks with indexed == 1,
- * and every such block is found under its own key (as one of the candidates in verify mode).
+ * Invariant (checked by kvp__index_check in check.c): the bucket chains hold the sentinel
+ * and exactly the blocks with indexed == 1, n_items of them, each once, each in the bucket
+ * of its own key with a handle that names that key; tbl->num_items counts them all.
  */
 #include <string.h>
 
@@ -54,13 +66,21 @@ static inline unsigned bucket_hash(kvp_key key)
     return (unsigned)key.lo;
 }
 
+/* log2 of the bucket count for a pool of n_blocks: of the power of two >= n_blocks, at
+ * least 32 buckets and at most 2^31. Cannot fail. */
+unsigned kvp__index_log2_buckets(uint32_t n_blocks)
+{
+    unsigned log2 = 5;
+    while (((uint64_t)1 << log2) < n_blocks && log2 < 31)
+        log2++;
+    return log2;
+}
+
 /* Create the table for a pool of n_blocks. Returns KVP_OK or KVP_ENOMEM (idx unusable). */
 int kvp__index_init(kvp__index *idx, kvp__mem *mem, uint32_t n_blocks)
 {
     memset(idx, 0, sizeof *idx);
-    idx->log2_buckets = 5;
-    while ((1u << idx->log2_buckets) < n_blocks && idx->log2_buckets < 31)
-        idx->log2_buckets++;
+    idx->log2_buckets = kvp__index_log2_buckets(n_blocks);
     idx->sentinel_key = 0;
     kvp__block *s = &idx->sentinel;
     HASH_ADD_KEYPTR_BYHASHVALUE(hh, idx->head, &idx->sentinel_key, 1, 0u, s);
@@ -80,12 +100,26 @@ void kvp__index_free(kvp__index *idx, kvp__mem *mem)
     idx->n_items = 0;
 }
 
-/* The block indexed under key, or NULL. Cannot fail; does not change the table. */
+/* The first block from handle hh on along its chain whose key is key, or NULL. */
+static inline kvp__block *scan(const UT_hash_handle *hh, kvp_key key)
+{
+    const unsigned hv = bucket_hash(key);
+    for (; hh; hh = hh->hh_next) {
+        const kvp__block *b = (const kvp__block *)(const void *)hh; /* hh is at offset 0 */
+        if (hh->hashv == hv && hh->keylen == KEY_BYTES && kvp__key_eq(b->key, key))
+            return (kvp__block *)(uintptr_t)b;
+    }
+    return NULL;
+}
+
+_Static_assert(offsetof(kvp__block, hh) == 0, "index.c casts a chain's handles to blocks");
+
+/* The block indexed under key (in verify mode the most recently indexed of them), or NULL.
+ * Cannot fail; does not change the table. */
 kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key)
 {
-    kvp__block *out;
-    HASH_FIND_BYHASHVALUE(hh, idx->head, &key, KEY_BYTES, bucket_hash(key), out);
-    return out;
+    const UT_hash_table *tbl = idx->head->hh.tbl;
+    return scan(tbl->buckets[bucket_hash(key) & (tbl->num_buckets - 1)].hh_head, key);
 }
 
 /* The next block indexed under key after prev (itself a block indexed under key) in prev's
@@ -93,16 +127,14 @@ kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key)
  * under key exactly once. Cannot fail; does not change the table. */
 kvp__block *kvp__index_find_next(const kvp__index *idx, const kvp__block *prev, kvp_key key)
 {
-    const UT_hash_table *tbl = idx->head->hh.tbl;
-    unsigned hv = bucket_hash(key);
-    for (const UT_hash_handle *hh = prev->hh.hh_next; hh; hh = hh->hh_next)
-        if (hh->hashv == hv && hh->keylen == KEY_BYTES && memcmp(hh->key, &key, KEY_BYTES) == 0)
-            return (kvp__block *)(void *)((char *)(uintptr_t)hh - tbl->hho);
-    return NULL;
+    (void)idx;
+    assert(kvp__block_is_indexed(prev) && kvp__key_eq(prev->key, key));
+    return scan(prev->hh.hh_next, key);
 }
 
-/* Index blk under key. Outside collision-proof mode the key must not be indexed yet; in it,
- * other blocks may already be indexed under the same key. Cannot fail (see above). */
+/* Index blk under key, at the head of its bucket's chain. Outside collision-proof mode the
+ * key must not be indexed yet; in it, other blocks may already be indexed under the same
+ * key. Cannot fail (see above). */
 void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
 {
     kvp__mem *mem = NULL; /* never used: the table exists and never expands */
@@ -112,26 +144,34 @@ void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
      * holder, and kvp__index_check finds any block not reachable under its own key. */
     assert(!kvp__block_is_indexed(blk) && blk != &idx->sentinel);
     assert(idx->n_items < UINT32_MAX);
+    UT_hash_table *tbl = idx->head->hh.tbl;
+    int oomed = 0; /* HASH_ADD_TO_BKT's expansion branch is never taken (see above) */
     blk->key = key;
-    HASH_ADD_KEYPTR_BYHASHVALUE(hh, idx->head, &blk->key, KEY_BYTES, bucket_hash(key), blk);
+    blk->hh.tbl = tbl;
+    blk->hh.prev = blk->hh.next = NULL; /* never on the insertion-order list */
+    blk->hh.key = &blk->key;
+    blk->hh.keylen = KEY_BYTES;
+    blk->hh.hashv = bucket_hash(key);
+    HASH_ADD_TO_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], hh, &blk->hh, oomed);
+    (void)oomed;
+    tbl->num_items++;
     blk->indexed = 1;
     idx->n_items++;
 }
 
-/* Remove an indexed block from the table. Cannot fail; never frees the table because the
- * sentinel remains. */
+/* Remove an indexed block from its bucket's chain. Cannot fail; never frees the table. */
 void kvp__index_del(kvp__index *idx, kvp__block *blk)
 {
-    kvp__mem *mem = NULL; /* uthash frees only when the last entry goes: the sentinel stays */
-    (void)mem;
     assert(kvp__block_is_indexed(blk) && blk != &idx->sentinel && idx->n_items > 0);
     assert(blk->hh.tbl == idx->head->hh.tbl); /* an entry of this table */
-    HASH_DELETE(hh, idx->head, blk);
+    UT_hash_table *tbl = idx->head->hh.tbl;
+    HASH_DEL_IN_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], &blk->hh);
+    tbl->num_items--;
     blk->indexed = 0;
     idx->n_items--;
 }
 
-/* Bytes held by the table itself (bucket array and table header). */
+/* Bytes held by the table itself (bucket array and table header). Cannot fail. */
 size_t kvp__index_bucket_bytes(const kvp__index *idx)
 {
     if (!idx->head)

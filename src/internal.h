@@ -122,7 +122,7 @@ static inline kvp_key kvp__key_truncate(kvp_key k, unsigned bits)
 /* ---------------------------------------------------------------- blocks, index, pool */
 
 typedef struct kvp__block {
-    UT_hash_handle hh; /* index linkage; valid while indexed */
+    UT_hash_handle hh; /* index linkage (bucket chain only); valid while indexed */
     kvp_key key;       /* the block's key; meaningful while indexed */
     uint32_t ref;      /* number of active requests pinning this block */
     uint32_t lru_slot; /* cached: slot of its live entry in the LRU ring, else KVP_NIL */
@@ -159,17 +159,19 @@ static inline bool kvp__block_is_private(const kvp__block *b)
     return kvp__block_is_in_use(b) && !kvp__block_is_indexed(b);
 }
 
-/* The key -> block table. A sentinel entry with a 1-byte key keeps the uthash table alive
+/* The key -> block table: uthash buckets whose chains link the indexed blocks (never
+ * uthash's insertion-order list). A sentinel entry with a 1-byte key keeps the table alive
  * for the cache's lifetime, and buckets are sized once for the whole pool, so adding and
  * deleting keys never allocates and cannot fail (see index.c). */
 typedef struct kvp__index {
-    kvp__block *head;      /* uthash head: always the sentinel or another entry */
+    kvp__block *head;      /* uthash head: always the sentinel (nothing else is listed) */
     kvp__block sentinel;   /* never matches a 16-byte key */
     uint8_t sentinel_key;  /* the sentinel's 1-byte key */
-    unsigned log2_buckets; /* bucket count chosen at init: >= n_blocks */
+    unsigned log2_buckets; /* log2 of the bucket count: kvp__index_log2_buckets(n_blocks) */
     uint32_t n_items;      /* indexed blocks (the sentinel excluded) */
 } kvp__index;
 
+unsigned kvp__index_log2_buckets(uint32_t n_blocks);
 int kvp__index_init(kvp__index *idx, kvp__mem *mem, uint32_t n_blocks);
 void kvp__index_free(kvp__index *idx, kvp__mem *mem);
 kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key);
@@ -180,7 +182,7 @@ size_t kvp__index_bucket_bytes(const kvp__index *idx);
 
 /* Prefetch hints for pipelined probes (see match() in lifecycle.c): first the bucket a key
  * maps to, then, once that has had time to arrive, the first entry of its chain. A probe
- * reads the handle's hh_next/key/keylen/hashv and the key bytes right after the handle
+ * reads the handle's hh_next/keylen/hashv and the block's key right after the handle
  * (kvp__block starts with hh): the lines of hashv and of the key's last byte cover them.
  * The bucket array and mask are read once per walk into a kvp__probe_view. */
 typedef struct kvp__probe_view {

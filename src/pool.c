@@ -270,18 +270,14 @@ static void evict_to_free(kvp_cache *cache, uint32_t id)
     free_push(&cache->pool, id);
 }
 
-/* Prefetch what evicting cached block id will touch: its bucket, its neighbours in the
- * bucket chain and in uthash's insertion-order list (HASH_DELETE rewrites their links).
+/* Prefetch what evicting cached block id will touch: its bucket and its neighbours in the
+ * bucket chain (HASH_DEL_IN_BKT rewrites their links; the index keeps no other list).
  * Reads block id itself, which should have been prefetched a few evictions earlier. */
 static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
 {
     const kvp__block *b = &cache->pool.blocks[id];
     const UT_hash_table *tbl = cache->index.head->hh.tbl;
     KVP__PREFETCH_W(&tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)]);
-    if (b->hh.prev)
-        KVP__PREFETCH_W((const char *)b->hh.prev + tbl->hho);
-    if (b->hh.next)
-        KVP__PREFETCH_W((const char *)b->hh.next + tbl->hho);
     if (b->hh.hh_prev)
         KVP__PREFETCH_W(b->hh.hh_prev);
     if (b->hh.hh_next)

@@ -356,6 +356,76 @@ Test(check, index_entry_handle)
     scene_end(&s);
 }
 
+Test(check, index_chain_cycle)
+{
+    scene s = scene_new(false);
+    kvp__block *b = &s.c->pool.blocks[s.cached_id];
+    UT_hash_handle *saved = b->hh.hh_next;
+    b->hh.hh_next = &b->hh; /* a chain that loops on itself: a missing lookup never ends */
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    b->hh.hh_next = saved;
+    scene_end(&s);
+}
+
+Test(check, index_chain_link_out_of_pool)
+{
+    /* The checker range-checks a link before it reads through it (ASan would see it). */
+    scene s = scene_new(false);
+    kvp__block *b = &s.c->pool.blocks[s.pinned_id];
+    UT_hash_handle *saved = b->hh.hh_next;
+    b->hh.hh_next = (UT_hash_handle *)(void *)(s.c->pool.blocks + N_BLOCKS);
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    b->hh.hh_next = (UT_hash_handle *)(void *)((char *)&s.c->pool.blocks[1] + 8);
+    EXPECT_CORRUPT(s.c, kvp__index_check); /* inside the pool, but not at a block */
+    b->hh.hh_next = saved;
+    scene_end(&s);
+}
+
+Test(check, index_chain_links_unindexed_block)
+{
+    scene s = scene_new(false);
+    kvp__block *b = &s.c->pool.blocks[s.cached_id];
+    kvp__block *p = &s.c->pool.blocks[s.private_id];
+    UT_hash_handle *saved = b->hh.hh_next;
+    b->hh.hh_next = &p->hh; /* in use, not indexed: no chain may hold it */
+    p->hh.hh_next = saved;
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    b->hh.hh_next = saved;
+    scene_end(&s);
+}
+
+Test(check, index_chain_back_link)
+{
+    scene s = scene_new(false);
+    kvp__block *b = &s.c->pool.blocks[s.cached_id];
+    UT_hash_handle *saved = b->hh.hh_prev;
+    b->hh.hh_prev = &b->hh;
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    b->hh.hh_prev = saved;
+    scene_end(&s);
+}
+
+Test(check, index_bucket_counts)
+{
+    /* The chain holding the cached block is cut off at its bucket; then the bucket's count
+     * and the table's item count disagree with the chains. */
+    scene s = scene_new(false);
+    UT_hash_table *tbl = s.c->index.head->hh.tbl;
+    kvp__block *b = &s.c->pool.blocks[s.cached_id];
+    UT_hash_bucket *bucket = &tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)];
+    UT_hash_handle *saved = bucket->hh_head;
+    bucket->hh_head = NULL;
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    bucket->hh_head = saved;
+    bucket->count++;
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    bucket->count--;
+    tbl->num_items++;
+    EXPECT_CORRUPT(s.c, kvp__index_check);
+    tbl->num_items--;
+    scene_end(&s);
+}
+
 Test(check, indexed_flag_cleared)
 {
     /* An in-use block forgets it is indexed: the pool cannot tell (it looks private), the
