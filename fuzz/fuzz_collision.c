@@ -277,8 +277,8 @@ static void step(col_world *w, fz_in *in)
         rc = kvp_cache_reset(w->c);
         break;
     }
-    FZ_ASSERT(rc == KVP_OK || rc == KVP_ENOSPC || rc == KVP_ETOOBIG || rc == KVP_ENOENT || rc == KVP_EEXIST ||
-                  rc == KVP_ERANGE,
+    FZ_ASSERT(rc == KVP_OK || rc == KVP_ENOSPC || rc == KVP_ETOOBIG || rc == KVP_ENOENT ||
+                  rc == KVP_EEXIST || rc == KVP_ERANGE,
               "step %zu %s: unexpected %s", w->step, w->op, kvp_strerror(rc));
     rc = kvp_cache_check(w->c);
     FZ_ASSERT(rc == KVP_OK, "step %zu %s: kvp_cache_check: %s", w->step, w->op, kvp_strerror(rc));

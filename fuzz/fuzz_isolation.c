@@ -112,22 +112,22 @@ typedef struct iso_op {
 } iso_op;
 
 typedef struct iso_input {
-    uint32_t block_size;     /* fz_block_size */
-    fz_keys keys;            /* seed, and key bits when collisions are forced */
-    bool verify;             /* verify_tokens */
-    bool large;              /* large-pool mode */
-    uint32_t small_blocks;   /* small-pool mode: pool size */
-    size_t n_ns;             /* namespace entries */
-    fz_ns ns[ISO_MAX_NS];    /* the namespaces (rewritten for vllm-*: fz_ns_map_profile) */
+    uint32_t block_size;            /* fz_block_size */
+    fz_keys keys;                   /* seed, and key bits when collisions are forced */
+    bool verify;                    /* verify_tokens */
+    bool large;                     /* large-pool mode */
+    uint32_t small_blocks;          /* small-pool mode: pool size */
+    size_t n_ns;                    /* namespace entries */
+    fz_ns ns[ISO_MAX_NS];           /* the namespaces (rewritten for vllm-*: fz_ns_map_profile) */
     kvp_namespace orig[ISO_MAX_NS]; /* the namespaces as decoded (refused when the profile
                                        cannot express them) */
-    int cls[ISO_MAX_NS];     /* class: the first entry that may share blocks with this one */
-    size_t max_prompt;       /* longest prompt, in tokens */
-    size_t max_seq;          /* longest request sequence, in tokens */
-    uint32_t *base[2];       /* the base sequences, max_seq tokens each */
-    size_t n_ops;            /* decoded calls */
-    iso_op ops[ISO_MAX_OPS]; /* the calls */
-    uint64_t max_blocks;     /* blocks the calls could take in total (an upper bound) */
+    int cls[ISO_MAX_NS];            /* class: the first entry that may share blocks with this one */
+    size_t max_prompt;              /* longest prompt, in tokens */
+    size_t max_seq;                 /* longest request sequence, in tokens */
+    uint32_t *base[2];              /* the base sequences, max_seq tokens each */
+    size_t n_ops;                   /* decoded calls */
+    iso_op ops[ISO_MAX_OPS];        /* the calls */
+    uint64_t max_blocks;            /* blocks the calls could take in total (an upper bound) */
 } iso_input;
 
 /* What one call returned, compared between runs. */
@@ -165,12 +165,12 @@ typedef struct iso_run {
     uint32_t *buckets; /* indexed blocks by key: head per bucket, UINT32_MAX empty */
     uint32_t mask;     /* buckets - 1 */
     iso_req reqs[ISO_MAX_NS][ISO_SLOTS];
-    uint32_t *tokens; /* the current prompt (max_seq entries) */
-    kvp_key *exp;     /* the current call's expected keys, as the cache keys them */
-    kvp_key *full;    /* the same keys untruncated: the identities of the prefixes */
-    kvp_key *highs;   /* the oracle's untruncated high halves (vllm-sha256-cbor) */
+    uint32_t *tokens;  /* the current prompt (max_seq entries) */
+    kvp_key *exp;      /* the current call's expected keys, as the cache keys them */
+    kvp_key *full;     /* the same keys untruncated: the identities of the prefixes */
+    kvp_key *highs;    /* the oracle's untruncated high halves (vllm-sha256-cbor) */
     kvp_chain *chains; /* the library's chain (kvp_hasher_blocks) of the current call */
-    kvp_key *ext_ids; /* the current _ids call's external ids */
+    kvp_key *ext_ids;  /* the current _ids call's external ids */
     /* The call in progress, for the event callback. */
     int cur_cls;       /* caller's class, -1 when no STORED may happen */
     size_t cur_n_keys; /* entries in exp and full */
@@ -683,8 +683,9 @@ static void run_op(iso_run *r, const iso_op *op, iso_result *res)
     res->n_blocks_hit = m.n_blocks_hit;
     res->n_tokens_hit = m.n_tokens_hit;
     bool by_ids = op->kind == OP_LOOKUP_IDS || op->kind == OP_ACCESS_IDS;
-    bool allowed = res->rc == KVP_OK || res->rc == KVP_ENOSPC || res->rc == KVP_ETOOBIG || res->rc == KVP_ENOENT ||
-                   res->rc == KVP_EEXIST || (res->rc == KVP_EINVAL && by_ids);
+    bool allowed = res->rc == KVP_OK || res->rc == KVP_ENOSPC || res->rc == KVP_ETOOBIG ||
+                   res->rc == KVP_ENOENT || res->rc == KVP_EEXIST ||
+                   (res->rc == KVP_EINVAL && by_ids);
     FZ_ASSERT(allowed, "op %zu (%s): unexpected %s", r->op_index, op_names[op->kind],
               kvp_strerror(res->rc));
     FZ_ASSERT(res->rc != KVP_ENOENT || (!q->active && op->kind != OP_ACQUIRE),
@@ -757,7 +758,8 @@ static void check_refusals(iso_run *r)
         kvp_chain c;
         kvp_match m;
         uint32_t ids[4];
-        size_t n = x->max_prompt < 2 * (size_t)x->block_size ? x->max_prompt : 2 * (size_t)x->block_size;
+        size_t n =
+            x->max_prompt < 2 * (size_t)x->block_size ? x->max_prompt : 2 * (size_t)x->block_size;
         int rc = kvp_hasher_root(kvp_cache_hasher(r->cache), ns, &c);
         FZ_ASSERT(rc == KVP_ENOTSUP, "namespace %zu: kvp_hasher_root: %s, not KVP_ENOTSUP", i,
                   kvp_strerror(rc));

@@ -263,8 +263,8 @@ size_t fz_prompt_len(fz_in *in, uint32_t bs, size_t max_blocks)
 
 /* Profiles by input byte (mod 8): xxh3, keyed and siphash twice, each vLLM profile once. */
 static const int profile_table[8] = {
-    KVP_HASH_XXH3,        KVP_HASH_KEYED,       KVP_HASH_SIPHASH, KVP_HASH_VLLM_SHA256,
-    KVP_HASH_VLLM_XXHASH, KVP_HASH_XXH3,        KVP_HASH_KEYED,   KVP_HASH_SIPHASH,
+    KVP_HASH_XXH3,        KVP_HASH_KEYED, KVP_HASH_SIPHASH, KVP_HASH_VLLM_SHA256,
+    KVP_HASH_VLLM_XXHASH, KVP_HASH_XXH3,  KVP_HASH_KEYED,   KVP_HASH_SIPHASH,
 };
 
 static void oracle_derive(fz_keys *k);
@@ -290,7 +290,8 @@ void fz_keys_decode(fz_in *in, fz_keys *k, int profiles)
     if (profiles == FZ_PROFILES_NO_VLLM && fz_keys_vllm(k))
         k->profile = k->profile == KVP_HASH_VLLM_SHA256 ? KVP_HASH_KEYED : KVP_HASH_XXH3;
     if (k->profile == KVP_HASH_KEYED || k->profile == KVP_HASH_SIPHASH) {
-        k->key_len = KVP_HASH_KEY_MIN + (uint32_t)fz_below(in, KVP_HASH_KEY_MAX - KVP_HASH_KEY_MIN + 1);
+        k->key_len =
+            KVP_HASH_KEY_MIN + (uint32_t)fz_below(in, KVP_HASH_KEY_MAX - KVP_HASH_KEY_MIN + 1);
         for (uint32_t i = 0; i < k->key_len; i++)
             k->key[i] = fz_u8(in);
         oracle_derive(k);

@@ -173,15 +173,15 @@ size_t fz_prompt_len(fz_in *in, uint32_t bs, size_t max_blocks);
 
 /* How a cache derives its keys: the profile and its key material, drawn from the input. */
 typedef struct fz_keys {
-    int profile;                             /* KVP_HASH_*: the cache's hash profile */
-    uint64_t seed;                           /* xxh3 chain, and the scope roots of vllm-* */
-    uint8_t key[KVP_HASH_KEY_MAX];           /* keyed, siphash: the secret key K */
-    uint32_t key_len;                        /* bytes of key: 16..32 (keyed, siphash), else 0 */
-    bool vllm_default;                       /* vllm-*: seed string NULL (vLLM's default) */
-    char vllm_seed[FZ_VLLM_SEED_MAX + 1];    /* vllm-*: the seed string when not default */
-    unsigned bits;                           /* key bits the cache keeps: 128, or 1..16 */
-    uint8_t secret[FZ_SECRET_BYTES];         /* keyed: the oracle's derivation of secret(K) */
-    uint8_t sip_key[16];                     /* siphash: the oracle's derivation of k_sip */
+    int profile;                          /* KVP_HASH_*: the cache's hash profile */
+    uint64_t seed;                        /* xxh3 chain, and the scope roots of vllm-* */
+    uint8_t key[KVP_HASH_KEY_MAX];        /* keyed, siphash: the secret key K */
+    uint32_t key_len;                     /* bytes of key: 16..32 (keyed, siphash), else 0 */
+    bool vllm_default;                    /* vllm-*: seed string NULL (vLLM's default) */
+    char vllm_seed[FZ_VLLM_SEED_MAX + 1]; /* vllm-*: the seed string when not default */
+    unsigned bits;                        /* key bits the cache keeps: 128, or 1..16 */
+    uint8_t secret[FZ_SECRET_BYTES];      /* keyed: the oracle's derivation of secret(K) */
+    uint8_t sip_key[16];                  /* siphash: the oracle's derivation of k_sip */
 } fz_keys;
 
 /* Read a seed (8 bytes, little-endian), a profile (one byte; `profiles` is FZ_PROFILES_*),
