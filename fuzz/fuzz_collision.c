@@ -5,7 +5,9 @@
  * The cache's keys are truncated to 1..16 bits with the internal hook
  * kvp__cache_set_key_bits, so distinct prefixes, and distinct namespaces, share keys all the
  * time; verify_tokens is always on. The block size is 1..4, 16, 1021 or 1500 (fz_block_size:
- * the library's generic, 16-token and streaming hash paths) and the seed is random. Up to
+ * the library's generic, 16-token and streaming hash paths), the seed is random and the
+ * hash profile any of the five (fz_keys_decode; vllm-* namespaces rewritten into ones vLLM
+ * can express, fz_ns_map_profile). Up to
  * COL_MAX_STEPS lookups, acquires, commits, grows, releases, accesses and resets run over 3
  * namespaces (fz_ns_decode_set: adversarial pairs and exact copies) and prompts cut from
  * three base sequences over 4 tokens (up to 48 tokens for blocks of 1..4, 6 blocks of 16 or

@@ -3,12 +3,14 @@
  * against an independent key oracle.
  *
  * An input decodes to a cache shape - block size 1..4, 16, 1021 or 1500 (fz_block_size), a
- * random 64-bit seed, verify_tokens on or off, a small pool (eviction pressure) or a large
- * one, and, one time in four, keys truncated to 1..16 bits with verify_tokens on (forced
- * collisions, across namespaces too) - then 2..4 namespaces (model/adapter/tenant/salt; 3
- * times in 4 from the adversarial table of fuzz_util.c: ("ab","c") vs ("a","bc"), absent vs
- * empty, embedded NULs, a value moved to another field, and empty fields at distinct
- * addresses that must be *equal*), and up to ISO_MAX_OPS interleaved kvp_lookup /
+ * random 64-bit seed, a hash profile with its key or vLLM seed string (fz_keys_decode:
+ * every profile; under vllm-* the namespaces are rewritten into ones vLLM can express and
+ * the decoded ones must be refused with KVP_ENOTSUP), verify_tokens on or off, a small pool
+ * (eviction pressure) or a large one, and, one time in four, keys truncated to 1..16 bits with
+ * verify_tokens on (forced collisions, across namespaces too) - then 2..4 namespaces
+ * (model/adapter/tenant/salt; 3 times in 4 from the adversarial table of fuzz_util.c: ("ab","c") vs
+ * ("a","bc"), absent vs empty, embedded NULs, a value moved to another field, and empty fields at
+ * distinct addresses that must be *equal*), and up to ISO_MAX_OPS interleaved kvp_lookup /
  * kvp_acquire / kvp_commit / kvp_grow / kvp_release / kvp_access / kvp_lookup_ids /
  * kvp_access_ids calls, each in one namespace, over prompts cut from two shared base
  * sequences of a 4-token alphabet with high bytes set (so byte order and width matter), so
@@ -22,10 +24,14 @@
  * a function of the prompt's tokens only (as a trace's hash ids are), equal in every
  * namespace.
  *
- * Expected keys come from the oracle (fz_oracle_*: the documented byte layout rebuilt byte
- * by byte and hashed once with libxxhash), never from the library: before each call the
- * library's kvp_namespace_key, kvp_hash_blocks and kvp_external_key must give exactly the
- * oracle's root, chain and external keys for the input's seed.
+ * Expected keys come from the oracle (fz_oracle_*: each profile's documented byte layout
+ * rebuilt byte by byte and hashed once with libxxhash, libsodium or OpenSSL), never from
+ * the library: before each call the cache's hasher (kvp_hasher_root, kvp_hasher_blocks,
+ * kvp_hasher_external_key) and, under xxh3, kvp_namespace_key, kvp_hash_blocks and
+ * kvp_external_key must give exactly the oracle's root, chain start, chain and external
+ * keys for the input's profile and key material. Under vllm-* without verification,
+ * namespaces with equal block-0 extra keys (adapter "x" alone, salt "x" alone) share block
+ * 0 as vLLM's keys do, so they form one class (docs/fuzzing.md, the block-0 alias).
  *
  * What is asserted (abort with a message on any violation):
  *

@@ -1,6 +1,7 @@
 /*
  * fuzz_util.c - the helpers shared by the fuzz harnesses (see fuzz_util.h): failure
- * reports, the checking allocator and the adversarial namespace table.
+ * reports, the checking allocator, the adversarial namespace table, the cache shapes and
+ * hash profiles drawn from the input, and the independent key oracle of every profile.
  *
  * The allocator prefixes each block with a 16-byte header holding the requested size and a
  * magic word, so a free with a wrong size or of a foreign pointer is caught at once rather
