@@ -5,7 +5,9 @@
  * The cache's keys are truncated to 1..16 bits with the internal hook
  * kvp__cache_set_key_bits, so distinct prefixes, and distinct namespaces, share keys all the
  * time; verify_tokens is always on. The block size is 1..4, 16, 1021 or 1500 (fz_block_size:
- * the library's generic, 16-token and streaming hash paths) and the seed is random. Up to
+ * the library's generic, 16-token and streaming hash paths), the seed is random and the
+ * hash profile any of the five (fz_keys_decode; vllm-* namespaces rewritten into ones vLLM
+ * can express, fz_ns_map_profile). Up to
  * COL_MAX_STEPS lookups, acquires, commits, grows, releases, accesses and resets run over 3
  * namespaces (fz_ns_decode_set: adversarial pairs and exact copies) and prompts cut from
  * three base sequences over 4 tokens (up to 48 tokens for blocks of 1..4, 6 blocks of 16 or
@@ -84,18 +86,22 @@ typedef struct col_world {
     const uint32_t *acc_tokens;     /* its prompt */
     kvp_key acc_keys[COL_MAX_KEYS]; /* truncated chain keys of the prompt */
     size_t acc_n_keys;              /* full blocks */
-    kvp_key acc_root;               /* truncated root */
+    kvp_key acc_root;               /* block 0's parent: truncated root, or NONE_HASH */
     size_t acc_min;                 /* STORED positions must be >= this */
     size_t step;
     const char *op;
 } col_world;
 
-/* The cache's truncated key chain of tokens[0 .. n) in namespace ns, from the oracle. */
+/* The cache's truncated key chain of tokens[0 .. n) in namespace ns, from the oracle;
+ * *start is block 0's parent as the cache keys it (the truncated root, or NONE_HASH under
+ * vllm-*). */
 static size_t trunc_chain(const col_world *w, const kvp_namespace *ns, const uint32_t *tokens,
-                          size_t n, kvp_key *root, kvp_key *keys)
+                          size_t n, kvp_key *start, kvp_key *keys)
 {
-    *root = fz_key_trunc(fz_oracle_root(w->keys.seed, ns), w->keys.bits);
-    return fz_oracle_chain(w->keys.seed, w->keys.bits, *root, tokens, n, w->bs, keys, COL_MAX_KEYS);
+    kvp_key root = fz_key_trunc(fz_oracle_root(&w->keys, ns), w->keys.bits);
+    *start = fz_oracle_start(&w->keys, root).key;
+    return fz_oracle_chain(&w->keys, w->keys.bits, ns, root, tokens, n, w->bs, keys, NULL,
+                           COL_MAX_KEYS);
 }
 
 static void on_event(void *ud, const kvp_event *ev)
@@ -273,8 +279,8 @@ static void step(col_world *w, fz_in *in)
         rc = kvp_cache_reset(w->c);
         break;
     }
-    FZ_ASSERT(rc == KVP_OK || rc == KVP_ENOSPC || rc == KVP_ETOOBIG || rc == KVP_ENOENT || rc == KVP_EEXIST ||
-                  rc == KVP_ERANGE,
+    FZ_ASSERT(rc == KVP_OK || rc == KVP_ENOSPC || rc == KVP_ETOOBIG || rc == KVP_ENOENT ||
+                  rc == KVP_EEXIST || rc == KVP_ERANGE,
               "step %zu %s: unexpected %s", w->step, w->op, kvp_strerror(rc));
     rc = kvp_cache_check(w->c);
     FZ_ASSERT(rc == KVP_OK, "step %zu %s: kvp_cache_check: %s", w->step, w->op, kvp_strerror(rc));
@@ -285,13 +291,15 @@ static void world_init(col_world *w, fz_in *in)
 {
     uint8_t shape = fz_u8(in);
     w->bs = fz_block_size(in);
-    fz_keys_decode(in, &w->keys);
+    fz_keys_decode(in, &w->keys, FZ_PROFILES_ALL);
     w->keys.bits = 1 + (shape >> 2) % 16;
     w->max_blocks = w->bs <= 4 ? 48 / w->bs : w->bs <= 16 ? 6 : 3;
     w->base_len = (w->max_blocks + 1) * w->bs;
     w->max_seq = w->base_len + (w->bs <= 4 ? 16 : 2 * w->bs);
     w->n_blocks = 1 + (uint32_t)fz_below(in, 32);
     fz_ns_decode_set(in, w->ns, COL_N_NS);
+    kvp_namespace orig[COL_N_NS]; /* as decoded; vllm-* refusals are fuzz_isolation's */
+    fz_ns_map_profile(&w->keys, w->ns, COL_N_NS, orig);
     for (int i = 0; i < COL_N_NS; i++) {
         w->cls[i] = i;
         for (int j = 0; j < i; j++)
@@ -344,7 +352,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_alloc_init(&w.alloc);
     kvp_config cfg;
     kvp_config_init(&cfg);
-    cfg.hash_profile = KVP_HASH_XXH3; /* the oracle computes xxh3 keys */
     cfg.n_blocks = w.n_blocks;
     cfg.block_size = w.bs;
     cfg.verify_tokens = true;

@@ -3,12 +3,14 @@
  * against an independent key oracle.
  *
  * An input decodes to a cache shape - block size 1..4, 16, 1021 or 1500 (fz_block_size), a
- * random 64-bit seed, verify_tokens on or off, a small pool (eviction pressure) or a large
- * one, and, one time in four, keys truncated to 1..16 bits with verify_tokens on (forced
- * collisions, across namespaces too) - then 2..4 namespaces (model/adapter/tenant/salt; 3
- * times in 4 from the adversarial table of fuzz_util.c: ("ab","c") vs ("a","bc"), absent vs
- * empty, embedded NULs, a value moved to another field, and empty fields at distinct
- * addresses that must be *equal*), and up to ISO_MAX_OPS interleaved kvp_lookup /
+ * random 64-bit seed, a hash profile with its key or vLLM seed string (fz_keys_decode:
+ * every profile; under vllm-* the namespaces are rewritten into ones vLLM can express and
+ * the decoded ones must be refused with KVP_ENOTSUP), verify_tokens on or off, a small pool
+ * (eviction pressure) or a large one, and, one time in four, keys truncated to 1..16 bits with
+ * verify_tokens on (forced collisions, across namespaces too) - then 2..4 namespaces
+ * (model/adapter/tenant/salt; 3 times in 4 from the adversarial table of fuzz_util.c: ("ab","c") vs
+ * ("a","bc"), absent vs empty, embedded NULs, a value moved to another field, and empty fields at
+ * distinct addresses that must be *equal*), and up to ISO_MAX_OPS interleaved kvp_lookup /
  * kvp_acquire / kvp_commit / kvp_grow / kvp_release / kvp_access / kvp_lookup_ids /
  * kvp_access_ids calls, each in one namespace, over prompts cut from two shared base
  * sequences of a 4-token alphabet with high bytes set (so byte order and width matter), so
@@ -22,10 +24,14 @@
  * a function of the prompt's tokens only (as a trace's hash ids are), equal in every
  * namespace.
  *
- * Expected keys come from the oracle (fz_oracle_*: the documented byte layout rebuilt byte
- * by byte and hashed once with libxxhash), never from the library: before each call the
- * library's kvp_namespace_key, kvp_hash_blocks and kvp_external_key must give exactly the
- * oracle's root, chain and external keys for the input's seed.
+ * Expected keys come from the oracle (fz_oracle_*: each profile's documented byte layout
+ * rebuilt byte by byte and hashed once with libxxhash, libsodium or OpenSSL), never from
+ * the library: before each call the cache's hasher (kvp_hasher_root, kvp_hasher_blocks,
+ * kvp_hasher_external_key) and, under xxh3, kvp_namespace_key, kvp_hash_blocks and
+ * kvp_external_key must give exactly the oracle's root, chain start, chain and external
+ * keys for the input's profile and key material. Under vllm-* without verification,
+ * namespaces with equal block-0 extra keys (adapter "x" alone, salt "x" alone) share block
+ * 0 as vLLM's keys do, so they form one class (docs/fuzzing.md, the block-0 alias).
  *
  * What is asserted (abort with a message on any violation):
  *
@@ -112,20 +118,22 @@ typedef struct iso_op {
 } iso_op;
 
 typedef struct iso_input {
-    uint32_t block_size;     /* fz_block_size */
-    fz_keys keys;            /* seed, and key bits when collisions are forced */
-    bool verify;             /* verify_tokens */
-    bool large;              /* large-pool mode */
-    uint32_t small_blocks;   /* small-pool mode: pool size */
-    size_t n_ns;             /* namespace entries */
-    fz_ns ns[ISO_MAX_NS];    /* the namespaces */
-    int cls[ISO_MAX_NS];     /* class: the first entry equal to this one */
-    size_t max_prompt;       /* longest prompt, in tokens */
-    size_t max_seq;          /* longest request sequence, in tokens */
-    uint32_t *base[2];       /* the base sequences, max_seq tokens each */
-    size_t n_ops;            /* decoded calls */
-    iso_op ops[ISO_MAX_OPS]; /* the calls */
-    uint64_t max_blocks;     /* blocks the calls could take in total (an upper bound) */
+    uint32_t block_size;            /* fz_block_size */
+    fz_keys keys;                   /* seed, and key bits when collisions are forced */
+    bool verify;                    /* verify_tokens */
+    bool large;                     /* large-pool mode */
+    uint32_t small_blocks;          /* small-pool mode: pool size */
+    size_t n_ns;                    /* namespace entries */
+    fz_ns ns[ISO_MAX_NS];           /* the namespaces (rewritten for vllm-*: fz_ns_map_profile) */
+    kvp_namespace orig[ISO_MAX_NS]; /* the namespaces as decoded (refused when the profile
+                                       cannot express them) */
+    int cls[ISO_MAX_NS];            /* class: the first entry that may share blocks with this one */
+    size_t max_prompt;              /* longest prompt, in tokens */
+    size_t max_seq;                 /* longest request sequence, in tokens */
+    uint32_t *base[2];              /* the base sequences, max_seq tokens each */
+    size_t n_ops;                   /* decoded calls */
+    iso_op ops[ISO_MAX_OPS];        /* the calls */
+    uint64_t max_blocks;            /* blocks the calls could take in total (an upper bound) */
 } iso_input;
 
 /* What one call returned, compared between runs. */
@@ -163,10 +171,12 @@ typedef struct iso_run {
     uint32_t *buckets; /* indexed blocks by key: head per bucket, UINT32_MAX empty */
     uint32_t mask;     /* buckets - 1 */
     iso_req reqs[ISO_MAX_NS][ISO_SLOTS];
-    uint32_t *tokens; /* the current prompt (max_seq entries) */
-    kvp_key *exp;     /* the current call's expected keys, as the cache keys them */
-    kvp_key *full;    /* the same keys untruncated: the identities of the prefixes */
-    kvp_key *ext_ids; /* the current _ids call's external ids */
+    uint32_t *tokens;  /* the current prompt (max_seq entries) */
+    kvp_key *exp;      /* the current call's expected keys, as the cache keys them */
+    kvp_key *full;     /* the same keys untruncated: the identities of the prefixes */
+    kvp_key *highs;    /* the oracle's untruncated high halves (vllm-sha256-cbor) */
+    kvp_chain *chains; /* the library's chain (kvp_hasher_blocks) of the current call */
+    kvp_key *ext_ids;  /* the current _ids call's external ids */
     /* The call in progress, for the event callback. */
     int cur_cls;       /* caller's class, -1 when no STORED may happen */
     size_t cur_n_keys; /* entries in exp and full */
@@ -191,7 +201,7 @@ static void decode_shape(fz_in *in, iso_input *x)
 {
     uint8_t shape = fz_u8(in);
     x->block_size = fz_block_size(in);
-    fz_keys_decode(in, &x->keys);
+    fz_keys_decode(in, &x->keys, FZ_PROFILES_ALL);
     x->verify = (shape & 1) != 0;
     x->large = (shape & 2) == 0;
     if ((shape & 12) == 0) {
@@ -201,10 +211,16 @@ static void decode_shape(fz_in *in, iso_input *x)
     x->small_blocks = 1 + (uint32_t)(shape >> 4) + (uint32_t)fz_below(in, 9);
     x->n_ns = 2 + fz_below(in, ISO_MAX_NS - 1);
     fz_ns_decode_set(in, x->ns, x->n_ns);
+    fz_ns_map_profile(&x->keys, x->ns, x->n_ns, x->orig);
+    /* Under vllm-* without verification, namespaces whose block-0 extra keys are equal
+     * (adapter "x" alone, salt "x" alone) share block 0 exactly as vLLM's keys do: one
+     * class. Verification checks the namespace itself, so there classes are by value. */
+    bool alias = fz_keys_vllm(&x->keys) && !x->verify;
     for (size_t i = 0; i < x->n_ns; i++) {
         x->cls[i] = (int)i;
         for (size_t j = 0; j < i; j++)
-            if (fz_ns_equal(&x->ns[i].ns, &x->ns[j].ns)) {
+            if (alias ? fz_ns_vllm_block0_equal(&x->ns[i].ns, &x->ns[j].ns)
+                      : fz_ns_equal(&x->ns[i].ns, &x->ns[j].ns)) {
                 x->cls[i] = x->cls[j];
                 break;
             }
@@ -360,19 +376,54 @@ static void on_event(void *ud, const kvp_event *ev)
 /* Expected keys                                                                            */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Fill r->exp/r->full with the oracle's chain of tokens[0 .. n) in namespace ns, after
- * checking that the library's public key functions agree with the oracle. Returns the
- * number of full blocks; *root is the root as the cache keys it. */
-static size_t token_keys(iso_run *r, const kvp_namespace *ns, const uint32_t *tokens, size_t n,
-                         kvp_key *root)
+/* Check the library's root of ns against the oracle's full_root: through the cache's
+ * hasher (kvp_hasher_root, every profile: the root and the chain start, NONE_HASH under
+ * vllm-*) and, under xxh3, kvp_namespace_key too. Returns the library's root. */
+static kvp_key check_lib_root(iso_run *r, const kvp_namespace *ns, kvp_key full_root,
+                              kvp_chain *start)
+{
+    const fz_keys *k = &r->in->keys;
+    FZ_ASSERT(kvp_hasher_root(kvp_cache_hasher(r->cache), ns, start) == KVP_OK &&
+                  fz_key_eq(start->root, full_root) && start->n_blocks == 0,
+              "op %zu: kvp_hasher_root differs from the oracle's root (%s)", r->op_index,
+              kvp_hash_profile_name(k->profile));
+    fz_chain s = fz_oracle_start(k, full_root);
+    FZ_ASSERT(fz_key_eq(start->key, s.key) && fz_key_eq(start->high, s.high),
+              "op %zu: kvp_hasher_root: chain start differs from the oracle's (%s)", r->op_index,
+              kvp_hash_profile_name(k->profile));
+    if (k->profile == KVP_HASH_XXH3) {
+        kvp_key lib_root;
+        FZ_ASSERT(kvp_namespace_key(k->seed, ns, &lib_root) == KVP_OK &&
+                      fz_key_eq(lib_root, full_root),
+                  "op %zu: kvp_namespace_key differs from the oracle's root", r->op_index);
+    }
+    return start->root;
+}
+
+/* Check the library's untruncated chain of tokens[0 .. n) (r->full, r->highs from the
+ * oracle, n_full blocks): kvp_hasher_blocks of the cache's hasher for every profile, and
+ * kvp_hash_blocks too under xxh3. */
+static void check_lib_chain(iso_run *r, const kvp_namespace *ns, kvp_key full_root,
+                            const uint32_t *tokens, size_t n, size_t n_full)
 {
     const fz_keys *k = &r->in->keys;
     uint32_t bs = r->in->block_size;
-    kvp_key full_root = fz_oracle_root(k->seed, ns), lib_root;
-    FZ_ASSERT(kvp_namespace_key(k->seed, ns, &lib_root) == KVP_OK && fz_key_eq(lib_root, full_root),
-              "op %zu: kvp_namespace_key differs from the oracle's root", r->op_index);
-    size_t n_full = fz_oracle_chain(k->seed, 128, full_root, tokens, n, bs, r->full, SIZE_MAX);
+    const char *pname = kvp_hash_profile_name(k->profile);
+    kvp_chain c;
+    kvp_key lib_root = check_lib_root(r, ns, full_root, &c);
     size_t n_lib = 0;
+    FZ_ASSERT(kvp_hasher_blocks(kvp_cache_hasher(r->cache), ns, &c, tokens, n, r->chains, n_full,
+                                &n_lib) == KVP_OK &&
+                  n_lib == n_full,
+              "op %zu: kvp_hasher_blocks", r->op_index);
+    for (size_t i = 0; i < n_full; i++)
+        FZ_ASSERT(fz_key_eq(r->chains[i].key, r->full[i]) &&
+                      fz_key_eq(r->chains[i].high, r->highs[i]) && r->chains[i].n_blocks == i + 1,
+                  "op %zu: kvp_hasher_blocks: key of block %zu (%s, block size %u) differs from "
+                  "the oracle's",
+                  r->op_index, i, pname, bs);
+    if (k->profile != KVP_HASH_XXH3)
+        return;
     FZ_ASSERT(kvp_hash_blocks(k->seed, lib_root, tokens, n, bs, r->exp, n_full, &n_lib) == KVP_OK &&
                   n_lib == n_full,
               "op %zu: kvp_hash_blocks", r->op_index);
@@ -381,20 +432,40 @@ static size_t token_keys(iso_run *r, const kvp_namespace *ns, const uint32_t *to
                   "op %zu: kvp_hash_blocks: key of block %zu (block size %u) differs from the "
                   "oracle's",
                   r->op_index, i, bs);
-    *root = fz_key_trunc(full_root, k->bits);
-    fz_oracle_chain(k->seed, k->bits, *root, tokens, n, bs, r->exp, n_full);
+}
+
+/* Fill r->exp/r->full with the oracle's chain of tokens[0 .. n) in namespace ns, after
+ * checking that the library's key functions agree with the oracle. Returns the number of
+ * full blocks; *start is the key block 0 names as its parent, as the cache keys it (the
+ * truncated root, or NONE_HASH under vllm-*). */
+static size_t token_keys(iso_run *r, const kvp_namespace *ns, const uint32_t *tokens, size_t n,
+                         kvp_key *start)
+{
+    const fz_keys *k = &r->in->keys;
+    uint32_t bs = r->in->block_size;
+    kvp_key full_root = fz_oracle_root(k, ns);
+    size_t n_full =
+        fz_oracle_chain(k, 128, ns, full_root, tokens, n, bs, r->full, r->highs, SIZE_MAX);
+    check_lib_chain(r, ns, full_root, tokens, n, n_full);
+    kvp_key root = fz_key_trunc(full_root, k->bits);
+    *start = fz_oracle_start(k, root).key;
+    if (k->bits < 128)
+        fz_oracle_chain(k, k->bits, ns, root, tokens, n, bs, r->exp, NULL, n_full);
+    else
+        memcpy(r->exp, r->full, n_full * sizeof *r->exp);
     return n_full;
 }
 
-/* The external ids of a prompt: a chain over its blocks under a seed of the harness's own
- * and a zero root (id i names the prefix up to block i, in every namespace alike), plus an
- * arbitrary id for a trailing partial block. Returns the number of ids. */
+/* The external ids of a prompt: a chain over its blocks under an xxh3 seed of the
+ * harness's own and a zero root (id i names the prefix up to block i, in every namespace
+ * alike), plus an arbitrary id for a trailing partial block. Returns the number of ids. */
 static size_t make_ext_ids(iso_run *r, const iso_op *op, const uint32_t *tokens)
 {
+    static const fz_keys ext = {.profile = KVP_HASH_XXH3, .seed = ISO_EXT_SEED, .bits = 128};
     uint32_t bs = r->in->block_size;
     kvp_key zero = {0, 0};
-    size_t n =
-        fz_oracle_chain(ISO_EXT_SEED, 128, zero, tokens, op->n_tokens, bs, r->ext_ids, SIZE_MAX);
+    size_t n = fz_oracle_chain(&ext, 128, NULL, zero, tokens, op->n_tokens, bs, r->ext_ids, NULL,
+                               SIZE_MAX);
     if (op->ceil_ids && op->n_tokens % bs) {
         r->ext_ids[n].lo = UINT64_C(0xe47e0000) + op->n_tokens;
         r->ext_ids[n].hi = (uint64_t)op->base;
@@ -404,19 +475,25 @@ static size_t make_ext_ids(iso_run *r, const iso_op *op, const uint32_t *tokens)
 }
 
 /* Fill r->exp/r->full with the oracle's scoped keys of the external ids (checking
- * kvp_namespace_key and kvp_external_key against it). Returns the full blocks. */
+ * kvp_hasher_root, kvp_hasher_external_key and, under xxh3, kvp_namespace_key and
+ * kvp_external_key against it). Returns the full blocks. */
 static size_t ext_keys(iso_run *r, const kvp_namespace *ns, size_t n_full, kvp_key *root)
 {
     const fz_keys *k = &r->in->keys;
-    kvp_key full_root = fz_oracle_root(k->seed, ns), lib_root;
-    FZ_ASSERT(kvp_namespace_key(k->seed, ns, &lib_root) == KVP_OK && fz_key_eq(lib_root, full_root),
-              "op %zu: kvp_namespace_key differs from the oracle's root", r->op_index);
+    kvp_key full_root = fz_oracle_root(k, ns);
+    kvp_chain c;
+    kvp_key lib_root = check_lib_root(r, ns, full_root, &c);
+    const kvp_hasher *h = kvp_cache_hasher(r->cache);
     *root = fz_key_trunc(full_root, k->bits);
     for (size_t i = 0; i < n_full; i++) {
-        r->full[i] = fz_oracle_external(k->seed, full_root, r->ext_ids[i]);
-        FZ_ASSERT(fz_key_eq(kvp_external_key(k->seed, lib_root, r->ext_ids[i]), r->full[i]),
+        r->full[i] = fz_oracle_external(k, full_root, r->ext_ids[i]);
+        FZ_ASSERT(fz_key_eq(kvp_hasher_external_key(h, lib_root, r->ext_ids[i]), r->full[i]),
+                  "op %zu: kvp_hasher_external_key differs from the oracle's (%s)", r->op_index,
+                  kvp_hash_profile_name(k->profile));
+        FZ_ASSERT(k->profile != KVP_HASH_XXH3 ||
+                      fz_key_eq(kvp_external_key(k->seed, lib_root, r->ext_ids[i]), r->full[i]),
                   "op %zu: kvp_external_key differs from the oracle's", r->op_index);
-        r->exp[i] = fz_key_trunc(fz_oracle_external(k->seed, *root, r->ext_ids[i]), k->bits);
+        r->exp[i] = fz_key_trunc(fz_oracle_external(k, *root, r->ext_ids[i]), k->bits);
     }
     return n_full;
 }
@@ -612,8 +689,9 @@ static void run_op(iso_run *r, const iso_op *op, iso_result *res)
     res->n_blocks_hit = m.n_blocks_hit;
     res->n_tokens_hit = m.n_tokens_hit;
     bool by_ids = op->kind == OP_LOOKUP_IDS || op->kind == OP_ACCESS_IDS;
-    bool allowed = res->rc == KVP_OK || res->rc == KVP_ENOSPC || res->rc == KVP_ETOOBIG || res->rc == KVP_ENOENT ||
-                   res->rc == KVP_EEXIST || (res->rc == KVP_EINVAL && by_ids);
+    bool allowed = res->rc == KVP_OK || res->rc == KVP_ENOSPC || res->rc == KVP_ETOOBIG ||
+                   res->rc == KVP_ENOENT || res->rc == KVP_EEXIST ||
+                   (res->rc == KVP_EINVAL && by_ids);
     FZ_ASSERT(allowed, "op %zu (%s): unexpected %s", r->op_index, op_names[op->kind],
               kvp_strerror(res->rc));
     FZ_ASSERT(res->rc != KVP_ENOENT || (!q->active && op->kind != OP_ACQUIRE),
@@ -639,7 +717,10 @@ static iso_run *run_new(const iso_input *x, uint32_t n_blocks)
     r->exp = malloc(n_keys * sizeof *r->exp);
     r->full = malloc(n_keys * sizeof *r->full);
     r->ext_ids = malloc(n_keys * sizeof *r->ext_ids);
-    FZ_ASSERT(r->buckets && r->blk && r->tokens && r->exp && r->full && r->ext_ids,
+    r->highs = malloc(n_keys * sizeof *r->highs);
+    r->chains = malloc(n_keys * sizeof *r->chains);
+    FZ_ASSERT(r->buckets && r->blk && r->tokens && r->exp && r->full && r->ext_ids && r->highs &&
+                  r->chains,
               "out of memory");
     for (uint32_t i = 0; i <= r->mask; i++)
         r->buckets[i] = UINT32_MAX;
@@ -665,7 +746,38 @@ static void run_free(iso_run *r)
     free(r->exp);
     free(r->full);
     free(r->ext_ids);
+    free(r->highs);
+    free(r->chains);
     free(r);
+}
+
+/* Every namespace the profile cannot express (vllm-*: model or tenant present, empty salt)
+ * must be refused with KVP_ENOTSUP by the hasher and by a lookup and an access (which would
+ * store), and must leave the cache as it was: no event, the checker passes. */
+static void check_refusals(iso_run *r)
+{
+    const iso_input *x = r->in;
+    for (size_t i = 0; i < x->n_ns; i++) {
+        const kvp_namespace *ns = &x->orig[i];
+        if (fz_ns_expressible(&x->keys, ns))
+            continue;
+        kvp_chain c;
+        kvp_match m;
+        uint32_t ids[4];
+        size_t n =
+            x->max_prompt < 2 * (size_t)x->block_size ? x->max_prompt : 2 * (size_t)x->block_size;
+        int rc = kvp_hasher_root(kvp_cache_hasher(r->cache), ns, &c);
+        FZ_ASSERT(rc == KVP_ENOTSUP, "namespace %zu: kvp_hasher_root: %s, not KVP_ENOTSUP", i,
+                  kvp_strerror(rc));
+        r->cur_cls = -1; /* a STORED event now fails the input */
+        rc = kvp_lookup(r->cache, ns, x->base[0], n, ids, 4, &m);
+        FZ_ASSERT(rc == KVP_ENOTSUP, "namespace %zu: kvp_lookup: %s, not KVP_ENOTSUP", i,
+                  kvp_strerror(rc));
+        rc = kvp_access(r->cache, ns, x->base[0], n, &m);
+        FZ_ASSERT(rc == KVP_ENOTSUP, "namespace %zu: kvp_access: %s, not KVP_ENOTSUP", i,
+                  kvp_strerror(rc));
+        FZ_ASSERT(kvp_cache_check(r->cache) == KVP_OK, "kvp_cache_check after a refusal");
+    }
 }
 
 /* Run the ops whose class is only_cls (all when -1) on a fresh cache of n_blocks blocks;
@@ -676,7 +788,6 @@ static void run(const iso_input *x, uint32_t n_blocks, int only_cls, bool check,
     fz_alloc_init(&r->alloc);
     kvp_config cfg;
     kvp_config_init(&cfg);
-    cfg.hash_profile = KVP_HASH_XXH3; /* the oracle computes xxh3 keys */
     cfg.n_blocks = n_blocks;
     cfg.block_size = x->block_size;
     cfg.verify_tokens = x->verify;
@@ -686,6 +797,7 @@ static void run(const iso_input *x, uint32_t n_blocks, int only_cls, bool check,
     fz_keys_apply(&x->keys, &cfg);
     FZ_ASSERT(kvp_cache_new(&cfg, &r->cache) == KVP_OK, "kvp_cache_new");
     fz_keys_truncate_cache(&x->keys, r->cache);
+    check_refusals(r);
     for (size_t k = 0; k < x->n_ops; k++) {
         const iso_op *op = &x->ops[k];
         if (only_cls >= 0 && x->cls[op->ns] != only_cls)
@@ -715,11 +827,11 @@ static void check_classes(const iso_input *x)
 {
     for (size_t i = 0; i < x->n_ns; i++)
         for (size_t j = 0; j < i; j++) {
-            bool same = fz_key_eq(fz_oracle_root(x->keys.seed, &x->ns[i].ns),
-                                  fz_oracle_root(x->keys.seed, &x->ns[j].ns));
-            FZ_ASSERT(same == (x->cls[i] == x->cls[j]),
-                      "namespaces %zu and %zu: classes %d and %d but oracle roots %s", i, j,
-                      x->cls[i], x->cls[j], same ? "equal" : "different");
+            bool same = fz_key_eq(fz_oracle_root(&x->keys, &x->ns[i].ns),
+                                  fz_oracle_root(&x->keys, &x->ns[j].ns));
+            bool equal = fz_ns_equal(&x->ns[i].ns, &x->ns[j].ns);
+            FZ_ASSERT(same == equal, "namespaces %zu and %zu: %s but oracle roots %s", i, j,
+                      equal ? "equal" : "different", same ? "equal" : "different");
         }
 }
 

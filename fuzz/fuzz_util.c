@@ -1,6 +1,7 @@
 /*
  * fuzz_util.c - the helpers shared by the fuzz harnesses (see fuzz_util.h): failure
- * reports, the checking allocator and the adversarial namespace table.
+ * reports, the checking allocator, the adversarial namespace table, the cache shapes and
+ * hash profiles drawn from the input, and the independent key oracle of every profile.
  *
  * The allocator prefixes each block with a 16-byte header holding the requested size and a
  * magic word, so a free with a wrong size or of a foreign pointer is caught at once rather
@@ -8,7 +9,9 @@
  */
 #include "fuzz_util.h"
 
-#include <xxhash.h> /* not XXH_INLINE_ALL: the oracle calls libxxhash's own XXH3 */
+#include <openssl/sha.h> /* the oracle's SHA-256: the one-shot SHA256() */
+#include <sodium.h>      /* the oracle's BLAKE2b and SipHash */
+#include <xxhash.h>      /* not XXH_INLINE_ALL: the oracle calls libxxhash's own XXH3 */
 
 #include "internal.h" /* kvp__cache_set_key_bits, the test-only truncation hook */
 
@@ -259,20 +262,104 @@ size_t fz_prompt_len(fz_in *in, uint32_t bs, size_t max_blocks)
     return n ? n : 1;
 }
 
-void fz_keys_decode(fz_in *in, fz_keys *k)
+/* Profiles by input byte (mod 8): xxh3, keyed and siphash twice, each vLLM profile once. */
+static const int profile_table[8] = {
+    KVP_HASH_XXH3,        KVP_HASH_KEYED, KVP_HASH_SIPHASH, KVP_HASH_VLLM_SHA256,
+    KVP_HASH_VLLM_XXHASH, KVP_HASH_XXH3,  KVP_HASH_KEYED,   KVP_HASH_SIPHASH,
+};
+
+static void oracle_derive(fz_keys *k);
+
+static void decode_vllm_seed(fz_in *in, fz_keys *k)
 {
-    k->seed = 0;
+    uint8_t b = fz_u8(in);
+    k->vllm_default = b < 96;
+    size_t len = k->vllm_default ? 0 : b % (FZ_VLLM_SEED_MAX + 1);
+    for (size_t i = 0; i < len; i++)
+        k->vllm_seed[i] = (char)(0x20 + fz_u8(in) % 95); /* printable ASCII, a Python str */
+    k->vllm_seed[len] = '\0';
+}
+
+void fz_keys_decode(fz_in *in, fz_keys *k, int profiles)
+{
+    memset(k, 0, sizeof *k);
     for (int i = 0; i < 8; i++)
         k->seed |= (uint64_t)fz_u8(in) << (8 * i);
     k->bits = 128;
+    uint8_t p = fz_u8(in);
+    k->profile = profile_table[p % 8];
+    if (profiles == FZ_PROFILES_NO_VLLM && fz_keys_vllm(k))
+        k->profile = k->profile == KVP_HASH_VLLM_SHA256 ? KVP_HASH_KEYED : KVP_HASH_XXH3;
+    if (k->profile == KVP_HASH_KEYED || k->profile == KVP_HASH_SIPHASH) {
+        k->key_len =
+            KVP_HASH_KEY_MIN + (uint32_t)fz_below(in, KVP_HASH_KEY_MAX - KVP_HASH_KEY_MIN + 1);
+        for (uint32_t i = 0; i < k->key_len; i++)
+            k->key[i] = fz_u8(in);
+        oracle_derive(k);
+    } else if (fz_keys_vllm(k)) {
+        decode_vllm_seed(in, k);
+    }
 }
 
 void fz_keys_apply(const fz_keys *k, kvp_config *cfg)
 {
-    /* The oracle reproduces the seeded XXH3-128 chain, so the harnesses ask for that profile
-     * explicitly (the default, keyed, draws a random key per cache). */
-    cfg->hash_profile = KVP_HASH_XXH3;
+    cfg->hash_profile = k->profile;
     cfg->seed = k->seed;
+    cfg->hash_key_len = k->key_len;
+    memcpy(cfg->hash_key, k->key, sizeof cfg->hash_key);
+    cfg->vllm_seed = fz_keys_vllm(k) && !k->vllm_default ? k->vllm_seed : NULL;
+}
+
+bool fz_ns_expressible(const fz_keys *k, const kvp_namespace *ns)
+{
+    if (!fz_keys_vllm(k))
+        return true;
+    return !ns->model.ptr && !ns->tenant.ptr && !(ns->salt.ptr && ns->salt.len == 0);
+}
+
+void fz_ns_map_profile(const fz_keys *k, fz_ns *set, size_t n, kvp_namespace *orig)
+{
+    for (size_t i = 0; i < n; i++) {
+        kvp_namespace *ns = &set[i].ns;
+        orig[i] = *ns;
+        if (!fz_keys_vllm(k))
+            continue;
+        if (ns->salt.ptr && ns->salt.len == 0)
+            ns->salt.ptr = NULL;
+        if (!ns->salt.ptr && ns->tenant.ptr && ns->tenant.len > 0)
+            ns->salt = ns->tenant;
+        ns->tenant.ptr = NULL;
+        ns->tenant.len = 0;
+        ns->model.ptr = NULL;
+        ns->model.len = 0;
+    }
+}
+
+/* The i-th string of ns's block-0 extra keys (adapter first, then salt), or NULL. */
+static const kvp_field *extra0(const kvp_namespace *ns, int i)
+{
+    const kvp_field *list[2];
+    int n = 0;
+    if (ns->adapter.ptr)
+        list[n++] = &ns->adapter;
+    if (ns->salt.ptr)
+        list[n++] = &ns->salt;
+    return i < n ? list[i] : NULL;
+}
+
+bool fz_ns_vllm_block0_equal(const kvp_namespace *a, const kvp_namespace *b)
+{
+    for (int i = 0; i < 2; i++) {
+        const kvp_field *fa = extra0(a, i), *fb = extra0(b, i);
+        if (!fa || !fb) {
+            if (fa != fb)
+                return false;
+            continue;
+        }
+        if (fa->len != fb->len || (fa->len && memcmp(fa->ptr, fb->ptr, fa->len) != 0))
+            return false;
+    }
+    return true;
 }
 
 void fz_keys_truncate_cache(const fz_keys *k, kvp_cache *cache)
@@ -285,9 +372,10 @@ void fz_keys_truncate_cache(const fz_keys *k, kvp_cache *cache)
 /* Key oracle                                                                               */
 /* ---------------------------------------------------------------------------------------- */
 
-/* The largest hash input the oracle builds: a block of FZ_MAX_BLOCK_SIZE tokens after its
- * parent key (namespaces of the harnesses are far smaller). */
-#define ORACLE_BYTES (16 + 4 * FZ_MAX_BLOCK_SIZE)
+/* The largest hash input the oracle builds: a vLLM block of FZ_MAX_BLOCK_SIZE tokens at 5
+ * CBOR bytes each after a 32-byte parent, plus two short names (and the harnesses'
+ * namespaces and seeds are far smaller). */
+#define ORACLE_BYTES (64 + 5 * FZ_MAX_BLOCK_SIZE + 64)
 
 typedef struct oracle_buf {
     size_t n;                      /* bytes written */
@@ -307,6 +395,13 @@ static void ob_le(oracle_buf *o, uint64_t v, int n_bytes)
         ob_byte(o, (unsigned)(v >> (8 * i)));
 }
 
+/* n_bytes bytes of v, most significant first. */
+static void ob_be(oracle_buf *o, uint64_t v, int n_bytes)
+{
+    for (int i = n_bytes; i-- > 0;)
+        ob_byte(o, (unsigned)(v >> (8 * i)));
+}
+
 static void ob_key(oracle_buf *o, kvp_key k)
 {
     ob_le(o, k.lo, 8);
@@ -319,11 +414,66 @@ static void ob_text(oracle_buf *o, const char *s, size_t n)
         ob_byte(o, (unsigned char)s[i]);
 }
 
-static kvp_key ob_hash(const oracle_buf *o, uint64_t seed)
+/* Read 8 bytes at p as an integer, little- or big-endian. */
+static uint64_t rd_le(const unsigned char *p)
 {
-    XXH128_hash_t h = XXH3_128bits_withSeed(o->b, o->n, seed);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t rd_be(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (56 - 8 * i);
+    return v;
+}
+
+/* The 16 output bytes of BLAKE2b or SipHash as a key: lo is the first 8, little-endian. */
+static kvp_key key_le(const unsigned char *d)
+{
+    kvp_key k = {rd_le(d), rd_le(d + 8)};
+    return k;
+}
+
+static kvp_key xxh_key(XXH128_hash_t h)
+{
     kvp_key k = {h.low64, h.high64};
     return k;
+}
+
+/* One hash of the whole buffer under profile k (xxh3, keyed, siphash). */
+static kvp_key ob_hash(const oracle_buf *o, const fz_keys *k)
+{
+    unsigned char d[16];
+    switch (k->profile) {
+    case KVP_HASH_KEYED:
+        return xxh_key(XXH3_128bits_withSecret(o->b, o->n, k->secret, FZ_SECRET_BYTES));
+    case KVP_HASH_SIPHASH:
+        crypto_shorthash_siphashx24(d, o->b, o->n, k->sip_key);
+        return key_le(d);
+    default:
+        return xxh_key(XXH3_128bits_withSeed(o->b, o->n, k->seed));
+    }
+}
+
+/* The keyed profiles' derived keys: secret(K) = BLAKE2b-512(K, "KVP-XXH3-SECRET-v1" || i)
+ * for i = 0, 1, 2 (i as one byte), k_sip = BLAKE2b-128(K, "KVP-SIPHASH-KEY-v1"). */
+static void oracle_derive(fz_keys *k)
+{
+    static const char secret_tag[] = "KVP-XXH3-SECRET-v1", sip_tag[] = "KVP-SIPHASH-KEY-v1";
+    FZ_ASSERT(sodium_init() >= 0, "oracle: sodium_init");
+    oracle_buf o;
+    for (unsigned i = 0; i < FZ_SECRET_BYTES / 64; i++) {
+        o.n = 0;
+        ob_text(&o, secret_tag, sizeof secret_tag - 1);
+        ob_byte(&o, i);
+        crypto_generichash(k->secret + 64 * i, 64, o.b, o.n, k->key, k->key_len);
+    }
+    crypto_generichash(k->sip_key, 16, (const unsigned char *)sip_tag, sizeof sip_tag - 1, k->key,
+                       k->key_len);
 }
 
 kvp_key fz_key_trunc(kvp_key k, unsigned bits)
@@ -347,7 +497,7 @@ static void ob_field(oracle_buf *o, unsigned number, const kvp_field *f)
     ob_text(o, f->ptr, f->len);
 }
 
-kvp_key fz_oracle_root(uint64_t seed, const kvp_namespace *ns)
+kvp_key fz_oracle_root(const fz_keys *k, const kvp_namespace *ns)
 {
     static oracle_buf o; /* large: kept off the stack */
     o.n = 0;
@@ -356,36 +506,169 @@ kvp_key fz_oracle_root(uint64_t seed, const kvp_namespace *ns)
     ob_field(&o, 2, &ns->adapter);
     ob_field(&o, 3, &ns->tenant);
     ob_field(&o, 4, &ns->salt);
-    return ob_hash(&o, seed);
+    if (k->profile == KVP_HASH_KEYED || k->profile == KVP_HASH_SIPHASH) {
+        unsigned char d[16];
+        crypto_generichash(d, sizeof d, o.b, o.n, k->key, k->key_len);
+        return key_le(d);
+    }
+    return xxh_key(XXH3_128bits_withSeed(o.b, o.n, k->seed));
 }
 
-kvp_key fz_oracle_block(uint64_t seed, kvp_key parent, const uint32_t *tokens, size_t n)
+/* ------------------------------------------------------------------ the vLLM oracle */
+
+/* A CBOR head: major type (0 uint, 2 bytes, 3 text, 4 array) and its argument, in the
+ * shortest form (canonical CBOR). */
+static void cbor_head(oracle_buf *o, unsigned major, uint64_t v)
+{
+    if (v < 24) {
+        ob_byte(o, major << 5 | (unsigned)v);
+    } else if (v <= 0xff) {
+        ob_byte(o, major << 5 | 24);
+        ob_be(o, v, 1);
+    } else if (v <= 0xffff) {
+        ob_byte(o, major << 5 | 25);
+        ob_be(o, v, 2);
+    } else if (v <= 0xffffffff) {
+        ob_byte(o, major << 5 | 26);
+        ob_be(o, v, 4);
+    } else {
+        ob_byte(o, major << 5 | 27);
+        ob_be(o, v, 8);
+    }
+}
+
+static void cbor_text(oracle_buf *o, const char *s, size_t n)
+{
+    cbor_head(o, 3, n);
+    ob_text(o, s, n);
+}
+
+/* H(buffer) under a vLLM profile, as a chain value: SHA-256's bytes 0..15 are the high
+ * half and 16..31 the key; XXH3-128 (seed 0) is its canonical big-endian digest. Both
+ * halves read big-endian (hi first). */
+static fz_chain vllm_hash(const oracle_buf *o, const fz_keys *k)
+{
+    unsigned char d[32];
+    fz_chain c;
+    memset(&c, 0, sizeof c);
+    if (k->profile == KVP_HASH_VLLM_SHA256) {
+        SHA256(o->b, o->n, d);
+        c.high.hi = rd_be(d);
+        c.high.lo = rd_be(d + 8);
+        c.key.hi = rd_be(d + 16);
+        c.key.lo = rd_be(d + 24);
+    } else {
+        XXH128_canonical_t can;
+        XXH128_canonicalFromHash(&can, XXH3_128bits(o->b, o->n));
+        c.key.hi = rd_be(can.digest);
+        c.key.lo = rd_be(can.digest + 8);
+    }
+    return c;
+}
+
+fz_chain fz_oracle_start(const fz_keys *k, kvp_key root)
+{
+    fz_chain c;
+    memset(&c, 0, sizeof c);
+    c.key = root;
+    if (!fz_keys_vllm(k))
+        return c;
+    static oracle_buf o;
+    o.n = 0;
+    const char *seed = k->vllm_default ? KVP_VLLM_SEED_DEFAULT : k->vllm_seed;
+    cbor_text(&o, seed, strlen(seed));
+    return vllm_hash(&o, k);
+}
+
+/* vLLM's hash_block_tokens: cbor([parent digest, [tokens], extra keys]), extra keys the
+ * LoRA name (every block) then cache_salt (block 0 only), or null when there is neither. */
+static fz_chain vllm_block(const fz_keys *k, const kvp_namespace *ns, fz_chain parent,
+                           const uint32_t *tokens, size_t n, size_t index)
 {
     static oracle_buf o;
     o.n = 0;
-    ob_key(&o, parent);
+    cbor_head(&o, 4, 3);
+    bool wide = k->profile == KVP_HASH_VLLM_SHA256;
+    cbor_head(&o, 2, wide ? 32 : 16);
+    if (wide) {
+        ob_be(&o, parent.high.hi, 8);
+        ob_be(&o, parent.high.lo, 8);
+    }
+    ob_be(&o, parent.key.hi, 8);
+    ob_be(&o, parent.key.lo, 8);
+    cbor_head(&o, 4, n);
     for (size_t i = 0; i < n; i++)
-        ob_le(&o, tokens[i], 4);
-    return ob_hash(&o, seed);
+        cbor_head(&o, 0, tokens[i]);
+    bool lora = ns->adapter.ptr != NULL, salt = index == 0 && ns->salt.ptr && ns->salt.len > 0;
+    if (!lora && !salt) {
+        ob_byte(&o, 0xf6); /* null */
+    } else {
+        cbor_head(&o, 4, (uint64_t)lora + (uint64_t)salt);
+        if (lora)
+            cbor_text(&o, ns->adapter.ptr, ns->adapter.len);
+        if (salt)
+            cbor_text(&o, ns->salt.ptr, ns->salt.len);
+    }
+    return vllm_hash(&o, k);
 }
 
-kvp_key fz_oracle_external(uint64_t seed, kvp_key root, kvp_key id)
+/* ------------------------------------------------------------------ blocks and chains */
+
+#define SIP_CHUNK 1020u /* siphash: tokens per SipHash call in a cascade (larger blocks) */
+
+fz_chain fz_oracle_block(const fz_keys *k, const kvp_namespace *ns, fz_chain parent,
+                         const uint32_t *tokens, size_t n, size_t index)
+{
+    if (fz_keys_vllm(k))
+        return vllm_block(k, ns, parent, tokens, n, index);
+    static oracle_buf o;
+    fz_chain c;
+    memset(&c, 0, sizeof c);
+    c.key = parent.key;
+    /* siphash: blocks over 1020 tokens are a cascade, c = SipHash(c || next 1020 tokens);
+     * the other profiles hash the whole block in one call (one "chunk"). */
+    size_t chunk = k->profile == KVP_HASH_SIPHASH ? SIP_CHUNK : n;
+    size_t done = 0;
+    do {
+        size_t m = n - done < chunk ? n - done : chunk;
+        o.n = 0;
+        ob_key(&o, c.key);
+        for (size_t i = 0; i < m; i++)
+            ob_le(&o, tokens[done + i], 4);
+        c.key = ob_hash(&o, k);
+        done += m;
+    } while (done < n);
+    return c;
+}
+
+kvp_key fz_oracle_external(const fz_keys *k, kvp_key root, kvp_key id)
 {
     static oracle_buf o;
     o.n = 0;
     ob_text(&o, "KVPEXT1\0", 8);
     ob_key(&o, root);
     ob_key(&o, id);
-    return ob_hash(&o, seed);
+    if (fz_keys_vllm(k)) {
+        fz_keys x = {.profile = KVP_HASH_XXH3, .seed = k->seed}; /* "as xxh3" */
+        return ob_hash(&o, &x);
+    }
+    return ob_hash(&o, k);
 }
 
-size_t fz_oracle_chain(uint64_t seed, unsigned bits, kvp_key parent, const uint32_t *tokens,
-                       size_t n_tokens, uint32_t bs, kvp_key *keys, size_t cap)
+size_t fz_oracle_chain(const fz_keys *k, unsigned bits, const kvp_namespace *ns, kvp_key root,
+                       const uint32_t *tokens, size_t n_tokens, uint32_t bs, kvp_key *keys,
+                       kvp_key *highs, size_t cap)
 {
     size_t n = n_tokens / bs;
     if (n > cap)
         n = cap;
-    for (size_t i = 0; i < n; i++)
-        keys[i] = parent = fz_key_trunc(fz_oracle_block(seed, parent, tokens + i * bs, bs), bits);
+    fz_chain c = fz_oracle_start(k, root);
+    for (size_t i = 0; i < n; i++) {
+        c = fz_oracle_block(k, ns, c, tokens + i * bs, bs, i);
+        c.key = fz_key_trunc(c.key, bits);
+        keys[i] = c.key;
+        if (highs)
+            highs[i] = c.high;
+    }
     return n;
 }

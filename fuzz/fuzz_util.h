@@ -22,18 +22,23 @@
  * token or one short of a block, so exactly-full prompts and commits that complete a block
  * are common at every block size.
  *
- * Keys: fz_keys holds how a harness's caches derive keys - a 64-bit seed from the input and,
- * for forced collisions, the number of key bits kept - and fz_keys_apply is the only place
- * that writes them into a kvp_config, so choosing a hash profile is one line there.
+ * Keys: fz_keys holds how a harness's caches derive keys - the hash profile (keyed, xxh3,
+ * siphash and, where the harness can follow vLLM's namespaces, vllm-sha256-cbor and
+ * vllm-xxhash-cbor), a 64-bit seed, a 16..32-byte key or a vLLM seed string, all from the
+ * input, and for forced collisions the number of key bits kept - and fz_keys_apply is the
+ * only place that writes them into a kvp_config.
  *
- * Key oracle: fz_oracle_* is a second, deliberately naive implementation of the byte layout
- * documented in src/keys.c, written from that text and sharing no code with the library:
- * each hash input is built byte by byte (integers by shifts, so little-endian on every
- * host) into one buffer and hashed with one call of XXH3_128bits_withSeed from Debian's
- * libxxhash (a separately compiled copy of XXH3, not the library's inlined one). A bug in
- * the library's framing, chaining, seeding or byte order - even one shared by chaining and
- * lookup, which would cancel out when the library is compared with itself - shows up as a
- * key that differs from the oracle's.
+ * Key oracle: fz_oracle_* is a second, deliberately naive implementation of every
+ * profile's byte layout as docs/hash-profiles.md and docs/test-vectors.md document it,
+ * written from that text and sharing no code with the library: each hash input is built
+ * byte by byte (integers by shifts, so little-endian on every host; vLLM's tuples by a
+ * small CBOR writer of the oracle's own) into one buffer and hashed with one call of a
+ * separately compiled primitive: Debian's libxxhash (XXH3_128bits_withSeed, _withSecret,
+ * XXH3_128bits; not the copy the library inlines), libsodium's crypto_generichash (BLAKE2b)
+ * and crypto_shorthash_siphashx24, OpenSSL's one-shot SHA256(). A bug in the library's
+ * framing, chaining, seeding, key derivation, CBOR or byte order - even one shared by
+ * chaining and lookup, which would cancel out when the library is compared with itself -
+ * shows up as a key that differs from the oracle's.
  */
 #ifndef KVP_FUZZ_UTIL_H
 #define KVP_FUZZ_UTIL_H
@@ -158,23 +163,63 @@ uint32_t fz_block_size(fz_in *in);
  * bs - 1 tokens or any), at least 1 and at most (max_blocks + 1) * bs - 1. Cannot fail. */
 size_t fz_prompt_len(fz_in *in, uint32_t bs, size_t max_blocks);
 
-/* How a cache derives its keys. Today: the XXH3-128 chain with a 64-bit seed. */
+/* Which hash profiles fz_keys_decode may draw (a harness whose namespaces or reference
+ * model cannot follow vLLM's restricted namespaces leaves the vLLM profiles out). */
+#define FZ_PROFILES_ALL     1 /* keyed, xxh3, siphash, vllm-sha256-cbor, vllm-xxhash-cbor */
+#define FZ_PROFILES_NO_VLLM 0 /* keyed, xxh3, siphash */
+
+#define FZ_VLLM_SEED_MAX 8u   /* longest vLLM seed string fz_keys_decode writes */
+#define FZ_SECRET_BYTES  192u /* the keyed profile's XXH3 secret */
+
+/* How a cache derives its keys: the profile and its key material, drawn from the input. */
 typedef struct fz_keys {
-    uint64_t seed; /* the cache's hash seed (8 input bytes) */
-    unsigned bits; /* key bits the cache keeps: 128, or 1..16 to force collisions */
+    int profile;                          /* KVP_HASH_*: the cache's hash profile */
+    uint64_t seed;                        /* xxh3 chain, and the scope roots of vllm-* */
+    uint8_t key[KVP_HASH_KEY_MAX];        /* keyed, siphash: the secret key K */
+    uint32_t key_len;                     /* bytes of key: 16..32 (keyed, siphash), else 0 */
+    bool vllm_default;                    /* vllm-*: seed string NULL (vLLM's default) */
+    char vllm_seed[FZ_VLLM_SEED_MAX + 1]; /* vllm-*: the seed string when not default */
+    unsigned bits;                        /* key bits the cache keeps: 128, or 1..16 */
+    uint8_t secret[FZ_SECRET_BYTES];      /* keyed: the oracle's derivation of secret(K) */
+    uint8_t sip_key[16];                  /* siphash: the oracle's derivation of k_sip */
 } fz_keys;
 
-/* Read a seed (8 bytes, little-endian) and set bits to 128. Cannot fail. */
-void fz_keys_decode(fz_in *in, fz_keys *k);
+/* Read a seed (8 bytes, little-endian), a profile (one byte; `profiles` is FZ_PROFILES_*),
+ * and for keyed/siphash a key of 16..32 input bytes, for vllm-* a seed string (vLLM's
+ * default, or 0..8 printable characters); set bits to 128 and derive the oracle's secret
+ * and SipHash key from K with libsodium. Cannot fail. */
+void fz_keys_decode(fz_in *in, fz_keys *k, int profiles);
 
-/* Make cfg derive keys as k says (the seed; key truncation needs the cache, see
- * fz_keys_truncate_cache). Every harness configures its caches' keys through this function
- * only. Cannot fail. */
+static inline bool fz_keys_vllm(const fz_keys *k)
+{
+    return k->profile == KVP_HASH_VLLM_SHA256 || k->profile == KVP_HASH_VLLM_XXHASH;
+}
+
+/* Make cfg derive keys as k says (profile, seed, key, vLLM seed; key truncation needs the
+ * cache, see fz_keys_truncate_cache). Every harness configures its caches' keys through
+ * this function only. Cannot fail. */
 void fz_keys_apply(const fz_keys *k, kvp_config *cfg);
 
 /* Apply k->bits to a new, empty cache (the test-only truncation hook); fails the input if
  * the library refuses. */
 void fz_keys_truncate_cache(const fz_keys *k, kvp_cache *cache);
+
+/* True when profile k can express ns (docs/hash-profiles.md, namespace mapping): always,
+ * except under vllm-* with a model or tenant present or an empty salt. The harnesses'
+ * field bytes are all below 0x80, so UTF-8 validity never decides. */
+bool fz_ns_expressible(const fz_keys *k, const kvp_namespace *ns);
+
+/* Under vllm-*, rewrite every namespace of set[0 .. n) into one vLLM can express: the
+ * model dropped (one engine serves one model), a tenant moved into an absent salt (as
+ * docs/hash-profiles.md advises) or dropped, an empty salt dropped. orig[i] receives the
+ * namespace as decoded (its fields still point into set[i]). Other profiles: orig[i] =
+ * set[i].ns, nothing rewritten. Cannot fail. */
+void fz_ns_map_profile(const fz_keys *k, fz_ns *set, size_t n, kvp_namespace *orig);
+
+/* True when two expressible namespaces get the same block-0 key under vllm-* for equal
+ * tokens: their extra-keys tuples (LoRA name if any, then cache_salt if any) are equal. So
+ * adapter "x" without salt and salt "x" without adapter share block 0, as in vLLM. */
+bool fz_ns_vllm_block0_equal(const kvp_namespace *a, const kvp_namespace *b);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Key oracle (independent of the library's hashing code)                                   */
@@ -188,20 +233,37 @@ static inline bool fz_key_eq(kvp_key a, kvp_key b)
     return a.lo == b.lo && a.hi == b.hi;
 }
 
-/* The namespace root: "KVPNS1\0\0", then per field (model 1, adapter 2, tenant 3, salt 4)
- * its number, a presence byte and, when present, its length as u64 LE and its bytes. */
-kvp_key fz_oracle_root(uint64_t seed, const kvp_namespace *ns);
+/* A chain value: the index key and, for vllm-sha256-cbor, the digest's high 128 bits. */
+typedef struct fz_chain {
+    kvp_key key;  /* the block's (or chain start's) key */
+    kvp_key high; /* vllm-sha256-cbor: digest bytes 0..15 read big-endian; else 0 */
+} fz_chain;
 
-/* One block key: parent key bytes (lo then hi, each LE) || n tokens as u32 LE. */
-kvp_key fz_oracle_block(uint64_t seed, kvp_key parent, const uint32_t *tokens, size_t n);
+/* The namespace root (what kvp_hasher_root returns as chain.root): the framed encoding
+ * "KVPNS1\0\0", then per field (model 1, adapter 2, tenant 3, salt 4) its number, a
+ * presence byte and, when present, its length as u64 LE and its bytes; hashed with
+ * XXH3-128(seed) (xxh3, vllm-*) or BLAKE2b-128 keyed with K (keyed, siphash). */
+kvp_key fz_oracle_root(const fz_keys *k, const kvp_namespace *ns);
 
-/* An external key: "KVPEXT1\0" || root key bytes || external id key bytes. */
-kvp_key fz_oracle_external(uint64_t seed, kvp_key root, kvp_key id);
+/* Where a namespace's chain starts: its root (already truncated as the cache keeps it),
+ * or NONE_HASH = H(cbor(seed string)) under vllm-*. */
+fz_chain fz_oracle_start(const fz_keys *k, kvp_key root);
 
-/* The chain of tokens[0 .. n_tokens) from parent, as a cache keeping `bits` key bits sees
- * it (parent must already be truncated): keys[i] = trunc(block(keys[i - 1], block i)).
- * Writes and returns min(n_tokens / bs, cap) keys. */
-size_t fz_oracle_chain(uint64_t seed, unsigned bits, kvp_key parent, const uint32_t *tokens,
-                       size_t n_tokens, uint32_t bs, kvp_key *keys, size_t cap);
+/* Block `index` of a chain after parent: n tokens under profile k in namespace ns. */
+fz_chain fz_oracle_block(const fz_keys *k, const kvp_namespace *ns, fz_chain parent,
+                         const uint32_t *tokens, size_t n, size_t index);
+
+/* An external key: "KVPEXT1\0" || root key bytes || external id key bytes, hashed with
+ * XXH3-128(seed) (xxh3, vllm-*), XXH3-128 with secret(K) (keyed) or SipHash (siphash). */
+kvp_key fz_oracle_external(const fz_keys *k, kvp_key root, kvp_key id);
+
+/* The chain of tokens[0 .. n_tokens) in namespace ns (may be NULL outside vllm-*) from
+ * fz_oracle_start(k, root) (root already truncated), as a cache keeping `bits` key bits
+ * sees it: each block's key is truncated before it becomes the next parent (the high half
+ * is not). Writes min(n_tokens / bs, cap) keys, and their high halves to highs unless it is
+ * NULL; returns the count. */
+size_t fz_oracle_chain(const fz_keys *k, unsigned bits, const kvp_namespace *ns, kvp_key root,
+                       const uint32_t *tokens, size_t n_tokens, uint32_t bs, kvp_key *keys,
+                       kvp_key *highs, size_t cap);
 
 #endif /* KVP_FUZZ_UTIL_H */

@@ -5,7 +5,11 @@ The binary harnesses (isolation, ops, collision) decode one byte per decision (s
 fuzz_<target>.c), so their seeds are deterministic pseudo-random byte strings whose first
 two bytes sweep the cache shapes that the harness reads first: a shape byte (verify mode,
 pool mode, forced collisions...) and the block-size byte of fz_block_size (1, 2, 3, 4, 16,
-16, 1021, 1500 by its value mod 8); the 64-bit seed follows, from the random body. The replay_input seeds are small request logs, one per line format and error case.
+16, 1021, 1500 by its value mod 8); the 64-bit seed follows, from the random body, then the
+hash-profile byte of fz_keys_decode (mod 8: xxh3, keyed, siphash, vllm-sha256-cbor,
+vllm-xxhash-cbor, xxh3, keyed, siphash), which the seeds sweep too, so every profile meets
+every block size; the profile's key or vLLM seed string comes from the random body. The
+replay_input seeds are small request logs, one per line format and error case.
 Minimized inputs found by campaigns (libFuzzer -merge=1) are added next to the seeds under
 other names; this script only rewrites seed-* files. Run from anywhere:
     python3 fuzz/make_seeds.py
@@ -25,12 +29,15 @@ def write(target, name, data):
 
 
 def binary_seeds(target, n, length, seed, shape):
-    """n seeds: seed i has shape byte shape(i, rng) and block-size byte i % 8."""
+    """n seeds: seed i has shape byte shape(i, rng), block-size byte i % 8, eight seed bytes
+    and profile byte (i + i // 8) % 8."""
     rng = random.Random(seed)
     for i in range(n):
         head = bytes([shape(i, rng), i % 8])
+        seed_bytes = bytes(rng.randrange(256) for _ in range(8))
+        profile = bytes([(i + i // 8) % 8])
         body = bytes(rng.randrange(256) for _ in range(rng.randrange(length // 2, length)))
-        write(target, "%02d" % i, head + body)
+        write(target, "%02d" % i, head + seed_bytes + profile + body)
 
 
 def isolation_shape(i, rng):
