@@ -32,18 +32,18 @@
 #define POOL     262144
 
 typedef struct shared {
-    kvp_cache *cache;         /* the one cache */
-    uint32_t *heads;          /* N_HEADS * HEAD_LEN tokens */
-    atomic_bool stop;         /* set when the run's time is up */
-    atomic_ullong n_done;     /* measured operations (readers or mutators) */
-    atomic_ullong n_writer;   /* the writer's accesses (t1) */
+    kvp_cache *cache;       /* the one cache */
+    uint32_t *heads;        /* N_HEADS * HEAD_LEN tokens */
+    atomic_bool stop;       /* set when the run's time is up */
+    atomic_ullong n_done;   /* measured operations (readers or mutators) */
+    atomic_ullong n_writer; /* the writer's accesses (t1) */
 } shared;
 
 typedef struct thr {
-    shared *sh;     /* what all threads share */
-    uint64_t rng;   /* xorshift state */
-    uint64_t id;    /* next request id (t2), thread number in the high bits */
-    int role;       /* 0 reader, 1 writer (t1), 2 mutator (t2) */
+    shared *sh;   /* what all threads share */
+    uint64_t rng; /* xorshift state */
+    uint64_t id;  /* next request id (t2), thread number in the high bits */
+    int role;     /* 0 reader, 1 writer (t1), 2 mutator (t2) */
 } thr;
 
 static uint64_t rnd(uint64_t *s)
@@ -116,8 +116,8 @@ static double run_once(shared *sh, int role, int n, double seconds, double *writ
     atomic_store(&sh->n_done, 0);
     atomic_store(&sh->n_writer, 0);
     for (int i = 0; i < total; i++) {
-        ts[i] = (thr){sh, 0x9e3779b97f4a7c15u * (uint64_t)(i + 7), (uint64_t)i << 40,
-                      i < n ? role : 1};
+        ts[i] =
+            (thr){sh, 0x9e3779b97f4a7c15u * (uint64_t)(i + 7), (uint64_t)i << 40, i < n ? role : 1};
         if (pthread_create(&th[i], NULL, run_thread, &ts[i]) != 0)
             must(KVP_ENOMEM, "pthread_create");
     }

@@ -76,8 +76,8 @@ static uint32_t walk_lru(const kvp__pool *pool)
     uint64_t head = pool->lru_head, tail = pool->lru_tail, cap = pool->lru_cap;
     if (tail < head || tail - head >= cap || cap < pool->n_blocks)
         return UINT32_MAX;
-    if (pool->cleaning && !(head <= pool->clean_w && pool->clean_w <= pool->clean_r &&
-                            pool->clean_r <= tail))
+    if (pool->cleaning &&
+        !(head <= pool->clean_w && pool->clean_w <= pool->clean_r && pool->clean_r <= tail))
         return UINT32_MAX;
     uint32_t n = 0;
     for (uint64_t p = head; p < tail; p++) {

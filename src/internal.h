@@ -349,7 +349,7 @@ struct kvp_cache {
     /* Counters that readers bump under the shared lock; summed into kvp_stats on read. */
     _Atomic uint64_t n_lookups;        /* kvp_stats.n_lookups */
     _Atomic uint64_t n_verify_rejects; /* kvp_stats.n_verify_rejects */
-    kvp_hasher hasher;      /* the key function (profile, key, seeds); fixed at creation */
+    kvp_hasher hasher; /* the key function (profile, key, seeds); fixed at creation */
 };
 
 /* ---------------------------------------------------------------- locking (lock.c) */
@@ -358,8 +358,8 @@ struct kvp_cache {
  * callback it is nested in (a callback of cache A may call cache B, whose callback runs
  * while A's still does). The frames live on the emitting threads' stacks. */
 typedef struct kvp__cb_frame {
-    const kvp_cache *cache;     /* the cache whose callback runs */
-    struct kvp__cb_frame *up;   /* the enclosing frame on this thread, or NULL */
+    const kvp_cache *cache;   /* the cache whose callback runs */
+    struct kvp__cb_frame *up; /* the enclosing frame on this thread, or NULL */
 } kvp__cb_frame;
 
 extern _Thread_local kvp__cb_frame *kvp__cb_top; /* innermost frame of this thread */

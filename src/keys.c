@@ -150,8 +150,8 @@ kvp_key kvp__cache_external_key(const kvp_cache *cache, kvp_key root, kvp_key id
 }
 
 KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
-                              const uint32_t *tokens, size_t n_tokens, kvp_key *root,
-                              kvp_key *keys, size_t cap, size_t *n_keys)
+                              const uint32_t *tokens, size_t n_tokens, kvp_key *root, kvp_key *keys,
+                              size_t cap, size_t *n_keys)
 {
     if (!cache || !root || !n_keys || (!tokens && n_tokens) || (!keys && cap) ||
         kvp__ns_valid(ns) != KVP_OK)

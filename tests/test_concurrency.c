@@ -33,8 +33,7 @@ Test(concurrency, cache_keys_match_public_hash)
     cr_assert_eq(kvp_cache_keys(c, &ns, t, 23, &root, keys, 8, &n), KVP_OK);
     cr_assert_eq(n, 5);
     cr_assert_eq(kvp_namespace_key(KVP_DEFAULT_SEED, &ns, &want_root), KVP_OK);
-    cr_assert_eq(kvp_hash_blocks(KVP_DEFAULT_SEED, want_root, t, 23, BS, want, 8, &n_want),
-                 KVP_OK);
+    cr_assert_eq(kvp_hash_blocks(KVP_DEFAULT_SEED, want_root, t, 23, BS, want, 8, &n_want), KVP_OK);
     cr_assert(th_key_eq(root, want_root));
     for (size_t i = 0; i < n; i++)
         cr_assert(th_key_eq(keys[i], want[i]), "key %zu", i);

@@ -37,9 +37,9 @@ static bool match_untouched(const kvp_match *m)
 
 Test(errors, strerror_codes)
 {
-    const int codes[] = {KVP_OK,     KVP_EINVAL,   KVP_ENOMEM,    KVP_ENOSPC, KVP_ENOENT,
-                         KVP_EEXIST, KVP_EOVERFLOW, KVP_ERANGE,  KVP_EBUSY,  KVP_ECORRUPT,
-                         KVP_ETOKEN, KVP_ENOTSUP,  KVP_ETOOBIG};
+    const int codes[] = {KVP_OK,     KVP_EINVAL,    KVP_ENOMEM, KVP_ENOSPC, KVP_ENOENT,
+                         KVP_EEXIST, KVP_EOVERFLOW, KVP_ERANGE, KVP_EBUSY,  KVP_ECORRUPT,
+                         KVP_ETOKEN, KVP_ENOTSUP,   KVP_ETOOBIG};
     const size_t n = sizeof codes / sizeof codes[0];
     const char *unknown = kvp_strerror(-1000);
     cr_assert_not_null(unknown);

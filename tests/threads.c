@@ -45,12 +45,12 @@ static void check(int ok, const char *what)
 
 /* Counted by the event callback (any thread). */
 typedef struct events {
-    kvp_cache *cache;            /* set once the cache exists */
-    atomic_ullong n_stored;      /* STORED events */
-    atomic_ullong n_evicted;     /* REMOVED, reason EVICTED */
-    atomic_ullong n_removed;     /* REMOVED, any reason */
-    atomic_ullong n_cleared;     /* CLEARED events */
-    atomic_ullong n_not_busy;    /* own-cache calls from a callback that did not say EBUSY */
+    kvp_cache *cache;         /* set once the cache exists */
+    atomic_ullong n_stored;   /* STORED events */
+    atomic_ullong n_evicted;  /* REMOVED, reason EVICTED */
+    atomic_ullong n_removed;  /* REMOVED, any reason */
+    atomic_ullong n_cleared;  /* CLEARED events */
+    atomic_ullong n_not_busy; /* own-cache calls from a callback that did not say EBUSY */
 } events;
 
 static void on_event(void *ud, const kvp_event *ev)
@@ -90,14 +90,14 @@ typedef struct active {
 
 typedef struct worker {
     kvp_cache *cache;
-    unsigned index;           /* thread number */
-    unsigned ops;             /* operations to run */
-    bool ids_ok;              /* the _ids forms are allowed (not in verify mode) */
-    uint64_t rng;             /* xorshift state */
-    active act[MAX_ACTIVE];   /* this thread's active requests */
-    unsigned n_act;           /* entries used in act */
-    uint64_t next_id;         /* next request id (thread number in the high bits) */
-    tally t;                  /* what the calls returned */
+    unsigned index;         /* thread number */
+    unsigned ops;           /* operations to run */
+    bool ids_ok;            /* the _ids forms are allowed (not in verify mode) */
+    uint64_t rng;           /* xorshift state */
+    active act[MAX_ACTIVE]; /* this thread's active requests */
+    unsigned n_act;         /* entries used in act */
+    uint64_t next_id;       /* next request id (thread number in the high bits) */
+    tally t;                /* what the calls returned */
 } worker;
 
 static uint32_t rnd(worker *w, uint32_t n)
@@ -205,8 +205,8 @@ static void op_acquire(worker *w, bool with_keys)
     kvp_match m;
     int rc;
     if (with_keys) {
-        rc = kvp_cache_keys(w->cache, &ns, a->tokens, a->n_prompt, &root, keys, MAX_PROMPT,
-                            &n_keys);
+        rc =
+            kvp_cache_keys(w->cache, &ns, a->tokens, a->n_prompt, &root, keys, MAX_PROMPT, &n_keys);
         expect(w, rc, KVP_OK, KVP_OK);
         rc = kvp_acquire_keys(w->cache, a->id, &ns, root, keys, a->tokens, a->n_prompt,
                               a->n_capacity, &m);
@@ -314,8 +314,9 @@ static void run(const char *name, bool verify, bool single, unsigned n_threads, 
     pthread_t th[N_THREADS];
     for (unsigned i = 0; i < n_threads; i++) {
         memset(&ws[i], 0, sizeof ws[i]);
-        ws[i] = (worker){cache, i, ops, !verify, 0x9e3779b97f4a7c15u * (i + 1), {{0}}, 0,
-                         (uint64_t)i << 32, {0}};
+        ws[i] = (worker){
+            cache, i, ops, !verify, 0x9e3779b97f4a7c15u * (i + 1), {{0}}, 0, (uint64_t)i << 32,
+            {0}};
         if (pthread_create(&th[i], NULL, run_worker, &ws[i]) != 0)
             check(0, "pthread_create");
     }
@@ -330,10 +331,10 @@ static void run(const char *name, bool verify, bool single, unsigned n_threads, 
     }
     kvp_stats st;
     char what[160];
-#define CHECK(cond)                                                                           \
-    do {                                                                                      \
-        snprintf(what, sizeof what, "%s: %s", name, #cond);                                  \
-        check((cond), what);                                                                  \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        snprintf(what, sizeof what, "%s: %s", name, #cond);                                        \
+        check((cond), what);                                                                       \
     } while (0)
     CHECK(kvp_cache_stats(cache, &st) == KVP_OK);
     CHECK(kvp_cache_check(cache) == KVP_OK);
