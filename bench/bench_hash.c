@@ -32,6 +32,8 @@
 
 #include <sodium.h>
 
+#include "benchutil.h"
+
 #include "blockhash.h" /* internal.h, and xxhash.h with XXH_INLINE_ALL */
 
 #define BS          16u
@@ -95,18 +97,6 @@ static void shuffle_u32(uint64_t *s, uint32_t *a, size_t n)
         a[i - 1] = a[j];
         a[j] = t;
     }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_of(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static kvp_config profile_config(int profile, uint32_t n_blocks)
@@ -227,7 +217,7 @@ static void bench_blocks(const opts *o)
         double mn = v[m][0];
         for (int r = 1; r < o->reps; r++)
             mn = v[m][r] < mn ? v[m][r] : mn;
-        double med = median_of(v[m], o->reps);
+        double med = bench_median(v[m], o->reps);
         if (m == 0)
             raw = med;
         printf("  %-44s %8.1f ns (%6.1f)  x%.2f of raw XXH3\n", method_name(m, tmp), med, mn,
@@ -359,8 +349,8 @@ static void bench_lookup(const opts *o)
         for (int r = 1; r < o->reps; r++)
             mn = lc[p].v[r] < mn ? lc[p].v[r] : mn;
         printf("  %-18s %10.1f us (%7.1f)  fill %6.0f ns/block  %8.1f bytes/cached block\n",
-               kvp_hash_profile_name(profiles[p]), median_of(lc[p].v, o->reps), mn, lc[p].fill_ns,
-               (double)lc[p].cnt.live / (double)st.n_blocks_cached);
+               kvp_hash_profile_name(profiles[p]), bench_median(lc[p].v, o->reps), mn,
+               lc[p].fill_ns, (double)lc[p].cnt.live / (double)st.n_blocks_cached);
         kvp_cache_free(lc[p].cache);
     }
     free(prompts);

@@ -45,6 +45,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "benchutil.h"
+
 #include "jsonl_scan.h"
 
 #ifndef KVP_BENCH_BUILDTYPE
@@ -270,18 +272,6 @@ static uint64_t pass_jansson(const lines *ls, double *max_ratio)
     return sum;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void bench_set(const char *name, const lines *ls, int runs)
 {
     js_scanner s;
@@ -311,8 +301,9 @@ static void bench_set(const char *name, const lines *ls, int runs)
     printf("%-9s %6zu lines %5.1f MB  wall MB/s: scanner %6.1f jansson %5.1f ratio %5.2fx"
            "  CPU MB/s: scanner %6.1f jansson %5.1f  bytes per line byte: scanner %.2f, "
            "jansson %.1f\n",
-           name, ls->n, mb, median(v_scan, runs), median(v_j, runs), median(ratio, runs),
-           median(c_scan, runs), median(c_j, runs), mem_scan, mem_j);
+           name, ls->n, mb, bench_median(v_scan, runs), bench_median(v_j, runs),
+           bench_median(ratio, runs), bench_median(c_scan, runs), bench_median(c_j, runs), mem_scan,
+           mem_j);
     js_scanner_free(&s);
     js_record_free(&rec);
 }

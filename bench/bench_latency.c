@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "benchutil.h"
 #include "kvprefix.h"
 
 #define BS  16
@@ -35,12 +36,6 @@ static double now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* Prompt number k: its tokens are a pure function of k. */
@@ -93,19 +88,13 @@ static stats run_once(uint32_t n_blocks, uint32_t n_calls, uint64_t seed)
     double sum = 0;
     for (uint32_t i = 0; i < n_calls; i++)
         sum += t[i];
-    qsort(t, n_calls, sizeof *t, cmp_double);
+    qsort(t, n_calls, sizeof *t, bench_cmp_double);
     stats s = {sum / n_calls, t[n_calls / 2], t[(size_t)(n_calls * 0.99)],
                t[(size_t)(n_calls * 0.999)], t[n_calls - 1]};
     free(t);
     free(p);
     kvp_cache_free(c);
     return s;
-}
-
-static double median3(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
 }
 
 int main(int argc, char **argv)
@@ -138,6 +127,7 @@ int main(int argc, char **argv)
            "x %d runs\n",
            LEN, n_blocks, n_calls, reps);
     printf("  per call, us: mean %.1f  median %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n",
-           median3(mean, reps), median3(p50, reps), median3(p99, reps), median3(p999, reps), mx);
+           bench_median(mean, reps), bench_median(p50, reps), bench_median(p99, reps),
+           bench_median(p999, reps), mx);
     return 0;
 }

@@ -50,6 +50,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
+
 #ifndef KVP_BENCH_KVPREFIX
 #define KVP_BENCH_KVPREFIX "kvprefix"
 #endif
@@ -129,12 +131,6 @@ static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
 /* ---- large token logs ---------------------------------------------------------------- */
@@ -226,10 +222,10 @@ static int scale_runs(const char *const *bins, int n_bins, const char *path, cha
             fig[b].requests = s.requests;
         }
     for (int b = 0; b < n_bins; b++) {
-        fig[b].wall = median(w[b], reps);
-        fig[b].user = median(u[b], reps);
-        fig[b].cpu = median(c[b], reps);
-        fig[b].rss_mb = median(m[b], reps);
+        fig[b].wall = bench_median(w[b], reps);
+        fig[b].user = bench_median(u[b], reps);
+        fig[b].cpu = bench_median(c[b], reps);
+        fig[b].rss_mb = bench_median(m[b], reps);
     }
     return 0;
 }
@@ -341,13 +337,13 @@ int main(int argc, char **argv)
     printf("  %-28s %10s %12s %10s %10s\n", "run", "wall s", "requests/s", "engine s", "reading");
     double single_wall = 0;
     for (int c = 0; c < 3; c++) {
-        double w = median(wall[c], reps), e = median(eng[c], reps);
+        double w = bench_median(wall[c], reps), e = bench_median(eng[c], reps);
         if (c == 0)
             single_wall = w;
         printf("  %-28s %10.3f %12.0f %10.3f %9.0f%%\n", name[c], w, req / w, e,
                100.0 * (w - e) / w);
     }
-    double r1 = median(ratio[0], reps), r2 = median(ratio[1], reps);
+    double r1 = bench_median(ratio[0], reps), r2 = bench_median(ratio[1], reps);
     printf("  sweep / single: %.2fx with the pool run, %.2fx sweep alone (target < 1.5x)\n", r1,
            r2);
     printf("  single replay %.3f s (target: well under 1 s) %s\n", single_wall,

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h> /* sysconf */
 
+#include "benchutil.h"
 #include "kvprefix.h"
 
 #define BS       16
@@ -132,24 +133,12 @@ static double run_once(shared *sh, int role, int n, double seconds, double *writ
     return (double)atomic_load(&sh->n_done) / dt;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void row(shared *sh, int role, int n, int reps, double seconds)
 {
     double ops[32], wr[32];
     for (int r = 0; r < reps; r++)
         ops[r] = run_once(sh, role, n, seconds, &wr[r]);
-    double m = median(ops, reps), w = median(wr, reps);
+    double m = bench_median(ops, reps), w = bench_median(wr, reps);
     if (role == 0)
         printf("  %d reader%s + 1 writer   %12.0f lookups/s   %10.0f writer accesses/s\n", n,
                n > 1 ? "s" : " ", m, w);

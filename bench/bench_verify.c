@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "forge.h"
+#include "benchutil.h"
 #include "kvprefix.h"
 
 #define BS       16u
@@ -60,20 +61,6 @@ static void *xmalloc(size_t n)
         exit(1);
     }
     return p;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n)
-{
-    double s[MAX_REPS];
-    memcpy(s, v, (size_t)n * sizeof *v);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
 static double minimum(const double *v, int n)
@@ -245,9 +232,9 @@ int main(int argc, char **argv)
             double ratio[MAX_REPS];
             for (int r = 0; r < reps; r++)
                 ratio[r] = t[f][k][r] / t[f][0][r];
-            double med = median(t[f][k], reps);
+            double med = bench_median(t[f][k], reps);
             printf("  %-7s %10.3f %10.3f %12.1f %14.2f\n", mode_names[k], med,
-                   minimum(t[f][k], reps), med * 1e6 / (LONG_TOK / BS), median(ratio, reps));
+                   minimum(t[f][k], reps), med * 1e6 / (LONG_TOK / BS), bench_median(ratio, reps));
         }
     }
     printf("\nforced: %llu verification rejects in all (B's blocks met and skipped)\n",
