@@ -127,12 +127,6 @@ static int run(const char *bin, char *const *extra, const char *trace, sample *o
     return 0;
 }
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* ---- large token logs ---------------------------------------------------------------- */
 
 static uint64_t rng(uint64_t *s)
