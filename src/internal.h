@@ -311,10 +311,11 @@ typedef struct kvp__request {
     uint32_t n_committed; /* leading blocks that have keys (hit or committed) */
     uint32_t ns;          /* verify mode: interned namespace id, else KVP_NIL */
     kvp__vref canon;      /* verify mode: the accepted instance holding last_key, or none */
-    uint32_t *prompt;     /* the acquired prompt's tokens from prompt_start on, kept until
-                             they are all committed (kvp_commit compares them); or NULL */
+    uint64_t *prompt_fp;  /* fingerprints of the acquired prompt's blocks from prompt_start
+                             on (kvp__tokens_fp of each block's prompt tokens), kept until
+                             every prompt token is committed (kvp_commit compares); or NULL */
     size_t n_prompt;      /* the acquired prompt's length in tokens */
-    size_t prompt_start;  /* first token kept in prompt: the hit blocks' end */
+    size_t prompt_start;  /* first token fingerprinted: the hit blocks' end (block-aligned) */
     kvp_key last_high;    /* vllm-sha256: high half of the chain value after last_key */
     kvp__vctx vx;         /* vllm-*: extra keys, pointing into vx_mem */
     void *vx_mem;         /* vllm-*: copy of the adapter and salt bytes, or NULL */
@@ -362,7 +363,16 @@ typedef struct kvp__cb_frame {
     struct kvp__cb_frame *up; /* the enclosing frame on this thread, or NULL */
 } kvp__cb_frame;
 
-extern _Thread_local kvp__cb_frame *kvp__cb_top; /* innermost frame of this thread */
+/* The frame list is read on every public call, so it uses the initial-exec TLS model: a
+ * plain thread-pointer offset instead of a __tls_get_addr call per read in a shared
+ * library (one pointer fits the static TLS surplus that dlopen leaves, also for the Python
+ * extension). */
+#if defined(__GNUC__)
+#define KVP__TLS _Thread_local __attribute__((tls_model("initial-exec")))
+#else
+#define KVP__TLS _Thread_local
+#endif
+extern KVP__TLS kvp__cb_frame *kvp__cb_top; /* innermost frame of this thread */
 
 /* Is this thread inside one of cache's event callbacks? Then every call on cache returns
  * KVP_EBUSY: the thread holds the cache's write lock, and the cache is mid-operation. */

@@ -565,19 +565,28 @@ static uint32_t probe_existing(kvp_cache *cache, kvp_key key, const uint32_t *to
 }
 
 /* Does tokens[0 .. n_tokens) agree with the acquired prompt where it is not committed yet?
- * Committed blocks are not read again (their keys already chain them), so only the kept
- * tokens from the first uncommitted block on are compared. Cannot fail. */
-static bool prompt_matches(const kvp__request *req, const uint32_t *tokens, size_t n_tokens,
-                           size_t bs)
+ * Committed blocks are not read again (their keys already chain them). Each prompt block
+ * from the first uncommitted one whose prompt tokens all lie within n_tokens is compared
+ * by fingerprint; a block the call gives only part of is not full, so this call does not
+ * commit it, and a later call compares it. Cannot fail. */
+static bool prompt_matches(const kvp_cache *cache, const kvp__request *req, const uint32_t *tokens,
+                           size_t n_tokens)
 {
-    if (!req->prompt)
+    if (!req->prompt_fp)
         return true;
-    size_t from = (size_t)req->n_committed * bs;
+    size_t bs = cache->cfg.block_size;
     size_t to = n_tokens < req->n_prompt ? n_tokens : req->n_prompt;
-    if (from < req->prompt_start)
-        from = req->prompt_start;
-    return from >= to || memcmp(tokens + from, req->prompt + (from - req->prompt_start),
-                                (to - from) * sizeof *tokens) == 0;
+    size_t lo = (size_t)req->n_committed * bs;
+    if (lo < req->prompt_start)
+        lo = req->prompt_start;
+    for (; lo < to; lo += bs) {
+        size_t hi = lo + bs < req->n_prompt ? lo + bs : req->n_prompt;
+        if (hi > to)
+            break;
+        if (kvp__tokens_fp(tokens + lo, hi - lo) != req->prompt_fp[(lo - req->prompt_start) / bs])
+            return false;
+    }
+    return true;
 }
 
 int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
@@ -597,7 +606,7 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
         return rc;
     if (n_tokens / bs > req->n_blocks)
         return KVP_ERANGE;
-    if (!prompt_matches(req, tokens, n_tokens, bs))
+    if (!prompt_matches(cache, req, tokens, n_tokens))
         return KVP_EINVAL;
     if (keys && cache->hasher.profile == KVP_HASH_VLLM_SHA256)
         return KVP_ENOTSUP; /* see check_keys */
@@ -647,7 +656,7 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
         }
     }
     assert(req->n_committed == n_full && kvp__request_counts_ok(req));
-    if (req->prompt && (size_t)req->n_committed * bs >= req->n_prompt)
+    if (req->prompt_fp && (size_t)req->n_committed * bs >= req->n_prompt)
         kvp__request_drop_prompt(cache, req);
     if (n_stored)
         *n_stored = stored;

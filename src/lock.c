@@ -40,7 +40,7 @@
 
 #include "internal.h"
 
-_Thread_local kvp__cb_frame *kvp__cb_top;
+KVP__TLS kvp__cb_frame *kvp__cb_top;
 
 void kvp__emit(kvp_cache *cache, const kvp_event *ev)
 {

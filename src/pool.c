@@ -286,6 +286,17 @@ static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
 
 #define EVICT_AHEAD 16 /* ring entries ahead of the head whose blocks are prefetched */
 
+/* The ring position k entries after the head, counting over a cleaning pass's gap (whose
+ * stale entries the next pops jump), so that prefetching during a pass fetches the next
+ * victims rather than stale entries. Cannot fail. */
+static inline uint64_t ring_ahead(const kvp__pool *pool, uint64_t k)
+{
+    uint64_t p = pool->lru_head + k;
+    if (pool->cleaning && pool->lru_head <= pool->clean_w && p >= pool->clean_w)
+        p += pool->clean_r - pool->clean_w;
+    return p;
+}
+
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
  * kvp__pool_available >= n). While evicting, the blocks EVICT_AHEAD entries ahead in the
  * ring are prefetched, and the dependents of those half as far ahead (by then their block
@@ -296,7 +307,7 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
     assert(kvp__pool_available(pool) >= n);
     for (uint32_t i = 0; i < n; i++) {
         if (pool->free_head == KVP_NIL) {
-            uint64_t far = pool->lru_head + EVICT_AHEAD, near = pool->lru_head + EVICT_AHEAD / 2;
+            uint64_t far = ring_ahead(pool, EVICT_AHEAD), near = ring_ahead(pool, EVICT_AHEAD / 2);
             uint32_t far_id = far < pool->lru_tail ? pool->lru[ring_slot(pool, far)] : KVP_NIL;
             uint32_t near_id = near < pool->lru_tail ? pool->lru[ring_slot(pool, near)] : KVP_NIL;
             if (far_id != KVP_NIL)

@@ -717,13 +717,17 @@ static js_kind kind_of(unsigned char ch, const num *n)
     }
 }
 
-/* Make room for element n of an id array. Returns 0 or JS_ENOMEM. */
+/* Make room for element n of an id array. n may be past the capacity by more than one
+ * (bad elements count in n without a slot being reserved for them), so the capacity
+ * doubles until it holds n. Returns 0 or JS_ENOMEM. */
 static int ids_reserve(cur *c, void **v, size_t *cap, size_t n, size_t elem)
 {
     if (n < *cap)
         return 0;
-    size_t ncap = *cap < 16 ? 16 : *cap * 2;
-    void *p = ncap <= SIZE_MAX / elem ? realloc(*v, ncap * elem) : NULL;
+    size_t ncap = *cap < 16 ? 16 : *cap;
+    while (ncap <= n && ncap <= SIZE_MAX / 2)
+        ncap *= 2;
+    void *p = ncap > n && ncap <= SIZE_MAX / elem ? realloc(*v, ncap * elem) : NULL;
     if (p == NULL) {
         c->s->err_column = column(c, c->p);
         snprintf(c->s->err, sizeof c->s->err, "out of memory for %zu array elements", n + 1);
