@@ -9,6 +9,8 @@ libcriterion-dev libjansson-dev zlib1g-dev libzstd-dev libssl-dev libsodium-dev"
 # The Python package (pyproject.toml) and its tests.
 PKGS="$PKGS python3-dev python3-venv python3-pip python3-mesonpy python3-pytest \
 python3-prometheus-client python3-numpy python3-cbor2 python3-xxhash"
+# libkvprefix-events (KV events, router) and its tests: ZeroMQ, msgpack-c, the Python decoder.
+PKGS="$PKGS libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack"
 
 missing=""
 for p in $PKGS; do
