@@ -284,13 +284,17 @@ bool kvp__verify_block(const kvp_cache *cache, uint32_t id, const uint32_t *toke
 
 /* Record the provenance of block id, just indexed: its tokens, and either its accepted
  * parent instance (parent.id != KVP_NIL) or, for a first block, namespace ns (which gains a
- * reference). Cannot fail. */
+ * reference). The parent instance may be stale: a commit that deduplicated block i - 1
+ * against an unpinned cached block does not pin it, so that block may have been evicted
+ * since and even recycled into this request as block i itself (parent.id == id, at an
+ * older generation). The block is then stored after an instance that no lookup can accept
+ * again, so verified lookups never reach it; it is evicted like any other. Cannot fail. */
 void kvp__verify_store(kvp_cache *cache, uint32_t id, const uint32_t *tokens, kvp__vref parent,
                        uint32_t ns)
 {
     kvp__verify *v = &cache->verify;
     assert(id < cache->pool.n_blocks && tokens && v->meta[id].ns == KVP_NIL);
-    assert((parent.id == KVP_NIL) == (ns != KVP_NIL) && parent.id != id);
+    assert((parent.id == KVP_NIL) == (ns != KVP_NIL));
     kvp__vmeta *m = &v->meta[id];
     size_t bs = cache->cfg.block_size;
     memcpy(v->tokens + (size_t)id * bs, tokens, bs * sizeof(uint32_t));

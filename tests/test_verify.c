@@ -223,6 +223,47 @@ Test(verify, commit_dedup_parent_is_the_deduplicated_instance)
     kvp_cache_free(c);
 }
 
+Test(verify, commit_after_the_deduplicated_parent_was_recycled_into_the_request)
+{
+    /* Request 1 deduplicates its block 0 against an unpinned cached copy X, which it does
+     * not pin. Its grow then evicts X and takes the same physical block as its own block 1.
+     * Committing block 1 stores it after X's old instance: a parent that can never be
+     * accepted again, so the stored block is unreachable but harmless (found by
+     * fuzz_collision: this tripped an assertion in kvp__verify_store). */
+    kvp_cache *c = th_cache(2, 1, true, NULL, NULL);
+    kvp_namespace ns;
+    th_ns(&ns, "m", NULL, NULL, NULL);
+    uint32_t t[3] = {7, 8, 9};
+    kvp_match m;
+    cr_assert_eq(kvp_acquire(c, 1, &ns, t, 1, 0, &m), KVP_OK); /* one block, no hit */
+    cr_assert_eq(m.n_blocks_hit, 0);
+    cr_assert_eq(kvp_access(c, &ns, t, 1, &m), KVP_OK); /* block 0 cached as X */
+    size_t st = 99;
+    cr_assert_eq(kvp_commit(c, 1, t, 1, &st), KVP_OK);
+    cr_assert_eq(st, 0, "block 0 dedups against X");
+    const uint32_t *ids;
+    size_t n;
+    cr_assert_eq(kvp_request_blocks(c, 1, &ids, &n), KVP_OK);
+    uint32_t own0 = ids[0];
+    cr_assert_eq(kvp_grow(c, 1, 2), KVP_OK); /* X is the only evictable block */
+    cr_assert_eq(kvp_request_blocks(c, 1, &ids, &n), KVP_OK);
+    cr_assert_eq(n, 2);
+    cr_assert_neq(ids[1], own0);
+    cr_assert_eq(th_stats(c).n_evictions, 1);
+    cr_assert_eq(kvp_commit(c, 1, t, 2, &st), KVP_OK);
+    cr_assert_eq(st, 1, "block 1 is stored (after a parent instance that is gone)");
+    TH_CHECK(c);
+    cr_assert_eq(kvp_lookup(c, &ns, t, 3, NULL, 0, &m), KVP_OK);
+    cr_assert_eq(m.n_blocks_cached, 0, "block 0 is cached nowhere, so nothing is reusable");
+    cr_assert_eq(kvp_release(c, 1), KVP_OK);
+    TH_CHECK(c);
+    cr_assert_eq(kvp_access(c, &ns, t, 1, &m), KVP_OK); /* block 0 cached again */
+    cr_assert_eq(kvp_lookup(c, &ns, t, 3, NULL, 0, &m), KVP_OK);
+    cr_assert_eq(m.n_blocks_cached, 1, "block 1 never verifies after the new block 0");
+    TH_CHECK(c);
+    kvp_cache_free(c);
+}
+
 Test(verify, key_bits_hook)
 {
     kvp_cache *c = th_cache(8, 2, true, NULL, NULL);
