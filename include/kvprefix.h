@@ -445,8 +445,10 @@ KVP_NODISCARD KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t
 /* Register the request's newly full blocks. tokens[0 .. n_tokens) is the request's whole
  * sequence so far (prompt, then generated tokens) and must begin with the tokens given to
  * kvp_acquire (or with their first n_tokens, for a prefill committed in chunks): the cache
- * keeps the prompt's tokens that are not yet committed and compares them, so a mismatch is
- * KVP_EINVAL and stores nothing. Blocks already committed are not hashed again. Each new
+ * keeps a 64-bit fingerprint of each prompt block not yet committed and compares it, so a
+ * mismatch is KVP_EINVAL and stores nothing (an engine mistake slips through with odds of
+ * about 2^-32 per block at worst; src/blockhash.h). Blocks already committed are not hashed
+ * again. Each new
  * full block gets its key; if no cached block holds that key it is indexed
  * (KVP_EVENT_STORED); if one does, the key stays with the existing block and this block is
  * a private duplicate that returns to the free pool on release (counted in

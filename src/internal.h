@@ -434,7 +434,7 @@ int kvp__set_quota_locked(kvp_cache *cache, const kvp_namespace *ns, uint32_t ma
 int kvp__pool_init(kvp_cache *cache);
 void kvp__pool_free(kvp_cache *cache);
 void kvp__pool_pin(kvp_cache *cache, uint32_t id);
-void kvp__pool_unpin(kvp_cache *cache, uint32_t id);
+void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t n);
 uint32_t kvp__pool_take(kvp_cache *cache); /* KVP_NIL when no free or cached block */
 void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n);
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason);

@@ -41,7 +41,7 @@
  *
  * With per-namespace quotas (quota.c), each cached block is also on its namespace's list,
  * in the same order, and a release that takes a namespace over its quota evicts that
- * namespace's least recently used block at once (kvp__pool_unpin), so "a namespace's
+ * namespace's least recently used block at once (kvp__pool_unpin_tail_first), so "a namespace's
  * blocks beyond its quota are evicted first" holds at every moment.
  *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
@@ -203,7 +203,7 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
  * private one returns to the free list. With quotas, a namespace that now holds more cached
  * blocks than its quota loses its least recently used one (evicted to the free list).
  * Cannot fail. */
-void kvp__pool_unpin(kvp_cache *cache, uint32_t id)
+static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id)
 {
     kvp__pool *pool = &cache->pool;
     assert(id < pool->n_blocks);
@@ -223,6 +223,20 @@ void kvp__pool_unpin(kvp_cache *cache, uint32_t id)
         uint32_t victim = kvp__quota_victim(cache, id);
         if (victim != KVP_NIL)
             evict_to_free(cache, victim);
+    }
+}
+
+/* Drop one pin of each of ids[0 .. n), last first, so that a chain's tail becomes less
+ * recently used than its parents and is evicted before them. One call per request rather
+ * than per block (the call cost 12% of kvp_release in workload (c)); blocks a few steps
+ * ahead are prefetched, since a long-running request's blocks have usually left the CPU
+ * cache by the time it ends. Cannot fail. */
+void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+{
+    for (uint32_t i = n; i-- > 0;) {
+        if (i >= 8)
+            KVP__PREFETCH_W(&cache->pool.blocks[ids[i - 8]]);
+        unpin(cache, ids[i]);
     }
 }
 

@@ -635,7 +635,7 @@ Test(check, block_provenance)
 Test(check_asserts, unpin_at_refcount_zero, .signal = SIGABRT)
 {
     scene s = scene_new(false);
-    kvp__pool_unpin(s.c, s.cached_id); /* would wrap the count to 2^32 - 1 */
+    kvp__pool_unpin_tail_first(s.c, &s.cached_id, 1); /* would wrap the count to 2^32 - 1 */
 }
 
 Test(check_asserts, pin_free_block, .signal = SIGABRT)
@@ -648,7 +648,7 @@ Test(check_asserts, unpin_block_with_lru_slot, .signal = SIGABRT)
 {
     scene s = scene_new(false);
     s.c->pool.blocks[s.pinned_id].lru_slot = 0;
-    kvp__pool_unpin(s.c, s.pinned_id);
+    kvp__pool_unpin_tail_first(s.c, &s.pinned_id, 1);
 }
 
 Test(check_asserts, index_block_twice, .signal = SIGABRT)
