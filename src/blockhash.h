@@ -110,6 +110,42 @@ static inline uint64_t kvp__tokens_fp(const uint32_t *t, size_t n)
     return XXH3_64bits(t, n * sizeof *t);
 }
 
+#ifdef KVP__HAVE_CRC_FP
+__attribute__((target("sse4.2"))) static size_t
+kvp__crc_blocks(const uint32_t *t, size_t bs, size_t n, uint64_t *out, const uint64_t *want)
+{
+    for (size_t j = 0; j < n; j++) {
+        uint64_t fp = bs == 16 ? kvp__tokens_crc16(t + j * 16) : kvp__tokens_crc(t + j * bs, bs);
+        if (out)
+            out[j] = fp;
+        else if (fp != want[j])
+            return j;
+    }
+    return n;
+}
+#endif
+
+/* The fingerprints of n consecutive full blocks of bs tokens at t: written to out when out
+ * is not NULL (and n returned); else compared with want[0 .. n), returning the index of the
+ * first that differs, or n. One CPU dispatch per call rather than per block, so the CRC
+ * loop inlines its 16-token case. Cannot fail. */
+static inline size_t kvp__tokens_fp_blocks(const uint32_t *t, size_t bs, size_t n, uint64_t *out,
+                                           const uint64_t *want)
+{
+#ifdef KVP__HAVE_CRC_FP
+    if (__builtin_cpu_supports("sse4.2"))
+        return kvp__crc_blocks(t, bs, n, out, want);
+#endif
+    for (size_t j = 0; j < n; j++) {
+        uint64_t fp = XXH3_64bits(t + j * bs, bs * sizeof *t);
+        if (out)
+            out[j] = fp;
+        else if (fp != want[j])
+            return j;
+    }
+    return n;
+}
+
 /* Hash one block of the default size, 16 tokens: the input is always 80 bytes, and
  * `flatten` inlines XXH3 into this function so it compiles to its 17..128-byte case alone,
  * with no length dispatch (about 2x faster than the generic call). Cannot fail. */

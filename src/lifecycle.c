@@ -591,13 +591,16 @@ static bool prompt_matches(const kvp_cache *cache, const kvp__request *req, cons
     size_t lo = (size_t)req->n_committed * bs;
     if (lo < req->prompt_start)
         lo = req->prompt_start;
-    for (; lo < to; lo += bs) {
-        size_t hi = lo + bs < req->n_prompt ? lo + bs : req->n_prompt;
-        if (hi > to)
-            break;
-        if (kvp__tokens_fp(tokens + lo, hi - lo) != req->prompt_fp[(lo - req->prompt_start) / bs])
-            return false;
-    }
+    if (lo >= to)
+        return true;
+    /* The full prompt blocks first, in one call; then the partial last one if given. */
+    const uint64_t *want = req->prompt_fp + (lo - req->prompt_start) / bs;
+    size_t n_whole = (to - lo) / bs;
+    if (kvp__tokens_fp_blocks(tokens + lo, bs, n_whole, NULL, want) != n_whole)
+        return false;
+    lo += n_whole * bs;
+    if (lo < to && to == req->n_prompt) /* the prompt's partial last block, all given */
+        return kvp__tokens_fp(tokens + lo, to - lo) == want[n_whole];
     return true;
 }
 

@@ -98,10 +98,10 @@ int kvp__request_keep_prompt(kvp_cache *cache, kvp__request *req, const uint32_t
         fp = kvp__mem_alloc(&cache->mem, n_fp * sizeof *fp);
         if (!fp)
             return KVP_ENOMEM;
-        for (size_t j = 0; j < n_fp; j++) {
-            size_t lo = start + j * bs, n = n_tokens - lo < bs ? n_tokens - lo : bs;
-            fp[j] = kvp__tokens_fp(tokens + lo, n);
-        }
+        size_t n_whole = (n_tokens - start) / bs;
+        kvp__tokens_fp_blocks(tokens + start, bs, n_whole, fp, NULL);
+        if (n_whole < n_fp) /* the partial last block */
+            fp[n_whole] = kvp__tokens_fp(tokens + start + n_whole * bs, n_tokens % bs);
     }
     req->prompt_fp = fp;
     req->n_prompt = n_tokens;
