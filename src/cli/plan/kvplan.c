@@ -199,6 +199,37 @@ int pl_layers_add(pl_layers *ls, const pl_layer_run *spec, uint32_t n)
     return PL_OK;
 }
 
+int pl_model_set_window(pl_model_shape *m, uint32_t window)
+{
+    if (m == NULL || m->n_layers == 0)
+        return PL_EINVAL;
+    pl_layers in = m->layers, out = {0};
+    if (in.n_runs == 0)
+        in = (pl_layers){1, {{PL_LAYER_FULL, m->n_layers, m->n_kv_heads, m->head_dim, 0, 0, 0}}};
+    bool any_sliding = false, changed = false;
+    for (uint32_t i = 0; i < in.n_runs; i++)
+        any_sliding |= in.run[i].kind == PL_LAYER_SLIDING;
+    for (uint32_t i = 0; i < in.n_runs; i++) {
+        pl_layer_run r = in.run[i];
+        if (r.kind == PL_LAYER_SLIDING && window == 0) {
+            r.kind = PL_LAYER_FULL;
+            r.window = 0;
+            changed = true;
+        } else if ((r.kind == PL_LAYER_SLIDING || (!any_sliding && r.kind == PL_LAYER_FULL)) &&
+                   window > 0) {
+            r.kind = PL_LAYER_SLIDING;
+            r.window = window;
+            changed = true;
+        }
+        if (pl_layers_add(&out, &r, r.n_layers) != PL_OK)
+            return PL_EINVAL;
+    }
+    if (!changed && window > 0)
+        return PL_EINVAL;
+    m->layers = out.n_runs == 1 && out.run[0].kind == PL_LAYER_FULL ? (pl_layers){0} : out;
+    return PL_OK;
+}
+
 /* Why m's layer runs or KV scales are inconsistent, or NULL. */
 static const char *layers_problem(const pl_model_shape *m)
 {
@@ -678,4 +709,22 @@ uint64_t pl_fit_longest(const uint64_t *sorted_lens, size_t n, uint32_t block_si
     if (nb_max == 0)
         return count; /* zero-length requests take no blocks: no meaningful bound */
     return count + left / nb_max;
+}
+
+uint64_t pl_fit_longest_bytes(const uint64_t *sorted_lens, size_t n, const pl_kv_cost *c,
+                              uint32_t block_size, uint64_t budget)
+{
+    if (sorted_lens == NULL || n == 0 || c == NULL || block_size == 0)
+        return 0;
+    uint64_t count = 0, left = budget, b;
+    for (size_t i = 0; i < n; i++) {
+        if (pl_seq_paged_bytes(c, sorted_lens[n - 1 - i], block_size, &b) != PL_OK || b > left)
+            return count;
+        left -= b;
+        count++;
+    }
+    /* Every request fitted: further draws can all be the longest one again. */
+    if (pl_seq_paged_bytes(c, sorted_lens[n - 1], block_size, &b) != PL_OK || b == 0)
+        return count; /* requests that cost nothing: no meaningful bound */
+    return count + left / b;
 }

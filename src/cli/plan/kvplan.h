@@ -161,6 +161,13 @@ void pl_model_shape_init(pl_model_shape *m);
  * unquantized KV dtype (or none on a quantized one). */
 int pl_model_shape_check(const pl_model_shape *m, const char **what);
 
+/* Apply a window to m's attention layers. window 0: every sliding run becomes full attention
+ * (the model without its windows). window > 0: every sliding run takes that window, or, when
+ * m has none, every full-attention run becomes sliding (a Mistral-style model); a uniform
+ * model is first made one explicit full run. Returns PL_OK; PL_EINVAL (m NULL, or no
+ * attention layer to window); *m untouched on failure. */
+int pl_model_set_window(pl_model_shape *m, uint32_t window);
+
 /* How tensor parallelism spreads the KV heads over tp ranks. */
 typedef struct pl_tp {
     uint32_t tp;                /* ranks (GPUs) */
@@ -332,5 +339,14 @@ uint64_t pl_fit_count(uint64_t n_blocks, uint64_t blocks_each);
  * Returns the count; 0 when block_size is 0 or n is 0. Cannot fail. */
 uint64_t pl_fit_longest(const uint64_t *sorted_lens, size_t n, uint32_t block_size,
                         uint64_t n_blocks);
+
+/* How many of the longest requests fit budget bytes, taking them longest first from
+ * sorted_lens[0 .. n) (ascending) and cycling back to the longest when all were taken, each
+ * costing pl_seq_paged_bytes: the worst-case concurrency for a distribution under the
+ * per-layer model. For a linear model it equals pl_fit_longest over budget / block bytes.
+ * Returns the count; 0 when c is NULL, block_size is 0 or n is 0. Cannot fail (a cost that
+ * overflows does not fit). */
+uint64_t pl_fit_longest_bytes(const uint64_t *sorted_lens, size_t n, const pl_kv_cost *c,
+                              uint32_t block_size, uint64_t budget);
 
 #endif /* CLI_KVPLAN_H */

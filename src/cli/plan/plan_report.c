@@ -59,7 +59,8 @@ static double pct(uint64_t part, uint64_t whole)
     return whole == 0 ? 0.0 : 100.0 * (double)part / (double)whole;
 }
 
-static void print_frag(const plan_result *r, const pl_frag *f, uint64_t max_len, bool given)
+static void print_frag(const plan_result *r, const pl_frag *f, uint64_t max_len, bool given,
+                       uint64_t waste_paged, uint64_t waste_contig)
 {
     char label[96];
     double n = f->n_seqs ? (double)f->n_seqs : 1.0;
@@ -75,16 +76,14 @@ static void print_frag(const plan_result *r, const pl_frag *f, uint64_t max_len,
            "allocated\n",
            (unsigned long long)f->contig_waste_tokens, (double)f->contig_waste_tokens / n,
            pct(f->contig_waste_tokens, f->contig_alloc_tokens));
-    uint64_t b;
     header(r, "  waste in KV bytes");
-    if (!pl_mul(f->paged_waste_tokens, r->tok_gpu, &b)) {
-        snprintf(label, sizeof label, "paged");
-        row(r, label, b);
-    }
-    if (!pl_mul(f->contig_waste_tokens, r->tok_gpu, &b)) {
-        snprintf(label, sizeof label, "contiguous");
-        row(r, label, b);
-    }
+    snprintf(label, sizeof label, "paged");
+    row(r, label, waste_paged);
+    snprintf(label, sizeof label, "contiguous");
+    row(r, label, waste_contig);
+    if (!r->cost.linear)
+        printf("    (per layer: a sliding layer holds its window's blocks, a state layer no "
+               "blocks)\n");
 }
 
 /* The model, its dtypes and the tensor-parallel split. */
@@ -156,7 +155,7 @@ static void print_batch_section(const plan_result *r, const plan_opts *o)
 {
     if (r->has_batch) {
         printf("\nFragmentation of the batch\n");
-        print_frag(r, &r->frag, r->max_len, r->max_len_given);
+        print_frag(r, &r->frag, r->max_len, r->max_len_given, r->waste_paged, r->waste_contig);
         header(r, "Attention workspace (transient, one layer)");
         if (r->ws_ok)
             row(r, "naive scores B x Hq x T x T x s", r->ws_bytes_gpu);
@@ -185,26 +184,21 @@ static void print_trace_section(const plan_result *r, const plan_opts *o)
         printf("  mean %.1f, p50 %llu, p90 %llu, p99 %llu, min %llu, max %llu tokens\n", s->mean,
                (unsigned long long)s->p50, (unsigned long long)s->p90, (unsigned long long)s->p99,
                (unsigned long long)s->min, (unsigned long long)s->max);
-        print_frag(r, &r->tfrag, r->tmax_len, o->max_len > 0);
+        print_frag(r, &r->tfrag, r->tmax_len, o->max_len > 0, r->twaste_paged, r->twaste_contig);
         if (r->conc > 0) {
-            uint64_t b;
             header(r, "KV for concurrent requests from the trace");
             snprintf(label, sizeof label, "expected: %llu x mean = %llu tokens",
                      (unsigned long long)r->conc, (unsigned long long)r->exp_tokens);
-            pl_mul(r->exp_tokens, r->tok_gpu, &b);
-            row(r, label, b);
+            row(r, label, r->exp_kv);
             snprintf(label, sizeof label, "  in blocks: %llu blocks",
                      (unsigned long long)r->exp_blocks);
-            pl_mul(r->exp_blocks, r->blk_gpu, &b);
-            row(r, label, b);
+            row(r, label, r->exp_kv_paged);
             snprintf(label, sizeof label, "worst: %llu longest = %llu tokens",
                      (unsigned long long)r->conc, (unsigned long long)r->worst_tokens);
-            pl_mul(r->worst_tokens, r->tok_gpu, &b);
-            row(r, label, b);
+            row(r, label, r->worst_kv);
             snprintf(label, sizeof label, "  in blocks: %llu blocks",
                      (unsigned long long)r->worst_blocks);
-            pl_mul(r->worst_blocks, r->blk_gpu, &b);
-            row(r, label, b);
+            row(r, label, r->worst_kv_paged);
             printf("  expected = N x the mean length (and N x the mean blocks per request), "
                    "rounded up;\n  worst = the sum of the N longest requests in the trace%s.\n",
                    r->conc > s->n ? " (all of them, then the longest again)" : "");
@@ -299,11 +293,9 @@ static json_t *ju(uint64_t v)
     return v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
 }
 
-static json_t *jfrag(const plan_result *r, const pl_frag *f, uint64_t max_len)
+static json_t *jfrag(const plan_result *r, const pl_frag *f, uint64_t max_len, uint64_t pw,
+                     uint64_t cw)
 {
-    uint64_t pw = 0, cw = 0;
-    pl_mul(f->paged_waste_tokens, r->tok_gpu, &pw);
-    pl_mul(f->contig_waste_tokens, r->tok_gpu, &cw);
     return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "sequences", ju(f->n_seqs),
                      "tokens", ju(f->n_tokens), "block_size", ju(r->block_size), "paged_blocks",
                      ju(f->n_blocks), "paged_waste_tokens", ju(f->paged_waste_tokens),
@@ -332,7 +324,7 @@ static void json_batch(json_t *root, const plan_result *r, const plan_opts *o)
     pl_mul(r->batch_bytes_gpu, r->tp.tp, &all);
     json_object_set_new(b, "kv_bytes_all_gpus", ju(all));
     json_object_set_new(root, "batch", b);
-    json_object_set_new(root, "fragmentation", jfrag(r, &r->frag, r->max_len));
+    json_object_set_new(root, "fragmentation", jfrag(r, &r->frag, r->max_len, r->waste_paged, r->waste_contig));
     json_object_set_new(
         root, "workspace",
         json_pack("{s:s,s:o,s:s}", "what", "naive attention scores B x Hq x T x T x s, one layer",
@@ -350,13 +342,9 @@ static void json_trace(json_t *root, const plan_result *r, const plan_opts *o)
                   ju(r->n_mooncake_fmt), "include_output", o->include_output, "mean_len", s->mean,
                   "p50_len", ju(s->p50), "p90_len", ju(s->p90), "p99_len", ju(s->p99), "min_len",
                   ju(s->min), "max_len", ju(s->max), "total_blocks", ju(r->sum_blocks));
-    json_object_set_new(t, "fragmentation", jfrag(r, &r->tfrag, r->tmax_len));
+    json_object_set_new(t, "fragmentation", jfrag(r, &r->tfrag, r->tmax_len, r->twaste_paged, r->twaste_contig));
     if (r->conc > 0) {
-        uint64_t eb = 0, wb = 0, ebb = 0, wbb = 0;
-        pl_mul(r->exp_tokens, r->tok_gpu, &eb);
-        pl_mul(r->worst_tokens, r->tok_gpu, &wb);
-        pl_mul(r->exp_blocks, r->blk_gpu, &ebb);
-        pl_mul(r->worst_blocks, r->blk_gpu, &wbb);
+        uint64_t eb = r->exp_kv, wb = r->worst_kv, ebb = r->exp_kv_paged, wbb = r->worst_kv_paged;
         json_object_set_new(
             t, "concurrency",
             json_pack("{s:o,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:o}", "n", ju(r->conc),
