@@ -48,7 +48,7 @@ static const struct {
     {"fp16", PL_DTYPE_FP16},       {"float16", PL_DTYPE_FP16},  {"half", PL_DTYPE_FP16},
     {"bf16", PL_DTYPE_BF16},       {"bfloat16", PL_DTYPE_BF16}, {"fp8", PL_DTYPE_FP8},
     {"fp8_e4m3", PL_DTYPE_FP8},    {"fp8_e5m2", PL_DTYPE_FP8},  {"float8_e4m3fn", PL_DTYPE_FP8},
-    {"float8_e5m2", PL_DTYPE_FP8}, {"int8", PL_DTYPE_INT8},    {"int4", PL_DTYPE_INT4},
+    {"float8_e5m2", PL_DTYPE_FP8}, {"int8", PL_DTYPE_INT8},     {"int4", PL_DTYPE_INT4},
 };
 
 int pl_dtype_parse(const char *s, pl_dtype *out)
@@ -240,8 +240,8 @@ static const char *layers_problem(const pl_model_shape *m)
         return "a quantized KV dtype needs a scale layout";
     if (!quant && m->kv_quant.layout != PL_SCALES_NONE)
         return "KV scales apply to fp8, int8 and int4 KV only";
-    if (quant && (pl_dtype_bytes(m->kv_quant.scale_dtype) == 0 ||
-                  m->kv_quant.scale_dtype == PL_DTYPE_INT4))
+    if (quant &&
+        (pl_dtype_bytes(m->kv_quant.scale_dtype) == 0 || m->kv_quant.scale_dtype == PL_DTYPE_INT4))
         return "the scale dtype must be fp32, fp16, bf16, fp8 or int8";
     if (m->kv_quant.layout == PL_SCALES_GROUP && m->kv_quant.group == 0)
         return "per-block scales need a group of elements > 0";
@@ -446,8 +446,8 @@ static int run_cost(const pl_model_shape *m, uint32_t tp, pl_run_cost *rc, const
             *what = "the KV heads of a layer run do not split over the tensor-parallel size";
             return PL_EINVAL;
         }
-        if (vector_bytes(m, s->head_dim, &v) || pl_mul(v, 2, &v) ||
-            pl_mul(v, rc->kv_heads, &v) || pl_mul(v, s->n_layers, &rc->token_bytes))
+        if (vector_bytes(m, s->head_dim, &v) || pl_mul(v, 2, &v) || pl_mul(v, rc->kv_heads, &v) ||
+            pl_mul(v, s->n_layers, &rc->token_bytes))
             return PL_EOVERFLOW;
         break;
     case PL_LAYER_LATENT:
@@ -528,8 +528,8 @@ static int seq_sum(const pl_kv_cost *c, uint64_t len, uint32_t bs, uint64_t *out
         if (rc->token_bytes == 0)
             continue;
         if (bs == 0)
-            held = rc->spec.kind == PL_LAYER_SLIDING && len > rc->spec.window ? rc->spec.window
-                                                                             : len;
+            held =
+                rc->spec.kind == PL_LAYER_SLIDING && len > rc->spec.window ? rc->spec.window : len;
         else if (rc->spec.kind == PL_LAYER_SLIDING)
             held = pl_window_blocks(len, rc->spec.window, bs) * bs;
         else

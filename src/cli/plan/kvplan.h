@@ -102,8 +102,8 @@ typedef struct pl_layer_run {
 /* The per-layer KV model: its runs. n_runs == 0 means every layer is full attention with the
  * shape's n_kv_heads and head_dim (the seed's uniform model). */
 typedef struct pl_layers {
-    uint32_t n_runs;                 /* runs in use (0 .. PL_MAX_RUNS) */
-    pl_layer_run run[PL_MAX_RUNS];   /* run[0 .. n_runs) */
+    uint32_t n_runs;               /* runs in use (0 .. PL_MAX_RUNS) */
+    pl_layer_run run[PL_MAX_RUNS]; /* run[0 .. n_runs) */
 } pl_layers;
 
 /* Add n layers of layout *spec to *ls, merging with a run of the same layout. Returns PL_OK,
@@ -139,13 +139,13 @@ const char *pl_dtype_name(pl_dtype dtype);
 
 /* The shape of a model as far as the KV cache cares. */
 typedef struct pl_model_shape {
-    uint32_t n_layers;   /* transformer layers L (> 0) */
-    uint32_t n_heads;    /* query heads Hq (> 0, a multiple of n_kv_heads) */
-    uint32_t n_kv_heads; /* KV heads Hkv: Hq for MHA, fewer for GQA, 1 for MQA */
-    uint32_t head_dim;   /* head dimension D (> 0) */
-    pl_dtype kv_dtype;   /* element type of the KV cache */
-    pl_dtype w_dtype;    /* element type of the weights (for --params estimates) */
-    uint64_t n_params;   /* total parameter count; 0 when unknown */
+    uint32_t n_layers;    /* transformer layers L (> 0) */
+    uint32_t n_heads;     /* query heads Hq (> 0, a multiple of n_kv_heads) */
+    uint32_t n_kv_heads;  /* KV heads Hkv: Hq for MHA, fewer for GQA, 1 for MQA */
+    uint32_t head_dim;    /* head dimension D (> 0) */
+    pl_dtype kv_dtype;    /* element type of the KV cache */
+    pl_dtype w_dtype;     /* element type of the weights (for --params estimates) */
+    uint64_t n_params;    /* total parameter count; 0 when unknown */
     pl_dtype state_dtype; /* element type of recurrent states (state layers): the model's */
     pl_kv_quant kv_quant; /* scales of a quantized kv_dtype (layout NONE otherwise) */
     pl_layers layers;     /* per-layer KV model; n_runs 0: n_layers full-attention layers */
@@ -190,25 +190,25 @@ int pl_token_bytes(const pl_model_shape *m, uint32_t kv_heads, uint64_t *out);
 
 /* One run's cost on one rank (filled by pl_kv_cost). */
 typedef struct pl_run_cost {
-    pl_layer_run spec;     /* the run itself */
-    uint32_t kv_heads;     /* full, sliding: KV heads stored on one rank */
-    uint64_t token_bytes;  /* full, sliding, latent: bytes per held token, all its layers */
-    uint64_t state_bytes;  /* state: bytes per sequence, all its layers */
-    uint64_t fixed_bytes;  /* per-tensor or per-head scales of its layers */
+    pl_layer_run spec;    /* the run itself */
+    uint32_t kv_heads;    /* full, sliding: KV heads stored on one rank */
+    uint64_t token_bytes; /* full, sliding, latent: bytes per held token, all its layers */
+    uint64_t state_bytes; /* state: bytes per sequence, all its layers */
+    uint64_t fixed_bytes; /* per-tensor or per-head scales of its layers */
 } pl_run_cost;
 
 /* KV cost of a model on one rank of a tensor-parallel group. */
 typedef struct pl_kv_cost {
-    uint32_t n_runs;                /* runs (1 .. PL_MAX_RUNS) */
-    pl_run_cost run[PL_MAX_RUNS];   /* run[0 .. n_runs) */
-    uint32_t tp;                    /* ranks the model is split over */
-    uint64_t token_all;             /* bytes of a token held in every layer (inside every
-                                       window) */
-    uint64_t token_full;            /* bytes of a token held for the whole sequence: full and
-                                       latent layers only (a token beyond every window) */
-    uint64_t state_bytes;           /* state bytes per sequence */
-    uint64_t fixed_bytes;           /* scale bytes that do not grow with tokens */
-    bool linear;                    /* no sliding or state layer: bytes = tokens x token_all */
+    uint32_t n_runs;              /* runs (1 .. PL_MAX_RUNS) */
+    pl_run_cost run[PL_MAX_RUNS]; /* run[0 .. n_runs) */
+    uint32_t tp;                  /* ranks the model is split over */
+    uint64_t token_all;           /* bytes of a token held in every layer (inside every
+                                     window) */
+    uint64_t token_full;          /* bytes of a token held for the whole sequence: full and
+                                     latent layers only (a token beyond every window) */
+    uint64_t state_bytes;         /* state bytes per sequence */
+    uint64_t fixed_bytes;         /* scale bytes that do not grow with tokens */
+    bool linear;                  /* no sliding or state layer: bytes = tokens x token_all */
 } pl_kv_cost;
 
 /* The KV cost of m on one of tp ranks. Full and sliding layers split their KV heads as

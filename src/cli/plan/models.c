@@ -51,15 +51,27 @@
 #define CARD(repo) "https://huggingface.co/" repo "/blob/main/config.json"
 
 /* Designated initializers for the presets' shapes and runs. */
-#define SHAPE(l, hq, hkv, d, kvt, wt, params)                                                     \
-    .n_layers = (l), .n_heads = (hq), .n_kv_heads = (hkv), .head_dim = (d), .kv_dtype = (kvt),  \
-    .w_dtype = (wt), .n_params = UINT64_C(params), .state_dtype = (kvt),                      \
+#define SHAPE(l, hq, hkv, d, kvt, wt, params)                                                      \
+    .n_layers = (l), .n_heads = (hq), .n_kv_heads = (hkv), .head_dim = (d), .kv_dtype = (kvt),     \
+    .w_dtype = (wt), .n_params = UINT64_C(params), .state_dtype = (kvt),                           \
     .kv_quant = {PL_SCALES_NONE, 0, PL_DTYPE_FP32}
-#define RUN_FULL(n, h, d)       {PL_LAYER_FULL, (n), (h), (d), 0, 0, 0}
-#define RUN_SLIDING(n, h, d, w) {PL_LAYER_SLIDING, (n), (h), (d), (w), 0, 0}
-#define RUN_LATENT(n, e)        {PL_LAYER_LATENT, (n), 0, 0, 0, (e), 0}
-#define RUN_STATE(n, e)         {PL_LAYER_STATE, (n), 0, 0, 0, 0, (e)}
-#define BF16                    PL_DTYPE_BF16
+#define RUN_FULL(n, h, d)                                                                          \
+    {                                                                                              \
+        PL_LAYER_FULL, (n), (h), (d), 0, 0, 0                                                      \
+    }
+#define RUN_SLIDING(n, h, d, w)                                                                    \
+    {                                                                                              \
+        PL_LAYER_SLIDING, (n), (h), (d), (w), 0, 0                                                 \
+    }
+#define RUN_LATENT(n, e)                                                                           \
+    {                                                                                              \
+        PL_LAYER_LATENT, (n), 0, 0, 0, (e), 0                                                      \
+    }
+#define RUN_STATE(n, e)                                                                            \
+    {                                                                                              \
+        PL_LAYER_STATE, (n), 0, 0, 0, 0, (e)                                                       \
+    }
+#define BF16 PL_DTYPE_BF16
 
 static const pl_model_preset presets[] = {
     {"Llama-3.1-8B",
@@ -321,12 +333,13 @@ static int read_state(const json_t *c, layer_rules *r, const char *path, char *e
 {
     uint32_t a = 0, b = 0, g = 1, st = 0, conv = 0, h = 0;
     uint64_t x, y;
-#define GET(key, var)                                                                             \
-    if (get_uint(c, key, 1u << 24, &(var), path, err, n) < 0)                                     \
+#define GET(key, var)                                                                              \
+    if (get_uint(c, key, 1u << 24, &(var), path, err, n) < 0)                                      \
         return -1;
-    GET("mamba_n_heads", a) GET("mamba_d_head", b) GET("mamba_n_groups", g)
-    GET("mamba_d_state", st) GET("mamba_d_conv", conv) GET("hidden_size", h)
-    if (a > 0 && b > 0 && st > 0 && conv > 0) { /* Mamba-2: conv over x, B, C; SSM per head */
+    GET("mamba_n_heads", a)
+    GET("mamba_d_head", b) GET("mamba_n_groups", g) GET("mamba_d_state", st)
+        GET("mamba_d_conv", conv) GET("hidden_size", h) if (a > 0 && b > 0 && st > 0 && conv > 0)
+    { /* Mamba-2: conv over x, B, C; SSM per head */
         x = ((uint64_t)a * b + 2 * (uint64_t)g * st) * (conv - 1);
         r->state_elems = x + (uint64_t)a * b * st;
         return 0;
@@ -339,11 +352,12 @@ static int read_state(const json_t *c, layer_rules *r, const char *path, char *e
         return 0;
     }
     uint32_t nk = 0, nv = 0, dk = 0, dv = 0, kern = 0;
-    GET("linear_num_key_heads", nk) GET("linear_num_value_heads", nv)
-    GET("linear_key_head_dim", dk) GET("linear_value_head_dim", dv)
-    GET("linear_conv_kernel_dim", kern)
+    GET("linear_num_key_heads", nk)
+    GET("linear_num_value_heads", nv) GET("linear_key_head_dim", dk)
+        GET("linear_value_head_dim", dv) GET("linear_conv_kernel_dim", kern)
 #undef GET
-    if (nk > 0 && nv > 0 && dk > 0 && dv > 0 && kern > 0) { /* conv over q, k, v; S per head */
+            if (nk > 0 && nv > 0 && dk > 0 && dv > 0 && kern > 0)
+    { /* conv over q, k, v; S per head */
         y = (2 * (uint64_t)nk * dk + (uint64_t)nv * dv) * (kern - 1);
         r->state_elems = y + (uint64_t)nv * dk * dv;
     }
@@ -368,8 +382,7 @@ static int read_window(const json_t *c, uint32_t n_layers, layer_rules *r, const
         return 0;
     if (use != NULL && json_is_true(use)) {
         r->swa_qwen = true;
-        return get_uint(c, "max_window_layers", n_layers, &r->swa_from, path, err, n) < 0 ? -1
-                                                                                         : 0;
+        return get_uint(c, "max_window_layers", n_layers, &r->swa_from, path, err, n) < 0 ? -1 : 0;
     }
     const char *mt = json_string_value(json_object_get(c, "model_type"));
     int got = get_uint(c, "sliding_window_pattern", 1u << 20, &r->swa_pattern, path, err, n);
@@ -385,8 +398,8 @@ static int read_window(const json_t *c, uint32_t n_layers, layer_rules *r, const
 }
 
 /* The per-layer type array, the hybrid periods, MLA and KV sharing. Returns 0 or -1. */
-static int read_rules(const json_t *c, const pl_model_shape *m, layer_rules *r,
-                      const char *path, char *err, size_t n)
+static int read_rules(const json_t *c, const pl_model_shape *m, layer_rules *r, const char *path,
+                      char *err, size_t n)
 {
     memset(r, 0, sizeof *r);
     r->types_key = "layer_types";
@@ -397,9 +410,10 @@ static int read_rules(const json_t *c, const pl_model_shape *m, layer_rules *r,
     }
     if (r->types != NULL && json_is_null(r->types))
         r->types = NULL;
-    if (r->types != NULL && (!json_is_array(r->types) || json_array_size(r->types) != m->n_layers)) {
-        cli_errf(err, n, "%s: %s must be an array of %u strings, one per layer", path,
-                 r->types_key, m->n_layers);
+    if (r->types != NULL &&
+        (!json_is_array(r->types) || json_array_size(r->types) != m->n_layers)) {
+        cli_errf(err, n, "%s: %s must be an array of %u strings, one per layer", path, r->types_key,
+                 m->n_layers);
         return -1;
     }
     uint32_t rank = 0, rope = 0;
@@ -434,7 +448,8 @@ static int layer_kind(const layer_rules *r, uint32_t i, uint32_t n_layers, int *
                                strcmp(t, "mamba2") == 0))
             k = K_STATE;
         else {
-            cli_errf(err, n, "%s: %s[%u] is %s%s%s, not full_attention, attention, "
+            cli_errf(err, n,
+                     "%s: %s[%u] is %s%s%s, not full_attention, attention, "
                      "sliding_attention (with a sliding_window), linear_attention or mamba",
                      path, r->types_key, i, t ? "'" : "not a string", t ? t : "", t ? "'" : "");
             return -1;
@@ -459,20 +474,21 @@ static int layer_kind(const layer_rules *r, uint32_t i, uint32_t n_layers, int *
 
 /* Count the layers of each kind and turn them into m->layers (left uniform when every layer
  * is full attention). Returns 0, or -1 with the message in err. */
-static int read_layers(const json_t *c, pl_model_shape *m, const char *path, char *err,
-                       size_t n)
+static int read_layers(const json_t *c, pl_model_shape *m, const char *path, char *err, size_t n)
 {
     layer_rules r;
     uint32_t count[K_COUNT] = {0};
     if (read_rules(c, m, &r, path, err, n) != 0)
         return -1;
-    bool plain = r.types == NULL && r.attn_period == 0 && r.full_interval == 0 &&
-                 r.window == 0 && r.latent_dim == 0 && r.n_shared == 0;
+    bool plain = r.types == NULL && r.attn_period == 0 && r.full_interval == 0 && r.window == 0 &&
+                 r.latent_dim == 0 && r.n_shared == 0;
     if (plain)
         return 0;
     if (m->n_layers > MAX_PATTERN_LAYERS) {
-        cli_errf(err, n, "%s: num_hidden_layers %u is too many for a per-layer model (at most "
-                 "%u)", path, m->n_layers, MAX_PATTERN_LAYERS);
+        cli_errf(err, n,
+                 "%s: num_hidden_layers %u is too many for a per-layer model (at most "
+                 "%u)",
+                 path, m->n_layers, MAX_PATTERN_LAYERS);
         return -1;
     }
     for (uint32_t i = 0; i < m->n_layers; i++) {
@@ -482,8 +498,10 @@ static int read_layers(const json_t *c, pl_model_shape *m, const char *path, cha
         count[k]++;
     }
     if (count[K_STATE] > 0 && r.state_elems == 0) {
-        cli_errf(err, n, "%s: %u recurrent-state layers, but no mamba_* or linear_* fields give "
-                 "the size of their state", path, count[K_STATE]);
+        cli_errf(err, n,
+                 "%s: %u recurrent-state layers, but no mamba_* or linear_* fields give "
+                 "the size of their state",
+                 path, count[K_STATE]);
         return -1;
     }
     const pl_layer_run spec[K_COUNT] = {

@@ -372,8 +372,9 @@ static int apply_kv_flags(const plan_opts *o, plan_result *r)
     q->group = 0;
     q->scale_dtype = PL_DTYPE_FP32;
     if (o->kv_scales && pl_scales_parse(o->kv_scales, q) != PL_OK)
-        return fail(CLI_EXIT_USAGE, "--kv-scales: '%s' is not per-tensor, per-head, per-token or "
-                                    "per-block:G (G in 1..65536)",
+        return fail(CLI_EXIT_USAGE,
+                    "--kv-scales: '%s' is not per-tensor, per-head, per-token or "
+                    "per-block:G (G in 1..65536)",
                     o->kv_scales);
     if (o->kv_scale_dtype && (pl_dtype_parse(o->kv_scale_dtype, &q->scale_dtype) != PL_OK ||
                               q->scale_dtype == PL_DTYPE_INT4))
@@ -429,8 +430,9 @@ static int build_model(const plan_opts *o, plan_result *r)
         }
     }
     if (r->m.layers.n_runs > 0 && (o->layers || o->kv_heads || o->head_dim))
-        return fail(CLI_EXIT_USAGE, "--layers, --kv-heads and --head-dim describe a uniform model; "
-                                    "%s has per-layer runs (edit a config.json instead)",
+        return fail(CLI_EXIT_USAGE,
+                    "--layers, --kv-heads and --head-dim describe a uniform model; "
+                    "%s has per-layer runs (edit a config.json instead)",
                     r->model_label);
     if (o->layers)
         r->m.n_layers = (uint32_t)o->layers;
@@ -684,8 +686,8 @@ static int compute_batch(const plan_opts *o, plan_result *r)
             r->ws_ok = !pl_mul(o->lens[i], o->lens[i], &t) && !pl_add(sq, t, &sq);
         }
     }
-    r->ws_ok = r->ws_ok && !pl_mul(sq, r->tp.q_heads_per_rank, &sq) &&
-               !pl_mul(sq, s, &r->ws_bytes_gpu);
+    r->ws_ok =
+        r->ws_ok && !pl_mul(sq, r->tp.q_heads_per_rank, &sq) && !pl_mul(sq, s, &r->ws_bytes_gpu);
     return 0;
 }
 
@@ -712,9 +714,9 @@ static int trace_concurrency(const plan_opts *o, plan_result *r, const uint64_t 
     uint64_t wb = 0, wk = 0, wp = 0, b;
     for (uint64_t i = 0; i < r->conc; i++) {
         uint64_t len = tl[i < n ? n - 1 - i : n - 1];
-        if (pl_add(wb, pl_blocks_for(len, o->block_size), &wb) ||
-            pl_seq_bytes(&r->cost, len, &b) || pl_add(wk, b, &wk) ||
-            pl_seq_paged_bytes(&r->cost, len, o->block_size, &b) || pl_add(wp, b, &wp))
+        if (pl_add(wb, pl_blocks_for(len, o->block_size), &wb) || pl_seq_bytes(&r->cost, len, &b) ||
+            pl_add(wk, b, &wk) || pl_seq_paged_bytes(&r->cost, len, o->block_size, &b) ||
+            pl_add(wp, b, &wp))
             return overflow("the blocks of the longest requests");
     }
     r->worst_blocks = wb;
@@ -853,8 +855,10 @@ static int compute_memory(const plan_opts *o, plan_result *r, const uint64_t *tr
                     "(%llu bytes)",
                     (unsigned long long)o->reserve, (unsigned long long)o->gpu_mem);
     if (r->blk_gpu == 0)
-        return fail(CLI_EXIT_INPUT, "%s keeps no KV per token (only recurrent states): there "
-                                    "are no blocks to plan", r->model_label);
+        return fail(CLI_EXIT_INPUT,
+                    "%s keeps no KV per token (only recurrent states): there "
+                    "are no blocks to plan",
+                    r->model_label);
     pl_mem_in *in = &r->mem_in;
     in->gpu_mem_bytes = o->gpu_mem;
     in->util_ppm = o->util_ppm;

@@ -429,7 +429,8 @@ static void json_batch(json_t *root, const plan_result *r, const plan_opts *o)
     pl_mul(r->batch_bytes_gpu, r->tp.tp, &all);
     json_object_set_new(b, "kv_bytes_all_gpus", ju(all));
     json_object_set_new(root, "batch", b);
-    json_object_set_new(root, "fragmentation", jfrag(r, &r->frag, r->max_len, r->waste_paged, r->waste_contig));
+    json_object_set_new(root, "fragmentation",
+                        jfrag(r, &r->frag, r->max_len, r->waste_paged, r->waste_contig));
     json_object_set_new(
         root, "workspace",
         json_pack("{s:s,s:o,s:s}", "what", "naive attention scores B x Hq x T x T x s, one layer",
@@ -447,7 +448,8 @@ static void json_trace(json_t *root, const plan_result *r, const plan_opts *o)
                   ju(r->n_mooncake_fmt), "include_output", o->include_output, "mean_len", s->mean,
                   "p50_len", ju(s->p50), "p90_len", ju(s->p90), "p99_len", ju(s->p99), "min_len",
                   ju(s->min), "max_len", ju(s->max), "total_blocks", ju(r->sum_blocks));
-    json_object_set_new(t, "fragmentation", jfrag(r, &r->tfrag, r->tmax_len, r->twaste_paged, r->twaste_contig));
+    json_object_set_new(t, "fragmentation",
+                        jfrag(r, &r->tfrag, r->tmax_len, r->twaste_paged, r->twaste_contig));
     if (r->conc > 0) {
         uint64_t eb = r->exp_kv, wb = r->worst_kv, ebb = r->exp_kv_paged, wbb = r->worst_kv_paged;
         json_object_set_new(
