@@ -326,40 +326,56 @@ typedef struct layer_rules {
 
 #define MAX_PATTERN_LAYERS (1u << 20) /* layers evaluated one by one */
 
-/* Elements of one recurrent state layer per sequence: Mamba-2 (mamba_n_heads), Mamba-1
- * (mamba_d_state, as Jamba), Gated DeltaNet (linear_num_value_heads, as Qwen3-Next); 0 when
- * the config has none of them. Returns 0, or -1 with the message in err. */
+/* The config's recurrent-state fields (absent: 0). */
+typedef struct state_fields {
+    uint32_t n_heads, d_head, n_groups, d_state, d_conv, hidden, expand; /* mamba_* */
+    uint32_t nk, nv, dk, dv, kernel; /* linear_* (Gated DeltaNet) */
+} state_fields;
+
+/* Read the state fields of c into *f. Returns 0, or -1 with the message in err. */
+static int read_state_fields(const json_t *c, state_fields *f, const char *path, char *err,
+                             size_t n)
+{
+    const struct {
+        const char *key;
+        uint32_t *out;
+    } keys[] = {
+        {"mamba_n_heads", &f->n_heads},     {"mamba_d_head", &f->d_head},
+        {"mamba_n_groups", &f->n_groups},   {"mamba_d_state", &f->d_state},
+        {"mamba_d_conv", &f->d_conv},       {"hidden_size", &f->hidden},
+        {"mamba_expand", &f->expand},       {"linear_num_key_heads", &f->nk},
+        {"linear_num_value_heads", &f->nv}, {"linear_key_head_dim", &f->dk},
+        {"linear_value_head_dim", &f->dv},  {"linear_conv_kernel_dim", &f->kernel},
+    };
+    memset(f, 0, sizeof *f);
+    f->n_groups = 1;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (get_uint(c, keys[i].key, 1u << 24, keys[i].out, path, err, n) < 0)
+            return -1;
+    return 0;
+}
+
+/* Elements of one recurrent state layer per sequence: Mamba-2 (mamba_n_heads: convolution
+ * over x, B and C, plus an SSM state per head), Mamba-1 (mamba_d_state and mamba_expand, as
+ * Jamba: d_inner = expand x hidden_size, d_inner x (d_conv - 1) + d_inner x d_state), Gated
+ * DeltaNet (linear_*, as Qwen3-Next: convolution over q, k and v, plus a dk x dv state per
+ * value head); 0 when the config has none of them. Returns 0, or -1 with the message. */
 static int read_state(const json_t *c, layer_rules *r, const char *path, char *err, size_t n)
 {
-    uint32_t a = 0, b = 0, g = 1, st = 0, conv = 0, h = 0;
-    uint64_t x, y;
-#define GET(key, var)                                                                              \
-    if (get_uint(c, key, 1u << 24, &(var), path, err, n) < 0)                                      \
+    state_fields f;
+    if (read_state_fields(c, &f, path, err, n) != 0)
         return -1;
-    GET("mamba_n_heads", a)
-    GET("mamba_d_head", b) GET("mamba_n_groups", g) GET("mamba_d_state", st)
-        GET("mamba_d_conv", conv) GET("hidden_size", h) if (a > 0 && b > 0 && st > 0 && conv > 0)
-    { /* Mamba-2: conv over x, B, C; SSM per head */
-        x = ((uint64_t)a * b + 2 * (uint64_t)g * st) * (conv - 1);
-        r->state_elems = x + (uint64_t)a * b * st;
-        return 0;
-    }
-    uint32_t expand = 0;
-    GET("mamba_expand", expand)
-    if (st > 0 && conv > 0 && expand > 0 && h > 0) { /* Mamba-1: d_inner = expand x hidden */
-        x = (uint64_t)expand * h;
-        r->state_elems = x * (conv - 1) + x * st;
-        return 0;
-    }
-    uint32_t nk = 0, nv = 0, dk = 0, dv = 0, kern = 0;
-    GET("linear_num_key_heads", nk)
-    GET("linear_num_value_heads", nv) GET("linear_key_head_dim", dk)
-        GET("linear_value_head_dim", dv) GET("linear_conv_kernel_dim", kern)
-#undef GET
-            if (nk > 0 && nv > 0 && dk > 0 && dv > 0 && kern > 0)
-    { /* conv over q, k, v; S per head */
-        y = (2 * (uint64_t)nk * dk + (uint64_t)nv * dv) * (kern - 1);
-        r->state_elems = y + (uint64_t)nv * dk * dv;
+    uint64_t x;
+    if (f.n_heads > 0 && f.d_head > 0 && f.d_state > 0 && f.d_conv > 0) {
+        x = ((uint64_t)f.n_heads * f.d_head + 2 * (uint64_t)f.n_groups * f.d_state) *
+            (f.d_conv - 1);
+        r->state_elems = x + (uint64_t)f.n_heads * f.d_head * f.d_state;
+    } else if (f.d_state > 0 && f.d_conv > 0 && f.expand > 0 && f.hidden > 0) {
+        x = (uint64_t)f.expand * f.hidden;
+        r->state_elems = x * (f.d_conv - 1) + x * f.d_state;
+    } else if (f.nk > 0 && f.nv > 0 && f.dk > 0 && f.dv > 0 && f.kernel > 0) {
+        x = (2 * (uint64_t)f.nk * f.dk + (uint64_t)f.nv * f.dv) * (f.kernel - 1);
+        r->state_elems = x + (uint64_t)f.nv * f.dk * f.dv;
     }
     return 0;
 }
