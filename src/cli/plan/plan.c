@@ -359,6 +359,29 @@ static int dtype_flag(const char *flag, const char *v, pl_dtype *out)
     return 0;
 }
 
+/* --dtype, --kv-dtype, --weights-dtype. Returns 0 or an exit code. */
+static int apply_dtype_flags(const plan_opts *o, plan_result *r)
+{
+    int rc;
+    pl_dtype d;
+    if (o->dtype != NULL) {
+        if ((rc = dtype_flag("--dtype", o->dtype, &d)) != 0)
+            return rc;
+        r->m.kv_dtype = r->m.w_dtype = d;
+    }
+    if (o->kv_dtype != NULL) {
+        if ((rc = dtype_flag("--kv-dtype", o->kv_dtype, &d)) != 0)
+            return rc;
+        r->m.kv_dtype = d;
+    }
+    if (o->w_dtype != NULL) {
+        if ((rc = dtype_flag("--weights-dtype", o->w_dtype, &d)) != 0)
+            return rc;
+        r->m.w_dtype = d;
+    }
+    return 0;
+}
+
 /* The KV quantization (--kv-scales, --kv-scale-dtype: per-tensor fp32 by default for a
  * quantized KV dtype) and the window flags. Returns 0 or an exit code. */
 static int apply_kv_flags(const plan_opts *o, plan_result *r)
@@ -389,10 +412,35 @@ static int apply_kv_flags(const plan_opts *o, plan_result *r)
     return 0;
 }
 
+/* A model given by --layers, --kv-heads and --head-dim alone. Returns 0 or an exit code. */
+static int bare_shape(const plan_opts *o, plan_result *r)
+{
+    if (o->layers == 0 && o->kv_heads == 0 && o->head_dim == 0)
+        return fail(CLI_EXIT_USAGE, "no model: give --model NAME, --config FILE, or --layers, "
+                                    "--kv-heads and --head-dim");
+    if (o->layers == 0)
+        return fail(CLI_EXIT_USAGE, "--layers is missing (the shape needs --layers, "
+                                    "--kv-heads and --head-dim)");
+    if (o->kv_heads == 0)
+        return fail(CLI_EXIT_USAGE, "--kv-heads is missing (the shape needs --layers, "
+                                    "--kv-heads and --head-dim)");
+    if (o->head_dim == 0)
+        return fail(CLI_EXIT_USAGE, "--head-dim is missing (the shape needs --layers, "
+                                    "--kv-heads and --head-dim)");
+    r->model_label = "custom shape";
+    r->model_source = "command-line flags";
+    if (o->heads == 0) {
+        r->m.n_heads = (uint32_t)o->kv_heads;
+        r->heads_assumed = true;
+    }
+    return 0;
+}
+
 /* Build the model shape from --model / --config / flags. Returns 0 or an exit code. */
 static int build_model(const plan_opts *o, plan_result *r)
 {
     static char errbuf[512];
+    int rc;
     pl_model_shape_init(&r->m);
     if (o->model_name != NULL && o->config_path != NULL)
         return fail(CLI_EXIT_USAGE, "give either --model or --config, not both");
@@ -409,25 +457,8 @@ static int build_model(const plan_opts *o, plan_result *r)
             return fail(CLI_EXIT_INPUT, "--config: %s", errbuf);
         r->model_label = o->config_path;
         r->model_source = "Hugging Face config.json";
-    } else {
-        if (o->layers == 0 && o->kv_heads == 0 && o->head_dim == 0)
-            return fail(CLI_EXIT_USAGE, "no model: give --model NAME, --config FILE, or --layers, "
-                                        "--kv-heads and --head-dim");
-        if (o->layers == 0)
-            return fail(CLI_EXIT_USAGE, "--layers is missing (the shape needs --layers, "
-                                        "--kv-heads and --head-dim)");
-        if (o->kv_heads == 0)
-            return fail(CLI_EXIT_USAGE, "--kv-heads is missing (the shape needs --layers, "
-                                        "--kv-heads and --head-dim)");
-        if (o->head_dim == 0)
-            return fail(CLI_EXIT_USAGE, "--head-dim is missing (the shape needs --layers, "
-                                        "--kv-heads and --head-dim)");
-        r->model_label = "custom shape";
-        r->model_source = "command-line flags";
-        if (o->heads == 0) {
-            r->m.n_heads = (uint32_t)o->kv_heads;
-            r->heads_assumed = true;
-        }
+    } else if ((rc = bare_shape(o, r)) != 0) {
+        return rc;
     }
     if (r->m.layers.n_runs > 0 && (o->layers || o->kv_heads || o->head_dim))
         return fail(CLI_EXIT_USAGE,
@@ -442,26 +473,9 @@ static int build_model(const plan_opts *o, plan_result *r)
         r->m.n_kv_heads = (uint32_t)o->kv_heads;
     if (o->head_dim)
         r->m.head_dim = (uint32_t)o->head_dim;
-    int rc;
-    pl_dtype d;
-    if (o->dtype != NULL) {
-        if ((rc = dtype_flag("--dtype", o->dtype, &d)) != 0)
-            return rc;
-        r->m.kv_dtype = r->m.w_dtype = d;
-    }
-    if (o->kv_dtype != NULL) {
-        if ((rc = dtype_flag("--kv-dtype", o->kv_dtype, &d)) != 0)
-            return rc;
-        r->m.kv_dtype = d;
-    }
-    if (o->w_dtype != NULL) {
-        if ((rc = dtype_flag("--weights-dtype", o->w_dtype, &d)) != 0)
-            return rc;
-        r->m.w_dtype = d;
-    }
     if (o->params)
         r->m.n_params = o->params;
-    if ((rc = apply_kv_flags(o, r)) != 0)
+    if ((rc = apply_dtype_flags(o, r)) != 0 || (rc = apply_kv_flags(o, r)) != 0)
         return rc;
     const char *what = NULL;
     if (pl_model_shape_check(&r->m, &what) != PL_OK)
