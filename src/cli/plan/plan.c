@@ -801,7 +801,7 @@ static int weights_of(const plan_opts *o, plan_result *r)
     unsigned bits = pl_dtype_bits(r->m.w_dtype);
     char per[32];
     if (bits % 8 == 0)
-        snprintf(per, sizeof per, "%u bytes", bits / 8);
+        snprintf(per, sizeof per, "%u byte%s", bits / 8, bits == 8 ? "" : "s");
     else
         snprintf(per, sizeof per, "%u bits", bits);
     snprintf(r->weights_from_buf, sizeof r->weights_from_buf, "%llu parameters (%s) x %s (%s)",
@@ -919,15 +919,40 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
     return o->have_gpu_mem ? compute_memory(o, r, *trace_lens, n_trace) : 0;
 }
 
+/* A short summary of a preset's layer runs ("52 sliding W1024 + 10 full") into buf. */
+static const char *layout_summary(const pl_model_shape *m, char *buf, size_t size)
+{
+    size_t n = 0;
+    if (m->layers.n_runs == 0)
+        snprintf(buf, size, "%u full", m->n_layers);
+    for (uint32_t i = 0; i < m->layers.n_runs; i++) {
+        const pl_layer_run *l = &m->layers.run[i];
+        int k = snprintf(buf + n, size - n, "%s%u %s", i ? " + " : "", l->n_layers,
+                         pl_layer_kind_name(l->kind));
+        if (k < 0 || (size_t)k >= size - n)
+            break;
+        n += (size_t)k;
+        if (l->kind != PL_LAYER_SLIDING)
+            continue;
+        k = snprintf(buf + n, size - n, " W%u", l->window);
+        if (k < 0 || (size_t)k >= size - n)
+            break;
+        n += (size_t)k;
+    }
+    return buf;
+}
+
 static void list_models(void)
 {
-    printf("%-14s %-28s %6s %6s %6s %6s %5s %14s\n", "preset", "Hugging Face repository", "layers",
-           "heads", "kv", "dim", "dtype", "parameters");
+    char lay[96];
+    printf("%-14s %-34s %6s %5s %4s %4s %5s %13s  %s\n", "preset", "Hugging Face repository",
+           "layers", "heads", "kv", "dim", "dtype", "parameters", "KV layers");
     for (size_t i = 0; i < pl_model_count(); i++) {
         const pl_model_preset *p = pl_model_at(i);
-        printf("%-14s %-28s %6u %6u %6u %6u %5s %14llu\n", p->name, p->hf_repo, p->shape.n_layers,
-               p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
-               pl_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params);
+        printf("%-14s %-34s %6u %5u %4u %4u %5s %13llu  %s\n", p->name, p->hf_repo,
+               p->shape.n_layers, p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
+               pl_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params,
+               layout_summary(&p->shape, lay, sizeof lay));
     }
     printf("\nSources (config.json on each model card; parameters computed from its shapes):\n");
     for (size_t i = 0; i < pl_model_count(); i++)

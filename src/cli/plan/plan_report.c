@@ -339,13 +339,21 @@ static void print_memory_section(const plan_result *r, const plan_opts *o)
         printf("  KV blocks: %llu of %u tokens (%llu tokens in all); the same number on every "
                "GPU\n",
                (unsigned long long)mo->n_blocks, r->block_size, (unsigned long long)mo->n_tokens);
-        if (r->has_batch && r->uniform)
+        if (!r->cost.linear && r->cost.token_full > 0)
+            printf("  (blocks held in every layer; %llu if only the full-context layers held "
+                   "them)\n",
+                   (unsigned long long)(mo->kv_bytes / (r->cost.token_full * r->block_size)));
+        if (r->has_batch && r->uniform && r->cost.linear)
             printf("  concurrent requests of %llu tokens: %llu (paged, %llu blocks each)\n",
                    (unsigned long long)r->seq_len, (unsigned long long)r->fit_seq,
                    (unsigned long long)pl_blocks_for(r->seq_len, r->block_size));
+        if (r->has_batch && r->uniform && !r->cost.linear)
+            printf("  concurrent requests of %llu tokens: %llu (paged, %s each)\n",
+                   (unsigned long long)r->seq_len, (unsigned long long)r->fit_seq,
+                   cli_fmt_binary(r->seq_paged_gpu, b1, sizeof b1));
         if (r->has_batch && !r->uniform)
             printf("  the batch needs %llu blocks: it %s\n", (unsigned long long)r->frag.n_blocks,
-                   r->frag.n_blocks <= mo->n_blocks ? "fits" : "does NOT fit");
+                   r->batch_paged_gpu <= mo->kv_bytes ? "fits" : "does NOT fit");
         if (r->has_trace)
             printf("  concurrent requests from the trace: about %llu at the mean (%.1f blocks "
                    "each), %llu if they are the longest\n",
@@ -480,7 +488,7 @@ static void json_memory(json_t *root, const plan_result *r, const plan_opts *o)
     if (r->has_batch && r->uniform)
         json_object_set_new(mj, "requests_of_seq_len", ju(r->fit_seq));
     if (r->has_batch && !r->uniform)
-        json_object_set_new(mj, "batch_fits", json_boolean(r->frag.n_blocks <= mo->n_blocks));
+        json_object_set_new(mj, "batch_fits", json_boolean(r->batch_paged_gpu <= mo->kv_bytes));
     if (r->has_trace) {
         json_object_set_new(mj, "trace_requests_at_mean", ju(r->conc_mean_fit));
         json_object_set_new(mj, "trace_requests_longest_first", ju(r->conc_worst_fit));
