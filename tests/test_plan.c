@@ -683,6 +683,9 @@ Test(layers, config_errors)
     cr_assert_eq(pl_model_from_config(data_path("config_state_unsized.json"), &m, err, sizeof err),
                  PL_EINVAL);
     cr_assert(strstr(err, "2 recurrent-state layers") != NULL, "%s", err);
+    cr_assert_eq(pl_model_from_config(data_path("config_state_huge.json"), &m, err, sizeof err),
+                 PL_EINVAL);
+    cr_assert(strstr(err, "does not fit 64 bits") != NULL, "%s", err);
     /* Runs that do not add up, or a zero field, are refused by the shape check. */
     pl_model_shape s = shape(4, 8, 8, 64, PL_DTYPE_BF16);
     pl_layer_run full = {PL_LAYER_FULL, 0, 8, 64, 0, 0, 0};

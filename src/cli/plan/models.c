@@ -365,18 +365,25 @@ static int read_state(const json_t *c, layer_rules *r, const char *path, char *e
     state_fields f;
     if (read_state_fields(c, &f, path, err, n) != 0)
         return -1;
-    uint64_t x;
+    uint64_t x, y, e = 0;
+    int bad = 0; /* an overflow of 64 bits: fields up to 2^24 can multiply past it */
     if (f.n_heads > 0 && f.d_head > 0 && f.d_state > 0 && f.d_conv > 0) {
-        x = ((uint64_t)f.n_heads * f.d_head + 2 * (uint64_t)f.n_groups * f.d_state) *
-            (f.d_conv - 1);
-        r->state_elems = x + (uint64_t)f.n_heads * f.d_head * f.d_state;
+        bad = pl_mul(f.n_heads, f.d_head, &x) || pl_mul(f.n_groups, 2 * (uint64_t)f.d_state, &y) ||
+              pl_add(x, y, &y) || pl_mul(y, f.d_conv - 1, &y) || pl_mul(x, f.d_state, &x) ||
+              pl_add(x, y, &e);
     } else if (f.d_state > 0 && f.d_conv > 0 && f.expand > 0 && f.hidden > 0) {
         x = (uint64_t)f.expand * f.hidden;
-        r->state_elems = x * (f.d_conv - 1) + x * f.d_state;
+        bad = pl_mul(x, (uint64_t)f.d_conv - 1 + f.d_state, &e);
     } else if (f.nk > 0 && f.nv > 0 && f.dk > 0 && f.dv > 0 && f.kernel > 0) {
-        x = (2 * (uint64_t)f.nk * f.dk + (uint64_t)f.nv * f.dv) * (f.kernel - 1);
-        r->state_elems = x + (uint64_t)f.nv * f.dk * f.dv;
+        bad = pl_mul(2 * (uint64_t)f.nk, f.dk, &x) || pl_mul(f.nv, f.dv, &y) || pl_add(x, y, &x) ||
+              pl_mul(x, f.kernel - 1, &x) || pl_mul(f.nv, f.dk, &y) || pl_mul(y, f.dv, &y) ||
+              pl_add(x, y, &e);
     }
+    if (bad) {
+        cli_errf(err, n, "%s: the recurrent state size does not fit 64 bits", path);
+        return -1;
+    }
+    r->state_elems = e;
     return 0;
 }
 

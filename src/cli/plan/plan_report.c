@@ -339,10 +339,12 @@ static void print_memory_section(const plan_result *r, const plan_opts *o)
         printf("  KV blocks: %llu of %u tokens (%llu tokens in all); the same number on every "
                "GPU\n",
                (unsigned long long)mo->n_blocks, r->block_size, (unsigned long long)mo->n_tokens);
-        if (!r->cost.linear && r->cost.token_full > 0)
+        uint64_t full_blk;
+        if (!r->cost.linear && r->cost.token_full > 0 &&
+            !pl_mul(r->cost.token_full, r->block_size, &full_blk))
             printf("  (blocks held in every layer; %llu if only the full-context layers held "
                    "them)\n",
-                   (unsigned long long)(mo->kv_bytes / (r->cost.token_full * r->block_size)));
+                   (unsigned long long)(mo->kv_bytes / full_blk));
         if (r->has_batch && r->uniform && r->cost.linear)
             printf("  concurrent requests of %llu tokens: %llu (paged, %llu blocks each)\n",
                    (unsigned long long)r->seq_len, (unsigned long long)r->fit_seq,
@@ -527,6 +529,8 @@ int pl_print_json(const plan_result *r, const plan_opts *o)
                   attn_kind(m), "kv_dtype", pl_dtype_name(m->kv_dtype), "kv_dtype_bytes",
                   ju(pl_dtype_bytes(m->kv_dtype)), "weights_dtype", pl_dtype_name(m->w_dtype),
                   "params", m->n_params ? ju(m->n_params) : json_null()));
+    json_object_set_new(json_object_get(root, "model"), "kv_dtype_bits",
+                        ju(pl_dtype_bits(m->kv_dtype)));
     json_object_set_new(json_object_get(root, "model"), "layer_runs", json_runs(r));
     json_object_set_new(json_object_get(root, "model"), "kv_scales",
                         json_pack("{s:s,s:o,s:s}", "layout", pl_scales_name(m->kv_quant.layout),
