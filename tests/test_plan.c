@@ -190,7 +190,7 @@ Test(inverse, hand_computed_and_round_trip)
     pl_model_shape m = shape(32, 32, 8, 128, PL_DTYPE_BF16);
     uint64_t tok;
     cr_assert_eq(pl_token_bytes(&m, 8, &tok), PL_OK);
-    pl_mem_in in = {80 * GiB, 900000, UINT64_C(16000000000), 2 * GiB, 1, tok * 16, 16};
+    pl_mem_in in = {80 * GiB, 900000, UINT64_C(16000000000), 2 * GiB, 1, tok * 16, 16, 0};
     pl_mem_out out;
     cr_assert_eq(pl_memory(&in, &out), PL_OK);
     cr_assert_eq(out.budget_bytes, UINT64_C(77309411328));
@@ -210,7 +210,7 @@ Test(inverse, hand_computed_and_round_trip)
 Test(inverse, tp_splits_weights)
 {
     /* 141107412992 bytes of weights over 8 GPUs: 17638426624 each. */
-    pl_mem_in in = {80 * GiB, 900000, UINT64_C(141107412992), 4 * GiB, 8, 655360, 16};
+    pl_mem_in in = {80 * GiB, 900000, UINT64_C(141107412992), 4 * GiB, 8, 655360, 16, 0};
     pl_mem_out out;
     cr_assert_eq(pl_memory(&in, &out), PL_OK);
     cr_assert_eq(out.weights_per_gpu_bytes, UINT64_C(17638426624));
@@ -223,7 +223,7 @@ Test(inverse, tp_splits_weights)
 
 Test(inverse, errors)
 {
-    pl_mem_in in = {16 * GiB, 900000, UINT64_C(16060522496), 0, 1, 2097152, 16};
+    pl_mem_in in = {16 * GiB, 900000, UINT64_C(16060522496), 0, 1, 2097152, 16, 0};
     pl_mem_out out;
     memset(&out, 0xab, sizeof out);
     pl_mem_out before = out;
@@ -387,7 +387,16 @@ Test(presets, published_shapes)
     check_preset("Qwen2.5-7B", 28, 28, 4, 128, UINT64_C(7615616512));
     check_preset("Qwen2.5-72B", 80, 64, 8, 128, UINT64_C(72706203648));
     check_preset("Mixtral-8x7B", 32, 32, 8, 128, UINT64_C(46702792704));
-    cr_assert_eq(pl_model_count(), 7);
+    check_preset("Llama-3.3-70B", 80, 64, 8, 128, UINT64_C(70553706496));
+    check_preset("Qwen3-8B", 36, 32, 8, 128, UINT64_C(8190735360));
+    check_preset("Qwen3-32B", 64, 64, 8, 128, UINT64_C(32762123264));
+    check_preset("Gemma-2-9B", 42, 16, 8, 256, UINT64_C(9241705984));
+    check_preset("Gemma-3-27B", 62, 32, 16, 128, UINT64_C(27432406640));
+    check_preset("DeepSeek-V3", 61, 128, 128, 192, UINT64_C(671026419200));
+    check_preset("Jamba-v0.1", 32, 32, 8, 128, UINT64_C(51570323328));
+    cr_assert_eq(pl_model_count(), 14);
+    cr_assert_eq(pl_model_find("Mistral-7B")->shape.layers.run[0].window, 4096, "window on");
+    cr_assert_eq(pl_model_find("DeepSeek-V3")->shape.w_dtype, PL_DTYPE_FP8);
     cr_assert_eq(pl_model_find("llama-3.1-8b"), pl_model_find("meta-llama/Llama-3.1-8B"));
     cr_assert_eq(pl_model_find("Llama-2-7B")->shape.kv_dtype, PL_DTYPE_FP16);
     cr_assert_null(pl_model_find("GPT-5"));
@@ -435,6 +444,359 @@ Test(config, errors)
     cr_assert_eq(pl_model_from_config(data_path("nonexistent.json"), &m, err, sizeof err),
                  PL_EINVAL);
     cr_assert_eq(pl_model_from_config(data_path("mooncake.jsonl"), &m, err, sizeof err), PL_EINVAL);
+}
+
+/* ---- the per-layer model: hand computations per family --------------------------------- */
+
+/* The cost of the model in config file name on tp ranks (the reader must accept it). */
+static pl_kv_cost config_cost(const char *name, uint32_t tp, pl_model_shape *m_out)
+{
+    char err[512];
+    pl_model_shape m;
+    pl_model_shape_init(&m);
+    cr_assert_eq(pl_model_from_config(data_path(name), &m, err, sizeof err), PL_OK, "%s: %s", name,
+                 err);
+    pl_kv_cost c;
+    const char *what = NULL;
+    cr_assert_eq(pl_kv_cost_of(&m, tp, &c, &what), PL_OK, "%s: %s", name, what);
+    if (m_out)
+        *m_out = m;
+    return c;
+}
+
+static uint64_t seq_of(const pl_kv_cost *c, uint64_t len)
+{
+    uint64_t b = 0;
+    cr_assert_eq(pl_seq_bytes(c, len, &b), PL_OK);
+    return b;
+}
+
+static uint64_t paged_of(const pl_kv_cost *c, uint64_t len, uint32_t bs)
+{
+    uint64_t b = 0;
+    cr_assert_eq(pl_seq_paged_bytes(c, len, bs, &b), PL_OK);
+    return b;
+}
+
+/* The run of kind k in c (there must be exactly one). */
+static const pl_run_cost *run_of(const pl_kv_cost *c, pl_layer_kind k)
+{
+    const pl_run_cost *found = NULL;
+    for (uint32_t i = 0; i < c->n_runs; i++)
+        if (c->run[i].spec.kind == k) {
+            cr_assert_null(found, "two %s runs", pl_layer_kind_name(k));
+            found = &c->run[i];
+        }
+    cr_assert_not_null(found, "no %s run", pl_layer_kind_name(k));
+    return found;
+}
+
+Test(layers, window_blocks)
+{
+    /* Blocks holding any of the last min(T, W) tokens: ceil(T/bs) - floor((T - min)/bs). */
+    cr_assert_eq(pl_window_blocks(10, 4096, 16), 1);
+    cr_assert_eq(pl_window_blocks(4096, 4096, 16), 256);
+    cr_assert_eq(pl_window_blocks(4097, 4096, 16), 257); /* 257 - floor(1/16) */
+    cr_assert_eq(pl_window_blocks(4112, 4096, 16), 256); /* 257 - 1: aligned again */
+    cr_assert_eq(pl_window_blocks(4113, 4096, 16), 257); /* 258 - 1 */
+    cr_assert_eq(pl_window_blocks(5000, 1000, 16), 63);  /* 313 - 250 */
+    cr_assert_eq(pl_window_blocks(5010, 1000, 16), 64);  /* 314 - 250 = ceil(W/bs) + 1 */
+    cr_assert_eq(pl_window_blocks(5010, 1000, 0), 0);
+    for (uint64_t t = 1; t < 5000; t += 7)
+        cr_assert_leq(pl_window_blocks(t, 1000, 16), 1000 / 16 + 1 + 1);
+}
+
+Test(layers, mistral_window)
+{
+    /* Mistral-7B-v0.1: 32 sliding layers, 8 KV heads x 128, bf16, W 4096:
+     * 2 x 32 x 8 x 128 x 2 = 131072 bytes per token held. */
+    pl_model_shape m;
+    pl_kv_cost c = config_cost("config_mistral.json", 1, &m);
+    cr_assert_eq(c.n_runs, 1);
+    cr_assert_eq(c.run[0].spec.kind, PL_LAYER_SLIDING);
+    cr_assert_eq(c.run[0].spec.window, 4096);
+    cr_assert_eq(c.token_all, 131072);
+    cr_assert_eq(c.token_full, 0, "no layer keeps every token");
+    cr_assert(!c.linear);
+    cr_assert_eq(seq_of(&c, 4096), 512 * MiB);        /* 4096 x 131072 */
+    cr_assert_eq(seq_of(&c, 32768), 512 * MiB);       /* still the window */
+    cr_assert_eq(paged_of(&c, 32768, 16), 512 * MiB); /* 256 blocks of 16 x 131072 */
+    cr_assert_eq(paged_of(&c, 4100, 16), UINT64_C(257) * 16 * 131072);
+    /* The preset is the same model. */
+    pl_kv_cost p;
+    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Mistral-7B")->shape, 1, &p, NULL), PL_OK);
+    cr_assert_eq(seq_of(&p, 32768), 512 * MiB);
+    /* Without the window: 32768 x 131072 = 4 GiB, eight times more. */
+    cr_assert_eq(pl_model_set_window(&m, 0), PL_OK);
+    cr_assert_eq(m.layers.n_runs, 0, "back to the uniform model");
+    cr_assert_eq(pl_kv_cost_of(&m, 1, &c, NULL), PL_OK);
+    cr_assert_eq(seq_of(&c, 32768), 4 * GiB);
+    cr_assert(c.linear);
+    /* A window put back on the uniform model. */
+    cr_assert_eq(pl_model_set_window(&m, 4096), PL_OK);
+    cr_assert_eq(pl_kv_cost_of(&m, 1, &c, NULL), PL_OK);
+    cr_assert_eq(seq_of(&c, 32768), 512 * MiB);
+}
+
+Test(layers, gemma_interleaved)
+{
+    /* Gemma 2 9B: 42 layers, even ones sliding (W 4096), 8 KV heads x 256, bf16:
+     * 2 x 8 x 256 x 2 = 8192 bytes per layer and token; 21 full + 21 sliding.
+     * T = 8192: 21 x 8192 x 8192 + 21 x 4096 x 8192 = 12288 x 172032 = 2113929216. */
+    pl_kv_cost c = config_cost("config_gemma2.json", 1, NULL);
+    cr_assert_eq(run_of(&c, PL_LAYER_SLIDING)->spec.n_layers, 21);
+    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 21);
+    cr_assert_eq(c.token_all, 344064);
+    cr_assert_eq(c.token_full, 172032);
+    cr_assert_eq(seq_of(&c, 8192), UINT64_C(2113929216));
+    cr_assert_eq(seq_of(&c, 4096), UINT64_C(4096) * 344064, "inside the window: every layer");
+
+    /* Gemma 3 27B: 62 layers, (i + 1) % 6 == 0 full: 10 full + 52 sliding (W 1024),
+     * 16 KV heads x 128 bf16 = 8192 per layer and token. T = 32768:
+     * 10 x 8192 x 32768 + 52 x 8192 x 1024 = 2684354560 + 436207616 = 3120562176; paged
+     * identical (2048 and 64 blocks of 16, both aligned). */
+    pl_model_shape m;
+    c = config_cost("config_gemma3.json", 1, &m);
+    cr_assert_eq(m.n_layers, 62, "read from text_config");
+    cr_assert_eq(run_of(&c, PL_LAYER_SLIDING)->spec.n_layers, 52);
+    cr_assert_eq(run_of(&c, PL_LAYER_SLIDING)->spec.window, 1024);
+    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 10);
+    cr_assert_eq(c.token_full, 81920);
+    cr_assert_eq(seq_of(&c, 32768), UINT64_C(3120562176));
+    cr_assert_eq(paged_of(&c, 32768, 16), UINT64_C(3120562176));
+    /* 32768 + 8 tokens: full layers 2049 blocks, sliding 2049 - floor(31752/16) = 65. */
+    cr_assert_eq(paged_of(&c, 32776, 16), UINT64_C(2049) * 16 * 81920 + UINT64_C(65) * 16 * 425984);
+    /* TP 2: 8 KV heads per GPU, half of everything. */
+    pl_kv_cost c2 = config_cost("config_gemma3.json", 2, NULL);
+    cr_assert_eq(seq_of(&c2, 32768), UINT64_C(3120562176) / 2);
+    /* The preset agrees with the file. */
+    pl_kv_cost p;
+    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Gemma-3-27B")->shape, 1, &p, NULL), PL_OK);
+    cr_assert_eq(seq_of(&p, 32768), seq_of(&c, 32768));
+
+    /* An explicit layer_types list (and dtype instead of torch_dtype): 10 sliding (W 512) +
+     * 2 full, 1 KV head x 256 fp16 = 1024 per layer and token. T = 2048:
+     * 2 x 1024 x 2048 + 10 x 1024 x 512 = 4194304 + 5242880. */
+    c = config_cost("config_gemma3_types.json", 1, &m);
+    cr_assert_eq(m.kv_dtype, PL_DTYPE_FP16);
+    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 2);
+    cr_assert_eq(run_of(&c, PL_LAYER_SLIDING)->spec.window, 512);
+    cr_assert_eq(seq_of(&c, 2048), UINT64_C(9437184));
+}
+
+Test(layers, qwen_sliding_window_flags)
+{
+    /* Qwen3-8B: use_sliding_window false, sliding_window null: uniform, 36 x 2 x 8 x 128 x 2. */
+    pl_model_shape m;
+    pl_kv_cost c = config_cost("config_qwen3.json", 1, &m);
+    cr_assert_eq(m.layers.n_runs, 0);
+    cr_assert_eq(m.head_dim, 128, "head_dim given explicitly");
+    cr_assert_eq(c.token_all, 147456);
+    cr_assert(c.linear);
+    /* use_sliding_window true, max_window_layers 20 of 28: layers 20..27 sliding (W 32768),
+     * 4 KV heads x 128 (3584 / 28): 2 x 4 x 128 x 2 = 2048 per layer and token. */
+    c = config_cost("config_qwen_swa.json", 1, NULL);
+    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 20);
+    cr_assert_eq(run_of(&c, PL_LAYER_SLIDING)->spec.n_layers, 8);
+    cr_assert_eq(seq_of(&c, 65536), UINT64_C(20) * 2048 * 65536 + UINT64_C(8) * 2048 * 32768);
+}
+
+Test(layers, mla_latent)
+{
+    /* DeepSeek-V3: 61 layers of one latent of kv_lora_rank 512 + qk_rope_head_dim 64 = 576
+     * bf16 elements: 61 x 576 x 2 = 70272 bytes per token. A hypothetical MHA of the same
+     * heads (128, K 192 = 128 + 64, V 128): 61 x 128 x (192 + 128) x 2 = 4997120, 71x. */
+    pl_model_shape m;
+    pl_kv_cost c = config_cost("config_deepseek_v3.json", 1, &m);
+    cr_assert_eq(c.n_runs, 1);
+    cr_assert_eq(c.run[0].spec.kind, PL_LAYER_LATENT);
+    cr_assert_eq(c.run[0].spec.latent_dim, 576);
+    cr_assert_eq(m.head_dim, 192, "qk_nope_head_dim + qk_rope_head_dim");
+    cr_assert_eq(c.token_all, 70272);
+    cr_assert_eq(c.token_full, 70272);
+    cr_assert_eq(seq_of(&c, 32768), UINT64_C(70272) * 32768);
+    uint64_t mha = UINT64_C(61) * 128 * (192 + 128) * 2;
+    cr_assert_eq(mha, 4997120);
+    cr_assert_eq(mha / c.token_all, 71);
+    /* Tensor parallelism does not split the latent: every GPU holds it whole. */
+    pl_kv_cost c8 = config_cost("config_deepseek_v3.json", 8, NULL);
+    cr_assert_eq(c8.token_all, 70272);
+    pl_kv_cost p;
+    cr_assert_eq(pl_kv_cost_of(&pl_model_find("DeepSeek-V3")->shape, 1, &p, NULL), PL_OK);
+    cr_assert_eq(p.token_all, 70272);
+}
+
+Test(layers, hybrid_states)
+{
+    /* Jamba-v0.1: attention when i % 8 == 4 (layers 4, 12, 20, 28), Mamba otherwise.
+     * Attention: 4 x 2 x 8 x 128 x 2 = 16384 per token. Mamba: d_inner = 2 x 4096 = 8192,
+     * 8192 x (4 - 1) + 8192 x 16 = 155648 elements, bf16: 311296 bytes, x 28 = 8716288 per
+     * sequence, whatever its length. */
+    pl_kv_cost c = config_cost("config_jamba.json", 1, NULL);
+    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 4);
+    cr_assert_eq(run_of(&c, PL_LAYER_STATE)->spec.n_layers, 28);
+    cr_assert_eq(run_of(&c, PL_LAYER_STATE)->spec.state_elems, 155648);
+    cr_assert_eq(c.token_all, 16384);
+    cr_assert_eq(c.state_bytes, 8716288);
+    cr_assert_eq(seq_of(&c, 1), 16384 + 8716288);
+    cr_assert_eq(seq_of(&c, 262144), UINT64_C(16384) * 262144 + 8716288);
+    cr_assert_eq(paged_of(&c, 17, 16), UINT64_C(32) * 16384 + 8716288);
+    pl_kv_cost p;
+    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Jamba-v0.1")->shape, 1, &p, NULL), PL_OK);
+    cr_assert_eq(p.state_bytes, c.state_bytes);
+    cr_assert_eq(p.token_all, c.token_all);
+
+    /* Qwen3-Next style: full attention when (i + 1) % 4 == 0: 12 of 48, 2 KV heads x 256:
+     * 12 x 2 x 2 x 256 x 2 = 24576 per token. Gated DeltaNet state: conv (2 x 16 x 128 +
+     * 32 x 128) x 3 = 24576 + recurrent 32 x 128 x 128 = 524288: 548864 elements, bf16,
+     * x 36 layers = 39518208. TP 2: one KV head each, state halved. */
+    c = config_cost("config_qwen3_next.json", 1, NULL);
+    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 12);
+    cr_assert_eq(run_of(&c, PL_LAYER_STATE)->spec.state_elems, 548864);
+    cr_assert_eq(c.token_all, 24576);
+    cr_assert_eq(c.state_bytes, 39518208);
+    pl_kv_cost c2 = config_cost("config_qwen3_next.json", 2, NULL);
+    cr_assert_eq(c2.token_all, 12288);
+    cr_assert_eq(c2.state_bytes, 19759104);
+}
+
+Test(layers, kv_sharing)
+{
+    /* 12 layers, the last 4 reuse earlier layers' KV: 8 x 2 x 2 x 64 x 2 = 4096 per token. */
+    pl_kv_cost c = config_cost("config_kv_shared.json", 1, NULL);
+    cr_assert_eq(run_of(&c, PL_LAYER_SHARED)->spec.n_layers, 4);
+    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 8);
+    cr_assert_eq(c.token_all, 4096);
+    cr_assert_eq(seq_of(&c, 1000), 4096000);
+}
+
+Test(layers, config_errors)
+{
+    char err[512];
+    pl_model_shape m;
+    pl_model_shape_init(&m);
+    m.n_layers = 77;
+    cr_assert_eq(pl_model_from_config(data_path("config_bad_types.json"), &m, err, sizeof err),
+                 PL_EINVAL);
+    cr_assert(strstr(err, "layer_types[1] is 'chunked_attention'") != NULL, "%s", err);
+    cr_assert_eq(m.n_layers, 77, "untouched on failure");
+    cr_assert_eq(pl_model_from_config(data_path("config_state_unsized.json"), &m, err, sizeof err),
+                 PL_EINVAL);
+    cr_assert(strstr(err, "2 recurrent-state layers") != NULL, "%s", err);
+    cr_assert_eq(pl_model_from_config(data_path("config_state_huge.json"), &m, err, sizeof err),
+                 PL_EINVAL);
+    cr_assert(strstr(err, "does not fit 64 bits") != NULL, "%s", err);
+    /* Runs that do not add up, or a zero field, are refused by the shape check. */
+    pl_model_shape s = shape(4, 8, 8, 64, PL_DTYPE_BF16);
+    pl_layer_run full = {PL_LAYER_FULL, 0, 8, 64, 0, 0, 0};
+    cr_assert_eq(pl_layers_add(&s.layers, &full, 3), PL_OK);
+    const char *what = NULL;
+    cr_assert_eq(pl_model_shape_check(&s, &what), PL_EINVAL);
+    cr_assert(strstr(what, "add up") != NULL, "%s", what);
+    pl_layer_run bad = {PL_LAYER_SLIDING, 0, 8, 64, 0, 0, 0};
+    cr_assert_eq(pl_layers_add(&s.layers, &bad, 1), PL_EINVAL, "a window of 0");
+    cr_assert_eq(pl_layers_add(&s.layers, &full, 1), PL_OK, "merged into the same run");
+    cr_assert_eq(s.layers.n_runs, 1);
+    cr_assert_eq(pl_model_shape_check(&s, &what), PL_OK);
+}
+
+Test(layers, cache_block_bytes)
+{
+    /* What replay charges per cached block of 16 tokens: full and latent layers. */
+    uint64_t b;
+    pl_kv_cost c;
+    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Llama-3.1-8B")->shape, 1, &c, NULL), PL_OK);
+    cr_assert_eq(pl_cache_block_bytes(&c, 16, &b), PL_OK);
+    cr_assert_eq(b, 2097152);
+    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Gemma-3-27B")->shape, 1, &c, NULL), PL_OK);
+    cr_assert_eq(pl_cache_block_bytes(&c, 16, &b), PL_OK);
+    cr_assert_eq(b, 16 * 81920);
+    cr_assert_eq(pl_kv_cost_of(&pl_model_find("DeepSeek-V3")->shape, 1, &c, NULL), PL_OK);
+    cr_assert_eq(pl_cache_block_bytes(&c, 16, &b), PL_OK);
+    cr_assert_eq(b, 16 * 70272);
+    /* Every layer windowed: each block is charged in full, as one block pool would be. */
+    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Mistral-7B")->shape, 1, &c, NULL), PL_OK);
+    cr_assert_eq(pl_cache_block_bytes(&c, 16, &b), PL_OK);
+    cr_assert_eq(b, 16 * 131072);
+    cr_assert_eq(pl_cache_block_bytes(&c, 0, &b), PL_EINVAL);
+}
+
+/* ---- quantized KV: scales counted ------------------------------------------------------ */
+
+static pl_kv_cost quant_cost(pl_dtype t, const char *scales, pl_dtype scale_t, uint32_t d)
+{
+    pl_model_shape m = shape(32, 32, 8, d, PL_DTYPE_BF16);
+    m.kv_dtype = t;
+    cr_assert_eq(pl_scales_parse(scales, &m.kv_quant), PL_OK, "%s", scales);
+    m.kv_quant.scale_dtype = scale_t;
+    pl_kv_cost c;
+    const char *what = NULL;
+    cr_assert_eq(pl_kv_cost_of(&m, 1, &c, &what), PL_OK, "%s", what);
+    return c;
+}
+
+Test(quant, scales_counted)
+{
+    /* Llama-3.1-8B shape (32 layers, 8 KV heads x 128). fp8 per-tensor: 2 x 32 x 8 x 128 x 1
+     * = 65536 per token, and 2 scales per layer: 64 x 4 = 256 fixed bytes. */
+    pl_kv_cost c = quant_cost(PL_DTYPE_FP8, "per-tensor", PL_DTYPE_FP32, 128);
+    cr_assert_eq(c.token_all, 65536);
+    cr_assert_eq(c.fixed_bytes, 256);
+    /* per-head: 2 x 32 x 8 scales = 512 x 4 = 2048 fixed bytes. */
+    c = quant_cost(PL_DTYPE_FP8, "per-head", PL_DTYPE_FP32, 128);
+    cr_assert_eq(c.token_all, 65536);
+    cr_assert_eq(c.fixed_bytes, 2048);
+    /* int8 per-token fp32: each head's K or V vector 128 + 4 bytes: 2 x 32 x 8 x 132. */
+    c = quant_cost(PL_DTYPE_INT8, "per-token", PL_DTYPE_FP32, 128);
+    cr_assert_eq(c.token_all, 67584);
+    cr_assert_eq(c.fixed_bytes, 0);
+    /* int4 per-block:32 fp16: 128 x 4 bits = 64 bytes + 4 scales x 2 = 72 per vector. */
+    c = quant_cost(PL_DTYPE_INT4, "per-block:32", PL_DTYPE_FP16, 128);
+    cr_assert_eq(c.token_all, UINT64_C(2) * 32 * 8 * 72);
+    /* int4 of an odd head dimension rounds up per vector: 5 x 4 bits = 3 bytes. */
+    c = quant_cost(PL_DTYPE_INT4, "per-tensor", PL_DTYPE_FP32, 5);
+    cr_assert_eq(c.token_all, UINT64_C(2) * 32 * 8 * 3);
+    /* per-block with a group that does not divide D: ceil(128 / 48) = 3 scales. */
+    c = quant_cost(PL_DTYPE_FP8, "per-block:48", PL_DTYPE_FP32, 128);
+    cr_assert_eq(c.token_all, UINT64_C(2) * 32 * 8 * (128 + 12));
+    /* A latent takes one scale per token (per-token) or one per tensor per layer. */
+    pl_model_shape m = pl_model_find("DeepSeek-V3")->shape;
+    m.kv_dtype = PL_DTYPE_FP8;
+    m.kv_quant.layout = PL_SCALES_TENSOR;
+    cr_assert_eq(pl_kv_cost_of(&m, 1, &c, NULL), PL_OK);
+    cr_assert_eq(c.token_all, 61 * 576);
+    cr_assert_eq(c.fixed_bytes, 61 * 4);
+    m.kv_quant.layout = PL_SCALES_TOKEN;
+    cr_assert_eq(pl_kv_cost_of(&m, 1, &c, NULL), PL_OK);
+    cr_assert_eq(c.token_all, 61 * (576 + 4));
+}
+
+Test(quant, parse_and_refuse)
+{
+    pl_kv_quant q = {PL_SCALES_NONE, 0, PL_DTYPE_FP32};
+    cr_assert_eq(pl_scales_parse("per-block:64", &q), PL_OK);
+    cr_assert_eq(q.layout, PL_SCALES_GROUP);
+    cr_assert_eq(q.group, 64);
+    cr_assert_eq(pl_scales_parse("PER-HEAD", &q), PL_OK);
+    cr_assert_eq(q.layout, PL_SCALES_HEAD);
+    const char *bad[] = {"per-block:",   "per-block:0", "per-block:65537",
+                         "per-block:1x", "per-channel", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(pl_scales_parse(bad[i], &q), PL_EINVAL, "%s", bad[i]);
+    /* Scales on bf16, or none on fp8, are inconsistent shapes. */
+    pl_model_shape m = shape(32, 32, 8, 128, PL_DTYPE_BF16);
+    m.kv_quant.layout = PL_SCALES_TENSOR;
+    const char *what = NULL;
+    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
+    m.kv_quant.layout = PL_SCALES_NONE;
+    m.kv_dtype = PL_DTYPE_INT4;
+    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
+    uint64_t b;
+    cr_assert_eq(pl_elems_bytes(3, PL_DTYPE_INT4, &b), PL_OK);
+    cr_assert_eq(b, 2);
+    cr_assert_eq(pl_elems_bytes(UINT64_MAX, PL_DTYPE_FP32, &b), PL_EOVERFLOW);
+    cr_assert_eq(pl_elems_bytes(UINT64_MAX, PL_DTYPE_INT4, &b), PL_OK);
+    cr_assert_eq(b, UINT64_MAX / 2 + 1);
 }
 
 /* ---- the log reader -------------------------------------------------------------------- */
@@ -671,4 +1033,54 @@ Test(binary, forward_output)
     cr_assert(strstr(out, "\"p50_len\": 512") != NULL, "%s", out);
     cr_assert(strstr(out, "\"worst_tokens\": 3072") != NULL, "%s", out);
     cr_assert(strstr(out, "\"expected_tokens\": 1844") != NULL, "%s", out); /* 2 x 922 */
+}
+
+Test(binary, per_layer_models)
+{
+    static char err[8192], out[65536];
+    /* Mistral-7B at 32k: the window holds 4096 tokens (512 MiB); without it 4 GiB. */
+    int rc =
+        run_plan("--model Mistral-7B --seq-len 32768 --json", err, sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "\"seq_kv_bytes_per_gpu\": 536870912") != NULL, "%s", out);
+    cr_assert(strstr(out, "\"kind\": \"sliding\"") != NULL, "%s", out);
+    rc = run_plan("--model Mistral-7B --seq-len 32768 --no-window --json", err, sizeof err, out,
+                  sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "\"seq_kv_bytes_per_gpu\": 4294967296") != NULL, "%s", out);
+    /* DeepSeek-V3 fp8 with per-token fp32 scales: 61 x (576 + 4) = 35380 per token. */
+    rc = run_plan("--model DeepSeek-V3 --kv-dtype fp8 --kv-scales per-token --seq-len 1 --json",
+                  err, sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "\"token_bytes_per_gpu\": 35380") != NULL, "%s", out);
+    /* The table names the layers and counts the state of a hybrid. */
+    rc = run_plan("--model Jamba-v0.1 --seq-len 1024 --gpu-mem 80GiB --tp 2", err, sizeof err, out,
+                  sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "28 x recurrent state, 155648 bf16 elements") != NULL, "%s", out);
+    cr_assert(strstr(out, "recurrent state per sequence") != NULL, "%s", out);
+    rc = run_plan("--model Llama-3.1-8B --kv-dtype int4 --seq-len 4096", err, sizeof err, out,
+                  sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "int4 (4 bits per element), per-tensor scales, fp32") != NULL, "%s", out);
+    cr_assert(strstr(out, "numerical error") != NULL, "%s", out);
+    /* 2 x 32 x 8 x 64 = 32768 per token, + 2 x 32 scales x 4 bytes fixed. */
+    cr_assert(strstr(out, "32768  32 KiB") != NULL, "%s", out);
+    cr_assert(strstr(out, "scales (fixed, not per token)") != NULL, "%s", out);
+    char args[4200];
+    snprintf(args, sizeof args, "--config '%s' --seq-len 100", data_path("config_gemma3.json"));
+    rc = run_plan(args, err, sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "52 x sliding window of 1024 tokens") != NULL, "%s", out);
+
+    expect_exit("--model Llama-3.1-8B --kv-scales per-head", 2, "apply to a quantized KV");
+    expect_exit("--model Llama-3.1-8B --kv-dtype fp8 --kv-scales per-block:0", 2,
+                "--kv-scales: 'per-block:0'");
+    expect_exit("--model Llama-3.1-8B --kv-dtype fp8 --kv-scale-dtype int4", 2,
+                "--kv-scale-dtype: 'int4'");
+    expect_exit("--model Mistral-7B --window 10 --no-window", 2, "not both");
+    expect_exit("--model Gemma-3-27B --layers 10", 2, "per-layer runs");
+    expect_exit("--model Jamba-v0.1 --tp 3", 1, "--tp 3");
+    snprintf(args, sizeof args, "--config '%s'", data_path("config_bad_types.json"));
+    expect_exit(args, 1, "chunked_attention");
 }

@@ -220,6 +220,24 @@ Test(replay_cli, byte_capacity_needs_a_model)
     cr_assert_eq(jint(j, "block_bytes", NULL), 2097152);
     cr_assert_eq(jint(j, "capacity", "capacity_blocks"), 512);
     json_decref(j);
+    /* The planner's per-layer bytes (kvplan.h, pl_cache_block_bytes): DeepSeek-V3's latent
+     * is 61 x 576 x 2 = 70272 bytes per token, 1124352 per block: 954 blocks in 1 GiB;
+     * Gemma-3-27B's 10 full layers 81920 per token (its 52 sliding layers hold a window per
+     * prefix end, not per block): 1310720 per block, 819 blocks. */
+    static const struct {
+        const char *model;
+        json_int_t block_bytes, blocks;
+    } per_layer[] = {{"DeepSeek-V3", 1124352, 954}, {"Gemma-3-27B", 1310720, 819}};
+    for (size_t i = 0; i < 2; i++) {
+        char args[128];
+        snprintf(args, sizeof args, "--capacity 1GiB --model %s --json", per_layer[i].model);
+        cr_assert_eq(replay(args, "replay_hand.jsonl"), 0, "%s", err);
+        j = parse_out();
+        cr_assert_eq(jint(j, "block_bytes", NULL), per_layer[i].block_bytes);
+        cr_assert_eq(jint(j, "capacity", "capacity_blocks"), per_layer[i].blocks);
+        cr_assert_gt(per_layer[i].blocks, 512, "more blocks than a GQA model in the same memory");
+        json_decref(j);
+    }
 }
 
 Test(replay_cli, gzip_and_stdin)

@@ -6,7 +6,12 @@
  * would print a plausible but wrong capacity. Only the mean of a length distribution is a
  * double, and it is reported, never fed back into byte counts.
  *
- * Cost: O(1) per formula; fragmentation and sums are O(n); statistics sort, O(n log n).
+ * The per-layer model is resolved once into a pl_kv_cost (bytes per held token of each run
+ * on one rank); a sequence's bytes are then a sum over at most PL_MAX_RUNS runs, so the
+ * per-layer model costs nothing per layer: a 61-layer model is one run.
+ *
+ * Cost: O(1) per formula (O(runs) per sequence); fragmentation and sums are O(n);
+ * statistics sort, O(n log n).
  */
 #include "kvplan.h"
 
@@ -43,7 +48,7 @@ static const struct {
     {"fp16", PL_DTYPE_FP16},       {"float16", PL_DTYPE_FP16},  {"half", PL_DTYPE_FP16},
     {"bf16", PL_DTYPE_BF16},       {"bfloat16", PL_DTYPE_BF16}, {"fp8", PL_DTYPE_FP8},
     {"fp8_e4m3", PL_DTYPE_FP8},    {"fp8_e5m2", PL_DTYPE_FP8},  {"float8_e4m3fn", PL_DTYPE_FP8},
-    {"float8_e5m2", PL_DTYPE_FP8}, {"int8", PL_DTYPE_INT8},
+    {"float8_e5m2", PL_DTYPE_FP8}, {"int8", PL_DTYPE_INT8},     {"int4", PL_DTYPE_INT4},
 };
 
 int pl_dtype_parse(const char *s, pl_dtype *out)
@@ -69,9 +74,28 @@ unsigned pl_dtype_bytes(pl_dtype dtype)
         return 2;
     case PL_DTYPE_FP8:
     case PL_DTYPE_INT8:
+    case PL_DTYPE_INT4:
         return 1;
     }
     return 0;
+}
+
+unsigned pl_dtype_bits(pl_dtype dtype)
+{
+    return dtype == PL_DTYPE_INT4 ? 4 : 8 * pl_dtype_bytes(dtype);
+}
+
+int pl_elems_bytes(uint64_t n, pl_dtype dtype, uint64_t *out)
+{
+    unsigned bits = pl_dtype_bits(dtype);
+    if (bits == 0 || out == NULL)
+        return PL_EINVAL;
+    /* ceil(n x bits / 8) without overflowing the product: whole bytes, then the rest. */
+    uint64_t q = n / 8, rem = n % 8, r;
+    if (pl_mul(q, bits, &r) || pl_add(r, (rem * bits + 7) / 8, &r))
+        return PL_EOVERFLOW;
+    *out = r;
+    return PL_OK;
 }
 
 const char *pl_dtype_name(pl_dtype dtype)
@@ -87,6 +111,8 @@ const char *pl_dtype_name(pl_dtype dtype)
         return "fp8";
     case PL_DTYPE_INT8:
         return "int8";
+    case PL_DTYPE_INT4:
+        return "int4";
     }
     return "?";
 }
@@ -98,6 +124,138 @@ void pl_model_shape_init(pl_model_shape *m)
     memset(m, 0, sizeof *m);
     m->kv_dtype = PL_DTYPE_BF16;
     m->w_dtype = PL_DTYPE_BF16;
+    m->state_dtype = PL_DTYPE_BF16;
+    m->kv_quant.layout = PL_SCALES_NONE;
+    m->kv_quant.scale_dtype = PL_DTYPE_FP32;
+}
+
+const char *pl_layer_kind_name(pl_layer_kind kind)
+{
+    switch (kind) {
+    case PL_LAYER_FULL:
+        return "full";
+    case PL_LAYER_SLIDING:
+        return "sliding";
+    case PL_LAYER_LATENT:
+        return "latent";
+    case PL_LAYER_STATE:
+        return "state";
+    case PL_LAYER_SHARED:
+        return "shared";
+    }
+    return "?";
+}
+
+/* Why spec is not a valid run of its kind, or NULL. */
+static const char *run_problem(const pl_layer_run *r)
+{
+    bool heads = r->n_kv_heads > 0 && r->head_dim > 0;
+    if (r->n_layers == 0)
+        return "a layer run has no layers";
+    switch (r->kind) {
+    case PL_LAYER_FULL:
+        return heads ? NULL : "a full-attention run needs KV heads and a head dimension";
+    case PL_LAYER_SLIDING:
+        if (!heads)
+            return "a sliding-window run needs KV heads and a head dimension";
+        return r->window > 0 ? NULL : "a sliding-window run needs a window > 0";
+    case PL_LAYER_LATENT:
+        return r->latent_dim > 0 ? NULL : "a latent run needs latent elements > 0";
+    case PL_LAYER_STATE:
+        return r->state_elems > 0 ? NULL : "a state run needs state elements > 0";
+    case PL_LAYER_SHARED:
+        return NULL;
+    }
+    return "unknown layer kind";
+}
+
+static bool same_layout(const pl_layer_run *a, const pl_layer_run *b)
+{
+    return a->kind == b->kind && a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim &&
+           a->window == b->window && a->latent_dim == b->latent_dim &&
+           a->state_elems == b->state_elems;
+}
+
+int pl_layers_add(pl_layers *ls, const pl_layer_run *spec, uint32_t n)
+{
+    if (ls == NULL || spec == NULL || n == 0 || ls->n_runs > PL_MAX_RUNS)
+        return PL_EINVAL;
+    pl_layer_run r = *spec;
+    r.n_layers = n;
+    if (run_problem(&r) != NULL)
+        return PL_EINVAL;
+    for (uint32_t i = 0; i < ls->n_runs; i++) {
+        if (same_layout(&ls->run[i], &r)) {
+            uint32_t sum;
+            if (__builtin_add_overflow(ls->run[i].n_layers, n, &sum))
+                return PL_EOVERFLOW;
+            ls->run[i].n_layers = sum;
+            return PL_OK;
+        }
+    }
+    if (ls->n_runs == PL_MAX_RUNS)
+        return PL_EINVAL;
+    ls->run[ls->n_runs++] = r;
+    return PL_OK;
+}
+
+int pl_model_set_window(pl_model_shape *m, uint32_t window)
+{
+    if (m == NULL || m->n_layers == 0)
+        return PL_EINVAL;
+    pl_layers in = m->layers, out = {0};
+    if (in.n_runs == 0)
+        in = (pl_layers){1, {{PL_LAYER_FULL, m->n_layers, m->n_kv_heads, m->head_dim, 0, 0, 0}}};
+    bool any_sliding = false, changed = false;
+    for (uint32_t i = 0; i < in.n_runs; i++)
+        any_sliding |= in.run[i].kind == PL_LAYER_SLIDING;
+    for (uint32_t i = 0; i < in.n_runs; i++) {
+        pl_layer_run r = in.run[i];
+        if (r.kind == PL_LAYER_SLIDING && window == 0) {
+            r.kind = PL_LAYER_FULL;
+            r.window = 0;
+            changed = true;
+        } else if ((r.kind == PL_LAYER_SLIDING || (!any_sliding && r.kind == PL_LAYER_FULL)) &&
+                   window > 0) {
+            r.kind = PL_LAYER_SLIDING;
+            r.window = window;
+            changed = true;
+        }
+        if (pl_layers_add(&out, &r, r.n_layers) != PL_OK)
+            return PL_EINVAL;
+    }
+    if (!changed && window > 0)
+        return PL_EINVAL;
+    m->layers = out.n_runs == 1 && out.run[0].kind == PL_LAYER_FULL ? (pl_layers){0} : out;
+    return PL_OK;
+}
+
+/* Why m's layer runs or KV scales are inconsistent, or NULL. */
+static const char *layers_problem(const pl_model_shape *m)
+{
+    const pl_layers *ls = &m->layers;
+    uint64_t sum = 0;
+    bool quant = pl_dtype_is_quantized(m->kv_dtype);
+    if (quant && m->kv_quant.layout == PL_SCALES_NONE)
+        return "a quantized KV dtype needs a scale layout";
+    if (!quant && m->kv_quant.layout != PL_SCALES_NONE)
+        return "KV scales apply to fp8, int8 and int4 KV only";
+    if (quant &&
+        (pl_dtype_bytes(m->kv_quant.scale_dtype) == 0 || m->kv_quant.scale_dtype == PL_DTYPE_INT4))
+        return "the scale dtype must be fp32, fp16, bf16, fp8 or int8";
+    if (m->kv_quant.layout == PL_SCALES_GROUP && m->kv_quant.group == 0)
+        return "per-block scales need a group of elements > 0";
+    if (ls->n_runs > PL_MAX_RUNS)
+        return "too many layer runs";
+    for (uint32_t i = 0; i < ls->n_runs; i++) {
+        const char *p = run_problem(&ls->run[i]);
+        if (p != NULL)
+            return p;
+        sum += ls->run[i].n_layers;
+    }
+    if (ls->n_runs > 0 && sum != m->n_layers)
+        return "the layer runs do not add up to the number of layers";
+    return NULL;
 }
 
 int pl_model_shape_check(const pl_model_shape *m, const char **what)
@@ -117,8 +275,11 @@ int pl_model_shape_check(const pl_model_shape *m, const char **what)
         msg = "there cannot be more KV heads than query heads";
     else if (m->n_heads % m->n_kv_heads != 0)
         msg = "the query heads must be a multiple of the KV heads";
-    else if (pl_dtype_bytes(m->kv_dtype) == 0 || pl_dtype_bytes(m->w_dtype) == 0)
+    else if (pl_dtype_bytes(m->kv_dtype) == 0 || pl_dtype_bytes(m->w_dtype) == 0 ||
+             pl_dtype_bytes(m->state_dtype) == 0)
         msg = "unknown dtype";
+    else
+        msg = layers_problem(m);
     if (msg != NULL) {
         if (what != NULL)
             *what = msg;
@@ -164,15 +325,244 @@ int pl_token_bytes(const pl_model_shape *m, uint32_t kv_heads, uint64_t *out)
 {
     if (m == NULL || out == NULL || m->n_layers == 0 || kv_heads == 0 || m->head_dim == 0)
         return PL_EINVAL;
-    unsigned s = pl_dtype_bytes(m->kv_dtype);
-    if (s == 0)
+    if (pl_dtype_bits(m->kv_dtype) == 0)
         return PL_EINVAL;
-    uint64_t r = 2;
-    if (pl_mul(r, m->n_layers, &r) || pl_mul(r, kv_heads, &r) || pl_mul(r, m->head_dim, &r) ||
-        pl_mul(r, s, &r))
+    uint64_t r;
+    if (pl_elems_bytes(m->head_dim, m->kv_dtype, &r) || pl_mul(r, 2, &r) ||
+        pl_mul(r, m->n_layers, &r) || pl_mul(r, kv_heads, &r))
         return PL_EOVERFLOW;
     *out = r;
     return PL_OK;
+}
+
+static const struct {
+    const char *name;
+    pl_scales layout;
+} scale_names[] = {
+    {"per-tensor", PL_SCALES_TENSOR},
+    {"per-head", PL_SCALES_HEAD},
+    {"per-token", PL_SCALES_TOKEN},
+};
+
+int pl_scales_parse(const char *s, pl_kv_quant *out)
+{
+    if (s == NULL || out == NULL)
+        return PL_EINVAL;
+    for (size_t i = 0; i < sizeof scale_names / sizeof scale_names[0]; i++) {
+        if (strcasecmp(s, scale_names[i].name) == 0) {
+            out->layout = scale_names[i].layout;
+            out->group = 0;
+            return PL_OK;
+        }
+    }
+    static const char prefix[] = "per-block:";
+    if (strncasecmp(s, prefix, sizeof prefix - 1) != 0)
+        return PL_EINVAL;
+    const char *g = s + sizeof prefix - 1;
+    unsigned long v = 0;
+    size_t n = 0;
+    for (; g[n] >= '0' && g[n] <= '9' && n < 6; n++)
+        v = v * 10 + (unsigned long)(g[n] - '0');
+    if (n == 0 || g[n] != '\0' || v == 0 || v > 65536)
+        return PL_EINVAL;
+    out->layout = PL_SCALES_GROUP;
+    out->group = (uint32_t)v;
+    return PL_OK;
+}
+
+const char *pl_scales_name(pl_scales layout)
+{
+    switch (layout) {
+    case PL_SCALES_NONE:
+        return "none";
+    case PL_SCALES_TENSOR:
+        return "per-tensor";
+    case PL_SCALES_HEAD:
+        return "per-head";
+    case PL_SCALES_TOKEN:
+        return "per-token";
+    case PL_SCALES_GROUP:
+        return "per-block";
+    }
+    return "?";
+}
+
+/* Bytes of one stored vector of n elements (one head's K or V of one token, or one latent)
+ * with its per-token or per-block scales. Returns PL_OK or PL_EOVERFLOW. */
+static int vector_bytes(const pl_model_shape *m, uint32_t n, uint64_t *out)
+{
+    uint64_t b, n_scales = 0, sb;
+    if (pl_elems_bytes(n, m->kv_dtype, &b))
+        return PL_EOVERFLOW;
+    if (m->kv_quant.layout == PL_SCALES_TOKEN)
+        n_scales = 1;
+    else if (m->kv_quant.layout == PL_SCALES_GROUP)
+        n_scales = n / m->kv_quant.group + (n % m->kv_quant.group != 0);
+    if (pl_mul(n_scales, pl_dtype_bytes(m->kv_quant.scale_dtype), &sb) || pl_add(b, sb, &b))
+        return PL_EOVERFLOW;
+    *out = b;
+    return PL_OK;
+}
+
+/* KV heads of one rank for hkv heads over tp ranks, as pl_tp_split. Returns the count, or 0
+ * when the heads do not split. */
+static uint32_t heads_per_rank(uint32_t hkv, uint32_t tp)
+{
+    if (tp <= hkv)
+        return hkv % tp == 0 ? hkv / tp : 0;
+    return tp % hkv == 0 ? 1 : 0;
+}
+
+/* Fixed scale bytes of a run: per-tensor one scale per stored tensor (K and V, or the
+ * latent), per-head one per head of it. Returns PL_OK or PL_EOVERFLOW. */
+static int run_fixed(const pl_model_shape *m, const pl_run_cost *rc, uint64_t *out)
+{
+    uint64_t tensors = rc->spec.kind == PL_LAYER_LATENT ? 1 : 2, heads = 1, r;
+    pl_scales l = m->kv_quant.layout;
+    if (l != PL_SCALES_TENSOR && l != PL_SCALES_HEAD) {
+        *out = 0;
+        return PL_OK;
+    }
+    if (l == PL_SCALES_HEAD && rc->spec.kind != PL_LAYER_LATENT)
+        heads = rc->kv_heads;
+    if (pl_mul(tensors, heads, &r) || pl_mul(r, rc->spec.n_layers, &r) ||
+        pl_mul(r, pl_dtype_bytes(m->kv_quant.scale_dtype), &r))
+        return PL_EOVERFLOW;
+    *out = r;
+    return PL_OK;
+}
+
+/* Cost of one run on one rank into *rc (spec already set). Returns PL_OK, PL_EINVAL with
+ * *what (heads that do not split over tp), PL_EOVERFLOW. */
+static int run_cost(const pl_model_shape *m, uint32_t tp, pl_run_cost *rc, const char **what)
+{
+    const pl_layer_run *s = &rc->spec;
+    uint64_t v;
+    switch (s->kind) {
+    case PL_LAYER_FULL:
+    case PL_LAYER_SLIDING:
+        rc->kv_heads = heads_per_rank(s->n_kv_heads, tp);
+        if (rc->kv_heads == 0) {
+            *what = "the KV heads of a layer run do not split over the tensor-parallel size";
+            return PL_EINVAL;
+        }
+        if (vector_bytes(m, s->head_dim, &v) || pl_mul(v, 2, &v) || pl_mul(v, rc->kv_heads, &v) ||
+            pl_mul(v, s->n_layers, &rc->token_bytes))
+            return PL_EOVERFLOW;
+        break;
+    case PL_LAYER_LATENT:
+        if (vector_bytes(m, s->latent_dim, &v) || pl_mul(v, s->n_layers, &rc->token_bytes))
+            return PL_EOVERFLOW;
+        break;
+    case PL_LAYER_STATE:
+        if (pl_elems_bytes(s->state_elems, m->state_dtype, &v))
+            return PL_EOVERFLOW;
+        v = v / tp + (v % tp != 0);
+        if (pl_mul(v, s->n_layers, &rc->state_bytes))
+            return PL_EOVERFLOW;
+        break;
+    case PL_LAYER_SHARED:
+        break;
+    }
+    return run_fixed(m, rc, &rc->fixed_bytes);
+}
+
+/* Steps: 1 check the shape and resolve the uniform model into one run; 2 cost each run;
+ * 3 sum the per-token, per-sequence and fixed figures. */
+int pl_kv_cost_of(const pl_model_shape *m, uint32_t tp, pl_kv_cost *out, const char **what)
+{
+    const char *dummy;
+    if (what == NULL)
+        what = &dummy;
+    if (out == NULL || tp == 0) {
+        *what = "the tensor-parallel size must be >= 1";
+        return PL_EINVAL;
+    }
+    if (pl_model_shape_check(m, what) != PL_OK)
+        return PL_EINVAL;
+    /* Step 1: */
+    pl_kv_cost c;
+    memset(&c, 0, sizeof c);
+    c.tp = tp;
+    c.linear = true;
+    pl_layers uniform = {1, {{PL_LAYER_FULL, m->n_layers, m->n_kv_heads, m->head_dim, 0, 0, 0}}};
+    const pl_layers *ls = m->layers.n_runs > 0 ? &m->layers : &uniform;
+    c.n_runs = ls->n_runs;
+    for (uint32_t i = 0; i < c.n_runs; i++) {
+        pl_run_cost *rc = &c.run[i];
+        rc->spec = ls->run[i];
+        /* Step 2: */
+        int rc_code = run_cost(m, tp, rc, what);
+        if (rc_code != PL_OK)
+            return rc_code;
+        /* Step 3: */
+        bool whole = rc->spec.kind == PL_LAYER_FULL || rc->spec.kind == PL_LAYER_LATENT;
+        if (pl_add(c.token_all, rc->token_bytes, &c.token_all) ||
+            (whole && pl_add(c.token_full, rc->token_bytes, &c.token_full)) ||
+            pl_add(c.state_bytes, rc->state_bytes, &c.state_bytes) ||
+            pl_add(c.fixed_bytes, rc->fixed_bytes, &c.fixed_bytes))
+            return PL_EOVERFLOW;
+        if (rc->spec.kind == PL_LAYER_SLIDING || rc->spec.kind == PL_LAYER_STATE)
+            c.linear = false;
+    }
+    *out = c;
+    return PL_OK;
+}
+
+uint64_t pl_window_blocks(uint64_t len, uint32_t window, uint32_t block_size)
+{
+    if (block_size == 0)
+        return 0;
+    uint64_t held = len < window ? len : window;
+    return pl_blocks_for(len, block_size) - (len - held) / block_size;
+}
+
+/* Sum over the runs of token_bytes x held(run), plus the state; held() gives the tokens
+ * (contiguous) or the block tokens (paged) a run holds. */
+static int seq_sum(const pl_kv_cost *c, uint64_t len, uint32_t bs, uint64_t *out)
+{
+    uint64_t total = c->state_bytes;
+    for (uint32_t i = 0; i < c->n_runs; i++) {
+        const pl_run_cost *rc = &c->run[i];
+        uint64_t held, b;
+        if (rc->token_bytes == 0)
+            continue;
+        if (bs == 0)
+            held =
+                rc->spec.kind == PL_LAYER_SLIDING && len > rc->spec.window ? rc->spec.window : len;
+        else if (rc->spec.kind == PL_LAYER_SLIDING)
+            held = pl_window_blocks(len, rc->spec.window, bs) * bs;
+        else
+            held = pl_blocks_for(len, bs) * bs;
+        if (pl_mul(held, rc->token_bytes, &b) || pl_add(total, b, &total))
+            return PL_EOVERFLOW;
+    }
+    *out = total;
+    return PL_OK;
+}
+
+int pl_seq_bytes(const pl_kv_cost *c, uint64_t len, uint64_t *out)
+{
+    if (c == NULL || out == NULL)
+        return PL_EINVAL;
+    return seq_sum(c, len, 0, out);
+}
+
+int pl_seq_paged_bytes(const pl_kv_cost *c, uint64_t len, uint32_t block_size, uint64_t *out)
+{
+    if (c == NULL || out == NULL || block_size == 0)
+        return PL_EINVAL;
+    return seq_sum(c, len, block_size, out);
+}
+
+int pl_cache_block_bytes(const pl_kv_cost *c, uint32_t block_size, uint64_t *out)
+{
+    if (c == NULL || out == NULL || block_size == 0)
+        return PL_EINVAL;
+    uint64_t per_token = c->token_full > 0 ? c->token_full : c->token_all;
+    if (per_token == 0)
+        return PL_EINVAL;
+    return pl_mul(per_token, block_size, out);
 }
 
 uint64_t pl_blocks_for(uint64_t len, uint32_t block_size)
@@ -231,7 +621,8 @@ int pl_memory(const pl_mem_in *in, pl_mem_out *out)
     r.budget_bytes = q * in->util_ppm + rem * in->util_ppm / 1000000;
     r.weights_per_gpu_bytes = in->weights_bytes / in->tp + (in->weights_bytes % in->tp != 0);
     uint64_t used;
-    if (pl_add(r.weights_per_gpu_bytes, in->reserve_bytes, &used))
+    if (pl_add(r.weights_per_gpu_bytes, in->reserve_bytes, &used) ||
+        pl_add(used, in->fixed_bytes, &used))
         return PL_ENOSPACE;
     if (used >= r.budget_bytes)
         return PL_ENOSPACE;
@@ -318,4 +709,22 @@ uint64_t pl_fit_longest(const uint64_t *sorted_lens, size_t n, uint32_t block_si
     if (nb_max == 0)
         return count; /* zero-length requests take no blocks: no meaningful bound */
     return count + left / nb_max;
+}
+
+uint64_t pl_fit_longest_bytes(const uint64_t *sorted_lens, size_t n, const pl_kv_cost *c,
+                              uint32_t block_size, uint64_t budget)
+{
+    if (sorted_lens == NULL || n == 0 || c == NULL || block_size == 0)
+        return 0;
+    uint64_t count = 0, left = budget, b;
+    for (size_t i = 0; i < n; i++) {
+        if (pl_seq_paged_bytes(c, sorted_lens[n - 1 - i], block_size, &b) != PL_OK || b > left)
+            return count;
+        left -= b;
+        count++;
+    }
+    /* Every request fitted: further draws can all be the longest one again. */
+    if (pl_seq_paged_bytes(c, sorted_lens[n - 1], block_size, &b) != PL_OK || b == 0)
+        return count; /* requests that cost nothing: no meaningful bound */
+    return count + left / b;
 }

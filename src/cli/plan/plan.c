@@ -1,8 +1,10 @@
 /*
  * plan.c - `kvprefix plan`: KV-cache capacity planning from the command line.
  *
- * Forward: the logical KV bytes of a token, a block, a sequence and a batch for a model
- * shape (2 x L x Hkv x D x s per token). Inverse: what a GPU has left for KV after weights
+ * Forward: the logical KV bytes of a token, a block, a sequence and a batch for a model:
+ * 2 x L x Hkv x D x s per token for standard attention, summed over layer runs for sliding-
+ * window, latent (MLA), recurrent-state and KV-sharing layers (kvplan.h), with the scales of
+ * a quantized KV dtype counted. Inverse: what a GPU has left for KV after weights
  * and a runtime reserve, as blocks, tokens and concurrent requests. Fragmentation of paged
  * blocks versus contiguous max-length reservations, and the length distribution of a request
  * log (logread.c) with the KV that N concurrent requests drawn from it need.
@@ -33,17 +35,28 @@ static const char usage_text[] =
     "Usage: kvprefix plan MODEL [options]\n"
     "\n"
     "KV-cache capacity planning: logical KV bytes = 2 x L x Hkv x D x s x (sum of the active\n"
-    "sequences' lengths), and the inverse: how many blocks, tokens and requests fit a GPU.\n"
+    "sequences' lengths) for standard attention, summed per layer for sliding-window, latent\n"
+    "(MLA), hybrid (state) and KV-sharing models; and the inverse: how many blocks, tokens and\n"
+    "requests fit a GPU.\n"
     "\n"
     "Model (one of):\n"
     "  --model NAME         a preset (--list-models shows them), e.g. Llama-3.1-8B\n"
     "  --config FILE        a Hugging Face config.json\n"
     "  --layers L --kv-heads H --head-dim D [--heads HQ]   the shape itself (HQ defaults to H)\n"
     "  (--layers, --heads, --kv-heads, --head-dim also override a preset or config)\n"
-    "  --dtype T            KV and weight dtype: fp32, fp16, bf16, fp8, int8 (default: the\n"
-    "                       model's, bf16 for a bare shape)\n"
+    "  --dtype T            KV and weight dtype: fp32, fp16, bf16, fp8, int8, int4 (default:\n"
+    "                       the model's, bf16 for a bare shape)\n"
     "  --kv-dtype T         KV dtype only;  --weights-dtype T  weight dtype only\n"
-    "\n"
+    "  --kv-scales L        scales of a quantized KV dtype (fp8, int8, int4): per-tensor\n"
+    "                       (default), per-head, per-token, per-block:G (G elements per scale)\n"
+    "  --kv-scale-dtype T   element type of a scale (default fp32)\n"
+    "  --window W           sliding window of W tokens on the windowed layers (on every\n"
+    "                       layer when the model has none);  --no-window  full attention\n"
+    "                       everywhere (the same model without its windows)\n"
+    "\n";
+
+/* The rest of the help (one literal would exceed the 4095 characters C11 guarantees). */
+static const char usage_text2[] =
     "Forward:\n"
     "  --block-size N       tokens per KV block (default 16, as the library)\n"
     "  --seq-len T          sequence length;  --batch B  sequences of that length (default 1)\n"
@@ -132,6 +145,10 @@ enum {
     OPT_DTYPE,
     OPT_KV_DTYPE,
     OPT_W_DTYPE,
+    OPT_KV_SCALES,
+    OPT_KV_SCALE_DTYPE,
+    OPT_WINDOW,
+    OPT_NO_WINDOW,
     OPT_BLOCK_SIZE,
     OPT_SEQ_LEN,
     OPT_BATCH,
@@ -164,6 +181,10 @@ static const struct option longopts[] = {
     {"dtype", required_argument, NULL, OPT_DTYPE},
     {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
     {"weights-dtype", required_argument, NULL, OPT_W_DTYPE},
+    {"kv-scales", required_argument, NULL, OPT_KV_SCALES},
+    {"kv-scale-dtype", required_argument, NULL, OPT_KV_SCALE_DTYPE},
+    {"window", required_argument, NULL, OPT_WINDOW},
+    {"no-window", no_argument, NULL, OPT_NO_WINDOW},
     {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
     {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
     {"batch", required_argument, NULL, OPT_BATCH},
@@ -202,6 +223,8 @@ static int apply_value(plan_opts *o, int id, const char *flag, const char *v)
         return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->kv_heads);
     case OPT_HEAD_DIM:
         return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->head_dim);
+    case OPT_WINDOW:
+        return cli_flag_uint("plan", flag, v, 1, MAX_COUNT, &o->window);
     case OPT_BLOCK_SIZE:
         if ((rc = cli_flag_uint("plan", flag, v, 1, MAX_BLOCK_SIZE, &x)) == 0)
             o->block_size = (uint32_t)x;
@@ -269,6 +292,15 @@ static int apply_opt(plan_opts *o, int id, const char *flag, const char *v)
     case OPT_W_DTYPE:
         o->w_dtype = v;
         break;
+    case OPT_KV_SCALES:
+        o->kv_scales = v;
+        break;
+    case OPT_KV_SCALE_DTYPE:
+        o->kv_scale_dtype = v;
+        break;
+    case OPT_NO_WINDOW:
+        o->no_window = true;
+        break;
     case OPT_TRACE:
         o->trace = v;
         break;
@@ -322,59 +354,14 @@ static int parse_args(int argc, char **argv, plan_opts *o)
 static int dtype_flag(const char *flag, const char *v, pl_dtype *out)
 {
     if (pl_dtype_parse(v, out) != PL_OK)
-        return fail(CLI_EXIT_USAGE, "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8 or int8)",
-                    flag, v);
+        return fail(CLI_EXIT_USAGE,
+                    "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8, int8 or int4)", flag, v);
     return 0;
 }
 
-/* Build the model shape from --model / --config / flags. Returns 0 or an exit code. */
-static int build_model(const plan_opts *o, plan_result *r)
+/* --dtype, --kv-dtype, --weights-dtype. Returns 0 or an exit code. */
+static int apply_dtype_flags(const plan_opts *o, plan_result *r)
 {
-    static char errbuf[512];
-    pl_model_shape_init(&r->m);
-    if (o->model_name != NULL && o->config_path != NULL)
-        return fail(CLI_EXIT_USAGE, "give either --model or --config, not both");
-    if (o->model_name != NULL) {
-        const pl_model_preset *p = pl_model_find(o->model_name);
-        if (p == NULL)
-            return fail(CLI_EXIT_USAGE, "--model: unknown preset '%s' (see --list-models)",
-                        o->model_name);
-        r->m = p->shape;
-        r->model_label = p->name;
-        r->model_source = p->source;
-    } else if (o->config_path != NULL) {
-        if (pl_model_from_config(o->config_path, &r->m, errbuf, sizeof errbuf) != PL_OK)
-            return fail(CLI_EXIT_INPUT, "--config: %s", errbuf);
-        r->model_label = o->config_path;
-        r->model_source = "Hugging Face config.json";
-    } else {
-        if (o->layers == 0 && o->kv_heads == 0 && o->head_dim == 0)
-            return fail(CLI_EXIT_USAGE, "no model: give --model NAME, --config FILE, or --layers, "
-                                        "--kv-heads and --head-dim");
-        if (o->layers == 0)
-            return fail(CLI_EXIT_USAGE, "--layers is missing (the shape needs --layers, "
-                                        "--kv-heads and --head-dim)");
-        if (o->kv_heads == 0)
-            return fail(CLI_EXIT_USAGE, "--kv-heads is missing (the shape needs --layers, "
-                                        "--kv-heads and --head-dim)");
-        if (o->head_dim == 0)
-            return fail(CLI_EXIT_USAGE, "--head-dim is missing (the shape needs --layers, "
-                                        "--kv-heads and --head-dim)");
-        r->model_label = "custom shape";
-        r->model_source = "command-line flags";
-        if (o->heads == 0) {
-            r->m.n_heads = (uint32_t)o->kv_heads;
-            r->heads_assumed = true;
-        }
-    }
-    if (o->layers)
-        r->m.n_layers = (uint32_t)o->layers;
-    if (o->heads)
-        r->m.n_heads = (uint32_t)o->heads;
-    if (o->kv_heads)
-        r->m.n_kv_heads = (uint32_t)o->kv_heads;
-    if (o->head_dim)
-        r->m.head_dim = (uint32_t)o->head_dim;
     int rc;
     pl_dtype d;
     if (o->dtype != NULL) {
@@ -392,8 +379,104 @@ static int build_model(const plan_opts *o, plan_result *r)
             return rc;
         r->m.w_dtype = d;
     }
+    return 0;
+}
+
+/* The KV quantization (--kv-scales, --kv-scale-dtype: per-tensor fp32 by default for a
+ * quantized KV dtype) and the window flags. Returns 0 or an exit code. */
+static int apply_kv_flags(const plan_opts *o, plan_result *r)
+{
+    pl_kv_quant *q = &r->m.kv_quant;
+    bool quant = pl_dtype_is_quantized(r->m.kv_dtype);
+    if (!quant && (o->kv_scales || o->kv_scale_dtype))
+        return fail(CLI_EXIT_USAGE, "--kv-scales and --kv-scale-dtype apply to a quantized KV "
+                                    "dtype: add --kv-dtype fp8, int8 or int4");
+    q->layout = quant ? PL_SCALES_TENSOR : PL_SCALES_NONE;
+    q->group = 0;
+    q->scale_dtype = PL_DTYPE_FP32;
+    if (o->kv_scales && pl_scales_parse(o->kv_scales, q) != PL_OK)
+        return fail(CLI_EXIT_USAGE,
+                    "--kv-scales: '%s' is not per-tensor, per-head, per-token or "
+                    "per-block:G (G in 1..65536)",
+                    o->kv_scales);
+    if (o->kv_scale_dtype && (pl_dtype_parse(o->kv_scale_dtype, &q->scale_dtype) != PL_OK ||
+                              q->scale_dtype == PL_DTYPE_INT4))
+        return fail(CLI_EXIT_USAGE, "--kv-scale-dtype: '%s' is not fp32, fp16, bf16, fp8 or int8",
+                    o->kv_scale_dtype);
+    if (o->no_window && o->window)
+        return fail(CLI_EXIT_USAGE, "give either --window or --no-window, not both");
+    if ((o->no_window || o->window) &&
+        pl_model_set_window(&r->m, o->no_window ? 0 : (uint32_t)o->window) != PL_OK)
+        return fail(CLI_EXIT_INPUT, "--window: %s has no attention layer to window",
+                    r->model_label);
+    return 0;
+}
+
+/* A model given by --layers, --kv-heads and --head-dim alone. Returns 0 or an exit code. */
+static int bare_shape(const plan_opts *o, plan_result *r)
+{
+    if (o->layers == 0 && o->kv_heads == 0 && o->head_dim == 0)
+        return fail(CLI_EXIT_USAGE, "no model: give --model NAME, --config FILE, or --layers, "
+                                    "--kv-heads and --head-dim");
+    if (o->layers == 0)
+        return fail(CLI_EXIT_USAGE, "--layers is missing (the shape needs --layers, "
+                                    "--kv-heads and --head-dim)");
+    if (o->kv_heads == 0)
+        return fail(CLI_EXIT_USAGE, "--kv-heads is missing (the shape needs --layers, "
+                                    "--kv-heads and --head-dim)");
+    if (o->head_dim == 0)
+        return fail(CLI_EXIT_USAGE, "--head-dim is missing (the shape needs --layers, "
+                                    "--kv-heads and --head-dim)");
+    r->model_label = "custom shape";
+    r->model_source = "command-line flags";
+    if (o->heads == 0) {
+        r->m.n_heads = (uint32_t)o->kv_heads;
+        r->heads_assumed = true;
+    }
+    return 0;
+}
+
+/* Build the model shape from --model / --config / flags. Returns 0 or an exit code. */
+static int build_model(const plan_opts *o, plan_result *r)
+{
+    static char errbuf[512];
+    int rc;
+    pl_model_shape_init(&r->m);
+    if (o->model_name != NULL && o->config_path != NULL)
+        return fail(CLI_EXIT_USAGE, "give either --model or --config, not both");
+    if (o->model_name != NULL) {
+        const pl_model_preset *p = pl_model_find(o->model_name);
+        if (p == NULL)
+            return fail(CLI_EXIT_USAGE, "--model: unknown preset '%s' (see --list-models)",
+                        o->model_name);
+        r->m = p->shape;
+        r->model_label = p->name;
+        r->model_source = p->source;
+    } else if (o->config_path != NULL) {
+        if (pl_model_from_config(o->config_path, &r->m, errbuf, sizeof errbuf) != PL_OK)
+            return fail(CLI_EXIT_INPUT, "--config: %s", errbuf);
+        r->model_label = o->config_path;
+        r->model_source = "Hugging Face config.json";
+    } else if ((rc = bare_shape(o, r)) != 0) {
+        return rc;
+    }
+    if (r->m.layers.n_runs > 0 && (o->layers || o->kv_heads || o->head_dim))
+        return fail(CLI_EXIT_USAGE,
+                    "--layers, --kv-heads and --head-dim describe a uniform model; "
+                    "%s has per-layer runs (edit a config.json instead)",
+                    r->model_label);
+    if (o->layers)
+        r->m.n_layers = (uint32_t)o->layers;
+    if (o->heads)
+        r->m.n_heads = (uint32_t)o->heads;
+    if (o->kv_heads)
+        r->m.n_kv_heads = (uint32_t)o->kv_heads;
+    if (o->head_dim)
+        r->m.head_dim = (uint32_t)o->head_dim;
     if (o->params)
         r->m.n_params = o->params;
+    if ((rc = apply_dtype_flags(o, r)) != 0 || (rc = apply_kv_flags(o, r)) != 0)
+        return rc;
     const char *what = NULL;
     if (pl_model_shape_check(&r->m, &what) != PL_OK)
         return fail(CLI_EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what,
@@ -496,6 +579,75 @@ static int overflow(const char *what)
     return fail(CLI_EXIT_INPUT, "%s does not fit in 64 bits; use smaller values", what);
 }
 
+/* Sum of the bytes of lens[0 .. n) (each taken `mult` times), held contiguously (bs 0) or in
+ * blocks of bs tokens, under the per-layer cost c. Returns 0, or 1 on overflow. */
+static int sum_seq_bytes(const pl_kv_cost *c, const uint64_t *lens, size_t n, uint64_t mult,
+                         uint32_t bs, uint64_t *out)
+{
+    uint64_t total = 0, b;
+    for (size_t i = 0; i < n; i++) {
+        int rc = bs ? pl_seq_paged_bytes(c, lens[i], bs, &b) : pl_seq_bytes(c, lens[i], &b);
+        if (rc != PL_OK || pl_mul(b, mult, &b) || pl_add(total, b, &total))
+            return 1;
+    }
+    *out = total;
+    return 0;
+}
+
+/* Bytes of a set of sequences (lens, each `mult` times) exact, paged, and their waste against
+ * paging and against max_len reservations. Under a linear model these are the token counts of
+ * *f times the bytes per token. Returns 0, or 1 on overflow. */
+static int set_bytes(const plan_result *r, const pl_frag *f, const uint64_t *lens, size_t n,
+                     uint64_t mult, uint64_t max_len, uint64_t out[4])
+{
+    const pl_kv_cost *c = &r->cost;
+    uint64_t exact, paged, contig;
+    if (c->linear) {
+        if (pl_mul(f->n_tokens, r->tok_gpu, &exact) || pl_mul(f->n_blocks, r->blk_gpu, &paged) ||
+            pl_mul(f->paged_waste_tokens, r->tok_gpu, &out[2]) ||
+            pl_mul(f->contig_waste_tokens, r->tok_gpu, &out[3]))
+            return 1;
+        out[0] = exact;
+        out[1] = paged;
+        return 0;
+    }
+    if (sum_seq_bytes(c, lens, n, mult, 0, &exact) ||
+        sum_seq_bytes(c, lens, n, mult, r->block_size, &paged) ||
+        pl_seq_bytes(c, max_len, &contig) || pl_mul(contig, f->n_seqs, &contig))
+        return 1;
+    out[0] = exact;
+    out[1] = paged;
+    out[2] = paged - exact;
+    out[3] = contig - exact;
+    return 0;
+}
+
+/* The batch's fragmentation in tokens (--seq-len x --batch, or --lens). Returns 0 or an exit
+ * code. */
+static int batch_frag(const plan_opts *o, plan_result *r)
+{
+    if (r->uniform) {
+        pl_frag f1;
+        uint64_t one_len = o->seq_len;
+        if (pl_fragmentation(&one_len, 1, o->block_size, r->max_len, &f1))
+            return overflow("the fragmentation");
+        pl_frag *f = &r->frag;
+        f->n_seqs = r->batch;
+        if (pl_mul(f1.n_tokens, r->batch, &f->n_tokens) ||
+            pl_mul(f1.n_blocks, r->batch, &f->n_blocks) ||
+            pl_mul(f1.paged_alloc_tokens, r->batch, &f->paged_alloc_tokens) ||
+            pl_mul(f1.paged_waste_tokens, r->batch, &f->paged_waste_tokens) ||
+            pl_mul(f1.contig_alloc_tokens, r->batch, &f->contig_alloc_tokens) ||
+            pl_mul(f1.contig_waste_tokens, r->batch, &f->contig_waste_tokens) ||
+            pl_seq_bytes(&r->cost, o->seq_len, &r->seq_bytes_gpu) ||
+            pl_seq_paged_bytes(&r->cost, o->seq_len, o->block_size, &r->seq_paged_gpu))
+            return overflow("the batch");
+    } else if (pl_fragmentation(o->lens, o->n_lens, o->block_size, r->max_len, &r->frag)) {
+        return overflow("the fragmentation");
+    }
+    return 0;
+}
+
 /* The batch: --seq-len x --batch, or --lens: its KV bytes, fragmentation and the naive
  * attention workspace. Returns 0 or an exit code. */
 static int compute_batch(const plan_opts *o, plan_result *r)
@@ -504,62 +656,100 @@ static int compute_batch(const plan_opts *o, plan_result *r)
         return fail(CLI_EXIT_USAGE, "give either --lens or --seq-len/--batch, not both");
     if (o->batch > 0 && o->seq_len == 0)
         return fail(CLI_EXIT_USAGE, "--batch needs --seq-len");
+    if (o->seq_len == 0 && o->n_lens == 0)
+        return 0;
     uint64_t longest = 0;
-    if (o->seq_len > 0 || o->n_lens > 0) {
-        r->has_batch = true;
-        r->uniform = o->n_lens == 0;
-        uint64_t one_len = o->seq_len;
-        if (r->uniform) {
-            r->seq_len = o->seq_len;
-            r->batch = o->batch ? o->batch : 1;
-            longest = o->seq_len;
-        } else {
-            r->lens = o->lens;
-            r->n_lens = o->n_lens;
-            for (size_t i = 0; i < o->n_lens; i++)
-                longest = o->lens[i] > longest ? o->lens[i] : longest;
-        }
-        r->max_len_given = o->max_len > 0;
-        r->max_len = o->max_len > 0 ? o->max_len : longest;
-        if (r->max_len < longest)
-            return fail(CLI_EXIT_INPUT,
-                        "--max-len %llu is shorter than a sequence of %llu tokens in the batch",
-                        (unsigned long long)r->max_len, (unsigned long long)longest);
-        if (r->uniform) {
-            pl_frag f1;
-            if (pl_fragmentation(&one_len, 1, o->block_size, r->max_len, &f1))
-                return overflow("the fragmentation");
-            pl_frag *f = &r->frag;
-            f->n_seqs = r->batch;
-            if (pl_mul(f1.n_tokens, r->batch, &f->n_tokens) ||
-                pl_mul(f1.n_blocks, r->batch, &f->n_blocks) ||
-                pl_mul(f1.paged_alloc_tokens, r->batch, &f->paged_alloc_tokens) ||
-                pl_mul(f1.paged_waste_tokens, r->batch, &f->paged_waste_tokens) ||
-                pl_mul(f1.contig_alloc_tokens, r->batch, &f->contig_alloc_tokens) ||
-                pl_mul(f1.contig_waste_tokens, r->batch, &f->contig_waste_tokens) ||
-                pl_mul(o->seq_len, r->tok_gpu, &r->seq_bytes_gpu))
-                return overflow("the batch");
-        } else if (pl_fragmentation(o->lens, o->n_lens, o->block_size, r->max_len, &r->frag)) {
-            return overflow("the fragmentation");
-        }
-        r->batch_tokens = r->frag.n_tokens;
-        if (pl_mul(r->batch_tokens, r->tok_gpu, &r->batch_bytes_gpu))
-            return overflow("the KV bytes of the batch");
-        /* Naive attention scores for one layer: sum over sequences of Hq x len^2 x s. */
-        uint64_t sq = 0, s = pl_dtype_bytes(r->m.kv_dtype);
-        r->ws_ok = true;
-        if (r->uniform) {
-            r->ws_ok = !pl_mul(o->seq_len, o->seq_len, &sq) && !pl_mul(sq, r->batch, &sq);
-        } else {
-            for (size_t i = 0; i < o->n_lens && r->ws_ok; i++) {
-                uint64_t t;
-                r->ws_ok = !pl_mul(o->lens[i], o->lens[i], &t) && !pl_add(sq, t, &sq);
-            }
-        }
-        r->ws_ok = r->ws_ok && !pl_mul(sq, r->tp.q_heads_per_rank, &sq) &&
-                   !pl_mul(sq, s, &r->ws_bytes_gpu);
+    r->has_batch = true;
+    r->uniform = o->n_lens == 0;
+    if (r->uniform) {
+        r->seq_len = o->seq_len;
+        r->batch = o->batch ? o->batch : 1;
+        longest = o->seq_len;
+    } else {
+        r->lens = o->lens;
+        r->n_lens = o->n_lens;
+        for (size_t i = 0; i < o->n_lens; i++)
+            longest = o->lens[i] > longest ? o->lens[i] : longest;
     }
+    r->max_len_given = o->max_len > 0;
+    r->max_len = o->max_len > 0 ? o->max_len : longest;
+    if (r->max_len < longest)
+        return fail(CLI_EXIT_INPUT,
+                    "--max-len %llu is shorter than a sequence of %llu tokens in the batch",
+                    (unsigned long long)r->max_len, (unsigned long long)longest);
+    int rc = batch_frag(o, r);
+    if (rc != 0)
+        return rc;
+    r->batch_tokens = r->frag.n_tokens;
+    uint64_t bytes[4];
+    if (set_bytes(r, &r->frag, r->uniform ? &o->seq_len : o->lens, r->uniform ? 1 : o->n_lens,
+                  r->uniform ? r->batch : 1, r->max_len, bytes))
+        return overflow("the KV bytes of the batch");
+    r->batch_bytes_gpu = bytes[0];
+    r->batch_paged_gpu = bytes[1];
+    r->waste_paged = bytes[2];
+    r->waste_contig = bytes[3];
+    /* Naive attention scores for one layer: sum over sequences of Hq x len^2 x s. */
+    uint64_t sq = 0, s = pl_dtype_bytes(r->m.kv_dtype);
+    r->ws_ok = true;
+    if (r->uniform) {
+        r->ws_ok = !pl_mul(o->seq_len, o->seq_len, &sq) && !pl_mul(sq, r->batch, &sq);
+    } else {
+        for (size_t i = 0; i < o->n_lens && r->ws_ok; i++) {
+            uint64_t t;
+            r->ws_ok = !pl_mul(o->lens[i], o->lens[i], &t) && !pl_add(sq, t, &sq);
+        }
+    }
+    r->ws_ok =
+        r->ws_ok && !pl_mul(sq, r->tp.q_heads_per_rank, &sq) && !pl_mul(sq, s, &r->ws_bytes_gpu);
+    return 0;
+}
 
+/* ceil(a x b / n), or 1 on overflow. */
+static int mean_of(uint64_t a, uint64_t b, uint64_t n, uint64_t *out)
+{
+    uint64_t t;
+    if (pl_mul(a, b, &t))
+        return 1;
+    *out = t / n + (t % n != 0);
+    return 0;
+}
+
+/* The KV of --concurrency requests drawn from the sorted trace tl[0 .. n): expected (N x the
+ * mean) and worst (the N longest), in tokens, blocks and bytes. Returns 0 or an exit code. */
+static int trace_concurrency(const plan_opts *o, plan_result *r, const uint64_t *tl, size_t n)
+{
+    /* Expectations: ceil(N x sum / n), the mean rounded up to whole tokens/blocks. */
+    if (mean_of(r->conc, r->st.sum, n, &r->exp_tokens) ||
+        mean_of(r->conc, r->sum_blocks, n, &r->exp_blocks))
+        return overflow("--concurrency x the trace's total length");
+    if (pl_sum_longest(tl, n, r->conc, &r->worst_tokens))
+        return overflow("the sum of the longest requests");
+    uint64_t wb = 0, wk = 0, wp = 0, b;
+    for (uint64_t i = 0; i < r->conc; i++) {
+        uint64_t len = tl[i < n ? n - 1 - i : n - 1];
+        if (pl_add(wb, pl_blocks_for(len, o->block_size), &wb) || pl_seq_bytes(&r->cost, len, &b) ||
+            pl_add(wk, b, &wk) || pl_seq_paged_bytes(&r->cost, len, o->block_size, &b) ||
+            pl_add(wp, b, &wp))
+            return overflow("the blocks of the longest requests");
+    }
+    r->worst_blocks = wb;
+    if (r->cost.linear) {
+        if (pl_mul(r->exp_tokens, r->tok_gpu, &r->exp_kv) ||
+            pl_mul(r->worst_tokens, r->tok_gpu, &r->worst_kv) ||
+            pl_mul(r->worst_blocks, r->blk_gpu, &r->worst_kv_paged) ||
+            pl_mul(r->exp_blocks, r->blk_gpu, &r->exp_kv_paged))
+            return overflow("the KV bytes of the concurrent requests");
+        return 0;
+    }
+    uint64_t sum_exact, sum_paged;
+    if (sum_seq_bytes(&r->cost, tl, n, 1, 0, &sum_exact) ||
+        sum_seq_bytes(&r->cost, tl, n, 1, o->block_size, &sum_paged) ||
+        mean_of(r->conc, sum_exact, n, &r->exp_kv) ||
+        mean_of(r->conc, sum_paged, n, &r->exp_kv_paged))
+        return overflow("the KV bytes of the concurrent requests");
+    r->worst_kv = wk;
+    r->worst_kv_paged = wp;
     return 0;
 }
 
@@ -569,134 +759,155 @@ static int compute_batch(const plan_opts *o, plan_result *r)
 static int compute_trace(const plan_opts *o, plan_result *r, uint64_t **trace_lens, size_t *n_trace)
 {
     int rc;
-    if (o->trace != NULL) {
-        if ((rc = read_trace(o, trace_lens, n_trace, r)) != 0)
-            return rc;
-        r->has_trace = true;
-        r->trace_path = o->trace;
-        uint64_t *tl = *trace_lens;
-        if (pl_len_stats(tl, (*n_trace), &r->st))
-            return overflow("the sum of the trace lengths");
-        r->tmax_len = o->max_len > 0 ? o->max_len : r->st.max;
-        if (r->tmax_len < r->st.max)
-            return fail(CLI_EXIT_INPUT,
-                        "--max-len %llu is shorter than the longest request in the trace "
-                        "(%llu tokens)",
-                        (unsigned long long)r->tmax_len, (unsigned long long)r->st.max);
-        if (pl_fragmentation(tl, (*n_trace), o->block_size, r->tmax_len, &r->tfrag))
-            return overflow("the trace fragmentation");
-        r->sum_blocks = r->tfrag.n_blocks;
-        r->conc = o->concurrency;
-        if (r->conc > 0) {
-            uint64_t t;
-            /* Expectations: ceil(N x sum / n), the mean rounded up to whole tokens/blocks. */
-            if (pl_mul(r->conc, r->st.sum, &t))
-                return overflow("--concurrency x the trace's total length");
-            r->exp_tokens = t / (*n_trace) + (t % (*n_trace) != 0);
-            if (pl_mul(r->conc, r->sum_blocks, &t))
-                return overflow("--concurrency x the trace's blocks");
-            r->exp_blocks = t / (*n_trace) + (t % (*n_trace) != 0);
-            if (pl_sum_longest(tl, (*n_trace), r->conc, &r->worst_tokens))
-                return overflow("the sum of the longest requests");
-            uint64_t wb = 0;
-            for (uint64_t i = 0; i < r->conc; i++) {
-                uint64_t len = tl[i < (*n_trace) ? (*n_trace) - 1 - i : (*n_trace) - 1];
-                if (pl_add(wb, pl_blocks_for(len, o->block_size), &wb))
-                    return overflow("the blocks of the longest requests");
-            }
-            r->worst_blocks = wb;
-            uint64_t b;
-            if (pl_mul(r->exp_tokens, r->tok_gpu, &b) || pl_mul(r->worst_tokens, r->tok_gpu, &b) ||
-                pl_mul(r->worst_blocks, r->blk_gpu, &b) || pl_mul(r->exp_blocks, r->blk_gpu, &b))
-                return overflow("the KV bytes of the concurrent requests");
-        }
-    }
+    if ((rc = read_trace(o, trace_lens, n_trace, r)) != 0)
+        return rc;
+    r->has_trace = true;
+    r->trace_path = o->trace;
+    uint64_t *tl = *trace_lens;
+    if (pl_len_stats(tl, (*n_trace), &r->st))
+        return overflow("the sum of the trace lengths");
+    r->tmax_len = o->max_len > 0 ? o->max_len : r->st.max;
+    if (r->tmax_len < r->st.max)
+        return fail(CLI_EXIT_INPUT,
+                    "--max-len %llu is shorter than the longest request in the trace "
+                    "(%llu tokens)",
+                    (unsigned long long)r->tmax_len, (unsigned long long)r->st.max);
+    if (pl_fragmentation(tl, (*n_trace), o->block_size, r->tmax_len, &r->tfrag))
+        return overflow("the trace fragmentation");
+    r->sum_blocks = r->tfrag.n_blocks;
+    uint64_t bytes[4];
+    if (set_bytes(r, &r->tfrag, tl, *n_trace, 1, r->tmax_len, bytes))
+        return overflow("the KV bytes of the trace");
+    r->twaste_paged = bytes[2];
+    r->twaste_contig = bytes[3];
+    r->conc = o->concurrency;
+    return r->conc > 0 ? trace_concurrency(o, r, tl, *n_trace) : 0;
+}
 
+/* The weights of the whole model: --weights-mem, or the parameters x the weight dtype
+ * (ceil(params x bits / 8)). Returns 0 or an exit code. */
+static int weights_of(const plan_opts *o, plan_result *r)
+{
+    if (o->have_weights_mem) {
+        r->weights_total = o->weights_mem;
+        r->weights_from = "--weights-mem";
+        return 0;
+    }
+    if (r->m.n_params == 0)
+        return fail(CLI_EXIT_USAGE, "--gpu-mem needs the weight memory: give --weights-mem or "
+                                    "--params (a --model preset knows its parameter count)");
+    if (pl_elems_bytes(r->m.n_params, r->m.w_dtype, &r->weights_total))
+        return overflow("the weight memory");
+    unsigned bits = pl_dtype_bits(r->m.w_dtype);
+    char per[32];
+    if (bits % 8 == 0)
+        snprintf(per, sizeof per, "%u byte%s", bits / 8, bits == 8 ? "" : "s");
+    else
+        snprintf(per, sizeof per, "%u bits", bits);
+    snprintf(r->weights_from_buf, sizeof r->weights_from_buf, "%llu parameters (%s) x %s (%s)",
+             (unsigned long long)r->m.n_params, o->params ? "--params" : "preset", per,
+             pl_dtype_name(r->m.w_dtype));
+    r->weights_from = r->weights_from_buf;
     return 0;
 }
 
-/* The inverse plan: what one GPU has left for KV after the weights and the reserve, and how
- * many requests fit it. Returns 0 or an exit code. */
+/* The message when weights, reserve and fixed KV bytes leave nothing for the KV cache. */
+static int no_space(const plan_opts *o, const plan_result *r)
+{
+    char a[32], b[32], c[32];
+    uint64_t q = o->gpu_mem / 1000000, rem = o->gpu_mem % 1000000;
+    uint64_t budget = q * o->util_ppm + rem * o->util_ppm / 1000000;
+    uint64_t wpg = r->weights_total / r->tp.tp + (r->weights_total % r->tp.tp != 0);
+    return fail(CLI_EXIT_INPUT,
+                "no memory left for the KV cache: weights %s per GPU (%s) + --reserve "
+                "%s do not fit the budget of %s (--gpu-mem x --util)",
+                cli_fmt_binary(wpg, a, sizeof a), r->weights_from,
+                cli_fmt_binary(o->reserve, b, sizeof b), cli_fmt_binary(budget, c, sizeof c));
+}
+
+/* What fits the KV memory: requests of --seq-len, contiguous reservations, trace requests at
+ * the mean and longest first. Under a linear model these are the seed's block counts. */
+static void compute_fits(plan_result *r, const uint64_t *trace_lens, size_t n_trace)
+{
+    uint64_t kv = r->mem.kv_bytes, b, t;
+    if (r->has_batch && r->uniform)
+        r->fit_seq = r->seq_paged_gpu ? kv / r->seq_paged_gpu : 0;
+    uint64_t ml = r->has_batch ? r->max_len : (r->has_trace ? r->tmax_len : 0);
+    if (r->cost.linear)
+        r->fit_contig = ml ? r->mem.n_tokens / ml : 0;
+    else
+        r->fit_contig = ml && !pl_seq_bytes(&r->cost, ml, &b) && b ? kv / b : 0;
+    if (!r->has_trace)
+        return;
+    r->conc_worst_fit = pl_fit_longest_bytes(trace_lens, n_trace, &r->cost, r->block_size, kv);
+    /* Mean-based: blocks / (sum_blocks / n) = blocks x n / sum_blocks, or in bytes. */
+    uint64_t have = r->mem.n_blocks, need = r->sum_blocks;
+    if (!r->cost.linear && sum_seq_bytes(&r->cost, trace_lens, n_trace, 1, r->block_size, &need))
+        need = 0;
+    if (!r->cost.linear)
+        have = kv;
+    if (need == 0)
+        r->conc_mean_fit = 0;
+    else if (!pl_mul(have, n_trace, &t))
+        r->conc_mean_fit = t / need;
+    else
+        r->conc_mean_fit = (uint64_t)((double)have * (double)n_trace / (double)need);
+}
+
+/* The inverse plan: what one GPU has left for KV after the weights, the reserve and the
+ * fixed KV bytes (scales), and how many requests fit it. Returns 0 or an exit code. */
 static int compute_memory(const plan_opts *o, plan_result *r, const uint64_t *trace_lens,
                           size_t n_trace)
 {
     int rc;
-    if (o->have_gpu_mem) {
-        r->has_mem = true;
-        if (o->have_weights_mem) {
-            r->weights_total = o->weights_mem;
-            r->weights_from = "--weights-mem";
-        } else if (r->m.n_params > 0) {
-            if (pl_mul(r->m.n_params, pl_dtype_bytes(r->m.w_dtype), &r->weights_total))
-                return overflow("the weight memory");
-            snprintf(r->weights_from_buf, sizeof r->weights_from_buf,
-                     "%llu parameters (%s) x %u bytes (%s)", (unsigned long long)r->m.n_params,
-                     o->params ? "--params" : "preset", pl_dtype_bytes(r->m.w_dtype),
-                     pl_dtype_name(r->m.w_dtype));
-            r->weights_from = r->weights_from_buf;
-        } else {
-            return fail(CLI_EXIT_USAGE, "--gpu-mem needs the weight memory: give --weights-mem or "
-                                        "--params (a --model preset knows its parameter count)");
-        }
-        if (o->reserve >= o->gpu_mem)
-            return fail(CLI_EXIT_INPUT,
-                        "--reserve (%llu bytes) is not smaller than --gpu-mem "
-                        "(%llu bytes)",
-                        (unsigned long long)o->reserve, (unsigned long long)o->gpu_mem);
-        pl_mem_in *in = &r->mem_in;
-        in->gpu_mem_bytes = o->gpu_mem;
-        in->util_ppm = o->util_ppm;
-        in->weights_bytes = r->weights_total;
-        in->reserve_bytes = o->reserve;
-        in->tp = r->tp.tp;
-        in->block_bytes = r->blk_gpu;
-        in->block_size = o->block_size;
-        rc = pl_memory(in, &r->mem);
-        if (rc == PL_ENOSPACE) {
-            char a[32], b[32], c[32];
-            uint64_t q = o->gpu_mem / 1000000, rem = o->gpu_mem % 1000000;
-            uint64_t budget = q * o->util_ppm + rem * o->util_ppm / 1000000;
-            uint64_t wpg = r->weights_total / r->tp.tp + (r->weights_total % r->tp.tp != 0);
-            return fail(CLI_EXIT_INPUT,
-                        "no memory left for the KV cache: weights %s per GPU (%s) + --reserve "
-                        "%s do not fit the budget of %s (--gpu-mem x --util)",
-                        cli_fmt_binary(wpg, a, sizeof a), r->weights_from,
-                        cli_fmt_binary(o->reserve, b, sizeof b),
-                        cli_fmt_binary(budget, c, sizeof c));
-        }
-        if (rc != PL_OK)
-            return overflow("the memory plan");
-        if (r->has_batch && r->uniform)
-            r->fit_seq = pl_fit_count(r->mem.n_blocks, pl_blocks_for(r->seq_len, o->block_size));
-        uint64_t ml = r->has_batch ? r->max_len : (r->has_trace ? r->tmax_len : 0);
-        r->fit_contig = ml ? r->mem.n_tokens / ml : 0;
-        if (r->has_trace) {
-            uint64_t t;
-            /* Mean-based: n_blocks / (sum_blocks / n) = n_blocks x n / sum_blocks. */
-            if (r->sum_blocks == 0)
-                r->conc_mean_fit = 0;
-            else if (!pl_mul(r->mem.n_blocks, n_trace, &t))
-                r->conc_mean_fit = t / r->sum_blocks;
-            else
-                r->conc_mean_fit =
-                    (uint64_t)((double)r->mem.n_blocks * (double)n_trace / (double)r->sum_blocks);
-            r->conc_worst_fit = pl_fit_longest(trace_lens, n_trace, o->block_size, r->mem.n_blocks);
-        }
-    }
+    r->has_mem = true;
+    if ((rc = weights_of(o, r)) != 0)
+        return rc;
+    if (o->reserve >= o->gpu_mem)
+        return fail(CLI_EXIT_INPUT,
+                    "--reserve (%llu bytes) is not smaller than --gpu-mem "
+                    "(%llu bytes)",
+                    (unsigned long long)o->reserve, (unsigned long long)o->gpu_mem);
+    if (r->blk_gpu == 0)
+        return fail(CLI_EXIT_INPUT,
+                    "%s keeps no KV per token (only recurrent states): there "
+                    "are no blocks to plan",
+                    r->model_label);
+    pl_mem_in *in = &r->mem_in;
+    in->gpu_mem_bytes = o->gpu_mem;
+    in->util_ppm = o->util_ppm;
+    in->weights_bytes = r->weights_total;
+    in->reserve_bytes = o->reserve;
+    in->tp = r->tp.tp;
+    in->block_bytes = r->blk_gpu;
+    in->block_size = o->block_size;
+    in->fixed_bytes = r->cost.fixed_bytes;
+    rc = pl_memory(in, &r->mem);
+    if (rc == PL_ENOSPACE)
+        return no_space(o, r);
+    if (rc != PL_OK)
+        return overflow("the memory plan");
+    compute_fits(r, trace_lens, n_trace);
     return 0;
 }
 
-/* Compute every figure: Step 1 the KV bytes per token and block; Step 2 the batch; Step 3
- * the trace; Step 4 the inverse plan. Returns 0 or an exit code. */
+/* Compute every figure: Step 1 the per-layer KV cost and the bytes per token and block;
+ * Step 2 the batch; Step 3 the trace; Step 4 the inverse plan. Returns 0 or an exit code. */
 static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
 {
     int rc;
     size_t n_trace = 0;
+    const char *what = "invalid";
     /* Step 1: */
     r->block_size = o->block_size;
-    if (pl_token_bytes(&r->m, r->m.n_kv_heads, &r->tok_logical) ||
-        pl_token_bytes(&r->m, r->tp.kv_heads_per_rank, &r->tok_gpu) ||
-        pl_mul(r->tok_gpu, o->block_size, &r->blk_gpu))
+    rc = pl_kv_cost_of(&r->m, r->tp.tp, &r->cost, &what);
+    if (rc == PL_OK)
+        rc = pl_kv_cost_of(&r->m, 1, &r->cost_logical, &what);
+    if (rc == PL_EINVAL)
+        return fail(CLI_EXIT_INPUT, "model: %s (--tp %u)", what, r->tp.tp);
+    r->tok_gpu = r->cost.token_all;
+    r->tok_logical = r->cost_logical.token_all;
+    if (rc != PL_OK || pl_mul(r->tok_gpu, o->block_size, &r->blk_gpu))
         return overflow("the KV bytes per block");
     /* Step 2: */
     if ((rc = compute_batch(o, r)) != 0)
@@ -708,15 +919,40 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
     return o->have_gpu_mem ? compute_memory(o, r, *trace_lens, n_trace) : 0;
 }
 
+/* A short summary of a preset's layer runs ("52 sliding W1024 + 10 full") into buf. */
+static const char *layout_summary(const pl_model_shape *m, char *buf, size_t size)
+{
+    size_t n = 0;
+    if (m->layers.n_runs == 0)
+        snprintf(buf, size, "%u full", m->n_layers);
+    for (uint32_t i = 0; i < m->layers.n_runs; i++) {
+        const pl_layer_run *l = &m->layers.run[i];
+        int k = snprintf(buf + n, size - n, "%s%u %s", i ? " + " : "", l->n_layers,
+                         pl_layer_kind_name(l->kind));
+        if (k < 0 || (size_t)k >= size - n)
+            break;
+        n += (size_t)k;
+        if (l->kind != PL_LAYER_SLIDING)
+            continue;
+        k = snprintf(buf + n, size - n, " W%u", l->window);
+        if (k < 0 || (size_t)k >= size - n)
+            break;
+        n += (size_t)k;
+    }
+    return buf;
+}
+
 static void list_models(void)
 {
-    printf("%-14s %-28s %6s %6s %6s %6s %5s %14s\n", "preset", "Hugging Face repository", "layers",
-           "heads", "kv", "dim", "dtype", "parameters");
+    char lay[96];
+    printf("%-14s %-34s %6s %5s %4s %4s %5s %13s  %s\n", "preset", "Hugging Face repository",
+           "layers", "heads", "kv", "dim", "dtype", "parameters", "KV layers");
     for (size_t i = 0; i < pl_model_count(); i++) {
         const pl_model_preset *p = pl_model_at(i);
-        printf("%-14s %-28s %6u %6u %6u %6u %5s %14llu\n", p->name, p->hf_repo, p->shape.n_layers,
-               p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
-               pl_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params);
+        printf("%-14s %-34s %6u %5u %4u %4u %5s %13llu  %s\n", p->name, p->hf_repo,
+               p->shape.n_layers, p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
+               pl_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params,
+               layout_summary(&p->shape, lay, sizeof lay));
     }
     printf("\nSources (config.json on each model card; parameters computed from its shapes):\n");
     for (size_t i = 0; i < pl_model_count(); i++)
@@ -741,6 +977,7 @@ int pl_main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc == 0 && o.help) {
         fputs(usage_text, stdout);
+        fputs(usage_text2, stdout);
     } else if (rc == 0 && o.list_models) {
         list_models();
     } else if (rc == 0 && (rc = build_model(&o, &r)) == 0 &&

@@ -18,6 +18,10 @@ typedef struct plan_opts {
     const char *config_path;                    /* --config, or NULL */
     uint64_t layers, heads, kv_heads, head_dim; /* shape flags; 0 when not given */
     const char *dtype, *kv_dtype, *w_dtype;     /* dtype flags, or NULL */
+    const char *kv_scales;                      /* --kv-scales, or NULL */
+    const char *kv_scale_dtype;                 /* --kv-scale-dtype, or NULL */
+    uint64_t window;                            /* --window; 0 when not given */
+    bool no_window;                             /* --no-window */
     uint32_t block_size;                        /* --block-size */
     uint64_t seq_len;                           /* --seq-len; 0 when not given */
     uint64_t batch;                             /* --batch; 0 when not given (means 1) */
@@ -53,8 +57,10 @@ typedef struct plan_result {
     pl_tp tp;                 /* tensor-parallel split */
     uint32_t block_size;      /* tokens per block */
     uint64_t tok_logical;     /* KV bytes per token, whole model without replicas */
-    uint64_t tok_gpu;         /* KV bytes per token on one GPU */
-    uint64_t blk_gpu;         /* KV bytes per block on one GPU */
+    uint64_t tok_gpu;         /* KV bytes per token on one GPU, every layer holding it */
+    uint64_t blk_gpu;         /* KV bytes per block on one GPU, every layer holding it */
+    pl_kv_cost cost;          /* the per-layer cost on one GPU */
+    pl_kv_cost cost_logical;  /* the per-layer cost of the whole model (tp 1) */
 
     bool has_batch;           /* --seq-len or --lens given */
     bool uniform;             /* batch of --batch x --seq-len (else --lens) */
@@ -63,8 +69,12 @@ typedef struct plan_result {
     size_t n_lens;            /* number of --lens values */
     uint64_t batch_tokens;    /* sum of the batch's lengths */
     uint64_t seq_bytes_gpu;   /* uniform: one sequence, per GPU */
-    uint64_t batch_bytes_gpu; /* batch tokens x tok_gpu */
+    uint64_t seq_paged_gpu;   /* uniform: one sequence in whole blocks, per GPU */
+    uint64_t batch_bytes_gpu; /* the batch held contiguously (exact tokens), per GPU */
+    uint64_t batch_paged_gpu; /* the batch in whole blocks, per GPU */
     pl_frag frag;             /* batch fragmentation */
+    uint64_t waste_paged;     /* batch: paged - exact bytes, per GPU */
+    uint64_t waste_contig;    /* batch: max_len reservations - exact bytes, per GPU */
     uint64_t max_len;         /* contiguous reservation used */
     bool max_len_given;       /* --max-len given (else the longest length) */
     bool ws_ok;               /* workspace fits 64 bits */
@@ -92,6 +102,9 @@ typedef struct plan_result {
     uint64_t exp_blocks;                   /* ceil(conc x mean blocks per request) */
     uint64_t worst_tokens;                 /* sum of the conc longest */
     uint64_t worst_blocks;                 /* their blocks */
+    uint64_t exp_kv, exp_kv_paged;         /* KV bytes of the expected requests, per GPU */
+    uint64_t worst_kv, worst_kv_paged;     /* KV bytes of the N longest, per GPU */
+    uint64_t twaste_paged, twaste_contig;  /* trace waste in bytes, as waste_paged/_contig */
     uint64_t conc_mean_fit;                /* requests of mean size that fit the KV blocks */
     uint64_t conc_worst_fit;               /* longest-first requests that fit */
 } plan_result;

@@ -23,6 +23,9 @@ static int json_oom(void)
 
 static const char *attn_kind(const pl_model_shape *m)
 {
+    for (uint32_t i = 0; i < m->layers.n_runs; i++)
+        if (m->layers.run[i].kind == PL_LAYER_LATENT)
+            return "MLA";
     if (m->n_kv_heads == m->n_heads)
         return "MHA";
     if (m->n_kv_heads == 1)
@@ -59,7 +62,8 @@ static double pct(uint64_t part, uint64_t whole)
     return whole == 0 ? 0.0 : 100.0 * (double)part / (double)whole;
 }
 
-static void print_frag(const plan_result *r, const pl_frag *f, uint64_t max_len, bool given)
+static void print_frag(const plan_result *r, const pl_frag *f, uint64_t max_len, bool given,
+                       uint64_t waste_paged, uint64_t waste_contig)
 {
     char label[96];
     double n = f->n_seqs ? (double)f->n_seqs : 1.0;
@@ -75,23 +79,80 @@ static void print_frag(const plan_result *r, const pl_frag *f, uint64_t max_len,
            "allocated\n",
            (unsigned long long)f->contig_waste_tokens, (double)f->contig_waste_tokens / n,
            pct(f->contig_waste_tokens, f->contig_alloc_tokens));
-    uint64_t b;
     header(r, "  waste in KV bytes");
-    if (!pl_mul(f->paged_waste_tokens, r->tok_gpu, &b)) {
-        snprintf(label, sizeof label, "paged");
-        row(r, label, b);
+    snprintf(label, sizeof label, "paged");
+    row(r, label, waste_paged);
+    snprintf(label, sizeof label, "contiguous");
+    row(r, label, waste_contig);
+    if (!r->cost.linear)
+        printf("    (per layer: a sliding layer holds its window's blocks, a state layer no "
+               "blocks)\n");
+}
+
+/* Whether the model is the seed's uniform standard-attention model. */
+static bool is_uniform(const plan_result *r)
+{
+    return r->m.layers.n_runs == 0;
+}
+
+/* One line per layer run: what it holds, per layer. */
+static void print_runs(const plan_result *r)
+{
+    for (uint32_t i = 0; i < r->cost.n_runs; i++) {
+        const pl_layer_run *l = &r->cost.run[i].spec;
+        printf("  %s %3u x ", i == 0 ? "layers:" : "       ", l->n_layers);
+        switch (l->kind) {
+        case PL_LAYER_FULL:
+            printf("full attention, %u KV heads x %u\n", l->n_kv_heads, l->head_dim);
+            break;
+        case PL_LAYER_SLIDING:
+            printf("sliding window of %u tokens, %u KV heads x %u\n", l->window, l->n_kv_heads,
+                   l->head_dim);
+            break;
+        case PL_LAYER_LATENT:
+            printf("latent (MLA), %u elements per token, shared by all heads\n", l->latent_dim);
+            break;
+        case PL_LAYER_STATE:
+            printf("recurrent state, %llu %s elements per sequence\n",
+                   (unsigned long long)l->state_elems, pl_dtype_name(r->m.state_dtype));
+            break;
+        case PL_LAYER_SHARED:
+            printf("shared KV (reads an earlier layer's)\n");
+            break;
+        }
     }
-    if (!pl_mul(f->contig_waste_tokens, r->tok_gpu, &b)) {
-        snprintf(label, sizeof label, "contiguous");
-        row(r, label, b);
-    }
+}
+
+/* The KV dtype and its scales. */
+static void print_dtypes(const plan_result *r)
+{
+    const pl_model_shape *m = &r->m;
+    unsigned bits = pl_dtype_bits(m->kv_dtype);
+    if (bits % 8 == 0)
+        printf("  KV dtype %s (%u byte%s per element)", pl_dtype_name(m->kv_dtype), bits / 8,
+               bits == 8 ? "" : "s");
+    else
+        printf("  KV dtype %s (%u bits per element)", pl_dtype_name(m->kv_dtype), bits);
+    if (m->kv_quant.layout == PL_SCALES_GROUP)
+        printf(", per-block scales (one per %u elements), %s", m->kv_quant.group,
+               pl_dtype_name(m->kv_quant.scale_dtype));
+    else if (m->kv_quant.layout != PL_SCALES_NONE)
+        printf(", %s scales, %s", pl_scales_name(m->kv_quant.layout),
+               pl_dtype_name(m->kv_quant.scale_dtype));
+    printf("; weight dtype %s", pl_dtype_name(m->w_dtype));
+    if (m->n_params)
+        printf(", %llu parameters", (unsigned long long)m->n_params);
+    printf("\n");
 }
 
 /* The model, its dtypes and the tensor-parallel split. */
 static void print_model_section(const plan_result *r, const plan_opts *o)
 {
     const pl_model_shape *m = &r->m;
-    printf("kvprefix plan: logical KV-cache bytes = 2 x L x Hkv x D x s per token\n\n");
+    if (is_uniform(r))
+        printf("kvprefix plan: logical KV-cache bytes = 2 x L x Hkv x D x s per token\n\n");
+    else
+        printf("kvprefix plan: logical KV-cache bytes, summed over the model's layer runs\n\n");
     fputs("Model: ", stdout);
     cli_put_escaped(stdout, r->model_label, strlen(r->model_label));
     printf("\n  source: %s\n", r->model_source);
@@ -101,11 +162,9 @@ static void print_model_section(const plan_result *r, const plan_opts *o)
     if (m->n_kv_heads != m->n_heads)
         printf(", %u query heads per KV head", m->n_heads / m->n_kv_heads);
     printf("), head dim %u\n", m->head_dim);
-    printf("  KV dtype %s (%u bytes per element); weight dtype %s", pl_dtype_name(m->kv_dtype),
-           pl_dtype_bytes(m->kv_dtype), pl_dtype_name(m->w_dtype));
-    if (m->n_params)
-        printf(", %llu parameters", (unsigned long long)m->n_params);
-    printf("\n");
+    if (!is_uniform(r))
+        print_runs(r);
+    print_dtypes(r);
     if (r->tp.tp > 1) {
         printf("Tensor parallelism: %u GPUs, %u KV head%s and %u query heads per GPU", r->tp.tp,
                r->tp.kv_heads_per_rank, r->tp.kv_heads_per_rank == 1 ? "" : "s",
@@ -116,12 +175,47 @@ static void print_model_section(const plan_result *r, const plan_opts *o)
     }
 }
 
+/* The rows a per-layer model adds: a token beyond the windows, the state, fixed scales. */
+static void print_layer_rows(const plan_result *r)
+{
+    const pl_kv_cost *c = &r->cost;
+    char label[128];
+    if (c->token_full != c->token_all) {
+        snprintf(label, sizeof label, "per token beyond every window");
+        row(r, label, c->token_full);
+    }
+    if (c->state_bytes > 0)
+        row(r, "recurrent state per sequence", c->state_bytes);
+    if (c->fixed_bytes > 0)
+        row(r, "scales (fixed, not per token)", c->fixed_bytes);
+}
+
+/* How the per-layer figures above were counted. */
+static void print_window_note(const plan_result *r)
+{
+    bool sliding = false, state = false;
+    for (uint32_t i = 0; i < r->cost.n_runs; i++) {
+        sliding |= r->cost.run[i].spec.kind == PL_LAYER_SLIDING;
+        state |= r->cost.run[i].spec.kind == PL_LAYER_STATE;
+    }
+    if (sliding)
+        printf("  A sliding layer holds the last min(T, W) tokens: contiguously exactly those, "
+               "in blocks\n  the ceil(T/bs) - floor((T - min(T, W))/bs) blocks that hold "
+               "any of them (engines free\n  a block once all its tokens left the window; "
+               "at most ceil(W/bs) + 1 per layer).\n");
+    if (state)
+        printf("  A state layer holds a fixed state per sequence, whatever its length, and "
+               "no blocks.\n");
+}
+
 /* KV bytes per token, block, sequence and batch. */
 static void print_kv_section(const plan_result *r, const plan_opts *o)
 {
     char label[128];
     header(r, "KV cache (persistent, grows with context)");
-    row(r, "per token", r->tok_gpu);
+    row(r, r->cost.token_full != r->cost.token_all ? "per token, in every layer" : "per token",
+        r->tok_gpu);
+    print_layer_rows(r);
     snprintf(label, sizeof label, "per block (%u tokens)", r->block_size);
     row(r, label, r->blk_gpu);
     if (r->has_batch) {
@@ -129,6 +223,8 @@ static void print_kv_section(const plan_result *r, const plan_opts *o)
             snprintf(label, sizeof label, "per sequence (%llu tokens)",
                      (unsigned long long)r->seq_len);
             row(r, label, r->seq_bytes_gpu);
+            if (!r->cost.linear)
+                row(r, "  in blocks", r->seq_paged_gpu);
             snprintf(label, sizeof label, "batch (%llu x %llu = %llu tokens)",
                      (unsigned long long)r->batch, (unsigned long long)r->seq_len,
                      (unsigned long long)r->batch_tokens);
@@ -137,13 +233,15 @@ static void print_kv_section(const plan_result *r, const plan_opts *o)
                      (unsigned long long)r->batch_tokens);
         }
         row(r, label, r->batch_bytes_gpu);
-        uint64_t pb;
-        if (!pl_mul(r->frag.n_blocks, r->blk_gpu, &pb)) {
+        if (r->cost.linear)
             snprintf(label, sizeof label, "batch in blocks (%llu blocks)",
                      (unsigned long long)r->frag.n_blocks);
-            row(r, label, pb);
-        }
+        else
+            snprintf(label, sizeof label, "batch in blocks (whole blocks per layer)");
+        row(r, label, r->batch_paged_gpu);
     }
+    if (!r->cost.linear)
+        print_window_note(r);
     if (r->tp.replication > 1) {
         printf("  (all-GPU figures include %u replicas of each KV head; the model itself needs "
                "%llu bytes per token)\n",
@@ -156,7 +254,7 @@ static void print_batch_section(const plan_result *r, const plan_opts *o)
 {
     if (r->has_batch) {
         printf("\nFragmentation of the batch\n");
-        print_frag(r, &r->frag, r->max_len, r->max_len_given);
+        print_frag(r, &r->frag, r->max_len, r->max_len_given, r->waste_paged, r->waste_contig);
         header(r, "Attention workspace (transient, one layer)");
         if (r->ws_ok)
             row(r, "naive scores B x Hq x T x T x s", r->ws_bytes_gpu);
@@ -185,26 +283,21 @@ static void print_trace_section(const plan_result *r, const plan_opts *o)
         printf("  mean %.1f, p50 %llu, p90 %llu, p99 %llu, min %llu, max %llu tokens\n", s->mean,
                (unsigned long long)s->p50, (unsigned long long)s->p90, (unsigned long long)s->p99,
                (unsigned long long)s->min, (unsigned long long)s->max);
-        print_frag(r, &r->tfrag, r->tmax_len, o->max_len > 0);
+        print_frag(r, &r->tfrag, r->tmax_len, o->max_len > 0, r->twaste_paged, r->twaste_contig);
         if (r->conc > 0) {
-            uint64_t b;
             header(r, "KV for concurrent requests from the trace");
             snprintf(label, sizeof label, "expected: %llu x mean = %llu tokens",
                      (unsigned long long)r->conc, (unsigned long long)r->exp_tokens);
-            pl_mul(r->exp_tokens, r->tok_gpu, &b);
-            row(r, label, b);
+            row(r, label, r->exp_kv);
             snprintf(label, sizeof label, "  in blocks: %llu blocks",
                      (unsigned long long)r->exp_blocks);
-            pl_mul(r->exp_blocks, r->blk_gpu, &b);
-            row(r, label, b);
+            row(r, label, r->exp_kv_paged);
             snprintf(label, sizeof label, "worst: %llu longest = %llu tokens",
                      (unsigned long long)r->conc, (unsigned long long)r->worst_tokens);
-            pl_mul(r->worst_tokens, r->tok_gpu, &b);
-            row(r, label, b);
+            row(r, label, r->worst_kv);
             snprintf(label, sizeof label, "  in blocks: %llu blocks",
                      (unsigned long long)r->worst_blocks);
-            pl_mul(r->worst_blocks, r->blk_gpu, &b);
-            row(r, label, b);
+            row(r, label, r->worst_kv_paged);
             printf("  expected = N x the mean length (and N x the mean blocks per request), "
                    "rounded up;\n  worst = the sum of the N longest requests in the trace%s.\n",
                    r->conc > s->n ? " (all of them, then the longest again)" : "");
@@ -246,13 +339,23 @@ static void print_memory_section(const plan_result *r, const plan_opts *o)
         printf("  KV blocks: %llu of %u tokens (%llu tokens in all); the same number on every "
                "GPU\n",
                (unsigned long long)mo->n_blocks, r->block_size, (unsigned long long)mo->n_tokens);
-        if (r->has_batch && r->uniform)
+        uint64_t full_blk;
+        if (!r->cost.linear && r->cost.token_full > 0 &&
+            !pl_mul(r->cost.token_full, r->block_size, &full_blk))
+            printf("  (blocks held in every layer; %llu if only the full-context layers held "
+                   "them)\n",
+                   (unsigned long long)(mo->kv_bytes / full_blk));
+        if (r->has_batch && r->uniform && r->cost.linear)
             printf("  concurrent requests of %llu tokens: %llu (paged, %llu blocks each)\n",
                    (unsigned long long)r->seq_len, (unsigned long long)r->fit_seq,
                    (unsigned long long)pl_blocks_for(r->seq_len, r->block_size));
+        if (r->has_batch && r->uniform && !r->cost.linear)
+            printf("  concurrent requests of %llu tokens: %llu (paged, %s each)\n",
+                   (unsigned long long)r->seq_len, (unsigned long long)r->fit_seq,
+                   cli_fmt_binary(r->seq_paged_gpu, b1, sizeof b1));
         if (r->has_batch && !r->uniform)
             printf("  the batch needs %llu blocks: it %s\n", (unsigned long long)r->frag.n_blocks,
-                   r->frag.n_blocks <= mo->n_blocks ? "fits" : "does NOT fit");
+                   r->batch_paged_gpu <= mo->kv_bytes ? "fits" : "does NOT fit");
         if (r->has_trace)
             printf("  concurrent requests from the trace: about %llu at the mean (%.1f blocks "
                    "each), %llu if they are the longest\n",
@@ -273,13 +376,17 @@ static void print_notes(const plan_result *r, const plan_opts *o)
     printf("  - These are logical KV bytes, not all the memory an engine uses: weights, "
            "activations,\n    CUDA graphs, allocator slack and fragmentation come on top "
            "(--reserve covers some).\n");
-    if (m->kv_dtype == PL_DTYPE_FP8 || m->kv_dtype == PL_DTYPE_INT8)
-        printf("  - %s KV figures are capacity estimates only: real KV quantization adds "
-               "scales and\n    numerical error.\n",
-               pl_dtype_name(m->kv_dtype));
+    if (pl_dtype_is_quantized(m->kv_dtype))
+        printf("  - %s KV is counted with its %s scales; quantized KV has numerical error: "
+               "these\n    are capacity figures only. Documented layouts: vLLM fp8 KV, "
+               "per-tensor (default) or\n    per-attention-head fp32 scales; TensorRT-LLM "
+               "int8/fp8 KV, one per-tensor scale per\n    layer. Engines using per-token or "
+               "per-block KV scales: not found in their docs.\n",
+               pl_dtype_name(m->kv_dtype), pl_scales_name(m->kv_quant.layout));
     else
-        printf("  - fp8/int8 KV figures (--kv-dtype) are capacity estimates only: real KV "
-               "quantization\n    adds scales and numerical error.\n");
+        printf("  - fp8/int8/int4 KV figures (--kv-dtype) are capacity estimates only: real KV "
+               "quantization\n    adds scales (--kv-scales counts them) and numerical "
+               "error.\n");
 }
 
 void pl_print_table(const plan_result *r, const plan_opts *o)
@@ -299,11 +406,9 @@ static json_t *ju(uint64_t v)
     return v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
 }
 
-static json_t *jfrag(const plan_result *r, const pl_frag *f, uint64_t max_len)
+static json_t *jfrag(const plan_result *r, const pl_frag *f, uint64_t max_len, uint64_t pw,
+                     uint64_t cw)
 {
-    uint64_t pw = 0, cw = 0;
-    pl_mul(f->paged_waste_tokens, r->tok_gpu, &pw);
-    pl_mul(f->contig_waste_tokens, r->tok_gpu, &cw);
     return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "sequences", ju(f->n_seqs),
                      "tokens", ju(f->n_tokens), "block_size", ju(r->block_size), "paged_blocks",
                      ju(f->n_blocks), "paged_waste_tokens", ju(f->paged_waste_tokens),
@@ -316,12 +421,14 @@ static json_t *jfrag(const plan_result *r, const pl_frag *f, uint64_t max_len)
 /* The batch: sizes, fragmentation and the attention workspace. Adds its object to root. */
 static void json_batch(json_t *root, const plan_result *r, const plan_opts *o)
 {
-    json_t *b = json_pack("{s:o,s:o,s:o}", "sequences", ju(r->frag.n_seqs), "tokens",
-                          ju(r->batch_tokens), "kv_bytes_per_gpu", ju(r->batch_bytes_gpu));
+    json_t *b = json_pack("{s:o,s:o,s:o,s:o}", "sequences", ju(r->frag.n_seqs), "tokens",
+                          ju(r->batch_tokens), "kv_bytes_per_gpu", ju(r->batch_bytes_gpu),
+                          "paged_kv_bytes_per_gpu", ju(r->batch_paged_gpu));
     if (r->uniform) {
         json_object_set_new(b, "seq_len", ju(r->seq_len));
         json_object_set_new(b, "batch", ju(r->batch));
         json_object_set_new(b, "seq_kv_bytes_per_gpu", ju(r->seq_bytes_gpu));
+        json_object_set_new(b, "seq_paged_kv_bytes_per_gpu", ju(r->seq_paged_gpu));
     } else {
         json_t *a = json_array();
         for (size_t i = 0; i < r->n_lens; i++)
@@ -332,7 +439,8 @@ static void json_batch(json_t *root, const plan_result *r, const plan_opts *o)
     pl_mul(r->batch_bytes_gpu, r->tp.tp, &all);
     json_object_set_new(b, "kv_bytes_all_gpus", ju(all));
     json_object_set_new(root, "batch", b);
-    json_object_set_new(root, "fragmentation", jfrag(r, &r->frag, r->max_len));
+    json_object_set_new(root, "fragmentation",
+                        jfrag(r, &r->frag, r->max_len, r->waste_paged, r->waste_contig));
     json_object_set_new(
         root, "workspace",
         json_pack("{s:s,s:o,s:s}", "what", "naive attention scores B x Hq x T x T x s, one layer",
@@ -350,13 +458,10 @@ static void json_trace(json_t *root, const plan_result *r, const plan_opts *o)
                   ju(r->n_mooncake_fmt), "include_output", o->include_output, "mean_len", s->mean,
                   "p50_len", ju(s->p50), "p90_len", ju(s->p90), "p99_len", ju(s->p99), "min_len",
                   ju(s->min), "max_len", ju(s->max), "total_blocks", ju(r->sum_blocks));
-    json_object_set_new(t, "fragmentation", jfrag(r, &r->tfrag, r->tmax_len));
+    json_object_set_new(t, "fragmentation",
+                        jfrag(r, &r->tfrag, r->tmax_len, r->twaste_paged, r->twaste_contig));
     if (r->conc > 0) {
-        uint64_t eb = 0, wb = 0, ebb = 0, wbb = 0;
-        pl_mul(r->exp_tokens, r->tok_gpu, &eb);
-        pl_mul(r->worst_tokens, r->tok_gpu, &wb);
-        pl_mul(r->exp_blocks, r->blk_gpu, &ebb);
-        pl_mul(r->worst_blocks, r->blk_gpu, &wbb);
+        uint64_t eb = r->exp_kv, wb = r->worst_kv, ebb = r->exp_kv_paged, wbb = r->worst_kv_paged;
         json_object_set_new(
             t, "concurrency",
             json_pack("{s:o,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:o}", "n", ju(r->conc),
@@ -385,12 +490,29 @@ static void json_memory(json_t *root, const plan_result *r, const plan_opts *o)
     if (r->has_batch && r->uniform)
         json_object_set_new(mj, "requests_of_seq_len", ju(r->fit_seq));
     if (r->has_batch && !r->uniform)
-        json_object_set_new(mj, "batch_fits", json_boolean(r->frag.n_blocks <= mo->n_blocks));
+        json_object_set_new(mj, "batch_fits", json_boolean(r->batch_paged_gpu <= mo->kv_bytes));
     if (r->has_trace) {
         json_object_set_new(mj, "trace_requests_at_mean", ju(r->conc_mean_fit));
         json_object_set_new(mj, "trace_requests_longest_first", ju(r->conc_worst_fit));
     }
     json_object_set_new(root, "memory", mj);
+}
+
+/* The layer runs as a JSON array (one object per run, its per-GPU bytes included). */
+static json_t *json_runs(const plan_result *r)
+{
+    json_t *a = json_array();
+    for (uint32_t i = 0; i < r->cost.n_runs; i++) {
+        const pl_run_cost *c = &r->cost.run[i];
+        json_array_append_new(
+            a, json_pack("{s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "kind",
+                         pl_layer_kind_name(c->spec.kind), "layers", ju(c->spec.n_layers),
+                         "kv_heads", ju(c->spec.n_kv_heads), "head_dim", ju(c->spec.head_dim),
+                         "window", ju(c->spec.window), "latent_dim", ju(c->spec.latent_dim),
+                         "state_elems", ju(c->spec.state_elems), "token_bytes_per_gpu",
+                         ju(c->token_bytes), "state_bytes_per_gpu", ju(c->state_bytes)));
+    }
+    return a;
 }
 
 int pl_print_json(const plan_result *r, const plan_opts *o)
@@ -407,6 +529,13 @@ int pl_print_json(const plan_result *r, const plan_opts *o)
                   attn_kind(m), "kv_dtype", pl_dtype_name(m->kv_dtype), "kv_dtype_bytes",
                   ju(pl_dtype_bytes(m->kv_dtype)), "weights_dtype", pl_dtype_name(m->w_dtype),
                   "params", m->n_params ? ju(m->n_params) : json_null()));
+    json_object_set_new(json_object_get(root, "model"), "kv_dtype_bits",
+                        ju(pl_dtype_bits(m->kv_dtype)));
+    json_object_set_new(json_object_get(root, "model"), "layer_runs", json_runs(r));
+    json_object_set_new(json_object_get(root, "model"), "kv_scales",
+                        json_pack("{s:s,s:o,s:s}", "layout", pl_scales_name(m->kv_quant.layout),
+                                  "group", ju(m->kv_quant.group), "dtype",
+                                  pl_dtype_name(m->kv_quant.scale_dtype)));
     json_object_set_new(root, "tp",
                         json_pack("{s:o,s:o,s:o,s:o}", "size", ju(r->tp.tp), "kv_heads_per_gpu",
                                   ju(r->tp.kv_heads_per_rank), "kv_head_replication",
@@ -419,6 +548,9 @@ int pl_print_json(const plan_result *r, const plan_opts *o)
         "{s:o,s:o,s:o,s:o,s:o,s:o}", "block_size", ju(r->block_size), "token_bytes_logical",
         ju(r->tok_logical), "token_bytes_per_gpu", ju(r->tok_gpu), "token_bytes_all_gpus",
         ju(all_tok), "block_bytes_per_gpu", ju(r->blk_gpu), "block_bytes_all_gpus", ju(all_blk));
+    json_object_set_new(kv, "token_bytes_beyond_windows_per_gpu", ju(r->cost.token_full));
+    json_object_set_new(kv, "state_bytes_per_sequence_per_gpu", ju(r->cost.state_bytes));
+    json_object_set_new(kv, "fixed_scale_bytes_per_gpu", ju(r->cost.fixed_bytes));
     json_object_set_new(root, "kv", kv);
     if (r->has_batch)
         json_batch(root, r, o);
@@ -430,9 +562,12 @@ int pl_print_json(const plan_result *r, const plan_opts *o)
     json_array_append_new(notes, json_string("Logical KV bytes only: not all the memory an "
                                              "engine uses (weights, activations, CUDA graphs, "
                                              "allocator slack come on top)."));
-    json_array_append_new(notes, json_string("fp8/int8 KV figures are capacity estimates only: "
-                                             "real KV quantization adds scales and numerical "
-                                             "error."));
+    json_array_append_new(notes, json_string("Quantized KV (fp8/int8/int4) is counted with the "
+                                             "scales of --kv-scales (per-tensor fp32 by "
+                                             "default) and has numerical error: capacity "
+                                             "figures only. vLLM fp8 KV: per-tensor or "
+                                             "per-attention-head fp32 scales; TensorRT-LLM "
+                                             "int8/fp8 KV: one per-tensor scale per layer."));
     json_array_append_new(notes, json_string("The attention workspace is transient; "
                                              "memory-saving kernels such as FlashAttention reduce "
                                              "it, not the persistent KV cache."));

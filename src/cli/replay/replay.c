@@ -433,16 +433,21 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
     }
     if (o->kv_dtype && pl_dtype_parse(o->kv_dtype, &m.kv_dtype) != PL_OK)
         return fail(CLI_EXIT_USAGE, "--kv-dtype: unknown dtype '%s'", o->kv_dtype);
+    m.kv_quant.layout = pl_dtype_is_quantized(m.kv_dtype) ? PL_SCALES_TENSOR : PL_SCALES_NONE;
     const char *what = NULL;
     uint64_t tok;
+    pl_kv_cost cost;
     if (pl_model_shape_check(&m, &what) != PL_OK)
         return fail(CLI_EXIT_INPUT, "model shape: %s", what ? what : "invalid");
-    if (pl_token_bytes(&m, m.n_kv_heads, &tok) != PL_OK)
-        return fail(CLI_EXIT_INPUT, "model shape: KV bytes overflow");
+    /* The planner's per-layer charge of a cached block, per token (kvplan.h): full and
+     * latent layers; windowed and state layers hold per prefix end, not per block. */
+    if (pl_kv_cost_of(&m, 1, &cost, &what) != PL_OK || pl_cache_block_bytes(&cost, 1, &tok))
+        return fail(CLI_EXIT_INPUT, "model shape: %s", what ? what : "no KV bytes per token");
     *token_bytes = tok;
     char safe[256];
     cli_escape_str(safe, sizeof safe, name); /* a config path shows in the table and chart */
-    snprintf(desc, desc_size, "%.100s, %s KV", safe, pl_dtype_name(m.kv_dtype));
+    snprintf(desc, desc_size, "%.80s, %s KV%s", safe, pl_dtype_name(m.kv_dtype),
+             cost.token_full && !cost.linear ? " in full-context layers" : "");
     return 0;
 }
 
