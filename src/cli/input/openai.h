@@ -102,8 +102,8 @@ typedef struct oai_prompt {
     const char *bos;         /* bos_token and eos_token texts for tpl (the tokenizer's);
                                 set by the caller, NULL for "" */
     const char *eos;
-    tpl_out tout;            /* the template's text and segments */
-    bool templated;          /* the last oai_render rendered with tpl (text in tout) */
+    tpl_out tout;   /* the template's text and segments */
+    bool templated; /* the last oai_render rendered with tpl (text in tout) */
 } oai_prompt;
 
 /* Whether line object o is an OpenAI request: it has "messages" or "prompt", or its "body"

@@ -255,7 +255,8 @@ static int compare_earlier(rp_diag *d, uint32_t r, const uint32_t *sym, size_t n
  * with the most similar earlier request; Step 4 insert the rest of its blocks and mark the
  * matched path with it. */
 int rp_diag_add(rp_diag *d, kvp_key root, const uint32_t *sym, size_t n, const char *text,
-                size_t text_len, const uint32_t *offsets, uint64_t line_no)
+                size_t text_len, const uint32_t *offsets, const tpl_seg *segs, size_t n_segs,
+                uint64_t line_no)
 {
     size_t bs = d->block_size;
     size_t n_full = n / bs;

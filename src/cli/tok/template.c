@@ -193,10 +193,10 @@ static int text_of(rnd *r, size_t i)
         int rc = k > 0 ? scratch_add(o, "\n", 1) : 0;
         if (strcmp(json_string_value(type), "text") == 0)
             rc = rc ? rc : scratch_add(o, json_string_value(text), json_string_length(text));
-        else if (rc == 0 && (scratch_add(o, "<", 1) != 0 ||
-                             scratch_add(o, json_string_value(type), json_string_length(type)) !=
-                                 0 ||
-                             scratch_add(o, ">", 1) != 0))
+        else if (rc == 0 &&
+                 (scratch_add(o, "<", 1) != 0 ||
+                  scratch_add(o, json_string_value(type), json_string_length(type)) != 0 ||
+                  scratch_add(o, ">", 1) != 0))
             rc = -1;
         if (rc != 0)
             return -1;
@@ -286,8 +286,8 @@ static int check_message(rnd *r, size_t i)
     for (size_t k = 0; k < json_array_size(c); k++) {
         const json_t *part = json_array_get(c, k), *type = json_object_get(part, "type");
         if (!json_is_string(type))
-            return fail(r, "messages[%zu].content[%zu] must be an object with a string \"type\"",
-                        i, k);
+            return fail(r, "messages[%zu].content[%zu] must be an object with a string \"type\"", i,
+                        k);
         if (strcmp(json_string_value(type), "text") == 0 &&
             !json_is_string(json_object_get(part, "text")))
             return fail(r, "messages[%zu].content[%zu].text must be a string", i, k);
@@ -298,8 +298,8 @@ static int check_message(rnd *r, size_t i)
     for (size_t k = 0; calls_of(r, i) != NULL && k < json_array_size(calls); k++) {
         const json_t *f = call_function(calls, k);
         if (f == NULL || !json_is_string(json_object_get(f, "name")))
-            return fail(r, "messages[%zu].tool_calls[%zu] needs a \"function\" with a \"name\"",
-                        i, k);
+            return fail(r, "messages[%zu].tool_calls[%zu] needs a \"function\" with a \"name\"", i,
+                        k);
     }
     return 0;
 }
@@ -430,8 +430,8 @@ static int render_llama3(rnd *r)
     "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are " \
     "provided with function signatures within <tools></tools> XML tags:\n<tools>"
 #define QWEN_TOOLS_TAIL                                                                            \
-    "\n</tools>\n\nFor each function call, return a json object with function name and "          \
-    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "                \
+    "\n</tools>\n\nFor each function call, return a json object with function name and "           \
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "                 \
     "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
 
 /* The system turn: with tools, or the system message, or Qwen's default. */
@@ -548,8 +548,9 @@ static int mistral_check(rnd *r, size_t first)
         if (is_tool_role(r, i) || calls_of(r, i) != NULL)
             continue;
         if (user != (k % 2 == 0))
-            return fail(r, "messages[%zu]: the mistral template needs user and assistant "
-                           "messages to alternate",
+            return fail(r,
+                        "messages[%zu]: the mistral template needs user and assistant "
+                        "messages to alternate",
                         i);
         k++;
     }
@@ -597,8 +598,9 @@ static int mistral_calls(rnd *r, size_t i, const json_t *calls)
     for (size_t k = 0; k < json_array_size(calls); k++) {
         const json_t *id = json_object_get(json_array_get(calls, k), "id");
         if (!json_is_string(id) || json_string_length(id) < 9)
-            return fail(r, "messages[%zu].tool_calls[%zu].id: the mistral template needs an id "
-                           "of at least 9 characters",
+            return fail(r,
+                        "messages[%zu].tool_calls[%zu].id: the mistral template needs an id "
+                        "of at least 9 characters",
                         i, k);
         json_t *f = json_deep_copy(call_function(calls, k));
         json_t *args = f ? call_args(f) : NULL;
@@ -628,8 +630,9 @@ static int mistral_result(rnd *r, size_t i)
     tpl_out *o = r->o;
     const json_t *id = json_object_get(json_array_get(r->msgs, i), "tool_call_id");
     if (!json_is_string(id) || json_string_length(id) < 9)
-        return fail(r, "messages[%zu].tool_call_id: the mistral template needs an id of at "
-                       "least 9 characters",
+        return fail(r,
+                    "messages[%zu].tool_call_id: the mistral template needs an id of at "
+                    "least 9 characters",
                     i);
     app_s(o, "[TOOL_RESULTS] {\"content\": ");
     app_msg(r, i, false);
@@ -699,8 +702,9 @@ int tpl_render(int tpl, const json_t *body, const char *bos, const char *eos, si
     out->n_segs = 0;
     out->limit = limit;
     out->failure = FAIL_NONE;
-    rnd r = {out, json_object_get(body, "messages"), 0, NULL, 0, bos ? bos : "", eos ? eos : "",
-             err, err_size};
+    rnd r = {
+        out,     json_object_get(body, "messages"), 0, NULL, 0, bos ? bos : "", eos ? eos : "", err,
+        err_size};
     r.n = json_array_size(r.msgs);
     const json_t *tools = json_object_get(body, "tools");
     if (tools != NULL && !json_is_null(tools) && !json_is_array(tools))
