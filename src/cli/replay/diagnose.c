@@ -25,6 +25,9 @@
  * the prompt holding it (template.h: message i and its role, tool definition j, preamble):
  *
  *   new turn      the earlier request ends there: this one extends it (not a fault)
+ *   layout        the byte lies in different parts of the two prompts (message 3 here,
+ *                 the system message there): the template put something else first, as
+ *                 Mistral's does when it moves the system message into the last user turn
  *   tool order    the byte is in the tool definitions, and both requests have the same
  *                 definitions in a different order
  *   whitespace    the segment (without segments: the rest of the prompt) differs only in
@@ -88,6 +91,7 @@ typedef struct dreq {
 
 enum {
     CAUSE_TURN = 1,   /* the earlier request ends: a new turn extends it */
+    CAUSE_LAYOUT,     /* the byte is in different segments of the two prompts */
     CAUSE_TOOLS,      /* tool definitions reordered */
     CAUSE_WHITESPACE, /* a whitespace-only difference */
     CAUSE_TIMESTAMP,  /* a timestamp-like run at the start */
@@ -100,6 +104,9 @@ typedef struct cause {
     int seg_kind;             /* TPL_SEG_* of the segment, 0 without segments */
     uint32_t index;           /* the segment's message or tool index */
     char role[16];            /* the segment's role */
+    int other_kind;           /* CAUSE_LAYOUT: the earlier request's segment there */
+    uint32_t other_index;     /* its index */
+    char other_role[16];      /* its role */
     uint64_t n;               /* breaks */
     uint32_t ex_req, ex_prev; /* an example: this request and the earlier one */
     size_t ex_byte;           /* where their texts first differ */
@@ -436,31 +443,53 @@ static bool timestamp_at_start(const dreq *a, const dreq *b, size_t c)
     return digits >= 4 && after != SIZE_MAX && memcmp(a->text + ja, b->text + jb, after) == 0;
 }
 
-/* Count one break of kind k at the segment s (or none) with an example. */
-static int add_cause(rp_diag *d, int k, const tpl_seg *s, uint32_t r, uint32_t e, size_t c)
+/* The key fields of a cause: kind, and the segment (or none) in this and the earlier
+ * request, as the cause names them. */
+static cause cause_key(int k, const tpl_seg *s, const tpl_seg *other)
 {
-    int sk = s ? s->kind : 0;
-    uint32_t index = s && k != CAUSE_TOOLS ? s->index : 0;
-    const char *role = s && k != CAUSE_TOOLS ? s->role : "";
-    for (size_t i = 0; i < d->n_causes; i++) {
-        cause *x = &d->causes[i];
-        if (x->kind == k && x->seg_kind == sk && x->index == index && strcmp(x->role, role) == 0) {
-            x->n++;
+    cause x;
+    memset(&x, 0, sizeof x);
+    x.kind = k;
+    if (s != NULL && k != CAUSE_TOOLS) {
+        x.seg_kind = s->kind;
+        x.index = s->index;
+        snprintf(x.role, sizeof x.role, "%s", s->role);
+    } else if (s != NULL) {
+        x.seg_kind = TPL_SEG_TOOL;
+    }
+    if (other != NULL && k == CAUSE_LAYOUT) {
+        x.other_kind = other->kind;
+        x.other_index = other->index;
+        snprintf(x.other_role, sizeof x.other_role, "%s", other->role);
+    }
+    return x;
+}
+
+static bool same_cause(const cause *a, const cause *b)
+{
+    return a->kind == b->kind && a->seg_kind == b->seg_kind && a->index == b->index &&
+           strcmp(a->role, b->role) == 0 && a->other_kind == b->other_kind &&
+           a->other_index == b->other_index && strcmp(a->other_role, b->other_role) == 0;
+}
+
+/* Count one break of kind k at segment s (other: the earlier request's there) with an
+ * example. Returns 0 or -1 on out of memory. */
+static int add_cause(rp_diag *d, int k, const tpl_seg *s, const tpl_seg *other, uint32_t r,
+                     uint32_t e, size_t c)
+{
+    cause key = cause_key(k, s, other);
+    for (size_t i = 0; i < d->n_causes; i++)
+        if (same_cause(&d->causes[i], &key)) {
+            d->causes[i].n++;
             return 0;
         }
-    }
     if (!cli_grow((void **)&d->causes, &d->causes_cap, d->n_causes + 1, sizeof *d->causes))
         return -1;
-    cause *x = &d->causes[d->n_causes++];
-    memset(x, 0, sizeof *x);
-    x->kind = k;
-    x->seg_kind = sk;
-    x->index = index;
-    snprintf(x->role, sizeof x->role, "%s", role);
-    x->n = 1;
-    x->ex_req = r;
-    x->ex_prev = e;
-    x->ex_byte = c;
+    key.n = 1;
+    key.ex_req = r;
+    key.ex_prev = e;
+    key.ex_byte = c;
+    d->causes[d->n_causes++] = key;
     return 0;
 }
 
@@ -474,18 +503,20 @@ static int record_cause(rp_diag *d, uint32_t r, uint32_t e, size_t lcp)
         c++;
     d->n_text_breaks++;
     if (lcp >= b->n || c >= b->text_len)
-        return add_cause(d, CAUSE_TURN, NULL, r, e, c);
+        return add_cause(d, CAUSE_TURN, NULL, NULL, r, e, c);
     if (c >= a->text_len)
         c = a->text_len - (a->text_len > 0);
-    const tpl_seg *s = seg_of(a, c);
+    const tpl_seg *s = seg_of(a, c), *o = seg_of(b, c);
     int k = CAUSE_CONTENT;
     if (s && s->kind == TPL_SEG_TOOL && tools_reordered(a, b))
         k = CAUSE_TOOLS;
+    else if (s && o && (s->kind != o->kind || s->index != o->index))
+        k = CAUSE_LAYOUT;
     else if (whitespace_only(a, b, c))
         k = CAUSE_WHITESPACE;
     else if (timestamp_at_start(a, b, c))
         k = CAUSE_TIMESTAMP;
-    return add_cause(d, k, s, r, e, c);
+    return add_cause(d, k, s, o, r, e, c);
 }
 
 /* Compare request r (symbols sym[0 .. n)) with the most similar earlier request: the best of
@@ -665,29 +696,39 @@ static const char *cause_name(int k)
     return k >= CAUSE_TURN && k <= CAUSE_CONTENT ? names[k] : names[0];
 }
 
+/* Where a segment is, in words: "message 3 (user)". */
+static void seg_words(int kind, uint32_t index, const char *role, char *buf, size_t size)
+{
+    switch (kind) {
+    case TPL_SEG_MESSAGE:
+        snprintf(buf, size, "message %u (%s)", index, role);
+        break;
+    case TPL_SEG_TOOL:
+        snprintf(buf, size, "tool definition %u", index);
+        break;
+    case TPL_SEG_PREAMBLE:
+        snprintf(buf, size, "the template's preamble");
+        break;
+    case TPL_SEG_GEN:
+        snprintf(buf, size, "the generation prompt");
+        break;
+    default:
+        snprintf(buf, size, "the prompt");
+    }
+}
+
 /* What a cause says, for the table: "whitespace-only difference in message 0 (system)". */
 static void cause_text(const cause *x, char *buf, size_t size)
 {
-    char where[64];
-    switch (x->seg_kind) {
-    case TPL_SEG_MESSAGE:
-        snprintf(where, sizeof where, "message %u (%s)", x->index, x->role);
-        break;
-    case TPL_SEG_TOOL:
-        snprintf(where, sizeof where, "tool definition %u", x->index);
-        break;
-    case TPL_SEG_PREAMBLE:
-        snprintf(where, sizeof where, "the template's preamble");
-        break;
-    case TPL_SEG_GEN:
-        snprintf(where, sizeof where, "the generation prompt");
-        break;
-    default:
-        snprintf(where, sizeof where, "the prompt");
-    }
+    char where[48], other[48];
+    seg_words(x->seg_kind, x->index, x->role, where, sizeof where);
+    seg_words(x->other_kind, x->other_index, x->other_role, other, sizeof other);
     switch (x->kind) {
     case CAUSE_TURN:
         snprintf(buf, size, "new turn: the earlier request ends there (not a fault)");
+        break;
+    case CAUSE_LAYOUT:
+        snprintf(buf, size, "layout: %s here, %s in the earlier request", where, other);
         break;
     case CAUSE_TOOLS:
         snprintf(buf, size, "tool definitions reordered (same tools, another order)");
@@ -758,14 +799,16 @@ static int print_causes(const rp_diag *d, FILE *f, unsigned top)
             "request, %llu requests):\n",
             (unsigned long long)d->n_text_breaks);
     fprintf(f, "    %9s  %s\n", "requests", "cause");
-    char t[160];
+    char t[192];
     for (size_t i = 0; i < d->n_causes && i < top; i++) {
         cause_text(v[i], t, sizeof t);
         fprintf(f, "    %9llu  %s\n", (unsigned long long)v[i]->n, t);
     }
-    for (size_t i = 0, shown = 0; i < d->n_causes && i < top && shown < 3; i++) {
-        if (v[i]->kind == CAUSE_TURN)
+    bool shown[CAUSE_CONTENT + 1] = {false};
+    for (size_t i = 0; i < d->n_causes && i < top; i++) {
+        if (v[i]->kind == CAUSE_TURN || shown[v[i]->kind])
             continue;
+        shown[v[i]->kind] = true; /* one example of each cause */
         char a[512], b[512];
         const dreq *qa = &d->reqs[v[i]->ex_req], *qb = &d->reqs[v[i]->ex_prev];
         byte_excerpt(qa, v[i]->ex_byte, a, sizeof a);
@@ -775,7 +818,6 @@ static int print_causes(const rp_diag *d, FILE *f, unsigned top)
                 "      line %llu: %s\n",
                 cause_name(v[i]->kind), v[i]->ex_byte, (unsigned long long)qa->line_no, a,
                 (unsigned long long)qb->line_no, b);
-        shown++;
     }
     free(v);
     return 0;
@@ -792,7 +834,7 @@ static json_t *causes_json(const rp_diag *d, unsigned top)
         return NULL;
     }
     for (size_t i = 0; i < d->n_causes && i < top; i++) {
-        char t[160], a[512];
+        char t[192], a[512];
         cause_text(v[i], t, sizeof t);
         const dreq *qa = &d->reqs[v[i]->ex_req];
         byte_excerpt(qa, v[i]->ex_byte, a, sizeof a);
