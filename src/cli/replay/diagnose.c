@@ -691,8 +691,9 @@ static int lcp_percentiles(const rp_diag *d, uint64_t *p50, uint64_t *p90)
 
 static const char *cause_name(int k)
 {
-    static const char *const names[] = {"?",          "new turn",  "tool order",
+    static const char *const names[] = {"?",          "new turn",  "layout", "tool order",
                                         "whitespace", "timestamp", "content"};
+    _Static_assert(sizeof names / sizeof names[0] == CAUSE_CONTENT + 1, "a name per cause");
     return k >= CAUSE_TURN && k <= CAUSE_CONTENT ? names[k] : names[0];
 }
 
