@@ -1,7 +1,7 @@
 /*
  * gen_chatlog.c - a deterministic generator of an example request log for `kvprefix replay`.
  *
- *   gen_chatlog [--seed N] [--requests N] [--format tokens|openai] [-o FILE]
+ *   gen_chatlog [--seed N] [--requests N] [--format tokens|openai] [--variants] [-o FILE]
  *
  * The scripts run it to create the bundled example (the log is generated, not checked in).
  * Output is JSON Lines, one request per line, in time order with strictly increasing
@@ -81,6 +81,15 @@
  * 191 globex of which 46 document QA, 141 initech, 23 one-offs; 4.2 MB as tokens, 3.6 MB as
  * openai) with an unbounded cache caching prompts only: 71 % of prompt tokens hit, acme
  * 85 %, globex 88 %, initech 3 %.
+ *
+ * Variants (--variants, openai format only; without it the output is the same bytes as
+ * before the option existed): acme's requests also carry a "tools" array of four function
+ * definitions (TOOLS below), and each conversation draws, from a generator of its own
+ * (splitmix64 of the seed and the conversation's start, so the main draws are untouched),
+ * one of: 20 % list the tools in another order (rotated by one, as a client that builds the
+ * list from a hash map might), 20 % write the system message with two spaces after its
+ * 20th word instead of one (an edit nobody sees), 60 % neither. `kvprefix replay
+ * --diagnose` with a real tokenizer and template names both (docs/replay.md).
  *
  * Exit status: 0, 1 on an output or memory error, 2 on a usage error ("gen_chatlog: what is
  * wrong" on stderr).
@@ -468,9 +477,14 @@ typedef struct msg {
     vec content; /* its pieces */
 } msg;
 
+/* What a conversation varies under --variants. */
+enum { VAR_NONE, VAR_TOOL_ORDER, VAR_WHITESPACE };
+
 /* A conversation in progress. */
 typedef struct conv {
     conv_kind kind;
+    int variant;         /* VAR_*, drawn at the start (always VAR_NONE without --variants) */
+    bool tools;          /* requests carry TOOLS (acme under --variants) */
     int tenant, model;   /* indexes into tenant_names, model_names */
     bool adapter;        /* requests carry adapter_name */
     unsigned turns_left; /* requests still to send, >= 1 while the conversation is active */
@@ -550,6 +564,35 @@ static conv *conv_new(rng *r, const corpus *cp, uint64_t t_ms)
     return c;
 }
 
+/* The tool definitions acme's requests carry under --variants, one JSON object each. */
+static const char *const TOOLS[] = {
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_order_status\",\"description\":"
+    "\"Look up the delivery status of an order.\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"order_id\":{\"type\":\"string\"}},\"required\":[\"order_id\"]}}}",
+    "{\"type\":\"function\",\"function\":{\"name\":\"cancel_subscription\",\"description\":"
+    "\"Cancel the customer's subscription at the end of the billing period.\",\"parameters\":"
+    "{\"type\":\"object\",\"properties\":{\"customer_id\":{\"type\":\"string\"},"
+    "\"reason\":{\"type\":\"string\"}},\"required\":[\"customer_id\"]}}}",
+    "{\"type\":\"function\",\"function\":{\"name\":\"update_address\",\"description\":"
+    "\"Change the shipping address of an open order.\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"order_id\":{\"type\":\"string\"},\"address\":{\"type\":\"string\"}},"
+    "\"required\":[\"order_id\",\"address\"]}}}",
+    "{\"type\":\"function\",\"function\":{\"name\":\"search_knowledge_base\","
+    "\"description\":\"Search the support articles.\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"query\":{\"type\":\"string\"},\"limit\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":20}},\"required\":[\"query\"]}}}",
+};
+#define N_TOOLS (sizeof TOOLS / sizeof TOOLS[0])
+
+/* The variant of a conversation starting at t_ms: its own splitmix64 draw, so the main
+ * generator's sequence (and every other byte of the output) does not depend on it. */
+static int conv_variant(uint64_t seed, uint64_t t_ms)
+{
+    rng v = {seed ^ (t_ms * UINT64_C(0xD1B54A32D192ED03))};
+    uint64_t k = rng_range(&v, 0, 9);
+    return k < 2 ? VAR_TOOL_ORDER : k < 4 ? VAR_WHITESPACE : VAR_NONE;
+}
+
 /* Write s as the inside of a JSON string. */
 static void json_text(FILE *f, const char *s)
 {
@@ -564,11 +607,14 @@ static void json_text(FILE *f, const char *s)
     }
 }
 
-/* Write pieces as text: the vocabulary entries separated by spaces except before glued ones. */
-static void put_text(FILE *f, const vec *a)
+/* Write pieces as text: the vocabulary entries separated by spaces except before glued ones;
+ * two spaces before piece wide (0: none). */
+static void put_text(FILE *f, const vec *a, size_t wide)
 {
     for (size_t i = 0; i < a->n; i++) {
         uint32_t idx = a->v[i] & ~GLUE;
+        if (i > 0 && i == wide)
+            fputc(' ', f);
         if (i > 0 && !(a->v[i] & GLUE))
             fputc(' ', f);
         json_text(f, idx < N_WORDS ? words[idx] : symbols[idx - N_WORDS]);
@@ -602,11 +648,17 @@ static void write_request(FILE *f, bool openai, const conv *c, const vec *reply,
         for (size_t i = 0; i < c->n_msgs; i++) {
             fprintf(f, "%s{\"role\":\"%s\",\"content\":\"", i ? "," : "",
                     role_names[c->msgs[i].role]);
-            put_text(f, &c->msgs[i].content);
+            bool wide = c->variant == VAR_WHITESPACE && c->msgs[i].role == ROLE_SYSTEM;
+            put_text(f, &c->msgs[i].content, wide ? 20 : 0);
             fputs("\"}", f);
         }
-        fprintf(f, "],\"max_tokens\":%zu,\"timestamp\":%llu.%03llu}\n", reply->n + 1,
-                (unsigned long long)(t_ms / 1000), (unsigned long long)(t_ms % 1000));
+        fputs("]", f);
+        for (size_t k = 0; c->tools && k < N_TOOLS; k++) {
+            size_t j = c->variant == VAR_TOOL_ORDER ? (k + 1) % N_TOOLS : k;
+            fprintf(f, "%s%s", k ? "," : ",\"tools\":[", TOOLS[j]);
+        }
+        fprintf(f, "%s,\"max_tokens\":%zu,\"timestamp\":%llu.%03llu}\n", c->tools ? "]" : "",
+                reply->n + 1, (unsigned long long)(t_ms / 1000), (unsigned long long)(t_ms % 1000));
         return;
     }
     bool first = true;
@@ -689,7 +741,7 @@ static void send_turn(FILE *f, bool openai, rng *r, const corpus *cp, conv *c, u
  * n_requests lines are written. Each step takes the earliest of the next arrival and the
  * active conversations' next turns (a linear scan: a few dozen are active at a time).
  */
-static void simulate(FILE *f, bool openai, uint64_t seed, uint64_t n_requests)
+static void simulate(FILE *f, bool openai, bool variants, uint64_t seed, uint64_t n_requests)
 {
     corpus cp;
     rng r = {seed};
@@ -711,7 +763,12 @@ static void simulate(FILE *f, bool openai, uint64_t seed, uint64_t n_requests)
                     die(1, "%s", "out of memory");
                 active = a;
             }
-            active[n_active++] = conv_new(&r, &cp, next_arrival);
+            conv *nc = conv_new(&r, &cp, next_arrival);
+            if (variants) {
+                nc->variant = conv_variant(seed, next_arrival);
+                nc->tools = nc->tenant == ACME;
+            }
+            active[n_active++] = nc;
             next_arrival += 1 + rng_exp_ms(&r, 9000.0);
             continue;
         }
@@ -736,11 +793,14 @@ static void simulate(FILE *f, bool openai, uint64_t seed, uint64_t n_requests)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: gen_chatlog [--seed N] [--requests N] [--format tokens|openai] [-o FILE]\n"
+            "usage: gen_chatlog [--seed N] [--requests N] [--format tokens|openai] [--variants]\n"
+            "                   [-o FILE]\n"
             "Write a deterministic example request log (JSON Lines) for kvprefix replay.\n"
             "  --seed N        PRNG seed (default %llu)\n"
             "  --requests N    number of requests, 1 to %d (default %d)\n"
             "  --format F      tokens: token-id lines (default); openai: chat completions bodies\n"
+            "  --variants      openai: acme requests carry tools, and some conversations\n"
+            "                  reorder them or change whitespace (for replay --diagnose)\n"
             "  -o FILE         output file (default: standard output; - too)\n",
             (unsigned long long)DEFAULT_SEED, MAX_REQUESTS, DEFAULT_REQUESTS);
 }
@@ -763,7 +823,7 @@ static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 int main(int argc, char **argv)
 {
     uint64_t seed = DEFAULT_SEED, n_requests = DEFAULT_REQUESTS;
-    bool openai = false;
+    bool openai = false, variants = false;
     const char *out_path = NULL;
 
     for (int i = 1; i < argc; i++) {
@@ -773,6 +833,10 @@ int main(int argc, char **argv)
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             usage(stdout);
             return 0;
+        }
+        if (strcmp(arg, "--variants") == 0) {
+            variants = true;
+            continue;
         }
         if (strncmp(arg, "--", 2) == 0 && arg[len] == '=' && len < sizeof name) {
             memcpy(name, arg, len);
@@ -812,6 +876,8 @@ int main(int argc, char **argv)
         }
     }
 
+    if (variants && !openai)
+        die(2, "%s", "--variants needs --format openai (token lines have no tools)");
     FILE *f = stdout;
     if (out_path != NULL && strcmp(out_path, "-") != 0) {
         f = fopen(out_path, "w");
@@ -820,7 +886,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    simulate(f, openai, seed, n_requests);
+    simulate(f, openai, variants, seed, n_requests);
     if (fflush(f) != 0 || ferror(f) || (f != stdout && fclose(f) != 0)) {
         fprintf(stderr, "gen_chatlog: %s: write error: %s\n", out_path ? out_path : "<stdout>",
                 strerror(errno));

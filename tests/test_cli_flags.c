@@ -42,8 +42,12 @@ static const bad_flag replay_cases[] = {
     {"replay", "--capacity 4 --block-size 65537 LOG", 2, "--block-size: '65537' is not an integer"},
     {"replay", "--capacity 4 --trace-block-size x LOG", 2,
      "--trace-block-size: 'x' is not an integer in 1..65536"},
-    {"replay", "--capacity 4 --tokenizer bpe LOG", 2,
-     "--tokenizer: 'bpe' is not one of words, bytes"},
+    {"replay", "--capacity 4 --tokenizer x.tiktoken --tokenizer-kind bpe LOG", 2,
+     "--tokenizer-kind: 'bpe' is not one of llama3, cl100k, o200k"},
+    {"replay", "--capacity 4 --tokenizer-kind llama3 LOG", 2,
+     "--tokenizer-kind needs --tokenizer FILE"},
+    {"replay", "--capacity 4 --template jinja LOG", 2,
+     "--template: 'jinja' is not one of llama3, chatml, qwen2.5, mistral"},
     {"replay", "--capacity 4 --seed -1 LOG", 2, "--seed: '-1' is not an integer in 0.."},
     {"replay", "--capacity 4 --max-line-bytes 10 LOG", 2, "--max-line-bytes: '10' is not a size"},
     {"replay", "--capacity 4 --max-line-bytes 4G LOG", 2, "--max-line-bytes: '4G' is not a size"},
@@ -165,6 +169,24 @@ static const bad_flag keys_cases[] = {
     {"keys", "--file", 2, "--file needs a value"},
 };
 
+static const bad_flag tokenize_cases[] = {
+    {"tokenize", "LOG", 2, "give --tokenizer FILE"},
+    {"tokenize", "--tokenizer x --tokenizer-kind gpt2 LOG", 2,
+     "--tokenizer-kind: 'gpt2' is not one of llama3, cl100k, o200k"},
+    {"tokenize", "--tokenizer x --template jinja LOG", 2,
+     "--template: 'jinja' is not one of llama3, chatml, qwen2.5, mistral"},
+    {"tokenize", "--tokenizer x --text --template llama3 LOG", 2,
+     "--template applies to request bodies, not --text"},
+    {"tokenize", "--tokenizer x --max-bytes 0 LOG", 2, "--max-bytes: '0' is not a size"},
+    {"tokenize", "--tokenizer x LOG LOG", 2, "one input at a time"},
+    {"tokenize", "--tokenizer", 2, "--tokenizer needs a value"},
+    {"tokenize", "--json=1", 2, "--json takes no value"},
+    {"tokenize", "--bogus", 2, "unknown option '--bogus'"},
+    {"tokenize", "--tokenizer /nonexistent/rank.tiktoken LOG", 1,
+     "--tokenizer: /nonexistent/rank.tiktoken: cannot open"},
+    {"tokenize", "--tokenizer LOG LOG", 1, "replay_hand.jsonl:1: rank "},
+};
+
 static void run_cases(const bad_flag *cases, size_t n)
 {
     static char err[16384], out[65536], args[4096];
@@ -216,12 +238,17 @@ Test(flags, keys_every_flag)
     run_cases(keys_cases, sizeof keys_cases / sizeof keys_cases[0]);
 }
 
+Test(flags, tokenize_every_flag)
+{
+    run_cases(tokenize_cases, sizeof tokenize_cases / sizeof tokenize_cases[0]);
+}
+
 /* --help prints the exit-status table in every subcommand and exits 0. */
 Test(flags, help_documents_exit_status)
 {
     static char err[4096], out[65536];
-    const char *subs[] = {"replay", "plan", "demo", "keys"};
-    for (size_t i = 0; i < 4; i++) {
+    const char *subs[] = {"replay", "plan", "demo", "keys", "tokenize"};
+    for (size_t i = 0; i < 5; i++) {
         cr_assert_eq(cli_run(subs[i], "--help", err, sizeof err, out, sizeof out), 0, "%s", err);
         cr_expect(strstr(out, "Exit status: 0 done, 1 bad input or failed I/O, 2 usage error, "
                               "3 internal error.") != NULL,

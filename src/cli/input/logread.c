@@ -113,6 +113,8 @@ void log_options_init(log_options *opt)
     opt->hash_block_size = 512;
     opt->format = 0;
     opt->tokenizer = TOK_WORDS;
+    opt->bpe = NULL;
+    opt->tpl = 0;
     const char *parser = getenv("KVPREFIX_LOG_PARSER");
     opt->parser =
         parser != NULL && strcmp(parser, "jansson") == 0 ? LOG_PARSER_JANSSON : LOG_PARSER_SCAN;
@@ -150,6 +152,10 @@ int log_open(const char *path, const log_options *opt, log_reader **out, char *e
         log_close(r);
         return LOG_EIO;
     }
+
+    r->prompt.tpl = r->opt.tpl;
+    r->prompt.bos = r->opt.bpe != NULL ? bpe_bos(r->opt.bpe) : "";
+    r->prompt.eos = r->opt.bpe != NULL ? bpe_eos(r->opt.bpe) : "";
 
     int fd = is_stdin ? dup(STDIN_FILENO) : open(path, O_RDONLY);
     if (fd < 0) {
@@ -548,6 +554,38 @@ static int detect_format(log_reader *r, const json_t *o, int *format)
                        json_object_get(o, "hash_ids") != NULL, oai_is_request(o), format);
 }
 
+/* Tokenize the rendered prompt text[0, len) of p into r->tokens and r->offsets (x->n_tokens):
+ * with the BPE tokenizer when the options give one, else with the approximate tokenizer and
+ * the fixed layout's markers. Returns 0 or a negative code with the message set. */
+static int tokenize_text(log_reader *r, const oai_prompt *p, const char *text, size_t len,
+                         log_record *x)
+{
+    if (r->opt.bpe != NULL) {
+        size_t cap = r->tokens_cap < r->offsets_cap ? r->tokens_cap : r->offsets_cap;
+        bpe_out o = {r->tokens, r->offsets, 0, cap}; /* both arrays hold at least cap */
+        char msg[256];
+        int rc = bpe_encode(r->opt.bpe, text, len, true, 0, &o, msg, sizeof msg);
+        r->tokens = o.ids;
+        r->offsets = o.offsets;
+        if (o.cap != cap)
+            r->tokens_cap = r->offsets_cap = o.cap;
+        if (rc != BPE_OK)
+            return line_err(r, "tokenizing the prompt: %s", msg),
+                   rc == BPE_ENOMEM ? LOG_ENOMEM : LOG_EINPUT;
+        x->n_tokens = o.n;
+        return 0;
+    }
+    const tok_mark *marks = p->templated ? NULL : p->marks;
+    size_t n_marks = p->templated ? 0 : p->n_marks;
+    size_t n = tok_split(r->opt.tokenizer, text, len, marks, n_marks, NULL, NULL);
+    if (reserve((void **)&r->tokens, &r->tokens_cap, n == 0 ? 1 : n, sizeof *r->tokens) ||
+        reserve((void **)&r->offsets, &r->offsets_cap, n == 0 ? 1 : n, sizeof *r->offsets))
+        return line_err(r, "out of memory for the %zu tokens of a %zu-byte prompt", n, len),
+               LOG_ENOMEM;
+    x->n_tokens = tok_split(r->opt.tokenizer, text, len, marks, n_marks, r->tokens, r->offsets);
+    return 0;
+}
+
 /* Parse an OpenAI request line o (len bytes of JSON) into *rec, starting from *x (line_no
  * and format set): render and tokenize the prompt, map the namespace (see openai.h).
  * Returns LOG_RECORD or a negative code. */
@@ -610,18 +648,15 @@ static int parse_openai(log_reader *r, const json_t *o, size_t len, log_record *
                               &x->n_tokens)))
             return rc;
     } else {
-        size_t len_text = p->text_len;
-        size_t n = tok_split(r->opt.tokenizer, p->text, len_text, p->marks, p->n_marks, NULL, NULL);
-        if (reserve((void **)&r->tokens, &r->tokens_cap, n == 0 ? 1 : n, sizeof *r->tokens) ||
-            reserve((void **)&r->offsets, &r->offsets_cap, n == 0 ? 1 : n, sizeof *r->offsets))
-            return line_err(r, "out of memory for the %zu tokens of a %zu-byte prompt", n,
-                            len_text),
-                   LOG_ENOMEM;
-        x->n_tokens = tok_split(r->opt.tokenizer, p->text, len_text, p->marks, p->n_marks,
-                                r->tokens, r->offsets);
-        x->text = p->text;
+        size_t len_text;
+        const char *text = oai_text(p, &len_text);
+        if ((rc = tokenize_text(r, p, text, len_text, x)) != 0)
+            return rc;
+        x->text = text;
         x->text_len = len_text;
         x->token_offsets = r->offsets;
+        x->segs = p->templated ? p->tout.segs : NULL;
+        x->n_segs = p->templated ? p->tout.n_segs : 0;
     }
     if (x->n_tokens == 0)
         return line_err(r, "prompt is empty: a request needs at least one prompt token");

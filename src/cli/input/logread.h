@@ -11,8 +11,9 @@
  *   OpenAI      a /v1/chat/completions body {"messages": [...], ...} or a /v1/completions
  *               body {"prompt": ..., ...}, alone or wrapped as a Batch API input line
  *               {"custom_id": s, "method": "POST", "url": "/v1/...", "body": {...}};
- *               rendered to text by openai.h (chat layout documented there) and tokenized
- *               by tokenize.h (approximate counts, no model tokenizer).
+ *               rendered to text by openai.h (chat layout documented there, or a model's
+ *               chat template, template.h) and tokenized by tokenize.h (approximate
+ *               counts) or, given log_options.bpe, by the model's BPE tokenizer (bpe.h).
  *
  * A line with "tokens" is a token log line, one with "hash_ids" a Mooncake line, one with
  * "messages" or "prompt" (at the top level or in "body") an OpenAI request; a line with more
@@ -58,6 +59,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bpe.h"
+#include "template.h"
 #include "tokenize.h"
 
 enum {
@@ -102,6 +105,10 @@ typedef struct log_options {
                                  lines through jansson; LOG_PARSER_JANSSON: every line
                                  through jansson (the reference the scanner is tested
                                  against; also set by KVPREFIX_LOG_PARSER=jansson) */
+    bpe *bpe;                 /* OpenAI lines: a model tokenizer (tok/bpe.h, owned by the
+                                 caller) used instead of tokenizer, or NULL (default) */
+    int tpl;                  /* OpenAI chat lines: a chat template (TPL_*, tok/template.h)
+                                 instead of the fixed layout of openai.h, or 0 (default) */
 } log_options;
 
 /* Fill *opt with the defaults above (parser: LOG_PARSER_JANSSON when the environment
@@ -141,6 +148,9 @@ typedef struct log_record {
     size_t text_len;               /* bytes at text (0 when text is NULL) */
     const uint32_t *token_offsets; /* n_tokens byte offsets into text: where token i begins
                                       (ascending); NULL when text is NULL */
+    const tpl_seg *segs;           /* OpenAI chat with a template: the text's segments
+                                      (template.h), ascending; NULL otherwise */
+    size_t n_segs;                 /* segments at segs */
 } log_record;
 
 typedef struct log_reader log_reader;

@@ -228,6 +228,25 @@ static int render_chat(oai_prompt *p, const json_t *body, char *err, size_t err_
     return 0;
 }
 
+/* Render a chat request with the chat template p->tpl (template.h). Returns 0 or a LOG_E*
+ * code. */
+static int render_template(oai_prompt *p, const json_t *body, char *err, size_t err_size)
+{
+    const json_t *messages = json_object_get(body, "messages");
+    if (!json_is_array(messages))
+        return fail(err, err_size, "messages must be an array of messages, not %s",
+                    cli_json_type_name(messages));
+    if (json_array_size(messages) == 0)
+        return fail(err, err_size, "messages is empty: a chat request needs a message");
+    int rc = tpl_render(p->tpl, body, p->bos, p->eos, p->limit, &p->tout, err, err_size);
+    if (rc == TPL_ENOMEM)
+        return LOG_ENOMEM;
+    if (rc != TPL_OK)
+        return LOG_EINPUT;
+    p->templated = true;
+    return 0;
+}
+
 /* Render a completions prompt: text as is, or note the token-id array. Returns 0 or a
  * LOG_E* code. */
 static int render_completions(oai_prompt *p, const json_t *body, char *err, size_t err_size)
@@ -292,6 +311,7 @@ int oai_render(const json_t *o, size_t limit, oai_prompt *p, char *err, size_t e
     p->n_marks = 0;
     p->limit = limit;
     p->failure = FAIL_NONE;
+    p->templated = false;
 
     const json_t *body = o;
     if (!has_request_keys(o)) {
@@ -324,8 +344,20 @@ int oai_render(const json_t *o, size_t limit, oai_prompt *p, char *err, size_t e
                     "a request has either \"messages\" (chat) or \"prompt\" (completions), not "
                     "both");
     p->chat = messages != NULL;
+    if (p->chat && p->tpl != 0)
+        return render_template(p, body, err, err_size);
     return p->chat ? render_chat(p, body, err, err_size)
                    : render_completions(p, body, err, err_size);
+}
+
+const char *oai_text(const oai_prompt *p, size_t *len)
+{
+    if (p->templated) {
+        *len = p->tout.len;
+        return p->tout.text;
+    }
+    *len = p->text_len;
+    return p->text;
 }
 
 void oai_prompt_free(oai_prompt *p)
@@ -334,5 +366,6 @@ void oai_prompt_free(oai_prompt *p)
         return;
     free(p->text);
     free(p->marks);
+    tpl_out_free(&p->tout);
     memset(p, 0, sizeof *p);
 }

@@ -40,6 +40,10 @@
  *      as its tool calls. Other message fields (name, tool_call_id, ...) are not rendered.
  *   3. The generation prompt: "<|im_start|>assistant\n".
  *
+ * With a chat template (oai_prompt.tpl, replay --template), a chat request is rendered by
+ * template.h instead: the model's layout, no markers (the BPE tokenizer finds special tokens
+ * by their text), and segments naming the message or tool each byte belongs to.
+ *
  *   Example: {"messages": [{"role": "system", "content": "Be brief."},
  *                          {"role": "user", "content": "Hi"}]}
  *   renders as "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
@@ -73,6 +77,7 @@
 #include <stddef.h>
 
 #include "json_names.h"
+#include "template.h"
 #include "tokenize.h"
 
 /* The rendered prompt of one request; zero it before first use, reuse it across lines, free
@@ -92,6 +97,13 @@ typedef struct oai_prompt {
     size_t marks_cap;        /* elements allocated at marks */
     size_t limit;            /* longest text allowed (set by oai_render) */
     int failure;             /* inside rendering: 0, or why an append failed */
+    int tpl;                 /* chat template (TPL_*) for chat requests, 0 for the fixed
+                                layout; set by the caller before oai_render */
+    const char *bos;         /* bos_token and eos_token texts for tpl (the tokenizer's);
+                                set by the caller, NULL for "" */
+    const char *eos;
+    tpl_out tout;   /* the template's text and segments */
+    bool templated; /* the last oai_render rendered with tpl (text in tout) */
 } oai_prompt;
 
 /* Whether line object o is an OpenAI request: it has "messages" or "prompt", or its "body"
@@ -105,7 +117,11 @@ bool oai_is_request(const json_t *o);
  * text but stays reusable and freeable. */
 int oai_render(const json_t *o, size_t limit, oai_prompt *p, char *err, size_t err_size);
 
-/* Free what *p holds and zero it. Accepts NULL. */
+/* The text of the last rendering (the template's when p->templated), NUL-terminated, with
+ * its length in *len; owned by p, valid until the next oai_render. Cannot fail. */
+const char *oai_text(const oai_prompt *p, size_t *len);
+
+/* Free what *p holds and zero it (tpl, bos and eos included). Accepts NULL. */
 void oai_prompt_free(oai_prompt *p);
 
 #endif /* CLI_OPENAI_H */

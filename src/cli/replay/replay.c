@@ -49,7 +49,8 @@ static const char usage_text[] =
     "                 \"hash_ids\":[...]}   (one id per --trace-block-size tokens)\n"
     "  OpenAI body   /v1/completions {\"prompt\":...} or /v1/chat/completions\n"
     "                 {\"messages\":[...]}, optionally \"model\", \"user\" (the tenant);\n"
-    "                 counts are approximate: a stand-in tokenizer, not the model's\n"
+    "                 counts are approximate (a stand-in tokenizer) unless --tokenizer\n"
+    "                 names the model's rank file\n"
     "\n"
     "Capacity (blocks; 20000 or 64K; 1Mtok = tokens; 40GiB = KV memory with a model):\n"
     "  --capacity C         replay at C through the pool (full report)\n"
@@ -63,12 +64,19 @@ static const char usage_text[] =
     "  --format F           auto (per line, default), tokens, mooncake, openai\n"
     "  --block-size N       tokens per block for token logs and OpenAI bodies (default 16)\n"
     "  --trace-block-size N tokens per Mooncake hash id (default 512)\n"
-    "  --tokenizer T        OpenAI bodies: words (default) or bytes\n"
+    "  --tokenizer T        OpenAI bodies: words (default) or bytes (approximate), or\n"
+    "                       FILE, the model's tiktoken rank file (exact counts)\n"
+    "  --tokenizer-kind K   llama3, cl100k or o200k (else \"kind\" in FILE.json)\n"
+    "  --template T         chat layout: llama3, chatml, qwen2.5, mistral (default with a\n"
+    "                       FILE: llama3 for llama3, chatml otherwise)\n"
     "  --cache-output       token logs: cache the full blocks of output_tokens too\n"
     "  --sort               replay in timestamp order (stable) instead of file order\n"
     "  --skip-invalid       count and skip malformed lines instead of stopping\n"
     "  --max-line-bytes N   longest accepted line (default 64MiB; also bounds what a\n"
-    "                       compressed line may expand to)\n"
+    "                       compressed line may expand to)\n";
+
+/* The rest of --help (one string would exceed what ISO C requires compilers to take). */
+static const char usage_text2[] =
     "\n"
     "Hashing (figures differ between profiles only through key collisions):\n" CLI_HASH_HELP
     "  --seed N             --hash xxh3: the public 64-bit seed (default 0)\n"
@@ -80,8 +88,10 @@ static const char usage_text[] =
     "  -o, --output FILE    write the report to FILE (replaced only when the run succeeds)\n"
     "  --plot FILE.svg      hit rate against capacity (needs a sweep; replaced only when\n"
     "                       the run succeeds)\n"
-    "  --diagnose           where shared prefixes break: common-prefix reach and the most\n"
-    "                       frequent divergence points (a timestamp or id up front)\n"
+    "  --diagnose           where shared prefixes break: common-prefix reach, the most\n"
+    "                       frequent divergence points (a timestamp or id up front) and,\n"
+    "                       for OpenAI bodies, the cause (message and role, tool order,\n"
+    "                       whitespace, a timestamp at the start)\n"
     "  --top N              rows per breakdown and diagnostics list (default 10)\n"
     "  --progress, --no-progress   progress bar on stderr (default: when it is a terminal)\n"
     "\n"
@@ -109,6 +119,8 @@ enum {
     OPT_BLOCK_SIZE,
     OPT_TRACE_BS,
     OPT_TOKENIZER,
+    OPT_TOKENIZER_KIND,
+    OPT_TEMPLATE,
     OPT_CACHE_OUTPUT,
     OPT_SORT,
     OPT_SEED,
@@ -134,6 +146,8 @@ static const struct option longopts[] = {
     {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
     {"trace-block-size", required_argument, NULL, OPT_TRACE_BS},
     {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+    {"tokenizer-kind", required_argument, NULL, OPT_TOKENIZER_KIND},
+    {"template", required_argument, NULL, OPT_TEMPLATE},
     {"cache-output", no_argument, NULL, OPT_CACHE_OUTPUT},
     {"sort", no_argument, NULL, OPT_SORT},
     {"seed", required_argument, NULL, OPT_SEED},
@@ -157,7 +171,13 @@ static const cli_choice formats[] = {{"auto", 0},
                                      {"mooncake", LOG_MOONCAKE},
                                      {"openai", LOG_OPENAI},
                                      {NULL, 0}};
-static const cli_choice tokenizers[] = {{"words", TOK_WORDS}, {"bytes", TOK_BYTES}, {NULL, 0}};
+static const cli_choice kinds[] = {
+    {"llama3", BPE_LLAMA3}, {"cl100k", BPE_CL100K}, {"o200k", BPE_O200K}, {NULL, 0}};
+static const cli_choice templates[] = {{"llama3", TPL_LLAMA3},
+                                       {"chatml", TPL_CHATML},
+                                       {"qwen2.5", TPL_QWEN25},
+                                       {"mistral", TPL_MISTRAL},
+                                       {NULL, 0}};
 
 /* Apply an option that takes a number or a choice. Returns 0 or the exit status. */
 static int apply_value(rp_options *o, int c, const char *flag, const char *v)
@@ -168,7 +188,13 @@ static int apply_value(rp_options *o, int c, const char *flag, const char *v)
     case OPT_FORMAT:
         return cli_flag_choice("replay", flag, v, formats, &o->format);
     case OPT_TOKENIZER:
-        return cli_flag_choice("replay", flag, v, tokenizers, &o->tokenizer);
+        o->tokenizer = strcmp(v, "bytes") == 0 ? TOK_BYTES : TOK_WORDS;
+        o->tokenizer_file = strcmp(v, "words") == 0 || strcmp(v, "bytes") == 0 ? NULL : v;
+        return 0;
+    case OPT_TOKENIZER_KIND:
+        return cli_flag_choice("replay", flag, v, kinds, &o->tokenizer_kind);
+    case OPT_TEMPLATE:
+        return cli_flag_choice("replay", flag, v, templates, &o->tpl);
     case OPT_BLOCK_SIZE:
     case OPT_TRACE_BS:
         if ((rc = cli_flag_uint("replay", flag, v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
@@ -214,6 +240,7 @@ static int apply_opt(rp_options *o, int c, const char *v)
     switch (c) {
     case 'h':
         fputs(usage_text, stdout);
+        fputs(usage_text2, stdout);
         return -1;
     case 'o':
         o->output_path = v;
@@ -282,6 +309,8 @@ static int check_args(rp_options *o)
         return fail(CLI_EXIT_USAGE, "--plot draws a sweep: add --sweep or --capacities");
     if (o->model && o->config)
         return fail(CLI_EXIT_USAGE, "--model and --config exclude each other");
+    if (o->tokenizer_kind && !o->tokenizer_file)
+        return fail(CLI_EXIT_USAGE, "--tokenizer-kind needs --tokenizer FILE");
     kvp_config_init(&o->hash_cfg);
     if (cli_hash_finish("replay", &o->hash, &o->hash_cfg) != 0)
         return CLI_EXIT_USAGE;
@@ -558,6 +587,8 @@ typedef struct held {
     char *text;
     size_t text_len;
     uint32_t *offsets;
+    tpl_seg *segs; /* the text's template segments, or NULL */
+    size_t n_segs;
 } held;
 
 typedef struct run {
@@ -572,6 +603,7 @@ typedef struct run {
     size_t folded_cap;
     held *held;
     size_t n_held, held_cap;
+    int tpl; /* chat template for OpenAI bodies (TPL_*), or 0 for the fixed layout */
 } run;
 
 static kvp_field field_of(const char *p, size_t len)
@@ -637,8 +669,8 @@ static int replay_one(run *ru, const held *h)
                 ru->folded[i] = (uint32_t)(h->ids[i] ^ (h->ids[i] >> 32));
             sym = ru->folded;
         }
-        if (rp_diag_add(ru->res->diag, root, sym, n, h->text, h->text_len, h->offsets,
-                        h->line_no) != 0)
+        if (rp_diag_add(ru->res->diag, root, sym, n, h->text, h->text_len, h->offsets, h->segs,
+                        h->n_segs, h->line_no) != 0)
             return fail(CLI_EXIT_INPUT, "out of memory");
     }
     return 0;
@@ -678,6 +710,8 @@ static int view_record(run *ru, const log_record *rec, held *h)
     h->text = (char *)rec->text;
     h->text_len = rec->text_len;
     h->offsets = (uint32_t *)rec->token_offsets;
+    h->segs = (tpl_seg *)rec->segs;
+    h->n_segs = rec->n_segs;
     return 0;
 }
 
@@ -697,6 +731,7 @@ static void held_free(held *h)
     free(h->ids);
     free(h->text);
     free(h->offsets);
+    free(h->segs);
 }
 
 /* Keep an owned copy of a record's view for --sort. */
@@ -716,8 +751,9 @@ static int hold(run *ru, const held *v)
     h->ids = v->ids ? dup_bytes(v->ids, v->n_ids * 8) : NULL;
     h->text = v->text ? dup_bytes(v->text, v->text_len + 1) : NULL;
     h->offsets = v->offsets ? dup_bytes(v->offsets, v->n_tokens * 4) : NULL;
+    h->segs = v->segs ? dup_bytes(v->segs, v->n_segs * sizeof *v->segs) : NULL;
     ok &= (!v->tokens || h->tokens) && (!v->ids || h->ids) && (!v->text || h->text) &&
-          (!v->offsets || h->offsets);
+          (!v->offsets || h->offsets) && (!v->segs || h->segs);
     if (!ok) {
         held_free(h);
         return fail(CLI_EXIT_INPUT, "out of memory");
@@ -810,8 +846,11 @@ static int read_log(run *ru, progress *pg)
                 return rc;
             continue;
         }
-        if (rec.format == LOG_OPENAI)
+        if (rec.format == LOG_OPENAI && !res->bpe)
             res->tokenizer = o->tokenizer == TOK_BYTES ? "bytes" : "words";
+        if (rec.format == LOG_OPENAI && res->bpe)
+            snprintf(res->exact, sizeof res->exact, "%s tokenizer (%zu ranks), %s template",
+                     bpe_kind_name(bpe_kind(res->bpe)), bpe_n_ranks(res->bpe), tpl_name(ru->tpl));
         if (!ru->sim && (rc = start_engine(ru)) != 0)
             return rc;
         held v;
@@ -958,6 +997,22 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
     return 0;
 }
 
+/* Load --tokenizer FILE into res->bpe and pick the chat template into ru->tpl (--template,
+ * else by the tokenizer's kind). Returns 0 or the exit status (message printed). */
+static int load_tokenizer(const rp_options *o, run *ru, rp_result *res)
+{
+    ru->tpl = o->tpl;
+    if (!o->tokenizer_file)
+        return 0;
+    char err[512];
+    int rc = bpe_load(o->tokenizer_file, o->tokenizer_kind, &res->bpe, err, sizeof err);
+    if (rc != BPE_OK)
+        return fail(CLI_EXIT_INPUT, "--tokenizer: %s", err);
+    if (ru->tpl == 0)
+        ru->tpl = bpe_kind(res->bpe) == BPE_LLAMA3 ? TPL_LLAMA3 : TPL_CHATML;
+    return 0;
+}
+
 /* Open the log and replay it into ru and res: read, finish, evaluate. Returns 0 or the exit
  * status (message printed). */
 static int replay_log(const rp_options *o, const prep *pp, run *ru, rp_result *res)
@@ -969,7 +1024,12 @@ static int replay_log(const rp_options *o, const prep *pp, run *ru, rp_result *r
     lo.hash_block_size = o->trace_block_size;
     lo.max_line_bytes = o->max_line_bytes;
     char err[512];
-    int rc = log_open(o->path, &lo, &ru->reader, err, sizeof err);
+    int rc = load_tokenizer(o, ru, res);
+    if (rc != 0)
+        return rc;
+    lo.bpe = res->bpe;
+    lo.tpl = ru->tpl;
+    rc = log_open(o->path, &lo, &ru->reader, err, sizeof err);
     if (rc != 0)
         return fail(CLI_EXIT_INPUT, "%s%s", err,
                     rc == LOG_ENOMEM && !strstr(err, "out of memory") ? " (out of memory)" : "");
@@ -1033,6 +1093,7 @@ static void run_free(run *ru, rp_result *res)
     rp_diag_free(res->diag);
     rp_sim_free(ru->sim);
     log_close(ru->reader);
+    bpe_free(res->bpe);
 }
 
 int rp_main(int argc, char **argv)

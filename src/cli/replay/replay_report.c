@@ -207,6 +207,8 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
                 "  tokens                   APPROXIMATE: stand-in '%s' tokenizer and a fixed "
                 "chat layout, not the model's; compare runs, not absolute counts\n",
                 r->tokenizer);
+    else if (r->exact[0])
+        fprintf(f, "  tokens                   exact: %s\n", r->exact);
     if (r->n_skipped) {
         fprintf(f, "  skipped lines            %s (first: ", num(r->n_skipped, a, sizeof a));
         cli_put_escaped(f, r->first_skip, strlen(r->first_skip));
@@ -340,6 +342,8 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
     json_object_set_new(j, "approximate_tokens", json_boolean(r->tokenizer != NULL));
     if (r->tokenizer)
         json_object_set_new(j, "tokenizer", json_string(r->tokenizer));
+    else if (r->exact[0])
+        json_object_set_new(j, "tokenizer", json_string(r->exact));
     json_object_set_new(j, "order", json_string(o->sort ? "timestamp" : "file"));
     json_object_set_new(j, "hash", json_string(kvp_hash_profile_name(o->hash_cfg.hash_profile)));
     json_object_set_new(j, "lines", json_integer((json_int_t)r->n_lines));

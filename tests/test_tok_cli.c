@@ -1,0 +1,218 @@
+/*
+ * test_tok_cli.c - `kvprefix tokenize` and `kvprefix replay --tokenizer` run as a user runs
+ * them: ids of a text and of a request body, the JSON spans, special tokens on and off,
+ * every bad input with its message and exit status; replay of the example log's OpenAI
+ * bodies with the Llama 3 rank file reported exact (no APPROXIMATE mark), and --diagnose
+ * naming the tool-order, whitespace and timestamp breaks that gen_chatlog --variants puts in
+ * it.
+ *
+ * The rank files come from scripts/tokref.sh (TOKREF_DIR); tests that need them skip when
+ * it is empty. Scratch files go to TOK_TEST_DIR.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cliutil.h"
+
+static char err[1 << 16], out[1 << 22];
+
+static const char *scratch(const char *name, const char *text)
+{
+    static char buf[8][4096];
+    static int k;
+    char *b = buf[k++ % 8];
+    const char *d = getenv("TOK_TEST_DIR");
+    snprintf(b, sizeof buf[0], "%s/test_tok_cli_%s", d ? d : ".", name);
+    if (text != NULL) {
+        FILE *f = fopen(b, "wb");
+        cr_assert(f != NULL);
+        fputs(text, f);
+        cr_assert_eq(fclose(f), 0);
+    }
+    return b;
+}
+
+/* The path of a reference rank file; skips the test when scripts/tokref.sh has not run. */
+static const char *ref(const char *file)
+{
+    static char buf[4][4096];
+    static int k;
+    char *b = buf[k++ % 4];
+    const char *d = getenv("TOKREF_DIR");
+    snprintf(b, sizeof buf[0], "%s/%s", d ? d : "build-tok/ref", file);
+    FILE *f = fopen(b, "rb");
+    if (f == NULL)
+        cr_skip_test("%s is missing: scripts/tokref.sh fetches it (npm)", b);
+    fclose(f);
+    return b;
+}
+
+static int run(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int run(const char *sub, const char *fmt, ...)
+{
+    char args[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return cli_run(sub, args, err, sizeof err, out, sizeof out);
+}
+
+Test(tokenize, text_and_body)
+{
+    const char *l3 = ref("llama3.tiktoken");
+    cr_assert_eq(
+        run("tokenize", "--tokenizer '%s' --text '%s'", l3, scratch("hello.txt", "Hello world!")),
+        0, "%s", err);
+    cr_expect_str_eq(out, "9906 1917 0\n");
+    /* A body: rendered with the default template for a llama3 tokenizer (llama3). */
+    const char *body =
+        scratch("hi.json", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}");
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' '%s'", l3, body), 0, "%s", err);
+    cr_expect(strncmp(out, "128000 128006 9125 128007 271 38766 ", 36) == 0, "%s", out);
+    cr_expect(strstr(out, " 128006 882 128007 271 13347 128009 128006 78191 128007 271\n") != NULL,
+              "%s", out);
+    /* The same file as text: its JSON characters are tokenized. */
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --text '%s'", l3, body), 0, "%s", err);
+    cr_expect(strncmp(out, "5018", 4) == 0, "'{\"' first: %s", out);
+}
+
+Test(tokenize, json_spans_and_specials)
+{
+    const char *l3 = ref("llama3.tiktoken");
+    const char *in = scratch("sp.txt", "a<|eot_id|>\xc3\xa9");
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --json '%s'", l3, in), 0, "%s", err);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j != NULL, "%s", out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "tokenizer")), "llama3");
+    cr_expect(json_is_null(json_object_get(j, "template")));
+    cr_expect_str_eq(json_string_value(json_object_get(j, "text")), "a<|eot_id|>\xc3\xa9");
+    const json_t *ids = json_object_get(j, "ids"), *spans = json_object_get(j, "spans");
+    size_t n = json_array_size(ids);
+    cr_assert_eq(json_integer_value(json_object_get(j, "n_tokens")), (json_int_t)n);
+    cr_assert_eq(json_array_size(spans), n);
+    cr_expect_eq(json_integer_value(json_array_get(ids, 1)), 128009);
+    json_int_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_array_get(spans, i);
+        cr_expect_eq(json_integer_value(json_array_get(s, 0)), at, "span %zu starts", i);
+        at = json_integer_value(json_array_get(s, 1));
+    }
+    cr_expect_eq(at, 13, "the spans cover the 13 bytes");
+    json_decref(j);
+    /* --no-special: the same text has no special token. */
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --no-special '%s'", l3, in), 0, "%s", err);
+    cr_expect(strstr(out, "128009") == NULL, "%s", out);
+}
+
+Test(tokenize, bad_inputs)
+{
+    const char *l3 = ref("llama3.tiktoken");
+    cr_expect_eq(run("tokenize", "--tokenizer '%s' '%s'", l3, scratch("bad.txt", "ok\xff")), 1);
+    cr_expect(strstr(err, "the text is not valid UTF-8 at byte 2") != NULL, "%s", err);
+    cr_expect_eq(run("tokenize", "--tokenizer '%s' '%s'", l3,
+                     scratch("badmsg.json", "{\"messages\": [{\"role\": 5}]}")),
+                 1);
+    cr_expect(strstr(err, "messages[0] must be an object with a string \"role\"") != NULL, "%s",
+              err);
+    cr_expect_eq(run("tokenize", "--tokenizer '%s' '%s'", l3,
+                     scratch("ids.json", "{\"prompt\": [1, 2, 3]}")),
+                 1);
+    cr_expect(strstr(err, "prompt is already token ids") != NULL, "%s", err);
+    cr_expect_eq(run("tokenize", "--tokenizer '%s' --template llama3 '%s'", l3,
+                     scratch("plain.txt", "just text")),
+                 1);
+    cr_expect(strstr(err, "--template needs an OpenAI request body") != NULL, "%s", err);
+    cr_expect_eq(run("tokenize", "--tokenizer '%s' --max-bytes 1KiB '%s'", l3,
+                     scratch("big.txt", "0123456789012345678901234567890123456789012345678901234"
+                                        "567890123456789012345678901234567890123456789012345678"
+                                        "901234567890123456789012345678901234567890123456789012"
+                                        "3456789")),
+                 0, "%s", err);
+    cr_expect_eq(
+        run("tokenize", "--tokenizer '%s' --max-bytes 16 '%s'", l3, scratch("big.txt", NULL)), 1);
+    cr_expect(strstr(err, "larger than --max-bytes 16") != NULL, "%s", err);
+}
+
+/* Write the example log with gen_chatlog (args) to scratch file name. */
+static const char *example(const char *name, const char *args)
+{
+    const char *gen = getenv("GEN_CHATLOG_BIN");
+    cr_assert_not_null(gen);
+    const char *path = scratch(name, NULL);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' %s -o '%s'", gen, args, path);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    return path;
+}
+
+Test(replay_tok, exact_counts_without_the_approximate_mark)
+{
+    const char *l3 = ref("llama3.tiktoken");
+    const char *log = example("chat.jsonl", "--format openai --requests 120");
+    cr_assert_eq(run("replay", "--capacity 20000 --json '%s'", log), 0, "%s", err);
+    cr_expect(strstr(out, "\"approximate_tokens\": true") != NULL, "%.300s", out);
+    cr_assert_eq(run("replay", "--capacity 20000 --json --tokenizer '%s' '%s'", l3, log), 0, "%s",
+                 err);
+    cr_expect(strstr(out, "\"approximate_tokens\": false") != NULL, "%.300s", out);
+    cr_expect(strstr(out, "llama3 tokenizer (128000 ranks), llama3 template") != NULL, "%.400s",
+              out);
+    cr_assert_eq(run("replay", "--capacity 20000 --tokenizer '%s' --template chatml '%s'", l3, log),
+                 0, "%s", err);
+    cr_expect(strstr(out, "APPROXIMATE") == NULL, "%s", out);
+    cr_expect(strstr(out, "exact: llama3 tokenizer (128000 ranks), chatml template") != NULL, "%s",
+              out);
+    cr_expect_eq(run("replay", "--capacity 20 --tokenizer '%s' '%s'",
+                     scratch("missing.tiktoken", NULL), log),
+                 1);
+    cr_expect(strstr(err, "--tokenizer: ") != NULL && strstr(err, "cannot open") != NULL, "%s",
+              err);
+}
+
+Test(replay_tok, diagnose_names_tool_order_whitespace_and_timestamp)
+{
+    const char *l3 = ref("llama3.tiktoken");
+    const char *log = example("variants.jsonl", "--format openai --variants");
+    cr_assert_eq(run("replay", "--capacity 20000 --diagnose --tokenizer '%s' '%s'", l3, log), 0,
+                 "%s", err);
+    cr_expect(strstr(out, "tool definitions reordered (same tools, another order)") != NULL, "%s",
+              out);
+    cr_expect(strstr(out, "whitespace-only difference in message 0 (system)") != NULL, "%s", out);
+    cr_expect(strstr(out, "timestamp-like run at the start, in message 0 (system)") != NULL, "%s",
+              out);
+    cr_expect(strstr(out, "new turn: the earlier request ends there") != NULL, "%s", out);
+    cr_assert_eq(run("replay", "--capacity 20000 --diagnose --json --tokenizer '%s' '%s'", l3, log),
+                 0, "%s", err);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j != NULL);
+    const json_t *causes = json_object_get(json_object_get(j, "diagnose"), "causes");
+    cr_assert(json_is_array(causes), "%.500s", out);
+    bool tools = false, ws = false;
+    for (size_t i = 0; i < json_array_size(causes); i++) {
+        const json_t *c = json_array_get(causes, i);
+        const char *name = json_string_value(json_object_get(c, "cause"));
+        tools |= strcmp(name, "tool order") == 0;
+        if (strcmp(name, "whitespace") == 0) {
+            ws = true;
+            cr_expect_eq(json_integer_value(json_object_get(c, "message")), 0);
+            cr_expect_str_eq(json_string_value(json_object_get(c, "role")), "system");
+        }
+    }
+    cr_expect(tools && ws);
+    json_decref(j);
+    /* The mistral template moves the system message into the last user turn: a layout break
+     * at every new turn. */
+    cr_assert_eq(run("replay",
+                     "--capacity 20000 --diagnose --tokenizer '%s' --template mistral "
+                     "'%s'",
+                     l3, log),
+                 0, "%s", err);
+    cr_expect(strstr(out, "layout: message 3 (user) here, message 0 (system) in the earlier "
+                          "request") != NULL,
+              "%s", out);
+}
