@@ -6,6 +6,7 @@
  *   kvprefix plan ...    KV-cache capacity planning (plan/)
  *   kvprefix replay ...  prefix-cache hit rate of a request log (replay/)
  *   kvprefix keys ...    block keys of a token list under a hash profile (keys/)
+ *   kvprefix route ...   what-if fleet routing simulation (route/)
  *   kvprefix version     library and tool version
  *
  * Exit status, the same in every subcommand (common/cli.h): 0 done, 1 bad input or failed
@@ -18,6 +19,7 @@
 #include "keys.h"
 #include "kvprefix.h"
 #include "outfile.h"
+#include "route.h"
 
 static void usage(FILE *f)
 {
@@ -29,6 +31,8 @@ static void usage(FILE *f)
                "  replay    hit rate of a request log at a cache size, or a whole curve\n"
                "            (kvprefix replay --help)\n"
                "  keys      block keys of a token list under a hash profile (keys --help)\n"
+               "  route     what-if fleet simulation: routing policies against hit rate and\n"
+               "            time to first token (kvprefix route --help)\n"
                "  version   print the version\n"
                "  help      this message\n"
                "\n" CLI_EXIT_HELP);
@@ -49,6 +53,8 @@ int main(int argc, char **argv)
         return rp_main(argc - 1, argv + 1);
     if (strcmp(cmd, "keys") == 0)
         return keys_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "route") == 0)
+        return rt_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kvprefix %s (library %s)\n", KVP_VERSION_STRING, kvp_version());
         return cli_stdout_check("version");
