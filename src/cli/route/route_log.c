@@ -373,7 +373,8 @@ static int key_prompt(reading *rd, rt_req *q, const uint32_t *tokens, uint64_t l
 {
     rt_log *log = rd->log;
     uint32_t n_full = q->n_prompt / log->block_size;
-    if (!cli_grow((void **)&log->keys, &log->keys_cap, log->n_keys + n_full, sizeof *log->keys))
+    /* One more than needed, so that keys is never NULL (a prompt without a full block). */
+    if (!cli_grow((void **)&log->keys, &log->keys_cap, log->n_keys + n_full + 1, sizeof *log->keys))
         return oom(rd);
     kvp_namespace ns = rt_log_ns(log, q);
     size_t n = 0;

@@ -111,14 +111,14 @@ static void table_head(FILE *f, const rt_options *o, const rt_report *r)
                 r->model_desc);
     fprintf(f, ")\n");
     fprintf(f,
-            "  time model      concurrency %u; prefill %.3f us per uncached prompt token, "
-            "decode %.3f us per output token\n",
+            "  time model      concurrency %u; prefill %.6g us per uncached prompt token, "
+            "decode %.6g us per output token\n",
             o->model.concurrency, (double)o->model.prefill_ns / 1e3,
             (double)o->model.decode_ns / 1e3);
     if (r->timestamps)
         fprintf(f, "  arrivals        the log's timestamps (ms)\n");
     else
-        fprintf(f, "  arrivals        timestamps where given, else %.3f ms after the previous\n",
+        fprintf(f, "  arrivals        timestamps where given, else %.6g ms after the previous\n",
                 (double)o->log.interarrival / 1e6);
     fprintf(f,
             "  policies        cache-aware-cap skips replicas above %.3g x the mean outstanding "
