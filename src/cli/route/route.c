@@ -10,17 +10,15 @@
  * convert the capacity to blocks of the log's block size; run every (replica count,
  * policy) pair (route_sim.c); write the report (route_report.c) and the chart.
  *
- * Every replica of every fleet shares one hash key (an explicit --hash-key, or one random
- * key drawn here for the whole run), so the keys computed once from the log hold on all
- * of them.
+ * Every replica of every fleet shares one hash key (an explicit --hash-key, or one derived
+ * from --random-seed), so the keys computed once from the log hold on all of them, and a
+ * run is a pure function of its input and options.
  *
  * Exit status (cli.h): 0 done, 1 bad input or failed I/O (messages "FILE:LINE: what is
  * wrong"), 2 usage, 3 internal error (a check of the simulation failed).
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "cli.h"
@@ -55,7 +53,8 @@ static const char usage_text[] =
     "                       F x the fleet mean (default 1.5; at least 1)\n"
     "  --vnodes N           affinity: hash-ring points per replica (default 160)\n"
     "  --affinity-blocks K  affinity: hash the prompt's first K blocks (default 1)\n"
-    "  --random-seed N      random: the stream's seed; also places the ring (default 1)\n"
+    "  --random-seed N      random: the stream's seed; also places the ring and, without\n"
+    "                       --hash-key, gives the keyed profiles their key (default 1)\n"
     "\n"
     "Time model (integer nanoseconds; docs/routing.md):\n"
     "  --concurrency N      requests a replica serves at once, FIFO beyond (default 1)\n"
@@ -366,23 +365,19 @@ static int apply_opt(rt_options *o, int c, const char *v)
     }
 }
 
-/* Give every replica the same hash key: keyed and siphash without --hash-key draw one
- * random key for the whole run. Returns 0 or CLI_EXIT_INPUT. */
-static int shared_key(kvp_config *c)
+/* Give every replica the same hash key: keyed and siphash without --hash-key get one
+ * derived from --random-seed, so that a run is reproducible (the key changes the figures
+ * only through key collisions and the affinity ring's placement of prefixes). Cannot fail. */
+static void shared_key(kvp_config *c, uint64_t seed)
 {
     if (c->hash_key_len != 0 ||
         (c->hash_profile != KVP_HASH_KEYED && c->hash_profile != KVP_HASH_SIPHASH))
-        return 0;
-    size_t got = 0;
-    while (got < KVP_HASH_KEY_MAX) {
-        ssize_t n = getrandom(c->hash_key + got, KVP_HASH_KEY_MAX - got, 0);
-        if (n < 0 && errno != EINTR)
-            return fail(CLI_EXIT_INPUT, "no random source for the hash key: %s (give --hash-key)",
-                        strerror(errno));
-        got += n > 0 ? (size_t)n : 0;
+        return;
+    for (size_t i = 0; i < KVP_HASH_KEY_MAX; i += 8) {
+        uint64_t w = rt_mix64(seed + UINT64_C(0x6b65792d726f7574) * (i / 8 + 1));
+        memcpy(c->hash_key + i, &w, 8);
     }
     c->hash_key_len = KVP_HASH_KEY_MAX;
-    return 0;
 }
 
 /* The checks between options, once all are known. Returns 0 or the exit status. */
@@ -401,10 +396,9 @@ static int check_args(rt_options *o)
         return fail(CLI_EXIT_USAGE, "--policies: no policy");
     if (cli_hash_finish("route", &o->hash, &o->cache) != 0)
         return CLI_EXIT_USAGE;
-    int rc = shared_key(&o->cache);
+    shared_key(&o->cache, o->model.random_seed);
     const char *inputs[] = {o->log.path};
-    if (rc == 0)
-        rc = cli_out_refuse_input("route", "--plot", o->plot_path, inputs, 1);
+    int rc = cli_out_refuse_input("route", "--plot", o->plot_path, inputs, 1);
     if (rc == 0)
         rc = cli_out_refuse_input("route", "--output", o->output_path, inputs, 1);
     if (rc == 0 && o->plot_path && o->output_path && strcmp(o->plot_path, o->output_path) == 0 &&
