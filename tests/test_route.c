@@ -69,6 +69,7 @@ static rt_log *load_as(const char *path, uint32_t bs, const kvp_config *kc)
     rt_log *log = NULL;
     int rc = rt_log_read(&lc, &log, err, sizeof err);
     cr_assert_eq(rc, RT_OK, "%s", err);
+    cr_assert(rt_log_check(log));
     return log;
 }
 
@@ -297,6 +298,22 @@ Test(route, pinned_blocks_postpone_a_start)
     cr_assert_eq(r.n_oversize, 1);
     cr_assert_eq(r.per_req[1].hit, 0);
     rt_result_free(&r);
+    rt_log_free(log);
+}
+
+/* Lines without a timestamp arrive --interarrival-ms after the previous line (the first at
+ * 0); a timestamp resets the clock. route_no_ts.jsonl: none, none, 1000 ms, none. */
+Test(route, arrivals_without_timestamps)
+{
+    kvp_config kc = hash_cfg(KVP_HASH_XXH3);
+    rt_log *log = load_as(data("route_no_ts.jsonl"), 4, &kc);
+    static const rt_time want[] = {0, 100, 1000, 1100};
+    cr_assert_eq(rt_log_n(log), 4);
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_eq(rt_log_req(log, i)->arrival, want[i] * MS, "line %zu", i + 1);
+    cr_assert(!rt_log_all_timestamps(log));
+    /* No output tokens given: the default (128) is decoded. */
+    cr_assert_eq(rt_log_req(log, 0)->n_output, 128);
     rt_log_free(log);
 }
 
@@ -648,6 +665,24 @@ Test(route_cli, mooncake_trace_and_byte_capacity)
     {
         cr_assert_eq(json_integer_value(json_object_get(r, "hit_tokens")), 1536);
     }
+    json_decref(j);
+}
+
+/* OpenAI bodies are read as replay reads them (approximate token counts). */
+Test(route_cli, openai_bodies)
+{
+    char args[8192], path[4096];
+    snprintf(path, sizeof path, "%s", data("route_hand.jsonl"));
+    char *cut = strstr(path, "/route/route_hand.jsonl");
+    cr_assert_not_null(cut);
+    snprintf(cut, sizeof path - (size_t)(cut - path), "/replay/openai_chat.jsonl");
+    snprintf(args, sizeof args, "--capacity 64 --replicas 1,2 --json '%s'", path);
+    cr_assert_eq(route(args), 0, "%s", errs);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "format")),
+                     "OpenAI-style request bodies");
+    cr_assert_gt(json_integer_value(json_object_get(j, "requests")), 0);
     json_decref(j);
 }
 

@@ -98,6 +98,11 @@ typedef struct rt_log rt_log;
  * ...") in err; an empty log (no request) is RT_EINPUT. */
 int rt_log_read(const rt_log_config *cfg, rt_log **out, char *err, size_t err_size);
 
+/* The log's invariants: every request's offsets inside their arrays, each stored key,
+ * token or id owned by exactly one request, n_keys == n_prompt / block_size, lengths in
+ * their limits, arrivals non-decreasing. Returns true when they hold. */
+bool rt_log_check(const rt_log *log);
+
 void rt_log_free(rt_log *log);
 
 size_t rt_log_n(const rt_log *log); /* requests, in arrival order */

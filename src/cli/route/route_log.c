@@ -187,6 +187,27 @@ const uint32_t *rt_log_tokens(const rt_log *log, const rt_req *q, uint32_t *buf)
     return buf;
 }
 
+bool rt_log_check(const rt_log *log)
+{
+    size_t keys = 0, data = 0;
+    for (size_t i = 0; i < log->n_reqs; i++) {
+        const rt_req *q = &log->reqs[i];
+        bool mooncake = log->format == LOG_MOONCAKE;
+        size_t n_data = mooncake ? q->n_ids : q->n_prompt,
+               have = mooncake ? log->n_ids : log->n_tokens;
+        if (q->n_prompt == 0 || q->n_prompt > RT_MAX_TOKENS || q->n_output > RT_MAX_TOKENS ||
+            q->n_keys != q->n_prompt / log->block_size || q->key + q->n_keys > log->n_keys ||
+            q->data + n_data > have || q->ns >= log->n_ns || q->n_prompt > log->max_prompt ||
+            (i > 0 && q->arrival < log->reqs[i - 1].arrival) || q->arrival > RT_TIME_MAX)
+            return false;
+        keys += q->n_keys;
+        data += n_data;
+    }
+    /* Every stored key and token or id belongs to exactly one request. */
+    return keys == log->n_keys &&
+           data == (log->format == LOG_MOONCAKE ? log->n_ids : log->n_tokens);
+}
+
 void rt_log_free(rt_log *log)
 {
     if (!log)
