@@ -722,6 +722,7 @@ Test(route_cli, bad_input_names_file_and_line)
     bad_input("route_bad_output.jsonl", "", 2, "an output of 99999999 tokens");
     bad_input("route_hand.jsonl", "--vocab-size 50", 1, "token 8 is 100");
     bad_input("route_bad_vllm.jsonl", "--hash vllm-xxhash-cbor", 1, "model");
+    bad_input("route_trace.jsonl", "--vocab-size 1000", 1, "a Mooncake trace has none");
     char args[8192];
     snprintf(args, sizeof args, "--capacity 16 --sort --replicas 2 --csv '%s'",
              data("route_bad_order.jsonl"));

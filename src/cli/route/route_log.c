@@ -305,6 +305,9 @@ static int check_format(reading *rd, const log_record *rec)
 {
     rt_log *log = rd->log;
     if (log->format == 0) {
+        if (rec->format == LOG_MOONCAKE && rd->cfg->cache->vocab_size != 0)
+            return line_err(rd, rec->line_no,
+                            "--vocab-size checks token ids, and a Mooncake trace has none");
         log->format = rec->format;
         log->block_size =
             rec->format == LOG_MOONCAKE ? rd->cfg->trace_block_size : rd->cfg->block_size;
