@@ -411,9 +411,9 @@ Test(route, random_follows_splitmix64)
 
 /* A random log written to a temporary file: conversations that grow turn by turn (token
  * logs: blocks of 4 tokens from a small alphabet; Mooncake: dense ids), arrivals 0..k ms. */
-static void random_log(char *path, bool mooncake, unsigned seed, int n_req)
+static void random_log(char path[64], bool mooncake, unsigned seed, int n_req)
 {
-    strcpy(path, "/tmp/kvp_route_XXXXXX");
+    snprintf(path, 64, "%s", "/tmp/kvp_route_XXXXXX");
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");

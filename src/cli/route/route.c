@@ -418,7 +418,7 @@ static void defaults(rt_options *o)
     o->log.trace_block_size = 512;
     o->log.tokenizer = TOK_WORDS;
     o->log.max_line_bytes = LOG_DEFAULT_MAX_LINE;
-    o->log.interarrival = 100 * 1000 * 1000;
+    o->log.interarrival = (rt_time)100 * 1000 * 1000;
     o->log.default_output = 128;
     o->log.cache = &o->cache;
     static const uint32_t counts[] = {1, 2, 4, 8, 16};
@@ -427,8 +427,8 @@ static void defaults(rt_options *o)
     for (int p = 0; p < RT_N_POLICIES; p++)
         o->policies[p] = true;
     o->model.concurrency = 1;
-    o->model.prefill_ns = 50 * 1000;
-    o->model.decode_ns = 1000 * 1000;
+    o->model.prefill_ns = UINT64_C(50) * 1000;
+    o->model.decode_ns = UINT64_C(1000) * 1000;
     o->model.load_cap = 1.5;
     o->model.vnodes = 160;
     o->model.affinity_blocks = 1;
@@ -624,7 +624,7 @@ int rt_main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc < 0 ? cli_stdout_check("route") : rc;
-    cap_spec cap;
+    cap_spec cap = {0, 0};
     uint64_t token_bytes = 0;
     rt_report rep;
     memset(&rep, 0, sizeof rep);

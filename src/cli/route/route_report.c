@@ -264,7 +264,7 @@ static int json_report(FILE *f, const rt_options *o, const rt_report *r)
     json_object_set_new(j, "capacity_blocks", json_integer((json_int_t)r->capacity));
     if (r->block_bytes) {
         json_object_set_new(j, "capacity_bytes",
-                            json_integer((json_int_t)(r->capacity * r->block_bytes)));
+                            json_integer((json_int_t)r->capacity * (json_int_t)r->block_bytes));
         json_object_set_new(j, "kv_model", json_string(r->model_desc));
     }
     json_object_set_new(j, "model", model_json(o, r));
