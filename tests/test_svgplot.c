@@ -143,10 +143,9 @@ Test(svgplot, document_shape)
 Test(svgplot, one_circle_per_point_and_series)
 {
     static const double x[] = {16, 32, 64, 128, 256};
-    static const double y[4][5] = {{0.1, 0.2, 0.3, 0.4, 0.5},
-                                   {0.0, 0.1, 0.2, 0.3, 0.4},
-                                   {0.2, 0.3, 0.5, 0.7, 0.7},
-                                   {1.0, 1.0, 1.0, 1.0, 1.0}};
+    static const double y[SVG_MAX_SERIES][5] = {
+        {0.1, 0.2, 0.3, 0.4, 0.5}, {0.0, 0.1, 0.2, 0.3, 0.4}, {0.2, 0.3, 0.5, 0.7, 0.7},
+        {1.0, 1.0, 1.0, 1.0, 1.0}, {0.5, 0.5, 0.6, 0.6, 0.6}, {0.3, 0.2, 0.1, 0.0, 0.0}};
     for (size_t k = 1; k <= SVG_MAX_SERIES; k++) {
         svg_series s[SVG_MAX_SERIES];
         for (size_t i = 0; i < k; i++)
@@ -389,7 +388,7 @@ Test(svgplot, invalid_input_is_refused)
 {
     static const double x[] = {1, 10, 100};
     static const double y[] = {0.1, 0.2, 0.3};
-    svg_series s[] = {{"a", y}, {"b", y}, {"c", y}, {"d", y}, {"e", y}};
+    svg_series s[] = {{"a", y}, {"b", y}, {"c", y}, {"d", y}, {"e", y}, {"f", y}, {"g", y}};
     svg_plot p;
 
     p = chart(x, 0, s, 1);
@@ -398,8 +397,8 @@ Test(svgplot, invalid_input_is_refused)
     refused(&p, "x NULL");
     p = chart(x, 3, s, 0);
     refused(&p, "no series");
-    p = chart(x, 3, s, 5);
-    refused(&p, "5 series");
+    p = chart(x, 3, s, SVG_MAX_SERIES + 1);
+    refused(&p, "too many series");
     p = chart(x, 3, NULL, 1);
     refused(&p, "series NULL");
 

@@ -7,6 +7,7 @@
  *   kvprefix replay ...  prefix-cache hit rate of a request log (replay/)
  *   kvprefix keys ...    block keys of a token list under a hash profile (keys/)
  *   kvprefix tokenize .. token ids of a text or request under a model's tokenizer (tok/)
+ *   kvprefix route ...   what-if fleet routing simulation (route/)
  *   kvprefix version     library and tool version
  *
  * Exit status, the same in every subcommand (common/cli.h): 0 done, 1 bad input or failed
@@ -20,6 +21,7 @@
 #include "tokcmd.h"
 #include "kvprefix.h"
 #include "outfile.h"
+#include "route.h"
 
 static void usage(FILE *f)
 {
@@ -33,6 +35,8 @@ static void usage(FILE *f)
                "  keys      block keys of a token list under a hash profile (keys --help)\n"
                "  tokenize  token ids of a text or request body under a model's tokenizer\n"
                "            and chat template (tokenize --help)\n"
+               "  route     what-if fleet simulation: routing policies against hit rate and\n"
+               "            time to first token (kvprefix route --help)\n"
                "  version   print the version\n"
                "  help      this message\n"
                "\n" CLI_EXIT_HELP);
@@ -55,6 +59,8 @@ int main(int argc, char **argv)
         return keys_main(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0)
         return tokcmd_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "route") == 0)
+        return rt_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kvprefix %s (library %s)\n", KVP_VERSION_STRING, kvp_version());
         return cli_stdout_check("version");

@@ -46,7 +46,7 @@
 #define CHAR_W       6.6  /* estimated width of one character at font-size 12 */
 
 static const char *const series_colour[SVG_MAX_SERIES] = {"#1f77b4", "#d62728", "#2ca02c",
-                                                          "#9467bd"};
+                                                          "#9467bd", "#ff7f0e", "#8c564b"};
 
 /* The geometry of one chart, computed once from the validated input. */
 typedef struct plot_geom {

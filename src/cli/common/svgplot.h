@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define SVG_MAX_SERIES 4   /* most series one chart draws (one colour each) */
+#define SVG_MAX_SERIES 6   /* most series one chart draws (one colour each) */
 #define SVG_WIDTH      800 /* SVG width and height in user units (= viewBox) */
 #define SVG_HEIGHT     480
 

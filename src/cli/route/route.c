@@ -1,0 +1,655 @@
+/*
+ * route.c - `kvprefix route`: a what-if fleet simulation. Replays a request log against N
+ * replicas (each its own kvp_cache) under several routing policies and a simple time model,
+ * and reports fleet hit rate, per-replica hit rate, load imbalance and modelled time to
+ * first token per policy and replica count (docs/routing.md, "Fleet simulation").
+ *
+ * Flow: parse the options; check what can be checked before reading (the capacity's unit,
+ * the model preset, the output files, which are created now and renamed into place only
+ * when everything succeeded); read the whole log into memory with its keys (route_log.c);
+ * convert the capacity to blocks of the log's block size; run every (replica count,
+ * policy) pair (route_sim.c); write the report (route_report.c) and the chart.
+ *
+ * Every replica of every fleet shares one hash key (an explicit --hash-key, or one derived
+ * from --random-seed), so the keys computed once from the log hold on all of them, and a
+ * run is a pure function of its input and options.
+ *
+ * Exit status (cli.h): 0 done, 1 bad input or failed I/O (messages "FILE:LINE: what is
+ * wrong"), 2 usage, 3 internal error (a check of the simulation failed).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "flags.h"
+#include "hashopt.h"
+#include "kvplan.h"
+#include "logread.h"
+#include "models.h"
+#include "outfile.h"
+#include "route.h"
+
+#define fail(...) cli_fail("route", __VA_ARGS__)
+
+static const char usage_text[] =
+    "Usage: kvprefix route [options] --capacity C LOG\n"
+    "\n"
+    "What-if fleet simulation: replay a request log against N replicas, each an LRU\n"
+    "prefix cache of C blocks (the library's pool), under several routing policies, and\n"
+    "compare fleet and per-replica hit rate, load imbalance and modelled time to first\n"
+    "token (docs/routing.md). LOG is read as `kvprefix replay` reads it: token-id logs,\n"
+    "Mooncake hash-id traces, OpenAI bodies; plain, .gz or .zst; '-' for standard input.\n"
+    "\n"
+    "Fleet:\n"
+    "  --capacity C         per replica: blocks (20000, 64K), tokens (1Mtok) or KV\n"
+    "                       memory with --model (40GiB)\n"
+    "  --model NAME         model preset for byte capacities (kvprefix plan --list-models);\n"
+    "                       --kv-dtype T overrides its KV dtype\n"
+    "  --replicas A,B,..    replica counts to compare (default 1,2,4,8,16; 1..1024)\n"
+    "  --policies P,..      any of round-robin, random, least-loaded, affinity,\n"
+    "                       cache-aware, cache-aware-cap (default: all)\n"
+    "  --load-cap F         cache-aware-cap: skip replicas whose outstanding work is above\n"
+    "                       F x the fleet mean (default 1.5; at least 1)\n"
+    "  --vnodes N           affinity: hash-ring points per replica (default 160)\n"
+    "  --affinity-blocks K  affinity: hash the prompt's first K blocks (default 1)\n"
+    "  --random-seed N      random: the stream's seed; also places the ring and, without\n"
+    "                       --hash-key, gives the keyed profiles their key (default 1)\n"
+    "\n"
+    "Time model (integer nanoseconds; docs/routing.md):\n"
+    "  --concurrency N      requests a replica serves at once, FIFO beyond (default 1)\n"
+    "  --prefill-us X       microseconds per uncached prompt token (default 50)\n"
+    "  --decode-us X        microseconds per output token (default 1000)\n"
+    "  --interarrival-ms X  arrival gap for lines without a timestamp (default 100)\n"
+    "  --output-tokens N    output tokens of token-log and OpenAI lines that give none\n"
+    "                       (default 128)\n"
+    "  Service = prefill-us x uncached prompt tokens + decode-us x output tokens;\n"
+    "  TTFT = queueing + prefill. Timestamps are milliseconds (Mooncake's unit).\n"
+    "\n"
+    "Input:\n"
+    "  --format F           auto (per line, default), tokens, mooncake, openai\n"
+    "  --block-size N       tokens per block for token logs and OpenAI bodies (default 16)\n"
+    "  --trace-block-size N tokens per Mooncake hash id (default 512)\n"
+    "  --tokenizer T        OpenAI bodies: words (default) or bytes\n"
+    "  --sort               sort by arrival (stable) instead of refusing disorder\n"
+    "  --max-line-bytes N   longest accepted line (default 64MiB)\n"
+    "\n"
+    "Hashing (figures differ between profiles only through key collisions):\n" CLI_HASH_HELP
+    "  --seed N             --hash xxh3: the public 64-bit seed (default 0)\n"
+    "\n"
+    "Output:\n"
+    "  --json, --csv        machine-readable output instead of the table\n"
+    "  -o, --output FILE    write the report to FILE (replaced only when the run succeeds)\n"
+    "  --plot FILE.svg      fleet hit rate of each policy against the replica count\n"
+    "  --check              check the simulation's invariants after every event (slow)\n"
+    "\n"
+    "Examples:\n"
+    "  kvprefix route --capacity 1024 conversation_trace.jsonl\n"
+    "  kvprefix route --capacity 40GiB --model Llama-3.1-8B --plot fleet.svg trace.jsonl\n"
+    "  kvprefix route --capacity 4096 --replicas 2 --policies round-robin,cache-aware \\\n"
+    "      --json chat.jsonl\n"
+    "\n" CLI_EXIT_HELP;
+
+enum {
+    OPT_CAPACITY = 256,
+    OPT_MODEL,
+    OPT_KV_DTYPE,
+    OPT_REPLICAS,
+    OPT_POLICIES,
+    OPT_LOAD_CAP,
+    OPT_VNODES,
+    OPT_AFFINITY_BLOCKS,
+    OPT_RANDOM_SEED,
+    OPT_CONCURRENCY,
+    OPT_PREFILL,
+    OPT_DECODE,
+    OPT_INTERARRIVAL,
+    OPT_OUTPUT_TOKENS,
+    OPT_FORMAT,
+    OPT_BLOCK_SIZE,
+    OPT_TRACE_BS,
+    OPT_TOKENIZER,
+    OPT_SORT,
+    OPT_MAX_LINE,
+    OPT_SEED,
+    OPT_JSON,
+    OPT_CSV,
+    OPT_PLOT,
+    OPT_CHECK
+};
+
+static const struct option longopts[] = {
+    {"capacity", required_argument, NULL, OPT_CAPACITY},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+    {"replicas", required_argument, NULL, OPT_REPLICAS},
+    {"policies", required_argument, NULL, OPT_POLICIES},
+    {"load-cap", required_argument, NULL, OPT_LOAD_CAP},
+    {"vnodes", required_argument, NULL, OPT_VNODES},
+    {"affinity-blocks", required_argument, NULL, OPT_AFFINITY_BLOCKS},
+    {"random-seed", required_argument, NULL, OPT_RANDOM_SEED},
+    {"concurrency", required_argument, NULL, OPT_CONCURRENCY},
+    {"prefill-us", required_argument, NULL, OPT_PREFILL},
+    {"decode-us", required_argument, NULL, OPT_DECODE},
+    {"interarrival-ms", required_argument, NULL, OPT_INTERARRIVAL},
+    {"output-tokens", required_argument, NULL, OPT_OUTPUT_TOKENS},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"trace-block-size", required_argument, NULL, OPT_TRACE_BS},
+    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+    {"sort", no_argument, NULL, OPT_SORT},
+    {"max-line-bytes", required_argument, NULL, OPT_MAX_LINE},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"csv", no_argument, NULL, OPT_CSV},
+    {"output", required_argument, NULL, 'o'},
+    {"plot", required_argument, NULL, OPT_PLOT},
+    {"check", no_argument, NULL, OPT_CHECK},
+    {"help", no_argument, NULL, 'h'},
+    CLI_HASH_LONGOPTS,
+    {NULL, 0, NULL, 0},
+};
+
+static const cli_choice formats[] = {{"auto", 0},
+                                     {"tokens", LOG_TOKENS},
+                                     {"mooncake", LOG_MOONCAKE},
+                                     {"openai", LOG_OPENAI},
+                                     {NULL, 0}};
+static const cli_choice tokenizers[] = {{"words", TOK_WORDS}, {"bytes", TOK_BYTES}, {NULL, 0}};
+static const cli_choice policy_choices[] = {{"round-robin", RT_ROUND_ROBIN},
+                                            {"random", RT_RANDOM},
+                                            {"least-loaded", RT_LEAST_LOADED},
+                                            {"affinity", RT_AFFINITY},
+                                            {"cache-aware", RT_CACHE_AWARE},
+                                            {"cache-aware-cap", RT_CACHE_CAP},
+                                            {NULL, 0}};
+
+/* ---- flag values ------------------------------------------------------------------------- */
+
+/* Parse a decimal with at most 3 fraction digits ("50", "0.5", ".125") into thousandths.
+ * Returns true and *out, or false when it is not one or exceeds max thousandths. */
+static bool parse_milli(const char *s, uint64_t max, uint64_t *out)
+{
+    uint64_t ip = 0, frac = 0, v = 0;
+    int n_int = 0, n_frac = 0;
+    for (; *s >= '0' && *s <= '9'; s++, n_int++)
+        if (__builtin_mul_overflow(ip, 10, &ip) ||
+            __builtin_add_overflow(ip, (uint64_t)(*s - '0'), &ip))
+            return false;
+    if (*s == '.') {
+        for (s++; *s >= '0' && *s <= '9'; s++, n_frac++) {
+            if (n_frac == 3)
+                return false;
+            frac = frac * 10 + (uint64_t)(*s - '0');
+        }
+        if (n_frac == 0)
+            return false;
+    }
+    for (int i = n_frac; i < 3; i++)
+        frac *= 10;
+    if (*s != '\0' || (n_int == 0 && n_frac == 0) || __builtin_mul_overflow(ip, 1000, &v) ||
+        __builtin_add_overflow(v, frac, &v) || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* A decimal flag with up to 3 decimals in min/1000 .. max/1000, into thousandths. */
+static int flag_milli(const char *flag, const char *v, uint64_t min, uint64_t max, const char *what,
+                      uint64_t *out)
+{
+    uint64_t x;
+    if (!parse_milli(v, max, &x) || x < min)
+        return fail(CLI_EXIT_USAGE, "%s: '%s' is not %s", flag, v, what);
+    *out = x;
+    return 0;
+}
+
+/* One --replicas item. */
+static int count_item(void *ctx, const char *item, size_t len, size_t index)
+{
+    rt_options *o = ctx;
+    char buf[32];
+    uint64_t x;
+    if (!cli_item_copy(item, len, buf, sizeof buf) ||
+        cli_parse_uint(buf, RT_MAX_REPLICAS, &x) != CLI_OK || x == 0)
+        return fail(CLI_EXIT_USAGE, "--replicas: '%.*s' is not an integer in 1..%u", (int)len, item,
+                    RT_MAX_REPLICAS);
+    if (index > 0 && x <= o->counts[index - 1])
+        return fail(CLI_EXIT_USAGE, "--replicas: the counts must increase ('%.*s' after %u)",
+                    (int)len, item, o->counts[index - 1]);
+    o->counts[index] = (uint32_t)x;
+    o->n_counts = index + 1;
+    return 0;
+}
+
+/* One --policies item. */
+static int policy_item(void *ctx, const char *item, size_t len, size_t index)
+{
+    rt_options *o = ctx;
+    char buf[32];
+    int p;
+    (void)index;
+    if (!cli_item_copy(item, len, buf, sizeof buf))
+        snprintf(buf, sizeof buf, "%s", "?");
+    int rc = cli_flag_choice("route", "--policies", buf, policy_choices, &p);
+    if (rc == 0)
+        o->policies[p] = true;
+    return rc;
+}
+
+/* Apply a model or fleet option. Returns 0 or the exit status. */
+static int apply_model(rt_options *o, int c, const char *flag, const char *v)
+{
+    uint64_t x = 0;
+    int rc = 0;
+    switch (c) {
+    case OPT_LOAD_CAP:
+        if ((rc = flag_milli(flag, v, 1000, 1000000, "a factor in 1..1000 (3 decimals at most)",
+                             &x)) == 0)
+            o->model.load_cap = (double)x / 1000.0;
+        return rc;
+    case OPT_PREFILL:
+    case OPT_DECODE:
+        rc = flag_milli(flag, v, 0, RT_MAX_COST_NS,
+                        "microseconds in 0..1000000 (3 decimals at most)",
+                        c == OPT_PREFILL ? &o->model.prefill_ns : &o->model.decode_ns);
+        return rc;
+    case OPT_INTERARRIVAL:
+        if ((rc = flag_milli(flag, v, 0, UINT64_C(1) << 40,
+                             "milliseconds in 0..1099511627 (3 decimals at most)", &x)) == 0)
+            o->log.interarrival = (rt_time)x * 1000;
+        return rc;
+    case OPT_CONCURRENCY:
+        if ((rc = cli_flag_uint("route", flag, v, 1, RT_MAX_CONCURRENT, &x)) == 0)
+            o->model.concurrency = (uint32_t)x;
+        return rc;
+    case OPT_VNODES:
+        if ((rc = cli_flag_uint("route", flag, v, 1, 10000, &x)) == 0)
+            o->model.vnodes = (uint32_t)x;
+        return rc;
+    case OPT_AFFINITY_BLOCKS:
+        if ((rc = cli_flag_uint("route", flag, v, 1, UINT32_MAX, &x)) == 0)
+            o->model.affinity_blocks = (uint32_t)x;
+        return rc;
+    case OPT_RANDOM_SEED:
+        return cli_flag_uint("route", flag, v, 0, UINT64_MAX, &o->model.random_seed);
+    case OPT_OUTPUT_TOKENS:
+        if ((rc = cli_flag_uint("route", flag, v, 0, RT_MAX_TOKENS, &x)) == 0)
+            o->log.default_output = (uint32_t)x;
+        return rc;
+    default:
+        return 0;
+    }
+}
+
+/* Apply an input option. Returns 0 or the exit status. */
+static int apply_input(rt_options *o, int c, const char *flag, const char *v)
+{
+    uint64_t x = 0;
+    int rc = 0;
+    switch (c) {
+    case OPT_FORMAT:
+        return cli_flag_choice("route", flag, v, formats, &o->log.format);
+    case OPT_TOKENIZER:
+        return cli_flag_choice("route", flag, v, tokenizers, &o->log.tokenizer);
+    case OPT_BLOCK_SIZE:
+    case OPT_TRACE_BS:
+        if ((rc = cli_flag_uint("route", flag, v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
+            *(c == OPT_BLOCK_SIZE ? &o->log.block_size : &o->log.trace_block_size) = (uint32_t)x;
+        return rc;
+    case OPT_MAX_LINE:
+        if ((rc = cli_flag_bytes("route", flag, v, 1024, LOG_MAX_LINE_LIMIT, &x)) == 0)
+            o->log.max_line_bytes = (size_t)x;
+        return rc;
+    case OPT_SEED:
+        if ((rc = cli_flag_uint("route", flag, v, 0, UINT64_MAX, &o->hash.seed)) == 0)
+            o->hash.seed_given = true;
+        return rc;
+    case OPT_REPLICAS:
+        return cli_flag_list("route", flag, v, RT_MAX_COUNTS, count_item, o);
+    case OPT_POLICIES:
+        memset(o->policies, 0, sizeof o->policies);
+        return cli_flag_list("route", flag, v, 32, policy_item, o);
+    default:
+        return apply_model(o, c, flag, v);
+    }
+}
+
+/* The flag of option value c as the user spells it. Cannot fail. */
+static const char *opt_name(int c, char *buf, size_t size)
+{
+    for (const struct option *p = longopts; p->name; p++)
+        if (p->val == c)
+            snprintf(buf, size, "--%s", p->name);
+    return buf;
+}
+
+/* Apply one option getopt_long returned. Returns 0, -1 after --help, or the exit status. */
+static int apply_opt(rt_options *o, int c, const char *v)
+{
+    char name[40] = "";
+    switch (c) {
+    case 'h':
+        fputs(usage_text, stdout);
+        return -1;
+    case 'o':
+        o->output_path = v;
+        return 0;
+    case OPT_CAPACITY:
+        o->capacity = v;
+        return 0;
+    case OPT_MODEL:
+        o->model_name = v;
+        return 0;
+    case OPT_KV_DTYPE:
+        o->kv_dtype = v;
+        return 0;
+    case OPT_PLOT:
+        o->plot_path = v;
+        return 0;
+    case OPT_SORT:
+        o->log.sort = true;
+        return 0;
+    case OPT_JSON:
+    case OPT_CSV:
+        *(c == OPT_JSON ? &o->json : &o->csv) = true;
+        return 0;
+    case OPT_CHECK:
+        o->check = true;
+        return 0;
+    default:
+        if (cli_hash_is_opt(c))
+            return cli_hash_apply("route", &o->hash, c, v);
+        return apply_input(o, c, opt_name(c, name, sizeof name), v);
+    }
+}
+
+/* Give every replica the same hash key: keyed and siphash without --hash-key get one
+ * derived from --random-seed, so that a run is reproducible (the key changes the figures
+ * only through key collisions and the affinity ring's placement of prefixes). Cannot fail. */
+static void shared_key(kvp_config *c, uint64_t seed)
+{
+    if (c->hash_key_len != 0 ||
+        (c->hash_profile != KVP_HASH_KEYED && c->hash_profile != KVP_HASH_SIPHASH))
+        return;
+    for (size_t i = 0; i < KVP_HASH_KEY_MAX; i += 8) {
+        uint64_t w = rt_mix64(seed + UINT64_C(0x6b65792d726f7574) * (i / 8 + 1));
+        memcpy(c->hash_key + i, &w, 8);
+    }
+    c->hash_key_len = KVP_HASH_KEY_MAX;
+}
+
+/* The checks between options, once all are known. Returns 0 or the exit status. */
+static int check_args(rt_options *o)
+{
+    if (!o->log.path)
+        return fail(CLI_EXIT_USAGE, "no log given");
+    if (!o->capacity)
+        return fail(CLI_EXIT_USAGE, "give --capacity C (blocks per replica)");
+    if (o->json && o->csv)
+        return fail(CLI_EXIT_USAGE, "--json and --csv exclude each other");
+    bool any = false;
+    for (int p = 0; p < RT_N_POLICIES; p++)
+        any |= o->policies[p];
+    if (!any)
+        return fail(CLI_EXIT_USAGE, "--policies: no policy");
+    if (cli_hash_finish("route", &o->hash, &o->cache) != 0)
+        return CLI_EXIT_USAGE;
+    shared_key(&o->cache, o->model.random_seed);
+    const char *inputs[] = {o->log.path};
+    int rc = cli_out_refuse_input("route", "--plot", o->plot_path, inputs, 1);
+    if (rc == 0)
+        rc = cli_out_refuse_input("route", "--output", o->output_path, inputs, 1);
+    if (rc == 0 && o->plot_path && o->output_path && strcmp(o->plot_path, o->output_path) == 0 &&
+        strcmp(o->plot_path, "-") != 0)
+        rc = fail(CLI_EXIT_USAGE, "--plot and --output name the same file");
+    if (rc == 0 && o->plot_path && strcmp(o->plot_path, "-") == 0 &&
+        (!o->output_path || strcmp(o->output_path, "-") == 0))
+        rc = fail(CLI_EXIT_USAGE, "--plot - writes the chart to standard output: send the report "
+                                  "elsewhere with -o FILE");
+    return rc;
+}
+
+static void defaults(rt_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->log.block_size = 16;
+    o->log.trace_block_size = 512;
+    o->log.tokenizer = TOK_WORDS;
+    o->log.max_line_bytes = LOG_DEFAULT_MAX_LINE;
+    o->log.interarrival = (rt_time)100 * 1000 * 1000;
+    o->log.default_output = 128;
+    o->log.cache = &o->cache;
+    static const uint32_t counts[] = {1, 2, 4, 8, 16};
+    memcpy(o->counts, counts, sizeof counts);
+    o->n_counts = 5;
+    for (int p = 0; p < RT_N_POLICIES; p++)
+        o->policies[p] = true;
+    o->model.concurrency = 1;
+    o->model.prefill_ns = UINT64_C(50) * 1000;
+    o->model.decode_ns = UINT64_C(1000) * 1000;
+    o->model.load_cap = 1.5;
+    o->model.vnodes = 160;
+    o->model.affinity_blocks = 1;
+    o->model.random_seed = 1;
+    kvp_config_init(&o->cache);
+    cli_hash_init(&o->hash);
+}
+
+/* Parse argv. Returns 0, -1 after --help, or the exit status (message printed). */
+static int parse_args(int argc, char **argv, rt_options *o)
+{
+    defaults(o);
+    int c;
+    cli_getopt_begin();
+    while ((c = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
+        if (c == '?' || c == ':')
+            return cli_getopt_error("route", c, argv, longopts);
+        int rc = apply_opt(o, c, optarg);
+        if (rc)
+            return rc;
+    }
+    if (optind < argc)
+        o->log.path = argv[optind++];
+    if (optind < argc)
+        return fail(CLI_EXIT_USAGE, "one log at a time ('%s' and '%s')", o->log.path, argv[optind]);
+    return check_args(o);
+}
+
+/* ---- capacity ----------------------------------------------------------------------------- */
+
+/* The capacity as given: an amount in blocks (0), tokens (1) or bytes (2). */
+typedef struct cap_spec {
+    int unit;
+    uint64_t amount;
+} cap_spec;
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Parse --capacity: "20000", "64K" (blocks), "1Mtok" (tokens), "40GiB" (bytes). Returns 0
+ * or CLI_EXIT_USAGE. */
+static int parse_cap(const char *s, cap_spec *out)
+{
+    char buf[64];
+    if (strlen(s) >= sizeof buf)
+        return fail(CLI_EXIT_USAGE, "--capacity: '%.40s...' is not a capacity", s);
+    snprintf(buf, sizeof buf, "%s", s);
+    size_t n = strlen(buf);
+    int rc;
+    if (ends_with(buf, "tok") || ends_with(buf, "tokens")) {
+        buf[n - (ends_with(buf, "tok") ? 3 : 6)] = '\0';
+        out->unit = 1;
+        rc = cli_parse_count(buf, &out->amount);
+    } else if (n > 0 && (buf[n - 1] == 'B' || buf[n - 1] == 'b')) {
+        out->unit = 2;
+        rc = cli_parse_bytes(buf, &out->amount);
+    } else {
+        out->unit = 0;
+        rc = cli_parse_count(buf, &out->amount);
+    }
+    if (rc != CLI_OK || out->amount == 0)
+        return fail(CLI_EXIT_USAGE,
+                    "--capacity: '%s' is not a positive capacity (blocks: 20000 or 64K; tokens: "
+                    "1Mtok; KV memory: 40GiB with --model)",
+                    s);
+    return 0;
+}
+
+/* KV bytes per token of --model (and --kv-dtype) into *token_bytes and a description, or
+ * 0 / "" without a model. Returns 0 or the exit status. */
+static int model_bytes(const rt_options *o, uint64_t *token_bytes, char *desc, size_t size)
+{
+    if (!o->model_name)
+        return o->kv_dtype ? fail(CLI_EXIT_USAGE, "--kv-dtype needs --model") : 0;
+    const pl_model_preset *p = pl_model_find(o->model_name);
+    if (!p)
+        return fail(CLI_EXIT_USAGE, "--model: no preset '%s' (kvprefix plan --list-models)",
+                    o->model_name);
+    pl_model_shape m = p->shape;
+    if (o->kv_dtype && pl_dtype_parse(o->kv_dtype, &m.kv_dtype) != PL_OK)
+        return fail(CLI_EXIT_USAGE, "--kv-dtype: unknown dtype '%s'", o->kv_dtype);
+    if (pl_token_bytes(&m, m.n_kv_heads, token_bytes) != PL_OK)
+        return fail(CLI_EXIT_INPUT, "model shape: KV bytes overflow");
+    snprintf(desc, size, "%s, %s KV", p->name, pl_dtype_name(m.kv_dtype));
+    return 0;
+}
+
+/* Convert the capacity to blocks of the log's block size and check the fleet limits.
+ * Returns 0 or the exit status. */
+static int cap_blocks(const rt_options *o, const cap_spec *c, uint64_t token_bytes, rt_report *rep)
+{
+    uint64_t b = c->amount, block_bytes = 0;
+    if (token_bytes && pl_mul(token_bytes, rep->block_size, &block_bytes) != PL_OK)
+        return fail(CLI_EXIT_INPUT, "the KV bytes of one block overflow");
+    if (c->unit == 1)
+        b = c->amount / rep->block_size;
+    if (c->unit == 2)
+        b = c->amount / block_bytes;
+    if (b == 0)
+        return fail(CLI_EXIT_INPUT, "--capacity: less than one block of %u tokens",
+                    rep->block_size);
+    if (b > RT_MAX_CAPACITY)
+        return fail(CLI_EXIT_INPUT, "--capacity: %llu blocks per replica is above the limit (%llu)",
+                    (unsigned long long)b, (unsigned long long)RT_MAX_CAPACITY);
+    uint32_t most = o->counts[o->n_counts - 1];
+    if (b * most > RT_MAX_FLEET)
+        return fail(CLI_EXIT_INPUT,
+                    "--capacity: %u replicas of %llu blocks exceed the fleet limit of %llu blocks",
+                    most, (unsigned long long)b, (unsigned long long)RT_MAX_FLEET);
+    rep->capacity = b;
+    rep->block_bytes = block_bytes;
+    return 0;
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Run every (replica count, policy) pair into rep->runs. Returns 0 or the exit status. */
+static int simulate(const rt_options *o, const rt_log *log, rt_report *rep)
+{
+    rep->runs = calloc(o->n_counts * RT_N_POLICIES, sizeof *rep->runs);
+    if (!rep->runs)
+        return fail(CLI_EXIT_INPUT, "out of memory");
+    double t0 = now_s();
+    for (size_t k = 0; k < o->n_counts; k++)
+        for (int p = 0; p < RT_N_POLICIES; p++) {
+            if (!o->policies[p])
+                continue;
+            rt_sim_config sc = {o->log.path, o->counts[k], p,     (uint32_t)rep->capacity,
+                                &o->cache,   o->model,     false, o->check};
+            char err[1024];
+            int rc =
+                rt_sim_run(log, &sc, &rep->runs[k * RT_N_POLICIES + (size_t)p], err, sizeof err);
+            if (rc != RT_OK) {
+                if (rc == RT_EINPUT) {
+                    fprintf(stderr, "%s\n", err);
+                    return CLI_EXIT_INPUT;
+                }
+                return fail(rc == RT_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s", err);
+            }
+        }
+    rep->seconds_sim = now_s() - t0;
+    return 0;
+}
+
+/* Read, simulate and write. Returns 0 or the exit status. */
+static int run(const rt_options *o, const cap_spec *cap, uint64_t token_bytes, rt_report *rep,
+               cli_out *report, cli_out *plot)
+{
+    double t0 = now_s();
+    rt_log *log = NULL;
+    char err[1024];
+    int rc = rt_log_read(&o->log, &log, err, sizeof err);
+    if (rc != RT_OK) {
+        fprintf(stderr, "%s\n", err);
+        return CLI_EXIT_INPUT;
+    }
+    rep->format = rt_log_format(log);
+    rep->block_size = rt_log_block_size(log);
+    rep->n_requests = rt_log_n(log);
+    rep->n_prompt_tokens = rt_log_prompt_tokens(log);
+    rep->n_lines = rt_log_n_lines(log);
+    rep->timestamps = rt_log_all_timestamps(log);
+    rc = cap_blocks(o, cap, token_bytes, rep);
+    if (rc == 0)
+        rc = simulate(o, log, rep);
+    rt_log_free(log);
+    rep->seconds = now_s() - t0;
+    if (rc == 0 && plot->f && rt_plot_write(plot->f, o, rep, err, sizeof err) != 0)
+        rc = fail(CLI_EXIT_INPUT, "%s: %s", o->plot_path, err);
+    if (rc == 0 && rt_report_write(report->f, o, rep) != 0 && report->f != stdout)
+        rc = fail(CLI_EXIT_INPUT, "%s: cannot write the report", o->output_path);
+    /* The report first: a chart is only replaced when the report could be written too. */
+    if (rc == 0)
+        rc = cli_out_commit("route", report);
+    if (rc == 0 && plot->f)
+        rc = cli_out_commit("route", plot);
+    return rc;
+}
+
+int rt_main(int argc, char **argv)
+{
+    rt_options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? cli_stdout_check("route") : rc;
+    cap_spec cap = {0, 0};
+    uint64_t token_bytes = 0;
+    rt_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.input = cli_input_name(o.log.path);
+    if ((rc = parse_cap(o.capacity, &cap)) != 0)
+        return rc;
+    if ((rc = model_bytes(&o, &token_bytes, rep.model_desc, sizeof rep.model_desc)) != 0)
+        return rc;
+    if (cap.unit == 2 && token_bytes == 0)
+        return fail(CLI_EXIT_USAGE, "--capacity: a capacity in bytes needs --model");
+    cli_out report, plot;
+    memset(&plot, 0, sizeof plot);
+    /* Created now, so that a path that cannot be written stops the run before the log is
+     * read; nothing replaces a target before every output is complete. */
+    if (o.plot_path && (rc = cli_out_open("route", &plot, o.plot_path)) != 0)
+        return rc;
+    if ((rc = cli_out_open("route", &report, o.output_path ? o.output_path : "-")) != 0) {
+        cli_out_abort(&plot);
+        return rc;
+    }
+    rc = run(&o, &cap, token_bytes, &rep, &report, &plot);
+    cli_out_abort(&plot);
+    cli_out_abort(&report);
+    for (size_t i = 0; rep.runs && i < o.n_counts * RT_N_POLICIES; i++)
+        rt_result_free(&rep.runs[i]);
+    free(rep.runs);
+    return rc;
+}

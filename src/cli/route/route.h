@@ -1,0 +1,263 @@
+/*
+ * route.h - what the parts of `kvprefix route` share: the request log held in memory
+ * (route_log.c), the consistent-hash ring (route_ring.c), the fleet simulation
+ * (route_sim.c), the options (route.c) and the report (route_report.c).
+ *
+ * `kvprefix route` replays a request log against a fleet of N replicas, each its own
+ * kvp_cache of the same capacity, under a routing policy, with a simple time model
+ * (docs/routing.md, "Fleet simulation"):
+ *
+ *   log ──> rt_log (arrival, prompt, keys) ──> rt_sim_run(N, policy) ──> rt_result ──> report
+ *              keys computed once                 N kvp_caches, one event queue
+ *
+ * Time is in integer nanoseconds (rt_time), so hand-computed expectations are exact. Every
+ * modelled instant stays below RT_TIME_MAX; a log or model that would pass it is refused as
+ * bad input rather than wrapped.
+ */
+#ifndef CLI_ROUTE_H
+#define CLI_ROUTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "hashopt.h"
+#include "kvprefix.h"
+
+typedef int64_t rt_time; /* modelled nanoseconds since the log's time 0 */
+
+#define RT_TIME_MAX       ((rt_time)1 << 54)   /* latest modelled instant: about 208 days */
+#define RT_MAX_TOKENS     (UINT64_C(1) << 24)  /* longest prompt or output of one request */
+#define RT_MAX_REPLICAS   1024u                /* replicas in one fleet */
+#define RT_MAX_COUNTS     16u                  /* replica counts in one run (--replicas) */
+#define RT_MAX_CONCURRENT 256u                 /* requests one replica serves at once */
+#define RT_MAX_CAPACITY   (UINT64_C(1) << 22)  /* blocks per replica */
+#define RT_MAX_FLEET      (UINT64_C(1) << 26)  /* blocks over all replicas of one fleet */
+#define RT_MAX_COST_NS    UINT64_C(1000000000) /* largest per-token cost: 1 s */
+
+enum {
+    RT_OK = 0,
+    RT_EINPUT = -1,   /* the log or the model is unusable (message says why) */
+    RT_ENOMEM = -2,   /* out of memory */
+    RT_EINTERNAL = -3 /* a check failed: a bug in the tool or the library */
+};
+
+/* Routing policies, in the order the report lists them. */
+enum {
+    RT_ROUND_ROBIN = 0, /* request i goes to replica i mod N */
+    RT_RANDOM,          /* uniform, from a seeded splitmix64 stream */
+    RT_LEAST_LOADED,    /* least outstanding work */
+    RT_AFFINITY,        /* consistent hashing of the first block (virtual nodes) */
+    RT_CACHE_AWARE,     /* longest cached prefix; ties by load */
+    RT_CACHE_CAP,       /* cache-aware among replicas not over the load cap */
+    RT_N_POLICIES
+};
+
+/* The policy's name as the tool spells it ("round-robin", ...); NULL when out of range. */
+const char *rt_policy_name(int policy);
+
+/* ---- the log in memory (route_log.c) --------------------------------------------------- */
+
+/* One request as the simulation sees it. Offsets index the arrays of its rt_log. */
+typedef struct rt_req {
+    rt_time arrival;   /* when it reaches the router */
+    uint64_t line_no;  /* 1-based line in the log, for messages */
+    uint32_t n_prompt; /* prompt tokens, 1 .. RT_MAX_TOKENS */
+    uint32_t n_output; /* output tokens the model decodes, 0 .. RT_MAX_TOKENS */
+    uint32_t n_keys;   /* full prompt blocks: n_prompt / block_size */
+    uint32_t n_ids;    /* Mooncake: hash ids (ceil or floor of n_prompt / block_size); else 0 */
+    size_t data;       /* token logs: offset of the prompt in tokens[]; Mooncake: in ids[] */
+    size_t key;        /* offset of its n_keys block keys in keys[] */
+    uint32_t ns;       /* its namespace: index into the namespace table (0: all absent) */
+    kvp_key root;      /* the namespace root kvp_cache_keys returned */
+    uint64_t affinity; /* without a full block, what the affinity ring hashes: a hash of
+                          the partial first block (see rt_model.affinity_blocks) */
+} rt_req;
+
+/* How a log is read and keyed. */
+typedef struct rt_log_config {
+    const char *path;          /* the log; "-" for standard input */
+    int format;                /* 0 auto, or LOG_TOKENS / LOG_MOONCAKE / LOG_OPENAI */
+    int tokenizer;             /* OpenAI bodies: TOK_* */
+    uint32_t block_size;       /* tokens per block for token logs and OpenAI bodies */
+    uint32_t trace_block_size; /* tokens per Mooncake hash id */
+    size_t max_line_bytes;     /* longest accepted line */
+    bool sort;                 /* stable sort by arrival instead of refusing disorder */
+    rt_time interarrival;      /* gap after the previous arrival for a line without a
+                                  timestamp (the first such line arrives at 0) */
+    uint32_t default_output;   /* output tokens of a token-log or OpenAI line that gives
+                                  none (Mooncake lines always give output_length) */
+    const kvp_config *cache;   /* hash fields every replica shares (an explicit key) */
+} rt_log_config;
+
+typedef struct rt_log rt_log;
+
+/* Read the whole log and compute every request's keys once. Returns RT_OK with *out (free
+ * with rt_log_free), or RT_EINPUT / RT_ENOMEM with "FILE:LINE: what is wrong" (or "FILE:
+ * ...") in err; an empty log (no request) is RT_EINPUT. */
+int rt_log_read(const rt_log_config *cfg, rt_log **out, char *err, size_t err_size);
+
+/* The log's invariants: every request's offsets inside their arrays, each stored key,
+ * token or id owned by exactly one request, n_keys == n_prompt / block_size, lengths in
+ * their limits, arrivals non-decreasing. Returns true when they hold. */
+bool rt_log_check(const rt_log *log);
+
+void rt_log_free(rt_log *log);
+
+size_t rt_log_n(const rt_log *log); /* requests, in arrival order */
+const rt_req *rt_log_req(const rt_log *log, size_t i);
+int rt_log_format(const rt_log *log);             /* LOG_* of its lines */
+uint32_t rt_log_block_size(const rt_log *log);    /* tokens per block of that format */
+uint64_t rt_log_prompt_tokens(const rt_log *log); /* prompt tokens of all requests */
+uint32_t rt_log_max_prompt(const rt_log *log);    /* longest prompt */
+uint64_t rt_log_n_lines(const rt_log *log);       /* lines read */
+bool rt_log_all_timestamps(const rt_log *log);    /* every line gave its arrival */
+const kvp_key *rt_log_keys(const rt_log *log, const rt_req *q); /* q's n_keys keys */
+
+/* The namespace of q: its fields point into the log (valid until rt_log_free). */
+kvp_namespace rt_log_ns(const rt_log *log, const rt_req *q);
+
+/* The prompt tokens of q: the log's own for token logs; for a Mooncake line, written into
+ * buf (n_prompt entries, which must hold rt_log_max_prompt) from its hash ids: block i
+ * starts with the id's low and high 32 bits (low only when blocks are 1 token), the rest
+ * are 0, so equal ids up to block i give equal tokens up to block i. buf must come zeroed
+ * from calloc and be written only by this function (only block heads are ever written).
+ * Cannot fail. */
+const uint32_t *rt_log_tokens(const rt_log *log, const rt_req *q, uint32_t *buf);
+
+/* ---- the consistent-hash ring (route_ring.c) ------------------------------------------- */
+
+typedef struct rt_ring rt_ring;
+
+/* A ring of n_replicas replicas with n_vnodes points each: point v of replica r sits at
+ * rt_mix64(seed ^ (r << 32 | v)). Returns NULL on out of memory or a zero count. */
+rt_ring *rt_ring_new(uint32_t n_replicas, uint32_t n_vnodes, uint64_t seed);
+
+/* The replica owning h: the first point at or after h clockwise (wrapping to the first
+ * point); ties between equal points go to the lower replica. Cannot fail. */
+uint32_t rt_ring_pick(const rt_ring *ring, uint64_t h);
+
+/* Points sorted and each replica holding exactly n_vnodes of them. */
+bool rt_ring_check(const rt_ring *ring);
+
+void rt_ring_free(rt_ring *ring);
+
+/* splitmix64's output function (a bijection of 64 bits). Cannot fail. */
+uint64_t rt_mix64(uint64_t x);
+
+/* ---- the simulation (route_sim.c) ------------------------------------------------------ */
+
+/* The time model (docs/routing.md). */
+typedef struct rt_model {
+    uint32_t concurrency;     /* requests one replica serves at once (FIFO beyond) */
+    uint64_t prefill_ns;      /* per uncached prompt token */
+    uint64_t decode_ns;       /* per output token */
+    double load_cap;          /* cache-aware-cap: skip replicas whose outstanding work
+                                 exceeds load_cap x the fleet mean (>= 1) */
+    uint32_t vnodes;          /* affinity: ring points per replica */
+    uint32_t affinity_blocks; /* affinity: the prefix hashed, in blocks (>= 1): the key of
+                                 block min(affinity_blocks, n_keys) - 1, which names the
+                                 whole prefix up to it; rt_req.affinity without a full block */
+    uint64_t random_seed;     /* random: the splitmix64 stream's seed; also seeds the ring */
+} rt_model;
+
+typedef struct rt_sim_config {
+    const char *name;        /* the log's name in "NAME:LINE:" messages ("-": <stdin>) */
+    uint32_t n_replicas;     /* 1 .. RT_MAX_REPLICAS */
+    int policy;              /* RT_* */
+    uint32_t capacity;       /* blocks per replica */
+    const kvp_config *cache; /* hash fields and block size of every replica */
+    rt_model model;
+    bool record; /* keep per-request figures (rt_result.per_req) */
+    bool check;  /* run rt_sim's invariant checker after every event (slow) */
+} rt_sim_config;
+
+/* What one replica did. */
+typedef struct rt_replica_stats {
+    uint64_t n_requests;      /* requests it served */
+    uint64_t n_prompt_tokens; /* their prompt tokens */
+    uint64_t n_hit_tokens;    /* of those, reused from its cache */
+    rt_time busy;             /* sum of its requests' service times */
+} rt_replica_stats;
+
+/* One request's outcome (when recorded). */
+typedef struct rt_req_outcome {
+    uint32_t replica; /* where it was routed */
+    uint32_t hit;     /* prompt tokens reused (kvp_match.n_tokens_hit at its start) */
+    rt_time start;    /* when it started (acquired its blocks) */
+    rt_time ttft;     /* start - arrival + prefill */
+    bool oversize;    /* more blocks than a replica has: served without the cache */
+} rt_req_outcome;
+
+/* The outcome of one fleet and policy. */
+typedef struct rt_result {
+    int policy;
+    uint32_t n_replicas;
+    uint64_t n_requests;
+    uint64_t n_prompt_tokens;
+    uint64_t n_hit_tokens;
+    uint64_t n_oversize;        /* requests larger than a replica's pool */
+    uint64_t n_block_waits;     /* starts postponed because in-flight requests pinned the pool */
+    rt_time ttft_p50, ttft_p99; /* nearest-rank percentiles */
+    double ttft_mean;           /* nanoseconds */
+    rt_time end;                /* when the last request finished */
+    double imbalance;           /* max / mean busy time over replicas (1 when all idle) */
+    rt_replica_stats *replicas; /* n_replicas entries (owned; rt_result_free) */
+    rt_req_outcome *per_req;    /* per request, when recorded; else NULL (owned) */
+} rt_result;
+
+/* Simulate the whole log on a fleet. Returns RT_OK with *out filled (free its arrays with
+ * rt_result_free); RT_EINPUT (the modelled time passes RT_TIME_MAX, a request the profile
+ * refuses), RT_ENOMEM, RT_EINTERNAL, each with a message in err and *out untouched. */
+int rt_sim_run(const rt_log *log, const rt_sim_config *cfg, rt_result *out, char *err,
+               size_t err_size);
+
+void rt_result_free(rt_result *r);
+
+/* ---- options and report (route.c, route_report.c) -------------------------------------- */
+
+typedef struct rt_options {
+    rt_log_config log;              /* how the log is read */
+    cli_hash_opts hash;             /* --hash, --hash-key, --vllm-seed, --vocab-size */
+    kvp_config cache;               /* hash fields and block size of every replica */
+    const char *capacity;           /* --capacity as given */
+    const char *model_name;         /* --model for byte capacities, or NULL */
+    const char *kv_dtype;           /* --kv-dtype override, or NULL */
+    uint32_t counts[RT_MAX_COUNTS]; /* --replicas, increasing, distinct */
+    size_t n_counts;
+    bool policies[RT_N_POLICIES]; /* --policies */
+    rt_model model;               /* the time model's constants */
+    bool json, csv, check;        /* output format; --check (every event) */
+    const char *plot_path;        /* --plot FILE.svg, or NULL */
+    const char *output_path;      /* -o FILE, or NULL for standard output */
+} rt_options;
+
+/* What a run produced, for the report. */
+typedef struct rt_report {
+    const char *input;   /* the log's name as given */
+    int format;          /* LOG_* */
+    uint32_t block_size; /* tokens per block */
+    uint64_t n_requests; /* requests simulated */
+    uint64_t n_prompt_tokens;
+    uint64_t n_lines;
+    uint64_t capacity;    /* blocks per replica */
+    uint64_t block_bytes; /* KV bytes per block with --model, else 0 */
+    char model_desc[128]; /* "Llama-3.1-8B, fp16 KV" or "" */
+    bool timestamps;      /* every line had one (else some used --interarrival-ms) */
+    rt_result *runs;      /* n_counts x RT_N_POLICIES, [count][policy]; unrun: n_replicas 0 */
+    double seconds;       /* wall time of the whole run */
+    double seconds_sim;   /* of which in the simulations */
+} rt_report;
+
+/* `kvprefix route` (route.c): argv[0] is "route". Returns the exit status (cli.h). */
+int rt_main(int argc, char **argv);
+
+/* Print the table, JSON or CSV. Returns 0, or -1 on a write error. */
+int rt_report_write(FILE *f, const rt_options *o, const rt_report *r);
+
+/* Write the chart: fleet token hit rate of each policy against the replica count. Returns 0,
+ * or -1 with a message in err. */
+int rt_plot_write(FILE *f, const rt_options *o, const rt_report *r, char *err, size_t err_size);
+
+#endif /* CLI_ROUTE_H */

@@ -1,0 +1,359 @@
+/*
+ * route_report.c - print what `kvprefix route` measured: a table (default), one JSON
+ * document (--json, built with jansson) or CSV rows (--csv), and the SVG chart (--plot).
+ *
+ * Every rate is computed here from the counts in rt_result, so the three formats agree:
+ * fleet token hit rate = hit tokens / prompt tokens over all replicas; a replica's hit rate
+ * the same over its own requests; imbalance = max / mean busy time over replicas; TTFT
+ * percentiles are nearest-rank over all requests. The gain of cache-aware over round-robin
+ * (when both ran) is the hit-rate difference in percentage points, the ratio of hit rates,
+ * and the ratios of round-robin's TTFT percentiles to cache-aware's (above 1: cache-aware
+ * is faster).
+ */
+#include <jansson.h>
+#include <string.h>
+
+#include "escape.h"
+#include "flags.h"
+#include "logread.h"
+#include "route.h"
+#include "svgplot.h"
+
+static double ratio(double a, double b)
+{
+    return b != 0.0 ? a / b : 0.0;
+}
+
+static double hit_rate(const rt_result *r)
+{
+    return ratio((double)r->n_hit_tokens, (double)r->n_prompt_tokens);
+}
+
+static double rep_rate(const rt_replica_stats *s)
+{
+    return ratio((double)s->n_hit_tokens, (double)s->n_prompt_tokens);
+}
+
+static const char *format_name(int f)
+{
+    return f == LOG_TOKENS     ? "token-id log"
+           : f == LOG_MOONCAKE ? "Mooncake hash-id trace"
+           : f == LOG_OPENAI   ? "OpenAI-style request bodies"
+                               : "empty";
+}
+
+/* 1234567 -> "1,234,567" into buf. */
+static const char *num(uint64_t v, char *buf, size_t size)
+{
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
+    size_t j = 0;
+    for (int i = 0; i < n && j + 2 < size; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            buf[j++] = ',';
+        buf[j++] = tmp[i];
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
+/* A duration in ns as "12.3 ms", "4.56 s" or "7,890 s". */
+static const char *dur(double ns, char *buf, size_t size)
+{
+    char n[32];
+    if (ns < 1e9)
+        snprintf(buf, size, "%.1f ms", ns / 1e6);
+    else if (ns < 1e12)
+        snprintf(buf, size, "%.2f s", ns / 1e9);
+    else
+        snprintf(buf, size, "%s s", num((uint64_t)(ns / 1e9), n, sizeof n));
+    return buf;
+}
+
+/* The slot of count index k and policy p (all zero when that pair did not run). */
+static const rt_result *slot(const rt_report *r, size_t k, int p)
+{
+    return &r->runs[k * RT_N_POLICIES + (size_t)p];
+}
+
+/* The run of count index k and policy p, or NULL when it did not run. */
+static const rt_result *run_at(const rt_options *o, const rt_report *r, size_t k, int p)
+{
+    const rt_result *x = slot(r, k, p);
+    return o->policies[p] && x->n_replicas ? x : NULL;
+}
+
+static void rep_range(const rt_result *x, double *lo, double *hi)
+{
+    *lo = 1.0;
+    *hi = 0.0;
+    for (uint32_t i = 0; i < x->n_replicas; i++) {
+        double v = rep_rate(&x->replicas[i]);
+        *lo = v < *lo ? v : *lo;
+        *hi = v > *hi ? v : *hi;
+    }
+}
+
+/* ---- table -------------------------------------------------------------------------------- */
+
+static void table_head(FILE *f, const rt_options *o, const rt_report *r)
+{
+    char a[32], b[32], c[32];
+    fputs("kvprefix route: ", f);
+    cli_put_escaped(f, r->input, strlen(r->input));
+    fprintf(f, " (%s)\n", format_name(r->format));
+    fprintf(f, "  requests        %s (%s prompt tokens), blocks of %u tokens\n",
+            num(r->n_requests, a, sizeof a), num(r->n_prompt_tokens, b, sizeof b), r->block_size);
+    fprintf(f, "  per replica     %s blocks (%s tokens", num(r->capacity, a, sizeof a),
+            num(r->capacity * r->block_size, b, sizeof b));
+    if (r->block_bytes)
+        fprintf(f, "; %s of KV, %s", cli_fmt_binary(r->capacity * r->block_bytes, c, sizeof c),
+                r->model_desc);
+    fprintf(f, ")\n");
+    fprintf(f,
+            "  time model      concurrency %u; prefill %.6g us per uncached prompt token, "
+            "decode %.6g us per output token\n",
+            o->model.concurrency, (double)o->model.prefill_ns / 1e3,
+            (double)o->model.decode_ns / 1e3);
+    if (r->timestamps)
+        fprintf(f, "  arrivals        the log's timestamps (ms)\n");
+    else
+        fprintf(f, "  arrivals        timestamps where given, else %.6g ms after the previous\n",
+                (double)o->log.interarrival / 1e6);
+    fprintf(f,
+            "  policies        cache-aware-cap skips replicas above %.3g x the mean outstanding "
+            "work; affinity hashes the first %u block%s (%u ring points per replica)\n\n",
+            o->model.load_cap, o->model.affinity_blocks, o->model.affinity_blocks == 1 ? "" : "s",
+            o->model.vnodes);
+}
+
+static void table_runs(FILE *f, const rt_options *o, const rt_report *r, uint64_t *oversize,
+                       uint64_t *waits)
+{
+    char a[32], b[32], c[32];
+    fprintf(f, "%8s  %-16s %8s  %-17s %9s %11s %11s %11s\n", "replicas", "policy", "hit rate",
+            "replica min..max", "imbalance", "TTFT p50", "TTFT p99", "TTFT mean");
+    for (size_t k = 0; k < o->n_counts; k++)
+        for (int p = 0; p < RT_N_POLICIES; p++) {
+            const rt_result *x = run_at(o, r, k, p);
+            if (!x)
+                continue;
+            double lo, hi;
+            rep_range(x, &lo, &hi);
+            char range[32];
+            snprintf(range, sizeof range, "%.1f%%..%.1f%%", lo * 100.0, hi * 100.0);
+            fprintf(f, "%8u  %-16s %7.1f%%  %-17s %9.2f %11s %11s %11s\n", x->n_replicas,
+                    rt_policy_name(p), hit_rate(x) * 100.0, range, x->imbalance,
+                    dur((double)x->ttft_p50, a, sizeof a), dur((double)x->ttft_p99, b, sizeof b),
+                    dur(x->ttft_mean, c, sizeof c));
+            *oversize += x->n_oversize;
+            *waits += x->n_block_waits;
+        }
+}
+
+static void table_gain(FILE *f, const rt_options *o, const rt_report *r)
+{
+    if (!o->policies[RT_ROUND_ROBIN] || !o->policies[RT_CACHE_AWARE])
+        return;
+    fprintf(f, "\ngain of cache-aware over round-robin (TTFT: round-robin's / cache-aware's)\n");
+    fprintf(f, "%8s  %-22s %10s %10s\n", "replicas", "hit rate", "TTFT p50", "TTFT p99");
+    for (size_t k = 0; k < o->n_counts; k++) {
+        const rt_result *rr = slot(r, k, RT_ROUND_ROBIN), *ca = slot(r, k, RT_CACHE_AWARE);
+        char g[48];
+        snprintf(g, sizeof g, "%+.1f pp (x%.2f)", (hit_rate(ca) - hit_rate(rr)) * 100.0,
+                 ratio(hit_rate(ca), hit_rate(rr)));
+        fprintf(f, "%8u  %-22s %9.2fx %9.2fx\n", rr->n_replicas, g,
+                ratio((double)rr->ttft_p50, (double)ca->ttft_p50),
+                ratio((double)rr->ttft_p99, (double)ca->ttft_p99));
+    }
+}
+
+static void table(FILE *f, const rt_options *o, const rt_report *r)
+{
+    uint64_t oversize = 0, waits = 0;
+    table_head(f, o, r);
+    table_runs(f, o, r, &oversize, &waits);
+    table_gain(f, o, r);
+    if (oversize)
+        fprintf(f,
+                "\n%llu request runs needed more blocks than a replica has: served without "
+                "the cache\n",
+                (unsigned long long)oversize);
+    if (waits)
+        fprintf(f, "%s%llu request starts waited for in-flight requests to free blocks\n",
+                oversize ? "" : "\n", (unsigned long long)waits);
+    fprintf(f, "\n%.2f s (simulation %.2f s)\n", r->seconds, r->seconds_sim);
+}
+
+/* ---- JSON --------------------------------------------------------------------------------- */
+
+static json_t *model_json(const rt_options *o, const rt_report *r)
+{
+    json_t *m = json_object();
+    json_object_set_new(m, "concurrency", json_integer(o->model.concurrency));
+    json_object_set_new(m, "prefill_us_per_token", json_real((double)o->model.prefill_ns / 1e3));
+    json_object_set_new(m, "decode_us_per_token", json_real((double)o->model.decode_ns / 1e3));
+    json_object_set_new(m, "arrivals", json_string(r->timestamps ? "timestamps" : "mixed"));
+    json_object_set_new(m, "interarrival_ms", json_real((double)o->log.interarrival / 1e6));
+    json_object_set_new(m, "default_output_tokens", json_integer(o->log.default_output));
+    json_object_set_new(m, "load_cap", json_real(o->model.load_cap));
+    json_object_set_new(m, "vnodes", json_integer(o->model.vnodes));
+    json_object_set_new(m, "affinity_blocks", json_integer(o->model.affinity_blocks));
+    json_object_set_new(m, "random_seed", json_integer((json_int_t)o->model.random_seed));
+    return m;
+}
+
+static json_t *run_json(const rt_result *x)
+{
+    json_t *j = json_object(), *reps = json_array();
+    json_object_set_new(j, "replicas", json_integer(x->n_replicas));
+    json_object_set_new(j, "policy", json_string(rt_policy_name(x->policy)));
+    json_object_set_new(j, "requests", json_integer((json_int_t)x->n_requests));
+    json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)x->n_prompt_tokens));
+    json_object_set_new(j, "hit_tokens", json_integer((json_int_t)x->n_hit_tokens));
+    json_object_set_new(j, "token_hit_rate", json_real(hit_rate(x)));
+    json_object_set_new(j, "imbalance", json_real(x->imbalance));
+    json_object_set_new(j, "ttft_p50_ms", json_real((double)x->ttft_p50 / 1e6));
+    json_object_set_new(j, "ttft_p99_ms", json_real((double)x->ttft_p99 / 1e6));
+    json_object_set_new(j, "ttft_mean_ms", json_real(x->ttft_mean / 1e6));
+    json_object_set_new(j, "end_s", json_real((double)x->end / 1e9));
+    json_object_set_new(j, "oversize", json_integer((json_int_t)x->n_oversize));
+    json_object_set_new(j, "block_waits", json_integer((json_int_t)x->n_block_waits));
+    for (uint32_t i = 0; i < x->n_replicas; i++) {
+        const rt_replica_stats *s = &x->replicas[i];
+        json_t *e = json_object();
+        json_object_set_new(e, "requests", json_integer((json_int_t)s->n_requests));
+        json_object_set_new(e, "prompt_tokens", json_integer((json_int_t)s->n_prompt_tokens));
+        json_object_set_new(e, "hit_tokens", json_integer((json_int_t)s->n_hit_tokens));
+        json_object_set_new(e, "token_hit_rate", json_real(rep_rate(s)));
+        json_object_set_new(e, "busy_s", json_real((double)s->busy / 1e9));
+        json_array_append_new(reps, e);
+    }
+    json_object_set_new(j, "per_replica", reps);
+    return j;
+}
+
+static json_t *gain_json(const rt_options *o, const rt_report *r)
+{
+    json_t *a = json_array();
+    for (size_t k = 0;
+         o->policies[RT_ROUND_ROBIN] && o->policies[RT_CACHE_AWARE] && k < o->n_counts; k++) {
+        const rt_result *rr = slot(r, k, RT_ROUND_ROBIN), *ca = slot(r, k, RT_CACHE_AWARE);
+        json_t *g = json_object();
+        json_object_set_new(g, "replicas", json_integer(rr->n_replicas));
+        json_object_set_new(g, "hit_rate_pp", json_real((hit_rate(ca) - hit_rate(rr)) * 100.0));
+        json_object_set_new(g, "hit_rate_ratio", json_real(ratio(hit_rate(ca), hit_rate(rr))));
+        json_object_set_new(g, "ttft_p50_speedup",
+                            json_real(ratio((double)rr->ttft_p50, (double)ca->ttft_p50)));
+        json_object_set_new(g, "ttft_p99_speedup",
+                            json_real(ratio((double)rr->ttft_p99, (double)ca->ttft_p99)));
+        json_array_append_new(a, g);
+    }
+    return a;
+}
+
+static int json_report(FILE *f, const rt_options *o, const rt_report *r)
+{
+    json_t *j = json_object(), *runs = json_array();
+    json_object_set_new(j, "input", json_string(r->input));
+    json_object_set_new(j, "format", json_string(format_name(r->format)));
+    json_object_set_new(j, "lines", json_integer((json_int_t)r->n_lines));
+    json_object_set_new(j, "requests", json_integer((json_int_t)r->n_requests));
+    json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)r->n_prompt_tokens));
+    json_object_set_new(j, "block_size", json_integer(r->block_size));
+    json_object_set_new(j, "capacity_blocks", json_integer((json_int_t)r->capacity));
+    if (r->block_bytes) {
+        json_object_set_new(j, "capacity_bytes",
+                            json_integer((json_int_t)r->capacity * (json_int_t)r->block_bytes));
+        json_object_set_new(j, "kv_model", json_string(r->model_desc));
+    }
+    json_object_set_new(j, "model", model_json(o, r));
+    for (size_t k = 0; k < o->n_counts; k++)
+        for (int p = 0; p < RT_N_POLICIES; p++)
+            if (run_at(o, r, k, p))
+                json_array_append_new(runs, run_json(slot(r, k, p)));
+    json_object_set_new(j, "runs", runs);
+    json_object_set_new(j, "gain_cache_aware_over_round_robin", gain_json(o, r));
+    json_object_set_new(j, "seconds", json_real(r->seconds));
+    json_object_set_new(j, "seconds_simulation", json_real(r->seconds_sim));
+    int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+    json_decref(j);
+    fputc('\n', f);
+    return rc;
+}
+
+/* ---- CSV ---------------------------------------------------------------------------------- */
+
+static void csv(FILE *f, const rt_options *o, const rt_report *r)
+{
+    fputs("replicas,policy,requests,prompt_tokens,hit_tokens,token_hit_rate,replica_hit_min,"
+          "replica_hit_max,imbalance,ttft_p50_ms,ttft_p99_ms,ttft_mean_ms,oversize,block_waits\n",
+          f);
+    for (size_t k = 0; k < o->n_counts; k++)
+        for (int p = 0; p < RT_N_POLICIES; p++) {
+            const rt_result *x = run_at(o, r, k, p);
+            if (!x)
+                continue;
+            double lo, hi;
+            rep_range(x, &lo, &hi);
+            fprintf(f, "%u,%s,%llu,%llu,%llu,%.6f,%.6f,%.6f,%.4f,%.3f,%.3f,%.3f,%llu,%llu\n",
+                    x->n_replicas, rt_policy_name(p), (unsigned long long)x->n_requests,
+                    (unsigned long long)x->n_prompt_tokens, (unsigned long long)x->n_hit_tokens,
+                    hit_rate(x), lo, hi, x->imbalance, (double)x->ttft_p50 / 1e6,
+                    (double)x->ttft_p99 / 1e6, x->ttft_mean / 1e6,
+                    (unsigned long long)x->n_oversize, (unsigned long long)x->n_block_waits);
+        }
+}
+
+int rt_report_write(FILE *f, const rt_options *o, const rt_report *r)
+{
+    if (o->json) {
+        if (json_report(f, o, r) != 0)
+            return -1;
+    } else if (o->csv) {
+        csv(f, o, r);
+    } else {
+        table(f, o, r);
+    }
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---- chart -------------------------------------------------------------------------------- */
+
+int rt_plot_write(FILE *f, const rt_options *o, const rt_report *r, char *err, size_t err_size)
+{
+    double x[RT_MAX_COUNTS], y[RT_N_POLICIES][RT_MAX_COUNTS];
+    svg_series series[RT_N_POLICIES];
+    size_t n_series = 0;
+    for (size_t k = 0; k < o->n_counts; k++)
+        x[k] = (double)o->counts[k];
+    for (int p = 0; p < RT_N_POLICIES; p++) {
+        if (!o->policies[p])
+            continue;
+        for (size_t k = 0; k < o->n_counts; k++)
+            y[n_series][k] = hit_rate(slot(r, k, p));
+        series[n_series].name = rt_policy_name(p);
+        series[n_series].y = y[n_series];
+        n_series++;
+    }
+    const char *base = strrchr(r->input, '/') ? strrchr(r->input, '/') + 1 : r->input;
+    char title[256], note[256], a[32];
+    snprintf(title, sizeof title, "%s: fleet token hit rate by routing policy", base);
+    snprintf(note, sizeof note,
+             "%s blocks of %u tokens per replica; concurrency %u, prefill %.3g us/token, "
+             "decode %.3g us/token",
+             num(r->capacity, a, sizeof a), r->block_size, o->model.concurrency,
+             (double)o->model.prefill_ns / 1e3, (double)o->model.decode_ns / 1e3);
+    svg_plot p;
+    memset(&p, 0, sizeof p);
+    p.title = title;
+    p.x_label = "replicas (log scale)";
+    p.y_label = "fleet token hit rate (%)";
+    p.x = x;
+    p.n = o->n_counts;
+    p.series = series;
+    p.n_series = n_series;
+    p.ceiling = -1.0;
+    p.x_secondary = note;
+    return svg_write(f, &p, err, err_size);
+}

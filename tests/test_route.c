@@ -1,0 +1,781 @@
+/*
+ * test_route.c - `kvprefix route` (src/cli/route/): the fleet simulation against
+ * hand-computed expectations, the consistent-hash ring and the random stream against
+ * independent reimplementations, the simulation against the replay engine where both must
+ * agree, random logs under the invariant checker, and the binary's reports and errors.
+ *
+ * The hand fixture (data/route/route_hand.jsonl), block size 4, 2 replicas of 16 blocks,
+ * prefill 1 ms and decode 1 ms per token, concurrency 1. Blocks A..H are 4 distinct tokens
+ * each; x is one more token (so every prompt has a partial last block):
+ *
+ *   line  t (ms)  prompt       tokens  output  service when cold
+ *   L1      0     A B x           9      20      9 + 20 = 29 ms
+ *   L2     10     A B E x        13       2     13 +  2 = 15 ms
+ *   L3     20     C D x           9       2      9 +  2 = 11 ms
+ *   L4     30     C D F x        13       2     13 +  2 = 15 ms
+ *   L5    100     A B E G x      17       2     17 +  2 = 19 ms
+ *   L6    110     C D F H x      17       2     17 +  2 = 19 ms
+ *
+ * A request's full prompt blocks become visible to lookups at the end of its prefill
+ * (commit); it leaves its slot at the end of its decode. Hits are capped so one prompt token
+ * is computed ((n-1)/4 blocks): never binding here. Each policy's walk-through is in the
+ * comment of its expectation below.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cliutil.h"
+#include "kvprefix.h"
+#include "logread.h"
+#include "replay_sim.h"
+#include "route.h"
+
+#define MS INT64_C(1000000)
+
+static char err[1024];
+
+static const char *data(const char *name)
+{
+    static char path[4096];
+    const char *dir = getenv("KVPREFIX_TEST_DATA");
+    if (dir == NULL || *dir == '\0')
+        cr_skip_test("KVPREFIX_TEST_DATA is not set");
+    snprintf(path, sizeof path, "%s/route/%s", dir, name);
+    return path;
+}
+
+static kvp_config hash_cfg(int profile)
+{
+    kvp_config c;
+    kvp_config_init(&c);
+    c.hash_profile = profile;
+    return c;
+}
+
+static rt_log *load_as(const char *path, uint32_t bs, const kvp_config *kc)
+{
+    rt_log_config lc = {.path = path,
+                        .tokenizer = TOK_WORDS,
+                        .block_size = bs,
+                        .trace_block_size = 512,
+                        .max_line_bytes = LOG_DEFAULT_MAX_LINE,
+                        .interarrival = 100 * MS,
+                        .default_output = 128,
+                        .cache = kc};
+    rt_log *log = NULL;
+    int rc = rt_log_read(&lc, &log, err, sizeof err);
+    cr_assert_eq(rc, RT_OK, "%s", err);
+    cr_assert(rt_log_check(log));
+    return log;
+}
+
+static rt_model hand_model(void)
+{
+    rt_model m = {.concurrency = 1,
+                  .prefill_ns = 1000000,
+                  .decode_ns = 1000000,
+                  .load_cap = 1.5,
+                  .vnodes = 160,
+                  .affinity_blocks = 1,
+                  .random_seed = 1};
+    return m;
+}
+
+static rt_result run(const rt_log *log, const kvp_config *kc, int policy, uint32_t n,
+                     uint32_t capacity, rt_model m)
+{
+    rt_sim_config sc = {"test", n, policy, capacity, kc, m, true, true};
+    rt_result r;
+    int rc = rt_sim_run(log, &sc, &r, err, sizeof err);
+    cr_assert_eq(rc, RT_OK, "%s", err);
+    return r;
+}
+
+/* What one policy must do on the hand fixture. */
+typedef struct expect {
+    uint32_t replica[6]; /* where L1..L6 go */
+    uint32_t hit[6];     /* prompt tokens reused */
+    rt_time ttft_ms[6];  /* start - arrival + prefill */
+    rt_time busy_ms[2];  /* per replica */
+    rt_time p50_ms, p99_ms;
+} expect;
+
+static void check_expect(const rt_result *r, const expect *e, const char *what)
+{
+    uint64_t hits = 0;
+    for (int i = 0; i < 6; i++) {
+        cr_assert_eq(r->per_req[i].replica, e->replica[i], "%s: L%d on replica %u, not %u", what,
+                     i + 1, r->per_req[i].replica, e->replica[i]);
+        cr_assert_eq(r->per_req[i].hit, e->hit[i], "%s: L%d hit %u, not %u", what, i + 1,
+                     r->per_req[i].hit, e->hit[i]);
+        cr_assert_eq(r->per_req[i].ttft, e->ttft_ms[i] * MS, "%s: L%d TTFT %lld ns, not %lld ms",
+                     what, i + 1, (long long)r->per_req[i].ttft, (long long)e->ttft_ms[i]);
+        hits += e->hit[i];
+    }
+    cr_assert_eq(r->n_requests, 6);
+    cr_assert_eq(r->n_prompt_tokens, 78);
+    cr_assert_eq(r->n_hit_tokens, hits, "%s", what);
+    cr_assert_eq(r->replicas[0].busy, e->busy_ms[0] * MS, "%s: busy %lld", what,
+                 (long long)r->replicas[0].busy);
+    cr_assert_eq(r->replicas[1].busy, e->busy_ms[1] * MS, "%s: busy %lld", what,
+                 (long long)r->replicas[1].busy);
+    double busy_max = (double)(e->busy_ms[0] > e->busy_ms[1] ? e->busy_ms[0] : e->busy_ms[1]);
+    double mean = (double)(e->busy_ms[0] + e->busy_ms[1]) / 2.0;
+    cr_assert_float_eq(r->imbalance, busy_max / mean, 1e-12, "%s", what);
+    cr_assert_eq(r->ttft_p50, e->p50_ms * MS, "%s: p50 %lld", what, (long long)r->ttft_p50);
+    cr_assert_eq(r->ttft_p99, e->p99_ms * MS, "%s: p99 %lld", what, (long long)r->ttft_p99);
+    cr_assert_eq(r->n_oversize, 0);
+    cr_assert_eq(r->n_block_waits, 0);
+}
+
+/* Round-robin: 0 1 0 1 0 1. Replica 0: L1 0..29 (AB cached at 9); L3 waits 20..29, cold:
+ * TTFT 9 + 9 = 18, ends 40; L5 finds AB: hit 8, prefill 9. Replica 1: L2 cold 13; L4 cold
+ * (ABE is not CDF) 13; L6 finds CDF: hit 12, prefill 5. Busy 29+11+11 = 51 and 15+15+7 =
+ * 37. TTFTs sorted 5 9 9 13 13 18: p50 (rank 3) 9, p99 (rank 6) 18. */
+static const expect hand_rr = {
+    {0, 1, 0, 1, 0, 1}, {0, 0, 0, 0, 8, 12}, {9, 13, 18, 13, 9, 5}, {51, 37}, 9, 18};
+
+/* Random, seed 1: splitmix64's first outputs are odd, odd, even, odd, odd, even, so 1 1 0 1 1
+ * 0. Replica 1: L1 0..29; L2 waits 10..29, hit AB 8, prefill 5: TTFT 24, ends 36; L4 waits
+ * 30..36, cold 13: TTFT 19, ends 51; L5 hit ABE 12: 5. Replica 0: L3 cold 9; L6 finds CD
+ * (not F): hit 8, prefill 9. Busy 11+11 = 22 and 29+7+15+7 = 58. Sorted 5 9 9 9 19 24. */
+static const expect hand_random = {
+    {1, 1, 0, 1, 1, 0}, {0, 8, 0, 0, 12, 8}, {9, 24, 9, 19, 5, 9}, {22, 58}, 9, 24};
+
+/* Least-loaded (outstanding work W, ties in turn from the replica after the last pick):
+ * L1 -> 0 (all idle, first turn). L2 at 10: W = 19 ms and 0 -> 1, cold 13, ends 25. L3 at
+ * 20: W = 9 and 5 -> 1, waits to 25, cold: TTFT 5 + 9 = 14, ends 36. L4 at 30: W = 0 (L1
+ * ended at 29) and 6 -> 0, which holds AB only: cold 13, ends 45. L5 at 100: both idle,
+ * turn after 0 -> 1, which holds ABE: hit 12. L6 at 110: both idle, turn after 1 -> 0,
+ * which holds CDF (from L4): hit 12. Busy 29+15+7 = 51 and 15+11+7 = 33. */
+static const expect hand_least = {
+    {0, 1, 1, 0, 1, 0}, {0, 0, 0, 0, 12, 12}, {9, 13, 14, 13, 5, 5}, {51, 33}, 9, 14};
+
+/* Cache-aware (longest cached prefix, then W, then turns): L1 -> 0. L2 at 10: replica 0
+ * committed AB at 9 -> 0 (score 2 against 0), waits 10..29, hit 8, prefill 5: TTFT 24,
+ * commits ABE at 34. L3 at 20: scores 0 and 0, W = 16 (L2's estimate 7 + 9 left of L1) and
+ * 0 -> 1, cold 9, commits CD at 29, ends 31. L4 at 30: replica 1 holds CD -> 1, waits to
+ * 31, hit 8, prefill 5: TTFT 6. L5 -> 0 (ABE, score 3): hit 12. L6 -> 1 (CDF): hit 12.
+ * Busy 29+7+7 = 43 and 11+7+7 = 25. Sorted 5 5 6 9 9 24. */
+static const expect hand_cache = {
+    {0, 0, 1, 1, 0, 1}, {0, 8, 0, 8, 12, 12}, {9, 24, 9, 6, 5, 5}, {43, 25}, 6, 24};
+
+static void hand_case(int policy, double load_cap, const expect *e, const char *what)
+{
+    kvp_config kc = hash_cfg(KVP_HASH_XXH3);
+    rt_log *log = load_as(data("route_hand.jsonl"), 4, &kc);
+    rt_model m = hand_model();
+    m.load_cap = load_cap;
+    rt_result r = run(log, &kc, policy, 2, 16, m);
+    check_expect(&r, e, what);
+    rt_result_free(&r);
+    rt_log_free(log);
+}
+
+Test(route, hand_round_robin)
+{
+    hand_case(RT_ROUND_ROBIN, 1.5, &hand_rr, "round-robin");
+}
+
+Test(route, hand_random)
+{
+    hand_case(RT_RANDOM, 1.5, &hand_random, "random");
+}
+
+Test(route, hand_least_loaded)
+{
+    hand_case(RT_LEAST_LOADED, 1.5, &hand_least, "least-loaded");
+}
+
+Test(route, hand_cache_aware)
+{
+    hand_case(RT_CACHE_AWARE, 1.5, &hand_cache, "cache-aware");
+}
+
+/* Cache-aware-cap at 1.5: L2 at 10 sees W = 19 and 0, mean 9.5, cap 14.25: replica 0 is
+ * skipped despite AB, so L2 goes cold to 1. L3: W 9 and 5, cap 10.5, both qualify, scores
+ * 0 and 0 -> 1 by W. L4 at 30: W 0 and 6, cap 4.5: replica 1 (which holds CD) is skipped
+ * -> 0. L5: both idle, ABE on 1 (3) beats AB on 0 (2) -> 1. L6: CDF on 0 (3) beats CD on 1
+ * (2) -> 0. Hence the least-loaded outcome. At 3.0 nothing is ever skipped here (L2: cap
+ * 28.5 > 19; L4: W 0 and 6... replica 1 has 6 <= 9) and it is cache-aware's. */
+Test(route, hand_cache_aware_cap)
+{
+    hand_case(RT_CACHE_CAP, 1.5, &hand_least, "cache-aware-cap 1.5");
+    hand_case(RT_CACHE_CAP, 3.0, &hand_cache, "cache-aware-cap 3");
+}
+
+/* The block keys of the hand fixture's first blocks, from kvp_hash_blocks (the xxh3
+ * profile, seed 0, no namespace): what the affinity ring hashes. */
+static uint64_t first_block_key(const uint32_t *tokens)
+{
+    kvp_namespace ns;
+    kvp_namespace_init(&ns);
+    kvp_key root, key;
+    size_t n = 0;
+    cr_assert_eq(kvp_namespace_key(0, &ns, &root), KVP_OK);
+    cr_assert_eq(kvp_hash_blocks(0, root, tokens, 4, 4, &key, 1, &n), KVP_OK);
+    cr_assert_eq(n, 1);
+    return key.lo;
+}
+
+/* Affinity: session X (L1 L2 L5, first block A) goes where the ring puts A's key, session Y
+ * (L3 L4 L6, block C) where it puts C's. With seed 1 they land apart, and the timeline is
+ * cache-aware's: X on one replica (L2 waits for L1, hit 8, TTFT 24; L5 hit 12), Y on the
+ * other (L3 cold 9; L4 waits to 31, hit 8, TTFT 6; L6 hit 12). */
+Test(route, hand_affinity)
+{
+    static const uint32_t a[] = {1, 2, 3, 4}, c[] = {9, 10, 11, 12};
+    rt_ring *ring = rt_ring_new(2, 160, 1);
+    cr_assert_not_null(ring);
+    uint32_t x = rt_ring_pick(ring, first_block_key(a)), y = rt_ring_pick(ring, first_block_key(c));
+    rt_ring_free(ring);
+    cr_assert_neq(x, y, "the fixture expects the two sessions on different replicas");
+    expect e = {{x, x, y, y, x, y}, {0, 8, 0, 8, 12, 12}, {9, 24, 9, 6, 5, 5}, {0, 0}, 6, 24};
+    e.busy_ms[x] = 29 + 7 + 7;
+    e.busy_ms[y] = 11 + 7 + 7;
+    hand_case(RT_AFFINITY, 1.5, &e, "affinity");
+}
+
+/* vllm-sha256-cbor keys cannot continue a request's chain from a kvp_key, so the simulation
+ * acquires and commits with the token forms: the figures must not change. */
+Test(route, hand_vllm_sha256_token_forms)
+{
+    kvp_config kc = hash_cfg(KVP_HASH_VLLM_SHA256);
+    rt_log *log = load_as(data("route_hand.jsonl"), 4, &kc);
+    rt_result r = run(log, &kc, RT_CACHE_AWARE, 2, 16, hand_model());
+    check_expect(&r, &hand_cache, "cache-aware, vllm-sha256-cbor");
+    rt_result_free(&r);
+    rt_log_free(log);
+}
+
+/* Concurrency 2 on one replica: L2 starts at its arrival (10) beside L1 (0..29), which
+ * committed AB at 9: hit 8, prefill 5, TTFT 5, ends 17. L3 at 20 takes the slot L2 freed:
+ * cold 9, commits CD at 29, ends 31. L4 at 30 finds one slot free (L1 ended at 29) and CD:
+ * hit 8, TTFT 5. L5 and L6 run alone: hit 12 each (ABE from L2, CDF from L4), TTFT 5. */
+Test(route, hand_concurrency_two)
+{
+    kvp_config kc = hash_cfg(KVP_HASH_XXH3);
+    rt_log *log = load_as(data("route_hand.jsonl"), 4, &kc);
+    rt_model m = hand_model();
+    m.concurrency = 2;
+    rt_result r = run(log, &kc, RT_ROUND_ROBIN, 1, 16, m);
+    static const uint32_t hit[6] = {0, 8, 0, 8, 12, 12};
+    static const rt_time ttft[6] = {9, 5, 9, 5, 5, 5}, start[6] = {0, 10, 20, 30, 100, 110};
+    for (int i = 0; i < 6; i++) {
+        cr_assert_eq(r.per_req[i].hit, hit[i], "L%d hit %u", i + 1, r.per_req[i].hit);
+        cr_assert_eq(r.per_req[i].ttft, ttft[i] * MS, "L%d", i + 1);
+        cr_assert_eq(r.per_req[i].start, start[i] * MS, "L%d", i + 1);
+    }
+    cr_assert_eq(r.replicas[0].busy, (29 + 7 + 11 + 7 + 7 + 7) * MS);
+    rt_result_free(&r);
+    rt_log_free(log);
+}
+
+/* A pool that in-flight requests fill: 8 blocks, concurrency 2. L1 holds ceil(29/4) = 8
+ * blocks until 29, so L2 (arriving at 10, 4 blocks) cannot start before L1 ends although a
+ * slot is free: one postponed start, TTFT = 29 - 10 + 5 (AB hit) = 24. */
+Test(route, pinned_blocks_postpone_a_start)
+{
+    kvp_config kc = hash_cfg(KVP_HASH_XXH3);
+    rt_log *log = load_as(data("route_hand.jsonl"), 4, &kc);
+    rt_model m = hand_model();
+    m.concurrency = 2;
+    rt_result r = run(log, &kc, RT_ROUND_ROBIN, 1, 8, m);
+    cr_assert_eq(r.per_req[1].start, 29 * MS);
+    cr_assert_eq(r.per_req[1].hit, 8);
+    cr_assert_eq(r.per_req[1].ttft, 24 * MS);
+    cr_assert_geq(r.n_block_waits, 1);
+    cr_assert_eq(r.n_oversize, 0);
+    rt_result_free(&r);
+    /* 7 blocks: L1 (8 blocks with its output) can never fit and is served without the cache;
+     * L2 then finds nothing of AB. */
+    r = run(log, &kc, RT_ROUND_ROBIN, 1, 7, m);
+    cr_assert(r.per_req[0].oversize);
+    cr_assert_eq(r.n_oversize, 1);
+    cr_assert_eq(r.per_req[1].hit, 0);
+    rt_result_free(&r);
+    rt_log_free(log);
+}
+
+/* Lines without a timestamp arrive --interarrival-ms after the previous line (the first at
+ * 0); a timestamp resets the clock. route_no_ts.jsonl: none, none, 1000 ms, none. */
+Test(route, arrivals_without_timestamps)
+{
+    kvp_config kc = hash_cfg(KVP_HASH_XXH3);
+    rt_log *log = load_as(data("route_no_ts.jsonl"), 4, &kc);
+    static const rt_time want[] = {0, 100, 1000, 1100};
+    cr_assert_eq(rt_log_n(log), 4);
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_eq(rt_log_req(log, i)->arrival, want[i] * MS, "line %zu", i + 1);
+    cr_assert(!rt_log_all_timestamps(log));
+    /* No output tokens given: the default (128) is decoded. */
+    cr_assert_eq(rt_log_req(log, 0)->n_output, 128);
+    rt_log_free(log);
+}
+
+/* ---- the ring and the random stream against independent code ------------------------------ */
+
+static uint64_t ref_mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15u;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* The owner of h by a linear scan over every point, as the ring's contract states it. */
+static uint32_t ref_pick(uint32_t n, uint32_t v, uint64_t seed, uint64_t h)
+{
+    uint64_t best = UINT64_MAX, first = UINT64_MAX;
+    uint32_t owner = 0, first_owner = 0;
+    bool found = false;
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t k = 0; k < v; k++) {
+            uint64_t at = ref_mix(seed ^ ((uint64_t)r << 32 | k));
+            if (at >= h && (!found || at < best)) {
+                best = at;
+                owner = r;
+                found = true;
+            }
+            if (at < first || (at == first && r < first_owner) || (r == 0 && k == 0)) {
+                first = at;
+                first_owner = r;
+            }
+        }
+    return found ? owner : first_owner;
+}
+
+Test(route, ring_matches_linear_scan)
+{
+    rt_ring *ring = rt_ring_new(5, 7, 42);
+    cr_assert(rt_ring_check(ring));
+    uint64_t h = 1;
+    for (int i = 0; i < 2000; i++) {
+        h = ref_mix(h);
+        cr_assert_eq(rt_ring_pick(ring, h), ref_pick(5, 7, 42, h));
+    }
+    cr_assert_eq(rt_ring_pick(ring, 0), ref_pick(5, 7, 42, 0));
+    cr_assert_eq(rt_ring_pick(ring, UINT64_MAX), ref_pick(5, 7, 42, UINT64_MAX));
+    rt_ring_free(ring);
+}
+
+/* Adding a fifth replica moves keys only to it, and about a fifth of them. */
+Test(route, ring_is_consistent)
+{
+    rt_ring *four = rt_ring_new(4, 160, 1), *five = rt_ring_new(5, 160, 1);
+    uint64_t h = 7;
+    int moved = 0, per[5] = {0};
+    for (int i = 0; i < 20000; i++) {
+        h = ref_mix(h);
+        uint32_t a = rt_ring_pick(four, h), b = rt_ring_pick(five, h);
+        per[b]++;
+        if (a != b) {
+            cr_assert_eq(b, 4, "a key moved between old replicas");
+            moved++;
+        }
+    }
+    cr_assert(moved > 20000 / 5 - 1000 && moved < 20000 / 5 + 1000, "moved %d", moved);
+    for (int r = 0; r < 5; r++)
+        cr_assert(per[r] > 20000 / 5 / 2, "replica %d owns %d keys", r, per[r]);
+    rt_ring_free(four);
+    rt_ring_free(five);
+}
+
+/* The random policy follows splitmix64 from the seed: replica = output mod N (3 replicas:
+ * only the output 0 would be rejected, as 2^64 mod 3 = 1). */
+Test(route, random_follows_splitmix64)
+{
+    kvp_config kc = hash_cfg(KVP_HASH_XXH3);
+    rt_log *log = load_as(data("route_hand.jsonl"), 4, &kc);
+    for (uint64_t seed = 0; seed < 5; seed++) {
+        rt_model m = hand_model();
+        m.random_seed = seed;
+        rt_result r = run(log, &kc, RT_RANDOM, 3, 16, m);
+        uint64_t st = seed;
+        for (int i = 0; i < 6; i++) {
+            uint64_t z = ref_mix(st);
+            st += 0x9e3779b97f4a7c15u;
+            cr_assert_eq(r.per_req[i].replica, (uint32_t)(z % 3), "seed %llu, L%d",
+                         (unsigned long long)seed, i + 1);
+        }
+        rt_result_free(&r);
+    }
+    rt_log_free(log);
+}
+
+/* ---- against the replay engine ------------------------------------------------------------ */
+
+/* A random log written to a temporary file: conversations that grow turn by turn (token
+ * logs: blocks of 4 tokens from a small alphabet; Mooncake: dense ids), arrivals 0..k ms. */
+static void random_log(char path[64], bool mooncake, unsigned seed, int n_req)
+{
+    snprintf(path, 64, "%s", "/tmp/kvp_route_XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    uint64_t rng = seed;
+    uint64_t conv[8][40];
+    int len[8] = {0};
+    uint64_t next_id = 0;
+    for (int i = 0; i < n_req; i++) {
+        rng = ref_mix(rng);
+        int c = (int)(rng % 8);
+        if (len[c] < 40 && (len[c] == 0 || rng % 3 != 0))
+            conv[c][len[c]++] = mooncake ? next_id++ : (rng >> 8) % 50 + 1;
+        int tail = (int)((rng >> 20) % 3);
+        fprintf(f, "{\"timestamp\":%d,", i * 3);
+        if (mooncake) {
+            fprintf(f, "\"input_length\":%d,\"output_length\":%d,\"hash_ids\":[",
+                    len[c] * 512 - (tail ? 512 - tail * 100 : 0), (int)(rng % 5));
+            for (int k = 0; k < len[c]; k++)
+                fprintf(f, "%s%llu", k ? "," : "", (unsigned long long)conv[c][k]);
+        } else {
+            fprintf(f, "\"tenant\":\"t%d\",\"tokens\":[", c % 2);
+            for (int k = 0; k < len[c]; k++)
+                fprintf(f, "%s%llu,%d,%d,%d", k ? "," : "", (unsigned long long)conv[c][k], c, k,
+                        7);
+            for (int k = 0; k < tail; k++)
+                fprintf(f, ",%d", 90 + k);
+        }
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+}
+
+/* Hit tokens of the replay engine at unbounded capacity (its cold-miss ceiling). */
+static uint64_t replay_ceiling(const char *path, uint32_t bs)
+{
+    rp_sim_config c = {bs, 0, 0, NULL};
+    rp_sim *s = rp_sim_new(&c, err, sizeof err);
+    cr_assert_not_null(s);
+    log_options lo;
+    log_options_init(&lo);
+    log_reader *rd;
+    cr_assert_eq(log_open(path, &lo, &rd, err, sizeof err), 0, "%s", err);
+    log_record rec;
+    while (log_next(rd, &rec) == LOG_RECORD) {
+        rp_request q;
+        memset(&q, 0, sizeof q);
+        kvp_namespace_init(&q.ns);
+        if (rec.tenant)
+            q.ns.tenant = kvp_field_str(rec.tenant);
+        q.tokens = rec.tokens;
+        q.n_tokens = rec.n_tokens;
+        q.hash_ids = rec.hash_ids;
+        q.n_hash_ids = rec.n_hash_ids;
+        q.input_length = rec.input_length;
+        cr_assert_eq(rp_sim_add(s, &q, err, sizeof err), RP_OK, "%s", err);
+    }
+    log_close(rd);
+    rp_metrics m;
+    cr_assert_eq(rp_sim_eval(s, RP_CAP_INF, &m, NULL), RP_OK);
+    rp_sim_free(s);
+    return m.n_hit_tokens;
+}
+
+/* One replica with instantaneous service and room for everything is the replay engine's
+ * unbounded cache: every request starts at its arrival, commits and ends at once, and
+ * nothing is evicted. Every policy agrees at N = 1. */
+Test(route, one_replica_zero_time_is_replay_ceiling)
+{
+    for (int mooncake = 0; mooncake < 2; mooncake++)
+        for (unsigned seed = 1; seed <= 3; seed++) {
+            char path[64];
+            random_log(path, mooncake, seed, 120);
+            uint32_t bs = mooncake ? 512 : 4;
+            uint64_t want = replay_ceiling(path, bs);
+            kvp_config kc = hash_cfg(KVP_HASH_KEYED);
+            memset(kc.hash_key, 7, 32);
+            kc.hash_key_len = 32;
+            rt_log *log = load_as(path, 4, &kc);
+            rt_model m = hand_model();
+            m.prefill_ns = m.decode_ns = 0;
+            for (int p = 0; p < RT_N_POLICIES; p++) {
+                rt_result r = run(log, &kc, p, 1, 4096, m);
+                cr_assert_eq(r.n_hit_tokens, want, "%s seed %u %s: %llu, replay %llu",
+                             mooncake ? "mooncake" : "tokens", seed, rt_policy_name(p),
+                             (unsigned long long)r.n_hit_tokens, (unsigned long long)want);
+                cr_assert_eq(r.ttft_p99, 0);
+                rt_result_free(&r);
+            }
+            rt_log_free(log);
+            remove(path);
+        }
+}
+
+/* Random logs on small, busy fleets with the invariant checker after every event: pools
+ * that in-flight requests fill, requests larger than a pool, queues. Per-request outcomes
+ * must add up to the totals and respect the model. */
+Test(route, random_logs_under_the_checker)
+{
+    uint64_t waits = 0, oversize = 0;
+    for (int mooncake = 0; mooncake < 2; mooncake++)
+        for (unsigned seed = 1; seed <= 2; seed++) {
+            char path[64];
+            random_log(path, mooncake, seed, 80);
+            kvp_config kc = hash_cfg(KVP_HASH_XXH3);
+            rt_log *log = load_as(path, 4, &kc);
+            uint32_t cap = mooncake ? 12 : 20;
+            rt_model m = hand_model();
+            m.concurrency = 3;
+            m.prefill_ns = mooncake ? 2000 : 200000;
+            m.decode_ns = 300000;
+            for (uint32_t n = 1; n <= 3; n += 2)
+                for (int p = 0; p < RT_N_POLICIES; p++) {
+                    rt_result r = run(log, &kc, p, n, cap, m);
+                    uint64_t hits = 0, reqs = 0;
+                    for (size_t i = 0; i < rt_log_n(log); i++) {
+                        const rt_req *q = rt_log_req(log, i);
+                        const rt_req_outcome *o = &r.per_req[i];
+                        hits += o->hit;
+                        cr_assert_lt(o->replica, n);
+                        cr_assert_geq(o->start, q->arrival);
+                        cr_assert_lt(o->hit, q->n_prompt);
+                        cr_assert(!o->oversize || o->hit == 0);
+                        cr_assert_eq(o->ttft, o->start - q->arrival +
+                                                  (rt_time)(m.prefill_ns * (q->n_prompt - o->hit)));
+                    }
+                    for (uint32_t k = 0; k < n; k++)
+                        reqs += r.replicas[k].n_requests;
+                    cr_assert_eq(hits, r.n_hit_tokens);
+                    cr_assert_eq(reqs, rt_log_n(log));
+                    waits += r.n_block_waits;
+                    oversize += r.n_oversize;
+                    rt_result_free(&r);
+                }
+            rt_log_free(log);
+            remove(path);
+        }
+    cr_assert_gt(waits, 0, "no start was ever postponed: the test does not cover it");
+    cr_assert_gt(oversize, 0, "no request was oversize: the test does not cover it");
+}
+
+/* ---- the binary ---------------------------------------------------------------------------- */
+
+static char out[1 << 16], errs[8192];
+
+#define HAND_ARGS "--hash xxh3 --capacity 16 --block-size 4 --prefill-us 1000 --decode-us 1000 "
+
+static int route(const char *args)
+{
+    return cli_run("route", args, errs, sizeof errs, out, sizeof out);
+}
+
+static const json_t *find_run(const json_t *runs, unsigned n, const char *policy)
+{
+    size_t i;
+    const json_t *r;
+    json_array_foreach(runs, i, r)
+    {
+        if (json_integer_value(json_object_get(r, "replicas")) == n &&
+            strcmp(json_string_value(json_object_get(r, "policy")), policy) == 0)
+            return r;
+    }
+    cr_assert_fail("no run %u %s", n, policy);
+    return NULL;
+}
+
+Test(route_cli, json_report_of_the_hand_fixture)
+{
+    char args[8192];
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 2 --json '%s'", data("route_hand.jsonl"));
+    cr_assert_eq(route(args), 0, "%s", errs);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    const json_t *runs = json_object_get(j, "runs");
+    cr_assert_eq(json_array_size(runs), RT_N_POLICIES);
+    static const struct {
+        const char *policy;
+        int hits;
+        double p50, p99;
+    } want[] = {{"round-robin", 20, 9, 18},  {"random", 28, 9, 24},
+                {"least-loaded", 24, 9, 14}, {"affinity", 40, 6, 24},
+                {"cache-aware", 40, 6, 24},  {"cache-aware-cap", 24, 9, 14}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const json_t *r = find_run(runs, 2, want[i].policy);
+        cr_assert_eq(json_integer_value(json_object_get(r, "hit_tokens")), want[i].hits, "%s",
+                     want[i].policy);
+        cr_assert_float_eq(json_real_value(json_object_get(r, "ttft_p50_ms")), want[i].p50, 1e-9);
+        cr_assert_float_eq(json_real_value(json_object_get(r, "ttft_p99_ms")), want[i].p99, 1e-9);
+        cr_assert_eq(json_array_size(json_object_get(r, "per_replica")), 2);
+    }
+    const json_t *g = json_array_get(json_object_get(j, "gain_cache_aware_over_round_robin"), 0);
+    cr_assert_float_eq(json_real_value(json_object_get(g, "hit_rate_pp")), 20.0 / 78 * 100, 1e-4);
+    cr_assert_float_eq(json_real_value(json_object_get(g, "hit_rate_ratio")), 2.0, 1e-9);
+    cr_assert_float_eq(json_real_value(json_object_get(g, "ttft_p50_speedup")), 1.5, 1e-9);
+    json_decref(j);
+}
+
+Test(route_cli, csv_table_and_plot)
+{
+    char args[8192], svg[] = "/tmp/kvp_route_svgXXXXXX";
+    int fd = mkstemp(svg);
+    cr_assert(fd >= 0);
+    close(fd);
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 1,2 --csv --plot '%s' '%s'", svg,
+             data("route_hand.jsonl"));
+    cr_assert_eq(route(args), 0, "%s", errs);
+    int lines = 0;
+    for (const char *p = out; *p; p++)
+        lines += *p == '\n';
+    cr_assert_eq(lines, 1 + 2 * RT_N_POLICIES, "%s", out);
+    cr_assert(strncmp(out, "replicas,policy,", 16) == 0);
+    cr_assert_not_null(strstr(out, "\n2,cache-aware,6,78,40,"), "%s", out);
+    FILE *f = fopen(svg, "r");
+    cr_assert_not_null(f);
+    static char doc[1 << 16];
+    size_t n = fread(doc, 1, sizeof doc - 1, f);
+    doc[n] = '\0';
+    fclose(f);
+    remove(svg);
+    int circles = 0;
+    for (const char *p = doc; (p = strstr(p, "<circle")) != NULL; p++)
+        circles++;
+    cr_assert_eq(circles, 2 * RT_N_POLICIES);
+    cr_assert_not_null(strstr(doc, "cache-aware-cap"));
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 2 '%s'", data("route_hand.jsonl"));
+    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_assert_not_null(strstr(out, "gain of cache-aware over round-robin"));
+    cr_assert_not_null(strstr(out, "+25.6 pp (x2.00)"), "%s", out);
+}
+
+Test(route_cli, mooncake_trace_and_byte_capacity)
+{
+    char args[8192];
+    snprintf(args, sizeof args, "--capacity 40GiB --model Llama-3.1-8B --replicas 1 --json '%s'",
+             data("route_trace.jsonl"));
+    cr_assert_eq(route(args), 0, "%s", errs);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j);
+    /* 40 GiB / (512 tokens x 128 KiB per token for Llama-3.1-8B fp16) = 640 blocks. */
+    cr_assert_eq(json_integer_value(json_object_get(j, "capacity_blocks")), 640);
+    cr_assert_eq(json_integer_value(json_object_get(j, "block_size")), 512);
+    cr_assert_eq(json_integer_value(json_object_get(j, "requests")), 4);
+    /* One replica, every policy the same: line 2 reuses ids 0 1 (1024 tokens; line 1's
+     * third block is partial, so never cached), line 4 reuses 4 (512; line 3 has 600
+     * tokens: one full block). */
+    size_t i;
+    const json_t *r;
+    json_array_foreach(json_object_get(j, "runs"), i, r)
+    {
+        cr_assert_eq(json_integer_value(json_object_get(r, "hit_tokens")), 1536);
+    }
+    json_decref(j);
+}
+
+/* OpenAI bodies are read as replay reads them (approximate token counts). */
+Test(route_cli, openai_bodies)
+{
+    char args[8192], path[4096];
+    snprintf(path, sizeof path, "%s", data("route_hand.jsonl"));
+    char *cut = strstr(path, "/route/route_hand.jsonl");
+    cr_assert_not_null(cut);
+    snprintf(cut, sizeof path - (size_t)(cut - path), "/replay/openai_chat.jsonl");
+    snprintf(args, sizeof args, "--capacity 64 --replicas 1,2 --json '%s'", path);
+    cr_assert_eq(route(args), 0, "%s", errs);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "format")),
+                     "OpenAI-style request bodies");
+    cr_assert_gt(json_integer_value(json_object_get(j, "requests")), 0);
+    json_decref(j);
+}
+
+/* A run is a pure function of its input and options: the default keyed profile's key comes
+ * from --random-seed, not from a random source, so even the affinity ring (which hashes
+ * block keys) places prefixes the same way every time. */
+Test(route_cli, runs_are_reproducible)
+{
+    static char first[sizeof out];
+    char args[8192];
+    snprintf(args, sizeof args, "--capacity 16 --block-size 4 --replicas 1,2,3 --csv '%s'",
+             data("route_hand.jsonl"));
+    cr_assert_eq(route(args), 0, "%s", errs);
+    memcpy(first, out, sizeof out);
+    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_assert_str_eq(out, first);
+}
+
+/* Bad input: exit 1 with "FILE:LINE: what is wrong". */
+static void bad_input(const char *fixture, const char *extra, int line, const char *what)
+{
+    char args[8192], prefix[4200];
+    snprintf(args, sizeof args, "--capacity 16 %s '%s'", extra, data(fixture));
+    cr_assert_eq(route(args), 1, "%s: %s", fixture, errs);
+    snprintf(prefix, sizeof prefix, "%s:%d: ", data(fixture), line);
+    cr_assert(strncmp(errs, prefix, strlen(prefix)) == 0, "%s: got '%s'", fixture, errs);
+    cr_assert_not_null(strstr(errs, what), "%s: got '%s'", fixture, errs);
+    cr_assert_eq(out[0], '\0');
+}
+
+Test(route_cli, bad_input_names_file_and_line)
+{
+    bad_input("route_bad_order.jsonl", "", 2, "before line 1");
+    bad_input("route_bad_empty.jsonl", "", 2, "empty");
+    bad_input("route_bad_mixed.jsonl", "", 2, "a Mooncake line in a token log");
+    bad_input("route_bad_json.jsonl", "", 3, "invalid JSON");
+    bad_input("route_bad_output.jsonl", "", 2, "an output of 99999999 tokens");
+    bad_input("route_hand.jsonl", "--vocab-size 50", 1, "token 8 is 100");
+    bad_input("route_bad_vllm.jsonl", "--hash vllm-xxhash-cbor", 1, "model");
+    bad_input("route_trace.jsonl", "--vocab-size 1000", 1, "a Mooncake trace has none");
+    char args[8192];
+    snprintf(args, sizeof args, "--capacity 16 --sort --replicas 2 --csv '%s'",
+             data("route_bad_order.jsonl"));
+    cr_assert_eq(route(args), 0, "--sort accepts the disorder: %s", errs);
+    cr_assert_eq(route("--capacity 16 /nonexistent/log.jsonl"), 1);
+    snprintf(args, sizeof args, "--capacity 1tok '%s'", data("route_hand.jsonl"));
+    cr_assert_eq(route(args), 1);
+    cr_assert_not_null(strstr(errs, "less than one block"), "%s", errs);
+}
+
+/* Usage errors: exit 2, the flags.h message shape, nothing on standard output. */
+Test(route_cli, usage_errors)
+{
+    static const struct {
+        const char *args, *what;
+    } cases[] = {
+        {"LOG", "give --capacity"},
+        {"--capacity 16", "no log given"},
+        {"--capacity 16 --replicas 0 LOG", "--replicas: '0' is not an integer in 1..1024"},
+        {"--capacity 16 --replicas 4,2 LOG", "must increase"},
+        {"--capacity 16 --replicas 2000 LOG", "--replicas"},
+        {"--capacity 16 --policies round-robin,bogus LOG", "'bogus' is not one of"},
+        {"--capacity 16 --load-cap 0.5 LOG", "--load-cap: '0.5'"},
+        {"--capacity 16 --prefill-us abc LOG", "--prefill-us: 'abc'"},
+        {"--capacity 16 --decode-us 1.2345 LOG", "--decode-us: '1.2345'"},
+        {"--capacity 16 --concurrency 0 LOG", "--concurrency"},
+        {"--capacity 16 --vnodes 0 LOG", "--vnodes"},
+        {"--capacity 40GiB LOG", "needs --model"},
+        {"--capacity 16 --model NoSuchModel LOG", "no preset"},
+        {"--capacity lots LOG", "not a positive capacity"},
+        {"--capacity 16 --json --csv LOG", "exclude each other"},
+        {"--capacity 16 --plot LOG LOG", "also an input"},
+        {"--capacity 16 --seed 3 LOG", "--seed"},
+        {"--capacity 16 --bogus LOG", "unknown option"},
+    };
+    char log[4200];
+    snprintf(log, sizeof log, "'%s'", data("route_hand.jsonl"));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        /* Every "LOG" stands for the hand fixture's path. */
+        char args[8192] = "";
+        size_t n = 0;
+        for (const char *p = cases[i].args; *p && n + sizeof log < sizeof args;)
+            if (strncmp(p, "LOG", 3) == 0) {
+                n += (size_t)snprintf(args + n, sizeof args - n, "%s", log);
+                p += 3;
+            } else {
+                args[n++] = *p++;
+                args[n] = '\0';
+            }
+        cr_assert_eq(route(args), 2, "%s: %s", args, errs);
+        cr_assert_not_null(strstr(errs, cases[i].what), "%s: got '%s'", args, errs);
+        cr_assert_eq(out[0], '\0', "%s", args);
+    }
+    cr_assert_eq(route("--help"), 0);
+    cr_assert_not_null(strstr(out, "Usage: kvprefix route"));
+}
