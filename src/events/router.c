@@ -86,11 +86,14 @@ void kvp__rt_rdlock(kvp_router *r)
     (void)err;
 }
 
+/* Take the lock exclusively and bump the version: whatever the section does, a score that
+ * saw the previous version knows that the index may have changed. */
 void kvp__rt_wrlock(kvp_router *r)
 {
     int err = pthread_rwlock_wrlock(&r->lock);
     assert(err == 0);
     (void)err;
+    r->version++;
 }
 
 void kvp__rt_unlock(kvp_router *r)

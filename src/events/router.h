@@ -102,6 +102,35 @@ static inline bool kvp__rt_hv_is_spill(uint64_t hv)
     return (hv & KVP__RT_SPILL_BIT) != 0;
 }
 
+/* The position mixer: splitmix64's finalizer over key ^ seed (not a PRF: it only spreads
+ * keys; see router_table.c). */
+static inline uint64_t kvp__rt_mix(uint64_t k, uint64_t seed)
+{
+    k ^= seed;
+    k = (k ^ (k >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    k = (k ^ (k >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return k ^ (k >> 31);
+}
+
+/* Home slot of key: the top 32 bits of the mix scaled to cap (no power-of-two needed).
+ * cap must be non-zero. */
+static inline uint32_t kvp__rt_home(const kvp__rt_table *t, uint64_t key)
+{
+    return (uint32_t)(((kvp__rt_mix(key, t->seed) >> 32) * (uint64_t)t->cap) >> 32);
+}
+
+/* Hint the cache to fetch key's home slot (score probes ahead). Cannot fail. */
+static inline void kvp__rt_prefetch(const kvp__rt_table *t, uint64_t key)
+{
+#if defined(__GNUC__)
+    if (t->cap != 0)
+        __builtin_prefetch(&t->slots[kvp__rt_home(t, key)]);
+#else
+    (void)t;
+    (void)key;
+#endif
+}
+
 void kvp__rt_table_init(kvp__rt_table *t, kvp__rt_mem *mem, uint64_t seed);
 void kvp__rt_table_destroy(kvp__rt_table *t);
 
@@ -202,6 +231,7 @@ struct kvp_router {
     char *default_vllm_seed;                         /* owned copy for default_hash */
     size_t default_vllm_seed_len;                    /* its size with the NUL */
     uint64_t epoch;                                  /* bumped when the worker set changes */
+    uint64_t version; /* bumped by every exclusive section (scores resume if unchanged) */
     uint64_t n_batches, n_events_stored, n_events_removed, n_events_cleared;
     uint64_t n_events_skipped, n_duplicates, n_gaps, n_restarts, n_malformed;
     atomic_ullong n_scores; /* score calls (shared lock: atomic) */

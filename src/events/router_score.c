@@ -11,8 +11,9 @@
  *   3. under the shared lock: probe the group's keys from block 0; a worker's run grows
  *      while it holds each next block, and the group stops at the first block none of its
  *      fresh workers extends. If the group ran past the keys hashed so far, unlock, hash 4
- *      times as many and probe again from block 0 (the probes are cheap next to hashing,
- *      and every group's rows then come from one consistent state of the index);
+ *      times as many and probe on: from where it stopped if no writer ran meanwhile (the
+ *      router's version), else again from block 0, so that every group's rows come from
+ *      one consistent state of the index;
  *   4. if the worker set changed meanwhile (epoch), start again.
  *
  * Cost: hashing is the bulk (a prompt is hashed once per group, never past the longest
@@ -29,6 +30,7 @@
 #define SCORE_FIRST      32u   /* blocks hashed before the first probe */
 #define SCORE_CHAINS     64u   /* kvp_chain states per kvp_hasher_blocks call (stack) */
 #define SCORE_STACK_KEYS 1024u /* keys kept on the stack; longer prompts malloc */
+#define SCORE_PREFETCH   8u    /* probes ahead whose home slot is prefetched */
 
 /* Per-call scratch: the keys of one group's prompt. */
 typedef struct score_keys {
@@ -76,15 +78,18 @@ static uint32_t reset_group_locked(const kvp_router *r, uint32_t g, kvp_router_r
     return n_fresh;
 }
 
-/* Step 3: probe keys[0 .. n) for group g from block 0. Returns the number of blocks some
- * fresh worker of g holds in a run (< n: the group stopped). Shared lock held. */
-static size_t probe_group_locked(const kvp_router *r, uint32_t g, const uint64_t *keys, size_t n,
-                                 kvp_router_row *rows)
+/* Step 3: probe keys[from .. n) for group g; rows hold the group's runs over keys[0 ..
+ * from) (from == 0: reset them first). Returns the number of blocks some fresh worker of g
+ * holds in a run (< n: the group stopped). Shared lock held. */
+static size_t probe_group_locked(const kvp_router *r, uint32_t g, const uint64_t *keys, size_t from,
+                                 size_t n, kvp_router_row *rows)
 {
-    if (reset_group_locked(r, g, rows, KVP_ROUTER_ROW_SCORED) == 0)
+    if (from == 0 && reset_group_locked(r, g, rows, KVP_ROUTER_ROW_SCORED) == 0)
         return 0;
     uint32_t bs = r->groups[g]->hash.block_size;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = from; i < n; i++) {
+        if (i + SCORE_PREFETCH < n)
+            kvp__rt_prefetch(&r->table, keys[i + SCORE_PREFETCH]);
         uint32_t pos = kvp__rt_find(&r->table, keys[i]);
         if (pos == KVP__RT_NIL)
             return i;
@@ -189,7 +194,8 @@ static int score_group(kvp_router *r, uint32_t g, const kvp_namespace *ns, const
     if (!tokens_in_vocab(grp, tokens, n_tokens))
         return mark_group(r, g, rows, KVP_ROUTER_ROW_TOKEN, epoch);
     size_t n_full = n_tokens / grp->hash.block_size;
-    size_t want = n_full < SCORE_FIRST ? n_full : SCORE_FIRST;
+    size_t want = n_full < SCORE_FIRST ? n_full : SCORE_FIRST, probed = 0;
+    uint64_t version = 0;
     sk->n_hashed = 0;
     for (;;) {
         rc = hash_more(grp, &eff, tokens, sk, want);
@@ -197,12 +203,16 @@ static int score_group(kvp_router *r, uint32_t g, const kvp_namespace *ns, const
             return mark_group(r, g, rows, KVP_ROUTER_ROW_NOTSUP, epoch);
         kvp__rt_rdlock(r);
         int changed = r->epoch != epoch;
-        size_t run = changed ? 0 : probe_group_locked(r, g, sk->k, want, rows);
+        /* Unchanged since the last pass: its rows still hold, continue where it stopped. */
+        size_t from = probed > 0 && r->version == version ? probed : 0;
+        size_t run = changed ? 0 : probe_group_locked(r, g, sk->k, from, want, rows);
+        version = r->version;
         kvp__rt_unlock(r);
         if (changed)
             return 1;
         if (run < want || want == n_full)
             break;
+        probed = want;
         want = n_full / 4 < want ? n_full : want * 4;
     }
     return KVP_OK;

@@ -46,20 +46,6 @@
 
 /* ---------------------------------------------------------------- positions */
 
-static inline uint64_t mix(uint64_t k, uint64_t seed)
-{
-    k ^= seed;
-    k = (k ^ (k >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    k = (k ^ (k >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return k ^ (k >> 31);
-}
-
-/* Home slot of key: the top 32 bits of the mix scaled to cap (no power-of-two needed). */
-static inline uint32_t home_of(const kvp__rt_table *t, uint64_t key)
-{
-    return (uint32_t)(((mix(key, t->seed) >> 32) * (uint64_t)t->cap) >> 32);
-}
-
 static inline uint32_t next_pos(const kvp__rt_table *t, uint32_t pos)
 {
     return pos + 1 == t->cap ? 0 : pos + 1;
@@ -67,7 +53,7 @@ static inline uint32_t next_pos(const kvp__rt_table *t, uint32_t pos)
 
 static inline uint32_t dist_of(const kvp__rt_table *t, uint64_t key, uint32_t pos)
 {
-    uint32_t home = home_of(t, key);
+    uint32_t home = kvp__rt_home(t, key);
     return pos >= home ? pos - home : pos + t->cap - home;
 }
 
@@ -216,7 +202,7 @@ void kvp__rt_table_destroy(kvp__rt_table *t)
 /* Place (key, hv) in robin hood order; key must be absent and a slot free. */
 static void place(kvp__rt_table *t, uint64_t key, uint64_t hv)
 {
-    uint32_t pos = home_of(t, key), d = 0;
+    uint32_t pos = kvp__rt_home(t, key), d = 0;
     for (;;) {
         kvp__rt_slot *s = &t->slots[pos];
         if (s->hv == 0) {
@@ -274,7 +260,7 @@ uint32_t kvp__rt_find(const kvp__rt_table *t, uint64_t key)
 {
     if (t->n_entries == 0)
         return KVP__RT_NIL;
-    uint32_t pos = home_of(t, key), d = 0;
+    uint32_t pos = kvp__rt_home(t, key), d = 0;
     for (;;) {
         const kvp__rt_slot *s = &t->slots[pos];
         if (s->hv == 0)
