@@ -1096,6 +1096,36 @@ Test(router_keys, groups_hash_once_and_score_separately)
     kvp_router_free(r);
 }
 
+Test(router_alloc, known_keys_take_no_new_slots)
+{
+    kvp_router *r = router_new();
+    kvp_config hc = hash_cfg(KVP_HASH_VLLM_SHA256, 1);
+    uint32_t a = add_worker(r, "a", 0, hc, NULL), b = add_worker(r, "b", 0, hc, NULL);
+    uint32_t tok[1] = {0};
+    uint64_t seq = 0, key = 1;
+    /* Fill the table to its 90% limit exactly, one new key per batch. */
+    do {
+        kvp_kv_event e = ev_stored(&key, 1, tok, 1, "GPU");
+        apply_expect(r, a, seq++, &e, 1, KVP_ROUTER_APPLIED);
+        key++;
+    } while ((uint64_t)r->table.n_entries * 10 != (uint64_t)r->table.cap * 9);
+    uint32_t cap = r->table.cap;
+    /* Removing and storing again a key a holds alone, and b storing keys a holds, need no
+     * slot: the table must not grow. */
+    uint64_t k1 = 1, many[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+    uint32_t toks[8] = {0};
+    kvp_kv_event ev[2] = {ev_removed(&k1, 1, "GPU"), ev_stored(&k1, 1, tok, 1, "CPU")};
+    apply_expect(r, a, seq++, ev, 2, KVP_ROUTER_APPLIED);
+    kvp_kv_event eb = ev_stored(many, 8, toks, 1, "GPU");
+    apply_expect(r, b, 0, &eb, 1, KVP_ROUTER_APPLIED);
+    cr_assert_eq(r->table.cap, cap, "the table grew for keys it holds");
+    /* One new key does need a slot. */
+    kvp_kv_event en = ev_stored(&key, 1, tok, 1, "GPU");
+    apply_expect(r, b, 1, &en, 1, KVP_ROUTER_APPLIED);
+    cr_assert_gt(r->table.cap, cap);
+    kvp_router_free(r);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Memory                                                                                   */
 /* ---------------------------------------------------------------------------------------- */

@@ -3,13 +3,12 @@
  * sequence.
  *
  * kvp__rt_apply_locked, with the router's lock held exclusively:
- *   1. validate the whole batch (events, arrays, block size, tokens, dp rank, media), and
- *      count the block hashes it stores;
+ *   1. validate the whole batch (events, arrays, block size, tokens, dp rank, media);
  *   2. place its sequence number: apply, restart, duplicate or gap (the last two return
  *      without touching the index);
- *   3. make room: register the batch's new media, reserve table slots for every stored
- *      hash and grow the holder sets it adds this worker to, so step 4 cannot fail (an
- *      ENOMEM here leaves the index as it was: a reservation changes no contents);
+ *   3. make room: register the batch's new media, grow the holder sets it adds this worker
+ *      to and reserve a table slot for every stored hash not indexed yet, so step 4
+ *      cannot fail (an ENOMEM here leaves the index as it was: room changes no contents);
  *   4. apply: a restart clears the worker first; then each event in order (events of
  *      another KV cache group are skipped);
  *   5. advance the worker's sequence state and counters.
@@ -74,7 +73,7 @@ static const char *check_medium(const kvp_router *r, const char *m, bool stored,
 
 /* One event's shape. NULL when fine, else why. */
 static const char *check_event(const kvp_router *r, uint32_t block_size, const kvp_kv_event *e,
-                               pending_media *pm, uint64_t *n_store)
+                               pending_media *pm)
 {
     if (e->type != KVP_EVENT_STORED && e->type != KVP_EVENT_REMOVED && e->type != KVP_EVENT_CLEARED)
         return "unknown event type";
@@ -89,14 +88,13 @@ static const char *check_event(const kvp_router *r, uint32_t block_size, const k
             return "token_ids NULL with a non-zero count";
         if (e->n_hashes > SIZE_MAX / block_size || e->n_tokens != e->n_hashes * block_size)
             return "BlockStored token_ids are not len(block_hashes) * block_size tokens";
-        *n_store += e->n_hashes;
     }
     return check_medium(r, e->medium, e->type == KVP_EVENT_STORED, pm);
 }
 
 /* Step 1 for the whole batch: KVP_OK or KVP_EINVAL (via malformed()). */
 static int validate(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_batch *b,
-                    kvp_router_apply_result *res, pending_media *pm, uint64_t *n_store)
+                    kvp_router_apply_result *res, pending_media *pm)
 {
     kvp__rt_worker *w = &r->workers[id];
     if (b->n_events > 0 && !b->events)
@@ -107,7 +105,7 @@ static int validate(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_batch
         return malformed(r, w, res, SIZE_MAX, "sequence number 2^64-1 is the replay end marker");
     uint32_t block_size = r->groups[w->group]->hash.block_size;
     for (size_t i = 0; i < b->n_events; i++) {
-        const char *why = check_event(r, block_size, &b->events[i], pm, n_store);
+        const char *why = check_event(r, block_size, &b->events[i], pm);
         if (why)
             return malformed(r, w, res, i, why);
     }
@@ -124,21 +122,26 @@ static int place_seq(const kvp__rt_worker *w, uint64_t seq, double ts)
     return seq < w->expected ? KVP_ROUTER_DUPLICATE : KVP_ROUTER_GAP;
 }
 
-/* Step 3: media, table slots, holder room. KVP_OK or KVP_ENOMEM (contents unchanged). */
-static int make_room(kvp_router *r, uint32_t id, const kvp_kv_batch *b, const pending_media *pm,
-                     uint64_t n_store)
+/* Step 3: media, holder room, table slots. Only keys absent now can add entries: a
+ * present key that step 4 deletes and stores again takes back the slot it left. KVP_OK or
+ * KVP_ENOMEM (contents unchanged). */
+static int make_room(kvp_router *r, uint32_t id, const kvp_kv_batch *b, const pending_media *pm)
 {
     for (uint32_t i = 0; i < pm->n; i++)
         (void)kvp__rt_medium_add(r, pm->names[i], r->unknown_weight);
-    int rc = kvp__rt_table_reserve(&r->table, n_store);
+    uint64_t n_new = 0;
+    int rc = KVP_OK;
     for (size_t i = 0; rc == KVP_OK && i < b->n_events; i++) {
         const kvp_kv_event *e = &b->events[i];
         if (e->type != KVP_EVENT_STORED || event_skipped(r, e))
             continue;
-        for (size_t k = 0; rc == KVP_OK && k < e->n_hashes; k++)
-            rc = kvp__rt_prepare_add(&r->table, e->hashes[k], id);
+        for (size_t k = 0; rc == KVP_OK && k < e->n_hashes; k++) {
+            bool absent = false;
+            rc = kvp__rt_prepare_add(&r->table, e->hashes[k], id, &absent);
+            n_new += absent;
+        }
     }
-    return rc;
+    return rc == KVP_OK ? kvp__rt_table_reserve(&r->table, n_new) : rc;
 }
 
 /* The media bit of an event's medium; 0 for a medium never registered. */
@@ -177,9 +180,8 @@ int kvp__rt_apply_locked(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_
 {
     kvp__rt_worker *w = &r->workers[id];
     pending_media pm = {{NULL}, 0};
-    uint64_t n_store = 0;
     /* Step 1: validate. */
-    int rc = validate(r, id, seq, b, res, &pm, &n_store);
+    int rc = validate(r, id, seq, b, res, &pm);
     if (rc != KVP_OK)
         return rc;
     /* Step 2: place the sequence number. */
@@ -193,7 +195,7 @@ int kvp__rt_apply_locked(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_
         return KVP_OK;
     }
     /* Step 3: make room. */
-    rc = make_room(r, id, b, &pm, n_store);
+    rc = make_room(r, id, b, &pm);
     if (rc != KVP_OK) {
         res->status = 0;
         return rc;

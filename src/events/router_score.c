@@ -86,10 +86,11 @@ static size_t probe_group_locked(const kvp_router *r, uint32_t g, const uint64_t
 {
     if (from == 0 && reset_group_locked(r, g, rows, KVP_ROUTER_ROW_SCORED) == 0)
         return 0;
+    if (r->table.n_entries == 0)
+        return from;
     uint32_t bs = r->groups[g]->hash.block_size;
     for (size_t i = from; i < n; i++) {
-        if (i + SCORE_PREFETCH < n)
-            kvp__rt_prefetch(&r->table, keys[i + SCORE_PREFETCH]);
+        kvp__rt_prefetch(&r->table, keys[i + SCORE_PREFETCH < n ? i + SCORE_PREFETCH : i]);
         uint32_t pos = kvp__rt_find(&r->table, keys[i]);
         if (pos == KVP__RT_NIL)
             return i;

@@ -302,9 +302,10 @@ static int holder_index(const uint32_t *h, uint32_t n, uint32_t worker)
     return -1;
 }
 
-int kvp__rt_prepare_add(kvp__rt_table *t, uint64_t key, uint32_t worker)
+int kvp__rt_prepare_add(kvp__rt_table *t, uint64_t key, uint32_t worker, bool *absent)
 {
     uint32_t pos = kvp__rt_find(t, key);
+    *absent = pos == KVP__RT_NIL;
     if (pos == KVP__RT_NIL)
         return KVP_OK;
     kvp__rt_holders hs;
