@@ -669,6 +669,62 @@ Test(router_malformed, other_kv_group_skipped)
     kvp_router_free(f.r);
 }
 
+/* Random field values in otherwise well-formed memory: every batch is applied or refused
+ * whole (KVP_EINVAL with a reason and nothing applied), never anything else. */
+Test(router_malformed, random_garbage_batches)
+{
+    fixture f;
+    fixture_init(&f);
+    static const char *media[] = {NULL, "",   "GPU", "cpu", "x", "a-medium-name-well-over-31-bytes",
+                                  "m1", "m2", "m3",  "m4",  "m5"};
+    uint64_t rng = 31337, seq = 0;
+    uint64_t hashes[16];
+    uint32_t tokens[64];
+    int n_ok = 0, n_bad = 0;
+    for (int step = 0; step < 3000; step++) {
+        kvp_kv_event ev[3];
+        size_t n = th_rand(&rng) % 4;
+        for (size_t i = 0; i < n; i++) {
+            memset(&ev[i], 0, sizeof ev[i]);
+            ev[i].type = (int)(th_rand(&rng) % 5);
+            ev[i].n_hashes = th_rand(&rng) % 17;
+            for (size_t k = 0; k < ev[i].n_hashes; k++)
+                hashes[k] = th_rand(&rng) % 8 == 0 ? f.k[k % 8] : th_rand(&rng) % 64;
+            ev[i].hashes = th_rand(&rng) % 20 ? hashes : NULL;
+            ev[i].block_size = th_rand(&rng) % 4 ? 4 : (uint32_t)(th_rand(&rng) % 9);
+            ev[i].n_tokens = th_rand(&rng) % 4 ? ev[i].n_hashes * 4 : th_rand(&rng) % 65;
+            if (ev[i].n_tokens > 64)
+                ev[i].n_tokens = 64;
+            ev[i].tokens = th_rand(&rng) % 20 ? tokens : NULL;
+            ev[i].medium = media[th_rand(&rng) % (sizeof media / sizeof media[0])];
+            ev[i].group_idx = (int32_t)(th_rand(&rng) % 4) - 1;
+        }
+        kvp_kv_batch b = batch_of(n && th_rand(&rng) % 30 ? ev : NULL, n, (double)step);
+        b.has_dp_rank = th_rand(&rng) % 5 == 0;
+        b.dp_rank = (int64_t)(th_rand(&rng) % 2);
+        kvp_router_stats before, after;
+        cr_assert_eq(kvp_router_stats_get(f.r, &before), KVP_OK);
+        kvp_router_apply_result res;
+        int rc = kvp_router_apply(f.r, f.id, seq, &b, &res);
+        CHECK(f.r);
+        cr_assert_eq(kvp_router_stats_get(f.r, &after), KVP_OK);
+        if (rc == KVP_OK) {
+            cr_assert_eq(res.status, KVP_ROUTER_APPLIED);
+            seq++;
+            n_ok++;
+        } else {
+            cr_assert_eq(rc, KVP_EINVAL, "step %d: %s", step, kvp_strerror(rc));
+            cr_assert_not_null(res.why);
+            cr_assert_eq(after.n_holder_media, before.n_holder_media, "step %d", step);
+            cr_assert_eq(after.n_blocks, before.n_blocks);
+            n_bad++;
+        }
+    }
+    cr_assert_gt(n_ok, 300, "some garbage is well formed");
+    cr_assert_gt(n_bad, 300);
+    kvp_router_free(f.r);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Allocation failures                                                                      */
 /* ---------------------------------------------------------------------------------------- */
