@@ -250,12 +250,13 @@ typedef struct kvp_router_row {
 /* Score tokens[0 .. n_tokens) in namespace ns (the request's; see
  * kvp_router_worker_config.model) against every worker: rows[0 .. n_workers) in worker id
  * order, *n_rows = n_workers. Keys are computed once per group of workers sharing a hash
- * configuration and model, outside the lock, and only as far as some worker of the group
- * holds the prefix. Each group's rows come from one consistent state of the index.
+ * configuration and model, outside the lock, and never past 4 times the group's longest
+ * cached run (at least 32 blocks). Each group's rows come from one consistent state of the
+ * index. rows are owned by the caller and written only by this call.
  * Returns KVP_OK; KVP_EINVAL (NULL r, ns or n_rows, NULL tokens with n_tokens > 0, rows
  * NULL with cap > 0, a namespace field with ptr NULL and len != 0); KVP_ENOSPC (cap below
- * the number of workers: *n_rows = the number needed, rows untouched); KVP_ENOMEM (key
- * scratch for prompts above 16k blocks). */
+ * the number of workers: *n_rows = the number needed); KVP_ENOMEM (key scratch for prompts
+ * above 1024 blocks). On failure the rows' contents are unspecified. */
 KVP_NODISCARD KVP_EXPORT int kvp_router_score(kvp_router *r, const kvp_namespace *ns,
                                               const uint32_t *tokens, size_t n_tokens,
                                               kvp_router_row *rows, size_t cap, size_t *n_rows);
