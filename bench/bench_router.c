@@ -20,7 +20,9 @@
  *     seed), vllm-xxhash-cbor and vllm-sha256-cbor.
  * (c) Concurrency: the 8k score's p50/p99 while an event thread applies as fast as it can,
  *     and the apply rate meanwhile, against each alone (same run); and two event threads
- *     on disjoint halves of the workers against one (the lock serializes them).
+ *     on disjoint halves of the workers against one (the lock serializes them); and, as
+ *     the control for cores shared with the rest of the machine, one event thread beside
+ *     a thread that only spins.
  * (d) Memory: kvp_router_stats's total_bytes (every byte the router holds, through its
  *     allocator) divided by its (block, worker) pairs, at the 1M-block state of (b).
  *
@@ -323,21 +325,37 @@ typedef struct writer {
     atomic_ullong n_events; /* events applied */
     uint64_t seq[N_WORKERS], last[N_WORKERS], rng;
     uint32_t first, count; /* the workers it feeds: first .. first + count - 1 */
+    bool many;             /* MANY batches per kvp_router_apply_many call */
 } writer;
 
-/* Store a fresh block and remove the worker's previous one, until told to stop. */
+#define MANY 32 /* batches per kvp_router_apply_many call in (c) */
+
+/* Store a fresh block and remove the worker's previous one, until told to stop; one batch
+ * per kvp_router_apply call, or MANY per kvp_router_apply_many when wr->many. */
 static void *writer_main(void *arg)
 {
     writer *wr = arg;
     uint32_t tok[BLOCK] = {0};
-    for (uint32_t i = 0; !atomic_load_explicit(&wr->stop, memory_order_relaxed); i++) {
-        uint32_t w = wr->first + i % wr->count;
-        uint64_t fresh = rnd(&wr->rng);
-        kvp_kv_event ev[2] = {stored(&fresh, 1, tok), stored(&wr->last[w], 1, tok)};
-        ev[1].type = KVP_EVENT_REMOVED;
-        apply_or_die(wr->r, wr->ids[w], wr->seq[w]++, ev, 2);
-        wr->last[w] = fresh;
-        atomic_fetch_add_explicit(&wr->n_events, 2, memory_order_relaxed);
+    uint64_t fresh[MANY];
+    kvp_kv_event ev[MANY][2];
+    kvp_kv_batch b[MANY];
+    kvp_router_item items[MANY];
+    size_t per_call = wr->many ? MANY : 1;
+    for (uint32_t i = 0; !atomic_load_explicit(&wr->stop, memory_order_relaxed);) {
+        for (size_t j = 0; j < per_call; j++, i++) {
+            uint32_t w = wr->first + i % wr->count;
+            fresh[j] = rnd(&wr->rng);
+            ev[j][0] = stored(&fresh[j], 1, tok);
+            ev[j][1] = stored(&wr->last[w], 1, tok);
+            ev[j][1].type = KVP_EVENT_REMOVED;
+            b[j] = (kvp_kv_batch){1.0, ev[j], 2, false, 0};
+            items[j] = (kvp_router_item){wr->ids[w], wr->seq[w]++, &b[j], 0, {0}};
+            wr->last[w] = fresh[j];
+        }
+        int rc = kvp_router_apply_many(wr->r, items, per_call);
+        if (rc != KVP_OK || items[0].res.status != KVP_ROUTER_APPLIED)
+            die("kvp_router_apply_many", rc);
+        atomic_fetch_add_explicit(&wr->n_events, 2 * per_call, memory_order_relaxed);
     }
     return NULL;
 }
@@ -362,7 +380,7 @@ static void writer_init(writer *wr, score_setup *s)
 
 /* Events per second of n_writers writers on disjoint halves of the workers, over about
  * 0.3 s. */
-static double writers_alone(score_setup *s, int n_writers)
+static double writers_alone(score_setup *s, int n_writers, bool many)
 {
     static writer wr[2];
     pthread_t t[2];
@@ -372,6 +390,7 @@ static double writers_alone(score_setup *s, int n_writers)
         wr[i].count = N_WORKERS / (uint32_t)n_writers;
         wr[i].first = (uint32_t)i * wr[i].count;
         wr[i].rng = 7 + (uint64_t)i;
+        wr[i].many = many;
         pthread_create(&t[i], NULL, writer_main, &wr[i]);
     }
     struct timespec pause = {0, 300 * 1000 * 1000};
@@ -386,38 +405,82 @@ static double writers_alone(score_setup *s, int n_writers)
     return (double)n / (now() - t0);
 }
 
+static atomic_bool spin_stop;
+
+/* Burns a core without touching the router: the control for core sharing. */
+static void *spin_main(void *arg)
+{
+    volatile uint64_t x = (uint64_t)(uintptr_t)arg;
+    while (!atomic_load_explicit(&spin_stop, memory_order_relaxed))
+        x = x * 6364136223846793005u + 1;
+    return NULL;
+}
+
+/* Events per second of one writer while another thread only spins. */
+static double writer_with_spinner(score_setup *s)
+{
+    pthread_t t;
+    atomic_store(&spin_stop, false);
+    pthread_create(&t, NULL, spin_main, NULL);
+    double rate = writers_alone(s, 1, false);
+    atomic_store(&spin_stop, true);
+    pthread_join(t, NULL);
+    return rate;
+}
+
+/* The 8k score's p50/p99 (*p50, *p99) while one writer runs; returns its events/s. */
+static double score_with_writer(score_setup *s, bool many, double *p50, double *p99)
+{
+    const uint32_t *hit = s->tokens + (size_t)5 * LONG_TOKENS;
+    writer wr;
+    writer_init(&wr, s);
+    wr.many = many;
+    pthread_t t;
+    pthread_create(&t, NULL, writer_main, &wr);
+    double t0 = now();
+    score_latency(s, hit, SHORT_TOKENS, MAX_CALLS, SHORT_TOKENS / BLOCK, p50, p99);
+    double dt = now() - t0;
+    uint64_t n = atomic_load(&wr.n_events);
+    atomic_store(&wr.stop, true);
+    pthread_join(t, NULL);
+    return (double)n / dt;
+}
+
 static void bench_concurrent(score_setup *s)
 {
     const uint32_t *hit = s->tokens + (size_t)5 * LONG_TOKENS;
-    double a50[16], a99[16], b50[16], b99[16], wa[16], wb[16], w2[16];
+    double a50[16], a99[16], b50[16], b99[16], c50[16], c99[16];
+    double wa[16], wb[16], w2[16], ws[16], ma[16], mb[16], m2[16];
     for (int i = 0; i < runs; i++) {
         score_latency(s, hit, SHORT_TOKENS, MAX_CALLS, SHORT_TOKENS / BLOCK, &a50[i], &a99[i]);
-        wa[i] = writers_alone(s, 1);
-        w2[i] = writers_alone(s, 2);
-        writer wr;
-        writer_init(&wr, s);
-        pthread_t t;
-        pthread_create(&t, NULL, writer_main, &wr);
-        double t0 = now();
-        score_latency(s, hit, SHORT_TOKENS, MAX_CALLS, SHORT_TOKENS / BLOCK, &b50[i], &b99[i]);
-        double dt = now() - t0;
-        uint64_t n = atomic_load(&wr.n_events);
-        atomic_store(&wr.stop, true);
-        pthread_join(t, NULL);
-        wb[i] = (double)n / dt;
+        wa[i] = writers_alone(s, 1, false);
+        w2[i] = writers_alone(s, 2, false);
+        ws[i] = writer_with_spinner(s);
+        wb[i] = score_with_writer(s, false, &b50[i], &b99[i]);
+        ma[i] = writers_alone(s, 1, true);
+        m2[i] = writers_alone(s, 2, true);
+        mb[i] = score_with_writer(s, true, &c50[i], &c99[i]);
     }
-    double ma50 = bench_median(a50, runs), ma99 = bench_median(a99, runs);
-    double mb50 = bench_median(b50, runs), mb99 = bench_median(b99, runs);
+    double sa50 = bench_median(a50, runs), sa99 = bench_median(a99, runs);
+    double sb50 = bench_median(b50, runs), sb99 = bench_median(b99, runs);
+    double sc50 = bench_median(c50, runs), sc99 = bench_median(c99, runs);
     double mwa = bench_median(wa, runs), mwb = bench_median(wb, runs);
-    double mw2 = bench_median(w2, runs);
-    printf("(c) one event thread (store 1 + remove 1 per batch) and one scoring thread (8k)\n");
-    printf("    score alone         p50 %7.1f us  p99 %7.1f us\n", ma50, ma99);
-    printf("    score with writer   p50 %7.1f us  p99 %7.1f us  (x%.2f, x%.2f)\n", mb50, mb99,
-           mb50 / ma50, mb99 / ma99);
-    printf("    writer alone        %10.0f events/s\n", mwa);
-    printf("    writer with scorer  %10.0f events/s  (x%.2f)\n", mwb, mwb / mwa);
-    printf("    two writers (disjoint workers, one lock) %10.0f events/s in all (x%.2f)\n", mw2,
-           mw2 / mwa);
+    double mw2 = bench_median(w2, runs), mws = bench_median(ws, runs);
+    double mma = bench_median(ma, runs), mmb = bench_median(mb, runs);
+    double mm2 = bench_median(m2, runs);
+    printf("(c) event threads (store 1 + remove 1 per batch) and a scoring thread (8k prompt)\n");
+    printf("    score alone                         p50 %7.1f us  p99 %7.1f us\n", sa50, sa99);
+    printf("    score with a writer (apply)         p50 %7.1f us  p99 %7.1f us  (x%.2f, x%.2f)\n",
+           sb50, sb99, sb50 / sa50, sb99 / sa99);
+    printf("    score with a writer (apply_many %d) p50 %7.1f us  p99 %7.1f us  (x%.2f, x%.2f)\n",
+           MANY, sc50, sc99, sc50 / sa50, sc99 / sa99);
+    printf("    events/s            apply        apply_many %d\n", MANY);
+    printf("    one writer      %10.0f      %10.0f\n", mwa, mma);
+    printf("    with the scorer %10.0f x%.2f %10.0f x%.2f\n", mwb, mwb / mwa, mmb, mmb / mma);
+    printf("    two writers     %10.0f x%.2f %10.0f x%.2f  (disjoint workers, one lock)\n", mw2,
+           mw2 / mwa, mm2, mm2 / mma);
+    printf("    with a spinning thread, no lock (core-sharing control) %10.0f x%.2f\n", mws,
+           mws / mwa);
 }
 
 static void bench_score(int profile)

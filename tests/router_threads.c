@@ -4,12 +4,12 @@
  * workers would hide races from it).
  *
  * N_EVENT threads each own N_PER workers (one event thread per worker group, as a
- * subscriber daemon shards engines) and apply random batches to them: stores, removals per
- * medium, clears, in sequence, with occasional publisher restarts, duplicates, gaps
- * (answered by "replaying" the missed batch, or by marking the worker stale and later
- * resyncing). Each keeps a plain model of its own workers. N_SCORE threads score random
- * prompts all the while, and check what must hold under any interleaving (a row per worker,
- * runs within the prompt, scores between 0.8 and 1.0 per block, valid states). One more
+ * subscriber daemon shards engines) and apply random batches to them (kvp_router_apply or
+ * kvp_router_apply_many): stores, removals per medium, clears, in sequence, with occasional
+ * publisher restarts, duplicates, gaps (answered by "replaying" the missed batch, or by marking the
+ * worker stale and later resyncing). Each keeps a plain model of its own workers. N_SCORE threads
+ * score random prompts all the while, and check what must hold under any interleaving (a row per
+ * worker, runs within the prompt, scores between 0.8 and 1.0 per block, valid states). One more
  * thread adds and removes a worker over and over, so scores restart on a changed worker
  * set, and reads stats and runs the checker.
  *
@@ -158,7 +158,15 @@ static int apply(event_thread *t, model_worker *w, uint64_t seq, const kvp_kv_ev
 {
     kvp_kv_batch b = {ts, ev, n, false, 0};
     kvp_router_apply_result res;
-    int rc = kvp_router_apply(router, w->id, seq, &b, &res);
+    int rc;
+    if (rnd(&t->rng) % 2) {
+        rc = kvp_router_apply(router, w->id, seq, &b, &res);
+    } else {
+        kvp_router_item item = {w->id, seq, &b, 0, {0}};
+        rc = kvp_router_apply_many(router, &item, 1);
+        expect(rc == item.rc, "apply_many returns the item's code");
+        res = item.res;
+    }
     expect(rc == KVP_OK, "apply returns KVP_OK");
     if (rc != KVP_OK)
         return 0;

@@ -648,6 +648,41 @@ Test(router_malformed, each_kind_refused_whole)
     kvp_router_free(f.r);
 }
 
+Test(router_seq, apply_many_applies_each_as_apply_would)
+{
+    fixture f;
+    fixture_init(&f);
+    uint32_t other = add_worker(f.r, "other", 0, f.hc, NULL);
+    kvp_kv_event good0 = ev_stored(f.k, 2, f.t, 4, "GPU");
+    kvp_kv_event good1 = ev_stored(f.k + 2, 2, f.t + 8, 4, "GPU");
+    kvp_kv_event bad = good1;
+    bad.block_size = 8;
+    kvp_kv_batch b0 = batch_of(&good0, 1, 1), b1 = batch_of(&good1, 1, 2),
+                 bb = batch_of(&bad, 1, 3);
+    kvp_router_item items[6] = {
+        {f.id, 0, &b0, 0, {0}}, {other, 5, &b0, 0, {0}}, {f.id, 1, &bb, 0, {0}},
+        {f.id, 1, &b1, 0, {0}}, {77, 0, &b0, 0, {0}},    {f.id, 1, &b1, 0, {0}},
+    };
+    cr_assert_eq(kvp_router_apply_many(f.r, items, 6), KVP_EINVAL, "the first failure");
+    CHECK(f.r);
+    cr_assert_eq(items[0].rc, KVP_OK);
+    cr_assert_eq(items[0].res.status, KVP_ROUTER_APPLIED);
+    cr_assert_eq(items[1].rc, KVP_OK);
+    cr_assert_eq(items[1].res.status, KVP_ROUTER_GAP);
+    cr_assert_eq(items[2].rc, KVP_EINVAL);
+    cr_assert_not_null(items[2].res.why);
+    cr_assert_eq(items[3].rc, KVP_OK, "a failing item does not stop the others");
+    cr_assert_eq(items[3].res.status, KVP_ROUTER_APPLIED);
+    cr_assert_eq(items[4].rc, KVP_ENOENT);
+    cr_assert_eq(items[5].res.status, KVP_ROUTER_DUPLICATE);
+    cr_assert_eq(run_of(&f), 4);
+    cr_assert_eq(score_of(f.r, &f.ns, f.t, 32, other).n_blocks, 0);
+    cr_assert_eq(kvp_router_apply_many(f.r, NULL, 0), KVP_OK);
+    cr_assert_eq(kvp_router_apply_many(f.r, NULL, 1), KVP_EINVAL);
+    cr_assert_eq(kvp_router_apply_many(NULL, items, 1), KVP_EINVAL);
+    kvp_router_free(f.r);
+}
+
 Test(router_malformed, other_kv_group_skipped)
 {
     fixture f;

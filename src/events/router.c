@@ -8,7 +8,8 @@
  * PREFER_WRITER_NONRECURSIVE kind, as src/lock.c does for a cache) so that a stream of
  * scores cannot starve the event threads:
  *
- *   exclusive: worker_add, worker_get, worker_remove, apply, mark_stale, resync
+ *   exclusive: worker_add, worker_get, worker_remove, apply, apply_many (once for all its
+ *              batches), mark_stale, resync
  *   shared:    worker_find, score (per group, hashing outside the lock), stats_get,
  *              worker_stats_get, check
  *
@@ -315,22 +316,51 @@ KVP_EXPORT int kvp_router_worker_remove(kvp_router *r, uint32_t id)
 
 /* ---------------------------------------------------------------- events */
 
+/* kvp_router_apply's body, lock held exclusively (r not NULL). */
+static int apply_one_locked(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_batch *b,
+                            kvp_router_apply_result *res)
+{
+    memset(res, 0, sizeof *res);
+    res->bad_event = SIZE_MAX;
+    if (!b) {
+        res->why = "NULL batch";
+        return KVP_EINVAL;
+    }
+    return kvp__rt_worker_ok(r, id) ? kvp__rt_apply_locked(r, id, seq, b, res) : KVP_ENOENT;
+}
+
 KVP_EXPORT int kvp_router_apply(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_batch *b,
                                 kvp_router_apply_result *res)
 {
     kvp_router_apply_result local;
     if (!res)
         res = &local;
-    memset(res, 0, sizeof *res);
-    res->bad_event = SIZE_MAX;
-    if (!r || !b) {
-        res->why = "NULL router or batch";
+    if (!r) {
+        memset(res, 0, sizeof *res);
+        res->bad_event = SIZE_MAX;
+        res->why = "NULL router";
         return KVP_EINVAL;
     }
     kvp__rt_wrlock(r);
-    int rc = kvp__rt_worker_ok(r, id) ? kvp__rt_apply_locked(r, id, seq, b, res) : KVP_ENOENT;
+    int rc = apply_one_locked(r, id, seq, b, res);
     kvp__rt_unlock(r);
     return rc;
+}
+
+KVP_EXPORT int kvp_router_apply_many(kvp_router *r, kvp_router_item *items, size_t n)
+{
+    if (!r || (!items && n > 0))
+        return KVP_EINVAL;
+    int first = KVP_OK;
+    kvp__rt_wrlock(r);
+    for (size_t i = 0; i < n; i++) {
+        kvp_router_item *it = &items[i];
+        it->rc = apply_one_locked(r, it->worker, it->seq, it->batch, &it->res);
+        if (first == KVP_OK)
+            first = it->rc;
+    }
+    kvp__rt_unlock(r);
+    return first;
 }
 
 KVP_EXPORT int kvp_router_mark_stale(kvp_router *r, uint32_t id)
