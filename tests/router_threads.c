@@ -341,20 +341,9 @@ static void final_checks(event_thread *ev)
     check(restarts > 0 && gaps > 0 && dups > 0, "every sequence case happened");
 }
 
-int main(int argc, char **argv)
+/* Prompts sharing prefixes, and their keys under hash_cfg. */
+static void make_prompts(void)
 {
-    int batches = argc > 1 ? atoi(argv[1]) : 4000;
-    kvp_router_config cfg;
-    kvp_router_config_init(&cfg);
-    kvp_config_init(&hash_cfg);
-    hash_cfg.hash_profile = KVP_HASH_VLLM_XXHASH;
-    hash_cfg.block_size = BLOCK_SIZE;
-    cfg.hash = hash_cfg;
-    if (kvp_router_new(&cfg, &router) != KVP_OK) {
-        fprintf(stderr, "router_threads: kvp_router_new failed\n");
-        return 1;
-    }
-    /* Prompts sharing prefixes, and their keys. */
     uint64_t rng = 99;
     kvp_hasher *h = NULL;
     check(kvp_hasher_new(&hash_cfg, &h) == KVP_OK, "hasher");
@@ -375,6 +364,22 @@ int main(int argc, char **argv)
             keys[p][k] = out[k].key.lo;
     }
     kvp_hasher_free(h);
+}
+
+int main(int argc, char **argv)
+{
+    int batches = argc > 1 ? atoi(argv[1]) : 4000;
+    kvp_router_config cfg;
+    kvp_router_config_init(&cfg);
+    kvp_config_init(&hash_cfg);
+    hash_cfg.hash_profile = KVP_HASH_VLLM_XXHASH;
+    hash_cfg.block_size = BLOCK_SIZE;
+    cfg.hash = hash_cfg;
+    if (kvp_router_new(&cfg, &router) != KVP_OK) {
+        fprintf(stderr, "router_threads: kvp_router_new failed\n");
+        return 1;
+    }
+    make_prompts();
 
     static event_thread ev[N_EVENT];
     char name[16];
