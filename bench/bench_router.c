@@ -23,6 +23,8 @@
  *     on disjoint halves of the workers against one (the lock serializes them); and, as
  *     the control for cores shared with the rest of the machine, one event thread beside
  *     a thread that only spins.
+ * (e) The cost of clearing one worker (AllBlocksCleared, a restart, mark_stale): a scan of
+ *     the whole table under the exclusive lock, at the 1M-block state of (b).
  * (d) Memory: kvp_router_stats's total_bytes (every byte the router holds, through its
  *     allocator) divided by its (block, worker) pairs, at the 1M-block state of (b).
  *
@@ -515,8 +517,19 @@ static void bench_score(int profile)
            s.stats.bytes_per_holder, (unsigned long long)s.stats.total_bytes,
            (unsigned long long)s.stats.n_holders, (unsigned long long)s.stats.index_bytes,
            (unsigned long long)s.stats.n_slots);
-    if (profile == KVP_HASH_XXH3)
+    if (profile == KVP_HASH_XXH3) {
         bench_concurrent(&s);
+        /* Clearing a worker scans the table under the exclusive lock. */
+        kvp_router_worker_stats ws;
+        if (kvp_router_worker_stats_get(s.r, s.ids[5], &ws) != KVP_OK)
+            die("kvp_router_worker_stats_get", KVP_EINVAL);
+        double c0 = now();
+        int rc = kvp_router_mark_stale(s.r, s.ids[5]);
+        if (rc != KVP_OK)
+            die("kvp_router_mark_stale", rc);
+        printf("(e) clearing one worker (mark_stale, %llu of its blocks) at this state: %.2f ms\n",
+               (unsigned long long)ws.n_blocks, (now() - c0) * 1e3);
+    }
     score_setup_free(&s);
 }
 

@@ -441,6 +441,23 @@ bool kvp__rt_remove(kvp__rt_table *t, uint64_t key, uint32_t worker, uint32_t ma
     return drop_media(t, pos, (uint32_t)i, mask);
 }
 
+/* Index of worker in the holder set hv, or -1; straight on hv for inline sets (the scan of
+ * kvp__rt_clear_worker visits every slot). */
+static inline int holder_slot_index(const kvp__rt_table *t, uint64_t hv, uint32_t worker)
+{
+    if (kvp__rt_hv_is_spill(hv))
+        return holder_index(record_ptr(t, spill_class(hv), spill_record(hv)), spill_count(hv),
+                            worker);
+    for (unsigned k = 0; k < KVP__RT_INLINE; k++) {
+        uint32_t f = field_get(hv, k);
+        if (f == 0)
+            return -1;
+        if (f >> KVP__RT_MEDIA_BITS == worker)
+            return (int)k;
+    }
+    return -1;
+}
+
 uint64_t kvp__rt_clear_worker(kvp__rt_table *t, uint32_t worker)
 {
     if (t->n_entries == 0)
@@ -451,25 +468,22 @@ uint64_t kvp__rt_clear_worker(kvp__rt_table *t, uint32_t worker)
     while (t->slots[start].hv != 0)
         start++;
     uint64_t n_cleared = 0;
-    uint32_t step = 1;
-    while (step < t->cap) {
-        uint32_t pos = (uint32_t)(((uint64_t)start + step) % t->cap);
-        if (t->slots[pos].hv == 0) {
-            step++;
-            continue;
-        }
-        kvp__rt_holders hs;
-        kvp__rt_holders_of(t, pos, &hs);
-        int i = holder_index(hs.h, hs.n, worker);
+    uint32_t pos = next_pos(t, start);
+    for (uint32_t left = t->cap - 1; left > 0;) {
+        uint64_t hv = t->slots[pos].hv;
+        int i = hv == 0 ? -1 : holder_slot_index(t, hv, worker);
         if (i < 0) {
-            step++;
+            pos = next_pos(t, pos);
+            left--;
             continue;
         }
-        bool slot_gone = hs.n == 1;
+        bool slot_gone = hv >> FIELD_BITS == 0; /* one inline holder: the slot empties */
         (void)drop_media(t, pos, (uint32_t)i, (1u << KVP__RT_MEDIA_BITS) - 1);
         n_cleared++;
-        if (!slot_gone)
-            step++; /* else: the shift moved the next entry here; look at pos again */
+        if (!slot_gone) {
+            pos = next_pos(t, pos);
+            left--;
+        } /* else the shift moved the next entry here: look at pos again */
     }
     return n_cleared;
 }
