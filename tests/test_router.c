@@ -935,7 +935,7 @@ Test(router_workers, config_errors)
     cfg.tiers[1].medium = "gpu";
     cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL, "repeated tier (case ignored)");
     kvp_router_config_init(&cfg);
-    cfg.tiers[0].weight = NAN;
+    cfg.tiers[0].weight = (double)NAN;
     cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL);
     kvp_router_config_init(&cfg);
     cfg.tiers[0].medium = "";
