@@ -71,6 +71,267 @@ typedef struct kvp_kv_batch {
 /* Router index                                                                             */
 /* ---------------------------------------------------------------------------------------- */
 
+/* kvp_router indexes which worker holds which block, fed by the workers' event batches,
+ * and scores a prompt against every worker: the longest run of consecutive blocks from
+ * block 0 that the worker holds, and the same run weighted by storage tier. A worker is one
+ * engine's data-parallel rank, named by (engine id, dp rank). The router computes each
+ * worker's block keys itself with the worker's hash profile (kvp_hasher), so it never needs
+ * the engine to resend tokens; keys must therefore equal the engine's: same profile, key,
+ * seeds, block size (a STORED event whose block_size differs is refused). Blocks are
+ * indexed by the event integer (kvp_chain.key.lo, vLLM's 64-bit block hash).
+ *
+ * Threads: every call may be made from any thread. Mutations (worker add/get/remove, apply,
+ * mark_stale, resync) take the router's lock exclusively; score, stats, find and check
+ * share it. Score hashes the prompt outside the lock. docs/routing.md ("Router index") has
+ * the data structure, its memory per (block, worker), consistency and the thread model. */
+typedef struct kvp_router kvp_router;
+
+#define KVP_ROUTER_MAX_WORKERS 32768u /* live workers per router (15-bit worker slots) */
+#define KVP_ROUTER_MAX_MEDIA   6u     /* distinct storage tiers (GPU, CPU, ...) per router */
+#define KVP_ROUTER_MAX_GROUPS  256u   /* distinct (hash configuration, model) pairs */
+#define KVP_ROUTER_MEDIUM_MAX  31u    /* longest medium name, in bytes */
+
+/* One storage tier and its weight in the score. The name is matched against events'
+ * `medium` ignoring ASCII case; it is copied at kvp_router_new. */
+typedef struct kvp_router_tier {
+    const char *medium; /* e.g. "GPU"; NUL-terminated, 1..KVP_ROUTER_MEDIUM_MAX bytes */
+    double weight;      /* score per block held in this tier, 0..1000 */
+} kvp_router_tier;
+
+/* Router parameters; fill with kvp_router_config_init() first, then set what you need. */
+typedef struct kvp_router_config {
+    kvp_router_tier tiers[KVP_ROUTER_MAX_MEDIA]; /* known tiers (default GPU 1.0, CPU 0.8) */
+    size_t n_tiers;                              /* entries used in tiers (default 2) */
+    double unknown_weight;      /* weight of a medium first seen in an event (default 0.5);
+                                   such media are registered while room remains */
+    const char *default_medium; /* tier of events whose medium is nil (default "GPU") */
+    int32_t kv_group;           /* vLLM KV cache group indexed; events of other groups
+                                   (group_idx >= 0 and != kv_group) are skipped (default 0) */
+    kvp_config hash;            /* hash fields (kvp_hasher_new) of workers created by
+                                   kvp_router_worker_get (default: kvp_config_init's, with
+                                   hash_profile KVP_HASH_VLLM_SHA256, block_size 16) */
+    uint64_t table_seed;        /* mixes block hashes into table positions; 0 (default): random */
+    kvp_allocator alloc;        /* memory hooks for everything the router holds */
+} kvp_router_config;
+
+/* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
+KVP_EXPORT void kvp_router_config_init(kvp_router_config *cfg);
+
+/* Create a router. On KVP_OK *out is owned by the caller (kvp_router_free). Returns
+ * KVP_EINVAL (NULL pointer, n_tiers above KVP_ROUTER_MAX_MEDIA, a tier name empty, too long
+ * or repeated, a weight outside 0..1000 or not a number, a hash config kvp_hasher_new
+ * refuses), KVP_ENOMEM, KVP_ENOTSUP (no random source for table_seed 0). */
+KVP_NODISCARD KVP_EXPORT int kvp_router_new(const kvp_router_config *cfg, kvp_router **out);
+
+/* Free a router and everything it owns. Accepts NULL. Must not race with other calls. */
+KVP_EXPORT void kvp_router_free(kvp_router *r);
+
+/* One worker's identity and key function. */
+typedef struct kvp_router_worker_config {
+    const char *engine_id; /* NUL-terminated engine id (e.g. the pod name); copied */
+    int64_t dp_rank;       /* data-parallel rank (default 0) */
+    const char *model;     /* model served, NULL (default) for unspecified; copied. A request
+                              whose namespace names another model does not score this
+                              worker; for xxh3/keyed/siphash workers a request without a
+                              model is hashed with this one (what the engine hashes); vllm-*
+                              keys never contain the model */
+    kvp_config hash;       /* the engine's hash fields (hash_profile, seed, hash_key,
+                              hash_key_len, vllm_seed, block_size, vocab_size); default as
+                              kvp_router_config.hash */
+} kvp_router_worker_config;
+
+/* Fill *wc with the defaults above (engine_id NULL). Cannot fail (NULL: nothing). */
+KVP_EXPORT void kvp_router_worker_config_init(kvp_router_worker_config *wc);
+
+/* Add a worker; *id receives its id (below KVP_ROUTER_MAX_WORKERS; the id of a removed
+ * worker may be given again). A worker starts fresh and expects sequence number 0.
+ * Workers with equal hash fields and model share one hasher (a prompt is hashed once per
+ * such group). Returns KVP_OK; KVP_EINVAL (NULL pointer or engine_id, a hash config
+ * kvp_hasher_new refuses, or a keyed/siphash profile with hash_key_len 0: a random key
+ * cannot equal the engine's); KVP_EEXIST ((engine_id, dp_rank) present: *id receives the
+ * existing id); KVP_ENOSPC (KVP_ROUTER_MAX_WORKERS or KVP_ROUTER_MAX_GROUPS reached);
+ * KVP_ENOMEM. The router is unchanged on failure. */
+KVP_NODISCARD KVP_EXPORT int
+kvp_router_worker_add(kvp_router *r, const kvp_router_worker_config *wc, uint32_t *id);
+
+/* The id of worker (engine_id, dp_rank): KVP_OK, KVP_ENOENT (no such worker), KVP_EINVAL
+ * (NULL pointer). O(workers). */
+KVP_NODISCARD KVP_EXPORT int kvp_router_worker_find(kvp_router *r, const char *engine_id,
+                                                    int64_t dp_rank, uint32_t *id);
+
+/* Find worker (engine_id, dp_rank), or add it with the router's default hash config and
+ * no model (a worker first seen in an event). Returns as kvp_router_worker_add, never
+ * KVP_EEXIST. */
+KVP_NODISCARD KVP_EXPORT int kvp_router_worker_get(kvp_router *r, const char *engine_id,
+                                                   int64_t dp_rank, uint32_t *id);
+
+/* Remove worker id and every block it holds. Returns KVP_OK, KVP_ENOENT, KVP_EINVAL. */
+KVP_NODISCARD KVP_EXPORT int kvp_router_worker_remove(kvp_router *r, uint32_t id);
+
+/* What kvp_router_apply did with a batch (status). */
+enum {
+    KVP_ROUTER_APPLIED = 1,   /* seq was the expected one (or the stale worker's first
+                                 batch): applied */
+    KVP_ROUTER_RESTARTED = 2, /* seq 0 after a higher one: the publisher restarted; the
+                                 worker was cleared, then the batch applied */
+    KVP_ROUTER_DUPLICATE = 3, /* seq below the expected one: already applied, ignored */
+    KVP_ROUTER_GAP = 4        /* seq above the expected one: batches were missed; nothing
+                                 applied. Replay from `expected` (the publisher's replay
+                                 socket) and apply those batches in order, or give up with
+                                 kvp_router_mark_stale */
+};
+
+/* The outcome of kvp_router_apply. */
+typedef struct kvp_router_apply_result {
+    int status;        /* KVP_ROUTER_*; 0 when the call failed */
+    uint64_t expected; /* the sequence number the worker expects next (after the call;
+                          after a gap: the first missing one) */
+    bool stale;        /* the worker is stale after the call (ignored by score) */
+    size_t n_stored;   /* BlockStored events applied */
+    size_t n_removed;  /* BlockRemoved events applied */
+    size_t n_cleared;  /* AllBlocksCleared events applied */
+    size_t n_skipped;  /* events of another KV cache group (kv_group), not applied */
+    size_t bad_event;  /* KVP_EINVAL: index of the offending event; SIZE_MAX: the batch */
+    const char *why;   /* KVP_EINVAL: static description of what is wrong; else NULL */
+} kvp_router_apply_result;
+
+/* Apply batch b, numbered seq by its publisher, from worker id. The batch is validated
+ * first and applied all or nothing. Events: BlockStored adds (hash -> worker, medium) for
+ * each hash (medium nil: the default medium); BlockRemoved removes each hash's medium from
+ * this worker (a hash it does not hold is ignored); AllBlocksCleared removes every block
+ * of the worker. Sequence numbers, with `expected` the worker's next:
+ *   seq == expected            applied (APPLIED);
+ *   seq == 0 after a higher    the publisher restarted: cleared, applied (RESTARTED); a
+ *                              second seq 0 is a restart only if its ts differs;
+ *   seq < expected             DUPLICATE, nothing applied;
+ *   seq > expected             GAP, nothing applied.
+ * A stale worker (kvp_router_mark_stale) takes its next batch whatever its number; it turns
+ * fresh again at a batch numbered 0, after an AllBlocksCleared, or by kvp_router_resync.
+ * res may be NULL. Returns KVP_OK (see res->status); KVP_EINVAL (NULL r or b, or a
+ * malformed batch: unknown event type, NULL arrays with counts, a BlockStored whose
+ * block_size differs from the worker's or whose token count is not n_hashes * block_size,
+ * a batch whose data_parallel_rank differs from the worker's, an unknown medium when all
+ * KVP_ROUTER_MAX_MEDIA are taken, a medium name longer than KVP_ROUTER_MEDIUM_MAX:
+ * res->why and res->bad_event say which); KVP_ENOENT (no worker id); KVP_ENOMEM. On
+ * failure nothing changes, the worker's sequence included: the next batch reports a GAP,
+ * and since a replay returns the same bad batch, the caller should mark the worker stale. */
+KVP_NODISCARD KVP_EXPORT int kvp_router_apply(kvp_router *r, uint32_t id, uint64_t seq,
+                                              const kvp_kv_batch *b, kvp_router_apply_result *res);
+
+/* One batch for kvp_router_apply_many: the inputs of kvp_router_apply, and its outputs. */
+typedef struct kvp_router_item {
+    uint32_t worker;             /* worker id */
+    uint64_t seq;                /* the batch's sequence number */
+    const kvp_kv_batch *batch;   /* the decoded batch; only read during the call */
+    int rc;                      /* out: what kvp_router_apply returned for it */
+    kvp_router_apply_result res; /* out: its result */
+} kvp_router_item;
+
+/* Apply items[0 .. n) in order, each exactly as kvp_router_apply (each batch all or nothing,
+ * a failing item does not stop the others), under one hold of the lock: an event thread
+ * that drains several messages at once takes the lock once, and no score sees some of the
+ * items without the others (on the 2-core test machine bench_router (c) shows no
+ * throughput difference from kvp_router_apply). Returns KVP_OK when every item's rc is
+ * KVP_OK, else the first failing item's rc; KVP_EINVAL for NULL r, or NULL items with
+ * n > 0 (then nothing is applied). */
+KVP_NODISCARD KVP_EXPORT int kvp_router_apply_many(kvp_router *r, kvp_router_item *items, size_t n);
+
+/* Give up on worker id's history (a gap that replay could not fill): remove its blocks and
+ * ignore it in scores until it is fresh again (see kvp_router_apply). Returns KVP_OK,
+ * KVP_ENOENT, KVP_EINVAL. */
+KVP_NODISCARD KVP_EXPORT int kvp_router_mark_stale(kvp_router *r, uint32_t id);
+
+/* Accept stale worker id's partial view (the blocks stored since it went stale: never a
+ * block it does not hold, if no batch was missed since) and score it again. Returns KVP_OK
+ * (also for a fresh worker), KVP_ENOENT, KVP_EINVAL. */
+KVP_NODISCARD KVP_EXPORT int kvp_router_resync(kvp_router *r, uint32_t id);
+
+/* Why a score row is zero (kvp_router_row.state). */
+enum {
+    KVP_ROUTER_ROW_SCORED = 0, /* scored */
+    KVP_ROUTER_ROW_STALE = 1,  /* the worker is stale: not scored */
+    KVP_ROUTER_ROW_MODEL = 2,  /* the request names another model than the worker's */
+    KVP_ROUTER_ROW_NOTSUP = 3, /* the worker's profile cannot express the namespace */
+    KVP_ROUTER_ROW_TOKEN = 4   /* a token id is at or above the worker's vocab_size */
+};
+
+/* One worker's score. */
+typedef struct kvp_router_row {
+    uint32_t worker;   /* worker id */
+    int state;         /* KVP_ROUTER_ROW_* */
+    int64_t dp_rank;   /* the worker's data-parallel rank */
+    uint32_t n_blocks; /* consecutive blocks from block 0 the worker holds (any tier) */
+    uint64_t n_tokens; /* n_blocks * the worker's block size */
+    double score;      /* the same blocks, each weighted by the best tier holding it */
+} kvp_router_row;
+
+/* Score tokens[0 .. n_tokens) in namespace ns (the request's; see
+ * kvp_router_worker_config.model) against every worker: rows[0 .. n_workers) in worker id
+ * order, *n_rows = n_workers. Keys are computed once per group of workers sharing a hash
+ * configuration and model, outside the lock, and never past 4 times the group's longest
+ * cached run (at least 32 blocks). Each group's rows come from one consistent state of the
+ * index. rows are owned by the caller and written only by this call.
+ * Returns KVP_OK; KVP_EINVAL (NULL r, ns or n_rows, NULL tokens with n_tokens > 0, rows
+ * NULL with cap > 0, a namespace field with ptr NULL and len != 0); KVP_ENOSPC (cap below
+ * the number of workers: *n_rows = the number needed); KVP_ENOMEM (key scratch for prompts
+ * above 1024 blocks). On failure the rows' contents are unspecified. */
+KVP_NODISCARD KVP_EXPORT int kvp_router_score(kvp_router *r, const kvp_namespace *ns,
+                                              const uint32_t *tokens, size_t n_tokens,
+                                              kvp_router_row *rows, size_t cap, size_t *n_rows);
+
+/* Index size, memory and counters. */
+typedef struct kvp_router_stats {
+    uint32_t n_workers;        /* live workers */
+    uint32_t n_stale;          /* of which stale */
+    uint32_t n_groups;         /* hash groups (distinct hash configuration and model) */
+    uint32_t n_media;          /* registered tiers */
+    uint64_t n_blocks;         /* distinct block hashes indexed */
+    uint64_t n_holders;        /* (block, worker) pairs */
+    uint64_t n_holder_media;   /* (block, worker, medium) triples */
+    uint64_t n_slots;          /* hash table slots (16 bytes each) */
+    uint64_t index_bytes;      /* table slots + spill records, as allocated */
+    uint64_t total_bytes;      /* every byte the router holds through its allocator */
+    double bytes_per_holder;   /* total_bytes / n_holders; 0 when nothing is indexed */
+    uint64_t n_batches;        /* batches applied (APPLIED or RESTARTED) */
+    uint64_t n_events_stored;  /* BlockStored events applied */
+    uint64_t n_events_removed; /* BlockRemoved events applied */
+    uint64_t n_events_cleared; /* AllBlocksCleared events applied */
+    uint64_t n_events_skipped; /* events of other KV cache groups */
+    uint64_t n_duplicates;     /* batches ignored as DUPLICATE */
+    uint64_t n_gaps;           /* batches refused as GAP */
+    uint64_t n_restarts;       /* RESTARTED batches */
+    uint64_t n_malformed;      /* batches refused with KVP_EINVAL */
+    uint64_t n_scores;         /* kvp_router_score calls that succeeded */
+} kvp_router_stats;
+
+/* Copy the figures to *out. Returns KVP_OK, KVP_EINVAL (NULL). */
+KVP_NODISCARD KVP_EXPORT int kvp_router_stats_get(kvp_router *r, kvp_router_stats *out);
+
+/* One worker's state. */
+typedef struct kvp_router_worker_stats {
+    int64_t dp_rank;      /* data-parallel rank */
+    uint32_t group;       /* hash group index (workers with equal hash config and model) */
+    bool stale;           /* ignored by score */
+    bool seq_known;       /* expected is known (false just after mark_stale) */
+    uint64_t expected;    /* next sequence number expected, when seq_known */
+    uint64_t n_blocks;    /* blocks held, any tier */
+    uint64_t n_batches;   /* batches applied */
+    uint64_t n_gaps;      /* batches refused as GAP */
+    uint64_t n_restarts;  /* publisher restarts seen */
+    uint64_t n_malformed; /* batches refused with KVP_EINVAL */
+} kvp_router_worker_stats;
+
+/* Copy worker id's state to *out. Returns KVP_OK, KVP_ENOENT, KVP_EINVAL (NULL). */
+KVP_NODISCARD KVP_EXPORT int kvp_router_worker_stats_get(kvp_router *r, uint32_t id,
+                                                         kvp_router_worker_stats *out);
+
+/* Walk the whole index and check every invariant: each slot's key at its probe distance
+ * (robin hood order), holder sets well formed (no empty set, no worker twice, live workers
+ * only, media registered, spill records on no free list), counts of blocks, holders and
+ * holder-media, each worker's block count, groups and rows. Returns KVP_OK, KVP_ECORRUPT,
+ * KVP_EINVAL (NULL), KVP_ENOMEM (its scratch, taken with malloc). O(slots + holders). */
+KVP_NODISCARD KVP_EXPORT int kvp_router_check(kvp_router *r);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,6 +46,7 @@ echo "== clang ThreadSanitizer build, the threads suite"
 [ -f build-tsan/build.ninja ] || CC=clang meson setup build-tsan -Db_sanitize=thread \
     -Db_lundef=false -Dcli=false -Dbench=false >/dev/null
 ninja -C build-tsan tests/threads
+ninja -C build-tsan tests/router_threads
 TSAN_OPTIONS=halt_on_error=1 run_suite meson test -C build-tsan --no-rebuild --suite threads \
     --print-errorlogs
 
