@@ -334,6 +334,9 @@ typedef struct kvp_event {
     kvp_key key;         /* STORED/REMOVED: the block key; zero for CLEARED */
     kvp_key parent;      /* STORED: the parent block's key, or the namespace root */
     bool parent_is_root; /* STORED: true when parent is the namespace root (first block) */
+    /* STORED: the block's block_size tokens when the cache knows them (NULL for the _ids
+     * forms, which have no tokens); valid during the callback only. */
+    const uint32_t *tokens;
 } kvp_event;
 
 typedef void (*kvp_event_fn)(void *ud, const kvp_event *ev);

@@ -538,6 +538,7 @@ static void store_block(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key pare
     ev.key = key;
     ev.parent = parent_key;
     ev.parent_is_root = i == 0;
+    ev.tokens = tokens;
     kvp__emit(cache, &ev);
 }
 
