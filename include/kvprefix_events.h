@@ -143,6 +143,130 @@ KVP_EXPORT void kvp_kv_batch_free(kvp_kv_batch *batch);
 /* Publisher                                                                                */
 /* ---------------------------------------------------------------------------------------- */
 
+/* A publisher turns a kvp_cache's events into vLLM KV-event batches on a ZeroMQ PUB socket,
+ * one multipart message per batch: [topic, sequence number (8 bytes, big-endian, from 0),
+ * msgpack payload]. With a replay endpoint it keeps the last buffer_steps batches and
+ * answers [empty, start_seq (8 bytes)] on a ROUTER socket with [empty, seq, payload] for
+ * each buffered batch from start_seq on, then [empty, ff x 8, empty]. Routers that speak
+ * vLLM's protocol (llm-d, Dynamo, kvprefix's own) index the cache unchanged.
+ *
+ * Events. Attach the publisher to a cache's configuration (kvp_publisher_attach) before
+ * kvp_cache_new. STORED events become BlockStored: block_hashes are the keys' event
+ * integers (kvp_key.lo: with the vllm-* hash profiles exactly what vLLM publishes for the
+ * same tokens), parent_block_hash is nil for a chain's first block, token_ids the blocks'
+ * tokens (empty when the cache was given none: the _ids forms), block_size the cache's;
+ * consecutive STORED events of one chain become one BlockStored, as vLLM sends them.
+ * REMOVED become BlockRemoved (consecutive ones merged), CLEARED AllBlocksCleared. Every
+ * event carries the configured medium, lora_name and group_idx: a publisher describes one
+ * cache tier of one adapter (kvp_event carries no namespace).
+ *
+ * Threads. Every call may come from any thread; an internal mutex orders them. The event
+ * callback runs under the cache's lock and takes the publisher's, so a publisher must not
+ * call back into its cache (it never does). ZeroMQ sends never block (PUB drops at the
+ * high-water mark, as vLLM's does). */
+typedef struct kvp_publisher kvp_publisher;
+
+/* Publisher parameters; fill with kvp_publisher_config_init, then set what you need. The
+ * strings are copied by kvp_publisher_new. */
+typedef struct kvp_publisher_config {
+    const char
+        *endpoint; /* PUB endpoint (default: tcp, every interface, port 5557); bound when it has
+                      '*' or "::" or starts with ipc:// or inproc://, otherwise
+                      connected (vLLM's rule) */
+    const char *replay_endpoint; /* ROUTER endpoint, always bound; NULL (default): no replay */
+    const char *topic;           /* first frame of every message (default ""; llm-d expects
+                                    "kv@<pod>@<model>") */
+    int form;                    /* KVP_KV_FORM_ARRAY (default) or KVP_KV_FORM_MAP, optionally
+                                    | KVP_KV_BATCH_MAP (see kvp_kv_encode) */
+    uint32_t batch_max_events;   /* publish automatically once this many cache events are
+                                    pending; 0 (default): kvp_publisher_flush publishes, with
+                                    an automatic flush at KVP_PUBLISHER_MAX_PENDING */
+    uint32_t buffer_steps;       /* batches kept for replay (default 10000) */
+    int hwm;                     /* PUB send high-water mark in messages (default 100000) */
+    int64_t dp_rank;             /* data_parallel_rank of every batch (default 0); as vLLM,
+                                    rank r > 0 adds r to a tcp endpoint's port (both
+                                    endpoints) or appends "_dp<r>" to an inproc one */
+    const char *medium;          /* every event's medium (default "GPU"; NULL: nil) */
+    const char *lora_name;       /* every BlockStored's lora_name (default NULL: nil) */
+    int32_t group_idx;           /* every event's group_idx; -1 (default): absent */
+    int linger_ms;               /* ZMQ_LINGER of both sockets at kvp_publisher_free
+                                    (default 0: unsent messages are dropped, as vLLM) */
+    bool replay_thread;          /* serve replay requests from an internal thread (default
+                                    false: the caller drives kvp_publisher_poll) */
+    void *zmq_context;           /* ZeroMQ context to use (default NULL: the publisher makes
+                                    and terminates its own); must outlive the publisher */
+} kvp_publisher_config;
+
+/* Largest number of cache events kept between two flushes: reaching it publishes. */
+#define KVP_PUBLISHER_MAX_PENDING 65536u
+
+/* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
+KVP_EXPORT void kvp_publisher_config_init(kvp_publisher_config *cfg);
+
+/* Create a publisher: copy the strings, open and bind/connect the sockets, start the
+ * replay thread if asked. On KVP_OK *out is owned by the caller (kvp_publisher_free).
+ * Returns KVP_EINVAL (NULL pointer or endpoint, bad form, hwm < 0, buffer_steps 0 with a
+ * replay endpoint, a dp_rank offset that cannot be applied: negative rank, an ipc endpoint
+ * or a port that is not a number), KVP_ENOMEM, KVP_EIO (ZeroMQ refused the endpoint or the
+ * bind failed, e.g. the address is in use); *out untouched on failure. */
+KVP_NODISCARD KVP_EXPORT int kvp_publisher_new(const kvp_publisher_config *cfg,
+                                               kvp_publisher **out);
+
+/* Publish what is pending (kvp_publisher_flush), stop the replay thread, close the sockets
+ * (waiting up to linger_ms for unsent messages) and free everything. Accepts NULL. The
+ * caches it is attached to must not emit events any more (free them first). */
+KVP_EXPORT void kvp_publisher_free(kvp_publisher *pub);
+
+/* The kvp_event_fn to set as kvp_config.on_event with the publisher as event_ud: queues the
+ * event (and publishes when batch_max_events are pending). Cannot fail; if memory runs out
+ * the event is lost, counted in n_dropped, and the next batch skips one sequence number so
+ * that subscribers see a gap no replay can fill (and resynchronise), while
+ * kvp_publisher_flush reports KVP_ENOMEM once. */
+KVP_EXPORT void kvp_publisher_on_event(void *pub, const kvp_event *ev);
+
+/* Set cfg->on_event and cfg->event_ud so that the cache made from cfg publishes through
+ * pub. Returns KVP_OK or KVP_EINVAL (NULL pointer). */
+KVP_EXPORT int kvp_publisher_attach(kvp_publisher *pub, kvp_config *cfg);
+
+/* Publish the pending events as one batch (nothing when none are pending): stamp it with
+ * the current time, encode it, send it with the next sequence number and keep it for
+ * replay. Returns KVP_OK; KVP_EINVAL (NULL); KVP_ENOMEM (the batch stays pending; or,
+ * once, events were lost earlier: see kvp_publisher_on_event); KVP_EIO (ZeroMQ refused the
+ * send: the batch still took its sequence number and is kept for replay). */
+KVP_NODISCARD KVP_EXPORT int kvp_publisher_flush(kvp_publisher *pub);
+
+/* Serve replay requests for up to timeout_ms milliseconds (0: only those already waiting;
+ * -1: until one arrives): every request that arrives is answered before returning. Calls
+ * from several threads take turns. Returns KVP_OK, KVP_EINVAL (NULL, no replay endpoint,
+ * or replay_thread set: the thread serves them), KVP_EIO (zmq_poll failed). Malformed
+ * requests (not [empty, 8 bytes]) are ignored and counted. */
+KVP_NODISCARD KVP_EXPORT int kvp_publisher_poll(kvp_publisher *pub, int timeout_ms);
+
+/* Copy the endpoint a socket actually uses (ZMQ_LAST_ENDPOINT: a wildcard port resolved)
+ * to buf, NUL-terminated: which 0 is the PUB socket, 1 the replay socket. Returns KVP_OK,
+ * KVP_EINVAL (NULL, bad which, no replay socket), KVP_ENOSPC (cap too small), KVP_EIO
+ * (ZeroMQ refused the query). */
+KVP_EXPORT int kvp_publisher_endpoint(kvp_publisher *pub, int which, char *buf, size_t cap);
+
+/* Counters since creation. */
+typedef struct kvp_publisher_stats {
+    uint64_t next_seq;          /* sequence number the next batch gets */
+    uint64_t n_batches;         /* batches published */
+    uint64_t n_events;          /* wire events in them (after merging) */
+    uint64_t n_cache_events;    /* cache events taken in */
+    uint64_t n_bytes;           /* payload bytes published */
+    uint64_t n_send_errors;     /* batches whose send failed (kept for replay) */
+    uint64_t n_dropped;         /* cache events lost to memory exhaustion */
+    uint64_t n_replay_requests; /* replay requests answered */
+    uint64_t n_replay_batches;  /* batches re-sent to them */
+    uint64_t n_bad_requests;    /* malformed replay requests ignored */
+    uint32_t n_pending;         /* cache events waiting for the next batch */
+    uint32_t n_buffered;        /* batches in the replay buffer */
+} kvp_publisher_stats;
+
+/* Copy the counters to *out. Returns KVP_OK or KVP_EINVAL (NULL pointer). */
+KVP_EXPORT int kvp_publisher_stats_get(kvp_publisher *pub, kvp_publisher_stats *out);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Router index                                                                             */
 /* ---------------------------------------------------------------------------------------- */
