@@ -15,7 +15,7 @@
  * one before it. Map form writes {"type": tag, name: value, ...} with the same always-written
  * fields and the optional ones only when present (msgspec's omit_defaults on a map struct);
  * KVP_KV_BATCH_MAP writes the batch as {"ts", "events", "data_parallel_rank" when present}.
- * docs/routing.md has the byte-exact examples the tests check (188 and 48 bytes).
+ * docs/kv-events.md has the byte-exact examples the tests check (188 and 48 bytes).
  *
  * Writing goes through a kvp__mpw (codec.h): one pass fills the caller's buffer and
  * measures the size needed, so kvp_kv_encode never allocates; kvp_kv_encode_alloc measures
