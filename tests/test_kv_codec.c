@@ -632,13 +632,15 @@ Test(kv_codec, huge_claims_do_not_allocate)
         size_t n = 0;
         for (int i = 0; i < nest; i++) {
             b[n++] = 0xdd;
+            b[n++] = 0x02; /* 2^25 elements: 768 MiB of msgpack_object each */
             b[n++] = 0x00;
-            b[n++] = 0x20; /* 2^21 elements */
             b[n++] = 0x00;
             b[n++] = 0x00;
         }
         assert_bad(b, n, "nested claims");
     }
+    static const uint8_t max_claim[] = {0x93, 0x01, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90, 0xc0};
+    assert_bad(max_claim, sizeof max_claim, "events claiming 2^32 - 1");
 }
 
 /* ---------------------------------------------------------------------------------------- */
