@@ -9,8 +9,9 @@ XXH3-128 with python3-xxhash; nothing from kvprefix), parents, token_ids, block_
 medium, lora_name, data_parallel_rank, the topic, sequence numbers 0..n-1 and the encoding
 (array or map events, array or map batch, no extra fields). Then it asks the replay socket
 (a DEALER, as vLLM's protocol wants) for every batch and for a suffix, checks the answers are
-the live payloads byte for byte followed by the end marker, and that a malformed request is
-ignored without harming the publisher.
+the live payloads byte for byte followed by the end marker (a prefix lost to ZeroMQ's slow
+joiner is taken from replay, never more), and that a malformed request is ignored without
+harming the publisher.
 
     kv_events_peer.py PUB_BINARY --form array|map|batchmap --profile PROFILE --transport ipc|tcp
 
@@ -221,18 +222,28 @@ def run(args, tmp):
         done = proc.stdout.readline().split()
         expect(done and done[0] == "DONE", f"scenario failed: {done}")
         n = int(done[1])
-        live = []
-        for i in range(n):
-            frames = recv_multipart(sub)
+        live = {}
+        while len(live) < n and sub.poll(3000):
+            frames = sub.recv_multipart()
             expect(len(frames) == 3, f"a message has {len(frames)} frames")
             topic, seq, payload = frames
             expect(topic == TOPIC.encode(), f"topic {topic!r}")
-            expect(len(seq) == 8 and int.from_bytes(seq, "big") == i,
-                   f"seq {seq.hex()}, expected {i}")
-            live.append(payload)
+            expect(len(seq) == 8, f"seq frame {seq.hex()}")
+            s = int.from_bytes(seq, "big")
+            expect(not live or s == max(live) + 1, f"seq {s} after {sorted(live)}")
+            live[s] = payload
+        # A subscription can reach the publisher after its first batch (ZeroMQ's slow
+        # joiner): then only a prefix is missing, and replay must supply it.
+        expect(live and max(live) == n - 1, f"the last batch did not arrive live: {sorted(live)}")
+        replayed = replay(ctx, replay_ep, 0)
+        expect([s for s, _ in replayed] == list(range(n)), "replay from 0 gives seqs 0..n-1")
+        for s, p in replayed:
+            expect(s not in live or p == live[s], f"replayed batch {s} differs from the live one")
+        if min(live) > 0:
+            print(f"kv_events_peer: note: batches 0..{min(live) - 1} came from replay only")
+        live = [p for _, p in replayed]
         check_batches([decode_batch(p, args.form, dp_rank) for p in live], args.profile)
 
-        expect(replay(ctx, replay_ep, 0) == list(enumerate(live)), "replay from 0")
         expect(replay(ctx, replay_ep, 3) == [(3, live[3]), (4, live[4])], "replay from 3")
         bad = ctx.socket(zmq.DEALER)
         bad.linger = 0
