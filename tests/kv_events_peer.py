@@ -33,6 +33,7 @@ try:
     import msgpack
     import xxhash
     import zmq
+    from zmq.utils.monitor import recv_monitor_message
 except ImportError as e:  # pragma: no cover - depends on the machine
     print(f"kv_events_peer: SKIPPED: {e} (install python3-zmq python3-msgpack "
           "python3-cbor2 python3-xxhash)")
@@ -214,9 +215,16 @@ def run(args, tmp):
         ctx = zmq.Context()
         sub = ctx.socket(zmq.SUB)
         sub.linger = 0
-        sub.connect(pub_ep)
+        monitor = sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
-        time.sleep(0.5)  # the subscription must reach the publisher first (slow joiner)
+        sub.connect(pub_ep)
+        # The subscription must reach the publisher before its first batch (ZeroMQ's slow
+        # joiner): wait for the handshake, after which it is sent, and a little more.
+        expect(monitor.poll(10000), "no ZeroMQ handshake with the publisher")
+        recv_monitor_message(monitor)
+        sub.disable_monitor()
+        monitor.close()
+        time.sleep(0.5)
         proc.stdin.write("go\n")
         proc.stdin.flush()
         done = proc.stdout.readline().split()
