@@ -65,16 +65,19 @@ struct kvp_publisher {
     uint32_t flush_at;  /* publish when n_pending reaches it */
     uint32_t n_pending; /* cache events behind pev[] */
 
-    kvp__pev *pev; /* pending wire events */
-    size_t n_pev, cap_pev;
-    uint64_t *ph; /* pending hashes */
-    size_t n_ph, cap_ph;
-    uint32_t *pt; /* pending tokens */
-    size_t n_pt, cap_pt;
+    kvp__pev *pev;     /* pending wire events */
+    size_t n_pev;      /* how many */
+    size_t cap_pev;    /* entries allocated at pev */
+    uint64_t *ph;      /* pending hashes */
+    size_t n_ph;       /* how many */
+    size_t cap_ph;     /* entries allocated at ph */
+    uint32_t *pt;      /* pending tokens */
+    size_t n_pt;       /* how many */
+    size_t cap_pt;     /* entries allocated at pt */
     kvp_kv_event *evs; /* flush scratch: the batch's events */
-    size_t cap_evs;
-    uint8_t *enc; /* flush scratch: the payload */
-    size_t cap_enc;
+    size_t cap_evs;    /* entries allocated at evs */
+    uint8_t *enc;      /* flush scratch: the payload */
+    size_t cap_enc;    /* bytes allocated at enc */
 
     kvp__slot *slots;   /* replay ring (buffer_steps slots; NULL without replay) */
     uint32_t ring_cap;  /* slots */
