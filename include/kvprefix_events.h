@@ -68,9 +68,9 @@ typedef struct kvp_kv_event {
 typedef struct kvp_kv_batch {
     double ts;                  /* seconds since the epoch, as the publisher stamped it */
     const kvp_kv_event *events; /* n_events events, in order */
-    size_t n_events;
-    bool has_dp_rank; /* data_parallel_rank present (not nil) */
-    int64_t dp_rank;  /* the data-parallel rank when has_dp_rank */
+    size_t n_events;            /* number of entries at events */
+    bool has_dp_rank;           /* data_parallel_rank present (not nil) */
+    int64_t dp_rank;            /* the data-parallel rank when has_dp_rank */
 } kvp_kv_batch;
 
 /* The encoder's form argument: KVP_KV_FORM_ARRAY or KVP_KV_FORM_MAP for the events, plus
