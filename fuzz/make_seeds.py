@@ -100,11 +100,48 @@ def replay_seeds():
     write("replay_input", "zstd_truncated", frame[:-10])
 
 
+def kv_decode_seeds():
+    """vLLM KV-event payloads (fuzz_kv_decode): the two documented examples (map and array
+    events), every event type and optional field, both batch forms, signed and bin hashes,
+    unknown fields, and a few malformed ones. Needs python3-msgpack (/usr/bin/python3)."""
+    try:
+        import msgpack
+    except ImportError:
+        print("make_seeds.py: kv_decode seeds skipped: python3-msgpack is missing")
+        return
+    pk = msgpack.packb
+    ts = 1789095808.8378847
+    h = 0xdab89baa7b5857c0
+    stored_map = {"type": "BlockStored", "block_hashes": [h], "parent_block_hash": None,
+                  "token_ids": [1, 2, 3, 4], "block_size": 4, "lora_id": None, "medium": "GPU",
+                  "lora_name": None, "extra_keys": [None], "group_idx": 0,
+                  "kv_cache_spec_kind": "full_attention"}
+    stored_arr = ["BlockStored", [h], None, [1, 2, 3, 4], 4, None, "GPU", None]
+    write("kv_decode", "example_map", pk([ts, [stored_map], 0]))
+    write("kv_decode", "example_array", pk([ts, [stored_arr], 0]))
+    chain = ["BlockStored", [1, 2**64 - 1, 2**63], 7, list(range(48)), 16, 3, "CPU", "my-lora",
+             [None, ["my-lora", 5], [["mm", 0]]], 2, "sliding_window", 4096, "future"]
+    removed = ["BlockRemoved", [1, 2], "CPU", 1]
+    cleared = ["AllBlocksCleared"]
+    write("kv_decode", "all_array", pk([ts, [chain, removed, cleared], None]))
+    write("kv_decode", "all_map_batch", pk({"ts": ts, "events": [
+        {"type": "BlockRemoved", "block_hashes": [5], "medium": None, "group_idx": 3},
+        {"type": "AllBlocksCleared", "locality": "node-1"}], "data_parallel_rank": 2,
+        "extra": [1, 2]}))
+    write("kv_decode", "signed_bin", pk([1, [["BlockStored", [-2, bytes(range(32)), b"\x01"],
+                                              bytes(16), [], 16]], 0], use_bin_type=True))
+    write("kv_decode", "empty_events", pk([0.0, [], None]))
+    write("kv_decode", "bad_tag", pk([ts, [["BlockMoved", [1]]], 0]))
+    write("kv_decode", "bad_claim", bytes.fromhex("93cb41daa8dbe0359fe7ddffffffff"))
+    write("kv_decode", "truncated", pk([ts, [stored_map], 0])[:-7])
+
+
 def main():
     binary_seeds("isolation", 48, 240, 1, isolation_shape)
     binary_seeds("ops", 32, 400, 2, lambda i, rng: rng.randrange(256))
     binary_seeds("collision", 24, 300, 3, lambda i, rng: rng.randrange(256))
     replay_seeds()
+    kv_decode_seeds()
 
 
 if __name__ == "__main__":

@@ -97,6 +97,12 @@ enum {
                            other requests end will not help) */
 };
 
+/* Status codes added by libkvprefix-events (kvprefix_events.h); kvp_strerror knows them. */
+enum {
+    KVP_EFORMAT = -13, /* malformed input: not a valid KV-event payload or message */
+    KVP_EIO = -14      /* a ZeroMQ call failed (bind, connect, send): see the call's notes */
+};
+
 /* Return a static, human-readable description of a status code. Never NULL; unknown codes
  * give "unknown error". Cannot fail. */
 KVP_EXPORT const char *kvp_strerror(int code);
@@ -328,6 +334,9 @@ typedef struct kvp_event {
     kvp_key key;         /* STORED/REMOVED: the block key; zero for CLEARED */
     kvp_key parent;      /* STORED: the parent block's key, or the namespace root */
     bool parent_is_root; /* STORED: true when parent is the namespace root (first block) */
+    /* STORED: the block's block_size tokens when the cache knows them (NULL for the _ids
+     * forms, which have no tokens); valid during the callback only. */
+    const uint32_t *tokens;
 } kvp_event;
 
 typedef void (*kvp_event_fn)(void *ud, const kvp_event *ev);

@@ -46,7 +46,10 @@ echo "== clang ThreadSanitizer build, the threads suite"
 [ -f build-tsan/build.ninja ] || CC=clang meson setup build-tsan -Db_sanitize=thread \
     -Db_lundef=false -Dcli=false -Dbench=false >/dev/null
 ninja -C build-tsan tests/threads
-ninja -C build-tsan tests/router_threads
+if ninja -C build-tsan -t targets all | grep -q '^tests/publisher_threads:'; then
+    # libkvprefix-events under threads: the publisher and the router index
+    ninja -C build-tsan tests/publisher_threads tests/router_threads
+fi
 TSAN_OPTIONS=halt_on_error=1 run_suite meson test -C build-tsan --no-rebuild --suite threads \
     --print-errorlogs
 

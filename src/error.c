@@ -37,6 +37,10 @@ KVP_EXPORT const char *kvp_strerror(int code)
         return "not supported: the hash profile cannot express this namespace";
     case KVP_ETOOBIG:
         return "request needs more blocks than the whole pool has";
+    case KVP_EFORMAT:
+        return "malformed input: not a valid KV-event payload";
+    case KVP_EIO:
+        return "ZeroMQ transport failure (bind, connect or send)";
     default:
         return "unknown error";
     }

@@ -518,8 +518,10 @@ int kvp__request_blocks_locked(const kvp_cache *cache, uint64_t req_id, const ui
 }
 
 /* Emit STORED for block id, just indexed under key after parent_key (the namespace root
- * when root). Kept out of line: most engines run without a callback. Cannot fail. */
-static void emit_stored(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key parent_key, bool root)
+ * when root), holding tokens (NULL when the call had none). Kept out of line: most engines
+ * run without a callback. Cannot fail. */
+static void emit_stored(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key parent_key, bool root,
+                        const uint32_t *tokens)
 {
     kvp_event ev = {0};
     ev.type = KVP_EVENT_STORED;
@@ -528,6 +530,7 @@ static void emit_stored(kvp_cache *cache, uint32_t id, kvp_key key, kvp_key pare
     ev.key = key;
     ev.parent = parent_key;
     ev.parent_is_root = root;
+    ev.tokens = tokens;
     kvp__emit(cache, &ev);
 }
 
@@ -550,7 +553,7 @@ static KVP__ALWAYS_INLINE void store_block(kvp_cache *cache, uint32_t id, kvp_ke
         kvp__quota_tag(cache, id, qg);
     cache->stats.n_blocks_stored++;
     if (cache->cfg.on_event)
-        emit_stored(cache, id, key, parent_key, i == 0);
+        emit_stored(cache, id, key, parent_key, i == 0, tokens);
 }
 
 /* The indexed block that may stand for block i of this chain, whose key is key, or KVP_NIL.

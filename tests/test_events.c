@@ -285,3 +285,68 @@ Test(events, reentry_is_busy)
     kvp_cache_free(c);
     kvp_cache_free(r.other);
 }
+
+/* Copies each STORED event's tokens during the callback (the pointer dies with it). */
+typedef struct tok_rec {
+    size_t n;              /* STORED events seen */
+    bool has[8];           /* tokens was non-NULL */
+    uint32_t tokens[8][4]; /* the copies (block size 4) */
+} tok_rec;
+
+static void tok_fn(void *ud, const kvp_event *ev)
+{
+    tok_rec *r = ud;
+    if (ev->type != KVP_EVENT_STORED || r->n >= 8)
+        return;
+    r->has[r->n] = ev->tokens != NULL;
+    if (ev->tokens)
+        memcpy(r->tokens[r->n], ev->tokens, ev->n_tokens * sizeof(uint32_t));
+    r->n++;
+}
+
+/* STORED carries the block's tokens from kvp_access, kvp_commit and kvp_access_keys with
+ * tokens; none from kvp_access_ids, which has no tokens. */
+Test(events, stored_carries_the_block_tokens)
+{
+    for (int verify = 0; verify < 2; verify++) {
+        tok_rec r = {0};
+        kvp_cache *c = th_cache(16, 4, verify, tok_fn, &r);
+        kvp_namespace ns;
+        th_ns(&ns, "model", NULL, NULL, NULL);
+        uint32_t t[10];
+        for (uint32_t i = 0; i < 10; i++)
+            t[i] = 300 + i;
+        kvp_match m;
+        cr_assert_eq(kvp_access(c, &ns, t, 10, &m), KVP_OK);
+        cr_assert_eq(r.n, 2);
+        for (size_t b = 0; b < 2; b++) {
+            cr_assert(r.has[b], "kvp_access: block %zu has no tokens", b);
+            cr_assert_arr_eq(r.tokens[b], t + 4 * b, 4 * sizeof(uint32_t));
+        }
+        uint32_t u[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        cr_assert_eq(kvp_acquire(c, 1, &ns, u, 8, 0, &m), KVP_OK);
+        cr_assert_eq(kvp_commit(c, 1, u, 8, NULL), KVP_OK);
+        cr_assert_eq(r.n, 4);
+        for (size_t b = 0; b < 2; b++) {
+            cr_assert(r.has[2 + b], "kvp_commit: block %zu has no tokens", b);
+            cr_assert_arr_eq(r.tokens[2 + b], u + 4 * b, 4 * sizeof(uint32_t));
+        }
+        cr_assert_eq(kvp_release(c, 1), KVP_OK);
+        uint32_t w[4] = {9, 9, 9, 9};
+        kvp_key root, keys[1];
+        size_t nk;
+        cr_assert_eq(kvp_cache_keys(c, &ns, w, 4, &root, keys, 1, &nk), KVP_OK);
+        cr_assert_eq(kvp_access_keys(c, &ns, root, keys, w, 4, &m), KVP_OK);
+        cr_assert_eq(r.n, 5);
+        cr_assert(r.has[4], "kvp_access_keys with tokens: no tokens");
+        cr_assert_arr_eq(r.tokens[4], w, sizeof w);
+        if (!verify) {
+            kvp_key ids[1] = {{42, 43}};
+            cr_assert_eq(kvp_access_ids(c, &ns, ids, 1, 4, &m), KVP_OK);
+            cr_assert_eq(r.n, 6);
+            cr_assert_not(r.has[5], "kvp_access_ids has no tokens to give");
+        }
+        TH_CHECK(c);
+        kvp_cache_free(c);
+    }
+}
