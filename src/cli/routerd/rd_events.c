@@ -116,8 +116,8 @@ int rd_events_open(rd_daemon *d, char *err, size_t err_size)
             zmq_setsockopt(s->sub, ZMQ_RCVHWM, &hwm, sizeof hwm) ||
             zmq_setsockopt(s->sub, ZMQ_SUBSCRIBE, s->topic, strlen(s->topic)) ||
             (s->bind ? zmq_bind(s->sub, s->endpoint) : zmq_connect(s->sub, s->endpoint))) {
-            cli_errf(err, err_size, "%s: cannot %s: %s", s->endpoint,
-                     s->bind ? "bind" : "connect", zmq_strerror(errno));
+            cli_errf(err, err_size, "%s: cannot %s: %s", s->endpoint, s->bind ? "bind" : "connect",
+                     zmq_strerror(errno));
             return 1;
         }
     }
@@ -165,8 +165,8 @@ static uint64_t rd_be64(const void *p)
 /* The worker (engine, dp) of src, created on first sight (kvp_router_worker_add with the
  * daemon's hash config, and model when given). Returns NULL when the index refuses it
  * (logged). */
-static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine,
-                                const char *model, int64_t dp)
+static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine, const char *model,
+                                int64_t dp)
 {
     for (size_t i = 0; i < d->n_workers; i++) {
         rd_worker *w = d->workers[i];
@@ -189,8 +189,8 @@ static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine
     pthread_mutex_unlock(&d->lock);
     int rc = w && name && room ? kvp_router_worker_add(d->router, &wc, &id) : KVP_ENOMEM;
     if (rc != KVP_OK) {
-        rd_log("%s: engine '%s' dp %" PRId64 ": cannot add the worker: %s", src->endpoint,
-               engine, dp, kvp_strerror(rc));
+        rd_log("%s: engine '%s' dp %" PRId64 ": cannot add the worker: %s", src->endpoint, engine,
+               dp, kvp_strerror(rc));
         free(w);
         free(name);
         return NULL;
@@ -289,6 +289,10 @@ static int rd_apply(rd_daemon *d, rd_worker *w, uint64_t seq, const kvp_kv_batch
             return rd_replay_start(d, w, 0) ? RD_WAIT : RD_DONE;
         }
         return RD_DONE;
+    case KVP_ROUTER_RESTARTED:
+        rd_log("%s: worker '%s' dp %" PRId64 ": the publisher restarted (seq 0): cleared",
+               w->src->endpoint, w->engine, w->dp_rank);
+        /* fall through */
     default:
         if (b->ts > w->last_ts || !w->has_ts)
             w->last_ts = b->ts;
@@ -342,6 +346,8 @@ static void rd_replay_end(rd_daemon *d, rd_worker *w, bool ok, const char *why)
         w->n_replays_fail++;
     pthread_mutex_unlock(&d->lock);
     if (ok) {
+        rd_log("%s: worker '%s' dp %" PRId64 ": replay from seq %" PRIu64 " done, next %" PRIu64,
+               w->src->endpoint, w->engine, w->dp_rank, w->replay_from, have ? ws.expected : 0);
         w->replay_done = have && ws.seq_known;
         w->replay_done_at = have ? ws.expected : 0;
     } else {

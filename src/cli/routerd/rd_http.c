@@ -174,8 +174,7 @@ static int rd_score_rows(rd_daemon *d, const kvp_namespace *ns, const uint32_t *
 }
 
 /* Build the ranked /score answer from rows; counts the lookup. Returns NULL on ENOMEM. */
-static json_t *rd_score_json(rd_daemon *d, const kvp_router_row *rows, size_t n,
-                             size_t n_tokens)
+static json_t *rd_score_json(rd_daemon *d, const kvp_router_row *rows, size_t n, size_t n_tokens)
 {
     rd_rank *rk = malloc((n ? n : 1) * sizeof *rk);
     json_t *arr = json_array();
@@ -189,11 +188,11 @@ static json_t *rd_score_json(rd_daemon *d, const kvp_router_row *rows, size_t n,
         qsort(rk, m, sizeof *rk, rd_rank_cmp);
     for (size_t i = 0; rk && arr && i < m; i++) {
         const kvp_router_row *r = &rk[i].row;
-        json_array_append_new(arr, json_pack("{ss sI sI sI sf ss}", "engine", rk[i].engine,
-                                             "dp_rank", (json_int_t)r->dp_rank, "blocks",
-                                             (json_int_t)r->n_blocks, "tokens",
-                                             (json_int_t)r->n_tokens, "weighted", r->score,
-                                             "state", rd_state_names[r->state]));
+        json_array_append_new(arr,
+                              json_pack("{ss sI sI sI sf ss}", "engine", rk[i].engine, "dp_rank",
+                                        (json_int_t)r->dp_rank, "blocks", (json_int_t)r->n_blocks,
+                                        "tokens", (json_int_t)r->n_tokens, "weighted", r->score,
+                                        "state", rd_state_names[r->state]));
     }
     d->n_lookups++;
     d->n_lookup_blocks += n_tokens / d->hash.block_size;
@@ -235,9 +234,9 @@ static enum MHD_Result rd_handle_score(rd_daemon *d, struct MHD_Connection *c, r
     free(tokens);
     json_decref(req);
     if (rc != KVP_OK)
-        return rd_reply_error(d, c, rc == KVP_ENOMEM ? MHD_HTTP_INTERNAL_SERVER_ERROR
-                                                     : MHD_HTTP_BAD_REQUEST,
-                              kvp_strerror(rc));
+        return rd_reply_error(
+            d, c, rc == KVP_ENOMEM ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_BAD_REQUEST,
+            kvp_strerror(rc));
     if (out == NULL)
         return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
     return rd_reply_json(c, MHD_HTTP_OK, out);
@@ -256,8 +255,8 @@ static enum MHD_Result rd_handle_metrics(rd_daemon *d, struct MHD_Connection *c)
         free(buf);
         return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "metrics unavailable");
     }
-    enum MHD_Result ret = rd_reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-                                   buf, n);
+    enum MHD_Result ret =
+        rd_reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", buf, n);
     free(buf);
     return ret;
 }
@@ -291,14 +290,13 @@ static void rd_body_append(rd_daemon *d, rd_body *b, const char *data, size_t n)
 }
 
 static enum MHD_Result rd_handler(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     rd_daemon *d = cls;
     bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-    bool get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
-               strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+    bool get =
+        strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
     if (post && strcmp(url, "/score") == 0) {
         if (*con_cls == NULL) {
             rd_body *b = calloc(1, sizeof *b);
@@ -319,11 +317,11 @@ static enum MHD_Result rd_handler(void *cls, struct MHD_Connection *c, const cha
         return rd_handle_metrics(d, c);
     if (get && strcmp(url, "/healthz") == 0)
         return rd_handle_health(d, c);
-    if (strcmp(url, "/score") == 0 || strcmp(url, "/metrics") == 0 ||
-        strcmp(url, "/healthz") == 0)
+    if (strcmp(url, "/score") == 0 || strcmp(url, "/metrics") == 0 || strcmp(url, "/healthz") == 0)
         return rd_reply_error(d, c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
-    return rd_reply_error(d, c, MHD_HTTP_NOT_FOUND, "not found (POST /score, GET /metrics, "
-                                                    "GET /healthz)");
+    return rd_reply_error(d, c, MHD_HTTP_NOT_FOUND,
+                          "not found (POST /score, GET /metrics, "
+                          "GET /healthz)");
 }
 
 /* Free a connection's body when the request ends. */
@@ -338,8 +336,8 @@ static void rd_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
-int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_threads,
-                  void **handle, uint16_t *bound_port, char *err, size_t err_size)
+int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_threads, void **handle,
+                  uint16_t *bound_port, char *err, size_t err_size)
 {
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
@@ -351,13 +349,14 @@ int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_thre
     }
     struct MHD_Daemon *h = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, port, NULL, NULL,
-        rd_handler, d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_THREAD_POOL_SIZE, n_threads, MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-        MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_NOTIFY_COMPLETED, rd_completed, d,
-        MHD_OPTION_END);
+        rd_handler, d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
+        n_threads, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_LIMIT, 256u,
+        MHD_OPTION_NOTIFY_COMPLETED, rd_completed, d, MHD_OPTION_END);
     if (h == NULL) {
-        cli_errf(err, err_size, "cannot listen on %s:%u (in use, or not an address of this "
-                                "machine)", addr, (unsigned)port);
+        cli_errf(err, err_size,
+                 "cannot listen on %s:%u (in use, or not an address of this "
+                 "machine)",
+                 addr, (unsigned)port);
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h, MHD_DAEMON_INFO_BIND_PORT);

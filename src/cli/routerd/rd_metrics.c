@@ -35,8 +35,7 @@ static void rd_metrics_index(FILE *f, const kvp_router_stats *st)
 {
     rd_family(f, "kvprefix_router_events_total", "counter",
               "KV events applied to the index, by type (skipped: other KV cache groups).");
-    fprintf(f, "kvprefix_router_events_total{type=\"stored\"} %" PRIu64 "\n",
-            st->n_events_stored);
+    fprintf(f, "kvprefix_router_events_total{type=\"stored\"} %" PRIu64 "\n", st->n_events_stored);
     fprintf(f, "kvprefix_router_events_total{type=\"removed\"} %" PRIu64 "\n",
             st->n_events_removed);
     fprintf(f, "kvprefix_router_events_total{type=\"cleared\"} %" PRIu64 "\n",
@@ -95,8 +94,8 @@ static void rd_metrics_workers(rd_daemon *d, FILE *f)
         for (size_t i = 0; i < d->n_workers; i++) {
             rd_worker *w = d->workers[i];
             kvp_router_worker_stats ws;
-            uint64_t vals[] = {w->n_replays_ok, w->n_replays_fail, w->n_replayed,
-                               w->n_stale_marks, w->n_queue_drops, 0};
+            uint64_t vals[] = {w->n_replays_ok,  w->n_replays_fail, w->n_replayed,
+                               w->n_stale_marks, w->n_queue_drops,  0};
             if (k == 5 && kvp_router_worker_stats_get(d->router, w->id, &ws) == KVP_OK)
                 vals[5] = ws.n_blocks;
             fprintf(f, "%s{%sengine=\"", fam[k].name, fam[k].label);

@@ -105,10 +105,8 @@ static int rd_spec_expand(rd_daemon *d, const rd_spec *s, char *err, size_t err_
 /* Check one parsed spec's values. Returns 0, or non-zero with err. */
 static int rd_spec_validate(const rd_spec *s, char *err, size_t err_size)
 {
-    if (s->id == NULL || s->id[0] == '\0' || strlen(s->id) > RD_NAME_MAX ||
-        strchr(s->id, '@')) {
-        cli_errf(err, err_size, "engine id must be 1..%u bytes without '@' (or '*')",
-                 RD_NAME_MAX);
+    if (s->id == NULL || s->id[0] == '\0' || strlen(s->id) > RD_NAME_MAX || strchr(s->id, '@')) {
+        cli_errf(err, err_size, "engine id must be 1..%u bytes without '@' (or '*')", RD_NAME_MAX);
         return 1;
     }
     if (s->endpoint == NULL || strstr(s->endpoint, "://") == NULL ||
@@ -227,11 +225,13 @@ static int rd_config_engine(rd_daemon *d, json_t *o, char *err, size_t err_size)
                  .topic = rd_json_str(o, "topic", &bad),
                  .dp = 1};
     json_t *dp = json_object_get(o, "dp"), *bind = json_object_get(o, "bind");
-    if (bad || (dp && (!json_is_integer(dp) || json_integer_value(dp) < 1 ||
-                       json_integer_value(dp) > 256)) ||
+    if (bad ||
+        (dp &&
+         (!json_is_integer(dp) || json_integer_value(dp) < 1 || json_integer_value(dp) > 256)) ||
         (bind && !json_is_boolean(bind))) {
-        cli_errf(err, err_size, "id, endpoint, replay, topic are strings, dp an integer in "
-                                "1..256, bind a boolean");
+        cli_errf(err, err_size,
+                 "id, endpoint, replay, topic are strings, dp an integer in "
+                 "1..256, bind a boolean");
         return 1;
     }
     if (dp)
@@ -254,8 +254,10 @@ int rd_config_load(rd_daemon *d, const char *path, char *err, size_t err_size)
     json_t *engines = json_object_get(root, "engines");
     int rc = 0;
     if (!json_is_object(root) || !json_is_array(engines) || json_array_size(engines) == 0) {
-        cli_errf(err, err_size, "%s: expected {\"engines\": [{...}, ...]} with at least one "
-                                "engine", path);
+        cli_errf(err, err_size,
+                 "%s: expected {\"engines\": [{...}, ...]} with at least one "
+                 "engine",
+                 path);
         rc = 1;
     }
     for (size_t i = 0; rc == 0 && i < json_array_size(engines); i++) {
@@ -289,8 +291,8 @@ int rd_spec_check(const rd_daemon *d, char *err, size_t err_size)
             }
             if (a->engine && b->engine && strcmp(a->engine, b->engine) == 0 &&
                 a->dp_rank == b->dp_rank) {
-                cli_errf(err, err_size, "engine '%s' (dp rank %" PRId64 ") given twice",
-                         a->engine, a->dp_rank);
+                cli_errf(err, err_size, "engine '%s' (dp rank %" PRId64 ") given twice", a->engine,
+                         a->dp_rank);
                 return 1;
             }
         }

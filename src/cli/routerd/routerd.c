@@ -90,11 +90,11 @@ static const struct option rd_longopts[] = {
 
 /* The command line, beyond what goes straight into the daemon. */
 typedef struct rd_opts {
-    cli_hash_opts hash;   /* the hash flags as given */
-    const char *config;   /* --config, or NULL */
-    const char *listen;   /* --listen */
-    uint64_t port;        /* --port */
-    uint64_t threads;     /* --http-threads */
+    cli_hash_opts hash; /* the hash flags as given */
+    const char *config; /* --config, or NULL */
+    const char *listen; /* --listen */
+    uint64_t port;      /* --port */
+    uint64_t threads;   /* --http-threads */
 } rd_opts;
 
 /* Apply one option. Returns 0, -1 after --help, or an exit status after a message. */
@@ -110,8 +110,7 @@ static int rd_apply_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
         fputs(usage_text, stdout);
         return -1;
     case RD_OPT_ENGINE:
-        return rd_spec_add(d, arg, err, sizeof err) ? fail(CLI_EXIT_USAGE, "--engine: %s", err)
-                                                    : 0;
+        return rd_spec_add(d, arg, err, sizeof err) ? fail(CLI_EXIT_USAGE, "--engine: %s", err) : 0;
     case RD_OPT_CONFIG:
         o->config = arg;
         return 0;
@@ -208,8 +207,8 @@ static int rd_serve(rd_daemon *d, const rd_opts *o)
                       sizeof err)) {
         status = fail(CLI_EXIT_INPUT, "%s", err);
     } else {
-        printf("kvprefix router: listening on http://%s:%u (%zu engine endpoints)\n",
-               o->listen, (unsigned)port, d->n_sources);
+        printf("kvprefix router: listening on http://%s:%u (%zu engine endpoints)\n", o->listen,
+               (unsigned)port, d->n_sources);
         fflush(stdout);
         int sig = 0;
         sigwait(&set, &sig);

@@ -36,8 +36,8 @@
 
 /* Why a message was refused before reaching the index (rd_source.n_bad[]). */
 enum {
-    RD_BAD_FRAMES = 0, /* not 3 frames, or a sequence frame that is not 8 bytes */
-    RD_BAD_TOPIC = 1,  /* engine id from the topic, and the topic is not kv@<pod>@<model> */
+    RD_BAD_FRAMES = 0,  /* not 3 frames, or a sequence frame that is not 8 bytes */
+    RD_BAD_TOPIC = 1,   /* engine id from the topic, and the topic is not kv@<pod>@<model> */
     RD_BAD_PAYLOAD = 2, /* kvp_kv_decode refused the payload */
     RD_BAD_BATCH = 3,   /* kvp_router_apply refused the batch (KVP_EINVAL) */
     RD_BAD_KINDS = 4
@@ -45,42 +45,42 @@ enum {
 
 /* One endpoint the daemon subscribes to (one --engine, or one dp rank of it). */
 typedef struct rd_source {
-    char *engine;     /* engine id, or NULL: taken from each message's topic (llm-d) */
-    char *endpoint;   /* PUB endpoint of the engine */
-    char *replay;     /* ROUTER replay endpoint, or NULL (gaps cannot be filled) */
-    char *topic;      /* subscription prefix ("" = everything) */
-    int64_t dp_rank;  /* rank of batches that carry none */
-    bool bind;        /* bind the SUB socket (publishers connect) instead of connecting */
-    void *sub;        /* the SUB socket (event thread only) */
-    uint64_t n_messages;         /* messages received */
+    char *engine;        /* engine id, or NULL: taken from each message's topic (llm-d) */
+    char *endpoint;      /* PUB endpoint of the engine */
+    char *replay;        /* ROUTER replay endpoint, or NULL (gaps cannot be filled) */
+    char *topic;         /* subscription prefix ("" = everything) */
+    int64_t dp_rank;     /* rank of batches that carry none */
+    bool bind;           /* bind the SUB socket (publishers connect) instead of connecting */
+    void *sub;           /* the SUB socket (event thread only) */
+    uint64_t n_messages; /* messages received */
     uint64_t n_bad[RD_BAD_KINDS]; /* messages refused, by reason */
-    uint64_t n_unlogged;         /* refusals since the last log line */
-    int64_t last_log_ms;         /* when the last refusal was logged (monotonic ms) */
+    uint64_t n_unlogged;          /* refusals since the last log line */
+    int64_t last_log_ms;          /* when the last refusal was logged (monotonic ms) */
 } rd_source;
 
 /* A queued live batch (while the worker's replay runs). */
 typedef struct rd_item {
-    uint64_t seq;       /* its sequence number */
-    kvp_kv_batch *b;    /* owned by the queue */
+    uint64_t seq;    /* its sequence number */
+    kvp_kv_batch *b; /* owned by the queue */
 } rd_item;
 
 /* One worker the daemon has seen: (engine id, dp rank) on one source. */
 typedef struct rd_worker {
-    rd_source *src;   /* where its batches come from */
-    char *engine;     /* engine id (owned) */
-    int64_t dp_rank;  /* data-parallel rank */
-    uint32_t id;      /* kvp_router worker id */
-    bool has_ts;      /* last_ts is valid */
-    double last_ts;   /* ts of the last batch applied */
-    void *dealer;     /* DEALER of the replay in flight, NULL when none */
-    int64_t deadline_ms;    /* the replay's deadline (monotonic ms), when dealer */
-    uint64_t replay_from;   /* first sequence number asked for, when dealer */
-    bool replay_done;       /* a replay finished since the last progress */
+    rd_source *src;          /* where its batches come from */
+    char *engine;            /* engine id (owned) */
+    int64_t dp_rank;         /* data-parallel rank */
+    uint32_t id;             /* kvp_router worker id */
+    bool has_ts;             /* last_ts is valid */
+    double last_ts;          /* ts of the last batch applied */
+    void *dealer;            /* DEALER of the replay in flight, NULL when none */
+    int64_t deadline_ms;     /* the replay's deadline (monotonic ms), when dealer */
+    uint64_t replay_from;    /* first sequence number asked for, when dealer */
+    bool replay_done;        /* a replay finished since the last progress */
     uint64_t replay_done_at; /* `expected` when it finished, valid when replay_done */
-    rd_item *queue;   /* live batches held while replaying: queue[q_head .. q_n) */
-    size_t q_head;    /* first item not yet applied */
-    size_t q_n;       /* items stored */
-    size_t q_cap;     /* capacity of queue, in items */
+    rd_item *queue;          /* live batches held while replaying: queue[q_head .. q_n) */
+    size_t q_head;           /* first item not yet applied */
+    size_t q_n;              /* items stored */
+    size_t q_cap;            /* capacity of queue, in items */
     uint64_t n_status[5];    /* batches by kvp_router_apply status (index KVP_ROUTER_*) */
     uint64_t n_replays_ok;   /* replays that filled their gap */
     uint64_t n_replays_fail; /* replays that could not (then marked stale) */
@@ -153,8 +153,8 @@ int64_t rd_now_ms(void);
 
 /* Start the HTTP server on addr:port (port 0: any free port) with n_threads threads;
  * *handle receives it and *bound_port the port. Returns 0, or non-zero with err. */
-int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_threads,
-                  void **handle, uint16_t *bound_port, char *err, size_t err_size);
+int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_threads, void **handle,
+                  uint16_t *bound_port, char *err, size_t err_size);
 
 /* Stop the server started by rd_http_start (waits for its threads). Accepts NULL. */
 void rd_http_stop(void *handle);
