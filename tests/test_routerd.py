@@ -11,8 +11,8 @@ prints the port), all on ipc:// endpoints in a temporary directory, then checks:
      daemon's index equals the engine's cache exactly (evictions included);
   4. a publisher restart (a new process, sequence back to 0), and one whose batch 0 is lost
      (recognised by its later timestamp, refilled from replay): old blocks gone, new exact;
-  5. a gap on an engine without a replay endpoint: the worker is stale until its
-     publisher restarts (in-process restart) and is then scored again;
+  5. a gap on an engine whose replay endpoint has no listener: the replay times out, the
+     worker is stale until its publisher restarts (in-process) and is then scored again;
   6. HTTP errors (bad JSON, bad tokens, a body above --max-body, unknown path);
   7. /metrics parses with prometheus_client and its counters match what was done;
   8. SIGTERM stops the daemon (exit 0); every process is gone at the end.
@@ -288,12 +288,15 @@ def scenario(d, a, b, junk, junk_topic):
     expect(d.metric("kvprefix_router_batches_total", engine="a", status="restarted") == 2,
            "second restart seen through replay")
 
-    # Step 5: B has no replay endpoint: a gap makes it stale, a restart makes it fresh.
+    # Step 5: B's replay endpoint has no listener: a gap, the replay times out, B is stale;
+    # its publisher's restart makes it fresh.
     b.cmd("drop-next")
     b.access(prompt(60000, 2))
     b.access(prompt(61000, 2))
     wait_for(lambda: d.metric("kvprefix_router_stale_workers") == 1, "B stale")
     expect(d.blocks(pb)["pod-b"] == (0, "stale"), "B's rows are stale")
+    expect(d.metric("kvprefix_router_replays_total", engine="pod-b", result="failed") == 1,
+           "B's replay failed")
     b.cmd("restart")
     q3 = prompt(62000, 2)
     b.access(q3)
@@ -335,11 +338,12 @@ def main():
             b.start()
             cfg = os.path.join(tmp, "router.json")
             with open(cfg, "w") as f:
-                json.dump({"engines": [{"id": "*", "endpoint": b.pub, "topic": "kv@pod-b@"},
+                json.dump({"engines": [{"id": "*", "endpoint": b.pub, "topic": "kv@pod-b@",
+                                        "replay": f"ipc://{tmp}/nobody.replay"},
                                        {"id": "junk", "endpoint": junk_ep}]}, f)
             d = Daemon(kvprefix, ["--engine", f"a={a.pub},replay={a.replay},topic=kv@pod-a@",
                                   "--config", cfg, "--hash", PROFILE, "--block-size", "16",
-                                  "--replay-timeout", "10000", "--max-body", "1MiB"],
+                                  "--replay-timeout", "8000", "--max-body", "1MiB"],
                        os.path.join(tmp, "daemon.log"))
             a.wait_subscribed()
             b.wait_subscribed()

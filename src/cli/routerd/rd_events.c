@@ -242,6 +242,7 @@ static bool rd_replay_start(rd_daemon *d, rd_worker *w, uint64_t from)
     }
     w->dealer = s;
     w->replay_from = from;
+    w->replay_n = 0;
     w->deadline_ms = rd_now_ms() + d->replay_timeout_ms;
     return true;
 }
@@ -364,8 +365,16 @@ static void rd_replay_reply(rd_daemon *d, rd_worker *w, zmq_msg_t f[RD_MAX_FRAME
         return;
     }
     uint64_t seq = rd_be64(zmq_msg_data(&f[1]));
+    bool first = w->replay_n++ == 0;
     if (seq == UINT64_MAX && zmq_msg_size(&f[2]) == 0) {
-        rd_replay_end(d, w, true, NULL);
+        rd_replay_end(d, w, !first, "the replay brought nothing");
+        return;
+    }
+    /* The buffer must still hold the first batch asked for: otherwise the batches between
+     * are lost (a GAP replay would see it as a gap; a replay from 0 after a lost restart
+     * would only bring duplicates, and ask again forever). */
+    if (first && seq != w->replay_from) {
+        rd_replay_end(d, w, false, "the replay buffer no longer reaches the gap");
         return;
     }
     kvp_kv_batch *b = NULL;

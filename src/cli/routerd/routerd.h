@@ -75,6 +75,7 @@ typedef struct rd_worker {
     void *dealer;            /* DEALER of the replay in flight, NULL when none */
     int64_t deadline_ms;     /* the replay's deadline (monotonic ms), when dealer */
     uint64_t replay_from;    /* first sequence number asked for, when dealer */
+    uint64_t replay_n;       /* replies received in the replay in flight */
     bool replay_done;        /* a replay finished since the last progress */
     uint64_t replay_done_at; /* `expected` when it finished, valid when replay_done */
     rd_item *queue;          /* live batches held while replaying: queue[q_head .. q_n) */
