@@ -185,7 +185,7 @@ static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine
     /* Room in the table first (under the lock: HTTP threads read it), then the worker. */
     pthread_mutex_lock(&d->lock);
     bool room =
-        cli_grow((void **)&d->workers, &d->cap_workers, d->n_workers + 1, sizeof *d->workers);
+        cli_grow((void **)&d->workers, &d->cap_workers, d->n_workers + 1, sizeof(rd_worker *));
     pthread_mutex_unlock(&d->lock);
     int rc = w && name && room ? kvp_router_worker_add(d->router, &wc, &id) : KVP_ENOMEM;
     if (rc != KVP_OK) {
@@ -195,7 +195,7 @@ static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine
         free(name);
         return NULL;
     }
-    strcpy(name, engine);
+    memcpy(name, engine, strlen(engine) + 1);
     *w = (rd_worker){.src = src, .engine = name, .dp_rank = dp, .id = id};
     pthread_mutex_lock(&d->lock);
     d->workers[d->n_workers++] = w;
@@ -519,46 +519,62 @@ static void rd_check_deadlines(rd_daemon *d)
     }
 }
 
+/* The poll set's storage, grown as workers appear. */
+typedef struct rd_pollbuf {
+    zmq_pollitem_t *items; /* poll items */
+    rd_worker **who;       /* the worker of each DEALER item */
+    size_t cap;            /* entries of both */
+} rd_pollbuf;
+
+/* Make room for every source and worker. Returns false when memory runs out (the buffer
+ * is unchanged but still valid). */
+static bool rd_poll_room(rd_daemon *d, rd_pollbuf *pb)
+{
+    size_t need = d->n_sources + d->n_workers + 1;
+    if (need <= pb->cap && pb->items && pb->who)
+        return true;
+    zmq_pollitem_t *ni = realloc(pb->items, need * sizeof(zmq_pollitem_t));
+    if (ni == NULL)
+        return false;
+    pb->items = ni;
+    rd_worker **nw = realloc(pb->who, need * sizeof(rd_worker *));
+    if (nw == NULL)
+        return false;
+    pb->who = nw;
+    pb->cap = need;
+    return true;
+}
+
 void *rd_events_run(void *arg)
 {
     rd_daemon *d = arg;
-    zmq_pollitem_t *items = NULL;
-    rd_worker **who = NULL;
-    size_t cap = 0;
+    rd_pollbuf pb = {NULL, NULL, 0};
     while (!atomic_load(&d->stop)) {
-        size_t need = d->n_sources + d->n_workers;
-        if (need > cap) {
-            zmq_pollitem_t *ni = realloc(items, need * sizeof *ni);
-            rd_worker **nw = ni ? realloc(who, need * sizeof *nw) : NULL;
-            items = ni ? ni : items;
-            who = nw ? nw : who;
-            if (ni == NULL || nw == NULL) {
-                rd_log("out of memory in the event loop; retrying");
-                struct timespec ts = {0, 100 * 1000000L};
-                nanosleep(&ts, NULL);
-                continue;
-            }
-            cap = need;
+        if (!rd_poll_room(d, &pb)) {
+            rd_log("out of memory in the event loop; retrying");
+            struct timespec ts = {0, 100 * 1000000L};
+            nanosleep(&ts, NULL);
+            continue;
         }
         long timeout = 100;
-        size_t n = rd_poll_set(d, items, who, &timeout);
-        int rc = zmq_poll(items, (int)n, timeout);
+        size_t n = rd_poll_set(d, pb.items, pb.who, &timeout);
+        int rc = zmq_poll(pb.items, (int)n, timeout);
         if (rc < 0 && errno != EINTR) {
             rd_log("zmq_poll: %s", zmq_strerror(errno));
             break;
         }
         for (size_t i = 0; rc > 0 && i < n; i++) {
-            if (!(items[i].revents & ZMQ_POLLIN))
+            if (!(pb.items[i].revents & ZMQ_POLLIN))
                 continue;
             if (i < d->n_sources)
                 rd_source_read(d, &d->sources[i]);
-            else if (who[i]->dealer == items[i].socket)
-                rd_replay_read(d, who[i]);
+            else if (pb.who[i]->dealer == pb.items[i].socket)
+                rd_replay_read(d, pb.who[i]);
         }
         rd_check_deadlines(d);
     }
-    free(items);
-    free(who);
+    free(pb.items);
+    free(pb.who);
     return NULL;
 }
 

@@ -45,10 +45,9 @@ static const char *const rd_state_names[] = {"scored", "stale", "model", "notsup
 
 /* Queue a response of status with body[0 .. n) (copied) and its content type. */
 static enum MHD_Result rd_reply(struct MHD_Connection *c, unsigned status, const char *type,
-                                const char *body, size_t n)
+                                char *body, size_t n)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(n, (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_COPY);
     if (r == NULL)
         return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
@@ -62,9 +61,10 @@ static enum MHD_Result rd_reply_json(struct MHD_Connection *c, unsigned status, 
 {
     char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
     json_decref(v);
-    if (s == NULL)
-        return rd_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "application/json",
-                        "{\"error\":\"out of memory\"}", 25);
+    if (s == NULL) {
+        static char oom[] = "{\"error\":\"out of memory\"}";
+        return rd_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "application/json", oom, sizeof oom - 1);
+    }
     enum MHD_Result ret = rd_reply(c, status, "application/json", s, strlen(s));
     free(s);
     return ret;

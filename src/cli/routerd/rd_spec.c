@@ -236,7 +236,7 @@ static int rd_config_engine(rd_daemon *d, json_t *o, char *err, size_t err_size)
     }
     if (dp)
         s.dp = (uint64_t)json_integer_value(dp);
-    s.bind = bind && json_is_true(bind);
+    s.bind = json_is_true(bind);
     return rd_spec_validate(&s, err, err_size) || rd_spec_expand(d, &s, err, err_size);
 }
 
