@@ -533,6 +533,8 @@ static bool rd_poll_room(rd_daemon *d, rd_pollbuf *pb)
     size_t need = d->n_sources + d->n_workers + 1;
     if (need <= pb->cap && pb->items && pb->who)
         return true;
+    if (need == 0 || need > SIZE_MAX / sizeof(zmq_pollitem_t))
+        return false;
     zmq_pollitem_t *ni = realloc(pb->items, need * sizeof(zmq_pollitem_t));
     if (ni == NULL)
         return false;
