@@ -15,7 +15,8 @@ prints the port), all on ipc:// endpoints in a temporary directory, then checks:
      worker is stale until its publisher restarts (in-process) and is then scored again;
   6. HTTP errors (bad JSON, bad tokens, a body above --max-body, unknown path);
   7. /metrics parses with prometheus_client and its counters match what was done;
-  8. SIGTERM stops the daemon (exit 0); every process is gone at the end.
+  8. bad command lines and config files exit 2 / 1 with their messages;
+  9. SIGTERM stops the daemon (exit 0); every process is gone at the end.
 
 Waits poll for a condition with a deadline (never a fixed sleep as correctness), so that
 the test holds on a loaded 2-core machine.
@@ -322,6 +323,41 @@ def check_metrics(d):
     expect(d.metric("kvprefix_router_hit_blocks_total") > 0, "hit blocks")
 
 
+def check_cli_errors(kvprefix, tmp):
+    """Bad input: usage errors exit 2, a bad config file or a port in use exit 1."""
+    def run(args):
+        p = subprocess.run([kvprefix, "router"] + args, capture_output=True, text=True,
+                           timeout=DEADLINE)
+        return p.returncode, p.stderr
+    ep = f"ipc://{tmp}/none.pub"
+    for args, code, msg in [
+            ([], 2, "no engine"),
+            (["--engine", "a"], 2, "is not ID=ENDPOINT"),
+            (["--engine", "a=tcp://h:1,dp=0"], 2, "dp: '0'"),
+            (["--engine", f"a={ep},replay"], 2, "'replay' is not key=value"),
+            (["--engine", f"a={ep}", "--engine", f"a={ep}x"], 2, "given twice"),
+            (["--engine", f"a={ep}", "--port", "70000"], 2, "--port"),
+            (["--engine", f"a={ep}", "--hash", "keyed"], 2, "--hash-key"),
+            (["--engine", f"a={ep}", "extra"], 2, "unexpected argument")]:
+        rc, err = run(args)
+        expect(rc == code and msg in err, f"{args}: exit {rc}, {err!r}")
+    bad = os.path.join(tmp, "bad.json")
+    with open(bad, "w") as f:
+        f.write('{"engines": [\n  {"id": "a",}\n]}')
+    rc, err = run(["--config", bad])
+    expect(rc == 1 and f"{bad}:2:" in err, f"config syntax: exit {rc}, {err!r}")
+    with open(bad, "w") as f:
+        json.dump({"engines": [{"id": "a", "endpoint": ep, "dp": "2"}]}, f)
+    rc, err = run(["--config", bad])
+    expect(rc == 1 and "engines[0]" in err, f"config value: exit {rc}, {err!r}")
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        rc, err = run(["--engine", f"a={ep}", "--port", str(s.getsockname()[1])])
+        expect(rc == 1 and "cannot listen" in err, f"port in use: exit {rc}, {err!r}")
+
+
 def main():
     kvprefix, fake = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory(prefix="routerd-") as tmp:
@@ -334,6 +370,7 @@ def main():
         junk.bind(junk_ep)
         d = None
         try:
+            check_cli_errors(kvprefix, tmp)
             a.start()
             b.start()
             cfg = os.path.join(tmp, "router.json")
