@@ -108,7 +108,6 @@ typedef struct rd_daemon {
     uint64_t n_lookup_blocks; /* full prompt blocks of those requests */
     uint64_t n_hit_blocks;    /* blocks of the best worker of each request */
     uint64_t n_http_errors;   /* requests answered 4xx */
-    bool ready;               /* the event thread's sockets are up */
 } rd_daemon;
 
 /* The subcommand (routerd.c): argv[0] is "router". Returns the exit status. */
