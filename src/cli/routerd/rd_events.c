@@ -293,14 +293,16 @@ static int rd_apply(rd_daemon *d, rd_worker *w, uint64_t seq, const kvp_kv_batch
     case KVP_ROUTER_RESTARTED:
         rd_log("%s: worker '%s' dp %" PRId64 ": the publisher restarted (seq 0): cleared",
                w->src->endpoint, w->engine, w->dp_rank);
-        /* fall through */
+        break;
     default:
-        if (b->ts > w->last_ts || !w->has_ts)
-            w->last_ts = b->ts;
-        w->has_ts = true;
-        w->replay_done = false;
-        return RD_DONE;
+        break;
     }
+    /* Applied (APPLIED or RESTARTED): progress. */
+    if (b->ts > w->last_ts || !w->has_ts)
+        w->last_ts = b->ts;
+    w->has_ts = true;
+    w->replay_done = false;
+    return RD_DONE;
 }
 
 /* Hold live batch b of w while its replay runs (owned by the queue from here; freed when
