@@ -8,6 +8,8 @@
  *   kvprefix keys ...    block keys of a token list under a hash profile (keys/)
  *   kvprefix tokenize .. token ids of a text or request under a model's tokenizer (tok/)
  *   kvprefix route ...   what-if fleet routing simulation (route/)
+ *   kvprefix router ...  the subscriber daemon: KV events in, scores out (routerd/; only
+ *                        built with libkvprefix-events and libmicrohttpd)
  *   kvprefix version     library and tool version
  *
  * Exit status, the same in every subcommand (common/cli.h): 0 done, 1 bad input or failed
@@ -22,6 +24,9 @@
 #include "kvprefix.h"
 #include "outfile.h"
 #include "route.h"
+#ifdef CLI_HAVE_ROUTERD
+#include "routerd.h"
+#endif
 
 static void usage(FILE *f)
 {
@@ -37,6 +42,10 @@ static void usage(FILE *f)
                "            and chat template (tokenize --help)\n"
                "  route     what-if fleet simulation: routing policies against hit rate and\n"
                "            time to first token (kvprefix route --help)\n"
+#ifdef CLI_HAVE_ROUTERD
+               "  router    daemon: index engines' KV events, answer scores over HTTP\n"
+               "            (kvprefix router --help)\n"
+#endif
                "  version   print the version\n"
                "  help      this message\n"
                "\n" CLI_EXIT_HELP);
@@ -61,6 +70,10 @@ int main(int argc, char **argv)
         return tokcmd_main(argc - 1, argv + 1);
     if (strcmp(cmd, "route") == 0)
         return rt_main(argc - 1, argv + 1);
+#ifdef CLI_HAVE_ROUTERD
+    if (strcmp(cmd, "router") == 0)
+        return rd_main(argc - 1, argv + 1);
+#endif
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kvprefix %s (library %s)\n", KVP_VERSION_STRING, kvp_version());
         return cli_stdout_check("version");

@@ -1,0 +1,372 @@
+/*
+ * rd_http.c - the HTTP side of `kvprefix router`, served by libmicrohttpd (a thread pool of
+ * --http-threads threads, each with its own poll loop; connections time out after 10 s):
+ *
+ *   POST /score    {"tokens": [ids...], "model": S, "lora": S, "salt": S, "tenant": S}
+ *                  -> {"prompt_tokens": N, "block_size": B, "workers": [{"engine", "dp_rank",
+ *                      "blocks", "tokens", "weighted", "state"}, ...]}
+ *                  ranked best first: weighted score, then blocks, then engine id, dp rank.
+ *   GET /metrics   Prometheus text format 0.0.4 (rd_metrics_write)
+ *   GET /healthz   {"status": "ok", "workers": N, "stale": M}
+ *
+ * Bodies are read whole into memory up to --max-body (default 16 MiB; more: 413). Every
+ * error answers with a JSON body {"error": "..."} and a 4xx/5xx status. Scoring calls
+ * kvp_router_score concurrently from the pool's threads (the index is thread-safe); names
+ * of workers are read under rd_daemon.lock.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "cli.h"
+#include "routerd.h"
+
+/* One POST body being received (the connection's context). */
+typedef struct rd_body {
+    char *data;     /* bytes so far */
+    size_t n;       /* bytes stored */
+    size_t cap;     /* capacity of data */
+    bool too_big;   /* more than max_body_bytes arrived: the rest is discarded */
+    bool no_memory; /* the buffer could not grow */
+} rd_body;
+
+/* One ranked row of a /score answer. */
+typedef struct rd_rank {
+    kvp_router_row row; /* the router's row */
+    const char *engine; /* the worker's engine id (owned by its rd_worker) */
+} rd_rank;
+
+static const char *const rd_state_names[] = {"scored", "stale", "model", "notsup", "token"};
+
+/* Queue a response of status with body[0 .. n) (copied) and its content type. */
+static enum MHD_Result rd_reply(struct MHD_Connection *c, unsigned status, const char *type,
+                                char *body, size_t n)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_COPY);
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* A JSON value as the response (consumes v). */
+static enum MHD_Result rd_reply_json(struct MHD_Connection *c, unsigned status, json_t *v)
+{
+    char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    if (s == NULL) {
+        static char oom[] = "{\"error\":\"out of memory\"}";
+        return rd_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "application/json", oom, sizeof oom - 1);
+    }
+    enum MHD_Result ret = rd_reply(c, status, "application/json", s, strlen(s));
+    free(s);
+    return ret;
+}
+
+/* An error response {"error": why}; counted. */
+static enum MHD_Result rd_reply_error(rd_daemon *d, struct MHD_Connection *c, unsigned status,
+                                      const char *why)
+{
+    pthread_mutex_lock(&d->lock);
+    d->n_http_errors++;
+    pthread_mutex_unlock(&d->lock);
+    return rd_reply_json(c, status, json_pack("{ss}", "error", why));
+}
+
+/* A namespace field from member key of req: absent/null, or a string. Returns false when
+ * it is another type. */
+static bool rd_ns_field(json_t *req, const char *key, kvp_field *out)
+{
+    json_t *v = json_object_get(req, key);
+    if (v == NULL || json_is_null(v))
+        return true;
+    if (!json_is_string(v))
+        return false;
+    out->ptr = json_string_value(v);
+    out->len = json_string_length(v);
+    return true;
+}
+
+/* Parse a /score body into ns and a malloc'd token array. Returns NULL on success or a
+ * static description of what is wrong. */
+static const char *rd_parse_score(json_t *req, kvp_namespace *ns, uint32_t **tokens, size_t *n)
+{
+    static const char *const keys[] = {"tokens", "model", "lora", "salt", "tenant"};
+    const char *key;
+    json_t *v;
+    if (!json_is_object(req))
+        return "the body is not a JSON object";
+    json_object_foreach(req, key, v)
+    {
+        bool known = false;
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            known = known || strcmp(key, keys[i]) == 0;
+        if (!known)
+            return "unknown member (tokens, model, lora, salt, tenant)";
+    }
+    kvp_namespace_init(ns);
+    if (!rd_ns_field(req, "model", &ns->model) || !rd_ns_field(req, "lora", &ns->adapter) ||
+        !rd_ns_field(req, "salt", &ns->salt) || !rd_ns_field(req, "tenant", &ns->tenant))
+        return "model, lora, salt and tenant must be strings or null";
+    json_t *t = json_object_get(req, "tokens");
+    if (!json_is_array(t))
+        return "tokens must be an array of token ids";
+    size_t count = json_array_size(t);
+    uint32_t *ids = malloc((count ? count : 1) * sizeof *ids);
+    if (ids == NULL)
+        return "out of memory";
+    for (size_t i = 0; i < count; i++) {
+        json_t *e = json_array_get(t, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) > UINT32_MAX) {
+            free(ids);
+            return "tokens must be integers in 0..4294967295";
+        }
+        ids[i] = (uint32_t)json_integer_value(e);
+    }
+    *tokens = ids;
+    *n = count;
+    return NULL;
+}
+
+/* Best first: weighted score, blocks, engine id, dp rank. */
+static int rd_rank_cmp(const void *pa, const void *pb)
+{
+    const rd_rank *a = pa, *b = pb;
+    if (a->row.score != b->row.score)
+        return a->row.score > b->row.score ? -1 : 1;
+    if (a->row.n_blocks != b->row.n_blocks)
+        return a->row.n_blocks > b->row.n_blocks ? -1 : 1;
+    int c = strcmp(a->engine, b->engine);
+    if (c)
+        return c;
+    return (a->row.dp_rank > b->row.dp_rank) - (a->row.dp_rank < b->row.dp_rank);
+}
+
+/* Score tokens in ns: rows for every worker into *out (malloc'd), *n_out of them. Returns
+ * KVP_OK or the router's code. */
+static int rd_score_rows(rd_daemon *d, const kvp_namespace *ns, const uint32_t *tokens,
+                         size_t n_tokens, kvp_router_row **out, size_t *n_out)
+{
+    size_t cap = 16, n = 0;
+    for (;;) {
+        kvp_router_row *rows = malloc(cap * sizeof *rows);
+        if (rows == NULL)
+            return KVP_ENOMEM;
+        int rc = kvp_router_score(d->router, ns, tokens, n_tokens, rows, cap, &n);
+        if (rc == KVP_OK) {
+            *out = rows;
+            *n_out = n;
+            return KVP_OK;
+        }
+        free(rows);
+        if (rc != KVP_ENOSPC)
+            return rc;
+        cap = n + 16;
+    }
+}
+
+/* Build the ranked /score answer from rows; counts the lookup. Returns NULL on ENOMEM. */
+static json_t *rd_score_json(rd_daemon *d, const kvp_router_row *rows, size_t n, size_t n_tokens)
+{
+    rd_rank *rk = malloc((n ? n : 1) * sizeof *rk);
+    json_t *arr = json_array();
+    size_t m = 0;
+    pthread_mutex_lock(&d->lock);
+    for (size_t i = 0; rk && arr && i < n; i++)
+        for (size_t k = 0; k < d->n_workers; k++)
+            if (d->workers[k]->id == rows[i].worker)
+                rk[m++] = (rd_rank){.row = rows[i], .engine = d->workers[k]->engine};
+    if (rk)
+        qsort(rk, m, sizeof *rk, rd_rank_cmp);
+    for (size_t i = 0; rk && arr && i < m; i++) {
+        const kvp_router_row *r = &rk[i].row;
+        json_array_append_new(arr,
+                              json_pack("{ss sI sI sI sf ss}", "engine", rk[i].engine, "dp_rank",
+                                        (json_int_t)r->dp_rank, "blocks", (json_int_t)r->n_blocks,
+                                        "tokens", (json_int_t)r->n_tokens, "weighted", r->score,
+                                        "state", rd_state_names[r->state]));
+    }
+    d->n_lookups++;
+    d->n_lookup_blocks += n_tokens / d->hash.block_size;
+    d->n_hit_blocks += m ? rk[0].row.n_blocks : 0;
+    pthread_mutex_unlock(&d->lock);
+    free(rk);
+    if (rk == NULL || arr == NULL) {
+        json_decref(arr);
+        return NULL;
+    }
+    return json_pack("{sI sI so}", "prompt_tokens", (json_int_t)n_tokens, "block_size",
+                     (json_int_t)d->hash.block_size, "workers", arr);
+}
+
+/* POST /score with body b. */
+static enum MHD_Result rd_handle_score(rd_daemon *d, struct MHD_Connection *c, rd_body *b)
+{
+    if (b->too_big)
+        return rd_reply_error(d, c, MHD_HTTP_CONTENT_TOO_LARGE, "the body is above --max-body");
+    if (b->no_memory)
+        return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+    json_error_t jerr;
+    json_t *req = json_loadb(b->data ? b->data : "", b->n, JSON_REJECT_DUPLICATES, &jerr);
+    if (req == NULL)
+        return rd_reply_error(d, c, MHD_HTTP_BAD_REQUEST, "the body is not valid JSON");
+    kvp_namespace ns;
+    uint32_t *tokens = NULL;
+    size_t n_tokens = 0;
+    const char *why = rd_parse_score(req, &ns, &tokens, &n_tokens);
+    if (why) {
+        json_decref(req);
+        return rd_reply_error(d, c, MHD_HTTP_BAD_REQUEST, why);
+    }
+    kvp_router_row *rows = NULL;
+    size_t n = 0;
+    int rc = rd_score_rows(d, &ns, tokens, n_tokens, &rows, &n);
+    json_t *out = rc == KVP_OK ? rd_score_json(d, rows, n, n_tokens) : NULL;
+    free(rows);
+    free(tokens);
+    json_decref(req);
+    if (rc != KVP_OK)
+        return rd_reply_error(
+            d, c, rc == KVP_ENOMEM ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_BAD_REQUEST,
+            kvp_strerror(rc));
+    if (out == NULL)
+        return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+    return rd_reply_json(c, MHD_HTTP_OK, out);
+}
+
+/* GET /metrics. */
+static enum MHD_Result rd_handle_metrics(rd_daemon *d, struct MHD_Connection *c)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (f == NULL)
+        return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+    int rc = rd_metrics_write(d, f);
+    if (fclose(f) != 0 || rc != 0) {
+        free(buf);
+        return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "metrics unavailable");
+    }
+    enum MHD_Result ret =
+        rd_reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", buf, n);
+    free(buf);
+    return ret;
+}
+
+/* GET /healthz. */
+static enum MHD_Result rd_handle_health(rd_daemon *d, struct MHD_Connection *c)
+{
+    kvp_router_stats st;
+    if (kvp_router_stats_get(d->router, &st) != KVP_OK)
+        return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "stats unavailable");
+    return rd_reply_json(c, MHD_HTTP_OK,
+                         json_pack("{ss sI sI}", "status", "ok", "workers",
+                                   (json_int_t)st.n_workers, "stale", (json_int_t)st.n_stale));
+}
+
+/* Append one upload chunk to b (or discard it once b is too big). */
+static void rd_body_append(rd_daemon *d, rd_body *b, const char *data, size_t n)
+{
+    if (b->too_big || b->no_memory)
+        return;
+    if (n > d->max_body_bytes - b->n) {
+        b->too_big = true;
+        return;
+    }
+    if (!cli_grow((void **)&b->data, &b->cap, b->n + n, 1)) {
+        b->no_memory = true;
+        return;
+    }
+    memcpy(b->data + b->n, data, n);
+    b->n += n;
+}
+
+static enum MHD_Result rd_handler(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    rd_daemon *d = cls;
+    bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+    bool get =
+        strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+    if (post && strcmp(url, "/score") == 0) {
+        if (*con_cls == NULL) {
+            rd_body *b = calloc(1, sizeof *b);
+            if (b == NULL)
+                return MHD_NO;
+            *con_cls = b;
+            return MHD_YES;
+        }
+        rd_body *b = *con_cls;
+        if (*upload_data_size) {
+            rd_body_append(d, b, upload_data, *upload_data_size);
+            *upload_data_size = 0;
+            return MHD_YES;
+        }
+        return rd_handle_score(d, c, b);
+    }
+    if (get && strcmp(url, "/metrics") == 0)
+        return rd_handle_metrics(d, c);
+    if (get && strcmp(url, "/healthz") == 0)
+        return rd_handle_health(d, c);
+    if (strcmp(url, "/score") == 0 || strcmp(url, "/metrics") == 0 || strcmp(url, "/healthz") == 0)
+        return rd_reply_error(d, c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
+    return rd_reply_error(d, c, MHD_HTTP_NOT_FOUND,
+                          "not found (POST /score, GET /metrics, "
+                          "GET /healthz)");
+}
+
+/* Free a connection's body when the request ends. */
+static void rd_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    rd_body *b = *con_cls;
+    if (b) {
+        free(b->data);
+        free(b);
+    }
+    *con_cls = NULL;
+}
+
+int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_threads, void **handle,
+                  uint16_t *bound_port, char *err, size_t err_size)
+{
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1) {
+        cli_errf(err, err_size, "--listen: '%s' is not an IPv4 address", addr);
+        return 1;
+    }
+    struct MHD_Daemon *h = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, port, NULL, NULL,
+        rd_handler, d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
+        n_threads, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_LIMIT, 256u,
+        MHD_OPTION_NOTIFY_COMPLETED, rd_completed, d, MHD_OPTION_END);
+    if (h == NULL) {
+        cli_errf(err, err_size,
+                 "cannot listen on %s:%u (in use, or not an address of this "
+                 "machine)",
+                 addr, (unsigned)port);
+        return 1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h, MHD_DAEMON_INFO_BIND_PORT);
+    *bound_port = info ? info->port : port;
+    *handle = h;
+    return 0;
+}
+
+void rd_http_stop(void *handle)
+{
+    if (handle)
+        MHD_stop_daemon(handle);
+}

@@ -1,0 +1,152 @@
+/*
+ * rd_metrics.c - GET /metrics of `kvprefix router`: the index's figures (kvp_router_stats)
+ * and the daemon's own counters in Prometheus text exposition format 0.0.4. Every family
+ * has its # HELP and # TYPE lines; label values are escaped (backslash, double quote,
+ * newline) as the format requires. The list of families is in docs/routing.md.
+ *
+ * Cost: O(workers + sources) under rd_daemon.lock, plus one kvp_router_stats_get and one
+ * kvp_router_worker_stats_get per worker (shared lock of the index).
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "routerd.h"
+
+/* Write s as a label value (escaped). */
+static void rd_label(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            fprintf(f, "\\%c", *s);
+        else if (*s == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+static void rd_family(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Index-wide figures from the router's stats. */
+static void rd_metrics_index(FILE *f, const kvp_router_stats *st)
+{
+    rd_family(f, "kvprefix_router_events_total", "counter",
+              "KV events applied to the index, by type (skipped: other KV cache groups).");
+    fprintf(f, "kvprefix_router_events_total{type=\"stored\"} %" PRIu64 "\n", st->n_events_stored);
+    fprintf(f, "kvprefix_router_events_total{type=\"removed\"} %" PRIu64 "\n",
+            st->n_events_removed);
+    fprintf(f, "kvprefix_router_events_total{type=\"cleared\"} %" PRIu64 "\n",
+            st->n_events_cleared);
+    fprintf(f, "kvprefix_router_events_total{type=\"skipped\"} %" PRIu64 "\n",
+            st->n_events_skipped);
+    rd_family(f, "kvprefix_router_workers", "gauge", "Workers (engine, dp rank) indexed.");
+    fprintf(f, "kvprefix_router_workers %" PRIu32 "\n", st->n_workers);
+    rd_family(f, "kvprefix_router_stale_workers", "gauge",
+              "Workers marked stale (ignored by /score).");
+    fprintf(f, "kvprefix_router_stale_workers %" PRIu32 "\n", st->n_stale);
+    rd_family(f, "kvprefix_router_index_blocks", "gauge", "Distinct block hashes indexed.");
+    fprintf(f, "kvprefix_router_index_blocks %" PRIu64 "\n", st->n_blocks);
+    rd_family(f, "kvprefix_router_index_holders", "gauge", "(block, worker) pairs indexed.");
+    fprintf(f, "kvprefix_router_index_holders %" PRIu64 "\n", st->n_holders);
+    rd_family(f, "kvprefix_router_index_bytes", "gauge",
+              "Bytes the index holds (every allocation of the router).");
+    fprintf(f, "kvprefix_router_index_bytes %" PRIu64 "\n", st->total_bytes);
+    rd_family(f, "kvprefix_router_bytes_per_holder", "gauge",
+              "Index bytes per (block, worker) pair; 0 when empty.");
+    fprintf(f, "kvprefix_router_bytes_per_holder %.3f\n", st->bytes_per_holder);
+}
+
+/* Per-worker batch counters and state (caller holds d->lock). */
+static void rd_metrics_workers(rd_daemon *d, FILE *f)
+{
+    static const char *const status[] = {NULL, "applied", "restarted", "duplicate", "gap"};
+    rd_family(f, "kvprefix_router_batches_total", "counter",
+              "Event batches by what the index did with them (gap: refused, then replayed).");
+    for (size_t i = 0; i < d->n_workers; i++) {
+        rd_worker *w = d->workers[i];
+        for (int s = 1; s <= 4; s++) {
+            fputs("kvprefix_router_batches_total{engine=\"", f);
+            rd_label(f, w->engine);
+            fprintf(f, "\",dp_rank=\"%" PRId64 "\",status=\"%s\"} %" PRIu64 "\n", w->dp_rank,
+                    status[s], w->n_status[s]);
+        }
+    }
+    /* One family at a time: the format wants each family's samples together. */
+    static const struct {
+        const char *name, *type, *label, *help;
+    } fam[] = {
+        {"kvprefix_router_replays_total", "counter", "result=\"filled\",",
+         "Replays asked of engines after a gap, by result (failed: marked stale)."},
+        {"kvprefix_router_replays_total", NULL, "result=\"failed\",", NULL},
+        {"kvprefix_router_replayed_batches_total", "counter", "",
+         "Batches received from replay sockets."},
+        {"kvprefix_router_stale_marks_total", "counter", "", "Times a worker was marked stale."},
+        {"kvprefix_router_queue_drops_total", "counter", "",
+         "Live batches dropped while a replay ran with a full queue."},
+        {"kvprefix_router_worker_blocks", "gauge", "", "Blocks a worker holds, any tier."},
+    };
+    for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
+        if (fam[k].type)
+            rd_family(f, fam[k].name, fam[k].type, fam[k].help);
+        for (size_t i = 0; i < d->n_workers; i++) {
+            rd_worker *w = d->workers[i];
+            kvp_router_worker_stats ws;
+            uint64_t vals[] = {w->n_replays_ok,  w->n_replays_fail, w->n_replayed,
+                               w->n_stale_marks, w->n_queue_drops,  0};
+            if (k == 5 && kvp_router_worker_stats_get(d->router, w->id, &ws) == KVP_OK)
+                vals[5] = ws.n_blocks;
+            fprintf(f, "%s{%sengine=\"", fam[k].name, fam[k].label);
+            rd_label(f, w->engine);
+            fprintf(f, "\",dp_rank=\"%" PRId64 "\"} %" PRIu64 "\n", w->dp_rank, vals[k]);
+        }
+    }
+}
+
+/* Per-source message counters (caller holds d->lock). */
+static void rd_metrics_sources(rd_daemon *d, FILE *f)
+{
+    static const char *const reasons[RD_BAD_KINDS] = {"frames", "topic", "payload", "batch"};
+    rd_family(f, "kvprefix_router_messages_total", "counter",
+              "Messages received per engine endpoint.");
+    for (size_t i = 0; i < d->n_sources; i++) {
+        fputs("kvprefix_router_messages_total{endpoint=\"", f);
+        rd_label(f, d->sources[i].endpoint);
+        fprintf(f, "\"} %" PRIu64 "\n", d->sources[i].n_messages);
+    }
+    rd_family(f, "kvprefix_router_malformed_messages_total", "counter",
+              "Messages refused per engine endpoint, by reason (frames, topic, payload, "
+              "batch).");
+    for (size_t i = 0; i < d->n_sources; i++)
+        for (int k = 0; k < RD_BAD_KINDS; k++) {
+            fputs("kvprefix_router_malformed_messages_total{endpoint=\"", f);
+            rd_label(f, d->sources[i].endpoint);
+            fprintf(f, "\",reason=\"%s\"} %" PRIu64 "\n", reasons[k], d->sources[i].n_bad[k]);
+        }
+}
+
+int rd_metrics_write(rd_daemon *d, FILE *f)
+{
+    kvp_router_stats st;
+    if (kvp_router_stats_get(d->router, &st) != KVP_OK)
+        return 1;
+    rd_metrics_index(f, &st);
+    pthread_mutex_lock(&d->lock);
+    rd_metrics_workers(d, f);
+    rd_metrics_sources(d, f);
+    rd_family(f, "kvprefix_router_lookups_total", "counter", "/score requests answered.");
+    fprintf(f, "kvprefix_router_lookups_total %" PRIu64 "\n", d->n_lookups);
+    rd_family(f, "kvprefix_router_lookup_blocks_total", "counter",
+              "Full prompt blocks of the /score requests.");
+    fprintf(f, "kvprefix_router_lookup_blocks_total %" PRIu64 "\n", d->n_lookup_blocks);
+    rd_family(f, "kvprefix_router_hit_blocks_total", "counter",
+              "Cached prefix blocks of the best worker of each /score request.");
+    fprintf(f, "kvprefix_router_hit_blocks_total %" PRIu64 "\n", d->n_hit_blocks);
+    rd_family(f, "kvprefix_router_http_errors_total", "counter",
+              "HTTP requests answered with an error status.");
+    fprintf(f, "kvprefix_router_http_errors_total %" PRIu64 "\n", d->n_http_errors);
+    pthread_mutex_unlock(&d->lock);
+    return 0;
+}

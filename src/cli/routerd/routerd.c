@@ -1,0 +1,252 @@
+/*
+ * routerd.c - `kvprefix router`: the subscriber daemon. Subscribes to N engines' KV-event
+ * streams (vLLM's ZeroMQ protocol), keeps a kvp_router index of which worker holds which
+ * block, and answers scoring queries and metrics over HTTP (docs/routing.md, "The router
+ * daemon").
+ *
+ * Flow: parse the options (engines from --engine and --config); create the index; open
+ * the SUB sockets; block SIGINT and SIGTERM in every thread; start the event thread
+ * (rd_events.c) and the HTTP server (rd_http.c); print "listening on http://ADDR:PORT" on
+ * standard output (port 0 picks a free port: scripts and tests read it there); wait for
+ * SIGINT or SIGTERM; stop the HTTP server (its threads finish their requests), stop and
+ * join the event thread, free everything; exit 0.
+ *
+ * Exit status (cli.h): 0 stopped by a signal, 1 bad input or failed I/O (the config file,
+ * an endpoint ZeroMQ refuses, a port in use), 2 usage (a flag, an --engine spec), 3 internal
+ * error.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "flags.h"
+#include "hashopt.h"
+#include "routerd.h"
+
+#define fail(...) cli_fail("router", __VA_ARGS__)
+
+static const char usage_text[] =
+    "Usage: kvprefix router [options] --engine ID=ENDPOINT[,...] ...\n"
+    "\n"
+    "Subscribe to engines' KV-event streams (vLLM's ZeroMQ protocol), index which\n"
+    "worker holds which block, and answer over HTTP (docs/routing.md):\n"
+    "  POST /score {\"tokens\": [...], \"model\", \"lora\", \"salt\", \"tenant\"}\n"
+    "               -> workers ranked by cached prefix (blocks, tier-weighted)\n"
+    "  GET /metrics  Prometheus text format;  GET /healthz\n"
+    "Runs until SIGINT or SIGTERM.\n"
+    "\n"
+    "Engines:\n"
+    "  --engine ID=ENDPOINT[,replay=EP][,topic=PREFIX][,dp=N][,bind]\n"
+    "                       an engine's PUB endpoint (repeatable). replay: its replay\n"
+    "                       ROUTER (gaps are refilled from it); topic: subscription prefix\n"
+    "                       (default: all); dp: data-parallel size, rank r at tcp port + r;\n"
+    "                       bind: bind the SUB socket, publishers connect. ID '*': the\n"
+    "                       engine id and model from each topic kv@<pod>@<model> (llm-d)\n"
+    "  --config FILE        JSON {\"engines\": [{\"id\", \"endpoint\", \"replay\", \"topic\",\n"
+    "                       \"dp\", \"bind\"}, ...]} (with or instead of --engine)\n"
+    "  --replay-timeout MS  bound on one replay (default 2000; then the worker is stale)\n"
+    "\n"
+    "Keys (must equal the engines'):\n" CLI_HASH_HELP
+    "  --hash-profile P     the same as --hash (default here: vllm-sha256-cbor)\n"
+    "  --seed N             xxh3: the 64-bit seed\n"
+    "  --block-size N       tokens per block (default 16)\n"
+    "\n"
+    "HTTP:\n"
+    "  --listen ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
+    "  --port N             port (default 8700; 0: any free port, printed at start)\n"
+    "  --http-threads N     scoring threads (default 2, 1..64)\n"
+    "  --max-body SIZE      largest /score body (default 16MiB)\n"
+    "  -h, --help           this message\n"
+    "\n" CLI_EXIT_HELP;
+
+enum {
+    RD_OPT_ENGINE = 256,
+    RD_OPT_CONFIG,
+    RD_OPT_TIMEOUT,
+    RD_OPT_SEED,
+    RD_OPT_BS,
+    RD_OPT_LISTEN,
+    RD_OPT_PORT,
+    RD_OPT_THREADS,
+    RD_OPT_MAX_BODY
+};
+
+static const struct option rd_longopts[] = {
+    CLI_HASH_LONGOPTS,
+    {"hash-profile", required_argument, NULL, CLI_OPT_HASH},
+    {"engine", required_argument, NULL, RD_OPT_ENGINE},
+    {"config", required_argument, NULL, RD_OPT_CONFIG},
+    {"replay-timeout", required_argument, NULL, RD_OPT_TIMEOUT},
+    {"seed", required_argument, NULL, RD_OPT_SEED},
+    {"block-size", required_argument, NULL, RD_OPT_BS},
+    {"listen", required_argument, NULL, RD_OPT_LISTEN},
+    {"port", required_argument, NULL, RD_OPT_PORT},
+    {"http-threads", required_argument, NULL, RD_OPT_THREADS},
+    {"max-body", required_argument, NULL, RD_OPT_MAX_BODY},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* The command line, beyond what goes straight into the daemon. */
+typedef struct rd_opts {
+    cli_hash_opts hash; /* the hash flags as given */
+    const char *config; /* --config, or NULL */
+    const char *listen; /* --listen */
+    uint64_t port;      /* --port */
+    uint64_t threads;   /* --http-threads */
+} rd_opts;
+
+/* Apply one option. Returns 0, -1 after --help, or an exit status after a message. */
+static int rd_apply_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
+{
+    char err[512];
+    uint64_t v = 0;
+    int rc = 0;
+    if (cli_hash_is_opt(c))
+        return cli_hash_apply("router", &o->hash, c, arg);
+    switch (c) {
+    case 'h':
+        fputs(usage_text, stdout);
+        return -1;
+    case RD_OPT_ENGINE:
+        return rd_spec_add(d, arg, err, sizeof err) ? fail(CLI_EXIT_USAGE, "--engine: %s", err) : 0;
+    case RD_OPT_CONFIG:
+        o->config = arg;
+        return 0;
+    case RD_OPT_TIMEOUT:
+        if ((rc = cli_flag_uint("router", "--replay-timeout", arg, 1, 600000, &v)) == 0)
+            d->replay_timeout_ms = (int)v;
+        return rc;
+    case RD_OPT_SEED:
+        if ((rc = cli_flag_uint("router", "--seed", arg, 0, UINT64_MAX, &o->hash.seed)) == 0)
+            o->hash.seed_given = true;
+        return rc;
+    case RD_OPT_BS:
+        if ((rc = cli_flag_uint("router", "--block-size", arg, 1, KVP_MAX_BLOCK_SIZE, &v)) == 0)
+            d->hash.block_size = (uint32_t)v;
+        return rc;
+    case RD_OPT_LISTEN:
+        o->listen = arg;
+        return 0;
+    case RD_OPT_PORT:
+        return cli_flag_uint("router", "--port", arg, 0, 65535, &o->port);
+    case RD_OPT_THREADS:
+        return cli_flag_uint("router", "--http-threads", arg, 1, 64, &o->threads);
+    default:
+        if ((rc = cli_flag_bytes("router", "--max-body", arg, 1, UINT64_C(1) << 32, &v)) == 0)
+            d->max_body_bytes = (size_t)v;
+        return rc;
+    }
+}
+
+/* Parse argv into d and o. Returns 0, -1 after --help, or an exit status after a message. */
+static int rd_parse_args(int argc, char **argv, rd_daemon *d, rd_opts *o)
+{
+    int c;
+    cli_getopt_begin();
+    while ((c = getopt_long(argc, argv, ":h", rd_longopts, NULL)) != -1) {
+        if (c == '?' || c == ':')
+            return cli_getopt_error("router", c, argv, rd_longopts);
+        int rc = rd_apply_opt(d, o, c, optarg);
+        if (rc)
+            return rc;
+    }
+    if (optind < argc)
+        return fail(CLI_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    if (!o->hash.profile_given) {
+        o->hash.profile = KVP_HASH_VLLM_SHA256;
+        o->hash.profile_given = true;
+    }
+    int p = o->hash.profile;
+    if ((p == KVP_HASH_KEYED || p == KVP_HASH_SIPHASH) && o->hash.key_len == 0)
+        return fail(CLI_EXIT_USAGE, "--hash %s needs --hash-key HEX (the engines' key)",
+                    kvp_hash_profile_name(p));
+    int rc = cli_hash_finish("router", &o->hash, &d->hash);
+    if (rc)
+        return rc;
+    char err[1024];
+    if (o->config && rd_config_load(d, o->config, err, sizeof err))
+        return fail(CLI_EXIT_INPUT, "%s", err);
+    if (rd_spec_check(d, err, sizeof err))
+        return fail(CLI_EXIT_USAGE, "%s", err);
+    return 0;
+}
+
+/* Create the index with the daemon's hash config. Returns 0 or an exit status. */
+static int rd_router_new(rd_daemon *d)
+{
+    kvp_router_config rc;
+    kvp_router_config_init(&rc);
+    rc.hash = d->hash;
+    int r = kvp_router_new(&rc, &d->router);
+    if (r != KVP_OK)
+        return fail(r == KVP_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_INPUT,
+                    "cannot create the index with these hash settings: %s", kvp_strerror(r));
+    return 0;
+}
+
+/* Run the threads until SIGINT or SIGTERM (blocked in every thread, taken by sigwait).
+ * Returns an exit status. */
+static int rd_serve(rd_daemon *d, const rd_opts *o)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_t ev;
+    if (pthread_create(&ev, NULL, rd_events_run, d) != 0)
+        return fail(CLI_EXIT_INPUT, "cannot start the event thread");
+    void *http = NULL;
+    uint16_t port = 0;
+    char err[512];
+    int status = CLI_EXIT_OK;
+    if (rd_http_start(d, o->listen, (uint16_t)o->port, (unsigned)o->threads, &http, &port, err,
+                      sizeof err)) {
+        status = fail(CLI_EXIT_INPUT, "%s", err);
+    } else {
+        printf("kvprefix router: listening on http://%s:%u (%zu engine endpoints)\n", o->listen,
+               (unsigned)port, d->n_sources);
+        fflush(stdout);
+        int sig = 0;
+        sigwait(&set, &sig);
+        rd_log("%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+    rd_http_stop(http);
+    atomic_store(&d->stop, true);
+    pthread_join(ev, NULL);
+    return status;
+}
+
+int rd_main(int argc, char **argv)
+{
+    rd_daemon d;
+    memset(&d, 0, sizeof d);
+    kvp_config_init(&d.hash);
+    d.hash.block_size = 16;
+    d.replay_timeout_ms = 2000;
+    d.max_body_bytes = (size_t)16 << 20;
+    atomic_init(&d.stop, false);
+    pthread_mutex_init(&d.lock, NULL);
+    rd_opts o;
+    memset(&o, 0, sizeof o);
+    cli_hash_init(&o.hash);
+    o.listen = "127.0.0.1";
+    o.port = 8700;
+    o.threads = 2;
+    int rc = rd_parse_args(argc, argv, &d, &o);
+    char err[512];
+    if (rc == 0)
+        rc = rd_router_new(&d);
+    if (rc == 0 && rd_events_open(&d, err, sizeof err))
+        rc = fail(CLI_EXIT_INPUT, "%s", err);
+    if (rc == 0)
+        rc = rd_serve(&d, &o);
+    rd_events_free(&d);
+    kvp_router_free(d.router);
+    rd_spec_free(&d);
+    pthread_mutex_destroy(&d.lock);
+    return rc < 0 ? CLI_EXIT_OK : rc;
+}

@@ -1,0 +1,166 @@
+/*
+ * routerd.h - `kvprefix router`, the subscriber daemon (docs/routing.md, "The router
+ * daemon"): what its files share.
+ *
+ *   routerd.c   options, start-up, signals, shut-down (rd_main)
+ *   rd_spec.c   --engine specs and the --config JSON file -> rd_source list
+ *   rd_events.c the event thread: SUB sockets, decode, kvp_router_apply, gaps -> replay
+ *   rd_http.c   libmicrohttpd: POST /score, GET /metrics, GET /healthz
+ *
+ * Threads. One event thread owns every ZeroMQ socket and is the only writer of the index
+ * (kvp_router) and of the daemon's counters; libmicrohttpd's threads score (the router is
+ * thread-safe) and read the counters. rd_daemon.lock guards the counters and the worker
+ * table (rd_worker entries are added, never removed, so a pointer taken under the lock
+ * stays valid until rd_events_free).
+ *
+ * Names: rd_ (this folder), cli_ (common/), kvp_ (the library's public API only).
+ */
+#ifndef CLI_ROUTERD_H
+#define CLI_ROUTERD_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvprefix_events.h"
+
+/* Engine ids and endpoints longer than this are refused (usage). */
+#define RD_NAME_MAX 255u
+/* Most engine endpoints (after dp expansion) the daemon subscribes to. */
+#define RD_MAX_SOURCES 1024u
+/* Live batches held per worker while its replay runs; beyond, they are dropped (the
+ * next live batch shows a gap again, which the next replay fills). */
+#define RD_QUEUE_MAX 4096u
+
+/* Why a message was refused before reaching the index (rd_source.n_bad[]). */
+enum {
+    RD_BAD_FRAMES = 0,  /* not 3 frames, or a sequence frame that is not 8 bytes */
+    RD_BAD_TOPIC = 1,   /* engine id from the topic, and the topic is not kv@<pod>@<model> */
+    RD_BAD_PAYLOAD = 2, /* kvp_kv_decode refused the payload */
+    RD_BAD_BATCH = 3,   /* kvp_router_apply refused the batch (KVP_EINVAL) */
+    RD_BAD_KINDS = 4
+};
+
+/* One endpoint the daemon subscribes to (one --engine, or one dp rank of it). */
+typedef struct rd_source {
+    char *engine;        /* engine id, or NULL: taken from each message's topic (llm-d) */
+    char *endpoint;      /* PUB endpoint of the engine */
+    char *replay;        /* ROUTER replay endpoint, or NULL (gaps cannot be filled) */
+    char *topic;         /* subscription prefix ("" = everything) */
+    int64_t dp_rank;     /* rank of batches that carry none */
+    bool bind;           /* bind the SUB socket (publishers connect) instead of connecting */
+    void *sub;           /* the SUB socket (event thread only) */
+    uint64_t n_messages; /* messages received */
+    uint64_t n_bad[RD_BAD_KINDS]; /* messages refused, by reason */
+    uint64_t n_unlogged;          /* refusals since the last log line */
+    int64_t last_log_ms;          /* when the last refusal was logged (monotonic ms) */
+} rd_source;
+
+/* A queued live batch (while the worker's replay runs). */
+typedef struct rd_item {
+    uint64_t seq;    /* its sequence number */
+    kvp_kv_batch *b; /* owned by the queue */
+} rd_item;
+
+/* One worker the daemon has seen: (engine id, dp rank) on one source. */
+typedef struct rd_worker {
+    rd_source *src;          /* where its batches come from */
+    char *engine;            /* engine id (owned) */
+    int64_t dp_rank;         /* data-parallel rank */
+    uint32_t id;             /* kvp_router worker id */
+    bool has_ts;             /* last_ts is valid */
+    double last_ts;          /* ts of the last batch applied */
+    void *dealer;            /* DEALER of the replay in flight, NULL when none */
+    int64_t deadline_ms;     /* the replay's deadline (monotonic ms), when dealer */
+    uint64_t replay_from;    /* first sequence number asked for, when dealer */
+    uint64_t replay_n;       /* replies received in the replay in flight */
+    bool replay_done;        /* a replay finished since the last progress */
+    uint64_t replay_done_at; /* `expected` when it finished, valid when replay_done */
+    rd_item *queue;          /* live batches held while replaying: queue[q_head .. q_n) */
+    size_t q_head;           /* first item not yet applied */
+    size_t q_n;              /* items stored */
+    size_t q_cap;            /* capacity of queue, in items */
+    uint64_t n_status[5];    /* batches by kvp_router_apply status (index KVP_ROUTER_*) */
+    uint64_t n_replays_ok;   /* replays that filled their gap */
+    uint64_t n_replays_fail; /* replays that could not (then marked stale) */
+    uint64_t n_replayed;     /* batches received from replays */
+    uint64_t n_stale_marks;  /* times marked stale */
+    uint64_t n_queue_drops;  /* live batches dropped while the queue was full */
+} rd_worker;
+
+/* The daemon. */
+typedef struct rd_daemon {
+    kvp_router *router;       /* the index */
+    kvp_config hash;          /* hash fields of every worker (--hash..., --block-size) */
+    rd_source *sources;       /* n_sources entries */
+    size_t n_sources;         /* entries in sources */
+    int replay_timeout_ms;    /* bound on one replay (request to end marker) */
+    size_t max_body_bytes;    /* largest /score body accepted */
+    void *zmq_ctx;            /* ZeroMQ context (event thread's sockets) */
+    atomic_bool stop;         /* set by the main thread: the event thread returns */
+    pthread_mutex_t lock;     /* guards the counters and the worker table below */
+    rd_worker **workers;      /* n_workers entries, in creation order */
+    size_t n_workers;         /* entries in workers */
+    size_t cap_workers;       /* capacity of workers */
+    uint64_t n_lookups;       /* /score requests answered */
+    uint64_t n_lookup_blocks; /* full prompt blocks of those requests */
+    uint64_t n_hit_blocks;    /* blocks of the best worker of each request */
+    uint64_t n_http_errors;   /* requests answered 4xx */
+} rd_daemon;
+
+/* The subcommand (routerd.c): argv[0] is "router". Returns the exit status. */
+int rd_main(int argc, char **argv);
+
+/* rd_spec.c ------------------------------------------------------------------------------ */
+
+/* Parse one `ID=ENDPOINT[,replay=EP][,topic=PREFIX][,dp=N][,bind]` and append its sources
+ * to d (N of them with dp=N: rank r at a tcp port + r, as vLLM numbers them). where names
+ * the spec in messages. Returns 0, or non-zero after writing a message to err. */
+int rd_spec_add(rd_daemon *d, const char *spec, char *err, size_t err_size);
+
+/* Read the JSON file `{"engines": [{"id", "endpoint", "replay", "topic", "dp", "bind"}]}`
+ * and append its sources. Returns 0, or non-zero after writing "FILE:LINE: ..." or
+ * "FILE: engines[i]: ..." to err. */
+int rd_config_load(rd_daemon *d, const char *path, char *err, size_t err_size);
+
+/* Check the sources as a whole (ids unique per endpoint). Returns 0 or non-zero with err. */
+int rd_spec_check(const rd_daemon *d, char *err, size_t err_size);
+
+/* Free the sources' strings and the array. Cannot fail. */
+void rd_spec_free(rd_daemon *d);
+
+/* rd_events.c ---------------------------------------------------------------------------- */
+
+/* Open every SUB socket (connect or bind, subscribe). Returns 0, or non-zero with a
+ * message in err (a bad endpoint, a bind that failed). */
+int rd_events_open(rd_daemon *d, char *err, size_t err_size);
+
+/* The event thread's body (arg: the rd_daemon): polls until d->stop. */
+void *rd_events_run(void *arg);
+
+/* Close the sockets, free the workers and the context. Cannot fail. */
+void rd_events_free(rd_daemon *d);
+
+/* Print a log line "kvprefix router: ..." to stderr (control characters escaped). */
+void rd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Monotonic milliseconds. Cannot fail. */
+int64_t rd_now_ms(void);
+
+/* rd_http.c ------------------------------------------------------------------------------ */
+
+/* Start the HTTP server on addr:port (port 0: any free port) with n_threads threads;
+ * *handle receives it and *bound_port the port. Returns 0, or non-zero with err. */
+int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_threads, void **handle,
+                  uint16_t *bound_port, char *err, size_t err_size);
+
+/* Stop the server started by rd_http_start (waits for its threads). Accepts NULL. */
+void rd_http_stop(void *handle);
+
+/* Write the Prometheus text exposition (format 0.0.4) of d to f. Returns 0, or non-zero
+ * when the router's stats could not be read. */
+int rd_metrics_write(rd_daemon *d, FILE *f);
+
+#endif /* CLI_ROUTERD_H */
