@@ -35,14 +35,16 @@ enum {
     {"vocab-size", required_argument, NULL, CLI_OPT_VOCAB_SIZE}
 /* clang-format on */
 
-/* The lines of --help that describe them (two-space indent, 21-column flag field). */
+/* The lines of --help that describe them (two-space indent, 21-column flag field);
+ * CLI_HASH_HELP_TAIL alone for a subcommand that words --hash and --hash-key itself. */
+#define CLI_HASH_HELP_TAIL                                                                         \
+    "  --vllm-seed STR      vllm-*: vLLM's NONE_HASH seed string (default vllm-none-hash)\n"       \
+    "  --vocab-size N       token ids at or above N are bad input (default: unchecked)\n"
 #define CLI_HASH_HELP                                                                              \
     "  --hash PROFILE       block keys: keyed (default), xxh3, siphash, vllm-sha256-cbor,\n"       \
     "                       vllm-xxhash-cbor (docs/hash-profiles.md)\n"                            \
     "  --hash-key HEX       keyed, siphash: the secret key, 32..64 hex digits (default: a\n"       \
-    "                       random key, which is fine within one process)\n"                       \
-    "  --vllm-seed STR      vllm-*: vLLM's NONE_HASH seed string (default vllm-none-hash)\n"       \
-    "  --vocab-size N       token ids at or above N are bad input (default: unchecked)\n"
+    "                       random key, which is fine within one process)\n" CLI_HASH_HELP_TAIL
 
 /* The hash flags as given. */
 typedef struct cli_hash_opts {

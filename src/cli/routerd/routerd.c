@@ -47,8 +47,12 @@ static const char usage_text[] =
     "                       \"dp\", \"bind\"}, ...]} (with or instead of --engine)\n"
     "  --replay-timeout MS  bound on one replay (default 2000; then the worker is stale)\n"
     "\n"
-    "Keys (must equal the engines'):\n" CLI_HASH_HELP
-    "  --hash-profile P     the same as --hash (default here: vllm-sha256-cbor)\n"
+    "Keys (must equal the engines'):\n"
+    "  --hash PROFILE       block keys: vllm-sha256-cbor (default here), vllm-xxhash-cbor,\n"
+    "                       keyed, xxh3, siphash (docs/hash-profiles.md)\n"
+    "  --hash-profile P     the same as --hash\n"
+    "  --hash-key HEX       keyed, siphash: the engines' secret key, 32..64 hex digits\n"
+    "                       (required: a random key could never equal theirs)\n" CLI_HASH_HELP_TAIL
     "  --seed N             xxh3: the 64-bit seed\n"
     "  --block-size N       tokens per block (default 16)\n"
     "\n"
