@@ -58,14 +58,11 @@ static kvp_config hash_cfg(int profile)
 
 static rt_log *load_as(const char *path, uint32_t bs, const kvp_config *kc)
 {
-    rt_log_config lc = {.path = path,
-                        .tokenizer = TOK_WORDS,
-                        .block_size = bs,
-                        .trace_block_size = 512,
-                        .max_line_bytes = LOG_DEFAULT_MAX_LINE,
-                        .interarrival = 100 * MS,
-                        .default_output = 128,
-                        .cache = kc};
+    in_opts in;
+    in_init(&in);
+    in.block_size = bs;
+    rt_log_config lc = {
+        .path = path, .in = &in, .interarrival = 100 * MS, .default_output = 128, .cache = kc};
     rt_log *log = NULL;
     int rc = rt_log_read(&lc, &log, err, sizeof err);
     cr_assert_eq(rc, RT_OK, "%s", err);

@@ -53,6 +53,10 @@ int cli_parse_fraction(const char *s, uint32_t *ppm);
  * without decimals, others with two. Returns buf. Cannot fail (truncates to size). */
 char *cli_fmt_binary(uint64_t bytes, char *buf, size_t size);
 
+/* Format a count with thousands separators (1234567 -> "1,234,567") into buf. Returns buf.
+ * Cannot fail (truncates to size). */
+char *cli_fmt_count(uint64_t v, char *buf, size_t size);
+
 /* ---- flag values (message and CLI_EXIT_USAGE on a bad value) ---------------------------- */
 
 /* A plain integer in min .. max. */
