@@ -252,6 +252,14 @@ int cli_item_copy(const char *item, size_t len, char *buf, size_t size)
 
 /* ---- getopt_long -------------------------------------------------------------------------- */
 
+char *cli_opt_name(const struct option *longopts, int c, char *buf, size_t size)
+{
+    for (const struct option *p = longopts; p->name; p++)
+        if (p->val == c)
+            snprintf(buf, size, "--%s", p->name);
+    return buf;
+}
+
 void cli_getopt_begin(void)
 {
     optind = 0; /* glibc: 0 also resets its argument permutation */

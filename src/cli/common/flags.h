@@ -100,6 +100,11 @@ int cli_item_copy(const char *item, size_t len, char *buf, size_t size);
 
 /* ---- getopt_long ------------------------------------------------------------------------ */
 
+/* The flag of option value c as the user spells it ("--top") into buf, from the
+ * subcommand's option table; buf is left as it was when no row has value c. Returns buf.
+ * Cannot fail. */
+char *cli_opt_name(const struct option *longopts, int c, char *buf, size_t size);
+
 /* Start parsing a subcommand's argv (argv[0] is its name): resets getopt's state and turns
  * off its own messages. Cannot fail. */
 void cli_getopt_begin(void);

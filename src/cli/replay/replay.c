@@ -169,15 +169,6 @@ static int apply_value(rp_options *o, int c, const char *flag, const char *v)
     }
 }
 
-/* The flag of option value c as the user spells it ("--top"). Cannot fail. */
-static const char *opt_name(int c, char *buf, size_t size)
-{
-    for (const struct option *o = longopts; o->name; o++)
-        if (o->val == c)
-            snprintf(buf, size, "--%s", o->name);
-    return buf;
-}
-
 /* Apply one option getopt_long returned. Returns 0, -1 after --help, or the exit status. */
 static int apply_opt(rp_options *o, int c, const char *v)
 {
@@ -235,7 +226,7 @@ static int apply_opt(rp_options *o, int c, const char *v)
             return cli_hash_apply("replay", &o->hash, c, v);
         if (in_is_opt(c))
             return in_apply("replay", &o->in, c, v);
-        return apply_value(o, c, opt_name(c, name, sizeof name), v);
+        return apply_value(o, c, cli_opt_name(longopts, c, name, sizeof name), v);
     }
     return 0;
 }
@@ -262,17 +253,7 @@ static int check_args(rp_options *o)
     if (cli_hash_finish("replay", &o->hash, &o->hash_cfg) != 0)
         return CLI_EXIT_USAGE;
     const char *inputs[] = {o->path, o->config};
-    int rc = cli_out_refuse_input("replay", "--plot", o->plot_path, inputs, 2);
-    if (rc == 0)
-        rc = cli_out_refuse_input("replay", "--output", o->output_path, inputs, 2);
-    if (rc == 0 && o->plot_path && o->output_path && strcmp(o->plot_path, o->output_path) == 0 &&
-        strcmp(o->plot_path, "-") != 0)
-        rc = fail(CLI_EXIT_USAGE, "--plot and --output name the same file");
-    if (rc == 0 && o->plot_path && strcmp(o->plot_path, "-") == 0 &&
-        (!o->output_path || strcmp(o->output_path, "-") == 0))
-        rc = fail(CLI_EXIT_USAGE, "--plot - writes the chart to standard output: send the report "
-                                  "elsewhere with -o FILE");
-    return rc;
+    return cli_out_check_pair("replay", o->output_path, o->plot_path, inputs, 2);
 }
 
 /* Parse argv. Returns 0, -1 after --help, or the exit status (message printed). */

@@ -285,15 +285,6 @@ static int apply_input(rt_options *o, int c, const char *flag, const char *v)
     }
 }
 
-/* The flag of option value c as the user spells it. Cannot fail. */
-static const char *opt_name(int c, char *buf, size_t size)
-{
-    for (const struct option *p = longopts; p->name; p++)
-        if (p->val == c)
-            snprintf(buf, size, "--%s", p->name);
-    return buf;
-}
-
 /* Apply one option getopt_long returned. Returns 0, -1 after --help, or the exit status. */
 static int apply_opt(rt_options *o, int c, const char *v)
 {
@@ -333,7 +324,7 @@ static int apply_opt(rt_options *o, int c, const char *v)
             return cli_hash_apply("route", &o->hash, c, v);
         if (in_is_opt(c))
             return in_apply("route", &o->in, c, v);
-        return apply_input(o, c, opt_name(c, name, sizeof name), v);
+        return apply_input(o, c, cli_opt_name(longopts, c, name, sizeof name), v);
     }
 }
 
@@ -370,17 +361,7 @@ static int check_args(rt_options *o)
         return CLI_EXIT_USAGE;
     shared_key(&o->cache, o->model.random_seed);
     const char *inputs[] = {o->log.path};
-    int rc = cli_out_refuse_input("route", "--plot", o->plot_path, inputs, 1);
-    if (rc == 0)
-        rc = cli_out_refuse_input("route", "--output", o->output_path, inputs, 1);
-    if (rc == 0 && o->plot_path && o->output_path && strcmp(o->plot_path, o->output_path) == 0 &&
-        strcmp(o->plot_path, "-") != 0)
-        rc = fail(CLI_EXIT_USAGE, "--plot and --output name the same file");
-    if (rc == 0 && o->plot_path && strcmp(o->plot_path, "-") == 0 &&
-        (!o->output_path || strcmp(o->output_path, "-") == 0))
-        rc = fail(CLI_EXIT_USAGE, "--plot - writes the chart to standard output: send the report "
-                                  "elsewhere with -o FILE");
-    return rc;
+    return cli_out_check_pair("route", o->output_path, o->plot_path, inputs, 1);
 }
 
 static void defaults(rt_options *o)
