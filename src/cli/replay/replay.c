@@ -2,9 +2,10 @@
  * replay.c - `kvprefix replay`: replay a request log through the cache and report how much
  * prefill a prefix cache of a given size would have skipped (docs/replay.md).
  *
- * Flow: parse the options; open the log (logread.c: token-id logs, Mooncake hash-id traces,
- * OpenAI-style bodies; plain, gzip or zstd; "-" for stdin); feed each request to the engine
- * (replay_sim.c), which records LRU stack distances and drives the library's pool at
+ * Flow: parse the options (the input flags and the --tokenizer rank file through
+ * input/inopts.c, shared with route and tokenize); open the log (logread.c: token-id logs, Mooncake
+ * hash-id traces, OpenAI-style bodies; plain, gzip or zstd; "-" for stdin); feed each request to
+ * the engine (replay_sim.c), which records LRU stack distances and drives the library's pool at
  * min(--capacity, RP_POOL_MAX) blocks to check them; optionally buffer everything first and
  * sort it by timestamp; then evaluate the primary capacity, the unbounded ceiling and the
  * sweep, and write the report (replay_report.c) and the chart (svgplot.c) through

@@ -6,7 +6,9 @@
  *
  * Flow: parse the options; check what can be checked before reading (the capacity's unit,
  * the model preset, the output files, which are created now and renamed into place only
- * when everything succeeded); read the whole log into memory with its keys (route_log.c);
+ * when everything succeeded, the --tokenizer rank file, loaded now); read the whole log into
+ * memory with its keys (route_log.c; the input flags and the tokenizer are input/inopts.c's,
+ * shared with replay);
  * convert the capacity to blocks of the log's block size; run every (replica count,
  * policy) pair (route_sim.c); write the report (route_report.c) and the chart.
  *
