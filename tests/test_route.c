@@ -58,14 +58,11 @@ static kvp_config hash_cfg(int profile)
 
 static rt_log *load_as(const char *path, uint32_t bs, const kvp_config *kc)
 {
-    rt_log_config lc = {.path = path,
-                        .tokenizer = TOK_WORDS,
-                        .block_size = bs,
-                        .trace_block_size = 512,
-                        .max_line_bytes = LOG_DEFAULT_MAX_LINE,
-                        .interarrival = 100 * MS,
-                        .default_output = 128,
-                        .cache = kc};
+    in_opts in;
+    in_init(&in);
+    in.block_size = bs;
+    rt_log_config lc = {
+        .path = path, .in = &in, .interarrival = 100 * MS, .default_output = 128, .cache = kc};
     rt_log *log = NULL;
     int rc = rt_log_read(&lc, &log, err, sizeof err);
     cr_assert_eq(rc, RT_OK, "%s", err);
@@ -684,6 +681,116 @@ Test(route_cli, openai_bodies)
                      "OpenAI-style request bodies");
     cr_assert_gt(json_integer_value(json_object_get(j, "requests")), 0);
     json_decref(j);
+}
+
+/* Prompt tokens of one OpenAI body under `kvprefix tokenize` with rank file rf: the body is
+ * line `line` (1-based) of log, written to a temporary file. */
+static json_int_t tokenize_line(const char *rf, const char *log, int line)
+{
+    char tmp[] = "/tmp/kvp_route_bodyXXXXXX", buf[4096], args[8192];
+    int fd = mkstemp(tmp);
+    cr_assert(fd >= 0);
+    FILE *in = fopen(log, "r"), *f = fdopen(fd, "w");
+    cr_assert(in != NULL && f != NULL);
+    for (int i = 1; fgets(buf, sizeof buf, in); i++)
+        if (i == line)
+            fputs(buf, f);
+    fclose(in);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(args, sizeof args, "--tokenizer '%s' --json '%s'", rf, tmp);
+    int rc = cli_run("tokenize", args, errs, sizeof errs, out, sizeof out);
+    remove(tmp);
+    cr_assert_eq(rc, 0, "%s", errs);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j, "%s", out);
+    json_int_t n = json_integer_value(json_object_get(j, "n_tokens"));
+    json_decref(j);
+    return n;
+}
+
+/* OpenAI bodies counted by a model's rank file (route_openai.jsonl, the hand-made rank file
+ * bytes.tiktoken: the 256 bytes, "Hi", "er", "us", "user", and a sidecar giving kind cl100k
+ * and <|im_start|> 300, <|im_end|> 301): exact counts, no APPROXIMATE mark, the prompt
+ * tokens those of `kvprefix tokenize` line by line; the same log with words is marked
+ * APPROXIMATE. */
+Test(route_cli, openai_bodies_with_a_rank_file)
+{
+    char rf[4096], log[4096], args[16384];
+    snprintf(rf, sizeof rf, "%s", data("bytes.tiktoken"));
+    snprintf(log, sizeof log, "%s", data("route_openai.jsonl"));
+    /* Line 1 by hand, ChatML (the default for a cl100k file): <|im_start|> user \n Hi
+     * <|im_end|> \n <|im_start|> a s s i s t a n t \n = 17 tokens. */
+    cr_assert_eq(tokenize_line(rf, log, 1), 17);
+    json_int_t want = 0;
+    for (int i = 1; i <= 6; i++)
+        want += tokenize_line(rf, log, i);
+    snprintf(args, sizeof args,
+             "--capacity 64 --block-size 4 --replicas 1,2 --json --tokenizer '%s' '%s'", rf, log);
+    cr_assert_eq(route(args), 0, "%s", errs);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j, "%s", out);
+    cr_expect(json_is_false(json_object_get(j, "approximate_tokens")), "%s", out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "tokenizer")),
+                     "cl100k tokenizer (260 ranks), chatml template");
+    cr_expect_eq(json_integer_value(json_object_get(j, "requests")), 6);
+    cr_expect_eq(json_integer_value(json_object_get(j, "prompt_tokens")), want);
+    json_decref(j);
+    snprintf(args, sizeof args, "--capacity 64 --block-size 4 --replicas 2 --tokenizer '%s' '%s'",
+             rf, log);
+    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_expect_not_null(strstr(out, "exact: cl100k tokenizer (260 ranks), chatml template"), "%s",
+                       out);
+    cr_expect_null(strstr(out, "APPROXIMATE"), "%s", out);
+    /* --template picks another layout: Mistral's [INST] text, so other counts. */
+    snprintf(args, sizeof args,
+             "--capacity 64 --block-size 4 --replicas 2 --json --tokenizer '%s' --template mistral "
+             "'%s'",
+             rf, log);
+    cr_assert_eq(route(args), 0, "%s", errs);
+    j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j, "%s", out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "tokenizer")),
+                     "cl100k tokenizer (260 ranks), mistral template");
+    cr_expect_neq(json_integer_value(json_object_get(j, "prompt_tokens")), want);
+    json_decref(j);
+    /* The stand-in: the same log is APPROXIMATE, in the table and the JSON. */
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args,
+                 "--capacity 64 --block-size 4 --replicas 2 %s--tokenizer %s '%s'",
+                 k ? "--json " : "", k ? "bytes" : "words", log);
+        cr_assert_eq(route(args), 0, "%s", errs);
+        cr_expect_not_null(
+            strstr(out, k ? "\"approximate_tokens\": true" : "APPROXIMATE: stand-in 'words'"), "%s",
+            out);
+    }
+    /* A token-id log says nothing of tokenizers, and is not approximate. */
+    snprintf(args, sizeof args, "--capacity 64 --replicas 2 --json --tokenizer '%s' '%s'", rf,
+             data("route_hand.jsonl"));
+    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_expect_not_null(strstr(out, "\"approximate_tokens\": false"), "%s", out);
+    cr_expect_null(strstr(out, "\"tokenizer\""), "%s", out);
+}
+
+/* The tokenizer flags' mistakes read as replay's: a missing rank file is bad input (1),
+ * --tokenizer-kind without a file and an unknown template are usage errors (2). */
+Test(route_cli, tokenizer_errors)
+{
+    char args[8192];
+    snprintf(args, sizeof args, "--capacity 64 --tokenizer /nonexistent/r.tiktoken '%s'",
+             data("route_openai.jsonl"));
+    cr_assert_eq(route(args), 1, "%s", errs);
+    cr_expect_not_null(strstr(errs, "kvprefix route: --tokenizer: /nonexistent/r.tiktoken"), "%s",
+                       errs);
+    cr_expect_not_null(strstr(errs, "cannot open"), "%s", errs);
+    cr_expect_eq(out[0], '\0');
+    snprintf(args, sizeof args, "--capacity 64 --tokenizer-kind llama3 '%s'",
+             data("route_openai.jsonl"));
+    cr_assert_eq(route(args), 2);
+    cr_expect_not_null(strstr(errs, "--tokenizer-kind needs --tokenizer FILE"), "%s", errs);
+    snprintf(args, sizeof args, "--capacity 64 --template jinja '%s'", data("route_openai.jsonl"));
+    cr_assert_eq(route(args), 2);
+    cr_expect_not_null(strstr(errs, "--template: 'jinja' is not one of llama3, chatml"), "%s",
+                       errs);
 }
 
 /* A run is a pure function of its input and options: the default keyed profile's key comes

@@ -142,6 +142,21 @@ char *cli_fmt_binary(uint64_t bytes, char *buf, size_t size)
     return buf;
 }
 
+char *cli_fmt_count(uint64_t v, char *buf, size_t size)
+{
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
+    size_t j = 0;
+    for (int i = 0; i < n && j + 2 < size; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            buf[j++] = ',';
+        buf[j++] = tmp[i];
+    }
+    if (size > 0)
+        buf[j < size ? j : size - 1] = '\0';
+    return buf;
+}
+
 /* ---- flag values -------------------------------------------------------------------------- */
 
 /* The shared tail of the range helpers: x parsed with rc; in min .. max or a message that
@@ -236,6 +251,14 @@ int cli_item_copy(const char *item, size_t len, char *buf, size_t size)
 }
 
 /* ---- getopt_long -------------------------------------------------------------------------- */
+
+char *cli_opt_name(const struct option *longopts, int c, char *buf, size_t size)
+{
+    for (const struct option *p = longopts; p->name; p++)
+        if (p->val == c)
+            snprintf(buf, size, "--%s", p->name);
+    return buf;
+}
 
 void cli_getopt_begin(void)
 {

@@ -53,6 +53,10 @@ int cli_parse_fraction(const char *s, uint32_t *ppm);
  * without decimals, others with two. Returns buf. Cannot fail (truncates to size). */
 char *cli_fmt_binary(uint64_t bytes, char *buf, size_t size);
 
+/* Format a count with thousands separators (1234567 -> "1,234,567") into buf. Returns buf.
+ * Cannot fail (truncates to size). */
+char *cli_fmt_count(uint64_t v, char *buf, size_t size);
+
 /* ---- flag values (message and CLI_EXIT_USAGE on a bad value) ---------------------------- */
 
 /* A plain integer in min .. max. */
@@ -95,6 +99,11 @@ int cli_flag_list(const char *cmd, const char *flag, const char *v, size_t max_i
 int cli_item_copy(const char *item, size_t len, char *buf, size_t size);
 
 /* ---- getopt_long ------------------------------------------------------------------------ */
+
+/* The flag of option value c as the user spells it ("--top") into buf, from the
+ * subcommand's option table; buf is left as it was when no row has value c. Returns buf.
+ * Cannot fail. */
+char *cli_opt_name(const struct option *longopts, int c, char *buf, size_t size);
 
 /* Start parsing a subcommand's argv (argv[0] is its name): resets getopt's state and turns
  * off its own messages. Cannot fail. */

@@ -39,6 +39,23 @@ int cli_out_refuse_input(const char *cmd, const char *flag, const char *out_path
     return 0;
 }
 
+int cli_out_check_pair(const char *cmd, const char *report_path, const char *plot_path,
+                       const char *const *inputs, size_t n_inputs)
+{
+    int rc = cli_out_refuse_input(cmd, "--plot", plot_path, inputs, n_inputs);
+    if (rc == 0)
+        rc = cli_out_refuse_input(cmd, "--output", report_path, inputs, n_inputs);
+    if (rc == 0 && plot_path && report_path && strcmp(plot_path, report_path) == 0 &&
+        strcmp(plot_path, "-") != 0)
+        rc = cli_fail(cmd, CLI_EXIT_USAGE, "--plot and --output name the same file");
+    if (rc == 0 && plot_path && strcmp(plot_path, "-") == 0 &&
+        (!report_path || strcmp(report_path, "-") == 0))
+        rc = cli_fail(cmd, CLI_EXIT_USAGE,
+                      "--plot - writes the chart to standard output: send the report "
+                      "elsewhere with -o FILE");
+    return rc;
+}
+
 /* The temporary file's template: DIR/.NAME.XXXXXX beside path. NULL on out of memory. */
 static char *tmp_template(const char *path)
 {

@@ -16,7 +16,8 @@
  * reason".
  *
  * cli_out_refuse_input checks up front that an output is not one of the inputs (the same
- * path, or the same device and inode), so that --plot LOG LOG cannot replace the log.
+ * path, or the same device and inode), so that --plot LOG LOG cannot replace the log;
+ * cli_out_check_pair adds the checks between a report and a chart.
  */
 #ifndef CLI_OUTFILE_H
 #define CLI_OUTFILE_H
@@ -39,6 +40,13 @@ typedef struct cli_out {
  * printed for cmd. */
 int cli_out_refuse_input(const char *cmd, const char *flag, const char *out_path,
                          const char *const *inputs, size_t n_inputs);
+
+/* The checks of a subcommand with a report (-o, --output) and a chart (--plot), either
+ * NULL when not given: neither is one of the inputs (cli_out_refuse_input), they do not
+ * name the same file, and "--plot -" comes with the report sent elsewhere. Returns 0, or
+ * CLI_EXIT_USAGE with the message printed for cmd. */
+int cli_out_check_pair(const char *cmd, const char *report_path, const char *plot_path,
+                       const char *const *inputs, size_t n_inputs);
 
 /* Open an output as the picture above says. Returns 0 with o ready, or CLI_EXIT_INPUT with
  * "PATH: cannot create: reason" printed for cmd (nothing is left behind). */

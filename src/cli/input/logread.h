@@ -1,5 +1,6 @@
 /*
- * logread.h - a reader for request logs, shared by `kvprefix plan` and `kvprefix replay`.
+ * logread.h - a reader for request logs, shared by `kvprefix plan`, `replay` and `route`
+ * (whose input flags fill log_options through inopts.h).
  *
  * Three line formats, detected per line, one JSON object per line (JSON Lines):
  *

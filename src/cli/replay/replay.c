@@ -2,9 +2,10 @@
  * replay.c - `kvprefix replay`: replay a request log through the cache and report how much
  * prefill a prefix cache of a given size would have skipped (docs/replay.md).
  *
- * Flow: parse the options; open the log (logread.c: token-id logs, Mooncake hash-id traces,
- * OpenAI-style bodies; plain, gzip or zstd; "-" for stdin); feed each request to the engine
- * (replay_sim.c), which records LRU stack distances and drives the library's pool at
+ * Flow: parse the options (the input flags and the --tokenizer rank file through
+ * input/inopts.c, shared with route and tokenize); open the log (logread.c: token-id logs, Mooncake
+ * hash-id traces, OpenAI-style bodies; plain, gzip or zstd; "-" for stdin); feed each request to
+ * the engine (replay_sim.c), which records LRU stack distances and drives the library's pool at
  * min(--capacity, RP_POOL_MAX) blocks to check them; optionally buffer everything first and
  * sort it by timestamp; then evaluate the primary capacity, the unbounded ceiling and the
  * sweep, and write the report (replay_report.c) and the chart (svgplot.c) through
@@ -60,20 +61,10 @@ static const char usage_text[] =
     "  --model NAME         model preset for byte capacities (kvprefix plan --list-models)\n"
     "  --config FILE        or a Hugging Face config.json;  --kv-dtype T  override\n"
     "\n"
-    "Input:\n"
-    "  --format F           auto (per line, default), tokens, mooncake, openai\n"
-    "  --block-size N       tokens per block for token logs and OpenAI bodies (default 16)\n"
-    "  --trace-block-size N tokens per Mooncake hash id (default 512)\n"
-    "  --tokenizer T        OpenAI bodies: words (default) or bytes (approximate), or\n"
-    "                       FILE, the model's tiktoken rank file (exact counts)\n"
-    "  --tokenizer-kind K   llama3, cl100k or o200k (else \"kind\" in FILE.json)\n"
-    "  --template T         chat layout: llama3, chatml, qwen2.5, mistral (default with a\n"
-    "                       FILE: llama3 for llama3, chatml otherwise)\n"
+    "Input:\n" IN_HELP
     "  --cache-output       token logs: cache the full blocks of output_tokens too\n"
     "  --sort               replay in timestamp order (stable) instead of file order\n"
-    "  --skip-invalid       count and skip malformed lines instead of stopping\n"
-    "  --max-line-bytes N   longest accepted line (default 64MiB; also bounds what a\n"
-    "                       compressed line may expand to)\n";
+    "  --skip-invalid       count and skip malformed lines instead of stopping\n";
 
 /* The rest of --help (one string would exceed what ISO C requires compilers to take). */
 static const char usage_text2[] =
@@ -115,17 +106,10 @@ enum {
     OPT_MODEL,
     OPT_CONFIG,
     OPT_KV_DTYPE,
-    OPT_FORMAT,
-    OPT_BLOCK_SIZE,
-    OPT_TRACE_BS,
-    OPT_TOKENIZER,
-    OPT_TOKENIZER_KIND,
-    OPT_TEMPLATE,
     OPT_CACHE_OUTPUT,
     OPT_SORT,
     OPT_SEED,
     OPT_SKIP_INVALID,
-    OPT_MAX_LINE,
     OPT_JSON,
     OPT_CSV,
     OPT_PLOT,
@@ -142,17 +126,10 @@ static const struct option longopts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
     {"config", required_argument, NULL, OPT_CONFIG},
     {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
-    {"format", required_argument, NULL, OPT_FORMAT},
-    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
-    {"trace-block-size", required_argument, NULL, OPT_TRACE_BS},
-    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-    {"tokenizer-kind", required_argument, NULL, OPT_TOKENIZER_KIND},
-    {"template", required_argument, NULL, OPT_TEMPLATE},
     {"cache-output", no_argument, NULL, OPT_CACHE_OUTPUT},
     {"sort", no_argument, NULL, OPT_SORT},
     {"seed", required_argument, NULL, OPT_SEED},
     {"skip-invalid", no_argument, NULL, OPT_SKIP_INVALID},
-    {"max-line-bytes", required_argument, NULL, OPT_MAX_LINE},
     {"json", no_argument, NULL, OPT_JSON},
     {"csv", no_argument, NULL, OPT_CSV},
     {"output", required_argument, NULL, 'o'},
@@ -163,43 +140,16 @@ static const struct option longopts[] = {
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"help", no_argument, NULL, 'h'},
     CLI_HASH_LONGOPTS,
+    IN_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
-static const cli_choice formats[] = {{"auto", 0},
-                                     {"tokens", LOG_TOKENS},
-                                     {"mooncake", LOG_MOONCAKE},
-                                     {"openai", LOG_OPENAI},
-                                     {NULL, 0}};
-static const cli_choice kinds[] = {
-    {"llama3", BPE_LLAMA3}, {"cl100k", BPE_CL100K}, {"o200k", BPE_O200K}, {NULL, 0}};
-static const cli_choice templates[] = {{"llama3", TPL_LLAMA3},
-                                       {"chatml", TPL_CHATML},
-                                       {"qwen2.5", TPL_QWEN25},
-                                       {"mistral", TPL_MISTRAL},
-                                       {NULL, 0}};
-
-/* Apply an option that takes a number or a choice. Returns 0 or the exit status. */
+/* Apply an option that takes a number. Returns 0 or the exit status. */
 static int apply_value(rp_options *o, int c, const char *flag, const char *v)
 {
     uint64_t x = 0;
     int rc = 0;
     switch (c) {
-    case OPT_FORMAT:
-        return cli_flag_choice("replay", flag, v, formats, &o->format);
-    case OPT_TOKENIZER:
-        o->tokenizer = strcmp(v, "bytes") == 0 ? TOK_BYTES : TOK_WORDS;
-        o->tokenizer_file = strcmp(v, "words") == 0 || strcmp(v, "bytes") == 0 ? NULL : v;
-        return 0;
-    case OPT_TOKENIZER_KIND:
-        return cli_flag_choice("replay", flag, v, kinds, &o->tokenizer_kind);
-    case OPT_TEMPLATE:
-        return cli_flag_choice("replay", flag, v, templates, &o->tpl);
-    case OPT_BLOCK_SIZE:
-    case OPT_TRACE_BS:
-        if ((rc = cli_flag_uint("replay", flag, v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
-            *(c == OPT_BLOCK_SIZE ? &o->block_size : &o->trace_block_size) = (uint32_t)x;
-        return rc;
     case OPT_SEED:
         if ((rc = cli_flag_uint("replay", flag, v, 0, UINT64_MAX, &o->seed)) == 0) {
             o->hash.seed = o->seed;
@@ -215,22 +165,9 @@ static int apply_value(rp_options *o, int c, const char *flag, const char *v)
         if (v && (rc = cli_flag_uint("replay", flag, v, 2, RP_MAX_CAPS, &x)) == 0)
             o->sweep_points = (unsigned)x;
         return rc;
-    case OPT_MAX_LINE:
-        if ((rc = cli_flag_bytes("replay", flag, v, 1024, LOG_MAX_LINE_LIMIT, &x)) == 0)
-            o->max_line_bytes = (size_t)x;
-        return rc;
     default:
         return 0;
     }
-}
-
-/* The flag of option value c as the user spells it ("--top"). Cannot fail. */
-static const char *opt_name(int c, char *buf, size_t size)
-{
-    for (const struct option *o = longopts; o->name; o++)
-        if (o->val == c)
-            snprintf(buf, size, "--%s", o->name);
-    return buf;
 }
 
 /* Apply one option getopt_long returned. Returns 0, -1 after --help, or the exit status. */
@@ -288,7 +225,9 @@ static int apply_opt(rp_options *o, int c, const char *v)
     default:
         if (cli_hash_is_opt(c))
             return cli_hash_apply("replay", &o->hash, c, v);
-        return apply_value(o, c, opt_name(c, name, sizeof name), v);
+        if (in_is_opt(c))
+            return in_apply("replay", &o->in, c, v);
+        return apply_value(o, c, cli_opt_name(longopts, c, name, sizeof name), v);
     }
     return 0;
 }
@@ -309,36 +248,23 @@ static int check_args(rp_options *o)
         return fail(CLI_EXIT_USAGE, "--plot draws a sweep: add --sweep or --capacities");
     if (o->model && o->config)
         return fail(CLI_EXIT_USAGE, "--model and --config exclude each other");
-    if (o->tokenizer_kind && !o->tokenizer_file)
-        return fail(CLI_EXIT_USAGE, "--tokenizer-kind needs --tokenizer FILE");
+    if (in_check("replay", &o->in) != 0)
+        return CLI_EXIT_USAGE;
     kvp_config_init(&o->hash_cfg);
     if (cli_hash_finish("replay", &o->hash, &o->hash_cfg) != 0)
         return CLI_EXIT_USAGE;
     const char *inputs[] = {o->path, o->config};
-    int rc = cli_out_refuse_input("replay", "--plot", o->plot_path, inputs, 2);
-    if (rc == 0)
-        rc = cli_out_refuse_input("replay", "--output", o->output_path, inputs, 2);
-    if (rc == 0 && o->plot_path && o->output_path && strcmp(o->plot_path, o->output_path) == 0 &&
-        strcmp(o->plot_path, "-") != 0)
-        rc = fail(CLI_EXIT_USAGE, "--plot and --output name the same file");
-    if (rc == 0 && o->plot_path && strcmp(o->plot_path, "-") == 0 &&
-        (!o->output_path || strcmp(o->output_path, "-") == 0))
-        rc = fail(CLI_EXIT_USAGE, "--plot - writes the chart to standard output: send the report "
-                                  "elsewhere with -o FILE");
-    return rc;
+    return cli_out_check_pair("replay", o->output_path, o->plot_path, inputs, 2);
 }
 
 /* Parse argv. Returns 0, -1 after --help, or the exit status (message printed). */
 static int parse_args(int argc, char **argv, rp_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->block_size = 16;
-    o->trace_block_size = 512;
-    o->tokenizer = TOK_WORDS;
+    in_init(&o->in);
     o->sweep_points = 20;
     o->progress = -1;
     o->top = 10;
-    o->max_line_bytes = LOG_DEFAULT_MAX_LINE;
     cli_hash_init(&o->hash);
     int c;
     cli_getopt_begin();
@@ -603,7 +529,6 @@ typedef struct run {
     size_t folded_cap;
     held *held;
     size_t n_held, held_cap;
-    int tpl; /* chat template for OpenAI bodies (TPL_*), or 0 for the fixed layout */
 } run;
 
 static kvp_field field_of(const char *p, size_t len)
@@ -831,26 +756,16 @@ static int read_log(run *ru, progress *pg)
             fprintf(stderr, "%s\n", log_error(ru->reader));
             return CLI_EXIT_INPUT;
         }
+        char msg[160];
         if (res->format == 0) {
             res->format = rec.format;
-            res->block_size = rec.format == LOG_MOONCAKE ? o->trace_block_size : o->block_size;
-        } else if (rec.format != res->format &&
-                   (rec.format == LOG_MOONCAKE || res->format == LOG_MOONCAKE)) {
-            char msg[160];
-            snprintf(msg, sizeof msg,
-                     "a %s line in a %s log: hash ids and tokens cannot share one cache "
-                     "(use --format to pick one)",
-                     rec.format == LOG_MOONCAKE ? "Mooncake" : "token",
-                     res->format == LOG_MOONCAKE ? "Mooncake" : "token");
+            res->block_size = in_block_size(&o->in, rec.format);
+        } else if (in_format_clash(res->format, rec.format, msg, sizeof msg)) {
             if ((rc = line_error(ru, rec.line_no, RP_EINPUT, msg)) != 0)
                 return rc;
             continue;
         }
-        if (rec.format == LOG_OPENAI && !res->bpe)
-            res->tokenizer = o->tokenizer == TOK_BYTES ? "bytes" : "words";
-        if (rec.format == LOG_OPENAI && res->bpe)
-            snprintf(res->exact, sizeof res->exact, "%s tokenizer (%zu ranks), %s template",
-                     bpe_kind_name(bpe_kind(res->bpe)), bpe_n_ranks(res->bpe), tpl_name(ru->tpl));
+        in_note(&o->in, rec.format, &res->count);
         if (!ru->sim && (rc = start_engine(ru)) != 0)
             return rc;
         held v;
@@ -997,38 +912,17 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
     return 0;
 }
 
-/* Load --tokenizer FILE into res->bpe and pick the chat template into ru->tpl (--template,
- * else by the tokenizer's kind). Returns 0 or the exit status (message printed). */
-static int load_tokenizer(const rp_options *o, run *ru, rp_result *res)
-{
-    ru->tpl = o->tpl;
-    if (!o->tokenizer_file)
-        return 0;
-    char err[512];
-    int rc = bpe_load(o->tokenizer_file, o->tokenizer_kind, &res->bpe, err, sizeof err);
-    if (rc != BPE_OK)
-        return fail(CLI_EXIT_INPUT, "--tokenizer: %s", err);
-    if (ru->tpl == 0)
-        ru->tpl = bpe_kind(res->bpe) == BPE_LLAMA3 ? TPL_LLAMA3 : TPL_CHATML;
-    return 0;
-}
-
 /* Open the log and replay it into ru and res: read, finish, evaluate. Returns 0 or the exit
  * status (message printed). */
-static int replay_log(const rp_options *o, const prep *pp, run *ru, rp_result *res)
+static int replay_log(rp_options *o, const prep *pp, run *ru, rp_result *res)
 {
     log_options lo;
     log_options_init(&lo);
-    lo.format = o->format;
-    lo.tokenizer = o->tokenizer;
-    lo.hash_block_size = o->trace_block_size;
-    lo.max_line_bytes = o->max_line_bytes;
     char err[512];
-    int rc = load_tokenizer(o, ru, res);
+    int rc = in_load("replay", &o->in);
     if (rc != 0)
         return rc;
-    lo.bpe = res->bpe;
-    lo.tpl = ru->tpl;
+    in_log_options(&o->in, &lo);
     rc = log_open(o->path, &lo, &ru->reader, err, sizeof err);
     if (rc != 0)
         return fail(CLI_EXIT_INPUT, "%s%s", err,
@@ -1093,7 +987,6 @@ static void run_free(run *ru, rp_result *res)
     rp_diag_free(res->diag);
     rp_sim_free(ru->sim);
     log_close(ru->reader);
-    bpe_free(res->bpe);
 }
 
 int rp_main(int argc, char **argv)
@@ -1119,5 +1012,6 @@ int rp_main(int argc, char **argv)
     cli_out_abort(&pp.plot);
     cli_out_abort(&pp.report);
     run_free(&ru, &res);
+    in_free(&o.in);
     return rc;
 }

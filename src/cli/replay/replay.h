@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "bpe.h"
 #include "hashopt.h"
+#include "inopts.h"
 #include "kvplan.h"
 #include "replay_sim.h"
 #include "template.h"
@@ -21,35 +21,28 @@
 #define RP_POOL_MAX (UINT32_C(1) << 16)
 
 typedef struct rp_options {
-    const char *path;           /* the log; "-" for standard input */
-    int format;                 /* 0 auto, or LOG_TOKENS / MOONCAKE / OPENAI */
-    uint32_t block_size;        /* token logs and OpenAI bodies (default 16) */
-    uint32_t trace_block_size;  /* hash-id traces (default 512) */
-    int tokenizer;              /* OpenAI bodies: TOK_* (default words) */
-    const char *tokenizer_file; /* --tokenizer FILE: a tiktoken rank file, or NULL */
-    int tokenizer_kind;         /* --tokenizer-kind: BPE_*, or 0 (the sidecar's) */
-    int tpl;                    /* --template: TPL_*, or 0 (by kind with a tokenizer file,
-                                   else the fixed layout) */
-    uint64_t seed;              /* --seed: the xxh3 seed (default 0) */
-    cli_hash_opts hash;         /* --hash, --hash-key, --vllm-seed, --vocab-size, --seed */
-    kvp_config hash_cfg;        /* their hash fields, filled once the options are checked */
-    bool cache_output;          /* token logs: also cache full blocks of output_tokens */
-    bool sort;                  /* stable sort by timestamp before replaying */
-    const char *capacity;       /* --capacity as given, or NULL */
-    const char *capacities;     /* --capacities list as given, or NULL */
-    bool sweep;                 /* --sweep: an automatic list */
-    unsigned sweep_points;      /* points of the automatic list (default 20) */
-    const char *plot_path;      /* --plot FILE.svg, or NULL */
-    const char *output_path;    /* -o FILE for the report, or NULL for standard output */
-    size_t max_line_bytes;      /* --max-line-bytes (default LOG_DEFAULT_MAX_LINE) */
-    bool json, csv;             /* output format (default: table) */
-    bool diagnose;              /* prompt-layout diagnostics */
-    bool skip_invalid;          /* count and skip malformed lines instead of stopping */
-    int progress;               /* -1 auto (a terminal), 0 off, 1 on */
-    unsigned top;               /* rows per breakdown and diagnostics list (default 10) */
-    const char *model;          /* model preset for byte capacities, or NULL */
-    const char *config;         /* HF config.json for byte capacities, or NULL */
-    const char *kv_dtype;       /* KV dtype override, or NULL */
+    const char *path;        /* the log; "-" for standard input */
+    in_opts in;              /* --format, --block-size, --tokenizer ... (inopts.h); its
+                                tokenizer is loaded once the log is about to be read */
+    uint64_t seed;           /* --seed: the xxh3 seed (default 0) */
+    cli_hash_opts hash;      /* --hash, --hash-key, --vllm-seed, --vocab-size, --seed */
+    kvp_config hash_cfg;     /* their hash fields, filled once the options are checked */
+    bool cache_output;       /* token logs: also cache full blocks of output_tokens */
+    bool sort;               /* stable sort by timestamp before replaying */
+    const char *capacity;    /* --capacity as given, or NULL */
+    const char *capacities;  /* --capacities list as given, or NULL */
+    bool sweep;              /* --sweep: an automatic list */
+    unsigned sweep_points;   /* points of the automatic list (default 20) */
+    const char *plot_path;   /* --plot FILE.svg, or NULL */
+    const char *output_path; /* -o FILE for the report, or NULL for standard output */
+    bool json, csv;          /* output format (default: table) */
+    bool diagnose;           /* prompt-layout diagnostics */
+    bool skip_invalid;       /* count and skip malformed lines instead of stopping */
+    int progress;            /* -1 auto (a terminal), 0 off, 1 on */
+    unsigned top;            /* rows per breakdown and diagnostics list (default 10) */
+    const char *model;       /* model preset for byte capacities, or NULL */
+    const char *config;      /* HF config.json for byte capacities, or NULL */
+    const char *kv_dtype;    /* KV dtype override, or NULL */
 } rp_options;
 
 typedef struct rp_diag rp_diag;
@@ -59,11 +52,7 @@ typedef struct rp_result {
     const char *input;                   /* the log's name as given */
     int format;                          /* LOG_* of its lines (0 when it had none) */
     uint32_t block_size;                 /* tokens per block of that format */
-    const char *tokenizer;               /* OpenAI bodies with a stand-in tokenizer: its name
-                                            (counts are approximate); NULL otherwise */
-    bpe *bpe;                            /* --tokenizer FILE: the loaded tokenizer, else NULL */
-    char exact[160];                     /* OpenAI bodies with bpe: "KIND tokenizer, TEMPLATE
-                                            template" for the report; "" otherwise */
+    in_count count;                      /* how OpenAI bodies' tokens were counted */
     uint64_t n_lines;                    /* lines read */
     uint64_t n_skipped;                  /* malformed lines skipped (--skip-invalid) */
     uint64_t n_replayed;                 /* requests replayed */

@@ -20,32 +20,9 @@ static double ratio(uint64_t a, uint64_t b)
     return b ? (double)a / (double)b : 0.0;
 }
 
-static const char *format_name(int f)
-{
-    return f == LOG_TOKENS     ? "token-id log"
-           : f == LOG_MOONCAKE ? "Mooncake hash-id trace"
-           : f == LOG_OPENAI   ? "OpenAI-style request bodies"
-                               : "empty";
-}
-
 static const char *dim_name(int d)
 {
     return d == RP_DIM_MODEL ? "model" : d == RP_DIM_ADAPTER ? "adapter" : "tenant";
-}
-
-/* 1234567 -> "1,234,567" into buf. */
-static const char *num(uint64_t v, char *buf, size_t size)
-{
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
-    size_t j = 0;
-    for (int i = 0; i < n && j + 2 < size; i++) {
-        if (i > 0 && (n - i) % 3 == 0)
-            buf[j++] = ',';
-        buf[j++] = tmp[i];
-    }
-    buf[j] = '\0';
-    return buf;
 }
 
 /* A dimension is shown when the log names it: more than one value, or one present value. */
@@ -105,8 +82,8 @@ static void capacity_desc(const rp_result *r, uint64_t cap, char *buf, size_t si
         snprintf(buf, size, "unbounded");
         return;
     }
-    int n = snprintf(buf, size, "%s blocks (%s tokens", num(cap, a, sizeof a),
-                     num(cap * r->block_size, b, sizeof b));
+    int n = snprintf(buf, size, "%s blocks (%s tokens", cli_fmt_count(cap, a, sizeof a),
+                     cli_fmt_count(cap * r->block_size, b, sizeof b));
     if (r->block_bytes && n > 0 && (size_t)n < size)
         n += snprintf(buf + n, size - (size_t)n, "; %s of KV, %s",
                       cli_fmt_binary(cap * r->block_bytes, c, sizeof c), r->model_desc);
@@ -117,25 +94,27 @@ static void capacity_desc(const rp_result *r, uint64_t cap, char *buf, size_t si
 static void print_metrics(FILE *f, const rp_result *r, const rp_metrics *m)
 {
     char a[32], b[32];
-    fprintf(f, "  prompt tokens            %s\n", num(m->n_prompt_tokens, a, sizeof a));
+    fprintf(f, "  prompt tokens            %s\n", cli_fmt_count(m->n_prompt_tokens, a, sizeof a));
     fprintf(f, "  hit (prefill skipped)    %s tokens   token hit rate %.1f%%\n",
-            num(m->n_hit_tokens, a, sizeof a), 100.0 * ratio(m->n_hit_tokens, m->n_prompt_tokens));
+            cli_fmt_count(m->n_hit_tokens, a, sizeof a),
+            100.0 * ratio(m->n_hit_tokens, m->n_prompt_tokens));
     fprintf(f, "  full prompt blocks       %s, %s in a cached prefix   block hit rate %.1f%%\n",
-            num(m->n_blocks_full, a, sizeof a), num(m->n_blocks_cached, b, sizeof b),
+            cli_fmt_count(m->n_blocks_full, a, sizeof a),
+            cli_fmt_count(m->n_blocks_cached, b, sizeof b),
             100.0 * ratio(m->n_blocks_cached, m->n_blocks_full));
     fprintf(f, "  per-request hit          mean %.1f%%  p50 %.1f%%  p90 %.1f%%  p99 %.1f%%\n",
             100.0 * m->mean_hit, 100.0 * m->p50_hit, 100.0 * m->p90_hit, 100.0 * m->p99_hit);
     fprintf(f, "  missed blocks            %s cold (never seen: no cache could hit)\n",
-            num(m->n_cold_misses, a, sizeof a));
+            cli_fmt_count(m->n_cold_misses, a, sizeof a));
     fprintf(f, "                           %s capacity (seen before, evicted since)\n",
-            num(m->n_capacity_misses, a, sizeof a));
+            cli_fmt_count(m->n_capacity_misses, a, sizeof a));
     fprintf(f,
             "  cold-miss ceiling        token hit rate %.1f%%, block hit rate %.1f%% "
             "(unbounded cache)\n",
             100.0 * ratio(r->ceiling.n_hit_tokens, r->ceiling.n_prompt_tokens),
             100.0 * ratio(r->ceiling.n_blocks_cached, r->ceiling.n_blocks_full));
-    fprintf(f, "  blocks evicted           %s\n", num(m->n_evicted, a, sizeof a));
-    fprintf(f, "  distinct blocks seen     %s\n", num(r->distinct, a, sizeof a));
+    fprintf(f, "  blocks evicted           %s\n", cli_fmt_count(m->n_evicted, a, sizeof a));
+    fprintf(f, "  distinct blocks seen     %s\n", cli_fmt_count(r->distinct, a, sizeof a));
 }
 
 static void print_groups(FILE *f, const rp_result *r, unsigned top)
@@ -158,8 +137,9 @@ static void print_groups(FILE *f, const rp_result *r, unsigned top)
             const char *name = rp_sim_group_name(r->sim, d, ids[k], &len);
             char a[32], b[32];
             print_name(f, name, len, 24);
-            fprintf(f, " %9s %14s %9.1f%% %9.1f%% %8.1f%%\n", num(g->n_requests, a, sizeof a),
-                    num(g->n_prompt_tokens, b, sizeof b),
+            fprintf(f, " %9s %14s %9.1f%% %9.1f%% %8.1f%%\n",
+                    cli_fmt_count(g->n_requests, a, sizeof a),
+                    cli_fmt_count(g->n_prompt_tokens, b, sizeof b),
                     100.0 * ratio(g->n_hit_tokens, g->n_prompt_tokens),
                     100.0 * ratio(g->n_blocks_cached, g->n_blocks_full),
                     100.0 * ratio(c->n_hit_tokens, c->n_prompt_tokens));
@@ -179,8 +159,8 @@ static void print_curve(FILE *f, const rp_result *r)
         const rp_metrics *m = i < r->n_curve ? &r->curve[i] : &r->ceiling;
         char a[32], b[32], c[32], e[32];
         if (i < r->n_curve)
-            fprintf(f, "  %14s %16s %12s", num(m->capacity, a, sizeof a),
-                    num(m->capacity * r->block_size, b, sizeof b),
+            fprintf(f, "  %14s %16s %12s", cli_fmt_count(m->capacity, a, sizeof a),
+                    cli_fmt_count(m->capacity * r->block_size, b, sizeof b),
                     r->block_bytes ? cli_fmt_binary(m->capacity * r->block_bytes, c, sizeof c)
                                    : "");
         else
@@ -188,7 +168,7 @@ static void print_curve(FILE *f, const rp_result *r)
         fprintf(f, " %9.1f%% %9.1f%% %7.1f%% %14s\n",
                 100.0 * ratio(m->n_hit_tokens, m->n_prompt_tokens),
                 100.0 * ratio(m->n_blocks_cached, m->n_blocks_full), 100.0 * m->p50_hit,
-                num(m->n_evicted, e, sizeof e));
+                cli_fmt_count(m->n_evicted, e, sizeof e));
     }
 }
 
@@ -200,17 +180,12 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
     cli_put_escaped(f, r->input, strlen(r->input));
     fputc('\n', f);
     fprintf(f, "  input                    %s, %s requests from %s lines, blocks of %u tokens\n",
-            format_name(r->format), num(base->n_requests, a, sizeof a),
-            num(r->n_lines, b, sizeof b), r->block_size);
-    if (r->tokenizer)
-        fprintf(f,
-                "  tokens                   APPROXIMATE: stand-in '%s' tokenizer and a fixed "
-                "chat layout, not the model's; compare runs, not absolute counts\n",
-                r->tokenizer);
-    else if (r->exact[0])
-        fprintf(f, "  tokens                   exact: %s\n", r->exact);
+            in_format_name(r->format), cli_fmt_count(base->n_requests, a, sizeof a),
+            cli_fmt_count(r->n_lines, b, sizeof b), r->block_size);
+    in_count_table(f, "  tokens                   ", &r->count);
     if (r->n_skipped) {
-        fprintf(f, "  skipped lines            %s (first: ", num(r->n_skipped, a, sizeof a));
+        fprintf(f,
+                "  skipped lines            %s (first: ", cli_fmt_count(r->n_skipped, a, sizeof a));
         cli_put_escaped(f, r->first_skip, strlen(r->first_skip));
         fputs(")\n", f);
     }
@@ -220,7 +195,7 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
             kvp_hash_profile_name(o->hash_cfg.hash_profile));
     if (o->cache_output)
         fprintf(f, "  output blocks            cached for %s requests with output_tokens%s\n",
-                num(r->n_output_cached, a, sizeof a),
+                cli_fmt_count(r->n_output_cached, a, sizeof a),
                 r->format == LOG_MOONCAKE ? " (hash-id traces carry none)" : "");
     fprintf(f, "  time                     %.3f s, %.3f s of it in the cache and LRU model\n",
             r->seconds, r->seconds_engine);
@@ -337,13 +312,9 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
     if (!j)
         return -1;
     json_object_set_new(j, "input", name_json(r->input, strlen(r->input)));
-    json_object_set_new(j, "format", json_string(format_name(r->format)));
+    json_object_set_new(j, "format", json_string(in_format_name(r->format)));
     json_object_set_new(j, "block_size", json_integer(r->block_size));
-    json_object_set_new(j, "approximate_tokens", json_boolean(r->tokenizer != NULL));
-    if (r->tokenizer)
-        json_object_set_new(j, "tokenizer", json_string(r->tokenizer));
-    else if (r->exact[0])
-        json_object_set_new(j, "tokenizer", json_string(r->exact));
+    in_count_json(j, &r->count);
     json_object_set_new(j, "order", json_string(o->sort ? "timestamp" : "file"));
     json_object_set_new(j, "hash", json_string(kvp_hash_profile_name(o->hash_cfg.hash_profile)));
     json_object_set_new(j, "lines", json_integer((json_int_t)r->n_lines));

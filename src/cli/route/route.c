@@ -6,7 +6,9 @@
  *
  * Flow: parse the options; check what can be checked before reading (the capacity's unit,
  * the model preset, the output files, which are created now and renamed into place only
- * when everything succeeded); read the whole log into memory with its keys (route_log.c);
+ * when everything succeeded, the --tokenizer rank file, loaded now); read the whole log into
+ * memory with its keys (route_log.c; the input flags and the tokenizer are input/inopts.c's,
+ * shared with replay);
  * convert the capacity to blocks of the log's block size; run every (replica count,
  * policy) pair (route_sim.c); write the report (route_report.c) and the chart.
  *
@@ -66,13 +68,11 @@ static const char usage_text[] =
     "  Service = prefill-us x uncached prompt tokens + decode-us x output tokens;\n"
     "  TTFT = queueing + prefill. Timestamps are milliseconds (Mooncake's unit).\n"
     "\n"
-    "Input:\n"
-    "  --format F           auto (per line, default), tokens, mooncake, openai\n"
-    "  --block-size N       tokens per block for token logs and OpenAI bodies (default 16)\n"
-    "  --trace-block-size N tokens per Mooncake hash id (default 512)\n"
-    "  --tokenizer T        OpenAI bodies: words (default) or bytes\n"
-    "  --sort               sort by arrival (stable) instead of refusing disorder\n"
-    "  --max-line-bytes N   longest accepted line (default 64MiB)\n"
+    "Input:\n" IN_HELP
+    "  --sort               sort by arrival (stable) instead of refusing disorder\n";
+
+/* The rest of --help (one string would exceed what ISO C requires compilers to take). */
+static const char usage_text2[] =
     "\n"
     "Hashing (figures differ between profiles only through key collisions):\n" CLI_HASH_HELP
     "  --seed N             --hash xxh3: the public 64-bit seed (default 0)\n"
@@ -105,12 +105,7 @@ enum {
     OPT_DECODE,
     OPT_INTERARRIVAL,
     OPT_OUTPUT_TOKENS,
-    OPT_FORMAT,
-    OPT_BLOCK_SIZE,
-    OPT_TRACE_BS,
-    OPT_TOKENIZER,
     OPT_SORT,
-    OPT_MAX_LINE,
     OPT_SEED,
     OPT_JSON,
     OPT_CSV,
@@ -133,12 +128,7 @@ static const struct option longopts[] = {
     {"decode-us", required_argument, NULL, OPT_DECODE},
     {"interarrival-ms", required_argument, NULL, OPT_INTERARRIVAL},
     {"output-tokens", required_argument, NULL, OPT_OUTPUT_TOKENS},
-    {"format", required_argument, NULL, OPT_FORMAT},
-    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
-    {"trace-block-size", required_argument, NULL, OPT_TRACE_BS},
-    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
     {"sort", no_argument, NULL, OPT_SORT},
-    {"max-line-bytes", required_argument, NULL, OPT_MAX_LINE},
     {"seed", required_argument, NULL, OPT_SEED},
     {"json", no_argument, NULL, OPT_JSON},
     {"csv", no_argument, NULL, OPT_CSV},
@@ -147,15 +137,10 @@ static const struct option longopts[] = {
     {"check", no_argument, NULL, OPT_CHECK},
     {"help", no_argument, NULL, 'h'},
     CLI_HASH_LONGOPTS,
+    IN_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
-static const cli_choice formats[] = {{"auto", 0},
-                                     {"tokens", LOG_TOKENS},
-                                     {"mooncake", LOG_MOONCAKE},
-                                     {"openai", LOG_OPENAI},
-                                     {NULL, 0}};
-static const cli_choice tokenizers[] = {{"words", TOK_WORDS}, {"bytes", TOK_BYTES}, {NULL, 0}};
 static const cli_choice policy_choices[] = {{"round-robin", RT_ROUND_ROBIN},
                                             {"random", RT_RANDOM},
                                             {"least-loaded", RT_LEAST_LOADED},
@@ -283,25 +268,11 @@ static int apply_model(rt_options *o, int c, const char *flag, const char *v)
     }
 }
 
-/* Apply an input option. Returns 0 or the exit status. */
+/* Apply a list option or --seed. Returns 0 or the exit status. */
 static int apply_input(rt_options *o, int c, const char *flag, const char *v)
 {
-    uint64_t x = 0;
     int rc = 0;
     switch (c) {
-    case OPT_FORMAT:
-        return cli_flag_choice("route", flag, v, formats, &o->log.format);
-    case OPT_TOKENIZER:
-        return cli_flag_choice("route", flag, v, tokenizers, &o->log.tokenizer);
-    case OPT_BLOCK_SIZE:
-    case OPT_TRACE_BS:
-        if ((rc = cli_flag_uint("route", flag, v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
-            *(c == OPT_BLOCK_SIZE ? &o->log.block_size : &o->log.trace_block_size) = (uint32_t)x;
-        return rc;
-    case OPT_MAX_LINE:
-        if ((rc = cli_flag_bytes("route", flag, v, 1024, LOG_MAX_LINE_LIMIT, &x)) == 0)
-            o->log.max_line_bytes = (size_t)x;
-        return rc;
     case OPT_SEED:
         if ((rc = cli_flag_uint("route", flag, v, 0, UINT64_MAX, &o->hash.seed)) == 0)
             o->hash.seed_given = true;
@@ -316,15 +287,6 @@ static int apply_input(rt_options *o, int c, const char *flag, const char *v)
     }
 }
 
-/* The flag of option value c as the user spells it. Cannot fail. */
-static const char *opt_name(int c, char *buf, size_t size)
-{
-    for (const struct option *p = longopts; p->name; p++)
-        if (p->val == c)
-            snprintf(buf, size, "--%s", p->name);
-    return buf;
-}
-
 /* Apply one option getopt_long returned. Returns 0, -1 after --help, or the exit status. */
 static int apply_opt(rt_options *o, int c, const char *v)
 {
@@ -332,6 +294,7 @@ static int apply_opt(rt_options *o, int c, const char *v)
     switch (c) {
     case 'h':
         fputs(usage_text, stdout);
+        fputs(usage_text2, stdout);
         return -1;
     case 'o':
         o->output_path = v;
@@ -361,7 +324,9 @@ static int apply_opt(rt_options *o, int c, const char *v)
     default:
         if (cli_hash_is_opt(c))
             return cli_hash_apply("route", &o->hash, c, v);
-        return apply_input(o, c, opt_name(c, name, sizeof name), v);
+        if (in_is_opt(c))
+            return in_apply("route", &o->in, c, v);
+        return apply_input(o, c, cli_opt_name(longopts, c, name, sizeof name), v);
     }
 }
 
@@ -394,30 +359,18 @@ static int check_args(rt_options *o)
         any |= o->policies[p];
     if (!any)
         return fail(CLI_EXIT_USAGE, "--policies: no policy");
-    if (cli_hash_finish("route", &o->hash, &o->cache) != 0)
+    if (in_check("route", &o->in) != 0 || cli_hash_finish("route", &o->hash, &o->cache) != 0)
         return CLI_EXIT_USAGE;
     shared_key(&o->cache, o->model.random_seed);
     const char *inputs[] = {o->log.path};
-    int rc = cli_out_refuse_input("route", "--plot", o->plot_path, inputs, 1);
-    if (rc == 0)
-        rc = cli_out_refuse_input("route", "--output", o->output_path, inputs, 1);
-    if (rc == 0 && o->plot_path && o->output_path && strcmp(o->plot_path, o->output_path) == 0 &&
-        strcmp(o->plot_path, "-") != 0)
-        rc = fail(CLI_EXIT_USAGE, "--plot and --output name the same file");
-    if (rc == 0 && o->plot_path && strcmp(o->plot_path, "-") == 0 &&
-        (!o->output_path || strcmp(o->output_path, "-") == 0))
-        rc = fail(CLI_EXIT_USAGE, "--plot - writes the chart to standard output: send the report "
-                                  "elsewhere with -o FILE");
-    return rc;
+    return cli_out_check_pair("route", o->output_path, o->plot_path, inputs, 1);
 }
 
 static void defaults(rt_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->log.block_size = 16;
-    o->log.trace_block_size = 512;
-    o->log.tokenizer = TOK_WORDS;
-    o->log.max_line_bytes = LOG_DEFAULT_MAX_LINE;
+    in_init(&o->in);
+    o->log.in = &o->in;
     o->log.interarrival = (rt_time)100 * 1000 * 1000;
     o->log.default_output = 128;
     o->log.cache = &o->cache;
@@ -601,6 +554,7 @@ static int run(const rt_options *o, const cap_spec *cap, uint64_t token_bytes, r
     rep->n_prompt_tokens = rt_log_prompt_tokens(log);
     rep->n_lines = rt_log_n_lines(log);
     rep->timestamps = rt_log_all_timestamps(log);
+    rep->count = *rt_log_count(log);
     rc = cap_blocks(o, cap, token_bytes, rep);
     if (rc == 0)
         rc = simulate(o, log, rep);
@@ -645,9 +599,13 @@ int rt_main(int argc, char **argv)
         cli_out_abort(&plot);
         return rc;
     }
-    rc = run(&o, &cap, token_bytes, &rep, &report, &plot);
+    /* The rank file after the outputs, as replay does: both are checked before the log. */
+    rc = in_load("route", &o.in);
+    if (rc == 0)
+        rc = run(&o, &cap, token_bytes, &rep, &report, &plot);
     cli_out_abort(&plot);
     cli_out_abort(&report);
+    in_free(&o.in);
     for (size_t i = 0; rep.runs && i < o.n_counts * RT_N_POLICIES; i++)
         rt_result_free(&rep.runs[i]);
     free(rep.runs);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "hashopt.h"
+#include "inopts.h"
 #include "kvprefix.h"
 
 typedef int64_t rt_time; /* modelled nanoseconds since the log's time 0 */
@@ -77,18 +78,14 @@ typedef struct rt_req {
 
 /* How a log is read and keyed. */
 typedef struct rt_log_config {
-    const char *path;          /* the log; "-" for standard input */
-    int format;                /* 0 auto, or LOG_TOKENS / LOG_MOONCAKE / LOG_OPENAI */
-    int tokenizer;             /* OpenAI bodies: TOK_* */
-    uint32_t block_size;       /* tokens per block for token logs and OpenAI bodies */
-    uint32_t trace_block_size; /* tokens per Mooncake hash id */
-    size_t max_line_bytes;     /* longest accepted line */
-    bool sort;                 /* stable sort by arrival instead of refusing disorder */
-    rt_time interarrival;      /* gap after the previous arrival for a line without a
-                                  timestamp (the first such line arrives at 0) */
-    uint32_t default_output;   /* output tokens of a token-log or OpenAI line that gives
-                                  none (Mooncake lines always give output_length) */
-    const kvp_config *cache;   /* hash fields every replica shares (an explicit key) */
+    const char *path;        /* the log; "-" for standard input */
+    const in_opts *in;       /* format, block sizes, line limit, tokenizer (loaded) */
+    bool sort;               /* stable sort by arrival instead of refusing disorder */
+    rt_time interarrival;    /* gap after the previous arrival for a line without a
+                                timestamp (the first such line arrives at 0) */
+    uint32_t default_output; /* output tokens of a token-log or OpenAI line that gives
+                                none (Mooncake lines always give output_length) */
+    const kvp_config *cache; /* hash fields every replica shares (an explicit key) */
 } rt_log_config;
 
 typedef struct rt_log rt_log;
@@ -113,6 +110,7 @@ uint64_t rt_log_prompt_tokens(const rt_log *log); /* prompt tokens of all reques
 uint32_t rt_log_max_prompt(const rt_log *log);    /* longest prompt */
 uint64_t rt_log_n_lines(const rt_log *log);       /* lines read */
 bool rt_log_all_timestamps(const rt_log *log);    /* every line gave its arrival */
+const in_count *rt_log_count(const rt_log *log);  /* how OpenAI bodies were counted */
 const kvp_key *rt_log_keys(const rt_log *log, const rt_req *q); /* q's n_keys keys */
 
 /* The namespace of q: its fields point into the log (valid until rt_log_free). */
@@ -218,7 +216,8 @@ void rt_result_free(rt_result *r);
 /* ---- options and report (route.c, route_report.c) -------------------------------------- */
 
 typedef struct rt_options {
-    rt_log_config log;              /* how the log is read */
+    in_opts in;                     /* --format, --block-size, --tokenizer ... (inopts.h) */
+    rt_log_config log;              /* how the log is read (log.in points to in) */
     cli_hash_opts hash;             /* --hash, --hash-key, --vllm-seed, --vocab-size */
     kvp_config cache;               /* hash fields and block size of every replica */
     const char *capacity;           /* --capacity as given */
@@ -245,6 +244,7 @@ typedef struct rt_report {
     uint64_t block_bytes; /* KV bytes per block with --model, else 0 */
     char model_desc[128]; /* "Llama-3.1-8B, fp16 KV" or "" */
     bool timestamps;      /* every line had one (else some used --interarrival-ms) */
+    in_count count;       /* how OpenAI bodies' tokens were counted */
     rt_result *runs;      /* n_counts x RT_N_POLICIES, [count][policy]; unrun: n_replicas 0 */
     double seconds;       /* wall time of the whole run */
     double seconds_sim;   /* of which in the simulations */

@@ -63,6 +63,7 @@ struct rt_log {
     uint64_t prompt_tokens;
     uint64_t n_lines;
     bool all_timestamps; /* every line had a timestamp */
+    in_count count;      /* how OpenAI bodies were counted */
     kvp_cache *keyer;    /* one-block cache computing the keys */
 };
 
@@ -139,6 +140,11 @@ uint64_t rt_log_n_lines(const rt_log *log)
 bool rt_log_all_timestamps(const rt_log *log)
 {
     return log->all_timestamps;
+}
+
+const in_count *rt_log_count(const rt_log *log)
+{
+    return &log->count;
 }
 
 const kvp_key *rt_log_keys(const rt_log *log, const rt_req *q)
@@ -309,8 +315,7 @@ static int check_format(reading *rd, const log_record *rec)
             return line_err(rd, rec->line_no,
                             "--vocab-size checks token ids, and a Mooncake trace has none");
         log->format = rec->format;
-        log->block_size =
-            rec->format == LOG_MOONCAKE ? rd->cfg->trace_block_size : rd->cfg->block_size;
+        log->block_size = in_block_size(rd->cfg->in, rec->format);
         kvp_config kc = *rd->cfg->cache;
         kc.n_blocks = 1;
         kc.block_size = log->block_size;
@@ -322,12 +327,9 @@ static int check_format(reading *rd, const log_record *rec)
         }
         return RT_OK;
     }
-    if (rec->format != log->format && (rec->format == LOG_MOONCAKE || log->format == LOG_MOONCAKE))
-        return line_err(rd, rec->line_no,
-                        "a %s line in a %s log: hash ids and tokens cannot share one cache "
-                        "(use --format to pick one)",
-                        rec->format == LOG_MOONCAKE ? "Mooncake" : "token",
-                        log->format == LOG_MOONCAKE ? "Mooncake" : "token");
+    char msg[160];
+    if (in_format_clash(log->format, rec->format, msg, sizeof msg))
+        return line_err(rd, rec->line_no, "%s", msg);
     return RT_OK;
 }
 
@@ -440,6 +442,7 @@ static int add_record(reading *rd, const log_record *rec)
         rc = key_prompt(rd, &q, tokens, rec->line_no);
     if (rc != RT_OK)
         return rc;
+    in_note(rd->cfg->in, rec->format, &log->count);
     if (!cli_grow((void **)&log->reqs, &log->reqs_cap, log->n_reqs + 1, sizeof *log->reqs))
         return oom(rd);
     log->reqs[log->n_reqs++] = q;
@@ -491,10 +494,7 @@ int rt_log_read(const rt_log_config *cfg, rt_log **out, char *err, size_t err_si
     reading rd = {cfg, log, NULL, cli_input_name(cfg->path), 0, 0, false, err, err_size};
     log_options lo;
     log_options_init(&lo);
-    lo.format = cfg->format;
-    lo.tokenizer = cfg->tokenizer;
-    lo.hash_block_size = cfg->trace_block_size;
-    lo.max_line_bytes = cfg->max_line_bytes;
+    in_log_options(cfg->in, &lo);
     int rc = log_open(cfg->path, &lo, &rd.reader, err, err_size);
     if (rc != 0) {
         rt_log_free(log);

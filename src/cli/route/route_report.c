@@ -34,29 +34,6 @@ static double rep_rate(const rt_replica_stats *s)
     return ratio((double)s->n_hit_tokens, (double)s->n_prompt_tokens);
 }
 
-static const char *format_name(int f)
-{
-    return f == LOG_TOKENS     ? "token-id log"
-           : f == LOG_MOONCAKE ? "Mooncake hash-id trace"
-           : f == LOG_OPENAI   ? "OpenAI-style request bodies"
-                               : "empty";
-}
-
-/* 1234567 -> "1,234,567" into buf. */
-static const char *num(uint64_t v, char *buf, size_t size)
-{
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
-    size_t j = 0;
-    for (int i = 0; i < n && j + 2 < size; i++) {
-        if (i > 0 && (n - i) % 3 == 0)
-            buf[j++] = ',';
-        buf[j++] = tmp[i];
-    }
-    buf[j] = '\0';
-    return buf;
-}
-
 /* A duration in ns as "12.3 ms", "4.56 s" or "7,890 s". */
 static const char *dur(double ns, char *buf, size_t size)
 {
@@ -66,7 +43,7 @@ static const char *dur(double ns, char *buf, size_t size)
     else if (ns < 1e12)
         snprintf(buf, size, "%.2f s", ns / 1e9);
     else
-        snprintf(buf, size, "%s s", num((uint64_t)(ns / 1e9), n, sizeof n));
+        snprintf(buf, size, "%s s", cli_fmt_count((uint64_t)(ns / 1e9), n, sizeof n));
     return buf;
 }
 
@@ -101,11 +78,13 @@ static void table_head(FILE *f, const rt_options *o, const rt_report *r)
     char a[32], b[32], c[32];
     fputs("kvprefix route: ", f);
     cli_put_escaped(f, r->input, strlen(r->input));
-    fprintf(f, " (%s)\n", format_name(r->format));
+    fprintf(f, " (%s)\n", in_format_name(r->format));
     fprintf(f, "  requests        %s (%s prompt tokens), blocks of %u tokens\n",
-            num(r->n_requests, a, sizeof a), num(r->n_prompt_tokens, b, sizeof b), r->block_size);
-    fprintf(f, "  per replica     %s blocks (%s tokens", num(r->capacity, a, sizeof a),
-            num(r->capacity * r->block_size, b, sizeof b));
+            cli_fmt_count(r->n_requests, a, sizeof a),
+            cli_fmt_count(r->n_prompt_tokens, b, sizeof b), r->block_size);
+    in_count_table(f, "  tokens          ", &r->count);
+    fprintf(f, "  per replica     %s blocks (%s tokens", cli_fmt_count(r->capacity, a, sizeof a),
+            cli_fmt_count(r->capacity * r->block_size, b, sizeof b));
     if (r->block_bytes)
         fprintf(f, "; %s of KV, %s", cli_fmt_binary(r->capacity * r->block_bytes, c, sizeof c),
                 r->model_desc);
@@ -256,10 +235,11 @@ static int json_report(FILE *f, const rt_options *o, const rt_report *r)
 {
     json_t *j = json_object(), *runs = json_array();
     json_object_set_new(j, "input", json_string(r->input));
-    json_object_set_new(j, "format", json_string(format_name(r->format)));
+    json_object_set_new(j, "format", json_string(in_format_name(r->format)));
     json_object_set_new(j, "lines", json_integer((json_int_t)r->n_lines));
     json_object_set_new(j, "requests", json_integer((json_int_t)r->n_requests));
     json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)r->n_prompt_tokens));
+    in_count_json(j, &r->count);
     json_object_set_new(j, "block_size", json_integer(r->block_size));
     json_object_set_new(j, "capacity_blocks", json_integer((json_int_t)r->capacity));
     if (r->block_bytes) {
@@ -342,7 +322,7 @@ int rt_plot_write(FILE *f, const rt_options *o, const rt_report *r, char *err, s
     snprintf(note, sizeof note,
              "%s blocks of %u tokens per replica; concurrency %u, prefill %.3g us/token, "
              "decode %.3g us/token",
-             num(r->capacity, a, sizeof a), r->block_size, o->model.concurrency,
+             cli_fmt_count(r->capacity, a, sizeof a), r->block_size, o->model.concurrency,
              (double)o->model.prefill_ns / 1e3, (double)o->model.decode_ns / 1e3);
     svg_plot p;
     memset(&p, 0, sizeof p);

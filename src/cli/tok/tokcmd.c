@@ -32,6 +32,7 @@
 #include "bpe.h"
 #include "cli.h"
 #include "flags.h"
+#include "inopts.h"
 #include "openai.h"
 #include "outfile.h"
 #include "template.h"
@@ -64,12 +65,10 @@ static const char usage_text[] =
 
 #define fail(...) cli_fail("tokenize", __VA_ARGS__)
 
-enum { OPT_TOKENIZER = 256, OPT_KIND, OPT_TEMPLATE, OPT_TEXT, OPT_NO_SPECIAL, OPT_JSON, OPT_MAX };
+enum { OPT_TEXT = 256, OPT_NO_SPECIAL, OPT_JSON, OPT_MAX };
 
 static const struct option longopts[] = {
-    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-    {"tokenizer-kind", required_argument, NULL, OPT_KIND},
-    {"template", required_argument, NULL, OPT_TEMPLATE},
+    IN_TOKENIZER_LONGOPTS,
     {"text", no_argument, NULL, OPT_TEXT},
     {"no-special", no_argument, NULL, OPT_NO_SPECIAL},
     {"json", no_argument, NULL, OPT_JSON},
@@ -78,24 +77,14 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static const cli_choice kinds[] = {
-    {"llama3", BPE_LLAMA3}, {"cl100k", BPE_CL100K}, {"o200k", BPE_O200K}, {NULL, 0}};
-static const cli_choice templates[] = {{"llama3", TPL_LLAMA3},
-                                       {"chatml", TPL_CHATML},
-                                       {"qwen2.5", TPL_QWEN25},
-                                       {"mistral", TPL_MISTRAL},
-                                       {NULL, 0}};
-
 /* The parsed command line. */
 typedef struct tk_opts {
-    const char *tokenizer; /* --tokenizer FILE */
-    int kind;              /* --tokenizer-kind, or 0 */
-    int tpl;               /* --template, or 0 */
-    bool text;             /* --text */
-    bool no_special;       /* --no-special */
-    bool json;             /* --json */
-    uint64_t max_bytes;    /* --max-bytes */
-    const char *input;     /* IN ("-" by default) */
+    in_opts in;         /* --tokenizer FILE, --tokenizer-kind, --template (inopts.h) */
+    bool text;          /* --text */
+    bool no_special;    /* --no-special */
+    bool json;          /* --json */
+    uint64_t max_bytes; /* --max-bytes */
+    const char *input;  /* IN ("-" by default) */
 } tk_opts;
 
 /* Apply one option. Returns 0, -1 after --help, or CLI_EXIT_USAGE. */
@@ -105,13 +94,6 @@ static int apply_opt(tk_opts *o, int c, const char *v)
     case 'h':
         fputs(usage_text, stdout);
         return -1;
-    case OPT_TOKENIZER:
-        o->tokenizer = v;
-        return 0;
-    case OPT_KIND:
-        return cli_flag_choice("tokenize", "--tokenizer-kind", v, kinds, &o->kind);
-    case OPT_TEMPLATE:
-        return cli_flag_choice("tokenize", "--template", v, templates, &o->tpl);
     case OPT_TEXT:
         o->text = true;
         return 0;
@@ -121,14 +103,17 @@ static int apply_opt(tk_opts *o, int c, const char *v)
     case OPT_JSON:
         o->json = true;
         return 0;
-    default:
+    case OPT_MAX:
         return cli_flag_bytes("tokenize", "--max-bytes", v, 1, (uint64_t)1 << 32, &o->max_bytes);
+    default:
+        return in_apply("tokenize", &o->in, c, v);
     }
 }
 
 static int parse_args(int argc, char **argv, tk_opts *o)
 {
     memset(o, 0, sizeof *o);
+    in_init(&o->in);
     o->max_bytes = DEFAULT_MAX_BYTES;
     o->input = "-";
     cli_getopt_begin();
@@ -144,9 +129,9 @@ static int parse_args(int argc, char **argv, tk_opts *o)
         o->input = argv[optind++];
     if (optind < argc)
         return fail(CLI_EXIT_USAGE, "one input at a time ('%s' and '%s')", o->input, argv[optind]);
-    if (!o->tokenizer)
+    if (!o->in.tokenizer_file)
         return fail(CLI_EXIT_USAGE, "give --tokenizer FILE (the model's tiktoken rank file)");
-    if (o->text && o->tpl)
+    if (o->text && o->in.tpl)
         return fail(CLI_EXIT_USAGE, "--template applies to request bodies, not --text");
     return 0;
 }
@@ -209,14 +194,14 @@ static int input_text(const tk_opts *o, const bpe *t, const char *in, size_t n, 
         return 0;
     x->json = json_loadb(in, n, JSON_REJECT_DUPLICATES, NULL);
     if (!oai_is_request(x->json)) {
-        if (o->tpl)
+        if (o->in.tpl)
             return fail(CLI_EXIT_INPUT,
                         "%s: --template needs an OpenAI request body (a JSON "
                         "object with \"messages\")",
                         cli_input_name(o->input));
         return 0;
     }
-    x->tpl = o->tpl ? o->tpl : bpe_kind(t) == BPE_LLAMA3 ? TPL_LLAMA3 : TPL_CHATML;
+    x->tpl = in_template_for(o->in.tpl, t);
     x->prompt.tpl = x->tpl;
     x->prompt.bos = bpe_bos(t);
     x->prompt.eos = bpe_eos(t);
@@ -268,13 +253,13 @@ static int print_tokens(const tk_opts *o, const bpe *t, const tk_text *x, const 
 }
 
 /* Steps: 1 load the tokenizer, 2 read and render the input, 3 encode, 4 print. */
-static int run(const tk_opts *o)
+static int run(tk_opts *o)
 {
     char err[512];
-    bpe *t = NULL;
     /* Step 1: */
-    if (bpe_load(o->tokenizer, o->kind, &t, err, sizeof err) != BPE_OK)
-        return fail(CLI_EXIT_INPUT, "--tokenizer: %s", err);
+    if (in_load("tokenize", &o->in) != 0)
+        return CLI_EXIT_INPUT;
+    bpe *t = o->in.bpe;
     /* Step 2: */
     char *in = NULL;
     size_t n = 0;
@@ -296,7 +281,7 @@ static int run(const tk_opts *o)
     oai_prompt_free(&x.prompt);
     json_decref(x.json);
     free(in);
-    bpe_free(t);
+    in_free(&o->in);
     return rc;
 }
 

@@ -1,0 +1,191 @@
+/*
+ * inopts.c - the log-input options shared by replay, route and tokenize (inopts.h): their
+ * choice tables, the parser of their values (flags.h helpers, so messages and exit status
+ * are those of every other flag), the checks between them, the loading of a rank file
+ * (bpe.h) with the choice of chat template, and the wording of how token counts were
+ * made, which every report prints the same way.
+ *
+ * Layout: the choice tables, then parsing (in_apply), then loading and the reader's
+ * options, then what reports print. Nothing here keeps state beyond the in_opts and
+ * in_count the caller owns.
+ *
+ * Cost: O(length of the value) per flag; in_load reads the whole rank file (bpe.h gives its
+ * memory); the rest is constant time.
+ */
+#include "inopts.h"
+
+#include <jansson.h>
+#include <string.h>
+
+#include "cli.h"
+#include "flags.h"
+#include "kvprefix.h"
+#include "template.h"
+#include "tokenize.h"
+
+static const cli_choice formats[] = {{"auto", 0},
+                                     {"tokens", LOG_TOKENS},
+                                     {"mooncake", LOG_MOONCAKE},
+                                     {"openai", LOG_OPENAI},
+                                     {NULL, 0}};
+static const cli_choice kinds[] = {
+    {"llama3", BPE_LLAMA3}, {"cl100k", BPE_CL100K}, {"o200k", BPE_O200K}, {NULL, 0}};
+static const cli_choice templates[] = {{"llama3", TPL_LLAMA3},
+                                       {"chatml", TPL_CHATML},
+                                       {"qwen2.5", TPL_QWEN25},
+                                       {"mistral", TPL_MISTRAL},
+                                       {NULL, 0}};
+
+void in_init(in_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->block_size = 16;
+    o->trace_block_size = 512;
+    o->max_line_bytes = LOG_DEFAULT_MAX_LINE;
+    o->tokenizer = TOK_WORDS;
+}
+
+bool in_is_opt(int c)
+{
+    return c >= IN_OPT_FORMAT && c <= IN_OPT_TEMPLATE;
+}
+
+/* ---- parsing ------------------------------------------------------------------------------ */
+
+int in_apply(const char *cmd, in_opts *o, int c, const char *v)
+{
+    uint64_t x = 0;
+    int rc = 0;
+    switch (c) {
+    case IN_OPT_FORMAT:
+        return cli_flag_choice(cmd, "--format", v, formats, &o->format);
+    case IN_OPT_BLOCK_SIZE:
+        if ((rc = cli_flag_uint(cmd, "--block-size", v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
+            o->block_size = (uint32_t)x;
+        return rc;
+    case IN_OPT_TRACE_BS:
+        if ((rc = cli_flag_uint(cmd, "--trace-block-size", v, 1, KVP_MAX_BLOCK_SIZE, &x)) == 0)
+            o->trace_block_size = (uint32_t)x;
+        return rc;
+    case IN_OPT_MAX_LINE:
+        if ((rc = cli_flag_bytes(cmd, "--max-line-bytes", v, 1024, LOG_MAX_LINE_LIMIT, &x)) == 0)
+            o->max_line_bytes = (size_t)x;
+        return rc;
+    case IN_OPT_TOKENIZER:
+        /* "words" and "bytes" name the stand-ins; anything else is a rank file. */
+        o->tokenizer = strcmp(v, "bytes") == 0 ? TOK_BYTES : TOK_WORDS;
+        o->tokenizer_file = strcmp(v, "words") == 0 || strcmp(v, "bytes") == 0 ? NULL : v;
+        return 0;
+    case IN_OPT_TOKENIZER_KIND:
+        return cli_flag_choice(cmd, "--tokenizer-kind", v, kinds, &o->tokenizer_kind);
+    case IN_OPT_TEMPLATE:
+        return cli_flag_choice(cmd, "--template", v, templates, &o->tpl);
+    default:
+        return 0;
+    }
+}
+
+int in_check(const char *cmd, const in_opts *o)
+{
+    if (o->tokenizer_kind && !o->tokenizer_file)
+        return cli_fail(cmd, CLI_EXIT_USAGE, "--tokenizer-kind needs --tokenizer FILE");
+    return 0;
+}
+
+/* ---- loading and the reader's options -------------------------------------------------- */
+
+int in_load(const char *cmd, in_opts *o)
+{
+    if (!o->tokenizer_file)
+        return 0;
+    char err[512];
+    if (bpe_load(o->tokenizer_file, o->tokenizer_kind, &o->bpe, err, sizeof err) != BPE_OK)
+        return cli_fail(cmd, CLI_EXIT_INPUT, "--tokenizer: %s", err);
+    return 0;
+}
+
+int in_template_for(int tpl, const bpe *t)
+{
+    if (tpl || !t)
+        return tpl;
+    return bpe_kind(t) == BPE_LLAMA3 ? TPL_LLAMA3 : TPL_CHATML;
+}
+
+void in_log_options(const in_opts *o, log_options *lo)
+{
+    lo->format = o->format;
+    lo->tokenizer = o->tokenizer;
+    lo->hash_block_size = o->trace_block_size;
+    lo->max_line_bytes = o->max_line_bytes;
+    lo->bpe = o->bpe;
+    lo->tpl = in_template_for(o->tpl, o->bpe);
+}
+
+uint32_t in_block_size(const in_opts *o, int format)
+{
+    return format == LOG_MOONCAKE ? o->trace_block_size : o->block_size;
+}
+
+bool in_format_clash(int log_format, int rec_format, char *msg, size_t size)
+{
+    if (rec_format == log_format || (rec_format != LOG_MOONCAKE && log_format != LOG_MOONCAKE))
+        return false;
+    snprintf(msg, size,
+             "a %s line in a %s log: hash ids and tokens cannot share one cache (use --format "
+             "to pick one)",
+             rec_format == LOG_MOONCAKE ? "Mooncake" : "token",
+             log_format == LOG_MOONCAKE ? "Mooncake" : "token");
+    return true;
+}
+
+void in_free(in_opts *o)
+{
+    if (!o)
+        return;
+    bpe_free(o->bpe);
+    o->bpe = NULL;
+}
+
+/* ---- what reports print ---------------------------------------------------------------- */
+
+void in_note(const in_opts *o, int rec_format, in_count *c)
+{
+    if (rec_format != LOG_OPENAI || c->openai)
+        return;
+    c->openai = true;
+    c->approximate = o->bpe == NULL;
+    if (c->approximate)
+        snprintf(c->desc, sizeof c->desc, "%s", o->tokenizer == TOK_BYTES ? "bytes" : "words");
+    else
+        snprintf(c->desc, sizeof c->desc, "%s tokenizer (%zu ranks), %s template",
+                 bpe_kind_name(bpe_kind(o->bpe)), bpe_n_ranks(o->bpe),
+                 tpl_name(in_template_for(o->tpl, o->bpe)));
+}
+
+const char *in_format_name(int format)
+{
+    return format == LOG_TOKENS     ? "token-id log"
+           : format == LOG_MOONCAKE ? "Mooncake hash-id trace"
+           : format == LOG_OPENAI   ? "OpenAI-style request bodies"
+                                    : "empty";
+}
+
+void in_count_table(FILE *f, const char *label, const in_count *c)
+{
+    if (!c->openai)
+        return;
+    if (c->approximate)
+        fprintf(f,
+                "%sAPPROXIMATE: stand-in '%s' tokenizer and a fixed chat layout, not the "
+                "model's; compare runs, not absolute counts\n",
+                label, c->desc);
+    else
+        fprintf(f, "%sexact: %s\n", label, c->desc);
+}
+
+void in_count_json(struct json_t *j, const in_count *c)
+{
+    json_object_set_new(j, "approximate_tokens", json_boolean(c->openai && c->approximate));
+    if (c->openai)
+        json_object_set_new(j, "tokenizer", json_string(c->desc));
+}
