@@ -596,9 +596,16 @@ static int sidecar_specials(bpe *t, const json_t *s, const char *name, size_t *c
 
 /* ---- the expression ------------------------------------------------------------------- */
 
+const char *bpe_pattern(int kind)
+{
+    if (kind == BPE_LLAMA3 || kind == BPE_CL100K)
+        return pat_cl100k;
+    return kind == BPE_O200K ? pat_o200k : NULL;
+}
+
 static int compile_pattern(bpe *t, char *err, size_t err_size)
 {
-    const char *pat = t->kind == BPE_O200K ? pat_o200k : pat_cl100k;
+    const char *pat = bpe_pattern(t->kind);
     int ec;
     PCRE2_SIZE eo;
     t->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo,

@@ -95,6 +95,11 @@ const char *bpe_kind_name(int kind);
  * wrong" in err, *out untouched. */
 int bpe_load(const char *path, int kind, bpe **out, char *err, size_t err_size);
 
+/* The pre-tokenization expression of kind (a PCRE2 pattern, compiled with PCRE2_UTF |
+ * PCRE2_UCP), or NULL for an unknown kind; a static string. For tests that run the same
+ * expression through another matcher. Cannot fail. */
+const char *bpe_pattern(int kind);
+
 /* Free a tokenizer. Accepts NULL. */
 void bpe_free(bpe *t);
 
