@@ -12,6 +12,7 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,6 +316,30 @@ Test(pyjson, reals_as_python_repr)
     }
 }
 
+/* At a power of two the doubles that read back to x reach twice as far above x as below,
+ * so the correctly rounded 16 digits can miss while the 16-digit neighbour across x hits:
+ * Python writes that one, not 17 digits (found by fuzzing against CPython 3.11's repr of
+ * every power of two; 92 of the 2,046 normal ones, both signs, were wrong). */
+Test(pyjson, reals_at_powers_of_two_as_python_repr)
+{
+    struct {
+        int exp2;
+        const char *want;
+    } cases[] = {{-1017, "7.120236347223045e-307"},
+                 {-1007, "7.291122019556398e-304"},
+                 {-957, "8.209073602596753e-289"},
+                 {-808, "5.858190679279809e-244"},
+                 {-705, "5.940911144672375e-213"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[48], neg[48];
+        pyjson_repr_double(ldexp(1.0, cases[i].exp2), buf, sizeof buf);
+        cr_expect_str_eq(buf, cases[i].want, "repr(2**%d)", cases[i].exp2);
+        pyjson_repr_double(-ldexp(1.0, cases[i].exp2), buf, sizeof buf);
+        snprintf(neg, sizeof neg, "-%s", cases[i].want);
+        cr_expect_str_eq(buf, neg, "repr(-2**%d)", cases[i].exp2);
+    }
+}
+
 Test(pyjson, dumps_as_python)
 {
     /* Expected strings are CPython 3.11's json.dumps(v, ensure_ascii=False[, indent=4]). */
@@ -474,6 +499,30 @@ Test(template, segments_name_messages_and_tools)
     cr_expect_str_eq(s->role, "system");
     tpl_out_free(&o);
     json_decref(b);
+}
+
+/* Mistral's tool-call ids are Python's id[-9:], 9 characters: a multi-byte id keeps its
+ * last 9 characters whole (the last 9 bytes would cut one in two and make the prompt
+ * invalid UTF-8, which fuzz_template found: corpus/template/regress-mistral-id-utf8), and
+ * an id of 9 bytes but fewer characters is refused as the template refuses it. */
+Test(template, mistral_ids_are_characters)
+{
+    expect_render(TPL_MISTRAL,
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"u\"}, {\"role\": "
+                  "\"assistant\", \"tool_calls\": [{\"id\": \"ab\u00e9\u00e9\u00e9\u00e9\u00e9"
+                  "\u00e9\u00e9\u00e9\u00e9x\", \"function\": {\"name\": \"f\", \"arguments\": "
+                  "\"{}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"\u00e9\u00e9\u00e9\u00e9"
+                  "\u00e9\u00e9\u00e9\u00e9\u00e9\", \"content\": \"r\"}]}",
+                  "<s>", "</s>",
+                  "<s>[INST] u[/INST][TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}, "
+                  "\"id\": \"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9x\"}]"
+                  "</s>[TOOL_RESULTS] {\"content\": r, \"call_id\": \"\xc3\xa9\xc3\xa9\xc3\xa9"
+                  "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"}[/TOOL_RESULTS]");
+    expect_render_error(TPL_MISTRAL,
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"u\"}, "
+                        "{\"role\": \"assistant\", \"tool_calls\": [{\"id\": "
+                        "\"\u00e9\u00e9\u00e9\u00e9\u00e9\", \"function\": {\"name\": \"f\"}}]}]}",
+                        "needs an id of at least 9 characters");
 }
 
 Test(template, refusals)

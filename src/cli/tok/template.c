@@ -589,6 +589,28 @@ static void mistral_tools(rnd *r)
     }
 }
 
+/* Characters (code points) of JSON string id: the bytes that do not continue a UTF-8
+ * sequence (jansson holds valid UTF-8). Cannot fail. */
+static size_t id_chars(const json_t *id)
+{
+    const unsigned char *s = (const unsigned char *)json_string_value(id);
+    size_t n = 0;
+    for (size_t i = 0; i < json_string_length(id); i++)
+        n += (s[i] & 0xC0) != 0x80;
+    return n;
+}
+
+/* Append Python's id[-9:]: the last 9 characters of id (which has at least 9), not its
+ * last 9 bytes, which could cut a character in two. */
+static void app_id9(tpl_out *o, const json_t *id)
+{
+    const char *s = json_string_value(id);
+    size_t at = json_string_length(id), left = 9;
+    while (left > 0 && at > 0)
+        left -= ((unsigned char)s[--at] & 0xC0) != 0x80;
+    app(o, s + at, json_string_length(id) - at);
+}
+
 /* [TOOL_CALLS] [...] + eos: each call's function (arguments parsed) as tojson without its
  * closing brace, then its id (the last 9 characters). */
 static int mistral_calls(rnd *r, size_t i, const json_t *calls)
@@ -597,7 +619,7 @@ static int mistral_calls(rnd *r, size_t i, const json_t *calls)
     app_s(o, "[TOOL_CALLS] [");
     for (size_t k = 0; k < json_array_size(calls); k++) {
         const json_t *id = json_object_get(json_array_get(calls, k), "id");
-        if (!json_is_string(id) || json_string_length(id) < 9)
+        if (!json_is_string(id) || id_chars(id) < 9)
             return fail(r,
                         "messages[%zu].tool_calls[%zu].id: the mistral template needs an id "
                         "of at least 9 characters",
@@ -615,7 +637,7 @@ static int mistral_calls(rnd *r, size_t i, const json_t *calls)
         if (o->failure == FAIL_NONE && o->len > at)
             o->text[--o->len] = '\0'; /* the closing brace */
         app_s(o, ", \"id\": \"");
-        app_s(o, json_string_value(id) + json_string_length(id) - 9);
+        app_id9(o, id);
         app_s(o, "\"}");
         app_s(o, k + 1 < json_array_size(calls) ? ", " : "]");
     }
@@ -629,7 +651,7 @@ static int mistral_result(rnd *r, size_t i)
 {
     tpl_out *o = r->o;
     const json_t *id = json_object_get(json_array_get(r->msgs, i), "tool_call_id");
-    if (!json_is_string(id) || json_string_length(id) < 9)
+    if (!json_is_string(id) || id_chars(id) < 9)
         return fail(r,
                     "messages[%zu].tool_call_id: the mistral template needs an id of at "
                     "least 9 characters",
@@ -637,7 +659,7 @@ static int mistral_result(rnd *r, size_t i)
     app_s(o, "[TOOL_RESULTS] {\"content\": ");
     app_msg(r, i, false);
     app_s(o, ", \"call_id\": \"");
-    app_s(o, json_string_value(id) + json_string_length(id) - 9);
+    app_id9(o, id);
     app_s(o, "\"}[/TOOL_RESULTS]");
     return 0;
 }
