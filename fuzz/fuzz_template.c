@@ -303,14 +303,21 @@ static void read_log(const char *path, int tpl)
             check_record(&rec, opt.bpe, tpl);
             continue;
         }
+        /* "PATH:LINE: ..." for a refused line; an I/O error (a damaged compressed file)
+         * may also say "PATH: ...", and ends the reading. */
         const char *msg = log_error(r);
+        FZ_ASSERT(strncmp(msg, path, plen) == 0 && msg[plen] == ':', "%s: log_next %d: \"%s\"",
+                  tpl_name(tpl), rc, msg);
         char *end;
-        unsigned long long line = strtoull(msg + plen + (msg[plen] == ':'), &end, 10);
-        FZ_ASSERT(strncmp(msg, path, plen) == 0 && msg[plen] == ':' && end[0] == ':' &&
-                      end[1] == ' ' && end[2] != '\0' && line == log_n_lines(r),
+        unsigned long long line = strtoull(msg + plen + 1, &end, 10);
+        bool with_line = end != msg + plen + 1 && end[0] == ':' && line == log_n_lines(r);
+        FZ_ASSERT((with_line || (rc != LOG_EINPUT && msg[plen + 1] == ' ')) &&
+                      strlen(msg) > plen + 3,
                   "%s: log_next %d with message \"%s\"", tpl_name(tpl), rc, msg);
-        if (rc != LOG_EINPUT)
+        if (rc != LOG_EINPUT) {
+            FZ_ASSERT(rc == LOG_EIO || rc == LOG_ENOMEM, "log_next returned %d", rc);
             break;
+        }
     }
     log_close(r);
 }

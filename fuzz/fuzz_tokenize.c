@@ -55,8 +55,12 @@ static void encode_valid(bpe *t, tku_ref *ref, const char *text, size_t len, boo
     for (size_t i = 0; i < n_pre; i++)
         FZ_ASSERT(out.ids[i] == 7 + i && out.offsets[i] == i,
                   "token %zu before the call was changed", i);
-    const uint32_t *ids = out.ids + n_pre, *offs = out.offsets + n_pre;
     size_t n = out.n - n_pre;
+    if (n == 0) {
+        FZ_ASSERT(len == 0, "%zu bytes of text gave no token", len);
+        return;
+    }
+    const uint32_t *ids = out.ids + n_pre, *offs = out.offsets + n_pre;
     tku_check_tiling(t, text, len, base, ids, offs, n, "encode");
     if (ref != NULL) {
         tku_ref_encode(ref, text, len, specials, base);
