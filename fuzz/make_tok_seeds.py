@@ -63,6 +63,12 @@ def tokenize_seeds():
             data += bytes([17])
         write("tokenize", n, data + text_bytes(t))
         n += 1
+    # special tokens on, each kind with its own (cl100k: the sidecar's, one extending another)
+    for flags, t in ((1 | 4, "[TOOL_CALLS] [x][TOOL_CALLS]y<|im_start|>a<|im_end|>\n<s>b</s>"),
+                     (0 | 4, "<|begin_of_text|>x<|reserved_special_token_24|><|eot_id|>"),
+                     (2 | 4, "a<|endofprompt|>b<|endoftext|><|endofprompt|")):
+        write("tokenize", n, bytes([0, flags]) + t.encode("utf-8"))
+        n += 1
     # piece mode: letters and spaces, long runs
     for flags, body in ((0, bytes(range(200))), (4, bytes(range(0, 256, 3)) * 2),
                         (1 | 8, b"\x80" * 100 + bytes(range(8)) * 10), (2 | 4, b"\x00" * 90 + b"\x05")):

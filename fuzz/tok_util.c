@@ -265,7 +265,8 @@ static const struct {
 };
 #undef M
 
-/* Specials of the cl100k sidecar (ids from 100264 on) and o200k's moved one. */
+/* Specials of the cl100k sidecar (ids from 100264 on; the last one extends another, so the
+ * longest must win) and o200k's moved one. */
 static const char *const chat_specials[] = {"<|im_start|>",
                                             "<|im_end|>",
                                             "[INST]",
@@ -276,7 +277,8 @@ static const char *const chat_specials[] = {"<|im_start|>",
                                             "[TOOL_RESULTS]",
                                             "[/TOOL_RESULTS]",
                                             "<s>",
-                                            "</s>"};
+                                            "</s>",
+                                            "[TOOL_CALLS] ["};
 #define N_CHAT_SPECIALS (sizeof chat_specials / sizeof chat_specials[0])
 #define CHAT_SPECIAL_ID 100264u
 #define O200K_MOVED_ID  200100u

@@ -9,8 +9,9 @@
  * letter, overlapping pairs, runs of spaces and newlines, digits, pieces of multi-byte
  * UTF-8 characters, a token no merge reaches, the template's control words), with gaps in
  * the ranks. llama3 is loaded by kind and has only its built-in specials; cl100k takes its
- * kind from a sidecar that adds <|im_start|>, <|im_end|>, Mistral's control words, <s> and
- * </s> as specials and names <s>/</s> as bos/eos; o200k's sidecar moves <|endofprompt|> to
+ * kind from a sidecar that adds <|im_start|>, <|im_end|>, Mistral's control words, <s>,
+ * </s> and "[TOOL_CALLS] [" (which extends "[TOOL_CALLS]": the longest special wins) as
+ * specials and names <s>/</s> as bos/eos; o200k's sidecar moves <|endofprompt|> to
  * another id. bpe_check must pass after every load.
  *
  * Reference encoder. tku_ref holds its own copy of what the harness wrote (the vocabulary
