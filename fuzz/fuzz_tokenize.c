@@ -111,7 +111,7 @@ static void encode_any(bpe *t, tku_ref *ref, const char *text, size_t len, bool 
 static void mode_text(fz_in *in)
 {
     uint8_t b = fz_u8(in);
-    int kind = BPE_LLAMA3 + b % 3;
+    int kind = BPE_LLAMA3 + (b & 3) % 3;
     bool specials = (b & 4) != 0;
     size_t n_pre = (b >> 5) & 3;
     tku_ref *ref;
@@ -142,7 +142,7 @@ static void mode_piece(fz_in *in)
     static char *text;
     static size_t cap;
     uint8_t b = fz_u8(in);
-    int kind = BPE_LLAMA3 + b % 3;
+    int kind = BPE_LLAMA3 + (b & 3) % 3;
     const char *const *alpha = (b & 4) ? spaces : letters;
     size_t n = in->n > MAX_TEXT / 2 ? MAX_TEXT / 2 : in->n;
     if (cap < 3 * n + 1) {
@@ -246,7 +246,7 @@ static bool write_vocab(const tku_vocab *v, const char *path, uint8_t b, uint8_t
 static void mode_vocab(fz_in *in)
 {
     uint8_t b = fz_u8(in), d = fz_u8(in), at = fz_u8(in);
-    int kind = BPE_LLAMA3 + b % 3;
+    int kind = BPE_LLAMA3 + (b & 3) % 3;
     tku_vocab v = {0};
     random_vocab(in, &v);
     char path[512];

@@ -8,7 +8,7 @@ names only; campaign inputs and regress-* files are left alone). The input forma
 described at the top of fuzz/fuzz_tokenize.c and fuzz/fuzz_template.c.
 
 fuzz_tokenize: byte 0 is the mode (0: text, 2: piece, 3: vocabulary), then per mode a
-flags byte (kind = flags % 3, specials = flags & 4, base = flags >> 3 & 3, dummies =
+flags byte (kind = (flags & 3) % 3: llama3, cl100k, o200k; specials = flags & 4, base = flags >> 3 & 3, dummies =
 flags >> 5 & 3) and the text. Texts cover what tokenizers get wrong: contractions in
 either case, code, CJK, emoji with modifiers, numbers, whitespace runs and CRLF, Unicode
 White_Space (U+0085, U+00A0, U+202F), U+FEFF, combining marks, each kind's special
