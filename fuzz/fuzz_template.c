@@ -81,7 +81,48 @@ static int buf_write(void *ctx, const char *s, size_t n)
     return 0;
 }
 
-/* pyjson_dump of o reads back to an equal value, and is valid UTF-8. */
+/* Whether s[0, n) has no control byte that jansson and Python escape differently (jansson
+ * writes \u001F, Python \u001f; both write \b \t \n \f \r the short way). */
+static bool plain_string(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 && strchr("\b\t\n\f\r", s[i]) == NULL)
+            return false;
+    return true;
+}
+
+/* Whether jansson's dump of v is Python's: no reals (jansson writes %.17g, Python repr)
+ * and only plain strings. */
+static bool plain_value(const json_t *v)
+{
+    const char *key;
+    const json_t *x;
+    switch (json_typeof(v)) {
+    case JSON_REAL:
+        return false;
+    case JSON_STRING:
+        return plain_string(json_string_value(v), json_string_length(v));
+    case JSON_ARRAY:
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (!plain_value(json_array_get(v, i)))
+                return false;
+        return true;
+    case JSON_OBJECT:
+        json_object_foreach((json_t *)v, key, x)
+        {
+            if (!plain_string(key, strlen(key)) || !plain_value(x))
+                return false;
+        }
+        return true;
+    default:
+        return true;
+    }
+}
+
+/* pyjson_dump of o reads back to an equal value and is valid UTF-8; for a plain value
+ * (plain_value) and an indent other than 0 (jansson's JSON_INDENT(0) means none, Python's
+ * indent=0 means newlines), it is byte for byte jansson's dump with the same separators and
+ * indent, an independent writer of the same layout. */
 static void check_pyjson(const json_t *o, int indent)
 {
     buf b = {0};
@@ -96,6 +137,14 @@ static void check_pyjson(const json_t *o, int indent)
     FZ_ASSERT(json_equal(o, back), "pyjson_dump (indent %d) wrote another value: %.300s", indent,
               b.p);
     json_decref(back);
+    if (indent != 0 && plain_value(o)) {
+        size_t flags = JSON_PRESERVE_ORDER | JSON_ENCODE_ANY;
+        char *j = json_dumps(o, flags | (indent > 0 ? JSON_INDENT(indent) : 0));
+        FZ_ASSERT(j != NULL, "out of memory");
+        FZ_ASSERT(strcmp(j, b.p) == 0, "pyjson_dump (indent %d) is not jansson's layout: %.200s",
+                  indent, b.p);
+        free(j);
+    }
     free(b.p);
 }
 
