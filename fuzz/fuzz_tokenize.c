@@ -14,12 +14,16 @@
  * often as its scan; vocabulary (a quarter)   a rank file made from the input: the 256 single bytes
  * at shuffled ranks, up to 63 merges of letters, digits, spaces and é built from earlier tokens,
  * gaps in the ranks, CRLF line ends or blank lines; sometimes damaged (a rank given twice, a byte
- *                            changed, a single byte's line dropped); loaded with a kind, and
- *                            then the rest of the input encoded with it.
+ *                            changed, a single byte's line dropped); half the time with a
+ *                            sidecar (FILE.json) that may name the kind, bos, and up to three
+ *                            special tokens (new texts, ordinary text, built-in specials
+ *                            moved; fresh ids, a built-in's, an ordinary token's, an earlier
+ *                            entry's); loaded, and then the rest of the input encoded with it.
  *
  * Asserted:
- *   - every load succeeds (or, for a damaged file, fails with BPE_EINPUT and a message that
- *     starts with the file's path), and bpe_check passes after every successful load;
+ *   - every load succeeds (or, for a damaged file or a sidecar, fails with BPE_EINPUT and a
+ *     message that starts with the file's path), and bpe_check passes after every
+ *     successful load; a sidecar's specials are the reference's too;
  *   - invalid UTF-8 is refused with BPE_EINPUT, the message naming the first invalid byte
  *     as an independent validator finds it, and the tokens already in the output intact;
  *     the valid prefix is then encoded and checked like any text;
@@ -35,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fuzz_util.h"
 #include "tok_util.h"
@@ -243,6 +248,45 @@ static bool write_vocab(const tku_vocab *v, const char *path, uint8_t b, uint8_t
     return damaged;
 }
 
+/* A sidecar for the random vocabulary (or none: then any old one is removed): maybe the
+ * kind (then bpe_load gets kind 0), up to three special tokens whose texts may be built-in
+ * specials (moved), ordinary text or new, with ids that are fresh, a built-in special's,
+ * an ordinary token's or an earlier entry's; maybe bos/eos texts. The specials the load
+ * should then have are added to ref in the same order. Returns the kind for bpe_load. */
+static int random_sidecar(fz_in *in, const char *path, int kind, bool on, tku_ref *ref)
+{
+    static const char *const texts[8] = {
+        "<|a|>",      "<|ab|>",       "ab", "<|endoftext|>", "<|begin_of_text|>",
+        "<|eot_id|>", "<|im_start|>", "a"};
+    static const uint32_t builtin[4] = {0, 128009, 100257, 199999};
+    char name[600], text[512];
+    snprintf(name, sizeof name, "%s.json", path);
+    if (!on) {
+        unlink(name);
+        return kind;
+    }
+    uint8_t f = fz_u8(in);
+    size_t o = (size_t)snprintf(text, sizeof text, "{\"special_tokens\": {");
+    uint32_t prev = 1000;
+    for (size_t k = 0, n = f % 4; k < n; k++) {
+        uint8_t c = fz_u8(in), x = fz_u8(in);
+        uint32_t ids[4] = {1000 + x, builtin[kind], x, prev};
+        uint32_t id = ids[c % 4];
+        const char *t = texts[(c >> 2) % 8];
+        o += (size_t)snprintf(text + o, sizeof text - o, "%s\"%s\": %u", k ? ", " : "", t, id);
+        tku_ref_special(ref, t, id);
+        prev = id;
+    }
+    o += (size_t)snprintf(text + o, sizeof text - o, "}");
+    if (f & 0x10)
+        o += (size_t)snprintf(text + o, sizeof text - o, ", \"kind\": \"%s\"", bpe_kind_name(kind));
+    if (f & 0x20)
+        o += (size_t)snprintf(text + o, sizeof text - o, ", \"bos_token\": \"<s>\"");
+    o += (size_t)snprintf(text + o, sizeof text - o, "}\n");
+    tku_write_file(name, text, o);
+    return f & 0x10 ? 0 : kind;
+}
+
 static void mode_vocab(fz_in *in)
 {
     uint8_t b = fz_u8(in), d = fz_u8(in), at = fz_u8(in);
@@ -254,23 +298,28 @@ static void mode_vocab(fz_in *in)
     bool damaged = (d & 0x30) == 0x30 && write_vocab(&v, path, b >> 2, d, at);
     if (!damaged)
         write_vocab(&v, path, b >> 2, 0, 0);
+    tku_ref ref;
+    tku_vocab_seal(&v);
+    tku_ref_init(&ref, kind, &v);
+    bool sidecar = (b & 0x80) != 0;
+    int load_kind = random_sidecar(in, path, kind, sidecar, &ref);
     bpe *t = NULL;
     char err[512] = "";
-    int rc = bpe_load(path, kind, &t, err, sizeof err);
-    if (damaged && rc != BPE_OK) {
+    int rc = bpe_load(path, load_kind, &t, err, sizeof err);
+    if ((damaged || sidecar) && rc != BPE_OK) {
+        /* "PATH:..." for the rank file, "PATH.json:..." for the sidecar. */
         size_t pl = strlen(path);
-        FZ_ASSERT(rc == BPE_EINPUT && strncmp(err, path, pl) == 0 && err[pl] == ':' &&
-                      strlen(err) > pl + 2,
-                  "damaged rank file: %d, \"%s\"", rc, err);
+        bool named =
+            strncmp(err, path, pl) == 0 && (err[pl] == ':' || strncmp(err + pl, ".json:", 6) == 0);
+        FZ_ASSERT(rc == BPE_EINPUT && named && strlen(err) > pl + 8,
+                  "damaged rank file or sidecar: %d, \"%s\"", rc, err);
         FZ_ASSERT(t == NULL, "a failed load set the tokenizer");
+        tku_ref_free(&ref);
         tku_vocab_free(&v);
         return;
     }
     FZ_ASSERT(rc == BPE_OK, "bpe_load of a valid rank file: %d, %s", rc, err);
     FZ_ASSERT(bpe_check(t, err, sizeof err) == 0, "bpe_check after load: %s", err);
-    tku_ref ref;
-    tku_vocab_seal(&v);
-    tku_ref_init(&ref, kind, &v);
     size_t len = in->n > 4096 ? 4096 : in->n;
     char *text = malloc(len + 1);
     FZ_ASSERT(text != NULL, "out of memory");
@@ -278,7 +327,7 @@ static void mode_vocab(fz_in *in)
     static const char map[] = "abcabcab  \n1aab";
     for (size_t i = 0; i < len; i++) {
         uint8_t c = fz_u8(in);
-        text[i] = c < 0xf0 ? map[c & 15] : (char)(c & 0x7f);
+        text[i] = c < 0x80 ? map[c & 15] : (char)(c & 0x7f);
     }
     encode_any(t, damaged ? NULL : &ref, text, len, (b & 0x40) != 0, 0, 0);
     free(text);

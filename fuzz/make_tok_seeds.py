@@ -80,6 +80,15 @@ def tokenize_seeds():
         text = bytes((k * 5) & 0xFF for k in range(300))
         write("tokenize", n, bytes([3, b, d, 7, 33, 101, nm]) + merges + text)
         n += 1
+    # vocabulary mode with a sidecar (b & 0x80): f (entries f % 4, kind f & 0x10, bos f & 0x20),
+    # then (c, x) per entry: id = (1000 + x, the kind's built-in, x, the previous) [c % 4],
+    # text = texts[(c >> 2) % 8]; then the text (bytes >= 0x80 are ASCII & 0x7f).
+    asc = lambda t: bytes(0x80 | ord(ch) for ch in t)
+    for b, side, t in ((0x80 | 0x40, bytes([2, 0, 5, 4 * 1 + 3, 0]), "x<|a|>y<|ab|>z"),
+                       (0x80 | 0x41, bytes([0x13, 4 * 3 + 1, 0, 4 * 7 + 0, 9, 4 * 2 + 2, 66]), "ab a <|endoftext|>"),
+                       (0x80 | 0x42, bytes([0x21, 4 * 4 + 0, 200]), "<|im_start|>q")):
+        write("tokenize", n, bytes([3, b, 0, 0, 7, 33, 3, 1, 2, 3, 4, 5, 6]) + side + asc(t))
+        n += 1
 
 
 BODIES = [

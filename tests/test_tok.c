@@ -265,6 +265,13 @@ Test(bpe, sidecar_errors)
                       "special_tokens must be an object");
     expect_load_error("k8", text, "{\"bos_token\": 1}", BPE_CL100K, BPE_EINPUT,
                       "bos_token must be a non-empty string");
+    /* Two texts on one id (a new one, or a built-in moved onto another's) would decode
+     * wrongly; fuzz_tokenize found it (corpus/tokenize/regress-sidecar-special-id-clash). */
+    expect_load_error("k9", text, "{\"special_tokens\": {\"<a>\": 100300, \"<b>\": 100300}}",
+                      BPE_CL100K, BPE_EINPUT,
+                      "special tokens \"<a>\" and \"<b>\" both have id 100300");
+    expect_load_error("k10", text, "{\"special_tokens\": {\"<|fim_prefix|>\": 100257}}", BPE_CL100K,
+                      BPE_EINPUT, "both have id 100257");
     free(text);
 }
 

@@ -24,7 +24,8 @@
  * both give the same tokens; the heap costs O(n log n).
  *
  * Invariants (bpe_check): every id with len > 0 is found by its bytes; the table is at
- * most half full; all 256 single bytes are tokens; specials are sorted as described.
+ * most half full; all 256 single bytes are tokens; specials are sorted as described and
+ * no two share an id (so every id decodes to one text).
  * Cost: loading is one pass over the file (about 60 ms for o200k); encoding is one regex
  * pass plus one hash lookup for each piece that is a whole token, which most are.
  */
@@ -567,6 +568,20 @@ static int read_sidecar(bpe *t, const char *name, int *kind, json_t **out, char 
     return rc ? rc : sidecar_text(s, "eos_token", &t->eos, name, err, err_size);
 }
 
+/* Whether two specials share an id (the first such pair in *a, *b): then an id would not
+ * name one text, and decoding would not give back the text. Cannot fail. */
+static bool special_ids_clash(const bpe *t, size_t *a, size_t *b)
+{
+    for (size_t i = 0; i < t->n_specials; i++)
+        for (size_t j = i + 1; j < t->n_specials; j++)
+            if (t->specials[i].id == t->specials[j].id) {
+                *a = i;
+                *b = j;
+                return true;
+            }
+    return false;
+}
+
 /* Add the sidecar's special tokens. Returns BPE_OK or an error. */
 static int sidecar_specials(bpe *t, const json_t *s, const char *name, size_t *cap, char *err,
                             size_t err_size)
@@ -590,6 +605,12 @@ static int sidecar_specials(bpe *t, const json_t *s, const char *name, size_t *c
         }
         if (add_special_str(t, text, (uint32_t)id, cap) != BPE_OK)
             return BPE_ENOMEM;
+    }
+    size_t a, b;
+    if (special_ids_clash(t, &a, &b)) {
+        errf(err, err_size, "%s: special tokens \"%.60s\" and \"%.60s\" both have id %u", name,
+             t->specials[a].text, t->specials[b].text, t->specials[a].id);
+        return BPE_EINPUT;
     }
     return BPE_OK;
 }
@@ -1113,6 +1134,11 @@ int bpe_check(const bpe *t, char *err, size_t err_size)
             errf(err, err_size, "special %zu's first byte is not marked", i);
             return -1;
         }
+    }
+    size_t a, b;
+    if (special_ids_clash(t, &a, &b)) {
+        errf(err, err_size, "specials %zu and %zu have the same id %u", a, b, t->specials[a].id);
+        return -1;
     }
     return 0;
 }

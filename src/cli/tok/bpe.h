@@ -40,7 +40,8 @@
  *    "bos_token": "<s>", "eos_token": "</s>"}
  *
  * "kind" names the kind when none is given on the command line; "special_tokens" adds
- * tokens (or moves a built-in one to another id); "bos_token"/"eos_token" name the texts
+ * tokens (or moves a built-in one to another id; no two specials may end up with one id,
+ * and none may take an ordinary token's); "bos_token"/"eos_token" name the texts
  * the chat templates write for bos_token and eos_token (template.h). Every field is
  * optional.
  *
@@ -134,8 +135,8 @@ bool bpe_token_bytes(const bpe *t, uint32_t id, const char **p, size_t *len);
 void bpe_out_free(bpe_out *out);
 
 /* Check the tokenizer's invariants (every rank found by its bytes through the hash table,
- * table load below 1/2, all single bytes present, specials sorted). Returns 0, or -1 with
- * the first violation in err. */
+ * table load below 1/2, all single bytes present, specials sorted, no two specials with
+ * one id). Returns 0, or -1 with the first violation in err. */
 int bpe_check(const bpe *t, char *err, size_t err_size);
 
 #endif /* CLI_BPE_H */
