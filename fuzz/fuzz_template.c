@@ -13,7 +13,8 @@
  *    cl100k with <s>, </s> and the control words for the others), under the reader's limit
  *    (8 times the input plus 4 KiB) or, for one input length in five, half the input.
  *    Asserted:
- *      - a refusal is LOG_EINPUT with a message (one line, no NUL before its end), and
+ *      - a refusal is LOG_EINPUT with a message (valid UTF-8, as the body is, without control
+ *        characters: input it quotes is cut at a character and escaped as escape.h says), and
  *        rendering again refuses with the same message;
  *      - a rendering stays within the limit, is NUL-terminated, is valid UTF-8 (every byte
  *        comes from a JSON string or from JSON the writer made), and is deterministic:
@@ -30,7 +31,8 @@
  * 2. The input is read as a log file by the request-log reader with the BPE tokenizer and
  *    each template (as `kvprefix replay --tokenizer --template` does): every record's
  *    tokens tile its text, its segments are the template's; every refused line has a
- *    "PATH:LINE: ..." message.
+ *    "PATH:LINE: ..." message (valid UTF-8 without control characters when the input is
+ *    valid UTF-8).
  * No crash, no sanitizer report, no leak.
  */
 #define _GNU_SOURCE /* memfd_create */
@@ -79,6 +81,18 @@ static int buf_write(void *ctx, const char *s, size_t n)
     b->n += n;
     b->p[b->n] = '\0';
     return 0;
+}
+
+/* Whether message s is fit for a terminal and for a JSON report: valid UTF-8 and free of
+ * control characters (C0, DEL, C1; escape.h writes them as \xNN). */
+static bool safe_message(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n; i++)
+        if (u[i] < 0x20 || u[i] == 0x7f || (u[i] == 0xc2 && i + 1 < n && u[i + 1] <= 0x9f))
+            return false;
+    return tku_utf8_invalid_at(u, n) == n;
 }
 
 /* Whether s[0, n) has no control byte that jansson and Python escape differently (jansson
@@ -268,6 +282,8 @@ static void check_render(const json_t *o, int tpl, size_t limit)
         FZ_ASSERT(err[0] != '\0' && strchr(err, '\n') == NULL, "%s: refused with message \"%s\"",
                   name, err);
         FZ_ASSERT(strcmp(err, err2) == 0, "%s: refused with \"%s\", then \"%s\"", name, err, err2);
+        FZ_ASSERT(safe_message(err), "%s: the message is not valid UTF-8 free of controls: \"%s\"",
+                  name, err);
     } else {
         size_t len;
         const char *text = oai_text(&p, &len);
@@ -331,8 +347,9 @@ static void check_record(const log_record *rec, bpe *t, int tpl)
               "line %llu: segments outside the text", (unsigned long long)rec->line_no);
 }
 
-/* Read the file at path with the tokenizer and template tpl, checking every call. */
-static void read_log(const char *path, int tpl)
+/* Read the file at path with the tokenizer and template tpl, checking every call (and,
+ * when the whole input is valid UTF-8, that every message is too). */
+static void read_log(const char *path, int tpl, bool utf8_input)
 {
     log_options opt;
     log_options_init(&opt);
@@ -363,6 +380,10 @@ static void read_log(const char *path, int tpl)
         FZ_ASSERT((with_line || (rc != LOG_EINPUT && msg[plen + 1] == ' ')) &&
                       strlen(msg) > plen + 3,
                   "%s: log_next %d with message \"%s\"", tpl_name(tpl), rc, msg);
+        FZ_ASSERT(!utf8_input || safe_message(msg),
+                  "%s: the message for a valid UTF-8 input is not valid UTF-8 free of controls: "
+                  "\"%s\"",
+                  tpl_name(tpl), msg);
         if (rc != LOG_EINPUT) {
             FZ_ASSERT(rc == LOG_EIO || rc == LOG_ENOMEM, "log_next returned %d", rc);
             break;
@@ -392,8 +413,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char path[64];
     int fd = make_file(data, size, path, sizeof path);
     FZ_ASSERT(fd >= 0, "cannot make a file for the input: %s", strerror(errno));
+    bool utf8 = tku_utf8_invalid_at(data, size) == size;
     for (size_t i = 0; i < sizeof templates / sizeof templates[0]; i++)
-        read_log(path, templates[i]);
+        read_log(path, templates[i], utf8);
     close(fd);
     return 0;
 }

@@ -532,6 +532,22 @@ Test(template, mistral_ids_are_characters)
                         "needs an id of at least 9 characters");
 }
 
+/* A role quoted in a message is cut at a character, not inside one, and its control
+ * characters are escaped (fuzz_template: corpus/template/regress-message-role-cut-utf8,
+ * regress-message-role-escape), so replay can print the message and put it in its JSON
+ * report. */
+Test(template, quoted_role_is_safe)
+{
+    expect_render_error(
+        TPL_MISTRAL,
+        "{\"messages\": [{\"role\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\\u00e9\", "
+        "\"content\": \"x\"}]}",
+        "not \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\"");
+    expect_render_error(
+        TPL_MISTRAL, "{\"messages\": [{\"role\": \"a\\u001b[2J\\u0085\\u00e9\", \"content\": \"x\"}]}",
+        "not \"a\\x1b[2J\\xc2\\x85\xc3\xa9\"");
+}
+
 Test(template, refusals)
 {
     expect_render_error(TPL_MISTRAL,

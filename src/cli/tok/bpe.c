@@ -44,6 +44,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "escape.h"
+
 #define NO_RANK     UINT32_MAX
 #define SMALL_PIECE 64         /* pieces up to this many bytes use the scan */
 #define MAX_FILE    (1u << 30) /* largest rank file read */
@@ -589,18 +591,19 @@ static int sidecar_specials(bpe *t, const json_t *s, const char *name, size_t *c
     const json_t *sp = json_object_get(s, "special_tokens");
     const char *text;
     const json_t *v;
+    char q[260], q2[260]; /* texts quoted in a message (escape.h) */
     json_object_foreach((json_t *)sp, text, v)
     {
         json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
         if (id < 0 || id >= (json_int_t)BPE_MAX_RANKS || text[0] == '\0') {
             errf(err, err_size,
-                 "%s: special_tokens[\"%.60s\"] must be a non-empty text with an id below %u", name,
-                 text, BPE_MAX_RANKS);
+                 "%s: special_tokens[\"%s\"] must be a non-empty text with an id below %u", name,
+                 cli_quote_prefix(q, sizeof q, text, strlen(text), 60), BPE_MAX_RANKS);
             return BPE_EINPUT;
         }
         if ((size_t)id < t->n_ids && t->len[id] != 0) {
-            errf(err, err_size, "%s: special token \"%.60s\" takes id %lld of an ordinary token",
-                 name, text, (long long)id);
+            errf(err, err_size, "%s: special token \"%s\" takes id %lld of an ordinary token", name,
+                 cli_quote_prefix(q, sizeof q, text, strlen(text), 60), (long long)id);
             return BPE_EINPUT;
         }
         if (add_special_str(t, text, (uint32_t)id, cap) != BPE_OK)
@@ -608,8 +611,10 @@ static int sidecar_specials(bpe *t, const json_t *s, const char *name, size_t *c
     }
     size_t a, b;
     if (special_ids_clash(t, &a, &b)) {
-        errf(err, err_size, "%s: special tokens \"%.60s\" and \"%.60s\" both have id %u", name,
-             t->specials[a].text, t->specials[b].text, t->specials[a].id);
+        const special *x = &t->specials[a], *y = &t->specials[b];
+        errf(err, err_size, "%s: special tokens \"%s\" and \"%s\" both have id %u", name,
+             cli_quote_prefix(q, sizeof q, x->text, x->len, 60),
+             cli_quote_prefix(q2, sizeof q2, y->text, y->len, 60), x->id);
         return BPE_EINPUT;
     }
     return BPE_OK;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "escape.h"
 #include "pyjson.h"
 
 enum {
@@ -540,11 +541,14 @@ static int mistral_check(rnd *r, size_t first)
     size_t k = 0;
     for (size_t i = first; i < r->n; i++) {
         bool user = role_is(r, i, "user");
-        if (!user && !role_is(r, i, "assistant") && !is_tool_role(r, i))
+        if (!user && !role_is(r, i, "assistant") && !is_tool_role(r, i)) {
+            char q[200];
+            const char *role = role_of(r, i);
             return fail(r,
                         "messages[%zu]: the mistral template takes user, assistant and tool "
-                        "messages after one optional system message, not \"%.40s\"",
-                        i, role_of(r, i));
+                        "messages after one optional system message, not \"%s\"",
+                        i, cli_quote_prefix(q, sizeof q, role, strlen(role), 40));
+        }
         if (is_tool_role(r, i) || calls_of(r, i) != NULL)
             continue;
         if (user != (k % 2 == 0))
