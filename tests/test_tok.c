@@ -544,7 +544,8 @@ Test(template, quoted_role_is_safe)
         "\"content\": \"x\"}]}",
         "not \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\"");
     expect_render_error(
-        TPL_MISTRAL, "{\"messages\": [{\"role\": \"a\\u001b[2J\\u0085\\u00e9\", \"content\": \"x\"}]}",
+        TPL_MISTRAL,
+        "{\"messages\": [{\"role\": \"a\\u001b[2J\\u0085\\u00e9\", \"content\": \"x\"}]}",
         "not \"a\\x1b[2J\\xc2\\x85\xc3\xa9\"");
 }
 
