@@ -549,6 +549,26 @@ Test(template, quoted_role_is_safe)
         "not \"a\\x1b[2J\\xc2\\x85\xc3\xa9\"");
 }
 
+/* A segment's role is for reports (replay --diagnose prints it and writes it to JSON): a
+ * long role is cut at a character with "...", control characters are escaped
+ * (fuzz_template: corpus/template/regress-segment-role-cut). */
+Test(template, segment_roles_fit_reports)
+{
+    json_t *b = json_loads("{\"messages\": [{\"role\": \"aaaaaaaaaa\\u00e9\\u001b\", \"content\": "
+                           "\"x\"}, {\"role\": \"a\\u001b\", \"content\": \"y\"}]}",
+                           0, NULL);
+    cr_assert(b != NULL);
+    tpl_out o = {0};
+    char err[256] = "";
+    cr_assert_eq(tpl_render(TPL_CHATML, b, "", "", 1 << 20, &o, err, sizeof err), TPL_OK, "%s",
+                 err);
+    cr_assert_eq(o.n_segs, 3);
+    cr_expect_str_eq(o.segs[0].role, "aaaaaaaaaa\xc3\xa9...");
+    cr_expect_str_eq(o.segs[1].role, "a\\x1b");
+    tpl_out_free(&o);
+    json_decref(b);
+}
+
 Test(template, refusals)
 {
     expect_render_error(TPL_MISTRAL,

@@ -142,7 +142,8 @@ static void seg(tpl_out *o, int kind, size_t index, const char *role)
     last->offset = (uint32_t)o->len;
     last->index = (uint32_t)index;
     last->kind = kind;
-    snprintf(last->role, sizeof last->role, "%s", role ? role : "");
+    role = role ? role : "";
+    cli_quote_prefix(last->role, sizeof last->role, role, strlen(role), sizeof last->role - 1);
 }
 
 /* ---- messages ------------------------------------------------------------------------- */
