@@ -21,13 +21,15 @@
  *        rendered again, into a fresh prompt and into the same one, it is byte for byte
  *        the same, with the same segments (templates) or markers (fixed layout);
  *      - template segments: the first at offset 0, offsets ascending, inside the text,
- *        message indexes below the number of messages (with that message's role), tool
+ *        message indexes below the number of messages, each role fit for a report (valid
+ *        UTF-8 without controls; the message's own role when short and plain), tool
  *        indexes below the number of tools, the generation prompt last;
  *      - fixed layout markers: ascending, each over the text of its marker;
  *      - the text encodes (special tokens on) without error into tokens that tile it,
  *        equal to the reference encoder's (texts up to 16 KiB);
  *    and the body itself is written by pyjson_dump (without indent and with indent 0..4),
- *    which must read back (jansson) to an equal value.
+ *    which must read back (jansson) to an equal value and, for a value without reals or
+ *    odd control bytes and an indent other than 0, equal jansson's own dump byte for byte.
  * 2. The input is read as a log file by the request-log reader with the BPE tokenizer and
  *    each template (as `kvprefix replay --tokenizer --template` does): every record's
  *    tokens tile its text, its segments are the template's; every refused line has a
