@@ -12,6 +12,7 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +265,13 @@ Test(bpe, sidecar_errors)
                       "special_tokens must be an object");
     expect_load_error("k8", text, "{\"bos_token\": 1}", BPE_CL100K, BPE_EINPUT,
                       "bos_token must be a non-empty string");
+    /* Two texts on one id (a new one, or a built-in moved onto another's) would decode
+     * wrongly; fuzz_tokenize found it (corpus/tokenize/regress-sidecar-special-id-clash). */
+    expect_load_error("k9", text, "{\"special_tokens\": {\"<a>\": 100300, \"<b>\": 100300}}",
+                      BPE_CL100K, BPE_EINPUT,
+                      "special tokens \"<a>\" and \"<b>\" both have id 100300");
+    expect_load_error("k10", text, "{\"special_tokens\": {\"<|fim_prefix|>\": 100257}}", BPE_CL100K,
+                      BPE_EINPUT, "both have id 100257");
     free(text);
 }
 
@@ -312,6 +320,31 @@ Test(pyjson, reals_as_python_repr)
         char buf[48];
         pyjson_repr_double(cases[i].x, buf, sizeof buf);
         cr_expect_str_eq(buf, cases[i].want, "repr(%.17g)", cases[i].x);
+    }
+}
+
+/* At a power of two the doubles that read back to x reach twice as far above x as below,
+ * so the correctly rounded 16 digits can miss while the 16-digit neighbour across x hits:
+ * Python writes that one, not 17 digits. Found by comparing with CPython 3.11's repr
+ * (tests/pyjson_repr_check.py): 92 of the 4,196 powers of two from 2^-1074 to 2^1023, both
+ * signs, were wrong. */
+Test(pyjson, reals_at_powers_of_two_as_python_repr)
+{
+    struct {
+        int exp2;
+        const char *want;
+    } cases[] = {{-1017, "7.120236347223045e-307"},
+                 {-1007, "7.291122019556398e-304"},
+                 {-957, "8.209073602596753e-289"},
+                 {-808, "5.858190679279809e-244"},
+                 {-705, "5.940911144672375e-213"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[48], neg[48];
+        pyjson_repr_double(ldexp(1.0, cases[i].exp2), buf, sizeof buf);
+        cr_expect_str_eq(buf, cases[i].want, "repr(2**%d)", cases[i].exp2);
+        pyjson_repr_double(-ldexp(1.0, cases[i].exp2), buf, sizeof buf);
+        snprintf(neg, sizeof neg, "-%s", cases[i].want);
+        cr_expect_str_eq(buf, neg, "repr(-2**%d)", cases[i].exp2);
     }
 }
 
@@ -472,6 +505,67 @@ Test(template, segments_name_messages_and_tools)
     s = tpl_seg_at(o.segs, o.n_segs, 0);
     cr_expect_eq(s->kind, TPL_SEG_MESSAGE);
     cr_expect_str_eq(s->role, "system");
+    tpl_out_free(&o);
+    json_decref(b);
+}
+
+/* Mistral's tool-call ids are Python's id[-9:], 9 characters: a multi-byte id keeps its
+ * last 9 characters whole (the last 9 bytes would cut one in two and make the prompt
+ * invalid UTF-8, which fuzz_template found: corpus/template/regress-mistral-id-utf8), and
+ * an id of 9 bytes but fewer characters is refused as the template refuses it. */
+Test(template, mistral_ids_are_characters)
+{
+    expect_render(TPL_MISTRAL,
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"u\"}, {\"role\": "
+                  "\"assistant\", \"tool_calls\": [{\"id\": \"ab\u00e9\u00e9\u00e9\u00e9\u00e9"
+                  "\u00e9\u00e9\u00e9\u00e9x\", \"function\": {\"name\": \"f\", \"arguments\": "
+                  "\"{}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"\u00e9\u00e9\u00e9\u00e9"
+                  "\u00e9\u00e9\u00e9\u00e9\u00e9\", \"content\": \"r\"}]}",
+                  "<s>", "</s>",
+                  "<s>[INST] u[/INST][TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}, "
+                  "\"id\": \"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9x\"}]"
+                  "</s>[TOOL_RESULTS] {\"content\": r, \"call_id\": \"\xc3\xa9\xc3\xa9\xc3\xa9"
+                  "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"}[/TOOL_RESULTS]");
+    expect_render_error(TPL_MISTRAL,
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"u\"}, "
+                        "{\"role\": \"assistant\", \"tool_calls\": [{\"id\": "
+                        "\"\u00e9\u00e9\u00e9\u00e9\u00e9\", \"function\": {\"name\": \"f\"}}]}]}",
+                        "needs an id of at least 9 characters");
+}
+
+/* A role quoted in a message is cut at a character, not inside one, and its control
+ * characters are escaped (fuzz_template: corpus/template/regress-message-role-cut-utf8,
+ * regress-message-role-escape), so replay can print the message and put it in its JSON
+ * report. */
+Test(template, quoted_role_is_safe)
+{
+    expect_render_error(
+        TPL_MISTRAL,
+        "{\"messages\": [{\"role\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\\u00e9\", "
+        "\"content\": \"x\"}]}",
+        "not \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\"");
+    expect_render_error(
+        TPL_MISTRAL,
+        "{\"messages\": [{\"role\": \"a\\u001b[2J\\u0085\\u00e9\", \"content\": \"x\"}]}",
+        "not \"a\\x1b[2J\\xc2\\x85\xc3\xa9\"");
+}
+
+/* A segment's role is for reports (replay --diagnose prints it and writes it to JSON): a
+ * long role is cut at a character with "...", control characters are escaped
+ * (fuzz_template: corpus/template/regress-segment-role-cut). */
+Test(template, segment_roles_fit_reports)
+{
+    json_t *b = json_loads("{\"messages\": [{\"role\": \"aaaaaaaaaa\\u00e9\\u001b\", \"content\": "
+                           "\"x\"}, {\"role\": \"a\\u001b\", \"content\": \"y\"}]}",
+                           0, NULL);
+    cr_assert(b != NULL);
+    tpl_out o = {0};
+    char err[256] = "";
+    cr_assert_eq(tpl_render(TPL_CHATML, b, "", "", 1 << 20, &o, err, sizeof err), TPL_OK, "%s",
+                 err);
+    cr_assert_eq(o.n_segs, 3);
+    cr_expect_str_eq(o.segs[0].role, "aaaaaaaaaa\xc3\xa9...");
+    cr_expect_str_eq(o.segs[1].role, "a\\x1b");
     tpl_out_free(&o);
     json_decref(b);
 }

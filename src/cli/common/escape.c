@@ -70,3 +70,35 @@ void cli_escape_str(char *dst, size_t size, const char *src)
     }
     dst[j] = '\0';
 }
+
+const char *cli_quote_prefix(char *dst, size_t size, const char *s, size_t len, size_t max)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = len < max ? len : max, j = 0;
+    while (n < len && n > 0 && (u[n] & 0xc0) == 0x80)
+        n--; /* not inside a UTF-8 character */
+    bool cut = n < len;
+    for (size_t i = 0; i < n;) {
+        size_t c = control_len(u, i, n), k = 1;
+        while (c == 0 && i + k < n && (u[i + k] & 0xc0) == 0x80)
+            k++; /* the whole character, or none of it */
+        if (j + (c ? 4 * c : k) + 4 > size) {
+            cut = true;
+            break;
+        }
+        if (c == 0) {
+            memcpy(dst + j, u + i, k);
+            j += k;
+            i += k;
+            continue;
+        }
+        for (; c > 0; c--, j += 4)
+            snprintf(dst + j, size - j, "\\x%02x", u[i++]);
+    }
+    if (cut && j + 4 <= size) {
+        memcpy(dst + j, "...", 3);
+        j += 3;
+    }
+    dst[j < size ? j : size - 1] = '\0';
+    return dst;
+}

@@ -27,4 +27,10 @@ void cli_csv_field(FILE *f, const char *s, size_t len);
  * truncating; dst is always terminated (size > 0). Cannot fail. */
 void cli_escape_str(char *dst, size_t size, const char *src);
 
+/* Quote input text in a message: at most max bytes of s[0 .. len) (cut at the start of a
+ * UTF-8 character, so valid text stays valid, with "..." when cut) into dst[0 .. size),
+ * control characters as \xNN; dst is always terminated (size >= 4). Returns dst. Cannot
+ * fail. */
+const char *cli_quote_prefix(char *dst, size_t size, const char *s, size_t len, size_t max);
+
 #endif /* CLI_ESCAPE_H */

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "escape.h"
 #include "logread.h"
 
 enum {
@@ -326,11 +327,12 @@ int oai_render(const json_t *o, size_t limit, oai_prompt *p, char *err, size_t e
                 return fail(err, err_size, "url must be a string, not %s", cli_json_type_name(url));
             const char *u = json_string_value(url);
             bool chat_url = strcmp(u, "/v1/chat/completions") == 0;
+            char q[440];
             if (!chat_url && strcmp(u, "/v1/completions") != 0)
                 return fail(err, err_size,
-                            "url \"%.100s\" is not supported: only /v1/chat/completions and "
+                            "url \"%s\" is not supported: only /v1/chat/completions and "
                             "/v1/completions",
-                            u);
+                            cli_quote_prefix(q, sizeof q, u, json_string_length(url), 100));
             const char *want = chat_url ? "messages" : "prompt";
             if (json_object_get(body, want) == NULL)
                 return fail(err, err_size, "url %s needs \"%s\" in body", u, want);

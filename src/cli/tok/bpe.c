@@ -24,7 +24,8 @@
  * both give the same tokens; the heap costs O(n log n).
  *
  * Invariants (bpe_check): every id with len > 0 is found by its bytes; the table is at
- * most half full; all 256 single bytes are tokens; specials are sorted as described.
+ * most half full; all 256 single bytes are tokens; specials are sorted as described and
+ * no two share an id (so every id decodes to one text).
  * Cost: loading is one pass over the file (about 60 ms for o200k); encoding is one regex
  * pass plus one hash lookup for each piece that is a whole token, which most are.
  */
@@ -42,6 +43,8 @@
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
+
+#include "escape.h"
 
 #define NO_RANK     UINT32_MAX
 #define SMALL_PIECE 64         /* pieces up to this many bytes use the scan */
@@ -567,6 +570,20 @@ static int read_sidecar(bpe *t, const char *name, int *kind, json_t **out, char 
     return rc ? rc : sidecar_text(s, "eos_token", &t->eos, name, err, err_size);
 }
 
+/* Whether two specials share an id (the first such pair in *a, *b): then an id would not
+ * name one text, and decoding would not give back the text. Cannot fail. */
+static bool special_ids_clash(const bpe *t, size_t *a, size_t *b)
+{
+    for (size_t i = 0; i < t->n_specials; i++)
+        for (size_t j = i + 1; j < t->n_specials; j++)
+            if (t->specials[i].id == t->specials[j].id) {
+                *a = i;
+                *b = j;
+                return true;
+            }
+    return false;
+}
+
 /* Add the sidecar's special tokens. Returns BPE_OK or an error. */
 static int sidecar_specials(bpe *t, const json_t *s, const char *name, size_t *cap, char *err,
                             size_t err_size)
@@ -574,31 +591,47 @@ static int sidecar_specials(bpe *t, const json_t *s, const char *name, size_t *c
     const json_t *sp = json_object_get(s, "special_tokens");
     const char *text;
     const json_t *v;
+    char q[260], q2[260]; /* texts quoted in a message (escape.h) */
     json_object_foreach((json_t *)sp, text, v)
     {
         json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
         if (id < 0 || id >= (json_int_t)BPE_MAX_RANKS || text[0] == '\0') {
             errf(err, err_size,
-                 "%s: special_tokens[\"%.60s\"] must be a non-empty text with an id below %u", name,
-                 text, BPE_MAX_RANKS);
+                 "%s: special_tokens[\"%s\"] must be a non-empty text with an id below %u", name,
+                 cli_quote_prefix(q, sizeof q, text, strlen(text), 60), BPE_MAX_RANKS);
             return BPE_EINPUT;
         }
         if ((size_t)id < t->n_ids && t->len[id] != 0) {
-            errf(err, err_size, "%s: special token \"%.60s\" takes id %lld of an ordinary token",
-                 name, text, (long long)id);
+            errf(err, err_size, "%s: special token \"%s\" takes id %lld of an ordinary token", name,
+                 cli_quote_prefix(q, sizeof q, text, strlen(text), 60), (long long)id);
             return BPE_EINPUT;
         }
         if (add_special_str(t, text, (uint32_t)id, cap) != BPE_OK)
             return BPE_ENOMEM;
+    }
+    size_t a, b;
+    if (special_ids_clash(t, &a, &b)) {
+        const special *x = &t->specials[a], *y = &t->specials[b];
+        errf(err, err_size, "%s: special tokens \"%s\" and \"%s\" both have id %u", name,
+             cli_quote_prefix(q, sizeof q, x->text, x->len, 60),
+             cli_quote_prefix(q2, sizeof q2, y->text, y->len, 60), x->id);
+        return BPE_EINPUT;
     }
     return BPE_OK;
 }
 
 /* ---- the expression ------------------------------------------------------------------- */
 
+const char *bpe_pattern(int kind)
+{
+    if (kind == BPE_LLAMA3 || kind == BPE_CL100K)
+        return pat_cl100k;
+    return kind == BPE_O200K ? pat_o200k : NULL;
+}
+
 static int compile_pattern(bpe *t, char *err, size_t err_size)
 {
-    const char *pat = t->kind == BPE_O200K ? pat_o200k : pat_cl100k;
+    const char *pat = bpe_pattern(t->kind);
     int ec;
     PCRE2_SIZE eo;
     t->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo,
@@ -1106,6 +1139,11 @@ int bpe_check(const bpe *t, char *err, size_t err_size)
             errf(err, err_size, "special %zu's first byte is not marked", i);
             return -1;
         }
+    }
+    size_t a, b;
+    if (special_ids_clash(t, &a, &b)) {
+        errf(err, err_size, "specials %zu and %zu have the same id %u", a, b, t->specials[a].id);
+        return -1;
     }
     return 0;
 }

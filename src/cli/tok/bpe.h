@@ -40,7 +40,8 @@
  *    "bos_token": "<s>", "eos_token": "</s>"}
  *
  * "kind" names the kind when none is given on the command line; "special_tokens" adds
- * tokens (or moves a built-in one to another id); "bos_token"/"eos_token" name the texts
+ * tokens (or moves a built-in one to another id; no two specials may end up with one id,
+ * and none may take an ordinary token's); "bos_token"/"eos_token" name the texts
  * the chat templates write for bos_token and eos_token (template.h). Every field is
  * optional.
  *
@@ -95,6 +96,11 @@ const char *bpe_kind_name(int kind);
  * wrong" in err, *out untouched. */
 int bpe_load(const char *path, int kind, bpe **out, char *err, size_t err_size);
 
+/* The pre-tokenization expression of kind (a PCRE2 pattern, compiled with PCRE2_UTF |
+ * PCRE2_UCP), or NULL for an unknown kind; a static string. For tests that run the same
+ * expression through another matcher. Cannot fail. */
+const char *bpe_pattern(int kind);
+
 /* Free a tokenizer. Accepts NULL. */
 void bpe_free(bpe *t);
 
@@ -129,8 +135,8 @@ bool bpe_token_bytes(const bpe *t, uint32_t id, const char **p, size_t *len);
 void bpe_out_free(bpe_out *out);
 
 /* Check the tokenizer's invariants (every rank found by its bytes through the hash table,
- * table load below 1/2, all single bytes present, specials sorted). Returns 0, or -1 with
- * the first violation in err. */
+ * table load below 1/2, all single bytes present, specials sorted, no two specials with
+ * one id). Returns 0, or -1 with the first violation in err. */
 int bpe_check(const bpe *t, char *err, size_t err_size);
 
 #endif /* CLI_BPE_H */

@@ -2,8 +2,9 @@
  * pyjson.c - Python json.dumps output from a jansson value (rules in pyjson.h).
  *
  * Reals: repr finds the shortest of %.0e .. %.16e that strtod reads back to the same
- * double (at most 17 tries, each a snprintf and a strtod: reals are rare in tool schemas),
- * takes its digits and decimal exponent, and lays them out by Python's float_repr rule.
+ * double, or at the same precision the neighbour of those digits across x (at most 17
+ * tries, each a snprintf and one or two strtod: reals are rare in tool schemas), takes its
+ * digits and decimal exponent, and lays them out by Python's float_repr rule.
  * Strings are written in runs: the bytes between two escapes go out in one write.
  */
 #include "pyjson.h"
@@ -61,14 +62,48 @@ static void put_char(char *buf, size_t size, size_t *o, char c)
         buf[(*o)++] = c;
 }
 
+/* Whether the p+1 significant digits of "%.{p}e" form e, moved by step (-1 or +1) in the
+ * last digit, still read back to x; if so, e becomes that string. A step that would change
+ * the number of digits (9.99 up, 1.00 down) is not tried: a shorter precision covers it. */
+static bool try_neighbour(double x, char *e, size_t size, int step)
+{
+    char *mark = strchr(e, 'e');
+    char t[40];
+    if (mark == NULL || (size_t)(mark - e) >= sizeof t)
+        return false;
+    memcpy(t, e, (size_t)(mark - e));
+    char *q = t + (mark - e);
+    *q = '\0';
+    char up = step > 0 ? '9' : '0', wrap = step > 0 ? '0' : '9';
+    char *d = q - 1;
+    while (d >= t && (*d == '.' || *d == up)) {
+        if (*d != '.')
+            *d = wrap;
+        d--;
+    }
+    if (d < t || *d < '0' || *d > '9' || (step < 0 && *d == '1' && (d == t || d[-1] == '-')))
+        return false;
+    *d = (char)(*d + step);
+    snprintf(q, sizeof t - (size_t)(q - t), "%s", mark);
+    if (strtod(t, NULL) != x)
+        return false;
+    snprintf(e, size, "%s", t);
+    return true;
+}
+
 size_t pyjson_repr_double(double x, char *buf, size_t size)
 {
     if (!isfinite(x))
         return (size_t)snprintf(buf, size, "%s", isnan(x) ? "nan" : x < 0 ? "-inf" : "inf");
+    /* The shortest digits that read back to x, the nearest to x among those (Python's
+     * repr). At precision p the correctly rounded digits are the nearest; when they miss,
+     * the other p-digit neighbour across x may still hit (the interval of doubles that
+     * read back to x is lopsided at a power of two), so it is tried too. */
     char e[40];
     for (int p = 0; p <= 16; p++) {
         snprintf(e, sizeof e, "%.*e", p, x);
-        if (strtod(e, NULL) == x)
+        double back = strtod(e, NULL);
+        if (back == x || try_neighbour(x, e, sizeof e, (back < x) == (x > 0) ? 1 : -1))
             break;
     }
     /* e is "[-]d[.ddd]e[+-]XX": collect the digits (trailing zeros dropped) and exponent. */

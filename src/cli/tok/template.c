@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "escape.h"
 #include "pyjson.h"
 
 enum {
@@ -141,7 +142,8 @@ static void seg(tpl_out *o, int kind, size_t index, const char *role)
     last->offset = (uint32_t)o->len;
     last->index = (uint32_t)index;
     last->kind = kind;
-    snprintf(last->role, sizeof last->role, "%s", role ? role : "");
+    role = role ? role : "";
+    cli_quote_prefix(last->role, sizeof last->role, role, strlen(role), sizeof last->role - 1);
 }
 
 /* ---- messages ------------------------------------------------------------------------- */
@@ -540,11 +542,14 @@ static int mistral_check(rnd *r, size_t first)
     size_t k = 0;
     for (size_t i = first; i < r->n; i++) {
         bool user = role_is(r, i, "user");
-        if (!user && !role_is(r, i, "assistant") && !is_tool_role(r, i))
+        if (!user && !role_is(r, i, "assistant") && !is_tool_role(r, i)) {
+            char q[200];
+            const char *role = role_of(r, i);
             return fail(r,
                         "messages[%zu]: the mistral template takes user, assistant and tool "
-                        "messages after one optional system message, not \"%.40s\"",
-                        i, role_of(r, i));
+                        "messages after one optional system message, not \"%s\"",
+                        i, cli_quote_prefix(q, sizeof q, role, strlen(role), 40));
+        }
         if (is_tool_role(r, i) || calls_of(r, i) != NULL)
             continue;
         if (user != (k % 2 == 0))
@@ -589,6 +594,28 @@ static void mistral_tools(rnd *r)
     }
 }
 
+/* Characters (code points) of JSON string id: the bytes that do not continue a UTF-8
+ * sequence (jansson holds valid UTF-8). Cannot fail. */
+static size_t id_chars(const json_t *id)
+{
+    const unsigned char *s = (const unsigned char *)json_string_value(id);
+    size_t n = 0;
+    for (size_t i = 0; i < json_string_length(id); i++)
+        n += (s[i] & 0xC0) != 0x80;
+    return n;
+}
+
+/* Append Python's id[-9:]: the last 9 characters of id (which has at least 9), not its
+ * last 9 bytes, which could cut a character in two. */
+static void app_id9(tpl_out *o, const json_t *id)
+{
+    const char *s = json_string_value(id);
+    size_t at = json_string_length(id), left = 9;
+    while (left > 0 && at > 0)
+        left -= ((unsigned char)s[--at] & 0xC0) != 0x80;
+    app(o, s + at, json_string_length(id) - at);
+}
+
 /* [TOOL_CALLS] [...] + eos: each call's function (arguments parsed) as tojson without its
  * closing brace, then its id (the last 9 characters). */
 static int mistral_calls(rnd *r, size_t i, const json_t *calls)
@@ -597,7 +624,7 @@ static int mistral_calls(rnd *r, size_t i, const json_t *calls)
     app_s(o, "[TOOL_CALLS] [");
     for (size_t k = 0; k < json_array_size(calls); k++) {
         const json_t *id = json_object_get(json_array_get(calls, k), "id");
-        if (!json_is_string(id) || json_string_length(id) < 9)
+        if (!json_is_string(id) || id_chars(id) < 9)
             return fail(r,
                         "messages[%zu].tool_calls[%zu].id: the mistral template needs an id "
                         "of at least 9 characters",
@@ -615,7 +642,7 @@ static int mistral_calls(rnd *r, size_t i, const json_t *calls)
         if (o->failure == FAIL_NONE && o->len > at)
             o->text[--o->len] = '\0'; /* the closing brace */
         app_s(o, ", \"id\": \"");
-        app_s(o, json_string_value(id) + json_string_length(id) - 9);
+        app_id9(o, id);
         app_s(o, "\"}");
         app_s(o, k + 1 < json_array_size(calls) ? ", " : "]");
     }
@@ -629,7 +656,7 @@ static int mistral_result(rnd *r, size_t i)
 {
     tpl_out *o = r->o;
     const json_t *id = json_object_get(json_array_get(r->msgs, i), "tool_call_id");
-    if (!json_is_string(id) || json_string_length(id) < 9)
+    if (!json_is_string(id) || id_chars(id) < 9)
         return fail(r,
                     "messages[%zu].tool_call_id: the mistral template needs an id of at "
                     "least 9 characters",
@@ -637,7 +664,7 @@ static int mistral_result(rnd *r, size_t i)
     app_s(o, "[TOOL_RESULTS] {\"content\": ");
     app_msg(r, i, false);
     app_s(o, ", \"call_id\": \"");
-    app_s(o, json_string_value(id) + json_string_length(id) - 9);
+    app_id9(o, id);
     app_s(o, "\"}[/TOOL_RESULTS]");
     return 0;
 }

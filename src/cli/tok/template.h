@@ -85,7 +85,9 @@ typedef struct tpl_seg {
     uint32_t offset; /* first byte in the text; the segment ends where the next begins */
     uint32_t index;  /* message or tool index (TPL_SEG_MESSAGE, TPL_SEG_TOOL), else 0 */
     int kind;        /* TPL_SEG_* */
-    char role[16];   /* TPL_SEG_MESSAGE: the role, truncated to 15 bytes; else "" */
+    char role[16];   /* TPL_SEG_MESSAGE: the role for reports: cut at a character with "..."
+                        when longer than 12 bytes, control characters as \xNN (escape.h);
+                        else "" */
 } tpl_seg;
 
 /* A rendered prompt; zero it before first use, reuse it, free it with tpl_out_free. */
