@@ -735,6 +735,16 @@ static int start_engine(run *ru)
     return 0;
 }
 
+/* Print the reader's error to stderr with control characters escaped (it quotes input,
+ * which may hold escape sequences), and return CLI_EXIT_INPUT. */
+static int print_log_error(const log_reader *r)
+{
+    const char *e = log_error(r);
+    cli_put_escaped(stderr, e, strlen(e));
+    fputc('\n', stderr);
+    return CLI_EXIT_INPUT;
+}
+
 /* Read the whole log, replaying as it goes (or holding for --sort). */
 static int read_log(run *ru, progress *pg)
 {
@@ -744,18 +754,17 @@ static int read_log(run *ru, progress *pg)
     int rc;
     while ((rc = log_next(ru->reader, &rec)) != LOG_END) {
         if (rc == LOG_EINPUT) {
-            if (!o->skip_invalid) {
-                fprintf(stderr, "%s\n", log_error(ru->reader));
-                return CLI_EXIT_INPUT;
+            if (!o->skip_invalid)
+                return print_log_error(ru->reader);
+            if (res->n_skipped++ == 0) {
+                const char *e = log_error(ru->reader);
+                cli_quote_prefix(res->first_skip, sizeof res->first_skip, e, strlen(e),
+                                 sizeof res->first_skip - 4);
             }
-            if (res->n_skipped++ == 0)
-                snprintf(res->first_skip, sizeof res->first_skip, "%s", log_error(ru->reader));
             continue;
         }
-        if (rc < 0) {
-            fprintf(stderr, "%s\n", log_error(ru->reader));
-            return CLI_EXIT_INPUT;
-        }
+        if (rc < 0)
+            return print_log_error(ru->reader);
         char msg[160];
         if (res->format == 0) {
             res->format = rec.format;
