@@ -16,7 +16,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-25}
-targets=${*:-isolation ops collision noninterference replay_input jsonl_scan kv_decode tokenize template}
+targets=${*:-isolation ops collision noninterference replay_input jsonl_scan kv_decode router tokenize template}
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
