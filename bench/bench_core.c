@@ -49,6 +49,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define BENCH_PROG "bench_core"
+#include "benchutil.h"
 #include "blockhash.h" /* internal.h, and xxhash.h with XXH_INLINE_ALL (see (a) above) */
 
 #ifndef KVP_BENCH_BUILDTYPE
@@ -93,31 +95,6 @@ typedef struct results {
 /* ---------------------------------------------------------------------------------- */
 /* Helpers                                                                            */
 /* ---------------------------------------------------------------------------------- */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "bench_core: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
-
-static void check(int rc, const char *what)
-{
-    if (rc != KVP_OK) {
-        fprintf(stderr, "bench_core: %s failed: %s\n", what, kvp_strerror(rc));
-        exit(1);
-    }
-}
 
 /* splitmix64: cheap, good enough for token streams. */
 typedef struct rng {

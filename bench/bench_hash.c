@@ -32,6 +32,7 @@
 
 #include <sodium.h>
 
+#define BENCH_PROG "bench_hash"
 #include "benchutil.h"
 
 #include "blockhash.h" /* internal.h, and xxhash.h with XXH_INLINE_ALL */
@@ -49,31 +50,6 @@ typedef struct opts {
     int reps;      /* repetitions per figure */
     uint32_t pool; /* blocks in the caches of (b) and (c) */
 } opts;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "bench_hash: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
-
-static void check(int rc, const char *what)
-{
-    if (rc != KVP_OK) {
-        fprintf(stderr, "bench_hash: %s failed: %s\n", what, kvp_strerror(rc));
-        exit(1);
-    }
-}
 
 static uint64_t rng_next(uint64_t *s)
 {

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "forge.h"
+#define BENCH_PROG "bench_verify"
 #include "benchutil.h"
 #include "kvprefix.h"
 
@@ -37,31 +38,6 @@
 #define MAX_REPS 51
 
 static const char *const mode_names[N_MODES] = {"off", "verify", "forced"};
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void check(int rc, const char *what)
-{
-    if (rc != KVP_OK) {
-        fprintf(stderr, "bench_verify: %s failed: %s\n", what, kvp_strerror(rc));
-        exit(1);
-    }
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n);
-    if (!p) {
-        fprintf(stderr, "bench_verify: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
 
 static double minimum(const double *v, int n)
 {

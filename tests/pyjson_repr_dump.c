@@ -49,7 +49,7 @@ int main(int argc, char **argv)
             double p = sign * ldexp(1.0, e);
             put(p);
             put(nextafter(p, 0.0));
-            put(nextafter(p, sign * INFINITY));
+            put(nextafter(p, sign * (double)INFINITY));
         }
     uint64_t s = 12345;
     for (long i = 0; i < n; i++) {

@@ -292,7 +292,7 @@ static int pick_scored(sim *s, uint32_t i, uint32_t *out)
     for (uint32_t r = 0; by_cache && r < s->n; r++)
         if (ask(s, i, r) != RT_OK)
             return RT_EINTERNAL;
-    double limit = INFINITY;
+    double limit = (double)INFINITY;
     uint32_t least = 0;
     if (policy == RT_CACHE_CAP) {
         double sum = 0.0;
