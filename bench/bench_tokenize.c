@@ -31,6 +31,7 @@
 
 #include "benchutil.h"
 #include "bpe.h"
+#include "cli.h"
 
 #ifndef KVP_BENCH_SRCDIR
 #define KVP_BENCH_SRCDIR "."
@@ -59,23 +60,10 @@ static char *read_corpus(const char *dir, const char *glob, size_t *len)
     FILE *p = popen(cmd, "r");
     if (p == NULL)
         return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *b = malloc(cap);
-    while (b != NULL) {
-        n += fread(b + n, 1, cap - n - 1, p);
-        if (n < cap - 1)
-            break;
-        char *nb = realloc(b, cap * 2);
-        if (nb == NULL)
-            free(b);
-        b = nb;
-        cap *= 2;
-    }
+    char *b = NULL;
+    int r = cli_read_all(p, SIZE_MAX, &b, len);
     pclose(p);
-    if (b != NULL)
-        b[n] = '\0';
-    *len = n;
-    return b;
+    return r == CLI_READ_OK ? b : NULL;
 }
 
 /* Run the reference for kind on file; fills *mbps and *tokens. Returns false without it. */

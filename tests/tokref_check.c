@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "bpe.h"
+#include "cli.h"
 
 #define SKIP 77
 
@@ -35,23 +36,10 @@ static char *slurp(const char *path, size_t *len)
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b != NULL) {
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        char *nb = realloc(b, cap * 2);
-        if (nb == NULL)
-            free(b);
-        b = nb;
-        cap *= 2;
-    }
+    char *b = NULL;
+    int r = cli_read_all(f, SIZE_MAX, &b, len);
     fclose(f);
-    if (b != NULL)
-        b[n] = '\0';
-    *len = n;
-    return b;
+    return r == CLI_READ_OK ? b : NULL;
 }
 
 typedef struct kind_ref {

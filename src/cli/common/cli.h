@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 enum {
     CLI_EXIT_OK = 0,      /* done */
@@ -45,6 +46,15 @@ void cli_errf(char *err, size_t size, const char *fmt, ...) __attribute__((forma
 /* Make room for need elements of elem bytes at *p (capacity *cap, in elements), doubling
  * from 64. Returns false on overflow or out of memory, with *p and *cap unchanged (grow.c). */
 bool cli_grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/* Results of cli_read_all. */
+enum { CLI_READ_OK = 0, CLI_READ_NOMEM = 1, CLI_READ_TOOBIG = 2, CLI_READ_EIO = 3 };
+
+/* Read f to its end into a new NUL-terminated buffer: on CLI_READ_OK *buf (the caller
+ * frees it) holds *len bytes. CLI_READ_TOOBIG when f holds more than max bytes,
+ * CLI_READ_NOMEM, CLI_READ_EIO (ferror; errno says why); nothing is returned on failure
+ * (grow.c). */
+int cli_read_all(FILE *f, size_t max, char **buf, size_t *len);
 
 /* Print "kvprefix CMD: message" to stderr (and, for CLI_EXIT_USAGE, a pointer to
  * CMD --help); returns code, the exit status (errbuf.c). */

@@ -30,6 +30,7 @@
  * pass plus one hash lookup for each piece that is a whole token, which most are.
  */
 #include "bpe.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -240,7 +241,8 @@ static long b64_decode(const char *s, size_t n, unsigned char *out)
     return (long)o;
 }
 
-/* Read all of path into a NUL-terminated buffer. Returns BPE_OK or BPE_EIO/ENOMEM. */
+/* Read all of path into a NUL-terminated buffer. Returns BPE_OK or BPE_EIO/ENOMEM, or
+ * BPE_EINPUT for a file over MAX_FILE bytes. */
 static int read_file(const char *path, char **buf, size_t *len, char *err, size_t err_size)
 {
     FILE *f = fopen(path, "rb");
@@ -248,41 +250,22 @@ static int read_file(const char *path, char **buf, size_t *len, char *err, size_
         errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
         return BPE_EIO;
     }
-    size_t cap = 1 << 20, n = 0;
-    char *b = malloc(cap);
-    while (b != NULL) {
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (ferror(f) || n < cap - 1 || cap >= MAX_FILE)
-            break;
-        char *nb = realloc(b, cap * 2);
-        if (nb == NULL) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    int rc = BPE_OK;
-    if (b == NULL) {
-        errf(err, err_size, "%s: out of memory reading the rank file", path);
-        rc = BPE_ENOMEM;
-    } else if (ferror(f)) {
-        errf(err, err_size, "%s: read error: %s", path, strerror(errno));
-        rc = BPE_EIO;
-    } else if (n == cap - 1 && !feof(f)) {
-        errf(err, err_size, "%s: larger than %u bytes: not a rank file", path, MAX_FILE);
-        rc = BPE_EINPUT;
-    }
+    int r = cli_read_all(f, MAX_FILE, buf, len);
+    int e = errno;
     fclose(f);
-    if (rc != BPE_OK) {
-        free(b);
-        return rc;
+    switch (r) {
+    case CLI_READ_OK:
+        return BPE_OK;
+    case CLI_READ_NOMEM:
+        errf(err, err_size, "%s: out of memory reading the rank file", path);
+        return BPE_ENOMEM;
+    case CLI_READ_TOOBIG:
+        errf(err, err_size, "%s: larger than %u bytes: not a rank file", path, MAX_FILE);
+        return BPE_EINPUT;
+    default:
+        errf(err, err_size, "%s: read error: %s", path, strerror(e));
+        return BPE_EIO;
     }
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return BPE_OK;
 }
 
 /* One parsed line of a rank file. */

@@ -144,35 +144,18 @@ static int read_input(const tk_opts *o, char **buf, size_t *len)
     FILE *f = is_stdin ? stdin : fopen(o->input, "rb");
     if (f == NULL)
         return fail(CLI_EXIT_INPUT, "%s: cannot open: %s", o->input, strerror(errno));
-    size_t cap = 0, n = 0;
-    char *b = NULL;
-    int rc = 0;
-    for (;;) {
-        if (!cli_grow((void **)&b, &cap, n + 65536 + 1, 1)) {
-            rc = fail(CLI_EXIT_INPUT, "%s: out of memory", cli_input_name(o->input));
-            break;
-        }
-        size_t got = fread(b + n, 1, cap - n - 1, f);
-        n += got;
-        if (n > o->max_bytes) {
-            rc = fail(CLI_EXIT_INPUT, "%s: larger than --max-bytes %llu", cli_input_name(o->input),
-                      (unsigned long long)o->max_bytes);
-            break;
-        }
-        if (got == 0)
-            break;
-    }
-    if (rc == 0 && ferror(f))
-        rc = fail(CLI_EXIT_INPUT, "%s: read error: %s", cli_input_name(o->input), strerror(errno));
+    int r = cli_read_all(f, o->max_bytes, buf, len);
+    int err = errno;
     if (!is_stdin)
         fclose(f);
-    if (rc != 0) {
-        free(b);
-        return rc;
-    }
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
+    const char *name = cli_input_name(o->input);
+    if (r == CLI_READ_NOMEM)
+        return fail(CLI_EXIT_INPUT, "%s: out of memory", name);
+    if (r == CLI_READ_TOOBIG)
+        return fail(CLI_EXIT_INPUT, "%s: larger than --max-bytes %llu", name,
+                    (unsigned long long)o->max_bytes);
+    if (r == CLI_READ_EIO)
+        return fail(CLI_EXIT_INPUT, "%s: read error: %s", name, strerror(err));
     return 0;
 }
 
