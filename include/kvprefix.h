@@ -100,7 +100,8 @@ enum {
 /* Status codes added by libkvprefix-events (kvprefix_events.h); kvp_strerror knows them. */
 enum {
     KVP_EFORMAT = -13, /* malformed input: not a valid KV-event payload or message */
-    KVP_EIO = -14      /* a ZeroMQ call failed (bind, connect, send): see the call's notes */
+    KVP_EIO =
+        -14 /* a ZeroMQ or Redis call failed (bind, connect, send, timeout): see the call's notes */
 };
 
 /* Return a static, human-readable description of a status code. Never NULL; unknown codes

@@ -299,6 +299,26 @@ typedef struct kvp_router_tier {
     double weight;      /* score per block held in this tier, 0..1000 */
 } kvp_router_tier;
 
+/* The shared store of a router index (docs/routing.md, "Shared index on Redis"). With a
+ * url, the router keeps its in-memory index as before (its local view, and the fallback)
+ * and also applies every batch to a Redis database that several routers share; scores are
+ * answered from Redis, in one round trip per call, while it answers within timeout_ms, and
+ * from the local view when it does not (kvp_router_stats says which). Worker sequence
+ * numbers live in Redis too, so a batch that another router already applied is a
+ * DUPLICATE there. Needs libkvprefix-events built with hiredis (meson option `redis`);
+ * without it a url is KVP_ENOTSUP. */
+typedef struct kvp_router_redis {
+    const char *url;        /* NULL (default): in-memory only. "redis://HOST:PORT[/DB]",
+                               "HOST:PORT" or "unix:PATH"; copied at kvp_router_new */
+    const char *key_prefix; /* first bytes of every key, so fleets can share a database
+                               (default "kvp"): 1..64 of [A-Za-z0-9_.:-]; copied */
+    uint32_t timeout_ms;    /* connect and per-command timeout (default 250, 1..60000) */
+    uint32_t retry_ms;      /* after a failure, calls use the local view without trying
+                               Redis for this long (default 1000, 0..600000) */
+    uint32_t worker_ttl_s;  /* a worker without a batch for this long stops counting in
+                               scores, fleet-wide (Redis key expiry); 0 (default): never */
+} kvp_router_redis;
+
 /* Router parameters; fill with kvp_router_config_init() first, then set what you need. */
 typedef struct kvp_router_config {
     kvp_router_tier tiers[KVP_ROUTER_MAX_MEDIA]; /* known tiers (default GPU 1.0, CPU 0.8) */
@@ -312,7 +332,9 @@ typedef struct kvp_router_config {
                                    kvp_router_worker_get (default: kvp_config_init's, with
                                    hash_profile KVP_HASH_VLLM_SHA256, block_size 16) */
     uint64_t table_seed;        /* mixes block hashes into table positions; 0 (default): random */
-    kvp_allocator alloc;        /* memory hooks for everything the router holds */
+    kvp_allocator alloc;        /* memory hooks for everything the router holds (not
+                                   hiredis's buffers) */
+    kvp_router_redis redis;     /* shared store; url NULL (default): none */
 } kvp_router_config;
 
 /* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
@@ -321,7 +343,10 @@ KVP_EXPORT void kvp_router_config_init(kvp_router_config *cfg);
 /* Create a router. On KVP_OK *out is owned by the caller (kvp_router_free). Returns
  * KVP_EINVAL (NULL pointer, n_tiers above KVP_ROUTER_MAX_MEDIA, a tier name empty, too long
  * or repeated, a weight outside 0..1000 or not a number, a hash config kvp_hasher_new
- * refuses), KVP_ENOMEM, KVP_ENOTSUP (no random source for table_seed 0). */
+ * refuses, a redis field out of range or a url that does not parse), KVP_ENOMEM,
+ * KVP_ENOTSUP (no random source for table_seed 0; a redis url in a build without hiredis).
+ * An unreachable Redis is not an error here: the router starts on its local view and
+ * connects when Redis answers (kvp_router_stats.redis_up). */
 KVP_NODISCARD KVP_EXPORT int kvp_router_new(const kvp_router_config *cfg, kvp_router **out);
 
 /* Free a router and everything it owns. Accepts NULL. Must not race with other calls. */
@@ -503,6 +528,18 @@ typedef struct kvp_router_stats {
     uint64_t n_restarts;       /* RESTARTED batches */
     uint64_t n_malformed;      /* batches refused with KVP_EINVAL */
     uint64_t n_scores;         /* kvp_router_score calls that succeeded */
+    /* Shared store (all 0 / false without kvp_router_config.redis.url): */
+    bool redis;                  /* a Redis store is configured */
+    bool redis_up;               /* the last call that tried Redis succeeded */
+    uint64_t n_redis_calls;      /* round trips to Redis (a pipeline counts once) */
+    uint64_t n_redis_errors;     /* calls that failed: refused, timed out, server error */
+    uint64_t n_redis_connects;   /* connections made (the first, then reconnections) */
+    uint64_t n_fallback_scores;  /* scores answered from the local view (Redis failed or
+                                    was in its retry pause) */
+    uint64_t n_fallback_applies; /* batches applied to the local view only */
+    uint64_t n_redis_lost;       /* workers whose shared state was found missing while
+                                    this router knew them (Redis restarted or flushed) */
+    uint64_t n_redis_duplicates; /* batches another router had already applied */
 } kvp_router_stats;
 
 /* Copy the figures to *out. Returns KVP_OK, KVP_EINVAL (NULL). */

@@ -118,6 +118,9 @@ KVP_EXPORT void kvp_router_config_init(kvp_router_config *cfg)
     kvp_config_init(&cfg->hash);
     cfg->hash.hash_profile = KVP_HASH_VLLM_SHA256;
     cfg->hash.block_size = 16;
+    cfg->redis.key_prefix = "kvp";
+    cfg->redis.timeout_ms = 250;
+    cfg->redis.retry_ms = 1000;
 }
 
 KVP_EXPORT void kvp_router_worker_config_init(kvp_router_worker_config *wc)
