@@ -505,6 +505,16 @@ KVP_NODISCARD KVP_EXPORT int kvp_router_score(kvp_router *r, const kvp_namespace
                                               const uint32_t *tokens, size_t n_tokens,
                                               kvp_router_row *rows, size_t cap, size_t *n_rows);
 
+/* Score block hashes hashes[0 .. n_hashes) (event integers as the engines computed them,
+ * block 0 first) against every worker, as kvp_router_score does once it has a group's
+ * keys: for callers that get a prompt's block hashes elsewhere (a trace of hash ids, an
+ * external tokenizer service). The hashes are taken as every worker's own, whatever its
+ * hash group or model: rows are SCORED or STALE only. Same rows, ordering, consistency and
+ * return codes as kvp_router_score (KVP_EINVAL also for NULL hashes with n_hashes > 0). */
+KVP_NODISCARD KVP_EXPORT int kvp_router_score_hashes(kvp_router *r, const uint64_t *hashes,
+                                                     size_t n_hashes, kvp_router_row *rows,
+                                                     size_t cap, size_t *n_rows);
+
 /* Index size, memory and counters. */
 typedef struct kvp_router_stats {
     uint32_t n_workers;        /* live workers */
