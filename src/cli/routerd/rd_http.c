@@ -4,15 +4,23 @@
  *
  *   POST /score    {"tokens": [ids...], "model": S, "lora": S, "salt": S, "tenant": S}
  *                  -> {"prompt_tokens": N, "block_size": B, "workers": [{"engine", "dp_rank",
- *                      "blocks", "tokens", "weighted", "state"}, ...]}
+ *                      "blocks", "tokens", "weighted", "state"}, ...], "view": V}
  *                  ranked best first: weighted score, then blocks, then engine id, dp rank.
+ *                  V is "redis" when the shared store answered, "local" when the daemon's
+ *                  own index did (always without --redis).
  *   GET /metrics   Prometheus text format 0.0.4 (rd_metrics_write)
- *   GET /healthz   {"status": "ok", "workers": N, "stale": M}
+ *   GET /healthz   {"status": "ok", "workers": N, "stale": M, "view": V} (+ "redis": "up" or
+ *                  "down" with --redis); 200 whichever view scores.
  *
  * Bodies are read whole into memory up to --max-body (default 16 MiB; more: 413). Every
  * error answers with a JSON body {"error": "..."} and a 4xx/5xx status. Scoring calls
  * kvp_router_score concurrently from the pool's threads (the index is thread-safe); names
  * of workers are read under rd_daemon.lock.
+ *
+ * Which view answered a score: the router's n_fallback_scores read before and after the
+ * call; a rise means the local view. A score that fell back always reads as "local"; a
+ * Redis score concurrent with another request's fallback may read as "local" too (both
+ * happen only while Redis is failing).
  */
 #include <inttypes.h>
 #include <jansson.h>
@@ -150,12 +158,23 @@ static int rd_rank_cmp(const void *pa, const void *pb)
     return (a->row.dp_rank > b->row.dp_rank) - (a->row.dp_rank < b->row.dp_rank);
 }
 
-/* Score tokens in ns: rows for every worker into *out (malloc'd), *n_out of them. Returns
- * KVP_OK or the router's code. */
+/* n_fallback_scores now, UINT64_MAX when there is no shared store or no stats. */
+static uint64_t rd_fallbacks(rd_daemon *d)
+{
+    kvp_router_stats st;
+    if (d->redis.url == NULL || kvp_router_stats_get(d->router, &st) != KVP_OK || !st.redis)
+        return UINT64_MAX;
+    return st.n_fallback_scores;
+}
+
+/* Score tokens in ns: rows for every worker into *out (malloc'd), *n_out of them, and
+ * whether the shared store answered into *shared. Returns KVP_OK or the router's code. */
 static int rd_score_rows(rd_daemon *d, const kvp_namespace *ns, const uint32_t *tokens,
-                         size_t n_tokens, kvp_router_row **out, size_t *n_out)
+                         size_t n_tokens, kvp_router_row **out, size_t *n_out, bool *shared)
 {
     size_t cap = 16, n = 0;
+    uint64_t before = rd_fallbacks(d);
+    *shared = false;
     for (;;) {
         kvp_router_row *rows = malloc(cap * sizeof *rows);
         if (rows == NULL)
@@ -164,6 +183,7 @@ static int rd_score_rows(rd_daemon *d, const kvp_namespace *ns, const uint32_t *
         if (rc == KVP_OK) {
             *out = rows;
             *n_out = n;
+            *shared = before != UINT64_MAX && rd_fallbacks(d) == before;
             return KVP_OK;
         }
         free(rows);
@@ -174,7 +194,8 @@ static int rd_score_rows(rd_daemon *d, const kvp_namespace *ns, const uint32_t *
 }
 
 /* Build the ranked /score answer from rows; counts the lookup. Returns NULL on ENOMEM. */
-static json_t *rd_score_json(rd_daemon *d, const kvp_router_row *rows, size_t n, size_t n_tokens)
+static json_t *rd_score_json(rd_daemon *d, const kvp_router_row *rows, size_t n, size_t n_tokens,
+                             bool shared)
 {
     rd_rank *rk = malloc((n ? n : 1) * sizeof *rk);
     json_t *arr = json_array();
@@ -203,8 +224,9 @@ static json_t *rd_score_json(rd_daemon *d, const kvp_router_row *rows, size_t n,
         json_decref(arr);
         return NULL;
     }
-    return json_pack("{sI sI so}", "prompt_tokens", (json_int_t)n_tokens, "block_size",
-                     (json_int_t)d->hash.block_size, "workers", arr);
+    return json_pack("{sI sI so ss}", "prompt_tokens", (json_int_t)n_tokens, "block_size",
+                     (json_int_t)d->hash.block_size, "workers", arr, "view",
+                     shared ? "redis" : "local");
 }
 
 /* POST /score with body b. */
@@ -228,8 +250,9 @@ static enum MHD_Result rd_handle_score(rd_daemon *d, struct MHD_Connection *c, r
     }
     kvp_router_row *rows = NULL;
     size_t n = 0;
-    int rc = rd_score_rows(d, &ns, tokens, n_tokens, &rows, &n);
-    json_t *out = rc == KVP_OK ? rd_score_json(d, rows, n, n_tokens) : NULL;
+    bool shared = false;
+    int rc = rd_score_rows(d, &ns, tokens, n_tokens, &rows, &n, &shared);
+    json_t *out = rc == KVP_OK ? rd_score_json(d, rows, n, n_tokens, shared) : NULL;
     free(rows);
     free(tokens);
     json_decref(req);
@@ -267,9 +290,12 @@ static enum MHD_Result rd_handle_health(rd_daemon *d, struct MHD_Connection *c)
     kvp_router_stats st;
     if (kvp_router_stats_get(d->router, &st) != KVP_OK)
         return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "stats unavailable");
-    return rd_reply_json(c, MHD_HTTP_OK,
-                         json_pack("{ss sI sI}", "status", "ok", "workers",
-                                   (json_int_t)st.n_workers, "stale", (json_int_t)st.n_stale));
+    bool shared = st.redis && st.redis_up;
+    json_t *v = json_pack("{ss sI sI ss}", "status", "ok", "workers", (json_int_t)st.n_workers,
+                          "stale", (json_int_t)st.n_stale, "view", shared ? "redis" : "local");
+    if (v && st.redis)
+        json_object_set_new(v, "redis", json_string(st.redis_up ? "up" : "down"));
+    return rd_reply_json(c, MHD_HTTP_OK, v);
 }
 
 /* Append one upload chunk to b (or discard it once b is too big). */

@@ -4,6 +4,8 @@
  * has its # HELP and # TYPE lines; label values are escaped (backslash, double quote,
  * newline) as the format requires. The list of families is in docs/routing.md.
  *
+ * With --redis, the shared store's families follow the index's (rd_redis.c).
+ *
  * Cost: O(workers + sources) under rd_daemon.lock, plus one kvp_router_stats_get and one
  * kvp_router_worker_stats_get per worker (shared lock of the index).
  */
@@ -133,6 +135,7 @@ int rd_metrics_write(rd_daemon *d, FILE *f)
     if (kvp_router_stats_get(d->router, &st) != KVP_OK)
         return 1;
     rd_metrics_index(f, &st);
+    rd_metrics_redis(&st, f);
     pthread_mutex_lock(&d->lock);
     rd_metrics_workers(d, f);
     rd_metrics_sources(d, f);

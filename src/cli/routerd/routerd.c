@@ -11,10 +11,16 @@
  * SIGINT or SIGTERM; stop the HTTP server (its threads finish their requests), stop and
  * join the event thread, free everything; exit 0.
  *
+ * With --redis URL the index also keeps its state in a Redis database shared with other
+ * routers (kvp_router_config.redis; rd_redis.c logs the store's state): an unreachable
+ * Redis at start is not an error (the daemon scores from its local view and connects when
+ * Redis answers), a build without hiredis is a usage error.
+ *
  * Exit status (cli.h): 0 stopped by a signal, 1 bad input or failed I/O (the config file,
- * an endpoint ZeroMQ refuses, a port in use), 2 usage (a flag, an --engine spec), 3 internal
- * error.
+ * an endpoint ZeroMQ refuses, a port in use), 2 usage (a flag, an --engine spec, --redis in
+ * a build without Redis support), 3 internal error.
  */
+#include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +67,17 @@ static const char usage_text[] =
     "  --port N             port (default 8700; 0: any free port, printed at start)\n"
     "  --http-threads N     scoring threads (default 2, 1..64)\n"
     "  --max-body SIZE      largest /score body (default 16MiB)\n"
+    "\n"
+    "Shared index (several routers on one Redis, docs/routing.md):\n"
+    "  --redis URL          redis://HOST:PORT[/DB], HOST:PORT or unix:PATH; scores come\n"
+    "                       from Redis, from the local view while it does not answer\n"
+    "  --redis-prefix P     first bytes of every key (default kvp): 1..64 of\n"
+    "                       [A-Za-z0-9_.:-], one per fleet sharing a database\n"
+    "  --redis-timeout MS   connect and per-call timeout (default 250, 1..60000)\n"
+    "  --redis-retry MS     after a failure, use the local view this long before trying\n"
+    "                       Redis again (default 1000, 0..600000)\n"
+    "  --worker-ttl SECONDS a worker without a batch for this long stops counting in\n"
+    "                       scores, fleet-wide (default 0: never)\n"
     "  -h, --help           this message\n"
     "\n" CLI_EXIT_HELP;
 
@@ -73,7 +90,12 @@ enum {
     RD_OPT_LISTEN,
     RD_OPT_PORT,
     RD_OPT_THREADS,
-    RD_OPT_MAX_BODY
+    RD_OPT_MAX_BODY,
+    RD_OPT_REDIS,
+    RD_OPT_REDIS_PREFIX,
+    RD_OPT_REDIS_TIMEOUT,
+    RD_OPT_REDIS_RETRY,
+    RD_OPT_WORKER_TTL
 };
 
 static const struct option rd_longopts[] = {
@@ -88,6 +110,11 @@ static const struct option rd_longopts[] = {
     {"port", required_argument, NULL, RD_OPT_PORT},
     {"http-threads", required_argument, NULL, RD_OPT_THREADS},
     {"max-body", required_argument, NULL, RD_OPT_MAX_BODY},
+    {"redis", required_argument, NULL, RD_OPT_REDIS},
+    {"redis-prefix", required_argument, NULL, RD_OPT_REDIS_PREFIX},
+    {"redis-timeout", required_argument, NULL, RD_OPT_REDIS_TIMEOUT},
+    {"redis-retry", required_argument, NULL, RD_OPT_REDIS_RETRY},
+    {"worker-ttl", required_argument, NULL, RD_OPT_WORKER_TTL},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -99,7 +126,42 @@ typedef struct rd_opts {
     const char *listen; /* --listen */
     uint64_t port;      /* --port */
     uint64_t threads;   /* --http-threads */
+    bool redis_flag;    /* a --redis-* or --worker-ttl flag was given */
 } rd_opts;
+
+/* Apply one of the --redis options to d->redis. Returns 0 or an exit status after a
+ * message. */
+static int rd_apply_redis_opt(rd_daemon *d, int c, const char *arg)
+{
+    uint64_t v = 0;
+    int rc = 0;
+    switch (c) {
+    case RD_OPT_REDIS:
+        if (!rd_redis_url_ok(arg))
+            return fail(CLI_EXIT_USAGE,
+                        "--redis: '%s' is not redis://HOST:PORT[/DB], HOST:PORT or unix:PATH", arg);
+        d->redis.url = arg;
+        return 0;
+    case RD_OPT_REDIS_PREFIX:
+        if (!rd_redis_prefix_ok(arg))
+            return fail(CLI_EXIT_USAGE, "--redis-prefix: '%s' is not 1..64 of [A-Za-z0-9_.:-]",
+                        arg);
+        d->redis.key_prefix = arg;
+        return 0;
+    case RD_OPT_REDIS_TIMEOUT:
+        if ((rc = cli_flag_uint("router", "--redis-timeout", arg, 1, 60000, &v)) == 0)
+            d->redis.timeout_ms = (uint32_t)v;
+        return rc;
+    case RD_OPT_REDIS_RETRY:
+        if ((rc = cli_flag_uint("router", "--redis-retry", arg, 0, 600000, &v)) == 0)
+            d->redis.retry_ms = (uint32_t)v;
+        return rc;
+    default:
+        if ((rc = cli_flag_uint("router", "--worker-ttl", arg, 0, UINT32_MAX, &v)) == 0)
+            d->redis.worker_ttl_s = (uint32_t)v;
+        return rc;
+    }
+}
 
 /* Apply one option. Returns 0, -1 after --help, or an exit status after a message. */
 static int rd_apply_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
@@ -109,6 +171,8 @@ static int rd_apply_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
     int rc = 0;
     if (cli_hash_is_opt(c))
         return cli_hash_apply("router", &o->hash, c, arg);
+    if (c >= RD_OPT_REDIS && c <= RD_OPT_WORKER_TTL)
+        return rd_apply_redis_opt(d, c, arg);
     switch (c) {
     case 'h':
         fputs(usage_text, stdout);
@@ -152,6 +216,7 @@ static int rd_parse_args(int argc, char **argv, rd_daemon *d, rd_opts *o)
     while ((c = getopt_long(argc, argv, ":h", rd_longopts, NULL)) != -1) {
         if (c == '?' || c == ':')
             return cli_getopt_error("router", c, argv, rd_longopts);
+        o->redis_flag = o->redis_flag || (c > RD_OPT_REDIS && c <= RD_OPT_WORKER_TTL);
         int rc = rd_apply_opt(d, o, c, optarg);
         if (rc)
             return rc;
@@ -169,6 +234,9 @@ static int rd_parse_args(int argc, char **argv, rd_daemon *d, rd_opts *o)
     int rc = cli_hash_finish("router", &o->hash, &d->hash);
     if (rc)
         return rc;
+    if (d->redis.url == NULL && o->redis_flag)
+        return fail(CLI_EXIT_USAGE, "--redis-prefix, --redis-timeout, --redis-retry and "
+                                    "--worker-ttl need --redis URL");
     char err[1024];
     if (o->config && rd_config_load(d, o->config, err, sizeof err))
         return fail(CLI_EXIT_INPUT, "%s", err);
@@ -177,16 +245,28 @@ static int rd_parse_args(int argc, char **argv, rd_daemon *d, rd_opts *o)
     return 0;
 }
 
-/* Create the index with the daemon's hash config. Returns 0 or an exit status. */
+/* Create the index with the daemon's hash config and shared store. Returns 0 or an exit
+ * status. */
 static int rd_router_new(rd_daemon *d)
 {
     kvp_router_config rc;
     kvp_router_config_init(&rc);
     rc.hash = d->hash;
+    rc.redis = d->redis;
     int r = kvp_router_new(&rc, &d->router);
+    if (r == KVP_ENOTSUP && d->redis.url)
+        return fail(CLI_EXIT_USAGE,
+                    "--redis: this build has no Redis support (libkvprefix-events was built "
+                    "without hiredis: install libhiredis-dev and configure with -Dredis=enabled)");
     if (r != KVP_OK)
         return fail(r == KVP_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_INPUT,
-                    "cannot create the index with these hash settings: %s", kvp_strerror(r));
+                    "cannot create the index with these %s settings: %s",
+                    d->redis.url ? "hash and --redis" : "hash", kvp_strerror(r));
+    if (d->redis.url)
+        rd_log("redis: shared index at %s, key prefix '%s', timeout %" PRIu32 " ms, retry %" PRIu32
+               " ms, worker ttl %" PRIu32 " s",
+               d->redis.url, d->redis.key_prefix, d->redis.timeout_ms, d->redis.retry_ms,
+               d->redis.worker_ttl_s);
     return 0;
 }
 
@@ -232,6 +312,9 @@ int rd_main(int argc, char **argv)
     d.hash.block_size = 16;
     d.replay_timeout_ms = 2000;
     d.max_body_bytes = (size_t)16 << 20;
+    kvp_router_config defaults;
+    kvp_router_config_init(&defaults);
+    d.redis = defaults.redis;
     atomic_init(&d.stop, false);
     pthread_mutex_init(&d.lock, NULL);
     rd_opts o;

@@ -6,6 +6,7 @@
  *   rd_spec.c   --engine specs and the --config JSON file -> rd_source list
  *   rd_events.c the event thread: SUB sockets, decode, kvp_router_apply, gaps -> replay
  *   rd_http.c   libmicrohttpd: POST /score, GET /metrics, GET /healthz
+ *   rd_redis.c  --redis: the URL's shape, the store's state as log lines, its metrics
  *
  * Threads. One event thread owns every ZeroMQ socket and is the only writer of the index
  * (kvp_router) and of the daemon's counters; libmicrohttpd's threads score (the router is
@@ -108,7 +109,18 @@ typedef struct rd_daemon {
     uint64_t n_lookup_blocks; /* full prompt blocks of those requests */
     uint64_t n_hit_blocks;    /* blocks of the best worker of each request */
     uint64_t n_http_errors;   /* requests answered 4xx */
+    kvp_router_redis redis;   /* --redis...: url NULL when the index is in memory only */
+    int redis_state;          /* event thread: RD_REDIS_* last logged */
+    uint64_t redis_lost;      /* event thread: n_redis_lost last logged */
+    int64_t redis_check_ms;   /* event thread: when the store was last checked (monotonic) */
 } rd_daemon;
+
+/* What the daemon last said about the shared store (rd_daemon.redis_state). */
+enum {
+    RD_REDIS_UNKNOWN = 0, /* nothing yet: no call has reached Redis or failed */
+    RD_REDIS_UP = 1,      /* the last call that tried Redis succeeded: the shared view */
+    RD_REDIS_DOWN = 2     /* it failed: scores come from the local view */
+};
 
 /* The subcommand (routerd.c): argv[0] is "router". Returns the exit status. */
 int rd_main(int argc, char **argv);
@@ -148,6 +160,32 @@ void rd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Monotonic milliseconds. Cannot fail. */
 int64_t rd_now_ms(void);
+
+/* rd_redis.c ----------------------------------------------------------------------------- */
+
+/* Whether url has one of the shapes --redis takes: redis://HOST:PORT[/DB], HOST:PORT (port
+ * 1..65535, DB 0..15 digits) or unix:PATH. The library checks it again. Cannot fail. */
+bool rd_redis_url_ok(const char *url);
+
+/* Whether key prefix p is 1..64 of [A-Za-z0-9_.:-] (kvp_router_redis.key_prefix). */
+bool rd_redis_prefix_ok(const char *p);
+
+/* The event thread's periodic look at the store (at most every 100 ms): compare the
+ * router's stats with what was last logged and log each transition (reachable,
+ * unreachable, worker state lost). Does nothing without --redis. Cannot fail. */
+void rd_redis_tick(rd_daemon *d);
+
+/* Whether a DUPLICATE result came from the shared store (another router applied the batch
+ * first): n_redis_duplicates grew across the apply (before: its value just before).
+ * Event thread only. Cannot fail (false when the stats cannot be read). */
+bool rd_redis_dup_shared(rd_daemon *d, uint64_t before);
+
+/* n_redis_duplicates now (0 without --redis or when the stats cannot be read). */
+uint64_t rd_redis_dups(rd_daemon *d);
+
+/* Write the store's metric families (kvprefix_router_redis_*, _fallback_*) from st; nothing
+ * without --redis. Cannot fail. */
+void rd_metrics_redis(const kvp_router_stats *st, FILE *f);
 
 /* rd_http.c ------------------------------------------------------------------------------ */
 
