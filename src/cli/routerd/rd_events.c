@@ -32,7 +32,9 @@
  * taken for a lost restart (its stamp is newer only because this router did not apply the
  * batch itself); it advances the worker's last stamp like a batch applied here. A GAP,
  * whoever's view it is in, starts the replay above. The loop's tick (rd_redis_tick) logs
- * the store's transitions.
+ * the store's transitions. The workers of named engines (not ID '*') are added when the
+ * sockets open, not at their first batch, so that a router started while the fleet is
+ * quiet scores them from the shared view at once.
  *
  * Bad input never stops the thread: messages that are not 3 frames, payloads the decoder
  * refuses, topics that do not name an engine, batches the index refuses are counted per
@@ -109,6 +111,9 @@ static void rd_refuse(rd_daemon *d, rd_source *src, int kind, const char *why)
                src->endpoint, rd_bad_names[kind], why, n);
 }
 
+static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine, const char *model,
+                                int64_t dp);
+
 int rd_events_open(rd_daemon *d, char *err, size_t err_size)
 {
     d->zmq_ctx = zmq_ctx_new();
@@ -126,6 +131,11 @@ int rd_events_open(rd_daemon *d, char *err, size_t err_size)
             (s->bind ? zmq_bind(s->sub, s->endpoint) : zmq_connect(s->sub, s->endpoint))) {
             cli_errf(err, err_size, "%s: cannot %s: %s", s->endpoint, s->bind ? "bind" : "connect",
                      zmq_strerror(errno));
+            return 1;
+        }
+        /* With a shared store, a named engine's worker may already hold blocks there. */
+        if (d->redis.url && s->engine && rd_worker_get(d, s, s->engine, NULL, s->dp_rank) == NULL) {
+            cli_errf(err, err_size, "%s: cannot add worker '%s'", s->endpoint, s->engine);
             return 1;
         }
     }

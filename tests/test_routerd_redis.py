@@ -1,0 +1,400 @@
+#!/usr/bin/python3
+"""test_routerd_redis.py - several `kvprefix router --redis` daemons on one Redis.
+
+Starts its own redis-server on a free port (no persistence, its own temporary directory),
+two fake engines (tests/fake_engine.c: a kvp_cache with a kvp_publisher, commands on stdin)
+on ipc:// endpoints, and two routers sharing the Redis database under one key prefix, then
+checks (docs/routing.md, "Several routers on one Redis"):
+
+  a. both routers return the same rows (same ranking, same blocks) for several prompts,
+     equal to each engine's own kvp_lookup, from the shared view ("view": "redis");
+  b. router 1 killed (SIGKILL): the engines store more blocks, router 2 scores them; router
+     1 started again answers its first scores with the same rows, blocks stored while it
+     was down included, before it has applied a single event itself (they come from Redis);
+  c. Redis killed and started again empty on the same port: both routers survive and log
+     the loss; blocks stored after the restart are scored; no score ever exceeds what the
+     engine holds; what was lost (blocks stored before the restart) is measured and printed;
+  d. Redis stopped (SIGKILL, then separately SIGSTOP: a hang): /score still answers within
+     2 s with "view": "local" and the blocks stored during the outage (the local view), the
+     metrics show the fallback, the log says so; once Redis is back the routers return to
+     the shared view after --redis-retry.
+
+    test_routerd_redis.py KVPREFIX_BINARY FAKE_ENGINE_BINARY
+
+Exits 0 on success, 1 on a failed check, 77 (skipped) when redis-server is missing or this
+build has no Redis support, unless KVPREFIX_REDIS_REQUIRED is set (then those fail).
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_routerd import (BLOCK, Daemon, Engine, Fail, expect,  # noqa: E402
+                          prompt, read_line)
+
+REQUIRED = bool(os.environ.get("KVPREFIX_REDIS_REQUIRED"))
+TIMEOUT_MS, RETRY_MS = 200, 500
+BOUND_S = 2.0  # longest a /score may take while Redis is down or hung
+WAIT_S = 20.0  # longest any condition may take to hold on a loaded machine
+
+
+def skip(why):
+    if REQUIRED:
+        print(f"test_routerd_redis: FAIL: {why} (KVPREFIX_REDIS_REQUIRED is set)")
+        sys.exit(1)
+    print(f"test_routerd_redis: SKIPPED: {why}")
+    sys.exit(77)
+
+
+def wait(pred, what, limit=WAIT_S):
+    end = time.monotonic() + limit
+    last = None
+    while time.monotonic() < end:
+        last = pred()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise Fail(f"timed out waiting for {what}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    """A redis-server of our own: no persistence, its own directory, one fixed port."""
+
+    def __init__(self, exe, tmp, port):
+        self.exe, self.dir, self.port, self.proc = exe, os.path.join(tmp, "redis"), port, None
+        os.makedirs(self.dir, exist_ok=True)
+        self.n_starts = 0
+
+    def start(self):
+        self.n_starts += 1
+        log = os.path.join(self.dir, f"redis-{self.n_starts}.log")
+        self.proc = subprocess.Popen(
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, "--logfile", log, "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait(lambda: self.proc.poll() is not None or self.call("PING") == b"+PONG",
+             "redis-server to answer PING", 10)
+        expect(self.proc.poll() is None, f"redis-server exited {self.proc.returncode}")
+
+    def call(self, *args):
+        """One command over RESP; the first reply line, or None when it does not answer."""
+        msg = f"*{len(args)}\r\n".encode()
+        for a in args:
+            a = str(a).encode()
+            msg += b"$%d\r\n%s\r\n" % (len(a), a)
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(msg)
+                return s.makefile("rb").readline().rstrip(b"\r\n")
+        except OSError:
+            return None
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Router(Daemon):
+    """A `kvprefix router --redis` whose log is kept in a file of its own per start."""
+
+    def __init__(self, exe, args, log_path):
+        self.log_path = log_path
+        super().__init__(exe, args, log_path)
+
+    def logtext(self):
+        self.log.flush()
+        with open(self.log_path) as f:
+            return f.read()
+
+    def rows(self, tokens):
+        """(view, [(engine, blocks, state), ...] best first) for a prompt."""
+        r = self.score(tokens)
+        return r["view"], [(w["engine"], w["blocks"], w["state"]) for w in r["workers"]]
+
+    def timed_score(self, tokens):
+        t0 = time.monotonic()
+        r = self.score(tokens)
+        return r, time.monotonic() - t0
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def truth(engines, p):
+    """What each engine holds of prompt p, ranked as the router ranks (blocks, then id)."""
+    held = [(name, e.lookup(p)) for name, e in engines.items()]
+    held.sort(key=lambda x: (-x[1], x[0]))
+    return [(name, n, "scored") for name, n in held]
+
+
+def check_same(routers, engines, prompts, what):
+    """Every router returns the engines' own rows from the shared view, for every prompt."""
+    def ok():
+        for p in prompts:
+            want = truth(engines, p)
+            for r in routers:
+                view, rows = r.rows(p)
+                if view != "redis" or rows != want:
+                    check_same.last = f"prompt at {p[0]}: {view} {rows}, engines {want}"
+                    return False
+        return True
+    check_same.last = ""
+    try:
+        wait(ok, what)
+    except Fail as e:
+        raise Fail(f"{e}: {check_same.last}")
+
+
+def never_over(routers, engines, prompts):
+    """No router reports more blocks for a worker than its engine holds."""
+    for p in prompts:
+        have = {name: e.lookup(p) for name, e in engines.items()}
+        for r in routers:
+            view, rows = r.rows(p)
+            for name, n, state in rows:
+                expect(n <= have[name], f"over-reported: prompt at {p[0]}, {name} {n} > "
+                       f"{have[name]} ({view})")
+
+
+def subscribed(routers, engines):
+    """Wait until every router receives every engine's messages (a probe batch each round:
+    ZeroMQ's subscriber joins late). Returns the probe prompts stored."""
+    probes = []
+    for e in engines.values():
+        e.wait_subscribed()
+
+    def ok():
+        for name, e in engines.items():
+            p = prompt(900000 + 1000 * len(probes), 1)
+            probes.append(p)
+            e.access(p)
+        time.sleep(0.1)
+        return all(r.metric("kvprefix_router_messages_total", endpoint=e.pub) > 0
+                   for r in routers for e in engines.values())
+    wait(ok, "both routers subscribed to both engines")
+    return probes
+
+
+def phase_a(r1, r2, engines):
+    a, b = engines["a"], engines["b"]
+    pa, pb, shared = prompt(0, 4), prompt(1000, 3), prompt(5000, 4)
+    a.access(pa)
+    b.access(pb)
+    a.access(shared[:2 * BLOCK])
+    b.access(shared)
+    check_same([r1, r2], engines, [pa, pb, shared, prompt(77000, 2)], "(a) the same rows")
+    _, rows = r1.rows(shared)
+    expect(rows == [("b", 4, "scored"), ("a", 2, "scored")], f"(a) ranking: {rows}")
+    for r in (r1, r2):
+        expect(r.metric("kvprefix_router_redis_up") == 1, "(a) redis_up")
+        expect(r.metric("kvprefix_router_redis_calls_total") > 0, "(a) redis calls")
+        expect("redis: connected to" in r.logtext(), "(a) no 'connected' line")
+    # Both routers applied every batch; at most one of them to Redis each time.
+    dups = r1.metric("kvprefix_router_redis_duplicates_total") + \
+        r2.metric("kvprefix_router_redis_duplicates_total")
+    expect(dups > 0, "(a) no batch seen as applied by the other router")
+    expect("restarted and its first batches were lost" not in r1.logtext() + r2.logtext(),
+           "(a) a shared DUPLICATE was taken for a lost restart")
+    return [pa, pb, shared]
+
+
+def phase_b(kvprefix, args, tmp, r1, r2, engines, prompts):
+    a, b = engines["a"], engines["b"]
+    r1.kill()
+    pc, pd = prompt(10000, 3), prompt(11000, 2)
+    a.access(pc)
+    b.access(pd)
+    check_same([r2], engines, prompts + [pc, pd], "(b) router 2 alone")
+    r1 = Router(kvprefix, args, os.path.join(tmp, "router1-b.log"))
+    # At once: the first score of each prompt, nothing applied by router 1 yet.
+    for p in prompts + [pc, pd]:
+        view, rows = r1.rows(p)
+        expect(view == "redis" and rows == truth(engines, p),
+               f"(b) restarted router 1, prompt at {p[0]}: {view} {rows}")
+    expect(r1.metric("kvprefix_router_events_total", type="stored") == 0,
+           "(b) router 1 re-learned blocks from the engines")
+    return r1, prompts + [pc, pd]
+
+
+def back_to_redis(routers, p, what):
+    """Score p on every router until the shared view answers (the routers try Redis again
+    --redis-retry after a failure). Returns the seconds it took."""
+    t0 = time.monotonic()
+    for i, r in enumerate(routers):
+        wait(lambda: r.rows(p)[0] == "redis", f"{what}: router {i + 1} back on Redis")
+    return time.monotonic() - t0
+
+
+def phase_c(redis, r1, r2, engines, prompts):
+    a, b = engines["a"], engines["b"]
+    lost0 = [r.metric("kvprefix_router_redis_lost_total") for r in (r1, r2)]
+    redis.kill()
+    redis.start()
+    dt = back_to_redis([r1, r2], prompts[0], "(c)")
+    print(f"test_routerd_redis: (c) both routers on the restarted Redis after {dt:.2f} s")
+    pe, pf = prompt(20000, 2), prompt(21000, 3)
+    a.access(pe)
+    b.access(pf)
+    check_same([r1, r2], engines, [pe, pf], "(c) blocks stored after the Redis restart")
+    for i, r in enumerate((r1, r2)):
+        wait(lambda: r.metric("kvprefix_router_redis_lost_total") > lost0[i],
+             f"(c) router {i + 1} counts the lost workers")
+        expect("redis: worker state lost" in r.logtext(), f"(c) router {i + 1}: no loss line")
+        expect(r.proc.poll() is None, f"(c) router {i + 1} died")
+    never_over([r1, r2], engines, prompts + [pe, pf])
+    # What the restart lost: blocks the engines hold but the shared view no longer shows.
+    lost = held = 0
+    for p in prompts:
+        want = truth(engines, p)
+        _, rows = r2.rows(p)
+        got = {name: n for name, n, _ in rows}
+        for name, n, _ in want:
+            held += n
+            lost += n - got[name]
+    print(f"test_routerd_redis: (c) after the Redis restart the shared view shows "
+          f"{held - lost} of the {held} blocks stored before it ({lost} lost until their "
+          f"engines store them again)")
+    return [pe, pf]
+
+
+def bounded_local(r, p, engines, what):
+    """A score while Redis is unavailable: answered within BOUND_S from the local view."""
+    r_, dt = r.timed_score(p)
+    expect(dt < BOUND_S, f"{what}: /score took {dt:.2f} s")
+    return r_
+
+
+def outage(redis, r1, r2, engines, how):
+    """Redis killed or stopped: the fallback; then back to the shared view."""
+    a, b = engines["a"], engines["b"]
+    fb0 = [r.metric("kvprefix_router_fallback_scores_total") for r in (r1, r2)]
+    lines0 = [(r.logtext().count("redis: unreachable"), r.logtext().count("redis: reachable again"))
+              for r in (r1, r2)]
+    if how == "kill":
+        redis.kill()
+    else:
+        redis.proc.send_signal(signal.SIGSTOP)
+    pg = prompt(30000 + (0 if how == "kill" else 1000), 2)
+    b.access(pg)
+    for i, r in enumerate((r1, r2)):
+        wait(lambda: (bounded_local(r, pg, engines, f"(d) {how}")["view"] == "local" and
+                      r.blocks(pg).get("b") == (2, "scored")),
+             f"(d) {how}: router {i + 1} scores from its local view")
+        for _ in range(3):
+            out = bounded_local(r, pg, engines, f"(d) {how}")
+            expect(out["view"] == "local", f"(d) {how}: view {out['view']}")
+        status, body = r.request("GET", "/healthz")
+        expect(status == 200 and b'"view":"local"' in body, f"(d) {how}: healthz {body}")
+        expect(r.metric("kvprefix_router_redis_up") == 0, f"(d) {how}: redis_up")
+        expect(r.metric("kvprefix_router_fallback_scores_total") > fb0[i],
+               f"(d) {how}: fallback scores")
+        expect(r.metric("kvprefix_router_fallback_applies_total") > 0,
+               f"(d) {how}: fallback applies")
+        expect(r.metric("kvprefix_router_redis_errors_total") > 0, f"(d) {how}: errors")
+        wait(lambda: r.logtext().count("redis: unreachable") > lines0[i][0],
+             f"(d) {how}: no 'unreachable' line")
+    if how == "kill":
+        redis.start()
+    else:
+        redis.proc.send_signal(signal.SIGCONT)
+    dt = back_to_redis([r1, r2], pg, f"(d) {how}")
+    print(f"test_routerd_redis: (d) {how}: shared view again {dt:.2f} s after Redis returned "
+          f"(--redis-retry {RETRY_MS} ms)")
+    ph = prompt(32000 + (0 if how == "kill" else 1000), 2)
+    a.access(ph)
+    check_same([r1, r2], engines, [ph], f"(d) {how}: blocks stored once Redis is back")
+    for i, r in enumerate((r1, r2)):
+        wait(lambda: r.logtext().count("redis: reachable again") > lines0[i][1],
+             f"(d) {how}: no 'reachable again' line")
+        expect(r.metric("kvprefix_router_redis_up") == 1, f"(d) {how}: redis_up again")
+    return [pg, ph]
+
+
+def run(kvprefix, fake, redis_exe, tmp):
+    redis = Redis(redis_exe, tmp, free_port())
+    engines = {"a": Engine(fake, tmp, "a", "kv@pod-a@m"),
+               "b": Engine(fake, tmp, "b", "kv@pod-b@m")}
+    routers = []
+    try:
+        redis.start()
+        for e in engines.values():
+            e.start()
+        args = ["--hash", "vllm-sha256-cbor", "--block-size", str(BLOCK),
+                "--redis", f"127.0.0.1:{redis.port}", "--redis-prefix", "t15",
+                "--redis-timeout", str(TIMEOUT_MS), "--redis-retry", str(RETRY_MS)]
+        for name, e in engines.items():
+            args += ["--engine", f"{name}={e.pub},replay={e.replay},topic={e.topic[:-1]}"]
+        probe = subprocess.run([kvprefix, "router", "--port", "0"] + args + ["--help"],
+                               capture_output=True, text=True)
+        expect(probe.returncode == 0 and "--redis URL" in probe.stdout, "router --help")
+        try:
+            routers.append(Router(kvprefix, args, os.path.join(tmp, "router1.log")))
+        except Fail:
+            with open(os.path.join(tmp, "router1.log")) as f:
+                log = f.read()
+            if "no Redis support" in log:
+                skip("this build has no Redis support (-Dredis)")
+            raise
+        routers.append(Router(kvprefix, args, os.path.join(tmp, "router2.log")))
+        r1, r2 = routers
+        probes = subscribed(routers, engines)
+        prompts = phase_a(r1, r2, engines) + probes[:2]
+        r1, prompts = phase_b(kvprefix, args, tmp, r1, r2, engines, prompts)
+        routers[0] = r1
+        prompts += phase_c(redis, r1, r2, engines, prompts)
+        prompts += outage(redis, r1, r2, engines, "kill")
+        prompts += outage(redis, r1, r2, engines, "stop")
+        never_over([r1, r2], engines, prompts)
+        for r in (r1, r2):
+            expect(r.proc.poll() is None, "a router died")
+            r.proc.send_signal(signal.SIGTERM)
+            expect(r.proc.wait(timeout=WAIT_S) == 0, f"router exit {r.proc.returncode}")
+        if os.environ.get("ROUTERD_TEST_VERBOSE"):
+            for i, r in enumerate(routers):
+                sys.stderr.write(f"router {i + 1} log:\n{r.logtext()}")
+    except Fail:
+        for i, r in enumerate(routers):
+            sys.stderr.write(f"router {i + 1} log:\n{r.logtext()}")
+        raise
+    finally:
+        for e in engines.values():
+            e.stop()
+        for r in routers:
+            r.kill()
+        redis.kill()
+
+
+def main():
+    kvprefix, fake = sys.argv[1], sys.argv[2]
+    redis_exe = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None)
+    if redis_exe is None:
+        skip("redis-server is not installed (scripts/deps.sh installs it)")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="routerd-redis-") as tmp:
+        run(kvprefix, fake, redis_exe, tmp)
+    print(f"test_routerd_redis: ok ({time.monotonic() - t0:.1f} s)")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Fail as e:
+        print(f"test_routerd_redis: FAIL: {e}")
+        sys.exit(1)
