@@ -229,7 +229,15 @@ def phase_b(kvprefix, args, tmp, r1, r2, engines, prompts):
                f"(b) restarted router 1, prompt at {p[0]}: {view} {rows}")
     expect(r1.metric("kvprefix_router_events_total", type="stored") == 0,
            "(b) router 1 re-learned blocks from the engines")
-    return r1, prompts + [pc, pd]
+    # Its local view (the fallback) catches up at the next batches: a gap, then a replay.
+    pq, pr = prompt(12000, 1), prompt(13000, 1)
+    a.access(pq)
+    b.access(pr)
+    for name, e in engines.items():
+        wait(lambda: r1.metric("kvprefix_router_replays_total", engine=name,
+                               result="filled") >= 1, f"(b) router 1 replays {name}")
+    check_same([r1, r2], engines, prompts + [pc, pd, pq, pr], "(b) after the catch-up")
+    return r1, prompts + [pc, pd, pq, pr]
 
 
 def back_to_redis(routers, p, what):

@@ -26,14 +26,13 @@
  * cannot be one (a publisher's stamps do not go back), so the daemon takes it as a restart
  * and replays from 0 (or marks the worker stale without a replay endpoint).
  *
- * Shared store (--redis). Worker sequence numbers live in Redis, so a batch that another
- * router applied first is a DUPLICATE here: normal, counted (the library's
- * n_redis_duplicates, kvprefix_router_redis_duplicates_total), never logged, and never
- * taken for a lost restart (its stamp is newer only because this router did not apply the
- * batch itself); it advances the worker's last stamp like a batch applied here. A GAP,
- * whoever's view it is in, starts the replay above. The loop's tick (rd_redis_tick) logs
- * the store's transitions. The workers of named engines (not ID '*') are added when the
- * sockets open, not at their first batch, so that a router started while the fleet is
+ * Shared store (--redis). The library applies every batch to the local index as without a
+ * store (so the statuses above, and the replays, are this router's own) and then to Redis,
+ * where worker sequence numbers live too: a batch another router applied first is a
+ * duplicate there, normal with several routers: counted by the library
+ * (kvprefix_router_redis_duplicates_total), never logged. The loop's tick (rd_redis_tick)
+ * logs the store's transitions. The workers of named engines (not ID '*') are added when
+ * the sockets open, not at their first batch, so that a router started while the fleet is
  * quiet scores them from the shared view at once.
  *
  * Bad input never stops the thread: messages that are not 3 frames, payloads the decoder
@@ -280,7 +279,6 @@ static void rd_count(rd_daemon *d, rd_worker *w, int status)
 static int rd_apply(rd_daemon *d, rd_worker *w, uint64_t seq, const kvp_kv_batch *b, bool live)
 {
     kvp_router_apply_result res;
-    uint64_t dups = rd_redis_dups(d);
     int rc = kvp_router_apply(d->router, w->id, seq, b, &res);
     if (rc == KVP_EINVAL) {
         char why[256];
@@ -301,8 +299,6 @@ static int rd_apply(rd_daemon *d, rd_worker *w, uint64_t seq, const kvp_kv_batch
             return RD_GAP;
         return rd_replay_start(d, w, res.expected) ? RD_WAIT : RD_DONE;
     case KVP_ROUTER_DUPLICATE:
-        if (rd_redis_dup_shared(d, dups))
-            break; /* another router applied it: as good as applied here */
         if (live && w->has_ts && b->ts > w->last_ts) {
             rd_log("%s: worker '%s': seq %" PRIu64 " is newer than the last batch applied: "
                    "the publisher restarted and its first batches were lost",
@@ -318,7 +314,7 @@ static int rd_apply(rd_daemon *d, rd_worker *w, uint64_t seq, const kvp_kv_batch
     default:
         break;
     }
-    /* Applied (APPLIED or RESTARTED, or by another router): progress. */
+    /* Applied (APPLIED or RESTARTED): progress. */
     if (b->ts > w->last_ts || !w->has_ts)
         w->last_ts = b->ts;
     w->has_ts = true;

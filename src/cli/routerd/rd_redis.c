@@ -14,8 +14,6 @@
  *
  *     plus one line each time n_redis_lost grows (the store lost workers it held: Redis
  *     restarted empty or was flushed);
- *   - tells a DUPLICATE that another router caused (normal with a shared store: counted,
- *     never logged) from one the daemon must act on;
  *   - writes the store's metric families.
  *
  * State: rd_daemon.redis_state, .redis_lost and .redis_check_ms, touched by the event thread
@@ -115,19 +113,6 @@ void rd_redis_tick(rd_daemon *d)
                st.n_redis_lost - d->redis_lost, st.n_redis_lost);
         d->redis_lost = st.n_redis_lost;
     }
-}
-
-uint64_t rd_redis_dups(rd_daemon *d)
-{
-    kvp_router_stats st;
-    if (d->redis.url == NULL || kvp_router_stats_get(d->router, &st) != KVP_OK)
-        return 0;
-    return st.n_redis_duplicates;
-}
-
-bool rd_redis_dup_shared(rd_daemon *d, uint64_t before)
-{
-    return d->redis.url != NULL && rd_redis_dups(d) > before;
 }
 
 /* One unlabelled sample with its # HELP and # TYPE lines. */

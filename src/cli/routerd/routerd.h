@@ -175,14 +175,6 @@ bool rd_redis_prefix_ok(const char *p);
  * unreachable, worker state lost). Does nothing without --redis. Cannot fail. */
 void rd_redis_tick(rd_daemon *d);
 
-/* Whether a DUPLICATE result came from the shared store (another router applied the batch
- * first): n_redis_duplicates grew across the apply (before: its value just before).
- * Event thread only. Cannot fail (false when the stats cannot be read). */
-bool rd_redis_dup_shared(rd_daemon *d, uint64_t before);
-
-/* n_redis_duplicates now (0 without --redis or when the stats cannot be read). */
-uint64_t rd_redis_dups(rd_daemon *d);
-
 /* Write the store's metric families (kvprefix_router_redis_*, _fallback_*) from st; nothing
  * without --redis. Cannot fail. */
 void rd_metrics_redis(const kvp_router_stats *st, FILE *f);
