@@ -22,18 +22,23 @@
  *
  * Restarts. kvp_router_apply sees a restart at the new publisher's batch 0. If that batch
  * was lost (ZeroMQ's subscriber reconnects after the new process has started publishing),
- * the next ones look like DUPLICATEs; a DUPLICATE stamped later than the last batch applied
- * cannot be one (a publisher's stamps do not go back), so the daemon takes it as a restart
- * and replays from 0 (or marks the worker stale without a replay endpoint).
+ * the next ones look like DUPLICATEs; a DUPLICATE whose number is not above the highest
+ * one seen but whose stamp is later than every batch seen cannot be one (a publisher's
+ * stamps do not go back), so the daemon takes it as a restart and replays from 0 (or marks
+ * the worker stale without a replay endpoint).
  *
- * Shared store (--redis). The library applies every batch to the local index as without a
- * store (so the statuses above, and the replays, are this router's own) and then to Redis,
- * where worker sequence numbers live too: a batch another router applied first is a
- * duplicate there, normal with several routers: counted by the library
- * (kvprefix_router_redis_duplicates_total), never logged. The loop's tick (rd_redis_tick)
- * logs the store's transitions. The workers of named engines (not ID '*') are added when
- * the sockets open, not at their first batch, so that a router started while the fleet is
- * quiet scores them from the shared view at once.
+ * Shared store (--redis). The library applies every batch to the local index and then to
+ * Redis, where the worker's sequence state lives for the whole fleet, and returns Redis's
+ * status (the local one while Redis is unavailable). So a batch that another router
+ * applied first comes back DUPLICATE: normal with several routers, counted by the library
+ * (n_redis_duplicates, kvprefix_router_redis_duplicates_total), never logged, and not a
+ * lost restart (its number is the next one: the rule above compares with batches seen,
+ * not applied, for this reason). A GAP is the fleet's (Redis missed batches, e.g. applied
+ * during an outage) and starts the replay above: replayed batches are DUPLICATE locally
+ * and APPLIED in Redis (or DUPLICATE there too when the other router replayed first). The loop's
+ * tick (rd_redis_tick) logs the store's transitions. The workers of named engines (not ID '*') are
+ * added when the sockets open, not at their first batch, so that a router started while the fleet
+ * is quiet scores them from the shared view at once.
  *
  * Bad input never stops the thread: messages that are not 3 frames, payloads the decoder
  * refuses, topics that do not name an engine, batches the index refuses are counted per
@@ -272,6 +277,30 @@ static void rd_count(rd_daemon *d, rd_worker *w, int status)
     pthread_mutex_unlock(&d->lock);
 }
 
+/* Whether live batch (seq, ts), which the index called a DUPLICATE, is a restarted
+ * publisher's whose first batches were lost: its number goes back (not above the highest
+ * one seen) while its stamp goes forward (later than every batch seen). A batch that
+ * another router applied first (a DUPLICATE in Redis) has the next number, and a replayed
+ * or repeated one an older or equal stamp: neither is taken for a restart. */
+static inline bool rd_is_lost_restart(const rd_worker *w, uint64_t seq, double ts)
+{
+    return w->has_seen && seq <= w->seen_seq && ts > w->seen_ts;
+}
+
+/* Note batch (seq, ts) of w as seen; restart: the publisher restarted at it (what was seen
+ * before belongs to its previous life). Cannot fail. */
+static void rd_seen(rd_worker *w, uint64_t seq, double ts, bool restart)
+{
+    if (restart || !w->has_seen) {
+        w->seen_seq = seq;
+        w->seen_ts = ts;
+    } else {
+        w->seen_seq = seq > w->seen_seq ? seq : w->seen_seq;
+        w->seen_ts = ts > w->seen_ts ? ts : w->seen_ts;
+    }
+    w->has_seen = true;
+}
+
 /* Apply batch b (number seq) of w. live: the batch came from the SUB socket (a gap starts
  * a replay, a lost restart is recognised); else from a replay. Returns RD_DONE; live:
  * RD_WAIT when a replay started and the batch must wait for it; replayed: RD_GAP, RD_BAD
@@ -297,15 +326,18 @@ static int rd_apply(rd_daemon *d, rd_worker *w, uint64_t seq, const kvp_kv_batch
     case KVP_ROUTER_GAP:
         if (!live)
             return RD_GAP;
+        rd_seen(w, seq, b->ts, false);
         return rd_replay_start(d, w, res.expected) ? RD_WAIT : RD_DONE;
     case KVP_ROUTER_DUPLICATE:
-        if (live && w->has_ts && b->ts > w->last_ts) {
-            rd_log("%s: worker '%s': seq %" PRIu64 " is newer than the last batch applied: "
-                   "the publisher restarted and its first batches were lost",
+        if (live && rd_is_lost_restart(w, seq, b->ts)) {
+            rd_log("%s: worker '%s': seq %" PRIu64 " goes back but is stamped later than "
+                   "every batch seen: the publisher restarted and its first batches were lost",
                    w->src->endpoint, w->engine, seq);
+            rd_seen(w, seq, b->ts, false);
             w->replay_done = false;
             return rd_replay_start(d, w, 0) ? RD_WAIT : RD_DONE;
         }
+        rd_seen(w, seq, b->ts, false);
         return RD_DONE;
     case KVP_ROUTER_RESTARTED:
         rd_log("%s: worker '%s' dp %" PRId64 ": the publisher restarted (seq 0): cleared",
@@ -315,9 +347,7 @@ static int rd_apply(rd_daemon *d, rd_worker *w, uint64_t seq, const kvp_kv_batch
         break;
     }
     /* Applied (APPLIED or RESTARTED): progress. */
-    if (b->ts > w->last_ts || !w->has_ts)
-        w->last_ts = b->ts;
-    w->has_ts = true;
+    rd_seen(w, seq, b->ts, res.status == KVP_ROUTER_RESTARTED);
     w->replay_done = false;
     return RD_DONE;
 }

@@ -71,8 +71,9 @@ typedef struct rd_worker {
     char *engine;            /* engine id (owned) */
     int64_t dp_rank;         /* data-parallel rank */
     uint32_t id;             /* kvp_router worker id */
-    bool has_ts;             /* last_ts is valid */
-    double last_ts;          /* ts of the last batch applied */
+    bool has_seen;           /* seen_seq and seen_ts are valid */
+    uint64_t seen_seq;       /* highest sequence number seen since the last restart */
+    double seen_ts;          /* latest ts seen since the last restart */
     void *dealer;            /* DEALER of the replay in flight, NULL when none */
     int64_t deadline_ms;     /* the replay's deadline (monotonic ms), when dealer */
     uint64_t replay_from;    /* first sequence number asked for, when dealer */
