@@ -287,10 +287,14 @@ def phase_c(redis, r1, r2, engines, prompts):
     return [pe, pf]
 
 
+SLOWEST = {}  # the slowest /score while Redis was unavailable, per outage kind
+
+
 def bounded_local(r, p, engines, what):
     """A score while Redis is unavailable: answered within BOUND_S from the local view."""
     r_, dt = r.timed_score(p)
     expect(dt < BOUND_S, f"{what}: /score took {dt:.2f} s")
+    SLOWEST[what] = max(SLOWEST.get(what, 0.0), dt)
     return r_
 
 
@@ -332,6 +336,8 @@ def outage(redis, r1, r2, engines, how):
         redis.start()
     else:
         redis.proc.send_signal(signal.SIGCONT)
+    print(f"test_routerd_redis: (d) {how}: slowest /score during the outage "
+          f"{SLOWEST[f'(d) {how}'] * 1000:.0f} ms (--redis-timeout {TIMEOUT_MS} ms)")
     dt = back_to_redis([r1, r2], pg, f"(d) {how}")
     print(f"test_routerd_redis: (d) {how}: shared view again {dt:.2f} s after Redis returned "
           f"(--redis-retry {RETRY_MS} ms)")
