@@ -370,9 +370,10 @@ def check_cli(kvprefix, tmp):
     ep = f"ipc://{tmp}/none.pub"
     for args, msg in [
             (["--redis", "localhost"], "--redis: 'localhost' is not redis://"),
-            (["--redis", "redis://h:0"], "is not redis://HOST:PORT"),
-            (["--redis", "h:1/2"], "is not redis://HOST:PORT"),
-            (["--redis", "unix:"], "is not redis://HOST:PORT"),
+            (["--redis", "redis://h:6379/x"], "is not redis://HOST[:PORT]"),
+            (["--redis", "redis://h:0"], "is not redis://HOST[:PORT]"),
+            (["--redis", "h:1/2"], "is not redis://HOST[:PORT]"),
+            (["--redis", "unix:"], "is not redis://HOST[:PORT]"),
             (["--redis", "h:1", "--redis-prefix", "a b"], "--redis-prefix: 'a b'"),
             (["--redis", "h:1", "--redis-prefix", "x" * 65], "--redis-prefix"),
             (["--redis", "h:1", "--redis-timeout", "0"], "--redis-timeout"),

@@ -4,8 +4,8 @@
  * batch applied to Redis as well as to the local index, scores from Redis while it answers
  * within --redis-timeout, from the local view otherwise); this file only
  *
- *   - checks the shape of --redis and --redis-prefix, so that a typo is a usage error with
- *     its own message before anything starts;
+ *   - checks the shape of --redis-prefix, so that a typo is a usage error with its own
+ *     message (a --redis URL is the library's to parse: routerd.c names it when refused);
  *   - turns the router's statistics into log lines, one per transition, from the event
  *     thread's periodic tick (every 100 ms at most; no thread of its own):
  *
@@ -26,38 +26,6 @@
 
 /* The tick's period: a transition is logged at most this long after the call that made it. */
 #define RD_REDIS_TICK_MS 100
-
-/* Whether s[0 .. n) is 1..max decimal digits whose value is in lo..hi. */
-static bool rd_digits_in(const char *s, size_t n, unsigned long lo, unsigned long hi)
-{
-    if (n == 0 || n > 5)
-        return false;
-    unsigned long v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (unsigned long)(s[i] - '0');
-    }
-    return v >= lo && v <= hi;
-}
-
-bool rd_redis_url_ok(const char *url)
-{
-    if (strncmp(url, "unix:", 5) == 0)
-        return url[5] != '\0';
-    const char *p = strncmp(url, "redis://", 8) == 0 ? url + 8 : url;
-    const char *slash = strchr(p, '/');
-    if (slash && (p == url || !rd_digits_in(slash + 1, strlen(slash + 1), 0, 15)))
-        return false; /* a /DB only after redis:// */
-    size_t hostport = slash ? (size_t)(slash - p) : strlen(p);
-    const char *colon = NULL;
-    for (size_t i = 0; i < hostport; i++)
-        if (p[i] == ':')
-            colon = p + i;
-    if (colon == NULL || colon == p)
-        return false;
-    return rd_digits_in(colon + 1, (size_t)(p + hostport - colon - 1), 1, 65535);
-}
 
 bool rd_redis_prefix_ok(const char *p)
 {

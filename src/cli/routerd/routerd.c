@@ -69,8 +69,9 @@ static const char usage_text[] =
     "  --max-body SIZE      largest /score body (default 16MiB)\n"
     "\n"
     "Shared index (several routers on one Redis, docs/routing.md):\n"
-    "  --redis URL          redis://HOST:PORT[/DB], HOST:PORT or unix:PATH; scores come\n"
-    "                       from Redis, from the local view while it does not answer\n"
+    "  --redis URL          redis://HOST[:PORT][/DB] (port 6379), HOST:PORT or\n"
+    "                       unix:PATH; scores come from Redis, from the local view\n"
+    "                       while it does not answer\n"
     "  --redis-prefix P     first bytes of every key (default kvp): 1..64 of\n"
     "                       [A-Za-z0-9_.:-], one per fleet sharing a database\n"
     "  --redis-timeout MS   connect and per-call timeout (default 250, 1..60000)\n"
@@ -137,10 +138,7 @@ static int rd_apply_redis_opt(rd_daemon *d, int c, const char *arg)
     int rc = 0;
     switch (c) {
     case RD_OPT_REDIS:
-        if (!rd_redis_url_ok(arg))
-            return fail(CLI_EXIT_USAGE,
-                        "--redis: '%s' is not redis://HOST:PORT[/DB], HOST:PORT or unix:PATH", arg);
-        d->redis.url = arg;
+        d->redis.url = arg; /* its shape is the library's to judge (rd_router_new) */
         return 0;
     case RD_OPT_REDIS_PREFIX:
         if (!rd_redis_prefix_ok(arg))
@@ -245,6 +243,18 @@ static int rd_parse_args(int argc, char **argv, rd_daemon *d, rd_opts *o)
     return 0;
 }
 
+/* Whether the hash settings alone make a router: then a KVP_EINVAL with --redis was the
+ * URL's (the other --redis values are checked as flags). */
+static bool rd_hash_ok(const kvp_router_config *rc)
+{
+    kvp_router_config plain = *rc;
+    plain.redis.url = NULL;
+    kvp_router *r = NULL;
+    bool ok = kvp_router_new(&plain, &r) == KVP_OK;
+    kvp_router_free(r);
+    return ok;
+}
+
 /* Create the index with the daemon's hash config and shared store. Returns 0 or an exit
  * status. */
 static int rd_router_new(rd_daemon *d)
@@ -258,6 +268,10 @@ static int rd_router_new(rd_daemon *d)
         return fail(CLI_EXIT_USAGE,
                     "--redis: this build has no Redis support (libkvprefix-events was built "
                     "without hiredis: install libhiredis-dev and configure with -Dredis=enabled)");
+    if (r == KVP_EINVAL && d->redis.url && rd_hash_ok(&rc))
+        return fail(CLI_EXIT_USAGE,
+                    "--redis: '%s' is not redis://HOST[:PORT][/DB], HOST:PORT or unix:PATH",
+                    d->redis.url);
     if (r != KVP_OK)
         return fail(r == KVP_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_INPUT,
                     "cannot create the index with these %s settings: %s",

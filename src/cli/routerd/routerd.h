@@ -6,7 +6,7 @@
  *   rd_spec.c   --engine specs and the --config JSON file -> rd_source list
  *   rd_events.c the event thread: SUB sockets, decode, kvp_router_apply, gaps -> replay
  *   rd_http.c   libmicrohttpd: POST /score, GET /metrics, GET /healthz
- *   rd_redis.c  --redis: the URL's shape, the store's state as log lines, its metrics
+ *   rd_redis.c  --redis: the key prefix's shape, the store's state as log lines, metrics
  *
  * Threads. One event thread owns every ZeroMQ socket and is the only writer of the index
  * (kvp_router) and of the daemon's counters; libmicrohttpd's threads score (the router is
@@ -163,10 +163,6 @@ void rd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int64_t rd_now_ms(void);
 
 /* rd_redis.c ----------------------------------------------------------------------------- */
-
-/* Whether url has one of the shapes --redis takes: redis://HOST:PORT[/DB], HOST:PORT (port
- * 1..65535, DB 0..15 digits) or unix:PATH. The library checks it again. Cannot fail. */
-bool rd_redis_url_ok(const char *url);
 
 /* Whether key prefix p is 1..64 of [A-Za-z0-9_.:-] (kvp_router_redis.key_prefix). */
 bool rd_redis_prefix_ok(const char *p);
