@@ -168,13 +168,6 @@ static long long int_reply(redisContext *c, redisReply *rep)
     return v;
 }
 
-/* The 8-byte big-endian form of a block key. */
-static void be64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (56 - 8 * i));
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* A server of the test's own                                                               */
 /* ---------------------------------------------------------------------------------------- */
@@ -361,8 +354,9 @@ Test(redis_fleet, key_prefixes_isolate_fleets)
     kvp_router_free(b);
 }
 
-/* Blocks stop counting when the worker's state expires; its leftovers are cleaned when it
- * comes back (a lost worker: its shared view restarts from that batch). */
+/* Blocks stop counting when the worker's state expires, and its block hash expires with
+ * it; a leftover block hash (a state lost alone) is deleted when the worker comes back (a
+ * lost worker: its shared view restarts from that batch). */
 Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
 {
     char prefix[64];
@@ -374,25 +368,33 @@ Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
     kvp_router_row rows[16];
     score_keys(r, k, 3, rows);
     cr_assert_eq(rows[0].n_blocks, 3);
+    redisContext *c = inspect();
+    unsigned char gid[KVP__RR_GID_BYTES];
+    kvp__rr_gid("e", 1, 0, gid);
+    char wm[128], wk[128];
+    size_t n_wm = (size_t)snprintf(wm, sizeof wm, "%s:wm:", prefix);
+    size_t n_wk = (size_t)snprintf(wk, sizeof wk, "%s:w:", prefix);
+    memcpy(wm + n_wm, gid, 8);
+    memcpy(wk + n_wk, gid, 8);
+    n_wm += 8;
+    n_wk += 8;
+    cr_assert_gt(int_reply(c, redisCommand(c, "PTTL %b", wm, n_wm)), 0);
     sleep_ms(1500);
     score_keys(r, k, 3, rows);
     cr_assert_eq(rows[0].state, KVP_ROUTER_ROW_SCORED);
     cr_assert_eq(rows[0].n_blocks, 0, "an expired worker holds nothing");
-    redisContext *c = inspect();
-    unsigned char gid[KVP__RR_GID_BYTES], blk[8];
-    kvp__rr_gid("e", 1, 0, gid);
-    char key[128];
-    int n = snprintf(key, sizeof key, "%s:wb:", prefix);
-    memcpy(key + n, gid, 8);
-    cr_assert_eq(int_reply(c, redisCommand(c, "SCARD %b", key, (size_t)n + 8)), 3, "leftovers");
+    cr_assert_eq(int_reply(c, redisCommand(c, "EXISTS %b", wm, n_wm)), 0, "expired together");
+    /* The worker returns: a lost state (the router knew it), the batch applied. */
     apply_keys(r, w, 1, k + 3, 1, "GPU", false);
     cr_assert_eq(stats_of(r).n_redis_lost, 1);
-    cr_assert_eq(int_reply(c, redisCommand(c, "SCARD %b", key, (size_t)n + 8)), 1,
-                 "leftovers cleaned, the new block kept");
-    n = snprintf(key, sizeof key, "%s:b:", prefix);
-    be64(blk, k[0]);
-    memcpy(key + n, blk, 8);
-    cr_assert_eq(int_reply(c, redisCommand(c, "EXISTS %b", key, (size_t)n + 8)), 0);
+    score_keys(r, k + 3, 1, rows);
+    cr_assert_eq(rows[0].n_blocks, 1);
+    /* A state lost alone leaves a leftover block hash: deleted before the state is made. */
+    cr_assert_eq(int_reply(c, redisCommand(c, "DEL %b", wk, n_wk)), 1);
+    cr_assert_eq(int_reply(c, redisCommand(c, "PERSIST %b", wm, n_wm)), 1);
+    apply_keys(r, w, 2, k, 1, "GPU", false);
+    cr_assert_eq(stats_of(r).n_redis_lost, 2);
+    cr_assert_eq(int_reply(c, redisCommand(c, "HLEN %b", wm, n_wm)), 1, "only the new block");
     redisFree(c);
     kvp_router_free(r);
 }
