@@ -304,6 +304,9 @@ local function run_of(wm, blocks, bk)
     local row = {0, 0}
     local n_blocks = math.floor(#blocks / 8)
     local to = math.min(FIRST_CHUNK, n_blocks)
+    if to == 0 then
+        return row
+    end
     if probe_hmget(wm, blocks, bk, 1, to, row) < to or to == n_blocks then
         return row
     end
