@@ -35,6 +35,14 @@
 
 #define BS 16u /* block size of every worker here */
 
+/* The store's checker on r's prefix (a macro: failures point at the caller's line). */
+#define STORE_CHECK(r)                                                                             \
+    do {                                                                                           \
+        const char *why_ = NULL;                                                                   \
+        int rc_ = kvp__rr_check(r, &why_);                                                         \
+        cr_assert_eq(rc_, KVP_OK, "store check: %s (%s)", kvp_strerror(rc_), why_ ? why_ : "");    \
+    } while (0)
+
 /* ---------------------------------------------------------------------------------------- */
 /* Helpers                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
@@ -91,6 +99,13 @@ static uint32_t worker(kvp_router *r, const char *name)
     return id;
 }
 
+static kvp_router_stats stats_of(kvp_router *r)
+{
+    kvp_router_stats st;
+    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
+    return st;
+}
+
 static const uint32_t zero_tokens[64 * BS];
 
 /* Apply one batch: store keys[0 .. n) on medium (and clear first when clear). */
@@ -120,14 +135,9 @@ static kvp_router_apply_result apply_keys(kvp_router *r, uint32_t id, uint64_t s
     int rc = kvp_router_apply(r, id, seq, &b, &res);
     cr_assert_eq(rc, KVP_OK, "apply: %s (%s)", kvp_strerror(rc), res.why ? res.why : "");
     cr_assert_eq(kvp_router_check(r), KVP_OK);
+    if (stats_of(r).redis_up)
+        STORE_CHECK(r);
     return res;
-}
-
-static kvp_router_stats stats_of(kvp_router *r)
-{
-    kvp_router_stats st;
-    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
-    return st;
 }
 
 /* Score keys[0 .. n) into rows (cap 16); returns the number of rows. */
@@ -457,6 +467,42 @@ Test(redis_fleet, unix_socket_and_config_errors)
     cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL);
 }
 
+/* The store's checker catches each kind of corruption (made by hand with hiredis). */
+Test(redis_fleet, store_checker_catches_each_corruption)
+{
+    static const char *const cases[][2] = {
+        {"HSET %s:media DISK 9", "media: a bit outside 0..5"},
+        {"HSET %s:media DISK 0", "media: a bit given twice"},
+        {"HSET %s:media disk 3", "media: a name not in upper case"},
+        {"HSET %s:w:12345678 expected zz known 1 stale 0 n 0",
+         "worker state: expected is not 16 hex digits"},
+        {"HSET %s:w:12345678 expected 0000000000000001 known 2 stale 0 n 0",
+         "worker state: known or stale is not 0 or 1"},
+        {"HSET %s:w:12345678 expected 0000000000000001 known 1 stale 0 n 5",
+         "worker state: n differs from the blocks held"},
+        {"HSET %s:wm:12345678 short 1", "blocks: a block key is not 8 bytes"},
+        {"HSET %s:wm:12345678 abcdefgh 0", "blocks: a mask is 0 or names an unregistered medium"},
+        {"HSET %s:wm:12345678 abcdefgh 32", "blocks: a mask is 0 or names an unregistered medium"},
+    };
+    redisContext *c = inspect();
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "chk%zu_%ld", i, (long)getpid());
+        kvp_router *r = router_on(env_or_fail("KVP_TEST_REDIS_URL"), prefix, 0, 5000, 1000);
+        uint32_t w = worker(r, "e");
+        uint64_t k[2] = {1, 2};
+        apply_keys(r, w, 0, k, 2, "GPU", false); /* registers GPU as bit 0; checks */
+        redisReply *rep = redisCommand(c, cases[i][0], prefix);
+        cr_assert(rep && rep->type == REDIS_REPLY_INTEGER, "%s", cases[i][0]);
+        freeReplyObject(rep);
+        const char *why = NULL;
+        cr_assert_eq(kvp__rr_check(r, &why), KVP_ECORRUPT, "case %zu not caught", i);
+        cr_assert_str_eq(why, cases[i][1]);
+        kvp_router_free(r);
+    }
+    redisFree(c);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Failures                                                                                 */
 /* ---------------------------------------------------------------------------------------- */
@@ -696,8 +742,10 @@ Test(redis_model, random_operations_match_in_memory, .timeout = 300)
         m->keys[i] = 1000u + (uint64_t)rnd(m, 64);
     for (int step = 0; step < 3000; step++) {
         model_step(m);
-        if (step % 100 == 0)
+        if (step % 100 == 0) {
             cr_assert_eq(kvp_router_check(m->red), KVP_OK);
+            STORE_CHECK(m->red);
+        }
     }
     for (int i = 0; i < 200; i++)
         model_compare(m);

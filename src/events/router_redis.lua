@@ -358,9 +358,82 @@ local function kvprefix_score(keys, a)
     return {redis.call('HGETALL', P .. ':media'), rows}
 end
 
+-- The checker's part for P:media: returns the mask of registered bits, or nil and why.
+local function check_media(P)
+    local media = redis.call('HGETALL', P .. ':media')
+    local ok_bits = 0
+    for x = 1, #media, 2 do
+        local b = tonumber(media[x + 1])
+        if not b or b < 0 or b >= MAX_MEDIA or b ~= math.floor(b) then
+            return nil, 'media: a bit outside 0..5'
+        end
+        if bit.band(ok_bits, bit.lshift(1, b)) ~= 0 then
+            return nil, 'media: a bit given twice'
+        end
+        if media[x] ~= string.upper(media[x]) then
+            return nil, 'media: a name not in upper case'
+        end
+        ok_bits = bit.bor(ok_bits, bit.lshift(1, b))
+    end
+    return ok_bits
+end
+
+-- The keys P .. infix .. <gid> (other fleets' keys that the pattern also matches, whose
+-- prefix extends P, are longer and skipped), as {key, gid} pairs.
+local function keys_of(P, infix)
+    local out = {}
+    local pre = P .. infix
+    for _, k in ipairs(redis.call('KEYS', pre .. '*')) do
+        if #k == #pre + 8 and string.sub(k, 1, #pre) == pre then
+            out[#out + 1] = {k, string.sub(k, #pre + 1)}
+        end
+    end
+    return out
+end
+
+-- kvprefix_check: ARGV P. Walks every key of the prefix (KEYS: for tests and debugging,
+-- not for a busy server) and checks the invariants: media bits 0..5, unique, names in
+-- upper case; each worker state well formed (expected 16 hex digits, known and stale 0
+-- or 1, n the length of its block hash); each block key 8 bytes with a mask of registered
+-- bits, never 0. Returns {1, 'ok'} or {0, why}.
+local function kvprefix_check(keys, a)
+    local P = a[1]
+    local ok_bits, why = check_media(P)
+    if not ok_bits then
+        return {0, why}
+    end
+    for _, kg in ipairs(keys_of(P, ':w:')) do
+        local st = redis.call('HMGET', kg[1], 'expected', 'known', 'stale', 'n')
+        if not st[1] or #st[1] ~= 16 or not string.match(st[1], '^%x+$') then
+            return {0, 'worker state: expected is not 16 hex digits'}
+        end
+        if (st[2] ~= '0' and st[2] ~= '1') or (st[3] ~= '0' and st[3] ~= '1') then
+            return {0, 'worker state: known or stale is not 0 or 1'}
+        end
+        if tonumber(st[4] or '-1') ~= redis.call('HLEN', P .. ':wm:' .. kg[2]) then
+            return {0, 'worker state: n differs from the blocks held'}
+        end
+    end
+    for _, kg in ipairs(keys_of(P, ':wm:')) do
+        local all = redis.call('HGETALL', kg[1])
+        for x = 1, #all, 2 do
+            local m = tonumber(all[x + 1])
+            if #all[x] ~= 8 then
+                return {0, 'blocks: a block key is not 8 bytes'}
+            end
+            if not m or m < 1 or m > 63 or bit.band(m, bit.bnot(ok_bits)) ~= 0 then
+                return {0, 'blocks: a mask is 0 or names an unregistered medium'}
+            end
+        end
+    end
+    return {1, 'ok'}
+end
+
 redis.register_function('kvprefix_apply', kvprefix_apply)
 redis.register_function('kvprefix_mark_stale', kvprefix_mark_stale)
 redis.register_function('kvprefix_resync', kvprefix_resync)
 redis.register_function('kvprefix_remove', kvprefix_remove)
+redis.register_function{function_name = 'kvprefix_check', callback = kvprefix_check,
+                        flags = {'no-writes'}}
 redis.register_function{function_name = 'kvprefix_score', callback = kvprefix_score,
                         flags = {'no-writes'}}
