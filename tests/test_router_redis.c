@@ -451,9 +451,10 @@ Test(redis_fleet, unix_socket_and_config_errors)
         cfg.redis.url = bad_urls[i];
         cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL, "url '%s'", bad_urls[i]);
     }
-    const char *bad_prefixes[] = {"", "a b", "x/y",
-                                  "0123456789012345678901234567890123456789012345678901234567890"
-                                  "1234"};
+    char too_long[66];
+    memset(too_long, 'a', 65);
+    too_long[65] = '\0';
+    const char *bad_prefixes[] = {"", "a b", "x/y", too_long};
     for (size_t i = 0; i < sizeof bad_prefixes / sizeof *bad_prefixes; i++) {
         kvp_router_config_init(&cfg);
         cfg.redis.url = "127.0.0.1:1";
