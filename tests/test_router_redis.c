@@ -16,6 +16,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,10 +31,19 @@
 #include <hiredis/hiredis.h>
 
 #include "kvprefix_events.h"
+#include "router.h"
 #include "router_redis.h"
 #include "testutil.h"
 
 #define BS 16u /* block size of every worker here */
+
+/* The store's checker on r's prefix (a macro: failures point at the caller's line). */
+#define STORE_CHECK(r)                                                                             \
+    do {                                                                                           \
+        const char *why_ = NULL;                                                                   \
+        int rc_ = kvp__rr_check(r, &why_);                                                         \
+        cr_assert_eq(rc_, KVP_OK, "store check: %s (%s)", kvp_strerror(rc_), why_ ? why_ : "");    \
+    } while (0)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Helpers                                                                                  */
@@ -91,6 +101,13 @@ static uint32_t worker(kvp_router *r, const char *name)
     return id;
 }
 
+static kvp_router_stats stats_of(kvp_router *r)
+{
+    kvp_router_stats st;
+    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
+    return st;
+}
+
 static const uint32_t zero_tokens[64 * BS];
 
 /* Apply one batch: store keys[0 .. n) on medium (and clear first when clear). */
@@ -120,14 +137,9 @@ static kvp_router_apply_result apply_keys(kvp_router *r, uint32_t id, uint64_t s
     int rc = kvp_router_apply(r, id, seq, &b, &res);
     cr_assert_eq(rc, KVP_OK, "apply: %s (%s)", kvp_strerror(rc), res.why ? res.why : "");
     cr_assert_eq(kvp_router_check(r), KVP_OK);
+    if (stats_of(r).redis_up)
+        STORE_CHECK(r);
     return res;
-}
-
-static kvp_router_stats stats_of(kvp_router *r)
-{
-    kvp_router_stats st;
-    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
-    return st;
 }
 
 /* Score keys[0 .. n) into rows (cap 16); returns the number of rows. */
@@ -166,13 +178,6 @@ static long long int_reply(redisContext *c, redisReply *rep)
     long long v = rep->integer;
     freeReplyObject(rep);
     return v;
-}
-
-/* The 8-byte big-endian form of a block key. */
-static void be64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (56 - 8 * i));
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -361,8 +366,9 @@ Test(redis_fleet, key_prefixes_isolate_fleets)
     kvp_router_free(b);
 }
 
-/* Blocks stop counting when the worker's state expires; its leftovers are cleaned when it
- * comes back (a lost worker: its shared view restarts from that batch). */
+/* Blocks stop counting when the worker's state expires, and its block hash expires with
+ * it; a leftover block hash (a state lost alone) is deleted when the worker comes back (a
+ * lost worker: its shared view restarts from that batch). */
 Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
 {
     char prefix[64];
@@ -374,25 +380,33 @@ Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
     kvp_router_row rows[16];
     score_keys(r, k, 3, rows);
     cr_assert_eq(rows[0].n_blocks, 3);
+    redisContext *c = inspect();
+    unsigned char gid[KVP__RR_GID_BYTES];
+    kvp__rr_gid("e", 1, 0, gid);
+    char wm[128], wk[128];
+    size_t n_wm = (size_t)snprintf(wm, sizeof wm, "%s:wm:", prefix);
+    size_t n_wk = (size_t)snprintf(wk, sizeof wk, "%s:w:", prefix);
+    memcpy(wm + n_wm, gid, 8);
+    memcpy(wk + n_wk, gid, 8);
+    n_wm += 8;
+    n_wk += 8;
+    cr_assert_gt(int_reply(c, redisCommand(c, "PTTL %b", wm, n_wm)), 0);
     sleep_ms(1500);
     score_keys(r, k, 3, rows);
     cr_assert_eq(rows[0].state, KVP_ROUTER_ROW_SCORED);
     cr_assert_eq(rows[0].n_blocks, 0, "an expired worker holds nothing");
-    redisContext *c = inspect();
-    unsigned char gid[KVP__RR_GID_BYTES], blk[8];
-    kvp__rr_gid("e", 1, 0, gid);
-    char key[128];
-    int n = snprintf(key, sizeof key, "%s:wb:", prefix);
-    memcpy(key + n, gid, 8);
-    cr_assert_eq(int_reply(c, redisCommand(c, "SCARD %b", key, (size_t)n + 8)), 3, "leftovers");
+    cr_assert_eq(int_reply(c, redisCommand(c, "EXISTS %b", wm, n_wm)), 0, "expired together");
+    /* The worker returns: a lost state (the router knew it), the batch applied. */
     apply_keys(r, w, 1, k + 3, 1, "GPU", false);
     cr_assert_eq(stats_of(r).n_redis_lost, 1);
-    cr_assert_eq(int_reply(c, redisCommand(c, "SCARD %b", key, (size_t)n + 8)), 1,
-                 "leftovers cleaned, the new block kept");
-    n = snprintf(key, sizeof key, "%s:b:", prefix);
-    be64(blk, k[0]);
-    memcpy(key + n, blk, 8);
-    cr_assert_eq(int_reply(c, redisCommand(c, "EXISTS %b", key, (size_t)n + 8)), 0);
+    score_keys(r, k + 3, 1, rows);
+    cr_assert_eq(rows[0].n_blocks, 1);
+    /* A state lost alone leaves a leftover block hash: deleted before the state is made. */
+    cr_assert_eq(int_reply(c, redisCommand(c, "DEL %b", wk, n_wk)), 1);
+    cr_assert_eq(int_reply(c, redisCommand(c, "PERSIST %b", wm, n_wm)), 1);
+    apply_keys(r, w, 2, k, 1, "GPU", false);
+    cr_assert_eq(stats_of(r).n_redis_lost, 2);
+    cr_assert_eq(int_reply(c, redisCommand(c, "HLEN %b", wm, n_wm)), 1, "only the new block");
     redisFree(c);
     kvp_router_free(r);
 }
@@ -437,9 +451,10 @@ Test(redis_fleet, unix_socket_and_config_errors)
         cfg.redis.url = bad_urls[i];
         cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL, "url '%s'", bad_urls[i]);
     }
-    const char *bad_prefixes[] = {"", "a b", "x/y",
-                                  "0123456789012345678901234567890123456789012345678901234567890"
-                                  "1234"};
+    char too_long[66];
+    memset(too_long, 'a', 65);
+    too_long[65] = '\0';
+    const char *bad_prefixes[] = {"", "a b", "x/y", too_long};
     for (size_t i = 0; i < sizeof bad_prefixes / sizeof *bad_prefixes; i++) {
         kvp_router_config_init(&cfg);
         cfg.redis.url = "127.0.0.1:1";
@@ -453,6 +468,42 @@ Test(redis_fleet, unix_socket_and_config_errors)
     cfg.redis.timeout_ms = 100;
     cfg.redis.retry_ms = 600001;
     cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL);
+}
+
+/* The store's checker catches each kind of corruption (made by hand with hiredis). */
+Test(redis_fleet, store_checker_catches_each_corruption)
+{
+    static const char *const cases[][2] = {
+        {"HSET %s:media DISK 9", "media: a bit outside 0..5"},
+        {"HSET %s:media DISK 0", "media: a bit given twice"},
+        {"HSET %s:media disk 3", "media: a name not in upper case"},
+        {"HSET %s:w:12345678 expected zz known 1 stale 0 n 0",
+         "worker state: expected is not 16 hex digits"},
+        {"HSET %s:w:12345678 expected 0000000000000001 known 2 stale 0 n 0",
+         "worker state: known or stale is not 0 or 1"},
+        {"HSET %s:w:12345678 expected 0000000000000001 known 1 stale 0 n 5",
+         "worker state: n differs from the blocks held"},
+        {"HSET %s:wm:12345678 short 1", "blocks: a block key is not 8 bytes"},
+        {"HSET %s:wm:12345678 abcdefgh 0", "blocks: a mask is 0 or names an unregistered medium"},
+        {"HSET %s:wm:12345678 abcdefgh 32", "blocks: a mask is 0 or names an unregistered medium"},
+    };
+    redisContext *c = inspect();
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "chk%zu_%ld", i, (long)getpid());
+        kvp_router *r = router_on(env_or_fail("KVP_TEST_REDIS_URL"), prefix, 0, 5000, 1000);
+        uint32_t w = worker(r, "e");
+        uint64_t k[2] = {1, 2};
+        apply_keys(r, w, 0, k, 2, "GPU", false); /* registers GPU as bit 0; checks */
+        redisReply *rep = redisCommand(c, cases[i][0], prefix);
+        cr_assert(rep && rep->type == REDIS_REPLY_INTEGER, "%s", cases[i][0]);
+        freeReplyObject(rep);
+        const char *why = NULL;
+        cr_assert_eq(kvp__rr_check(r, &why), KVP_ECORRUPT, "case %zu not caught", i);
+        cr_assert_str_eq(why, cases[i][1]);
+        kvp_router_free(r);
+    }
+    redisFree(c);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -694,8 +745,10 @@ Test(redis_model, random_operations_match_in_memory, .timeout = 300)
         m->keys[i] = 1000u + (uint64_t)rnd(m, 64);
     for (int step = 0; step < 3000; step++) {
         model_step(m);
-        if (step % 100 == 0)
+        if (step % 100 == 0) {
             cr_assert_eq(kvp_router_check(m->red), KVP_OK);
+            STORE_CHECK(m->red);
+        }
     }
     for (int i = 0; i < 200; i++)
         model_compare(m);
@@ -707,4 +760,113 @@ Test(redis_model, random_operations_match_in_memory, .timeout = 300)
     kvp_router_free(m->mem);
     kvp_router_free(m->red);
     free(m);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Threads                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct thread_arg {
+    kvp_router *r;     /* the shared router */
+    uint32_t ids[3];   /* an event thread's workers */
+    uint64_t keys[32]; /* the key pool */
+    atomic_bool *stop; /* set when the event threads are done */
+    int n_batches;     /* per event thread */
+    bool failed;       /* a call returned an error */
+} thread_arg;
+
+/* Event thread: random stores, removals and clears on its workers, apply_many by twos. */
+static void *event_thread(void *p)
+{
+    thread_arg *a = p;
+    uint64_t seq[3] = {0, 0, 0}, x = a->ids[0] * 7919u + 1;
+    for (int i = 0; i < a->n_batches; i++) {
+        kvp_kv_event ev[2];
+        kvp_router_item items[2];
+        kvp_kv_batch b[2];
+        for (int j = 0; j < 2; j++) {
+            x = x * 6364136223846793005u + 1442695040888963407u;
+            int w = (int)(x >> 60) % 3;
+            size_t start = (size_t)(x >> 40) % 24, len = 1 + (size_t)(x >> 20) % 8;
+            ev[j] = (kvp_kv_event){.type = (x >> 8) % 5 == 0 ? KVP_EVENT_REMOVED : KVP_EVENT_STORED,
+                                   .hashes = a->keys + start,
+                                   .n_hashes = len,
+                                   .tokens = zero_tokens,
+                                   .n_tokens = len * BS,
+                                   .block_size = BS,
+                                   .medium = (x >> 4) % 2 ? "GPU" : "CPU",
+                                   .group_idx = -1};
+            b[j] = (kvp_kv_batch){.ts = 1, .events = &ev[j], .n_events = 1};
+            items[j] = (kvp_router_item){.worker = a->ids[w], .seq = seq[w]++, .batch = &b[j]};
+        }
+        if (kvp_router_apply_many(a->r, items, 2) != KVP_OK ||
+            items[0].res.status != KVP_ROUTER_APPLIED || items[1].res.status != KVP_ROUTER_APPLIED)
+            a->failed = true;
+    }
+    return NULL;
+}
+
+/* Scoring thread: scores until the event threads are done. */
+static void *score_thread(void *p)
+{
+    thread_arg *a = p;
+    kvp_router_row rows[16];
+    size_t n = 0;
+    while (!atomic_load(a->stop)) {
+        if (kvp_router_score_hashes(a->r, a->keys, 24, rows, 16, &n) != KVP_OK || n != 6)
+            a->failed = true;
+    }
+    return NULL;
+}
+
+/* Two event threads (apply_many) and two scoring threads on one Redis router; then the
+ * store's view equals the router's local view (no fallback: both saw every batch). */
+Test(redis_threads, events_and_scores_then_views_agree, .timeout = 120)
+{
+    kvp_router *r = shared_router("threads");
+    atomic_bool stop;
+    atomic_init(&stop, false);
+    thread_arg ev[2], sc[2];
+    char name[16];
+    for (int t = 0; t < 2; t++) {
+        memset(&ev[t], 0, sizeof ev[t]);
+        ev[t].r = r;
+        ev[t].stop = &stop;
+        ev[t].n_batches = 300;
+        for (int w = 0; w < 3; w++) {
+            snprintf(name, sizeof name, "t%dw%d", t, w);
+            ev[t].ids[w] = worker(r, name);
+        }
+        for (int i = 0; i < 32; i++)
+            ev[t].keys[i] = 500u + (uint64_t)i;
+        sc[t] = ev[t];
+    }
+    pthread_t th[4];
+    for (int t = 0; t < 2; t++) {
+        cr_assert_eq(pthread_create(&th[t], NULL, event_thread, &ev[t]), 0);
+        cr_assert_eq(pthread_create(&th[2 + t], NULL, score_thread, &sc[t]), 0);
+    }
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    atomic_store(&stop, true);
+    pthread_join(th[2], NULL);
+    pthread_join(th[3], NULL);
+    for (int t = 0; t < 2; t++)
+        cr_assert(!ev[t].failed && !sc[t].failed, "thread %d failed", t);
+    cr_assert_eq(kvp_router_check(r), KVP_OK);
+    STORE_CHECK(r);
+    kvp_router_row red[16], loc[16];
+    size_t n_held = 0;
+    for (size_t start = 0; start < 24; start++) {
+        size_t n = 0;
+        score_keys(r, ev[0].keys + start, 24 - start, red);
+        cr_assert_eq(kvp__rt_score_hashes(r, ev[0].keys + start, 24 - start, loc, 16, &n), KVP_OK);
+        rows_equal(red, loc, n, "Redis vs local");
+        for (size_t i = 0; i < n; i++)
+            n_held += red[i].n_blocks;
+    }
+    cr_assert_gt(n_held, 0, "the comparison saw runs");
+    kvp_router_stats st = stats_of(r);
+    cr_assert_eq(st.n_fallback_scores + st.n_fallback_applies + st.n_redis_errors, 0);
+    kvp_router_free(r);
 }
