@@ -343,6 +343,27 @@ Test(redis_fleet, one_round_trip_per_score)
         score_keys(r, k, 4, rows);
     cr_assert_eq(stats_of(r).n_redis_calls, before + 20);
     cr_assert_eq(rows[0].n_blocks, 4);
+    /* apply_many: one round trip (one atomic FCALL) for all its batches. */
+    kvp_kv_event ev[3];
+    kvp_kv_batch bt[3];
+    kvp_router_item items[3];
+    for (int i = 0; i < 3; i++) {
+        ev[i] = (kvp_kv_event){.type = KVP_EVENT_STORED,
+                               .hashes = k,
+                               .n_hashes = 1,
+                               .tokens = zero_tokens,
+                               .n_tokens = sizes[i],
+                               .block_size = sizes[i],
+                               .medium = "GPU",
+                               .group_idx = -1};
+        bt[i] = (kvp_kv_batch){.ts = 1, .events = &ev[i], .n_events = 1};
+        items[i] = (kvp_router_item){.worker = ids[i], .seq = i == 0 ? 1 : 0, .batch = &bt[i]};
+    }
+    before = stats_of(r).n_redis_calls;
+    cr_assert_eq(kvp_router_apply_many(r, items, 3), KVP_OK);
+    cr_assert_eq(stats_of(r).n_redis_calls, before + 1);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(items[i].res.status, KVP_ROUTER_APPLIED);
     cr_assert_eq(stats_of(r).n_fallback_scores, 0);
     kvp_router_free(r);
 }
