@@ -397,7 +397,7 @@ Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
     kvp_router *r = router_on(env_or_fail("KVP_TEST_REDIS_URL"), prefix, 1, 5000, 1000);
     uint32_t w = worker(r, "e");
     uint64_t k[4] = {41, 42, 43, 44};
-    apply_keys(r, w, 0, k, 3, "GPU", false);
+    apply_keys(r, w, 0, k, 3, "CPU", false);
     kvp_router_row rows[16];
     score_keys(r, k, 3, rows);
     cr_assert_eq(rows[0].n_blocks, 3);
@@ -424,6 +424,7 @@ Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
     cr_assert_eq(stats_of(r).n_redis_reseeds, 1);
     score_keys(r, k, 4, rows);
     cr_assert_eq(rows[0].n_blocks, 4);
+    cr_assert_float_eq(rows[0].score, 3 * 0.8 + 1.0, 1e-12, "tiers re-seeded too");
     /* A state lost alone leaves a leftover block hash: deleted before the state is made
      * (a block the worker never held disappears), then the local view re-seeds it. */
     cr_assert_eq(int_reply(c, redisCommand(c, "DEL %b", wk, n_wk)), 1);

@@ -218,37 +218,43 @@ static void build_apply(const kvp__rr *rr, const kvp__rr_cmd *body, size_t n_sen
     cmd->failed |= body->failed;
 }
 
-/* Does the local holder h name worker id on local medium m? */
-static inline bool holder_is(uint32_t h, uint32_t id, uint32_t m)
-{
-    return kvp__rt_holder_worker(h) == id && (kvp__rt_holder_mask(h) >> m & 1u);
-}
-
-/* Step 5's blocks of worker id on local medium m, as one argument of cmd (a walk of the
- * local table to count them, another to write them). Shared lock held. */
-static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, uint32_t m, kvp__rr_cmd *cmd)
+/* Step 5's blocks of worker id: per local medium, its name and one argument of its
+ * blocks (8 bytes each). Two walks of the local table: count, then write (the arguments
+ * are all made before any is written: making one may move the others). Shared lock
+ * held. */
+static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_cmd *cmd)
 {
     const kvp__rt_table *t = &r->table;
-    size_t n = 0, at = 0;
+    size_t n[KVP_ROUTER_MAX_MEDIA] = {0}, at[KVP_ROUTER_MAX_MEDIA] = {0};
+    size_t arg[KVP_ROUTER_MAX_MEDIA];
     kvp__rt_holders hs;
-    for (uint32_t slot = 0; slot < t->cap; slot++) {
-        if (t->slots[slot].hv == 0)
-            continue;
-        kvp__rt_holders_of(t, slot, &hs);
-        for (uint32_t j = 0; j < hs.n; j++)
-            n += holder_is(hs.h[j], id, m);
-    }
-    unsigned char *p = (unsigned char *)kvp__rr_cmd_arg(cmd, 8 * n);
-    for (uint32_t slot = 0; p && slot < t->cap; slot++) {
-        if (t->slots[slot].hv == 0)
-            continue;
-        kvp__rt_holders_of(t, slot, &hs);
-        for (uint32_t j = 0; j < hs.n; j++) {
-            if (holder_is(hs.h[j], id, m))
-                put_be64(p + 8 * at++, t->slots[slot].key);
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t slot = 0; slot < t->cap; slot++) {
+            if (t->slots[slot].hv == 0)
+                continue;
+            kvp__rt_holders_of(t, slot, &hs);
+            for (uint32_t j = 0; j < hs.n; j++) {
+                if (kvp__rt_holder_worker(hs.h[j]) != id)
+                    continue;
+                for (uint32_t m = 0; m < r->n_media; m++) {
+                    if (!(kvp__rt_holder_mask(hs.h[j]) >> m & 1u))
+                        continue;
+                    if (pass == 0)
+                        n[m]++;
+                    else
+                        put_be64((unsigned char *)cmd->buf + cmd->off[arg[m]] + 8 * at[m]++,
+                                 t->slots[slot].key);
+                }
+            }
         }
+        for (uint32_t m = 0; pass == 0 && m < r->n_media; m++) {
+            kvp__rr_cmd_str(cmd, r->media[m].name);
+            arg[m] = cmd->argc;
+            (void)kvp__rr_cmd_arg(cmd, 8 * n[m]);
+        }
+        if (cmd->failed)
+            return;
     }
-    assert(!p || at == n);
 }
 
 /* Step 5: re-seed worker it->worker's shared view from the local one (it was exact at
@@ -271,10 +277,7 @@ static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_i
         snprintf(seq, sizeof seq, "%016llx", (unsigned long long)it->res.expected);
         kvp__rr_cmd_str(&cmd, seq);
         kvp__rr_cmd_i64(&cmd, (int64_t)r->n_media);
-        for (uint32_t m = 0; m < r->n_media; m++) {
-            kvp__rr_cmd_str(&cmd, r->media[m].name);
-            add_worker_blocks_locked(r, it->worker, m, &cmd);
-        }
+        add_worker_blocks_locked(r, it->worker, &cmd);
     }
     kvp__rt_unlock(r);
     redisReply *rep = NULL;
