@@ -13,11 +13,13 @@
  *          └──────────first failure──────────────────────^
  *
  *     plus one line each time n_redis_lost grows (the store lost workers it held: Redis
- *     restarted empty or was flushed);
+ *     restarted empty or was flushed), saying how many the library put back from this
+ *     router's local view (n_redis_reseeds);
  *   - writes the store's metric families.
  *
- * State: rd_daemon.redis_state, .redis_lost and .redis_check_ms, touched by the event thread
- * only. Invariant: redis_lost <= the router's n_redis_lost (a counter never decreases).
+ * State: rd_daemon.redis_state, .redis_lost, .redis_reseeds and .redis_check_ms, touched by
+ * the event thread only. Invariant: redis_lost <= the router's n_redis_lost and
+ * redis_reseeds <= its n_redis_reseeds (counters never decrease).
  */
 #include <inttypes.h>
 #include <string.h>
@@ -75,11 +77,13 @@ void rd_redis_tick(rd_daemon *d)
         return;
     rd_redis_transition(d, &st);
     if (st.n_redis_lost > d->redis_lost) {
-        rd_log("redis: worker state lost (restart?), %" PRIu64 " worker(s) this time, %" PRIu64
-               " in all: the blocks stored before are gone from the shared view; new batches "
-               "rebuild it",
-               st.n_redis_lost - d->redis_lost, st.n_redis_lost);
+        rd_log("redis: worker state lost (restart?): %" PRIu64 " worker(s) this time, %" PRIu64
+               " of them put back from this router's local view, %" PRIu64 " in all; the "
+               "others keep only the blocks stored from now on",
+               st.n_redis_lost - d->redis_lost, st.n_redis_reseeds - d->redis_reseeds,
+               st.n_redis_lost);
         d->redis_lost = st.n_redis_lost;
+        d->redis_reseeds = st.n_redis_reseeds;
     }
 }
 
@@ -111,6 +115,9 @@ void rd_metrics_redis(const kvp_router_stats *st, FILE *f)
     rd_sample(f, "kvprefix_router_redis_lost_total", "counter",
               "Workers whose shared state was found missing (Redis restarted or flushed).",
               st->n_redis_lost);
+    rd_sample(f, "kvprefix_router_redis_reseeds_total", "counter",
+              "Lost workers whose shared view this router put back from its local view.",
+              st->n_redis_reseeds);
     rd_sample(f, "kvprefix_router_redis_duplicates_total", "counter",
               "Batches another router had already applied to the shared store.",
               st->n_redis_duplicates);

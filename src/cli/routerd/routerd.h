@@ -113,6 +113,7 @@ typedef struct rd_daemon {
     kvp_router_redis redis;   /* --redis...: url NULL when the index is in memory only */
     int redis_state;          /* event thread: RD_REDIS_* last logged */
     uint64_t redis_lost;      /* event thread: n_redis_lost last logged */
+    uint64_t redis_reseeds;   /* event thread: n_redis_reseeds last logged */
     int64_t redis_check_ms;   /* event thread: when the store was last checked (monotonic) */
 } rd_daemon;
 
