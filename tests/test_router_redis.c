@@ -471,7 +471,7 @@ Test(redis_fleet, unix_socket_and_config_errors)
     kvp_router_free(r);
     kvp_router_config cfg;
     const char *bad_urls[] = {"",           "unix:",         "host",  "host:", "host:0",
-                              "host:70000", "redis://h:1/x", "h:1/2", ":6379"};
+                              "host:70000", "redis://h:1/x", "h:1/2", ":6379", "redis://u:p@h:1"};
     for (size_t i = 0; i < sizeof bad_urls / sizeof *bad_urls; i++) {
         kvp_router_config_init(&cfg);
         cfg.redis.url = bad_urls[i];

@@ -395,16 +395,20 @@ static long parse_int(const char *s, size_t n, long lo, long hi)
     return v >= lo && v <= hi ? v : -1;
 }
 
-/* "HOST:PORT[/DB]" (after an optional redis:// scheme) into rr. KVP_OK, KVP_EINVAL,
+/* "HOST:PORT[/DB]" (after an optional redis:// scheme; HOST may be a bracketed IPv6
+ * address; no user or password: AUTH is not supported) into rr. KVP_OK, KVP_EINVAL,
  * KVP_ENOMEM. */
 static int parse_tcp(kvp__rr *rr, const char *s, bool scheme)
 {
     const char *slash = strchr(s, '/');
     size_t hp = slash ? (size_t)(slash - s) : strlen(s);
-    if (slash &&
-        (!scheme || (rr->db = (int)parse_int(slash + 1, strlen(slash + 1), 0, 1000000)) < 0))
+    if (memchr(s, '@', hp) ||
+        (slash &&
+         (!scheme || (rr->db = (int)parse_int(slash + 1, strlen(slash + 1), 0, 1000000)) < 0)))
         return KVP_EINVAL;
-    const char *colon = memrchr(s, ':', hp);
+    const char *close = s[0] == '[' ? memchr(s, ']', hp) : NULL;
+    const char *from = close ? close : s;
+    const char *colon = memrchr(from, ':', hp - (size_t)(from - s));
     size_t host_len = colon ? (size_t)(colon - s) : hp;
     rr->port = colon ? (int)parse_int(colon + 1, hp - host_len - 1, 1, 65535) : 6379;
     if (rr->port < 0 || host_len == 0 || (!colon && !scheme))

@@ -255,17 +255,6 @@ local function kvprefix_remove(keys, a)
     return redis.call('DEL', a[1] .. ':w:' .. a[2])
 end
 
--- Append mask to a row's (mask, count) pairs.
-local function row_add(row, m)
-    row[2] = row[2] + 1
-    if row[#row - 1] == m and #row > 2 then
-        row[#row] = row[#row] + 1
-    else
-        row[#row + 1] = m
-        row[#row + 1] = 1
-    end
-end
-
 -- Block i of blocks (8 raw bytes each), cut once per call into bk.
 local function block_at(blocks, bk, i)
     local b = bk[i]
@@ -276,64 +265,81 @@ local function block_at(blocks, bk, i)
     return b
 end
 
--- Blocks from .. to of the worker's hash wm, by HMGET; returns the last block held in a
--- run from `from` (from - 1: none).
-local function probe_hmget(wm, blocks, bk, from, to, row)
+-- Values of blocks from .. to in the worker's hash: HMGET, or the table held (the whole
+-- hash, read once) when given.
+local function values(wm, blocks, bk, from, to, held)
+    local v = {}
+    if held then
+        for i = from, to do
+            v[i - from + 1] = held[block_at(blocks, bk, i)] or false
+        end
+        return v
+    end
     local fields = {}
     for i = from, to do
         fields[i - from + 1] = block_at(blocks, bk, i)
     end
-    local v = redis.call('HMGET', wm, unpack(fields))
-    for x = 1, #fields do
-        if not v[x] then
-            return from + x - 2
-        end
-        row_add(row, tonumber(v[x]))
+    return redis.call('HMGET', wm, unpack(fields))
+end
+
+-- The whole hash wm as a table block -> mask (string), when it is small enough that its
+-- encoding may be a listpack (where each HMGET field is a linear search: measured 500 us
+-- per 512-field HMGET on a 512-entry listpack); else nil.
+local SMALL_HASH = 1024
+local function small_hash(wm)
+    if redis.call('HLEN', wm) > SMALL_HASH then
+        return nil
     end
-    return to
+    local all, held = redis.call('HGETALL', wm), {}
+    for x = 1, #all, 2 do
+        held[all[x]] = all[x + 1]
+    end
+    return held
 end
 
 -- One worker's run over blocks: the first FIRST_CHUNK blocks by HMGET; if all are held,
--- the rest from the whole hash when it is small (HGETALL: a small hash is a listpack,
--- where each HMGET field is a linear search: measured 500 us per 512-field HMGET on a
--- 512-entry listpack), else by HMGET in chunks growing 4 times (hash-table probes).
--- Returns {0, n_blocks, mask, count, mask, count ...}: the run's media masks as (mask,
--- consecutive blocks) pairs in block order.
-local FIRST_CHUNK, MAX_CHUNK, SMALL_HASH = 32, 4096, 1024
+-- the rest from the whole hash when it is small (small_hash), else by HMGET in chunks
+-- growing 4 times (hash-table probes), up to MAX_CHUNK. Returns {0, n_blocks, mask,
+-- count, mask, count ...}: the run's media masks as (mask, consecutive blocks) pairs in
+-- block order. Masks stay strings until they change (the loop is the score's hot path).
+local FIRST_CHUNK, MAX_CHUNK = 32, 4096
 local function run_of(wm, blocks, bk)
-    local row = {0, 0}
     local n_blocks = math.floor(#blocks / 8)
-    local to = math.min(FIRST_CHUNK, n_blocks)
-    if to == 0 then
-        return row
-    end
-    if probe_hmget(wm, blocks, bk, 1, to, row) < to or to == n_blocks then
-        return row
-    end
-    if redis.call('HLEN', wm) <= SMALL_HASH then
-        local all = redis.call('HGETALL', wm)
-        local held = {}
-        for x = 1, #all, 2 do
-            held[all[x]] = all[x + 1]
-        end
-        for i = to + 1, n_blocks do
-            local m = held[block_at(blocks, bk, i)]
+    local row, n, k, last, cnt = {0, 0}, 0, 2, nil, 0
+    local from, chunk, held = 1, FIRST_CHUNK, nil
+    while from <= n_blocks do
+        local to = math.min(from + chunk - 1, n_blocks)
+        local v = values(wm, blocks, bk, from, to, held)
+        local got = to - from + 1
+        for x = 1, got do
+            local m = v[x]
             if not m then
-                return row
+                got = x - 1
+                break
             end
-            row_add(row, tonumber(m))
+            if m == last then
+                cnt = cnt + 1
+            else
+                if last then
+                    row[k + 1], row[k + 2], k = tonumber(last), cnt, k + 2
+                end
+                last, cnt = m, 1
+            end
         end
-        return row
-    end
-    local chunk = FIRST_CHUNK * 4
-    while to < n_blocks do
-        local last = math.min(to + chunk, n_blocks)
-        if probe_hmget(wm, blocks, bk, to + 1, last, row) < last then
-            return row
+        n = n + got
+        if got < to - from + 1 then
+            break
         end
-        to = last
-        chunk = math.min(chunk * 4, MAX_CHUNK)
+        if from == 1 and to < n_blocks then
+            held = small_hash(wm)
+        end
+        chunk = held and n_blocks or math.min(chunk * 4, MAX_CHUNK)
+        from = to + 1
     end
+    if last then
+        row[k + 1], row[k + 2] = tonumber(last), cnt
+    end
+    row[2] = n
     return row
 end
 

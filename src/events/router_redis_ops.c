@@ -55,6 +55,12 @@ typedef struct sent_item {
     uint64_t epoch;   /* worker set epoch when built (a follow needs the same worker) */
 } sent_item;
 
+/* An event of another KV cache group: skipped, as router_apply.c skips it. */
+static inline bool event_skipped(const kvp_router *r, const kvp_kv_event *e)
+{
+    return e->group_idx >= 0 && e->group_idx != r->kv_group;
+}
+
 static void put_be64(unsigned char *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
@@ -99,11 +105,11 @@ static void add_batch(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_router_it
     kvp__rr_cmd_i64(cmd, w->dp_rank);
     size_t n_ev = 0;
     for (size_t i = 0; i < b->n_events; i++)
-        n_ev += !(b->events[i].group_idx >= 0 && b->events[i].group_idx != r->kv_group);
+        n_ev += !event_skipped(r, &b->events[i]);
     kvp__rr_cmd_i64(cmd, (int64_t)n_ev);
     for (size_t i = 0; i < b->n_events; i++) {
         const kvp_kv_event *e = &b->events[i];
-        if (!(e->group_idx >= 0 && e->group_idx != r->kv_group))
+        if (!event_skipped(r, e))
             add_event(cmd, r, e);
     }
 }
@@ -475,7 +481,7 @@ static int compute_keys(score_ctx *c, const kvp_namespace *ns, const uint32_t *t
 static int build_scores(const kvp__rr *rr, score_ctx *c)
 {
     c->cmds = calloc(c->n_calls ? c->n_calls : 1, sizeof *c->cmds);
-    c->replies = calloc(c->n_calls ? c->n_calls : 1, sizeof *c->replies);
+    c->replies = calloc(c->n_calls ? c->n_calls : 1, sizeof(redisReply *));
     if (!c->cmds || !c->replies)
         return KVP_ENOMEM;
     for (size_t i = 0; i < c->n_calls; i++) {
