@@ -11,13 +11,19 @@ checks (docs/routing.md, "Several routers on one Redis"):
   b. router 1 killed (SIGKILL): the engines store more blocks, router 2 scores them; router
      1 started again answers its first scores with the same rows, blocks stored while it
      was down included, before it has applied a single event itself (they come from Redis);
-  c. Redis killed and started again empty on the same port: both routers survive and log
-     the loss; blocks stored after the restart are scored; no score ever exceeds what the
-     engine holds; what was lost (blocks stored before the restart) is measured and printed;
+  c. Redis killed and started again empty on the same port: both routers survive, count and
+     log the loss, and put the lost workers back from a local view (blocks both routers'
+     local views hold come back); blocks stored after the restart are scored; no score ever
+     exceeds what the engine holds; what was lost (blocks only router 2's local view held,
+     when router 1 found the loss) is measured and printed;
   d. Redis stopped (SIGKILL, then separately SIGSTOP: a hang): /score still answers within
      2 s with "view": "local" and the blocks stored during the outage (the local view), the
      metrics show the fallback, the log says so; once Redis is back the routers return to
-     the shared view after --redis-retry.
+     the shared view after --redis-retry, and the outage's batches reach Redis (re-seeded
+     after the kill; a GAP at the next batch, replayed from the engine, after the hang).
+
+Also: bad --redis flags exit 2; a Redis absent at start leaves the daemon on its local view;
+no router takes the other's duplicates for a publisher restart or marks a worker stale.
 
     test_routerd_redis.py KVPREFIX_BINARY FAKE_ENGINE_BINARY
 
