@@ -40,8 +40,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_routerd import (BLOCK, Daemon, Engine, Fail, expect,  # noqa: E402
-                          prompt, read_line)
+from test_routerd import BLOCK, Daemon, Engine, Fail, expect, prompt  # noqa: E402
 
 REQUIRED = bool(os.environ.get("KVPREFIX_REDIS_REQUIRED"))
 TIMEOUT_MS, RETRY_MS = 200, 500
