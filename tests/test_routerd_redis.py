@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree for the import below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_routerd import BLOCK, Daemon, Engine, Fail, expect, prompt  # noqa: E402
 
