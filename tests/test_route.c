@@ -85,7 +85,7 @@ static rt_model hand_model(void)
 static rt_result run(const rt_log *log, const kvp_config *kc, int policy, uint32_t n,
                      uint32_t capacity, rt_model m)
 {
-    rt_sim_config sc = {"test", n, policy, capacity, kc, m, true, true};
+    rt_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, NULL};
     rt_result r;
     int rc = rt_sim_run(log, &sc, &r, err, sizeof err);
     cr_assert_eq(rc, RT_OK, "%s", err);
