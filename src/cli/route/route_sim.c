@@ -37,6 +37,14 @@
  * mean W (the least-loaded replica always qualifies). Remaining ties go to the first
  * replica after the previous pick, so equal replicas take turns.
  *
+ * Router index. With cfg->index (memory or redis) the cache-aware policies ask a kvp_router
+ * (route_index.c) instead of the caches: every cache's events go to the index's collector,
+ * each step's become one batch per replica (rt_index_step after every arrival or event), the
+ * batches due are applied before each decision (rt_index_sync) and one score answers for all
+ * replicas. With zero delay that is exactly the caches' state, so the decisions are the
+ * oracle's; with cfg->check each decision compares the two (same_as_oracle). The prefix
+ * query of every decision is timed in real time (score_ns) in every mode.
+ *
  * Invariants (sim_check, run after every event with cfg->check): each queue is a well-formed
  * list of that replica's queued requests whose estimates sum to queued_est; in-flight
  * requests number at most `concurrency` per replica, their finishes sum to sum_finish, and
@@ -44,8 +52,9 @@
  * kvp_cache_check; the event heap is ordered.
  *
  * Cost: per request one kvp_lookup_keys per replica it asks (N for the cache-aware
- * policies, 1 otherwise), one acquire, commit and release, and O(log events) heap work;
- * memory 40 bytes per request plus the replicas' pools.
+ * policies, 1 otherwise; with an index one score instead of N), one acquire, commit and
+ * release, and O(log events) heap work; memory 40 bytes per request (48 for the cache-aware
+ * policies: the timing) plus the replicas' pools.
  */
 #include <math.h>
 #include <stdarg.h>
