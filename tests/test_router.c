@@ -32,11 +32,39 @@
 /* Helpers                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
 
+#ifdef KVP_TEST_REDIS
+#include <unistd.h>
+
+/* Built as test_router_redis: every router goes to the Redis at $KVP_TEST_REDIS_URL
+ * (tests/with_redis.py starts one) under a key prefix of its own (Criterion forks per
+ * test: the pid and a counter make it unique), so the same behaviour is checked on the
+ * shared store. */
+static void use_redis(kvp_router_config *cfg)
+{
+    static char prefix[64];
+    static unsigned counter;
+    const char *url = getenv("KVP_TEST_REDIS_URL");
+    cr_assert(url, "KVP_TEST_REDIS_URL is not set (run under tests/with_redis.py)");
+    snprintf(prefix, sizeof prefix, "t%ld_%u", (long)getpid(), counter++);
+    cfg->redis.url = url;
+    cfg->redis.key_prefix = prefix;
+    cfg->redis.timeout_ms = 5000;
+}
+#endif
+
 static kvp_router *router_new_with(kvp_router_config *cfg)
 {
     cfg->table_seed = 42;
+#ifdef KVP_TEST_REDIS
+    use_redis(cfg);
+#endif
     kvp_router *r = NULL;
     cr_assert_eq(kvp_router_new(cfg, &r), KVP_OK);
+#ifdef KVP_TEST_REDIS
+    kvp_router_stats st;
+    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
+    cr_assert(st.redis && st.redis_up, "the router did not reach Redis");
+#endif
     CHECK(r);
     return r;
 }
@@ -375,6 +403,95 @@ Test(router_score, rows_and_capacity)
     kvp_router_stats st;
     cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
     cr_assert_eq(st.n_scores, 2);
+    kvp_router_free(r);
+}
+
+/* kvp_router_score_hashes equals kvp_router_score when every worker is in one hash group
+ * (block runs, tiers, the stop, row order), marks stale workers, and checks its arguments. */
+Test(router_score, score_hashes_equals_score)
+{
+    kvp_router *r = router_new();
+    kvp_config hc = hash_cfg(KVP_HASH_VLLM_SHA256, 4);
+    uint32_t w[3];
+    w[0] = add_worker(r, "a", 0, hc, NULL);
+    w[1] = add_worker(r, "b", 0, hc, NULL);
+    w[2] = add_worker(r, "c", 0, hc, NULL);
+    kvp_namespace ns = ns_none();
+    uint32_t t[40];
+    uint64_t k[10];
+    seq_tokens(t, 40, 900);
+    cr_assert_eq(keys_of(hc, &ns, t, 40, k, 10), 10);
+    /* a: blocks 0-5 (0-2 GPU, 3-5 CPU); b: 0-1 and 3 (a hole at 2); c: 0-9 on GPU. */
+    kvp_kv_event ea[2] = {ev_stored(k, 3, t, 4, "GPU"), ev_stored(k + 3, 3, t + 12, 4, "CPU")};
+    apply_expect(r, w[0], 0, ea, 2, KVP_ROUTER_APPLIED);
+    kvp_kv_event eb[2] = {ev_stored(k, 2, t, 4, NULL), ev_stored(k + 3, 1, t + 12, 4, "GPU")};
+    apply_expect(r, w[1], 0, eb, 2, KVP_ROUTER_APPLIED);
+    kvp_kv_event ec = ev_stored(k, 10, t, 4, "GPU");
+    apply_expect(r, w[2], 0, &ec, 1, KVP_ROUTER_APPLIED);
+    for (size_t n_blocks = 0; n_blocks <= 10; n_blocks++) {
+        kvp_router_row rs[3], rh[3];
+        size_t ns_rows = 0, nh_rows = 0;
+        cr_assert_eq(kvp_router_score(r, &ns, t, 4 * n_blocks, rs, 3, &ns_rows), KVP_OK);
+        cr_assert_eq(kvp_router_score_hashes(r, k, n_blocks, rh, 3, &nh_rows), KVP_OK);
+        cr_assert_eq(ns_rows, 3);
+        cr_assert_eq(nh_rows, 3);
+        for (size_t i = 0; i < 3; i++) {
+            cr_assert_eq(rh[i].worker, rs[i].worker);
+            cr_assert_eq(rh[i].state, rs[i].state);
+            cr_assert_eq(rh[i].dp_rank, rs[i].dp_rank);
+            cr_assert_eq(rh[i].n_blocks, rs[i].n_blocks, "%zu blocks, row %zu", n_blocks, i);
+            cr_assert_eq(rh[i].n_tokens, rs[i].n_tokens);
+            cr_assert_eq(rh[i].score, rs[i].score);
+        }
+    }
+    kvp_router_row rows[3];
+    size_t n = 0;
+    cr_assert_eq(kvp_router_score_hashes(r, k, 10, rows, 3, &n), KVP_OK);
+    cr_assert_eq(rows[0].n_blocks, 6);
+    cr_assert_float_eq(rows[0].score, 3 * 1.0 + 3 * 0.8, 1e-12);
+    cr_assert_eq(rows[1].n_blocks, 2);
+    cr_assert_eq(rows[2].n_blocks, 10);
+    cr_assert_eq(rows[2].n_tokens, 40);
+    /* A stale worker's row is STALE, the others unchanged. */
+    cr_assert_eq(kvp_router_mark_stale(r, w[2]), KVP_OK);
+    cr_assert_eq(kvp_router_score_hashes(r, k, 10, rows, 3, &n), KVP_OK);
+    cr_assert_eq(rows[2].state, KVP_ROUTER_ROW_STALE);
+    cr_assert_eq(rows[2].n_blocks, 0);
+    cr_assert_eq(rows[0].n_blocks, 6);
+    /* Arguments. */
+    cr_assert_eq(kvp_router_score_hashes(r, k, 10, rows, 2, &n), KVP_ENOSPC);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(kvp_router_score_hashes(r, NULL, 0, rows, 3, &n), KVP_OK);
+    cr_assert_eq(rows[0].n_blocks, 0);
+    cr_assert_eq(kvp_router_score_hashes(r, NULL, 2, rows, 3, &n), KVP_EINVAL);
+    cr_assert_eq(kvp_router_score_hashes(NULL, k, 2, rows, 3, &n), KVP_EINVAL);
+    cr_assert_eq(kvp_router_score_hashes(r, k, 2, NULL, 3, &n), KVP_EINVAL);
+    cr_assert_eq(kvp_router_score_hashes(r, k, 2, rows, 3, NULL), KVP_EINVAL);
+    kvp_router_free(r);
+}
+
+/* score_hashes takes the hashes as every worker's own, whatever its group. */
+Test(router_score, score_hashes_across_groups)
+{
+    kvp_router *r = router_new();
+    uint32_t a = add_worker(r, "a", 0, hash_cfg(KVP_HASH_VLLM_SHA256, 4), NULL);
+    uint32_t b = add_worker(r, "b", 0, hash_cfg(KVP_HASH_XXH3, 16), "m");
+    uint64_t k[3] = {11, 22, 33};
+    uint32_t t[48] = {0};
+    kvp_kv_event ea = ev_stored(k, 2, t, 4, "GPU");
+    apply_expect(r, a, 0, &ea, 1, KVP_ROUTER_APPLIED);
+    kvp_kv_event eb = ev_stored(k, 3, t, 16, "CPU");
+    apply_expect(r, b, 0, &eb, 1, KVP_ROUTER_APPLIED);
+    kvp_router_row rows[2];
+    size_t n = 0;
+    cr_assert_eq(kvp_router_score_hashes(r, k, 3, rows, 2, &n), KVP_OK);
+    cr_assert_eq(rows[0].worker, a);
+    cr_assert_eq(rows[0].n_blocks, 2);
+    cr_assert_eq(rows[0].n_tokens, 8);
+    cr_assert_eq(rows[1].worker, b);
+    cr_assert_eq(rows[1].n_blocks, 3);
+    cr_assert_eq(rows[1].n_tokens, 48, "the worker's own block size");
+    cr_assert_float_eq(rows[1].score, 3 * 0.8, 1e-12);
     kvp_router_free(r);
 }
 

@@ -34,6 +34,7 @@
 #include <sys/random.h>
 
 #include "router.h"
+#include "router_redis.h"
 
 #define MAX_WEIGHT 1000.0
 
@@ -210,6 +211,7 @@ KVP_EXPORT void kvp_router_free(kvp_router *r)
 {
     if (!r)
         return;
+    kvp__rr_free(r->rr);
     kvp__rt_workers_destroy(r);
     kvp__rt_table_destroy(&r->table);
     kvp__rt_free(&r->mem, r->default_vllm_seed, r->default_vllm_seed_len);
@@ -257,6 +259,8 @@ KVP_EXPORT int kvp_router_new(const kvp_router_config *cfg, kvp_router **out)
     kvp__rt_table_init(&r->table, &r->mem, seed);
     r->default_group = KVP__RT_NIL;
     rc = router_setup(r, cfg);
+    if (rc == KVP_OK && cfg->redis.url)
+        rc = kvp__rr_new(r, &cfg->redis);
     if (rc != KVP_OK) {
         kvp_router_free(r);
         return rc;
@@ -311,6 +315,8 @@ KVP_EXPORT int kvp_router_worker_remove(kvp_router *r, uint32_t id)
 {
     if (!r)
         return KVP_EINVAL;
+    if (r->rr)
+        return kvp__rr_worker_op(r, id, KVP__RR_REMOVE);
     kvp__rt_wrlock(r);
     int rc = kvp__rt_worker_remove_locked(r, id);
     kvp__rt_unlock(r);
@@ -319,9 +325,8 @@ KVP_EXPORT int kvp_router_worker_remove(kvp_router *r, uint32_t id)
 
 /* ---------------------------------------------------------------- events */
 
-/* kvp_router_apply's body, lock held exclusively (r not NULL). */
-static int apply_one_locked(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_batch *b,
-                            kvp_router_apply_result *res)
+int kvp__rt_apply_one_locked(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_batch *b,
+                             kvp_router_apply_result *res)
 {
     memset(res, 0, sizeof *res);
     res->bad_event = SIZE_MAX;
@@ -344,8 +349,14 @@ KVP_EXPORT int kvp_router_apply(kvp_router *r, uint32_t id, uint64_t seq, const 
         res->why = "NULL router";
         return KVP_EINVAL;
     }
+    if (r->rr) {
+        kvp_router_item it = {.worker = id, .seq = seq, .batch = b};
+        int rc = kvp__rr_apply(r, &it, 1);
+        *res = it.res;
+        return rc;
+    }
     kvp__rt_wrlock(r);
-    int rc = apply_one_locked(r, id, seq, b, res);
+    int rc = kvp__rt_apply_one_locked(r, id, seq, b, res);
     kvp__rt_unlock(r);
     return rc;
 }
@@ -354,11 +365,13 @@ KVP_EXPORT int kvp_router_apply_many(kvp_router *r, kvp_router_item *items, size
 {
     if (!r || (!items && n > 0))
         return KVP_EINVAL;
+    if (r->rr)
+        return kvp__rr_apply(r, items, n);
     int first = KVP_OK;
     kvp__rt_wrlock(r);
     for (size_t i = 0; i < n; i++) {
         kvp_router_item *it = &items[i];
-        it->rc = apply_one_locked(r, it->worker, it->seq, it->batch, &it->res);
+        it->rc = kvp__rt_apply_one_locked(r, it->worker, it->seq, it->batch, &it->res);
         if (first == KVP_OK)
             first = it->rc;
     }
@@ -366,16 +379,23 @@ KVP_EXPORT int kvp_router_apply_many(kvp_router *r, kvp_router_item *items, size
     return first;
 }
 
+void kvp__rt_mark_stale_locked(kvp_router *r, uint32_t id)
+{
+    kvp__rt_worker_clear(r, id);
+    r->workers[id].stale = true;
+    r->workers[id].seq_known = false;
+}
+
 KVP_EXPORT int kvp_router_mark_stale(kvp_router *r, uint32_t id)
 {
     if (!r)
         return KVP_EINVAL;
+    if (r->rr)
+        return kvp__rr_worker_op(r, id, KVP__RR_MARK_STALE);
     kvp__rt_wrlock(r);
     int rc = KVP_ENOENT;
     if (kvp__rt_worker_ok(r, id)) {
-        kvp__rt_worker_clear(r, id);
-        r->workers[id].stale = true;
-        r->workers[id].seq_known = false;
+        kvp__rt_mark_stale_locked(r, id);
         rc = KVP_OK;
     }
     kvp__rt_unlock(r);
@@ -386,6 +406,8 @@ KVP_EXPORT int kvp_router_resync(kvp_router *r, uint32_t id)
 {
     if (!r)
         return KVP_EINVAL;
+    if (r->rr)
+        return kvp__rr_worker_op(r, id, KVP__RR_RESYNC);
     kvp__rt_wrlock(r);
     int rc = KVP_ENOENT;
     if (kvp__rt_worker_ok(r, id)) {
@@ -411,7 +433,19 @@ KVP_EXPORT int kvp_router_score(kvp_router *r, const kvp_namespace *ns, const ui
     if (!field_ok(ns->model) || !field_ok(ns->adapter) || !field_ok(ns->tenant) ||
         !field_ok(ns->salt))
         return KVP_EINVAL;
+    if (r->rr)
+        return kvp__rr_score(r, ns, tokens, n_tokens, NULL, 0, rows, cap, n_rows);
     return kvp__rt_score(r, ns, tokens, n_tokens, rows, cap, n_rows);
+}
+
+KVP_EXPORT int kvp_router_score_hashes(kvp_router *r, const uint64_t *hashes, size_t n_hashes,
+                                       kvp_router_row *rows, size_t cap, size_t *n_rows)
+{
+    if (!r || !n_rows || (!hashes && n_hashes > 0) || (!rows && cap > 0))
+        return KVP_EINVAL;
+    if (r->rr)
+        return kvp__rr_score(r, NULL, NULL, 0, hashes, n_hashes, rows, cap, n_rows);
+    return kvp__rt_score_hashes(r, hashes, n_hashes, rows, cap, n_rows);
 }
 
 /* ---------------------------------------------------------------- statistics */
@@ -446,6 +480,8 @@ KVP_EXPORT int kvp_router_stats_get(kvp_router *r, kvp_router_stats *out)
     st.n_malformed = r->n_malformed;
     kvp__rt_unlock(r);
     st.n_scores = atomic_load_explicit(&r->n_scores, memory_order_relaxed);
+    if (r->rr)
+        kvp__rr_stats(r->rr, &st);
     *out = st;
     return KVP_OK;
 }

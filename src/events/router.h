@@ -208,6 +208,9 @@ typedef struct kvp__rt_worker {
     uint64_t n_malformed; /* KVP_EINVAL results */
 } kvp__rt_worker;
 
+/* The shared store (router_redis.h), NULL for an in-memory router. */
+typedef struct kvp__rr kvp__rr;
+
 typedef struct kvp__rt_medium {
     char name[KVP_ROUTER_MEDIUM_MAX + 1]; /* NUL-terminated, compared ignoring case */
     double weight;                        /* score per block in this tier */
@@ -238,6 +241,7 @@ struct kvp_router {
     uint64_t n_batches, n_events_stored, n_events_removed, n_events_cleared;
     uint64_t n_events_skipped, n_duplicates, n_gaps, n_restarts, n_malformed;
     atomic_ullong n_scores; /* score calls (shared lock: atomic) */
+    kvp__rr *rr;            /* the shared store, or NULL (set at creation, then constant) */
 };
 
 static inline bool kvp__rt_worker_ok(const kvp_router *r, uint32_t id)
@@ -269,9 +273,30 @@ void kvp__rt_worker_clear(kvp_router *r, uint32_t id);
 int kvp__rt_apply_locked(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_batch *b,
                          kvp_router_apply_result *res);
 
+/* kvp_router_apply's body (router.c), lock held exclusively; r not NULL. Returns as
+ * kvp_router_apply, res filled. */
+int kvp__rt_apply_one_locked(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_batch *b,
+                             kvp_router_apply_result *res);
+
+/* kvp_router_mark_stale's body for a live worker, lock held exclusively. Cannot fail. */
+void kvp__rt_mark_stale_locked(kvp_router *r, uint32_t id);
+
 /* Score (router_score.c); takes the lock itself (shared), per group. */
 int kvp__rt_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens, size_t n_tokens,
                   kvp_router_row *rows, size_t cap, size_t *n_rows);
+
+/* kvp_router_score_hashes on the local index (router_score.c), under one hold of the
+ * shared lock. Arguments checked by the caller; returns as kvp_router_score_hashes. */
+int kvp__rt_score_hashes(kvp_router *r, const uint64_t *hashes, size_t n_hashes,
+                         kvp_router_row *rows, size_t cap, size_t *n_rows);
+
+/* Group g's keys of tokens[0 .. n_tokens) under namespace ns, for a caller that probes
+ * them elsewhere (the Redis store): keys[0 .. n_tokens / block size) (room given by the
+ * caller), *state KVP_ROUTER_ROW_SCORED; or *state MODEL, NOTSUP or TOKEN (no keys) as
+ * kvp_router_score marks the group's rows. g is a published group (immutable: no lock
+ * needed). Returns KVP_OK or KVP_EINVAL (a namespace the hasher refuses). */
+int kvp__rt_group_keys(const kvp__rt_group *g, const kvp_namespace *ns, const uint32_t *tokens,
+                       size_t n_tokens, uint64_t *keys, int *state);
 
 /* Lock helpers (router.c). */
 void kvp__rt_rdlock(kvp_router *r);

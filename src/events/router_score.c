@@ -297,3 +297,75 @@ int kvp__rt_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens
         atomic_fetch_add_explicit(&r->n_scores, 1, memory_order_relaxed);
     return rc;
 }
+
+int kvp__rt_group_keys(const kvp__rt_group *g, const kvp_namespace *ns, const uint32_t *tokens,
+                       size_t n_tokens, uint64_t *keys, int *state)
+{
+    kvp_namespace eff;
+    score_keys sk;
+    memset(&sk, 0, sizeof sk);
+    *state = KVP_ROUTER_ROW_MODEL;
+    if (!group_namespace(g, ns, &eff))
+        return KVP_OK;
+    int rc = kvp_hasher_root(g->hasher, &eff, &sk.chain);
+    *state = KVP_ROUTER_ROW_NOTSUP;
+    if (rc == KVP_EINVAL)
+        return rc;
+    if (rc != KVP_OK)
+        return KVP_OK;
+    *state = KVP_ROUTER_ROW_TOKEN;
+    if (!tokens_in_vocab(g, tokens, n_tokens))
+        return KVP_OK;
+    sk.k = keys;
+    sk.cap = n_tokens / g->hash.block_size;
+    *state = hash_more(g, &eff, tokens, &sk, sk.cap) == KVP_OK ? KVP_ROUTER_ROW_SCORED
+                                                               : KVP_ROUTER_ROW_NOTSUP;
+    return KVP_OK;
+}
+
+/* kvp__rt_score_hashes' probe: keys[0 .. n) against every fresh worker, whatever its
+ * group. Shared lock held; rows filled by fill_rows_locked. */
+static void probe_all_locked(const kvp_router *r, const uint64_t *keys, size_t n,
+                             kvp_router_row *rows)
+{
+    for (size_t i = 0; i < n && r->table.n_entries > 0; i++) {
+        kvp__rt_prefetch(&r->table, keys[i + SCORE_PREFETCH < n ? i + SCORE_PREFETCH : i]);
+        uint32_t pos = kvp__rt_find(&r->table, keys[i]);
+        if (pos == KVP__RT_NIL)
+            return;
+        kvp__rt_holders hs;
+        kvp__rt_holders_of(&r->table, pos, &hs);
+        uint32_t extended = 0;
+        for (uint32_t j = 0; j < hs.n; j++) {
+            const kvp__rt_worker *w = &r->workers[kvp__rt_holder_worker(hs.h[j])];
+            kvp_router_row *row = &rows[w->row];
+            if (w->stale || row->n_blocks != i)
+                continue;
+            row->n_blocks++;
+            row->n_tokens += r->groups[w->group]->hash.block_size;
+            row->score += r->weight_of_mask[kvp__rt_holder_mask(hs.h[j])];
+            extended++;
+        }
+        if (extended == 0)
+            return;
+    }
+}
+
+int kvp__rt_score_hashes(kvp_router *r, const uint64_t *hashes, size_t n_hashes,
+                         kvp_router_row *rows, size_t cap, size_t *n_rows)
+{
+    bool fresh[KVP_ROUTER_MAX_GROUPS];
+    kvp__rt_rdlock(r);
+    uint32_t n = r->n_workers;
+    if (cap < n) {
+        kvp__rt_unlock(r);
+        *n_rows = n;
+        return KVP_ENOSPC;
+    }
+    fill_rows_locked(r, rows, fresh);
+    probe_all_locked(r, hashes, n_hashes, rows);
+    kvp__rt_unlock(r);
+    *n_rows = n;
+    atomic_fetch_add_explicit(&r->n_scores, 1, memory_order_relaxed);
+    return KVP_OK;
+}

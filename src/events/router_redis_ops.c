@@ -1,0 +1,565 @@
+/*
+ * router_redis_ops.c - batches and scores of a router with a Redis store (router_redis.h).
+ *
+ * kvp__rr_apply (kvp_router_apply, kvp_router_apply_many), under rr->mu:
+ *   1. under the exclusive lock: apply every item to the local index as without a store
+ *      (validation, sequence state, counters) and build one kvprefix_apply FCALL with the
+ *      items the local index accepted (rc KVP_OK, whatever their local status);
+ *   2. without the lock: send it (one round trip, one atomic call for all the items);
+ *   3. merge: an item's status, expected and stale become Redis's (the fleet's sequence
+ *      state); n_stored... stay the local ones. A local GAP that Redis did not see (this
+ *      router missed batches that another router applied) is followed locally: the
+ *      worker's local view restarts from this batch (cleared, applied, a partial view
+ *      that under-reports), so the caller is not sent to replay what the fleet has;
+ *   4. on a Redis failure (or in the retry pause) the local results stand, counted as
+ *      fallback applies. When Redis returns, its sequence state reports a GAP for the
+ *      batches it missed and the caller replays them (local DUPLICATEs, Redis APPLIED).
+ *
+ * kvp__rr_score (kvp_router_score, kvp_router_score_hashes):
+ *   1. under the shared lock: the rows, each live worker's gid, group and block size;
+ *   2. without the lock: each group's keys (router_score.c's hashing: every full block of
+ *      the prompt; see docs/routing.md for why all of them), or the given hashes for all
+ *      workers at once;
+ *   3. under rr->mu: one pipeline, one kvprefix_score FCALL per group (a group's rows come
+ *      from one atomic call: one consistent state of the store);
+ *   4. under the shared lock: rows from the replies, each block weighted by the local
+ *      weight of its media (global medium bits mapped to names by the reply's medium
+ *      table, then to this router's tiers; a name unknown here weighs unknown_weight),
+ *      added block by block in order, as router_score.c adds them; if the worker set
+ *      changed meanwhile, start again.
+ *   On a Redis failure, or in the retry pause, the local index answers (router_score.c),
+ *   counted as a fallback score.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "router_redis.h"
+
+/* ---------------------------------------------------------------- apply */
+
+/* Per item, what step 1 learned for steps 2-3. */
+typedef struct sent_item {
+    size_t item;    /* index in items */
+    int local;      /* the local status */
+    uint64_t epoch; /* worker set epoch when built (a follow needs the same worker) */
+} sent_item;
+
+static void put_be64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (56 - 8 * i));
+}
+
+/* One event's three arguments: type, medium, hashes (8 bytes each, big-endian). */
+static void add_event(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_kv_event *e)
+{
+    kvp__rr_cmd_str(cmd, e->type == KVP_EVENT_STORED    ? "S"
+                         : e->type == KVP_EVENT_REMOVED ? "R"
+                                                        : "C");
+    bool dflt = !e->medium || e->medium[0] == '\0';
+    kvp__rr_cmd_str(cmd, e->type == KVP_EVENT_CLEARED ? ""
+                         : dflt                       ? r->media[r->default_medium].name
+                                                      : e->medium);
+    size_t n = e->type == KVP_EVENT_CLEARED ? 0 : e->n_hashes;
+    unsigned char *p = (unsigned char *)kvp__rr_cmd_arg(cmd, 8 * n);
+    for (size_t k = 0; p && k < n; k++)
+        put_be64(p + 8 * k, e->hashes[k]);
+}
+
+/* One batch's arguments (see router_redis.lua, apply_batch). knew: the local index had
+ * applied a batch of this worker before this one. Exclusive lock held. */
+static void add_batch(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_router_item *it, bool knew)
+{
+    const kvp__rt_worker *w = &r->workers[it->worker];
+    const kvp_kv_batch *b = it->batch;
+    char *p = kvp__rr_cmd_arg(cmd, KVP__RR_GID_BYTES);
+    if (p)
+        kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, (unsigned char *)p);
+    char seq[17];
+    snprintf(seq, sizeof seq, "%016llx", (unsigned long long)it->seq);
+    kvp__rr_cmd_str(cmd, seq);
+    uint64_t ts_bits;
+    memcpy(&ts_bits, &b->ts, sizeof ts_bits);
+    p = kvp__rr_cmd_arg(cmd, 8);
+    if (p)
+        put_be64((unsigned char *)p, ts_bits);
+    kvp__rr_cmd_str(cmd, knew ? "1" : "0");
+    kvp__rr_cmd_str(cmd, w->engine_id);
+    kvp__rr_cmd_i64(cmd, w->dp_rank);
+    size_t n_ev = 0;
+    for (size_t i = 0; i < b->n_events; i++)
+        n_ev += !(b->events[i].group_idx >= 0 && b->events[i].group_idx != r->kv_group);
+    kvp__rr_cmd_i64(cmd, (int64_t)n_ev);
+    for (size_t i = 0; i < b->n_events; i++) {
+        const kvp_kv_event *e = &b->events[i];
+        if (!(e->group_idx >= 0 && e->group_idx != r->kv_group))
+            add_event(cmd, r, e);
+    }
+}
+
+/* Step 1. Returns the number of items to send (their indexes in sent). */
+static size_t apply_local(kvp_router *r, kvp_router_item *items, size_t n, bool send,
+                          kvp__rr_cmd *cmd, sent_item *sent)
+{
+    size_t n_sent = 0;
+    kvp__rt_wrlock(r);
+    for (size_t i = 0; i < n; i++) {
+        kvp_router_item *it = &items[i];
+        bool knew = kvp__rt_worker_ok(r, it->worker) && r->workers[it->worker].n_batches > 0;
+        it->rc = kvp__rt_apply_one_locked(r, it->worker, it->seq, it->batch, &it->res);
+        if (it->rc == KVP_OK && send) {
+            sent[n_sent] = (sent_item){i, it->res.status, r->epoch};
+            add_batch(cmd, r, it, knew);
+            n_sent++;
+        }
+    }
+    kvp__rt_unlock(r);
+    return n_sent;
+}
+
+/* A reply element {status, expected (16 hex), stale, lost}; false when malformed. */
+static bool parse_result(const redisReply *e, int *status, uint64_t *expected, bool *stale,
+                         bool *lost)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 4 ||
+        e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_STRING ||
+        e->element[1]->len != 16 || e->element[2]->type != REDIS_REPLY_INTEGER ||
+        e->element[3]->type != REDIS_REPLY_INTEGER)
+        return false;
+    *status = (int)e->element[0]->integer;
+    char *end = NULL;
+    *expected = strtoull(e->element[1]->str, &end, 16);
+    *stale = e->element[2]->integer != 0;
+    *lost = e->element[3]->integer != 0;
+    return *status >= KVP_ROUTER_APPLIED && *status <= KVP_ROUTER_GAP && end && *end == '\0';
+}
+
+/* Step 3's local follow of item it: restart the worker's local view from this batch. */
+static void follow_locked(kvp_router *r, kvp_router_item *it)
+{
+    kvp_router_apply_result res;
+    kvp__rt_mark_stale_locked(r, it->worker);
+    if (kvp__rt_apply_one_locked(r, it->worker, it->seq, it->batch, &res) != KVP_OK)
+        return;
+    r->workers[it->worker].stale = false;
+    it->res.n_stored = res.n_stored;
+    it->res.n_removed = res.n_removed;
+    it->res.n_cleared = res.n_cleared;
+    it->res.n_skipped = res.n_skipped;
+}
+
+/* Step 3. false when the reply is malformed (nothing merged). */
+static bool merge(kvp_router *r, kvp_router_item *items, const sent_item *sent, size_t n_sent,
+                  const redisReply *rep)
+{
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n_sent)
+        return false;
+    bool follow = false;
+    for (size_t s = 0; s < n_sent; s++) {
+        int status = 0;
+        uint64_t expected = 0;
+        bool stale = false, lost = false;
+        if (!parse_result(rep->element[s], &status, &expected, &stale, &lost))
+            return false;
+    }
+    for (size_t s = 0; s < n_sent; s++) {
+        int status = 0;
+        uint64_t expected = 0;
+        bool stale = false, lost = false;
+        (void)parse_result(rep->element[s], &status, &expected, &stale, &lost);
+        kvp_router_item *it = &items[sent[s].item];
+        int local = sent[s].local;
+        if (status == KVP_ROUTER_DUPLICATE &&
+            (local == KVP_ROUTER_APPLIED || local == KVP_ROUTER_RESTARTED))
+            atomic_fetch_add(&r->rr->n_duplicates, 1);
+        atomic_fetch_add(&r->rr->n_lost, lost);
+        it->res.status = status;
+        it->res.expected = expected;
+        it->res.stale = stale;
+        follow |= local == KVP_ROUTER_GAP && status != KVP_ROUTER_GAP;
+    }
+    if (!follow)
+        return true;
+    kvp__rt_wrlock(r);
+    for (size_t s = 0; s < n_sent; s++) {
+        kvp_router_item *it = &items[sent[s].item];
+        if (sent[s].local == KVP_ROUTER_GAP && it->res.status != KVP_ROUTER_GAP &&
+            r->epoch == sent[s].epoch)
+            follow_locked(r, it);
+    }
+    kvp__rt_unlock(r);
+    return true;
+}
+
+/* The FCALL: header, batch count, then the batches' arguments from body. */
+static void build_apply(const kvp__rr *rr, const kvp__rr_cmd *body, size_t n_sent, kvp__rr_cmd *cmd)
+{
+    kvp__rr_cmd_fcall(cmd, rr, "kvprefix_apply");
+    kvp__rr_cmd_i64(cmd, (int64_t)rr->ttl_ms);
+    kvp__rr_cmd_i64(cmd, (int64_t)n_sent);
+    for (size_t a = 0; a < body->argc && !body->failed; a++) {
+        char *p = kvp__rr_cmd_arg(cmd, body->arg_len[a]);
+        if (p)
+            memcpy(p, body->buf + body->off[a], body->arg_len[a]);
+    }
+    cmd->failed |= body->failed;
+}
+
+/* Steps 2-3 with the batches' arguments in body. true when Redis applied them. mu held. */
+static bool apply_store_locked(kvp_router *r, kvp_router_item *items, const sent_item *sent,
+                               size_t n_sent, const kvp__rr_cmd *body)
+{
+    kvp__rr *rr = r->rr;
+    kvp__rr_cmd cmd;
+    kvp__rr_cmd_init(&cmd);
+    build_apply(rr, body, n_sent, &cmd);
+    redisReply *rep = NULL;
+    bool applied = false;
+    if (kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr)) == KVP_OK) {
+        applied = merge(r, items, sent, n_sent, rep);
+        if (!applied)
+            kvp__rr_fail_locked(rr);
+        kvp__rr_replies_free(&rep, 1);
+    }
+    kvp__rr_cmd_free(&cmd);
+    return applied;
+}
+
+int kvp__rr_apply(kvp_router *r, kvp_router_item *items, size_t n)
+{
+    kvp__rr *rr = r->rr;
+    sent_item *sent = n ? malloc(n * sizeof *sent) : NULL;
+    kvp__rr_cmd body;
+    kvp__rr_cmd_init(&body);
+    pthread_mutex_lock(&rr->mu);
+    /* Step 1: local, and the batches' arguments. */
+    bool send = sent && kvp__rr_usable(rr);
+    size_t n_sent = apply_local(r, items, n, send, &body, sent);
+    /* Steps 2 and 3. */
+    bool applied = n_sent > 0 && apply_store_locked(r, items, sent, n_sent, &body);
+    pthread_mutex_unlock(&rr->mu);
+    /* Step 4: batches the store did not take. */
+    if (!applied && n_sent > 0)
+        atomic_fetch_add(&rr->n_fallback_applies, n_sent);
+    else if (!send) {
+        for (size_t i = 0; i < n; i++)
+            atomic_fetch_add(&rr->n_fallback_applies, items[i].rc == KVP_OK);
+    }
+    kvp__rr_cmd_free(&body);
+    free(sent);
+    int first = KVP_OK;
+    for (size_t i = 0; i < n && first == KVP_OK; i++)
+        first = items[i].rc;
+    return first;
+}
+
+/* ---------------------------------------------------------------- score */
+
+/* A live worker as step 1 saw it. */
+typedef struct score_worker {
+    unsigned char gid[KVP__RR_GID_BYTES]; /* fleet-wide id */
+    uint32_t row;                         /* its row */
+    uint32_t group;                       /* its hash group */
+    uint32_t block_size;                  /* its group's block size */
+    bool stale;                           /* stale in the local index */
+} score_worker;
+
+/* One FCALL: a group's workers (or all workers, for score_hashes) and keys. */
+typedef struct score_call {
+    const kvp__rt_group *grp; /* the group (NULL: score_hashes) */
+    int state;                /* KVP_ROUTER_ROW_SCORED: sent; else the rows' state */
+    const uint64_t *keys;     /* the keys probed */
+    uint64_t *owned;          /* keys when computed here (malloc), else NULL */
+    size_t n_keys;            /* entries at keys */
+    size_t first, n;          /* its workers: ws[first .. first + n) */
+    size_t cmd;               /* its command and reply, when sent */
+} score_call;
+
+typedef struct score_ctx {
+    score_worker *ws;      /* live workers, by group */
+    size_t n_ws;           /* how many */
+    score_call *calls;     /* calls[0 .. n_calls) */
+    size_t n_calls;        /* how many */
+    kvp__rr_cmd *cmds;     /* commands sent, n_cmds */
+    redisReply **replies;  /* their replies */
+    size_t n_cmds;         /* how many */
+    uint64_t epoch;        /* the worker set's epoch at step 1 */
+    double unknown_weight; /* weight of a medium this router does not know */
+} score_ctx;
+
+static void ctx_free(score_ctx *c)
+{
+    for (size_t i = 0; i < c->n_calls; i++)
+        free(c->calls[i].owned);
+    if (c->replies)
+        kvp__rr_replies_free(c->replies, c->n_cmds);
+    for (size_t i = 0; c->cmds && i < c->n_cmds; i++)
+        kvp__rr_cmd_free(&c->cmds[i]);
+    free(c->ws);
+    free(c->calls);
+    free(c->cmds);
+    free(c->replies);
+    memset(c, 0, sizeof *c);
+}
+
+static int by_group(const void *a, const void *b)
+{
+    const score_worker *x = a, *y = b;
+    if (x->group != y->group)
+        return x->group < y->group ? -1 : 1;
+    return x->row < y->row ? -1 : x->row > y->row;
+}
+
+/* Step 1: rows and workers; one call per group (one for all with hashes). Shared lock
+ * held. KVP_OK, KVP_ENOSPC (*n_rows set), KVP_ENOMEM. */
+static int snapshot_locked(kvp_router *r, bool all, kvp_router_row *rows, size_t cap,
+                           size_t *n_rows, score_ctx *c)
+{
+    if (cap < r->n_workers) {
+        *n_rows = r->n_workers;
+        return KVP_ENOSPC;
+    }
+    c->epoch = r->epoch;
+    c->unknown_weight = r->unknown_weight;
+    c->ws = malloc((r->n_workers ? r->n_workers : 1) * sizeof *c->ws);
+    c->calls = malloc((all || r->n_groups == 0 ? 1 : r->n_groups) * sizeof *c->calls);
+    if (!c->ws || !c->calls)
+        return KVP_ENOMEM;
+    for (uint32_t i = 0; i < r->n_slots; i++) {
+        const kvp__rt_worker *w = &r->workers[i];
+        if (!w->live)
+            continue;
+        score_worker *sw = &c->ws[c->n_ws++];
+        kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, sw->gid);
+        sw->row = w->row;
+        sw->group = all ? 0 : w->group;
+        sw->block_size = r->groups[w->group]->hash.block_size;
+        sw->stale = w->stale;
+        rows[w->row] = (kvp_router_row){.worker = i, .dp_rank = w->dp_rank};
+        rows[w->row].state = w->stale ? KVP_ROUTER_ROW_STALE : KVP_ROUTER_ROW_SCORED;
+    }
+    qsort(c->ws, c->n_ws, sizeof *c->ws, by_group);
+    for (size_t i = 0; i < c->n_ws; i++) {
+        if (i == 0 || c->ws[i].group != c->ws[i - 1].group) {
+            score_call *call = &c->calls[c->n_calls++];
+            memset(call, 0, sizeof *call);
+            call->grp = all ? NULL : r->groups[c->ws[i].group];
+            call->first = i;
+        }
+        c->calls[c->n_calls - 1].n++;
+    }
+    *n_rows = r->n_workers;
+    return KVP_OK;
+}
+
+/* Step 2: each call's keys. KVP_OK, KVP_EINVAL, KVP_ENOMEM. */
+static int compute_keys(score_ctx *c, const kvp_namespace *ns, const uint32_t *tokens,
+                        size_t n_tokens, const uint64_t *hashes, size_t n_hashes)
+{
+    for (size_t i = 0; i < c->n_calls; i++) {
+        score_call *call = &c->calls[i];
+        call->state = KVP_ROUTER_ROW_SCORED;
+        if (!call->grp) {
+            call->keys = hashes;
+            call->n_keys = n_hashes;
+            continue;
+        }
+        size_t n = n_tokens / call->grp->hash.block_size;
+        call->owned = malloc((n ? n : 1) * sizeof *call->owned);
+        if (!call->owned)
+            return KVP_ENOMEM;
+        int rc = kvp__rt_group_keys(call->grp, ns, tokens, n_tokens, call->owned, &call->state);
+        if (rc != KVP_OK)
+            return rc;
+        call->keys = call->owned;
+        call->n_keys = call->state == KVP_ROUTER_ROW_SCORED ? n : 0;
+    }
+    return KVP_OK;
+}
+
+/* Step 3's commands: kvprefix_score P gids blocks, for each call to send. */
+static int build_scores(const kvp__rr *rr, score_ctx *c)
+{
+    c->cmds = calloc(c->n_calls ? c->n_calls : 1, sizeof *c->cmds);
+    c->replies = calloc(c->n_calls ? c->n_calls : 1, sizeof *c->replies);
+    if (!c->cmds || !c->replies)
+        return KVP_ENOMEM;
+    for (size_t i = 0; i < c->n_calls; i++) {
+        score_call *call = &c->calls[i];
+        if (call->state != KVP_ROUTER_ROW_SCORED)
+            continue;
+        call->cmd = c->n_cmds++;
+        kvp__rr_cmd *cmd = &c->cmds[call->cmd];
+        kvp__rr_cmd_init(cmd);
+        kvp__rr_cmd_fcall(cmd, rr, "kvprefix_score");
+        unsigned char *p = (unsigned char *)kvp__rr_cmd_arg(cmd, KVP__RR_GID_BYTES * call->n);
+        for (size_t w = 0; p && w < call->n; w++)
+            memcpy(p + KVP__RR_GID_BYTES * w, c->ws[call->first + w].gid, KVP__RR_GID_BYTES);
+        p = (unsigned char *)kvp__rr_cmd_arg(cmd, 8 * call->n_keys);
+        for (size_t k = 0; p && k < call->n_keys; k++)
+            put_be64(p + 8 * k, call->keys[k]);
+        if (cmd->failed)
+            return KVP_ENOMEM;
+    }
+    return KVP_OK;
+}
+
+/* The local weight of each global medium bit, from a reply's medium table (name, bit
+ * pairs). false when malformed. Shared lock held. */
+static bool media_weights_locked(const kvp_router *r, const redisReply *m, double unknown,
+                                 double *w_bit)
+{
+    for (uint32_t b = 0; b < KVP_ROUTER_MAX_MEDIA; b++)
+        w_bit[b] = unknown;
+    if (m->type != REDIS_REPLY_ARRAY || m->elements % 2 != 0)
+        return false;
+    for (size_t i = 0; i < m->elements; i += 2) {
+        const redisReply *name = m->element[i], *bit = m->element[i + 1];
+        if (name->type != REDIS_REPLY_STRING || bit->type != REDIS_REPLY_STRING)
+            return false;
+        long b = strtol(bit->str, NULL, 10);
+        if (b < 0 || b >= (long)KVP_ROUTER_MAX_MEDIA)
+            return false;
+        uint32_t idx = kvp__rt_medium_find(r, name->str);
+        w_bit[b] = idx == KVP__RT_NIL ? unknown : r->media[idx].weight;
+    }
+    return true;
+}
+
+/* The best weight of a global media mask (as router.c's weight_of_mask). */
+static double mask_weight(const double *w_bit, long long mask)
+{
+    double best = 0;
+    for (uint32_t b = 0; b < KVP_ROUTER_MAX_MEDIA; b++) {
+        if ((mask >> b & 1) && w_bit[b] > best)
+            best = w_bit[b];
+    }
+    return best;
+}
+
+/* One worker's row from its reply element {state, n_blocks, mask, count ...}. false when
+ * malformed. */
+static bool fill_row(const score_worker *sw, const redisReply *e, size_t n_keys,
+                     const double *w_bit, kvp_router_row *row)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 || e->elements % 2 != 0)
+        return false;
+    for (size_t i = 0; i < e->elements; i++) {
+        if (e->element[i]->type != REDIS_REPLY_INTEGER || e->element[i]->integer < 0)
+            return false;
+    }
+    long long n_blocks = e->element[1]->integer, seen = 0;
+    if (n_blocks > (long long)n_keys)
+        return false;
+    row->state = e->element[0]->integer == 1 ? KVP_ROUTER_ROW_STALE : KVP_ROUTER_ROW_SCORED;
+    row->n_blocks = 0;
+    row->n_tokens = 0;
+    row->score = 0;
+    if (row->state == KVP_ROUTER_ROW_STALE)
+        return true;
+    for (size_t i = 2; i < e->elements; i += 2) {
+        double w = mask_weight(w_bit, e->element[i]->integer);
+        long long count = e->element[i + 1]->integer;
+        for (long long k = 0; k < count && seen < n_blocks; k++, seen++)
+            row->score += w; /* block by block, as router_score.c adds them */
+    }
+    row->n_blocks = (uint32_t)n_blocks;
+    row->n_tokens = (uint64_t)n_blocks * sw->block_size;
+    return seen == n_blocks;
+}
+
+/* Step 4 for one call. false when its reply is malformed. Shared lock held. */
+static bool fill_call_locked(const kvp_router *r, const score_ctx *c, const score_call *call,
+                             kvp_router_row *rows)
+{
+    if (call->state != KVP_ROUTER_ROW_SCORED) {
+        for (size_t w = 0; w < call->n; w++) {
+            const score_worker *sw = &c->ws[call->first + w];
+            rows[sw->row].state = sw->stale ? KVP_ROUTER_ROW_STALE : call->state;
+        }
+        return true;
+    }
+    const redisReply *rep = c->replies[call->cmd];
+    double w_bit[KVP_ROUTER_MAX_MEDIA];
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        !media_weights_locked(r, rep->element[0], c->unknown_weight, w_bit) ||
+        rep->element[1]->type != REDIS_REPLY_ARRAY || rep->element[1]->elements != call->n)
+        return false;
+    for (size_t w = 0; w < call->n; w++) {
+        const score_worker *sw = &c->ws[call->first + w];
+        if (!fill_row(sw, rep->element[1]->element[w], call->n_keys, w_bit, &rows[sw->row]))
+            return false;
+    }
+    return true;
+}
+
+/* Steps 1-4 once. Returns KVP_OK, a failure code of the call, 1 (start again: the worker
+ * set changed) or 2 (Redis failed: answer locally). */
+static int score_once(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens,
+                      size_t n_tokens, const uint64_t *hashes, size_t n_hashes,
+                      kvp_router_row *rows, size_t cap, size_t *n_rows)
+{
+    kvp__rr *rr = r->rr;
+    score_ctx c;
+    memset(&c, 0, sizeof c);
+    /* Step 1: rows and workers. */
+    kvp__rt_rdlock(r);
+    int rc = snapshot_locked(r, ns == NULL, rows, cap, n_rows, &c);
+    kvp__rt_unlock(r);
+    /* Step 2: keys. */
+    if (rc == KVP_OK)
+        rc = compute_keys(&c, ns, tokens, n_tokens, hashes, n_hashes);
+    if (rc == KVP_OK)
+        rc = build_scores(rr, &c);
+    /* Step 3: one round trip. */
+    if (rc == KVP_OK && c.n_cmds > 0) {
+        pthread_mutex_lock(&rr->mu);
+        rc = kvp__rr_exec_locked(rr, c.cmds, c.n_cmds, c.replies, kvp__rr_deadline(rr));
+        pthread_mutex_unlock(&rr->mu);
+        rc = rc == KVP_EIO ? 2 : rc;
+    }
+    /* Step 4: rows. */
+    bool malformed = false;
+    if (rc == KVP_OK) {
+        kvp__rt_rdlock(r);
+        rc = r->epoch != c.epoch ? 1 : KVP_OK;
+        for (size_t i = 0; rc == KVP_OK && i < c.n_calls; i++)
+            malformed |= !fill_call_locked(r, &c, &c.calls[i], rows);
+        kvp__rt_unlock(r);
+    }
+    if (malformed) {
+        pthread_mutex_lock(&rr->mu);
+        kvp__rr_fail_locked(rr);
+        pthread_mutex_unlock(&rr->mu);
+        rc = 2;
+    }
+    ctx_free(&c);
+    return rc;
+}
+
+int kvp__rr_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens, size_t n_tokens,
+                  const uint64_t *hashes, size_t n_hashes, kvp_router_row *rows, size_t cap,
+                  size_t *n_rows)
+{
+    kvp__rr *rr = r->rr;
+    int rc = 2;
+    while (kvp__rr_usable(rr)) {
+        rc = score_once(r, ns, tokens, n_tokens, hashes, n_hashes, rows, cap, n_rows);
+        if (rc != 1)
+            break;
+    }
+    if (rc == KVP_OK) {
+        atomic_fetch_add_explicit(&r->n_scores, 1, memory_order_relaxed);
+        return KVP_OK;
+    }
+    if (rc != 2)
+        return rc;
+    /* Redis failed or is paused: the local view answers. */
+    atomic_fetch_add(&rr->n_fallback_scores, 1);
+    if (!ns)
+        return kvp__rt_score_hashes(r, hashes, n_hashes, rows, cap, n_rows);
+    return kvp__rt_score(r, ns, tokens, n_tokens, rows, cap, n_rows);
+}

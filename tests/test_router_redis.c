@@ -1,0 +1,710 @@
+/*
+ * test_router_redis.c - the router index's shared store on Redis (src/events/router_redis*.c),
+ * run by tests/with_redis.py (KVP_TEST_REDIS_URL names a private redis-server).
+ *
+ * Two routers on one Redis return the same rows whichever applied; a batch one applied is
+ * a DUPLICATE for the other, and a router that missed a batch follows the fleet; a score
+ * is one round trip whatever the number of hash groups; key prefixes isolate fleets;
+ * worker state expires (blocks stop counting, leftovers cleaned when the worker returns);
+ * the library is reloaded after FUNCTION FLUSH. Failures, on a server of the test's own
+ * (port of its own, so it can be stopped, killed and restarted): a stopped server (SIGSTOP)
+ * times out and the local view answers within about 2 x timeout_ms; a killed one, then
+ * restarted empty: lost workers counted, partial views, new blocks scored right, the
+ * connection restored after retry_ms. A randomized run drives an in-memory router and a
+ * Redis router with the same operations and compares every score. The same behavioural
+ * suite as the in-memory router runs as test_router_redis (test_router.c).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <hiredis/hiredis.h>
+
+#include "kvprefix_events.h"
+#include "router_redis.h"
+#include "testutil.h"
+
+#define BS 16u /* block size of every worker here */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Helpers                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static const char *env_or_fail(const char *name)
+{
+    const char *v = getenv(name);
+    cr_assert(v, "%s is not set (run under tests/with_redis.py)", name);
+    return v;
+}
+
+static kvp_router *router_on(const char *url, const char *prefix, uint32_t ttl_s,
+                             uint32_t timeout_ms, uint32_t retry_ms)
+{
+    kvp_router_config cfg;
+    kvp_router_config_init(&cfg);
+    cfg.table_seed = 7;
+    cfg.redis.url = url;
+    cfg.redis.key_prefix = prefix;
+    cfg.redis.worker_ttl_s = ttl_s;
+    cfg.redis.timeout_ms = timeout_ms;
+    cfg.redis.retry_ms = retry_ms;
+    kvp_router *r = NULL;
+    cr_assert_eq(kvp_router_new(&cfg, &r), KVP_OK);
+    return r;
+}
+
+/* A router on the suite's Redis under prefix (made unique per test process). */
+static kvp_router *shared_router(const char *prefix)
+{
+    char p[64];
+    snprintf(p, sizeof p, "%s_%ld", prefix, (long)getpid());
+    return router_on(env_or_fail("KVP_TEST_REDIS_URL"), p, 0, 5000, 1000);
+}
+
+static uint32_t worker(kvp_router *r, const char *name)
+{
+    uint32_t id = 0;
+    cr_assert_eq(kvp_router_worker_get(r, name, 0, &id), KVP_OK);
+    return id;
+}
+
+static const uint32_t zero_tokens[64 * BS];
+
+/* Apply one batch: store keys[0 .. n) on medium (and clear first when clear). */
+static kvp_router_apply_result apply_keys(kvp_router *r, uint32_t id, uint64_t seq,
+                                          const uint64_t *keys, size_t n, const char *medium,
+                                          bool clear)
+{
+    cr_assert_leq(n, 64);
+    kvp_kv_event ev[2];
+    memset(ev, 0, sizeof ev);
+    size_t ne = 0;
+    if (clear) {
+        ev[ne].type = KVP_EVENT_CLEARED;
+        ev[ne++].group_idx = -1;
+    }
+    ev[ne] = (kvp_kv_event){.type = KVP_EVENT_STORED,
+                            .hashes = keys,
+                            .n_hashes = n,
+                            .tokens = zero_tokens,
+                            .n_tokens = n * BS,
+                            .block_size = BS,
+                            .medium = medium,
+                            .group_idx = -1};
+    ne++;
+    kvp_kv_batch b = {.ts = 100.0 + (double)seq, .events = ev, .n_events = ne};
+    kvp_router_apply_result res;
+    int rc = kvp_router_apply(r, id, seq, &b, &res);
+    cr_assert_eq(rc, KVP_OK, "apply: %s (%s)", kvp_strerror(rc), res.why ? res.why : "");
+    cr_assert_eq(kvp_router_check(r), KVP_OK);
+    return res;
+}
+
+static kvp_router_stats stats_of(kvp_router *r)
+{
+    kvp_router_stats st;
+    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
+    return st;
+}
+
+/* Score keys[0 .. n) into rows (cap 16); returns the number of rows. */
+static size_t score_keys(kvp_router *r, const uint64_t *keys, size_t n, kvp_router_row *rows)
+{
+    size_t n_rows = 0;
+    cr_assert_eq(kvp_router_score_hashes(r, keys, n, rows, 16, &n_rows), KVP_OK);
+    return n_rows;
+}
+
+static void rows_equal(const kvp_router_row *a, const kvp_router_row *b, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(a[i].state, b[i].state, "%s: row %zu state", what, i);
+        cr_assert_eq(a[i].n_blocks, b[i].n_blocks, "%s: row %zu: %u vs %u blocks", what, i,
+                     a[i].n_blocks, b[i].n_blocks);
+        cr_assert_eq(a[i].n_tokens, b[i].n_tokens, "%s: row %zu tokens", what, i);
+        cr_assert_eq(a[i].score, b[i].score, "%s: row %zu score %g vs %g", what, i, a[i].score,
+                     b[i].score);
+    }
+}
+
+/* A hiredis connection to the suite's server (for inspection). */
+static redisContext *inspect(void)
+{
+    int port = atoi(env_or_fail("KVP_TEST_REDIS_PORT"));
+    redisContext *c = redisConnect("127.0.0.1", port);
+    cr_assert(c && !c->err, "cannot connect to the test server");
+    return c;
+}
+
+static long long int_reply(redisContext *c, redisReply *rep)
+{
+    (void)c;
+    cr_assert(rep && rep->type == REDIS_REPLY_INTEGER, "integer reply expected");
+    long long v = rep->integer;
+    freeReplyObject(rep);
+    return v;
+}
+
+/* The 8-byte big-endian form of a block key. */
+static void be64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (56 - 8 * i));
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* A server of the test's own                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A TCP port nothing listens on now (the kernel's choice). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static bool ping(int port)
+{
+    struct timeval tv = {0, 200000};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    bool ok = false;
+    if (c && !c->err) {
+        redisReply *rep = redisCommand(c, "PING");
+        ok = rep && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0;
+        if (rep)
+            freeReplyObject(rep);
+    }
+    if (c)
+        redisFree(c);
+    return ok;
+}
+
+static pid_t server_start(int port)
+{
+    const char *server = env_or_fail("KVP_TEST_REDIS_SERVER");
+    char p[16];
+    snprintf(p, sizeof p, "%d", port);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        execl(server, server, "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly",
+              "no", "--loglevel", "warning", "--logfile", "/dev/null", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 200 && !ping(port); i++)
+        sleep_ms(25);
+    cr_assert(ping(port), "redis-server on port %d did not start", port);
+    return pid;
+}
+
+static void server_kill(pid_t pid)
+{
+    kill(pid, SIGCONT);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Several routers, one store                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+Test(redis_fleet, two_routers_return_the_same_rows)
+{
+    kvp_router *r1 = shared_router("same"), *r2 = shared_router("same");
+    uint32_t a1 = worker(r1, "e1"), b1 = worker(r1, "e2");
+    uint32_t a2 = worker(r2, "e1"), b2 = worker(r2, "e2");
+    (void)b1;
+    (void)a2;
+    uint64_t k[6] = {101, 102, 103, 104, 105, 106};
+    apply_keys(r1, a1, 0, k, 5, "GPU", false);
+    apply_keys(r2, b2, 0, k, 3, "CPU", false);
+    kvp_router_row x[16], y[16];
+    for (size_t n = 0; n <= 6; n++) {
+        size_t nx = score_keys(r1, k, n, x), ny = score_keys(r2, k, n, y);
+        cr_assert_eq(nx, 2);
+        cr_assert_eq(ny, 2);
+        rows_equal(x, y, 2, "r1 vs r2");
+    }
+    cr_assert_eq(x[0].n_blocks, 5, "e1, applied by r1, seen through r2 too");
+    cr_assert_eq(x[1].n_blocks, 3);
+    cr_assert_float_eq(x[1].score, 3 * 0.8, 1e-12);
+    /* r2's local view has only what r2 applied. */
+    cr_assert_eq(stats_of(r2).n_holders, 3);
+    cr_assert(stats_of(r1).redis_up && stats_of(r2).redis_up);
+    cr_assert_eq(stats_of(r1).n_fallback_scores, 0);
+    kvp_router_free(r1);
+    kvp_router_free(r2);
+}
+
+Test(redis_fleet, batch_of_one_router_is_a_duplicate_for_the_other)
+{
+    kvp_router *r1 = shared_router("dup"), *r2 = shared_router("dup");
+    uint32_t w1 = worker(r1, "e"), w2 = worker(r2, "e");
+    uint64_t k[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    /* (Batch 0 arriving after batch 1 was applied would read as a publisher restart, as
+     * in memory: router_apply.c's rule, which the store keeps.) */
+    cr_assert_eq(apply_keys(r1, w1, 0, k, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
+    cr_assert_eq(apply_keys(r2, w2, 0, k, 1, "GPU", false).status, KVP_ROUTER_DUPLICATE);
+    cr_assert_eq(apply_keys(r1, w1, 1, k + 1, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
+    cr_assert_eq(apply_keys(r1, w1, 2, k + 2, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
+    kvp_router_apply_result res = apply_keys(r2, w2, 1, k + 1, 1, "GPU", false);
+    cr_assert_eq(res.status, KVP_ROUTER_DUPLICATE);
+    cr_assert_eq(res.expected, 3, "the fleet's sequence state");
+    cr_assert_eq(apply_keys(r2, w2, 2, k + 2, 1, "GPU", false).status, KVP_ROUTER_DUPLICATE);
+    cr_assert_eq(apply_keys(r2, w2, 3, k + 3, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
+    cr_assert_eq(apply_keys(r1, w1, 3, k + 3, 1, "GPU", false).status, KVP_ROUTER_DUPLICATE);
+    cr_assert_eq(stats_of(r2).n_redis_duplicates, 3);
+    cr_assert_eq(stats_of(r1).n_redis_duplicates, 1);
+    /* r2 misses batch 4 (r1 applies 4 and 5): its local GAP is followed, not reported. */
+    apply_keys(r1, w1, 4, k + 4, 1, "GPU", false);
+    apply_keys(r1, w1, 5, k + 5, 1, "GPU", false);
+    res = apply_keys(r2, w2, 5, k + 5, 1, "GPU", false);
+    cr_assert_eq(res.status, KVP_ROUTER_DUPLICATE);
+    kvp_router_worker_stats ws;
+    cr_assert_eq(kvp_router_worker_stats_get(r2, w2, &ws), KVP_OK);
+    cr_assert_eq(ws.expected, 6, "the local view follows the fleet");
+    cr_assert(!ws.stale);
+    cr_assert_eq(ws.n_blocks, 1, "a partial local view: the blocks since the gap");
+    kvp_router_row rows[16];
+    score_keys(r2, k, 8, rows);
+    cr_assert_eq(rows[0].n_blocks, 6, "the shared view is whole");
+    kvp_router_free(r1);
+    kvp_router_free(r2);
+}
+
+/* Three hash groups; a score (tokens) and a score_hashes each cost one round trip. */
+Test(redis_fleet, one_round_trip_per_score)
+{
+    kvp_router *r = shared_router("rtt");
+    kvp_router_worker_config wc;
+    const char *names[3] = {"g1", "g2", "g3"};
+    int profiles[3] = {KVP_HASH_VLLM_SHA256, KVP_HASH_XXH3, KVP_HASH_VLLM_SHA256};
+    uint32_t sizes[3] = {16, 16, 32}, ids[3];
+    uint32_t tokens[256];
+    for (uint32_t i = 0; i < 256; i++)
+        tokens[i] = 1000 + i;
+    for (int g = 0; g < 3; g++) {
+        kvp_router_worker_config_init(&wc);
+        wc.engine_id = names[g];
+        wc.hash.hash_profile = profiles[g];
+        wc.hash.block_size = sizes[g];
+        cr_assert_eq(kvp_router_worker_add(r, &wc, &ids[g]), KVP_OK);
+    }
+    cr_assert_eq(stats_of(r).n_groups, 3);
+    uint64_t k[4] = {9, 8, 7, 6};
+    apply_keys(r, ids[0], 0, k, 4, "GPU", false);
+    kvp_namespace ns;
+    kvp_namespace_init(&ns);
+    kvp_router_row rows[16];
+    size_t n = 0;
+    uint64_t before = stats_of(r).n_redis_calls;
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(kvp_router_score(r, &ns, tokens, 256, rows, 16, &n), KVP_OK);
+    cr_assert_eq(stats_of(r).n_redis_calls, before + 10, "one round trip per score");
+    for (int i = 0; i < 10; i++)
+        score_keys(r, k, 4, rows);
+    cr_assert_eq(stats_of(r).n_redis_calls, before + 20);
+    cr_assert_eq(rows[0].n_blocks, 4);
+    cr_assert_eq(stats_of(r).n_fallback_scores, 0);
+    kvp_router_free(r);
+}
+
+Test(redis_fleet, key_prefixes_isolate_fleets)
+{
+    kvp_router *a = shared_router("fleetA"), *b = shared_router("fleetB");
+    uint32_t wa = worker(a, "e"), wb = worker(b, "e");
+    uint64_t k[3] = {5, 6, 7};
+    apply_keys(a, wa, 0, k, 3, "GPU", false);
+    kvp_router_row rows[16];
+    score_keys(b, k, 3, rows);
+    cr_assert_eq(rows[0].n_blocks, 0, "fleet B never sees fleet A's blocks");
+    cr_assert_eq(apply_keys(b, wb, 0, k, 1, "GPU", false).status, KVP_ROUTER_APPLIED,
+                 "nor its sequence numbers");
+    score_keys(a, k, 3, rows);
+    cr_assert_eq(rows[0].n_blocks, 3);
+    score_keys(b, k, 3, rows);
+    cr_assert_eq(rows[0].n_blocks, 1);
+    kvp_router_free(a);
+    kvp_router_free(b);
+}
+
+/* Blocks stop counting when the worker's state expires; its leftovers are cleaned when it
+ * comes back (a lost worker: its shared view restarts from that batch). */
+Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "ttl_%ld", (long)getpid());
+    kvp_router *r = router_on(env_or_fail("KVP_TEST_REDIS_URL"), prefix, 1, 5000, 1000);
+    uint32_t w = worker(r, "e");
+    uint64_t k[4] = {41, 42, 43, 44};
+    apply_keys(r, w, 0, k, 3, "GPU", false);
+    kvp_router_row rows[16];
+    score_keys(r, k, 3, rows);
+    cr_assert_eq(rows[0].n_blocks, 3);
+    sleep_ms(1500);
+    score_keys(r, k, 3, rows);
+    cr_assert_eq(rows[0].state, KVP_ROUTER_ROW_SCORED);
+    cr_assert_eq(rows[0].n_blocks, 0, "an expired worker holds nothing");
+    redisContext *c = inspect();
+    unsigned char gid[KVP__RR_GID_BYTES], blk[8];
+    kvp__rr_gid("e", 1, 0, gid);
+    char key[128];
+    int n = snprintf(key, sizeof key, "%s:wb:", prefix);
+    memcpy(key + n, gid, 8);
+    cr_assert_eq(int_reply(c, redisCommand(c, "SCARD %b", key, (size_t)n + 8)), 3, "leftovers");
+    apply_keys(r, w, 1, k + 3, 1, "GPU", false);
+    cr_assert_eq(stats_of(r).n_redis_lost, 1);
+    cr_assert_eq(int_reply(c, redisCommand(c, "SCARD %b", key, (size_t)n + 8)), 1,
+                 "leftovers cleaned, the new block kept");
+    n = snprintf(key, sizeof key, "%s:b:", prefix);
+    be64(blk, k[0]);
+    memcpy(key + n, blk, 8);
+    cr_assert_eq(int_reply(c, redisCommand(c, "EXISTS %b", key, (size_t)n + 8)), 0);
+    redisFree(c);
+    kvp_router_free(r);
+}
+
+/* FUNCTION FLUSH: the next call reloads the library once and succeeds. */
+Test(redis_fleet, library_reloaded_after_function_flush)
+{
+    kvp_router *r = shared_router("flush");
+    uint32_t w = worker(r, "e");
+    uint64_t k[2] = {3, 4};
+    apply_keys(r, w, 0, k, 2, "GPU", false);
+    redisContext *c = inspect();
+    redisReply *rep = redisCommand(c, "FUNCTION FLUSH");
+    cr_assert(rep && rep->type == REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    redisFree(c);
+    kvp_router_row rows[16];
+    score_keys(r, k, 2, rows);
+    cr_assert_eq(rows[0].n_blocks, 2);
+    kvp_router_stats st = stats_of(r);
+    cr_assert_eq(st.n_redis_errors, 0);
+    cr_assert_eq(st.n_fallback_scores, 0);
+    cr_assert(st.redis_up);
+    kvp_router_free(r);
+}
+
+Test(redis_fleet, unix_socket_and_config_errors)
+{
+    char url[512];
+    snprintf(url, sizeof url, "unix:%s", env_or_fail("KVP_TEST_REDIS_SOCK"));
+    kvp_router *r = router_on(url, "unix_test", 0, 1000, 1000);
+    cr_assert(stats_of(r).redis_up);
+    uint32_t w = worker(r, "e");
+    uint64_t k[1] = {77};
+    cr_assert_eq(apply_keys(r, w, 0, k, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
+    kvp_router_free(r);
+    kvp_router_config cfg;
+    const char *bad_urls[] = {"",           "unix:",         "host",  "host:", "host:0",
+                              "host:70000", "redis://h:1/x", "h:1/2", ":6379"};
+    for (size_t i = 0; i < sizeof bad_urls / sizeof *bad_urls; i++) {
+        kvp_router_config_init(&cfg);
+        cfg.redis.url = bad_urls[i];
+        cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL, "url '%s'", bad_urls[i]);
+    }
+    const char *bad_prefixes[] = {"", "a b", "x/y",
+                                  "0123456789012345678901234567890123456789012345678901234567890"
+                                  "1234"};
+    for (size_t i = 0; i < sizeof bad_prefixes / sizeof *bad_prefixes; i++) {
+        kvp_router_config_init(&cfg);
+        cfg.redis.url = "127.0.0.1:1";
+        cfg.redis.key_prefix = bad_prefixes[i];
+        cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL, "prefix '%s'", bad_prefixes[i]);
+    }
+    kvp_router_config_init(&cfg);
+    cfg.redis.url = "127.0.0.1:1";
+    cfg.redis.timeout_ms = 0;
+    cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL);
+    cfg.redis.timeout_ms = 100;
+    cfg.redis.retry_ms = 600001;
+    cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Failures                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A stopped server (SIGSTOP: connections accepted, no reply) times out; the local view
+ * answers within about 2 x timeout_ms, then at once during the pause; when the server
+ * continues, its sequence state reports the gap and a replay fills it. */
+Test(redis_failure, stopped_server_times_out_to_the_local_view, .timeout = 60)
+{
+    int port = free_port();
+    pid_t pid = server_start(port);
+    char url[64];
+    snprintf(url, sizeof url, "127.0.0.1:%d", port);
+    kvp_router *r = router_on(url, "stop", 0, 100, 300);
+    uint32_t w = worker(r, "e");
+    uint64_t k[4] = {61, 62, 63, 64};
+    apply_keys(r, w, 0, k, 3, "GPU", false);
+    kvp_router_row rows[16];
+    score_keys(r, k, 4, rows);
+    cr_assert_eq(rows[0].n_blocks, 3);
+    kill(pid, SIGSTOP);
+    double t0 = now_s();
+    score_keys(r, k, 4, rows);
+    double dt = now_s() - t0;
+    cr_assert_lt(dt, 0.3, "a stopped server cost %.3f s (timeout 0.1 s)", dt);
+    cr_assert_eq(rows[0].n_blocks, 3, "the local view answers");
+    kvp_router_stats st = stats_of(r);
+    cr_assert(!st.redis_up);
+    cr_assert_eq(st.n_redis_errors, 1);
+    cr_assert_eq(st.n_fallback_scores, 1);
+    t0 = now_s();
+    score_keys(r, k, 4, rows);
+    cr_assert_lt(now_s() - t0, 0.05, "no network during the pause");
+    cr_assert_eq(apply_keys(r, w, 1, k + 3, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
+    st = stats_of(r);
+    cr_assert_eq(st.n_fallback_scores, 2);
+    cr_assert_eq(st.n_fallback_applies, 1);
+    kill(pid, SIGCONT);
+    sleep_ms(400);
+    kvp_router_apply_result res = apply_keys(r, w, 2, k, 1, "GPU", false);
+    cr_assert_eq(res.status, KVP_ROUTER_GAP, "Redis missed batch 1");
+    cr_assert_eq(res.expected, 1);
+    cr_assert_eq(apply_keys(r, w, 1, k + 3, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
+    cr_assert_eq(apply_keys(r, w, 2, k, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
+    score_keys(r, k, 4, rows);
+    cr_assert_eq(rows[0].n_blocks, 4);
+    st = stats_of(r);
+    cr_assert(st.redis_up);
+    cr_assert_eq(st.n_fallback_scores, 2, "answered by Redis again");
+    cr_assert_eq(st.n_redis_connects, 2);
+    kvp_router_free(r);
+    server_kill(pid);
+}
+
+/* A killed server: the local view answers, no crash (no SIGPIPE); restarted empty: lost
+ * workers counted, partial shared views (never a block not held), new blocks scored
+ * right, the connection restored after retry_ms. */
+Test(redis_failure, killed_then_restarted_empty, .timeout = 60)
+{
+    int port = free_port();
+    pid_t pid = server_start(port);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d/0", port);
+    kvp_router *r = router_on(url, "kill", 0, 200, 300);
+    uint32_t e1 = worker(r, "e1"), e2 = worker(r, "e2");
+    uint64_t k[4] = {71, 72, 73, 74}, p[3] = {81, 82, 83};
+    apply_keys(r, e1, 0, k, 4, "GPU", false);
+    apply_keys(r, e2, 0, k, 2, "GPU", false);
+    server_kill(pid);
+    kvp_router_row rows[16];
+    double t0 = now_s();
+    score_keys(r, k, 4, rows);
+    cr_assert_lt(now_s() - t0, 0.5);
+    cr_assert_eq(rows[0].n_blocks, 4);
+    cr_assert_eq(rows[1].n_blocks, 2);
+    cr_assert(!stats_of(r).redis_up);
+    sleep_ms(350);
+    apply_keys(r, e2, 1, p, 1, "GPU", false); /* tries Redis: refused */
+    cr_assert_eq(stats_of(r).n_fallback_applies, 1);
+    pid = server_start(port);
+    sleep_ms(350);
+    cr_assert_eq(apply_keys(r, e1, 1, p, 3, "GPU", false).status, KVP_ROUTER_APPLIED);
+    kvp_router_stats st = stats_of(r);
+    cr_assert_eq(st.n_redis_lost, 1);
+    cr_assert(st.redis_up);
+    cr_assert_eq(st.n_redis_connects, 2);
+    score_keys(r, k, 4, rows);
+    cr_assert_eq(rows[0].n_blocks, 0, "a partial view: the blocks stored before are gone");
+    cr_assert_eq(rows[1].n_blocks, 0, "e2 has no state in the new store");
+    score_keys(r, p, 3, rows);
+    cr_assert_eq(rows[0].n_blocks, 3, "blocks stored after the restart score right");
+    cr_assert_eq(stats_of(r).n_holders, 4 + 3 + 2 + 1, "the local view kept everything");
+    kvp_router_free(r);
+    server_kill(pid);
+}
+
+/* No server at all: kvp_router_new succeeds, every call answers locally. */
+Test(redis_failure, no_server_at_creation)
+{
+    char url[64];
+    snprintf(url, sizeof url, "127.0.0.1:%d", free_port());
+    kvp_router *r = router_on(url, "none", 0, 100, 60000);
+    uint32_t w = worker(r, "e");
+    uint64_t k[2] = {1, 2};
+    cr_assert_eq(apply_keys(r, w, 0, k, 2, "GPU", false).status, KVP_ROUTER_APPLIED);
+    kvp_router_row rows[16];
+    score_keys(r, k, 2, rows);
+    cr_assert_eq(rows[0].n_blocks, 2);
+    cr_assert_eq(kvp_router_mark_stale(r, w), KVP_OK);
+    cr_assert_eq(kvp_router_resync(r, w), KVP_OK);
+    cr_assert_eq(kvp_router_worker_remove(r, w), KVP_OK);
+    kvp_router_stats st = stats_of(r);
+    cr_assert(st.redis && !st.redis_up);
+    cr_assert_eq(st.n_redis_errors, 1, "one attempt, then the pause");
+    cr_assert_eq(st.n_redis_calls, 0);
+    cr_assert_eq(st.n_fallback_scores, 1);
+    cr_assert_eq(st.n_fallback_applies, 1);
+    kvp_router_free(r);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The same operations on an in-memory router and a Redis router                          */
+/* ---------------------------------------------------------------------------------------- */
+
+#define MODEL_WORKERS 6
+#define MODEL_KEYS    48
+
+typedef struct model {
+    kvp_router *mem, *red;       /* the two routers, same workers in the same order */
+    uint32_t id[MODEL_WORKERS];  /* worker ids (equal in both) */
+    uint64_t seq[MODEL_WORKERS]; /* next sequence number per worker */
+    uint64_t keys[MODEL_KEYS];   /* the key pool: prompts are runs of it */
+    uint64_t rng;                /* xorshift state */
+    double ts;                   /* batch timestamps, always new */
+    size_t n_nonzero;            /* rows compared that held blocks */
+} model;
+
+static uint64_t rnd(model *m, uint64_t n)
+{
+    m->rng ^= m->rng << 13;
+    m->rng ^= m->rng >> 7;
+    m->rng ^= m->rng << 17;
+    return m->rng % n;
+}
+
+/* Apply one batch to both; statuses and sequence states must agree. */
+static void both_apply(model *m, int w, uint64_t seq, const kvp_kv_event *ev, size_t n)
+{
+    kvp_kv_batch b = {.ts = m->ts, .events = ev, .n_events = n};
+    m->ts += 1;
+    kvp_router_apply_result a, c;
+    cr_assert_eq(kvp_router_apply(m->mem, m->id[w], seq, &b, &a), KVP_OK);
+    cr_assert_eq(kvp_router_apply(m->red, m->id[w], seq, &b, &c), KVP_OK);
+    cr_assert_eq(a.status, c.status, "seq %llu: status %d in memory, %d on Redis",
+                 (unsigned long long)seq, a.status, c.status);
+    cr_assert_eq(a.expected, c.expected);
+    cr_assert_eq(a.stale, c.stale);
+    if (a.status == KVP_ROUTER_APPLIED || a.status == KVP_ROUTER_RESTARTED)
+        m->seq[w] = seq + 1;
+}
+
+static void model_compare(model *m)
+{
+    size_t start = (size_t)rnd(m, MODEL_KEYS), len = (size_t)rnd(m, 24);
+    if (start + len > MODEL_KEYS)
+        len = MODEL_KEYS - start;
+    kvp_router_row a[16], b[16];
+    size_t na = score_keys(m->mem, m->keys + start, len, a);
+    size_t nb = score_keys(m->red, m->keys + start, len, b);
+    cr_assert_eq(na, nb);
+    rows_equal(a, b, na, "in memory vs Redis");
+    for (size_t i = 0; i < na; i++)
+        m->n_nonzero += a[i].n_blocks > 0;
+}
+
+/* One random step. */
+static void model_step(model *m)
+{
+    static const char *media[4] = {"GPU", "CPU", NULL, "disk"};
+    int w = (int)rnd(m, MODEL_WORKERS);
+    uint64_t op = rnd(m, 100);
+    size_t start = (size_t)rnd(m, MODEL_KEYS), len = 1 + (size_t)rnd(m, 12);
+    if (start + len > MODEL_KEYS)
+        len = MODEL_KEYS - start;
+    kvp_kv_event ev[2];
+    memset(ev, 0, sizeof ev);
+    ev[0] = (kvp_kv_event){.type = KVP_EVENT_STORED,
+                           .hashes = m->keys + start,
+                           .n_hashes = len,
+                           .tokens = zero_tokens,
+                           .n_tokens = len * BS,
+                           .block_size = BS,
+                           .medium = media[rnd(m, 4)],
+                           .group_idx = -1};
+    ev[1] = ev[0];
+    ev[1].type = KVP_EVENT_CLEARED;
+    if (op < 50) {
+        both_apply(m, w, m->seq[w], ev, 1);
+    } else if (op < 68) {
+        ev[0].type = KVP_EVENT_REMOVED;
+        ev[0].n_hashes = 1 + (size_t)rnd(m, len);
+        both_apply(m, w, m->seq[w], ev, 1);
+    } else if (op < 71) {
+        both_apply(m, w, m->seq[w], ev + 1, 1); /* AllBlocksCleared */
+    } else if (op < 74) {
+        cr_assert_eq(kvp_router_mark_stale(m->mem, m->id[w]), KVP_OK);
+        cr_assert_eq(kvp_router_mark_stale(m->red, m->id[w]), KVP_OK);
+    } else if (op < 77) {
+        cr_assert_eq(kvp_router_resync(m->mem, m->id[w]), KVP_OK);
+        cr_assert_eq(kvp_router_resync(m->red, m->id[w]), KVP_OK);
+    } else if (op < 79) {
+        both_apply(m, w, m->seq[w] + 1 + rnd(m, 3), ev, 1); /* a gap (or a stale's take) */
+    } else if (op < 81) {
+        both_apply(m, w, rnd(m, m->seq[w] + 1), ev, 1); /* duplicate or restart */
+    } else {
+        model_compare(m);
+    }
+}
+
+Test(redis_model, random_operations_match_in_memory, .timeout = 300)
+{
+    model *m = calloc(1, sizeof *m);
+    kvp_router_config cfg;
+    kvp_router_config_init(&cfg);
+    cfg.table_seed = 3;
+    cr_assert_eq(kvp_router_new(&cfg, &m->mem), KVP_OK);
+    m->red = shared_router("model");
+    char name[16];
+    for (int w = 0; w < MODEL_WORKERS; w++) {
+        snprintf(name, sizeof name, "w%d", w);
+        m->id[w] = worker(m->mem, name);
+        cr_assert_eq(worker(m->red, name), m->id[w]);
+    }
+    m->rng = 0x9e3779b97f4a7c15u;
+    m->ts = 1.0;
+    for (int i = 0; i < MODEL_KEYS; i++)
+        m->keys[i] = 1000u + (uint64_t)rnd(m, 64);
+    for (int step = 0; step < 3000; step++) {
+        model_step(m);
+        if (step % 100 == 0)
+            cr_assert_eq(kvp_router_check(m->red), KVP_OK);
+    }
+    for (int i = 0; i < 200; i++)
+        model_compare(m);
+    cr_assert_gt(m->n_nonzero, 500, "the comparisons saw runs (%zu)", m->n_nonzero);
+    kvp_router_stats st = stats_of(m->red);
+    cr_assert_eq(st.n_fallback_scores, 0);
+    cr_assert_eq(st.n_fallback_applies, 0);
+    cr_assert_eq(st.n_redis_errors, 0);
+    kvp_router_free(m->mem);
+    kvp_router_free(m->red);
+    free(m);
+}
