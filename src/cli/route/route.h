@@ -181,7 +181,9 @@ typedef struct rt_index_stats {
     uint64_t apply_ns;           /* their wall time, summed */
     uint64_t n_events;           /* wire events applied (after merging chains) */
     uint64_t n_blocks;           /* block hashes in them (stored and removed) */
-    uint64_t n_redis_calls;      /* kvp_router_stats: round trips to Redis */
+    uint64_t n_redis_calls;      /* kvp_router_stats: round trips to Redis, all calls */
+    uint64_t n_score_calls;      /* of which made by scores */
+    uint64_t n_apply_calls;      /* of which made by applies */
     uint64_t n_redis_errors;     /* Redis calls that failed */
     uint64_t n_fallback_scores;  /* scores answered from the local view instead of Redis */
     uint64_t n_fallback_applies; /* batches applied to the local view only */
@@ -213,10 +215,11 @@ int rt_index_step(rt_index *x, rt_time now, char *err, size_t err_size);
 int rt_index_sync(rt_index *x, rt_time now, char *err, size_t err_size);
 
 /* Score the block hashes keys[0 .. n_keys).lo: cached[r] = replica r's longest held
- * prefix, in blocks (0 for a stale worker). Returns RT_OK, or RT_ENOMEM / RT_EINTERNAL
- * with a message in err (cached unspecified). */
-int rt_index_score(rt_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *cached, char *err,
-                   size_t err_size);
+ * prefix, in blocks (0 for a stale worker); *ns = the wall time of the router's score call
+ * alone. Returns RT_OK, or RT_ENOMEM / RT_EINTERNAL with a message in err (cached
+ * unspecified). */
+int rt_index_score(rt_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *cached,
+                   uint64_t *ns, char *err, size_t err_size);
 
 /* Fill the apply and Redis figures of *st (the score figures are the caller's). Returns
  * RT_OK or RT_EINTERNAL. */

@@ -94,7 +94,17 @@ struct rt_index {
     size_t cap_hashes;
     bool lost; /* a callback ran out of memory: events were dropped */
     uint64_t n_applies, apply_ns, n_events, n_blocks;
+    uint64_t score_calls, apply_calls; /* Redis round trips made by scores, by applies */
 };
+
+/* Round trips to Redis so far (0 without Redis). Cannot fail on a valid router. */
+static uint64_t redis_calls(rt_index *x)
+{
+    kvp_router_stats st;
+    if (x->cfg.mode != RT_INDEX_REDIS || kvp_router_stats_get(x->router, &st) != KVP_OK)
+        return 0;
+    return st.n_redis_calls;
+}
 
 bool rt_index_available(void)
 {
@@ -273,9 +283,10 @@ static int apply_head(rt_index *x, char *err, size_t err_size)
     ix_batch *q = &x->queue[x->head];
     kvp_router_apply_result res;
     memset(&res, 0, sizeof res);
-    uint64_t t0 = now_ns();
+    uint64_t calls = redis_calls(x), t0 = now_ns();
     int rc = kvp_router_apply(x->router, x->reps[q->replica].worker, q->seq, &q->b, &res);
     x->apply_ns += now_ns() - t0;
+    x->apply_calls += redis_calls(x) - calls;
     x->n_applies++;
     if (rc != KVP_OK) {
         cli_errf(err, err_size, "kvp_router_apply (replica %u, batch %llu): %s%s%s", q->replica,
@@ -316,8 +327,8 @@ int rt_index_sync(rt_index *x, rt_time now, char *err, size_t err_size)
 
 /* ---- scores -------------------------------------------------------------------------------- */
 
-int rt_index_score(rt_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *cached, char *err,
-                   size_t err_size)
+int rt_index_score(rt_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *cached,
+                   uint64_t *ns, char *err, size_t err_size)
 {
     if (!cli_grow((void **)&x->hashes, &x->cap_hashes, n_keys ? n_keys : 1, sizeof *x->hashes)) {
         cli_errf(err, err_size, "out of memory");
@@ -326,7 +337,10 @@ int rt_index_score(rt_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *
     for (uint32_t k = 0; k < n_keys; k++)
         x->hashes[k] = keys[k].lo;
     size_t n_rows = 0;
+    uint64_t calls = redis_calls(x), t0 = now_ns();
     int rc = kvp_router_score_hashes(x->router, x->hashes, n_keys, x->rows, x->n, &n_rows);
+    *ns = now_ns() - t0;
+    x->score_calls += redis_calls(x) - calls;
     if (rc != KVP_OK || n_rows != x->n) {
         cli_errf(err, err_size, "kvp_router_score_hashes: %s (%zu rows for %u replicas)",
                  kvp_strerror(rc), n_rows, x->n);
@@ -354,6 +368,8 @@ int rt_index_stats_get(rt_index *x, rt_index_stats *st)
     st->n_events = x->n_events;
     st->n_blocks = x->n_blocks;
     st->n_redis_calls = rs.n_redis_calls;
+    st->n_score_calls = x->score_calls;
+    st->n_apply_calls = x->apply_calls;
     st->n_redis_errors = rs.n_redis_errors;
     st->n_fallback_scores = rs.n_fallback_scores;
     st->n_fallback_applies = rs.n_fallback_applies;

@@ -48,9 +48,10 @@ int rt_index_sync(rt_index *x, rt_time now, char *err, size_t err_size)
     return RT_OK;
 }
 
-int rt_index_score(rt_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *cached, char *err,
-                   size_t err_size)
+int rt_index_score(rt_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *cached,
+                   uint64_t *ns, char *err, size_t err_size)
 {
+    (void)ns;
     (void)x;
     (void)keys;
     (void)n_keys;

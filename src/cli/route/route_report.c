@@ -133,7 +133,7 @@ static void table_index(FILE *f, const rt_options *o, const rt_report *r)
                 fprintf(f, " %11.0f %9s", per_second(s->n_applies, s->apply_ns),
                         cli_fmt_count(s->n_events, a, sizeof a));
             if (o->index.mode == RT_INDEX_REDIS)
-                fprintf(f, " %11.2f %9llu", ratio((double)s->n_redis_calls, (double)s->n_scores),
+                fprintf(f, " %11.2f %9llu", ratio((double)s->n_score_calls, (double)s->n_scores),
                         (unsigned long long)(s->n_fallback_scores + s->n_fallback_applies));
             fputc('\n', f);
         }
@@ -275,7 +275,9 @@ static json_t *index_json(const rt_index_stats *s)
     if (s->mode == RT_INDEX_REDIS) {
         json_object_set_new(j, "redis_calls", json_integer((json_int_t)s->n_redis_calls));
         json_object_set_new(j, "redis_calls_per_score",
-                            json_real(ratio((double)s->n_redis_calls, (double)s->n_scores)));
+                            json_real(ratio((double)s->n_score_calls, (double)s->n_scores)));
+        json_object_set_new(j, "redis_calls_per_apply",
+                            json_real(ratio((double)s->n_apply_calls, (double)s->n_applies)));
         json_object_set_new(j, "redis_errors", json_integer((json_int_t)s->n_redis_errors));
         json_object_set_new(j, "fallback_scores", json_integer((json_int_t)s->n_fallback_scores));
         json_object_set_new(j, "fallback_applies", json_integer((json_int_t)s->n_fallback_applies));
