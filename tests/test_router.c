@@ -50,6 +50,20 @@ static void use_redis(kvp_router_config *cfg)
     cfg->redis.key_prefix = prefix;
     cfg->redis.timeout_ms = 5000;
 }
+
+/* Free a router, after checking that Redis answered every call: a fallback to the local
+ * view would give the same answers and hide a broken store. */
+static void redis_router_free(kvp_router *r)
+{
+    kvp_router_stats st;
+    if (r && kvp_router_stats_get(r, &st) == KVP_OK && st.redis) {
+        cr_assert_eq(st.n_redis_errors, 0, "Redis failed %llu times",
+                     (unsigned long long)st.n_redis_errors);
+        cr_assert_eq(st.n_fallback_scores + st.n_fallback_applies, 0, "fallbacks");
+    }
+    kvp_router_free(r);
+}
+#define kvp_router_free redis_router_free
 #endif
 
 static kvp_router *router_new_with(kvp_router_config *cfg)

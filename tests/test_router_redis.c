@@ -35,6 +35,14 @@
 
 #define BS 16u /* block size of every worker here */
 
+/* The store's checker on r's prefix (a macro: failures point at the caller's line). */
+#define STORE_CHECK(r)                                                                             \
+    do {                                                                                           \
+        const char *why_ = NULL;                                                                   \
+        int rc_ = kvp__rr_check(r, &why_);                                                         \
+        cr_assert_eq(rc_, KVP_OK, "store check: %s (%s)", kvp_strerror(rc_), why_ ? why_ : "");    \
+    } while (0)
+
 /* ---------------------------------------------------------------------------------------- */
 /* Helpers                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
@@ -91,6 +99,13 @@ static uint32_t worker(kvp_router *r, const char *name)
     return id;
 }
 
+static kvp_router_stats stats_of(kvp_router *r)
+{
+    kvp_router_stats st;
+    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
+    return st;
+}
+
 static const uint32_t zero_tokens[64 * BS];
 
 /* Apply one batch: store keys[0 .. n) on medium (and clear first when clear). */
@@ -120,14 +135,9 @@ static kvp_router_apply_result apply_keys(kvp_router *r, uint32_t id, uint64_t s
     int rc = kvp_router_apply(r, id, seq, &b, &res);
     cr_assert_eq(rc, KVP_OK, "apply: %s (%s)", kvp_strerror(rc), res.why ? res.why : "");
     cr_assert_eq(kvp_router_check(r), KVP_OK);
+    if (stats_of(r).redis_up)
+        STORE_CHECK(r);
     return res;
-}
-
-static kvp_router_stats stats_of(kvp_router *r)
-{
-    kvp_router_stats st;
-    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
-    return st;
 }
 
 /* Score keys[0 .. n) into rows (cap 16); returns the number of rows. */
@@ -166,13 +176,6 @@ static long long int_reply(redisContext *c, redisReply *rep)
     long long v = rep->integer;
     freeReplyObject(rep);
     return v;
-}
-
-/* The 8-byte big-endian form of a block key. */
-static void be64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (56 - 8 * i));
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -361,8 +364,9 @@ Test(redis_fleet, key_prefixes_isolate_fleets)
     kvp_router_free(b);
 }
 
-/* Blocks stop counting when the worker's state expires; its leftovers are cleaned when it
- * comes back (a lost worker: its shared view restarts from that batch). */
+/* Blocks stop counting when the worker's state expires, and its block hash expires with
+ * it; a leftover block hash (a state lost alone) is deleted when the worker comes back (a
+ * lost worker: its shared view restarts from that batch). */
 Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
 {
     char prefix[64];
@@ -374,25 +378,33 @@ Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
     kvp_router_row rows[16];
     score_keys(r, k, 3, rows);
     cr_assert_eq(rows[0].n_blocks, 3);
+    redisContext *c = inspect();
+    unsigned char gid[KVP__RR_GID_BYTES];
+    kvp__rr_gid("e", 1, 0, gid);
+    char wm[128], wk[128];
+    size_t n_wm = (size_t)snprintf(wm, sizeof wm, "%s:wm:", prefix);
+    size_t n_wk = (size_t)snprintf(wk, sizeof wk, "%s:w:", prefix);
+    memcpy(wm + n_wm, gid, 8);
+    memcpy(wk + n_wk, gid, 8);
+    n_wm += 8;
+    n_wk += 8;
+    cr_assert_gt(int_reply(c, redisCommand(c, "PTTL %b", wm, n_wm)), 0);
     sleep_ms(1500);
     score_keys(r, k, 3, rows);
     cr_assert_eq(rows[0].state, KVP_ROUTER_ROW_SCORED);
     cr_assert_eq(rows[0].n_blocks, 0, "an expired worker holds nothing");
-    redisContext *c = inspect();
-    unsigned char gid[KVP__RR_GID_BYTES], blk[8];
-    kvp__rr_gid("e", 1, 0, gid);
-    char key[128];
-    int n = snprintf(key, sizeof key, "%s:wb:", prefix);
-    memcpy(key + n, gid, 8);
-    cr_assert_eq(int_reply(c, redisCommand(c, "SCARD %b", key, (size_t)n + 8)), 3, "leftovers");
+    cr_assert_eq(int_reply(c, redisCommand(c, "EXISTS %b", wm, n_wm)), 0, "expired together");
+    /* The worker returns: a lost state (the router knew it), the batch applied. */
     apply_keys(r, w, 1, k + 3, 1, "GPU", false);
     cr_assert_eq(stats_of(r).n_redis_lost, 1);
-    cr_assert_eq(int_reply(c, redisCommand(c, "SCARD %b", key, (size_t)n + 8)), 1,
-                 "leftovers cleaned, the new block kept");
-    n = snprintf(key, sizeof key, "%s:b:", prefix);
-    be64(blk, k[0]);
-    memcpy(key + n, blk, 8);
-    cr_assert_eq(int_reply(c, redisCommand(c, "EXISTS %b", key, (size_t)n + 8)), 0);
+    score_keys(r, k + 3, 1, rows);
+    cr_assert_eq(rows[0].n_blocks, 1);
+    /* A state lost alone leaves a leftover block hash: deleted before the state is made. */
+    cr_assert_eq(int_reply(c, redisCommand(c, "DEL %b", wk, n_wk)), 1);
+    cr_assert_eq(int_reply(c, redisCommand(c, "PERSIST %b", wm, n_wm)), 1);
+    apply_keys(r, w, 2, k, 1, "GPU", false);
+    cr_assert_eq(stats_of(r).n_redis_lost, 2);
+    cr_assert_eq(int_reply(c, redisCommand(c, "HLEN %b", wm, n_wm)), 1, "only the new block");
     redisFree(c);
     kvp_router_free(r);
 }
@@ -453,6 +465,42 @@ Test(redis_fleet, unix_socket_and_config_errors)
     cfg.redis.timeout_ms = 100;
     cfg.redis.retry_ms = 600001;
     cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL);
+}
+
+/* The store's checker catches each kind of corruption (made by hand with hiredis). */
+Test(redis_fleet, store_checker_catches_each_corruption)
+{
+    static const char *const cases[][2] = {
+        {"HSET %s:media DISK 9", "media: a bit outside 0..5"},
+        {"HSET %s:media DISK 0", "media: a bit given twice"},
+        {"HSET %s:media disk 3", "media: a name not in upper case"},
+        {"HSET %s:w:12345678 expected zz known 1 stale 0 n 0",
+         "worker state: expected is not 16 hex digits"},
+        {"HSET %s:w:12345678 expected 0000000000000001 known 2 stale 0 n 0",
+         "worker state: known or stale is not 0 or 1"},
+        {"HSET %s:w:12345678 expected 0000000000000001 known 1 stale 0 n 5",
+         "worker state: n differs from the blocks held"},
+        {"HSET %s:wm:12345678 short 1", "blocks: a block key is not 8 bytes"},
+        {"HSET %s:wm:12345678 abcdefgh 0", "blocks: a mask is 0 or names an unregistered medium"},
+        {"HSET %s:wm:12345678 abcdefgh 32", "blocks: a mask is 0 or names an unregistered medium"},
+    };
+    redisContext *c = inspect();
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "chk%zu_%ld", i, (long)getpid());
+        kvp_router *r = router_on(env_or_fail("KVP_TEST_REDIS_URL"), prefix, 0, 5000, 1000);
+        uint32_t w = worker(r, "e");
+        uint64_t k[2] = {1, 2};
+        apply_keys(r, w, 0, k, 2, "GPU", false); /* registers GPU as bit 0; checks */
+        redisReply *rep = redisCommand(c, cases[i][0], prefix);
+        cr_assert(rep && rep->type == REDIS_REPLY_INTEGER, "%s", cases[i][0]);
+        freeReplyObject(rep);
+        const char *why = NULL;
+        cr_assert_eq(kvp__rr_check(r, &why), KVP_ECORRUPT, "case %zu not caught", i);
+        cr_assert_str_eq(why, cases[i][1]);
+        kvp_router_free(r);
+    }
+    redisFree(c);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -694,8 +742,10 @@ Test(redis_model, random_operations_match_in_memory, .timeout = 300)
         m->keys[i] = 1000u + (uint64_t)rnd(m, 64);
     for (int step = 0; step < 3000; step++) {
         model_step(m);
-        if (step % 100 == 0)
+        if (step % 100 == 0) {
             cr_assert_eq(kvp_router_check(m->red), KVP_OK);
+            STORE_CHECK(m->red);
+        }
     }
     for (int i = 0; i < 200; i++)
         model_compare(m);

@@ -560,3 +560,53 @@ int kvp__rr_worker_op(kvp_router *r, uint32_t id, int op)
     free(engine);
     return rc;
 }
+
+/* ---------------------------------------------------------------- checker */
+
+/* The checker's verdicts, as static strings (the reply's own text dies with the reply). */
+static const char *const check_whys[] = {
+    "media: a bit outside 0..5",
+    "media: a bit given twice",
+    "media: a name not in upper case",
+    "worker state: expected is not 16 hex digits",
+    "worker state: known or stale is not 0 or 1",
+    "worker state: n differs from the blocks held",
+    "blocks: a block key is not 8 bytes",
+    "blocks: a mask is 0 or names an unregistered medium",
+};
+
+static const char *static_why(const char *s, size_t len)
+{
+    for (size_t i = 0; i < sizeof check_whys / sizeof *check_whys; i++) {
+        if (strlen(check_whys[i]) == len && memcmp(check_whys[i], s, len) == 0)
+            return check_whys[i];
+    }
+    return "the store's checker returned an unknown verdict";
+}
+
+int kvp__rr_check(kvp_router *r, const char **why)
+{
+    kvp__rr *rr = r->rr;
+    if (!rr)
+        return KVP_EINVAL;
+    kvp__rr_cmd cmd;
+    kvp__rr_cmd_init(&cmd);
+    kvp__rr_cmd_fcall(&cmd, rr, "kvprefix_check");
+    redisReply *rep = NULL;
+    pthread_mutex_lock(&rr->mu);
+    int rc = kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr));
+    if (rc == KVP_OK) {
+        bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+                  rep->element[0]->type == REDIS_REPLY_INTEGER &&
+                  rep->element[1]->type == REDIS_REPLY_STRING;
+        if (!ok)
+            kvp__rr_fail_locked(rr);
+        rc = !ok ? KVP_EIO : rep->element[0]->integer == 1 ? KVP_OK : KVP_ECORRUPT;
+        if (rc == KVP_ECORRUPT && why)
+            *why = static_why(rep->element[1]->str, rep->element[1]->len);
+        kvp__rr_replies_free(&rep, 1);
+    }
+    pthread_mutex_unlock(&rr->mu);
+    kvp__rr_cmd_free(&cmd);
+    return rc;
+}

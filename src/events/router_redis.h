@@ -135,6 +135,12 @@ int kvp__rr_worker_op(kvp_router *r, uint32_t id, int op);
 /* The store's fields of kvp_router_stats. Cannot fail. */
 void kvp__rr_stats(kvp__rr *rr, kvp_router_stats *st);
 
+/* The store's invariant checker (kvprefix_check in router_redis.lua): every key of r's
+ * prefix, walked with KEYS (tests and debugging only). Returns KVP_OK, KVP_ECORRUPT (*why:
+ * a static description), KVP_EIO (Redis failed: counted as any failure), KVP_ENOMEM;
+ * KVP_EINVAL for a router without a store. */
+int kvp__rr_check(kvp_router *r, const char **why);
+
 #else
 
 static inline int kvp__rr_new(kvp_router *r, const kvp_router_redis *cfg)
@@ -185,6 +191,13 @@ static inline void kvp__rr_stats(kvp__rr *rr, kvp_router_stats *st)
 {
     (void)rr;
     (void)st;
+}
+
+static inline int kvp__rr_check(kvp_router *r, const char **why)
+{
+    (void)r;
+    (void)why;
+    return KVP_EINVAL;
 }
 
 #endif /* KVP_HAVE_REDIS */
