@@ -1182,6 +1182,25 @@ Test(route_cli, index_memory_report)
     cr_assert_str_eq(out, first);
 }
 
+/* A Redis that never answers: every score and apply falls back to the router's local
+ * view, so the decisions are still the oracle's; the report and standard error say so. */
+Test(route_redis, unreachable_redis_falls_back)
+{
+    (void)redis_url();
+    json_t *o = index_json_run("", "route_hand.jsonl");
+    json_t *x = index_json_run("--redis unix:/nonexistent/kvp-route.sock", "route_hand.jsonl");
+    const json_t *a = find_run(json_object_get(o, "runs"), 2, "cache-aware");
+    const json_t *b = find_run(json_object_get(x, "runs"), 2, "cache-aware");
+    cr_assert(json_equal(json_object_get(a, "hit_tokens"), json_object_get(b, "hit_tokens")));
+    cr_assert(json_equal(json_object_get(a, "ttft_p99_ms"), json_object_get(b, "ttft_p99_ms")));
+    const json_t *ix = json_object_get(b, "router_index");
+    cr_assert_eq(json_integer_value(json_object_get(ix, "fallback_scores")), 6); /* 6 requests */
+    cr_assert_gt(json_integer_value(json_object_get(ix, "fallback_applies")), 0);
+    cr_assert_not_null(strstr(errs, "did not always answer: 12 of 12 scores"), "%s", errs);
+    json_decref(o);
+    json_decref(x);
+}
+
 Test(route_redis, index_redis_report)
 {
     char a[4096];

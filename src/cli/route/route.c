@@ -653,6 +653,25 @@ static void run_prefix(const rt_options *o, char *buf, size_t size)
                  (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
 }
 
+/* Say on standard error when Redis did not always answer: the decisions are still the
+ * index's (the router's local view takes every batch), but those timings are not Redis's.
+ * Cannot fail. */
+static void redis_note(const rt_options *o, const rt_report *rep)
+{
+    uint64_t scores = 0, fell = 0, applies = 0;
+    for (size_t i = 0; o->index.mode == RT_INDEX_REDIS && i < o->n_counts * RT_N_POLICIES; i++) {
+        scores += rep->runs[i].index.n_scores;
+        fell += rep->runs[i].index.n_fallback_scores;
+        applies += rep->runs[i].index.n_fallback_applies;
+    }
+    if (fell + applies)
+        fprintf(stderr,
+                "kvprefix route: Redis at %s did not always answer: %llu of %llu scores and "
+                "%llu applies used the router's local view (the fallback column)\n",
+                o->index.redis_url, (unsigned long long)fell, (unsigned long long)scores,
+                (unsigned long long)applies);
+}
+
 /* Read, simulate and write. Returns 0 or the exit status. */
 static int run(const rt_options *o, const cap_spec *cap, uint64_t token_bytes, rt_report *rep,
                cli_out *report, cli_out *plot)
@@ -673,8 +692,8 @@ static int run(const rt_options *o, const cap_spec *cap, uint64_t token_bytes, r
     rep->timestamps = rt_log_all_timestamps(log);
     rep->count = *rt_log_count(log);
     rc = cap_blocks(o, cap, token_bytes, rep);
-    if (rc == 0)
-        rc = simulate(o, log, rep);
+    if (rc == 0 && (rc = simulate(o, log, rep)) == 0)
+        redis_note(o, rep);
     rt_log_free(log);
     rep->seconds = now_s() - t0;
     if (rc == 0 && plot->f && rt_plot_write(plot->f, o, rep, err, sizeof err) != 0)
