@@ -5,7 +5,7 @@
  * simulation", "Routing through a router index").
  *
  *   kvp_cache of replica r ──on_event──> collector r ──step end──> batch (seq, due) ──┐
- *     (STORED / REMOVED / CLEARED)        recs, hashes, tokens                         │
+ *     (STORED / REMOVED / CLEARED)        recs, hashes, lens, tokens                   │
  *                                                                                      v
  *   cache-aware pick <──rt_index_score── kvp_router_score_hashes <──rt_index_sync── FIFO queue
  *                                                                  kvp_router_apply (due <= now)
@@ -16,7 +16,10 @@
  * parent is nil for a namespace's first block; consecutive REMOVED share one BlockRemoved;
  * CLEARED is AllBlocksCleared. Hashes are key.lo (the event integer). token_ids are the
  * event's tokens, or block_size zeros per block when the event carries none: the router
- * only checks that there are n_hashes x block_size of them.
+ * only checks that there are n_hashes x block_size of them. A block's tokens are kept up to
+ * their last non-zero one (lens[] per block) and padded with zeros when the batch is applied:
+ * a synthesized Mooncake block (two id words, then zeros) costs 8 bytes, not 2 KiB, so a
+ * long --event-delay-ms holds about 20 bytes per waiting block of a trace.
  *
  * Batch. At the end of each simulation step (rt_index_step) every replica that collected
  * events turns them into one kvp_kv_batch (ts = the simulated time in seconds, dp_rank 0,
@@ -25,14 +28,16 @@
  * before each score; with zero delay a step's events are therefore visible to the next
  * routing decision, exactly what the oracle sees, and the decisions are the oracle's.
  *
- * Invariants (rt_index_check): every collector's records account for exactly its hashes and
- * tokens (block_size per stored hash); the queue's head is within it and its due times are
- * non-decreasing; the router passes kvp_router_check.
+ * Invariants (rt_index_check): every collector's records account for exactly its hashes, and
+ * its lens for exactly its kept tokens (at most block_size per stored hash, none for the
+ * others); the queue's head is within it and its due times are non-decreasing; the router
+ * passes kvp_router_check.
  *
- * Cost: one copy of each event's hash (and block's tokens) into the collector and once more
- * into its batch; one kvp_router_apply per replica and step with events; one
- * kvp_router_score_hashes per cache-aware routing decision. Only the calls to the router are
- * timed (CLOCK_MONOTONIC), so the figures are the index's, not the simulation's.
+ * Cost: one copy of each event's hash (and block's kept tokens) into the collector and once
+ * more into its batch, the padding to block_size at apply; one kvp_router_apply per replica
+ * and step with events; one kvp_router_score_hashes per cache-aware routing decision. Only the
+ * calls to the router are timed (CLOCK_MONOTONIC), so the figures are the index's, not the
+ * simulation's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +64,8 @@ typedef struct ix_rep {
     size_t n_recs, cap_recs;
     uint64_t *hashes; /* their block hashes, concatenated */
     size_t n_hashes, cap_hashes;
-    uint32_t *tokens; /* the stored blocks' tokens, concatenated */
+    uint32_t *lens;   /* per hash: its block's kept tokens (0 for REMOVED); cap_hashes */
+    uint32_t *tokens; /* the stored blocks' kept tokens, concatenated */
     size_t n_tokens, cap_tokens;
     kvp_key last_key; /* the last block of the open BlockStored (when recs ends with one) */
     bool listed;      /* in the index's list of replicas with events */
@@ -70,10 +76,11 @@ typedef struct ix_batch {
     rt_time due;          /* when the router may apply it */
     uint32_t replica;     /* whose */
     uint64_t seq;         /* its sequence number */
-    kvp_kv_batch b;       /* the batch; events, hashes and tokens below */
+    kvp_kv_batch b;       /* the batch; events and hashes below, tokens set at apply */
     kvp_kv_event *events; /* b.n_events events */
     uint64_t *hashes;     /* their hashes */
-    uint32_t *tokens;     /* their tokens */
+    uint32_t *lens;       /* per hash: kept tokens */
+    uint32_t *tokens;     /* the kept tokens */
 } ix_batch;
 
 struct rt_index {
@@ -92,6 +99,8 @@ struct rt_index {
     kvp_router_row *rows; /* n score rows */
     uint64_t *hashes;     /* a request's hashes for the score (grown) */
     size_t cap_hashes;
+    uint32_t *pad; /* the applied batch's token_ids, padded (grown) */
+    size_t cap_pad;
     bool lost; /* a callback ran out of memory: events were dropped */
     uint64_t n_applies, apply_ns, n_events, n_blocks;
     uint64_t score_calls, apply_calls; /* Redis round trips made by scores, by applies */
@@ -125,19 +134,13 @@ static inline bool key_eq(kvp_key a, kvp_key b)
 
 /* ---- collecting ---------------------------------------------------------------------------- */
 
-/* Append the tokens of one stored block (zeros when the event has none). Returns false when
- * out of memory, with nothing appended. */
-static bool put_tokens(ix_rep *p, const kvp_event *ev)
+/* The tokens of ev's block up to its last non-zero one (0 without tokens). */
+static uint32_t kept(const ix_rep *p, const kvp_event *ev)
 {
-    uint32_t bs = p->x->bs;
-    if (!cli_grow((void **)&p->tokens, &p->cap_tokens, p->n_tokens + bs, sizeof *p->tokens))
-        return false;
-    if (ev->tokens)
-        memcpy(p->tokens + p->n_tokens, ev->tokens, bs * sizeof *p->tokens);
-    else
-        memset(p->tokens + p->n_tokens, 0, bs * sizeof *p->tokens);
-    p->n_tokens += bs;
-    return true;
+    uint32_t n = ev->type == KVP_EVENT_STORED && ev->tokens ? p->x->bs : 0;
+    while (n > 0 && ev->tokens[n - 1] == 0)
+        n--;
+    return n;
 }
 
 /* Does ev continue the last collected wire event (same kind, and for STORED the chain)? */
@@ -160,18 +163,25 @@ static void ix_on_event(void *ud, const kvp_event *ev)
     ix_rep *p = ud;
     rt_index *x = p->x;
     bool join = continues(p, ev);
+    uint32_t n_kept = kept(p, ev);
+    size_t cap = p->cap_hashes;
     if ((!join && !cli_grow((void **)&p->recs, &p->cap_recs, p->n_recs + 1, sizeof *p->recs)) ||
-        !cli_grow((void **)&p->hashes, &p->cap_hashes, p->n_hashes + 1, sizeof *p->hashes) ||
-        (ev->type == KVP_EVENT_STORED && !put_tokens(p, ev))) {
-        x->lost = true;
+        !cli_grow((void **)&p->tokens, &p->cap_tokens, p->n_tokens + n_kept, sizeof *p->tokens) ||
+        !cli_grow((void **)&p->lens, &cap, p->n_hashes + 1, sizeof *p->lens) ||
+        !cli_grow((void **)&p->hashes, &p->cap_hashes, p->n_hashes + 1, sizeof *p->hashes)) {
+        x->lost = true; /* lens may have grown alone: harmless, it is only larger */
         return;
     }
+    if (n_kept > 0)
+        memcpy(p->tokens + p->n_tokens, ev->tokens, n_kept * sizeof *p->tokens);
+    p->n_tokens += n_kept;
     if (!join) {
         ix_rec r = {ev->type, ev->type == KVP_EVENT_STORED && !ev->parent_is_root,
                     ev->type == KVP_EVENT_STORED ? ev->parent.lo : 0, 0};
         p->recs[p->n_recs++] = r;
     }
     if (ev->type != KVP_EVENT_CLEARED) {
+        p->lens[p->n_hashes] = n_kept;
         p->hashes[p->n_hashes++] = ev->key.lo;
         p->recs[p->n_recs - 1].n_hashes++;
     }
@@ -195,6 +205,7 @@ static void batch_free(ix_batch *q)
 {
     free(q->events);
     free(q->hashes);
+    free(q->lens);
     free(q->tokens);
 }
 
@@ -209,14 +220,19 @@ static int make_batch(rt_index *x, uint32_t r, rt_time now, rt_time due)
     memset(&q, 0, sizeof q);
     q.events = calloc(p->n_recs, sizeof *q.events);
     q.hashes = malloc((p->n_hashes ? p->n_hashes : 1) * sizeof *q.hashes);
+    q.lens = malloc((p->n_hashes ? p->n_hashes : 1) * sizeof *q.lens);
     q.tokens = malloc((p->n_tokens ? p->n_tokens : 1) * sizeof *q.tokens);
-    if (!q.events || !q.hashes || !q.tokens) {
+    if (!q.events || !q.hashes || !q.lens || !q.tokens) {
         batch_free(&q);
         return RT_ENOMEM;
     }
-    memcpy(q.hashes, p->hashes, p->n_hashes * sizeof *q.hashes);
-    memcpy(q.tokens, p->tokens, p->n_tokens * sizeof *q.tokens);
-    size_t h = 0, t = 0;
+    if (p->n_hashes > 0) {
+        memcpy(q.hashes, p->hashes, p->n_hashes * sizeof *q.hashes);
+        memcpy(q.lens, p->lens, p->n_hashes * sizeof *q.lens);
+    }
+    if (p->n_tokens > 0)
+        memcpy(q.tokens, p->tokens, p->n_tokens * sizeof *q.tokens);
+    size_t h = 0;
     for (size_t i = 0; i < p->n_recs; i++) {
         const ix_rec *rec = &p->recs[i];
         kvp_kv_event *e = &q.events[i];
@@ -227,10 +243,8 @@ static int make_batch(rt_index *x, uint32_t r, rt_time now, rt_time due)
         if (rec->type == KVP_EVENT_STORED) {
             e->has_parent = rec->has_parent;
             e->parent = rec->parent;
-            e->tokens = q.tokens + t;
-            e->n_tokens = rec->n_hashes * x->bs;
+            e->n_tokens = rec->n_hashes * x->bs; /* tokens: pad_tokens, at apply */
             e->block_size = x->bs;
-            t += e->n_tokens;
         }
         h += rec->n_hashes;
     }
@@ -277,10 +291,41 @@ static const char *status_name(int status)
     }
 }
 
+/* Point q's BlockStored events at their token_ids: each block's kept tokens, then zeros up
+ * to block_size, in x->pad. Returns RT_OK or RT_ENOMEM. */
+static int pad_tokens(rt_index *x, ix_batch *q)
+{
+    size_t need = 0;
+    for (size_t i = 0; i < q->b.n_events; i++)
+        need += q->events[i].n_tokens;
+    if (!cli_grow((void **)&x->pad, &x->cap_pad, need ? need : 1, sizeof *x->pad))
+        return RT_ENOMEM;
+    uint32_t *out = x->pad;
+    const uint32_t *in = q->tokens;
+    size_t h = 0;
+    for (size_t i = 0; i < q->b.n_events; i++) {
+        kvp_kv_event *e = &q->events[i];
+        if (e->type == KVP_EVENT_STORED)
+            e->tokens = out;
+        for (size_t k = 0; e->type == KVP_EVENT_STORED && k < e->n_hashes; k++, h++) {
+            memcpy(out, in, q->lens[h] * sizeof *out);
+            memset(out + q->lens[h], 0, (x->bs - q->lens[h]) * sizeof *out);
+            in += q->lens[h];
+            out += x->bs;
+        }
+        h += e->type == KVP_EVENT_STORED ? 0 : e->n_hashes;
+    }
+    return RT_OK;
+}
+
 /* Apply the queue's head batch. Returns RT_OK or RT_EINTERNAL / RT_ENOMEM with a message. */
 static int apply_head(rt_index *x, char *err, size_t err_size)
 {
     ix_batch *q = &x->queue[x->head];
+    if (pad_tokens(x, q) != RT_OK) {
+        cli_errf(err, err_size, "out of memory");
+        return RT_ENOMEM;
+    }
     kvp_router_apply_result res;
     memset(&res, 0, sizeof res);
     uint64_t calls = redis_calls(x), t0 = now_ns();
@@ -378,7 +423,7 @@ int rt_index_stats_get(rt_index *x, rt_index_stats *st)
 
 /* ---- invariants ---------------------------------------------------------------------------- */
 
-/* A collector's records account for exactly its hashes and tokens. */
+/* A collector's records account for exactly its hashes, its lens for its kept tokens. */
 static bool rep_check(const rt_index *x, const ix_rep *p)
 {
     size_t h = 0, t = 0;
@@ -386,8 +431,12 @@ static bool rep_check(const rt_index *x, const ix_rep *p)
         const ix_rec *r = &p->recs[i];
         if (r->type == KVP_EVENT_CLEARED ? r->n_hashes != 0 : r->n_hashes == 0)
             return false;
+        for (size_t k = h; k < h + r->n_hashes; k++) {
+            if (p->lens[k] > (r->type == KVP_EVENT_STORED ? x->bs : 0))
+                return false;
+            t += p->lens[k];
+        }
         h += r->n_hashes;
-        t += r->type == KVP_EVENT_STORED ? r->n_hashes * x->bs : 0;
     }
     return h == p->n_hashes && t == p->n_tokens && p->listed == (p->n_recs > 0);
 }
@@ -512,6 +561,7 @@ void rt_index_free(rt_index *x)
     for (uint32_t r = 0; x->reps && r < x->n; r++) {
         free(x->reps[r].recs);
         free(x->reps[r].hashes);
+        free(x->reps[r].lens);
         free(x->reps[r].tokens);
     }
     free(x->queue);
@@ -520,5 +570,6 @@ void rt_index_free(rt_index *x)
     free(x->replica);
     free(x->rows);
     free(x->hashes);
+    free(x->pad);
     free(x);
 }
