@@ -305,8 +305,12 @@ typedef struct kvp_router_tier {
  * answered from Redis, in one round trip per call, while it answers within timeout_ms, and
  * from the local view when it does not (kvp_router_stats says which). Worker sequence
  * numbers live in Redis too, so a batch that another router already applied is a
- * DUPLICATE there. Needs libkvprefix-events built with hiredis (meson option `redis`);
- * without it a url is KVP_ENOTSUP. */
+ * DUPLICATE there. kvp_router_mark_stale, kvp_router_resync and kvp_router_worker_remove
+ * act on the shared state too, for every router of the fleet; kvp_router_check and the
+ * index figures of kvp_router_stats are about the local view. One connection per router,
+ * under a mutex: calls serialize on it for their round trip. The store must be a
+ * standalone Redis 7 (Functions; not a Cluster). Needs libkvprefix-events built with
+ * hiredis (meson option `redis`); without it a url is KVP_ENOTSUP. */
 typedef struct kvp_router_redis {
     const char *url;        /* NULL (default): in-memory only. "redis://HOST:PORT[/DB]",
                                "HOST:PORT" or "unix:PATH"; copied at kvp_router_new */

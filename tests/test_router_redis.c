@@ -16,6 +16,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #include <hiredis/hiredis.h>
 
 #include "kvprefix_events.h"
+#include "router.h"
 #include "router_redis.h"
 #include "testutil.h"
 
@@ -449,9 +451,10 @@ Test(redis_fleet, unix_socket_and_config_errors)
         cfg.redis.url = bad_urls[i];
         cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL, "url '%s'", bad_urls[i]);
     }
-    const char *bad_prefixes[] = {"", "a b", "x/y",
-                                  "0123456789012345678901234567890123456789012345678901234567890"
-                                  "1234"};
+    char too_long[66];
+    memset(too_long, 'a', 65);
+    too_long[65] = '\0';
+    const char *bad_prefixes[] = {"", "a b", "x/y", too_long};
     for (size_t i = 0; i < sizeof bad_prefixes / sizeof *bad_prefixes; i++) {
         kvp_router_config_init(&cfg);
         cfg.redis.url = "127.0.0.1:1";
@@ -757,4 +760,113 @@ Test(redis_model, random_operations_match_in_memory, .timeout = 300)
     kvp_router_free(m->mem);
     kvp_router_free(m->red);
     free(m);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Threads                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct thread_arg {
+    kvp_router *r;     /* the shared router */
+    uint32_t ids[3];   /* an event thread's workers */
+    uint64_t keys[32]; /* the key pool */
+    atomic_bool *stop; /* set when the event threads are done */
+    int n_batches;     /* per event thread */
+    bool failed;       /* a call returned an error */
+} thread_arg;
+
+/* Event thread: random stores, removals and clears on its workers, apply_many by twos. */
+static void *event_thread(void *p)
+{
+    thread_arg *a = p;
+    uint64_t seq[3] = {0, 0, 0}, x = a->ids[0] * 7919u + 1;
+    for (int i = 0; i < a->n_batches; i++) {
+        kvp_kv_event ev[2];
+        kvp_router_item items[2];
+        kvp_kv_batch b[2];
+        for (int j = 0; j < 2; j++) {
+            x = x * 6364136223846793005u + 1442695040888963407u;
+            int w = (int)(x >> 60) % 3;
+            size_t start = (size_t)(x >> 40) % 24, len = 1 + (size_t)(x >> 20) % 8;
+            ev[j] = (kvp_kv_event){.type = (x >> 8) % 5 == 0 ? KVP_EVENT_REMOVED : KVP_EVENT_STORED,
+                                   .hashes = a->keys + start,
+                                   .n_hashes = len,
+                                   .tokens = zero_tokens,
+                                   .n_tokens = len * BS,
+                                   .block_size = BS,
+                                   .medium = (x >> 4) % 2 ? "GPU" : "CPU",
+                                   .group_idx = -1};
+            b[j] = (kvp_kv_batch){.ts = 1, .events = &ev[j], .n_events = 1};
+            items[j] = (kvp_router_item){.worker = a->ids[w], .seq = seq[w]++, .batch = &b[j]};
+        }
+        if (kvp_router_apply_many(a->r, items, 2) != KVP_OK ||
+            items[0].res.status != KVP_ROUTER_APPLIED || items[1].res.status != KVP_ROUTER_APPLIED)
+            a->failed = true;
+    }
+    return NULL;
+}
+
+/* Scoring thread: scores until the event threads are done. */
+static void *score_thread(void *p)
+{
+    thread_arg *a = p;
+    kvp_router_row rows[16];
+    size_t n = 0;
+    while (!atomic_load(a->stop)) {
+        if (kvp_router_score_hashes(a->r, a->keys, 24, rows, 16, &n) != KVP_OK || n != 6)
+            a->failed = true;
+    }
+    return NULL;
+}
+
+/* Two event threads (apply_many) and two scoring threads on one Redis router; then the
+ * store's view equals the router's local view (no fallback: both saw every batch). */
+Test(redis_threads, events_and_scores_then_views_agree, .timeout = 120)
+{
+    kvp_router *r = shared_router("threads");
+    atomic_bool stop;
+    atomic_init(&stop, false);
+    thread_arg ev[2], sc[2];
+    char name[16];
+    for (int t = 0; t < 2; t++) {
+        memset(&ev[t], 0, sizeof ev[t]);
+        ev[t].r = r;
+        ev[t].stop = &stop;
+        ev[t].n_batches = 300;
+        for (int w = 0; w < 3; w++) {
+            snprintf(name, sizeof name, "t%dw%d", t, w);
+            ev[t].ids[w] = worker(r, name);
+        }
+        for (int i = 0; i < 32; i++)
+            ev[t].keys[i] = 500u + (uint64_t)i;
+        sc[t] = ev[t];
+    }
+    pthread_t th[4];
+    for (int t = 0; t < 2; t++) {
+        cr_assert_eq(pthread_create(&th[t], NULL, event_thread, &ev[t]), 0);
+        cr_assert_eq(pthread_create(&th[2 + t], NULL, score_thread, &sc[t]), 0);
+    }
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    atomic_store(&stop, true);
+    pthread_join(th[2], NULL);
+    pthread_join(th[3], NULL);
+    for (int t = 0; t < 2; t++)
+        cr_assert(!ev[t].failed && !sc[t].failed, "thread %d failed", t);
+    cr_assert_eq(kvp_router_check(r), KVP_OK);
+    STORE_CHECK(r);
+    kvp_router_row red[16], loc[16];
+    size_t n_held = 0;
+    for (size_t start = 0; start < 24; start++) {
+        size_t n = 0;
+        score_keys(r, ev[0].keys + start, 24 - start, red);
+        cr_assert_eq(kvp__rt_score_hashes(r, ev[0].keys + start, 24 - start, loc, 16, &n), KVP_OK);
+        rows_equal(red, loc, n, "Redis vs local");
+        for (size_t i = 0; i < n; i++)
+            n_held += red[i].n_blocks;
+    }
+    cr_assert_gt(n_held, 0, "the comparison saw runs");
+    kvp_router_stats st = stats_of(r);
+    cr_assert_eq(st.n_fallback_scores + st.n_fallback_applies + st.n_redis_errors, 0);
+    kvp_router_free(r);
 }

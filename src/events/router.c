@@ -2,7 +2,9 @@
  * router.c - kvp_router's public entry points: configuration, creation and destruction,
  * the lock, statistics and the invariant checker. The index itself is router_table.c;
  * workers, groups and media router_workers.c; batches router_apply.c; scores
- * router_score.c.
+ * router_score.c. With a Redis store (kvp_router_config.redis.url), apply, apply_many,
+ * mark_stale, resync, worker_remove and the scores go through router_redis*.c, which call
+ * back into the local index; without one, nothing here touches it.
  *
  * Locking. One reader/writer lock per router, preferring writers (glibc's
  * PREFER_WRITER_NONRECURSIVE kind, as src/lock.c does for a cache) so that a stream of

@@ -338,8 +338,11 @@ static int snapshot_locked(kvp_router *r, bool all, kvp_router_row *rows, size_t
         sw->group = all ? 0 : w->group;
         sw->block_size = r->groups[w->group]->hash.block_size;
         sw->stale = w->stale;
-        rows[w->row] = (kvp_router_row){.worker = i, .dp_rank = w->dp_rank};
-        rows[w->row].state = w->stale ? KVP_ROUTER_ROW_STALE : KVP_ROUTER_ROW_SCORED;
+        kvp_router_row *row = &rows[w->row];
+        memset(row, 0, sizeof *row); /* padding too: rows compare with memcmp */
+        row->worker = i;
+        row->dp_rank = w->dp_rank;
+        row->state = w->stale ? KVP_ROUTER_ROW_STALE : KVP_ROUTER_ROW_SCORED;
     }
     qsort(c->ws, c->n_ws, sizeof *c->ws, by_group);
     for (size_t i = 0; i < c->n_ws; i++) {

@@ -16,6 +16,10 @@
  *      one consistent state of the index;
  *   4. if the worker set changed meanwhile (epoch), start again.
  *
+ * Also here: kvp__rt_group_keys (a group's keys for the Redis store, which probes them
+ * itself) and kvp__rt_score_hashes (kvp_router_score_hashes on the local index: the given
+ * hashes probed for every fresh worker, whatever its group, under one hold of the lock).
+ *
  * Cost: hashing is the bulk (a prompt is hashed once per group, never past the longest
  * cached prefix's next quadrupling); probing is one table lookup per block plus one step
  * per holder. Nothing is allocated up to SCORE_STACK_KEYS blocks; longer prompts take one
