@@ -41,6 +41,7 @@
 #include "logread.h"
 #include "replay_sim.h"
 #include "route.h"
+#include "route_index.h"
 
 #define MS INT64_C(1000000)
 
@@ -715,6 +716,98 @@ Test(route_index, delayed_events_lag)
     }
     rt_log_free(log);
     remove(path);
+}
+
+/* The collector and the queue by hand: chains merge into one BlockStored, removals into one
+ * BlockRemoved, tokens are kept up to the last non-zero one, the batches reach the router,
+ * and rt_index_check catches each kind of corruption of that state. */
+Test(route_index, collector_and_checker)
+{
+    if (!rt_index_available())
+        cr_skip_test("built without libkvprefix-events");
+    rt_index_config ic = {RT_INDEX_MEMORY, NULL, NULL, 5 * MS};
+    rt_index *x = NULL;
+    cr_assert_eq(rt_index_new(&ic, 2, 4, &x, err, sizeof err), RT_OK, "%s", err);
+    kvp_config kc;
+    kvp_config_init(&kc);
+    rt_index_attach(x, 1, &kc);
+    uint32_t tok[4] = {7, 8, 0, 0};
+    kvp_event a = {.type = KVP_EVENT_STORED,
+                   .key = {11, 1},
+                   .parent_is_root = true,
+                   .tokens = tok,
+                   .n_tokens = 4};
+    kvp_event b = a, c = {.type = KVP_EVENT_REMOVED, .key = {11, 1}};
+    b.key = (kvp_key){22, 2};
+    b.parent = a.key;
+    b.parent_is_root = false;
+    kc.on_event(kc.event_ud, &a);
+    kc.on_event(kc.event_ud, &b);
+    kc.on_event(kc.event_ud, &c);
+    ix_rep *p = &x->reps[1];
+    cr_assert_eq(p->n_recs, 2, "one BlockStored of 2 blocks, one BlockRemoved");
+    cr_assert_eq(p->recs[0].n_hashes, 2);
+    cr_assert_eq(p->n_hashes, 3);
+    cr_assert_eq(p->n_tokens, 4, "two kept tokens per stored block");
+    cr_assert_eq(x->n_dirty, 1);
+    cr_assert(rt_index_check(x));
+
+    /* Each corruption of the collector, then put back. */
+    p->n_hashes--;
+    cr_assert_not(rt_index_check(x), "hash count");
+    p->n_hashes++;
+    p->lens[0] = 5; /* more than a block, the total unchanged */
+    p->lens[1] = 0;
+    p->n_tokens = 5;
+    cr_assert_not(rt_index_check(x), "a block longer than block_size");
+    p->lens[0] = p->lens[1] = 2;
+    p->n_tokens = 4;
+    p->lens[2] = 1;
+    cr_assert_not(rt_index_check(x), "tokens on a removal");
+    p->lens[2] = 0;
+    p->recs[1].n_hashes = 0;
+    cr_assert_not(rt_index_check(x), "an empty BlockRemoved");
+    p->recs[1].n_hashes = 1;
+    x->n_dirty = 0;
+    cr_assert_not(rt_index_check(x), "a replica with events not listed");
+    x->n_dirty = 1;
+    cr_assert(rt_index_check(x));
+
+    /* Two steps: two batches, due 5 ms after each. */
+    cr_assert_eq(rt_index_step(x, 1 * MS, err, sizeof err), RT_OK, "%s", err);
+    kvp_event d = a;
+    d.key = (kvp_key){33, 3};
+    kc.on_event(kc.event_ud, &d);
+    cr_assert_eq(rt_index_step(x, 2 * MS, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(x->n_queue - x->head, 2);
+    cr_assert_eq(x->queue[x->head].due, 6 * MS);
+    cr_assert(rt_index_check(x));
+    x->queue[x->head].due = 8 * MS;
+    cr_assert_not(rt_index_check(x), "due times out of order");
+    x->queue[x->head].due = 6 * MS;
+    x->head = x->n_queue + 1;
+    cr_assert_not(rt_index_check(x), "head past the end");
+    x->head = 0;
+
+    /* Not due yet at 5 ms; the first at 6 ms: block 11 stored then removed, 22 kept. */
+    cr_assert_eq(rt_index_sync(x, 5 * MS, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(x->n_applies, 0);
+    cr_assert_eq(rt_index_sync(x, 6 * MS, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(x->n_applies, 1);
+    cr_assert_eq(x->n_events, 2);
+    cr_assert_eq(x->n_blocks, 3);
+    kvp_key keys[2] = {{22, 2}, {11, 1}};
+    uint32_t cached[2] = {9, 9};
+    uint64_t ns = 0;
+    cr_assert_eq(rt_index_score(x, keys, 1, cached, &ns, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(cached[0], 0);
+    cr_assert_eq(cached[1], 1, "replica 1 holds block 22");
+    cr_assert_eq(rt_index_score(x, keys + 1, 1, cached, &ns, err, sizeof err), RT_OK);
+    cr_assert_eq(cached[1], 0, "block 11 was removed");
+    cr_assert_eq(rt_index_sync(x, INT64_MAX, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(x->n_applies, 2);
+    cr_assert(rt_index_check(x));
+    rt_index_free(x);
 }
 
 /* KVP_TEST_REDIS_URL, or skip (fail when KVPREFIX_REDIS_REQUIRED is set). */
