@@ -554,6 +554,8 @@ typedef struct kvp_router_stats {
     uint64_t n_redis_lost;       /* workers whose shared state was found missing while
                                     this router knew them (Redis restarted or flushed) */
     uint64_t n_redis_duplicates; /* batches another router had already applied */
+    uint64_t n_redis_reseeds;    /* lost workers whose shared view this router put back from
+                                    its local view (exact at the batch that found the loss) */
 } kvp_router_stats;
 
 /* Copy the figures to *out. Returns KVP_OK, KVP_EINVAL (NULL). */

@@ -343,6 +343,27 @@ Test(redis_fleet, one_round_trip_per_score)
         score_keys(r, k, 4, rows);
     cr_assert_eq(stats_of(r).n_redis_calls, before + 20);
     cr_assert_eq(rows[0].n_blocks, 4);
+    /* apply_many: one round trip (one atomic FCALL) for all its batches. */
+    kvp_kv_event ev[3];
+    kvp_kv_batch bt[3];
+    kvp_router_item items[3];
+    for (int i = 0; i < 3; i++) {
+        ev[i] = (kvp_kv_event){.type = KVP_EVENT_STORED,
+                               .hashes = k,
+                               .n_hashes = 1,
+                               .tokens = zero_tokens,
+                               .n_tokens = sizes[i],
+                               .block_size = sizes[i],
+                               .medium = "GPU",
+                               .group_idx = -1};
+        bt[i] = (kvp_kv_batch){.ts = 1, .events = &ev[i], .n_events = 1};
+        items[i] = (kvp_router_item){.worker = ids[i], .seq = i == 0 ? 1 : 0, .batch = &bt[i]};
+    }
+    before = stats_of(r).n_redis_calls;
+    cr_assert_eq(kvp_router_apply_many(r, items, 3), KVP_OK);
+    cr_assert_eq(stats_of(r).n_redis_calls, before + 1);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(items[i].res.status, KVP_ROUTER_APPLIED);
     cr_assert_eq(stats_of(r).n_fallback_scores, 0);
     kvp_router_free(r);
 }
@@ -376,7 +397,7 @@ Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
     kvp_router *r = router_on(env_or_fail("KVP_TEST_REDIS_URL"), prefix, 1, 5000, 1000);
     uint32_t w = worker(r, "e");
     uint64_t k[4] = {41, 42, 43, 44};
-    apply_keys(r, w, 0, k, 3, "GPU", false);
+    apply_keys(r, w, 0, k, 3, "CPU", false);
     kvp_router_row rows[16];
     score_keys(r, k, 3, rows);
     cr_assert_eq(rows[0].n_blocks, 3);
@@ -396,17 +417,22 @@ Test(redis_fleet, worker_ttl_expiry, .timeout = 30)
     cr_assert_eq(rows[0].state, KVP_ROUTER_ROW_SCORED);
     cr_assert_eq(rows[0].n_blocks, 0, "an expired worker holds nothing");
     cr_assert_eq(int_reply(c, redisCommand(c, "EXISTS %b", wm, n_wm)), 0, "expired together");
-    /* The worker returns: a lost state (the router knew it), the batch applied. */
+    /* The worker returns: a lost state (the router knew it), the batch applied, and the
+     * shared view re-seeded from this router's local one (exact: it saw every batch). */
     apply_keys(r, w, 1, k + 3, 1, "GPU", false);
     cr_assert_eq(stats_of(r).n_redis_lost, 1);
-    score_keys(r, k + 3, 1, rows);
-    cr_assert_eq(rows[0].n_blocks, 1);
-    /* A state lost alone leaves a leftover block hash: deleted before the state is made. */
+    cr_assert_eq(stats_of(r).n_redis_reseeds, 1);
+    score_keys(r, k, 4, rows);
+    cr_assert_eq(rows[0].n_blocks, 4);
+    cr_assert_float_eq(rows[0].score, 3 * 0.8 + 1.0, 1e-12, "tiers re-seeded too");
+    /* A state lost alone leaves a leftover block hash: deleted before the state is made
+     * (a block the worker never held disappears), then the local view re-seeds it. */
     cr_assert_eq(int_reply(c, redisCommand(c, "DEL %b", wk, n_wk)), 1);
-    cr_assert_eq(int_reply(c, redisCommand(c, "PERSIST %b", wm, n_wm)), 1);
+    cr_assert_eq(int_reply(c, redisCommand(c, "HSET %b zzzzzzzz 1", wm, n_wm)), 1);
     apply_keys(r, w, 2, k, 1, "GPU", false);
     cr_assert_eq(stats_of(r).n_redis_lost, 2);
-    cr_assert_eq(int_reply(c, redisCommand(c, "HLEN %b", wm, n_wm)), 1, "only the new block");
+    cr_assert_eq(int_reply(c, redisCommand(c, "HEXISTS %b zzzzzzzz", wm, n_wm)), 0, "cleaned");
+    cr_assert_eq(int_reply(c, redisCommand(c, "HLEN %b", wm, n_wm)), 4, "re-seeded");
     redisFree(c);
     kvp_router_free(r);
 }
@@ -506,6 +532,41 @@ Test(redis_fleet, store_checker_catches_each_corruption)
     redisFree(c);
 }
 
+/* kvprefix_reseed adds blocks only to the state it expects (fresh, at `expected`): a
+ * worker that another router moved meanwhile keeps its partial view. */
+Test(redis_fleet, reseed_only_onto_the_expected_state)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "reseed_%ld", (long)getpid());
+    kvp_router *r = router_on(env_or_fail("KVP_TEST_REDIS_URL"), prefix, 0, 5000, 1000);
+    uint32_t w = worker(r, "e");
+    uint64_t k[1] = {5};
+    apply_keys(r, w, 0, k, 1, "GPU", false);
+    unsigned char gid[KVP__RR_GID_BYTES];
+    kvp__rr_gid("e", 1, 0, gid);
+    redisContext *c = inspect();
+    const char *block = "ABCDEFGH";
+    long long got = int_reply(c, redisCommand(c, "FCALL kvprefix_reseed 0 %s 0 %b %s 1 GPU %s",
+                                              prefix, gid, (size_t)8, "0000000000000005", block));
+    cr_assert_eq(got, 0, "another expected: refused");
+    kvp_router_row rows[16];
+    uint64_t b8 = 0x4142434445464748u;
+    score_keys(r, &b8, 1, rows);
+    cr_assert_eq(rows[0].n_blocks, 0);
+    got = int_reply(c, redisCommand(c, "FCALL kvprefix_reseed 0 %s 0 %b %s 1 GPU %s", prefix, gid,
+                                    (size_t)8, "0000000000000001", block));
+    cr_assert_eq(got, 1);
+    score_keys(r, &b8, 1, rows);
+    cr_assert_eq(rows[0].n_blocks, 1);
+    cr_assert_eq(kvp_router_mark_stale(r, w), KVP_OK);
+    got = int_reply(c, redisCommand(c, "FCALL kvprefix_reseed 0 %s 0 %b %s 1 GPU %s", prefix, gid,
+                                    (size_t)8, "0000000000000001", block));
+    cr_assert_eq(got, 0, "a stale worker: refused");
+    STORE_CHECK(r);
+    redisFree(c);
+    kvp_router_free(r);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Failures                                                                                 */
 /* ---------------------------------------------------------------------------------------- */
@@ -592,12 +653,20 @@ Test(redis_failure, killed_then_restarted_empty, .timeout = 60)
     cr_assert_eq(st.n_redis_lost, 1);
     cr_assert(st.redis_up);
     cr_assert_eq(st.n_redis_connects, 2);
+    cr_assert_eq(st.n_redis_reseeds, 1, "e1's local view was exact: put back");
     score_keys(r, k, 4, rows);
-    cr_assert_eq(rows[0].n_blocks, 0, "a partial view: the blocks stored before are gone");
-    cr_assert_eq(rows[1].n_blocks, 0, "e2 has no state in the new store");
+    cr_assert_eq(rows[0].n_blocks, 4, "nothing lost for e1");
+    cr_assert_eq(rows[1].n_blocks, 0, "e2 has no state in the new store yet");
     score_keys(r, p, 3, rows);
     cr_assert_eq(rows[0].n_blocks, 3, "blocks stored after the restart score right");
     cr_assert_eq(stats_of(r).n_holders, 4 + 3 + 2 + 1, "the local view kept everything");
+    /* e2's next batch: lost, then re-seeded with what it stored during the outage too. */
+    apply_keys(r, e2, 2, p + 1, 1, "GPU", false);
+    cr_assert_eq(stats_of(r).n_redis_reseeds, 2);
+    score_keys(r, p, 3, rows);
+    cr_assert_eq(rows[1].n_blocks, 2, "p[0] stored while Redis was down, p[1] after");
+    cr_assert_eq(kvp_router_check(r), KVP_OK);
+    STORE_CHECK(r);
     kvp_router_free(r);
     server_kill(pid);
 }

@@ -493,6 +493,7 @@ void kvp__rr_stats(kvp__rr *rr, kvp_router_stats *st)
     st->n_fallback_applies = atomic_load(&rr->n_fallback_applies);
     st->n_redis_lost = atomic_load(&rr->n_lost);
     st->n_redis_duplicates = atomic_load(&rr->n_duplicates);
+    st->n_redis_reseeds = atomic_load(&rr->n_reseeds);
 }
 
 /* ---------------------------------------------------------------- worker operations */

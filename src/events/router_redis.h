@@ -57,7 +57,7 @@ struct kvp__rr {
                                             under mu, read without it */
     atomic_bool up;                      /* the last attempt succeeded */
     atomic_ullong n_calls, n_errors, n_connects, n_fallback_scores, n_fallback_applies;
-    atomic_ullong n_lost, n_duplicates;
+    atomic_ullong n_lost, n_duplicates, n_reseeds;
 };
 
 /* A command's arguments, built in one growing buffer (binary safe). */

@@ -358,6 +358,31 @@ local function kvprefix_score(keys, a)
     return {redis.call('HGETALL', P .. ':media'), rows}
 end
 
+-- kvprefix_reseed: ARGV P, ttl_ms, gid, expected (16 hex), n_media, then n_media pairs
+-- (medium, blocks: 8 raw bytes each). A router whose local view of a worker was exact at
+-- the batch that found the worker's state lost puts that view back: only if the state
+-- still expects `expected` and is fresh (no other router moved it since). Returns 1 when
+-- re-seeded, 0 when not.
+local function kvprefix_reseed(keys, a)
+    local P, ttl, gid = a[1], tonumber(a[2]), a[3]
+    local wk, wm = P .. ':w:' .. gid, P .. ':wm:' .. gid
+    local st = redis.call('HMGET', wk, 'expected', 'stale')
+    if st[1] ~= a[4] or st[2] ~= '0' then
+        return 0
+    end
+    for i = 6, 5 + 2 * tonumber(a[5]), 2 do
+        local b = medium_bit(P, a[i], true)
+        if b then
+            store(P, gid, a[i + 1], bit.lshift(1, b))
+        end
+    end
+    redis.call('HSET', wk, 'n', redis.call('HLEN', wm))
+    if ttl > 0 then
+        redis.call('PEXPIRE', wm, ttl)
+    end
+    return 1
+end
+
 -- The checker's part for P:media: returns the mask of registered bits, or nil and why.
 local function check_media(P)
     local media = redis.call('HGETALL', P .. ':media')
@@ -433,6 +458,7 @@ redis.register_function('kvprefix_apply', kvprefix_apply)
 redis.register_function('kvprefix_mark_stale', kvprefix_mark_stale)
 redis.register_function('kvprefix_resync', kvprefix_resync)
 redis.register_function('kvprefix_remove', kvprefix_remove)
+redis.register_function('kvprefix_reseed', kvprefix_reseed)
 redis.register_function{function_name = 'kvprefix_check', callback = kvprefix_check,
                         flags = {'no-writes'}}
 redis.register_function{function_name = 'kvprefix_score', callback = kvprefix_score,

@@ -13,7 +13,13 @@
  *      that under-reports), so the caller is not sent to replay what the fleet has;
  *   4. on a Redis failure (or in the retry pause) the local results stand, counted as
  *      fallback applies. When Redis returns, its sequence state reports a GAP for the
- *      batches it missed and the caller replays them (local DUPLICATEs, Redis APPLIED).
+ *      batches it missed and the caller replays them (local DUPLICATEs, Redis APPLIED);
+ *   5. a worker that Redis lost (restart, flush, expiry: kvprefix_apply recreated its
+ *      state and applied the batch alone) whose local view was exact at this batch (the
+ *      local index applied it in sequence, not stale) is re-seeded: its local blocks are
+ *      sent with kvprefix_reseed (one more round trip, rare), which adds them only if no
+ *      other router moved the worker's state meanwhile. Nothing is lost across a Redis
+ *      restart then, for workers that this router followed.
  *
  * kvp__rr_score (kvp_router_score, kvp_router_score_hashes):
  *   1. under the shared lock: the rows, each live worker's gid, group and block size;
@@ -42,9 +48,11 @@
 
 /* Per item, what step 1 learned for steps 2-3. */
 typedef struct sent_item {
-    size_t item;    /* index in items */
-    int local;      /* the local status */
-    uint64_t epoch; /* worker set epoch when built (a follow needs the same worker) */
+    size_t item;      /* index in items */
+    int local;        /* the local status */
+    bool local_stale; /* the local view of the worker is stale after the batch */
+    bool reseed;      /* step 5: Redis lost the worker, the local view was exact */
+    uint64_t epoch;   /* worker set epoch when built (a follow needs the same worker) */
 } sent_item;
 
 static void put_be64(unsigned char *p, uint64_t v)
@@ -111,7 +119,7 @@ static size_t apply_local(kvp_router *r, kvp_router_item *items, size_t n, bool 
         bool knew = kvp__rt_worker_ok(r, it->worker) && r->workers[it->worker].n_batches > 0;
         it->rc = kvp__rt_apply_one_locked(r, it->worker, it->seq, it->batch, &it->res);
         if (it->rc == KVP_OK && send) {
-            sent[n_sent] = (sent_item){i, it->res.status, r->epoch};
+            sent[n_sent] = (sent_item){i, it->res.status, it->res.stale, false, r->epoch};
             add_batch(cmd, r, it, knew);
             n_sent++;
         }
@@ -152,7 +160,7 @@ static void follow_locked(kvp_router *r, kvp_router_item *it)
 }
 
 /* Step 3. false when the reply is malformed (nothing merged). */
-static bool merge(kvp_router *r, kvp_router_item *items, const sent_item *sent, size_t n_sent,
+static bool merge(kvp_router *r, kvp_router_item *items, sent_item *sent, size_t n_sent,
                   const redisReply *rep)
 {
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n_sent)
@@ -176,6 +184,8 @@ static bool merge(kvp_router *r, kvp_router_item *items, const sent_item *sent, 
             (local == KVP_ROUTER_APPLIED || local == KVP_ROUTER_RESTARTED))
             atomic_fetch_add(&r->rr->n_duplicates, 1);
         atomic_fetch_add(&r->rr->n_lost, lost);
+        sent[s].reseed = lost && !sent[s].local_stale &&
+                         (local == KVP_ROUTER_APPLIED || local == KVP_ROUTER_RESTARTED);
         it->res.status = status;
         it->res.expected = expected;
         it->res.stale = stale;
@@ -208,8 +218,82 @@ static void build_apply(const kvp__rr *rr, const kvp__rr_cmd *body, size_t n_sen
     cmd->failed |= body->failed;
 }
 
-/* Steps 2-3 with the batches' arguments in body. true when Redis applied them. mu held. */
-static bool apply_store_locked(kvp_router *r, kvp_router_item *items, const sent_item *sent,
+/* Step 5's blocks of worker id: per local medium, its name and one argument of its
+ * blocks (8 bytes each). Two walks of the local table: count, then write (the arguments
+ * are all made before any is written: making one may move the others). Shared lock
+ * held. */
+static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_cmd *cmd)
+{
+    const kvp__rt_table *t = &r->table;
+    size_t n[KVP_ROUTER_MAX_MEDIA] = {0}, at[KVP_ROUTER_MAX_MEDIA] = {0};
+    size_t arg[KVP_ROUTER_MAX_MEDIA];
+    kvp__rt_holders hs;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t slot = 0; slot < t->cap; slot++) {
+            if (t->slots[slot].hv == 0)
+                continue;
+            kvp__rt_holders_of(t, slot, &hs);
+            for (uint32_t j = 0; j < hs.n; j++) {
+                if (kvp__rt_holder_worker(hs.h[j]) != id)
+                    continue;
+                for (uint32_t m = 0; m < r->n_media; m++) {
+                    if (!(kvp__rt_holder_mask(hs.h[j]) >> m & 1u))
+                        continue;
+                    if (pass == 0)
+                        n[m]++;
+                    else
+                        put_be64((unsigned char *)cmd->buf + cmd->off[arg[m]] + 8 * at[m]++,
+                                 t->slots[slot].key);
+                }
+            }
+        }
+        for (uint32_t m = 0; pass == 0 && m < r->n_media; m++) {
+            kvp__rr_cmd_str(cmd, r->media[m].name);
+            arg[m] = cmd->argc;
+            (void)kvp__rr_cmd_arg(cmd, 8 * n[m]);
+        }
+        if (cmd->failed)
+            return;
+    }
+}
+
+/* Step 5: re-seed worker it->worker's shared view from the local one (it was exact at
+ * this batch, Redis had lost the worker): kvprefix_reseed, one more round trip. mu held. */
+static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_item *sent)
+{
+    kvp__rr *rr = r->rr;
+    kvp__rr_cmd cmd;
+    kvp__rr_cmd_init(&cmd);
+    kvp__rr_cmd_fcall(&cmd, rr, "kvprefix_reseed");
+    kvp__rr_cmd_i64(&cmd, (int64_t)rr->ttl_ms);
+    kvp__rt_rdlock(r);
+    bool same = r->epoch == sent->epoch && kvp__rt_worker_ok(r, it->worker);
+    if (same) {
+        const kvp__rt_worker *w = &r->workers[it->worker];
+        char *p = kvp__rr_cmd_arg(&cmd, KVP__RR_GID_BYTES);
+        if (p)
+            kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, (unsigned char *)p);
+        char seq[17];
+        snprintf(seq, sizeof seq, "%016llx", (unsigned long long)it->res.expected);
+        kvp__rr_cmd_str(&cmd, seq);
+        kvp__rr_cmd_i64(&cmd, (int64_t)r->n_media);
+        add_worker_blocks_locked(r, it->worker, &cmd);
+    }
+    kvp__rt_unlock(r);
+    redisReply *rep = NULL;
+    if (same && kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr)) == KVP_OK) {
+        if (rep->type != REDIS_REPLY_INTEGER)
+            kvp__rr_fail_locked(rr);
+        else
+            atomic_fetch_add(&rr->n_reseeds, rep->integer == 1);
+        kvp__rr_replies_free(&rep, 1);
+    }
+    kvp__rr_cmd_free(&cmd);
+}
+
+/* Steps 2-3 (and 5) with the batches' arguments in body. true when Redis applied them.
+ * mu held. */
+static bool apply_store_locked(kvp_router *r, kvp_router_item *items, sent_item *sent,
                                size_t n_sent, const kvp__rr_cmd *body)
 {
     kvp__rr *rr = r->rr;
@@ -225,6 +309,10 @@ static bool apply_store_locked(kvp_router *r, kvp_router_item *items, const sent
         kvp__rr_replies_free(&rep, 1);
     }
     kvp__rr_cmd_free(&cmd);
+    for (size_t s = 0; applied && s < n_sent; s++) {
+        if (sent[s].reseed)
+            reseed_locked(r, &items[sent[s].item], &sent[s]);
+    }
     return applied;
 }
 
