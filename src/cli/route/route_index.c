@@ -493,7 +493,7 @@ void rt_index_free(rt_index *x)
         return;
     /* A removal that fails leaves keys behind under the simulation's own prefix, which no
      * other run reads; there is nobody to tell at this point. */
-    for (uint32_t r = 0; x->router && r < x->n_added; r++)
+    for (uint32_t r = 0; x->router && x->reps && r < x->n_added; r++)
         if (kvp_router_worker_remove(x->router, x->reps[r].worker) != KVP_OK)
             continue;
     kvp_router_free(x->router);

@@ -134,7 +134,8 @@ static void table_index(FILE *f, const rt_options *o, const rt_report *r)
                         cli_fmt_count(s->n_events, a, sizeof a));
             if (o->index.mode == RT_INDEX_REDIS)
                 fprintf(f, " %11.2f %9llu", ratio((double)s->n_score_calls, (double)s->n_scores),
-                        (unsigned long long)(s->n_fallback_scores + s->n_fallback_applies));
+                        (unsigned long long)s->n_fallback_scores +
+                            (unsigned long long)s->n_fallback_applies);
             fputc('\n', f);
         }
 }
