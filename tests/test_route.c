@@ -20,6 +20,14 @@
  * (commit); it leaves its slot at the end of its decode. Hits are capped so one prompt token
  * is computed ((n-1)/4 blocks): never binding here. Each policy's walk-through is in the
  * comment of its expectation below.
+ *
+ * The router index (route_index.c, suite route_index; route_redis against a real Redis):
+ * with no event delay, the cache-aware policies asking a kvp_router fed by the replicas'
+ * events must route every request exactly as when they ask the caches (the oracle), on the
+ * hand fixture, the Mooncake fixture and random logs with evictions, and with --check the
+ * simulation compares the two at every decision; with a delay, the index lags as it should.
+ * The route_redis tests need KVP_TEST_REDIS_URL (tests/with_redis.py starts a server); they
+ * are skipped without it unless KVPREFIX_REDIS_REQUIRED is set.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -33,6 +41,7 @@
 #include "logread.h"
 #include "replay_sim.h"
 #include "route.h"
+#include "route_index.h"
 
 #define MS INT64_C(1000000)
 
@@ -85,7 +94,7 @@ static rt_model hand_model(void)
 static rt_result run(const rt_log *log, const kvp_config *kc, int policy, uint32_t n,
                      uint32_t capacity, rt_model m)
 {
-    rt_sim_config sc = {"test", n, policy, capacity, kc, m, true, true};
+    rt_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, NULL};
     rt_result r;
     int rc = rt_sim_run(log, &sc, &r, err, sizeof err);
     cr_assert_eq(rc, RT_OK, "%s", err);
@@ -551,6 +560,275 @@ Test(route, random_logs_under_the_checker)
     cr_assert_gt(oversize, 0, "no request was oversize: the test does not cover it");
 }
 
+/* ---- the router index ---------------------------------------------------------------------- */
+
+static rt_result run_ix(const rt_log *log, const kvp_config *kc, int policy, uint32_t n,
+                        uint32_t capacity, rt_model m, const rt_index_config *ic)
+{
+    rt_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, ic};
+    rt_result r;
+    int rc = rt_sim_run(log, &sc, &r, err, sizeof err);
+    cr_assert_eq(rc, RT_OK, "%s", err);
+    return r;
+}
+
+/* The index's run is the oracle's, request by request and in every total. */
+static void same_runs(const rt_result *o, const rt_result *x, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        const rt_req_outcome *a = &o->per_req[i], *b = &x->per_req[i];
+        cr_assert(a->replica == b->replica && a->hit == b->hit && a->start == b->start &&
+                      a->ttft == b->ttft && a->oversize == b->oversize,
+                  "%s: request %zu: oracle replica %u hit %u, index replica %u hit %u", what, i,
+                  a->replica, a->hit, b->replica, b->hit);
+    }
+    cr_assert_eq(o->n_hit_tokens, x->n_hit_tokens, "%s", what);
+    cr_assert_eq(o->ttft_p50, x->ttft_p50, "%s", what);
+    cr_assert_eq(o->ttft_p99, x->ttft_p99, "%s", what);
+    cr_assert_eq(o->end, x->end, "%s", what);
+    cr_assert_eq(o->n_block_waits, x->n_block_waits, "%s", what);
+    cr_assert_eq(o->n_oversize, x->n_oversize, "%s", what);
+    cr_assert(o->imbalance == x->imbalance, "%s", what);
+    cr_assert_eq(o->index.n_scores, n, "%s", what);
+    cr_assert_eq(x->index.n_scores, n, "%s", what);
+}
+
+/* Both cache-aware policies on log, fleets of 1..3, oracle against the index of ic. Returns
+ * the events the index applied. */
+static uint64_t index_equals_oracle(const rt_log *log, const kvp_config *kc, uint32_t cap,
+                                    rt_model m, const rt_index_config *ic, const char *what)
+{
+    uint64_t events = 0;
+    int policies[] = {RT_CACHE_AWARE, RT_CACHE_CAP};
+    for (uint32_t n = 1; n <= 3; n++)
+        for (int k = 0; k < 2; k++) {
+            rt_result o = run(log, kc, policies[k], n, cap, m);
+            rt_result x = run_ix(log, kc, policies[k], n, cap, m, ic);
+            char w[256];
+            snprintf(w, sizeof w, "%s, %u replicas, %s, index %s", what, n,
+                     rt_policy_name(policies[k]), rt_index_name(ic->mode));
+            same_runs(&o, &x, rt_log_n(log), w);
+            cr_assert_eq(o.index.mode, RT_INDEX_ORACLE);
+            cr_assert_eq(x.index.mode, ic->mode);
+            cr_assert_eq(o.index.n_applies, 0);
+            cr_assert_eq(x.index.n_applies > 0, x.index.n_events > 0, "%s", w);
+            cr_assert_geq(x.index.n_blocks, x.index.n_events, "%s", w);
+            cr_assert_geq(x.index.score_max_ns, x.index.score_p99_ns);
+            cr_assert_geq(x.index.score_p99_ns, x.index.score_p50_ns);
+            events += x.index.n_events;
+            rt_result_free(&o);
+            rt_result_free(&x);
+        }
+    return events;
+}
+
+/* Other policies never ask for prefixes: no index is made, their figures do not move. */
+static void others_unchanged(const rt_log *log, const kvp_config *kc, uint32_t cap, rt_model m,
+                             const rt_index_config *ic)
+{
+    for (int p = 0; p < RT_CACHE_AWARE; p++) {
+        rt_result o = run(log, kc, p, 2, cap, m);
+        rt_result x = run_ix(log, kc, p, 2, cap, m, ic);
+        cr_assert_eq(o.n_hit_tokens, x.n_hit_tokens);
+        cr_assert_eq(x.index.n_scores, 0);
+        cr_assert_eq(x.index.n_applies, 0);
+        rt_result_free(&o);
+        rt_result_free(&x);
+    }
+}
+
+/* The fixtures and random logs (pools small enough to evict, so BlockRemoved is exercised)
+ * against the index of ic. */
+static void index_cases(rt_index_config *ic, int n_seeds)
+{
+    if (!rt_index_available())
+        cr_skip_test("built without libkvprefix-events");
+    kvp_config kc = hash_cfg(KVP_HASH_XXH3);
+    rt_log *hand = load_as(data("route_hand.jsonl"), 4, &kc);
+    cr_assert_gt(index_equals_oracle(hand, &kc, 16, hand_model(), ic, "hand"), 0);
+    cr_assert_gt(index_equals_oracle(hand, &kc, 8, hand_model(), ic, "hand, 8 blocks"), 0);
+    others_unchanged(hand, &kc, 16, hand_model(), ic);
+    rt_log_free(hand);
+    kvp_config vc = hash_cfg(KVP_HASH_VLLM_SHA256);
+    hand = load_as(data("route_hand.jsonl"), 4, &vc);
+    cr_assert_gt(index_equals_oracle(hand, &vc, 16, hand_model(), ic, "hand, vllm-sha256"), 0);
+    rt_log_free(hand);
+    rt_log *trace = load_as(data("route_trace.jsonl"), 4, &kc);
+    cr_assert_gt(index_equals_oracle(trace, &kc, 8, hand_model(), ic, "Mooncake fixture"), 0);
+    rt_log_free(trace);
+    for (int mooncake = 0; mooncake < 2; mooncake++)
+        for (int seed = 1; seed <= n_seeds; seed++) {
+            char path[64], what[64];
+            random_log(path, mooncake, (unsigned)seed, 80);
+            rt_log *log = load_as(path, 4, &kc);
+            rt_model m = hand_model();
+            m.concurrency = 3;
+            m.prefill_ns = mooncake ? 2000 : 200000;
+            m.decode_ns = 300000;
+            snprintf(what, sizeof what, "random %s log %d", mooncake ? "Mooncake" : "token", seed);
+            /* Token lines decode 128 tokens (32 blocks) by default: 60 blocks hold most. */
+            cr_assert_gt(index_equals_oracle(log, &kc, mooncake ? 12 : 60, m, ic, what), 0);
+            rt_log_free(log);
+            remove(path);
+        }
+}
+
+Test(route_index, memory_index_routes_as_the_oracle)
+{
+    rt_index_config ic = {RT_INDEX_MEMORY, NULL, NULL, 0};
+    index_cases(&ic, 3);
+}
+
+/* Two requests for the same 2 blocks, 100 ms apart, on 2 replicas: the first goes to
+ * replica 0 and commits its 2 blocks 9 ms later. The oracle sends the second to replica 0 (8 tokens
+ * hit). An index whose events arrive 50 ms late still does (it learned at 59 ms); one 500 ms
+ * late has seen nothing at 100 ms and sends it to the idle replica 1, where nothing is hit. */
+Test(route_index, delayed_events_lag)
+{
+    if (!rt_index_available())
+        cr_skip_test("built without libkvprefix-events");
+    char path[] = "/tmp/kvp_route_delayXXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "{\"timestamp\":0,\"tokens\":[1,2,3,4,5,6,7,8,9],\"output_tokens\":[1]}\n"
+               "{\"timestamp\":100,\"tokens\":[1,2,3,4,5,6,7,8,10],\"output_tokens\":[1]}\n");
+    fclose(f);
+    kvp_config kc = hash_cfg(KVP_HASH_XXH3);
+    rt_log *log = load_as(path, 4, &kc);
+    static const struct {
+        rt_time delay;
+        uint32_t replica, hit;
+        uint64_t events, blocks;
+    } cases[] = {{0, 0, 8, 1, 2}, {50 * MS, 0, 8, 1, 2}, {500 * MS, 1, 0, 2, 4}};
+    for (size_t c = 0; c < 3; c++) {
+        rt_index_config ic = {RT_INDEX_MEMORY, NULL, NULL, cases[c].delay};
+        rt_result x = run_ix(log, &kc, RT_CACHE_AWARE, 2, 16, hand_model(), &ic);
+        cr_assert_eq(x.per_req[0].replica, 0);
+        cr_assert_eq(x.per_req[1].replica, cases[c].replica, "delay %lld ms",
+                     (long long)(cases[c].delay / MS));
+        cr_assert_eq(x.per_req[1].hit, cases[c].hit);
+        /* Every event is applied by the end, late or not: one BlockStored per commit that
+         * stored anything (a full hit on replica 0 stores nothing). */
+        cr_assert_eq(x.index.n_events, cases[c].events);
+        cr_assert_eq(x.index.n_blocks, cases[c].blocks);
+        rt_result_free(&x);
+    }
+    rt_log_free(log);
+    remove(path);
+}
+
+/* The collector and the queue by hand: chains merge into one BlockStored, removals into one
+ * BlockRemoved, tokens are kept up to the last non-zero one, the batches reach the router,
+ * and rt_index_check catches each kind of corruption of that state. */
+Test(route_index, collector_and_checker)
+{
+    if (!rt_index_available())
+        cr_skip_test("built without libkvprefix-events");
+    rt_index_config ic = {RT_INDEX_MEMORY, NULL, NULL, 5 * MS};
+    rt_index *x = NULL;
+    cr_assert_eq(rt_index_new(&ic, 2, 4, &x, err, sizeof err), RT_OK, "%s", err);
+    kvp_config kc;
+    kvp_config_init(&kc);
+    rt_index_attach(x, 1, &kc);
+    uint32_t tok[4] = {7, 8, 0, 0};
+    kvp_event a = {.type = KVP_EVENT_STORED,
+                   .key = {11, 1},
+                   .parent_is_root = true,
+                   .tokens = tok,
+                   .n_tokens = 4};
+    kvp_event b = a, c = {.type = KVP_EVENT_REMOVED, .key = {11, 1}};
+    b.key = (kvp_key){22, 2};
+    b.parent = a.key;
+    b.parent_is_root = false;
+    kc.on_event(kc.event_ud, &a);
+    kc.on_event(kc.event_ud, &b);
+    kc.on_event(kc.event_ud, &c);
+    ix_rep *p = &x->reps[1];
+    cr_assert_eq(p->n_recs, 2, "one BlockStored of 2 blocks, one BlockRemoved");
+    cr_assert_eq(p->recs[0].n_hashes, 2);
+    cr_assert_eq(p->n_hashes, 3);
+    cr_assert_eq(p->n_tokens, 4, "two kept tokens per stored block");
+    cr_assert_eq(x->n_dirty, 1);
+    cr_assert(rt_index_check(x));
+
+    /* Each corruption of the collector, then put back. */
+    p->n_hashes--;
+    cr_assert_not(rt_index_check(x), "hash count");
+    p->n_hashes++;
+    p->lens[0] = 5; /* more than a block, the total unchanged */
+    p->lens[1] = 0;
+    p->n_tokens = 5;
+    cr_assert_not(rt_index_check(x), "a block longer than block_size");
+    p->lens[0] = p->lens[1] = 2;
+    p->n_tokens = 4;
+    p->lens[2] = 1;
+    cr_assert_not(rt_index_check(x), "tokens on a removal");
+    p->lens[2] = 0;
+    p->recs[1].n_hashes = 0;
+    cr_assert_not(rt_index_check(x), "an empty BlockRemoved");
+    p->recs[1].n_hashes = 1;
+    x->n_dirty = 0;
+    cr_assert_not(rt_index_check(x), "a replica with events not listed");
+    x->n_dirty = 1;
+    cr_assert(rt_index_check(x));
+
+    /* Two steps: two batches, due 5 ms after each. */
+    cr_assert_eq(rt_index_step(x, 1 * MS, err, sizeof err), RT_OK, "%s", err);
+    kvp_event d = a;
+    d.key = (kvp_key){33, 3};
+    kc.on_event(kc.event_ud, &d);
+    cr_assert_eq(rt_index_step(x, 2 * MS, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(x->n_queue - x->head, 2);
+    cr_assert_eq(x->queue[x->head].due, 6 * MS);
+    cr_assert(rt_index_check(x));
+    x->queue[x->head].due = 8 * MS;
+    cr_assert_not(rt_index_check(x), "due times out of order");
+    x->queue[x->head].due = 6 * MS;
+    x->head = x->n_queue + 1;
+    cr_assert_not(rt_index_check(x), "head past the end");
+    x->head = 0;
+
+    /* Not due yet at 5 ms; the first at 6 ms: block 11 stored then removed, 22 kept. */
+    cr_assert_eq(rt_index_sync(x, 5 * MS, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(x->n_applies, 0);
+    cr_assert_eq(rt_index_sync(x, 6 * MS, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(x->n_applies, 1);
+    cr_assert_eq(x->n_events, 2);
+    cr_assert_eq(x->n_blocks, 3);
+    kvp_key keys[2] = {{22, 2}, {11, 1}};
+    uint32_t cached[2] = {9, 9};
+    uint64_t ns = 0;
+    cr_assert_eq(rt_index_score(x, keys, 1, cached, &ns, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(cached[0], 0);
+    cr_assert_eq(cached[1], 1, "replica 1 holds block 22");
+    cr_assert_eq(rt_index_score(x, keys + 1, 1, cached, &ns, err, sizeof err), RT_OK);
+    cr_assert_eq(cached[1], 0, "block 11 was removed");
+    cr_assert_eq(rt_index_sync(x, INT64_MAX, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(x->n_applies, 2);
+    cr_assert(rt_index_check(x));
+    rt_index_free(x);
+}
+
+/* KVP_TEST_REDIS_URL, or skip (fail when KVPREFIX_REDIS_REQUIRED is set). */
+static const char *redis_url(void)
+{
+    const char *url = getenv("KVP_TEST_REDIS_URL");
+    if ((url == NULL || *url == '\0') && getenv("KVPREFIX_REDIS_REQUIRED"))
+        cr_assert_fail("KVPREFIX_REDIS_REQUIRED is set but KVP_TEST_REDIS_URL is not");
+    if (url == NULL || *url == '\0')
+        cr_skip_test("KVP_TEST_REDIS_URL is not set (tests/with_redis.py sets it)");
+    return url;
+}
+
+Test(route_redis, redis_index_routes_as_the_oracle)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "kvptest-route-%ld", (long)getpid());
+    rt_index_config ic = {RT_INDEX_REDIS, redis_url(), prefix, 0};
+    index_cases(&ic, 1);
+}
+
 /* ---- the binary ---------------------------------------------------------------------------- */
 
 static char out[1 << 16], errs[8192];
@@ -885,4 +1163,144 @@ Test(route_cli, usage_errors)
     }
     cr_assert_eq(route("--help"), 0);
     cr_assert_not_null(strstr(out, "Usage: kvprefix route"));
+}
+
+/* The index options against each other: exit 2 with the reason. */
+Test(route_cli, index_usage_errors)
+{
+    if (!rt_index_available())
+        cr_skip_test("built without libkvprefix-events");
+    static const struct {
+        const char *args, *what;
+    } cases[] = {
+        {"--index bogus", "'bogus' is not one of"},
+        {"--index redis", "--index redis needs --redis URL"},
+        {"--index memory --redis 127.0.0.1:1", "--redis URL needs --index redis"},
+        {"--redis-prefix abc", "--redis-prefix needs --redis URL"},
+        {"--redis 127.0.0.1:1 --redis-prefix 'a b'", "is not 1..48 characters"},
+        {"--event-delay-ms 5", "--event-delay-ms needs --index memory or redis"},
+        {"--index memory --event-delay-ms -1", "--event-delay-ms: '-1'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[8192];
+        snprintf(args, sizeof args, "--capacity 16 %s '%s'", cases[i].args,
+                 data("route_hand.jsonl"));
+        cr_assert_eq(route(args), 2, "%s: %s", args, errs);
+        cr_assert_not_null(strstr(errs, cases[i].what), "%s: got '%s'", args, errs);
+        cr_assert_eq(out[0], '\0', "%s", args);
+    }
+}
+
+/* The JSON of a run through an index: the same figures as the oracle's, plus the index
+ * section of each cache-aware run. */
+static json_t *index_json_run(const char *index_args, const char *fixture)
+{
+    char args[8192];
+    snprintf(args, sizeof args,
+             HAND_ARGS "--replicas 2 --policies round-robin,cache-aware,cache-aware-cap %s "
+                       "--json '%s'",
+             index_args, data(fixture));
+    cr_assert_eq(route(args), 0, "%s: %s", args, errs);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    return j;
+}
+
+static void json_same_as_oracle(const char *index_args, const char *mode, const char *fixture)
+{
+    json_t *o = index_json_run("", fixture), *x = index_json_run(index_args, fixture);
+    const char *keys[] = {"hit_tokens", "ttft_p50_ms", "ttft_p99_ms", "ttft_mean_ms", "end_s"};
+    const char *policies[] = {"round-robin", "cache-aware", "cache-aware-cap"};
+    for (int p = 0; p < 3; p++) {
+        const json_t *a = find_run(json_object_get(o, "runs"), 2, policies[p]);
+        const json_t *b = find_run(json_object_get(x, "runs"), 2, policies[p]);
+        for (int k = 0; k < 5; k++)
+            cr_assert(json_equal(json_object_get(a, keys[k]), json_object_get(b, keys[k])),
+                      "%s %s %s", mode, policies[p], keys[k]);
+        const json_t *ix = json_object_get(b, "router_index");
+        if (p == 0) {
+            cr_assert_null(ix, "round-robin never scores");
+            continue;
+        }
+        cr_assert_not_null(ix, "%s", policies[p]);
+        cr_assert_str_eq(json_string_value(json_object_get(ix, "index")), mode);
+        cr_assert_eq(json_integer_value(json_object_get(ix, "scores")),
+                     json_integer_value(json_object_get(x, "requests")));
+        cr_assert_gt(json_integer_value(json_object_get(ix, "events_applied")), 0);
+        cr_assert_gt(json_real_value(json_object_get(ix, "applies_per_second")), 0);
+        cr_assert_geq(json_real_value(json_object_get(ix, "score_p99_us")),
+                      json_real_value(json_object_get(ix, "score_p50_us")));
+        if (strcmp(mode, "redis") == 0) {
+            cr_assert_geq(json_real_value(json_object_get(ix, "redis_calls_per_score")), 1.0);
+            cr_assert_eq(json_integer_value(json_object_get(ix, "fallback_scores")), 0);
+            cr_assert_eq(json_integer_value(json_object_get(ix, "fallback_applies")), 0);
+        }
+        cr_assert_str_eq(json_string_value(json_object_get(
+                             json_object_get(find_run(json_object_get(o, "runs"), 2, policies[p]),
+                                             "router_index"),
+                             "index")),
+                         "oracle");
+    }
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(x, "model"), "index")),
+                     mode);
+    json_decref(o);
+    json_decref(x);
+}
+
+Test(route_cli, index_memory_report)
+{
+    if (!rt_index_available())
+        cr_skip_test("built without libkvprefix-events");
+    json_same_as_oracle("--index memory", "memory", "route_hand.jsonl");
+    json_same_as_oracle("--index memory --check", "memory", "route_trace.jsonl");
+    char args[8192];
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 2 --index memory '%s'",
+             data("route_hand.jsonl"));
+    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_assert_not_null(strstr(out, "router index: memory"), "%s", out);
+    cr_assert_not_null(strstr(out, "REAL wall-clock"), "%s", out);
+    cr_assert_not_null(strstr(out, "applies/s"), "%s", out);
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 2 '%s'", data("route_hand.jsonl"));
+    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_assert_not_null(strstr(out, "router index: oracle"), "%s", out);
+    /* CSV stays free of real timings: the same bytes with or without an index. */
+    static char first[sizeof out];
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 1,2,3 --csv '%s'", data("route_hand.jsonl"));
+    cr_assert_eq(route(args), 0, "%s", errs);
+    memcpy(first, out, sizeof out);
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 1,2,3 --csv --index memory '%s'",
+             data("route_hand.jsonl"));
+    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_assert_str_eq(out, first);
+}
+
+/* A Redis that never answers: every score and apply falls back to the router's local
+ * view, so the decisions are still the oracle's; the report and standard error say so. */
+Test(route_redis, unreachable_redis_falls_back)
+{
+    (void)redis_url();
+    json_t *o = index_json_run("", "route_hand.jsonl");
+    json_t *x = index_json_run("--redis unix:/nonexistent/kvp-route.sock", "route_hand.jsonl");
+    const json_t *a = find_run(json_object_get(o, "runs"), 2, "cache-aware");
+    const json_t *b = find_run(json_object_get(x, "runs"), 2, "cache-aware");
+    cr_assert(json_equal(json_object_get(a, "hit_tokens"), json_object_get(b, "hit_tokens")));
+    cr_assert(json_equal(json_object_get(a, "ttft_p99_ms"), json_object_get(b, "ttft_p99_ms")));
+    const json_t *ix = json_object_get(b, "router_index");
+    cr_assert_eq(json_integer_value(json_object_get(ix, "fallback_scores")), 6); /* 6 requests */
+    cr_assert_gt(json_integer_value(json_object_get(ix, "fallback_applies")), 0);
+    cr_assert_not_null(strstr(errs, "did not always answer: 12 of 12 scores"), "%s", errs);
+    json_decref(o);
+    json_decref(x);
+}
+
+Test(route_redis, index_redis_report)
+{
+    char a[4096];
+    snprintf(a, sizeof a, "--redis '%s'", redis_url());
+    json_same_as_oracle(a, "redis", "route_hand.jsonl");
+    json_same_as_oracle(a, "redis", "route_trace.jsonl");
+    snprintf(a, sizeof a, "--redis '%s' --redis-prefix kvptest-route-cli-%ld", redis_url(),
+             (long)getpid());
+    json_same_as_oracle(a, "redis", "route_hand.jsonl");
 }

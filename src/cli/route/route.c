@@ -12,6 +12,10 @@
  * convert the capacity to blocks of the log's block size; run every (replica count,
  * policy) pair (route_sim.c); write the report (route_report.c) and the chart.
  *
+ * With --index memory|redis the cache-aware policies ask a router index (route_index.c)
+ * fed by the replicas' events instead of the caches themselves; each simulation gets a
+ * fresh index, and with Redis its own key prefix (the run's, plus ":<count>.<policy>").
+ *
  * Every replica of every fleet shares one hash key (an explicit --hash-key, or one derived
  * from --random-seed), so the keys computed once from the log hold on all of them, and a
  * run is a pure function of its input and options.
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "flags.h"
@@ -81,13 +86,28 @@ static const char usage_text2[] =
     "  --json, --csv        machine-readable output instead of the table\n"
     "  -o, --output FILE    write the report to FILE (replaced only when the run succeeds)\n"
     "  --plot FILE.svg      fleet hit rate of each policy against the replica count\n"
-    "  --check              check the simulation's invariants after every event (slow)\n"
+    "  --check              check the simulation's invariants after every event (slow);\n"
+    "                       with an index and no delay, also that it agrees with every cache\n"
+    "\n"
+    "Router index (what cache-aware and cache-aware-cap ask; docs/routing.md):\n"
+    "  --index I            oracle (default: every replica's cache, exact and instant),\n"
+    "                       memory (a kvp_router fed by the replicas' KV events) or redis\n"
+    "  --redis URL          the router's shared store (redis://HOST:PORT[/DB], HOST:PORT,\n"
+    "                       unix:PATH); implies --index redis\n"
+    "  --redis-prefix P     key prefix (1..48 of A-Z a-z 0-9 _ . : -; default a fresh one\n"
+    "                       per run); each simulation removes its workers at its end\n"
+    "  --event-delay-ms D   events reach the index D ms of simulated time after they\n"
+    "                       happen (default 0: decisions equal the oracle's)\n"
+    "  The report adds real (wall-clock) timings of the index's calls: score p50/p99/max,\n"
+    "  applies per second, Redis round trips and fallbacks.\n"
     "\n"
     "Examples:\n"
     "  kvprefix route --capacity 1024 conversation_trace.jsonl\n"
     "  kvprefix route --capacity 40GiB --model Llama-3.1-8B --plot fleet.svg trace.jsonl\n"
     "  kvprefix route --capacity 4096 --replicas 2 --policies round-robin,cache-aware \\\n"
     "      --json chat.jsonl\n"
+    "  kvprefix route --capacity 1024 --replicas 8 --policies cache-aware \\\n"
+    "      --redis redis://127.0.0.1:6379 trace.jsonl\n"
     "\n" CLI_EXIT_HELP;
 
 enum {
@@ -110,7 +130,11 @@ enum {
     OPT_JSON,
     OPT_CSV,
     OPT_PLOT,
-    OPT_CHECK
+    OPT_CHECK,
+    OPT_INDEX,
+    OPT_REDIS,
+    OPT_REDIS_PREFIX,
+    OPT_EVENT_DELAY
 };
 
 static const struct option longopts[] = {
@@ -135,6 +159,10 @@ static const struct option longopts[] = {
     {"output", required_argument, NULL, 'o'},
     {"plot", required_argument, NULL, OPT_PLOT},
     {"check", no_argument, NULL, OPT_CHECK},
+    {"index", required_argument, NULL, OPT_INDEX},
+    {"redis", required_argument, NULL, OPT_REDIS},
+    {"redis-prefix", required_argument, NULL, OPT_REDIS_PREFIX},
+    {"event-delay-ms", required_argument, NULL, OPT_EVENT_DELAY},
     {"help", no_argument, NULL, 'h'},
     CLI_HASH_LONGOPTS,
     IN_LONGOPTS,
@@ -148,6 +176,9 @@ static const cli_choice policy_choices[] = {{"round-robin", RT_ROUND_ROBIN},
                                             {"cache-aware", RT_CACHE_AWARE},
                                             {"cache-aware-cap", RT_CACHE_CAP},
                                             {NULL, 0}};
+
+static const cli_choice index_choices[] = {
+    {"oracle", RT_INDEX_ORACLE}, {"memory", RT_INDEX_MEMORY}, {"redis", RT_INDEX_REDIS}, {NULL, 0}};
 
 /* ---- flag values ------------------------------------------------------------------------- */
 
@@ -263,7 +294,29 @@ static int apply_model(rt_options *o, int c, const char *flag, const char *v)
         if ((rc = cli_flag_uint("route", flag, v, 0, RT_MAX_TOKENS, &x)) == 0)
             o->log.default_output = (uint32_t)x;
         return rc;
+    case OPT_EVENT_DELAY:
+        if ((rc = flag_milli(flag, v, 0, UINT64_C(1) << 40,
+                             "milliseconds in 0..1099511627 (3 decimals at most)", &x)) == 0)
+            o->index.event_delay = (rt_time)x * 1000;
+        o->delay_given = true;
+        return rc;
     default:
+        return 0;
+    }
+}
+
+/* Apply a router index option. Returns 0 or the exit status. */
+static int apply_index(rt_options *o, int c, const char *v)
+{
+    switch (c) {
+    case OPT_INDEX:
+        o->index_given = true;
+        return cli_flag_choice("route", "--index", v, index_choices, &o->index.mode);
+    case OPT_REDIS:
+        o->index.redis_url = v;
+        return 0;
+    default:
+        o->redis_prefix = v;
         return 0;
     }
 }
@@ -321,6 +374,10 @@ static int apply_opt(rt_options *o, int c, const char *v)
     case OPT_CHECK:
         o->check = true;
         return 0;
+    case OPT_INDEX:
+    case OPT_REDIS:
+    case OPT_REDIS_PREFIX:
+        return apply_index(o, c, v);
     default:
         if (cli_hash_is_opt(c))
             return cli_hash_apply("route", &o->hash, c, v);
@@ -345,6 +402,46 @@ static void shared_key(kvp_config *c, uint64_t seed)
     c->hash_key_len = KVP_HASH_KEY_MAX;
 }
 
+/* Is s a key prefix Redis keys may start with here: 1..48 of [A-Za-z0-9_.:-] (the router
+ * takes 64; each simulation appends up to 7)? */
+static bool prefix_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 48)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_' || *s == '.' || *s == ':' || *s == '-'))
+            return false;
+    return true;
+}
+
+/* The router index options against each other. Returns 0 or the exit status. */
+static int check_index(rt_options *o)
+{
+    rt_index_config *x = &o->index;
+    if (x->redis_url && !o->index_given)
+        x->mode = RT_INDEX_REDIS;
+    if (x->redis_url && x->mode != RT_INDEX_REDIS)
+        return fail(CLI_EXIT_USAGE, "--redis URL needs --index redis (it implies it alone)");
+    if (x->mode == RT_INDEX_REDIS && !x->redis_url)
+        return fail(CLI_EXIT_USAGE, "--index redis needs --redis URL");
+    if (o->redis_prefix && x->mode != RT_INDEX_REDIS)
+        return fail(CLI_EXIT_USAGE, "--redis-prefix needs --redis URL");
+    if (o->redis_prefix && !prefix_ok(o->redis_prefix))
+        return fail(CLI_EXIT_USAGE,
+                    "--redis-prefix: '%s' is not 1..48 characters of A-Z a-z 0-9 _ . : -",
+                    o->redis_prefix);
+    if (o->delay_given && x->mode == RT_INDEX_ORACLE)
+        return fail(CLI_EXIT_USAGE, "--event-delay-ms needs --index memory or redis (the "
+                                    "oracle has no events)");
+    if (x->mode != RT_INDEX_ORACLE && !rt_index_available())
+        return fail(CLI_EXIT_USAGE,
+                    "--index %s: this kvprefix was built without libkvprefix-events",
+                    rt_index_name(x->mode));
+    return 0;
+}
+
 /* The checks between options, once all are known. Returns 0 or the exit status. */
 static int check_args(rt_options *o)
 {
@@ -359,6 +456,8 @@ static int check_args(rt_options *o)
         any |= o->policies[p];
     if (!any)
         return fail(CLI_EXIT_USAGE, "--policies: no policy");
+    if (check_index(o) != 0)
+        return CLI_EXIT_USAGE;
     if (in_check("route", &o->in) != 0 || cli_hash_finish("route", &o->hash, &o->cache) != 0)
         return CLI_EXIT_USAGE;
     shared_key(&o->cache, o->model.random_seed);
@@ -519,8 +618,13 @@ static int simulate(const rt_options *o, const rt_log *log, rt_report *rep)
         for (int p = 0; p < RT_N_POLICIES; p++) {
             if (!o->policies[p])
                 continue;
+            char prefix[sizeof rep->redis_prefix + 48];
+            snprintf(prefix, sizeof prefix, "%s:%zu.%d", rep->redis_prefix, k, p);
+            rt_index_config ic = o->index;
+            ic.key_prefix = prefix;
             rt_sim_config sc = {o->log.path, o->counts[k], p,     (uint32_t)rep->capacity,
-                                &o->cache,   o->model,     false, o->check};
+                                &o->cache,   o->model,     false, o->check,
+                                &ic};
             char err[1024];
             int rc =
                 rt_sim_run(log, &sc, &rep->runs[k * RT_N_POLICIES + (size_t)p], err, sizeof err);
@@ -534,6 +638,38 @@ static int simulate(const rt_options *o, const rt_log *log, rt_report *rep)
         }
     rep->seconds_sim = now_s() - t0;
     return 0;
+}
+
+/* The run's Redis key prefix: --redis-prefix, or "kvproute-<pid>-<ns>" in hex, so that
+ * runs never see each other's keys. Cannot fail. */
+static void run_prefix(const rt_options *o, char *buf, size_t size)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (o->redis_prefix)
+        snprintf(buf, size, "%s", o->redis_prefix);
+    else
+        snprintf(buf, size, "kvproute-%lx-%llx", (unsigned long)getpid(),
+                 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+}
+
+/* Say on standard error when Redis did not always answer: the decisions are still the
+ * index's (the router's local view takes every batch), but those timings are not Redis's.
+ * Cannot fail. */
+static void redis_note(const rt_options *o, const rt_report *rep)
+{
+    uint64_t scores = 0, fell = 0, applies = 0;
+    for (size_t i = 0; o->index.mode == RT_INDEX_REDIS && i < o->n_counts * RT_N_POLICIES; i++) {
+        scores += rep->runs[i].index.n_scores;
+        fell += rep->runs[i].index.n_fallback_scores;
+        applies += rep->runs[i].index.n_fallback_applies;
+    }
+    if (fell + applies)
+        fprintf(stderr,
+                "kvprefix route: Redis at %s did not always answer: %llu of %llu scores and "
+                "%llu applies used the router's local view (the fallback column)\n",
+                o->index.redis_url, (unsigned long long)fell, (unsigned long long)scores,
+                (unsigned long long)applies);
 }
 
 /* Read, simulate and write. Returns 0 or the exit status. */
@@ -556,8 +692,8 @@ static int run(const rt_options *o, const cap_spec *cap, uint64_t token_bytes, r
     rep->timestamps = rt_log_all_timestamps(log);
     rep->count = *rt_log_count(log);
     rc = cap_blocks(o, cap, token_bytes, rep);
-    if (rc == 0)
-        rc = simulate(o, log, rep);
+    if (rc == 0 && (rc = simulate(o, log, rep)) == 0)
+        redis_note(o, rep);
     rt_log_free(log);
     rep->seconds = now_s() - t0;
     if (rc == 0 && plot->f && rt_plot_write(plot->f, o, rep, err, sizeof err) != 0)
@@ -583,6 +719,7 @@ int rt_main(int argc, char **argv)
     rt_report rep;
     memset(&rep, 0, sizeof rep);
     rep.input = cli_input_name(o.log.path);
+    run_prefix(&o, rep.redis_prefix, sizeof rep.redis_prefix);
     if ((rc = parse_cap(o.capacity, &cap)) != 0)
         return rc;
     if ((rc = model_bytes(&o, &token_bytes, rep.model_desc, sizeof rep.model_desc)) != 0)

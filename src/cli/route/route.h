@@ -144,6 +144,95 @@ void rt_ring_free(rt_ring *ring);
 /* splitmix64's output function (a bijection of 64 bits). Cannot fail. */
 uint64_t rt_mix64(uint64_t x);
 
+/* ---- the router index (route_index.c) -------------------------------------------------- */
+
+/* Where the cache-aware policies learn what each replica holds (--index). */
+enum {
+    RT_INDEX_ORACLE = 0, /* ask every replica's kvp_cache directly (kvp_lookup_keys) */
+    RT_INDEX_MEMORY,     /* a kvp_router fed by the replicas' events, in memory */
+    RT_INDEX_REDIS,      /* the same router with its shared store on Redis */
+    RT_N_INDEX
+};
+
+/* The index mode's name as the tool spells it ("oracle", ...); NULL when out of range. */
+const char *rt_index_name(int mode);
+
+/* How one simulation's router index is made. */
+typedef struct rt_index_config {
+    int mode;               /* RT_INDEX_* (ORACLE: no index is made) */
+    const char *redis_url;  /* RT_INDEX_REDIS: the server ("redis://HOST:PORT", ...) */
+    const char *key_prefix; /* RT_INDEX_REDIS: this simulation's keys (1..64 of
+                               [A-Za-z0-9_.:-]) */
+    rt_time event_delay;    /* a step's events reach the index this much later (>= 0) */
+} rt_index_config;
+
+/* What the index did during one simulation, and how long it took. The times are real
+ * (CLOCK_MONOTONIC on this machine), not modelled. */
+typedef struct rt_index_stats {
+    int mode;                    /* RT_INDEX_* */
+    uint64_t n_scores;           /* routing decisions that asked for every replica's prefix
+                                    (a score: the oracle's N kvp_lookup_keys calls, or one
+                                    kvp_router_score_hashes call) */
+    uint64_t score_p50_ns;       /* wall time of a score: nearest-rank p50 */
+    uint64_t score_p99_ns;       /* ... p99 */
+    uint64_t score_max_ns;       /* ... the slowest */
+    uint64_t score_ns;           /* ... summed over all */
+    uint64_t n_applies;          /* kvp_router_apply calls (one batch each) */
+    uint64_t apply_ns;           /* their wall time, summed */
+    uint64_t n_events;           /* wire events applied (after merging chains) */
+    uint64_t n_blocks;           /* block hashes in them (stored and removed) */
+    uint64_t n_redis_calls;      /* kvp_router_stats: round trips to Redis, all calls */
+    uint64_t n_score_calls;      /* of which made by scores */
+    uint64_t n_apply_calls;      /* of which made by applies */
+    uint64_t n_redis_errors;     /* Redis calls that failed */
+    uint64_t n_fallback_scores;  /* scores answered from the local view instead of Redis */
+    uint64_t n_fallback_applies; /* batches applied to the local view only */
+    double seconds;              /* wall time of the whole simulation */
+} rt_index_stats;
+
+typedef struct rt_index rt_index;
+
+/* Is --index memory|redis available in this build (libkvprefix-events linked)? */
+bool rt_index_available(void);
+
+/* A router index for n_replicas replicas whose blocks hold block_size tokens: worker i is
+ * engine "replica-<i>", dp_rank 0. Returns RT_OK with *out (free with rt_index_free), or
+ * RT_EINPUT (the router refuses the configuration, e.g. a url it cannot parse, or this
+ * build has no Redis support), RT_ENOMEM, RT_EINTERNAL, with a message in err. */
+int rt_index_new(const rt_index_config *cfg, uint32_t n_replicas, uint32_t block_size,
+                 rt_index **out, char *err, size_t err_size);
+
+/* Point kc's event callback at replica r's event collector. Cannot fail. */
+void rt_index_attach(rt_index *x, uint32_t r, kvp_config *kc);
+
+/* End of a simulation step at time now: each replica's events of the step become one
+ * batch (its next sequence number), due at now + event_delay. Returns RT_OK, or RT_ENOMEM
+ * (here or lost inside the callback) with a message in err. */
+int rt_index_step(rt_index *x, rt_time now, char *err, size_t err_size);
+
+/* Apply, in order, every batch due at or before now. Returns RT_OK, or RT_ENOMEM /
+ * RT_EINTERNAL (the router refused a batch) with a message in err. */
+int rt_index_sync(rt_index *x, rt_time now, char *err, size_t err_size);
+
+/* Score the block hashes keys[0 .. n_keys).lo: cached[r] = replica r's longest held
+ * prefix, in blocks (0 for a stale worker); *ns = the wall time of the router's score call
+ * alone. Returns RT_OK, or RT_ENOMEM / RT_EINTERNAL with a message in err (cached
+ * unspecified). */
+int rt_index_score(rt_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *cached,
+                   uint64_t *ns, char *err, size_t err_size);
+
+/* Fill the apply and Redis figures of *st (the score figures are the caller's). Returns
+ * RT_OK or RT_EINTERNAL. */
+int rt_index_stats_get(rt_index *x, rt_index_stats *st);
+
+/* The router's own invariant checker (kvp_router_check) and the collector's. Returns true
+ * when they hold. */
+bool rt_index_check(rt_index *x);
+
+/* Remove every worker (and so, with Redis, this simulation's keys), then free. Accepts
+ * NULL. */
+void rt_index_free(rt_index *x);
+
 /* ---- the simulation (route_sim.c) ------------------------------------------------------ */
 
 /* The time model (docs/routing.md). */
@@ -167,8 +256,9 @@ typedef struct rt_sim_config {
     uint32_t capacity;       /* blocks per replica */
     const kvp_config *cache; /* hash fields and block size of every replica */
     rt_model model;
-    bool record; /* keep per-request figures (rt_result.per_req) */
-    bool check;  /* run rt_sim's invariant checker after every event (slow) */
+    bool record;                  /* keep per-request figures (rt_result.per_req) */
+    bool check;                   /* run rt_sim's invariant checker after every event (slow) */
+    const rt_index_config *index; /* the cache-aware policies' index; NULL: the oracle */
 } rt_sim_config;
 
 /* What one replica did. */
@@ -201,6 +291,8 @@ typedef struct rt_result {
     double ttft_mean;           /* nanoseconds */
     rt_time end;                /* when the last request finished */
     double imbalance;           /* max / mean busy time over replicas (1 when all idle) */
+    rt_index_stats index;       /* the index's work and real timings (n_scores 0: the
+                                   policy never asked for prefixes) */
     rt_replica_stats *replicas; /* n_replicas entries (owned; rt_result_free) */
     rt_req_outcome *per_req;    /* per request, when recorded; else NULL (owned) */
 } rt_result;
@@ -227,6 +319,11 @@ typedef struct rt_options {
     size_t n_counts;
     bool policies[RT_N_POLICIES]; /* --policies */
     rt_model model;               /* the time model's constants */
+    rt_index_config index;        /* --index, --redis, --event-delay-ms (key_prefix: per
+                                     simulation, made from redis_prefix) */
+    bool index_given;             /* --index appeared */
+    const char *redis_prefix;     /* --redis-prefix, or NULL for a fresh one per run */
+    bool delay_given;             /* --event-delay-ms appeared */
     bool json, csv, check;        /* output format; --check (every event) */
     const char *plot_path;        /* --plot FILE.svg, or NULL */
     const char *output_path;      /* -o FILE, or NULL for standard output */
@@ -240,14 +337,16 @@ typedef struct rt_report {
     uint64_t n_requests; /* requests simulated */
     uint64_t n_prompt_tokens;
     uint64_t n_lines;
-    uint64_t capacity;    /* blocks per replica */
-    uint64_t block_bytes; /* KV bytes per block with --model, else 0 */
-    char model_desc[128]; /* "Llama-3.1-8B, fp16 KV" or "" */
-    bool timestamps;      /* every line had one (else some used --interarrival-ms) */
-    in_count count;       /* how OpenAI bodies' tokens were counted */
-    rt_result *runs;      /* n_counts x RT_N_POLICIES, [count][policy]; unrun: n_replicas 0 */
-    double seconds;       /* wall time of the whole run */
-    double seconds_sim;   /* of which in the simulations */
+    uint64_t capacity;     /* blocks per replica */
+    uint64_t block_bytes;  /* KV bytes per block with --model, else 0 */
+    char model_desc[128];  /* "Llama-3.1-8B, fp16 KV" or "" */
+    bool timestamps;       /* every line had one (else some used --interarrival-ms) */
+    in_count count;        /* how OpenAI bodies' tokens were counted */
+    rt_result *runs;       /* n_counts x RT_N_POLICIES, [count][policy]; unrun: n_replicas 0 */
+    char redis_prefix[64]; /* the run's key prefix with --index redis (each simulation
+                              appends ":<count index>.<policy>") */
+    double seconds;        /* wall time of the whole run */
+    double seconds_sim;    /* of which in the simulations */
 } rt_report;
 
 /* `kvprefix route` (route.c): argv[0] is "route". Returns the exit status (cli.h). */

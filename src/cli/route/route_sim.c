@@ -37,6 +37,15 @@
  * mean W (the least-loaded replica always qualifies). Remaining ties go to the first
  * replica after the previous pick, so equal replicas take turns.
  *
+ * Router index. With cfg->index (memory or redis) the cache-aware policies ask a kvp_router
+ * (route_index.c) instead of the caches: every cache's events go to the index's collector,
+ * each step's become one batch per replica (rt_index_step after every arrival or event), the
+ * batches due are applied before each decision (rt_index_sync) and one score answers for all
+ * replicas. With zero delay that is exactly the caches' state, so the decisions are the
+ * oracle's; with cfg->check each decision compares the two (same_as_oracle). The prefix
+ * query of every decision is timed in real time (score_ns) in every mode: the N lookups,
+ * or the router's score call alone.
+ *
  * Invariants (sim_check, run after every event with cfg->check): each queue is a well-formed
  * list of that replica's queued requests whose estimates sum to queued_est; in-flight
  * requests number at most `concurrency` per replica, their finishes sum to sum_finish, and
@@ -44,13 +53,15 @@
  * kvp_cache_check; the event heap is ordered.
  *
  * Cost: per request one kvp_lookup_keys per replica it asks (N for the cache-aware
- * policies, 1 otherwise), one acquire, commit and release, and O(log events) heap work;
- * memory 40 bytes per request plus the replicas' pools.
+ * policies, 1 otherwise; with an index one score instead of N), one acquire, commit and
+ * release, and O(log events) heap work; memory 40 bytes per request (48 for the cache-aware
+ * policies: the timing) plus the replicas' pools.
  */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "logread.h"
@@ -118,6 +129,9 @@ typedef struct sim {
     bool token_forms;       /* vllm-sha256: keys cannot continue a request's chain, so acquire
                                and commit hash the tokens themselves */
     uint64_t n_block_waits; /* requests whose start KVP_ENOSPC postponed */
+    rt_index *index;        /* the cache-aware policies' router index; NULL: the oracle */
+    uint64_t *score_ns;     /* wall time of each routing decision's prefix query */
+    size_t n_score, cap_score;
     char *err;
     size_t err_size;
 } sim;
@@ -128,6 +142,26 @@ static const char *const policy_names[RT_N_POLICIES] = {
 const char *rt_policy_name(int policy)
 {
     return policy >= 0 && policy < RT_N_POLICIES ? policy_names[policy] : NULL;
+}
+
+static const char *const index_names[RT_N_INDEX] = {"oracle", "memory", "redis"};
+
+const char *rt_index_name(int mode)
+{
+    return mode >= 0 && mode < RT_N_INDEX ? index_names[mode] : NULL;
+}
+
+/* Real time, for the index's figures (never for the model). */
+static uint64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+static inline bool policy_scores(int policy)
+{
+    return policy == RT_CACHE_AWARE || policy == RT_CACHE_CAP;
 }
 
 static inline bool rq_in_flight(const sim *s, uint32_t i)
@@ -257,6 +291,56 @@ static int ask(sim *s, uint32_t i, uint32_t r)
     return RT_OK;
 }
 
+/* The prompt tokens request q would reuse on a replica holding its first cached blocks:
+ * kvp_lookup's rule (at least one prompt token computed), 0 when q is oversize. */
+static uint32_t hits_of(const sim *s, const rt_req *q, uint32_t cached)
+{
+    uint32_t most = (q->n_prompt - 1) / s->bs;
+    return too_big(s, q) ? 0 : (cached < most ? cached : most) * s->bs;
+}
+
+/* With --check and no event delay: the index must say what every cache says. Overwrites
+ * cached[] and hits[] with the caches' (equal) answers. Returns RT_OK or an error. */
+static int same_as_oracle(sim *s, uint32_t i)
+{
+    for (uint32_t r = 0; r < s->n; r++) {
+        uint32_t said = s->cached[r];
+        int rc = ask(s, i, r);
+        if (rc != RT_OK)
+            return rc;
+        if (said != s->cached[r])
+            return req_fail(s, RT_EINTERNAL, i,
+                            "the router index says replica %u holds %u blocks, its cache %u", r,
+                            said, s->cached[r]);
+    }
+    return RT_OK;
+}
+
+/* Learn what every replica holds of request i (cached[], hits[]): the oracle asks each
+ * cache; an index first applies the batches due now, then answers with one score. The query
+ * itself is timed (wall clock) into score_ns. Returns RT_OK or an error. */
+static int ask_all(sim *s, uint32_t i)
+{
+    const rt_req *q = rt_log_req(s->log, i);
+    int rc = RT_OK;
+    if (!cli_grow((void **)&s->score_ns, &s->cap_score, s->n_score + 1, sizeof *s->score_ns))
+        return sim_fail(s, RT_ENOMEM, "out of memory");
+    if (s->index && (rc = rt_index_sync(s->index, s->now, s->err, s->err_size)) != RT_OK)
+        return rc;
+    uint64_t t0 = wall_ns(), ns = 0;
+    if (s->index)
+        rc = rt_index_score(s->index, rt_log_keys(s->log, q), q->n_keys, s->cached, &ns, s->err,
+                            s->err_size);
+    for (uint32_t r = 0; !s->index && rc == RT_OK && r < s->n; r++)
+        rc = ask(s, i, r);
+    s->score_ns[s->n_score++] = s->index ? ns : wall_ns() - t0;
+    if (rc != RT_OK || !s->index)
+        return rc;
+    for (uint32_t r = 0; r < s->n; r++)
+        s->hits[r] = hits_of(s, q, s->cached[r]);
+    return s->cfg->check && s->cfg->index->event_delay == 0 ? same_as_oracle(s, i) : RT_OK;
+}
+
 /* The service time of request q with hit prompt tokens reused. Cannot fail (bounded by
  * RT_MAX_TOKENS and RT_MAX_COST_NS: below 2^55). */
 static rt_time service(const sim *s, const rt_req *q, uint32_t hit)
@@ -283,15 +367,15 @@ static bool better(const sim *s, bool by_cache, uint32_t a, uint32_t b)
 }
 
 /* least-loaded and the cache-aware policies: scan from the replica after the previous
- * pick, keeping the first strictly better one. Returns RT_OK or RT_EINTERNAL. */
+ * pick, keeping the first strictly better one. Returns RT_OK or an error. */
 static int pick_scored(sim *s, uint32_t i, uint32_t *out)
 {
     int policy = s->cfg->policy;
-    bool by_cache = policy == RT_CACHE_AWARE || policy == RT_CACHE_CAP;
+    bool by_cache = policy_scores(policy);
+    int rc;
     update_work(s);
-    for (uint32_t r = 0; by_cache && r < s->n; r++)
-        if (ask(s, i, r) != RT_OK)
-            return RT_EINTERNAL;
+    if (by_cache && (rc = ask_all(s, i)) != RT_OK)
+        return rc;
     double limit = (double)INFINITY;
     uint32_t least = 0;
     if (policy == RT_CACHE_CAP) {
@@ -325,11 +409,12 @@ static uint64_t affinity_key(const sim *s, const rt_req *q)
 }
 
 /* Choose the replica of request i and its estimated service time there. Returns RT_OK or
- * RT_EINTERNAL. */
+ * an error. */
 static int route(sim *s, uint32_t i, uint32_t *out, rt_time *est)
 {
     const rt_req *q = rt_log_req(s->log, i);
     uint32_t r = 0;
+    int rc;
     switch (s->cfg->policy) {
     case RT_ROUND_ROBIN:
         r = (uint32_t)(s->n_routed % s->n);
@@ -341,13 +426,12 @@ static int route(sim *s, uint32_t i, uint32_t *out, rt_time *est)
         r = rt_ring_pick(s->ring, affinity_key(s, q));
         break;
     default:
-        if (pick_scored(s, i, &r) != RT_OK)
-            return RT_EINTERNAL;
+        if ((rc = pick_scored(s, i, &r)) != RT_OK)
+            return rc;
         break;
     }
-    bool asked = s->cfg->policy == RT_CACHE_AWARE || s->cfg->policy == RT_CACHE_CAP;
-    if (!asked && ask(s, i, r) != RT_OK)
-        return RT_EINTERNAL;
+    if (!policy_scores(s->cfg->policy) && (rc = ask(s, i, r)) != RT_OK)
+        return rc;
     *est = service(s, q, s->hits[r]);
     s->last = r;
     s->n_routed++;
@@ -444,8 +528,9 @@ static int arrive(sim *s, uint32_t i)
 {
     uint32_t r;
     rt_time est;
-    if (route(s, i, &r, &est) != RT_OK)
-        return RT_EINTERNAL;
+    int rc = route(s, i, &r, &est);
+    if (rc != RT_OK)
+        return rc;
     rt_rep *p = &s->rep[r];
     if (p->queued_est > RT_TIME_MAX * 128 - est)
         return req_fail(s, RT_EINPUT, i,
@@ -543,6 +628,8 @@ static void sim_free(sim *s)
 {
     for (uint32_t r = 0; s->rep && r < s->n; r++)
         kvp_cache_free(s->rep[r].cache);
+    rt_index_free(s->index); /* after the caches, which emit no events when freed */
+    free(s->score_ns);
     free(s->rep);
     rt_ring_free(s->ring);
     free(s->where);
@@ -592,8 +679,16 @@ static int sim_init(sim *s)
     kc.block_size = s->bs;
     kc.single_threaded = true;
     kc.on_event = NULL;
+    const rt_index_config *ic = s->cfg->index;
+    if (ic && ic->mode != RT_INDEX_ORACLE && policy_scores(s->cfg->policy)) {
+        int rc = rt_index_new(ic, s->n, s->bs, &s->index, s->err, s->err_size);
+        if (rc != RT_OK)
+            return rc;
+    }
     for (uint32_t r = 0; r < s->n; r++) {
         s->rep[r].q_head = s->rep[r].q_tail = RT_NIL;
+        if (s->index)
+            rt_index_attach(s->index, r, &kc);
         int rc = kvp_cache_new(&kc, &s->rep[r].cache);
         if (rc != KVP_OK)
             return sim_fail(s, rc == KVP_ENOMEM ? RT_ENOMEM : RT_EINTERNAL,
@@ -622,10 +717,16 @@ static int sim_loop(sim *s)
         }
         if (rc != RT_OK)
             return rc;
-        if (s->cfg->check && !sim_check(s))
+        if (s->index && (rc = rt_index_step(s->index, s->now, s->err, s->err_size)) != RT_OK)
+            return rc;
+        if (s->cfg->check && (!sim_check(s) || (s->index && !rt_index_check(s->index))))
             return sim_fail(s, RT_EINTERNAL, "the simulation's invariants failed at %.6f s",
                             (double)s->now / 1e9);
     }
+    /* The last steps' events too, so that the index's figures count every event. */
+    int rc = s->index ? rt_index_sync(s->index, INT64_MAX, s->err, s->err_size) : RT_OK;
+    if (rc != RT_OK)
+        return rc;
     for (uint32_t r = 0; r < s->n; r++)
         if (s->rep[r].n_queued || s->rep[r].in_flight)
             return sim_fail(s, RT_EINTERNAL, "replica %u still has requests at the end", r);
@@ -645,7 +746,34 @@ static rt_time percentile(const rt_time *sorted, size_t n, unsigned p)
     return sorted[rank ? rank - 1 : 0];
 }
 
-/* Fill *out from the finished simulation. Returns RT_OK or RT_ENOMEM. */
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The index's figures: score percentiles (sorting score_ns in place) and the router's
+ * counters. Returns RT_OK or RT_EINTERNAL. */
+static int index_result(sim *s, rt_index_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->mode = s->cfg->index ? s->cfg->index->mode : RT_INDEX_ORACLE;
+    if (s->index && rt_index_stats_get(s->index, st) != RT_OK)
+        return sim_fail(s, RT_EINTERNAL, "kvp_router_stats_get failed");
+    size_t n = s->n_score;
+    st->n_scores = n;
+    if (n == 0)
+        return RT_OK;
+    qsort(s->score_ns, n, sizeof *s->score_ns, cmp_u64);
+    st->score_p50_ns = s->score_ns[(n * 50 + 99) / 100 - 1];
+    st->score_p99_ns = s->score_ns[(n * 99 + 99) / 100 - 1];
+    st->score_max_ns = s->score_ns[n - 1];
+    for (size_t i = 0; i < n; i++)
+        st->score_ns += s->score_ns[i];
+    return RT_OK;
+}
+
+/* Fill *out from the finished simulation. Returns RT_OK, RT_ENOMEM or RT_EINTERNAL. */
 static int sim_result(sim *s, rt_result *out)
 {
     size_t n = rt_log_n(s->log);
@@ -655,6 +783,9 @@ static int sim_result(sim *s, rt_result *out)
     r.n_replicas = s->n;
     r.n_requests = n;
     r.n_block_waits = s->n_block_waits;
+    int rc = index_result(s, &r.index);
+    if (rc != RT_OK)
+        return rc;
     rt_time *sorted = malloc(n * sizeof *sorted);
     r.replicas = calloc(s->n, sizeof *r.replicas);
     r.per_req = s->cfg->record ? calloc(n, sizeof *r.per_req) : NULL;
@@ -709,12 +840,15 @@ int rt_sim_run(const rt_log *log, const rt_sim_config *cfg, rt_result *out, char
     if (s.n == 0 || s.n > RT_MAX_REPLICAS || cfg->policy < 0 || cfg->policy >= RT_N_POLICIES ||
         cfg->model.concurrency == 0 || cfg->capacity == 0 || rt_log_n(log) >= RT_NIL)
         return sim_fail(&s, RT_EINTERNAL, "invalid simulation configuration");
+    uint64_t t0 = wall_ns();
     int rc = sim_init(&s);
     if (rc == RT_OK)
         rc = sim_loop(&s);
     if (rc == RT_OK)
         rc = sim_result(&s, out);
     sim_free(&s);
+    if (rc == RT_OK)
+        out->index.seconds = (double)(wall_ns() - t0) / 1e9;
     return rc;
 }
 
