@@ -18,11 +18,13 @@
  *       prompt nobody holds. p50/p99 over the calls of a run, median over runs; round trips
  *       per score from kvp_router_stats.n_redis_calls. Both backends' rows are compared on
  *       every call (a difference exits 1).
- *   (c) the same prompts looked up the way llm-d's indexer does: one HKEYS per block key,
- *       all pipelined (one round trip, one reply per block), the longest consecutive prefix
- *       per holder computed here.
+ *   (c) the same prompts looked up the way llm-d's indexer does, on a copy of the same
+ *       stores in its layout (one hash per block, field the pod, written by one HSET per
+ *       block pipelined per batch): one HKEYS per block key, all pipelined (one round trip,
+ *       one reply per block), the longest consecutive prefix per holder computed here.
  *   (d) Redis memory: INFO memory used_memory after the fill minus before, per (block,
- *       worker) pair, against the in-memory index's bytes per pair.
+ *       worker) pair, for the router's schema and for the llm-d-style copy, against the
+ *       in-memory index's bytes per pair.
  *   (e) Redis stopped (SIGSTOP, a hang rather than a refusal): the first score's latency
  *       (it waits for the timeout) and the next ones' (answered from the local view).
  *
