@@ -503,11 +503,11 @@ Test(redis_fleet, store_checker_catches_each_corruption)
         {"HSET %s:media DISK 9", "media: a bit outside 0..5"},
         {"HSET %s:media DISK 0", "media: a bit given twice"},
         {"HSET %s:media disk 3", "media: a name not in upper case"},
-        {"HSET %s:w:12345678 expected zz known 1 stale 0 n 0",
+        {"HSET %s:w:12345678 expected zz known 1 stale 0 full 1 n 0",
          "worker state: expected is not 16 hex digits"},
-        {"HSET %s:w:12345678 expected 0000000000000001 known 2 stale 0 n 0",
-         "worker state: known or stale is not 0 or 1"},
-        {"HSET %s:w:12345678 expected 0000000000000001 known 1 stale 0 n 5",
+        {"HSET %s:w:12345678 expected 0000000000000001 known 2 stale 0 full 1 n 0",
+         "worker state: known, stale or full is not 0 or 1"},
+        {"HSET %s:w:12345678 expected 0000000000000001 known 1 stale 0 full 1 n 5",
          "worker state: n differs from the blocks held"},
         {"HSET %s:wm:12345678 short 1", "blocks: a block key is not 8 bytes"},
         {"HSET %s:wm:12345678 abcdefgh 0", "blocks: a mask is 0 or names an unregistered medium"},
@@ -546,25 +546,79 @@ Test(redis_fleet, reseed_only_onto_the_expected_state)
     kvp__rr_gid("e", 1, 0, gid);
     redisContext *c = inspect();
     const char *block = "ABCDEFGH";
-    long long got = int_reply(c, redisCommand(c, "FCALL kvprefix_reseed 0 %s 0 %b %s 1 GPU %s",
+    long long got = int_reply(c, redisCommand(c, "FCALL kvprefix_reseed 0 %s 0 %b %s 1 1 GPU %s",
                                               prefix, gid, (size_t)8, "0000000000000005", block));
     cr_assert_eq(got, 0, "another expected: refused");
     kvp_router_row rows[16];
     uint64_t b8 = 0x4142434445464748u;
     score_keys(r, &b8, 1, rows);
     cr_assert_eq(rows[0].n_blocks, 0);
-    got = int_reply(c, redisCommand(c, "FCALL kvprefix_reseed 0 %s 0 %b %s 1 GPU %s", prefix, gid,
+    got = int_reply(c, redisCommand(c, "FCALL kvprefix_reseed 0 %s 0 %b %s 1 1 GPU %s", prefix, gid,
                                     (size_t)8, "0000000000000001", block));
     cr_assert_eq(got, 1);
     score_keys(r, &b8, 1, rows);
     cr_assert_eq(rows[0].n_blocks, 1);
     cr_assert_eq(kvp_router_mark_stale(r, w), KVP_OK);
-    got = int_reply(c, redisCommand(c, "FCALL kvprefix_reseed 0 %s 0 %b %s 1 GPU %s", prefix, gid,
+    got = int_reply(c, redisCommand(c, "FCALL kvprefix_reseed 0 %s 0 %b %s 1 1 GPU %s", prefix, gid,
                                     (size_t)8, "0000000000000001", block));
     cr_assert_eq(got, 0, "a stale worker: refused");
     STORE_CHECK(r);
     redisFree(c);
     kvp_router_free(r);
+}
+
+/* Delete every key of prefix p (a store that lost this fleet's data). */
+static void drop_prefix(redisContext *c, const char *p)
+{
+    char pat[96];
+    snprintf(pat, sizeof pat, "%s:*", p);
+    redisReply *rep = redisCommand(c, "KEYS %s", pat);
+    cr_assert(rep && rep->type == REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < rep->elements; i++)
+        freeReplyObject(
+            redisCommand(c, "DEL %b", rep->element[i]->str, (size_t)rep->element[i]->len));
+    freeReplyObject(rep);
+}
+
+/* After the store loses a worker, a router whose local view is partial (it missed batches
+ * 0-2 and followed from batch 3) finds the loss first and puts back what it has; the
+ * other router, whose view is whole at the same batch, re-seeds the rest when its copy of
+ * the batch arrives (a DUPLICATE in the store): every block is back, and no further
+ * re-seed is sent. */
+Test(redis_fleet, whole_view_reseeds_after_a_partial_one_found_the_loss)
+{
+    kvp_router *r1 = shared_router("whole"), *r2 = shared_router("whole");
+    uint32_t w1 = worker(r1, "e"), w2 = worker(r2, "e");
+    uint64_t k[5] = {901, 902, 903, 904, 905};
+    for (uint64_t seq = 0; seq < 4; seq++)
+        apply_keys(r1, w1, seq, k + seq, 1, "GPU", false);
+    kvp_router_apply_result res = apply_keys(r2, w2, 3, k + 3, 1, "GPU", false);
+    cr_assert_eq(res.status, KVP_ROUTER_DUPLICATE, "r2 followed from batch 3");
+    char p[64];
+    snprintf(p, sizeof p, "whole_%ld", (long)getpid());
+    redisContext *c = inspect();
+    drop_prefix(c, p);
+    res = apply_keys(r2, w2, 4, k + 4, 1, "GPU", false);
+    cr_assert_eq(res.status, KVP_ROUTER_APPLIED);
+    cr_assert_eq(stats_of(r2).n_redis_lost, 1);
+    cr_assert_eq(stats_of(r2).n_redis_reseeds, 1, "r2 found the loss: its partial view back");
+    kvp_router_row rows[16];
+    score_keys(r1, k, 5, rows);
+    cr_assert_eq(rows[0].n_blocks, 0, "the shared view holds blocks 3 and 4 only");
+    score_keys(r1, k + 3, 2, rows);
+    cr_assert_eq(rows[0].n_blocks, 2);
+    res = apply_keys(r1, w1, 4, k + 4, 1, "GPU", false);
+    cr_assert_eq(res.status, KVP_ROUTER_DUPLICATE);
+    cr_assert_eq(stats_of(r1).n_redis_reseeds, 1, "r1's view is whole at batch 4");
+    score_keys(r2, k, 5, rows);
+    cr_assert_eq(rows[0].n_blocks, 5, "every block back, scored by either router");
+    res = apply_keys(r2, w2, 5, k, 1, "GPU", false);
+    cr_assert_eq(stats_of(r2).n_redis_reseeds, 1, "the shared view is whole again");
+    cr_assert_eq(stats_of(r1).n_redis_reseeds, 1);
+    STORE_CHECK(r1);
+    redisFree(c);
+    kvp_router_free(r1);
+    kvp_router_free(r2);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -385,6 +385,7 @@ void kvp__rt_mark_stale_locked(kvp_router *r, uint32_t id)
 {
     kvp__rt_worker_clear(r, id);
     r->workers[id].stale = true;
+    r->workers[id].partial = true;
     r->workers[id].seq_known = false;
 }
 

@@ -198,6 +198,10 @@ typedef struct kvp__rt_worker {
     uint32_t row;         /* position among live workers (score rows), when live */
     bool live;            /* the slot is in use */
     bool stale;           /* ignored by score until fresh again */
+    bool partial;         /* the view lacks history: stale since, or restarted from a batch
+                             other than 0 (resync, a store's local follow); whole again at a
+                             batch numbered 0 or an AllBlocksCleared. A partial view never
+                             re-seeds a shared store */
     bool seq_known;       /* expected is meaningful (false just after mark_stale) */
     uint64_t expected;    /* next sequence number, when seq_known */
     double ts0;           /* ts of the batch numbered 0 last applied (restart test) */

@@ -211,8 +211,10 @@ int kvp__rt_apply_locked(kvp_router *r, uint32_t id, uint64_t seq, const kvp_kv_
             exact = true;
     }
     /* Step 5: sequence state and counters. */
-    if (exact)
+    if (exact) {
         w->stale = false;
+        w->partial = false;
+    }
     if (seq == 0)
         w->ts0 = b->ts;
     w->seq_known = true;

@@ -574,7 +574,7 @@ static const char *const check_whys[] = {
     "media: a bit given twice",
     "media: a name not in upper case",
     "worker state: expected is not 16 hex digits",
-    "worker state: known or stale is not 0 or 1",
+    "worker state: known, stale or full is not 0 or 1",
     "worker state: n differs from the blocks held",
     "blocks: a block key is not 8 bytes",
     "blocks: a mask is 0 or names an unregistered medium",

@@ -9,7 +9,10 @@ Keys (P = the router's key_prefix; gid = 8 raw bytes naming a worker fleet-wide;
 is 8 raw bytes, the event integer big-endian):
   P:wm:<gid>    hash  block -> media mask (integer; bit i = global medium i): the blocks
                       the worker holds
-  P:w:<gid>     hash  expected (16 hex digits), known (0/1), stale (0/1), ts0 (8 raw
+  P:w:<gid>     hash  expected (16 hex digits), known (0/1), stale (0/1), full (0/1:
+                      the shared view holds every block the worker holds, as far as the
+                      batches applied tell; 0 after the state was lost and remade, or a
+                      stale mark, until an exact batch or a re-seed), ts0 (8 raw
                       bytes: the ts of its last batch numbered 0), n (blocks), engine, dp
   P:media       hash  medium name (upper case) -> global bit 0..5
 With a worker TTL, P:w and P:wm are PEXPIRE'd together at every batch.
@@ -124,16 +127,16 @@ end
 -- store lost it (restart, flush, expiry): its history is given up and the batch applied.
 local function worker_state(P, gid, seq_zero, knew)
     local wk = P .. ':w:' .. gid
-    local st = redis.call('HMGET', wk, 'expected', 'known', 'stale', 'ts0')
+    local st = redis.call('HMGET', wk, 'expected', 'known', 'stale', 'ts0', 'full')
     if st[1] then
         local eh, el = seq_parse(st[1])
         return {eh = eh, el = el, known = st[2] == '1', stale = st[3] == '1',
-                ts0 = st[4] or string.rep('\0', 8), lost = 0}
+                ts0 = st[4] or string.rep('\0', 8), full = st[5] ~= '0', lost = 0}
     end
     clear_blocks(P, gid)
     local lost = (not seq_zero) and knew == '1'
     return {eh = 0, el = 0, known = not lost, stale = false, ts0 = string.rep('\0', 8),
-            lost = lost and 1 or 0, new = true}
+            full = not lost, lost = lost and 1 or 0, new = true}
 end
 
 -- Where seq places: 1 applied, 2 restarted, 3 duplicate, 4 gap (as router_apply.c).
@@ -174,7 +177,8 @@ end
 
 -- One batch at a[i ..]: gid, seq (16 hex), ts (8 raw bytes), knew (0/1), engine, dp,
 -- n_events, then per event: type (S, R or C), medium, hashes (8 raw bytes each). Returns
--- its result {status, expected (16 hex), stale (0/1), lost (0/1)} and the next index.
+-- its result {status, expected (16 hex), stale (0/1), lost (0/1), full (0/1)} and the
+-- next index.
 local function apply_batch(P, ttl, a, i)
     local gid, ts, knew = a[i], a[i + 2], a[i + 3]
     local engine, dp, n_ev = a[i + 4], a[i + 5], tonumber(a[i + 6])
@@ -187,7 +191,8 @@ local function apply_batch(P, ttl, a, i)
             redis.call('PEXPIRE', wk, ttl)
             redis.call('PEXPIRE', P .. ':wm:' .. gid, ttl)
         end
-        return {status, seq_fmt(w.eh, w.el), w.stale and 1 or 0, w.lost}, i + 7 + 3 * n_ev
+        return {status, seq_fmt(w.eh, w.el), w.stale and 1 or 0, w.lost, w.full and 1 or 0},
+               i + 7 + 3 * n_ev
     end
     if status == 2 then
         clear_blocks(P, gid)
@@ -195,6 +200,7 @@ local function apply_batch(P, ttl, a, i)
     local exact = apply_events(P, gid, w, a, i + 7, n_ev) or (sh == 0 and sl == 0)
     if exact then
         w.stale = false
+        w.full = true
     end
     if sh == 0 and sl == 0 then
         w.ts0 = ts
@@ -203,12 +209,13 @@ local function apply_batch(P, ttl, a, i)
     local wm = P .. ':wm:' .. gid
     redis.call('HSET', wk, 'expected', seq_fmt(eh, el), 'known', '1', 'stale',
                w.stale and '1' or '0', 'ts0', w.ts0, 'n', redis.call('HLEN', wm), 'engine',
-               engine, 'dp', dp)
+               engine, 'dp', dp, 'full', w.full and '1' or '0')
     if ttl > 0 then
         redis.call('PEXPIRE', wk, ttl)
         redis.call('PEXPIRE', wm, ttl)
     end
-    return {status, seq_fmt(eh, el), w.stale and 1 or 0, w.lost}, i + 7 + 3 * n_ev
+    return {status, seq_fmt(eh, el), w.stale and 1 or 0, w.lost, w.full and 1 or 0},
+           i + 7 + 3 * n_ev
 end
 
 -- kvprefix_apply: ARGV P, ttl_ms, n_batches, then each batch (apply_batch). All batches
@@ -232,7 +239,8 @@ local function kvprefix_mark_stale(keys, a)
     if not redis.call('HGET', wk, 'expected') then
         redis.call('HSET', wk, 'expected', seq_fmt(0, 0))
     end
-    redis.call('HSET', wk, 'known', '0', 'stale', '1', 'n', 0, 'engine', a[4], 'dp', a[5])
+    redis.call('HSET', wk, 'known', '0', 'stale', '1', 'full', '0', 'n', 0, 'engine', a[4],
+               'dp', a[5])
     if ttl > 0 then
         redis.call('PEXPIRE', wk, ttl)
     end
@@ -364,25 +372,28 @@ local function kvprefix_score(keys, a)
     return {redis.call('HGETALL', P .. ':media'), rows}
 end
 
--- kvprefix_reseed: ARGV P, ttl_ms, gid, expected (16 hex), n_media, then n_media pairs
--- (medium, blocks: 8 raw bytes each). A router whose local view of a worker was exact at
--- the batch that found the worker's state lost puts that view back: only if the state
--- still expects `expected` and is fresh (no other router moved it since). Returns 1 when
--- re-seeded, 0 when not.
+-- kvprefix_reseed: ARGV P, ttl_ms, gid, expected (16 hex), whole (0/1), n_media, then
+-- n_media pairs (medium, blocks: 8 raw bytes each). A router puts its local view of a
+-- worker, taken at `expected`, into the shared view: only if the state still expects
+-- `expected` and is fresh (no other router moved it since). Every block of a local view
+-- that is not stale is held, so the shared view stays a subset of the truth; when the
+-- sender's view is whole, the union is the worker's whole view and the state is marked
+-- full. Returns 1 when re-seeded, 0 when not.
 local function kvprefix_reseed(keys, a)
     local P, ttl, gid = a[1], tonumber(a[2]), a[3]
     local wk, wm = P .. ':w:' .. gid, P .. ':wm:' .. gid
-    local st = redis.call('HMGET', wk, 'expected', 'stale')
+    local st = redis.call('HMGET', wk, 'expected', 'stale', 'full')
     if st[1] ~= a[4] or st[2] ~= '0' then
         return 0
     end
-    for i = 6, 5 + 2 * tonumber(a[5]), 2 do
+    for i = 7, 6 + 2 * tonumber(a[6]), 2 do
         local b = medium_bit(P, a[i], true)
         if b then
             store(P, gid, a[i + 1], bit.lshift(1, b))
         end
     end
-    redis.call('HSET', wk, 'n', redis.call('HLEN', wm))
+    local full = (a[5] == '1' or st[3] ~= '0') and '1' or '0'
+    redis.call('HSET', wk, 'n', redis.call('HLEN', wm), 'full', full)
     if ttl > 0 then
         redis.call('PEXPIRE', wm, ttl)
     end
@@ -424,7 +435,7 @@ end
 
 -- kvprefix_check: ARGV P. Walks every key of the prefix (KEYS: for tests and debugging,
 -- not for a busy server) and checks the invariants: media bits 0..5, unique, names in
--- upper case; each worker state well formed (expected 16 hex digits, known and stale 0
+-- upper case; each worker state well formed (expected 16 hex digits, known, stale and full 0
 -- or 1, n the length of its block hash); each block key 8 bytes with a mask of registered
 -- bits, never 0. Returns {1, 'ok'} or {0, why}.
 local function kvprefix_check(keys, a)
@@ -434,12 +445,13 @@ local function kvprefix_check(keys, a)
         return {0, why}
     end
     for _, kg in ipairs(keys_of(P, ':w:')) do
-        local st = redis.call('HMGET', kg[1], 'expected', 'known', 'stale', 'n')
+        local st = redis.call('HMGET', kg[1], 'expected', 'known', 'stale', 'n', 'full')
         if not st[1] or #st[1] ~= 16 or not string.match(st[1], '^%x+$') then
             return {0, 'worker state: expected is not 16 hex digits'}
         end
-        if (st[2] ~= '0' and st[2] ~= '1') or (st[3] ~= '0' and st[3] ~= '1') then
-            return {0, 'worker state: known or stale is not 0 or 1'}
+        if (st[2] ~= '0' and st[2] ~= '1') or (st[3] ~= '0' and st[3] ~= '1') or
+            (st[5] ~= '0' and st[5] ~= '1') then
+            return {0, 'worker state: known, stale or full is not 0 or 1'}
         end
         if tonumber(st[4] or '-1') ~= redis.call('HLEN', P .. ':wm:' .. kg[2]) then
             return {0, 'worker state: n differs from the blocks held'}

@@ -14,12 +14,16 @@
  *   4. on a Redis failure (or in the retry pause) the local results stand, counted as
  *      fallback applies. When Redis returns, its sequence state reports a GAP for the
  *      batches it missed and the caller replays them (local DUPLICATEs, Redis APPLIED);
- *   5. a worker that Redis lost (restart, flush, expiry: kvprefix_apply recreated its
- *      state and applied the batch alone) whose local view was exact at this batch (the
- *      local index applied it in sequence, not stale) is re-seeded: its local blocks are
- *      sent with kvprefix_reseed (one more round trip, rare), which adds them only if no
- *      other router moved the worker's state meanwhile. Nothing is lost across a Redis
- *      restart then, for workers that this router followed.
+ *   5. re-seed: the router that finds a worker lost (Redis restarted, flushed or expired
+ *      its state; kvprefix_apply remade it from this batch alone) puts its local view back
+ *      if that view is at the same batch and not stale, whole or partial (a partial view
+ *      holds only blocks stored since it restarted, all held); and while the shared view
+ *      is not whole (remade after a loss and not yet re-seeded from a whole view, or stale
+ *      and resynced since), a router whose local view is whole (kvp__rt_worker.partial
+ *      false) at the same batch puts it back too. kvprefix_reseed (one more round trip,
+ *      rare) adds the blocks only if no other router moved the worker's state meanwhile,
+ *      and marks the shared view whole when the sender's is. Nothing is lost across a
+ *      Redis restart then, for workers that some router followed from their batch 0.
  *
  * kvp__rr_score (kvp_router_score, kvp_router_score_hashes):
  *   1. under the shared lock: the rows, each live worker's gid, group and block size;
@@ -51,7 +55,8 @@ typedef struct sent_item {
     size_t item;      /* index in items */
     int local;        /* the local status */
     bool local_stale; /* the local view of the worker is stale after the batch */
-    bool reseed;      /* step 5: Redis lost the worker, the local view was exact */
+    bool whole;       /* and it is whole (not partial): see kvp__rt_worker.partial */
+    bool reseed;      /* step 5: re-seed the shared view from the local one */
     uint64_t epoch;   /* worker set epoch when built (a follow needs the same worker) */
 } sent_item;
 
@@ -125,7 +130,8 @@ static size_t apply_local(kvp_router *r, kvp_router_item *items, size_t n, bool 
         bool knew = kvp__rt_worker_ok(r, it->worker) && r->workers[it->worker].n_batches > 0;
         it->rc = kvp__rt_apply_one_locked(r, it->worker, it->seq, it->batch, &it->res);
         if (it->rc == KVP_OK && send) {
-            sent[n_sent] = (sent_item){i, it->res.status, it->res.stale, false, r->epoch};
+            bool whole = kvp__rt_worker_ok(r, it->worker) && !r->workers[it->worker].partial;
+            sent[n_sent] = (sent_item){i, it->res.status, it->res.stale, whole, false, r->epoch};
             add_batch(cmd, r, it, knew);
             n_sent++;
         }
@@ -134,21 +140,31 @@ static size_t apply_local(kvp_router *r, kvp_router_item *items, size_t n, bool 
     return n_sent;
 }
 
-/* A reply element {status, expected (16 hex), stale, lost}; false when malformed. */
-static bool parse_result(const redisReply *e, int *status, uint64_t *expected, bool *stale,
-                         bool *lost)
+/* One batch's result in a kvprefix_apply reply. */
+typedef struct store_result {
+    int status;        /* KVP_ROUTER_* in the store */
+    uint64_t expected; /* the store's next sequence number for the worker */
+    bool stale;        /* the shared view is stale */
+    bool lost;         /* the store had lost the worker's state: remade by this batch */
+    bool full;         /* the shared view is whole (not remade after a loss, not stale since) */
+} store_result;
+
+/* A reply element {status, expected (16 hex), stale, lost, full}; false when malformed. */
+static bool parse_result(const redisReply *e, store_result *out)
 {
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 4 ||
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 5 ||
         e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_STRING ||
         e->element[1]->len != 16 || e->element[2]->type != REDIS_REPLY_INTEGER ||
-        e->element[3]->type != REDIS_REPLY_INTEGER)
+        e->element[3]->type != REDIS_REPLY_INTEGER || e->element[4]->type != REDIS_REPLY_INTEGER)
         return false;
-    *status = (int)e->element[0]->integer;
+    out->status = (int)e->element[0]->integer;
     char *end = NULL;
-    *expected = strtoull(e->element[1]->str, &end, 16);
-    *stale = e->element[2]->integer != 0;
-    *lost = e->element[3]->integer != 0;
-    return *status >= KVP_ROUTER_APPLIED && *status <= KVP_ROUTER_GAP && end && *end == '\0';
+    out->expected = strtoull(e->element[1]->str, &end, 16);
+    out->stale = e->element[2]->integer != 0;
+    out->lost = e->element[3]->integer != 0;
+    out->full = e->element[4]->integer != 0;
+    return out->status >= KVP_ROUTER_APPLIED && out->status <= KVP_ROUTER_GAP && end &&
+           *end == '\0';
 }
 
 /* Step 3's local follow of item it: restart the worker's local view from this batch. */
@@ -172,30 +188,29 @@ static bool merge(kvp_router *r, kvp_router_item *items, sent_item *sent, size_t
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n_sent)
         return false;
     bool follow = false;
+    store_result sr;
     for (size_t s = 0; s < n_sent; s++) {
-        int status = 0;
-        uint64_t expected = 0;
-        bool stale = false, lost = false;
-        if (!parse_result(rep->element[s], &status, &expected, &stale, &lost))
+        if (!parse_result(rep->element[s], &sr))
             return false;
     }
     for (size_t s = 0; s < n_sent; s++) {
-        int status = 0;
-        uint64_t expected = 0;
-        bool stale = false, lost = false;
-        (void)parse_result(rep->element[s], &status, &expected, &stale, &lost);
+        (void)parse_result(rep->element[s], &sr);
         kvp_router_item *it = &items[sent[s].item];
         int local = sent[s].local;
-        if (status == KVP_ROUTER_DUPLICATE &&
-            (local == KVP_ROUTER_APPLIED || local == KVP_ROUTER_RESTARTED))
+        bool local_step = local == KVP_ROUTER_APPLIED || local == KVP_ROUTER_RESTARTED;
+        if (sr.status == KVP_ROUTER_DUPLICATE && local_step)
             atomic_fetch_add(&r->rr->n_duplicates, 1);
-        atomic_fetch_add(&r->rr->n_lost, lost);
-        sent[s].reseed = lost && !sent[s].local_stale &&
-                         (local == KVP_ROUTER_APPLIED || local == KVP_ROUTER_RESTARTED);
-        it->res.status = status;
-        it->res.expected = expected;
-        it->res.stale = stale;
-        follow |= local == KVP_ROUTER_GAP && status != KVP_ROUTER_GAP;
+        atomic_fetch_add(&r->rr->n_lost, sr.lost);
+        /* Step 5, at the same batch (checked again, with the local expected, when the
+         * re-seed is built): the router that found the loss puts back what it has, whole
+         * or partial (every block of a partial view is held); a whole view also repairs a
+         * shared view that is not whole, found so by another router. */
+        sent[s].reseed = !sr.stale && !sent[s].local_stale && local_step &&
+                         sr.status != KVP_ROUTER_GAP && (sr.lost || (!sr.full && sent[s].whole));
+        it->res.status = sr.status;
+        it->res.expected = sr.expected;
+        it->res.stale = sr.stale;
+        follow |= local == KVP_ROUTER_GAP && sr.status != KVP_ROUTER_GAP;
     }
     if (!follow)
         return true;
@@ -263,8 +278,8 @@ static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_c
     }
 }
 
-/* Step 5: re-seed worker it->worker's shared view from the local one (it was exact at
- * this batch, Redis had lost the worker): kvprefix_reseed, one more round trip. mu held. */
+/* Step 5: re-seed worker it->worker's shared view from the local one, at the same batch:
+ * kvprefix_reseed, one more round trip. mu held. */
 static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_item *sent)
 {
     kvp__rr *rr = r->rr;
@@ -273,7 +288,9 @@ static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_i
     kvp__rr_cmd_fcall(&cmd, rr, "kvprefix_reseed");
     kvp__rr_cmd_i64(&cmd, (int64_t)rr->ttl_ms);
     kvp__rt_rdlock(r);
-    bool same = r->epoch == sent->epoch && kvp__rt_worker_ok(r, it->worker);
+    bool same = r->epoch == sent->epoch && kvp__rt_worker_ok(r, it->worker) &&
+                r->workers[it->worker].expected == it->res.expected &&
+                !r->workers[it->worker].stale;
     if (same) {
         const kvp__rt_worker *w = &r->workers[it->worker];
         char *p = kvp__rr_cmd_arg(&cmd, KVP__RR_GID_BYTES);
@@ -282,6 +299,7 @@ static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_i
         char seq[17];
         snprintf(seq, sizeof seq, "%016llx", (unsigned long long)it->res.expected);
         kvp__rr_cmd_str(&cmd, seq);
+        kvp__rr_cmd_i64(&cmd, !w->partial);
         kvp__rr_cmd_i64(&cmd, (int64_t)r->n_media);
         add_worker_blocks_locked(r, it->worker, &cmd);
     }
