@@ -17,11 +17,16 @@
  * equal its owner's model exactly, the router's counters must equal the sums of what the
  * threads did, and kvp_router_check must pass.
  *
+ * With KVP_TEST_REDIS_URL set (tests/with_redis.py), the router has a Redis store: every
+ * batch goes to Redis as well, every score is answered by Redis, the same checks hold, and
+ * no call may have fallen back to the local view (that would hide a broken store).
+ *
  * Prints "N passed, M failed" and exits 0 when every check held, 1 otherwise.
  * Usage: router_threads [batches per event thread] (default 4000).
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,6 +380,14 @@ int main(int argc, char **argv)
     hash_cfg.hash_profile = KVP_HASH_VLLM_XXHASH;
     hash_cfg.block_size = BLOCK_SIZE;
     cfg.hash = hash_cfg;
+    char prefix[48];
+    const char *url = getenv("KVP_TEST_REDIS_URL");
+    if (url && *url) {
+        snprintf(prefix, sizeof prefix, "threads%ld", (long)getpid());
+        cfg.redis.url = url;
+        cfg.redis.key_prefix = prefix;
+        cfg.redis.timeout_ms = 10000; /* a sanitizer build on a loaded machine is slow */
+    }
     if (kvp_router_new(&cfg, &router) != KVP_OK) {
         fprintf(stderr, "router_threads: kvp_router_new failed\n");
         return 1;
@@ -407,6 +420,13 @@ int main(int argc, char **argv)
     pthread_join(ct, NULL);
 
     final_checks(ev);
+    if (url && *url) {
+        kvp_router_stats rs;
+        check(kvp_router_stats_get(router, &rs) == KVP_OK && rs.redis && rs.redis_up,
+              "Redis reachable throughout");
+        check(rs.n_redis_errors == 0 && rs.n_fallback_scores == 0 && rs.n_fallback_applies == 0,
+              "no call fell back to the local view");
+    }
     kvp_router_free(router);
     int failed = atomic_load(&n_failed);
     printf("router_threads: %d passed, %d failed (%llu scores ran concurrently)\n", n_passed,
