@@ -305,7 +305,8 @@ local function small_hash(wm)
     return held
 end
 
--- One worker's run over blocks: the first FIRST_CHUNK blocks by HMGET; if all are held,
+-- One worker's run over blocks: block 0 by HGET (a worker without it has no run), then
+-- the first FIRST_CHUNK blocks by HMGET; if all are held,
 -- the rest from the whole hash when it is small (small_hash), else by HMGET in chunks
 -- growing 4 times (hash-table probes), up to MAX_CHUNK. Returns {0, n_blocks, mask,
 -- count, mask, count ...}: the run's media masks as (mask, consecutive blocks) pairs in
@@ -313,6 +314,9 @@ end
 local FIRST_CHUNK, MAX_CHUNK = 32, 4096
 local function run_of(wm, blocks, bk)
     local n_blocks = math.floor(#blocks / 8)
+    if n_blocks == 0 or not redis.call('HGET', wm, block_at(blocks, bk, 1)) then
+        return {0, 0} -- most workers of a fleet: one field read, not FIRST_CHUNK
+    end
     local row, n, k, last, cnt = {0, 0}, 0, 2, nil, 0
     local from, chunk, held = 1, FIRST_CHUNK, nil
     while from <= n_blocks do
