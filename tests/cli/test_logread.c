@@ -6,7 +6,7 @@
  * Expected texts, token boundaries and byte ids are worked out by hand in the comments;
  * words token ids are computed here from the documented rule (XXH32 of the token's bytes,
  * seed 0, plus 1024 when below 1024), not taken from the code under test. Fixtures live in
- * tests/data/replay/ (directory given by KVPREFIX_TEST_DATA); compressed inputs are made in
+ * tests/cli/data/replay/ (directory given by KVPREFIX_TEST_DATA); compressed inputs are made in
  * the tests with zlib and libzstd into temporary files.
  */
 #include <criterion/criterion.h>

@@ -4,7 +4,7 @@
  * built binary's exit status and messages for wrong inputs.
  *
  * Expected values are computed by hand in the comments, not by the code under test. The
- * fixtures live in tests/data/plan/ (directory given by KVPREFIX_TEST_DATA); the binary is
+ * fixtures live in tests/cli/data/plan/ (directory given by KVPREFIX_TEST_DATA); the binary is
  * found through KVPREFIX_BIN, and the tests that need it are skipped when it is not set.
  */
 #include <criterion/criterion.h>

@@ -1,5 +1,5 @@
 /*
- * test_replay_cli.c - the `kvprefix replay` binary on fixtures of tests/data/replay/: each
+ * test_replay_cli.c - the `kvprefix replay` binary on fixtures of tests/cli/data/replay/: each
  * input format, the report's figures against hand-computed values (the worked example of
  * docs/replay.md), JSON/CSV/SVG output, --sort, --cache-output, --diagnose, byte
  * capacities, compressed and standard input, and every bad input with its exit status and

@@ -641,7 +641,7 @@ static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
     return 0;
 }
 
-/* The run's Redis key prefix: --redis-prefix, or "kvproute-<pid>-<ns>" in hex, so that
+/* The run's Redis key prefix: --redis-prefix, or "kvpfleet-<pid>-<ns>" in hex, so that
  * runs never see each other's keys. Cannot fail. */
 static void run_prefix(const fl_options *o, char *buf, size_t size)
 {
@@ -650,7 +650,7 @@ static void run_prefix(const fl_options *o, char *buf, size_t size)
     if (o->redis_prefix)
         snprintf(buf, size, "%s", o->redis_prefix);
     else
-        snprintf(buf, size, "kvproute-%lx-%llx", (unsigned long)getpid(),
+        snprintf(buf, size, "kvpfleet-%lx-%llx", (unsigned long)getpid(),
                  (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
 }
 

@@ -3,7 +3,7 @@
  * prefill a prefix cache of a given size would have skipped (docs/replay.md).
  *
  * Flow: parse the options (the input flags and the --tokenizer rank file through
- * input/inopts.c, shared with route and tokenize); open the log (logread.c: token-id logs, Mooncake
+ * input/inopts.c, shared with fleet and tokenize); open the log (logread.c: token-id logs, Mooncake
  * hash-id traces, OpenAI-style bodies; plain, gzip or zstd; "-" for stdin); feed each request to
  * the engine (replay_sim.c), which records LRU stack distances and drives the library's pool at
  * min(--capacity, RP_POOL_MAX) blocks to check them; optionally buffer everything first and
