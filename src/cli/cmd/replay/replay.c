@@ -285,10 +285,10 @@ static int parse_args(int argc, char **argv, rp_options *o)
 /* ---- capacities --------------------------------------------------------------------------- */
 
 /* What one capacity value means before the block size and model are known. */
-typedef struct cap_spec {
+typedef struct capacity_spec {
     int unit;        /* 0 blocks, 1 tokens, 2 bytes */
     uint64_t amount; /* in that unit */
-} cap_spec;
+} capacity_spec;
 
 static bool ends_with(const char *s, size_t n, const char *suffix)
 {
@@ -297,7 +297,7 @@ static bool ends_with(const char *s, size_t n, const char *suffix)
 }
 
 /* Parse "20000", "64K" (blocks), "1Mtok"/"1M-tokens" (tokens), "40GiB" (bytes). */
-static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
+static int parse_cap(const char *flag, const char *s, size_t n, capacity_spec *out)
 {
     char buf[64];
     size_t given = n;
@@ -335,8 +335,8 @@ static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
 }
 
 /* Convert a capacity to blocks of block_size tokens (block_bytes: 0 without a model). */
-static int cap_blocks(const char *flag, const cap_spec *c, uint32_t block_size,
-                      uint64_t block_bytes, uint64_t *out)
+static int capacity_blocks(const char *flag, const capacity_spec *c, uint32_t block_size,
+                           uint64_t block_bytes, uint64_t *out)
 {
     uint64_t b = c->amount;
     if (c->unit == 1)
@@ -409,9 +409,9 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
 /* Everything the options say that can be checked before the log is read: capacities, the
  * model shape, the plot file. */
 typedef struct prep {
-    bool has_cap;               /* --capacity given */
-    cap_spec cap;               /* its value */
-    cap_spec caps[RP_MAX_CAPS]; /* --capacities values */
+    bool has_cap;                    /* --capacity given */
+    capacity_spec cap;               /* its value */
+    capacity_spec caps[RP_MAX_CAPS]; /* --capacities values */
     size_t n_caps;
     uint64_t token_bytes; /* KV bytes per token, 0 without a model */
     cli_out plot;         /* --plot: its temporary file, created before reading */
@@ -419,7 +419,7 @@ typedef struct prep {
 } prep;
 
 /* One --capacities item (cli_flag_list). */
-static int cap_item(void *ctx, const char *item, size_t len, size_t index)
+static int capacity_item(void *ctx, const char *item, size_t len, size_t index)
 {
     prep *p = ctx;
     p->n_caps = index + 1;
@@ -438,7 +438,7 @@ static int prepare(const rp_options *o, prep *p, rp_result *r)
         bytes = p->cap.unit == 2;
     }
     if (o->capacities) {
-        if ((rc = cli_flag_list("replay", "--capacities", o->capacities, RP_MAX_CAPS, cap_item,
+        if ((rc = cli_flag_list("replay", "--capacities", o->capacities, RP_MAX_CAPS, capacity_item,
                                 p)) != 0)
             return rc;
         for (size_t i = 0; i < p->n_caps; i++)
@@ -714,8 +714,8 @@ static int start_engine(run *ru)
     if (cap_mul(ru->prep->token_bytes, res->block_size, &res->block_bytes) != CAP_OK)
         return fail(CLI_EXIT_INPUT, "the KV bytes of one block overflow");
     if (ru->prep->has_cap) {
-        if ((rc = cap_blocks("--capacity", &ru->prep->cap, res->block_size, res->block_bytes,
-                             &blocks)) != 0)
+        if ((rc = capacity_blocks("--capacity", &ru->prep->cap, res->block_size, res->block_bytes,
+                                  &blocks)) != 0)
             return rc;
         sc.pool_blocks = (uint32_t)(blocks < RP_POOL_MAX ? blocks : RP_POOL_MAX);
         res->pool_blocks = sc.pool_blocks;
@@ -814,8 +814,8 @@ static int sweep_caps(const rp_options *o, const prep *pp, rp_result *r, uint64_
     size_t n = 0;
     if (o->capacities) {
         for (; n < pp->n_caps; n++) {
-            int rc =
-                cap_blocks("--capacities", &pp->caps[n], r->block_size, r->block_bytes, &caps[n]);
+            int rc = capacity_blocks("--capacities", &pp->caps[n], r->block_size, r->block_bytes,
+                                     &caps[n]);
             if (rc)
                 return rc;
         }
