@@ -169,8 +169,8 @@ Test(cbor, utf8_validation)
 
 /* ------------------------------------------------------------------ vLLM golden vectors */
 
-/* One row of docs/test-vectors.md's vLLM table. block: -1 NONE_HASH, 0 block 0, 1 block 1 whose parent is
- * block 0 with extra_keys None. lora/salt: the extra keys (NULL = absent). */
+/* One row of docs/test-vectors.md's vLLM table. block: -1 NONE_HASH, 0 block 0, 1 block 1
+ * whose parent is block 0 with extra_keys None. lora/salt: the extra keys (NULL = absent). */
 typedef struct vrow {
     int profile;
     const char *seed;
