@@ -43,7 +43,7 @@ TOPIC = "kv@pod-a@Qwen/Qwen3-8B"
 BLOCK = 16
 SEED = "vllm-none-hash"
 END_SEQ = b"\xff" * 8
-# Golden event integers (../shared/vectors/vllm-block-hash.md) that this file's own hash
+# Golden event integers (docs/test-vectors.md, "vLLM profiles") that this file's own hash
 # function must reproduce before it is trusted to check the publisher.
 GOLDEN_B0 = {"vllm-sha256-cbor": 2233398808101521225, "vllm-xxhash-cbor": 11534027033812148684}
 
