@@ -33,7 +33,9 @@ from pathlib import Path
 # Symbols a sanitizer runtime or the toolchain may add to any shared object; they are not
 # part of the API and are ignored (none appears in an ordinary build).
 TOOLCHAIN_PREFIXES = ("__asan", "__ubsan", "__sanitizer", "__odr_asan", "__sancov", "__llvm",
-                      "__tsan", "__msan", "__lsan")
+                      "__tsan", "__msan", "__lsan",
+                      # the linker's bounds of the coverage sections (-fsanitize=fuzzer-no-link)
+                      "__start___sancov", "__stop___sancov")
 TOOLCHAIN_NAMES = {"_init", "_fini", "_edata", "_end", "__bss_start"}
 
 

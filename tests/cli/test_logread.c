@@ -1088,7 +1088,7 @@ static size_t gen_log_line(uint64_t *s, char *out, size_t cap)
 }
 
 /* Generated token-log and Mooncake lines, the scanner's own generator of JSON values
- * (tests/jsonl_scan_diff.c), and byte-level mutants of both, through both readers. */
+ * (tests/cli/jsonl_scan_diff.c), and byte-level mutants of both, through both readers. */
 Test(scanner, same_as_jansson_on_generated_lines, .timeout = 120)
 {
     size_t cap = (size_t)12 << 20, n = 0;

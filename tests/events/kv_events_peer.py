@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """kv_events_peer.py - an independent decoder for kvprefix's KV-event publisher.
 
-Starts tests/kv_events_pub.c (a kvp_cache with a vLLM hash profile and a kvp_publisher),
+Starts tests/events/kv_events_pub.c (a kvp_cache with a vLLM hash profile and a kvp_publisher),
 subscribes to it with pyzmq as llm-d does (topic prefix "kv@"), decodes every message with
 python3-msgpack and checks each field against what vLLM would publish for the same tokens:
 block hashes recomputed here from vLLM's definition (CBOR with cbor2, SHA-256 with hashlib or

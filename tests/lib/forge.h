@@ -1,5 +1,5 @@
 /*
- * forge.h - the closed-form XXH3-128 block collision (tests/forge.c; derivation in
+ * forge.h - the closed-form XXH3-128 block collision (tests/lib/forge.c; derivation in
  * tests/lib/test_attack.c).
  */
 #ifndef KVP_TESTS_FORGE_H
