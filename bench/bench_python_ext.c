@@ -50,12 +50,13 @@ static uint64_t now_ns(void)
 
 static PyObject *Loop_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"n_blocks", "block_size", "hash_profile", "hash_key",
-                             "single_threaded", NULL};
+    static char *kwlist[] = {"n_blocks", "block_size",      "hash_profile",
+                             "hash_key", "single_threaded", NULL};
     unsigned int n_blocks, block_size = 16;
     const char *profile = "keyed";
-    Py_buffer key = {NULL, NULL};
+    Py_buffer key;
     int single = 0;
+    memset(&key, 0, sizeof key); /* key.buf stays NULL when hash_key is None or omitted */
     if (!PyArg_ParseTupleAndKeywords(args, kw, "I|I$sz*p:Loop", kwlist, &n_blocks, &block_size,
                                      &profile, &key, &single))
         return NULL;
@@ -169,7 +170,8 @@ static PyObject *Loop_run_batch(LoopObject *self, PyObject *args)
         int rc;
         Py_BEGIN_ALLOW_THREADS rc =
             batch_nogil(self->cache, &ns, &buf, lens.buf, first, ring, &fn, &dt);
-        Py_END_ALLOW_THREADS res = rc == KVP_OK ? PyLong_FromUnsignedLongLong(dt) : raise_rc(rc, fn);
+        Py_END_ALLOW_THREADS res =
+            rc == KVP_OK ? PyLong_FromUnsignedLongLong(dt) : raise_rc(rc, fn);
     }
     PyBuffer_Release(&buf);
     PyBuffer_Release(&lens);
@@ -252,9 +254,15 @@ static PyTypeObject Loop_Type = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "_kvprefix_bench",
-    "The C loops of bench/bench_python.py (not part of the kvprefix package).", -1, NULL, NULL,
-    NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "_kvprefix_bench",
+    "The C loops of bench/bench_python.py (not part of the kvprefix package).",
+    -1,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__kvprefix_bench(void);

@@ -134,22 +134,20 @@ void kvpy_args_done(kvpy_args *a)
 }
 
 /* Bind keyword name = value to its parameter in obj[]. Returns 0, or -1 with TypeError. */
-static int bind_keyword(const kvpy_sig *sig, int n, PyObject *name, PyObject *value,
-                        PyObject **obj)
+static int bind_keyword(const kvpy_sig *sig, int n, PyObject *name, PyObject *value, PyObject **obj)
 {
     for (int i = 0; i < n; i++) {
         if (!PyUnicode_Check(name) || PyUnicode_CompareWithASCIIString(name, sig->params[i].name))
             continue;
         if (obj[i] != NULL) {
-            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'",
-                         sig->name, sig->params[i].name);
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", sig->name,
+                         sig->params[i].name);
             return -1;
         }
         obj[i] = value;
         return 0;
     }
-    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%S'", sig->name,
-                 name);
+    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%S'", sig->name, name);
     return -1;
 }
 
@@ -161,8 +159,8 @@ static int convert_all(const kvpy_sig *sig, int n, PyObject **obj, kvpy_args *a)
     /* Step 3: every required parameter is bound. */
     for (int i = 0; i < n; i++) {
         if (obj[i] == NULL && !(sig->params[i].flags & KVPY_OPT)) {
-            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)",
-                         sig->name, sig->params[i].name, i + 1);
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)", sig->name,
+                         sig->params[i].name, i + 1);
             return -1;
         }
     }
@@ -221,8 +219,7 @@ int kvpy_parse_tuple(const kvpy_sig *sig, PyObject *args, PyObject *kw, kvpy_arg
 {
     PyObject *obj[KVPY_MAX_PARAMS] = {NULL};
     int n;
-    if (bind_positional(sig, a, &n, PySequence_Fast_ITEMS(args), PyTuple_GET_SIZE(args), obj) !=
-        0)
+    if (bind_positional(sig, a, &n, PySequence_Fast_ITEMS(args), PyTuple_GET_SIZE(args), obj) != 0)
         return -1;
     /* Step 2: the keywords of the dict. */
     Py_ssize_t pos = 0;
@@ -268,8 +265,7 @@ static void put_default(char **end, const kvpy_param *p)
 /* "name(self, params[, /])\n--\n\n" and body in a PyMem buffer that is never freed, or NULL
  * with MemoryError. positional_only adds the "/" of METH_O, METH_NOARGS and fast calls without
  * keywords; otherwise "*" stands before the first keyword-only parameter. */
-static char *make_doc(const kvpy_sig *sig, const char *self, bool positional_only,
-                      const char *body)
+static char *make_doc(const kvpy_sig *sig, const char *self, bool positional_only, const char *body)
 {
     int n_pos, n = sig_count(sig, &n_pos);
     size_t size = strlen(sig->name) + strlen(body) + 64 + (self ? strlen(self) : 0);

@@ -159,19 +159,18 @@ int kvpy_hash_cfg_fill(kvp_config *cfg, PyObject *key, PyObject *vllm_seed, cons
     return 0;
 }
 
-static const kvpy_sig new_sig = {
-    "Cache",
-    {{"n_blocks", KVPY_U32, 0, 0},
-     {"block_size", KVPY_U32, KVPY_OPT, 16},
-     {"seed", KVPY_U64, KVPY_KWONLY, KVP_DEFAULT_SEED},
-     {"verify_tokens", KVPY_BOOL, KVPY_KWONLY, 0},
-     {"on_event", KVPY_OBJECT, KVPY_KWONLY, 0},
-     {"hash_profile", KVPY_PROFILE, KVPY_KWONLY, KVP_HASH_KEYED},
-     {"hash_key", KVPY_OBJECT, KVPY_KWONLY, 0},
-     {"vllm_seed", KVPY_OBJECT, KVPY_KWONLY, 0},
-     {"vocab_size", KVPY_U32, KVPY_KWONLY, 0},
-     {"ns_quota", KVPY_U32, KVPY_KWONLY, 0},
-     {"single_threaded", KVPY_BOOL, KVPY_KWONLY, 0}}};
+static const kvpy_sig new_sig = {"Cache",
+                                 {{"n_blocks", KVPY_U32, 0, 0},
+                                  {"block_size", KVPY_U32, KVPY_OPT, 16},
+                                  {"seed", KVPY_U64, KVPY_KWONLY, KVP_DEFAULT_SEED},
+                                  {"verify_tokens", KVPY_BOOL, KVPY_KWONLY, 0},
+                                  {"on_event", KVPY_OBJECT, KVPY_KWONLY, 0},
+                                  {"hash_profile", KVPY_PROFILE, KVPY_KWONLY, KVP_HASH_KEYED},
+                                  {"hash_key", KVPY_OBJECT, KVPY_KWONLY, 0},
+                                  {"vllm_seed", KVPY_OBJECT, KVPY_KWONLY, 0},
+                                  {"vocab_size", KVPY_U32, KVPY_KWONLY, 0},
+                                  {"ns_quota", KVPY_U32, KVPY_KWONLY, 0},
+                                  {"single_threaded", KVPY_BOOL, KVPY_KWONLY, 0}}};
 
 /* Steps: 1. convert and check the arguments; 2. allocate the object and its table lock;
  * 3. create the library cache (its failure frees the object); 4. record the configuration,
@@ -434,8 +433,8 @@ static PyObject *Cache_request(CacheObject *self, PyObject *const *args, Py_ssiz
     return kvpy_request_new(self, a.v[0].u64, a.v[1].obj, a.v[2].obj, a.v[3].size);
 }
 
-static const kvpy_sig grow_sig = {
-    "grow", {{"req_id", KVPY_U64, 0, 0}, {"capacity", KVPY_SIZE, 0, 0}}};
+static const kvpy_sig grow_sig = {"grow",
+                                  {{"req_id", KVPY_U64, 0, 0}, {"capacity", KVPY_SIZE, 0, 0}}};
 
 static PyObject *Cache_grow(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames)
@@ -456,8 +455,8 @@ static PyObject *Cache_request_blocks(CacheObject *self, PyObject *arg)
     return kvpy_cache_blocks(self, v.u64);
 }
 
-static const kvpy_sig commit_sig = {
-    "commit", {{"req_id", KVPY_U64, 0, 0}, {"tokens", KVPY_TOKENS, 0, 0}}};
+static const kvpy_sig commit_sig = {"commit",
+                                    {{"req_id", KVPY_U64, 0, 0}, {"tokens", KVPY_TOKENS, 0, 0}}};
 
 static PyObject *Cache_commit(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames)
@@ -608,10 +607,9 @@ static PyObject *keys_pair(CacheObject *self, const kvp_namespace *ns, const tok
     return res;
 }
 
-static const kvpy_sig keys_sig = {"keys",
-                                  {{"ns", KVPY_NS, 0, 0},
-                                   {"tokens", KVPY_TOKENS, 0, 0},
-                                   {"raw", KVPY_BOOL, KVPY_KWONLY, 0}}};
+static const kvpy_sig keys_sig = {
+    "keys",
+    {{"ns", KVPY_NS, 0, 0}, {"tokens", KVPY_TOKENS, 0, 0}, {"raw", KVPY_BOOL, KVPY_KWONLY, 0}}};
 
 static PyObject *Cache_keys(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames)
@@ -624,8 +622,8 @@ static PyObject *Cache_keys(CacheObject *self, PyObject *const *args, Py_ssize_t
     return res;
 }
 
-static const kvpy_sig hash_blocks_sig = {
-    "hash_blocks", {{"ns", KVPY_NS, 0, 0}, {"tokens", KVPY_TOKENS, 0, 0}}};
+static const kvpy_sig hash_blocks_sig = {"hash_blocks",
+                                         {{"ns", KVPY_NS, 0, 0}, {"tokens", KVPY_TOKENS, 0, 0}}};
 
 static PyObject *Cache_hash_blocks(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
@@ -680,8 +678,8 @@ static int keys_n_tokens(const CacheObject *self, const kvpy_args *a, int i_keys
         *n_tokens = a->v[i_nt].size;
     }
     if (a->given[i_keys] && kl->n != *n_tokens / self->block_size) {
-        kvpy_arg_error(NULL, fn, "keys", ": %zu given, but %zu tokens have %zu full blocks",
-                       kl->n, *n_tokens, *n_tokens / self->block_size);
+        kvpy_arg_error(NULL, fn, "keys", ": %zu given, but %zu tokens have %zu full blocks", kl->n,
+                       *n_tokens, *n_tokens / self->block_size);
         return -1;
     }
     return 0;
@@ -791,10 +789,9 @@ static PyObject *Cache_access_keys(CacheObject *self, PyObject *const *args, Py_
                   rc == KVP_OK ? kvpy_match_to_py(&m, NULL) : NULL);
 }
 
-static const kvpy_sig commit_keys_sig = {"commit_keys",
-                                         {{"req_id", KVPY_U64, 0, 0},
-                                          {"keys", KVPY_KEYS, KVPY_NONE, 0},
-                                          {"tokens", KVPY_TOKENS, 0, 0}}};
+static const kvpy_sig commit_keys_sig = {
+    "commit_keys",
+    {{"req_id", KVPY_U64, 0, 0}, {"keys", KVPY_KEYS, KVPY_NONE, 0}, {"tokens", KVPY_TOKENS, 0, 0}}};
 
 static PyObject *Cache_commit_keys(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
@@ -1138,8 +1135,7 @@ static PyGetSetDef Cache_getset[] = {
     {"on_event", (getter)Cache_get, NULL, "The event callable, or None.", (void *)4},
     {"closed", (getter)Cache_get, NULL, "True after close().", (void *)5},
     {"hash_profile", (getter)Cache_get, NULL, "The hash profile's name.", (void *)6},
-    {"vocab_size", (getter)Cache_get, NULL, "Token ids must be below it; 0: unchecked.",
-     (void *)7},
+    {"vocab_size", (getter)Cache_get, NULL, "Token ids must be below it; 0: unchecked.", (void *)7},
     {"ns_quota", (getter)Cache_get, NULL,
      "Default per-namespace quota of cached blocks; 0: quotas off.", (void *)8},
     {"single_threaded", (getter)Cache_get, NULL,
@@ -1161,13 +1157,12 @@ PyTypeObject kvpy_cache_type = {
 int kvpy_cache_add(PyObject *m)
 {
     kvpy_cache_type.tp_doc = kvpy_type_doc(
-        &new_sig,
-        "A prefix cache over a pool of n_blocks KV blocks (kvp_cache). Tokens are any\n"
-        "C-contiguous buffer of uint32 (used without copying) or a sequence of ints.\n"
-        "on_event(event) receives each Event after the call that caused it, on the\n"
-        "calling thread. Safe to share between threads: calls run concurrently with the\n"
-        "GIL released (lookups in parallel, mutations one at a time), unless\n"
-        "single_threaded=True, where calls keep the GIL and the library takes no lock.");
+        &new_sig, "A prefix cache over a pool of n_blocks KV blocks (kvp_cache). Tokens are any\n"
+                  "C-contiguous buffer of uint32 (used without copying) or a sequence of ints.\n"
+                  "on_event(event) receives each Event after the call that caused it, on the\n"
+                  "calling thread. Safe to share between threads: calls run concurrently with the\n"
+                  "GIL released (lookups in parallel, mutations one at a time), unless\n"
+                  "single_threaded=True, where calls keep the GIL and the library takes no lock.");
     kvpy_cache_type.tp_methods = kvpy_methods(Cache_defs, "$self");
     if (kvpy_cache_type.tp_doc == NULL || kvpy_cache_type.tp_methods == NULL ||
         PyType_Ready(&kvpy_cache_type) < 0)

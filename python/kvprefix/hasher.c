@@ -256,12 +256,11 @@ static PyTypeObject hasher_type = {
 int kvpy_hasher_add(PyObject *m)
 {
     hasher_type.tp_doc = kvpy_type_doc(
-        &new_sig,
-        "A cache's key function outside any cache (kvp_hasher): a router computes the\n"
-        "keys an engine's cache computes, or vLLM's exact block hashes under the\n"
-        "vllm-sha256-cbor and vllm-xxhash-cbor profiles. key=None under keyed and\n"
-        "siphash draws a random key (equal to no other hasher). Cache.hasher() returns\n"
-        "the hasher of a cache. Immutable: share it between threads freely.");
+        &new_sig, "A cache's key function outside any cache (kvp_hasher): a router computes the\n"
+                  "keys an engine's cache computes, or vLLM's exact block hashes under the\n"
+                  "vllm-sha256-cbor and vllm-xxhash-cbor profiles. key=None under keyed and\n"
+                  "siphash draws a random key (equal to no other hasher). Cache.hasher() returns\n"
+                  "the hasher of a cache. Immutable: share it between threads freely.");
     hasher_type.tp_methods = kvpy_methods(Hasher_defs, "$self");
     if (hasher_type.tp_doc == NULL || hasher_type.tp_methods == NULL ||
         PyType_Ready(&hasher_type) < 0)

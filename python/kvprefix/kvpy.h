@@ -120,9 +120,9 @@ typedef enum kvpy_kind {
     KVPY_PROFILE, /* a hash profile's name or HASH_* int */
 } kvpy_kind;
 
-#define KVPY_OPT 1u                 /* may be omitted: the default applies */
-#define KVPY_KWONLY (2u | KVPY_OPT) /* keyword-only (and optional) */
-#define KVPY_NONE 4u                /* None counts as omitted */
+#define KVPY_OPT        1u              /* may be omitted: the default applies */
+#define KVPY_KWONLY     (2u | KVPY_OPT) /* keyword-only (and optional) */
+#define KVPY_NONE       4u              /* None counts as omitted */
 #define KVPY_MAX_PARAMS 12
 
 typedef struct kvpy_param {
@@ -141,22 +141,22 @@ typedef struct kvpy_sig {
 
 /* One converted argument. */
 typedef union kvpy_value {
-    PyObject *obj;          /* OBJECT: borrowed */
-    uint64_t u64;           /* U64, U32 */
-    size_t size;            /* SIZE */
-    bool flag;              /* BOOL */
-    int profile;            /* PROFILE: KVP_HASH_* */
-    kvp_key key;            /* KEY */
+    PyObject *obj;           /* OBJECT: borrowed */
+    uint64_t u64;            /* U64, U32 */
+    size_t size;             /* SIZE */
+    bool flag;               /* BOOL */
+    int profile;             /* PROFILE: KVP_HASH_* */
+    kvp_key key;             /* KEY */
     const kvp_namespace *ns; /* NS: into the Namespace, or a static empty one */
-    tokens tokens;          /* TOKENS: held until kvpy_args_done */
-    keylist keys;           /* KEYS: held until kvpy_args_done */
+    tokens tokens;           /* TOKENS: held until kvpy_args_done */
+    keylist keys;            /* KEYS: held until kvpy_args_done */
 } kvpy_value;
 
 typedef struct kvpy_args {
-    const kvpy_sig *sig;            /* the table the values were converted by */
-    int n;                          /* its parameters */
-    bool given[KVPY_MAX_PARAMS];    /* passed, and not a None that counts as omitted */
-    kvpy_value v[KVPY_MAX_PARAMS];  /* each value; the default where not given */
+    const kvpy_sig *sig;           /* the table the values were converted by */
+    int n;                         /* its parameters */
+    bool given[KVPY_MAX_PARAMS];   /* passed, and not a None that counts as omitted */
+    kvpy_value v[KVPY_MAX_PARAMS]; /* each value; the default where not given */
 } kvpy_args;
 
 /* Bind a vectorcall's arguments (METH_FASTCALL | METH_KEYWORDS) to sig's parameters and
@@ -187,7 +187,7 @@ PyMethodDef *kvpy_methods(const kvpy_def *defs, const char *self);
 const char *kvpy_type_doc(const kvpy_sig *sig, const char *body);
 
 #define KVPY_FASTKW (METH_FASTCALL | METH_KEYWORDS)
-#define KVPY_FN(f) ((PyCFunction)(void (*)(void))(f))
+#define KVPY_FN(f)  ((PyCFunction)(void (*)(void))(f))
 
 /* ---------------------------------------------------------------------------------------- */
 /* Records (records.c)                                                                       */
@@ -304,7 +304,7 @@ int kvpy_cache_add(PyObject *m);
 
 /* A new, not yet entered Request of cache self (Cache.request's arguments, converted but for
  * the tokens, which are converted on entry). */
-PyObject *kvpy_request_new(CacheObject *self, uint64_t req_id, PyObject *ns, PyObject *tokens,
+PyObject *kvpy_request_new(CacheObject *self, uint64_t req_id, PyObject *ns, PyObject *tok_obj,
                            size_t capacity);
 int kvpy_request_add(PyObject *m);
 

@@ -237,8 +237,7 @@ static PyObject *mod_hash_blocks(PyObject *m, PyObject *const *args, Py_ssize_t 
 }
 
 static const kvpy_sig namespace_key_sig = {
-    "namespace_key",
-    {{"ns", KVPY_NS, 0, 0}, {"seed", KVPY_U64, KVPY_OPT, KVP_DEFAULT_SEED}}};
+    "namespace_key", {{"ns", KVPY_NS, 0, 0}, {"seed", KVPY_U64, KVPY_OPT, KVP_DEFAULT_SEED}}};
 
 static PyObject *mod_namespace_key(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)

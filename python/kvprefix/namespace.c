@@ -154,11 +154,10 @@ PyTypeObject kvpy_namespace_type = {
 int kvpy_namespace_add(PyObject *m)
 {
     kvpy_namespace_type.tp_doc = kvpy_type_doc(
-        &new_sig,
-        "Who a request belongs to: two requests share cached blocks only when all four\n"
-        "fields are equal. Each field is a str (UTF-8), bytes, or None (absent, which\n"
-        "differs from every present value, the empty one included). Immutable and\n"
-        "hashable.");
+        &new_sig, "Who a request belongs to: two requests share cached blocks only when all four\n"
+                  "fields are equal. Each field is a str (UTF-8), bytes, or None (absent, which\n"
+                  "differs from every present value, the empty one included). Immutable and\n"
+                  "hashable.");
     kvpy_namespace_type.tp_methods = kvpy_methods(Namespace_defs, "$self");
     if (kvpy_namespace_type.tp_doc == NULL || kvpy_namespace_type.tp_methods == NULL ||
         PyType_Ready(&kvpy_namespace_type) < 0)

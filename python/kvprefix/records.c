@@ -35,13 +35,11 @@ PyObject *kvpy_match_to_py(const kvp_match *m, PyObject *block_ids)
         Py_XDECREF(block_ids);
         return NULL;
     }
-    PyObject *v[7] = {PyLong_FromUnsignedLongLong(m->n_tokens),
-                      PyLong_FromUnsignedLong(m->n_blocks_full),
-                      PyLong_FromUnsignedLong(m->n_blocks_cached),
-                      PyLong_FromUnsignedLong(m->n_blocks_hit),
-                      PyLong_FromUnsignedLongLong(m->n_tokens_hit),
-                      block_ids ? block_ids : Py_NewRef(Py_None),
-                      PyLong_FromUnsignedLong(m->n_blocks_stored)};
+    PyObject *v[7] = {
+        PyLong_FromUnsignedLongLong(m->n_tokens),     PyLong_FromUnsignedLong(m->n_blocks_full),
+        PyLong_FromUnsignedLong(m->n_blocks_cached),  PyLong_FromUnsignedLong(m->n_blocks_hit),
+        PyLong_FromUnsignedLongLong(m->n_tokens_hit), block_ids ? block_ids : Py_NewRef(Py_None),
+        PyLong_FromUnsignedLong(m->n_blocks_stored)};
     return fill(o, v, 7);
 }
 

@@ -44,7 +44,7 @@ typedef struct RequestObject {
 
 static PyTypeObject request_type;
 
-PyObject *kvpy_request_new(CacheObject *cache, uint64_t req_id, PyObject *ns, PyObject *tokens,
+PyObject *kvpy_request_new(CacheObject *cache, uint64_t req_id, PyObject *ns, PyObject *tok_obj,
                            size_t capacity)
 {
     RequestObject *self = PyObject_GC_New(RequestObject, &request_type);
@@ -53,7 +53,7 @@ PyObject *kvpy_request_new(CacheObject *cache, uint64_t req_id, PyObject *ns, Py
     self->cache = (CacheObject *)Py_NewRef(cache);
     self->req_id = req_id;
     self->ns = Py_NewRef(ns);
-    self->tokens = Py_NewRef(tokens);
+    self->tokens = Py_NewRef(tok_obj);
     self->capacity = capacity;
     self->match = NULL;
     self->state = REQ_NEW;
@@ -94,8 +94,7 @@ static bool is_active(RequestObject *self)
     unsigned long long id = (unsigned long long)self->req_id;
     if (self->state == REQ_DONE || self->cache == NULL)
         PyErr_Format(PyExc_ValueError,
-                     "request %llu has ended: it was released when its with block was left",
-                     id);
+                     "request %llu has ended: it was released when its with block was left", id);
     else
         PyErr_Format(PyExc_ValueError,
                      "request %llu is not active: use it inside `with cache.request(...) as "
