@@ -656,33 +656,39 @@ static PyObject *Cache_namespace_key(CacheObject *self, PyObject *arg)
     return rc == KVP_OK ? kvpy_key_to_int(root) : raise_keys(rc);
 }
 
-/* The prompt length a *_keys call covers: n_tokens when given (it must equal len(tokens)
- * when tokens are given), else len(tokens), else len(keys) * block_size; and when keys are
- * given, one per full block, since the library reads n_tokens / block_size keys. Parameter
- * indices into a: i_nt -1 when the function has no n_tokens. Returns 0, or -1 with
- * InvalidArgumentError set. */
-static int keys_n_tokens(const CacheObject *self, const kvpy_args *a, int i_keys, int i_tok,
-                         int i_nt, size_t *n_tokens)
+/* Parse a *_keys call by sig into *a, and the prompt length it covers into *n_tokens:
+ * n_tokens when given (it must equal len(tokens) when tokens are given), else len(tokens),
+ * else len(keys) * block_size; when keys are given, there must be one per full block, since
+ * the library reads n_tokens / block_size keys. i_keys, i_tok and i_nt are the parameters'
+ * indices in sig (i_nt -1: no n_tokens). Returns 0 (release a with kvpy_args_done), or -1
+ * with an exception set and nothing held. */
+static int keys_parse(const CacheObject *self, const kvpy_sig *sig, PyObject *const *args,
+                      Py_ssize_t nargs, PyObject *kwnames, int i_keys, int i_tok, int i_nt,
+                      kvpy_args *a, size_t *n_tokens)
 {
-    const char *fn = a->sig->name;
+    if (kvpy_parse(sig, args, nargs, kwnames, a) != 0)
+        return -1;
     const keylist *kl = &a->v[i_keys].keys;
     const tokens *t = &a->v[i_tok].tokens;
     bool has_tokens = a->given[i_tok];
     *n_tokens = has_tokens ? t->n : kl->n * self->block_size;
     if (i_nt >= 0 && a->given[i_nt]) {
         if (has_tokens && a->v[i_nt].size != t->n) {
-            kvpy_arg_error(NULL, fn, "n_tokens", ": %zu differs from len(tokens) %zu",
+            kvpy_arg_error(NULL, sig->name, "n_tokens", ": %zu differs from len(tokens) %zu",
                            a->v[i_nt].size, t->n);
-            return -1;
+            goto fail;
         }
         *n_tokens = a->v[i_nt].size;
     }
     if (a->given[i_keys] && kl->n != *n_tokens / self->block_size) {
-        kvpy_arg_error(NULL, fn, "keys", ": %zu given, but %zu tokens have %zu full blocks", kl->n,
-                       *n_tokens, *n_tokens / self->block_size);
-        return -1;
+        kvpy_arg_error(NULL, sig->name, "keys", ": %zu given, but %zu tokens have %zu full blocks",
+                       kl->n, *n_tokens, *n_tokens / self->block_size);
+        goto fail;
     }
     return 0;
+fail:
+    kvpy_args_done(a);
+    return -1;
 }
 
 static const kvpy_sig lookup_keys_sig = {"lookup_keys",
@@ -697,12 +703,8 @@ static PyObject *Cache_lookup_keys(CacheObject *self, PyObject *const *args, Py_
 {
     kvpy_args a;
     size_t n_tokens;
-    if (kvpy_parse(&lookup_keys_sig, args, nargs, kwnames, &a) != 0)
+    if (keys_parse(self, &lookup_keys_sig, args, nargs, kwnames, 2, 3, 4, &a, &n_tokens) != 0)
         return NULL;
-    if (keys_n_tokens(self, &a, 2, 3, 4, &n_tokens) != 0) {
-        kvpy_args_done(&a);
-        return NULL;
-    }
     const keylist *kl = &a.v[2].keys;
     const uint32_t *tp = a.given[3] ? a.v[3].tokens.ptr : NULL;
     uint32_t *ids = PyMem_Malloc(kl->n * sizeof *ids + 4);
@@ -742,12 +744,8 @@ static PyObject *Cache_acquire_keys(CacheObject *self, PyObject *const *args, Py
 {
     kvpy_args a;
     size_t n_tokens;
-    if (kvpy_parse(&acquire_keys_sig, args, nargs, kwnames, &a) != 0)
+    if (keys_parse(self, &acquire_keys_sig, args, nargs, kwnames, 3, 4, 6, &a, &n_tokens) != 0)
         return NULL;
-    if (keys_n_tokens(self, &a, 3, 4, 6, &n_tokens) != 0) {
-        kvpy_args_done(&a);
-        return NULL;
-    }
     const uint32_t *tp = a.given[4] ? a.v[4].tokens.ptr : NULL;
     kvp_match m;
     evbatch b;
@@ -772,12 +770,8 @@ static PyObject *Cache_access_keys(CacheObject *self, PyObject *const *args, Py_
 {
     kvpy_args a;
     size_t n_tokens;
-    if (kvpy_parse(&access_keys_sig, args, nargs, kwnames, &a) != 0)
+    if (keys_parse(self, &access_keys_sig, args, nargs, kwnames, 2, 3, 4, &a, &n_tokens) != 0)
         return NULL;
-    if (keys_n_tokens(self, &a, 2, 3, 4, &n_tokens) != 0) {
-        kvpy_args_done(&a);
-        return NULL;
-    }
     const uint32_t *tp = a.given[3] ? a.v[3].tokens.ptr : NULL;
     kvp_match m;
     evbatch b;
@@ -798,12 +792,8 @@ static PyObject *Cache_commit_keys(CacheObject *self, PyObject *const *args, Py_
 {
     kvpy_args a;
     size_t n_tokens;
-    if (kvpy_parse(&commit_keys_sig, args, nargs, kwnames, &a) != 0)
+    if (keys_parse(self, &commit_keys_sig, args, nargs, kwnames, 1, 2, -1, &a, &n_tokens) != 0)
         return NULL;
-    if (keys_n_tokens(self, &a, 1, 2, -1, &n_tokens) != 0) {
-        kvpy_args_done(&a);
-        return NULL;
-    }
     const tokens *t = &a.v[2].tokens;
     size_t n_stored = 0;
     evbatch b;
