@@ -188,12 +188,14 @@ static int tokens_from_buffer(PyObject *obj, tokens *t, const char *fn, const ch
 /* Tokens from a sequence of ints, each checked to be in 0 .. 2**32 - 1. Returns 0 or -1. */
 static int tokens_from_sequence(PyObject *obj, tokens *t, const char *fn, const char *arg)
 {
-    PyObject *seq = PySequence_Check(obj) ? PySequence_Fast(obj, "") : NULL;
+    PyObject *seq = PySequence_Fast(obj, "");
     if (seq == NULL) {
-        PyErr_Clear();
-        kvpy_arg_error(PyExc_TypeError, fn, arg,
-                       ": a uint32 buffer or a sequence of ints is needed, got %.80s",
-                       Py_TYPE(obj)->tp_name);
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            kvpy_arg_error(PyExc_TypeError, fn, arg,
+                           ": a uint32 buffer or a sequence of ints is needed, got %.80s",
+                           Py_TYPE(obj)->tp_name);
+        }
         return -1;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -291,12 +293,14 @@ static int keys_from_buffer(PyObject *obj, keylist *kl, const char *fn, const ch
 
 static int keys_from_sequence(PyObject *obj, keylist *kl, const char *fn, const char *arg)
 {
-    PyObject *seq = PySequence_Check(obj) ? PySequence_Fast(obj, "") : NULL;
+    PyObject *seq = PySequence_Fast(obj, "");
     if (seq == NULL) {
-        PyErr_Clear();
-        kvpy_arg_error(PyExc_TypeError, fn, arg,
-                       ": a sequence of ints or a buffer is needed, got %.80s",
-                       Py_TYPE(obj)->tp_name);
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            kvpy_arg_error(PyExc_TypeError, fn, arg,
+                           ": a sequence of ints or a buffer is needed, got %.80s",
+                           Py_TYPE(obj)->tp_name);
+        }
         return -1;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);

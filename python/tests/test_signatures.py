@@ -164,3 +164,15 @@ def test_one_mistake_one_message(cache, ns):
         with pytest.raises(TypeError, match=rf"^{fn}\(\): tokens\[1\]: an int is needed, got "
                                             r"float$"):
             call()
+
+
+def test_benchmark_hooks_are_not_shipped():
+    """The benchmark's C loops live in _kvprefix_bench, built but never installed."""
+    assert not any(hasattr(kvprefix.Cache, n) for n in ("_run_batch", "_time_stats"))
+    import importlib.util
+    import pathlib
+
+    pkg = pathlib.Path(kvprefix.__file__).parent
+    assert not list(pkg.glob("_kvprefix_bench*"))
+    if importlib.util.find_spec("_kvprefix_bench") is not None:  # only on a build path
+        assert "site-packages" not in importlib.util.find_spec("_kvprefix_bench").origin
