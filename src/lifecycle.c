@@ -300,11 +300,13 @@ static int check_ids(const kvp_cache *cache, size_t n_ids, size_t n_tokens, uint
     if (kvp__verifying(cache))
         return kvp__fail(KVP_EINVAL,
                          "external ids cannot be verified: the cache has verify_tokens");
+    if (n_ids != n_full && n_ids != n_ceil && n_full == n_ceil)
+        return kvp__fail(KVP_EINVAL, "n_ids is %zu: n_tokens %zu in blocks of %zu takes %zu ids",
+                         n_ids, n_tokens, bs, n_ceil);
     if (n_ids != n_full && n_ids != n_ceil)
         return kvp__fail(KVP_EINVAL,
                          "n_ids is %zu: n_tokens %zu in blocks of %zu takes %" PRIu32
-                         " ids (or %zu "
-                         "with the partial last block)",
+                         " ids, or %zu with the partial last block",
                          n_ids, n_tokens, bs, n_full, n_ceil);
     return KVP_OK;
 }
@@ -697,9 +699,9 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
     size_t bs = cache->cfg.block_size;
     if (n_tokens / bs < req->n_committed)
         return kvp__fail(KVP_EINVAL,
-                         "n_tokens is %zu: %zu full blocks, fewer than the %" PRIu32
-                         " the request has committed",
-                         n_tokens, n_tokens / bs, req->n_committed);
+                         "n_tokens is %zu, fewer than the %zu tokens of the %" PRIu32
+                         " blocks the request has committed",
+                         n_tokens, (size_t)req->n_committed * bs, req->n_committed);
     int rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc != KVP_OK)
         return rc;
