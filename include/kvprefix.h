@@ -491,7 +491,11 @@ KVP_NODISCARD KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t
  * indexed beside them. *n_stored (may be NULL) receives the number of blocks newly indexed.
  * Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens shorter than already committed, tokens
  * that do not begin with the acquired prompt), KVP_ENOENT, KVP_ERANGE (n_tokens / block_size
- * exceeds the blocks held), KVP_EBUSY. Nothing changes on failure. */
+ * exceeds the blocks held), KVP_EBUSY. Nothing changes on failure. For tokens that do not
+ * begin with the prompt, kvp_errmsg() names the first prompt block not yet committed whose
+ * fingerprint differs, as "tokens[a..b) differ from the acquired prompt" (a = k * block_size;
+ * b = a + block_size, or the prompt's end for its partial last block): some token in that
+ * range differs; which one is not known, as only fingerprints are kept. */
 KVP_NODISCARD KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
                                         size_t n_tokens, size_t *n_stored);
 
