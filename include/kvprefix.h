@@ -128,7 +128,9 @@ KVP_EXPORT const char *kvp_strerror(int code);
  *   keep it.
  *   Threads: each thread has its own detail, so two threads failing on one shared cache
  *   each read their own, and kvp_cache_new failures (no cache yet) are covered alike.
- * Never NULL, never allocates, cannot fail. */
+ * Never NULL, never allocates, cannot fail. (Nor does a failing call allocate to write the
+ * detail; only when the library was loaded with dlopen may the C library allocate a
+ * thread's thread-local storage when the thread first touches it, as for any such library.) */
 KVP_EXPORT const char *kvp_errmsg(void);
 
 /* Versions and compatibility. kvprefix follows semantic versioning, MAJOR.MINOR.PATCH, and

@@ -699,9 +699,9 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
     size_t bs = cache->cfg.block_size;
     if (n_tokens / bs < req->n_committed)
         return kvp__fail(KVP_EINVAL,
-                         "n_tokens is %zu, fewer than the %zu tokens of the %" PRIu32
-                         " blocks the request has committed",
-                         n_tokens, (size_t)req->n_committed * bs, req->n_committed);
+                         "n_tokens is %zu, fewer than the request's %" PRIu32
+                         " committed blocks of %zu tokens",
+                         n_tokens, req->n_committed, bs);
     int rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc != KVP_OK)
         return rc;

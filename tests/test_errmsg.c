@@ -297,7 +297,7 @@ Test(errmsg, request_arguments)
                "n_tokens is 8: 4 full blocks, more than the 3 the request holds");
     cr_assert_eq(kvp_commit(c, 1, toks, 4, NULL), KVP_OK);
     EXPECT_MSG(kvp_commit(c, 1, toks, 3, NULL), KVP_EINVAL,
-               "n_tokens is 3, fewer than the 4 tokens of the 2 blocks the request has committed");
+               "n_tokens is 3, fewer than the request's 2 committed blocks of 2 tokens");
     TH_CHECK(c);
     kvp_cache_free(c);
 }
