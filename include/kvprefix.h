@@ -27,7 +27,8 @@
  * kvp_access does lookup + insert + release at once, for replay and simulation.
  *
  * Conventions. Every function that can fail returns int: KVP_OK (0) or a negative KVP_E*
- * code, described by kvp_strerror(). Results come back through out-parameters that are left
+ * code, described by kvp_strerror(); kvp_errmsg() then says which argument or limit and why
+ * ("n_blocks must be at least 1"). Results come back through out-parameters that are left
  * untouched on failure, and a failed call leaves the cache exactly as it was (ENOMEM
  * included). A cache miss is not an error. The library never prints, exits or aborts.
  *
@@ -107,6 +108,30 @@ enum {
 /* Return a static, human-readable description of a status code. Never NULL; unknown codes
  * give "unknown error". Cannot fail. */
 KVP_EXPORT const char *kvp_strerror(int code);
+
+/* The detail of the calling thread's most recent failed call, as sqlite3_errmsg gives it:
+ * which argument or limit, and why, with the values involved, in one line of English with
+ * no final period, e.g. "n_blocks must be at least 1", "label name 'state' is reserved",
+ * "tokens[16..32) differ from the acquired prompt". Pair it with the code the call
+ * returned: kvp_strerror(rc) says what kind of error, kvp_errmsg() which and why.
+ *
+ *   Which calls set it: every function of this header that returns a negative KVP_E* code
+ *   sets it before returning (a path with nothing more specific to say sets the code's
+ *   kvp_strerror text), so after a failure it always describes that failure, never an
+ *   earlier one. Functions that cannot fail, and calls that succeed, leave it unchanged:
+ *   like errno, it is meaningful right after a call that failed, and after a success it
+ *   still holds the last failure's detail. Before the thread's first failure it is ""
+ *   (empty). Functions of libkvprefix-events (kvprefix_events.h) do not set it.
+ *   Lifetime: the text is in a thread-local buffer owned by the library, at most 255 bytes
+ *   (a longer detail is cut); it is valid until this thread's next call of a function of
+ *   this header (kvp_errmsg and kvp_strerror excepted) or the thread's exit. Copy it to
+ *   keep it.
+ *   Threads: each thread has its own detail, so two threads failing on one shared cache
+ *   each read their own, and kvp_cache_new failures (no cache yet) are covered alike.
+ * Never NULL, never allocates, cannot fail. (Nor does a failing call allocate to write the
+ * detail; only when the library was loaded with dlopen may the C library allocate a
+ * thread's thread-local storage when the thread first touches it, as for any such library.) */
+KVP_EXPORT const char *kvp_errmsg(void);
 
 /* Versions and compatibility. kvprefix follows semantic versioning, MAJOR.MINOR.PATCH, and
  * the shared library's soname carries MAJOR (libkvprefix.so.MAJOR).
@@ -468,7 +493,11 @@ KVP_NODISCARD KVP_EXPORT int kvp_request_blocks(const kvp_cache *cache, uint64_t
  * indexed beside them. *n_stored (may be NULL) receives the number of blocks newly indexed.
  * Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens shorter than already committed, tokens
  * that do not begin with the acquired prompt), KVP_ENOENT, KVP_ERANGE (n_tokens / block_size
- * exceeds the blocks held), KVP_EBUSY. Nothing changes on failure. */
+ * exceeds the blocks held), KVP_EBUSY. Nothing changes on failure. For tokens that do not
+ * begin with the prompt, kvp_errmsg() names the first prompt block not yet committed whose
+ * fingerprint differs, as "tokens[a..b) differ from the acquired prompt" (a = k * block_size;
+ * b = a + block_size, or the prompt's end for its partial last block): some token in that
+ * range differs; which one is not known, as only fingerprints are kept. */
 KVP_NODISCARD KVP_EXPORT int kvp_commit(kvp_cache *cache, uint64_t req_id, const uint32_t *tokens,
                                         size_t n_tokens, size_t *n_stored);
 

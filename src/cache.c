@@ -49,16 +49,26 @@ void kvp__cache_destroy(kvp_cache *cache)
     kvp__mem_free(&mem, cache, sizeof *cache);
 }
 
-KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
+/* The body of kvp_cache_new (which reports its failures, see kvp__public). */
+static int cache_new(const kvp_config *cfg, kvp_cache **out)
 {
-    if (!cfg || !out || cfg->n_blocks == 0 || cfg->n_blocks > (UINT32_C(1) << 31) ||
-        cfg->block_size == 0 || cfg->block_size > KVP_MAX_BLOCK_SIZE)
-        return KVP_EINVAL;
+    if (!cfg)
+        return kvp__fail(KVP_EINVAL, "cfg is NULL");
+    if (!out)
+        return kvp__fail(KVP_EINVAL, "out is NULL");
+    if (cfg->n_blocks == 0)
+        return kvp__fail(KVP_EINVAL, "n_blocks must be at least 1");
+    if (cfg->n_blocks > (UINT32_C(1) << 31))
+        return kvp__fail(KVP_EINVAL, "n_blocks is %" PRIu32 ", above the largest pool, 2^31",
+                         cfg->n_blocks);
+    if (cfg->block_size == 0 || cfg->block_size > KVP_MAX_BLOCK_SIZE)
+        return kvp__fail(KVP_EINVAL, "block_size is %" PRIu32 ", outside 1..%u", cfg->block_size,
+                         KVP_MAX_BLOCK_SIZE);
     kvp__mem mem;
     kvp__mem_init(&mem, &cfg->alloc);
     kvp_cache *cache = kvp__mem_calloc(&mem, 1, sizeof *cache);
     if (!cache)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the cache record (%zu bytes)", sizeof *cache);
     cache->mem = mem;
     cache->cfg = *cfg;
     cache->cfg.vllm_seed = NULL; /* read by kvp__hasher_init only; the caller owns it */
@@ -90,10 +100,15 @@ KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
     return KVP_OK;
 }
 
+KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out)
+{
+    return kvp__public(cache_new(cfg, out));
+}
+
 int kvp__cache_stats_locked(const kvp_cache *cache, kvp_stats *out)
 {
     if (!out)
-        return KVP_EINVAL;
+        return kvp__fail(KVP_EINVAL, "out is NULL");
     *out = cache->stats;
     out->n_lookups = atomic_load_explicit(&cache->n_lookups, memory_order_relaxed);
     out->n_verify_rejects = atomic_load_explicit(&cache->n_verify_rejects, memory_order_relaxed);
@@ -121,7 +136,7 @@ int kvp__cache_reset_locked(kvp_cache *cache)
 int kvp__cache_set_key_bits(kvp_cache *cache, unsigned bits)
 {
     if (!cache || bits == 0 || bits > 128 || cache->index.n_items || cache->requests)
-        return KVP_EINVAL;
+        return kvp__fail(KVP_EINVAL, "key bits %u: 1..128, on an empty cache only", bits);
     cache->key_bits = bits;
     return KVP_OK;
 }

@@ -37,10 +37,11 @@
 
 #include "internal.h"
 
+/* A failed invariant names its checker and the condition that held (for kvp_errmsg). */
 #define FAIL_IF(cond)                                                                              \
     do {                                                                                           \
         if (cond) {                                                                                \
-            rc = KVP_ECORRUPT;                                                                     \
+            rc = kvp__fail(KVP_ECORRUPT, "invariant violated in %s: %s", __func__, #cond);         \
             goto out;                                                                              \
         }                                                                                          \
     } while (0)
@@ -201,7 +202,8 @@ int kvp__index_check(const kvp_cache *cache)
     FAIL_IF(!idx->head || idx->head != &idx->sentinel || !idx->head->hh.tbl);
     FAIL_IF(idx->log2_buckets != kvp__index_log2_buckets(pool->n_blocks));
     FAIL_IF(idx->head->hh.tbl->num_buckets != 1u << idx->log2_buckets);
-    FAIL_IF(walk_chains(cache) != KVP_OK);
+    if ((rc = walk_chains(cache)) != KVP_OK)
+        goto out; /* walk_chains named the broken chain */
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
         if (!kvp__block_is_indexed(b))
@@ -226,7 +228,7 @@ int kvp__requests_check(const kvp_cache *cache)
     size_t n_refs = pool->n_blocks ? pool->n_blocks : 1;
     uint32_t *refs = kvp__mem_calloc(mem, n_refs, sizeof *refs);
     if (!refs)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the checker's %zu reference counters", n_refs);
     const kvp__request *req, *tmp;
     HASH_ITER(hh, cache->requests, req, tmp)
     {
@@ -259,7 +261,7 @@ int kvp__verify_check(const kvp_cache *cache)
     size_t n_ns = v->n_slots ? v->n_slots : 1;
     uint32_t *ns_refs = kvp__mem_calloc(mem, n_ns, sizeof *ns_refs);
     if (!ns_refs)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the checker's %zu namespace counters", n_ns);
     const kvp__request *req, *tmp;
     HASH_ITER(hh, cache->requests, req, tmp)
     {

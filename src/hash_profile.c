@@ -63,17 +63,27 @@ KVP_EXPORT const char *kvp_hash_profile_name(int profile)
     return profile_known(profile) ? profile_names[profile] : NULL;
 }
 
-KVP_EXPORT int kvp_hash_profile_parse(const char *name, int *out)
+static int profile_parse(const char *name, int *out)
 {
-    if (!name || !out)
-        return KVP_EINVAL;
+    if (!name)
+        return kvp__fail(KVP_EINVAL, "name is NULL");
+    if (!out)
+        return kvp__fail(KVP_EINVAL, "out is NULL");
     for (int p = KVP_HASH_KEYED; p <= KVP_HASH_VLLM_XXHASH; p++) {
         if (strcmp(name, profile_names[p]) == 0) {
             *out = p;
             return KVP_OK;
         }
     }
-    return KVP_EINVAL;
+    return kvp__fail(KVP_EINVAL,
+                     "unknown hash profile '%.64s': keyed, xxh3, siphash, vllm-sha256-cbor or "
+                     "vllm-xxhash-cbor",
+                     name);
+}
+
+KVP_EXPORT int kvp_hash_profile_parse(const char *name, int *out)
+{
+    return kvp__public(profile_parse(name, out));
 }
 
 /* ------------------------------------------------------------------ digests and keys */
@@ -156,7 +166,10 @@ static int load_key(kvp_hasher *h, const kvp_config *cfg)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return KVP_ENOTSUP;
+            return kvp__fail(KVP_ENOTSUP,
+                             "no random source for the hash key (getrandom failed, errno %d): "
+                             "set hash_key and hash_key_len",
+                             n < 0 ? errno : 0);
         got += (size_t)n;
     }
     h->key_len = KVP_HASH_KEY_MAX;
@@ -344,11 +357,17 @@ static kvp_key sip_block(const kvp_hasher *h, kvp_key parent, const uint32_t *to
 
 int kvp__hasher_init(kvp_hasher *h, const kvp_config *cfg)
 {
-    if (!profile_known(cfg->hash_profile) || cfg->block_size == 0 ||
-        cfg->block_size > KVP_MAX_BLOCK_SIZE ||
-        (cfg->hash_key_len &&
-         (cfg->hash_key_len < KVP_HASH_KEY_MIN || cfg->hash_key_len > KVP_HASH_KEY_MAX)))
-        return KVP_EINVAL;
+    if (!profile_known(cfg->hash_profile))
+        return kvp__fail(KVP_EINVAL, "hash_profile is %d, not a KVP_HASH_* profile (1..5)",
+                         cfg->hash_profile);
+    if (cfg->block_size == 0 || cfg->block_size > KVP_MAX_BLOCK_SIZE)
+        return kvp__fail(KVP_EINVAL, "block_size is %" PRIu32 ", outside 1..%u", cfg->block_size,
+                         KVP_MAX_BLOCK_SIZE);
+    if (cfg->hash_key_len &&
+        (cfg->hash_key_len < KVP_HASH_KEY_MIN || cfg->hash_key_len > KVP_HASH_KEY_MAX))
+        return kvp__fail(KVP_EINVAL,
+                         "hash_key_len is %" PRIu32 ": 0 (a random key) or %u..%u bytes",
+                         cfg->hash_key_len, KVP_HASH_KEY_MIN, KVP_HASH_KEY_MAX);
     memset(h, 0, sizeof *h);
     h->profile = cfg->hash_profile;
     h->seed = cfg->seed;
@@ -360,7 +379,7 @@ int kvp__hasher_init(kvp_hasher *h, const kvp_config *cfg)
     if (!profile_is_keyed(h->profile))
         return KVP_OK;
     if (sodium_init() < 0)
-        return KVP_ENOTSUP;
+        return kvp__fail(KVP_ENOTSUP, "libsodium cannot be initialised (no random source)");
     int rc = load_key(h, cfg);
     if (rc != KVP_OK)
         return rc;
@@ -375,16 +394,43 @@ static bool field_utf8(const kvp_field *f)
     return !f->ptr || kvp__utf8_valid(f->ptr, f->len);
 }
 
+/* Why the vllm-* profile h cannot express ns (kvp__hasher_ns_check refused it). */
+static KVP__COLD int ns_refused(const kvp_hasher *h, const kvp_namespace *ns)
+{
+    const char *name = profile_names[h->profile];
+    if (ns->model.ptr)
+        return kvp__fail(KVP_ENOTSUP, "ns->model is set: %s keys carry no model name", name);
+    if (ns->tenant.ptr)
+        return kvp__fail(KVP_ENOTSUP, "ns->tenant is set: %s keys carry no tenant", name);
+    if (ns->salt.ptr && ns->salt.len == 0)
+        return kvp__fail(KVP_ENOTSUP,
+                         "ns->salt is empty: vLLM drops an empty cache_salt, so %s keys cannot "
+                         "tell it from an absent one",
+                         name);
+    return kvp__fail(KVP_ENOTSUP, "ns->%s is not UTF-8: %s keys encode it as text",
+                     field_utf8(&ns->adapter) ? "salt" : "adapter", name);
+}
+
 int kvp__hasher_ns_check(const kvp_hasher *h, const kvp_namespace *ns)
 {
     if (!profile_is_vllm(h->profile))
         return KVP_OK;
     /* vLLM keys carry no model or tenant; an empty salt is falsy there and dropped. */
     if (ns->model.ptr || ns->tenant.ptr || (ns->salt.ptr && ns->salt.len == 0))
-        return KVP_ENOTSUP;
+        return ns_refused(h, ns);
     if (!field_utf8(&ns->adapter) || !field_utf8(&ns->salt))
-        return KVP_ENOTSUP;
+        return ns_refused(h, ns);
     return KVP_OK;
+}
+
+/* Name the first token at or above vocab_size (kvp__hasher_tokens_check found one). */
+static KVP__COLD int token_refused(const kvp_hasher *h, const uint32_t *tokens, size_t n)
+{
+    size_t i = 0;
+    while (i < n - 1 && tokens[i] < h->vocab_size)
+        i++;
+    return kvp__fail(KVP_ETOKEN, "tokens[%zu] is %" PRIu32 ", not below vocab_size %" PRIu32, i,
+                     tokens[i], h->vocab_size);
 }
 
 int kvp__hasher_tokens_check(const kvp_hasher *h, const uint32_t *tokens, size_t n)
@@ -394,7 +440,7 @@ int kvp__hasher_tokens_check(const kvp_hasher *h, const uint32_t *tokens, size_t
     uint32_t max = 0;
     for (size_t i = 0; i < n; i++)
         max = tokens[i] > max ? tokens[i] : max;
-    return n && max >= h->vocab_size ? KVP_ETOKEN : KVP_OK;
+    return n && max >= h->vocab_size ? token_refused(h, tokens, n) : KVP_OK;
 }
 
 typedef struct blake_sink {
@@ -486,24 +532,28 @@ void kvp__hasher_wipe(kvp_hasher *h)
 int kvp__hasher_check(const kvp_hasher *h)
 {
     if (!profile_known(h->profile) || h->block_size == 0 || h->block_size > KVP_MAX_BLOCK_SIZE)
-        return KVP_ECORRUPT;
+        return kvp__fail(KVP_ECORRUPT, "invariant violated in %s: profile %d, block_size %" PRIu32,
+                         __func__, h->profile, h->block_size);
     if (profile_is_keyed(h->profile) &&
         (h->key_len < KVP_HASH_KEY_MIN || h->key_len > KVP_HASH_KEY_MAX))
-        return KVP_ECORRUPT;
+        return kvp__fail(KVP_ECORRUPT, "invariant violated in %s: key_len %zu", __func__,
+                         (size_t)h->key_len);
     return KVP_OK;
 }
 
 /* ------------------------------------------------------------------ public hasher API */
 
-KVP_EXPORT int kvp_hasher_new(const kvp_config *cfg, kvp_hasher **out)
+static int hasher_new(const kvp_config *cfg, kvp_hasher **out)
 {
-    if (!cfg || !out)
-        return KVP_EINVAL;
+    if (!cfg)
+        return kvp__fail(KVP_EINVAL, "cfg is NULL");
+    if (!out)
+        return kvp__fail(KVP_EINVAL, "out is NULL");
     kvp__mem mem;
     kvp__mem_init(&mem, &cfg->alloc);
     kvp_hasher *h = kvp__mem_alloc(&mem, sizeof *h);
     if (!h)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the hasher (%zu bytes)", sizeof *h);
     int rc = kvp__hasher_init(h, cfg);
     if (rc != KVP_OK) {
         kvp__mem_free(&mem, h, sizeof *h);
@@ -511,6 +561,11 @@ KVP_EXPORT int kvp_hasher_new(const kvp_config *cfg, kvp_hasher **out)
     }
     *out = h;
     return KVP_OK;
+}
+
+KVP_EXPORT int kvp_hasher_new(const kvp_config *cfg, kvp_hasher **out)
+{
+    return kvp__public(hasher_new(cfg, out));
 }
 
 KVP_EXPORT void kvp_hasher_free(kvp_hasher *h)
@@ -529,11 +584,15 @@ KVP_EXPORT const kvp_hasher *kvp_cache_hasher(const kvp_cache *cache)
     return cache ? &cache->hasher : NULL;
 }
 
-KVP_EXPORT int kvp_hasher_root(const kvp_hasher *h, const kvp_namespace *ns, kvp_chain *out)
+static int hasher_root(const kvp_hasher *h, const kvp_namespace *ns, kvp_chain *out)
 {
-    if (!h || !out || kvp__ns_valid(ns) != KVP_OK)
-        return KVP_EINVAL;
-    int rc = kvp__hasher_ns_check(h, ns);
+    if (!h)
+        return kvp__fail(KVP_EINVAL, "h is NULL");
+    if (!out)
+        return kvp__fail(KVP_EINVAL, "out is NULL");
+    int rc = kvp__ns_valid(ns);
+    if (rc == KVP_OK)
+        rc = kvp__hasher_ns_check(h, ns);
     if (rc != KVP_OK)
         return rc;
     kvp_chain c;
@@ -544,14 +603,28 @@ KVP_EXPORT int kvp_hasher_root(const kvp_hasher *h, const kvp_namespace *ns, kvp
     return KVP_OK;
 }
 
-KVP_EXPORT int kvp_hasher_blocks(const kvp_hasher *h, const kvp_namespace *ns, kvp_chain *chain,
-                                 const uint32_t *tokens, size_t n_tokens, kvp_chain *out,
-                                 size_t cap, size_t *n_out)
+KVP_EXPORT int kvp_hasher_root(const kvp_hasher *h, const kvp_namespace *ns, kvp_chain *out)
 {
-    if (!h || !chain || !n_out || (!tokens && n_tokens) || (!out && cap) ||
-        kvp__ns_valid(ns) != KVP_OK)
-        return KVP_EINVAL;
-    int rc = kvp__hasher_ns_check(h, ns);
+    return kvp__public(hasher_root(h, ns, out));
+}
+
+static int hasher_blocks(const kvp_hasher *h, const kvp_namespace *ns, kvp_chain *chain,
+                         const uint32_t *tokens, size_t n_tokens, kvp_chain *out, size_t cap,
+                         size_t *n_out)
+{
+    if (!h)
+        return kvp__fail(KVP_EINVAL, "h is NULL");
+    if (!chain)
+        return kvp__fail(KVP_EINVAL, "chain is NULL");
+    if (!n_out)
+        return kvp__fail(KVP_EINVAL, "n_out is NULL");
+    if (!tokens && n_tokens)
+        return kvp__fail(KVP_EINVAL, "tokens is NULL but n_tokens is %zu", n_tokens);
+    if (!out && cap)
+        return kvp__fail(KVP_EINVAL, "out is NULL but cap is %zu", cap);
+    int rc = kvp__ns_valid(ns);
+    if (rc == KVP_OK)
+        rc = kvp__hasher_ns_check(h, ns);
     if (rc == KVP_OK)
         rc = kvp__hasher_tokens_check(h, tokens, n_tokens);
     if (rc != KVP_OK)
@@ -568,6 +641,13 @@ KVP_EXPORT int kvp_hasher_blocks(const kvp_hasher *h, const kvp_namespace *ns, k
     *chain = c;
     *n_out = n;
     return KVP_OK;
+}
+
+KVP_EXPORT int kvp_hasher_blocks(const kvp_hasher *h, const kvp_namespace *ns, kvp_chain *chain,
+                                 const uint32_t *tokens, size_t n_tokens, kvp_chain *out,
+                                 size_t cap, size_t *n_out)
+{
+    return kvp__public(hasher_blocks(h, ns, chain, tokens, n_tokens, out, cap, n_out));
 }
 
 KVP_EXPORT kvp_key kvp_hasher_external_key(const kvp_hasher *h, kvp_key root, kvp_key external_id)

@@ -86,7 +86,8 @@ int kvp__index_init(kvp__index *idx, kvp__mem *mem, uint32_t n_blocks)
     HASH_ADD_KEYPTR_BYHASHVALUE(hh, idx->head, &idx->sentinel_key, 1, 0u, s);
     if (!idx->head || s->hh.tbl == NULL) {
         idx->head = NULL;
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the block index (2^%u buckets)",
+                         idx->log2_buckets);
     }
     return KVP_OK;
 }

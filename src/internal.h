@@ -32,6 +32,7 @@
 #define KVP_INTERNAL_H
 
 #include <assert.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -82,6 +83,38 @@ static inline unsigned kvp__uthash_fn(const void *key, size_t len)
         len -= n;
     }
     return (unsigned)(h ^ (h >> 32));
+}
+
+/* ---------------------------------------------------------------- failure details (error.c) */
+
+#if defined(__GNUC__)
+#define KVP__COLD            __attribute__((cold, noinline))
+#define KVP__PRINTF(fmt, va) __attribute__((format(printf, fmt, va)))
+#define KVP__LIKELY(x)       __builtin_expect(!!(x), 1)
+#else
+#define KVP__COLD
+#define KVP__PRINTF(fmt, va)
+#define KVP__LIKELY(x) (x)
+#endif
+
+/* Record the detail of a failure for kvp_errmsg, formatted like printf (say which argument
+ * or limit and why, with the values; no function name, no final period), and return code
+ * (negative). Used as `return kvp__fail(KVP_EINVAL, "out is NULL");` at each failure site.
+ * Cold and out of line: nothing is formatted unless a call fails. Cannot fail. */
+int kvp__fail(int code, const char *fmt, ...) KVP__COLD KVP__PRINTF(2, 3);
+
+/* Return code, keeping as this call's detail the one a public call made from inside the
+ * library has just set (kvp_cache_metrics -> kvp_cache_stats). Cannot fail. */
+int kvp__fail_kept(int code) KVP__COLD;
+
+/* The failing exit of a public call: write kvp_strerror(code) as the detail unless a site
+ * of this call wrote one, then mark the call finished. Returns code. Cannot fail. */
+int kvp__fail_done(int code) KVP__COLD;
+
+/* Every public function that returns a status returns kvp__public(its status). */
+static inline int kvp__public(int rc)
+{
+    return KVP__LIKELY(rc >= 0) ? rc : kvp__fail_done(rc);
 }
 
 /* ---------------------------------------------------------------- memory (mem.c) */

@@ -40,11 +40,25 @@ static inline bool field_valid(const kvp_field *f)
     return f->ptr != NULL || f->len == 0;
 }
 
+/* Name the field of ns that kvp__ns_valid refused: the first in namespace order. */
+static KVP__COLD int ns_invalid(const kvp_namespace *ns)
+{
+    if (!ns)
+        return kvp__fail(KVP_EINVAL, "ns is NULL");
+    const kvp_field *fields[4] = {&ns->model, &ns->adapter, &ns->tenant, &ns->salt};
+    static const char *const names[4] = {"model", "adapter", "tenant", "salt"};
+    size_t i = 0;
+    while (i < 3 && field_valid(fields[i]))
+        i++;
+    return kvp__fail(KVP_EINVAL, "ns->%s.ptr is NULL but ns->%s.len is %zu", names[i], names[i],
+                     fields[i]->len);
+}
+
 int kvp__ns_valid(const kvp_namespace *ns)
 {
     if (!ns || !field_valid(&ns->model) || !field_valid(&ns->adapter) ||
         !field_valid(&ns->tenant) || !field_valid(&ns->salt))
-        return KVP_EINVAL;
+        return ns_invalid(ns);
     return KVP_OK;
 }
 
@@ -100,10 +114,28 @@ KVP_EXPORT kvp_field kvp_field_str(const char *s)
 
 KVP_EXPORT int kvp_namespace_key(uint64_t seed, const kvp_namespace *ns, kvp_key *out)
 {
-    if (!out || kvp__ns_valid(ns) != KVP_OK)
-        return KVP_EINVAL;
+    if (!out)
+        return kvp__fail_done(kvp__fail(KVP_EINVAL, "out is NULL"));
+    int rc = kvp__ns_valid(ns);
+    if (rc != KVP_OK)
+        return kvp__fail_done(rc);
     *out = kvp__ns_root_xxh3(seed, ns);
     return KVP_OK;
+}
+
+/* Say which argument of kvp_hash_blocks is invalid (hash_blocks_ok refused them). */
+static KVP__COLD int hash_blocks_refused(const uint32_t *tokens, size_t n_tokens,
+                                         uint32_t block_size, const kvp_key *keys, size_t cap,
+                                         const size_t *n_keys)
+{
+    if (!n_keys)
+        return kvp__fail(KVP_EINVAL, "n_keys is NULL");
+    if (!tokens && n_tokens)
+        return kvp__fail(KVP_EINVAL, "tokens is NULL but n_tokens is %zu", n_tokens);
+    if (!keys && cap)
+        return kvp__fail(KVP_EINVAL, "keys is NULL but cap is %zu", cap);
+    return kvp__fail(KVP_EINVAL, "block_size is %" PRIu32 ", outside 1..%u", block_size,
+                     KVP_MAX_BLOCK_SIZE);
 }
 
 KVP_EXPORT int kvp_hash_blocks(uint64_t seed, kvp_key parent, const uint32_t *tokens,
@@ -112,7 +144,7 @@ KVP_EXPORT int kvp_hash_blocks(uint64_t seed, kvp_key parent, const uint32_t *to
 {
     if (!n_keys || (!tokens && n_tokens) || (!keys && cap) || block_size == 0 ||
         block_size > KVP_MAX_BLOCK_SIZE)
-        return KVP_EINVAL;
+        return kvp__fail_done(hash_blocks_refused(tokens, n_tokens, block_size, keys, cap, n_keys));
     size_t n = n_tokens / block_size;
     if (n > cap)
         n = cap;
@@ -149,19 +181,28 @@ kvp_key kvp__cache_external_key(const kvp_cache *cache, kvp_key root, kvp_key id
     return kvp__key_truncate(kvp__hasher_external(&cache->hasher, root, id), cache->key_bits);
 }
 
-KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
-                              const uint32_t *tokens, size_t n_tokens, kvp_key *root, kvp_key *keys,
-                              size_t cap, size_t *n_keys)
+static int cache_keys(const kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
+                      size_t n_tokens, kvp_key *root, kvp_key *keys, size_t cap, size_t *n_keys)
 {
-    if (!cache || !root || !n_keys || (!tokens && n_tokens) || (!keys && cap) ||
-        kvp__ns_valid(ns) != KVP_OK)
-        return KVP_EINVAL;
+    if (!cache)
+        return kvp__fail(KVP_EINVAL, "cache is NULL");
+    if (!root)
+        return kvp__fail(KVP_EINVAL, "root is NULL");
+    if (!n_keys)
+        return kvp__fail(KVP_EINVAL, "n_keys is NULL");
+    if (!tokens && n_tokens)
+        return kvp__fail(KVP_EINVAL, "tokens is NULL but n_tokens is %zu", n_tokens);
+    if (!keys && cap)
+        return kvp__fail(KVP_EINVAL, "keys is NULL but cap is %zu", cap);
+    int rc = kvp__ns_valid(ns);
+    if (rc != KVP_OK)
+        return rc;
     if (kvp__in_callback(cache))
-        return KVP_EBUSY;
+        return kvp__fail(KVP_EBUSY, "called from inside this cache's own event callback");
     size_t bs = cache->cfg.block_size, n = n_tokens / bs;
     if (n > cap)
         n = cap;
-    int rc = kvp__hasher_ns_check(&cache->hasher, ns);
+    rc = kvp__hasher_ns_check(&cache->hasher, ns);
     if (rc == KVP_OK)
         rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc != KVP_OK)
@@ -176,4 +217,11 @@ KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
     }
     *n_keys = n;
     return KVP_OK;
+}
+
+KVP_EXPORT int kvp_cache_keys(const kvp_cache *cache, const kvp_namespace *ns,
+                              const uint32_t *tokens, size_t n_tokens, kvp_key *root, kvp_key *keys,
+                              size_t cap, size_t *n_keys)
+{
+    return kvp__public(cache_keys(cache, ns, tokens, n_tokens, root, keys, cap, n_keys));
 }

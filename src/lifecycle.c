@@ -171,18 +171,27 @@ static walk match(kvp_cache *cache, keysrc *src, uint32_t n_full, uint32_t *ids,
     return match_mode(cache, src, n_full, ids, cap, SRC_TOKENS);
 }
 
-/* Common argument checks for a prompt: KVP_OK with *n_full set, or an error. */
+/* Common argument checks for a prompt whose data (tokens, ids or root) is the argument
+ * named what: KVP_OK with *n_full set, or an error. */
 static int check_prompt(const kvp_cache *cache, const kvp_namespace *ns, const void *data,
-                        size_t n_tokens, uint32_t *n_full)
+                        const char *what, size_t n_tokens, uint32_t *n_full)
 {
-    if (!cache || !data || n_tokens == 0 || kvp__ns_valid(ns) != KVP_OK)
-        return KVP_EINVAL;
-    int rc = kvp__hasher_ns_check(&cache->hasher, ns);
+    if (!cache)
+        return kvp__fail(KVP_EINVAL, "cache is NULL");
+    if (!data)
+        return kvp__fail(KVP_EINVAL, "%s is NULL", what);
+    if (n_tokens == 0)
+        return kvp__fail(KVP_EINVAL, "n_tokens is 0: a prompt has at least one token");
+    int rc = kvp__ns_valid(ns);
+    if (rc == KVP_OK)
+        rc = kvp__hasher_ns_check(&cache->hasher, ns);
     if (rc != KVP_OK)
         return rc;
     size_t full = n_tokens / cache->cfg.block_size;
     if (full >= KVP_NIL)
-        return KVP_EOVERFLOW;
+        return kvp__fail(KVP_EOVERFLOW,
+                         "n_tokens is %zu: %zu full blocks of %" PRIu32 ", 2^32 - 1 or more",
+                         n_tokens, full, cache->cfg.block_size);
     *n_full = (uint32_t)full;
     return KVP_OK;
 }
@@ -217,8 +226,10 @@ static void count_request(kvp_cache *cache, const kvp_match *m)
 static int lookup_common(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t n_full,
                          uint32_t *block_ids, size_t cap, kvp_match *out)
 {
-    if (!out || (!block_ids && cap))
-        return KVP_EINVAL;
+    if (!out)
+        return kvp__fail(KVP_EINVAL, "out is NULL");
+    if (!block_ids && cap)
+        return kvp__fail(KVP_EINVAL, "block_ids is NULL but cap is %zu", cap);
     uint32_t limit = hit_limit(cache, n_tokens);
     walk w = match(cache, src, n_full, block_ids, cap < limit ? cap : limit);
     fill_match(cache, n_tokens, n_full, w.n_cached, out);
@@ -230,7 +241,7 @@ int kvp__lookup_locked(kvp_cache *cache, const kvp_namespace *ns, const uint32_t
                        size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out)
 {
     uint32_t n_full;
-    int rc = check_prompt(cache, ns, tokens, n_tokens, &n_full);
+    int rc = check_prompt(cache, ns, tokens, "tokens", n_tokens, &n_full);
     if (rc == KVP_OK)
         rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc != KVP_OK)
@@ -250,12 +261,17 @@ static int check_keys(const kvp_cache *cache, const kvp_key **keys, const uint32
     static const kvp_key no_keys; /* lets keys be NULL when there are none */
     if (!*keys && n_full == 0)
         *keys = &no_keys;
-    if (!*keys || (kvp__verifying(cache) && !tokens))
-        return KVP_EINVAL;
+    if (!*keys)
+        return kvp__fail(KVP_EINVAL, "keys is NULL but the prompt has %" PRIu32 " full blocks",
+                         n_full);
+    if (kvp__verifying(cache) && !tokens)
+        return kvp__fail(KVP_EINVAL,
+                         "tokens is NULL: a verify_tokens cache verifies every match against them");
     /* A request continues its chain from its last key; under vllm-sha256 the chain value is
      * 256 bits and a kvp_key holds only the index's 128 of them. */
     if (keeps_chain && cache->hasher.profile == KVP_HASH_VLLM_SHA256)
-        return KVP_ENOTSUP;
+        return kvp__fail(KVP_ENOTSUP, "keys cannot start a request under vllm-sha256-cbor: its "
+                                      "256-bit chain does not fit a kvp_key (use kvp_acquire)");
     return KVP_OK;
 }
 
@@ -264,7 +280,7 @@ int kvp__lookup_keys_locked(kvp_cache *cache, const kvp_namespace *ns, kvp_key r
                             uint32_t *block_ids, size_t cap, kvp_match *out)
 {
     uint32_t n_full;
-    int rc = check_prompt(cache, ns, &root, n_tokens, &n_full);
+    int rc = check_prompt(cache, ns, &root, "root", n_tokens, &n_full);
     if (rc == KVP_OK)
         rc = check_keys(cache, &keys, tokens, n_full, false);
     if (rc != KVP_OK)
@@ -281,8 +297,17 @@ static int check_ids(const kvp_cache *cache, size_t n_ids, size_t n_tokens, uint
 {
     size_t bs = cache->cfg.block_size;
     size_t n_ceil = n_tokens / bs + (n_tokens % bs != 0);
-    if (kvp__verifying(cache) || (n_ids != n_full && n_ids != n_ceil))
-        return KVP_EINVAL;
+    if (kvp__verifying(cache))
+        return kvp__fail(KVP_EINVAL,
+                         "external ids cannot be verified: the cache has verify_tokens");
+    if (n_ids != n_full && n_ids != n_ceil && n_full == n_ceil)
+        return kvp__fail(KVP_EINVAL, "n_ids is %zu: n_tokens %zu in blocks of %zu takes %zu ids",
+                         n_ids, n_tokens, bs, n_ceil);
+    if (n_ids != n_full && n_ids != n_ceil)
+        return kvp__fail(KVP_EINVAL,
+                         "n_ids is %zu: n_tokens %zu in blocks of %zu takes %" PRIu32
+                         " ids, or %zu with the partial last block",
+                         n_ids, n_tokens, bs, n_full, n_ceil);
     return KVP_OK;
 }
 
@@ -294,7 +319,7 @@ int kvp__lookup_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_
     if (!ids && n_ids == 0)
         ids = &no_ids;
     uint32_t n_full;
-    int rc = check_prompt(cache, ns, ids, n_tokens, &n_full);
+    int rc = check_prompt(cache, ns, ids, "ids", n_tokens, &n_full);
     if (rc == KVP_OK)
         rc = check_ids(cache, n_ids, n_tokens, n_full);
     if (rc != KVP_OK)
@@ -352,7 +377,10 @@ static int request_keep_vctx(kvp_cache *cache, kvp__request *req, const kvp__vct
         return KVP_OK;
     unsigned char *p = kvp__mem_alloc(&cache->mem, n);
     if (!p)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM,
+                         "out of memory: a copy of the namespace's adapter and salt "
+                         "(%zu bytes)",
+                         n);
     size_t a = vx->has_adapter ? vx->adapter_len : 0;
     if (a)
         memcpy(p, vx->adapter, a);
@@ -405,24 +433,32 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
 {
     /* Step 1: validate. */
     uint32_t n_full;
-    int rc = check_prompt(cache, ns, keys ? (const void *)root_in : tokens, n_tokens, &n_full);
+    int rc = check_prompt(cache, ns, keys ? (const void *)root_in : tokens,
+                          keys ? "root" : "tokens", n_tokens, &n_full);
     if (rc == KVP_OK && keys)
         rc = check_keys(cache, &keys, tokens, n_full, true);
     if (rc == KVP_OK && !tokens)
-        rc = KVP_EINVAL; /* the prompt is kept to check later commits against it */
+        rc = kvp__fail(KVP_EINVAL, "tokens is NULL: the prompt is kept to check later commits");
     if (rc == KVP_OK)
         rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc != KVP_OK)
         return rc;
     if (!out)
-        return KVP_EINVAL;
+        return kvp__fail(KVP_EINVAL, "out is NULL");
     if (kvp__request_find(cache, req_id))
-        return KVP_EEXIST;
-    uint32_t n_total = blocks_for(cache, n_capacity > n_tokens ? n_capacity : n_tokens);
+        return kvp__fail(KVP_EEXIST, "req_id %" PRIu64 " is already an active request", req_id);
+    size_t n_need = n_capacity > n_tokens ? n_capacity : n_tokens;
+    uint32_t n_total = blocks_for(cache, n_need);
     if (n_total == KVP_NIL)
-        return KVP_EOVERFLOW;
+        return kvp__fail(KVP_EOVERFLOW,
+                         "%zu tokens (n_capacity %zu, n_tokens %zu) take 2^32 - 1 or "
+                         "more blocks of %" PRIu32,
+                         n_need, n_capacity, n_tokens, cache->cfg.block_size);
     if (n_total > cache->pool.n_blocks)
-        return KVP_ETOOBIG;
+        return kvp__fail(KVP_ETOOBIG,
+                         "%zu tokens take %" PRIu32 " blocks of %" PRIu32
+                         ", more than the pool's %" PRIu32,
+                         n_need, n_total, cache->cfg.block_size, cache->pool.n_blocks);
 
     /* Step 2: allocate the request (and intern its namespace in verify mode and its quota
      * group when quotas are on). */
@@ -450,9 +486,14 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     kvp_match m;
     fill_match(cache, n_tokens, n_full, w.n_cached, &m);
     uint32_t n_hit = m.n_blocks_hit, n_take = n_total - n_hit;
+    uint32_t n_avail =
+        kvp__pool_available(&cache->pool) - count_unpinned(cache, req->blocks, n_hit);
     rc = KVP_OK;
-    if (n_take > kvp__pool_available(&cache->pool) - count_unpinned(cache, req->blocks, n_hit))
-        rc = KVP_ENOSPC;
+    if (n_take > n_avail)
+        rc = kvp__fail(KVP_ENOSPC,
+                       "the request needs %" PRIu32 " fresh blocks; %" PRIu32
+                       " of the pool's %" PRIu32 " are free or evictable, the rest are pinned",
+                       n_take, n_avail, cache->pool.n_blocks);
     else
         rc = kvp__request_keep_prompt(cache, req, tokens, n_tokens,
                                       (size_t)n_hit * cache->cfg.block_size);
@@ -478,23 +519,37 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     return KVP_OK;
 }
 
+/* KVP_ENOENT for req_id (cold: the detail is formatted only on failure). */
+static KVP__COLD int no_request(uint64_t req_id)
+{
+    return kvp__fail(KVP_ENOENT, "req_id %" PRIu64 " is not an active request", req_id);
+}
+
 int kvp__grow_locked(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
 {
     if (!cache)
-        return KVP_EINVAL;
+        return kvp__fail(KVP_EINVAL, "cache is NULL");
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
-        return KVP_ENOENT;
+        return no_request(req_id);
     uint32_t n_total = blocks_for(cache, n_capacity);
     if (n_total == KVP_NIL)
-        return KVP_EOVERFLOW;
+        return kvp__fail(KVP_EOVERFLOW, "n_capacity %zu takes 2^32 - 1 or more blocks of %" PRIu32,
+                         n_capacity, cache->cfg.block_size);
     if (n_total <= req->n_blocks)
         return KVP_OK;
     if (n_total > cache->pool.n_blocks)
-        return KVP_ETOOBIG;
+        return kvp__fail(KVP_ETOOBIG,
+                         "n_capacity %zu takes %" PRIu32 " blocks of %" PRIu32
+                         ", more than the pool's %" PRIu32,
+                         n_capacity, n_total, cache->cfg.block_size, cache->pool.n_blocks);
     uint32_t n_take = n_total - req->n_blocks;
     if (n_take > kvp__pool_available(&cache->pool))
-        return KVP_ENOSPC;
+        return kvp__fail(KVP_ENOSPC,
+                         "n_capacity %zu needs %" PRIu32 " more blocks; %" PRIu32
+                         " of the pool's %" PRIu32 " are free or evictable, the rest are pinned",
+                         n_capacity, n_take, kvp__pool_available(&cache->pool),
+                         cache->pool.n_blocks);
     int rc = kvp__request_reserve(cache, req, n_total);
     if (rc != KVP_OK)
         return rc;
@@ -507,11 +562,15 @@ int kvp__grow_locked(kvp_cache *cache, uint64_t req_id, size_t n_capacity)
 int kvp__request_blocks_locked(const kvp_cache *cache, uint64_t req_id, const uint32_t **ids,
                                size_t *n)
 {
-    if (!cache || !ids || !n)
-        return KVP_EINVAL;
+    if (!cache)
+        return kvp__fail(KVP_EINVAL, "cache is NULL");
+    if (!ids)
+        return kvp__fail(KVP_EINVAL, "ids is NULL");
+    if (!n)
+        return kvp__fail(KVP_EINVAL, "n is NULL");
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
-        return KVP_ENOENT;
+        return no_request(req_id);
     *ids = req->blocks;
     *n = req->n_blocks;
     return KVP_OK;
@@ -607,27 +666,55 @@ static bool prompt_matches(const kvp_cache *cache, const kvp__request *req, cons
     return true;
 }
 
+/* KVP_EINVAL for tokens that prompt_matches refused, naming the first prompt block whose
+ * fingerprint differs as the token range tokens[a..b): a whole block, or the prompt's
+ * partial last block. A different fingerprint means different tokens, so the range is
+ * exact; which token of it differs is not known (only fingerprints are kept). */
+static KVP__COLD int prompt_refused(const kvp_cache *cache, const kvp__request *req,
+                                    const uint32_t *tokens, size_t n_tokens)
+{
+    size_t bs = cache->cfg.block_size;
+    size_t to = n_tokens < req->n_prompt ? n_tokens : req->n_prompt;
+    size_t lo = (size_t)req->n_committed * bs;
+    if (lo < req->prompt_start)
+        lo = req->prompt_start;
+    const uint64_t *want = req->prompt_fp + (lo - req->prompt_start) / bs;
+    size_t n_whole = (to - lo) / bs;
+    size_t k = kvp__tokens_fp_blocks(tokens + lo, bs, n_whole, NULL, want);
+    size_t a = lo + k * bs, b = k < n_whole ? a + bs : to;
+    return kvp__fail(KVP_EINVAL, "tokens[%zu..%zu) differ from the acquired prompt", a, b);
+}
+
 int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
                        const uint32_t *tokens, size_t n_tokens, size_t *n_stored)
 {
-    if (!cache || (!tokens && n_tokens))
-        return KVP_EINVAL;
+    if (!cache)
+        return kvp__fail(KVP_EINVAL, "cache is NULL");
+    if (!tokens && n_tokens)
+        return kvp__fail(KVP_EINVAL, "tokens is NULL but n_tokens is %zu", n_tokens);
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
-        return KVP_ENOENT;
+        return no_request(req_id);
     assert(kvp__request_counts_ok(req));
     size_t bs = cache->cfg.block_size;
     if (n_tokens / bs < req->n_committed)
-        return KVP_EINVAL;
+        return kvp__fail(KVP_EINVAL,
+                         "n_tokens is %zu, fewer than the request's %" PRIu32
+                         " committed blocks of %zu tokens",
+                         n_tokens, req->n_committed, bs);
     int rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
     if (rc != KVP_OK)
         return rc;
     if (n_tokens / bs > req->n_blocks)
-        return KVP_ERANGE;
+        return kvp__fail(KVP_ERANGE,
+                         "n_tokens is %zu: %zu full blocks, more than the %" PRIu32
+                         " the request holds",
+                         n_tokens, n_tokens / bs, req->n_blocks);
     if (!prompt_matches(cache, req, tokens, n_tokens))
-        return KVP_EINVAL;
-    if (keys && cache->hasher.profile == KVP_HASH_VLLM_SHA256)
-        return KVP_ENOTSUP; /* see check_keys */
+        return prompt_refused(cache, req, tokens, n_tokens);
+    if (keys && cache->hasher.profile == KVP_HASH_VLLM_SHA256) /* see check_keys */
+        return kvp__fail(KVP_ENOTSUP, "keys cannot continue a chain under vllm-sha256-cbor: its "
+                                      "256-bit chain does not fit a kvp_key (pass keys NULL)");
     uint32_t n_full = (uint32_t)(n_tokens / bs);
     size_t stored = 0;
     const kvp__probe_view view = kvp__index_view(&cache->index);
@@ -686,18 +773,20 @@ static void release_request(kvp_cache *cache, kvp__request *req);
 int kvp__release_locked(kvp_cache *cache, uint64_t req_id)
 {
     if (!cache)
-        return KVP_EINVAL;
+        return kvp__fail(KVP_EINVAL, "cache is NULL");
     kvp__request *req = kvp__request_find(cache, req_id);
     if (!req)
-        return KVP_ENOENT;
+        return no_request(req_id);
     release_request(cache, req);
     return KVP_OK;
 }
 
 int kvp__requests_locked(const kvp_cache *cache, uint64_t *ids, size_t cap, size_t *n_active)
 {
-    if (!n_active || (!ids && cap))
-        return KVP_EINVAL;
+    if (!n_active)
+        return kvp__fail(KVP_EINVAL, "n_active is NULL");
+    if (!ids && cap)
+        return kvp__fail(KVP_EINVAL, "ids is NULL but cap is %zu", cap);
     size_t n = 0;
     const kvp__request *req, *tmp;
     HASH_ITER(hh, cache->requests, req, tmp)
@@ -744,7 +833,8 @@ static int scratch_reserve(kvp_cache *cache, size_t n)
     if (!keys || !ids) {
         kvp__mem_free(&cache->mem, keys, cap * sizeof *keys);
         kvp__mem_free(&cache->mem, ids, cap * sizeof *ids);
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the scratch arrays for a prompt of %zu blocks",
+                         n);
     }
     kvp__mem_free(&cache->mem, cache->scratch_keys, cache->scratch_cap * sizeof *keys);
     kvp__mem_free(&cache->mem, cache->scratch_ids, cache->scratch_cap * sizeof *ids);
@@ -810,7 +900,7 @@ static void access_keys(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_t
 static int access_prepare(kvp_cache *cache, kvp_match *out, uint32_t n_full)
 {
     if (!out)
-        return KVP_EINVAL;
+        return kvp__fail(KVP_EINVAL, "out is NULL");
     return scratch_reserve(cache, n_full);
 }
 
@@ -818,7 +908,8 @@ int kvp__access_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_key 
                        const kvp_key *keys, const uint32_t *tokens, size_t n_tokens, kvp_match *out)
 {
     uint32_t n_full;
-    int rc = check_prompt(cache, ns, keys ? (const void *)root : tokens, n_tokens, &n_full);
+    int rc = check_prompt(cache, ns, keys ? (const void *)root : tokens, keys ? "root" : "tokens",
+                          n_tokens, &n_full);
     if (rc == KVP_OK && keys)
         rc = check_keys(cache, &keys, tokens, n_full, false);
     if (rc == KVP_OK)
@@ -855,7 +946,7 @@ int kvp__access_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_
     if (!ids && n_ids == 0)
         ids = &no_ids;
     uint32_t n_full;
-    int rc = check_prompt(cache, ns, ids, n_tokens, &n_full);
+    int rc = check_prompt(cache, ns, ids, "ids", n_tokens, &n_full);
     if (rc == KVP_OK)
         rc = check_ids(cache, n_ids, n_tokens, n_full);
     if (rc == KVP_OK)

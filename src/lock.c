@@ -56,15 +56,18 @@ void kvp__emit(kvp_cache *cache, const kvp_event *ev)
 int kvp__lock_init(kvp_cache *cache)
 {
     pthread_rwlockattr_t attr;
-    if (pthread_rwlockattr_init(&attr) != 0)
-        return KVP_ENOMEM;
+    int err = pthread_rwlockattr_init(&attr);
+    if (err != 0)
+        return kvp__fail(KVP_ENOMEM, "the system refused the cache's lock attributes (error %d)",
+                         err);
 #if defined(__GLIBC__)
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 #endif
-    int err = pthread_rwlock_init(&cache->lock, &attr);
+    err = pthread_rwlock_init(&cache->lock, &attr);
     pthread_rwlockattr_destroy(&attr);
     if (err != 0)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "the system refused to initialise the cache's lock (error %d)",
+                         err);
     cache->lock_ready = true;
     return KVP_OK;
 }
@@ -84,14 +87,17 @@ enum { SHARED, EXCLUSIVE };
 static int enter(const kvp_cache *cache, int mode)
 {
     if (!cache)
-        return KVP_EINVAL;
+        return kvp__fail(KVP_EINVAL, "cache is NULL");
     if (kvp__in_callback(cache))
-        return KVP_EBUSY;
+        return kvp__fail(KVP_EBUSY, "called from inside this cache's own event callback");
     if (cache->cfg.single_threaded)
         return KVP_OK;
     pthread_rwlock_t *lock = (pthread_rwlock_t *)&cache->lock;
     int err = mode == SHARED ? pthread_rwlock_rdlock(lock) : pthread_rwlock_wrlock(lock);
-    return err == 0 ? KVP_OK : KVP_EBUSY; /* EDEADLK/EAGAIN: a caller bug, reported */
+    if (err != 0) /* EDEADLK/EAGAIN: a caller bug, reported */
+        return kvp__fail(KVP_EBUSY, "taking the cache's %s lock failed (error %d)",
+                         mode == SHARED ? "shared" : "exclusive", err);
+    return KVP_OK;
 }
 
 static int leave(const kvp_cache *cache, int rc)
@@ -101,13 +107,14 @@ static int leave(const kvp_cache *cache, int rc)
     return rc;
 }
 
-/* Run BODY (an expression giving a status) under the lock in MODE. */
+/* Run BODY (an expression giving a status) under the lock in MODE; a failure leaves its
+ * detail for kvp_errmsg (kvp__public). */
 #define LOCKED(cache, mode, body)                                                                  \
     do {                                                                                           \
         int rc_ = enter((cache), (mode));                                                          \
         if (rc_ != KVP_OK)                                                                         \
-            return rc_;                                                                            \
-        return leave((cache), (body));                                                             \
+            return kvp__fail_done(rc_);                                                            \
+        return kvp__public(leave((cache), (body)));                                                \
     } while (0)
 
 KVP_EXPORT void kvp_cache_free(kvp_cache *cache)

@@ -119,9 +119,28 @@ static bool label_name_ok(const char *s)
     return true;
 }
 
-/* True when s is well-formed UTF-8: no overlong forms, no surrogates, nothing past
- * U+10FFFF. */
-static bool utf8_ok(const char *s)
+/* KVP_EINVAL for the label name s of labels[i], which label_name_ok refused: why. */
+static KVP__COLD int label_name_refused(const char *s, size_t i)
+{
+    if (strcmp(s, "state") == 0)
+        return kvp__fail(KVP_EINVAL, "label name 'state' is reserved");
+    if (s[0] == '_' && s[1] == '_')
+        return kvp__fail(KVP_EINVAL, "labels[%zu].name begins with '__', reserved by Prometheus",
+                         i);
+    if (s[0] == '\0')
+        return kvp__fail(KVP_EINVAL, "labels[%zu].name is empty", i);
+    size_t bad = is_name_start(s[0]) ? 1 : 0;
+    while (bad > 0 && is_name_char(s[bad]))
+        bad++;
+    return kvp__fail(KVP_EINVAL,
+                     "labels[%zu].name has byte 0x%02x at %zu (after '%.*s'): names match "
+                     "[a-zA-Z_][a-zA-Z0-9_]*",
+                     i, (unsigned)(unsigned char)s[bad], bad, (int)(bad < 64 ? bad : 64), s);
+}
+
+/* The length of the longest well-formed UTF-8 prefix of s (no overlong forms, no
+ * surrogates, nothing past U+10FFFF): strlen(s) when all of s is. */
+static size_t utf8_prefix(const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;
     while (*p != 0) {
@@ -138,33 +157,41 @@ static bool utf8_ok(const char *s)
         } else if ((c & 0xf8) == 0xf0) {
             n = 3, cp = c & 0x07, min = 0x10000;
         } else {
-            return false;
+            break;
         }
-        for (size_t i = 1; i <= n; i++) {
-            if ((p[i] & 0xc0) != 0x80)
-                return false; /* also stops at the NUL */
+        size_t i = 1;
+        for (; i <= n && (p[i] & 0xc0) == 0x80; i++) /* also stops at the NUL */
             cp = (cp << 6) | (p[i] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
+        if (i <= n || cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            break;
         p += n + 1;
     }
-    return true;
+    return (size_t)(p - (const unsigned char *)s);
 }
 
 /* Check every caller label. Returns KVP_OK or KVP_EINVAL (see kvp_label). */
 static int labels_check(const kvp_label *labels, size_t n_labels)
 {
     if (n_labels > 0 && labels == NULL)
-        return KVP_EINVAL;
+        return kvp__fail(KVP_EINVAL, "labels is NULL but n_labels is %zu", n_labels);
     for (size_t i = 0; i < n_labels; i++) {
-        if (labels[i].name == NULL || labels[i].value == NULL)
-            return KVP_EINVAL;
-        if (!label_name_ok(labels[i].name) || !utf8_ok(labels[i].value))
-            return KVP_EINVAL;
+        if (labels[i].name == NULL)
+            return kvp__fail(KVP_EINVAL, "labels[%zu].name is NULL", i);
+        if (labels[i].value == NULL)
+            return kvp__fail(KVP_EINVAL, "labels[%zu].value is NULL", i);
+        if (!label_name_ok(labels[i].name))
+            return label_name_refused(labels[i].name, i);
+        const char *v = labels[i].value;
+        size_t ok = utf8_prefix(v);
+        if (v[ok] != '\0')
+            return kvp__fail(KVP_EINVAL,
+                             "labels[%zu].value (label '%.64s') is not UTF-8: byte 0x%02x at %zu",
+                             i, labels[i].name, (unsigned)(unsigned char)v[ok], ok);
         for (size_t j = 0; j < i; j++)
             if (strcmp(labels[i].name, labels[j].name) == 0)
-                return KVP_EINVAL;
+                return kvp__fail(KVP_EINVAL,
+                                 "label name '%.64s' appears twice: labels[%zu] and [%zu]",
+                                 labels[i].name, j, i);
     }
     return KVP_OK;
 }
@@ -286,12 +313,16 @@ static void mw_all(mwriter *w, const mlabels *l, const kvp_stats *s)
 }
 
 /* See kvprefix.h. Steps: 1. validate; 2. take one stats snapshot; 3. write (or measure). */
-KVP_EXPORT int kvp_cache_metrics(const kvp_cache *cache, const kvp_label *labels, size_t n_labels,
-                                 char *buf, size_t cap, size_t *n_out)
+static int cache_metrics(const kvp_cache *cache, const kvp_label *labels, size_t n_labels,
+                         char *buf, size_t cap, size_t *n_out)
 {
     /* Step 1: validate everything before writing anything. */
-    if (cache == NULL || n_out == NULL || (buf == NULL && cap > 0))
-        return KVP_EINVAL;
+    if (cache == NULL)
+        return kvp__fail(KVP_EINVAL, "cache is NULL");
+    if (n_out == NULL)
+        return kvp__fail(KVP_EINVAL, "n_out is NULL");
+    if (buf == NULL && cap > 0)
+        return kvp__fail(KVP_EINVAL, "buf is NULL but cap is %zu", cap);
     int rc = labels_check(labels, n_labels);
     if (rc != KVP_OK)
         return rc;
@@ -299,7 +330,7 @@ KVP_EXPORT int kvp_cache_metrics(const kvp_cache *cache, const kvp_label *labels
     kvp_stats s;
     rc = kvp_cache_stats(cache, &s);
     if (rc != KVP_OK)
-        return rc;
+        return kvp__fail_kept(rc); /* kvp_cache_stats said why */
     /* Step 3: write what fits and count the rest. */
     mwriter w = {buf, cap, 0};
     mlabels l = {labels, n_labels};
@@ -308,9 +339,16 @@ KVP_EXPORT int kvp_cache_metrics(const kvp_cache *cache, const kvp_label *labels
         if (cap > 0)
             buf[cap - 1] = '\0';
         *n_out = w.len + 1;
-        return KVP_ENOSPC;
+        return kvp__fail(KVP_ENOSPC, "cap is %zu bytes; the text and its NUL take %zu", cap,
+                         w.len + 1);
     }
     buf[w.len] = '\0';
     *n_out = w.len;
     return KVP_OK;
+}
+
+KVP_EXPORT int kvp_cache_metrics(const kvp_cache *cache, const kvp_label *labels, size_t n_labels,
+                                 char *buf, size_t cap, size_t *n_out)
+{
+    return kvp__public(cache_metrics(cache, labels, n_labels, buf, cap, n_out));
 }

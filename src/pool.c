@@ -159,7 +159,10 @@ int kvp__pool_init(kvp_cache *cache)
     pool->lru = kvp__mem_alloc(&cache->mem, pool->lru_cap * sizeof(uint32_t));
     if (!pool->blocks || !pool->lru) {
         kvp__pool_free(cache);
-        return KVP_ENOMEM;
+        return kvp__fail(
+            KVP_ENOMEM,
+            "out of memory: the pool of %" PRIu32 " blocks and its LRU ring (%zu bytes)", n,
+            (size_t)n * sizeof(kvp__block) + (size_t)pool->lru_cap * sizeof(uint32_t));
     }
     pool->n_blocks = n;
     pool->free_head = KVP_NIL;

@@ -48,7 +48,7 @@ int kvp__quota_init(kvp_cache *cache)
     q->next = kvp__mem_alloc(&cache->mem, n * sizeof *q->next);
     if (!q->group || !q->prev || !q->next) {
         kvp__quota_free(cache);
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the quota lists of %zu blocks", n);
     }
     return KVP_OK;
 }
@@ -89,14 +89,14 @@ int kvp__quota_intern(kvp_cache *cache, const kvp_namespace *ns, kvp__qgroup **o
     if (!g) {
         g = kvp__mem_calloc(&cache->mem, 1, sizeof *g);
         if (!g)
-            return KVP_ENOMEM;
+            return kvp__fail(KVP_ENOMEM, "out of memory: the namespace's quota group");
         g->root = root;
         g->quota = cache->cfg.ns_quota;
         g->head = g->tail = KVP_NIL;
         HASH_ADD(hh, q->by_root, root, sizeof g->root, g);
         if (g->hh.tbl == NULL) {
             kvp__mem_free(&cache->mem, g, sizeof *g);
-            return KVP_ENOMEM;
+            return kvp__fail(KVP_ENOMEM, "out of memory: the table of quota groups");
         }
     }
     g->refs++;
@@ -179,10 +179,13 @@ uint32_t kvp__quota_victim(const kvp_cache *cache, uint32_t id)
 
 int kvp__set_quota_locked(kvp_cache *cache, const kvp_namespace *ns, uint32_t max_cached_blocks)
 {
-    if (kvp__ns_valid(ns) != KVP_OK || !cache->quota.group)
-        return KVP_EINVAL;
+    int rc = kvp__ns_valid(ns);
+    if (rc != KVP_OK)
+        return rc;
+    if (!cache->quota.group)
+        return kvp__fail(KVP_EINVAL, "quotas are off: the cache was made with ns_quota 0");
     kvp__qgroup *g;
-    int rc = kvp__quota_intern(cache, ns, &g);
+    rc = kvp__quota_intern(cache, ns, &g);
     if (rc != KVP_OK)
         return rc;
     if (g->explicit_quota)
@@ -199,14 +202,19 @@ int kvp__set_quota_locked(kvp_cache *cache, const kvp_namespace *ns, uint32_t ma
 int kvp__quota_check(const kvp_cache *cache)
 {
     const kvp__quota *q = &cache->quota;
+    if (!q->group && HASH_COUNT(q->by_root) != 0)
+        return kvp__fail(KVP_ECORRUPT, "invariant violated in %s: quota groups with quotas off",
+                         __func__);
     if (!q->group)
-        return HASH_COUNT(q->by_root) == 0 ? KVP_OK : KVP_ECORRUPT;
+        return KVP_OK;
     const kvp__pool *pool = &cache->pool;
     uint32_t n_tagged_cached = 0, n_listed = 0;
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
         if (!b->indexed && q->group[id])
-            return KVP_ECORRUPT;
+            return kvp__fail(KVP_ECORRUPT,
+                             "invariant violated in %s: block %" PRIu32 " has a group, not indexed",
+                             __func__, id);
         n_tagged_cached += q->group[id] && b->indexed && b->ref == 0;
     }
     const kvp__qgroup *g, *tmp;
@@ -216,12 +224,23 @@ int kvp__quota_check(const kvp_cache *cache)
         for (uint32_t id = g->head; id != KVP_NIL; prev = id, id = q->next[id]) {
             if (id >= pool->n_blocks || n >= pool->n_blocks || q->group[id] != g ||
                 q->prev[id] != prev || pool->blocks[id].ref || !pool->blocks[id].indexed)
-                return KVP_ECORRUPT;
+                return kvp__fail(
+                    KVP_ECORRUPT,
+                    "invariant violated in %s: a group's list is broken at block %" PRIu32,
+                    __func__, id);
             n++;
         }
         if (prev != g->tail || n != g->n_cached || n > g->quota || g->refs < n + g->explicit_quota)
-            return KVP_ECORRUPT;
+            return kvp__fail(KVP_ECORRUPT,
+                             "invariant violated in %s: a group's tail, count, quota or references "
+                             "disagree with its list of %" PRIu32 " blocks",
+                             __func__, n);
         n_listed += n;
     }
-    return n_listed == n_tagged_cached ? KVP_OK : KVP_ECORRUPT;
+    if (n_listed != n_tagged_cached)
+        return kvp__fail(KVP_ECORRUPT,
+                         "invariant violated in %s: %" PRIu32 " blocks listed, %" PRIu32
+                         " cached blocks in groups",
+                         __func__, n_listed, n_tagged_cached);
+    return KVP_OK;
 }

@@ -41,13 +41,14 @@ int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__re
     assert(kvp__request_find(cache, id) == NULL);
     kvp__request *req = kvp__mem_calloc(&cache->mem, 1, sizeof *req);
     if (!req)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the request record");
     if (cap_blocks == 0)
         cap_blocks = 1;
     req->blocks = kvp__mem_alloc(&cache->mem, (size_t)cap_blocks * sizeof(uint32_t));
     if (!req->blocks) {
         kvp__mem_free(&cache->mem, req, sizeof *req);
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the request's table of %" PRIu32 " blocks",
+                         cap_blocks);
     }
     req->id = id;
     req->cap_blocks = cap_blocks;
@@ -57,7 +58,7 @@ int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__re
     if (req->hh.tbl == NULL) {
         kvp__mem_free(&cache->mem, req->blocks, (size_t)cap_blocks * sizeof(uint32_t));
         kvp__mem_free(&cache->mem, req, sizeof *req);
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the table of active requests");
     }
     *out = req;
     return KVP_OK;
@@ -77,7 +78,8 @@ int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_block
         cap = UINT32_MAX;
     uint32_t *blocks = kvp__mem_alloc(&cache->mem, (size_t)cap * sizeof(uint32_t));
     if (!blocks)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the request's table of %" PRIu64 " blocks",
+                         cap);
     memcpy(blocks, req->blocks, (size_t)req->n_blocks * sizeof(uint32_t));
     kvp__mem_free(&cache->mem, req->blocks, (size_t)req->cap_blocks * sizeof(uint32_t));
     req->blocks = blocks;
@@ -97,7 +99,8 @@ int kvp__request_keep_prompt(kvp_cache *cache, kvp__request *req, const uint32_t
     if (n_fp) {
         fp = kvp__mem_alloc(&cache->mem, n_fp * sizeof *fp);
         if (!fp)
-            return KVP_ENOMEM;
+            return kvp__fail(KVP_ENOMEM, "out of memory: the fingerprints of %zu prompt blocks",
+                             n_fp);
         size_t n_whole = (n_tokens - start) / bs;
         kvp__tokens_fp_blocks(tokens + start, bs, n_whole, fp, NULL);
         if (n_whole < n_fp) /* the partial last block */

@@ -108,12 +108,15 @@ int kvp__verify_init(kvp_cache *cache)
     size_t n = cache->cfg.n_blocks, bs = cache->cfg.block_size;
     memset(v, 0, sizeof *v);
     if (bs && n > SIZE_MAX / sizeof(uint32_t) / bs)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM,
+                         "the token store of %zu blocks of %zu tokens does not fit "
+                         "in memory",
+                         n, bs);
     v->tokens = kvp__mem_alloc(&cache->mem, n * bs * sizeof(uint32_t));
     v->meta = kvp__mem_calloc(&cache->mem, n, sizeof(kvp__vmeta));
     if (!v->tokens || !v->meta) {
         kvp__verify_free(cache);
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: the verify_tokens store of %zu blocks", n);
     }
     for (size_t i = 0; i < n; i++) {
         v->meta[i].parent = KVP_NIL;
@@ -185,10 +188,10 @@ int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key roo
     if (slot == v->n_slots) {
         uint32_t n = v->n_slots ? v->n_slots * 2 : 8;
         if (n <= v->n_slots || n >= KVP_NIL)
-            return KVP_ENOMEM;
+            return kvp__fail(KVP_ENOMEM, "too many namespaces interned: %" PRIu32, v->n_slots);
         kvp__nsrec **slots = kvp__mem_calloc(&cache->mem, n, sizeof(kvp__nsrec *));
         if (!slots)
-            return KVP_ENOMEM;
+            return kvp__fail(KVP_ENOMEM, "out of memory: the table of %" PRIu32 " namespaces", n);
         if (v->n_slots)
             memcpy(slots, v->slots, (size_t)v->n_slots * sizeof(kvp__nsrec *));
         kvp__mem_free(&cache->mem, v->slots, (size_t)v->n_slots * sizeof(kvp__nsrec *));
@@ -198,10 +201,10 @@ int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key roo
     /* Step 2: build the record, and a table entry if no namespace has this root yet. */
     size_t n_bytes = ns_encoded_len(ns);
     if (n_bytes > SIZE_MAX - sizeof *rec)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "the namespace's fields are too long to keep");
     rec = kvp__mem_alloc(&cache->mem, sizeof *rec + n_bytes);
     if (!rec)
-        return KVP_ENOMEM;
+        return kvp__fail(KVP_ENOMEM, "out of memory: a copy of the namespace (%zu bytes)", n_bytes);
     memset(rec, 0, sizeof *rec);
     rec->id = slot;
     rec->refs = 1;
@@ -211,14 +214,14 @@ int kvp__verify_ns_intern(kvp_cache *cache, const kvp_namespace *ns, kvp_key roo
         node = kvp__mem_calloc(&cache->mem, 1, sizeof *node);
         if (!node) {
             nsrec_free(cache, rec);
-            return KVP_ENOMEM;
+            return kvp__fail(KVP_ENOMEM, "out of memory: the namespace's table entry");
         }
         node->root = root;
         HASH_ADD(hh, v->by_key, root, sizeof node->root, node);
         if (node->hh.tbl == NULL) {
             kvp__mem_free(&cache->mem, node, sizeof *node);
             nsrec_free(cache, rec);
-            return KVP_ENOMEM;
+            return kvp__fail(KVP_ENOMEM, "out of memory: the table of namespaces");
         }
     }
     /* Step 3: link it; nothing can fail from here on. */

@@ -8,7 +8,9 @@
  * release, access in all three forms, stats, the invariant checker and (rarely) reset, on
  * prompts that share prefixes across three tenants, in a pool small enough to evict all the
  * time. An event callback counts events and checks that a call on its own cache from inside
- * it returns KVP_EBUSY. Each thread counts what its own calls returned. After the threads
+ * it returns KVP_EBUSY. Every 64th operation a thread also fails on purpose (an unknown id)
+ * and checks that kvp_errmsg names its own id. Each thread counts what its own calls
+ * returned. After the threads
  * join, the cache's counters must equal those sums exactly (n_requests, n_lookups,
  * n_tokens_queried, n_tokens_hit, n_blocks_stored vs STORED events, n_evictions vs REMOVED
  * events), and kvp_cache_check must pass. It runs once without and once with collision-proof
@@ -265,11 +267,28 @@ static void op_request(worker *w, int what)
         a->n_committed = n;
 }
 
+/* A failing call of this thread's own: kvp_errmsg must name this thread's id, whatever the
+ * other threads fail with on the same cache meanwhile (the detail is thread-local). Draws
+ * no random number, so the other operations stay as they were. */
+static void op_fail(worker *w)
+{
+    uint64_t id = UINT64_MAX - w->index; /* never active: ids are index << 32 + n */
+    char want[64];
+    snprintf(want, sizeof want, "req_id %llu is not an active request", (unsigned long long)id);
+    if (kvp_release(w->cache, id) != KVP_ENOENT || strcmp(kvp_errmsg(), want) != 0) {
+        if (w->t.n_errors++ == 0)
+            fprintf(stderr, "threads: thread %u: detail \"%s\", expected \"%s\"\n", w->index,
+                    kvp_errmsg(), want);
+    }
+}
+
 static void *run_worker(void *arg)
 {
     worker *w = arg;
     kvp_stats st;
     for (unsigned i = 0; i < w->ops; i++) {
+        if (i % 64 == 63)
+            op_fail(w);
         uint32_t r = rnd(w, 100);
         if (r < 24)
             op_lookup(w, (int)rnd(w, 3));

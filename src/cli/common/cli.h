@@ -64,4 +64,11 @@ int cli_fail(const char *cmd, int code, const char *fmt, ...) __attribute__((for
  * Cannot fail. */
 const char *cli_input_name(const char *path);
 
+/* The status rc of a kvprefix.h call that just failed, for messages: "kvp_strerror(rc):
+ * kvp_errmsg()", e.g. "invalid argument: n_blocks must be at least 1" (the code's text
+ * alone when the library has no more to say). Only for calls of kvprefix.h: those of
+ * kvprefix_events.h do not set the detail, so print kvp_strerror for them. The text is in a
+ * thread-local buffer, valid until this thread's next call (errbuf.c). Cannot fail. */
+const char *cli_kvp_error(int rc);
+
 #endif /* CLI_CLI_H */

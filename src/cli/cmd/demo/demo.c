@@ -132,7 +132,7 @@ static int fail(const char *what, int rc)
                         "%s: the script's token ids reach %u: --vocab-size must be above that",
                         what, DEMO_MAX_ID);
     return cli_fail("demo", rc == KVP_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s: %s", what,
-                    kvp_strerror(rc));
+                    cli_kvp_error(rc));
 }
 
 static const char usage_text[] =

@@ -322,7 +322,8 @@ static int check_format(reading *rd, const log_record *rec)
         kc.single_threaded = true;
         int rc = kvp_cache_new(&kc, &log->keyer);
         if (rc != KVP_OK) {
-            cli_errf(rd->err, rd->err_size, "cannot create the keying cache: %s", kvp_strerror(rc));
+            cli_errf(rd->err, rd->err_size, "cannot create the keying cache: %s",
+                     cli_kvp_error(rc));
             return rc == KVP_ENOMEM ? FL_ENOMEM : FL_EINPUT;
         }
         return FL_OK;

@@ -285,7 +285,7 @@ static int ask(sim *s, uint32_t i, uint32_t r)
     int rc = kvp_lookup_keys(s->rep[r].cache, &ns, q->root, fl_log_keys(s->log, q), NULL,
                              q->n_prompt, NULL, 0, &m);
     if (rc != KVP_OK)
-        return req_fail(s, FL_EINTERNAL, i, "kvp_lookup_keys: %s", kvp_strerror(rc));
+        return req_fail(s, FL_EINTERNAL, i, "kvp_lookup_keys: %s", cli_kvp_error(rc));
     s->cached[r] = m.n_blocks_cached;
     s->hits[r] = too_big(s, q) ? 0 : (uint32_t)m.n_tokens_hit;
     return FL_OK;
@@ -465,7 +465,7 @@ static int start(sim *s, uint32_t i)
         s->flags[i] |= RQF_OVERSIZE;
         memset(&m, 0, sizeof m);
     } else if (rc != KVP_OK) {
-        return req_fail(s, FL_EINTERNAL, i, "kvp_acquire: %s", kvp_strerror(rc));
+        return req_fail(s, FL_EINTERNAL, i, "kvp_acquire: %s", cli_kvp_error(rc));
     } else {
         s->flags[i] |= RQF_PINNED;
     }
@@ -576,7 +576,7 @@ static int handle(sim *s, const fl_event *e)
     }
     if (rc != KVP_OK)
         return req_fail(s, FL_EINTERNAL, i, "kvp_%s: %s",
-                        e->kind == EV_COMMIT ? "commit" : "release", kvp_strerror(rc));
+                        e->kind == EV_COMMIT ? "commit" : "release", cli_kvp_error(rc));
     return e->kind == EV_FINISH ? fill_slots(s, s->where[i]) : FL_OK;
 }
 
@@ -693,7 +693,7 @@ static int sim_init(sim *s)
         if (rc != KVP_OK)
             return sim_fail(s, rc == KVP_ENOMEM ? FL_ENOMEM : FL_EINTERNAL,
                             "cannot create replica %u's cache of %u blocks: %s", r,
-                            s->cfg->capacity, kvp_strerror(rc));
+                            s->cfg->capacity, cli_kvp_error(rc));
     }
     s->token_forms = kc.hash_profile == KVP_HASH_VLLM_SHA256;
     s->rng = s->cfg->model.random_seed;

@@ -335,7 +335,7 @@ static int keys_run(const keys_opts *o, const keys_tokens *list)
     kvp_hasher *h;
     int rc = kvp_hasher_new(&o->cfg, &h);
     if (rc != KVP_OK)
-        return fail(CLI_EXIT_INPUT, "%s", kvp_strerror(rc));
+        return fail(CLI_EXIT_INPUT, "%s", cli_kvp_error(rc));
     kvp_chain root, chain;
     size_t n_blocks = list->n / o->cfg.block_size, n_out = 0;
     kvp_chain *blocks = calloc(n_blocks ? n_blocks : 1, sizeof *blocks);

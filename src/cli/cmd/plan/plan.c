@@ -533,7 +533,8 @@ static int read_trace(const plan_opts *o, uint64_t **lens_out, size_t *n_out, pl
     int hrc = cli_hash_any(&o->hash) ? kvp_hasher_new(&o->hash_cfg, &h) : KVP_OK;
     if (hrc != KVP_OK) {
         log_close(rd);
-        return fail(CLI_EXIT_INPUT, "--hash: cannot make the hash function: %s", kvp_strerror(hrc));
+        return fail(CLI_EXIT_INPUT, "--hash: cannot make the hash function: %s",
+                    cli_kvp_error(hrc));
     }
     uint64_t *lens = NULL;
     size_t n = 0, cap = 0;

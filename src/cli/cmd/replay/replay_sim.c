@@ -478,7 +478,7 @@ static int make_hasher_and_pool(rp_sim *s, const rp_sim_config *cfg, char *err, 
         rc = kvp_cache_new(&kc, &s->pool);
         if (rc != KVP_OK) {
             cli_errf(err, err_size, "cannot create a cache of %u blocks: %s", cfg->pool_blocks,
-                     kvp_strerror(rc));
+                     cli_kvp_error(rc));
             return rc;
         }
         s->hasher = kvp_cache_hasher(s->pool);
@@ -486,7 +486,7 @@ static int make_hasher_and_pool(rp_sim *s, const rp_sim_config *cfg, char *err, 
     }
     rc = kvp_hasher_new(&kc, &s->own_hasher);
     if (rc != KVP_OK) {
-        cli_errf(err, err_size, "cannot make the hash function: %s", kvp_strerror(rc));
+        cli_errf(err, err_size, "cannot make the hash function: %s", cli_kvp_error(rc));
         return rc;
     }
     s->hasher = s->own_hasher;
@@ -573,7 +573,7 @@ static int request_keys(rp_sim *s, const rp_request *r, uint32_t n_touch, kvp_ke
                              err, err_size);
         return RP_EINPUT;
     }
-    cli_errf(err, err_size, "internal error: cannot hash the prompt: %s", kvp_strerror(rc));
+    cli_errf(err, err_size, "internal error: cannot hash the prompt: %s", cli_kvp_error(rc));
     return RP_EINTERNAL;
 }
 
@@ -657,7 +657,7 @@ static int drive_pool(rp_sim *s, const rp_request *r, uint32_t n_prompt_full, co
     }
     if (rc != KVP_OK) {
         cli_errf(err, err_size, "internal error: the cache refused the request: %s",
-                 kvp_strerror(rc));
+                 cli_kvp_error(rc));
         return RP_EINTERNAL;
     }
     uint32_t model = count_below(pm, n_prompt_full, s->cfg.pool_blocks);
