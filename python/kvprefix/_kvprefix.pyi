@@ -50,6 +50,7 @@ __version__: str
 class KvprefixError(Exception):
     code: int
     function: Optional[str]
+    detail: Optional[str]  # the library's kvp_errmsg(): which argument and why
 
 class InvalidArgumentError(KvprefixError, ValueError): ...
 class OutOfMemoryError(KvprefixError, MemoryError): ...

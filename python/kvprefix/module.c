@@ -18,7 +18,8 @@
  *   kvpy_arg_error(exc, fn, arg, ..) the binding refused an argument before any call:
  *                                   .code EINVAL, .function None (or a builtin exc)
  *
- * so the library's own detail of a failure has one place to be added (kvpy_raise, step 2).
+ * so the library's own detail of a failure (kvp_errmsg) is added in one place (kvpy_raise,
+ * step 2), and shown in the message and as the exception's .detail.
  *
  * Keys are Python ints of 128 bits: (hi << 64) | lo of kvp_key.
  */
@@ -39,40 +40,49 @@ static const char *const code_names[13] = {
 /* Raising                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Raise an instance of cls made from msg (a str), with .code code and .function fn (None when
- * fn is NULL). When making it fails, that failure is what is raised. */
-static void raise_with(PyObject *cls, PyObject *msg, int code, const char *fn)
+/* Raise an instance of cls made from msg (a str), with .code code, .function fn (None when
+ * fn is NULL) and .detail detail (None when NULL). When making it fails, that failure is what
+ * is raised. */
+static void raise_with(PyObject *cls, PyObject *msg, int code, const char *fn, const char *detail)
 {
     PyObject *exc = PyObject_CallOneArg(cls, msg);
     if (exc == NULL)
         return;
     PyObject *c = PyLong_FromLong(code);
     PyObject *f = fn ? PyUnicode_FromString(fn) : Py_NewRef(Py_None);
-    if (c != NULL && f != NULL && PyObject_SetAttrString(exc, "code", c) == 0 &&
-        PyObject_SetAttrString(exc, "function", f) == 0)
+    PyObject *d = detail ? PyUnicode_DecodeUTF8(detail, (Py_ssize_t)strlen(detail), "replace")
+                         : Py_NewRef(Py_None);
+    if (c != NULL && f != NULL && d != NULL && PyObject_SetAttrString(exc, "code", c) == 0 &&
+        PyObject_SetAttrString(exc, "function", f) == 0 &&
+        PyObject_SetAttrString(exc, "detail", d) == 0)
         PyErr_SetObject(cls, exc);
     Py_XDECREF(c);
     Py_XDECREF(f);
+    Py_XDECREF(d);
     Py_DECREF(exc);
 }
 
-/* Steps: 1. the class of rc; 2. the message; 3. the exception with .code and .function.
- * It must run on the thread whose call failed, before that thread makes another kvp_ call
- * (finish() in cache.c raises before it delivers the call's events, whose callable may call
- * the cache again). */
+/* Steps: 1. the class of rc; 2. the message; 3. the exception with .code, .function and
+ * .detail. It must run on the thread whose call failed, before that thread makes another
+ * kvp_ call (finish() in cache.c raises before it delivers the call's events, whose callable
+ * may call the cache again): kvp_errmsg() is that thread's detail of its last failure, valid
+ * until its next call. */
 PyObject *kvpy_raise(int rc, const char *fn)
 {
     /* Step 1: the class of rc. */
     bool known = rc < 0 && rc > -13;
     PyObject *cls = known ? kvpy_err_by_code[-rc] : kvpy_err_base;
-    /* Step 2: the message: the function, kvp_strerror's text, the code's name and value.
-     * This is where the library's detail of this thread's failure (kvp_errmsg(), once
-     * include/kvprefix.h declares it) is to be appended, and the only place. */
-    PyObject *msg = PyUnicode_FromFormat("%s: %s (%s, %d)", fn, kvp_strerror(rc),
-                                         known ? code_names[-rc] : "unknown", rc);
+    /* Step 2: the message: the function, kvp_strerror's text, the library's detail (which
+     * argument and why) when it says more than that text, the code's name and value. */
+    const char *what = kvp_strerror(rc);
+    const char *detail = kvp_errmsg();
+    bool more = detail[0] != '\0' && strcmp(detail, what) != 0;
+    PyObject *msg =
+        PyUnicode_FromFormat("%s: %s%s%s (%s, %d)", fn, what, more ? ": " : "", more ? detail : "",
+                             known ? code_names[-rc] : "unknown", rc);
     /* Step 3: the exception. */
     if (msg != NULL) {
-        raise_with(cls, msg, rc, fn);
+        raise_with(cls, msg, rc, fn, more ? detail : NULL);
         Py_DECREF(msg);
     }
     return NULL;
@@ -91,7 +101,7 @@ void kvpy_arg_error(PyObject *exc, const char *fn, const char *arg, const char *
     if (msg == NULL)
         return;
     if (exc == NULL)
-        raise_with(kvpy_err_by_code[-KVP_EINVAL], msg, KVP_EINVAL, NULL);
+        raise_with(kvpy_err_by_code[-KVP_EINVAL], msg, KVP_EINVAL, NULL, NULL);
     else
         PyErr_SetObject(exc, msg);
     Py_DECREF(msg);
