@@ -1330,8 +1330,8 @@ Test(router_alloc, known_keys_take_no_new_slots)
         kvp_kv_event e = ev_stored(&key, 1, tok, 1, "GPU");
         apply_expect(r, a, seq++, &e, 1, KVP_ROUTER_APPLIED);
         key++;
-    } while ((uint64_t)r->table.n_entries * 10 != (uint64_t)r->table.cap * 9);
-    uint32_t cap = r->table.cap;
+    } while ((uint64_t)r->ix.table.n_entries * 10 != (uint64_t)r->ix.table.cap * 9);
+    uint32_t cap = r->ix.table.cap;
     /* Removing and storing again a key a holds alone, and b storing keys a holds, need no
      * slot: the table must not grow. */
     uint64_t k1 = 1, many[8] = {2, 3, 4, 5, 6, 7, 8, 9};
@@ -1340,11 +1340,11 @@ Test(router_alloc, known_keys_take_no_new_slots)
     apply_expect(r, a, seq++, ev, 2, KVP_ROUTER_APPLIED);
     kvp_kv_event eb = ev_stored(many, 8, toks, 1, "GPU");
     apply_expect(r, b, 0, &eb, 1, KVP_ROUTER_APPLIED);
-    cr_assert_eq(r->table.cap, cap, "the table grew for keys it holds");
+    cr_assert_eq(r->ix.table.cap, cap, "the table grew for keys it holds");
     /* One new key does need a slot. */
     kvp_kv_event en = ev_stored(&key, 1, tok, 1, "GPU");
     apply_expect(r, b, 1, &en, 1, KVP_ROUTER_APPLIED);
-    cr_assert_gt(r->table.cap, cap);
+    cr_assert_gt(r->ix.table.cap, cap);
     kvp_router_free(r);
 }
 
@@ -1677,7 +1677,7 @@ Test(router_model, random_operations_match_reference, .timeout = 240)
     cr_assert_gt(st.n_restarts, 0);
     cr_assert_gt(st.n_gaps, 0);
     cr_assert_gt(st.n_duplicates, 0);
-    cr_assert_gt(m->r->table.arenas[0].n_records + m->r->table.arenas[1].n_records, 0,
+    cr_assert_gt(m->r->ix.table.arenas[0].n_records + m->r->ix.table.arenas[1].n_records, 0,
                  "holder sets went through spill storage");
     kvp_router_free(m->r);
     for (int i = 0; i < RM_WORKERS; i++)
@@ -1713,8 +1713,8 @@ static kvp_router *corruptible(void)
 /* First live slot whose holder set is spill (want_spill) or inline. */
 static uint32_t slot_where(kvp_router *r, bool want_spill)
 {
-    for (uint32_t i = 0; i < r->table.cap; i++) {
-        uint64_t hv = r->table.slots[i].hv;
+    for (uint32_t i = 0; i < r->ix.table.cap; i++) {
+        uint64_t hv = r->ix.table.slots[i].hv;
         if (hv != 0 && kvp__rt_hv_is_spill(hv) == want_spill)
             return i;
     }
@@ -1726,65 +1726,65 @@ Test(router_check, catches_each_corruption)
 {
     kvp_router *r = corruptible();
     uint32_t s = slot_where(r, false);
-    kvp__rt_slot saved = r->table.slots[s];
+    kvp__rt_slot saved = r->ix.table.slots[s];
 
-    r->table.slots[s].key ^= 0x5555; /* 1: a key away from its probe position */
+    r->ix.table.slots[s].key ^= 0x5555; /* 1: a key away from its probe position */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "misplaced key");
-    r->table.slots[s] = saved;
+    r->ix.table.slots[s] = saved;
 
-    r->table.slots[s].hv &= ~(uint64_t)0x3f; /* 2: an inline holder with no media */
+    r->ix.table.slots[s].hv &= ~(uint64_t)0x3f; /* 2: an inline holder with no media */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "empty media mask");
-    r->table.slots[s] = saved;
+    r->ix.table.slots[s] = saved;
 
-    r->table.slots[s].hv |= (uint64_t)0x20; /* 3: an unregistered medium (bit 5) */
+    r->ix.table.slots[s].hv |= (uint64_t)0x20; /* 3: an unregistered medium (bit 5) */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "unregistered medium");
-    r->table.slots[s] = saved;
+    r->ix.table.slots[s] = saved;
 
-    r->table.slots[s].hv = (r->table.slots[s].hv & ~(uint64_t)(0x7fffu << 6)) | (30u << 6);
+    r->ix.table.slots[s].hv = (r->ix.table.slots[s].hv & ~(uint64_t)(0x7fffu << 6)) | (30u << 6);
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "holder names no live worker");
-    r->table.slots[s] = saved;
+    r->ix.table.slots[s] = saved;
 
     uint32_t sp = slot_where(r, true);
-    kvp__rt_slot ssaved = r->table.slots[sp];
-    r->table.slots[sp].hv += UINT64_C(1) << 32; /* 4: spill count off by one */
+    kvp__rt_slot ssaved = r->ix.table.slots[sp];
+    r->ix.table.slots[sp].hv += UINT64_C(1) << 32; /* 4: spill count off by one */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "spill count");
-    r->table.slots[sp] = ssaved;
+    r->ix.table.slots[sp] = ssaved;
 
     uint32_t sp2 = sp + 1;
-    while (!kvp__rt_hv_is_spill(r->table.slots[sp2 % r->table.cap].hv))
+    while (!kvp__rt_hv_is_spill(r->ix.table.slots[sp2 % r->ix.table.cap].hv))
         sp2++;
-    kvp__rt_slot s2saved = r->table.slots[sp2 % r->table.cap];
-    r->table.slots[sp2 % r->table.cap].hv = ssaved.hv; /* 5: two slots, one record */
+    kvp__rt_slot s2saved = r->ix.table.slots[sp2 % r->ix.table.cap];
+    r->ix.table.slots[sp2 % r->ix.table.cap].hv = ssaved.hv; /* 5: two slots, one record */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "shared spill record");
-    r->table.slots[sp2 % r->table.cap] = s2saved;
+    r->ix.table.slots[sp2 % r->ix.table.cap] = s2saved;
 
-    r->workers[0].n_blocks++; /* 6: a worker's block count */
+    r->ix.workers[0].n_blocks++; /* 6: a worker's block count */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "worker count");
-    r->workers[0].n_blocks--;
+    r->ix.workers[0].n_blocks--;
 
-    r->table.n_holders++; /* 7: totals */
+    r->ix.table.n_holders++; /* 7: totals */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "holder total");
-    r->table.n_holders--;
+    r->ix.table.n_holders--;
 
-    r->workers[1].row = 5; /* 8: rows */
+    r->ix.workers[1].row = 5; /* 8: rows */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "row numbering");
-    r->workers[1].row = 1;
+    r->ix.workers[1].row = 1;
 
-    r->weight_of_mask[3] = 0.3; /* 9: tier weights */
+    r->ix.weight_of_mask[3] = 0.3; /* 9: tier weights */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "weight table");
-    r->weight_of_mask[3] = 1.0;
+    r->ix.weight_of_mask[3] = 1.0;
 
     uint32_t cls = (uint32_t)(ssaved.hv >> 48) & 0x1f; /* 10: a named record on the free list */
-    uint32_t fh = r->table.arenas[cls].free_head;
-    r->table.arenas[cls].free_head = (uint32_t)ssaved.hv;
-    r->table.arenas[cls].n_free++;
-    uint32_t *w0 = r->table.arenas[cls].words + (size_t)(uint32_t)ssaved.hv * (4u << cls);
+    uint32_t fh = r->ix.table.arenas[cls].free_head;
+    r->ix.table.arenas[cls].free_head = (uint32_t)ssaved.hv;
+    r->ix.table.arenas[cls].n_free++;
+    uint32_t *w0 = r->ix.table.arenas[cls].words + (size_t)(uint32_t)ssaved.hv * (4u << cls);
     uint32_t w0saved = *w0;
     *w0 = KVP__RT_NIL;
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "record both named and free");
     *w0 = w0saved;
-    r->table.arenas[cls].free_head = fh;
-    r->table.arenas[cls].n_free--;
+    r->ix.table.arenas[cls].free_head = fh;
+    r->ix.table.arenas[cls].n_free--;
 
     CHECK(r);
     kvp_router_free(r);

@@ -41,7 +41,7 @@
 #define STORE_CHECK(r)                                                                             \
     do {                                                                                           \
         const char *why_ = NULL;                                                                   \
-        int rc_ = kvp__rr_check(r, &why_);                                                         \
+        int rc_ = kvp__rr_check(r->store, &why_);                                                  \
         cr_assert_eq(rc_, KVP_OK, "store check: %s (%s)", kvp_strerror(rc_), why_ ? why_ : "");    \
     } while (0)
 
@@ -525,7 +525,7 @@ Test(redis_fleet, store_checker_catches_each_corruption)
         cr_assert(rep && rep->type == REDIS_REPLY_INTEGER, "%s", cases[i][0]);
         freeReplyObject(rep);
         const char *why = NULL;
-        cr_assert_eq(kvp__rr_check(r, &why), KVP_ECORRUPT, "case %zu not caught", i);
+        cr_assert_eq(kvp__rr_check(r->store, &why), KVP_ECORRUPT, "case %zu not caught", i);
         cr_assert_str_eq(why, cases[i][1]);
         kvp_router_free(r);
     }
@@ -983,7 +983,9 @@ Test(redis_threads, events_and_scores_then_views_agree, .timeout = 120)
     for (size_t start = 0; start < 24; start++) {
         size_t n = 0;
         score_keys(r, ev[0].keys + start, 24 - start, red);
-        cr_assert_eq(kvp__rt_score_hashes(r, ev[0].keys + start, 24 - start, loc, 16, &n), KVP_OK);
+        kvp__rt_query q = {
+            .hashes = ev[0].keys + start, .n_hashes = 24 - start, .rows = loc, .cap = 16};
+        cr_assert_eq(kvp__rt_score(&r->ix, &q, &n), KVP_OK); /* the local index alone */
         rows_equal(red, loc, n, "Redis vs local");
         for (size_t i = 0; i < n; i++)
             n_held += red[i].n_blocks;

@@ -1,8 +1,9 @@
 /*
  * router_redis.c - the router index's shared store on Redis: configuration, the
- * connection, running commands with timeouts, and the worker operations (mark stale,
- * resync, remove). Batches and scores are router_redis_ops.c; the Redis side is the Lua
- * library router_redis.lua, embedded at build time (router_redis_lua.h, generated).
+ * connection, running commands with timeouts, the worker operations (mark stale, resync,
+ * remove), stats and the table of the store's operations (router_store.h). Batches and
+ * scores are router_redis_ops.c; the Redis side is the Lua library router_redis.lua,
+ * embedded at build time (router_redis_lua.h, generated).
  *
  * One hiredis connection per router, under rr->mu (hiredis contexts are not thread-safe):
  * scores and batches serialize on it for their round trip. Life of the connection:
@@ -45,6 +46,13 @@
 
 #define MAX_TIMEOUT_MS 60000u
 #define MAX_RETRY_MS   600000u
+
+/* What redis_worker_op does, in the store, after the local call. */
+enum {
+    OP_MARK_STALE = 1, /* kvp_router_mark_stale */
+    OP_RESYNC = 2,     /* kvp_router_resync */
+    OP_REMOVE = 3      /* kvp_router_worker_remove */
+};
 
 /* ---------------------------------------------------------------- time */
 
@@ -449,10 +457,9 @@ static int config_into(kvp__rr *rr, const kvp_router_redis *cfg)
     return KVP_OK;
 }
 
-void kvp__rr_free(kvp__rr *rr)
+/* Close the connection and free the store. */
+static void rr_free(kvp__rr *rr)
 {
-    if (!rr)
-        return;
     if (rr->c)
         redisFree(rr->c);
     free(rr->host);
@@ -461,7 +468,14 @@ void kvp__rr_free(kvp__rr *rr)
     free(rr);
 }
 
-int kvp__rr_new(kvp_router *r, const kvp_router_redis *cfg)
+static void redis_free(kvp__rt_store *s)
+{
+    rr_free((kvp__rr *)s);
+}
+
+static const kvp__rt_store_ops redis_ops;
+
+int kvp__rr_new(kvp__rt_index *ix, const kvp_router_redis *cfg, kvp__rt_store **out)
 {
     kvp__rr *rr = calloc(1, sizeof *rr);
     if (!rr)
@@ -470,11 +484,13 @@ int kvp__rr_new(kvp_router *r, const kvp_router_redis *cfg)
         free(rr);
         return KVP_ENOMEM;
     }
+    rr->base.ops = &redis_ops;
+    rr->base.ix = ix;
     int rc = config_into(rr, cfg);
     if (rc == KVP_OK)
         rc = parse_url(rr, cfg->url);
     if (rc != KVP_OK) {
-        kvp__rr_free(rr);
+        rr_free(rr);
         return rc;
     }
     sigpipe_guard g;
@@ -482,12 +498,13 @@ int kvp__rr_new(kvp_router *r, const kvp_router_redis *cfg)
     (void)connect_locked(rr, kvp__rr_deadline(rr));
     sigpipe_restore(&g);
     atomic_store(&rr->up, rr->c != NULL);
-    r->rr = rr;
+    *out = &rr->base;
     return KVP_OK;
 }
 
-void kvp__rr_stats(kvp__rr *rr, kvp_router_stats *st)
+static void redis_stats(kvp__rt_store *s, kvp_router_stats *st)
 {
+    kvp__rr *rr = (kvp__rr *)s;
     st->redis = true;
     st->redis_up = atomic_load(&rr->up);
     st->n_redis_calls = atomic_load(&rr->n_calls);
@@ -502,23 +519,23 @@ void kvp__rr_stats(kvp__rr *rr, kvp_router_stats *st)
 
 /* ---------------------------------------------------------------- worker operations */
 
-/* The local part of kvp__rr_worker_op; copies the worker's gid and identity first.
+/* The local part of redis_worker_op; copies the worker's gid and identity first.
  * Exclusive lock held. */
-static int local_op_locked(kvp_router *r, uint32_t id, int op, unsigned char *gid, char **engine,
-                           int64_t *dp)
+static int local_op_locked(kvp__rt_index *ix, uint32_t id, int op, unsigned char *gid,
+                           char **engine, int64_t *dp)
 {
-    if (!kvp__rt_worker_ok(r, id))
+    if (!kvp__rt_worker_ok(ix, id))
         return KVP_ENOENT;
-    const kvp__rt_worker *w = &r->workers[id];
+    const kvp__rt_worker *w = &ix->workers[id];
     kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, gid);
     *engine = strdup(w->engine_id);
     *dp = w->dp_rank;
-    if (op == KVP__RR_MARK_STALE)
-        kvp__rt_mark_stale_locked(r, id);
-    else if (op == KVP__RR_RESYNC)
-        r->workers[id].stale = false;
+    if (op == OP_MARK_STALE)
+        kvp__rt_mark_stale_locked(ix, id);
+    else if (op == OP_RESYNC)
+        return kvp__rt_resync_locked(ix, id);
     else
-        return kvp__rt_worker_remove_locked(r, id);
+        return kvp__rt_worker_remove_locked(ix, id);
     return KVP_OK;
 }
 
@@ -531,12 +548,12 @@ static void store_op_locked(kvp__rr *rr, int op, const unsigned char *gid, const
     kvp__rr_cmd cmd;
     kvp__rr_cmd_init(&cmd);
     kvp__rr_cmd_fcall(&cmd, rr, fn[op]);
-    if (op == KVP__RR_MARK_STALE)
+    if (op == OP_MARK_STALE)
         kvp__rr_cmd_i64(&cmd, (int64_t)rr->ttl_ms);
     char *p = kvp__rr_cmd_arg(&cmd, KVP__RR_GID_BYTES);
     if (p)
         memcpy(p, gid, KVP__RR_GID_BYTES);
-    if (op == KVP__RR_MARK_STALE) {
+    if (op == OP_MARK_STALE) {
         kvp__rr_cmd_str(&cmd, engine);
         kvp__rr_cmd_i64(&cmd, dp);
     }
@@ -549,21 +566,38 @@ static void store_op_locked(kvp__rr *rr, int op, const unsigned char *gid, const
     kvp__rr_cmd_free(&cmd);
 }
 
-int kvp__rr_worker_op(kvp_router *r, uint32_t id, int op)
+/* mark_stale, resync or worker_remove (op): the local call, then the same in Redis when
+ * the local one succeeded. Returns the local call's code. */
+static int redis_worker_op(kvp__rr *rr, uint32_t id, int op)
 {
-    kvp__rr *rr = r->rr;
+    kvp__rt_index *ix = rr->base.ix;
     unsigned char gid[KVP__RR_GID_BYTES];
     char *engine = NULL;
     int64_t dp = 0;
     pthread_mutex_lock(&rr->mu);
-    kvp__rt_wrlock(r);
-    int rc = local_op_locked(r, id, op, gid, &engine, &dp);
-    kvp__rt_unlock(r);
+    kvp__rt_wrlock(&ix->lock);
+    int rc = local_op_locked(ix, id, op, gid, &engine, &dp);
+    kvp__rt_unlock(&ix->lock);
     if (rc == KVP_OK && engine)
         store_op_locked(rr, op, gid, engine, dp);
     pthread_mutex_unlock(&rr->mu);
     free(engine);
     return rc;
+}
+
+static int redis_worker_remove(kvp__rt_store *s, uint32_t id)
+{
+    return redis_worker_op((kvp__rr *)s, id, OP_REMOVE);
+}
+
+static int redis_mark_stale(kvp__rt_store *s, uint32_t id)
+{
+    return redis_worker_op((kvp__rr *)s, id, OP_MARK_STALE);
+}
+
+static int redis_resync(kvp__rt_store *s, uint32_t id)
+{
+    return redis_worker_op((kvp__rr *)s, id, OP_RESYNC);
 }
 
 /* ---------------------------------------------------------------- checker */
@@ -589,11 +623,11 @@ static const char *static_why(const char *s, size_t len)
     return "the store's checker returned an unknown verdict";
 }
 
-int kvp__rr_check(kvp_router *r, const char **why)
+int kvp__rr_check(kvp__rt_store *s, const char **why)
 {
-    kvp__rr *rr = r->rr;
-    if (!rr)
+    if (!s || s->ops != &redis_ops)
         return KVP_EINVAL;
+    kvp__rr *rr = (kvp__rr *)s;
     kvp__rr_cmd cmd;
     kvp__rr_cmd_init(&cmd);
     kvp__rr_cmd_fcall(&cmd, rr, "kvprefix_check");
@@ -615,3 +649,18 @@ int kvp__rr_check(kvp_router *r, const char **why)
     kvp__rr_cmd_free(&cmd);
     return rc;
 }
+
+/* ---------------------------------------------------------------- the store */
+
+static const kvp__rt_store_ops redis_ops = {
+    .name = "redis",
+    .apply = kvp__rr_apply,
+    .score = kvp__rr_score,
+    .worker_add = kvp__rt_local_worker_add, /* workers reach Redis with their first batch */
+    .worker_remove = redis_worker_remove,
+    .mark_stale = redis_mark_stale,
+    .resync = redis_resync,
+    .stats = redis_stats,
+    .check = kvp__rt_local_check, /* kvp_router_check is about the local view */
+    .free = redis_free,
+};

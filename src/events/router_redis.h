@@ -1,35 +1,32 @@
 /*
- * router_redis.h - the router index's shared store on Redis (src/events/router_redis*.c),
- * as the public router calls in router.c see it. Nothing here is installed or exported.
+ * router_redis.h - the Redis store of the router index (src/events/router_redis*.c): the
+ * router_store.h interface answered by the in-memory index (the local view) and a Redis
+ * database that several routers share. Nothing here is installed or exported.
  *
- *   kvp_router
- *    |- the in-memory router (router.h): workers, groups, media, the local index
- *    `- rr               the store: one hiredis connection under a mutex, its address,
- *                        key prefix, timeouts, the retry pause and the counters
+ *   kvp__rr
+ *    |- base            the store interface (ops = the Redis store's, ix = the router's index)
+ *    `- the store       one hiredis connection under a mutex, its address, key prefix,
+ *                       timeouts, the retry pause and the counters
  *
- * Every batch is validated and applied to the local index exactly as without a store,
- * then sent to Redis in one FCALL (kvprefix_apply of src/events/router_redis.lua);
+ * Every batch is validated and applied to the local index exactly as the local store
+ * applies it, then sent to Redis in one FCALL (kvprefix_apply of router_redis.lua);
  * scores are one pipelined round trip (one kvprefix_score FCALL per hash group) and fall
- * back to the local index when Redis fails or is in its retry pause.
+ * back to the local index (router_score.c, the local store's score) when Redis fails or is
+ * in its retry pause, reported per call as KVP_ROUTER_VIEW_FALLBACK. worker_add and check
+ * are the local store's (router_local.h).
  *
- * Locks: rr's mutex is always taken before the router's rwlock, never after; the rwlock
- * is never held during network I/O. The counters are atomics, read by stats without the
- * mutex.
+ * Locks: router_store.h's protocol. mu is this store's mutex (lock 1): taken before the
+ * index lock, never after; the index lock is never held during network I/O. The store
+ * takes both itself, through router_base.c: it calls nothing in router.c. The counters
+ * are atomics, read by stats without the mutex.
  *
- * Without hiredis (KVP_HAVE_REDIS undefined) the functions below are inline stubs: a
- * store is KVP_ENOTSUP at creation and every router has rr == NULL.
+ * Without hiredis (KVP_HAVE_REDIS undefined) kvp__rr_new and kvp__rr_check are inline
+ * stubs: a Redis url is KVP_ENOTSUP at creation.
  */
 #ifndef KVP_EVENTS_ROUTER_REDIS_H
 #define KVP_EVENTS_ROUTER_REDIS_H
 
-#include "router.h"
-
-/* What kvp__rr_worker_op does, in the store, after the local call. */
-enum {
-    KVP__RR_MARK_STALE = 1, /* kvp_router_mark_stale */
-    KVP__RR_RESYNC = 2,     /* kvp_router_resync */
-    KVP__RR_REMOVE = 3      /* kvp_router_worker_remove */
-};
+#include "router_local.h"
 
 #ifdef KVP_HAVE_REDIS
 
@@ -42,7 +39,10 @@ enum {
 struct redisContext;
 struct redisReply;
 
+typedef struct kvp__rr kvp__rr;
+
 struct kvp__rr {
+    kvp__rt_store base;                  /* first: a kvp__rt_store * is a kvp__rr * */
     pthread_mutex_t mu;                  /* serializes the connection; taken before the rwlock */
     struct redisContext *c;              /* the connection (hiredis), NULL when not connected */
     char *host;                          /* TCP host (owned), or NULL for a unix socket */
@@ -109,93 +109,36 @@ void kvp__rr_replies_free(struct redisReply **replies, size_t n);
  * start the pause). mu held. */
 void kvp__rr_fail_locked(kvp__rr *rr);
 
-/* Make r's store from cfg (cfg->url not NULL) and try to connect once (a failure only
- * starts the retry pause). Returns KVP_OK with r->rr set; KVP_EINVAL (a field out of
+/* A Redis store over ix from cfg (cfg->url not NULL), after one try to connect (a failure
+ * only starts the retry pause). Returns KVP_OK with *out set; KVP_EINVAL (a field out of
  * range, a url or key prefix that does not parse); KVP_ENOMEM. */
-int kvp__rr_new(kvp_router *r, const kvp_router_redis *cfg);
+int kvp__rr_new(kvp__rt_index *ix, const kvp_router_redis *cfg, kvp__rt_store **out);
 
-/* Close the connection and free the store. Accepts NULL. */
-void kvp__rr_free(kvp__rr *rr);
+/* The apply and score operations (router_redis_ops.c) of the store s (a kvp__rr). */
+int kvp__rr_apply(kvp__rt_store *s, kvp_router_item *items, size_t n);
+int kvp__rr_score(kvp__rt_store *s, const kvp__rt_query *q, size_t *n_rows, int *view);
 
-/* kvp_router_apply_many with a store (r->rr set; items not NULL when n > 0): each item
- * applied locally as without a store, then the ones the local index accepted in one FCALL.
- * Returns as kvp_router_apply_many. */
-int kvp__rr_apply(kvp_router *r, kvp_router_item *items, size_t n);
-
-/* kvp_router_score (hashes NULL) or kvp_router_score_hashes (hashes set, tokens unused)
- * with a store; arguments checked by the caller. Returns as those calls. */
-int kvp__rr_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens, size_t n_tokens,
-                  const uint64_t *hashes, size_t n_hashes, kvp_router_row *rows, size_t cap,
-                  size_t *n_rows);
-
-/* kvp_router_mark_stale, _resync or _worker_remove (op) with a store: the local call, then
- * the same in Redis when the local one succeeded. Returns the local call's code. */
-int kvp__rr_worker_op(kvp_router *r, uint32_t id, int op);
-
-/* The store's fields of kvp_router_stats. Cannot fail. */
-void kvp__rr_stats(kvp__rr *rr, kvp_router_stats *st);
-
-/* The store's invariant checker (kvprefix_check in router_redis.lua): every key of r's
+/* The store's invariant checker (kvprefix_check in router_redis.lua): every key of its
  * prefix, walked with KEYS (tests and debugging only). Returns KVP_OK, KVP_ECORRUPT (*why:
  * a static description), KVP_EIO (Redis failed: counted as any failure), KVP_ENOMEM;
- * KVP_EINVAL for a router without a store. */
-int kvp__rr_check(kvp_router *r, const char **why);
+ * KVP_EINVAL when s is not a Redis store. */
+int kvp__rr_check(kvp__rt_store *s, const char **why);
 
 #else
 
-static inline int kvp__rr_new(kvp_router *r, const kvp_router_redis *cfg)
+typedef struct kvp__rr kvp__rr;
+
+static inline int kvp__rr_new(kvp__rt_index *ix, const kvp_router_redis *cfg, kvp__rt_store **out)
 {
-    (void)r;
+    (void)ix;
     (void)cfg;
+    (void)out;
     return KVP_ENOTSUP;
 }
 
-static inline void kvp__rr_free(kvp__rr *rr)
+static inline int kvp__rr_check(kvp__rt_store *s, const char **why)
 {
-    (void)rr;
-}
-
-static inline int kvp__rr_apply(kvp_router *r, kvp_router_item *items, size_t n)
-{
-    (void)r;
-    (void)items;
-    (void)n;
-    return KVP_ENOTSUP;
-}
-
-static inline int kvp__rr_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens,
-                                size_t n_tokens, const uint64_t *hashes, size_t n_hashes,
-                                kvp_router_row *rows, size_t cap, size_t *n_rows)
-{
-    (void)r;
-    (void)ns;
-    (void)tokens;
-    (void)n_tokens;
-    (void)hashes;
-    (void)n_hashes;
-    (void)rows;
-    (void)cap;
-    (void)n_rows;
-    return KVP_ENOTSUP;
-}
-
-static inline int kvp__rr_worker_op(kvp_router *r, uint32_t id, int op)
-{
-    (void)r;
-    (void)id;
-    (void)op;
-    return KVP_ENOTSUP;
-}
-
-static inline void kvp__rr_stats(kvp__rr *rr, kvp_router_stats *st)
-{
-    (void)rr;
-    (void)st;
-}
-
-static inline int kvp__rr_check(kvp_router *r, const char **why)
-{
-    (void)r;
+    (void)s;
     (void)why;
     return KVP_EINVAL;
 }

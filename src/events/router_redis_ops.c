@@ -38,7 +38,9 @@
  *      added block by block in order, as router_score.c adds them; if the worker set
  *      changed meanwhile, start again.
  *   On a Redis failure, or in the retry pause, the local index answers (router_score.c),
- *   counted as a fallback score.
+ *   counted as a fallback score and reported to the caller of this very call as
+ *   KVP_ROUTER_VIEW_FALLBACK (a Redis answer: KVP_ROUTER_VIEW_REDIS). Each row's engine id
+ *   is the interned name of router_workers.h, set at step 1 (or by the fallback).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,9 +63,9 @@ typedef struct sent_item {
 } sent_item;
 
 /* An event of another KV cache group: skipped, as router_apply.c skips it. */
-static inline bool event_skipped(const kvp_router *r, const kvp_kv_event *e)
+static inline bool event_skipped(const kvp__rt_index *ix, const kvp_kv_event *e)
 {
-    return e->group_idx >= 0 && e->group_idx != r->kv_group;
+    return e->group_idx >= 0 && e->group_idx != ix->kv_group;
 }
 
 static void put_be64(unsigned char *p, uint64_t v)
@@ -73,14 +75,14 @@ static void put_be64(unsigned char *p, uint64_t v)
 }
 
 /* One event's three arguments: type, medium, hashes (8 bytes each, big-endian). */
-static void add_event(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_kv_event *e)
+static void add_event(kvp__rr_cmd *cmd, const kvp__rt_index *ix, const kvp_kv_event *e)
 {
     kvp__rr_cmd_str(cmd, e->type == KVP_EVENT_STORED    ? "S"
                          : e->type == KVP_EVENT_REMOVED ? "R"
                                                         : "C");
     bool dflt = !e->medium || e->medium[0] == '\0';
     kvp__rr_cmd_str(cmd, e->type == KVP_EVENT_CLEARED ? ""
-                         : dflt                       ? r->media[r->default_medium].name
+                         : dflt                       ? ix->media[ix->default_medium].name
                                                       : e->medium);
     size_t n = e->type == KVP_EVENT_CLEARED ? 0 : e->n_hashes;
     unsigned char *p = (unsigned char *)kvp__rr_cmd_arg(cmd, 8 * n);
@@ -90,9 +92,10 @@ static void add_event(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_kv_event 
 
 /* One batch's arguments (see router_redis.lua, apply_batch). knew: the local index had
  * applied a batch of this worker before this one. Exclusive lock held. */
-static void add_batch(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_router_item *it, bool knew)
+static void add_batch(kvp__rr_cmd *cmd, const kvp__rt_index *ix, const kvp_router_item *it,
+                      bool knew)
 {
-    const kvp__rt_worker *w = &r->workers[it->worker];
+    const kvp__rt_worker *w = &ix->workers[it->worker];
     const kvp_kv_batch *b = it->batch;
     char *p = kvp__rr_cmd_arg(cmd, KVP__RR_GID_BYTES);
     if (p)
@@ -110,33 +113,33 @@ static void add_batch(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_router_it
     kvp__rr_cmd_i64(cmd, w->dp_rank);
     size_t n_ev = 0;
     for (size_t i = 0; i < b->n_events; i++)
-        n_ev += !event_skipped(r, &b->events[i]);
+        n_ev += !event_skipped(ix, &b->events[i]);
     kvp__rr_cmd_i64(cmd, (int64_t)n_ev);
     for (size_t i = 0; i < b->n_events; i++) {
         const kvp_kv_event *e = &b->events[i];
-        if (!event_skipped(r, e))
-            add_event(cmd, r, e);
+        if (!event_skipped(ix, e))
+            add_event(cmd, ix, e);
     }
 }
 
 /* Step 1. Returns the number of items to send (their indexes in sent). */
-static size_t apply_local(kvp_router *r, kvp_router_item *items, size_t n, bool send,
+static size_t apply_local(kvp__rt_index *ix, kvp_router_item *items, size_t n, bool send,
                           kvp__rr_cmd *cmd, sent_item *sent)
 {
     size_t n_sent = 0;
-    kvp__rt_wrlock(r);
+    kvp__rt_wrlock(&ix->lock);
     for (size_t i = 0; i < n; i++) {
         kvp_router_item *it = &items[i];
-        bool knew = kvp__rt_worker_ok(r, it->worker) && r->workers[it->worker].n_batches > 0;
-        it->rc = kvp__rt_apply_one_locked(r, it->worker, it->seq, it->batch, &it->res);
+        bool knew = kvp__rt_worker_ok(ix, it->worker) && ix->workers[it->worker].n_batches > 0;
+        it->rc = kvp__rt_apply_one_locked(ix, it->worker, it->seq, it->batch, &it->res);
         if (it->rc == KVP_OK && send) {
-            bool whole = kvp__rt_worker_ok(r, it->worker) && !r->workers[it->worker].partial;
-            sent[n_sent] = (sent_item){i, it->res.status, it->res.stale, whole, false, r->epoch};
-            add_batch(cmd, r, it, knew);
+            bool whole = kvp__rt_worker_ok(ix, it->worker) && !ix->workers[it->worker].partial;
+            sent[n_sent] = (sent_item){i, it->res.status, it->res.stale, whole, false, ix->epoch};
+            add_batch(cmd, ix, it, knew);
             n_sent++;
         }
     }
-    kvp__rt_unlock(r);
+    kvp__rt_unlock(&ix->lock);
     return n_sent;
 }
 
@@ -168,13 +171,13 @@ static bool parse_result(const redisReply *e, store_result *out)
 }
 
 /* Step 3's local follow of item it: restart the worker's local view from this batch. */
-static void follow_locked(kvp_router *r, kvp_router_item *it)
+static void follow_locked(kvp__rt_index *ix, kvp_router_item *it)
 {
     kvp_router_apply_result res;
-    kvp__rt_mark_stale_locked(r, it->worker);
-    if (kvp__rt_apply_one_locked(r, it->worker, it->seq, it->batch, &res) != KVP_OK)
+    kvp__rt_mark_stale_locked(ix, it->worker);
+    if (kvp__rt_apply_one_locked(ix, it->worker, it->seq, it->batch, &res) != KVP_OK)
         return;
-    r->workers[it->worker].stale = false;
+    ix->workers[it->worker].stale = false;
     it->res.n_stored = res.n_stored;
     it->res.n_removed = res.n_removed;
     it->res.n_cleared = res.n_cleared;
@@ -182,9 +185,10 @@ static void follow_locked(kvp_router *r, kvp_router_item *it)
 }
 
 /* Step 3. false when the reply is malformed (nothing merged). */
-static bool merge(kvp_router *r, kvp_router_item *items, sent_item *sent, size_t n_sent,
+static bool merge(kvp__rr *rr, kvp_router_item *items, sent_item *sent, size_t n_sent,
                   const redisReply *rep)
 {
+    kvp__rt_index *ix = rr->base.ix;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n_sent)
         return false;
     bool follow = false;
@@ -199,8 +203,8 @@ static bool merge(kvp_router *r, kvp_router_item *items, sent_item *sent, size_t
         int local = sent[s].local;
         bool local_step = local == KVP_ROUTER_APPLIED || local == KVP_ROUTER_RESTARTED;
         if (sr.status == KVP_ROUTER_DUPLICATE && local_step)
-            atomic_fetch_add(&r->rr->n_duplicates, 1);
-        atomic_fetch_add(&r->rr->n_lost, sr.lost);
+            atomic_fetch_add(&rr->n_duplicates, 1);
+        atomic_fetch_add(&rr->n_lost, sr.lost);
         /* Step 5, at the same batch (checked again, with the local expected, when the
          * re-seed is built): the router that found the loss puts back what it has, whole
          * or partial (every block of a partial view is held); a whole view also repairs a
@@ -214,14 +218,14 @@ static bool merge(kvp_router *r, kvp_router_item *items, sent_item *sent, size_t
     }
     if (!follow)
         return true;
-    kvp__rt_wrlock(r);
+    kvp__rt_wrlock(&ix->lock);
     for (size_t s = 0; s < n_sent; s++) {
         kvp_router_item *it = &items[sent[s].item];
         if (sent[s].local == KVP_ROUTER_GAP && it->res.status != KVP_ROUTER_GAP &&
-            r->epoch == sent[s].epoch)
-            follow_locked(r, it);
+            ix->epoch == sent[s].epoch)
+            follow_locked(ix, it);
     }
-    kvp__rt_unlock(r);
+    kvp__rt_unlock(&ix->lock);
     return true;
 }
 
@@ -243,9 +247,9 @@ static void build_apply(const kvp__rr *rr, const kvp__rr_cmd *body, size_t n_sen
  * blocks (8 bytes each). Two walks of the local table: count, then write (the arguments
  * are all made before any is written: making one may move the others). Shared lock
  * held. */
-static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_cmd *cmd)
+static void add_worker_blocks_locked(const kvp__rt_index *ix, uint32_t id, kvp__rr_cmd *cmd)
 {
-    const kvp__rt_table *t = &r->table;
+    const kvp__rt_table *t = &ix->table;
     size_t n[KVP_ROUTER_MAX_MEDIA] = {0}, at[KVP_ROUTER_MAX_MEDIA] = {0};
     size_t arg[KVP_ROUTER_MAX_MEDIA];
     kvp__rt_holders hs;
@@ -257,7 +261,7 @@ static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_c
             for (uint32_t j = 0; j < hs.n; j++) {
                 if (kvp__rt_holder_worker(hs.h[j]) != id)
                     continue;
-                for (uint32_t m = 0; m < r->n_media; m++) {
+                for (uint32_t m = 0; m < ix->n_media; m++) {
                     if (!(kvp__rt_holder_mask(hs.h[j]) >> m & 1u))
                         continue;
                     if (pass == 0)
@@ -268,8 +272,8 @@ static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_c
                 }
             }
         }
-        for (uint32_t m = 0; pass == 0 && m < r->n_media; m++) {
-            kvp__rr_cmd_str(cmd, r->media[m].name);
+        for (uint32_t m = 0; pass == 0 && m < ix->n_media; m++) {
+            kvp__rr_cmd_str(cmd, ix->media[m].name);
             arg[m] = cmd->argc;
             (void)kvp__rr_cmd_arg(cmd, 8 * n[m]);
         }
@@ -280,19 +284,19 @@ static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_c
 
 /* Step 5: re-seed worker it->worker's shared view from the local one, at the same batch:
  * kvprefix_reseed, one more round trip. mu held. */
-static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_item *sent)
+static void reseed_locked(kvp__rr *rr, const kvp_router_item *it, const sent_item *sent)
 {
-    kvp__rr *rr = r->rr;
+    kvp__rt_index *ix = rr->base.ix;
     kvp__rr_cmd cmd;
     kvp__rr_cmd_init(&cmd);
     kvp__rr_cmd_fcall(&cmd, rr, "kvprefix_reseed");
     kvp__rr_cmd_i64(&cmd, (int64_t)rr->ttl_ms);
-    kvp__rt_rdlock(r);
-    bool same = r->epoch == sent->epoch && kvp__rt_worker_ok(r, it->worker) &&
-                r->workers[it->worker].expected == it->res.expected &&
-                !r->workers[it->worker].stale;
+    kvp__rt_rdlock(&ix->lock);
+    bool same = ix->epoch == sent->epoch && kvp__rt_worker_ok(ix, it->worker) &&
+                ix->workers[it->worker].expected == it->res.expected &&
+                !ix->workers[it->worker].stale;
     if (same) {
-        const kvp__rt_worker *w = &r->workers[it->worker];
+        const kvp__rt_worker *w = &ix->workers[it->worker];
         char *p = kvp__rr_cmd_arg(&cmd, KVP__RR_GID_BYTES);
         if (p)
             kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, (unsigned char *)p);
@@ -300,10 +304,10 @@ static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_i
         snprintf(seq, sizeof seq, "%016llx", (unsigned long long)it->res.expected);
         kvp__rr_cmd_str(&cmd, seq);
         kvp__rr_cmd_i64(&cmd, !w->partial);
-        kvp__rr_cmd_i64(&cmd, (int64_t)r->n_media);
-        add_worker_blocks_locked(r, it->worker, &cmd);
+        kvp__rr_cmd_i64(&cmd, (int64_t)ix->n_media);
+        add_worker_blocks_locked(ix, it->worker, &cmd);
     }
-    kvp__rt_unlock(r);
+    kvp__rt_unlock(&ix->lock);
     redisReply *rep = NULL;
     if (same && kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr)) == KVP_OK) {
         if (rep->type != REDIS_REPLY_INTEGER)
@@ -317,17 +321,16 @@ static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_i
 
 /* Steps 2-3 (and 5) with the batches' arguments in body. true when Redis applied them.
  * mu held. */
-static bool apply_store_locked(kvp_router *r, kvp_router_item *items, sent_item *sent,
-                               size_t n_sent, const kvp__rr_cmd *body)
+static bool apply_store_locked(kvp__rr *rr, kvp_router_item *items, sent_item *sent, size_t n_sent,
+                               const kvp__rr_cmd *body)
 {
-    kvp__rr *rr = r->rr;
     kvp__rr_cmd cmd;
     kvp__rr_cmd_init(&cmd);
     build_apply(rr, body, n_sent, &cmd);
     redisReply *rep = NULL;
     bool applied = false;
     if (kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr)) == KVP_OK) {
-        applied = merge(r, items, sent, n_sent, rep);
+        applied = merge(rr, items, sent, n_sent, rep);
         if (!applied)
             kvp__rr_fail_locked(rr);
         kvp__rr_replies_free(&rep, 1);
@@ -335,23 +338,24 @@ static bool apply_store_locked(kvp_router *r, kvp_router_item *items, sent_item 
     kvp__rr_cmd_free(&cmd);
     for (size_t s = 0; applied && s < n_sent; s++) {
         if (sent[s].reseed)
-            reseed_locked(r, &items[sent[s].item], &sent[s]);
+            reseed_locked(rr, &items[sent[s].item], &sent[s]);
     }
     return applied;
 }
 
-int kvp__rr_apply(kvp_router *r, kvp_router_item *items, size_t n)
+int kvp__rr_apply(kvp__rt_store *st, kvp_router_item *items, size_t n)
 {
-    kvp__rr *rr = r->rr;
+    kvp__rr *rr = (kvp__rr *)st;
+    kvp__rt_index *ix = st->ix;
     sent_item *sent = n ? malloc(n * sizeof *sent) : NULL;
     kvp__rr_cmd body;
     kvp__rr_cmd_init(&body);
     pthread_mutex_lock(&rr->mu);
     /* Step 1: local, and the batches' arguments. */
     bool send = sent && kvp__rr_usable(rr);
-    size_t n_sent = apply_local(r, items, n, send, &body, sent);
+    size_t n_sent = apply_local(ix, items, n, send, &body, sent);
     /* Steps 2 and 3. */
-    bool applied = n_sent > 0 && apply_store_locked(r, items, sent, n_sent, &body);
+    bool applied = n_sent > 0 && apply_store_locked(rr, items, sent, n_sent, &body);
     pthread_mutex_unlock(&rr->mu);
     /* Step 4: batches the store did not take. */
     if (!applied && n_sent > 0)
@@ -427,46 +431,49 @@ static int by_group(const void *a, const void *b)
 
 /* Step 1: rows and workers; one call per group (one for all with hashes). Shared lock
  * held. KVP_OK, KVP_ENOSPC (*n_rows set), KVP_ENOMEM. */
-static int snapshot_locked(kvp_router *r, bool all, kvp_router_row *rows, size_t cap,
-                           size_t *n_rows, score_ctx *c)
+static int snapshot_locked(kvp__rt_index *ix, const kvp__rt_query *q, size_t *n_rows, score_ctx *c)
 {
-    if (cap < r->n_workers) {
-        *n_rows = r->n_workers;
+    bool all = q->ns == NULL;
+    kvp_router_row *rows = q->rows;
+    if (q->cap < ix->n_workers) {
+        *n_rows = ix->n_workers;
         return KVP_ENOSPC;
     }
-    c->epoch = r->epoch;
-    c->unknown_weight = r->unknown_weight;
-    c->ws = malloc((r->n_workers ? r->n_workers : 1) * sizeof *c->ws);
-    c->calls = malloc((all || r->n_groups == 0 ? 1 : r->n_groups) * sizeof *c->calls);
+    c->epoch = ix->epoch;
+    c->unknown_weight = ix->unknown_weight;
+    c->ws = malloc((ix->n_workers ? ix->n_workers : 1) * sizeof *c->ws);
+    c->calls = malloc((all || ix->n_groups == 0 ? 1 : ix->n_groups) * sizeof *c->calls);
     if (!c->ws || !c->calls)
         return KVP_ENOMEM;
-    for (uint32_t i = 0; i < r->n_slots; i++) {
-        const kvp__rt_worker *w = &r->workers[i];
+    for (uint32_t i = 0; i < ix->n_slots; i++) {
+        const kvp__rt_worker *w = &ix->workers[i];
         if (!w->live)
             continue;
         score_worker *sw = &c->ws[c->n_ws++];
         kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, sw->gid);
         sw->row = w->row;
         sw->group = all ? 0 : w->group;
-        sw->block_size = r->groups[w->group]->hash.block_size;
+        sw->block_size = ix->groups[w->group]->hash.block_size;
         sw->stale = w->stale;
         kvp_router_row *row = &rows[w->row];
         memset(row, 0, sizeof *row); /* padding too: rows compare with memcmp */
         row->worker = i;
         row->dp_rank = w->dp_rank;
         row->state = w->stale ? KVP_ROUTER_ROW_STALE : KVP_ROUTER_ROW_SCORED;
+        if (q->engine_ids)
+            q->engine_ids[w->row] = w->engine_id; /* interned: outlives the worker */
     }
     qsort(c->ws, c->n_ws, sizeof *c->ws, by_group);
     for (size_t i = 0; i < c->n_ws; i++) {
         if (i == 0 || c->ws[i].group != c->ws[i - 1].group) {
             score_call *call = &c->calls[c->n_calls++];
             memset(call, 0, sizeof *call);
-            call->grp = all ? NULL : r->groups[c->ws[i].group];
+            call->grp = all ? NULL : ix->groups[c->ws[i].group];
             call->first = i;
         }
         c->calls[c->n_calls - 1].n++;
     }
-    *n_rows = r->n_workers;
+    *n_rows = ix->n_workers;
     return KVP_OK;
 }
 
@@ -524,7 +531,7 @@ static int build_scores(const kvp__rr *rr, score_ctx *c)
 
 /* The local weight of each global medium bit, from a reply's medium table (name, bit
  * pairs). false when malformed. Shared lock held. */
-static bool media_weights_locked(const kvp_router *r, const redisReply *m, double unknown,
+static bool media_weights_locked(const kvp__rt_index *ix, const redisReply *m, double unknown,
                                  double *w_bit)
 {
     for (uint32_t b = 0; b < KVP_ROUTER_MAX_MEDIA; b++)
@@ -538,13 +545,13 @@ static bool media_weights_locked(const kvp_router *r, const redisReply *m, doubl
         long b = strtol(bit->str, NULL, 10);
         if (b < 0 || b >= (long)KVP_ROUTER_MAX_MEDIA)
             return false;
-        uint32_t idx = kvp__rt_medium_find(r, name->str);
-        w_bit[b] = idx == KVP__RT_NIL ? unknown : r->media[idx].weight;
+        uint32_t idx = kvp__rt_medium_find(ix, name->str);
+        w_bit[b] = idx == KVP__RT_NIL ? unknown : ix->media[idx].weight;
     }
     return true;
 }
 
-/* The best weight of a global media mask (as router.c's weight_of_mask). */
+/* The best weight of a global media mask (as the index's weight_of_mask). */
 static double mask_weight(const double *w_bit, long long mask)
 {
     double best = 0;
@@ -587,7 +594,7 @@ static bool fill_row(const score_worker *sw, const redisReply *e, size_t n_keys,
 }
 
 /* Step 4 for one call. false when its reply is malformed. Shared lock held. */
-static bool fill_call_locked(const kvp_router *r, const score_ctx *c, const score_call *call,
+static bool fill_call_locked(const kvp__rt_index *ix, const score_ctx *c, const score_call *call,
                              kvp_router_row *rows)
 {
     if (call->state != KVP_ROUTER_ROW_SCORED) {
@@ -600,7 +607,7 @@ static bool fill_call_locked(const kvp_router *r, const score_ctx *c, const scor
     const redisReply *rep = c->replies[call->cmd];
     double w_bit[KVP_ROUTER_MAX_MEDIA];
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
-        !media_weights_locked(r, rep->element[0], c->unknown_weight, w_bit) ||
+        !media_weights_locked(ix, rep->element[0], c->unknown_weight, w_bit) ||
         rep->element[1]->type != REDIS_REPLY_ARRAY || rep->element[1]->elements != call->n)
         return false;
     for (size_t w = 0; w < call->n; w++) {
@@ -613,20 +620,18 @@ static bool fill_call_locked(const kvp_router *r, const score_ctx *c, const scor
 
 /* Steps 1-4 once. Returns KVP_OK, a failure code of the call, 1 (start again: the worker
  * set changed) or 2 (Redis failed: answer locally). */
-static int score_once(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens,
-                      size_t n_tokens, const uint64_t *hashes, size_t n_hashes,
-                      kvp_router_row *rows, size_t cap, size_t *n_rows)
+static int score_once(kvp__rr *rr, const kvp__rt_query *q, size_t *n_rows)
 {
-    kvp__rr *rr = r->rr;
+    kvp__rt_index *ix = rr->base.ix;
     score_ctx c;
     memset(&c, 0, sizeof c);
     /* Step 1: rows and workers. */
-    kvp__rt_rdlock(r);
-    int rc = snapshot_locked(r, ns == NULL, rows, cap, n_rows, &c);
-    kvp__rt_unlock(r);
+    kvp__rt_rdlock(&ix->lock);
+    int rc = snapshot_locked(ix, q, n_rows, &c);
+    kvp__rt_unlock(&ix->lock);
     /* Step 2: keys. */
     if (rc == KVP_OK)
-        rc = compute_keys(&c, ns, tokens, n_tokens, hashes, n_hashes);
+        rc = compute_keys(&c, q->ns, q->tokens, q->n_tokens, q->hashes, q->n_hashes);
     if (rc == KVP_OK)
         rc = build_scores(rr, &c);
     /* Step 3: one round trip. */
@@ -639,11 +644,11 @@ static int score_once(kvp_router *r, const kvp_namespace *ns, const uint32_t *to
     /* Step 4: rows. */
     bool malformed = false;
     if (rc == KVP_OK) {
-        kvp__rt_rdlock(r);
-        rc = r->epoch != c.epoch ? 1 : KVP_OK;
+        kvp__rt_rdlock(&ix->lock);
+        rc = ix->epoch != c.epoch ? 1 : KVP_OK;
         for (size_t i = 0; rc == KVP_OK && i < c.n_calls; i++)
-            malformed |= !fill_call_locked(r, &c, &c.calls[i], rows);
-        kvp__rt_unlock(r);
+            malformed |= !fill_call_locked(ix, &c, &c.calls[i], q->rows);
+        kvp__rt_unlock(&ix->lock);
     }
     if (malformed) {
         pthread_mutex_lock(&rr->mu);
@@ -655,26 +660,24 @@ static int score_once(kvp_router *r, const kvp_namespace *ns, const uint32_t *to
     return rc;
 }
 
-int kvp__rr_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens, size_t n_tokens,
-                  const uint64_t *hashes, size_t n_hashes, kvp_router_row *rows, size_t cap,
-                  size_t *n_rows)
+int kvp__rr_score(kvp__rt_store *s, const kvp__rt_query *q, size_t *n_rows, int *view)
 {
-    kvp__rr *rr = r->rr;
+    kvp__rr *rr = (kvp__rr *)s;
     int rc = 2;
     while (kvp__rr_usable(rr)) {
-        rc = score_once(r, ns, tokens, n_tokens, hashes, n_hashes, rows, cap, n_rows);
+        rc = score_once(rr, q, n_rows);
         if (rc != 1)
             break;
     }
     if (rc == KVP_OK) {
-        atomic_fetch_add_explicit(&r->n_scores, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->ix->n_scores, 1, memory_order_relaxed);
+        *view = KVP_ROUTER_VIEW_REDIS;
         return KVP_OK;
     }
     if (rc != 2)
         return rc;
-    /* Redis failed or is paused: the local view answers. */
+    /* Redis failed or is paused: the local view answers, and this call says so. */
     atomic_fetch_add(&rr->n_fallback_scores, 1);
-    if (!ns)
-        return kvp__rt_score_hashes(r, hashes, n_hashes, rows, cap, n_rows);
-    return kvp__rt_score(r, ns, tokens, n_tokens, rows, cap, n_rows);
+    *view = KVP_ROUTER_VIEW_FALLBACK;
+    return kvp__rt_score(s->ix, q, n_rows);
 }
