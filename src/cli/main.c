@@ -2,14 +2,17 @@
  * main.c - the kvprefix command-line tool: dispatches to a subcommand (docs/cli.md has the
  * map of the tool's files).
  *
- *   kvprefix demo        a scripted serving session through the engine API (demo/)
- *   kvprefix plan ...    KV-cache capacity planning (plan/)
- *   kvprefix replay ...  prefix-cache hit rate of a request log (replay/)
- *   kvprefix keys ...    block keys of a token list under a hash profile (keys/)
- *   kvprefix tokenize .. token ids of a text or request under a model's tokenizer (tok/)
- *   kvprefix route ...   what-if fleet routing simulation (route/)
- *   kvprefix router ...  the subscriber daemon: KV events in, scores out (routerd/; only
- *                        built with libkvprefix-events and libmicrohttpd)
+ *   kvprefix demo        a scripted serving session through the engine API (cmd/demo/)
+ *   kvprefix plan ...    KV-cache capacity planning (cmd/plan/)
+ *   kvprefix replay ...  prefix-cache hit rate of a request log (cmd/replay/)
+ *   kvprefix keys ...    block keys of a token list under a hash profile (cmd/keys/)
+ *   kvprefix tokenize .. token ids of a text or request under a model's tokenizer
+ *                        (cmd/tokenize/)
+ *   kvprefix fleet ...   what-if fleet simulation: routing policies, hit rate, TTFT
+ *                        (cmd/fleet/)
+ *   kvprefix router ...  the router daemon: KV events in, scores out (src/routerd/, its own
+ *                        folder and library; only built with libkvprefix-events and
+ *                        libmicrohttpd)
  *   kvprefix version     library and tool version
  *
  * Exit status, the same in every subcommand (common/cli.h): 0 done, 1 bad input or failed
@@ -19,11 +22,14 @@
 #include <string.h>
 
 #include "cli.h"
+#include "demo.h"
+#include "fleet.h"
 #include "keys.h"
-#include "tokcmd.h"
 #include "kvprefix.h"
 #include "outfile.h"
-#include "route.h"
+#include "plan.h"
+#include "replay.h"
+#include "tokcmd.h"
 #ifdef CLI_HAVE_ROUTERD
 #include "routerd.h"
 #endif
@@ -40,8 +46,8 @@ static void usage(FILE *f)
                "  keys      block keys of a token list under a hash profile (keys --help)\n"
                "  tokenize  token ids of a text or request body under a model's tokenizer\n"
                "            and chat template (tokenize --help)\n"
-               "  route     what-if fleet simulation: routing policies against hit rate and\n"
-               "            time to first token (kvprefix route --help)\n"
+               "  fleet     what-if fleet simulation: routing policies against hit rate and\n"
+               "            time to first token (kvprefix fleet --help)\n"
 #ifdef CLI_HAVE_ROUTERD
                "  router    daemon: index engines' KV events, answer scores over HTTP\n"
                "            (kvprefix router --help)\n"
@@ -68,8 +74,8 @@ int main(int argc, char **argv)
         return keys_main(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0)
         return tokcmd_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "route") == 0)
-        return rt_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "fleet") == 0)
+        return fl_main(argc - 1, argv + 1);
 #ifdef CLI_HAVE_ROUTERD
     if (strcmp(cmd, "router") == 0)
         return rd_main(argc - 1, argv + 1);
@@ -81,6 +87,12 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         usage(stdout);
         return cli_stdout_check("help");
+    }
+    if (strcmp(cmd, "route") == 0) {
+        /* The fleet simulation was called `route` before 0.2; say where it went. */
+        fprintf(stderr, "kvprefix: unknown command 'route': the fleet simulation is "
+                        "'kvprefix fleet' (kvprefix fleet --help)\n");
+        return CLI_EXIT_USAGE;
     }
     fprintf(stderr, "kvprefix: unknown command '%s'\n", cmd);
     usage(stderr);

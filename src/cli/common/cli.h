@@ -1,10 +1,14 @@
 /*
- * cli.h - what every subcommand of the kvprefix tool shares: the exit-status table, the
- * subcommand entry points, error formatting (errbuf.c) and growable arrays (grow.c).
+ * cli.h - what every subcommand of the kvprefix tool (and the router daemon, src/routerd/)
+ * shares: the exit-status table, error formatting (errbuf.c) and growable arrays (grow.c).
+ * Each command declares its own entry point in its folder's header (under cmd/); main.c alone
+ * includes them.
  *
  * Names. The tool is a client of the library and never uses its prefixes: cli_ (this
- * folder), log_ / oai_ / tok_ (input/), rp_ (replay/), pl_ (plan/), svg_ (the plot),
- * demo_ (demo/), keys_ (keys/). Library calls are kvp_*, and kvp__ internals are out of reach.
+ * folder), tok_ (tok/), log_ / oai_ / in_ (input/), kvplan_ (capacity/), and per command
+ * rp_ (cmd/replay/), pl_ (cmd/plan/), fl_ (cmd/fleet/), demo_ (cmd/demo/), keys_
+ * (cmd/keys/), tokcmd_ (cmd/tokenize/); the daemon uses rd_ (src/routerd/). Library
+ * calls are kvp_*, and kvp__ internals are out of reach.
  *
  * Exit status, the same in every subcommand (docs/cli.md):
  *
@@ -35,10 +39,6 @@ enum {
 /* The exit-status table as --help prints it (one paragraph, ends with a newline). */
 #define CLI_EXIT_HELP                                                                              \
     "Exit status: 0 done, 1 bad input or failed I/O, 2 usage error, 3 internal error.\n"
-
-int demo_main(int argc, char **argv);
-int pl_main(int argc, char **argv);
-int rp_main(int argc, char **argv);
 
 /* Format an error message into err[0 .. size) (errbuf.c). */
 void cli_errf(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -1,14 +1,14 @@
 /*
- * route_index.h - the state of route_index.c's router index, shared with its test only
- * (tests/test_route.c corrupts it to show that rt_index_check catches each kind). Everything
- * else uses the opaque rt_index of route.h. The layout and invariants are described at the
- * top of route_index.c.
+ * fleet_index.h - the state of fleet_index.c's router index, shared with its test only
+ * (tests/test_route.c corrupts it to show that fl_index_check catches each kind). Everything
+ * else uses the opaque fl_index of fleet.h. The layout and invariants are described at the
+ * top of fleet_index.c.
  */
 #ifndef CLI_ROUTE_INDEX_H
 #define CLI_ROUTE_INDEX_H
 
 #include "kvprefix_events.h"
-#include "route.h"
+#include "fleet.h"
 
 /* One wire event being collected. */
 typedef struct ix_rec {
@@ -20,7 +20,7 @@ typedef struct ix_rec {
 
 /* One replica's events since the last step. */
 typedef struct ix_rep {
-    struct rt_index *x; /* the index (for the block size and the loss flag) */
+    struct fl_index *x; /* the index (for the block size and the loss flag) */
     uint32_t worker;    /* its router worker id */
     uint64_t seq;       /* sequence number of its next batch */
     ix_rec *recs;       /* the step's wire events, in order */
@@ -36,7 +36,7 @@ typedef struct ix_rep {
 
 /* One batch waiting for its due time. Owns its arrays. */
 typedef struct ix_batch {
-    rt_time due;          /* when the router may apply it */
+    fl_time due;          /* when the router may apply it */
     uint32_t replica;     /* whose */
     uint64_t seq;         /* its sequence number */
     kvp_kv_batch b;       /* the batch; events and hashes below, tokens set at apply */
@@ -47,8 +47,8 @@ typedef struct ix_batch {
 } ix_batch;
 
 /* The index of one simulation. */
-struct rt_index {
-    rt_index_config cfg; /* as given (key_prefix: not owned, used at creation only) */
+struct fl_index {
+    fl_index_config cfg; /* as given (key_prefix: not owned, used at creation only) */
     kvp_router *router;  /* the router, one worker per replica */
     uint32_t n;          /* replicas */
     uint32_t bs;         /* tokens per block */

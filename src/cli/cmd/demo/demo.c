@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "demo.h"
 #include "flags.h"
 #include "hashopt.h"
 #include "outfile.h"

@@ -47,7 +47,7 @@ static const char *data_path(const char *name)
 {
     static char buf[4096];
     const char *dir = getenv("KVPREFIX_TEST_DATA");
-    snprintf(buf, sizeof buf, "%s/plan/%s", dir ? dir : "tests/data", name);
+    snprintf(buf, sizeof buf, "%s/plan/%s", dir ? dir : "tests/cli/data", name);
     return buf;
 }
 

@@ -1,8 +1,8 @@
 /*
- * route_ring.c - the consistent-hash ring of `kvprefix route`'s affinity policy (route.h).
+ * fleet_ring.c - the consistent-hash ring of `kvprefix fleet`'s affinity policy (fleet.h).
  *
  * Each replica r owns n_vnodes points on a 64-bit circle, point v at
- * rt_mix64(seed ^ (r << 32 | v)); a request whose affinity key hashes to h goes to the
+ * fl_mix64(seed ^ (r << 32 | v)); a request whose affinity key hashes to h goes to the
  * replica owning the first point at or after h, wrapping past 2^64 - 1 to the first point:
  *
  *        0 ──[r1]────[r0]──h──►[r1]──────[r2]────[r0]── 2^64-1 ─┐
@@ -14,25 +14,25 @@
  * makes affinity survive fleet changes, and what the policy models.
  *
  * Layout: one array of (point, replica) sorted by point, then replica. Lookup is a binary
- * search: O(log(N * n_vnodes)). Invariant (rt_ring_check): sorted, n_vnodes points each.
+ * search: O(log(N * n_vnodes)). Invariant (fl_ring_check): sorted, n_vnodes points each.
  */
 #include <stdlib.h>
 
-#include "route.h"
+#include "fleet.h"
 
-typedef struct rt_point {
+typedef struct fl_point {
     uint64_t at;      /* position on the circle */
     uint32_t replica; /* its owner */
-} rt_point;
+} fl_point;
 
-struct rt_ring {
-    rt_point *points;    /* n_points, sorted by (at, replica) */
+struct fl_ring {
+    fl_point *points;    /* n_points, sorted by (at, replica) */
     size_t n_points;     /* n_replicas * n_vnodes */
     uint32_t n_replicas; /* replicas on the ring */
     uint32_t n_vnodes;   /* points per replica */
 };
 
-uint64_t rt_mix64(uint64_t x)
+uint64_t fl_mix64(uint64_t x)
 {
     x += UINT64_C(0x9e3779b97f4a7c15);
     x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
@@ -42,17 +42,17 @@ uint64_t rt_mix64(uint64_t x)
 
 static int cmp_point(const void *a, const void *b)
 {
-    const rt_point *x = a, *y = b;
+    const fl_point *x = a, *y = b;
     if (x->at != y->at)
         return x->at < y->at ? -1 : 1;
     return (x->replica > y->replica) - (x->replica < y->replica);
 }
 
-rt_ring *rt_ring_new(uint32_t n_replicas, uint32_t n_vnodes, uint64_t seed)
+fl_ring *fl_ring_new(uint32_t n_replicas, uint32_t n_vnodes, uint64_t seed)
 {
     if (n_replicas == 0 || n_vnodes == 0 || (size_t)n_replicas > SIZE_MAX / n_vnodes)
         return NULL;
-    rt_ring *ring = calloc(1, sizeof *ring);
+    fl_ring *ring = calloc(1, sizeof *ring);
     size_t n = (size_t)n_replicas * n_vnodes;
     if (!ring || !(ring->points = calloc(n, sizeof *ring->points))) {
         free(ring);
@@ -60,8 +60,8 @@ rt_ring *rt_ring_new(uint32_t n_replicas, uint32_t n_vnodes, uint64_t seed)
     }
     for (uint32_t r = 0; r < n_replicas; r++)
         for (uint32_t v = 0; v < n_vnodes; v++) {
-            rt_point *p = &ring->points[(size_t)r * n_vnodes + v];
-            p->at = rt_mix64(seed ^ ((uint64_t)r << 32 | v));
+            fl_point *p = &ring->points[(size_t)r * n_vnodes + v];
+            p->at = fl_mix64(seed ^ ((uint64_t)r << 32 | v));
             p->replica = r;
         }
     qsort(ring->points, n, sizeof *ring->points, cmp_point);
@@ -71,7 +71,7 @@ rt_ring *rt_ring_new(uint32_t n_replicas, uint32_t n_vnodes, uint64_t seed)
     return ring;
 }
 
-uint32_t rt_ring_pick(const rt_ring *ring, uint64_t h)
+uint32_t fl_ring_pick(const fl_ring *ring, uint64_t h)
 {
     /* The first point with at >= h: lo ends at the smallest such index (n_points if none). */
     size_t lo = 0, hi = ring->n_points;
@@ -85,7 +85,7 @@ uint32_t rt_ring_pick(const rt_ring *ring, uint64_t h)
     return ring->points[lo == ring->n_points ? 0 : lo].replica;
 }
 
-bool rt_ring_check(const rt_ring *ring)
+bool fl_ring_check(const fl_ring *ring)
 {
     if (!ring || ring->n_points != (size_t)ring->n_replicas * ring->n_vnodes)
         return false;
@@ -105,7 +105,7 @@ bool rt_ring_check(const rt_ring *ring)
     return ok;
 }
 
-void rt_ring_free(rt_ring *ring)
+void fl_ring_free(fl_ring *ring)
 {
     if (ring)
         free(ring->points);

@@ -102,4 +102,8 @@ struct json_t *rp_diag_json(const rp_diag *d, unsigned top);
 
 void rp_diag_free(rp_diag *d);
 
+/* `kvprefix replay` on argv[0 .. argc) (argv[0] is "replay"); returns the exit status
+ * (cli.h). */
+int rp_main(int argc, char **argv);
+
 #endif /* CLI_REPLAY_H */

@@ -116,4 +116,7 @@ void pl_print_table(const plan_result *r, const plan_opts *o);
  * JSON document cannot be built or written. */
 int pl_print_json(const plan_result *r, const plan_opts *o);
 
+/* `kvprefix plan` on argv[0 .. argc) (argv[0] is "plan"); returns the exit status (cli.h). */
+int pl_main(int argc, char **argv);
+
 #endif /* CLI_PLAN_H */

@@ -1,10 +1,10 @@
 /*
- * test_route.c - `kvprefix route` (src/cli/route/): the fleet simulation against
+ * test_fleet.c - `kvprefix fleet` (src/cli/cmd/fleet/): the fleet simulation against
  * hand-computed expectations, the consistent-hash ring and the random stream against
  * independent reimplementations, the simulation against the replay engine where both must
  * agree, random logs under the invariant checker, and the binary's reports and errors.
  *
- * The hand fixture (data/route/route_hand.jsonl), block size 4, 2 replicas of 16 blocks,
+ * The hand fixture (data/fleet/fleet_hand.jsonl), block size 4, 2 replicas of 16 blocks,
  * prefill 1 ms and decode 1 ms per token, concurrency 1. Blocks A..H are 4 distinct tokens
  * each; x is one more token (so every prompt has a partial last block):
  *
@@ -21,12 +21,12 @@
  * is computed ((n-1)/4 blocks): never binding here. Each policy's walk-through is in the
  * comment of its expectation below.
  *
- * The router index (route_index.c, suite route_index; route_redis against a real Redis):
+ * The router index (fleet_index.c, suite fleet_index; fleet_redis against a real Redis):
  * with no event delay, the cache-aware policies asking a kvp_router fed by the replicas'
  * events must route every request exactly as when they ask the caches (the oracle), on the
  * hand fixture, the Mooncake fixture and random logs with evictions, and with --check the
  * simulation compares the two at every decision; with a delay, the index lags as it should.
- * The route_redis tests need KVP_TEST_REDIS_URL (tests/with_redis.py starts a server); they
+ * The fleet_redis tests need KVP_TEST_REDIS_URL (tests/with_redis.py starts a server); they
  * are skipped without it unless KVPREFIX_REDIS_REQUIRED is set.
  */
 #include <criterion/criterion.h>
@@ -40,8 +40,8 @@
 #include "kvprefix.h"
 #include "logread.h"
 #include "replay_sim.h"
-#include "route.h"
-#include "route_index.h"
+#include "fleet.h"
+#include "fleet_index.h"
 
 #define MS INT64_C(1000000)
 
@@ -53,7 +53,7 @@ static const char *data(const char *name)
     const char *dir = getenv("KVPREFIX_TEST_DATA");
     if (dir == NULL || *dir == '\0')
         cr_skip_test("KVPREFIX_TEST_DATA is not set");
-    snprintf(path, sizeof path, "%s/route/%s", dir, name);
+    snprintf(path, sizeof path, "%s/fleet/%s", dir, name);
     return path;
 }
 
@@ -65,23 +65,23 @@ static kvp_config hash_cfg(int profile)
     return c;
 }
 
-static rt_log *load_as(const char *path, uint32_t bs, const kvp_config *kc)
+static fl_log *load_as(const char *path, uint32_t bs, const kvp_config *kc)
 {
     in_opts in;
     in_init(&in);
     in.block_size = bs;
-    rt_log_config lc = {
+    fl_log_config lc = {
         .path = path, .in = &in, .interarrival = 100 * MS, .default_output = 128, .cache = kc};
-    rt_log *log = NULL;
-    int rc = rt_log_read(&lc, &log, err, sizeof err);
-    cr_assert_eq(rc, RT_OK, "%s", err);
-    cr_assert(rt_log_check(log));
+    fl_log *log = NULL;
+    int rc = fl_log_read(&lc, &log, err, sizeof err);
+    cr_assert_eq(rc, FL_OK, "%s", err);
+    cr_assert(fl_log_check(log));
     return log;
 }
 
-static rt_model hand_model(void)
+static fl_model hand_model(void)
 {
-    rt_model m = {.concurrency = 1,
+    fl_model m = {.concurrency = 1,
                   .prefill_ns = 1000000,
                   .decode_ns = 1000000,
                   .load_cap = 1.5,
@@ -91,13 +91,13 @@ static rt_model hand_model(void)
     return m;
 }
 
-static rt_result run(const rt_log *log, const kvp_config *kc, int policy, uint32_t n,
-                     uint32_t capacity, rt_model m)
+static fl_result run(const fl_log *log, const kvp_config *kc, int policy, uint32_t n,
+                     uint32_t capacity, fl_model m)
 {
-    rt_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, NULL};
-    rt_result r;
-    int rc = rt_sim_run(log, &sc, &r, err, sizeof err);
-    cr_assert_eq(rc, RT_OK, "%s", err);
+    fl_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, NULL};
+    fl_result r;
+    int rc = fl_sim_run(log, &sc, &r, err, sizeof err);
+    cr_assert_eq(rc, FL_OK, "%s", err);
     return r;
 }
 
@@ -105,12 +105,12 @@ static rt_result run(const rt_log *log, const kvp_config *kc, int policy, uint32
 typedef struct expect {
     uint32_t replica[6]; /* where L1..L6 go */
     uint32_t hit[6];     /* prompt tokens reused */
-    rt_time ttft_ms[6];  /* start - arrival + prefill */
-    rt_time busy_ms[2];  /* per replica */
-    rt_time p50_ms, p99_ms;
+    fl_time ttft_ms[6];  /* start - arrival + prefill */
+    fl_time busy_ms[2];  /* per replica */
+    fl_time p50_ms, p99_ms;
 } expect;
 
-static void check_expect(const rt_result *r, const expect *e, const char *what)
+static void check_expect(const fl_result *r, const expect *e, const char *what)
 {
     uint64_t hits = 0;
     for (int i = 0; i < 6; i++) {
@@ -173,33 +173,33 @@ static const expect hand_cache = {
 static void hand_case(int policy, double load_cap, const expect *e, const char *what)
 {
     kvp_config kc = hash_cfg(KVP_HASH_XXH3);
-    rt_log *log = load_as(data("route_hand.jsonl"), 4, &kc);
-    rt_model m = hand_model();
+    fl_log *log = load_as(data("fleet_hand.jsonl"), 4, &kc);
+    fl_model m = hand_model();
     m.load_cap = load_cap;
-    rt_result r = run(log, &kc, policy, 2, 16, m);
+    fl_result r = run(log, &kc, policy, 2, 16, m);
     check_expect(&r, e, what);
-    rt_result_free(&r);
-    rt_log_free(log);
+    fl_result_free(&r);
+    fl_log_free(log);
 }
 
-Test(route, hand_round_robin)
+Test(fleet, hand_round_robin)
 {
-    hand_case(RT_ROUND_ROBIN, 1.5, &hand_rr, "round-robin");
+    hand_case(FL_ROUND_ROBIN, 1.5, &hand_rr, "round-robin");
 }
 
-Test(route, hand_random)
+Test(fleet, hand_random)
 {
-    hand_case(RT_RANDOM, 1.5, &hand_random, "random");
+    hand_case(FL_RANDOM, 1.5, &hand_random, "random");
 }
 
-Test(route, hand_least_loaded)
+Test(fleet, hand_least_loaded)
 {
-    hand_case(RT_LEAST_LOADED, 1.5, &hand_least, "least-loaded");
+    hand_case(FL_LEAST_LOADED, 1.5, &hand_least, "least-loaded");
 }
 
-Test(route, hand_cache_aware)
+Test(fleet, hand_cache_aware)
 {
-    hand_case(RT_CACHE_AWARE, 1.5, &hand_cache, "cache-aware");
+    hand_case(FL_CACHE_AWARE, 1.5, &hand_cache, "cache-aware");
 }
 
 /* Cache-aware-cap at 1.5: L2 at 10 sees W = 19 and 0, mean 9.5, cap 14.25: replica 0 is
@@ -208,10 +208,10 @@ Test(route, hand_cache_aware)
  * -> 0. L5: both idle, ABE on 1 (3) beats AB on 0 (2) -> 1. L6: CDF on 0 (3) beats CD on 1
  * (2) -> 0. Hence the least-loaded outcome. At 3.0 nothing is ever skipped here (L2: cap
  * 28.5 > 19; L4: W 0 and 6... replica 1 has 6 <= 9) and it is cache-aware's. */
-Test(route, hand_cache_aware_cap)
+Test(fleet, hand_cache_aware_cap)
 {
-    hand_case(RT_CACHE_CAP, 1.5, &hand_least, "cache-aware-cap 1.5");
-    hand_case(RT_CACHE_CAP, 3.0, &hand_cache, "cache-aware-cap 3");
+    hand_case(FL_CACHE_CAP, 1.5, &hand_least, "cache-aware-cap 1.5");
+    hand_case(FL_CACHE_CAP, 3.0, &hand_cache, "cache-aware-cap 3");
 }
 
 /* The block keys of the hand fixture's first blocks, from kvp_hash_blocks (the xxh3
@@ -232,95 +232,95 @@ static uint64_t first_block_key(const uint32_t *tokens)
  * (L3 L4 L6, block C) where it puts C's. With seed 1 they land apart, and the timeline is
  * cache-aware's: X on one replica (L2 waits for L1, hit 8, TTFT 24; L5 hit 12), Y on the
  * other (L3 cold 9; L4 waits to 31, hit 8, TTFT 6; L6 hit 12). */
-Test(route, hand_affinity)
+Test(fleet, hand_affinity)
 {
     static const uint32_t a[] = {1, 2, 3, 4}, c[] = {9, 10, 11, 12};
-    rt_ring *ring = rt_ring_new(2, 160, 1);
+    fl_ring *ring = fl_ring_new(2, 160, 1);
     cr_assert_not_null(ring);
-    uint32_t x = rt_ring_pick(ring, first_block_key(a)), y = rt_ring_pick(ring, first_block_key(c));
-    rt_ring_free(ring);
+    uint32_t x = fl_ring_pick(ring, first_block_key(a)), y = fl_ring_pick(ring, first_block_key(c));
+    fl_ring_free(ring);
     cr_assert_neq(x, y, "the fixture expects the two sessions on different replicas");
     expect e = {{x, x, y, y, x, y}, {0, 8, 0, 8, 12, 12}, {9, 24, 9, 6, 5, 5}, {0, 0}, 6, 24};
     e.busy_ms[x] = 29 + 7 + 7;
     e.busy_ms[y] = 11 + 7 + 7;
-    hand_case(RT_AFFINITY, 1.5, &e, "affinity");
+    hand_case(FL_AFFINITY, 1.5, &e, "affinity");
 }
 
 /* vllm-sha256-cbor keys cannot continue a request's chain from a kvp_key, so the simulation
  * acquires and commits with the token forms: the figures must not change. */
-Test(route, hand_vllm_sha256_token_forms)
+Test(fleet, hand_vllm_sha256_token_forms)
 {
     kvp_config kc = hash_cfg(KVP_HASH_VLLM_SHA256);
-    rt_log *log = load_as(data("route_hand.jsonl"), 4, &kc);
-    rt_result r = run(log, &kc, RT_CACHE_AWARE, 2, 16, hand_model());
+    fl_log *log = load_as(data("fleet_hand.jsonl"), 4, &kc);
+    fl_result r = run(log, &kc, FL_CACHE_AWARE, 2, 16, hand_model());
     check_expect(&r, &hand_cache, "cache-aware, vllm-sha256-cbor");
-    rt_result_free(&r);
-    rt_log_free(log);
+    fl_result_free(&r);
+    fl_log_free(log);
 }
 
 /* Concurrency 2 on one replica: L2 starts at its arrival (10) beside L1 (0..29), which
  * committed AB at 9: hit 8, prefill 5, TTFT 5, ends 17. L3 at 20 takes the slot L2 freed:
  * cold 9, commits CD at 29, ends 31. L4 at 30 finds one slot free (L1 ended at 29) and CD:
  * hit 8, TTFT 5. L5 and L6 run alone: hit 12 each (ABE from L2, CDF from L4), TTFT 5. */
-Test(route, hand_concurrency_two)
+Test(fleet, hand_concurrency_two)
 {
     kvp_config kc = hash_cfg(KVP_HASH_XXH3);
-    rt_log *log = load_as(data("route_hand.jsonl"), 4, &kc);
-    rt_model m = hand_model();
+    fl_log *log = load_as(data("fleet_hand.jsonl"), 4, &kc);
+    fl_model m = hand_model();
     m.concurrency = 2;
-    rt_result r = run(log, &kc, RT_ROUND_ROBIN, 1, 16, m);
+    fl_result r = run(log, &kc, FL_ROUND_ROBIN, 1, 16, m);
     static const uint32_t hit[6] = {0, 8, 0, 8, 12, 12};
-    static const rt_time ttft[6] = {9, 5, 9, 5, 5, 5}, start[6] = {0, 10, 20, 30, 100, 110};
+    static const fl_time ttft[6] = {9, 5, 9, 5, 5, 5}, start[6] = {0, 10, 20, 30, 100, 110};
     for (int i = 0; i < 6; i++) {
         cr_assert_eq(r.per_req[i].hit, hit[i], "L%d hit %u", i + 1, r.per_req[i].hit);
         cr_assert_eq(r.per_req[i].ttft, ttft[i] * MS, "L%d", i + 1);
         cr_assert_eq(r.per_req[i].start, start[i] * MS, "L%d", i + 1);
     }
     cr_assert_eq(r.replicas[0].busy, (29 + 7 + 11 + 7 + 7 + 7) * MS);
-    rt_result_free(&r);
-    rt_log_free(log);
+    fl_result_free(&r);
+    fl_log_free(log);
 }
 
 /* A pool that in-flight requests fill: 8 blocks, concurrency 2. L1 holds ceil(29/4) = 8
  * blocks until 29, so L2 (arriving at 10, 4 blocks) cannot start before L1 ends although a
  * slot is free: one postponed start, TTFT = 29 - 10 + 5 (AB hit) = 24. */
-Test(route, pinned_blocks_postpone_a_start)
+Test(fleet, pinned_blocks_postpone_a_start)
 {
     kvp_config kc = hash_cfg(KVP_HASH_XXH3);
-    rt_log *log = load_as(data("route_hand.jsonl"), 4, &kc);
-    rt_model m = hand_model();
+    fl_log *log = load_as(data("fleet_hand.jsonl"), 4, &kc);
+    fl_model m = hand_model();
     m.concurrency = 2;
-    rt_result r = run(log, &kc, RT_ROUND_ROBIN, 1, 8, m);
+    fl_result r = run(log, &kc, FL_ROUND_ROBIN, 1, 8, m);
     cr_assert_eq(r.per_req[1].start, 29 * MS);
     cr_assert_eq(r.per_req[1].hit, 8);
     cr_assert_eq(r.per_req[1].ttft, 24 * MS);
     cr_assert_geq(r.n_block_waits, 1);
     cr_assert_eq(r.n_oversize, 0);
-    rt_result_free(&r);
+    fl_result_free(&r);
     /* 7 blocks: L1 (8 blocks with its output) can never fit and is served without the cache;
      * L2 then finds nothing of AB. */
-    r = run(log, &kc, RT_ROUND_ROBIN, 1, 7, m);
+    r = run(log, &kc, FL_ROUND_ROBIN, 1, 7, m);
     cr_assert(r.per_req[0].oversize);
     cr_assert_eq(r.n_oversize, 1);
     cr_assert_eq(r.per_req[1].hit, 0);
-    rt_result_free(&r);
-    rt_log_free(log);
+    fl_result_free(&r);
+    fl_log_free(log);
 }
 
 /* Lines without a timestamp arrive --interarrival-ms after the previous line (the first at
- * 0); a timestamp resets the clock. route_no_ts.jsonl: none, none, 1000 ms, none. */
-Test(route, arrivals_without_timestamps)
+ * 0); a timestamp resets the clock. fleet_no_ts.jsonl: none, none, 1000 ms, none. */
+Test(fleet, arrivals_without_timestamps)
 {
     kvp_config kc = hash_cfg(KVP_HASH_XXH3);
-    rt_log *log = load_as(data("route_no_ts.jsonl"), 4, &kc);
-    static const rt_time want[] = {0, 100, 1000, 1100};
-    cr_assert_eq(rt_log_n(log), 4);
+    fl_log *log = load_as(data("fleet_no_ts.jsonl"), 4, &kc);
+    static const fl_time want[] = {0, 100, 1000, 1100};
+    cr_assert_eq(fl_log_n(log), 4);
     for (size_t i = 0; i < 4; i++)
-        cr_assert_eq(rt_log_req(log, i)->arrival, want[i] * MS, "line %zu", i + 1);
-    cr_assert(!rt_log_all_timestamps(log));
+        cr_assert_eq(fl_log_req(log, i)->arrival, want[i] * MS, "line %zu", i + 1);
+    cr_assert(!fl_log_all_timestamps(log));
     /* No output tokens given: the default (128) is decoded. */
-    cr_assert_eq(rt_log_req(log, 0)->n_output, 128);
-    rt_log_free(log);
+    cr_assert_eq(fl_log_req(log, 0)->n_output, 128);
+    fl_log_free(log);
 }
 
 /* ---- the ring and the random stream against independent code ------------------------------ */
@@ -355,29 +355,29 @@ static uint32_t ref_pick(uint32_t n, uint32_t v, uint64_t seed, uint64_t h)
     return found ? owner : first_owner;
 }
 
-Test(route, ring_matches_linear_scan)
+Test(fleet, ring_matches_linear_scan)
 {
-    rt_ring *ring = rt_ring_new(5, 7, 42);
-    cr_assert(rt_ring_check(ring));
+    fl_ring *ring = fl_ring_new(5, 7, 42);
+    cr_assert(fl_ring_check(ring));
     uint64_t h = 1;
     for (int i = 0; i < 2000; i++) {
         h = ref_mix(h);
-        cr_assert_eq(rt_ring_pick(ring, h), ref_pick(5, 7, 42, h));
+        cr_assert_eq(fl_ring_pick(ring, h), ref_pick(5, 7, 42, h));
     }
-    cr_assert_eq(rt_ring_pick(ring, 0), ref_pick(5, 7, 42, 0));
-    cr_assert_eq(rt_ring_pick(ring, UINT64_MAX), ref_pick(5, 7, 42, UINT64_MAX));
-    rt_ring_free(ring);
+    cr_assert_eq(fl_ring_pick(ring, 0), ref_pick(5, 7, 42, 0));
+    cr_assert_eq(fl_ring_pick(ring, UINT64_MAX), ref_pick(5, 7, 42, UINT64_MAX));
+    fl_ring_free(ring);
 }
 
 /* Adding a fifth replica moves keys only to it, and about a fifth of them. */
-Test(route, ring_is_consistent)
+Test(fleet, ring_is_consistent)
 {
-    rt_ring *four = rt_ring_new(4, 160, 1), *five = rt_ring_new(5, 160, 1);
+    fl_ring *four = fl_ring_new(4, 160, 1), *five = fl_ring_new(5, 160, 1);
     uint64_t h = 7;
     int moved = 0, per[5] = {0};
     for (int i = 0; i < 20000; i++) {
         h = ref_mix(h);
-        uint32_t a = rt_ring_pick(four, h), b = rt_ring_pick(five, h);
+        uint32_t a = fl_ring_pick(four, h), b = fl_ring_pick(five, h);
         per[b]++;
         if (a != b) {
             cr_assert_eq(b, 4, "a key moved between old replicas");
@@ -387,20 +387,20 @@ Test(route, ring_is_consistent)
     cr_assert(moved > 20000 / 5 - 1000 && moved < 20000 / 5 + 1000, "moved %d", moved);
     for (int r = 0; r < 5; r++)
         cr_assert(per[r] > 20000 / 5 / 2, "replica %d owns %d keys", r, per[r]);
-    rt_ring_free(four);
-    rt_ring_free(five);
+    fl_ring_free(four);
+    fl_ring_free(five);
 }
 
 /* The random policy follows splitmix64 from the seed: replica = output mod N (3 replicas:
  * only the output 0 would be rejected, as 2^64 mod 3 = 1). */
-Test(route, random_follows_splitmix64)
+Test(fleet, random_follows_splitmix64)
 {
     kvp_config kc = hash_cfg(KVP_HASH_XXH3);
-    rt_log *log = load_as(data("route_hand.jsonl"), 4, &kc);
+    fl_log *log = load_as(data("fleet_hand.jsonl"), 4, &kc);
     for (uint64_t seed = 0; seed < 5; seed++) {
-        rt_model m = hand_model();
+        fl_model m = hand_model();
         m.random_seed = seed;
-        rt_result r = run(log, &kc, RT_RANDOM, 3, 16, m);
+        fl_result r = run(log, &kc, FL_RANDOM, 3, 16, m);
         uint64_t st = seed;
         for (int i = 0; i < 6; i++) {
             uint64_t z = ref_mix(st);
@@ -408,9 +408,9 @@ Test(route, random_follows_splitmix64)
             cr_assert_eq(r.per_req[i].replica, (uint32_t)(z % 3), "seed %llu, L%d",
                          (unsigned long long)seed, i + 1);
         }
-        rt_result_free(&r);
+        fl_result_free(&r);
     }
-    rt_log_free(log);
+    fl_log_free(log);
 }
 
 /* ---- against the replay engine ------------------------------------------------------------ */
@@ -419,7 +419,7 @@ Test(route, random_follows_splitmix64)
  * logs: blocks of 4 tokens from a small alphabet; Mooncake: dense ids), arrivals 0..k ms. */
 static void random_log(char path[64], bool mooncake, unsigned seed, int n_req)
 {
-    snprintf(path, 64, "%s", "/tmp/kvp_route_XXXXXX");
+    snprintf(path, 64, "%s", "/tmp/kvp_fleet_XXXXXX");
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");
@@ -486,7 +486,7 @@ static uint64_t replay_ceiling(const char *path, uint32_t bs)
 /* One replica with instantaneous service and room for everything is the replay engine's
  * unbounded cache: every request starts at its arrival, commits and ends at once, and
  * nothing is evicted. Every policy agrees at N = 1. */
-Test(route, one_replica_zero_time_is_replay_ceiling)
+Test(fleet, one_replica_zero_time_is_replay_ceiling)
 {
     for (int mooncake = 0; mooncake < 2; mooncake++)
         for (unsigned seed = 1; seed <= 3; seed++) {
@@ -497,18 +497,18 @@ Test(route, one_replica_zero_time_is_replay_ceiling)
             kvp_config kc = hash_cfg(KVP_HASH_KEYED);
             memset(kc.hash_key, 7, 32);
             kc.hash_key_len = 32;
-            rt_log *log = load_as(path, 4, &kc);
-            rt_model m = hand_model();
+            fl_log *log = load_as(path, 4, &kc);
+            fl_model m = hand_model();
             m.prefill_ns = m.decode_ns = 0;
-            for (int p = 0; p < RT_N_POLICIES; p++) {
-                rt_result r = run(log, &kc, p, 1, 4096, m);
+            for (int p = 0; p < FL_N_POLICIES; p++) {
+                fl_result r = run(log, &kc, p, 1, 4096, m);
                 cr_assert_eq(r.n_hit_tokens, want, "%s seed %u %s: %llu, replay %llu",
-                             mooncake ? "mooncake" : "tokens", seed, rt_policy_name(p),
+                             mooncake ? "mooncake" : "tokens", seed, fl_policy_name(p),
                              (unsigned long long)r.n_hit_tokens, (unsigned long long)want);
                 cr_assert_eq(r.ttft_p99, 0);
-                rt_result_free(&r);
+                fl_result_free(&r);
             }
-            rt_log_free(log);
+            fl_log_free(log);
             remove(path);
         }
 }
@@ -516,7 +516,7 @@ Test(route, one_replica_zero_time_is_replay_ceiling)
 /* Random logs on small, busy fleets with the invariant checker after every event: pools
  * that in-flight requests fill, requests larger than a pool, queues. Per-request outcomes
  * must add up to the totals and respect the model. */
-Test(route, random_logs_under_the_checker)
+Test(fleet, random_logs_under_the_checker)
 {
     uint64_t waits = 0, oversize = 0;
     for (int mooncake = 0; mooncake < 2; mooncake++)
@@ -524,36 +524,36 @@ Test(route, random_logs_under_the_checker)
             char path[64];
             random_log(path, mooncake, seed, 80);
             kvp_config kc = hash_cfg(KVP_HASH_XXH3);
-            rt_log *log = load_as(path, 4, &kc);
+            fl_log *log = load_as(path, 4, &kc);
             uint32_t cap = mooncake ? 12 : 20;
-            rt_model m = hand_model();
+            fl_model m = hand_model();
             m.concurrency = 3;
             m.prefill_ns = mooncake ? 2000 : 200000;
             m.decode_ns = 300000;
             for (uint32_t n = 1; n <= 3; n += 2)
-                for (int p = 0; p < RT_N_POLICIES; p++) {
-                    rt_result r = run(log, &kc, p, n, cap, m);
+                for (int p = 0; p < FL_N_POLICIES; p++) {
+                    fl_result r = run(log, &kc, p, n, cap, m);
                     uint64_t hits = 0, reqs = 0;
-                    for (size_t i = 0; i < rt_log_n(log); i++) {
-                        const rt_req *q = rt_log_req(log, i);
-                        const rt_req_outcome *o = &r.per_req[i];
+                    for (size_t i = 0; i < fl_log_n(log); i++) {
+                        const fl_req *q = fl_log_req(log, i);
+                        const fl_req_outcome *o = &r.per_req[i];
                         hits += o->hit;
                         cr_assert_lt(o->replica, n);
                         cr_assert_geq(o->start, q->arrival);
                         cr_assert_lt(o->hit, q->n_prompt);
                         cr_assert(!o->oversize || o->hit == 0);
                         cr_assert_eq(o->ttft, o->start - q->arrival +
-                                                  (rt_time)(m.prefill_ns * (q->n_prompt - o->hit)));
+                                                  (fl_time)(m.prefill_ns * (q->n_prompt - o->hit)));
                     }
                     for (uint32_t k = 0; k < n; k++)
                         reqs += r.replicas[k].n_requests;
                     cr_assert_eq(hits, r.n_hit_tokens);
-                    cr_assert_eq(reqs, rt_log_n(log));
+                    cr_assert_eq(reqs, fl_log_n(log));
                     waits += r.n_block_waits;
                     oversize += r.n_oversize;
-                    rt_result_free(&r);
+                    fl_result_free(&r);
                 }
-            rt_log_free(log);
+            fl_log_free(log);
             remove(path);
         }
     cr_assert_gt(waits, 0, "no start was ever postponed: the test does not cover it");
@@ -562,21 +562,21 @@ Test(route, random_logs_under_the_checker)
 
 /* ---- the router index ---------------------------------------------------------------------- */
 
-static rt_result run_ix(const rt_log *log, const kvp_config *kc, int policy, uint32_t n,
-                        uint32_t capacity, rt_model m, const rt_index_config *ic)
+static fl_result run_ix(const fl_log *log, const kvp_config *kc, int policy, uint32_t n,
+                        uint32_t capacity, fl_model m, const fl_index_config *ic)
 {
-    rt_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, ic};
-    rt_result r;
-    int rc = rt_sim_run(log, &sc, &r, err, sizeof err);
-    cr_assert_eq(rc, RT_OK, "%s", err);
+    fl_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, ic};
+    fl_result r;
+    int rc = fl_sim_run(log, &sc, &r, err, sizeof err);
+    cr_assert_eq(rc, FL_OK, "%s", err);
     return r;
 }
 
 /* The index's run is the oracle's, request by request and in every total. */
-static void same_runs(const rt_result *o, const rt_result *x, size_t n, const char *what)
+static void same_runs(const fl_result *o, const fl_result *x, size_t n, const char *what)
 {
     for (size_t i = 0; i < n; i++) {
-        const rt_req_outcome *a = &o->per_req[i], *b = &x->per_req[i];
+        const fl_req_outcome *a = &o->per_req[i], *b = &x->per_req[i];
         cr_assert(a->replica == b->replica && a->hit == b->hit && a->start == b->start &&
                       a->ttft == b->ttft && a->oversize == b->oversize,
                   "%s: request %zu: oracle replica %u hit %u, index replica %u hit %u", what, i,
@@ -595,20 +595,20 @@ static void same_runs(const rt_result *o, const rt_result *x, size_t n, const ch
 
 /* Both cache-aware policies on log, fleets of 1..3, oracle against the index of ic. Returns
  * the events the index applied. */
-static uint64_t index_equals_oracle(const rt_log *log, const kvp_config *kc, uint32_t cap,
-                                    rt_model m, const rt_index_config *ic, const char *what)
+static uint64_t index_equals_oracle(const fl_log *log, const kvp_config *kc, uint32_t cap,
+                                    fl_model m, const fl_index_config *ic, const char *what)
 {
     uint64_t events = 0;
-    int policies[] = {RT_CACHE_AWARE, RT_CACHE_CAP};
+    int policies[] = {FL_CACHE_AWARE, FL_CACHE_CAP};
     for (uint32_t n = 1; n <= 3; n++)
         for (int k = 0; k < 2; k++) {
-            rt_result o = run(log, kc, policies[k], n, cap, m);
-            rt_result x = run_ix(log, kc, policies[k], n, cap, m, ic);
+            fl_result o = run(log, kc, policies[k], n, cap, m);
+            fl_result x = run_ix(log, kc, policies[k], n, cap, m, ic);
             char w[256];
             snprintf(w, sizeof w, "%s, %u replicas, %s, index %s", what, n,
-                     rt_policy_name(policies[k]), rt_index_name(ic->mode));
-            same_runs(&o, &x, rt_log_n(log), w);
-            cr_assert_eq(o.index.mode, RT_INDEX_ORACLE);
+                     fl_policy_name(policies[k]), fl_index_name(ic->mode));
+            same_runs(&o, &x, fl_log_n(log), w);
+            cr_assert_eq(o.index.mode, FL_INDEX_ORACLE);
             cr_assert_eq(x.index.mode, ic->mode);
             cr_assert_eq(o.index.n_applies, 0);
             cr_assert_eq(x.index.n_applies > 0, x.index.n_events > 0, "%s", w);
@@ -616,66 +616,66 @@ static uint64_t index_equals_oracle(const rt_log *log, const kvp_config *kc, uin
             cr_assert_geq(x.index.score_max_ns, x.index.score_p99_ns);
             cr_assert_geq(x.index.score_p99_ns, x.index.score_p50_ns);
             events += x.index.n_events;
-            rt_result_free(&o);
-            rt_result_free(&x);
+            fl_result_free(&o);
+            fl_result_free(&x);
         }
     return events;
 }
 
 /* Other policies never ask for prefixes: no index is made, their figures do not move. */
-static void others_unchanged(const rt_log *log, const kvp_config *kc, uint32_t cap, rt_model m,
-                             const rt_index_config *ic)
+static void others_unchanged(const fl_log *log, const kvp_config *kc, uint32_t cap, fl_model m,
+                             const fl_index_config *ic)
 {
-    for (int p = 0; p < RT_CACHE_AWARE; p++) {
-        rt_result o = run(log, kc, p, 2, cap, m);
-        rt_result x = run_ix(log, kc, p, 2, cap, m, ic);
+    for (int p = 0; p < FL_CACHE_AWARE; p++) {
+        fl_result o = run(log, kc, p, 2, cap, m);
+        fl_result x = run_ix(log, kc, p, 2, cap, m, ic);
         cr_assert_eq(o.n_hit_tokens, x.n_hit_tokens);
         cr_assert_eq(x.index.n_scores, 0);
         cr_assert_eq(x.index.n_applies, 0);
-        rt_result_free(&o);
-        rt_result_free(&x);
+        fl_result_free(&o);
+        fl_result_free(&x);
     }
 }
 
 /* The fixtures and random logs (pools small enough to evict, so BlockRemoved is exercised)
  * against the index of ic. */
-static void index_cases(rt_index_config *ic, int n_seeds)
+static void index_cases(fl_index_config *ic, int n_seeds)
 {
-    if (!rt_index_available())
+    if (!fl_index_available())
         cr_skip_test("built without libkvprefix-events");
     kvp_config kc = hash_cfg(KVP_HASH_XXH3);
-    rt_log *hand = load_as(data("route_hand.jsonl"), 4, &kc);
+    fl_log *hand = load_as(data("fleet_hand.jsonl"), 4, &kc);
     cr_assert_gt(index_equals_oracle(hand, &kc, 16, hand_model(), ic, "hand"), 0);
     cr_assert_gt(index_equals_oracle(hand, &kc, 8, hand_model(), ic, "hand, 8 blocks"), 0);
     others_unchanged(hand, &kc, 16, hand_model(), ic);
-    rt_log_free(hand);
+    fl_log_free(hand);
     kvp_config vc = hash_cfg(KVP_HASH_VLLM_SHA256);
-    hand = load_as(data("route_hand.jsonl"), 4, &vc);
+    hand = load_as(data("fleet_hand.jsonl"), 4, &vc);
     cr_assert_gt(index_equals_oracle(hand, &vc, 16, hand_model(), ic, "hand, vllm-sha256"), 0);
-    rt_log_free(hand);
-    rt_log *trace = load_as(data("route_trace.jsonl"), 4, &kc);
+    fl_log_free(hand);
+    fl_log *trace = load_as(data("fleet_trace.jsonl"), 4, &kc);
     cr_assert_gt(index_equals_oracle(trace, &kc, 8, hand_model(), ic, "Mooncake fixture"), 0);
-    rt_log_free(trace);
+    fl_log_free(trace);
     for (int mooncake = 0; mooncake < 2; mooncake++)
         for (int seed = 1; seed <= n_seeds; seed++) {
             char path[64], what[64];
             random_log(path, mooncake, (unsigned)seed, 80);
-            rt_log *log = load_as(path, 4, &kc);
-            rt_model m = hand_model();
+            fl_log *log = load_as(path, 4, &kc);
+            fl_model m = hand_model();
             m.concurrency = 3;
             m.prefill_ns = mooncake ? 2000 : 200000;
             m.decode_ns = 300000;
             snprintf(what, sizeof what, "random %s log %d", mooncake ? "Mooncake" : "token", seed);
             /* Token lines decode 128 tokens (32 blocks) by default: 60 blocks hold most. */
             cr_assert_gt(index_equals_oracle(log, &kc, mooncake ? 12 : 60, m, ic, what), 0);
-            rt_log_free(log);
+            fl_log_free(log);
             remove(path);
         }
 }
 
-Test(route_index, memory_index_routes_as_the_oracle)
+Test(fleet_index, memory_index_routes_as_the_oracle)
 {
-    rt_index_config ic = {RT_INDEX_MEMORY, NULL, NULL, 0};
+    fl_index_config ic = {FL_INDEX_MEMORY, NULL, NULL, 0};
     index_cases(&ic, 3);
 }
 
@@ -683,11 +683,11 @@ Test(route_index, memory_index_routes_as_the_oracle)
  * replica 0 and commits its 2 blocks 9 ms later. The oracle sends the second to replica 0 (8 tokens
  * hit). An index whose events arrive 50 ms late still does (it learned at 59 ms); one 500 ms
  * late has seen nothing at 100 ms and sends it to the idle replica 1, where nothing is hit. */
-Test(route_index, delayed_events_lag)
+Test(fleet_index, delayed_events_lag)
 {
-    if (!rt_index_available())
+    if (!fl_index_available())
         cr_skip_test("built without libkvprefix-events");
-    char path[] = "/tmp/kvp_route_delayXXXXXX";
+    char path[] = "/tmp/kvp_fleet_delayXXXXXX";
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");
@@ -695,15 +695,15 @@ Test(route_index, delayed_events_lag)
                "{\"timestamp\":100,\"tokens\":[1,2,3,4,5,6,7,8,10],\"output_tokens\":[1]}\n");
     fclose(f);
     kvp_config kc = hash_cfg(KVP_HASH_XXH3);
-    rt_log *log = load_as(path, 4, &kc);
+    fl_log *log = load_as(path, 4, &kc);
     static const struct {
-        rt_time delay;
+        fl_time delay;
         uint32_t replica, hit;
         uint64_t events, blocks;
     } cases[] = {{0, 0, 8, 1, 2}, {50 * MS, 0, 8, 1, 2}, {500 * MS, 1, 0, 2, 4}};
     for (size_t c = 0; c < 3; c++) {
-        rt_index_config ic = {RT_INDEX_MEMORY, NULL, NULL, cases[c].delay};
-        rt_result x = run_ix(log, &kc, RT_CACHE_AWARE, 2, 16, hand_model(), &ic);
+        fl_index_config ic = {FL_INDEX_MEMORY, NULL, NULL, cases[c].delay};
+        fl_result x = run_ix(log, &kc, FL_CACHE_AWARE, 2, 16, hand_model(), &ic);
         cr_assert_eq(x.per_req[0].replica, 0);
         cr_assert_eq(x.per_req[1].replica, cases[c].replica, "delay %lld ms",
                      (long long)(cases[c].delay / MS));
@@ -712,25 +712,25 @@ Test(route_index, delayed_events_lag)
          * stored anything (a full hit on replica 0 stores nothing). */
         cr_assert_eq(x.index.n_events, cases[c].events);
         cr_assert_eq(x.index.n_blocks, cases[c].blocks);
-        rt_result_free(&x);
+        fl_result_free(&x);
     }
-    rt_log_free(log);
+    fl_log_free(log);
     remove(path);
 }
 
 /* The collector and the queue by hand: chains merge into one BlockStored, removals into one
  * BlockRemoved, tokens are kept up to the last non-zero one, the batches reach the router,
- * and rt_index_check catches each kind of corruption of that state. */
-Test(route_index, collector_and_checker)
+ * and fl_index_check catches each kind of corruption of that state. */
+Test(fleet_index, collector_and_checker)
 {
-    if (!rt_index_available())
+    if (!fl_index_available())
         cr_skip_test("built without libkvprefix-events");
-    rt_index_config ic = {RT_INDEX_MEMORY, NULL, NULL, 5 * MS};
-    rt_index *x = NULL;
-    cr_assert_eq(rt_index_new(&ic, 2, 4, &x, err, sizeof err), RT_OK, "%s", err);
+    fl_index_config ic = {FL_INDEX_MEMORY, NULL, NULL, 5 * MS};
+    fl_index *x = NULL;
+    cr_assert_eq(fl_index_new(&ic, 2, 4, &x, err, sizeof err), FL_OK, "%s", err);
     kvp_config kc;
     kvp_config_init(&kc);
-    rt_index_attach(x, 1, &kc);
+    fl_index_attach(x, 1, &kc);
     uint32_t tok[4] = {7, 8, 0, 0};
     kvp_event a = {.type = KVP_EVENT_STORED,
                    .key = {11, 1},
@@ -750,64 +750,64 @@ Test(route_index, collector_and_checker)
     cr_assert_eq(p->n_hashes, 3);
     cr_assert_eq(p->n_tokens, 4, "two kept tokens per stored block");
     cr_assert_eq(x->n_dirty, 1);
-    cr_assert(rt_index_check(x));
+    cr_assert(fl_index_check(x));
 
     /* Each corruption of the collector, then put back. */
     p->n_hashes--;
-    cr_assert_not(rt_index_check(x), "hash count");
+    cr_assert_not(fl_index_check(x), "hash count");
     p->n_hashes++;
     p->lens[0] = 5; /* more than a block, the total unchanged */
     p->lens[1] = 0;
     p->n_tokens = 5;
-    cr_assert_not(rt_index_check(x), "a block longer than block_size");
+    cr_assert_not(fl_index_check(x), "a block longer than block_size");
     p->lens[0] = p->lens[1] = 2;
     p->n_tokens = 4;
     p->lens[2] = 1;
-    cr_assert_not(rt_index_check(x), "tokens on a removal");
+    cr_assert_not(fl_index_check(x), "tokens on a removal");
     p->lens[2] = 0;
     p->recs[1].n_hashes = 0;
-    cr_assert_not(rt_index_check(x), "an empty BlockRemoved");
+    cr_assert_not(fl_index_check(x), "an empty BlockRemoved");
     p->recs[1].n_hashes = 1;
     x->n_dirty = 0;
-    cr_assert_not(rt_index_check(x), "a replica with events not listed");
+    cr_assert_not(fl_index_check(x), "a replica with events not listed");
     x->n_dirty = 1;
-    cr_assert(rt_index_check(x));
+    cr_assert(fl_index_check(x));
 
     /* Two steps: two batches, due 5 ms after each. */
-    cr_assert_eq(rt_index_step(x, 1 * MS, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(fl_index_step(x, 1 * MS, err, sizeof err), FL_OK, "%s", err);
     kvp_event d = a;
     d.key = (kvp_key){33, 3};
     kc.on_event(kc.event_ud, &d);
-    cr_assert_eq(rt_index_step(x, 2 * MS, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(fl_index_step(x, 2 * MS, err, sizeof err), FL_OK, "%s", err);
     cr_assert_eq(x->n_queue - x->head, 2);
     cr_assert_eq(x->queue[x->head].due, 6 * MS);
-    cr_assert(rt_index_check(x));
+    cr_assert(fl_index_check(x));
     x->queue[x->head].due = 8 * MS;
-    cr_assert_not(rt_index_check(x), "due times out of order");
+    cr_assert_not(fl_index_check(x), "due times out of order");
     x->queue[x->head].due = 6 * MS;
     x->head = x->n_queue + 1;
-    cr_assert_not(rt_index_check(x), "head past the end");
+    cr_assert_not(fl_index_check(x), "head past the end");
     x->head = 0;
 
     /* Not due yet at 5 ms; the first at 6 ms: block 11 stored then removed, 22 kept. */
-    cr_assert_eq(rt_index_sync(x, 5 * MS, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(fl_index_sync(x, 5 * MS, err, sizeof err), FL_OK, "%s", err);
     cr_assert_eq(x->n_applies, 0);
-    cr_assert_eq(rt_index_sync(x, 6 * MS, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(fl_index_sync(x, 6 * MS, err, sizeof err), FL_OK, "%s", err);
     cr_assert_eq(x->n_applies, 1);
     cr_assert_eq(x->n_events, 2);
     cr_assert_eq(x->n_blocks, 3);
     kvp_key keys[2] = {{22, 2}, {11, 1}};
     uint32_t cached[2] = {9, 9};
     uint64_t ns = 0;
-    cr_assert_eq(rt_index_score(x, keys, 1, cached, &ns, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(fl_index_score(x, keys, 1, cached, &ns, err, sizeof err), FL_OK, "%s", err);
     cr_assert_eq(cached[0], 0);
     cr_assert_eq(cached[1], 1, "replica 1 holds block 22");
-    cr_assert_eq(rt_index_score(x, keys + 1, 1, cached, &ns, err, sizeof err), RT_OK);
+    cr_assert_eq(fl_index_score(x, keys + 1, 1, cached, &ns, err, sizeof err), FL_OK);
     cr_assert_eq(cached[1], 0, "block 11 was removed");
-    cr_assert_eq(rt_index_sync(x, INT64_MAX, err, sizeof err), RT_OK, "%s", err);
+    cr_assert_eq(fl_index_sync(x, INT64_MAX, err, sizeof err), FL_OK, "%s", err);
     cr_assert_eq(x->n_applies, 2);
-    cr_assert(rt_index_check(x));
-    rt_index_free(x);
+    cr_assert(fl_index_check(x));
+    fl_index_free(x);
 }
 
 /* KVP_TEST_REDIS_URL, or skip (fail when KVPREFIX_REDIS_REQUIRED is set). */
@@ -821,11 +821,11 @@ static const char *redis_url(void)
     return url;
 }
 
-Test(route_redis, redis_index_routes_as_the_oracle)
+Test(fleet_redis, redis_index_routes_as_the_oracle)
 {
     char prefix[64];
-    snprintf(prefix, sizeof prefix, "kvptest-route-%ld", (long)getpid());
-    rt_index_config ic = {RT_INDEX_REDIS, redis_url(), prefix, 0};
+    snprintf(prefix, sizeof prefix, "kvptest-fleet-%ld", (long)getpid());
+    fl_index_config ic = {FL_INDEX_REDIS, redis_url(), prefix, 0};
     index_cases(&ic, 1);
 }
 
@@ -835,9 +835,9 @@ static char out[1 << 16], errs[8192];
 
 #define HAND_ARGS "--hash xxh3 --capacity 16 --block-size 4 --prefill-us 1000 --decode-us 1000 "
 
-static int route(const char *args)
+static int fleet(const char *args)
 {
-    return cli_run("route", args, errs, sizeof errs, out, sizeof out);
+    return cli_run("fleet", args, errs, sizeof errs, out, sizeof out);
 }
 
 static const json_t *find_run(const json_t *runs, unsigned n, const char *policy)
@@ -854,16 +854,16 @@ static const json_t *find_run(const json_t *runs, unsigned n, const char *policy
     return NULL;
 }
 
-Test(route_cli, json_report_of_the_hand_fixture)
+Test(fleet_cli, json_report_of_the_hand_fixture)
 {
     char args[8192];
-    snprintf(args, sizeof args, HAND_ARGS "--replicas 2 --json '%s'", data("route_hand.jsonl"));
-    cr_assert_eq(route(args), 0, "%s", errs);
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 2 --json '%s'", data("fleet_hand.jsonl"));
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);
     cr_assert_not_null(j, "%s", je.text);
     const json_t *runs = json_object_get(j, "runs");
-    cr_assert_eq(json_array_size(runs), RT_N_POLICIES);
+    cr_assert_eq(json_array_size(runs), FL_N_POLICIES);
     static const struct {
         const char *policy;
         int hits;
@@ -886,19 +886,19 @@ Test(route_cli, json_report_of_the_hand_fixture)
     json_decref(j);
 }
 
-Test(route_cli, csv_table_and_plot)
+Test(fleet_cli, csv_table_and_plot)
 {
-    char args[8192], svg[] = "/tmp/kvp_route_svgXXXXXX";
+    char args[8192], svg[] = "/tmp/kvp_fleet_svgXXXXXX";
     int fd = mkstemp(svg);
     cr_assert(fd >= 0);
     close(fd);
     snprintf(args, sizeof args, HAND_ARGS "--replicas 1,2 --csv --plot '%s' '%s'", svg,
-             data("route_hand.jsonl"));
-    cr_assert_eq(route(args), 0, "%s", errs);
+             data("fleet_hand.jsonl"));
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     int lines = 0;
     for (const char *p = out; *p; p++)
         lines += *p == '\n';
-    cr_assert_eq(lines, 1 + 2 * RT_N_POLICIES, "%s", out);
+    cr_assert_eq(lines, 1 + 2 * FL_N_POLICIES, "%s", out);
     cr_assert(strncmp(out, "replicas,policy,", 16) == 0);
     cr_assert_not_null(strstr(out, "\n2,cache-aware,6,78,40,"), "%s", out);
     FILE *f = fopen(svg, "r");
@@ -911,20 +911,20 @@ Test(route_cli, csv_table_and_plot)
     int circles = 0;
     for (const char *p = doc; (p = strstr(p, "<circle")) != NULL; p++)
         circles++;
-    cr_assert_eq(circles, 2 * RT_N_POLICIES);
+    cr_assert_eq(circles, 2 * FL_N_POLICIES);
     cr_assert_not_null(strstr(doc, "cache-aware-cap"));
-    snprintf(args, sizeof args, HAND_ARGS "--replicas 2 '%s'", data("route_hand.jsonl"));
-    cr_assert_eq(route(args), 0, "%s", errs);
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 2 '%s'", data("fleet_hand.jsonl"));
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     cr_assert_not_null(strstr(out, "gain of cache-aware over round-robin"));
     cr_assert_not_null(strstr(out, "+25.6 pp (x2.00)"), "%s", out);
 }
 
-Test(route_cli, mooncake_trace_and_byte_capacity)
+Test(fleet_cli, mooncake_trace_and_byte_capacity)
 {
     char args[8192];
     snprintf(args, sizeof args, "--capacity 40GiB --model Llama-3.1-8B --replicas 1 --json '%s'",
-             data("route_trace.jsonl"));
-    cr_assert_eq(route(args), 0, "%s", errs);
+             data("fleet_trace.jsonl"));
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     json_t *j = json_loads(out, 0, NULL);
     cr_assert_not_null(j);
     /* 40 GiB / (512 tokens x 128 KiB per token for Llama-3.1-8B fp16) = 640 blocks. */
@@ -944,15 +944,15 @@ Test(route_cli, mooncake_trace_and_byte_capacity)
 }
 
 /* OpenAI bodies are read as replay reads them (approximate token counts). */
-Test(route_cli, openai_bodies)
+Test(fleet_cli, openai_bodies)
 {
     char args[8192], path[4096];
-    snprintf(path, sizeof path, "%s", data("route_hand.jsonl"));
-    char *cut = strstr(path, "/route/route_hand.jsonl");
+    snprintf(path, sizeof path, "%s", data("fleet_hand.jsonl"));
+    char *cut = strstr(path, "/fleet/fleet_hand.jsonl");
     cr_assert_not_null(cut);
     snprintf(cut, sizeof path - (size_t)(cut - path), "/replay/openai_chat.jsonl");
     snprintf(args, sizeof args, "--capacity 64 --replicas 1,2 --json '%s'", path);
-    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     json_t *j = json_loads(out, 0, NULL);
     cr_assert_not_null(j);
     cr_assert_str_eq(json_string_value(json_object_get(j, "format")),
@@ -965,7 +965,7 @@ Test(route_cli, openai_bodies)
  * line `line` (1-based) of log, written to a temporary file. */
 static json_int_t tokenize_line(const char *rf, const char *log, int line)
 {
-    char tmp[] = "/tmp/kvp_route_bodyXXXXXX", buf[4096], args[8192];
+    char tmp[] = "/tmp/kvp_fleet_bodyXXXXXX", buf[4096], args[8192];
     int fd = mkstemp(tmp);
     cr_assert(fd >= 0);
     FILE *in = fopen(log, "r"), *f = fdopen(fd, "w");
@@ -986,16 +986,16 @@ static json_int_t tokenize_line(const char *rf, const char *log, int line)
     return n;
 }
 
-/* OpenAI bodies counted by a model's rank file (route_openai.jsonl, the hand-made rank file
+/* OpenAI bodies counted by a model's rank file (fleet_openai.jsonl, the hand-made rank file
  * bytes.tiktoken: the 256 bytes, "Hi", "er", "us", "user", and a sidecar giving kind cl100k
  * and <|im_start|> 300, <|im_end|> 301): exact counts, no APPROXIMATE mark, the prompt
  * tokens those of `kvprefix tokenize` line by line; the same log with words is marked
  * APPROXIMATE. */
-Test(route_cli, openai_bodies_with_a_rank_file)
+Test(fleet_cli, openai_bodies_with_a_rank_file)
 {
     char rf[4096], log[4096], args[16384];
     snprintf(rf, sizeof rf, "%s", data("bytes.tiktoken"));
-    snprintf(log, sizeof log, "%s", data("route_openai.jsonl"));
+    snprintf(log, sizeof log, "%s", data("fleet_openai.jsonl"));
     /* Line 1 by hand, ChatML (the default for a cl100k file): <|im_start|> user \n Hi
      * <|im_end|> \n <|im_start|> a s s i s t a n t \n = 17 tokens. */
     cr_assert_eq(tokenize_line(rf, log, 1), 17);
@@ -1004,7 +1004,7 @@ Test(route_cli, openai_bodies_with_a_rank_file)
         want += tokenize_line(rf, log, i);
     snprintf(args, sizeof args,
              "--capacity 64 --block-size 4 --replicas 1,2 --json --tokenizer '%s' '%s'", rf, log);
-    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     json_t *j = json_loads(out, 0, NULL);
     cr_assert_not_null(j, "%s", out);
     cr_expect(json_is_false(json_object_get(j, "approximate_tokens")), "%s", out);
@@ -1015,7 +1015,7 @@ Test(route_cli, openai_bodies_with_a_rank_file)
     json_decref(j);
     snprintf(args, sizeof args, "--capacity 64 --block-size 4 --replicas 2 --tokenizer '%s' '%s'",
              rf, log);
-    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     cr_expect_not_null(strstr(out, "exact: cl100k tokenizer (260 ranks), chatml template"), "%s",
                        out);
     cr_expect_null(strstr(out, "APPROXIMATE"), "%s", out);
@@ -1024,7 +1024,7 @@ Test(route_cli, openai_bodies_with_a_rank_file)
              "--capacity 64 --block-size 4 --replicas 2 --json --tokenizer '%s' --template mistral "
              "'%s'",
              rf, log);
-    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     j = json_loads(out, 0, NULL);
     cr_assert_not_null(j, "%s", out);
     cr_expect_str_eq(json_string_value(json_object_get(j, "tokenizer")),
@@ -1036,37 +1036,37 @@ Test(route_cli, openai_bodies_with_a_rank_file)
         snprintf(args, sizeof args,
                  "--capacity 64 --block-size 4 --replicas 2 %s--tokenizer %s '%s'",
                  k ? "--json " : "", k ? "bytes" : "words", log);
-        cr_assert_eq(route(args), 0, "%s", errs);
+        cr_assert_eq(fleet(args), 0, "%s", errs);
         cr_expect_not_null(
             strstr(out, k ? "\"approximate_tokens\": true" : "APPROXIMATE: stand-in 'words'"), "%s",
             out);
     }
     /* A token-id log says nothing of tokenizers, and is not approximate. */
     snprintf(args, sizeof args, "--capacity 64 --replicas 2 --json --tokenizer '%s' '%s'", rf,
-             data("route_hand.jsonl"));
-    cr_assert_eq(route(args), 0, "%s", errs);
+             data("fleet_hand.jsonl"));
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     cr_expect_not_null(strstr(out, "\"approximate_tokens\": false"), "%s", out);
     cr_expect_null(strstr(out, "\"tokenizer\""), "%s", out);
 }
 
 /* The tokenizer flags' mistakes read as replay's: a missing rank file is bad input (1),
  * --tokenizer-kind without a file and an unknown template are usage errors (2). */
-Test(route_cli, tokenizer_errors)
+Test(fleet_cli, tokenizer_errors)
 {
     char args[8192];
     snprintf(args, sizeof args, "--capacity 64 --tokenizer /nonexistent/r.tiktoken '%s'",
-             data("route_openai.jsonl"));
-    cr_assert_eq(route(args), 1, "%s", errs);
-    cr_expect_not_null(strstr(errs, "kvprefix route: --tokenizer: /nonexistent/r.tiktoken"), "%s",
+             data("fleet_openai.jsonl"));
+    cr_assert_eq(fleet(args), 1, "%s", errs);
+    cr_expect_not_null(strstr(errs, "kvprefix fleet: --tokenizer: /nonexistent/r.tiktoken"), "%s",
                        errs);
     cr_expect_not_null(strstr(errs, "cannot open"), "%s", errs);
     cr_expect_eq(out[0], '\0');
     snprintf(args, sizeof args, "--capacity 64 --tokenizer-kind llama3 '%s'",
-             data("route_openai.jsonl"));
-    cr_assert_eq(route(args), 2);
+             data("fleet_openai.jsonl"));
+    cr_assert_eq(fleet(args), 2);
     cr_expect_not_null(strstr(errs, "--tokenizer-kind needs --tokenizer FILE"), "%s", errs);
-    snprintf(args, sizeof args, "--capacity 64 --template jinja '%s'", data("route_openai.jsonl"));
-    cr_assert_eq(route(args), 2);
+    snprintf(args, sizeof args, "--capacity 64 --template jinja '%s'", data("fleet_openai.jsonl"));
+    cr_assert_eq(fleet(args), 2);
     cr_expect_not_null(strstr(errs, "--template: 'jinja' is not one of llama3, chatml"), "%s",
                        errs);
 }
@@ -1074,15 +1074,15 @@ Test(route_cli, tokenizer_errors)
 /* A run is a pure function of its input and options: the default keyed profile's key comes
  * from --random-seed, not from a random source, so even the affinity ring (which hashes
  * block keys) places prefixes the same way every time. */
-Test(route_cli, runs_are_reproducible)
+Test(fleet_cli, runs_are_reproducible)
 {
     static char first[sizeof out];
     char args[8192];
     snprintf(args, sizeof args, "--capacity 16 --block-size 4 --replicas 1,2,3 --csv '%s'",
-             data("route_hand.jsonl"));
-    cr_assert_eq(route(args), 0, "%s", errs);
+             data("fleet_hand.jsonl"));
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     memcpy(first, out, sizeof out);
-    cr_assert_eq(route(args), 0, "%s", errs);
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     cr_assert_str_eq(out, first);
 }
 
@@ -1091,35 +1091,35 @@ static void bad_input(const char *fixture, const char *extra, int line, const ch
 {
     char args[8192], prefix[4200];
     snprintf(args, sizeof args, "--capacity 16 %s '%s'", extra, data(fixture));
-    cr_assert_eq(route(args), 1, "%s: %s", fixture, errs);
+    cr_assert_eq(fleet(args), 1, "%s: %s", fixture, errs);
     snprintf(prefix, sizeof prefix, "%s:%d: ", data(fixture), line);
     cr_assert(strncmp(errs, prefix, strlen(prefix)) == 0, "%s: got '%s'", fixture, errs);
     cr_assert_not_null(strstr(errs, what), "%s: got '%s'", fixture, errs);
     cr_assert_eq(out[0], '\0');
 }
 
-Test(route_cli, bad_input_names_file_and_line)
+Test(fleet_cli, bad_input_names_file_and_line)
 {
-    bad_input("route_bad_order.jsonl", "", 2, "before line 1");
-    bad_input("route_bad_empty.jsonl", "", 2, "empty");
-    bad_input("route_bad_mixed.jsonl", "", 2, "a Mooncake line in a token log");
-    bad_input("route_bad_json.jsonl", "", 3, "invalid JSON");
-    bad_input("route_bad_output.jsonl", "", 2, "an output of 99999999 tokens");
-    bad_input("route_hand.jsonl", "--vocab-size 50", 1, "token 8 is 100");
-    bad_input("route_bad_vllm.jsonl", "--hash vllm-xxhash-cbor", 1, "model");
-    bad_input("route_trace.jsonl", "--vocab-size 1000", 1, "a Mooncake trace has none");
+    bad_input("fleet_bad_order.jsonl", "", 2, "before line 1");
+    bad_input("fleet_bad_empty.jsonl", "", 2, "empty");
+    bad_input("fleet_bad_mixed.jsonl", "", 2, "a Mooncake line in a token log");
+    bad_input("fleet_bad_json.jsonl", "", 3, "invalid JSON");
+    bad_input("fleet_bad_output.jsonl", "", 2, "an output of 99999999 tokens");
+    bad_input("fleet_hand.jsonl", "--vocab-size 50", 1, "token 8 is 100");
+    bad_input("fleet_bad_vllm.jsonl", "--hash vllm-xxhash-cbor", 1, "model");
+    bad_input("fleet_trace.jsonl", "--vocab-size 1000", 1, "a Mooncake trace has none");
     char args[8192];
     snprintf(args, sizeof args, "--capacity 16 --sort --replicas 2 --csv '%s'",
-             data("route_bad_order.jsonl"));
-    cr_assert_eq(route(args), 0, "--sort accepts the disorder: %s", errs);
-    cr_assert_eq(route("--capacity 16 /nonexistent/log.jsonl"), 1);
-    snprintf(args, sizeof args, "--capacity 1tok '%s'", data("route_hand.jsonl"));
-    cr_assert_eq(route(args), 1);
+             data("fleet_bad_order.jsonl"));
+    cr_assert_eq(fleet(args), 0, "--sort accepts the disorder: %s", errs);
+    cr_assert_eq(fleet("--capacity 16 /nonexistent/log.jsonl"), 1);
+    snprintf(args, sizeof args, "--capacity 1tok '%s'", data("fleet_hand.jsonl"));
+    cr_assert_eq(fleet(args), 1);
     cr_assert_not_null(strstr(errs, "less than one block"), "%s", errs);
 }
 
 /* Usage errors: exit 2, the flags.h message shape, nothing on standard output. */
-Test(route_cli, usage_errors)
+Test(fleet_cli, usage_errors)
 {
     static const struct {
         const char *args, *what;
@@ -1144,7 +1144,7 @@ Test(route_cli, usage_errors)
         {"--capacity 16 --bogus LOG", "unknown option"},
     };
     char log[4200];
-    snprintf(log, sizeof log, "'%s'", data("route_hand.jsonl"));
+    snprintf(log, sizeof log, "'%s'", data("fleet_hand.jsonl"));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         /* Every "LOG" stands for the hand fixture's path. */
         char args[8192] = "";
@@ -1157,18 +1157,18 @@ Test(route_cli, usage_errors)
                 args[n++] = *p++;
                 args[n] = '\0';
             }
-        cr_assert_eq(route(args), 2, "%s: %s", args, errs);
+        cr_assert_eq(fleet(args), 2, "%s: %s", args, errs);
         cr_assert_not_null(strstr(errs, cases[i].what), "%s: got '%s'", args, errs);
         cr_assert_eq(out[0], '\0', "%s", args);
     }
-    cr_assert_eq(route("--help"), 0);
-    cr_assert_not_null(strstr(out, "Usage: kvprefix route"));
+    cr_assert_eq(fleet("--help"), 0);
+    cr_assert_not_null(strstr(out, "Usage: kvprefix fleet"));
 }
 
 /* The index options against each other: exit 2 with the reason. */
-Test(route_cli, index_usage_errors)
+Test(fleet_cli, index_usage_errors)
 {
-    if (!rt_index_available())
+    if (!fl_index_available())
         cr_skip_test("built without libkvprefix-events");
     static const struct {
         const char *args, *what;
@@ -1184,8 +1184,8 @@ Test(route_cli, index_usage_errors)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[8192];
         snprintf(args, sizeof args, "--capacity 16 %s '%s'", cases[i].args,
-                 data("route_hand.jsonl"));
-        cr_assert_eq(route(args), 2, "%s: %s", args, errs);
+                 data("fleet_hand.jsonl"));
+        cr_assert_eq(fleet(args), 2, "%s: %s", args, errs);
         cr_assert_not_null(strstr(errs, cases[i].what), "%s: got '%s'", args, errs);
         cr_assert_eq(out[0], '\0', "%s", args);
     }
@@ -1200,7 +1200,7 @@ static json_t *index_json_run(const char *index_args, const char *fixture)
              HAND_ARGS "--replicas 2 --policies round-robin,cache-aware,cache-aware-cap %s "
                        "--json '%s'",
              index_args, data(fixture));
-    cr_assert_eq(route(args), 0, "%s: %s", args, errs);
+    cr_assert_eq(fleet(args), 0, "%s: %s", args, errs);
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);
     cr_assert_not_null(j, "%s", je.text);
@@ -1248,40 +1248,40 @@ static void json_same_as_oracle(const char *index_args, const char *mode, const 
     json_decref(x);
 }
 
-Test(route_cli, index_memory_report)
+Test(fleet_cli, index_memory_report)
 {
-    if (!rt_index_available())
+    if (!fl_index_available())
         cr_skip_test("built without libkvprefix-events");
-    json_same_as_oracle("--index memory", "memory", "route_hand.jsonl");
-    json_same_as_oracle("--index memory --check", "memory", "route_trace.jsonl");
+    json_same_as_oracle("--index memory", "memory", "fleet_hand.jsonl");
+    json_same_as_oracle("--index memory --check", "memory", "fleet_trace.jsonl");
     char args[8192];
     snprintf(args, sizeof args, HAND_ARGS "--replicas 2 --index memory '%s'",
-             data("route_hand.jsonl"));
-    cr_assert_eq(route(args), 0, "%s", errs);
+             data("fleet_hand.jsonl"));
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     cr_assert_not_null(strstr(out, "router index: memory"), "%s", out);
     cr_assert_not_null(strstr(out, "REAL wall-clock"), "%s", out);
     cr_assert_not_null(strstr(out, "applies/s"), "%s", out);
-    snprintf(args, sizeof args, HAND_ARGS "--replicas 2 '%s'", data("route_hand.jsonl"));
-    cr_assert_eq(route(args), 0, "%s", errs);
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 2 '%s'", data("fleet_hand.jsonl"));
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     cr_assert_not_null(strstr(out, "router index: oracle"), "%s", out);
     /* CSV stays free of real timings: the same bytes with or without an index. */
     static char first[sizeof out];
-    snprintf(args, sizeof args, HAND_ARGS "--replicas 1,2,3 --csv '%s'", data("route_hand.jsonl"));
-    cr_assert_eq(route(args), 0, "%s", errs);
+    snprintf(args, sizeof args, HAND_ARGS "--replicas 1,2,3 --csv '%s'", data("fleet_hand.jsonl"));
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     memcpy(first, out, sizeof out);
     snprintf(args, sizeof args, HAND_ARGS "--replicas 1,2,3 --csv --index memory '%s'",
-             data("route_hand.jsonl"));
-    cr_assert_eq(route(args), 0, "%s", errs);
+             data("fleet_hand.jsonl"));
+    cr_assert_eq(fleet(args), 0, "%s", errs);
     cr_assert_str_eq(out, first);
 }
 
 /* A Redis that never answers: every score and apply falls back to the router's local
  * view, so the decisions are still the oracle's; the report and standard error say so. */
-Test(route_redis, unreachable_redis_falls_back)
+Test(fleet_redis, unreachable_redis_falls_back)
 {
     (void)redis_url();
-    json_t *o = index_json_run("", "route_hand.jsonl");
-    json_t *x = index_json_run("--redis unix:/nonexistent/kvp-route.sock", "route_hand.jsonl");
+    json_t *o = index_json_run("", "fleet_hand.jsonl");
+    json_t *x = index_json_run("--redis unix:/nonexistent/kvp-route.sock", "fleet_hand.jsonl");
     const json_t *a = find_run(json_object_get(o, "runs"), 2, "cache-aware");
     const json_t *b = find_run(json_object_get(x, "runs"), 2, "cache-aware");
     cr_assert(json_equal(json_object_get(a, "hit_tokens"), json_object_get(b, "hit_tokens")));
@@ -1294,13 +1294,13 @@ Test(route_redis, unreachable_redis_falls_back)
     json_decref(x);
 }
 
-Test(route_redis, index_redis_report)
+Test(fleet_redis, index_redis_report)
 {
     char a[4096];
     snprintf(a, sizeof a, "--redis '%s'", redis_url());
-    json_same_as_oracle(a, "redis", "route_hand.jsonl");
-    json_same_as_oracle(a, "redis", "route_trace.jsonl");
-    snprintf(a, sizeof a, "--redis '%s' --redis-prefix kvptest-route-cli-%ld", redis_url(),
+    json_same_as_oracle(a, "redis", "fleet_hand.jsonl");
+    json_same_as_oracle(a, "redis", "fleet_trace.jsonl");
+    snprintf(a, sizeof a, "--redis '%s' --redis-prefix kvptest-fleet-cli-%ld", redis_url(),
              (long)getpid());
-    json_same_as_oracle(a, "redis", "route_hand.jsonl");
+    json_same_as_oracle(a, "redis", "fleet_hand.jsonl");
 }

@@ -1,5 +1,5 @@
 /*
- * route.c - `kvprefix route`: a what-if fleet simulation. Replays a request log against N
+ * fleet.c - `kvprefix fleet`: a what-if fleet simulation. Replays a request log against N
  * replicas (each its own kvp_cache) under several routing policies and a simple time model,
  * and reports fleet hit rate, per-replica hit rate, load imbalance and modelled time to
  * first token per policy and replica count (docs/routing.md, "Fleet simulation").
@@ -7,12 +7,12 @@
  * Flow: parse the options; check what can be checked before reading (the capacity's unit,
  * the model preset, the output files, which are created now and renamed into place only
  * when everything succeeded, the --tokenizer rank file, loaded now); read the whole log into
- * memory with its keys (route_log.c; the input flags and the tokenizer are input/inopts.c's,
+ * memory with its keys (fleet_log.c; the input flags and the tokenizer are input/inopts.c's,
  * shared with replay);
  * convert the capacity to blocks of the log's block size; run every (replica count,
- * policy) pair (route_sim.c); write the report (route_report.c) and the chart.
+ * policy) pair (fleet_sim.c); write the report (fleet_report.c) and the chart.
  *
- * With --index memory|redis the cache-aware policies ask a router index (route_index.c)
+ * With --index memory|redis the cache-aware policies ask a router index (fleet_index.c)
  * fed by the replicas' events instead of the caches themselves; each simulation gets a
  * fresh index, and with Redis its own key prefix (the run's, plus ":<count>.<policy>").
  *
@@ -35,12 +35,12 @@
 #include "logread.h"
 #include "models.h"
 #include "outfile.h"
-#include "route.h"
+#include "fleet.h"
 
-#define fail(...) cli_fail("route", __VA_ARGS__)
+#define fail(...) cli_fail("fleet", __VA_ARGS__)
 
 static const char usage_text[] =
-    "Usage: kvprefix route [options] --capacity C LOG\n"
+    "Usage: kvprefix fleet [options] --capacity C LOG\n"
     "\n"
     "What-if fleet simulation: replay a request log against N replicas, each an LRU\n"
     "prefix cache of C blocks (the library's pool), under several routing policies, and\n"
@@ -102,11 +102,11 @@ static const char usage_text2[] =
     "  applies per second, Redis round trips and fallbacks.\n"
     "\n"
     "Examples:\n"
-    "  kvprefix route --capacity 1024 conversation_trace.jsonl\n"
-    "  kvprefix route --capacity 40GiB --model Llama-3.1-8B --plot fleet.svg trace.jsonl\n"
-    "  kvprefix route --capacity 4096 --replicas 2 --policies round-robin,cache-aware \\\n"
+    "  kvprefix fleet --capacity 1024 conversation_trace.jsonl\n"
+    "  kvprefix fleet --capacity 40GiB --model Llama-3.1-8B --plot fleet.svg trace.jsonl\n"
+    "  kvprefix fleet --capacity 4096 --replicas 2 --policies round-robin,cache-aware \\\n"
     "      --json chat.jsonl\n"
-    "  kvprefix route --capacity 1024 --replicas 8 --policies cache-aware \\\n"
+    "  kvprefix fleet --capacity 1024 --replicas 8 --policies cache-aware \\\n"
     "      --redis redis://127.0.0.1:6379 trace.jsonl\n"
     "\n" CLI_EXIT_HELP;
 
@@ -169,16 +169,16 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static const cli_choice policy_choices[] = {{"round-robin", RT_ROUND_ROBIN},
-                                            {"random", RT_RANDOM},
-                                            {"least-loaded", RT_LEAST_LOADED},
-                                            {"affinity", RT_AFFINITY},
-                                            {"cache-aware", RT_CACHE_AWARE},
-                                            {"cache-aware-cap", RT_CACHE_CAP},
+static const cli_choice policy_choices[] = {{"round-robin", FL_ROUND_ROBIN},
+                                            {"random", FL_RANDOM},
+                                            {"least-loaded", FL_LEAST_LOADED},
+                                            {"affinity", FL_AFFINITY},
+                                            {"cache-aware", FL_CACHE_AWARE},
+                                            {"cache-aware-cap", FL_CACHE_CAP},
                                             {NULL, 0}};
 
 static const cli_choice index_choices[] = {
-    {"oracle", RT_INDEX_ORACLE}, {"memory", RT_INDEX_MEMORY}, {"redis", RT_INDEX_REDIS}, {NULL, 0}};
+    {"oracle", FL_INDEX_ORACLE}, {"memory", FL_INDEX_MEMORY}, {"redis", FL_INDEX_REDIS}, {NULL, 0}};
 
 /* ---- flag values ------------------------------------------------------------------------- */
 
@@ -224,13 +224,13 @@ static int flag_milli(const char *flag, const char *v, uint64_t min, uint64_t ma
 /* One --replicas item. */
 static int count_item(void *ctx, const char *item, size_t len, size_t index)
 {
-    rt_options *o = ctx;
+    fl_options *o = ctx;
     char buf[32];
     uint64_t x;
     if (!cli_item_copy(item, len, buf, sizeof buf) ||
-        cli_parse_uint(buf, RT_MAX_REPLICAS, &x) != CLI_OK || x == 0)
+        cli_parse_uint(buf, FL_MAX_REPLICAS, &x) != CLI_OK || x == 0)
         return fail(CLI_EXIT_USAGE, "--replicas: '%.*s' is not an integer in 1..%u", (int)len, item,
-                    RT_MAX_REPLICAS);
+                    FL_MAX_REPLICAS);
     if (index > 0 && x <= o->counts[index - 1])
         return fail(CLI_EXIT_USAGE, "--replicas: the counts must increase ('%.*s' after %u)",
                     (int)len, item, o->counts[index - 1]);
@@ -242,20 +242,20 @@ static int count_item(void *ctx, const char *item, size_t len, size_t index)
 /* One --policies item. */
 static int policy_item(void *ctx, const char *item, size_t len, size_t index)
 {
-    rt_options *o = ctx;
+    fl_options *o = ctx;
     char buf[32];
     int p;
     (void)index;
     if (!cli_item_copy(item, len, buf, sizeof buf))
         snprintf(buf, sizeof buf, "%s", "?");
-    int rc = cli_flag_choice("route", "--policies", buf, policy_choices, &p);
+    int rc = cli_flag_choice("fleet", "--policies", buf, policy_choices, &p);
     if (rc == 0)
         o->policies[p] = true;
     return rc;
 }
 
 /* Apply a model or fleet option. Returns 0 or the exit status. */
-static int apply_model(rt_options *o, int c, const char *flag, const char *v)
+static int apply_model(fl_options *o, int c, const char *flag, const char *v)
 {
     uint64_t x = 0;
     int rc = 0;
@@ -267,37 +267,37 @@ static int apply_model(rt_options *o, int c, const char *flag, const char *v)
         return rc;
     case OPT_PREFILL:
     case OPT_DECODE:
-        rc = flag_milli(flag, v, 0, RT_MAX_COST_NS,
+        rc = flag_milli(flag, v, 0, FL_MAX_COST_NS,
                         "microseconds in 0..1000000 (3 decimals at most)",
                         c == OPT_PREFILL ? &o->model.prefill_ns : &o->model.decode_ns);
         return rc;
     case OPT_INTERARRIVAL:
         if ((rc = flag_milli(flag, v, 0, UINT64_C(1) << 40,
                              "milliseconds in 0..1099511627 (3 decimals at most)", &x)) == 0)
-            o->log.interarrival = (rt_time)x * 1000;
+            o->log.interarrival = (fl_time)x * 1000;
         return rc;
     case OPT_CONCURRENCY:
-        if ((rc = cli_flag_uint("route", flag, v, 1, RT_MAX_CONCURRENT, &x)) == 0)
+        if ((rc = cli_flag_uint("fleet", flag, v, 1, FL_MAX_CONCURRENT, &x)) == 0)
             o->model.concurrency = (uint32_t)x;
         return rc;
     case OPT_VNODES:
-        if ((rc = cli_flag_uint("route", flag, v, 1, 10000, &x)) == 0)
+        if ((rc = cli_flag_uint("fleet", flag, v, 1, 10000, &x)) == 0)
             o->model.vnodes = (uint32_t)x;
         return rc;
     case OPT_AFFINITY_BLOCKS:
-        if ((rc = cli_flag_uint("route", flag, v, 1, UINT32_MAX, &x)) == 0)
+        if ((rc = cli_flag_uint("fleet", flag, v, 1, UINT32_MAX, &x)) == 0)
             o->model.affinity_blocks = (uint32_t)x;
         return rc;
     case OPT_RANDOM_SEED:
-        return cli_flag_uint("route", flag, v, 0, UINT64_MAX, &o->model.random_seed);
+        return cli_flag_uint("fleet", flag, v, 0, UINT64_MAX, &o->model.random_seed);
     case OPT_OUTPUT_TOKENS:
-        if ((rc = cli_flag_uint("route", flag, v, 0, RT_MAX_TOKENS, &x)) == 0)
+        if ((rc = cli_flag_uint("fleet", flag, v, 0, FL_MAX_TOKENS, &x)) == 0)
             o->log.default_output = (uint32_t)x;
         return rc;
     case OPT_EVENT_DELAY:
         if ((rc = flag_milli(flag, v, 0, UINT64_C(1) << 40,
                              "milliseconds in 0..1099511627 (3 decimals at most)", &x)) == 0)
-            o->index.event_delay = (rt_time)x * 1000;
+            o->index.event_delay = (fl_time)x * 1000;
         o->delay_given = true;
         return rc;
     default:
@@ -306,12 +306,12 @@ static int apply_model(rt_options *o, int c, const char *flag, const char *v)
 }
 
 /* Apply a router index option. Returns 0 or the exit status. */
-static int apply_index(rt_options *o, int c, const char *v)
+static int apply_index(fl_options *o, int c, const char *v)
 {
     switch (c) {
     case OPT_INDEX:
         o->index_given = true;
-        return cli_flag_choice("route", "--index", v, index_choices, &o->index.mode);
+        return cli_flag_choice("fleet", "--index", v, index_choices, &o->index.mode);
     case OPT_REDIS:
         o->index.redis_url = v;
         return 0;
@@ -322,26 +322,26 @@ static int apply_index(rt_options *o, int c, const char *v)
 }
 
 /* Apply a list option or --seed. Returns 0 or the exit status. */
-static int apply_input(rt_options *o, int c, const char *flag, const char *v)
+static int apply_input(fl_options *o, int c, const char *flag, const char *v)
 {
     int rc = 0;
     switch (c) {
     case OPT_SEED:
-        if ((rc = cli_flag_uint("route", flag, v, 0, UINT64_MAX, &o->hash.seed)) == 0)
+        if ((rc = cli_flag_uint("fleet", flag, v, 0, UINT64_MAX, &o->hash.seed)) == 0)
             o->hash.seed_given = true;
         return rc;
     case OPT_REPLICAS:
-        return cli_flag_list("route", flag, v, RT_MAX_COUNTS, count_item, o);
+        return cli_flag_list("fleet", flag, v, FL_MAX_COUNTS, count_item, o);
     case OPT_POLICIES:
         memset(o->policies, 0, sizeof o->policies);
-        return cli_flag_list("route", flag, v, 32, policy_item, o);
+        return cli_flag_list("fleet", flag, v, 32, policy_item, o);
     default:
         return apply_model(o, c, flag, v);
     }
 }
 
 /* Apply one option getopt_long returned. Returns 0, -1 after --help, or the exit status. */
-static int apply_opt(rt_options *o, int c, const char *v)
+static int apply_opt(fl_options *o, int c, const char *v)
 {
     char name[40] = "";
     switch (c) {
@@ -380,9 +380,9 @@ static int apply_opt(rt_options *o, int c, const char *v)
         return apply_index(o, c, v);
     default:
         if (cli_hash_is_opt(c))
-            return cli_hash_apply("route", &o->hash, c, v);
+            return cli_hash_apply("fleet", &o->hash, c, v);
         if (in_is_opt(c))
-            return in_apply("route", &o->in, c, v);
+            return in_apply("fleet", &o->in, c, v);
         return apply_input(o, c, cli_opt_name(longopts, c, name, sizeof name), v);
     }
 }
@@ -396,7 +396,7 @@ static void shared_key(kvp_config *c, uint64_t seed)
         (c->hash_profile != KVP_HASH_KEYED && c->hash_profile != KVP_HASH_SIPHASH))
         return;
     for (size_t i = 0; i < KVP_HASH_KEY_MAX; i += 8) {
-        uint64_t w = rt_mix64(seed + UINT64_C(0x6b65792d726f7574) * (i / 8 + 1));
+        uint64_t w = fl_mix64(seed + UINT64_C(0x6b65792d726f7574) * (i / 8 + 1));
         memcpy(c->hash_key + i, &w, 8);
     }
     c->hash_key_len = KVP_HASH_KEY_MAX;
@@ -417,33 +417,33 @@ static bool prefix_ok(const char *s)
 }
 
 /* The router index options against each other. Returns 0 or the exit status. */
-static int check_index(rt_options *o)
+static int check_index(fl_options *o)
 {
-    rt_index_config *x = &o->index;
+    fl_index_config *x = &o->index;
     if (x->redis_url && !o->index_given)
-        x->mode = RT_INDEX_REDIS;
-    if (x->redis_url && x->mode != RT_INDEX_REDIS)
+        x->mode = FL_INDEX_REDIS;
+    if (x->redis_url && x->mode != FL_INDEX_REDIS)
         return fail(CLI_EXIT_USAGE, "--redis URL needs --index redis (it implies it alone)");
-    if (x->mode == RT_INDEX_REDIS && !x->redis_url)
+    if (x->mode == FL_INDEX_REDIS && !x->redis_url)
         return fail(CLI_EXIT_USAGE, "--index redis needs --redis URL");
-    if (o->redis_prefix && x->mode != RT_INDEX_REDIS)
+    if (o->redis_prefix && x->mode != FL_INDEX_REDIS)
         return fail(CLI_EXIT_USAGE, "--redis-prefix needs --redis URL");
     if (o->redis_prefix && !prefix_ok(o->redis_prefix))
         return fail(CLI_EXIT_USAGE,
                     "--redis-prefix: '%s' is not 1..48 characters of A-Z a-z 0-9 _ . : -",
                     o->redis_prefix);
-    if (o->delay_given && x->mode == RT_INDEX_ORACLE)
+    if (o->delay_given && x->mode == FL_INDEX_ORACLE)
         return fail(CLI_EXIT_USAGE, "--event-delay-ms needs --index memory or redis (the "
                                     "oracle has no events)");
-    if (x->mode != RT_INDEX_ORACLE && !rt_index_available())
+    if (x->mode != FL_INDEX_ORACLE && !fl_index_available())
         return fail(CLI_EXIT_USAGE,
                     "--index %s: this kvprefix was built without libkvprefix-events",
-                    rt_index_name(x->mode));
+                    fl_index_name(x->mode));
     return 0;
 }
 
 /* The checks between options, once all are known. Returns 0 or the exit status. */
-static int check_args(rt_options *o)
+static int check_args(fl_options *o)
 {
     if (!o->log.path)
         return fail(CLI_EXIT_USAGE, "no log given");
@@ -452,31 +452,31 @@ static int check_args(rt_options *o)
     if (o->json && o->csv)
         return fail(CLI_EXIT_USAGE, "--json and --csv exclude each other");
     bool any = false;
-    for (int p = 0; p < RT_N_POLICIES; p++)
+    for (int p = 0; p < FL_N_POLICIES; p++)
         any |= o->policies[p];
     if (!any)
         return fail(CLI_EXIT_USAGE, "--policies: no policy");
     if (check_index(o) != 0)
         return CLI_EXIT_USAGE;
-    if (in_check("route", &o->in) != 0 || cli_hash_finish("route", &o->hash, &o->cache) != 0)
+    if (in_check("fleet", &o->in) != 0 || cli_hash_finish("fleet", &o->hash, &o->cache) != 0)
         return CLI_EXIT_USAGE;
     shared_key(&o->cache, o->model.random_seed);
     const char *inputs[] = {o->log.path};
-    return cli_out_check_pair("route", o->output_path, o->plot_path, inputs, 1);
+    return cli_out_check_pair("fleet", o->output_path, o->plot_path, inputs, 1);
 }
 
-static void defaults(rt_options *o)
+static void defaults(fl_options *o)
 {
     memset(o, 0, sizeof *o);
     in_init(&o->in);
     o->log.in = &o->in;
-    o->log.interarrival = (rt_time)100 * 1000 * 1000;
+    o->log.interarrival = (fl_time)100 * 1000 * 1000;
     o->log.default_output = 128;
     o->log.cache = &o->cache;
     static const uint32_t counts[] = {1, 2, 4, 8, 16};
     memcpy(o->counts, counts, sizeof counts);
     o->n_counts = 5;
-    for (int p = 0; p < RT_N_POLICIES; p++)
+    for (int p = 0; p < FL_N_POLICIES; p++)
         o->policies[p] = true;
     o->model.concurrency = 1;
     o->model.prefill_ns = UINT64_C(50) * 1000;
@@ -490,14 +490,14 @@ static void defaults(rt_options *o)
 }
 
 /* Parse argv. Returns 0, -1 after --help, or the exit status (message printed). */
-static int parse_args(int argc, char **argv, rt_options *o)
+static int parse_args(int argc, char **argv, fl_options *o)
 {
     defaults(o);
     int c;
     cli_getopt_begin();
     while ((c = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
         if (c == '?' || c == ':')
-            return cli_getopt_error("route", c, argv, longopts);
+            return cli_getopt_error("fleet", c, argv, longopts);
         int rc = apply_opt(o, c, optarg);
         if (rc)
             return rc;
@@ -554,7 +554,7 @@ static int parse_cap(const char *s, cap_spec *out)
 
 /* KV bytes per token of --model (and --kv-dtype) into *token_bytes and a description, or
  * 0 / "" without a model. Returns 0 or the exit status. */
-static int model_bytes(const rt_options *o, uint64_t *token_bytes, char *desc, size_t size)
+static int model_bytes(const fl_options *o, uint64_t *token_bytes, char *desc, size_t size)
 {
     if (!o->model_name)
         return o->kv_dtype ? fail(CLI_EXIT_USAGE, "--kv-dtype needs --model") : 0;
@@ -573,7 +573,7 @@ static int model_bytes(const rt_options *o, uint64_t *token_bytes, char *desc, s
 
 /* Convert the capacity to blocks of the log's block size and check the fleet limits.
  * Returns 0 or the exit status. */
-static int cap_blocks(const rt_options *o, const cap_spec *c, uint64_t token_bytes, rt_report *rep)
+static int cap_blocks(const fl_options *o, const cap_spec *c, uint64_t token_bytes, fl_report *rep)
 {
     uint64_t b = c->amount, block_bytes = 0;
     if (token_bytes && pl_mul(token_bytes, rep->block_size, &block_bytes) != PL_OK)
@@ -585,14 +585,14 @@ static int cap_blocks(const rt_options *o, const cap_spec *c, uint64_t token_byt
     if (b == 0)
         return fail(CLI_EXIT_INPUT, "--capacity: less than one block of %u tokens",
                     rep->block_size);
-    if (b > RT_MAX_CAPACITY)
+    if (b > FL_MAX_CAPACITY)
         return fail(CLI_EXIT_INPUT, "--capacity: %llu blocks per replica is above the limit (%llu)",
-                    (unsigned long long)b, (unsigned long long)RT_MAX_CAPACITY);
+                    (unsigned long long)b, (unsigned long long)FL_MAX_CAPACITY);
     uint32_t most = o->counts[o->n_counts - 1];
-    if (b * most > RT_MAX_FLEET)
+    if (b * most > FL_MAX_FLEET)
         return fail(CLI_EXIT_INPUT,
                     "--capacity: %u replicas of %llu blocks exceed the fleet limit of %llu blocks",
-                    most, (unsigned long long)b, (unsigned long long)RT_MAX_FLEET);
+                    most, (unsigned long long)b, (unsigned long long)FL_MAX_FLEET);
     rep->capacity = b;
     rep->block_bytes = block_bytes;
     return 0;
@@ -608,32 +608,32 @@ static double now_s(void)
 }
 
 /* Run every (replica count, policy) pair into rep->runs. Returns 0 or the exit status. */
-static int simulate(const rt_options *o, const rt_log *log, rt_report *rep)
+static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
 {
-    rep->runs = calloc(o->n_counts * RT_N_POLICIES, sizeof *rep->runs);
+    rep->runs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->runs);
     if (!rep->runs)
         return fail(CLI_EXIT_INPUT, "out of memory");
     double t0 = now_s();
     for (size_t k = 0; k < o->n_counts; k++)
-        for (int p = 0; p < RT_N_POLICIES; p++) {
+        for (int p = 0; p < FL_N_POLICIES; p++) {
             if (!o->policies[p])
                 continue;
             char prefix[sizeof rep->redis_prefix + 48];
             snprintf(prefix, sizeof prefix, "%s:%zu.%d", rep->redis_prefix, k, p);
-            rt_index_config ic = o->index;
+            fl_index_config ic = o->index;
             ic.key_prefix = prefix;
-            rt_sim_config sc = {o->log.path, o->counts[k], p,     (uint32_t)rep->capacity,
+            fl_sim_config sc = {o->log.path, o->counts[k], p,     (uint32_t)rep->capacity,
                                 &o->cache,   o->model,     false, o->check,
                                 &ic};
             char err[1024];
             int rc =
-                rt_sim_run(log, &sc, &rep->runs[k * RT_N_POLICIES + (size_t)p], err, sizeof err);
-            if (rc != RT_OK) {
-                if (rc == RT_EINPUT) {
+                fl_sim_run(log, &sc, &rep->runs[k * FL_N_POLICIES + (size_t)p], err, sizeof err);
+            if (rc != FL_OK) {
+                if (rc == FL_EINPUT) {
                     fprintf(stderr, "%s\n", err);
                     return CLI_EXIT_INPUT;
                 }
-                return fail(rc == RT_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s", err);
+                return fail(rc == FL_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s", err);
             }
         }
     rep->seconds_sim = now_s() - t0;
@@ -642,7 +642,7 @@ static int simulate(const rt_options *o, const rt_log *log, rt_report *rep)
 
 /* The run's Redis key prefix: --redis-prefix, or "kvproute-<pid>-<ns>" in hex, so that
  * runs never see each other's keys. Cannot fail. */
-static void run_prefix(const rt_options *o, char *buf, size_t size)
+static void run_prefix(const fl_options *o, char *buf, size_t size)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -656,67 +656,67 @@ static void run_prefix(const rt_options *o, char *buf, size_t size)
 /* Say on standard error when Redis did not always answer: the decisions are still the
  * index's (the router's local view takes every batch), but those timings are not Redis's.
  * Cannot fail. */
-static void redis_note(const rt_options *o, const rt_report *rep)
+static void redis_note(const fl_options *o, const fl_report *rep)
 {
     uint64_t scores = 0, fell = 0, applies = 0;
-    for (size_t i = 0; o->index.mode == RT_INDEX_REDIS && i < o->n_counts * RT_N_POLICIES; i++) {
+    for (size_t i = 0; o->index.mode == FL_INDEX_REDIS && i < o->n_counts * FL_N_POLICIES; i++) {
         scores += rep->runs[i].index.n_scores;
         fell += rep->runs[i].index.n_fallback_scores;
         applies += rep->runs[i].index.n_fallback_applies;
     }
     if (fell + applies)
         fprintf(stderr,
-                "kvprefix route: Redis at %s did not always answer: %llu of %llu scores and "
+                "kvprefix fleet: Redis at %s did not always answer: %llu of %llu scores and "
                 "%llu applies used the router's local view (the fallback column)\n",
                 o->index.redis_url, (unsigned long long)fell, (unsigned long long)scores,
                 (unsigned long long)applies);
 }
 
 /* Read, simulate and write. Returns 0 or the exit status. */
-static int run(const rt_options *o, const cap_spec *cap, uint64_t token_bytes, rt_report *rep,
+static int run(const fl_options *o, const cap_spec *cap, uint64_t token_bytes, fl_report *rep,
                cli_out *report, cli_out *plot)
 {
     double t0 = now_s();
-    rt_log *log = NULL;
+    fl_log *log = NULL;
     char err[1024];
-    int rc = rt_log_read(&o->log, &log, err, sizeof err);
-    if (rc != RT_OK) {
+    int rc = fl_log_read(&o->log, &log, err, sizeof err);
+    if (rc != FL_OK) {
         fprintf(stderr, "%s\n", err);
         return CLI_EXIT_INPUT;
     }
-    rep->format = rt_log_format(log);
-    rep->block_size = rt_log_block_size(log);
-    rep->n_requests = rt_log_n(log);
-    rep->n_prompt_tokens = rt_log_prompt_tokens(log);
-    rep->n_lines = rt_log_n_lines(log);
-    rep->timestamps = rt_log_all_timestamps(log);
-    rep->count = *rt_log_count(log);
+    rep->format = fl_log_format(log);
+    rep->block_size = fl_log_block_size(log);
+    rep->n_requests = fl_log_n(log);
+    rep->n_prompt_tokens = fl_log_prompt_tokens(log);
+    rep->n_lines = fl_log_n_lines(log);
+    rep->timestamps = fl_log_all_timestamps(log);
+    rep->count = *fl_log_count(log);
     rc = cap_blocks(o, cap, token_bytes, rep);
     if (rc == 0 && (rc = simulate(o, log, rep)) == 0)
         redis_note(o, rep);
-    rt_log_free(log);
+    fl_log_free(log);
     rep->seconds = now_s() - t0;
-    if (rc == 0 && plot->f && rt_plot_write(plot->f, o, rep, err, sizeof err) != 0)
+    if (rc == 0 && plot->f && fl_plot_write(plot->f, o, rep, err, sizeof err) != 0)
         rc = fail(CLI_EXIT_INPUT, "%s: %s", o->plot_path, err);
-    if (rc == 0 && rt_report_write(report->f, o, rep) != 0 && report->f != stdout)
+    if (rc == 0 && fl_report_write(report->f, o, rep) != 0 && report->f != stdout)
         rc = fail(CLI_EXIT_INPUT, "%s: cannot write the report", o->output_path);
     /* The report first: a chart is only replaced when the report could be written too. */
     if (rc == 0)
-        rc = cli_out_commit("route", report);
+        rc = cli_out_commit("fleet", report);
     if (rc == 0 && plot->f)
-        rc = cli_out_commit("route", plot);
+        rc = cli_out_commit("fleet", plot);
     return rc;
 }
 
-int rt_main(int argc, char **argv)
+int fl_main(int argc, char **argv)
 {
-    rt_options o;
+    fl_options o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
-        return rc < 0 ? cli_stdout_check("route") : rc;
+        return rc < 0 ? cli_stdout_check("fleet") : rc;
     cap_spec cap = {0, 0};
     uint64_t token_bytes = 0;
-    rt_report rep;
+    fl_report rep;
     memset(&rep, 0, sizeof rep);
     rep.input = cli_input_name(o.log.path);
     run_prefix(&o, rep.redis_prefix, sizeof rep.redis_prefix);
@@ -730,21 +730,21 @@ int rt_main(int argc, char **argv)
     memset(&plot, 0, sizeof plot);
     /* Created now, so that a path that cannot be written stops the run before the log is
      * read; nothing replaces a target before every output is complete. */
-    if (o.plot_path && (rc = cli_out_open("route", &plot, o.plot_path)) != 0)
+    if (o.plot_path && (rc = cli_out_open("fleet", &plot, o.plot_path)) != 0)
         return rc;
-    if ((rc = cli_out_open("route", &report, o.output_path ? o.output_path : "-")) != 0) {
+    if ((rc = cli_out_open("fleet", &report, o.output_path ? o.output_path : "-")) != 0) {
         cli_out_abort(&plot);
         return rc;
     }
     /* The rank file after the outputs, as replay does: both are checked before the log. */
-    rc = in_load("route", &o.in);
+    rc = in_load("fleet", &o.in);
     if (rc == 0)
         rc = run(&o, &cap, token_bytes, &rep, &report, &plot);
     cli_out_abort(&plot);
     cli_out_abort(&report);
     in_free(&o.in);
-    for (size_t i = 0; rep.runs && i < o.n_counts * RT_N_POLICIES; i++)
-        rt_result_free(&rep.runs[i]);
+    for (size_t i = 0; rep.runs && i < o.n_counts * FL_N_POLICIES; i++)
+        fl_result_free(&rep.runs[i]);
     free(rep.runs);
     return rc;
 }

@@ -1,5 +1,5 @@
 /*
- * route_index.c - the router index of `kvprefix route --index memory|redis` (route.h): a
+ * fleet_index.c - the router index of `kvprefix fleet --index memory|redis` (fleet.h): a
  * kvp_router (libkvprefix-events) fed with the replicas' own cache events, asked by the
  * cache-aware policies instead of the replicas' caches (docs/routing.md, "Fleet
  * simulation", "Routing through a router index").
@@ -7,7 +7,7 @@
  *   kvp_cache of replica r ──on_event──> collector r ──step end──> batch (seq, due) ──┐
  *     (STORED / REMOVED / CLEARED)        recs, hashes, lens, tokens                   │
  *                                                                                      v
- *   cache-aware pick <──rt_index_score── kvp_router_score_hashes <──rt_index_sync── FIFO queue
+ *   cache-aware pick <──fl_index_score── kvp_router_score_hashes <──fl_index_sync── FIFO queue
  *                                                                  kvp_router_apply (due <= now)
  *
  * Collect. Each replica's cache calls ix_on_event once per block. A STORED event extends the
@@ -21,14 +21,14 @@
  * a synthesized Mooncake block (two id words, then zeros) costs 8 bytes, not 2 KiB, so a
  * long --event-delay-ms holds about 20 bytes per waiting block of a trace.
  *
- * Batch. At the end of each simulation step (rt_index_step) every replica that collected
+ * Batch. At the end of each simulation step (fl_index_step) every replica that collected
  * events turns them into one kvp_kv_batch (ts = the simulated time in seconds, dp_rank 0,
  * the replica's next sequence number from 0), queued with its due time now + event_delay.
- * Due times never decrease, so the queue is a FIFO. rt_index_sync applies what is due
+ * Due times never decrease, so the queue is a FIFO. fl_index_sync applies what is due
  * before each score; with zero delay a step's events are therefore visible to the next
  * routing decision, exactly what the oracle sees, and the decisions are the oracle's.
  *
- * Invariants (rt_index_check): every collector's records account for exactly its hashes, and
+ * Invariants (fl_index_check): every collector's records account for exactly its hashes, and
  * its lens for exactly its kept tokens (at most block_size per stored hash, none for the
  * others); the queue's head is within it and its due times are non-decreasing; the router
  * passes kvp_router_check.
@@ -44,19 +44,19 @@
 #include <time.h>
 
 #include "cli.h"
-#include "route.h"
-#include "route_index.h"
+#include "fleet.h"
+#include "fleet_index.h"
 
 /* Round trips to Redis so far (0 without Redis). Cannot fail on a valid router. */
-static uint64_t redis_calls(rt_index *x)
+static uint64_t redis_calls(fl_index *x)
 {
     kvp_router_stats st;
-    if (x->cfg.mode != RT_INDEX_REDIS || kvp_router_stats_get(x->router, &st) != KVP_OK)
+    if (x->cfg.mode != FL_INDEX_REDIS || kvp_router_stats_get(x->router, &st) != KVP_OK)
         return 0;
     return st.n_redis_calls;
 }
 
-bool rt_index_available(void)
+bool fl_index_available(void)
 {
     return true;
 }
@@ -98,11 +98,11 @@ static bool continues(const ix_rep *p, const kvp_event *ev)
 
 /* Take in one cache event (the caches' kvp_event_fn). Every reservation is made before
  * anything is written, so running out of memory drops exactly this event; the loss is
- * reported by the next rt_index_step. */
+ * reported by the next fl_index_step. */
 static void ix_on_event(void *ud, const kvp_event *ev)
 {
     ix_rep *p = ud;
-    rt_index *x = p->x;
+    fl_index *x = p->x;
     bool join = continues(p, ev);
     uint32_t n_kept = kept(p, ev);
     size_t cap = p->cap_hashes;
@@ -134,7 +134,7 @@ static void ix_on_event(void *ud, const kvp_event *ev)
     }
 }
 
-void rt_index_attach(rt_index *x, uint32_t r, kvp_config *kc)
+void fl_index_attach(fl_index *x, uint32_t r, kvp_config *kc)
 {
     kc->on_event = ix_on_event;
     kc->event_ud = &x->reps[r];
@@ -151,12 +151,12 @@ static void batch_free(ix_batch *q)
 }
 
 /* Make replica r's collected events one queued batch due at due, and empty the collector.
- * Returns RT_OK or RT_ENOMEM (the collector and the queue unchanged). */
-static int make_batch(rt_index *x, uint32_t r, rt_time now, rt_time due)
+ * Returns FL_OK or FL_ENOMEM (the collector and the queue unchanged). */
+static int make_batch(fl_index *x, uint32_t r, fl_time now, fl_time due)
 {
     ix_rep *p = &x->reps[r];
     if (!cli_grow((void **)&x->queue, &x->cap_queue, x->n_queue + 1, sizeof *x->queue))
-        return RT_ENOMEM;
+        return FL_ENOMEM;
     ix_batch q;
     memset(&q, 0, sizeof q);
     q.events = calloc(p->n_recs, sizeof *q.events);
@@ -165,7 +165,7 @@ static int make_batch(rt_index *x, uint32_t r, rt_time now, rt_time due)
     q.tokens = malloc((p->n_tokens ? p->n_tokens : 1) * sizeof *q.tokens);
     if (!q.events || !q.hashes || !q.lens || !q.tokens) {
         batch_free(&q);
-        return RT_ENOMEM;
+        return FL_ENOMEM;
     }
     if (p->n_hashes > 0) {
         memcpy(q.hashes, p->hashes, p->n_hashes * sizeof *q.hashes);
@@ -200,24 +200,24 @@ static int make_batch(rt_index *x, uint32_t r, rt_time now, rt_time due)
     x->queue[x->n_queue++] = q;
     p->n_recs = p->n_hashes = p->n_tokens = 0;
     p->listed = false;
-    return RT_OK;
+    return FL_OK;
 }
 
-int rt_index_step(rt_index *x, rt_time now, char *err, size_t err_size)
+int fl_index_step(fl_index *x, fl_time now, char *err, size_t err_size)
 {
     if (x->lost) {
         cli_errf(err, err_size, "out of memory: the router index lost cache events");
-        return RT_ENOMEM;
+        return FL_ENOMEM;
     }
-    rt_time due = now + x->cfg.event_delay;
+    fl_time due = now + x->cfg.event_delay;
     while (x->n_dirty > 0) {
-        if (make_batch(x, x->dirty[x->n_dirty - 1], now, due) != RT_OK) {
+        if (make_batch(x, x->dirty[x->n_dirty - 1], now, due) != FL_OK) {
             cli_errf(err, err_size, "out of memory");
-            return RT_ENOMEM;
+            return FL_ENOMEM;
         }
         x->n_dirty--;
     }
-    return RT_OK;
+    return FL_OK;
 }
 
 static const char *status_name(int status)
@@ -233,14 +233,14 @@ static const char *status_name(int status)
 }
 
 /* Point q's BlockStored events at their token_ids: each block's kept tokens, then zeros up
- * to block_size, in x->pad. Returns RT_OK or RT_ENOMEM. */
-static int pad_tokens(rt_index *x, ix_batch *q)
+ * to block_size, in x->pad. Returns FL_OK or FL_ENOMEM. */
+static int pad_tokens(fl_index *x, ix_batch *q)
 {
     size_t need = 0;
     for (size_t i = 0; i < q->b.n_events; i++)
         need += q->events[i].n_tokens;
     if (!cli_grow((void **)&x->pad, &x->cap_pad, need ? need : 1, sizeof *x->pad))
-        return RT_ENOMEM;
+        return FL_ENOMEM;
     uint32_t *out = x->pad;
     const uint32_t *in = q->tokens;
     size_t h = 0;
@@ -256,16 +256,16 @@ static int pad_tokens(rt_index *x, ix_batch *q)
         }
         h += e->type == KVP_EVENT_STORED ? 0 : e->n_hashes;
     }
-    return RT_OK;
+    return FL_OK;
 }
 
-/* Apply the queue's head batch. Returns RT_OK or RT_EINTERNAL / RT_ENOMEM with a message. */
-static int apply_head(rt_index *x, char *err, size_t err_size)
+/* Apply the queue's head batch. Returns FL_OK or FL_EINTERNAL / FL_ENOMEM with a message. */
+static int apply_head(fl_index *x, char *err, size_t err_size)
 {
     ix_batch *q = &x->queue[x->head];
-    if (pad_tokens(x, q) != RT_OK) {
+    if (pad_tokens(x, q) != FL_OK) {
         cli_errf(err, err_size, "out of memory");
-        return RT_ENOMEM;
+        return FL_ENOMEM;
     }
     kvp_router_apply_result res;
     memset(&res, 0, sizeof res);
@@ -278,27 +278,27 @@ static int apply_head(rt_index *x, char *err, size_t err_size)
         cli_errf(err, err_size, "kvp_router_apply (replica %u, batch %llu): %s%s%s", q->replica,
                  (unsigned long long)q->seq, kvp_strerror(rc), res.why ? ": " : "",
                  res.why ? res.why : "");
-        return rc == KVP_ENOMEM ? RT_ENOMEM : RT_EINTERNAL;
+        return rc == KVP_ENOMEM ? FL_ENOMEM : FL_EINTERNAL;
     }
     /* RESTARTED: an explicit --redis-prefix reused from an earlier run held this worker. */
     if (res.status != KVP_ROUTER_APPLIED && res.status != KVP_ROUTER_RESTARTED) {
         cli_errf(err, err_size, "kvp_router_apply (replica %u, batch %llu): %s", q->replica,
                  (unsigned long long)q->seq, status_name(res.status));
-        return RT_EINTERNAL;
+        return FL_EINTERNAL;
     }
     x->n_events += q->b.n_events;
     for (size_t i = 0; i < q->b.n_events; i++)
         x->n_blocks += q->events[i].n_hashes;
     batch_free(q);
     x->head++;
-    return RT_OK;
+    return FL_OK;
 }
 
-int rt_index_sync(rt_index *x, rt_time now, char *err, size_t err_size)
+int fl_index_sync(fl_index *x, fl_time now, char *err, size_t err_size)
 {
     while (x->head < x->n_queue && x->queue[x->head].due <= now) {
         int rc = apply_head(x, err, err_size);
-        if (rc != RT_OK)
+        if (rc != FL_OK)
             return rc;
     }
     if (x->head == x->n_queue) {
@@ -308,17 +308,17 @@ int rt_index_sync(rt_index *x, rt_time now, char *err, size_t err_size)
         x->n_queue -= x->head;
         x->head = 0;
     }
-    return RT_OK;
+    return FL_OK;
 }
 
 /* ---- scores -------------------------------------------------------------------------------- */
 
-int rt_index_score(rt_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *cached,
+int fl_index_score(fl_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *cached,
                    uint64_t *ns, char *err, size_t err_size)
 {
     if (!cli_grow((void **)&x->hashes, &x->cap_hashes, n_keys ? n_keys : 1, sizeof *x->hashes)) {
         cli_errf(err, err_size, "out of memory");
-        return RT_ENOMEM;
+        return FL_ENOMEM;
     }
     for (uint32_t k = 0; k < n_keys; k++)
         x->hashes[k] = keys[k].lo;
@@ -330,25 +330,25 @@ int rt_index_score(rt_index *x, const kvp_key *keys, uint32_t n_keys, uint32_t *
     if (rc != KVP_OK || n_rows != x->n) {
         cli_errf(err, err_size, "kvp_router_score_hashes: %s (%zu rows for %u replicas)",
                  kvp_strerror(rc), n_rows, x->n);
-        return rc == KVP_ENOMEM ? RT_ENOMEM : RT_EINTERNAL;
+        return rc == KVP_ENOMEM ? FL_ENOMEM : FL_EINTERNAL;
     }
     for (uint32_t i = 0; i < x->n; i++) {
         const kvp_router_row *row = &x->rows[i];
         if (row->worker >= x->n_map || x->replica[row->worker] >= x->n) {
             cli_errf(err, err_size, "kvp_router_score_hashes: a row for unknown worker %u",
                      row->worker);
-            return RT_EINTERNAL;
+            return FL_EINTERNAL;
         }
         cached[x->replica[row->worker]] = row->state == KVP_ROUTER_ROW_SCORED ? row->n_blocks : 0;
     }
-    return RT_OK;
+    return FL_OK;
 }
 
-int rt_index_stats_get(rt_index *x, rt_index_stats *st)
+int fl_index_stats_get(fl_index *x, fl_index_stats *st)
 {
     kvp_router_stats rs;
     if (kvp_router_stats_get(x->router, &rs) != KVP_OK)
-        return RT_EINTERNAL;
+        return FL_EINTERNAL;
     st->n_applies = x->n_applies;
     st->apply_ns = x->apply_ns;
     st->n_events = x->n_events;
@@ -359,13 +359,13 @@ int rt_index_stats_get(rt_index *x, rt_index_stats *st)
     st->n_redis_errors = rs.n_redis_errors;
     st->n_fallback_scores = rs.n_fallback_scores;
     st->n_fallback_applies = rs.n_fallback_applies;
-    return RT_OK;
+    return FL_OK;
 }
 
 /* ---- invariants ---------------------------------------------------------------------------- */
 
 /* A collector's records account for exactly its hashes, its lens for its kept tokens. */
-static bool rep_check(const rt_index *x, const ix_rep *p)
+static bool rep_check(const fl_index *x, const ix_rep *p)
 {
     size_t h = 0, t = 0;
     for (size_t i = 0; i < p->n_recs; i++) {
@@ -382,7 +382,7 @@ static bool rep_check(const rt_index *x, const ix_rep *p)
     return h == p->n_hashes && t == p->n_tokens && p->listed == (p->n_recs > 0);
 }
 
-bool rt_index_check(rt_index *x)
+bool fl_index_check(fl_index *x)
 {
     uint32_t listed = 0;
     for (uint32_t r = 0; r < x->n; r++) {
@@ -400,27 +400,27 @@ bool rt_index_check(rt_index *x)
 
 /* ---- life ---------------------------------------------------------------------------------- */
 
-/* The router and its n workers. Returns RT_OK or an error with a message. */
-static int make_router(rt_index *x, char *err, size_t err_size)
+/* The router and its n workers. Returns FL_OK or an error with a message. */
+static int make_router(fl_index *x, char *err, size_t err_size)
 {
     kvp_router_config rc;
     kvp_router_config_init(&rc);
     rc.hash.hash_profile = KVP_HASH_XXH3;
     rc.hash.block_size = x->bs;
     rc.table_seed = UINT64_C(0x726f7574652d6978); /* reproducible table layout */
-    if (x->cfg.mode == RT_INDEX_REDIS) {
+    if (x->cfg.mode == FL_INDEX_REDIS) {
         rc.redis.url = x->cfg.redis_url;
         rc.redis.key_prefix = x->cfg.key_prefix;
     }
     int e = kvp_router_new(&rc, &x->router);
     if (e != KVP_OK) {
         cli_errf(err, err_size, "kvp_router_new%s%s: %s%s",
-                 x->cfg.mode == RT_INDEX_REDIS ? " with --redis " : "",
-                 x->cfg.mode == RT_INDEX_REDIS ? x->cfg.redis_url : "", kvp_strerror(e),
+                 x->cfg.mode == FL_INDEX_REDIS ? " with --redis " : "",
+                 x->cfg.mode == FL_INDEX_REDIS ? x->cfg.redis_url : "", kvp_strerror(e),
                  e == KVP_ENOTSUP ? " (this build has no Redis support: meson option redis, "
                                     "libhiredis-dev)"
                                   : "");
-        return e == KVP_ENOMEM ? RT_ENOMEM : RT_EINPUT;
+        return e == KVP_ENOMEM ? FL_ENOMEM : FL_EINPUT;
     }
     for (uint32_t r = 0; r < x->n; r++) {
         char name[32];
@@ -432,37 +432,37 @@ static int make_router(rt_index *x, char *err, size_t err_size)
         wc.hash = rc.hash;
         if ((e = kvp_router_worker_add(x->router, &wc, &x->reps[r].worker)) != KVP_OK) {
             cli_errf(err, err_size, "kvp_router_worker_add (%s): %s", name, kvp_strerror(e));
-            return e == KVP_ENOMEM ? RT_ENOMEM : RT_EINTERNAL;
+            return e == KVP_ENOMEM ? FL_ENOMEM : FL_EINTERNAL;
         }
         x->n_map = x->reps[r].worker >= x->n_map ? x->reps[r].worker + 1 : x->n_map;
         x->n_added++;
     }
-    return RT_OK;
+    return FL_OK;
 }
 
-/* The worker id -> replica map. Returns RT_OK or RT_ENOMEM. */
-static int make_map(rt_index *x)
+/* The worker id -> replica map. Returns FL_OK or FL_ENOMEM. */
+static int make_map(fl_index *x)
 {
     x->replica = malloc(x->n_map * sizeof *x->replica);
     if (!x->replica)
-        return RT_ENOMEM;
+        return FL_ENOMEM;
     memset(x->replica, 0xff, x->n_map * sizeof *x->replica);
     for (uint32_t r = 0; r < x->n; r++)
         x->replica[x->reps[r].worker] = r;
-    return RT_OK;
+    return FL_OK;
 }
 
-int rt_index_new(const rt_index_config *cfg, uint32_t n_replicas, uint32_t block_size,
-                 rt_index **out, char *err, size_t err_size)
+int fl_index_new(const fl_index_config *cfg, uint32_t n_replicas, uint32_t block_size,
+                 fl_index **out, char *err, size_t err_size)
 {
-    if (cfg->mode != RT_INDEX_MEMORY && cfg->mode != RT_INDEX_REDIS) {
+    if (cfg->mode != FL_INDEX_MEMORY && cfg->mode != FL_INDEX_REDIS) {
         cli_errf(err, err_size, "invalid index mode %d", cfg->mode);
-        return RT_EINTERNAL;
+        return FL_EINTERNAL;
     }
-    rt_index *x = calloc(1, sizeof *x);
+    fl_index *x = calloc(1, sizeof *x);
     if (!x) {
         cli_errf(err, err_size, "out of memory");
-        return RT_ENOMEM;
+        return FL_ENOMEM;
     }
     x->cfg = *cfg;
     x->n = n_replicas;
@@ -470,24 +470,24 @@ int rt_index_new(const rt_index_config *cfg, uint32_t n_replicas, uint32_t block
     x->reps = calloc(n_replicas, sizeof *x->reps);
     x->dirty = calloc(n_replicas, sizeof *x->dirty);
     x->rows = calloc(n_replicas, sizeof *x->rows);
-    int rc = x->reps && x->dirty && x->rows ? RT_OK : RT_ENOMEM;
-    for (uint32_t r = 0; rc == RT_OK && r < n_replicas; r++)
+    int rc = x->reps && x->dirty && x->rows ? FL_OK : FL_ENOMEM;
+    for (uint32_t r = 0; rc == FL_OK && r < n_replicas; r++)
         x->reps[r].x = x;
-    if (rc == RT_OK)
+    if (rc == FL_OK)
         rc = make_router(x, err, err_size);
     else
         cli_errf(err, err_size, "out of memory");
-    if (rc == RT_OK && (rc = make_map(x)) != RT_OK)
+    if (rc == FL_OK && (rc = make_map(x)) != FL_OK)
         cli_errf(err, err_size, "out of memory");
-    if (rc != RT_OK) {
-        rt_index_free(x);
+    if (rc != FL_OK) {
+        fl_index_free(x);
         return rc;
     }
     *out = x;
-    return RT_OK;
+    return FL_OK;
 }
 
-void rt_index_free(rt_index *x)
+void fl_index_free(fl_index *x)
 {
     if (!x)
         return;

@@ -32,7 +32,7 @@ static const char *data_path(const char *name)
 {
     static char buf[4096];
     const char *dir = getenv("KVPREFIX_TEST_DATA");
-    snprintf(buf, sizeof buf, "%s/replay/%s", dir ? dir : "tests/data", name);
+    snprintf(buf, sizeof buf, "%s/replay/%s", dir ? dir : "tests/cli/data", name);
     return buf;
 }
 
@@ -976,12 +976,12 @@ static void diff_dir(const char *dir, diff_stats *st)
     closedir(d);
 }
 
-/* The data directory's sibling fuzz corpus: tests/data -> fuzz/corpus/NAME. */
+/* The data directory's sibling fuzz corpus: tests/cli/data -> fuzz/corpus/NAME. */
 static const char *corpus_path(const char *name)
 {
     static char buf[4096];
     const char *dir = getenv("KVPREFIX_TEST_DATA");
-    snprintf(buf, sizeof buf, "%s/../../fuzz/corpus/%s", dir ? dir : "tests/data", name);
+    snprintf(buf, sizeof buf, "%s/../../../fuzz/corpus/%s", dir ? dir : "tests/cli/data", name);
     return buf;
 }
 
@@ -989,8 +989,8 @@ Test(scanner, same_as_jansson_on_fixtures_and_corpus)
 {
     const char *dir = getenv("KVPREFIX_TEST_DATA");
     char plan[4096], replay[4096];
-    snprintf(plan, sizeof plan, "%s/plan", dir ? dir : "tests/data");
-    snprintf(replay, sizeof replay, "%s/replay", dir ? dir : "tests/data");
+    snprintf(plan, sizeof plan, "%s/plan", dir ? dir : "tests/cli/data");
+    snprintf(replay, sizeof replay, "%s/replay", dir ? dir : "tests/cli/data");
     diff_stats st = {0, 0, 0, 0};
     diff_dir(replay, &st);
     diff_dir(plan, &st);

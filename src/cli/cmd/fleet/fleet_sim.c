@@ -1,5 +1,5 @@
 /*
- * route_sim.c - the fleet simulation of `kvprefix route` (route.h; the model is documented in
+ * fleet_sim.c - the fleet simulation of `kvprefix fleet` (fleet.h; the model is documented in
  * docs/routing.md, "Fleet simulation").
  *
  * A fleet is N replicas, each its own kvp_cache (public API only) of the same capacity and
@@ -13,7 +13,7 @@
  *                                                                           kvp_release
  *
  *   routing  at arrival, by the policy (below); affinity hashes the key of the prompt's
- *            first affinity_blocks blocks on a consistent-hash ring (route_ring.c).
+ *            first affinity_blocks blocks on a consistent-hash ring (fleet_ring.c).
  *   start    when one of the replica's `concurrency` slots is free and the request is at
  *            the head of its queue: kvp_acquire_keys pins the cached prefix and allocates
  *            the blocks of prompt + output. KVP_ENOSPC (in-flight requests pin too much of
@@ -38,9 +38,9 @@
  * replica after the previous pick, so equal replicas take turns.
  *
  * Router index. With cfg->index (memory or redis) the cache-aware policies ask a kvp_router
- * (route_index.c) instead of the caches: every cache's events go to the index's collector,
- * each step's become one batch per replica (rt_index_step after every arrival or event), the
- * batches due are applied before each decision (rt_index_sync) and one score answers for all
+ * (fleet_index.c) instead of the caches: every cache's events go to the index's collector,
+ * each step's become one batch per replica (fl_index_step after every arrival or event), the
+ * batches due are applied before each decision (fl_index_sync) and one score answers for all
  * replicas. With zero delay that is exactly the caches' state, so the decisions are the
  * oracle's; with cfg->check each decision compares the two (same_as_oracle). The prefix
  * query of every decision is timed in real time (score_ns) in every mode: the N lookups,
@@ -65,9 +65,9 @@
 
 #include "cli.h"
 #include "logread.h"
-#include "route.h"
+#include "fleet.h"
 
-#define RT_NIL UINT32_MAX /* no request */
+#define FL_NIL UINT32_MAX /* no request */
 
 enum { EV_COMMIT = 0, EV_FINISH = 1 }; /* also their order at equal times */
 
@@ -81,74 +81,74 @@ enum {
     RQF_START_WAIT = 8 /* returned by start(): not an actual flag of a request */
 };
 
-typedef struct rt_event {
-    rt_time t;    /* when */
+typedef struct fl_event {
+    fl_time t;    /* when */
     uint64_t seq; /* scheduling order, to break ties */
     uint32_t req; /* the request */
     uint8_t kind; /* EV_* */
-} rt_event;
+} fl_event;
 
-typedef struct rt_rep {
+typedef struct fl_rep {
     kvp_cache *cache;    /* its pool */
     uint32_t in_flight;  /* requests started and not finished */
-    uint32_t q_head;     /* first queued request, or RT_NIL */
-    uint32_t q_tail;     /* last queued request, or RT_NIL */
+    uint32_t q_head;     /* first queued request, or FL_NIL */
+    uint32_t q_tail;     /* last queued request, or FL_NIL */
     uint32_t n_queued;   /* requests in the queue */
-    rt_time queued_est;  /* sum of the queued requests' estimated service times */
-    rt_time sum_finish;  /* sum of the in-flight requests' finish times */
-    rt_replica_stats st; /* what it served */
-} rt_rep;
+    fl_time queued_est;  /* sum of the queued requests' estimated service times */
+    fl_time sum_finish;  /* sum of the in-flight requests' finish times */
+    fl_replica_stats st; /* what it served */
+} fl_rep;
 
 typedef struct sim {
-    const rt_log *log;
-    const rt_sim_config *cfg;
+    const fl_log *log;
+    const fl_sim_config *cfg;
     uint32_t n;       /* replicas */
     uint32_t bs;      /* tokens per block */
-    rt_rep *rep;      /* n replicas */
-    rt_ring *ring;    /* affinity only */
+    fl_rep *rep;      /* n replicas */
+    fl_ring *ring;    /* affinity only */
     uint32_t *where;  /* per request: its replica */
-    uint32_t *next;   /* per request: the next in its queue, or RT_NIL */
-    rt_time *est;     /* per request: estimated service time (when routed) */
-    rt_time *finish;  /* per request: when it finishes (once started) */
-    rt_time *start;   /* per request: when it started */
-    rt_time *ttft;    /* per request: time to first token */
+    uint32_t *next;   /* per request: the next in its queue, or FL_NIL */
+    fl_time *est;     /* per request: estimated service time (when routed) */
+    fl_time *finish;  /* per request: when it finishes (once started) */
+    fl_time *start;   /* per request: when it started */
+    fl_time *ttft;    /* per request: time to first token */
     uint32_t *hit;    /* per request: prompt tokens reused */
     uint8_t *state;   /* per request: RQ_* */
     uint8_t *flags;   /* per request: RQF_* */
     uint32_t *cached; /* per replica: the routed request's cached prefix, in blocks */
     uint32_t *hits;   /* per replica: its hit tokens there */
     double *work;     /* per replica: outstanding work W */
-    rt_event *heap;   /* pending commits and finishes, a binary min-heap */
+    fl_event *heap;   /* pending commits and finishes, a binary min-heap */
     size_t n_heap, heap_cap;
     uint64_t seq;           /* events scheduled so far */
-    uint32_t *scratch;      /* a Mooncake prompt (rt_log_tokens), zeroed at allocation */
+    uint32_t *scratch;      /* a Mooncake prompt (fl_log_tokens), zeroed at allocation */
     uint64_t rng;           /* splitmix64 state (random) */
     uint64_t n_routed;      /* requests routed so far */
     uint32_t last;          /* previous pick, for the turn-taking of ties */
-    rt_time now;            /* the current instant */
+    fl_time now;            /* the current instant */
     bool token_forms;       /* vllm-sha256: keys cannot continue a request's chain, so acquire
                                and commit hash the tokens themselves */
     uint64_t n_block_waits; /* requests whose start KVP_ENOSPC postponed */
-    rt_index *index;        /* the cache-aware policies' router index; NULL: the oracle */
+    fl_index *index;        /* the cache-aware policies' router index; NULL: the oracle */
     uint64_t *score_ns;     /* wall time of each routing decision's prefix query */
     size_t n_score, cap_score;
     char *err;
     size_t err_size;
 } sim;
 
-static const char *const policy_names[RT_N_POLICIES] = {
+static const char *const policy_names[FL_N_POLICIES] = {
     "round-robin", "random", "least-loaded", "affinity", "cache-aware", "cache-aware-cap"};
 
-const char *rt_policy_name(int policy)
+const char *fl_policy_name(int policy)
 {
-    return policy >= 0 && policy < RT_N_POLICIES ? policy_names[policy] : NULL;
+    return policy >= 0 && policy < FL_N_POLICIES ? policy_names[policy] : NULL;
 }
 
-static const char *const index_names[RT_N_INDEX] = {"oracle", "memory", "redis"};
+static const char *const index_names[FL_N_INDEX] = {"oracle", "memory", "redis"};
 
-const char *rt_index_name(int mode)
+const char *fl_index_name(int mode)
 {
-    return mode >= 0 && mode < RT_N_INDEX ? index_names[mode] : NULL;
+    return mode >= 0 && mode < FL_N_INDEX ? index_names[mode] : NULL;
 }
 
 /* Real time, for the index's figures (never for the model). */
@@ -161,7 +161,7 @@ static uint64_t wall_ns(void)
 
 static inline bool policy_scores(int policy)
 {
-    return policy == RT_CACHE_AWARE || policy == RT_CACHE_CAP;
+    return policy == FL_CACHE_AWARE || policy == FL_CACHE_CAP;
 }
 
 static inline bool rq_in_flight(const sim *s, uint32_t i)
@@ -197,12 +197,12 @@ static int req_fail(sim *s, int code, uint32_t i, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     return sim_fail(s, code, "%s:%llu: %s", cli_input_name(s->cfg->name),
-                    (unsigned long long)rt_log_req(s->log, i)->line_no, msg);
+                    (unsigned long long)fl_log_req(s->log, i)->line_no, msg);
 }
 
 /* ---- the event heap ----------------------------------------------------------------------- */
 
-static inline bool ev_before(const rt_event *a, const rt_event *b)
+static inline bool ev_before(const fl_event *a, const fl_event *b)
 {
     if (a->t != b->t)
         return a->t < b->t;
@@ -211,25 +211,25 @@ static inline bool ev_before(const rt_event *a, const rt_event *b)
     return a->seq < b->seq;
 }
 
-/* Schedule an event. Returns RT_OK or RT_ENOMEM. */
-static int heap_push(sim *s, rt_time t, uint32_t req, uint8_t kind)
+/* Schedule an event. Returns FL_OK or FL_ENOMEM. */
+static int heap_push(sim *s, fl_time t, uint32_t req, uint8_t kind)
 {
     if (!cli_grow((void **)&s->heap, &s->heap_cap, s->n_heap + 1, sizeof *s->heap))
-        return sim_fail(s, RT_ENOMEM, "out of memory");
-    rt_event e = {t, s->seq++, req, kind};
+        return sim_fail(s, FL_ENOMEM, "out of memory");
+    fl_event e = {t, s->seq++, req, kind};
     size_t i = s->n_heap++;
     while (i > 0 && ev_before(&e, &s->heap[(i - 1) / 2])) {
         s->heap[i] = s->heap[(i - 1) / 2];
         i = (i - 1) / 2;
     }
     s->heap[i] = e;
-    return RT_OK;
+    return FL_OK;
 }
 
 /* Remove and return the earliest event (the heap is not empty). Cannot fail. */
-static rt_event heap_pop(sim *s)
+static fl_event heap_pop(sim *s)
 {
-    rt_event top = s->heap[0], e = s->heap[--s->n_heap];
+    fl_event top = s->heap[0], e = s->heap[--s->n_heap];
     size_t i = 0;
     for (;;) {
         size_t c = 2 * i + 1;
@@ -252,7 +252,7 @@ static rt_event heap_pop(sim *s)
 /* splitmix64: the next value of the stream. Cannot fail. */
 static uint64_t rng_next(sim *s)
 {
-    uint64_t z = rt_mix64(s->rng);
+    uint64_t z = fl_mix64(s->rng);
     s->rng += UINT64_C(0x9e3779b97f4a7c15);
     return z;
 }
@@ -269,92 +269,92 @@ static uint32_t rng_below(sim *s, uint32_t n)
 }
 
 /* Does request q need more blocks than a whole pool (prompt and output)? */
-static bool too_big(const sim *s, const rt_req *q)
+static bool too_big(const sim *s, const fl_req *q)
 {
     uint64_t need = ((uint64_t)q->n_prompt + q->n_output + s->bs - 1) / s->bs;
     return need > s->cfg->capacity;
 }
 
-/* Ask replica r what it holds of request i: cached[r] and hits[r]. Returns RT_OK or
- * RT_EINTERNAL. */
+/* Ask replica r what it holds of request i: cached[r] and hits[r]. Returns FL_OK or
+ * FL_EINTERNAL. */
 static int ask(sim *s, uint32_t i, uint32_t r)
 {
-    const rt_req *q = rt_log_req(s->log, i);
-    kvp_namespace ns = rt_log_ns(s->log, q);
+    const fl_req *q = fl_log_req(s->log, i);
+    kvp_namespace ns = fl_log_ns(s->log, q);
     kvp_match m;
-    int rc = kvp_lookup_keys(s->rep[r].cache, &ns, q->root, rt_log_keys(s->log, q), NULL,
+    int rc = kvp_lookup_keys(s->rep[r].cache, &ns, q->root, fl_log_keys(s->log, q), NULL,
                              q->n_prompt, NULL, 0, &m);
     if (rc != KVP_OK)
-        return req_fail(s, RT_EINTERNAL, i, "kvp_lookup_keys: %s", kvp_strerror(rc));
+        return req_fail(s, FL_EINTERNAL, i, "kvp_lookup_keys: %s", kvp_strerror(rc));
     s->cached[r] = m.n_blocks_cached;
     s->hits[r] = too_big(s, q) ? 0 : (uint32_t)m.n_tokens_hit;
-    return RT_OK;
+    return FL_OK;
 }
 
 /* The prompt tokens request q would reuse on a replica holding its first cached blocks:
  * kvp_lookup's rule (at least one prompt token computed), 0 when q is oversize. */
-static uint32_t hits_of(const sim *s, const rt_req *q, uint32_t cached)
+static uint32_t hits_of(const sim *s, const fl_req *q, uint32_t cached)
 {
     uint32_t most = (q->n_prompt - 1) / s->bs;
     return too_big(s, q) ? 0 : (cached < most ? cached : most) * s->bs;
 }
 
 /* With --check and no event delay: the index must say what every cache says. Overwrites
- * cached[] and hits[] with the caches' (equal) answers. Returns RT_OK or an error. */
+ * cached[] and hits[] with the caches' (equal) answers. Returns FL_OK or an error. */
 static int same_as_oracle(sim *s, uint32_t i)
 {
     for (uint32_t r = 0; r < s->n; r++) {
         uint32_t said = s->cached[r];
         int rc = ask(s, i, r);
-        if (rc != RT_OK)
+        if (rc != FL_OK)
             return rc;
         if (said != s->cached[r])
-            return req_fail(s, RT_EINTERNAL, i,
+            return req_fail(s, FL_EINTERNAL, i,
                             "the router index says replica %u holds %u blocks, its cache %u", r,
                             said, s->cached[r]);
     }
-    return RT_OK;
+    return FL_OK;
 }
 
 /* Learn what every replica holds of request i (cached[], hits[]): the oracle asks each
  * cache; an index first applies the batches due now, then answers with one score. The query
- * itself is timed (wall clock) into score_ns. Returns RT_OK or an error. */
+ * itself is timed (wall clock) into score_ns. Returns FL_OK or an error. */
 static int ask_all(sim *s, uint32_t i)
 {
-    const rt_req *q = rt_log_req(s->log, i);
-    int rc = RT_OK;
+    const fl_req *q = fl_log_req(s->log, i);
+    int rc = FL_OK;
     if (!cli_grow((void **)&s->score_ns, &s->cap_score, s->n_score + 1, sizeof *s->score_ns))
-        return sim_fail(s, RT_ENOMEM, "out of memory");
-    if (s->index && (rc = rt_index_sync(s->index, s->now, s->err, s->err_size)) != RT_OK)
+        return sim_fail(s, FL_ENOMEM, "out of memory");
+    if (s->index && (rc = fl_index_sync(s->index, s->now, s->err, s->err_size)) != FL_OK)
         return rc;
     uint64_t t0 = wall_ns(), ns = 0;
     if (s->index)
-        rc = rt_index_score(s->index, rt_log_keys(s->log, q), q->n_keys, s->cached, &ns, s->err,
+        rc = fl_index_score(s->index, fl_log_keys(s->log, q), q->n_keys, s->cached, &ns, s->err,
                             s->err_size);
-    for (uint32_t r = 0; !s->index && rc == RT_OK && r < s->n; r++)
+    for (uint32_t r = 0; !s->index && rc == FL_OK && r < s->n; r++)
         rc = ask(s, i, r);
     s->score_ns[s->n_score++] = s->index ? ns : wall_ns() - t0;
-    if (rc != RT_OK || !s->index)
+    if (rc != FL_OK || !s->index)
         return rc;
     for (uint32_t r = 0; r < s->n; r++)
         s->hits[r] = hits_of(s, q, s->cached[r]);
-    return s->cfg->check && s->cfg->index->event_delay == 0 ? same_as_oracle(s, i) : RT_OK;
+    return s->cfg->check && s->cfg->index->event_delay == 0 ? same_as_oracle(s, i) : FL_OK;
 }
 
 /* The service time of request q with hit prompt tokens reused. Cannot fail (bounded by
- * RT_MAX_TOKENS and RT_MAX_COST_NS: below 2^55). */
-static rt_time service(const sim *s, const rt_req *q, uint32_t hit)
+ * FL_MAX_TOKENS and FL_MAX_COST_NS: below 2^55). */
+static fl_time service(const sim *s, const fl_req *q, uint32_t hit)
 {
-    return (rt_time)(s->cfg->model.prefill_ns * (q->n_prompt - hit) +
+    return (fl_time)(s->cfg->model.prefill_ns * (q->n_prompt - hit) +
                      s->cfg->model.decode_ns * q->n_output);
 }
 
 static void update_work(sim *s)
 {
     for (uint32_t r = 0; r < s->n; r++) {
-        const rt_rep *p = &s->rep[r];
+        const fl_rep *p = &s->rep[r];
         s->work[r] =
-            (double)p->queued_est + (double)(p->sum_finish - (rt_time)p->in_flight * s->now);
+            (double)p->queued_est + (double)(p->sum_finish - (fl_time)p->in_flight * s->now);
     }
 }
 
@@ -367,18 +367,18 @@ static bool better(const sim *s, bool by_cache, uint32_t a, uint32_t b)
 }
 
 /* least-loaded and the cache-aware policies: scan from the replica after the previous
- * pick, keeping the first strictly better one. Returns RT_OK or an error. */
+ * pick, keeping the first strictly better one. Returns FL_OK or an error. */
 static int pick_scored(sim *s, uint32_t i, uint32_t *out)
 {
     int policy = s->cfg->policy;
     bool by_cache = policy_scores(policy);
     int rc;
     update_work(s);
-    if (by_cache && (rc = ask_all(s, i)) != RT_OK)
+    if (by_cache && (rc = ask_all(s, i)) != FL_OK)
         return rc;
     double limit = (double)INFINITY;
     uint32_t least = 0;
-    if (policy == RT_CACHE_CAP) {
+    if (policy == FL_CACHE_CAP) {
         double sum = 0.0;
         for (uint32_t r = 0; r < s->n; r++) {
             sum += s->work[r];
@@ -386,77 +386,77 @@ static int pick_scored(sim *s, uint32_t i, uint32_t *out)
         }
         limit = s->cfg->model.load_cap * (sum / s->n);
     }
-    uint32_t best = RT_NIL;
+    uint32_t best = FL_NIL;
     for (uint32_t k = 1; k <= s->n; k++) {
         uint32_t r = (s->last + k) % s->n;
         if (s->work[r] > limit && r != least)
             continue;
-        if (best == RT_NIL || better(s, by_cache, r, best))
+        if (best == FL_NIL || better(s, by_cache, r, best))
             best = r;
     }
     *out = best;
-    return RT_OK;
+    return FL_OK;
 }
 
 /* What the ring hashes for q: the key of its prefix of affinity_blocks blocks (or of all
  * its full blocks when it has fewer), else the hash of its partial first block. */
-static uint64_t affinity_key(const sim *s, const rt_req *q)
+static uint64_t affinity_key(const sim *s, const fl_req *q)
 {
     uint32_t k = s->cfg->model.affinity_blocks;
     if (q->n_keys == 0)
         return q->affinity;
-    return rt_log_keys(s->log, q)[(k < q->n_keys ? k : q->n_keys) - 1].lo;
+    return fl_log_keys(s->log, q)[(k < q->n_keys ? k : q->n_keys) - 1].lo;
 }
 
-/* Choose the replica of request i and its estimated service time there. Returns RT_OK or
+/* Choose the replica of request i and its estimated service time there. Returns FL_OK or
  * an error. */
-static int route(sim *s, uint32_t i, uint32_t *out, rt_time *est)
+static int route(sim *s, uint32_t i, uint32_t *out, fl_time *est)
 {
-    const rt_req *q = rt_log_req(s->log, i);
+    const fl_req *q = fl_log_req(s->log, i);
     uint32_t r = 0;
     int rc;
     switch (s->cfg->policy) {
-    case RT_ROUND_ROBIN:
+    case FL_ROUND_ROBIN:
         r = (uint32_t)(s->n_routed % s->n);
         break;
-    case RT_RANDOM:
+    case FL_RANDOM:
         r = rng_below(s, s->n);
         break;
-    case RT_AFFINITY:
-        r = rt_ring_pick(s->ring, affinity_key(s, q));
+    case FL_AFFINITY:
+        r = fl_ring_pick(s->ring, affinity_key(s, q));
         break;
     default:
-        if ((rc = pick_scored(s, i, &r)) != RT_OK)
+        if ((rc = pick_scored(s, i, &r)) != FL_OK)
             return rc;
         break;
     }
-    if (!policy_scores(s->cfg->policy) && (rc = ask(s, i, r)) != RT_OK)
+    if (!policy_scores(s->cfg->policy) && (rc = ask(s, i, r)) != FL_OK)
         return rc;
     *est = service(s, q, s->hits[r]);
     s->last = r;
     s->n_routed++;
     *out = r;
-    return RT_OK;
+    return FL_OK;
 }
 
 /* ---- the request's life ------------------------------------------------------------------- */
 
-/* Start request i on its replica now: acquire, schedule commit and finish. Returns RT_OK,
- * RQF_START_WAIT (KVP_ENOSPC: nothing changed), RT_EINPUT (past RT_TIME_MAX), RT_ENOMEM,
- * RT_EINTERNAL. */
+/* Start request i on its replica now: acquire, schedule commit and finish. Returns FL_OK,
+ * RQF_START_WAIT (KVP_ENOSPC: nothing changed), FL_EINPUT (past FL_TIME_MAX), FL_ENOMEM,
+ * FL_EINTERNAL. */
 static int start(sim *s, uint32_t i)
 {
-    const rt_req *q = rt_log_req(s->log, i);
-    rt_rep *p = &s->rep[s->where[i]];
+    const fl_req *q = fl_log_req(s->log, i);
+    fl_rep *p = &s->rep[s->where[i]];
     kvp_match m;
     memset(&m, 0, sizeof m);
     int rc = KVP_ETOOBIG;
     if (!too_big(s, q)) {
-        kvp_namespace ns = rt_log_ns(s->log, q);
-        const uint32_t *tokens = rt_log_tokens(s->log, q, s->scratch);
+        kvp_namespace ns = fl_log_ns(s->log, q);
+        const uint32_t *tokens = fl_log_tokens(s->log, q, s->scratch);
         size_t cap = (size_t)q->n_prompt + q->n_output;
         rc = s->token_forms ? kvp_acquire(p->cache, i, &ns, tokens, q->n_prompt, cap, &m)
-                            : kvp_acquire_keys(p->cache, i, &ns, q->root, rt_log_keys(s->log, q),
+                            : kvp_acquire_keys(p->cache, i, &ns, q->root, fl_log_keys(s->log, q),
                                                tokens, q->n_prompt, cap, &m);
     }
     if (rc == KVP_ENOSPC)
@@ -465,21 +465,21 @@ static int start(sim *s, uint32_t i)
         s->flags[i] |= RQF_OVERSIZE;
         memset(&m, 0, sizeof m);
     } else if (rc != KVP_OK) {
-        return req_fail(s, RT_EINTERNAL, i, "kvp_acquire: %s", kvp_strerror(rc));
+        return req_fail(s, FL_EINTERNAL, i, "kvp_acquire: %s", kvp_strerror(rc));
     } else {
         s->flags[i] |= RQF_PINNED;
     }
     uint32_t hit = (uint32_t)m.n_tokens_hit;
-    rt_time prefill = (rt_time)(s->cfg->model.prefill_ns * (q->n_prompt - hit));
-    rt_time end = s->now + service(s, q, hit);
-    if (end > RT_TIME_MAX)
-        return req_fail(s, RT_EINPUT, i,
+    fl_time prefill = (fl_time)(s->cfg->model.prefill_ns * (q->n_prompt - hit));
+    fl_time end = s->now + service(s, q, hit);
+    if (end > FL_TIME_MAX)
+        return req_fail(s, FL_EINPUT, i,
                         "the modelled time passes %.0f s: the fleet never catches up (lower the "
                         "per-token costs or add replicas)",
-                        (double)RT_TIME_MAX / 1e9);
-    if (rq_pinned(s, i) && (rc = heap_push(s, s->now + prefill, i, EV_COMMIT)) != RT_OK)
+                        (double)FL_TIME_MAX / 1e9);
+    if (rq_pinned(s, i) && (rc = heap_push(s, s->now + prefill, i, EV_COMMIT)) != FL_OK)
         return rc;
-    if ((rc = heap_push(s, end, i, EV_FINISH)) != RT_OK)
+    if ((rc = heap_push(s, end, i, EV_FINISH)) != FL_OK)
         return rc;
     s->state[i] = RQ_PREFILL;
     s->hit[i] = hit;
@@ -492,56 +492,56 @@ static int start(sim *s, uint32_t i)
     p->st.n_prompt_tokens += q->n_prompt;
     p->st.n_hit_tokens += hit;
     p->st.busy += end - s->now;
-    return RT_OK;
+    return FL_OK;
 }
 
-/* Start queued requests of replica r while it has free slots. Returns RT_OK or an error. */
+/* Start queued requests of replica r while it has free slots. Returns FL_OK or an error. */
 static int fill_slots(sim *s, uint32_t r)
 {
-    rt_rep *p = &s->rep[r];
-    while (p->in_flight < s->cfg->model.concurrency && p->q_head != RT_NIL) {
+    fl_rep *p = &s->rep[r];
+    while (p->in_flight < s->cfg->model.concurrency && p->q_head != FL_NIL) {
         uint32_t i = p->q_head;
         int rc = start(s, i);
         if (rc == RQF_START_WAIT) {
             /* Only in-flight requests pin blocks: with none, the whole pool is free or
              * evictable and a request that fits cannot be refused. */
             if (p->in_flight == 0)
-                return req_fail(s, RT_EINTERNAL, i, "no space on an idle replica");
+                return req_fail(s, FL_EINTERNAL, i, "no space on an idle replica");
             if (!(s->flags[i] & RQF_WAITED))
                 s->n_block_waits++;
             s->flags[i] |= RQF_WAITED;
-            return RT_OK;
+            return FL_OK;
         }
-        if (rc != RT_OK)
+        if (rc != FL_OK)
             return rc;
         p->q_head = s->next[i];
-        if (p->q_head == RT_NIL)
-            p->q_tail = RT_NIL;
+        if (p->q_head == FL_NIL)
+            p->q_tail = FL_NIL;
         p->n_queued--;
         p->queued_est -= s->est[i];
     }
-    return RT_OK;
+    return FL_OK;
 }
 
-/* Route request i and queue it. Returns RT_OK or an error. */
+/* Route request i and queue it. Returns FL_OK or an error. */
 static int arrive(sim *s, uint32_t i)
 {
     uint32_t r;
-    rt_time est;
+    fl_time est;
     int rc = route(s, i, &r, &est);
-    if (rc != RT_OK)
+    if (rc != FL_OK)
         return rc;
-    rt_rep *p = &s->rep[r];
-    if (p->queued_est > RT_TIME_MAX * 128 - est)
-        return req_fail(s, RT_EINPUT, i,
+    fl_rep *p = &s->rep[r];
+    if (p->queued_est > FL_TIME_MAX * 128 - est)
+        return req_fail(s, FL_EINPUT, i,
                         "a replica's queue holds more than %.0f s of work: the fleet never "
                         "catches up (lower the per-token costs or add replicas)",
-                        (double)RT_TIME_MAX * 128 / 1e9);
+                        (double)FL_TIME_MAX * 128 / 1e9);
     s->where[i] = r;
     s->est[i] = est;
-    s->next[i] = RT_NIL;
+    s->next[i] = FL_NIL;
     s->state[i] = RQ_QUEUED;
-    if (p->q_tail == RT_NIL)
+    if (p->q_tail == FL_NIL)
         p->q_head = i;
     else
         s->next[p->q_tail] = i;
@@ -551,18 +551,18 @@ static int arrive(sim *s, uint32_t i)
     return fill_slots(s, r);
 }
 
-/* Run one event: a commit or a finish. Returns RT_OK or an error. */
-static int handle(sim *s, const rt_event *e)
+/* Run one event: a commit or a finish. Returns FL_OK or an error. */
+static int handle(sim *s, const fl_event *e)
 {
     uint32_t i = e->req;
-    const rt_req *q = rt_log_req(s->log, i);
-    rt_rep *p = &s->rep[s->where[i]];
+    const fl_req *q = fl_log_req(s->log, i);
+    fl_rep *p = &s->rep[s->where[i]];
     int rc = KVP_OK;
     if (e->kind == EV_COMMIT) {
-        const uint32_t *tokens = rt_log_tokens(s->log, q, s->scratch);
+        const uint32_t *tokens = fl_log_tokens(s->log, q, s->scratch);
         rc = s->token_forms
                  ? kvp_commit(p->cache, i, tokens, q->n_prompt, NULL)
-                 : kvp_commit_keys(p->cache, i, rt_log_keys(s->log, q), tokens, q->n_prompt, NULL);
+                 : kvp_commit_keys(p->cache, i, fl_log_keys(s->log, q), tokens, q->n_prompt, NULL);
         s->state[i] = RQ_DECODE;
     } else {
         if (rq_pinned(s, i))
@@ -572,12 +572,12 @@ static int handle(sim *s, const rt_event *e)
         p->in_flight--;
         p->sum_finish -= s->finish[i];
         if (s->finish[i] > s->now)
-            return req_fail(s, RT_EINTERNAL, i, "finished early");
+            return req_fail(s, FL_EINTERNAL, i, "finished early");
     }
     if (rc != KVP_OK)
-        return req_fail(s, RT_EINTERNAL, i, "kvp_%s: %s",
+        return req_fail(s, FL_EINTERNAL, i, "kvp_%s: %s",
                         e->kind == EV_COMMIT ? "commit" : "release", kvp_strerror(rc));
-    return e->kind == EV_FINISH ? fill_slots(s, s->where[i]) : RT_OK;
+    return e->kind == EV_FINISH ? fill_slots(s, s->where[i]) : FL_OK;
 }
 
 /* ---- invariants --------------------------------------------------------------------------- */
@@ -585,10 +585,10 @@ static int handle(sim *s, const rt_event *e)
 /* Check one replica's queue and in-flight requests against its counters. */
 static bool rep_check(const sim *s, uint32_t r)
 {
-    const rt_rep *p = &s->rep[r];
-    uint32_t n = 0, last = RT_NIL;
-    rt_time est = 0, fin = 0;
-    for (uint32_t i = p->q_head; i != RT_NIL && n <= p->n_queued; i = s->next[i], n++) {
+    const fl_rep *p = &s->rep[r];
+    uint32_t n = 0, last = FL_NIL;
+    fl_time est = 0, fin = 0;
+    for (uint32_t i = p->q_head; i != FL_NIL && n <= p->n_queued; i = s->next[i], n++) {
         if (s->state[i] != RQ_QUEUED || s->where[i] != r)
             return false;
         est += s->est[i];
@@ -597,7 +597,7 @@ static bool rep_check(const sim *s, uint32_t r)
     if (n != p->n_queued || last != p->q_tail || est != p->queued_est)
         return false;
     uint32_t fly = 0, pinned = 0;
-    for (size_t i = 0; i < rt_log_n(s->log); i++)
+    for (size_t i = 0; i < fl_log_n(s->log); i++)
         if (s->state[i] >= RQ_QUEUED && s->where[i] == r && rq_in_flight(s, (uint32_t)i)) {
             fly++;
             pinned += rq_pinned(s, (uint32_t)i);
@@ -628,10 +628,10 @@ static void sim_free(sim *s)
 {
     for (uint32_t r = 0; s->rep && r < s->n; r++)
         kvp_cache_free(s->rep[r].cache);
-    rt_index_free(s->index); /* after the caches, which emit no events when freed */
+    fl_index_free(s->index); /* after the caches, which emit no events when freed */
     free(s->score_ns);
     free(s->rep);
-    rt_ring_free(s->ring);
+    fl_ring_free(s->ring);
     free(s->where);
     free(s->next);
     free(s->est);
@@ -648,10 +648,10 @@ static void sim_free(sim *s)
     free(s->scratch);
 }
 
-/* Allocate the arrays and the replicas' caches. Returns RT_OK or an error. */
+/* Allocate the arrays and the replicas' caches. Returns FL_OK or an error. */
 static int sim_init(sim *s)
 {
-    size_t n = rt_log_n(s->log);
+    size_t n = fl_log_n(s->log);
     s->where = calloc(n, sizeof *s->where);
     s->next = calloc(n, sizeof *s->next);
     s->est = calloc(n, sizeof *s->est);
@@ -665,82 +665,82 @@ static int sim_init(sim *s)
     s->hits = calloc(s->n, sizeof *s->hits);
     s->work = calloc(s->n, sizeof *s->work);
     s->rep = calloc(s->n, sizeof *s->rep);
-    s->scratch = rt_log_format(s->log) == LOG_MOONCAKE
-                     ? calloc(rt_log_max_prompt(s->log), sizeof *s->scratch)
+    s->scratch = fl_log_format(s->log) == LOG_MOONCAKE
+                     ? calloc(fl_log_max_prompt(s->log), sizeof *s->scratch)
                      : malloc(1);
-    if (s->cfg->policy == RT_AFFINITY)
-        s->ring = rt_ring_new(s->n, s->cfg->model.vnodes, s->cfg->model.random_seed);
+    if (s->cfg->policy == FL_AFFINITY)
+        s->ring = fl_ring_new(s->n, s->cfg->model.vnodes, s->cfg->model.random_seed);
     if (!s->where || !s->next || !s->est || !s->finish || !s->start || !s->ttft || !s->hit ||
         !s->state || !s->flags || !s->cached || !s->hits || !s->work || !s->rep || !s->scratch ||
-        (s->cfg->policy == RT_AFFINITY && !s->ring))
-        return sim_fail(s, RT_ENOMEM, "out of memory");
+        (s->cfg->policy == FL_AFFINITY && !s->ring))
+        return sim_fail(s, FL_ENOMEM, "out of memory");
     kvp_config kc = *s->cfg->cache;
     kc.n_blocks = s->cfg->capacity;
     kc.block_size = s->bs;
     kc.single_threaded = true;
     kc.on_event = NULL;
-    const rt_index_config *ic = s->cfg->index;
-    if (ic && ic->mode != RT_INDEX_ORACLE && policy_scores(s->cfg->policy)) {
-        int rc = rt_index_new(ic, s->n, s->bs, &s->index, s->err, s->err_size);
-        if (rc != RT_OK)
+    const fl_index_config *ic = s->cfg->index;
+    if (ic && ic->mode != FL_INDEX_ORACLE && policy_scores(s->cfg->policy)) {
+        int rc = fl_index_new(ic, s->n, s->bs, &s->index, s->err, s->err_size);
+        if (rc != FL_OK)
             return rc;
     }
     for (uint32_t r = 0; r < s->n; r++) {
-        s->rep[r].q_head = s->rep[r].q_tail = RT_NIL;
+        s->rep[r].q_head = s->rep[r].q_tail = FL_NIL;
         if (s->index)
-            rt_index_attach(s->index, r, &kc);
+            fl_index_attach(s->index, r, &kc);
         int rc = kvp_cache_new(&kc, &s->rep[r].cache);
         if (rc != KVP_OK)
-            return sim_fail(s, rc == KVP_ENOMEM ? RT_ENOMEM : RT_EINTERNAL,
+            return sim_fail(s, rc == KVP_ENOMEM ? FL_ENOMEM : FL_EINTERNAL,
                             "cannot create replica %u's cache of %u blocks: %s", r,
                             s->cfg->capacity, kvp_strerror(rc));
     }
     s->token_forms = kc.hash_profile == KVP_HASH_VLLM_SHA256;
     s->rng = s->cfg->model.random_seed;
     s->last = s->n - 1; /* so the first turn goes to replica 0 */
-    return RT_OK;
+    return FL_OK;
 }
 
-/* Run every arrival and event in time order. Returns RT_OK or an error. */
+/* Run every arrival and event in time order. Returns FL_OK or an error. */
 static int sim_loop(sim *s)
 {
-    size_t n = rt_log_n(s->log), i = 0;
+    size_t n = fl_log_n(s->log), i = 0;
     while (i < n || s->n_heap > 0) {
         int rc;
-        if (s->n_heap > 0 && (i == n || s->heap[0].t <= rt_log_req(s->log, i)->arrival)) {
-            rt_event e = heap_pop(s);
+        if (s->n_heap > 0 && (i == n || s->heap[0].t <= fl_log_req(s->log, i)->arrival)) {
+            fl_event e = heap_pop(s);
             s->now = e.t;
             rc = handle(s, &e);
         } else {
-            s->now = rt_log_req(s->log, i)->arrival;
+            s->now = fl_log_req(s->log, i)->arrival;
             rc = arrive(s, (uint32_t)i++);
         }
-        if (rc != RT_OK)
+        if (rc != FL_OK)
             return rc;
-        if (s->index && (rc = rt_index_step(s->index, s->now, s->err, s->err_size)) != RT_OK)
+        if (s->index && (rc = fl_index_step(s->index, s->now, s->err, s->err_size)) != FL_OK)
             return rc;
-        if (s->cfg->check && (!sim_check(s) || (s->index && !rt_index_check(s->index))))
-            return sim_fail(s, RT_EINTERNAL, "the simulation's invariants failed at %.6f s",
+        if (s->cfg->check && (!sim_check(s) || (s->index && !fl_index_check(s->index))))
+            return sim_fail(s, FL_EINTERNAL, "the simulation's invariants failed at %.6f s",
                             (double)s->now / 1e9);
     }
     /* The last steps' events too, so that the index's figures count every event. */
-    int rc = s->index ? rt_index_sync(s->index, INT64_MAX, s->err, s->err_size) : RT_OK;
-    if (rc != RT_OK)
+    int rc = s->index ? fl_index_sync(s->index, INT64_MAX, s->err, s->err_size) : FL_OK;
+    if (rc != FL_OK)
         return rc;
     for (uint32_t r = 0; r < s->n; r++)
         if (s->rep[r].n_queued || s->rep[r].in_flight)
-            return sim_fail(s, RT_EINTERNAL, "replica %u still has requests at the end", r);
-    return RT_OK;
+            return sim_fail(s, FL_EINTERNAL, "replica %u still has requests at the end", r);
+    return FL_OK;
 }
 
 static int cmp_time(const void *a, const void *b)
 {
-    rt_time x = *(const rt_time *)a, y = *(const rt_time *)b;
+    fl_time x = *(const fl_time *)a, y = *(const fl_time *)b;
     return (x > y) - (x < y);
 }
 
 /* The nearest-rank p-th percentile of sorted[0 .. n), n > 0. */
-static rt_time percentile(const rt_time *sorted, size_t n, unsigned p)
+static fl_time percentile(const fl_time *sorted, size_t n, unsigned p)
 {
     size_t rank = (n * p + 99) / 100;
     return sorted[rank ? rank - 1 : 0];
@@ -753,46 +753,46 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* The index's figures: score percentiles (sorting score_ns in place) and the router's
- * counters. Returns RT_OK or RT_EINTERNAL. */
-static int index_result(sim *s, rt_index_stats *st)
+ * counters. Returns FL_OK or FL_EINTERNAL. */
+static int index_result(sim *s, fl_index_stats *st)
 {
     memset(st, 0, sizeof *st);
-    st->mode = s->cfg->index ? s->cfg->index->mode : RT_INDEX_ORACLE;
-    if (s->index && rt_index_stats_get(s->index, st) != RT_OK)
-        return sim_fail(s, RT_EINTERNAL, "kvp_router_stats_get failed");
+    st->mode = s->cfg->index ? s->cfg->index->mode : FL_INDEX_ORACLE;
+    if (s->index && fl_index_stats_get(s->index, st) != FL_OK)
+        return sim_fail(s, FL_EINTERNAL, "kvp_router_stats_get failed");
     size_t n = s->n_score;
     st->n_scores = n;
     if (n == 0)
-        return RT_OK;
+        return FL_OK;
     qsort(s->score_ns, n, sizeof *s->score_ns, cmp_u64);
     st->score_p50_ns = s->score_ns[(n * 50 + 99) / 100 - 1];
     st->score_p99_ns = s->score_ns[(n * 99 + 99) / 100 - 1];
     st->score_max_ns = s->score_ns[n - 1];
     for (size_t i = 0; i < n; i++)
         st->score_ns += s->score_ns[i];
-    return RT_OK;
+    return FL_OK;
 }
 
-/* Fill *out from the finished simulation. Returns RT_OK, RT_ENOMEM or RT_EINTERNAL. */
-static int sim_result(sim *s, rt_result *out)
+/* Fill *out from the finished simulation. Returns FL_OK, FL_ENOMEM or FL_EINTERNAL. */
+static int sim_result(sim *s, fl_result *out)
 {
-    size_t n = rt_log_n(s->log);
-    rt_result r;
+    size_t n = fl_log_n(s->log);
+    fl_result r;
     memset(&r, 0, sizeof r);
     r.policy = s->cfg->policy;
     r.n_replicas = s->n;
     r.n_requests = n;
     r.n_block_waits = s->n_block_waits;
     int rc = index_result(s, &r.index);
-    if (rc != RT_OK)
+    if (rc != FL_OK)
         return rc;
-    rt_time *sorted = malloc(n * sizeof *sorted);
+    fl_time *sorted = malloc(n * sizeof *sorted);
     r.replicas = calloc(s->n, sizeof *r.replicas);
     r.per_req = s->cfg->record ? calloc(n, sizeof *r.per_req) : NULL;
     if (!sorted || !r.replicas || (s->cfg->record && !r.per_req)) {
         free(sorted);
-        rt_result_free(&r);
-        return sim_fail(s, RT_ENOMEM, "out of memory");
+        fl_result_free(&r);
+        return sim_fail(s, FL_ENOMEM, "out of memory");
     }
     double sum = 0.0, busy = 0.0, max_busy = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -801,7 +801,7 @@ static int sim_result(sim *s, rt_result *out)
         r.end = s->finish[i] > r.end ? s->finish[i] : r.end;
         r.n_oversize += (s->flags[i] & RQF_OVERSIZE) != 0;
         if (r.per_req) {
-            rt_req_outcome *o = &r.per_req[i];
+            fl_req_outcome *o = &r.per_req[i];
             o->replica = s->where[i];
             o->hit = s->hit[i];
             o->start = s->start[i];
@@ -823,10 +823,10 @@ static int sim_result(sim *s, rt_result *out)
     }
     r.imbalance = busy > 0.0 ? max_busy / (busy / s->n) : 1.0;
     *out = r;
-    return RT_OK;
+    return FL_OK;
 }
 
-int rt_sim_run(const rt_log *log, const rt_sim_config *cfg, rt_result *out, char *err,
+int fl_sim_run(const fl_log *log, const fl_sim_config *cfg, fl_result *out, char *err,
                size_t err_size)
 {
     sim s;
@@ -834,25 +834,25 @@ int rt_sim_run(const rt_log *log, const rt_sim_config *cfg, rt_result *out, char
     s.log = log;
     s.cfg = cfg;
     s.n = cfg->n_replicas;
-    s.bs = rt_log_block_size(log);
+    s.bs = fl_log_block_size(log);
     s.err = err;
     s.err_size = err_size;
-    if (s.n == 0 || s.n > RT_MAX_REPLICAS || cfg->policy < 0 || cfg->policy >= RT_N_POLICIES ||
-        cfg->model.concurrency == 0 || cfg->capacity == 0 || rt_log_n(log) >= RT_NIL)
-        return sim_fail(&s, RT_EINTERNAL, "invalid simulation configuration");
+    if (s.n == 0 || s.n > FL_MAX_REPLICAS || cfg->policy < 0 || cfg->policy >= FL_N_POLICIES ||
+        cfg->model.concurrency == 0 || cfg->capacity == 0 || fl_log_n(log) >= FL_NIL)
+        return sim_fail(&s, FL_EINTERNAL, "invalid simulation configuration");
     uint64_t t0 = wall_ns();
     int rc = sim_init(&s);
-    if (rc == RT_OK)
+    if (rc == FL_OK)
         rc = sim_loop(&s);
-    if (rc == RT_OK)
+    if (rc == FL_OK)
         rc = sim_result(&s, out);
     sim_free(&s);
-    if (rc == RT_OK)
+    if (rc == FL_OK)
         out->index.seconds = (double)(wall_ns() - t0) / 1e9;
     return rc;
 }
 
-void rt_result_free(rt_result *r)
+void fl_result_free(fl_result *r)
 {
     if (!r)
         return;

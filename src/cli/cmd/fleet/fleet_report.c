@@ -1,8 +1,8 @@
 /*
- * route_report.c - print what `kvprefix route` measured: a table (default), one JSON
+ * fleet_report.c - print what `kvprefix fleet` measured: a table (default), one JSON
  * document (--json, built with jansson) or CSV rows (--csv), and the SVG chart (--plot).
  *
- * Every rate is computed here from the counts in rt_result, so the three formats agree:
+ * Every rate is computed here from the counts in fl_result, so the three formats agree:
  * fleet token hit rate = hit tokens / prompt tokens over all replicas; a replica's hit rate
  * the same over its own requests; imbalance = max / mean busy time over replicas; TTFT
  * percentiles are nearest-rank over all requests. The gain of cache-aware over round-robin
@@ -22,7 +22,7 @@
 #include "escape.h"
 #include "flags.h"
 #include "logread.h"
-#include "route.h"
+#include "fleet.h"
 #include "svgplot.h"
 
 static double ratio(double a, double b)
@@ -30,12 +30,12 @@ static double ratio(double a, double b)
     return b != 0.0 ? a / b : 0.0;
 }
 
-static double hit_rate(const rt_result *r)
+static double hit_rate(const fl_result *r)
 {
     return ratio((double)r->n_hit_tokens, (double)r->n_prompt_tokens);
 }
 
-static double rep_rate(const rt_replica_stats *s)
+static double rep_rate(const fl_replica_stats *s)
 {
     return ratio((double)s->n_hit_tokens, (double)s->n_prompt_tokens);
 }
@@ -54,19 +54,19 @@ static const char *dur(double ns, char *buf, size_t size)
 }
 
 /* The slot of count index k and policy p (all zero when that pair did not run). */
-static const rt_result *slot(const rt_report *r, size_t k, int p)
+static const fl_result *slot(const fl_report *r, size_t k, int p)
 {
-    return &r->runs[k * RT_N_POLICIES + (size_t)p];
+    return &r->runs[k * FL_N_POLICIES + (size_t)p];
 }
 
 /* The run of count index k and policy p, or NULL when it did not run. */
-static const rt_result *run_at(const rt_options *o, const rt_report *r, size_t k, int p)
+static const fl_result *run_at(const fl_options *o, const fl_report *r, size_t k, int p)
 {
-    const rt_result *x = slot(r, k, p);
+    const fl_result *x = slot(r, k, p);
     return o->policies[p] && x->n_replicas ? x : NULL;
 }
 
-static void rep_range(const rt_result *x, double *lo, double *hi)
+static void rep_range(const fl_result *x, double *lo, double *hi)
 {
     *lo = 1.0;
     *hi = 0.0;
@@ -84,55 +84,55 @@ static double per_second(uint64_t n, uint64_t ns)
     return ns ? (double)n * 1e9 / (double)ns : 0.0;
 }
 
-static bool any_scores(const rt_options *o, const rt_report *r)
+static bool any_scores(const fl_options *o, const fl_report *r)
 {
     for (size_t k = 0; k < o->n_counts; k++)
-        for (int p = 0; p < RT_N_POLICIES; p++)
+        for (int p = 0; p < FL_N_POLICIES; p++)
             if (run_at(o, r, k, p) && slot(r, k, p)->index.n_scores)
                 return true;
     return false;
 }
 
-static void table_index_head(FILE *f, const rt_options *o, const rt_report *r)
+static void table_index_head(FILE *f, const fl_options *o, const fl_report *r)
 {
     int mode = o->index.mode;
-    fprintf(f, "\nrouter index: %s", rt_index_name(mode));
-    if (mode == RT_INDEX_ORACLE)
+    fprintf(f, "\nrouter index: %s", fl_index_name(mode));
+    if (mode == FL_INDEX_ORACLE)
         fprintf(f, " (a score is one kvp_lookup_keys per replica)\n");
     else
         fprintf(f, " (kvp_router fed by the replicas' events, %.6g ms after they happen%s%s)\n",
-                (double)o->index.event_delay / 1e6, mode == RT_INDEX_REDIS ? "; keys " : "",
-                mode == RT_INDEX_REDIS ? r->redis_prefix : "");
+                (double)o->index.event_delay / 1e6, mode == FL_INDEX_REDIS ? "; keys " : "",
+                mode == FL_INDEX_REDIS ? r->redis_prefix : "");
     fprintf(f, "  REAL wall-clock times on this machine (the TTFT above is modelled time)\n");
     fprintf(f, "%8s  %-16s %8s %8s %10s %10s %10s %11s %9s", "replicas", "policy", "wall", "scores",
             "score p50", "score p99", "score max", "applies/s", "events");
-    if (mode == RT_INDEX_REDIS)
+    if (mode == FL_INDEX_REDIS)
         fprintf(f, " %11s %9s", "calls/score", "fallback");
     fputc('\n', f);
 }
 
-static void table_index(FILE *f, const rt_options *o, const rt_report *r)
+static void table_index(FILE *f, const fl_options *o, const fl_report *r)
 {
     char a[32];
     if (!any_scores(o, r))
         return;
     table_index_head(f, o, r);
     for (size_t k = 0; k < o->n_counts; k++)
-        for (int p = 0; p < RT_N_POLICIES; p++) {
-            const rt_result *x = run_at(o, r, k, p);
+        for (int p = 0; p < FL_N_POLICIES; p++) {
+            const fl_result *x = run_at(o, r, k, p);
             if (!x || !x->index.n_scores)
                 continue;
-            const rt_index_stats *s = &x->index;
+            const fl_index_stats *s = &x->index;
             fprintf(f, "%8u  %-16s %7.2fs %8s %8.1fus %8.1fus %8.1fus", x->n_replicas,
-                    rt_policy_name(p), s->seconds, cli_fmt_count(s->n_scores, a, sizeof a),
+                    fl_policy_name(p), s->seconds, cli_fmt_count(s->n_scores, a, sizeof a),
                     (double)s->score_p50_ns / 1e3, (double)s->score_p99_ns / 1e3,
                     (double)s->score_max_ns / 1e3);
-            if (o->index.mode == RT_INDEX_ORACLE)
+            if (o->index.mode == FL_INDEX_ORACLE)
                 fprintf(f, " %11s %9s", "-", "-");
             else
                 fprintf(f, " %11.0f %9s", per_second(s->n_applies, s->apply_ns),
                         cli_fmt_count(s->n_events, a, sizeof a));
-            if (o->index.mode == RT_INDEX_REDIS)
+            if (o->index.mode == FL_INDEX_REDIS)
                 fprintf(f, " %11.2f %9llu", ratio((double)s->n_score_calls, (double)s->n_scores),
                         (unsigned long long)s->n_fallback_scores +
                             (unsigned long long)s->n_fallback_applies);
@@ -142,10 +142,10 @@ static void table_index(FILE *f, const rt_options *o, const rt_report *r)
 
 /* ---- table -------------------------------------------------------------------------------- */
 
-static void table_head(FILE *f, const rt_options *o, const rt_report *r)
+static void table_head(FILE *f, const fl_options *o, const fl_report *r)
 {
     char a[32], b[32], c[32];
-    fputs("kvprefix route: ", f);
+    fputs("kvprefix fleet: ", f);
     cli_put_escaped(f, r->input, strlen(r->input));
     fprintf(f, " (%s)\n", in_format_name(r->format));
     fprintf(f, "  requests        %s (%s prompt tokens), blocks of %u tokens\n",
@@ -175,15 +175,15 @@ static void table_head(FILE *f, const rt_options *o, const rt_report *r)
             o->model.vnodes);
 }
 
-static void table_runs(FILE *f, const rt_options *o, const rt_report *r, uint64_t *oversize,
+static void table_runs(FILE *f, const fl_options *o, const fl_report *r, uint64_t *oversize,
                        uint64_t *waits)
 {
     char a[32], b[32], c[32];
     fprintf(f, "%8s  %-16s %8s  %-17s %9s %11s %11s %11s\n", "replicas", "policy", "hit rate",
             "replica min..max", "imbalance", "TTFT p50", "TTFT p99", "TTFT mean");
     for (size_t k = 0; k < o->n_counts; k++)
-        for (int p = 0; p < RT_N_POLICIES; p++) {
-            const rt_result *x = run_at(o, r, k, p);
+        for (int p = 0; p < FL_N_POLICIES; p++) {
+            const fl_result *x = run_at(o, r, k, p);
             if (!x)
                 continue;
             double lo, hi;
@@ -191,7 +191,7 @@ static void table_runs(FILE *f, const rt_options *o, const rt_report *r, uint64_
             char range[32];
             snprintf(range, sizeof range, "%.1f%%..%.1f%%", lo * 100.0, hi * 100.0);
             fprintf(f, "%8u  %-16s %7.1f%%  %-17s %9.2f %11s %11s %11s\n", x->n_replicas,
-                    rt_policy_name(p), hit_rate(x) * 100.0, range, x->imbalance,
+                    fl_policy_name(p), hit_rate(x) * 100.0, range, x->imbalance,
                     dur((double)x->ttft_p50, a, sizeof a), dur((double)x->ttft_p99, b, sizeof b),
                     dur(x->ttft_mean, c, sizeof c));
             *oversize += x->n_oversize;
@@ -199,14 +199,14 @@ static void table_runs(FILE *f, const rt_options *o, const rt_report *r, uint64_
         }
 }
 
-static void table_gain(FILE *f, const rt_options *o, const rt_report *r)
+static void table_gain(FILE *f, const fl_options *o, const fl_report *r)
 {
-    if (!o->policies[RT_ROUND_ROBIN] || !o->policies[RT_CACHE_AWARE])
+    if (!o->policies[FL_ROUND_ROBIN] || !o->policies[FL_CACHE_AWARE])
         return;
     fprintf(f, "\ngain of cache-aware over round-robin (TTFT: round-robin's / cache-aware's)\n");
     fprintf(f, "%8s  %-22s %10s %10s\n", "replicas", "hit rate", "TTFT p50", "TTFT p99");
     for (size_t k = 0; k < o->n_counts; k++) {
-        const rt_result *rr = slot(r, k, RT_ROUND_ROBIN), *ca = slot(r, k, RT_CACHE_AWARE);
+        const fl_result *rr = slot(r, k, FL_ROUND_ROBIN), *ca = slot(r, k, FL_CACHE_AWARE);
         char g[48];
         snprintf(g, sizeof g, "%+.1f pp (x%.2f)", (hit_rate(ca) - hit_rate(rr)) * 100.0,
                  ratio(hit_rate(ca), hit_rate(rr)));
@@ -216,7 +216,7 @@ static void table_gain(FILE *f, const rt_options *o, const rt_report *r)
     }
 }
 
-static void table(FILE *f, const rt_options *o, const rt_report *r)
+static void table(FILE *f, const fl_options *o, const fl_report *r)
 {
     uint64_t oversize = 0, waits = 0;
     table_head(f, o, r);
@@ -236,7 +236,7 @@ static void table(FILE *f, const rt_options *o, const rt_report *r)
 
 /* ---- JSON --------------------------------------------------------------------------------- */
 
-static json_t *model_json(const rt_options *o, const rt_report *r)
+static json_t *model_json(const fl_options *o, const fl_report *r)
 {
     json_t *m = json_object();
     json_object_set_new(m, "concurrency", json_integer(o->model.concurrency));
@@ -249,18 +249,18 @@ static json_t *model_json(const rt_options *o, const rt_report *r)
     json_object_set_new(m, "vnodes", json_integer(o->model.vnodes));
     json_object_set_new(m, "affinity_blocks", json_integer(o->model.affinity_blocks));
     json_object_set_new(m, "random_seed", json_integer((json_int_t)o->model.random_seed));
-    json_object_set_new(m, "index", json_string(rt_index_name(o->index.mode)));
-    if (o->index.mode != RT_INDEX_ORACLE)
+    json_object_set_new(m, "index", json_string(fl_index_name(o->index.mode)));
+    if (o->index.mode != FL_INDEX_ORACLE)
         json_object_set_new(m, "event_delay_ms", json_real((double)o->index.event_delay / 1e6));
-    if (o->index.mode == RT_INDEX_REDIS)
+    if (o->index.mode == FL_INDEX_REDIS)
         json_object_set_new(m, "redis_prefix", json_string(r->redis_prefix));
     return m;
 }
 
-static json_t *index_json(const rt_index_stats *s)
+static json_t *index_json(const fl_index_stats *s)
 {
     json_t *j = json_object();
-    json_object_set_new(j, "index", json_string(rt_index_name(s->mode)));
+    json_object_set_new(j, "index", json_string(fl_index_name(s->mode)));
     json_object_set_new(j, "wall_seconds", json_real(s->seconds));
     json_object_set_new(j, "scores", json_integer((json_int_t)s->n_scores));
     json_object_set_new(j, "score_p50_us", json_real((double)s->score_p50_ns / 1e3));
@@ -273,7 +273,7 @@ static json_t *index_json(const rt_index_stats *s)
     json_object_set_new(j, "applies_per_second", json_real(per_second(s->n_applies, s->apply_ns)));
     json_object_set_new(j, "events_applied", json_integer((json_int_t)s->n_events));
     json_object_set_new(j, "event_blocks", json_integer((json_int_t)s->n_blocks));
-    if (s->mode == RT_INDEX_REDIS) {
+    if (s->mode == FL_INDEX_REDIS) {
         json_object_set_new(j, "redis_calls", json_integer((json_int_t)s->n_redis_calls));
         json_object_set_new(j, "redis_calls_per_score",
                             json_real(ratio((double)s->n_score_calls, (double)s->n_scores)));
@@ -286,11 +286,11 @@ static json_t *index_json(const rt_index_stats *s)
     return j;
 }
 
-static json_t *run_json(const rt_result *x)
+static json_t *run_json(const fl_result *x)
 {
     json_t *j = json_object(), *reps = json_array();
     json_object_set_new(j, "replicas", json_integer(x->n_replicas));
-    json_object_set_new(j, "policy", json_string(rt_policy_name(x->policy)));
+    json_object_set_new(j, "policy", json_string(fl_policy_name(x->policy)));
     json_object_set_new(j, "requests", json_integer((json_int_t)x->n_requests));
     json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)x->n_prompt_tokens));
     json_object_set_new(j, "hit_tokens", json_integer((json_int_t)x->n_hit_tokens));
@@ -303,7 +303,7 @@ static json_t *run_json(const rt_result *x)
     json_object_set_new(j, "oversize", json_integer((json_int_t)x->n_oversize));
     json_object_set_new(j, "block_waits", json_integer((json_int_t)x->n_block_waits));
     for (uint32_t i = 0; i < x->n_replicas; i++) {
-        const rt_replica_stats *s = &x->replicas[i];
+        const fl_replica_stats *s = &x->replicas[i];
         json_t *e = json_object();
         json_object_set_new(e, "requests", json_integer((json_int_t)s->n_requests));
         json_object_set_new(e, "prompt_tokens", json_integer((json_int_t)s->n_prompt_tokens));
@@ -318,12 +318,12 @@ static json_t *run_json(const rt_result *x)
     return j;
 }
 
-static json_t *gain_json(const rt_options *o, const rt_report *r)
+static json_t *gain_json(const fl_options *o, const fl_report *r)
 {
     json_t *a = json_array();
     for (size_t k = 0;
-         o->policies[RT_ROUND_ROBIN] && o->policies[RT_CACHE_AWARE] && k < o->n_counts; k++) {
-        const rt_result *rr = slot(r, k, RT_ROUND_ROBIN), *ca = slot(r, k, RT_CACHE_AWARE);
+         o->policies[FL_ROUND_ROBIN] && o->policies[FL_CACHE_AWARE] && k < o->n_counts; k++) {
+        const fl_result *rr = slot(r, k, FL_ROUND_ROBIN), *ca = slot(r, k, FL_CACHE_AWARE);
         json_t *g = json_object();
         json_object_set_new(g, "replicas", json_integer(rr->n_replicas));
         json_object_set_new(g, "hit_rate_pp", json_real((hit_rate(ca) - hit_rate(rr)) * 100.0));
@@ -337,7 +337,7 @@ static json_t *gain_json(const rt_options *o, const rt_report *r)
     return a;
 }
 
-static int json_report(FILE *f, const rt_options *o, const rt_report *r)
+static int json_report(FILE *f, const fl_options *o, const fl_report *r)
 {
     json_t *j = json_object(), *runs = json_array();
     json_object_set_new(j, "input", json_string(r->input));
@@ -355,7 +355,7 @@ static int json_report(FILE *f, const rt_options *o, const rt_report *r)
     }
     json_object_set_new(j, "model", model_json(o, r));
     for (size_t k = 0; k < o->n_counts; k++)
-        for (int p = 0; p < RT_N_POLICIES; p++)
+        for (int p = 0; p < FL_N_POLICIES; p++)
             if (run_at(o, r, k, p))
                 json_array_append_new(runs, run_json(slot(r, k, p)));
     json_object_set_new(j, "runs", runs);
@@ -370,20 +370,20 @@ static int json_report(FILE *f, const rt_options *o, const rt_report *r)
 
 /* ---- CSV ---------------------------------------------------------------------------------- */
 
-static void csv(FILE *f, const rt_options *o, const rt_report *r)
+static void csv(FILE *f, const fl_options *o, const fl_report *r)
 {
     fputs("replicas,policy,requests,prompt_tokens,hit_tokens,token_hit_rate,replica_hit_min,"
           "replica_hit_max,imbalance,ttft_p50_ms,ttft_p99_ms,ttft_mean_ms,oversize,block_waits\n",
           f);
     for (size_t k = 0; k < o->n_counts; k++)
-        for (int p = 0; p < RT_N_POLICIES; p++) {
-            const rt_result *x = run_at(o, r, k, p);
+        for (int p = 0; p < FL_N_POLICIES; p++) {
+            const fl_result *x = run_at(o, r, k, p);
             if (!x)
                 continue;
             double lo, hi;
             rep_range(x, &lo, &hi);
             fprintf(f, "%u,%s,%llu,%llu,%llu,%.6f,%.6f,%.6f,%.4f,%.3f,%.3f,%.3f,%llu,%llu\n",
-                    x->n_replicas, rt_policy_name(p), (unsigned long long)x->n_requests,
+                    x->n_replicas, fl_policy_name(p), (unsigned long long)x->n_requests,
                     (unsigned long long)x->n_prompt_tokens, (unsigned long long)x->n_hit_tokens,
                     hit_rate(x), lo, hi, x->imbalance, (double)x->ttft_p50 / 1e6,
                     (double)x->ttft_p99 / 1e6, x->ttft_mean / 1e6,
@@ -391,7 +391,7 @@ static void csv(FILE *f, const rt_options *o, const rt_report *r)
         }
 }
 
-int rt_report_write(FILE *f, const rt_options *o, const rt_report *r)
+int fl_report_write(FILE *f, const fl_options *o, const fl_report *r)
 {
     if (o->json) {
         if (json_report(f, o, r) != 0)
@@ -406,19 +406,19 @@ int rt_report_write(FILE *f, const rt_options *o, const rt_report *r)
 
 /* ---- chart -------------------------------------------------------------------------------- */
 
-int rt_plot_write(FILE *f, const rt_options *o, const rt_report *r, char *err, size_t err_size)
+int fl_plot_write(FILE *f, const fl_options *o, const fl_report *r, char *err, size_t err_size)
 {
-    double x[RT_MAX_COUNTS], y[RT_N_POLICIES][RT_MAX_COUNTS];
-    svg_series series[RT_N_POLICIES];
+    double x[FL_MAX_COUNTS], y[FL_N_POLICIES][FL_MAX_COUNTS];
+    svg_series series[FL_N_POLICIES];
     size_t n_series = 0;
     for (size_t k = 0; k < o->n_counts; k++)
         x[k] = (double)o->counts[k];
-    for (int p = 0; p < RT_N_POLICIES; p++) {
+    for (int p = 0; p < FL_N_POLICIES; p++) {
         if (!o->policies[p])
             continue;
         for (size_t k = 0; k < o->n_counts; k++)
             y[n_series][k] = hit_rate(slot(r, k, p));
-        series[n_series].name = rt_policy_name(p);
+        series[n_series].name = fl_policy_name(p);
         series[n_series].y = y[n_series];
         n_series++;
     }
