@@ -16,6 +16,8 @@
  * catching each kind of corruption. kvp_router_check runs after every mutation.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,6 +419,175 @@ Test(router_score, rows_and_capacity)
     kvp_router_stats st;
     cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
     cr_assert_eq(st.n_scores, 2);
+    kvp_router_free(r);
+}
+
+/* The view this build's routers answer from: the shared store in test_router_redis. */
+#ifdef KVP_TEST_REDIS
+#define VIEW_EXPECTED KVP_ROUTER_VIEW_REDIS
+#else
+#define VIEW_EXPECTED KVP_ROUTER_VIEW_LOCAL
+#endif
+
+/* kvp_router_score_v2 and _score_hashes_v2: the rows of the v1 calls, the view of each
+ * call in its own result, each row's engine id; a failed call reports no view. */
+Test(router_score, v2_reports_view_and_engine_ids)
+{
+    cr_assert_str_eq(kvp_router_view_name(KVP_ROUTER_VIEW_LOCAL), "local");
+    cr_assert_str_eq(kvp_router_view_name(KVP_ROUTER_VIEW_REDIS), "redis");
+    cr_assert_str_eq(kvp_router_view_name(KVP_ROUTER_VIEW_FALLBACK), "fallback");
+    cr_assert_null(kvp_router_view_name(0));
+    kvp_router_score_result_init(NULL);
+    kvp_router *r = router_new();
+    kvp_config hc = hash_cfg(KVP_HASH_XXH3, 4);
+    uint32_t a = add_worker(r, "pod-a", 0, hc, NULL);
+    uint32_t b = add_worker(r, "pod-b", 3, hc, NULL);
+    uint32_t t[16];
+    seq_tokens(t, 16, 100);
+    kvp_namespace ns = ns_none();
+    uint64_t k[4];
+    cr_assert_eq(keys_of(hc, &ns, t, 16, k, 4), 4);
+    kvp_kv_event e = ev_stored(k, 3, t, 4, NULL);
+    apply_expect(r, b, 0, &e, 1, KVP_ROUTER_APPLIED);
+
+    kvp_router_row rows[4], rows1[4];
+    const char *ids[4] = {NULL, NULL, NULL, NULL};
+    kvp_router_score_result res;
+    kvp_router_score_result_init(&res);
+    cr_assert_null(res.engine_ids);
+    cr_assert_eq(res.view, 0);
+    res.engine_ids = ids;
+    size_t n = 0, n1 = 0;
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 4, &n, &res), KVP_OK);
+    cr_assert_eq(res.view, VIEW_EXPECTED);
+    cr_assert_eq(kvp_router_score(r, &ns, t, 16, rows1, 4, &n1), KVP_OK);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(n1, 2);
+    cr_assert_eq(memcmp(rows, rows1, sizeof rows[0] * n), 0, "v2 rows equal v1's");
+    for (size_t i = 0; i < n; i++)
+        cr_assert_str_eq(ids[i], rows[i].worker == a ? "pod-a" : "pod-b", "row %zu", i);
+    cr_assert_eq(rows[1].worker, b);
+    cr_assert_eq(rows[1].n_blocks, 3);
+
+    memset(ids, 0, sizeof ids);
+    res.view = 0;
+    cr_assert_eq(kvp_router_score_hashes_v2(r, k, 4, rows, 4, &n, &res), KVP_OK);
+    cr_assert_eq(res.view, VIEW_EXPECTED);
+    cr_assert_str_eq(ids[0], "pod-a");
+    cr_assert_str_eq(ids[1], "pod-b");
+    cr_assert_eq(rows[1].n_blocks, 3);
+
+    res.engine_ids = NULL; /* no engine ids wanted: the view still comes */
+    res.view = 0;
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 4, &n, &res), KVP_OK);
+    cr_assert_eq(res.view, VIEW_EXPECTED);
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 4, &n, NULL), KVP_OK);
+
+    res.engine_ids = ids;
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 1, &n, &res), KVP_ENOSPC);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(res.view, 0, "a failed call names no view");
+    cr_assert_eq(kvp_router_score_v2(NULL, &ns, t, 16, rows, 4, &n, &res), KVP_EINVAL);
+    cr_assert_eq(kvp_router_score_hashes_v2(r, NULL, 2, rows, 4, &n, &res), KVP_EINVAL);
+
+    /* A worker removed and added again under its engine id: the same interned string. */
+    res.view = 0;
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 4, &n, &res), KVP_OK);
+    const char *before = ids[0];
+    cr_assert_eq(kvp_router_worker_remove(r, a), KVP_OK);
+    cr_assert_str_eq(before, "pod-a", "still readable after the removal");
+    uint32_t a2 = add_worker(r, "pod-a", 0, hc, NULL);
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 4, &n, &res), KVP_OK);
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].worker == a2)
+            cr_assert_eq(ids[i], before, "one copy per engine id");
+    }
+    kvp_router_stats st;
+    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
+    cr_assert_eq(st.n_scores, 7);
+    CHECK(r);
+    kvp_router_free(r);
+}
+
+/* Engine ids handed out by a score stay valid while another thread removes and adds
+ * workers (ASan would report a read of freed memory): each row's id names the worker the
+ * row was scored for, and every pointer taken during the churn reads back its name after
+ * it. */
+typedef struct churn {
+    kvp_router *r;
+    kvp_config hash;
+    atomic_bool stop;
+    atomic_int rounds;  /* remove-and-add rounds done */
+    atomic_bool failed; /* a removal failed */
+} churn;
+
+#define CHURN_SLOTS 6
+
+static void *churn_main(void *arg)
+{
+    churn *c = arg;
+    char name[32];
+    for (int i = 0; !atomic_load(&c->stop) || atomic_load(&c->rounds) < 50; i++) {
+        uint32_t id = 0;
+        snprintf(name, sizeof name, "churn-%d", i % 40); /* names come back: shared copies */
+        kvp_router_worker_config wc;
+        kvp_router_worker_config_init(&wc);
+        wc.engine_id = name;
+        wc.hash = c->hash;
+        int rc = kvp_router_worker_add(c->r, &wc, &id);
+        if ((rc == KVP_EEXIST || rc == KVP_OK) && kvp_router_worker_remove(c->r, id) != KVP_OK)
+            atomic_store(&c->failed, true);
+        atomic_fetch_add(&c->rounds, 1);
+    }
+    return NULL;
+}
+
+Test(router_score, rows_keep_engine_ids_across_concurrent_removal, .timeout = 120)
+{
+    kvp_router *r = router_new();
+    churn c = {.r = r, .hash = hash_cfg(KVP_HASH_XXH3, 4)};
+    atomic_init(&c.stop, false);
+    atomic_init(&c.rounds, 0);
+    atomic_init(&c.failed, false);
+    for (int w = 0; w < CHURN_SLOTS; w++) {
+        char name[16];
+        snprintf(name, sizeof name, "fixed-%d", w);
+        (void)add_worker(r, name, 0, c.hash, NULL);
+    }
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, churn_main, &c), 0);
+    uint32_t t[16];
+    seq_tokens(t, 16, 7);
+    kvp_namespace ns = ns_none();
+    enum { KEEP = 64 };
+    static const char *kept[KEEP];
+    size_t n_kept = 0;
+    for (int i = 0; i < 300 || atomic_load(&c.rounds) < 50; i++) {
+        kvp_router_row rows[16];
+        const char *ids[16];
+        kvp_router_score_result res;
+        kvp_router_score_result_init(&res);
+        res.engine_ids = ids;
+        size_t n = 0;
+        cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 16, &n, &res), KVP_OK);
+        cr_assert_eq(res.view, VIEW_EXPECTED);
+        cr_assert(n >= CHURN_SLOTS && n <= CHURN_SLOTS + 1, "%zu rows", n);
+        for (size_t j = 0; j < n; j++) {
+            cr_assert(strncmp(ids[j], "fixed-", 6) == 0 || strncmp(ids[j], "churn-", 6) == 0,
+                      "row %zu: engine id '%s'", j, ids[j]);
+            if (rows[j].worker < CHURN_SLOTS)
+                cr_assert_eq(ids[j][6] - '0', (int)rows[j].worker, "a fixed worker's name");
+            else if (n_kept < KEEP)
+                kept[n_kept++] = ids[j]; /* a churned worker: removed soon after */
+        }
+    }
+    atomic_store(&c.stop, true);
+    pthread_join(th, NULL);
+    cr_assert(!atomic_load(&c.failed), "a churn removal failed");
+    cr_assert_gt(n_kept, 0, "some rows named a worker that was removed afterwards");
+    for (size_t i = 0; i < n_kept; i++)
+        cr_assert(strncmp(kept[i], "churn-", 6) == 0, "kept id %zu reads back", i);
+    CHECK(r);
     kvp_router_free(r);
 }
 
