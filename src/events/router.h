@@ -20,7 +20,9 @@
  * (no file calls up):
  *
  *   router.c                                   public entry points
- *   router_redis.c, router_redis_ops.c         the Redis store
+ *   router_redis_ops.c                         the Redis store (its operations)
+ *   router_redis.c                             the Redis store's transport: connection,
+ *                                              commands, pipeline with a deadline
  *   router_local.c                             the local store
  *   (router_store.h)                           the store interface, the lock protocol
  *   router_apply.c, router_score.c             apply a batch, score a prompt
@@ -33,15 +35,16 @@
  * router_base.c (allocator, lock), router_table.c (the table), router_workers.c (the
  * index: lifecycle, workers, interned names, hash groups, media, stats, checker),
  * router_apply.c (batch validation, sequence numbers, apply), router_score.c (scoring,
- * prompt keys), router_local.c (the local store), router_redis.c (the Redis store:
- * connection, commands, worker operations, its operations table), router_redis_ops.c
- * (the Redis store's apply and score), router_redis.lua (its Lua library).
+ * prompt keys), router_local.c (the local store), router_redis.c (the Redis store's
+ * transport: configuration, connection, commands), router_redis_ops.c (the Redis store:
+ * creation, apply, score, worker operations, stats, checker, its operations table),
+ * router_redis.lua (its Lua library).
  */
 #ifndef KVP_EVENTS_ROUTER_H
 #define KVP_EVENTS_ROUTER_H
 
 #include "router_local.h"
-#include "router_redis.h"
+#include "router_redis_ops.h"
 
 struct kvp_router {
     kvp__rt_index ix;     /* the in-memory index (the local view) */

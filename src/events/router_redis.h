@@ -1,32 +1,26 @@
 /*
- * router_redis.h - the Redis store of the router index (src/events/router_redis*.c): the
- * router_store.h interface answered by the in-memory index (the local view) and a Redis
- * database that several routers share. Nothing here is installed or exported.
+ * router_redis.h - the transport of the router index's Redis store (router_redis.c): the
+ * store's struct, its configuration and connection, commands built in one buffer and run
+ * in one pipeline with a deadline. The store's operations over the index are
+ * router_redis_ops.h's; this layer calls none of them. Nothing here is installed or
+ * exported.
  *
  *   kvp__rr
- *    |- base            the store interface (ops = the Redis store's, ix = the router's index)
- *    `- the store       one hiredis connection under a mutex, its address, key prefix,
+ *    |- base            the store interface (router_store.h): ops, the router's index
+ *    `- the transport   one hiredis connection under a mutex, its address, key prefix,
  *                       timeouts, the retry pause and the counters
  *
- * Every batch is validated and applied to the local index exactly as the local store
- * applies it, then sent to Redis in one FCALL (kvprefix_apply of router_redis.lua);
- * scores are one pipelined round trip (one kvprefix_score FCALL per hash group) and fall
- * back to the local index (router_score.c, the local store's score) when Redis fails or is
- * in its retry pause, reported per call as KVP_ROUTER_VIEW_FALLBACK. worker_add and check
- * are the local store's (router_local.h).
- *
  * Locks: router_store.h's protocol. mu is this store's mutex (lock 1): taken before the
- * index lock, never after; the index lock is never held during network I/O. The store
- * takes both itself, through router_base.c: it calls nothing in router.c. The counters
+ * index lock, never after; the index lock is never held during network I/O. The counters
  * are atomics, read by stats without the mutex.
  *
- * Without hiredis (KVP_HAVE_REDIS undefined) kvp__rr_new and kvp__rr_check are inline
- * stubs: a Redis url is KVP_ENOTSUP at creation.
+ * Compiled only with hiredis (KVP_HAVE_REDIS); router_redis_ops.h has the stubs of a build
+ * without it.
  */
 #ifndef KVP_EVENTS_ROUTER_REDIS_H
 #define KVP_EVENTS_ROUTER_REDIS_H
 
-#include "router_local.h"
+#include "router_store.h"
 
 #ifdef KVP_HAVE_REDIS
 
@@ -109,39 +103,14 @@ void kvp__rr_replies_free(struct redisReply **replies, size_t n);
  * start the pause). mu held. */
 void kvp__rr_fail_locked(kvp__rr *rr);
 
-/* A Redis store over ix from cfg (cfg->url not NULL), after one try to connect (a failure
- * only starts the retry pause). Returns KVP_OK with *out set; KVP_EINVAL (a field out of
- * range, a url or key prefix that does not parse); KVP_ENOMEM. */
-int kvp__rr_new(kvp__rt_index *ix, const kvp_router_redis *cfg, kvp__rt_store **out);
+/* Configure rr from cfg (cfg->url not NULL) and try to connect once (a failure only starts
+ * the retry pause). rr zeroed but for its mutex and base. Returns KVP_OK; KVP_EINVAL (a
+ * field out of range, a url or key prefix that does not parse); KVP_ENOMEM. Whatever it
+ * returns, kvp__rr_conn_close frees what it made. */
+int kvp__rr_conn_open(kvp__rr *rr, const kvp_router_redis *cfg);
 
-/* The apply and score operations (router_redis_ops.c) of the store s (a kvp__rr). */
-int kvp__rr_apply(kvp__rt_store *s, kvp_router_item *items, size_t n);
-int kvp__rr_score(kvp__rt_store *s, const kvp__rt_query *q, size_t *n_rows, int *view);
-
-/* The store's invariant checker (kvprefix_check in router_redis.lua): every key of its
- * prefix, walked with KEYS (tests and debugging only). Returns KVP_OK, KVP_ECORRUPT (*why:
- * a static description), KVP_EIO (Redis failed: counted as any failure), KVP_ENOMEM;
- * KVP_EINVAL when s is not a Redis store. */
-int kvp__rr_check(kvp__rt_store *s, const char **why);
-
-#else
-
-typedef struct kvp__rr kvp__rr;
-
-static inline int kvp__rr_new(kvp__rt_index *ix, const kvp_router_redis *cfg, kvp__rt_store **out)
-{
-    (void)ix;
-    (void)cfg;
-    (void)out;
-    return KVP_ENOTSUP;
-}
-
-static inline int kvp__rr_check(kvp__rt_store *s, const char **why)
-{
-    (void)s;
-    (void)why;
-    return KVP_EINVAL;
-}
+/* Close the connection and free the address strings. Cannot fail. */
+void kvp__rr_conn_close(kvp__rr *rr);
 
 #endif /* KVP_HAVE_REDIS */
 

@@ -1,5 +1,8 @@
 /*
- * router_redis_ops.c - batches and scores of a router with a Redis store (router_redis.h).
+ * router_redis_ops.c - the Redis store (router_redis_ops.h): the router_store.h
+ * operations over the index and the transport of router_redis.c (which it calls; nothing
+ * calls back up): creation, batches, scores, the worker operations, stats and the store's
+ * checker.
  *
  * kvp__rr_apply (kvp_router_apply, kvp_router_apply_many), under rr->mu:
  *   1. under the exclusive lock: apply every item to the local index as without a store
@@ -48,7 +51,16 @@
 
 #include <hiredis/hiredis.h>
 
-#include "router_redis.h"
+#include "router_redis_ops.h"
+
+/* What redis_worker_op does, in the store, after the local call. */
+enum {
+    OP_MARK_STALE = 1, /* kvp_router_mark_stale */
+    OP_RESYNC = 2,     /* kvp_router_resync */
+    OP_REMOVE = 3      /* kvp_router_worker_remove */
+};
+
+static const kvp__rt_store_ops redis_ops;
 
 /* ---------------------------------------------------------------- apply */
 
@@ -343,7 +355,7 @@ static bool apply_store_locked(kvp__rr *rr, kvp_router_item *items, sent_item *s
     return applied;
 }
 
-int kvp__rr_apply(kvp__rt_store *st, kvp_router_item *items, size_t n)
+static int redis_apply(kvp__rt_store *st, kvp_router_item *items, size_t n)
 {
     kvp__rr *rr = (kvp__rr *)st;
     kvp__rt_index *ix = st->ix;
@@ -660,7 +672,7 @@ static int score_once(kvp__rr *rr, const kvp__rt_query *q, size_t *n_rows)
     return rc;
 }
 
-int kvp__rr_score(kvp__rt_store *s, const kvp__rt_query *q, size_t *n_rows, int *view)
+static int redis_score(kvp__rt_store *s, const kvp__rt_query *q, size_t *n_rows, int *view)
 {
     kvp__rr *rr = (kvp__rr *)s;
     int rc = 2;
@@ -681,3 +693,201 @@ int kvp__rr_score(kvp__rt_store *s, const kvp__rt_query *q, size_t *n_rows, int 
     *view = KVP_ROUTER_VIEW_FALLBACK;
     return kvp__rt_score(s->ix, q, n_rows);
 }
+
+/* ---------------------------------------------------------------- lifecycle, stats */
+
+/* Close the connection and free the store. */
+static void rr_free(kvp__rr *rr)
+{
+    kvp__rr_conn_close(rr);
+    pthread_mutex_destroy(&rr->mu);
+    free(rr);
+}
+
+static void redis_free(kvp__rt_store *s)
+{
+    rr_free((kvp__rr *)s);
+}
+
+int kvp__rr_new(kvp__rt_index *ix, const kvp_router_redis *cfg, kvp__rt_store **out)
+{
+    kvp__rr *rr = calloc(1, sizeof *rr);
+    if (!rr)
+        return KVP_ENOMEM;
+    if (pthread_mutex_init(&rr->mu, NULL) != 0) {
+        free(rr);
+        return KVP_ENOMEM;
+    }
+    rr->base.ops = &redis_ops;
+    rr->base.ix = ix;
+    int rc = kvp__rr_conn_open(rr, cfg);
+    if (rc != KVP_OK) {
+        rr_free(rr);
+        return rc;
+    }
+    *out = &rr->base;
+    return KVP_OK;
+}
+
+static void redis_stats(kvp__rt_store *s, kvp_router_stats *st)
+{
+    kvp__rr *rr = (kvp__rr *)s;
+    st->redis = true;
+    st->redis_up = atomic_load(&rr->up);
+    st->n_redis_calls = atomic_load(&rr->n_calls);
+    st->n_redis_errors = atomic_load(&rr->n_errors);
+    st->n_redis_connects = atomic_load(&rr->n_connects);
+    st->n_fallback_scores = atomic_load(&rr->n_fallback_scores);
+    st->n_fallback_applies = atomic_load(&rr->n_fallback_applies);
+    st->n_redis_lost = atomic_load(&rr->n_lost);
+    st->n_redis_duplicates = atomic_load(&rr->n_duplicates);
+    st->n_redis_reseeds = atomic_load(&rr->n_reseeds);
+}
+
+/* ---------------------------------------------------------------- worker operations */
+
+/* The local part of redis_worker_op; copies the worker's gid and identity first.
+ * Exclusive lock held. */
+static int local_op_locked(kvp__rt_index *ix, uint32_t id, int op, unsigned char *gid,
+                           char **engine, int64_t *dp)
+{
+    if (!kvp__rt_worker_ok(ix, id))
+        return KVP_ENOENT;
+    const kvp__rt_worker *w = &ix->workers[id];
+    kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, gid);
+    *engine = strdup(w->engine_id);
+    *dp = w->dp_rank;
+    if (op == OP_MARK_STALE)
+        kvp__rt_mark_stale_locked(ix, id);
+    else if (op == OP_RESYNC)
+        return kvp__rt_resync_locked(ix, id);
+    else
+        return kvp__rt_worker_remove_locked(ix, id);
+    return KVP_OK;
+}
+
+/* The Redis part: one FCALL. mu held. */
+static void store_op_locked(kvp__rr *rr, int op, const unsigned char *gid, const char *engine,
+                            int64_t dp)
+{
+    static const char *const fn[] = {"", "kvprefix_mark_stale", "kvprefix_resync",
+                                     "kvprefix_remove"};
+    kvp__rr_cmd cmd;
+    kvp__rr_cmd_init(&cmd);
+    kvp__rr_cmd_fcall(&cmd, rr, fn[op]);
+    if (op == OP_MARK_STALE)
+        kvp__rr_cmd_i64(&cmd, (int64_t)rr->ttl_ms);
+    char *p = kvp__rr_cmd_arg(&cmd, KVP__RR_GID_BYTES);
+    if (p)
+        memcpy(p, gid, KVP__RR_GID_BYTES);
+    if (op == OP_MARK_STALE) {
+        kvp__rr_cmd_str(&cmd, engine);
+        kvp__rr_cmd_i64(&cmd, dp);
+    }
+    redisReply *rep = NULL;
+    if (kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr)) == KVP_OK) {
+        if (rep->type != REDIS_REPLY_INTEGER)
+            kvp__rr_fail_locked(rr);
+        kvp__rr_replies_free(&rep, 1);
+    }
+    kvp__rr_cmd_free(&cmd);
+}
+
+/* mark_stale, resync or worker_remove (op): the local call, then the same in Redis when
+ * the local one succeeded. Returns the local call's code. */
+static int redis_worker_op(kvp__rr *rr, uint32_t id, int op)
+{
+    kvp__rt_index *ix = rr->base.ix;
+    unsigned char gid[KVP__RR_GID_BYTES];
+    char *engine = NULL;
+    int64_t dp = 0;
+    pthread_mutex_lock(&rr->mu);
+    kvp__rt_wrlock(&ix->lock);
+    int rc = local_op_locked(ix, id, op, gid, &engine, &dp);
+    kvp__rt_unlock(&ix->lock);
+    if (rc == KVP_OK && engine)
+        store_op_locked(rr, op, gid, engine, dp);
+    pthread_mutex_unlock(&rr->mu);
+    free(engine);
+    return rc;
+}
+
+static int redis_worker_remove(kvp__rt_store *s, uint32_t id)
+{
+    return redis_worker_op((kvp__rr *)s, id, OP_REMOVE);
+}
+
+static int redis_mark_stale(kvp__rt_store *s, uint32_t id)
+{
+    return redis_worker_op((kvp__rr *)s, id, OP_MARK_STALE);
+}
+
+static int redis_resync(kvp__rt_store *s, uint32_t id)
+{
+    return redis_worker_op((kvp__rr *)s, id, OP_RESYNC);
+}
+
+/* ---------------------------------------------------------------- checker */
+
+/* The checker's verdicts, as static strings (the reply's own text dies with the reply). */
+static const char *const check_whys[] = {
+    "media: a bit outside 0..5",
+    "media: a bit given twice",
+    "media: a name not in upper case",
+    "worker state: expected is not 16 hex digits",
+    "worker state: known, stale or full is not 0 or 1",
+    "worker state: n differs from the blocks held",
+    "blocks: a block key is not 8 bytes",
+    "blocks: a mask is 0 or names an unregistered medium",
+};
+
+static const char *static_why(const char *s, size_t len)
+{
+    for (size_t i = 0; i < sizeof check_whys / sizeof *check_whys; i++) {
+        if (strlen(check_whys[i]) == len && memcmp(check_whys[i], s, len) == 0)
+            return check_whys[i];
+    }
+    return "the store's checker returned an unknown verdict";
+}
+
+int kvp__rr_check(kvp__rt_store *s, const char **why)
+{
+    if (!s || s->ops != &redis_ops)
+        return KVP_EINVAL;
+    kvp__rr *rr = (kvp__rr *)s;
+    kvp__rr_cmd cmd;
+    kvp__rr_cmd_init(&cmd);
+    kvp__rr_cmd_fcall(&cmd, rr, "kvprefix_check");
+    redisReply *rep = NULL;
+    pthread_mutex_lock(&rr->mu);
+    int rc = kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr));
+    if (rc == KVP_OK) {
+        bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+                  rep->element[0]->type == REDIS_REPLY_INTEGER &&
+                  rep->element[1]->type == REDIS_REPLY_STRING;
+        if (!ok)
+            kvp__rr_fail_locked(rr);
+        rc = !ok ? KVP_EIO : rep->element[0]->integer == 1 ? KVP_OK : KVP_ECORRUPT;
+        if (rc == KVP_ECORRUPT && why)
+            *why = static_why(rep->element[1]->str, rep->element[1]->len);
+        kvp__rr_replies_free(&rep, 1);
+    }
+    pthread_mutex_unlock(&rr->mu);
+    kvp__rr_cmd_free(&cmd);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the store */
+
+static const kvp__rt_store_ops redis_ops = {
+    .name = "redis",
+    .apply = redis_apply,
+    .score = redis_score,
+    .worker_add = kvp__rt_local_worker_add, /* workers reach Redis with their first batch */
+    .worker_remove = redis_worker_remove,
+    .mark_stale = redis_mark_stale,
+    .resync = redis_resync,
+    .stats = redis_stats,
+    .check = kvp__rt_local_check, /* kvp_router_check is about the local view */
+    .free = redis_free,
+};

@@ -33,7 +33,7 @@
 
 #include "kvprefix_events.h"
 #include "router.h"
-#include "router_redis.h"
+#include "router_redis_ops.h"
 #include "testutil.h"
 
 #define BS 16u /* block size of every worker here */
