@@ -12,8 +12,10 @@
  * (plain per-worker arrays) follows random operations on twelve workers in three hash
  * groups, enough holders per block to move sets between inline and spill storage; scores,
  * per-worker counts and holder totals must agree after every step. The memory figure
- * (bytes per (block, worker)) is checked against the 26.9 B anchor. The checker is shown
- * catching each kind of corruption. kvp_router_check runs after every mutation.
+ * (bytes per (block, worker)) is checked against the 26.9 B anchor. kvp_router_score_v2
+ * reports each call's view (local here, redis in test_router_redis) and each row's engine
+ * id, which stays readable while another thread removes and adds workers. The checker is
+ * shown catching each kind of corruption. kvp_router_check runs after every mutation.
  */
 #include <math.h>
 #include <pthread.h>
@@ -1956,6 +1958,18 @@ Test(router_check, catches_each_corruption)
     *w0 = w0saved;
     r->ix.table.arenas[cls].free_head = fh;
     r->ix.table.arenas[cls].n_free--;
+
+    static char stray[] = "w2"; /* 11: a worker's engine id that is not interned */
+    const char *id2 = r->ix.workers[2].engine_id;
+    r->ix.workers[2].engine_id = stray;
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "engine id outside names[]");
+    r->ix.workers[2].engine_id = id2;
+
+    static char dup[] = "w0"; /* 12: one engine id interned twice */
+    kvp__rt_name nm1 = r->ix.names[1];
+    r->ix.names[1] = (kvp__rt_name){dup, 2};
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "a name interned twice");
+    r->ix.names[1] = nm1;
 
     CHECK(r);
     kvp_router_free(r);
