@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <criterion/criterion.h>
 
@@ -537,6 +538,8 @@ static void *churn_main(void *arg)
         wc.engine_id = name;
         wc.hash = c->hash;
         int rc = kvp_router_worker_add(c->r, &wc, &id);
+        struct timespec pause = {0, 200000}; /* live for a while: scores see it */
+        nanosleep(&pause, NULL);
         if ((rc == KVP_EEXIST || rc == KVP_OK) && kvp_router_worker_remove(c->r, id) != KVP_OK)
             atomic_store(&c->failed, true);
         atomic_fetch_add(&c->rounds, 1);
@@ -564,7 +567,7 @@ Test(router_score, rows_keep_engine_ids_across_concurrent_removal, .timeout = 12
     enum { KEEP = 64 };
     static const char *kept[KEEP];
     size_t n_kept = 0;
-    for (int i = 0; i < 300 || atomic_load(&c.rounds) < 50; i++) {
+    for (int i = 0; i < 300 || atomic_load(&c.rounds) < 50 || n_kept == 0; i++) {
         kvp_router_row rows[16];
         const char *ids[16];
         kvp_router_score_result res;
