@@ -10,8 +10,8 @@
  *             and a real timestamp, as `kvprefix replay` reads them (seeded, so every run
  *             sees the same bytes);
  *   mooncake  the lines of the Mooncake traces given on the command line (for example
- *             the .jsonl files in /work/shared/traces), or 20000 synthetic lines of the same shape
- *             (input_length 1..32000, hash_ids accordingly) when none is given.
+ *             the public FAST'25 traces, docs/replay.md), or 20000 synthetic lines of the
+ *             same shape (input_length 1..32000, hash_ids accordingly) when none is given.
  * For each set, each round times one pass of the scanner and one pass of jansson (parse and
  * json_decref) over all lines; N rounds (default 5). Printed: the median MB/s of each in wall
  * time and in CPU time (the process's, which a loaded machine disturbs less), and the median
@@ -25,9 +25,9 @@
  * the key set a fresh scanner and record need for that line alone, divided by the line's
  * bytes. The largest ratio over the set is printed (the line itself is not counted).
  *
- * Result (build-h/bench/bench_jsonl_scan the .jsonl files in /work/shared/traces; gcc 12,
- * debugoptimized; 2 cores shared with other jobs at a load average of 16, so wall figures
- * are several times below an idle machine's and the CPU-time figures are the better guide):
+ * Result (build-h/bench/bench_jsonl_scan conversation_trace.jsonl synthetic_trace.jsonl;
+ * gcc 12, debugoptimized; 2 cores shared with other jobs at a load average of 16, so wall
+ * figures are several times below an idle machine's and the CPU-time figures are the better guide):
  *
  *   set       MB    wall MB/s scanner / jansson  ratio   CPU MB/s scanner / jansson
  *   tokens    31.2        166.8 / 10.4           15.2x         752.4 / 44.5

@@ -3,6 +3,7 @@
 per-call overhead.
 
     python3 bench/bench_python.py [--requests N] [--warmup N] [--reps N] [--quick]
+            [--ext-dir DIR]
 
 (c) has the shape of bench_core.c's: lengths uniform 512..8192 tokens, each prompt starting
 with one of 1,000 shared system prompts (256..2048 tokens, Zipf popularity s=0.4) followed
@@ -14,9 +15,16 @@ distribution). The timed region is the Python loop over the batch's three calls;
 are numpy uint32 rows, passed without a copy.
 
 For the ratio, the same batches (the same prompts, on a second cache) are also run through
-Cache._run_batch, which makes the same three library calls per request in a C loop: the
-difference is the whole cost of the Python layer (argument parsing, releasing the GIL,
-collecting events, building the Match). A third cache runs the same prompts through the
+the C loop of _kvprefix_bench.Loop.run_batch, which makes the same three library calls per
+request: the difference is the whole cost of the Python layer (argument parsing, releasing
+the GIL, collecting events, building the Match).
+
+_kvprefix_bench (bench/bench_python_ext.c) is not part of the package: python/meson.build
+builds it beside the extension and never installs it, so the wheel does not hold it. This
+script imports it from the build directory that pip's build kept, build-py/build/python by
+default (scripts/test.sh and docs/python.md install with --config-settings
+builddir=build-py/build); --ext-dir names another. Its cache is its own kvp_cache, made with
+the Python caches' configuration from the same library objects. A third cache runs the same prompts through the
 hash-outside-the-lock forms (Cache.keys(raw=True), acquire_keys, commit_keys with the same
 keys): what a multi-threaded frontend would call. --profile picks the caches' hash profile
 (default keyed, the library's default); --single-threaded makes them single-threaded (the
@@ -24,7 +32,7 @@ library skips its lock and the binding keeps the GIL). The requests are split in
 figure is the median over the chunks, after --warmup untimed requests that fill the pool.
 
 Per-call overhead: Cache.stats() timed in a Python loop against kvp_cache_stats timed in a C
-loop (Cache._time_stats), and Cache.release of an unknown id (raises NotFoundError) and
+loop (Loop.time_stats, on a cache of the same shape), and Cache.release of an unknown id (raises NotFoundError) and
 Cache.grow of a request that already holds its capacity (no-op calls).
 
 Every time is the thread's CPU time (time.thread_time(), CLOCK_THREAD_CPUTIME_ID in the C
@@ -35,6 +43,8 @@ The last line, SUMMARY, is for scripts.
 """
 
 import argparse
+import importlib
+import pathlib
 import statistics
 import sys
 import time
@@ -43,6 +53,7 @@ import numpy as np
 
 import kvprefix
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
 BS = 16
 RING = 32
 BATCH = 256
@@ -100,14 +111,28 @@ def run_py_keys(cache, ns, buf, lens, first):
     return time.thread_time() - t0
 
 
-def workload(a):
+def load_ext(ext_dir):
+    """The module _kvprefix_bench from the build directory (it is never installed)."""
+    sys.path.insert(0, str(ext_dir))
+    try:
+        return importlib.import_module("_kvprefix_bench")
+    except ImportError as e:
+        sys.exit(
+            f"bench_python.py: no _kvprefix_bench in {ext_dir} ({e}); build the package with "
+            "pip's --config-settings builddir=build-py/build, or pass --ext-dir"
+        )
+    finally:
+        sys.path.pop(0)
+
+
+def workload(a, ext):
     w = Workload(a.seed, 0.4)
     ns = kvprefix.Namespace(model="bench-model", tenant="bench")
     opts = dict(hash_profile=a.profile, single_threaded=a.single_threaded)
     if a.profile in ("keyed", "siphash"):
         opts["hash_key"] = bytes(range(32))  # one key: the three caches compute equal keys
     py_cache = kvprefix.Cache(a.pool, BS, **opts)
-    c_cache = kvprefix.Cache(a.pool, BS, **opts)
+    c_loop = ext.Loop(a.pool, BS, **opts)
     k_cache = kvprefix.Cache(a.pool, BS, **opts)
     rid = 0
     done = 0
@@ -116,7 +141,7 @@ def workload(a):
         buf, lens = w.batch(n)
         run_py(py_cache, ns, buf, lens, rid)
         run_py_keys(k_cache, ns, buf, lens, rid)
-        c_cache._run_batch(ns, buf, lens, rid, RING)
+        c_loop.run_batch(ns, buf, lens, rid, RING)
         rid += n
         done += n
     s0 = py_cache.stats()
@@ -130,7 +155,7 @@ def workload(a):
             buf, lens = w.batch(n)
             t_py += run_py(py_cache, ns, buf, lens, rid)
             t_k += run_py_keys(k_cache, ns, buf, lens, rid)
-            t_c += c_cache._run_batch(ns, buf, lens, rid, RING) / 1e9
+            t_c += c_loop.run_batch(ns, buf, lens, rid, RING) / 1e9
             rid += n
             done += n
         py_rps.append(chunk / t_py)
@@ -138,20 +163,23 @@ def workload(a):
         k_rps.append(chunk / t_k)
     s1 = py_cache.stats()
     py_cache.check()
-    c_cache.check()
+    c_loop.check()
     k_cache.check()
-    assert py_cache.stats()[:10] == c_cache.stats()[:10], "both caches saw the same requests"
+    assert tuple(py_cache.stats())[:10] == c_loop.stats()[:10], "both saw the same requests"
     assert py_cache.stats()[:10] == k_cache.stats()[:10], "the keys forms did the same"
     hit = (s1.n_tokens_hit - s0.n_tokens_hit) / (s1.n_tokens_queried - s0.n_tokens_queried)
     med = statistics.median
     return med(py_rps), med(c_rps), med(k_rps), hit, s1.n_evictions
 
 
-def per_call(a):
+def per_call(a, ext):
     """Median over reps of (Python stats us, C stats us, release-unknown us, grow no-op us)."""
     c = kvprefix.Cache(1024, BS, hash_profile=a.profile, single_threaded=a.single_threaded)
     ns = kvprefix.Namespace(model="m")
     c.acquire(1, ns, np.arange(64, dtype=np.uint32))
+    loop = ext.Loop(1024, BS, hash_profile=a.profile, single_threaded=a.single_threaded)
+    one = np.arange(64, dtype=np.uint32).reshape(1, 64)
+    loop.run_batch(ns, one, np.array([64], dtype=np.uint32), 1, 1 << 63)  # the same shape
     n = 200_000 if not a.quick else 50_000
     stats, cstats, rel, grow = [], [], [], []
     release, stats_fn, grow_fn = c.release, c.stats, c.grow
@@ -160,7 +188,7 @@ def per_call(a):
         for _ in range(n):
             stats_fn()
         stats.append((time.thread_time() - t0) / n * 1e6)
-        cstats.append(c._time_stats(n) / 1e3)
+        cstats.append(loop.time_stats(n) / 1e3)
         t0 = time.thread_time()
         for _ in range(n // 4):
             try:
@@ -186,6 +214,11 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="20k requests, 5k warm-up")
     ap.add_argument("--profile", default="keyed", help="hash profile (default keyed)")
     ap.add_argument("--single-threaded", action="store_true", help="single-threaded caches")
+    ap.add_argument(
+        "--ext-dir",
+        default=REPO / "build-py" / "build" / "python",
+        help="where _kvprefix_bench was built (default build-py/build/python)",
+    )
     a = ap.parse_args(argv)
     if a.quick:
         a.requests, a.warmup = 20_000, 5_000
@@ -196,14 +229,15 @@ def main(argv=None):
         f"flight; medians of {a.reps} chunks; thread CPU time; profile {a.profile}"
         f"{', single-threaded' if a.single_threaded else ''}"
     )
-    py, cc, kk, hit, ev = workload(a)
+    ext = load_ext(a.ext_dir)
+    py, cc, kk, hit, ev = workload(a, ext)
     print(f"  Python loop (acquire+commit+release)  {py:10.0f} req/s")
     print(f"  Python loop, keys outside the lock    {kk:10.0f} req/s")
-    print(f"  C loop, same prompts (_run_batch)     {cc:10.0f} req/s")
+    print(f"  C loop, same prompts (run_batch)      {cc:10.0f} req/s")
     print(f"  Python / C                            {py / cc:10.3f}")
     print(f"  Python layer per request              {(1 / py - 1 / cc) * 1e6:10.2f} us")
     print(f"  token hit rate {hit:.4f}, evictions {ev}")
-    st, cst, rel, grow = per_call(a)
+    st, cst, rel, grow = per_call(a, ext)
     print("per-call overhead (medians of %d runs):" % a.reps)
     print(f"  Cache.stats()                         {st:10.3f} us")
     print(f"  kvp_cache_stats in a C loop           {cst:10.3f} us")

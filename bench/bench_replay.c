@@ -9,9 +9,10 @@
  *
  *   bench_replay [--reps N] [--bin PATH] [--capacity C] TRACE
  *
- * PATH defaults to the kvprefix built next to this program (KVP_BENCH_KVPREFIX); TRACE is
- * e.g. ../shared/traces/conversation_trace.jsonl. Targets (issue 3): a single replay of the
- * conversation trace well under 1 s, the sweep under 1.5x a single replay.
+ * PATH defaults to the kvprefix built next to this program (KVP_BENCH_KVPREFIX); TRACE is a
+ * path, e.g. the Mooncake conversation_trace.jsonl (docs/replay.md names its public source).
+ * Targets (issue 3): a single replay of the conversation trace well under 1 s, the sweep
+ * under 1.5x a single replay.
  *
  * Large token logs (issue 9): throughput and memory per request.
  *

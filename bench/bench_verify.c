@@ -10,7 +10,7 @@
  *       verify   verify_tokens on, no collisions;
  *       forced   verify_tokens on, and tenant B has stored a forged chain whose every block
  *                has exactly the key of P's block at the same position (the closed-form
- *                XXH3 collision of tests/forge.c): every probe of P meets B's block first in
+ *                XXH3 collision of tests/lib/forge.c): every probe of P meets B's block first in
  *                its bucket (uthash inserts at the head), fails to verify it and goes on.
  *   (2) store of P: acquire + commit + release of P's 8192 blocks into a cache that does
  *       not hold them (kvp_cache_reset between reps, so the store runs into an emptied

@@ -34,7 +34,7 @@
  * before (so their matches are checked through the lookup's ids); kvp_cache_check passes;
  * calls fail only with KVP_ENOSPC, KVP_ENOENT, KVP_EEXIST or KVP_ERANGE; nothing leaks.
  * The complementary check - that with verify_tokens off the same truncation produces a
- * false hit - is the unit test tests/test_collision.c.
+ * false hit - is the unit test tests/lib/test_collision.c.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,8 +3,8 @@
  * against jansson.
  *
  * The input is one line. It is given to js_scan() and to json_loadb() with the reader's flags
- * (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY), and jsd_check (tests/jsonl_scan_diff.h, shared
- * with tests/test_jsonl_scan.c) asserts the differential property: the scanner rejects
+ * (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY), and jsd_check (tests/cli/jsonl_scan_diff.h, shared
+ * with tests/cli/test_jsonl_scan.c) asserts the differential property: the scanner rejects
  * exactly the lines jansson rejects (plus lines with a raw NUL byte, which jansson sometimes
  * skips), says "not an object" exactly for other values, signals the OpenAI fallback exactly
  * for objects with messages, prompt or body, and extracts every field (ids, strings, numbers,

@@ -1,6 +1,6 @@
 /*
  * fuzz_ops.c - libFuzzer harness: the cache's whole state machine against the reference
- * model (tests/refmodel.c), with invalid arguments, re-entrant calls from callbacks and
+ * model (tests/lib/refmodel.c), with invalid arguments, re-entrant calls from callbacks and
  * injected allocation failures.
  *
  * An input decodes to a cache shape (1..32 blocks of 1..4, 16, 1021 or 1500 tokens - see

@@ -5,8 +5,8 @@
  * It is a separate library (kvprefix-events.pc) beside libkvprefix: an engine that embeds
  * only the cache links nothing new. This component links libkvprefix, libzmq and msgpack-c.
  * docs/design.md draws the dependency arrows; docs/kv-events.md describes the wire format
- * (after ../shared/kv-events.md) and the publisher, docs/routing.md the router index and
- * its memory.
+ * (vLLM's, with the vLLM sources it was read from) and the publisher, docs/routing.md the
+ * router index and its memory.
  *
  * Sections: the decoded event model and codec (src/events/codec*.c); the publisher
  * (src/events/publisher*.c); the router index (src/events/router*.c).

@@ -11,7 +11,7 @@ PKGS="$PKGS python3-dev python3-venv python3-pip python3-mesonpy python3-pytest 
 python3-prometheus-client python3-numpy python3-cbor2 python3-xxhash"
 # libkvprefix-events (KV events, router) and its tests: ZeroMQ, msgpack-c, the Python decoder.
 PKGS="$PKGS libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack"
-# The router daemon (src/cli/routerd/): HTTP through libmicrohttpd.
+# The router daemon (src/routerd/): HTTP through libmicrohttpd.
 PKGS="$PKGS libmicrohttpd-dev"
 # The BPE tokenizer (src/cli/tok/): PCRE2; its reference test (scripts/tokref.sh): node, npm
 # (Debian's npm package, unless npm is there already: NodeSource's nodejs bundles its own).

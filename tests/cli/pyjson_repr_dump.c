@@ -1,6 +1,6 @@
 /*
  * pyjson_repr_dump.c - print pyjson_repr_double (src/cli/tok/pyjson.h) of many doubles, for
- * tests/pyjson_repr_check.py to compare with CPython's repr().
+ * tests/cli/pyjson_repr_check.py to compare with CPython's repr().
  *
  * One line per double: its C99 hex form (%a, exact), a tab, our repr. The doubles: every
  * power of two from 2^-1074 to 2^1023 and its two neighbours, both signs (at a power of two

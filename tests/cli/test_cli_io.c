@@ -4,7 +4,9 @@
  * the tool did not create, an output equal to an input refused), write errors reported in
  * every subcommand, escaping in every output format, odd bytes in logs (BOM, CR-only line
  * endings, NUL), stdin named the same everywhere, gzip trailing data, a gzip bomb stopped at
- * the line limit, and a huge --capacity that costs nothing.
+ * the line limit, a huge --capacity that costs nothing, and a run killed by SIGTERM, SIGINT
+ * or SIGHUP while its outputs are open: no temporary file left, the targets untouched, the
+ * run dead of that signal (and an inherited SIG_IGN kept).
  *
  * Each test here failed before the issue-9 work: --plot LOG LOG wiped the log, a failing run
  * deleted an existing chart, replay and demo exited 0 on /dev/full, --csv wrote formulas
@@ -13,6 +15,8 @@
  * 2^31 allocated a 200 GB pool.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +24,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cliutil.h"
@@ -369,4 +374,133 @@ Test(io, symlink_target_is_replaced_not_the_link)
     read_file(real, buf, sizeof buf);
     cr_expect(strstr(buf, "<?xml") != NULL, "%s", buf);
     sh("rm -rf '%s'", dir);
+}
+
+/* ---- killed runs ------------------------------------------------------------------------- */
+
+typedef struct killed_run {
+    char dir[64];     /* scratch directory */
+    char report[128]; /* DIR/report.txt, -o (pre-existing: "old report\n") */
+    char chart[128];  /* DIR/chart.svg, --plot (pre-existing: "old chart\n") */
+    int log_fd;       /* write end of the run's standard input, held open */
+    pid_t pid;        /* the run */
+} killed_run;
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Start "kvprefix replay --capacity 8 --sweep -o REPORT --plot CHART -" on a pipe the test
+ * keeps open, with ignored_sig (0 for none) set to SIG_IGN in the child, and wait until both
+ * temporary files exist: the run is then past creating its outputs and blocked reading the
+ * log, which never ends until the test closes the pipe. */
+static void start_blocked_run(killed_run *r, int ignored_sig)
+{
+    const char *bin = getenv("KVPREFIX_BIN");
+    if (bin == NULL || *bin == '\0')
+        cr_skip_test("KVPREFIX_BIN is not set");
+    snprintf(r->dir, sizeof r->dir, "%s", scratch());
+    snprintf(r->report, sizeof r->report, "%s/report.txt", r->dir);
+    snprintf(r->chart, sizeof r->chart, "%s/chart.svg", r->dir);
+    write_file(r->report, "old report\n", 11);
+    write_file(r->chart, "old chart\n", 10);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    r->pid = fork();
+    cr_assert(r->pid >= 0);
+    if (r->pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (dup2(fds[0], 0) < 0 || null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+            _exit(126);
+        close(fds[0]);
+        close(fds[1]);
+        if (ignored_sig)
+            signal(ignored_sig, SIG_IGN); /* kept across exec, as nohup does */
+        execl(bin, bin, "replay", "--capacity", "8", "--sweep", "-o", r->report, "--plot", r->chart,
+              "-", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[0]);
+    r->log_fd = fds[1];
+    static const char line[] = "{\"tokens\": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, "
+                               "15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, "
+                               "31, 32, 33]}\n";
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(write(r->log_fd, line, sizeof line - 1), (ssize_t)(sizeof line - 1));
+    int waited = 0;
+    while ((count_prefixed(r->dir, "\\.report\\.txt\\.") < 1 ||
+            count_prefixed(r->dir, "\\.chart\\.svg\\.") < 1) &&
+           waited < 20000) {
+        sleep_ms(20);
+        waited += 20;
+    }
+    cr_assert_eq(count_prefixed(r->dir, "\\.report\\.txt\\."), 1, "no temporary report");
+    cr_assert_eq(count_prefixed(r->dir, "\\.chart\\.svg\\."), 1, "no temporary chart");
+    cr_assert_eq(waitpid(r->pid, NULL, WNOHANG), 0, "the run ended before it was signalled");
+}
+
+/* The run's directory holds no temporary file and the targets hold their old content. */
+static void expect_untouched(const killed_run *r)
+{
+    char buf[256];
+    cr_expect_eq(count_prefixed(r->dir, "\\."), 0, "a temporary file was left in %s", r->dir);
+    read_file(r->report, buf, sizeof buf);
+    cr_expect_str_eq(buf, "old report\n");
+    read_file(r->chart, buf, sizeof buf);
+    cr_expect_str_eq(buf, "old chart\n");
+}
+
+static void killed_by(int sig)
+{
+    killed_run r;
+    start_blocked_run(&r, 0);
+    cr_assert_eq(kill(r.pid, sig), 0);
+    int st;
+    cr_assert_eq(waitpid(r.pid, &st, 0), r.pid);
+    close(r.log_fd);
+    cr_expect(WIFSIGNALED(st), "the run exited (status %d) instead of dying of signal %d",
+              WIFEXITED(st) ? WEXITSTATUS(st) : -1, sig);
+    if (WIFSIGNALED(st))
+        cr_expect_eq(WTERMSIG(st), sig, "died of signal %d, not %d", WTERMSIG(st), sig);
+    expect_untouched(&r);
+    sh("rm -rf '%s'", r.dir);
+}
+
+Test(io, sigterm_removes_temporaries_and_keeps_targets, .timeout = 60)
+{
+    killed_by(SIGTERM);
+}
+
+Test(io, sigint_removes_temporaries_and_keeps_targets, .timeout = 60)
+{
+    killed_by(SIGINT);
+}
+
+Test(io, sighup_removes_temporaries_and_keeps_targets, .timeout = 60)
+{
+    killed_by(SIGHUP);
+}
+
+/* A signal the caller ignores stays ignored: the run survives SIGINT and SIGHUP, then
+ * finishes its log and replaces both targets, leaving no temporary file. */
+Test(io, ignored_signal_stays_ignored, .timeout = 60)
+{
+    killed_run r;
+    start_blocked_run(&r, SIGINT);
+    cr_assert_eq(kill(r.pid, SIGINT), 0);
+    sleep_ms(300);
+    cr_expect_eq(waitpid(r.pid, NULL, WNOHANG), 0, "an ignored SIGINT stopped the run");
+    close(r.log_fd);
+    int st;
+    cr_assert_eq(waitpid(r.pid, &st, 0), r.pid);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    char buf[4096];
+    cr_expect_eq(count_prefixed(r.dir, "\\."), 0, "a temporary file was left in %s", r.dir);
+    read_file(r.report, buf, sizeof buf);
+    cr_expect(strstr(buf, "old report") == NULL && buf[0] != '\0', "report not replaced");
+    read_file(r.chart, buf, sizeof buf);
+    cr_expect(strstr(buf, "<?xml") != NULL, "chart not replaced: %.60s", buf);
+    sh("rm -rf '%s'", r.dir);
 }

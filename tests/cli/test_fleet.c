@@ -26,7 +26,7 @@
  * events must route every request exactly as when they ask the caches (the oracle), on the
  * hand fixture, the Mooncake fixture and random logs with evictions, and with --check the
  * simulation compares the two at every decision; with a delay, the index lags as it should.
- * The fleet_redis tests need KVP_TEST_REDIS_URL (tests/with_redis.py starts a server); they
+ * The fleet_redis tests need KVP_TEST_REDIS_URL (tests/support/with_redis.py starts a server); they
  * are skipped without it unless KVPREFIX_REDIS_REQUIRED is set.
  */
 #include <criterion/criterion.h>
@@ -817,7 +817,7 @@ static const char *redis_url(void)
     if ((url == NULL || *url == '\0') && getenv("KVPREFIX_REDIS_REQUIRED"))
         cr_assert_fail("KVPREFIX_REDIS_REQUIRED is set but KVP_TEST_REDIS_URL is not");
     if (url == NULL || *url == '\0')
-        cr_skip_test("KVP_TEST_REDIS_URL is not set (tests/with_redis.py sets it)");
+        cr_skip_test("KVP_TEST_REDIS_URL is not set (tests/support/with_redis.py sets it)");
     return url;
 }
 
@@ -1281,7 +1281,7 @@ Test(fleet_redis, unreachable_redis_falls_back)
 {
     (void)redis_url();
     json_t *o = index_json_run("", "fleet_hand.jsonl");
-    json_t *x = index_json_run("--redis unix:/nonexistent/kvp-route.sock", "fleet_hand.jsonl");
+    json_t *x = index_json_run("--redis unix:/nonexistent/kvp-fleet.sock", "fleet_hand.jsonl");
     const json_t *a = find_run(json_object_get(o, "runs"), 2, "cache-aware");
     const json_t *b = find_run(json_object_get(x, "runs"), 2, "cache-aware");
     cr_assert(json_equal(json_object_get(a, "hit_tokens"), json_object_get(b, "hit_tokens")));

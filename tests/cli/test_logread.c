@@ -6,7 +6,7 @@
  * Expected texts, token boundaries and byte ids are worked out by hand in the comments;
  * words token ids are computed here from the documented rule (XXH32 of the token's bytes,
  * seed 0, plus 1024 when below 1024), not taken from the code under test. Fixtures live in
- * tests/data/replay/ (directory given by KVPREFIX_TEST_DATA); compressed inputs are made in
+ * tests/cli/data/replay/ (directory given by KVPREFIX_TEST_DATA); compressed inputs are made in
  * the tests with zlib and libzstd into temporary files.
  */
 #include <criterion/criterion.h>
@@ -1088,7 +1088,7 @@ static size_t gen_log_line(uint64_t *s, char *out, size_t cap)
 }
 
 /* Generated token-log and Mooncake lines, the scanner's own generator of JSON values
- * (tests/jsonl_scan_diff.c), and byte-level mutants of both, through both readers. */
+ * (tests/cli/jsonl_scan_diff.c), and byte-level mutants of both, through both readers. */
 Test(scanner, same_as_jansson_on_generated_lines, .timeout = 120)
 {
     size_t cap = (size_t)12 << 20, n = 0;

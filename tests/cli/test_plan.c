@@ -4,7 +4,7 @@
  * built binary's exit status and messages for wrong inputs.
  *
  * Expected values are computed by hand in the comments, not by the code under test. The
- * fixtures live in tests/data/plan/ (directory given by KVPREFIX_TEST_DATA); the binary is
+ * fixtures live in tests/cli/data/plan/ (directory given by KVPREFIX_TEST_DATA); the binary is
  * found through KVPREFIX_BIN, and the tests that need it are skipped when it is not set.
  */
 #include <criterion/criterion.h>
@@ -22,10 +22,10 @@
 #define GiB (UINT64_C(1) << 30)
 #define MiB (UINT64_C(1) << 20)
 
-static pl_model_shape shape(uint32_t l, uint32_t hq, uint32_t hkv, uint32_t d, pl_dtype t)
+static cap_model_shape shape(uint32_t l, uint32_t hq, uint32_t hkv, uint32_t d, cap_dtype t)
 {
-    pl_model_shape m;
-    pl_model_shape_init(&m);
+    cap_model_shape m;
+    cap_model_shape_init(&m);
     m.n_layers = l;
     m.n_heads = hq;
     m.n_kv_heads = hkv;
@@ -35,11 +35,11 @@ static pl_model_shape shape(uint32_t l, uint32_t hq, uint32_t hkv, uint32_t d, p
     return m;
 }
 
-static uint64_t seq_bytes(const pl_model_shape *m, uint64_t len)
+static uint64_t seq_bytes(const cap_model_shape *m, uint64_t len)
 {
     uint64_t tok = 0, b = 0;
-    cr_assert_eq(pl_token_bytes(m, m->n_kv_heads, &tok), PL_OK);
-    cr_assert_eq(pl_mul(tok, len, &b), PL_OK);
+    cr_assert_eq(cap_token_bytes(m, m->n_kv_heads, &tok), CAP_OK);
+    cr_assert_eq(cap_mul(tok, len, &b), CAP_OK);
     return b;
 }
 
@@ -56,52 +56,52 @@ static const char *data_path(const char *name)
 Test(forward, mha_is_2gib_gqa_half_gib_ratio_4)
 {
     /* 2 x 32 x 32 x 128 x 2 = 524288 bytes per token; x 4096 = 2^31 = 2 GiB. */
-    pl_model_shape mha = shape(32, 32, 32, 128, PL_DTYPE_FP16);
-    pl_model_shape gqa = shape(32, 32, 8, 128, PL_DTYPE_FP16);
+    cap_model_shape mha = shape(32, 32, 32, 128, CAP_DTYPE_FP16);
+    cap_model_shape gqa = shape(32, 32, 8, 128, CAP_DTYPE_FP16);
     uint64_t tok = 0;
-    cr_assert_eq(pl_token_bytes(&mha, 32, &tok), PL_OK);
+    cr_assert_eq(cap_token_bytes(&mha, 32, &tok), CAP_OK);
     cr_assert_eq(tok, 524288);
     cr_assert_eq(seq_bytes(&mha, 4096), 2 * GiB);
     cr_assert_eq(seq_bytes(&gqa, 4096), GiB / 2);
     cr_assert_eq(seq_bytes(&mha, 4096), 4 * seq_bytes(&gqa, 4096));
-    pl_model_shape mqa = shape(32, 32, 1, 128, PL_DTYPE_FP16);
+    cap_model_shape mqa = shape(32, 32, 1, 128, CAP_DTYPE_FP16);
     cr_assert_eq(seq_bytes(&mqa, 4096), 64 * MiB);
 }
 
 Test(forward, dtype_sizes)
 {
-    pl_dtype d;
+    cap_dtype d;
     const char *names[] = {"fp32",     "float32", "fp16",          "half", "bf16",
                            "bfloat16", "fp8",     "float8_e4m3fn", "int8", "BF16"};
     unsigned sizes[] = {4, 4, 2, 2, 2, 2, 1, 1, 1, 2};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        cr_assert_eq(pl_dtype_parse(names[i], &d), PL_OK, "%s", names[i]);
-        cr_assert_eq(pl_dtype_bytes(d), sizes[i], "%s", names[i]);
+        cr_assert_eq(cap_dtype_parse(names[i], &d), CAP_OK, "%s", names[i]);
+        cr_assert_eq(cap_dtype_bytes(d), sizes[i], "%s", names[i]);
     }
-    cr_assert_eq(pl_dtype_parse("fp4", &d), PL_EINVAL);
-    cr_assert_eq(pl_dtype_parse("", &d), PL_EINVAL);
-    pl_model_shape f32 = shape(32, 32, 8, 128, PL_DTYPE_FP32);
-    pl_model_shape f8 = shape(32, 32, 8, 128, PL_DTYPE_FP8);
+    cr_assert_eq(cap_dtype_parse("fp4", &d), CAP_EINVAL);
+    cr_assert_eq(cap_dtype_parse("", &d), CAP_EINVAL);
+    cap_model_shape f32 = shape(32, 32, 8, 128, CAP_DTYPE_FP32);
+    cap_model_shape f8 = shape(32, 32, 8, 128, CAP_DTYPE_FP8);
     cr_assert_eq(seq_bytes(&f32, 4096), GiB);
     cr_assert_eq(seq_bytes(&f8, 4096), GiB / 4);
 }
 
 Test(forward, doubling_t_or_b_doubles_bytes)
 {
-    pl_model_shape m = shape(80, 64, 8, 128, PL_DTYPE_BF16);
+    cap_model_shape m = shape(80, 64, 8, 128, CAP_DTYPE_BF16);
     uint64_t a = seq_bytes(&m, 1000), b = seq_bytes(&m, 2000);
     cr_assert_eq(b, 2 * a);
     uint64_t lens1[] = {1000, 1000}, lens2[] = {1000, 1000, 1000, 1000}, s1, s2;
-    cr_assert_eq(pl_sum(lens1, 2, &s1), PL_OK);
-    cr_assert_eq(pl_sum(lens2, 4, &s2), PL_OK);
+    cr_assert_eq(cap_sum(lens1, 2, &s1), CAP_OK);
+    cr_assert_eq(cap_sum(lens2, 4, &s2), CAP_OK);
     cr_assert_eq(seq_bytes(&m, s2), 2 * seq_bytes(&m, s1));
 }
 
 Test(forward, variable_length_batch_sums_lengths)
 {
-    pl_model_shape m = shape(32, 32, 8, 128, PL_DTYPE_BF16); /* 131072 bytes per token */
+    cap_model_shape m = shape(32, 32, 8, 128, CAP_DTYPE_BF16); /* 131072 bytes per token */
     uint64_t lens[] = {100, 2000, 513, 4096}, sum = 0;
-    cr_assert_eq(pl_sum(lens, 4, &sum), PL_OK);
+    cr_assert_eq(cap_sum(lens, 4, &sum), CAP_OK);
     cr_assert_eq(sum, 6709);
     cr_assert_eq(seq_bytes(&m, sum), UINT64_C(6709) * 131072);
     cr_assert_eq(seq_bytes(&m, sum), seq_bytes(&m, 100) + seq_bytes(&m, 2000) + seq_bytes(&m, 513) +
@@ -110,72 +110,72 @@ Test(forward, variable_length_batch_sums_lengths)
 
 Test(forward, overflow_is_refused)
 {
-    pl_model_shape m = shape(1u << 31, 1u << 31, 1u << 31, 1u << 31, PL_DTYPE_FP32);
+    cap_model_shape m = shape(1u << 31, 1u << 31, 1u << 31, 1u << 31, CAP_DTYPE_FP32);
     uint64_t tok = 7;
-    cr_assert_eq(pl_token_bytes(&m, m.n_kv_heads, &tok), PL_EOVERFLOW);
+    cr_assert_eq(cap_token_bytes(&m, m.n_kv_heads, &tok), CAP_EOVERFLOW);
     cr_assert_eq(tok, 7, "out-parameter must be untouched on failure");
     uint64_t x = 3;
-    cr_assert_eq(pl_mul(UINT64_MAX, 2, &x), PL_EOVERFLOW);
-    cr_assert_eq(pl_add(UINT64_MAX, 1, &x), PL_EOVERFLOW);
+    cr_assert_eq(cap_mul(UINT64_MAX, 2, &x), CAP_EOVERFLOW);
+    cr_assert_eq(cap_add(UINT64_MAX, 1, &x), CAP_EOVERFLOW);
     cr_assert_eq(x, 3);
 }
 
 Test(forward, shape_errors)
 {
     const char *what = NULL;
-    pl_model_shape m = shape(32, 30, 8, 128, PL_DTYPE_BF16);
-    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
+    cap_model_shape m = shape(32, 30, 8, 128, CAP_DTYPE_BF16);
+    cr_assert_eq(cap_model_shape_check(&m, &what), CAP_EINVAL);
     cr_assert(strstr(what, "multiple") != NULL, "%s", what);
-    m = shape(0, 32, 8, 128, PL_DTYPE_BF16);
-    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
+    m = shape(0, 32, 8, 128, CAP_DTYPE_BF16);
+    cr_assert_eq(cap_model_shape_check(&m, &what), CAP_EINVAL);
     cr_assert(strstr(what, "layers") != NULL, "%s", what);
-    m = shape(32, 32, 8, 0, PL_DTYPE_BF16);
-    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
-    m = shape(32, 8, 32, 128, PL_DTYPE_BF16);
-    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
-    m = shape(32, 32, 8, 128, PL_DTYPE_BF16);
-    cr_assert_eq(pl_model_shape_check(&m, &what), PL_OK);
+    m = shape(32, 32, 8, 0, CAP_DTYPE_BF16);
+    cr_assert_eq(cap_model_shape_check(&m, &what), CAP_EINVAL);
+    m = shape(32, 8, 32, 128, CAP_DTYPE_BF16);
+    cr_assert_eq(cap_model_shape_check(&m, &what), CAP_EINVAL);
+    m = shape(32, 32, 8, 128, CAP_DTYPE_BF16);
+    cr_assert_eq(cap_model_shape_check(&m, &what), CAP_OK);
 }
 
 /* ---- tensor parallelism ---------------------------------------------------------------- */
 
 Test(tp, split_and_replicate)
 {
-    pl_model_shape m = shape(80, 64, 8, 128, PL_DTYPE_BF16);
-    pl_tp t;
+    cap_model_shape m = shape(80, 64, 8, 128, CAP_DTYPE_BF16);
+    cap_tp t;
     const char *what;
     uint64_t per_gpu, whole;
-    cr_assert_eq(pl_token_bytes(&m, 8, &whole), PL_OK);
+    cr_assert_eq(cap_token_bytes(&m, 8, &whole), CAP_OK);
     cr_assert_eq(whole, 327680); /* 2 x 80 x 8 x 128 x 2 */
 
-    cr_assert_eq(pl_tp_split(&m, 8, &t, &what), PL_OK);
+    cr_assert_eq(cap_tp_split(&m, 8, &t, &what), CAP_OK);
     cr_assert_eq(t.kv_heads_per_rank, 1);
     cr_assert_eq(t.replication, 1);
     cr_assert_eq(t.q_heads_per_rank, 8);
-    cr_assert_eq(pl_token_bytes(&m, t.kv_heads_per_rank, &per_gpu), PL_OK);
+    cr_assert_eq(cap_token_bytes(&m, t.kv_heads_per_rank, &per_gpu), CAP_OK);
     cr_assert_eq(per_gpu, 40960);
     cr_assert_eq(per_gpu * 8, whole, "no replication: the GPUs together hold the model's KV");
 
-    cr_assert_eq(pl_tp_split(&m, 2, &t, &what), PL_OK);
+    cr_assert_eq(cap_tp_split(&m, 2, &t, &what), CAP_OK);
     cr_assert_eq(t.kv_heads_per_rank, 4);
 
     /* tp 16 > 8 KV heads: one head per GPU, each head on 2 GPUs. */
-    cr_assert_eq(pl_tp_split(&m, 16, &t, &what), PL_OK);
+    cr_assert_eq(cap_tp_split(&m, 16, &t, &what), CAP_OK);
     cr_assert_eq(t.kv_heads_per_rank, 1);
     cr_assert_eq(t.replication, 2);
     cr_assert_eq(t.q_heads_per_rank, 4);
-    cr_assert_eq(pl_token_bytes(&m, t.kv_heads_per_rank, &per_gpu), PL_OK);
+    cr_assert_eq(cap_token_bytes(&m, t.kv_heads_per_rank, &per_gpu), CAP_OK);
     cr_assert_eq(per_gpu * 16, 2 * whole, "replicated heads are stored twice");
 
-    cr_assert_eq(pl_tp_split(&m, 3, &t, &what), PL_EINVAL);
-    cr_assert_eq(pl_tp_split(&m, 0, &t, &what), PL_EINVAL);
-    pl_model_shape q = shape(28, 28, 4, 128, PL_DTYPE_BF16);
-    cr_assert_eq(pl_tp_split(&q, 8, &t, &what), PL_EINVAL); /* 28 % 8 */
-    cr_assert_eq(pl_tp_split(&q, 4, &t, &what), PL_OK);
+    cr_assert_eq(cap_tp_split(&m, 3, &t, &what), CAP_EINVAL);
+    cr_assert_eq(cap_tp_split(&m, 0, &t, &what), CAP_EINVAL);
+    cap_model_shape q = shape(28, 28, 4, 128, CAP_DTYPE_BF16);
+    cr_assert_eq(cap_tp_split(&q, 8, &t, &what), CAP_EINVAL); /* 28 % 8 */
+    cr_assert_eq(cap_tp_split(&q, 4, &t, &what), CAP_OK);
     cr_assert_eq(t.kv_heads_per_rank, 1);
-    pl_model_shape odd = shape(32, 48, 6, 128, PL_DTYPE_BF16);
-    cr_assert_eq(pl_tp_split(&odd, 4, &t, &what), PL_EINVAL); /* 6 % 4 */
-    cr_assert_eq(pl_tp_split(&odd, 12, &t, &what), PL_OK);    /* 12 % 6 == 0 */
+    cap_model_shape odd = shape(32, 48, 6, 128, CAP_DTYPE_BF16);
+    cr_assert_eq(cap_tp_split(&odd, 4, &t, &what), CAP_EINVAL); /* 6 % 4 */
+    cr_assert_eq(cap_tp_split(&odd, 12, &t, &what), CAP_OK);    /* 12 % 6 == 0 */
     cr_assert_eq(t.replication, 2);
 }
 
@@ -187,12 +187,12 @@ Test(inverse, hand_computed_and_round_trip)
      * budget = floor(85899345920 x 0.9) = 77309411328; kv = 77309411328 - 16e9 - 2147483648
      * = 59161927680; block = 16 x 131072 = 2097152; blocks = 28210 (59161927680 / 2097152
      * = 28210.76). */
-    pl_model_shape m = shape(32, 32, 8, 128, PL_DTYPE_BF16);
+    cap_model_shape m = shape(32, 32, 8, 128, CAP_DTYPE_BF16);
     uint64_t tok;
-    cr_assert_eq(pl_token_bytes(&m, 8, &tok), PL_OK);
-    pl_mem_in in = {80 * GiB, 900000, UINT64_C(16000000000), 2 * GiB, 1, tok * 16, 16, 0};
-    pl_mem_out out;
-    cr_assert_eq(pl_memory(&in, &out), PL_OK);
+    cr_assert_eq(cap_token_bytes(&m, 8, &tok), CAP_OK);
+    cap_mem_in in = {80 * GiB, 900000, UINT64_C(16000000000), 2 * GiB, 1, tok * 16, 16, 0};
+    cap_mem_out out;
+    cr_assert_eq(cap_memory(&in, &out), CAP_OK);
     cr_assert_eq(out.budget_bytes, UINT64_C(77309411328));
     cr_assert_eq(out.kv_bytes, UINT64_C(59161927680));
     cr_assert_eq(out.n_blocks, 28210);
@@ -202,7 +202,7 @@ Test(inverse, hand_computed_and_round_trip)
     cr_assert_leq(need, out.kv_bytes);
     cr_assert_gt(seq_bytes(&m, out.n_tokens + 16), out.kv_bytes);
     /* Requests of 4096 tokens (256 blocks): 28210 / 256 = 110. */
-    cr_assert_eq(pl_fit_count(out.n_blocks, pl_blocks_for(4096, 16)), 110);
+    cr_assert_eq(cap_fit_count(out.n_blocks, cap_blocks_for(4096, 16)), 110);
     cr_assert_leq(seq_bytes(&m, 110 * 4096), out.kv_bytes);
     cr_assert_gt(seq_bytes(&m, 111 * 4096), out.kv_bytes);
 }
@@ -210,39 +210,39 @@ Test(inverse, hand_computed_and_round_trip)
 Test(inverse, tp_splits_weights)
 {
     /* 141107412992 bytes of weights over 8 GPUs: 17638426624 each. */
-    pl_mem_in in = {80 * GiB, 900000, UINT64_C(141107412992), 4 * GiB, 8, 655360, 16, 0};
-    pl_mem_out out;
-    cr_assert_eq(pl_memory(&in, &out), PL_OK);
+    cap_mem_in in = {80 * GiB, 900000, UINT64_C(141107412992), 4 * GiB, 8, 655360, 16, 0};
+    cap_mem_out out;
+    cr_assert_eq(cap_memory(&in, &out), CAP_OK);
     cr_assert_eq(out.weights_per_gpu_bytes, UINT64_C(17638426624));
     cr_assert_eq(out.kv_bytes, UINT64_C(77309411328) - UINT64_C(17638426624) - 4 * GiB);
     cr_assert_eq(out.n_blocks, out.kv_bytes / 655360);
     in.weights_bytes = 9; /* ceil(9 / 8) = 2 */
-    cr_assert_eq(pl_memory(&in, &out), PL_OK);
+    cr_assert_eq(cap_memory(&in, &out), CAP_OK);
     cr_assert_eq(out.weights_per_gpu_bytes, 2);
 }
 
 Test(inverse, errors)
 {
-    pl_mem_in in = {16 * GiB, 900000, UINT64_C(16060522496), 0, 1, 2097152, 16, 0};
-    pl_mem_out out;
+    cap_mem_in in = {16 * GiB, 900000, UINT64_C(16060522496), 0, 1, 2097152, 16, 0};
+    cap_mem_out out;
     memset(&out, 0xab, sizeof out);
-    pl_mem_out before = out;
-    cr_assert_eq(pl_memory(&in, &out), PL_ENOSPACE);
+    cap_mem_out before = out;
+    cr_assert_eq(cap_memory(&in, &out), CAP_ENOSPACE);
     cr_assert_eq(memcmp(&out, &before, sizeof out), 0);
     in.weights_bytes = 0;
     in.reserve_bytes = 20 * GiB;
-    cr_assert_eq(pl_memory(&in, &out), PL_ENOSPACE);
+    cr_assert_eq(cap_memory(&in, &out), CAP_ENOSPACE);
     in.reserve_bytes = 0;
     in.util_ppm = 0;
-    cr_assert_eq(pl_memory(&in, &out), PL_EINVAL);
+    cr_assert_eq(cap_memory(&in, &out), CAP_EINVAL);
     in.util_ppm = 1000001;
-    cr_assert_eq(pl_memory(&in, &out), PL_EINVAL);
+    cr_assert_eq(cap_memory(&in, &out), CAP_EINVAL);
     in.util_ppm = 1000000;
     in.gpu_mem_bytes = 0;
-    cr_assert_eq(pl_memory(&in, &out), PL_EINVAL);
+    cr_assert_eq(cap_memory(&in, &out), CAP_EINVAL);
     in.gpu_mem_bytes = GiB;
     in.tp = 0;
-    cr_assert_eq(pl_memory(&in, &out), PL_EINVAL);
+    cr_assert_eq(cap_memory(&in, &out), CAP_EINVAL);
 }
 
 /* ---- fragmentation and statistics ------------------------------------------------------ */
@@ -253,8 +253,8 @@ Test(fragmentation, hand_computed)
      * 4096 -> 256 (0). Blocks 421, waste 27. Contiguous 8192: 8092 + 6192 + 7679 + 4096 =
      * 26059. */
     uint64_t lens[] = {100, 2000, 513, 4096};
-    pl_frag f;
-    cr_assert_eq(pl_fragmentation(lens, 4, 16, 8192, &f), PL_OK);
+    cap_frag f;
+    cr_assert_eq(cap_fragmentation(lens, 4, 16, 8192, &f), CAP_OK);
     cr_assert_eq(f.n_tokens, 6709);
     cr_assert_eq(f.n_blocks, 421);
     cr_assert_eq(f.paged_alloc_tokens, 421 * 16);
@@ -262,23 +262,23 @@ Test(fragmentation, hand_computed)
     cr_assert_eq(f.contig_alloc_tokens, 4 * 8192);
     cr_assert_eq(f.contig_waste_tokens, 26059);
     /* Block 1 wastes nothing; max_len 0 skips the contiguous figures. */
-    cr_assert_eq(pl_fragmentation(lens, 4, 1, 0, &f), PL_OK);
+    cr_assert_eq(cap_fragmentation(lens, 4, 1, 0, &f), CAP_OK);
     cr_assert_eq(f.paged_waste_tokens, 0);
     cr_assert_eq(f.contig_waste_tokens, 0);
     /* A length above max_len cannot be reserved; block size 0 is invalid. */
-    cr_assert_eq(pl_fragmentation(lens, 4, 16, 4000, &f), PL_EINVAL);
-    cr_assert_eq(pl_fragmentation(lens, 4, 0, 0, &f), PL_EINVAL);
-    cr_assert_eq(pl_blocks_for(0, 16), 0);
-    cr_assert_eq(pl_blocks_for(1, 16), 1);
-    cr_assert_eq(pl_blocks_for(16, 16), 1);
-    cr_assert_eq(pl_blocks_for(17, 16), 2);
+    cr_assert_eq(cap_fragmentation(lens, 4, 16, 4000, &f), CAP_EINVAL);
+    cr_assert_eq(cap_fragmentation(lens, 4, 0, 0, &f), CAP_EINVAL);
+    cr_assert_eq(cap_blocks_for(0, 16), 0);
+    cr_assert_eq(cap_blocks_for(1, 16), 1);
+    cr_assert_eq(cap_blocks_for(16, 16), 1);
+    cr_assert_eq(cap_blocks_for(17, 16), 2);
 }
 
 Test(stats, percentiles_and_longest)
 {
     uint64_t lens[] = {2048, 104, 1024, 512};
-    pl_stats s;
-    cr_assert_eq(pl_len_stats(lens, 4, &s), PL_OK);
+    cap_stats s;
+    cr_assert_eq(cap_len_stats(lens, 4, &s), CAP_OK);
     cr_assert_eq(s.sum, 3688);
     cr_assert_float_eq(s.mean, 922.0, 1e-9);
     cr_assert_eq(s.min, 104);
@@ -287,23 +287,23 @@ Test(stats, percentiles_and_longest)
     cr_assert_eq(s.p99, 2048);
     cr_assert_eq(s.max, 2048);
     uint64_t w;
-    cr_assert_eq(pl_sum_longest(lens, 4, 2, &w), PL_OK);
+    cr_assert_eq(cap_sum_longest(lens, 4, 2, &w), CAP_OK);
     cr_assert_eq(w, 3072);
-    cr_assert_eq(pl_sum_longest(lens, 4, 6, &w), PL_OK);
+    cr_assert_eq(cap_sum_longest(lens, 4, 6, &w), CAP_OK);
     cr_assert_eq(w, 3688 + 2 * 2048);
     /* Blocks of 16: 128, 64, 32, 7. 200 blocks: 128 + 64 fit, 32 does not. */
-    cr_assert_eq(pl_fit_longest(lens, 4, 16, 200), 2);
+    cr_assert_eq(cap_fit_longest(lens, 4, 16, 200), 2);
     /* 231 blocks hold all four; 231 + 256 also two more of the longest. */
-    cr_assert_eq(pl_fit_longest(lens, 4, 16, 231), 4);
-    cr_assert_eq(pl_fit_longest(lens, 4, 16, 231 + 256), 6);
+    cr_assert_eq(cap_fit_longest(lens, 4, 16, 231), 4);
+    cr_assert_eq(cap_fit_longest(lens, 4, 16, 231 + 256), 6);
     uint64_t hundred[100];
     for (int i = 0; i < 100; i++)
         hundred[i] = (uint64_t)(100 - i);
-    cr_assert_eq(pl_len_stats(hundred, 100, &s), PL_OK);
+    cr_assert_eq(cap_len_stats(hundred, 100, &s), CAP_OK);
     cr_assert_eq(s.p50, 50);
     cr_assert_eq(s.p90, 90);
     cr_assert_eq(s.p99, 99);
-    cr_assert_eq(pl_len_stats(hundred, 0, &s), PL_EINVAL);
+    cr_assert_eq(cap_len_stats(hundred, 0, &s), CAP_EINVAL);
 }
 
 /* ---- parsing --------------------------------------------------------------------------- */
@@ -366,7 +366,7 @@ Test(parse, sizes_counts_fractions)
 static void check_preset(const char *name, uint32_t l, uint32_t hq, uint32_t hkv, uint32_t d,
                          uint64_t params)
 {
-    const pl_model_preset *p = pl_model_find(name);
+    const cap_model_preset *p = cap_model_find(name);
     cr_assert_not_null(p, "%s", name);
     cr_assert_eq(p->shape.n_layers, l, "%s", name);
     cr_assert_eq(p->shape.n_heads, hq, "%s", name);
@@ -374,7 +374,7 @@ static void check_preset(const char *name, uint32_t l, uint32_t hq, uint32_t hkv
     cr_assert_eq(p->shape.head_dim, d, "%s", name);
     cr_assert_eq(p->shape.n_params, params, "%s", name);
     cr_assert(strstr(p->source, "huggingface.co") != NULL, "%s", name);
-    cr_assert_eq(pl_model_shape_check(&p->shape, NULL), PL_OK, "%s", name);
+    cr_assert_eq(cap_model_shape_check(&p->shape, NULL), CAP_OK, "%s", name);
 }
 
 Test(presets, published_shapes)
@@ -394,126 +394,127 @@ Test(presets, published_shapes)
     check_preset("Gemma-3-27B", 62, 32, 16, 128, UINT64_C(27432406640));
     check_preset("DeepSeek-V3", 61, 128, 128, 192, UINT64_C(671026419200));
     check_preset("Jamba-v0.1", 32, 32, 8, 128, UINT64_C(51570323328));
-    cr_assert_eq(pl_model_count(), 14);
-    cr_assert_eq(pl_model_find("Mistral-7B")->shape.layers.run[0].window, 4096, "window on");
-    cr_assert_eq(pl_model_find("DeepSeek-V3")->shape.w_dtype, PL_DTYPE_FP8);
-    cr_assert_eq(pl_model_find("llama-3.1-8b"), pl_model_find("meta-llama/Llama-3.1-8B"));
-    cr_assert_eq(pl_model_find("Llama-2-7B")->shape.kv_dtype, PL_DTYPE_FP16);
-    cr_assert_null(pl_model_find("GPT-5"));
-    cr_assert_null(pl_model_at(pl_model_count()));
+    cr_assert_eq(cap_model_count(), 14);
+    cr_assert_eq(cap_model_find("Mistral-7B")->shape.layers.run[0].window, 4096, "window on");
+    cr_assert_eq(cap_model_find("DeepSeek-V3")->shape.w_dtype, CAP_DTYPE_FP8);
+    cr_assert_eq(cap_model_find("llama-3.1-8b"), cap_model_find("meta-llama/Llama-3.1-8B"));
+    cr_assert_eq(cap_model_find("Llama-2-7B")->shape.kv_dtype, CAP_DTYPE_FP16);
+    cr_assert_null(cap_model_find("GPT-5"));
+    cr_assert_null(cap_model_at(cap_model_count()));
     /* Llama-3.1-8B bf16: 128 KiB per token. */
     uint64_t tok;
-    cr_assert_eq(pl_token_bytes(&pl_model_find("Llama-3.1-8B")->shape, 8, &tok), 0);
+    cr_assert_eq(cap_token_bytes(&cap_model_find("Llama-3.1-8B")->shape, 8, &tok), 0);
     cr_assert_eq(tok, 131072);
 }
 
 Test(config, reads_hf_config)
 {
     char err[256];
-    pl_model_shape m;
-    pl_model_shape_init(&m);
-    cr_assert_eq(pl_model_from_config(data_path("config_llama.json"), &m, err, sizeof err), PL_OK,
+    cap_model_shape m;
+    cap_model_shape_init(&m);
+    cr_assert_eq(cap_model_from_config(data_path("config_llama.json"), &m, err, sizeof err), CAP_OK,
                  "%s", err);
     cr_assert_eq(m.n_layers, 32);
     cr_assert_eq(m.n_heads, 32);
     cr_assert_eq(m.n_kv_heads, 8);
     cr_assert_eq(m.head_dim, 128); /* 4096 / 32 */
-    cr_assert_eq(m.kv_dtype, PL_DTYPE_BF16);
+    cr_assert_eq(m.kv_dtype, CAP_DTYPE_BF16);
 
-    pl_model_shape_init(&m);
-    cr_assert_eq(pl_model_from_config(data_path("config_mha.json"), &m, err, sizeof err), PL_OK,
+    cap_model_shape_init(&m);
+    cr_assert_eq(cap_model_from_config(data_path("config_mha.json"), &m, err, sizeof err), CAP_OK,
                  "%s", err);
     cr_assert_eq(m.n_kv_heads, 16, "no num_key_value_heads means MHA");
     cr_assert_eq(m.head_dim, 128); /* 2048 / 16 */
-    cr_assert_eq(m.kv_dtype, PL_DTYPE_FP16);
+    cr_assert_eq(m.kv_dtype, CAP_DTYPE_FP16);
 }
 
 Test(config, errors)
 {
     char err[256];
-    pl_model_shape m;
-    pl_model_shape_init(&m);
+    cap_model_shape m;
+    cap_model_shape_init(&m);
     m.n_layers = 77;
-    cr_assert_eq(pl_model_from_config(data_path("config_bad.json"), &m, err, sizeof err),
-                 PL_EINVAL);
+    cr_assert_eq(cap_model_from_config(data_path("config_bad.json"), &m, err, sizeof err),
+                 CAP_EINVAL);
     cr_assert(strstr(err, "multiple") != NULL, "%s", err);
     cr_assert_eq(m.n_layers, 77, "untouched on failure");
-    cr_assert_eq(pl_model_from_config(data_path("config_truncated.json"), &m, err, sizeof err),
-                 PL_EINVAL);
+    cr_assert_eq(cap_model_from_config(data_path("config_truncated.json"), &m, err, sizeof err),
+                 CAP_EINVAL);
     cr_assert(strstr(err, "config_truncated.json") != NULL, "%s", err);
-    cr_assert_eq(pl_model_from_config(data_path("nonexistent.json"), &m, err, sizeof err),
-                 PL_EINVAL);
-    cr_assert_eq(pl_model_from_config(data_path("mooncake.jsonl"), &m, err, sizeof err), PL_EINVAL);
+    cr_assert_eq(cap_model_from_config(data_path("nonexistent.json"), &m, err, sizeof err),
+                 CAP_EINVAL);
+    cr_assert_eq(cap_model_from_config(data_path("mooncake.jsonl"), &m, err, sizeof err),
+                 CAP_EINVAL);
 }
 
 /* ---- the per-layer model: hand computations per family --------------------------------- */
 
 /* The cost of the model in config file name on tp ranks (the reader must accept it). */
-static pl_kv_cost config_cost(const char *name, uint32_t tp, pl_model_shape *m_out)
+static cap_kv_cost config_cost(const char *name, uint32_t tp, cap_model_shape *m_out)
 {
     char err[512];
-    pl_model_shape m;
-    pl_model_shape_init(&m);
-    cr_assert_eq(pl_model_from_config(data_path(name), &m, err, sizeof err), PL_OK, "%s: %s", name,
-                 err);
-    pl_kv_cost c;
+    cap_model_shape m;
+    cap_model_shape_init(&m);
+    cr_assert_eq(cap_model_from_config(data_path(name), &m, err, sizeof err), CAP_OK, "%s: %s",
+                 name, err);
+    cap_kv_cost c;
     const char *what = NULL;
-    cr_assert_eq(pl_kv_cost_of(&m, tp, &c, &what), PL_OK, "%s: %s", name, what);
+    cr_assert_eq(cap_kv_cost_of(&m, tp, &c, &what), CAP_OK, "%s: %s", name, what);
     if (m_out)
         *m_out = m;
     return c;
 }
 
-static uint64_t seq_of(const pl_kv_cost *c, uint64_t len)
+static uint64_t seq_of(const cap_kv_cost *c, uint64_t len)
 {
     uint64_t b = 0;
-    cr_assert_eq(pl_seq_bytes(c, len, &b), PL_OK);
+    cr_assert_eq(cap_seq_bytes(c, len, &b), CAP_OK);
     return b;
 }
 
-static uint64_t paged_of(const pl_kv_cost *c, uint64_t len, uint32_t bs)
+static uint64_t paged_of(const cap_kv_cost *c, uint64_t len, uint32_t bs)
 {
     uint64_t b = 0;
-    cr_assert_eq(pl_seq_paged_bytes(c, len, bs, &b), PL_OK);
+    cr_assert_eq(cap_seq_paged_bytes(c, len, bs, &b), CAP_OK);
     return b;
 }
 
 /* The run of kind k in c (there must be exactly one). */
-static const pl_run_cost *run_of(const pl_kv_cost *c, pl_layer_kind k)
+static const cap_run_cost *run_of(const cap_kv_cost *c, cap_layer_kind k)
 {
-    const pl_run_cost *found = NULL;
+    const cap_run_cost *found = NULL;
     for (uint32_t i = 0; i < c->n_runs; i++)
         if (c->run[i].spec.kind == k) {
-            cr_assert_null(found, "two %s runs", pl_layer_kind_name(k));
+            cr_assert_null(found, "two %s runs", cap_layer_kind_name(k));
             found = &c->run[i];
         }
-    cr_assert_not_null(found, "no %s run", pl_layer_kind_name(k));
+    cr_assert_not_null(found, "no %s run", cap_layer_kind_name(k));
     return found;
 }
 
 Test(layers, window_blocks)
 {
     /* Blocks holding any of the last min(T, W) tokens: ceil(T/bs) - floor((T - min)/bs). */
-    cr_assert_eq(pl_window_blocks(10, 4096, 16), 1);
-    cr_assert_eq(pl_window_blocks(4096, 4096, 16), 256);
-    cr_assert_eq(pl_window_blocks(4097, 4096, 16), 257); /* 257 - floor(1/16) */
-    cr_assert_eq(pl_window_blocks(4112, 4096, 16), 256); /* 257 - 1: aligned again */
-    cr_assert_eq(pl_window_blocks(4113, 4096, 16), 257); /* 258 - 1 */
-    cr_assert_eq(pl_window_blocks(5000, 1000, 16), 63);  /* 313 - 250 */
-    cr_assert_eq(pl_window_blocks(5010, 1000, 16), 64);  /* 314 - 250 = ceil(W/bs) + 1 */
-    cr_assert_eq(pl_window_blocks(5010, 1000, 0), 0);
+    cr_assert_eq(cap_window_blocks(10, 4096, 16), 1);
+    cr_assert_eq(cap_window_blocks(4096, 4096, 16), 256);
+    cr_assert_eq(cap_window_blocks(4097, 4096, 16), 257); /* 257 - floor(1/16) */
+    cr_assert_eq(cap_window_blocks(4112, 4096, 16), 256); /* 257 - 1: aligned again */
+    cr_assert_eq(cap_window_blocks(4113, 4096, 16), 257); /* 258 - 1 */
+    cr_assert_eq(cap_window_blocks(5000, 1000, 16), 63);  /* 313 - 250 */
+    cr_assert_eq(cap_window_blocks(5010, 1000, 16), 64);  /* 314 - 250 = ceil(W/bs) + 1 */
+    cr_assert_eq(cap_window_blocks(5010, 1000, 0), 0);
     for (uint64_t t = 1; t < 5000; t += 7)
-        cr_assert_leq(pl_window_blocks(t, 1000, 16), 1000 / 16 + 1 + 1);
+        cr_assert_leq(cap_window_blocks(t, 1000, 16), 1000 / 16 + 1 + 1);
 }
 
 Test(layers, mistral_window)
 {
     /* Mistral-7B-v0.1: 32 sliding layers, 8 KV heads x 128, bf16, W 4096:
      * 2 x 32 x 8 x 128 x 2 = 131072 bytes per token held. */
-    pl_model_shape m;
-    pl_kv_cost c = config_cost("config_mistral.json", 1, &m);
+    cap_model_shape m;
+    cap_kv_cost c = config_cost("config_mistral.json", 1, &m);
     cr_assert_eq(c.n_runs, 1);
-    cr_assert_eq(c.run[0].spec.kind, PL_LAYER_SLIDING);
+    cr_assert_eq(c.run[0].spec.kind, CAP_LAYER_SLIDING);
     cr_assert_eq(c.run[0].spec.window, 4096);
     cr_assert_eq(c.token_all, 131072);
     cr_assert_eq(c.token_full, 0, "no layer keeps every token");
@@ -523,18 +524,18 @@ Test(layers, mistral_window)
     cr_assert_eq(paged_of(&c, 32768, 16), 512 * MiB); /* 256 blocks of 16 x 131072 */
     cr_assert_eq(paged_of(&c, 4100, 16), UINT64_C(257) * 16 * 131072);
     /* The preset is the same model. */
-    pl_kv_cost p;
-    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Mistral-7B")->shape, 1, &p, NULL), PL_OK);
+    cap_kv_cost p;
+    cr_assert_eq(cap_kv_cost_of(&cap_model_find("Mistral-7B")->shape, 1, &p, NULL), CAP_OK);
     cr_assert_eq(seq_of(&p, 32768), 512 * MiB);
     /* Without the window: 32768 x 131072 = 4 GiB, eight times more. */
-    cr_assert_eq(pl_model_set_window(&m, 0), PL_OK);
+    cr_assert_eq(cap_model_set_window(&m, 0), CAP_OK);
     cr_assert_eq(m.layers.n_runs, 0, "back to the uniform model");
-    cr_assert_eq(pl_kv_cost_of(&m, 1, &c, NULL), PL_OK);
+    cr_assert_eq(cap_kv_cost_of(&m, 1, &c, NULL), CAP_OK);
     cr_assert_eq(seq_of(&c, 32768), 4 * GiB);
     cr_assert(c.linear);
     /* A window put back on the uniform model. */
-    cr_assert_eq(pl_model_set_window(&m, 4096), PL_OK);
-    cr_assert_eq(pl_kv_cost_of(&m, 1, &c, NULL), PL_OK);
+    cr_assert_eq(cap_model_set_window(&m, 4096), CAP_OK);
+    cr_assert_eq(cap_kv_cost_of(&m, 1, &c, NULL), CAP_OK);
     cr_assert_eq(seq_of(&c, 32768), 512 * MiB);
 }
 
@@ -543,9 +544,9 @@ Test(layers, gemma_interleaved)
     /* Gemma 2 9B: 42 layers, even ones sliding (W 4096), 8 KV heads x 256, bf16:
      * 2 x 8 x 256 x 2 = 8192 bytes per layer and token; 21 full + 21 sliding.
      * T = 8192: 21 x 8192 x 8192 + 21 x 4096 x 8192 = 12288 x 172032 = 2113929216. */
-    pl_kv_cost c = config_cost("config_gemma2.json", 1, NULL);
-    cr_assert_eq(run_of(&c, PL_LAYER_SLIDING)->spec.n_layers, 21);
-    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 21);
+    cap_kv_cost c = config_cost("config_gemma2.json", 1, NULL);
+    cr_assert_eq(run_of(&c, CAP_LAYER_SLIDING)->spec.n_layers, 21);
+    cr_assert_eq(run_of(&c, CAP_LAYER_FULL)->spec.n_layers, 21);
     cr_assert_eq(c.token_all, 344064);
     cr_assert_eq(c.token_full, 172032);
     cr_assert_eq(seq_of(&c, 8192), UINT64_C(2113929216));
@@ -555,40 +556,40 @@ Test(layers, gemma_interleaved)
      * 16 KV heads x 128 bf16 = 8192 per layer and token. T = 32768:
      * 10 x 8192 x 32768 + 52 x 8192 x 1024 = 2684354560 + 436207616 = 3120562176; paged
      * identical (2048 and 64 blocks of 16, both aligned). */
-    pl_model_shape m;
+    cap_model_shape m;
     c = config_cost("config_gemma3.json", 1, &m);
     cr_assert_eq(m.n_layers, 62, "read from text_config");
-    cr_assert_eq(run_of(&c, PL_LAYER_SLIDING)->spec.n_layers, 52);
-    cr_assert_eq(run_of(&c, PL_LAYER_SLIDING)->spec.window, 1024);
-    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 10);
+    cr_assert_eq(run_of(&c, CAP_LAYER_SLIDING)->spec.n_layers, 52);
+    cr_assert_eq(run_of(&c, CAP_LAYER_SLIDING)->spec.window, 1024);
+    cr_assert_eq(run_of(&c, CAP_LAYER_FULL)->spec.n_layers, 10);
     cr_assert_eq(c.token_full, 81920);
     cr_assert_eq(seq_of(&c, 32768), UINT64_C(3120562176));
     cr_assert_eq(paged_of(&c, 32768, 16), UINT64_C(3120562176));
     /* 32768 + 8 tokens: full layers 2049 blocks, sliding 2049 - floor(31752/16) = 65. */
     cr_assert_eq(paged_of(&c, 32776, 16), UINT64_C(2049) * 16 * 81920 + UINT64_C(65) * 16 * 425984);
     /* TP 2: 8 KV heads per GPU, half of everything. */
-    pl_kv_cost c2 = config_cost("config_gemma3.json", 2, NULL);
+    cap_kv_cost c2 = config_cost("config_gemma3.json", 2, NULL);
     cr_assert_eq(seq_of(&c2, 32768), UINT64_C(3120562176) / 2);
     /* The preset agrees with the file. */
-    pl_kv_cost p;
-    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Gemma-3-27B")->shape, 1, &p, NULL), PL_OK);
+    cap_kv_cost p;
+    cr_assert_eq(cap_kv_cost_of(&cap_model_find("Gemma-3-27B")->shape, 1, &p, NULL), CAP_OK);
     cr_assert_eq(seq_of(&p, 32768), seq_of(&c, 32768));
 
     /* An explicit layer_types list (and dtype instead of torch_dtype): 10 sliding (W 512) +
      * 2 full, 1 KV head x 256 fp16 = 1024 per layer and token. T = 2048:
      * 2 x 1024 x 2048 + 10 x 1024 x 512 = 4194304 + 5242880. */
     c = config_cost("config_gemma3_types.json", 1, &m);
-    cr_assert_eq(m.kv_dtype, PL_DTYPE_FP16);
-    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 2);
-    cr_assert_eq(run_of(&c, PL_LAYER_SLIDING)->spec.window, 512);
+    cr_assert_eq(m.kv_dtype, CAP_DTYPE_FP16);
+    cr_assert_eq(run_of(&c, CAP_LAYER_FULL)->spec.n_layers, 2);
+    cr_assert_eq(run_of(&c, CAP_LAYER_SLIDING)->spec.window, 512);
     cr_assert_eq(seq_of(&c, 2048), UINT64_C(9437184));
 }
 
 Test(layers, qwen_sliding_window_flags)
 {
     /* Qwen3-8B: use_sliding_window false, sliding_window null: uniform, 36 x 2 x 8 x 128 x 2. */
-    pl_model_shape m;
-    pl_kv_cost c = config_cost("config_qwen3.json", 1, &m);
+    cap_model_shape m;
+    cap_kv_cost c = config_cost("config_qwen3.json", 1, &m);
     cr_assert_eq(m.layers.n_runs, 0);
     cr_assert_eq(m.head_dim, 128, "head_dim given explicitly");
     cr_assert_eq(c.token_all, 147456);
@@ -596,8 +597,8 @@ Test(layers, qwen_sliding_window_flags)
     /* use_sliding_window true, max_window_layers 20 of 28: layers 20..27 sliding (W 32768),
      * 4 KV heads x 128 (3584 / 28): 2 x 4 x 128 x 2 = 2048 per layer and token. */
     c = config_cost("config_qwen_swa.json", 1, NULL);
-    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 20);
-    cr_assert_eq(run_of(&c, PL_LAYER_SLIDING)->spec.n_layers, 8);
+    cr_assert_eq(run_of(&c, CAP_LAYER_FULL)->spec.n_layers, 20);
+    cr_assert_eq(run_of(&c, CAP_LAYER_SLIDING)->spec.n_layers, 8);
     cr_assert_eq(seq_of(&c, 65536), UINT64_C(20) * 2048 * 65536 + UINT64_C(8) * 2048 * 32768);
 }
 
@@ -606,10 +607,10 @@ Test(layers, mla_latent)
     /* DeepSeek-V3: 61 layers of one latent of kv_lora_rank 512 + qk_rope_head_dim 64 = 576
      * bf16 elements: 61 x 576 x 2 = 70272 bytes per token. A hypothetical MHA of the same
      * heads (128, K 192 = 128 + 64, V 128): 61 x 128 x (192 + 128) x 2 = 4997120, 71x. */
-    pl_model_shape m;
-    pl_kv_cost c = config_cost("config_deepseek_v3.json", 1, &m);
+    cap_model_shape m;
+    cap_kv_cost c = config_cost("config_deepseek_v3.json", 1, &m);
     cr_assert_eq(c.n_runs, 1);
-    cr_assert_eq(c.run[0].spec.kind, PL_LAYER_LATENT);
+    cr_assert_eq(c.run[0].spec.kind, CAP_LAYER_LATENT);
     cr_assert_eq(c.run[0].spec.latent_dim, 576);
     cr_assert_eq(m.head_dim, 192, "qk_nope_head_dim + qk_rope_head_dim");
     cr_assert_eq(c.token_all, 70272);
@@ -619,10 +620,10 @@ Test(layers, mla_latent)
     cr_assert_eq(mha, 4997120);
     cr_assert_eq(mha / c.token_all, 71);
     /* Tensor parallelism does not split the latent: every GPU holds it whole. */
-    pl_kv_cost c8 = config_cost("config_deepseek_v3.json", 8, NULL);
+    cap_kv_cost c8 = config_cost("config_deepseek_v3.json", 8, NULL);
     cr_assert_eq(c8.token_all, 70272);
-    pl_kv_cost p;
-    cr_assert_eq(pl_kv_cost_of(&pl_model_find("DeepSeek-V3")->shape, 1, &p, NULL), PL_OK);
+    cap_kv_cost p;
+    cr_assert_eq(cap_kv_cost_of(&cap_model_find("DeepSeek-V3")->shape, 1, &p, NULL), CAP_OK);
     cr_assert_eq(p.token_all, 70272);
 }
 
@@ -632,17 +633,17 @@ Test(layers, hybrid_states)
      * Attention: 4 x 2 x 8 x 128 x 2 = 16384 per token. Mamba: d_inner = 2 x 4096 = 8192,
      * 8192 x (4 - 1) + 8192 x 16 = 155648 elements, bf16: 311296 bytes, x 28 = 8716288 per
      * sequence, whatever its length. */
-    pl_kv_cost c = config_cost("config_jamba.json", 1, NULL);
-    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 4);
-    cr_assert_eq(run_of(&c, PL_LAYER_STATE)->spec.n_layers, 28);
-    cr_assert_eq(run_of(&c, PL_LAYER_STATE)->spec.state_elems, 155648);
+    cap_kv_cost c = config_cost("config_jamba.json", 1, NULL);
+    cr_assert_eq(run_of(&c, CAP_LAYER_FULL)->spec.n_layers, 4);
+    cr_assert_eq(run_of(&c, CAP_LAYER_STATE)->spec.n_layers, 28);
+    cr_assert_eq(run_of(&c, CAP_LAYER_STATE)->spec.state_elems, 155648);
     cr_assert_eq(c.token_all, 16384);
     cr_assert_eq(c.state_bytes, 8716288);
     cr_assert_eq(seq_of(&c, 1), 16384 + 8716288);
     cr_assert_eq(seq_of(&c, 262144), UINT64_C(16384) * 262144 + 8716288);
     cr_assert_eq(paged_of(&c, 17, 16), UINT64_C(32) * 16384 + 8716288);
-    pl_kv_cost p;
-    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Jamba-v0.1")->shape, 1, &p, NULL), PL_OK);
+    cap_kv_cost p;
+    cr_assert_eq(cap_kv_cost_of(&cap_model_find("Jamba-v0.1")->shape, 1, &p, NULL), CAP_OK);
     cr_assert_eq(p.state_bytes, c.state_bytes);
     cr_assert_eq(p.token_all, c.token_all);
 
@@ -651,11 +652,11 @@ Test(layers, hybrid_states)
      * 32 x 128) x 3 = 24576 + recurrent 32 x 128 x 128 = 524288: 548864 elements, bf16,
      * x 36 layers = 39518208. TP 2: one KV head each, state halved. */
     c = config_cost("config_qwen3_next.json", 1, NULL);
-    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 12);
-    cr_assert_eq(run_of(&c, PL_LAYER_STATE)->spec.state_elems, 548864);
+    cr_assert_eq(run_of(&c, CAP_LAYER_FULL)->spec.n_layers, 12);
+    cr_assert_eq(run_of(&c, CAP_LAYER_STATE)->spec.state_elems, 548864);
     cr_assert_eq(c.token_all, 24576);
     cr_assert_eq(c.state_bytes, 39518208);
-    pl_kv_cost c2 = config_cost("config_qwen3_next.json", 2, NULL);
+    cap_kv_cost c2 = config_cost("config_qwen3_next.json", 2, NULL);
     cr_assert_eq(c2.token_all, 12288);
     cr_assert_eq(c2.state_bytes, 19759104);
 }
@@ -663,9 +664,9 @@ Test(layers, hybrid_states)
 Test(layers, kv_sharing)
 {
     /* 12 layers, the last 4 reuse earlier layers' KV: 8 x 2 x 2 x 64 x 2 = 4096 per token. */
-    pl_kv_cost c = config_cost("config_kv_shared.json", 1, NULL);
-    cr_assert_eq(run_of(&c, PL_LAYER_SHARED)->spec.n_layers, 4);
-    cr_assert_eq(run_of(&c, PL_LAYER_FULL)->spec.n_layers, 8);
+    cap_kv_cost c = config_cost("config_kv_shared.json", 1, NULL);
+    cr_assert_eq(run_of(&c, CAP_LAYER_SHARED)->spec.n_layers, 4);
+    cr_assert_eq(run_of(&c, CAP_LAYER_FULL)->spec.n_layers, 8);
     cr_assert_eq(c.token_all, 4096);
     cr_assert_eq(seq_of(&c, 1000), 4096000);
 }
@@ -673,65 +674,65 @@ Test(layers, kv_sharing)
 Test(layers, config_errors)
 {
     char err[512];
-    pl_model_shape m;
-    pl_model_shape_init(&m);
+    cap_model_shape m;
+    cap_model_shape_init(&m);
     m.n_layers = 77;
-    cr_assert_eq(pl_model_from_config(data_path("config_bad_types.json"), &m, err, sizeof err),
-                 PL_EINVAL);
+    cr_assert_eq(cap_model_from_config(data_path("config_bad_types.json"), &m, err, sizeof err),
+                 CAP_EINVAL);
     cr_assert(strstr(err, "layer_types[1] is 'chunked_attention'") != NULL, "%s", err);
     cr_assert_eq(m.n_layers, 77, "untouched on failure");
-    cr_assert_eq(pl_model_from_config(data_path("config_state_unsized.json"), &m, err, sizeof err),
-                 PL_EINVAL);
+    cr_assert_eq(cap_model_from_config(data_path("config_state_unsized.json"), &m, err, sizeof err),
+                 CAP_EINVAL);
     cr_assert(strstr(err, "2 recurrent-state layers") != NULL, "%s", err);
-    cr_assert_eq(pl_model_from_config(data_path("config_state_huge.json"), &m, err, sizeof err),
-                 PL_EINVAL);
+    cr_assert_eq(cap_model_from_config(data_path("config_state_huge.json"), &m, err, sizeof err),
+                 CAP_EINVAL);
     cr_assert(strstr(err, "does not fit 64 bits") != NULL, "%s", err);
     /* Runs that do not add up, or a zero field, are refused by the shape check. */
-    pl_model_shape s = shape(4, 8, 8, 64, PL_DTYPE_BF16);
-    pl_layer_run full = {PL_LAYER_FULL, 0, 8, 64, 0, 0, 0};
-    cr_assert_eq(pl_layers_add(&s.layers, &full, 3), PL_OK);
+    cap_model_shape s = shape(4, 8, 8, 64, CAP_DTYPE_BF16);
+    cap_layer_run full = {CAP_LAYER_FULL, 0, 8, 64, 0, 0, 0};
+    cr_assert_eq(cap_layers_add(&s.layers, &full, 3), CAP_OK);
     const char *what = NULL;
-    cr_assert_eq(pl_model_shape_check(&s, &what), PL_EINVAL);
+    cr_assert_eq(cap_model_shape_check(&s, &what), CAP_EINVAL);
     cr_assert(strstr(what, "add up") != NULL, "%s", what);
-    pl_layer_run bad = {PL_LAYER_SLIDING, 0, 8, 64, 0, 0, 0};
-    cr_assert_eq(pl_layers_add(&s.layers, &bad, 1), PL_EINVAL, "a window of 0");
-    cr_assert_eq(pl_layers_add(&s.layers, &full, 1), PL_OK, "merged into the same run");
+    cap_layer_run bad = {CAP_LAYER_SLIDING, 0, 8, 64, 0, 0, 0};
+    cr_assert_eq(cap_layers_add(&s.layers, &bad, 1), CAP_EINVAL, "a window of 0");
+    cr_assert_eq(cap_layers_add(&s.layers, &full, 1), CAP_OK, "merged into the same run");
     cr_assert_eq(s.layers.n_runs, 1);
-    cr_assert_eq(pl_model_shape_check(&s, &what), PL_OK);
+    cr_assert_eq(cap_model_shape_check(&s, &what), CAP_OK);
 }
 
 Test(layers, cache_block_bytes)
 {
     /* What replay charges per cached block of 16 tokens: full and latent layers. */
     uint64_t b;
-    pl_kv_cost c;
-    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Llama-3.1-8B")->shape, 1, &c, NULL), PL_OK);
-    cr_assert_eq(pl_cache_block_bytes(&c, 16, &b), PL_OK);
+    cap_kv_cost c;
+    cr_assert_eq(cap_kv_cost_of(&cap_model_find("Llama-3.1-8B")->shape, 1, &c, NULL), CAP_OK);
+    cr_assert_eq(cap_cache_block_bytes(&c, 16, &b), CAP_OK);
     cr_assert_eq(b, 2097152);
-    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Gemma-3-27B")->shape, 1, &c, NULL), PL_OK);
-    cr_assert_eq(pl_cache_block_bytes(&c, 16, &b), PL_OK);
+    cr_assert_eq(cap_kv_cost_of(&cap_model_find("Gemma-3-27B")->shape, 1, &c, NULL), CAP_OK);
+    cr_assert_eq(cap_cache_block_bytes(&c, 16, &b), CAP_OK);
     cr_assert_eq(b, 16 * 81920);
-    cr_assert_eq(pl_kv_cost_of(&pl_model_find("DeepSeek-V3")->shape, 1, &c, NULL), PL_OK);
-    cr_assert_eq(pl_cache_block_bytes(&c, 16, &b), PL_OK);
+    cr_assert_eq(cap_kv_cost_of(&cap_model_find("DeepSeek-V3")->shape, 1, &c, NULL), CAP_OK);
+    cr_assert_eq(cap_cache_block_bytes(&c, 16, &b), CAP_OK);
     cr_assert_eq(b, 16 * 70272);
     /* Every layer windowed: each block is charged in full, as one block pool would be. */
-    cr_assert_eq(pl_kv_cost_of(&pl_model_find("Mistral-7B")->shape, 1, &c, NULL), PL_OK);
-    cr_assert_eq(pl_cache_block_bytes(&c, 16, &b), PL_OK);
+    cr_assert_eq(cap_kv_cost_of(&cap_model_find("Mistral-7B")->shape, 1, &c, NULL), CAP_OK);
+    cr_assert_eq(cap_cache_block_bytes(&c, 16, &b), CAP_OK);
     cr_assert_eq(b, 16 * 131072);
-    cr_assert_eq(pl_cache_block_bytes(&c, 0, &b), PL_EINVAL);
+    cr_assert_eq(cap_cache_block_bytes(&c, 0, &b), CAP_EINVAL);
 }
 
 /* ---- quantized KV: scales counted ------------------------------------------------------ */
 
-static pl_kv_cost quant_cost(pl_dtype t, const char *scales, pl_dtype scale_t, uint32_t d)
+static cap_kv_cost quant_cost(cap_dtype t, const char *scales, cap_dtype scale_t, uint32_t d)
 {
-    pl_model_shape m = shape(32, 32, 8, d, PL_DTYPE_BF16);
+    cap_model_shape m = shape(32, 32, 8, d, CAP_DTYPE_BF16);
     m.kv_dtype = t;
-    cr_assert_eq(pl_scales_parse(scales, &m.kv_quant), PL_OK, "%s", scales);
+    cr_assert_eq(cap_scales_parse(scales, &m.kv_quant), CAP_OK, "%s", scales);
     m.kv_quant.scale_dtype = scale_t;
-    pl_kv_cost c;
+    cap_kv_cost c;
     const char *what = NULL;
-    cr_assert_eq(pl_kv_cost_of(&m, 1, &c, &what), PL_OK, "%s", what);
+    cr_assert_eq(cap_kv_cost_of(&m, 1, &c, &what), CAP_OK, "%s", what);
     return c;
 }
 
@@ -739,63 +740,63 @@ Test(quant, scales_counted)
 {
     /* Llama-3.1-8B shape (32 layers, 8 KV heads x 128). fp8 per-tensor: 2 x 32 x 8 x 128 x 1
      * = 65536 per token, and 2 scales per layer: 64 x 4 = 256 fixed bytes. */
-    pl_kv_cost c = quant_cost(PL_DTYPE_FP8, "per-tensor", PL_DTYPE_FP32, 128);
+    cap_kv_cost c = quant_cost(CAP_DTYPE_FP8, "per-tensor", CAP_DTYPE_FP32, 128);
     cr_assert_eq(c.token_all, 65536);
     cr_assert_eq(c.fixed_bytes, 256);
     /* per-head: 2 x 32 x 8 scales = 512 x 4 = 2048 fixed bytes. */
-    c = quant_cost(PL_DTYPE_FP8, "per-head", PL_DTYPE_FP32, 128);
+    c = quant_cost(CAP_DTYPE_FP8, "per-head", CAP_DTYPE_FP32, 128);
     cr_assert_eq(c.token_all, 65536);
     cr_assert_eq(c.fixed_bytes, 2048);
     /* int8 per-token fp32: each head's K or V vector 128 + 4 bytes: 2 x 32 x 8 x 132. */
-    c = quant_cost(PL_DTYPE_INT8, "per-token", PL_DTYPE_FP32, 128);
+    c = quant_cost(CAP_DTYPE_INT8, "per-token", CAP_DTYPE_FP32, 128);
     cr_assert_eq(c.token_all, 67584);
     cr_assert_eq(c.fixed_bytes, 0);
     /* int4 per-block:32 fp16: 128 x 4 bits = 64 bytes + 4 scales x 2 = 72 per vector. */
-    c = quant_cost(PL_DTYPE_INT4, "per-block:32", PL_DTYPE_FP16, 128);
+    c = quant_cost(CAP_DTYPE_INT4, "per-block:32", CAP_DTYPE_FP16, 128);
     cr_assert_eq(c.token_all, UINT64_C(2) * 32 * 8 * 72);
     /* int4 of an odd head dimension rounds up per vector: 5 x 4 bits = 3 bytes. */
-    c = quant_cost(PL_DTYPE_INT4, "per-tensor", PL_DTYPE_FP32, 5);
+    c = quant_cost(CAP_DTYPE_INT4, "per-tensor", CAP_DTYPE_FP32, 5);
     cr_assert_eq(c.token_all, UINT64_C(2) * 32 * 8 * 3);
     /* per-block with a group that does not divide D: ceil(128 / 48) = 3 scales. */
-    c = quant_cost(PL_DTYPE_FP8, "per-block:48", PL_DTYPE_FP32, 128);
+    c = quant_cost(CAP_DTYPE_FP8, "per-block:48", CAP_DTYPE_FP32, 128);
     cr_assert_eq(c.token_all, UINT64_C(2) * 32 * 8 * (128 + 12));
     /* A latent takes one scale per token (per-token) or one per tensor per layer. */
-    pl_model_shape m = pl_model_find("DeepSeek-V3")->shape;
-    m.kv_dtype = PL_DTYPE_FP8;
-    m.kv_quant.layout = PL_SCALES_TENSOR;
-    cr_assert_eq(pl_kv_cost_of(&m, 1, &c, NULL), PL_OK);
+    cap_model_shape m = cap_model_find("DeepSeek-V3")->shape;
+    m.kv_dtype = CAP_DTYPE_FP8;
+    m.kv_quant.layout = CAP_SCALES_TENSOR;
+    cr_assert_eq(cap_kv_cost_of(&m, 1, &c, NULL), CAP_OK);
     cr_assert_eq(c.token_all, 61 * 576);
     cr_assert_eq(c.fixed_bytes, 61 * 4);
-    m.kv_quant.layout = PL_SCALES_TOKEN;
-    cr_assert_eq(pl_kv_cost_of(&m, 1, &c, NULL), PL_OK);
+    m.kv_quant.layout = CAP_SCALES_TOKEN;
+    cr_assert_eq(cap_kv_cost_of(&m, 1, &c, NULL), CAP_OK);
     cr_assert_eq(c.token_all, 61 * (576 + 4));
 }
 
 Test(quant, parse_and_refuse)
 {
-    pl_kv_quant q = {PL_SCALES_NONE, 0, PL_DTYPE_FP32};
-    cr_assert_eq(pl_scales_parse("per-block:64", &q), PL_OK);
-    cr_assert_eq(q.layout, PL_SCALES_GROUP);
+    cap_kv_quant q = {CAP_SCALES_NONE, 0, CAP_DTYPE_FP32};
+    cr_assert_eq(cap_scales_parse("per-block:64", &q), CAP_OK);
+    cr_assert_eq(q.layout, CAP_SCALES_GROUP);
     cr_assert_eq(q.group, 64);
-    cr_assert_eq(pl_scales_parse("PER-HEAD", &q), PL_OK);
-    cr_assert_eq(q.layout, PL_SCALES_HEAD);
+    cr_assert_eq(cap_scales_parse("PER-HEAD", &q), CAP_OK);
+    cr_assert_eq(q.layout, CAP_SCALES_HEAD);
     const char *bad[] = {"per-block:",   "per-block:0", "per-block:65537",
                          "per-block:1x", "per-channel", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        cr_assert_eq(pl_scales_parse(bad[i], &q), PL_EINVAL, "%s", bad[i]);
+        cr_assert_eq(cap_scales_parse(bad[i], &q), CAP_EINVAL, "%s", bad[i]);
     /* Scales on bf16, or none on fp8, are inconsistent shapes. */
-    pl_model_shape m = shape(32, 32, 8, 128, PL_DTYPE_BF16);
-    m.kv_quant.layout = PL_SCALES_TENSOR;
+    cap_model_shape m = shape(32, 32, 8, 128, CAP_DTYPE_BF16);
+    m.kv_quant.layout = CAP_SCALES_TENSOR;
     const char *what = NULL;
-    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
-    m.kv_quant.layout = PL_SCALES_NONE;
-    m.kv_dtype = PL_DTYPE_INT4;
-    cr_assert_eq(pl_model_shape_check(&m, &what), PL_EINVAL);
+    cr_assert_eq(cap_model_shape_check(&m, &what), CAP_EINVAL);
+    m.kv_quant.layout = CAP_SCALES_NONE;
+    m.kv_dtype = CAP_DTYPE_INT4;
+    cr_assert_eq(cap_model_shape_check(&m, &what), CAP_EINVAL);
     uint64_t b;
-    cr_assert_eq(pl_elems_bytes(3, PL_DTYPE_INT4, &b), PL_OK);
+    cr_assert_eq(cap_elems_bytes(3, CAP_DTYPE_INT4, &b), CAP_OK);
     cr_assert_eq(b, 2);
-    cr_assert_eq(pl_elems_bytes(UINT64_MAX, PL_DTYPE_FP32, &b), PL_EOVERFLOW);
-    cr_assert_eq(pl_elems_bytes(UINT64_MAX, PL_DTYPE_INT4, &b), PL_OK);
+    cr_assert_eq(cap_elems_bytes(UINT64_MAX, CAP_DTYPE_FP32, &b), CAP_EOVERFLOW);
+    cr_assert_eq(cap_elems_bytes(UINT64_MAX, CAP_DTYPE_INT4, &b), CAP_OK);
     cr_assert_eq(b, UINT64_MAX / 2 + 1);
 }
 

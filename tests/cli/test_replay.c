@@ -1,7 +1,7 @@
 /*
- * test_replay.c - the replay engine (src/cli/replay_sim.c) against hand-computed figures,
- * the library's pool and an independent naive LRU list; the sweep's one-pass figures against
- * separate single-capacity replays on random logs.
+ * test_replay.c - the replay engine (src/cli/cmd/replay/replay_sim.c) against hand-computed
+ * figures, the library's pool and an independent naive LRU list; the sweep's one-pass figures
+ * against separate single-capacity replays on random logs.
  *
  * The naive model here shares nothing with the engine: a plain array of keys in recency
  * order, a linear search per block, and the documented rules (look up the longest cached

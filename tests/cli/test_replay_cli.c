@@ -1,5 +1,5 @@
 /*
- * test_replay_cli.c - the `kvprefix replay` binary on fixtures of tests/data/replay/: each
+ * test_replay_cli.c - the `kvprefix replay` binary on fixtures of tests/cli/data/replay/: each
  * input format, the report's figures against hand-computed values (the worked example of
  * docs/replay.md), JSON/CSV/SVG output, --sort, --cache-output, --diagnose, byte
  * capacities, compressed and standard input, and every bad input with its exit status and
@@ -220,7 +220,7 @@ Test(replay_cli, byte_capacity_needs_a_model)
     cr_assert_eq(jint(j, "block_bytes", NULL), 2097152);
     cr_assert_eq(jint(j, "capacity", "capacity_blocks"), 512);
     json_decref(j);
-    /* The planner's per-layer bytes (kvplan.h, pl_cache_block_bytes): DeepSeek-V3's latent
+    /* The planner's per-layer bytes (kvplan.h, cap_cache_block_bytes): DeepSeek-V3's latent
      * is 61 x 576 x 2 = 70272 bytes per token, 1124352 per block: 954 blocks in 1 GiB;
      * Gemma-3-27B's 10 full layers 81920 per token (its 52 sliding layers hold a window per
      * prefix end, not per block): 1310720 per block, 819 blocks. */

@@ -326,7 +326,7 @@ Test(pyjson, reals_as_python_repr)
 /* At a power of two the doubles that read back to x reach twice as far above x as below,
  * so the correctly rounded 16 digits can miss while the 16-digit neighbour across x hits:
  * Python writes that one, not 17 digits. Found by comparing with CPython 3.11's repr
- * (tests/pyjson_repr_check.py): 92 of the 4,196 powers of two from 2^-1074 to 2^1023, both
+ * (tests/cli/pyjson_repr_check.py): 92 of the 4,196 powers of two from 2^-1074 to 2^1023, both
  * signs, were wrong. */
 Test(pyjson, reals_at_powers_of_two_as_python_repr)
 {

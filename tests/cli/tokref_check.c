@@ -1,7 +1,7 @@
 /*
  * tokref_check.c - the tokenizer reference check: every token id of the BPE tokenizer
  * (src/cli/tok/bpe.c) against the npm reference tokenizers on the corpus in
- * tests/data/tok/corpus.
+ * tests/cli/data/tok/corpus.
  *
  *   tokref_check REF_DIR CORPUS_DIR
  *

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """kv_events_peer.py - an independent decoder for kvprefix's KV-event publisher.
 
-Starts tests/kv_events_pub.c (a kvp_cache with a vLLM hash profile and a kvp_publisher),
+Starts tests/events/kv_events_pub.c (a kvp_cache with a vLLM hash profile and a kvp_publisher),
 subscribes to it with pyzmq as llm-d does (topic prefix "kv@"), decodes every message with
 python3-msgpack and checks each field against what vLLM would publish for the same tokens:
 block hashes recomputed here from vLLM's definition (CBOR with cbor2, SHA-256 with hashlib or
@@ -43,7 +43,7 @@ TOPIC = "kv@pod-a@Qwen/Qwen3-8B"
 BLOCK = 16
 SEED = "vllm-none-hash"
 END_SEQ = b"\xff" * 8
-# Golden event integers (../shared/vectors/vllm-block-hash.md) that this file's own hash
+# Golden event integers (docs/test-vectors.md, "vLLM profiles") that this file's own hash
 # function must reproduce before it is trusted to check the publisher.
 GOLDEN_B0 = {"vllm-sha256-cbor": 2233398808101521225, "vllm-xxhash-cbor": 11534027033812148684}
 

@@ -1,5 +1,5 @@
 /*
- * kv_events_pub.c - a small engine for tests/kv_events_peer.py: a kvp_cache with a vLLM
+ * kv_events_pub.c - a small engine for tests/events/kv_events_peer.py: a kvp_cache with a vLLM
  * hash profile and an attached kvp_publisher, driven over stdin/stdout so that the Python
  * side (an independent decoder: pyzmq + msgpack) controls the timing.
  *

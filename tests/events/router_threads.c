@@ -18,7 +18,7 @@
  * equal its owner's model exactly, the router's counters must equal the sums of what the
  * threads did, and kvp_router_check must pass.
  *
- * With KVP_TEST_REDIS_URL set (tests/with_redis.py), the router has a Redis store: every
+ * With KVP_TEST_REDIS_URL set (tests/support/with_redis.py), the router has a Redis store: every
  * batch goes to Redis as well, every score is answered by Redis, the same checks hold, and
  * no call may have fallen back to the local view (that would hide a broken store).
  *

@@ -1,7 +1,7 @@
 /*
  * test_kv_codec.c - the vLLM KV-event codec (kvp_kv_encode, kvp_kv_decode).
  *
- * Byte-exact against the two examples of docs/kv-events.md (from ../shared/kv-events.md: one
+ * Byte-exact against the two examples of docs/kv-events.md (vLLM's wire format: one
  * BlockStored of 4 tokens, 188 bytes with map events, 48 with array events), in both
  * directions; random batches round-trip through every form and re-encode to the same
  * bytes; hashes as signed ints and bin digests normalise; unknown fields and trailing

@@ -3,7 +3,7 @@
  *
  * A SUB socket in the test receives what a kvp_cache with an attached publisher does:
  * with the vllm-sha256-cbor and vllm-xxhash-cbor profiles the block hashes equal the golden
- * event integers of ../shared/vectors/vllm-block-hash.md (plain, LoRA, salt, both; parents
+ * event integers of docs/test-vectors.md's vLLM rows (plain, LoRA, salt, both; parents
  * chained across commits); messages are [topic, seq from 0 big-endian, payload] in the
  * configured form with the dp rank; evictions, resets and the _ids forms map to
  * BlockRemoved, AllBlocksCleared and empty token_ids; batch_max_events publishes by
@@ -151,7 +151,7 @@ static void seq_tokens(uint32_t *t, size_t n, uint32_t from)
 /* The golden vLLM hashes on the wire                                                       */
 /* ---------------------------------------------------------------------------------------- */
 
-/* One row set of ../shared/vectors/vllm-block-hash.md for a profile and seed string. */
+/* One row set of docs/test-vectors.md's vLLM table for a profile and seed string. */
 typedef struct golden {
     int profile;
     const char *seed;

@@ -41,7 +41,7 @@
 #include <unistd.h>
 
 /* Built as test_router_redis: every router goes to the Redis at $KVP_TEST_REDIS_URL
- * (tests/with_redis.py starts one) under a key prefix of its own (Criterion forks per
+ * (tests/support/with_redis.py starts one) under a key prefix of its own (Criterion forks per
  * test: the pid and a counter make it unique), so the same behaviour is checked on the
  * shared store. */
 static void use_redis(kvp_router_config *cfg)
@@ -49,7 +49,7 @@ static void use_redis(kvp_router_config *cfg)
     static char prefix[64];
     static unsigned counter;
     const char *url = getenv("KVP_TEST_REDIS_URL");
-    cr_assert(url, "KVP_TEST_REDIS_URL is not set (run under tests/with_redis.py)");
+    cr_assert(url, "KVP_TEST_REDIS_URL is not set (run under tests/support/with_redis.py)");
     snprintf(prefix, sizeof prefix, "t%ld_%u", (long)getpid(), counter++);
     cfg->redis.url = url;
     cfg->redis.key_prefix = prefix;

@@ -1,6 +1,6 @@
 /*
  * test_router_redis.c - the router index's shared store on Redis (src/events/router_redis*.c),
- * run by tests/with_redis.py (KVP_TEST_REDIS_URL names a private redis-server).
+ * run by tests/support/with_redis.py (KVP_TEST_REDIS_URL names a private redis-server).
  *
  * Two routers on one Redis return the same rows whichever applied; a batch one applied is
  * a DUPLICATE for the other, and a router that missed a batch follows the fleet; a score
@@ -67,7 +67,7 @@ static void sleep_ms(long ms)
 static const char *env_or_fail(const char *name)
 {
     const char *v = getenv(name);
-    cr_assert(v, "%s is not set (run under tests/with_redis.py)", name);
+    cr_assert(v, "%s is not set (run under tests/support/with_redis.py)", name);
     return v;
 }
 

@@ -1,7 +1,7 @@
 /*
  * forge.c - the closed-form XXH3-128 collision for 80-byte block inputs (block size 16),
- * derived in tests/test_attack.c's opening comment from XXH3's published algorithm
- * (Debian's xxhash.h, XXH3_len_17to128_128b). Shared by tests/test_attack.c and
+ * derived in tests/lib/test_attack.c's opening comment from XXH3's published algorithm
+ * (Debian's xxhash.h, XXH3_len_17to128_128b). Shared by tests/lib/test_attack.c and
  * bench/bench_verify.c (which forges a whole colliding chain to measure verification
  * under collisions). Plain C11; no search.
  */

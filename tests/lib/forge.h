@@ -1,6 +1,6 @@
 /*
- * forge.h - the closed-form XXH3-128 block collision (tests/forge.c; derivation in
- * tests/test_attack.c).
+ * forge.h - the closed-form XXH3-128 block collision (tests/lib/forge.c; derivation in
+ * tests/lib/test_attack.c).
  */
 #ifndef KVP_TESTS_FORGE_H
 #define KVP_TESTS_FORGE_H

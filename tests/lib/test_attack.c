@@ -36,7 +36,7 @@
  * fix (a search-based or seed-independent pair may fit a vocabulary; the fix is an
  * unforgeable key or verification).
  *
- * The construction itself is in tests/forge.c (bench/bench_verify.c uses it too).
+ * The construction itself is in tests/lib/forge.c (bench/bench_verify.c uses it too).
  * Profiles are rows of PROFILES below: adding one (e.g. keyed) is one line naming how to
  * configure it and whether the construction is expected to collide there.
  */

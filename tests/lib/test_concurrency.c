@@ -4,7 +4,7 @@
  * the token forms (same matches, ids, statistics and events on twin caches, with and without
  * collision-proof mode); verification needs the tokens; a callback's own cache answers
  * KVP_EBUSY while another cache answers normally; and another thread calling the cache
- * while a callback runs waits for it instead of failing. (tests/threads.c is the
+ * while a callback runs waits for it instead of failing. (tests/lib/threads.c is the
  * randomized many-thread stress test; TSan runs it.)
  */
 #include <pthread.h>

@@ -6,7 +6,7 @@
  * blocks) and block sizes 1..4, from fixed seeds. After every operation the return code,
  * the match result, every statistics counter and the request's block count must equal the
  * model's, and kvp_cache_check must pass. Runs with verify_tokens off and on. The model
- * decides hits by exact namespace + token-prefix comparison (tests/refmodel.c).
+ * decides hits by exact namespace + token-prefix comparison (tests/lib/refmodel.c).
  *
  * With verify_tokens the model also keeps per-instance provenance (refmodel.h), so the run
  * checks collision-proof mode's exact semantics with full 128-bit keys: which stale blocks

@@ -3,7 +3,7 @@
  * vllm-xxhash-cbor), the kvp_hasher API, the canonical CBOR encoder, vocab_size and the
  * refusal of namespaces a profile cannot express.
  *
- * The vLLM rows of /work/shared/vectors/vllm-block-hash.md (copied in docs/test-vectors.md)
+ * The vLLM rows of docs/test-vectors.md (vLLM's hash_block_tokens, computed in Python)
  * are reproduced bit for bit: digest hex and event integer. The keyed and siphash profiles
  * are rebuilt independently from their byte layout (libsodium BLAKE2b/SipHash and
  * XXH3_128bits_withSecret called here directly), and pinned by fixed vectors. Every profile
@@ -169,8 +169,8 @@ Test(cbor, utf8_validation)
 
 /* ------------------------------------------------------------------ vLLM golden vectors */
 
-/* One row of vllm-block-hash.md. block: -1 NONE_HASH, 0 block 0, 1 block 1 whose parent is
- * block 0 with extra_keys None. lora/salt: the extra keys (NULL = absent). */
+/* One row of docs/test-vectors.md's vLLM table. block: -1 NONE_HASH, 0 block 0, 1 block 1
+ * whose parent is block 0 with extra_keys None. lora/salt: the extra keys (NULL = absent). */
 typedef struct vrow {
     int profile;
     const char *seed;

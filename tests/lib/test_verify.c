@@ -1,7 +1,7 @@
 /*
  * test_verify.c - collision-proof mode (kvp_config.verify_tokens).
  *
- * Provenance is exact and per indexed block instance (see tests/refmodel.h): a block stored
+ * Provenance is exact and per indexed block instance (see tests/lib/refmodel.h): a block stored
  * after one instance of its parent never verifies after another. With full 128-bit keys
  * verify mode therefore behaves like the plain cache except when a parent was evicted and
  * cached again while its children stayed: then the children are rejected by lookups

@@ -1,5 +1,5 @@
 /*
- * fake_engine.c - a stand-in engine for tests/test_routerd.py: a kvp_cache whose events a
+ * fake_engine.c - a stand-in engine for tests/routerd/test_routerd.py: a kvp_cache whose events a
  * kvp_publisher publishes (vLLM's KV-event protocol), driven by commands on stdin so that
  * the test controls every batch.
  *

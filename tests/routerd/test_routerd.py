@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """test_routerd.py - `kvprefix router` end to end.
 
-Starts two fake engines (tests/fake_engine.c: a kvp_cache with a kvp_publisher, commands
+Starts two fake engines (tests/routerd/fake_engine.c: a kvp_cache with a kvp_publisher, commands
 on stdin), a raw ZeroMQ peer that publishes only junk, and the daemon on a free port (it
 prints the port), all on ipc:// endpoints in a temporary directory, then checks:
 

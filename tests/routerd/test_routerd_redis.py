@@ -2,7 +2,7 @@
 """test_routerd_redis.py - several `kvprefix router --redis` daemons on one Redis.
 
 Starts its own redis-server on a free port (no persistence, its own temporary directory),
-two fake engines (tests/fake_engine.c: a kvp_cache with a kvp_publisher, commands on stdin)
+two fake engines (tests/routerd/fake_engine.c: a kvp_cache with a kvp_publisher, commands on stdin)
 on ipc:// endpoints, and two routers sharing the Redis database under one key prefix, then
 checks (docs/routing.md, "Several routers on one Redis"):
 

@@ -5,7 +5,7 @@
  * factories, a deterministic PRNG, and checked wrappers of the public calls the tests make
  * over and over. Helpers that check something fail the running test through Criterion's
  * cr_assert, with a message naming the call that failed; wrappers that change the cache also
- * run kvp_cache_check on it. Only Criterion test programs link testutil.c (tests/soak.c is
+ * run kvp_cache_check on it. Only Criterion test programs link testutil.c (tests/lib/soak.c is
  * standalone). The reference model is separate: refmodel.h.
  */
 #ifndef KVP_TESTS_TESTUTIL_H

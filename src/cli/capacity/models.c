@@ -54,26 +54,26 @@
 #define SHAPE(l, hq, hkv, d, kvt, wt, params)                                                      \
     .n_layers = (l), .n_heads = (hq), .n_kv_heads = (hkv), .head_dim = (d), .kv_dtype = (kvt),     \
     .w_dtype = (wt), .n_params = UINT64_C(params), .state_dtype = (kvt),                           \
-    .kv_quant = {PL_SCALES_NONE, 0, PL_DTYPE_FP32}
+    .kv_quant = {CAP_SCALES_NONE, 0, CAP_DTYPE_FP32}
 #define RUN_FULL(n, h, d)                                                                          \
     {                                                                                              \
-        PL_LAYER_FULL, (n), (h), (d), 0, 0, 0                                                      \
+        CAP_LAYER_FULL, (n), (h), (d), 0, 0, 0                                                     \
     }
 #define RUN_SLIDING(n, h, d, w)                                                                    \
     {                                                                                              \
-        PL_LAYER_SLIDING, (n), (h), (d), (w), 0, 0                                                 \
+        CAP_LAYER_SLIDING, (n), (h), (d), (w), 0, 0                                                \
     }
 #define RUN_LATENT(n, e)                                                                           \
     {                                                                                              \
-        PL_LAYER_LATENT, (n), 0, 0, 0, (e), 0                                                      \
+        CAP_LAYER_LATENT, (n), 0, 0, 0, (e), 0                                                     \
     }
 #define RUN_STATE(n, e)                                                                            \
     {                                                                                              \
-        PL_LAYER_STATE, (n), 0, 0, 0, 0, (e)                                                       \
+        CAP_LAYER_STATE, (n), 0, 0, 0, 0, (e)                                                      \
     }
-#define BF16 PL_DTYPE_BF16
+#define BF16 CAP_DTYPE_BF16
 
-static const pl_model_preset presets[] = {
+static const cap_model_preset presets[] = {
     {"Llama-3.1-8B",
      "meta-llama/Llama-3.1-8B",
      {SHAPE(32, 32, 8, 128, BF16, BF16, 8030261248)},
@@ -86,7 +86,7 @@ static const pl_model_preset presets[] = {
                                       "vocab_size 128256)"},
     {"Llama-2-7B",
      "meta-llama/Llama-2-7b-hf",
-     {SHAPE(32, 32, 32, 128, PL_DTYPE_FP16, PL_DTYPE_FP16, 6738415616)},
+     {SHAPE(32, 32, 32, 128, CAP_DTYPE_FP16, CAP_DTYPE_FP16, 6738415616)},
      CARD("meta-llama/Llama-2-7b-hf") " (hidden_size 4096, intermediate_size 11008, "
                                       "vocab_size 32000)"},
     {"Mistral-7B",
@@ -146,7 +146,7 @@ static const pl_model_preset presets[] = {
                                    "sliding_window 1024, sliding_window_pattern 6)"},
     {"DeepSeek-V3",
      "deepseek-ai/DeepSeek-V3",
-     {SHAPE(61, 128, 128, 192, BF16, PL_DTYPE_FP8, 671026419200),
+     {SHAPE(61, 128, 128, 192, BF16, CAP_DTYPE_FP8, 671026419200),
       .layers = {1, {RUN_LATENT(61, 576)}}},
      CARD("deepseek-ai/DeepSeek-V3") " (kv_lora_rank 512, qk_rope_head_dim 64, "
                                      "qk_nope_head_dim 128, v_head_dim 128, q_lora_rank 1536, "
@@ -163,21 +163,21 @@ static const pl_model_preset presets[] = {
                                  "vocab_size 65536)"},
 };
 
-size_t pl_model_count(void)
+size_t cap_model_count(void)
 {
     return sizeof presets / sizeof presets[0];
 }
 
-const pl_model_preset *pl_model_at(size_t i)
+const cap_model_preset *cap_model_at(size_t i)
 {
-    return i < pl_model_count() ? &presets[i] : NULL;
+    return i < cap_model_count() ? &presets[i] : NULL;
 }
 
-const pl_model_preset *pl_model_find(const char *name)
+const cap_model_preset *cap_model_find(const char *name)
 {
     if (name == NULL)
         return NULL;
-    for (size_t i = 0; i < pl_model_count(); i++)
+    for (size_t i = 0; i < cap_model_count(); i++)
         if (strcasecmp(name, presets[i].name) == 0 || strcasecmp(name, presets[i].hf_repo) == 0)
             return &presets[i];
     return NULL;
@@ -224,7 +224,7 @@ static int mla_head_dim(const json_t *cfg, uint32_t *out, const char *path, char
 
 /* The shape fields of a config.json object (layers, heads, KV heads, head dim, falling back
  * to hidden_size / heads) into *m. Returns 0, or -1 with the message in err. */
-static int read_shape(const json_t *cfg, pl_model_shape *m, const char *path, char *err,
+static int read_shape(const json_t *cfg, cap_model_shape *m, const char *path, char *err,
                       size_t err_size)
 {
     uint32_t hidden = 0;
@@ -269,15 +269,15 @@ static int read_shape(const json_t *cfg, pl_model_shape *m, const char *path, ch
 }
 
 /* torch_dtype (or dtype) into *m when given. Returns 0, or -1 with the message in err. */
-static int read_dtype(const json_t *cfg, pl_model_shape *m, const char *path, char *err,
+static int read_dtype(const json_t *cfg, cap_model_shape *m, const char *path, char *err,
                       size_t err_size)
 {
     json_t *dt = json_object_get(cfg, "torch_dtype");
     if (dt == NULL || json_is_null(dt))
         dt = json_object_get(cfg, "dtype");
     if (dt != NULL && !json_is_null(dt)) {
-        pl_dtype d;
-        if (!json_is_string(dt) || pl_dtype_parse(json_string_value(dt), &d) != 0) {
+        cap_dtype d;
+        if (!json_is_string(dt) || cap_dtype_parse(json_string_value(dt), &d) != 0) {
             cli_errf(err, err_size, "%s: torch_dtype must be one of float32, float16, bfloat16",
                      path);
             return -1;
@@ -368,16 +368,16 @@ static int read_state(const json_t *c, layer_rules *r, const char *path, char *e
     uint64_t x, y, e = 0;
     int bad = 0; /* an overflow of 64 bits: fields up to 2^24 can multiply past it */
     if (f.n_heads > 0 && f.d_head > 0 && f.d_state > 0 && f.d_conv > 0) {
-        bad = pl_mul(f.n_heads, f.d_head, &x) || pl_mul(f.n_groups, 2 * (uint64_t)f.d_state, &y) ||
-              pl_add(x, y, &y) || pl_mul(y, f.d_conv - 1, &y) || pl_mul(x, f.d_state, &x) ||
-              pl_add(x, y, &e);
+        bad = cap_mul(f.n_heads, f.d_head, &x) ||
+              cap_mul(f.n_groups, 2 * (uint64_t)f.d_state, &y) || cap_add(x, y, &y) ||
+              cap_mul(y, f.d_conv - 1, &y) || cap_mul(x, f.d_state, &x) || cap_add(x, y, &e);
     } else if (f.d_state > 0 && f.d_conv > 0 && f.expand > 0 && f.hidden > 0) {
         x = (uint64_t)f.expand * f.hidden;
-        bad = pl_mul(x, (uint64_t)f.d_conv - 1 + f.d_state, &e);
+        bad = cap_mul(x, (uint64_t)f.d_conv - 1 + f.d_state, &e);
     } else if (f.nk > 0 && f.nv > 0 && f.dk > 0 && f.dv > 0 && f.kernel > 0) {
-        bad = pl_mul(2 * (uint64_t)f.nk, f.dk, &x) || pl_mul(f.nv, f.dv, &y) || pl_add(x, y, &x) ||
-              pl_mul(x, f.kernel - 1, &x) || pl_mul(f.nv, f.dk, &y) || pl_mul(y, f.dv, &y) ||
-              pl_add(x, y, &e);
+        bad = cap_mul(2 * (uint64_t)f.nk, f.dk, &x) || cap_mul(f.nv, f.dv, &y) ||
+              cap_add(x, y, &x) || cap_mul(x, f.kernel - 1, &x) || cap_mul(f.nv, f.dk, &y) ||
+              cap_mul(y, f.dv, &y) || cap_add(x, y, &e);
     }
     if (bad) {
         cli_errf(err, n, "%s: the recurrent state size does not fit 64 bits", path);
@@ -421,7 +421,7 @@ static int read_window(const json_t *c, uint32_t n_layers, layer_rules *r, const
 }
 
 /* The per-layer type array, the hybrid periods, MLA and KV sharing. Returns 0 or -1. */
-static int read_rules(const json_t *c, const pl_model_shape *m, layer_rules *r, const char *path,
+static int read_rules(const json_t *c, const cap_model_shape *m, layer_rules *r, const char *path,
                       char *err, size_t n)
 {
     memset(r, 0, sizeof *r);
@@ -497,7 +497,7 @@ static int layer_kind(const layer_rules *r, uint32_t i, uint32_t n_layers, int *
 
 /* Count the layers of each kind and turn them into m->layers (left uniform when every layer
  * is full attention). Returns 0, or -1 with the message in err. */
-static int read_layers(const json_t *c, pl_model_shape *m, const char *path, char *err, size_t n)
+static int read_layers(const json_t *c, cap_model_shape *m, const char *path, char *err, size_t n)
 {
     layer_rules r;
     uint32_t count[K_COUNT] = {0};
@@ -527,30 +527,30 @@ static int read_layers(const json_t *c, pl_model_shape *m, const char *path, cha
                  path, count[K_STATE]);
         return -1;
     }
-    const pl_layer_run spec[K_COUNT] = {
-        {PL_LAYER_FULL, 0, m->n_kv_heads, m->head_dim, 0, 0, 0},
-        {PL_LAYER_SLIDING, 0, m->n_kv_heads, m->head_dim, r.window, 0, 0},
-        {PL_LAYER_LATENT, 0, 0, 0, 0, r.latent_dim, 0},
-        {PL_LAYER_STATE, 0, 0, 0, 0, 0, r.state_elems},
-        {PL_LAYER_SHARED, 0, 0, 0, 0, 0, 0},
+    const cap_layer_run spec[K_COUNT] = {
+        {CAP_LAYER_FULL, 0, m->n_kv_heads, m->head_dim, 0, 0, 0},
+        {CAP_LAYER_SLIDING, 0, m->n_kv_heads, m->head_dim, r.window, 0, 0},
+        {CAP_LAYER_LATENT, 0, 0, 0, 0, r.latent_dim, 0},
+        {CAP_LAYER_STATE, 0, 0, 0, 0, 0, r.state_elems},
+        {CAP_LAYER_SHARED, 0, 0, 0, 0, 0, 0},
     };
-    pl_layers ls = {0};
+    cap_layers ls = {0};
     for (int k = 0; k < K_COUNT; k++)
-        if (count[k] > 0 && pl_layers_add(&ls, &spec[k], count[k]) != PL_OK) {
-            cli_errf(err, n, "%s: invalid %s layers", path, pl_layer_kind_name(spec[k].kind));
+        if (count[k] > 0 && cap_layers_add(&ls, &spec[k], count[k]) != CAP_OK) {
+            cli_errf(err, n, "%s: invalid %s layers", path, cap_layer_kind_name(spec[k].kind));
             return -1;
         }
-    if (!(ls.n_runs == 1 && ls.run[0].kind == PL_LAYER_FULL))
+    if (!(ls.n_runs == 1 && ls.run[0].kind == CAP_LAYER_FULL))
         m->layers = ls;
     return 0;
 }
 
-int pl_model_from_config(const char *path, pl_model_shape *out, char *err, size_t err_size)
+int cap_model_from_config(const char *path, cap_model_shape *out, char *err, size_t err_size)
 {
     json_error_t jerr;
     if (path == NULL || out == NULL) {
         cli_errf(err, err_size, "no config path");
-        return PL_EINVAL;
+        return CAP_EINVAL;
     }
     /* A config.json is small; refuse anything that is not a JSON object. */
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -559,10 +559,10 @@ int pl_model_from_config(const char *path, pl_model_shape *out, char *err, size_
             cli_errf(err, err_size, "%s:%d: invalid JSON: %s", path, jerr.line, jerr.text);
         else
             cli_errf(err, err_size, "%s: %s", path, jerr.text);
-        return PL_EINVAL;
+        return CAP_EINVAL;
     }
-    int rc = PL_EINVAL;
-    pl_model_shape m = *out;
+    int rc = CAP_EINVAL;
+    cap_model_shape m = *out;
     const json_t *cfg = root;
     if (!json_is_object(root)) {
         cli_errf(err, err_size, "%s: the top level must be a JSON object", path);
@@ -578,13 +578,13 @@ int pl_model_from_config(const char *path, pl_model_shape *out, char *err, size_
         read_layers(cfg, &m, path, err, err_size) != 0)
         goto done;
     const char *what = NULL;
-    if (pl_model_shape_check(&m, &what) != PL_OK) {
+    if (cap_model_shape_check(&m, &what) != CAP_OK) {
         cli_errf(err, err_size, "%s: %s (num_attention_heads %u, num_key_value_heads %u)", path,
                  what, m.n_heads, m.n_kv_heads);
         goto done;
     }
     *out = m;
-    rc = PL_OK;
+    rc = CAP_OK;
 done:
     json_decref(root);
     return rc;

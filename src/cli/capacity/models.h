@@ -10,22 +10,22 @@
 #include "kvplan.h"
 
 /* One preset: the published shape of an open model. */
-typedef struct pl_model_preset {
-    const char *name;     /* preset name given to --model, e.g. "Llama-3.1-8B" */
-    const char *hf_repo;  /* Hugging Face repository whose config.json the shape comes from */
-    pl_model_shape shape; /* layers, heads, KV heads, head dim, dtype, parameter count */
-    const char *source;   /* where the values were checked: config.json URL and model card */
-} pl_model_preset;
+typedef struct cap_model_preset {
+    const char *name;      /* preset name given to --model, e.g. "Llama-3.1-8B" */
+    const char *hf_repo;   /* Hugging Face repository whose config.json the shape comes from */
+    cap_model_shape shape; /* layers, heads, KV heads, head dim, dtype, parameter count */
+    const char *source;    /* where the values were checked: config.json URL and model card */
+} cap_model_preset;
 
 /* Number of presets. Cannot fail. */
-size_t pl_model_count(void);
+size_t cap_model_count(void);
 
-/* Preset i (0 .. pl_model_count() - 1), a static object, or NULL when out of range. */
-const pl_model_preset *pl_model_at(size_t i);
+/* Preset i (0 .. cap_model_count() - 1), a static object, or NULL when out of range. */
+const cap_model_preset *cap_model_at(size_t i);
 
 /* Find a preset by name or by Hugging Face repository id, case-insensitively
  * ("llama-3.1-8b", "meta-llama/Llama-3.1-8B"). Returns a static object, or NULL. */
-const pl_model_preset *pl_model_find(const char *name);
+const cap_model_preset *cap_model_find(const char *name);
 
 /* Read the shape of a model from a Hugging Face config.json at path ("-" is not accepted):
  * num_hidden_layers, num_attention_heads, num_key_value_heads (absent or null: equal to the
@@ -34,8 +34,8 @@ const pl_model_preset *pl_model_find(const char *name);
  * num_hidden_layers but a "text_config" object, that object is read instead (multimodal
  * configs). Fields that *out already has are overwritten; n_params is left as it is (a
  * config.json does not state it).
- * Returns PL_OK, or PL_EINVAL with a "FILE: what is wrong" message in err
+ * Returns CAP_OK, or CAP_EINVAL with a "FILE: what is wrong" message in err
  * (truncated to err_size); *out is untouched on failure. */
-int pl_model_from_config(const char *path, pl_model_shape *out, char *err, size_t err_size);
+int cap_model_from_config(const char *path, cap_model_shape *out, char *err, size_t err_size);
 
 #endif /* CLI_MODELS_H */

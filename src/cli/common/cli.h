@@ -4,11 +4,11 @@
  * Each command declares its own entry point in its folder's header (under cmd/); main.c alone
  * includes them.
  *
- * Names. The tool is a client of the library and never uses its prefixes: cli_ (this
- * folder), tok_ (tok/), log_ / oai_ / in_ (input/), kvplan_ (capacity/), and per command
- * rp_ (cmd/replay/), pl_ (cmd/plan/), fl_ (cmd/fleet/), demo_ (cmd/demo/), keys_
- * (cmd/keys/), tokcmd_ (cmd/tokenize/); the daemon uses rd_ (src/routerd/). Library
- * calls are kvp_*, and kvp__ internals are out of reach.
+ * Names. The tool is a client of the library and never uses its prefixes: cli_ and svg_
+ * (this folder), bpe_ / tpl_ / pyjson_ (tok/), log_ / oai_ / tok_ / in_ / js_ (input/),
+ * cap_ (capacity/), and per command rp_ (cmd/replay/), pl_ (cmd/plan/), fl_ (cmd/fleet/),
+ * demo_ (cmd/demo/), keys_ (cmd/keys/), tokcmd_ (cmd/tokenize/); the daemon uses rd_
+ * (src/routerd/). Library calls are kvp_*, and kvp__ internals are out of reach.
  *
  * Exit status, the same in every subcommand (docs/cli.md):
  *

@@ -1,5 +1,5 @@
 /*
- * inopts.c - the log-input options shared by replay, route and tokenize (inopts.h): their
+ * inopts.c - the log-input options shared by replay, fleet and tokenize (inopts.h): their
  * choice tables, the parser of their values (flags.h helpers, so messages and exit status
  * are those of every other flag), the checks between them, the loading of a rank file
  * (bpe.h) with the choice of chat template, and the wording of how token counts were

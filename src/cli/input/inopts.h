@@ -1,6 +1,6 @@
 /*
  * inopts.h - the log-input options of the subcommands that read request logs (replay,
- * route), and the tokenizer options they share with tokenize: one option table, one
+ * fleet), and the tokenizer options they share with tokenize: one option table, one
  * parser, one set of checks and one loader, so the same flag means the same thing and the
  * same mistake reads the same in every subcommand (flags.h's message shape, exit 2).
  *

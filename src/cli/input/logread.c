@@ -29,7 +29,7 @@
  * line under LOG_PARSER_JANSSON take the jansson path. Measured on a 2M-request token log
  * (bench/bench_replay.c --tokens): replay went from 39 to 259 MB/s of CPU time, parsing
  * falling from 87% of the run (jansson) to about 30% (docs/replay.md, "Performance");
- * tests/test_logread.c reads every fixture, both fuzz corpora and generated lines with both
+ * tests/cli/test_logread.c reads every fixture, both fuzz corpora and generated lines with both
  * paths and compares every call.
  *
  * Invariants: start <= end <= cap; buf[start, end) is unread input; line_no counts the

@@ -1,5 +1,5 @@
 /*
- * logread.h - a reader for request logs, shared by `kvprefix plan`, `replay` and `route`
+ * logread.h - a reader for request logs, shared by `kvprefix plan`, `replay` and `fleet`
  * (whose input flags fill log_options through inopts.h).
  *
  * Three line formats, detected per line, one JSON object per line (JSON Lines):

@@ -512,10 +512,10 @@ static int parse_args(int argc, char **argv, fl_options *o)
 /* ---- capacity ----------------------------------------------------------------------------- */
 
 /* The capacity as given: an amount in blocks (0), tokens (1) or bytes (2). */
-typedef struct cap_spec {
+typedef struct capacity_spec {
     int unit;
     uint64_t amount;
-} cap_spec;
+} capacity_spec;
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -525,7 +525,7 @@ static bool ends_with(const char *s, const char *suffix)
 
 /* Parse --capacity: "20000", "64K" (blocks), "1Mtok" (tokens), "40GiB" (bytes). Returns 0
  * or CLI_EXIT_USAGE. */
-static int parse_cap(const char *s, cap_spec *out)
+static int parse_cap(const char *s, capacity_spec *out)
 {
     char buf[64];
     if (strlen(s) >= sizeof buf)
@@ -558,25 +558,26 @@ static int model_bytes(const fl_options *o, uint64_t *token_bytes, char *desc, s
 {
     if (!o->model_name)
         return o->kv_dtype ? fail(CLI_EXIT_USAGE, "--kv-dtype needs --model") : 0;
-    const pl_model_preset *p = pl_model_find(o->model_name);
+    const cap_model_preset *p = cap_model_find(o->model_name);
     if (!p)
         return fail(CLI_EXIT_USAGE, "--model: no preset '%s' (kvprefix plan --list-models)",
                     o->model_name);
-    pl_model_shape m = p->shape;
-    if (o->kv_dtype && pl_dtype_parse(o->kv_dtype, &m.kv_dtype) != PL_OK)
+    cap_model_shape m = p->shape;
+    if (o->kv_dtype && cap_dtype_parse(o->kv_dtype, &m.kv_dtype) != CAP_OK)
         return fail(CLI_EXIT_USAGE, "--kv-dtype: unknown dtype '%s'", o->kv_dtype);
-    if (pl_token_bytes(&m, m.n_kv_heads, token_bytes) != PL_OK)
+    if (cap_token_bytes(&m, m.n_kv_heads, token_bytes) != CAP_OK)
         return fail(CLI_EXIT_INPUT, "model shape: KV bytes overflow");
-    snprintf(desc, size, "%s, %s KV", p->name, pl_dtype_name(m.kv_dtype));
+    snprintf(desc, size, "%s, %s KV", p->name, cap_dtype_name(m.kv_dtype));
     return 0;
 }
 
 /* Convert the capacity to blocks of the log's block size and check the fleet limits.
  * Returns 0 or the exit status. */
-static int cap_blocks(const fl_options *o, const cap_spec *c, uint64_t token_bytes, fl_report *rep)
+static int capacity_blocks(const fl_options *o, const capacity_spec *c, uint64_t token_bytes,
+                           fl_report *rep)
 {
     uint64_t b = c->amount, block_bytes = 0;
-    if (token_bytes && pl_mul(token_bytes, rep->block_size, &block_bytes) != PL_OK)
+    if (token_bytes && cap_mul(token_bytes, rep->block_size, &block_bytes) != CAP_OK)
         return fail(CLI_EXIT_INPUT, "the KV bytes of one block overflow");
     if (c->unit == 1)
         b = c->amount / rep->block_size;
@@ -640,7 +641,7 @@ static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
     return 0;
 }
 
-/* The run's Redis key prefix: --redis-prefix, or "kvproute-<pid>-<ns>" in hex, so that
+/* The run's Redis key prefix: --redis-prefix, or "kvpfleet-<pid>-<ns>" in hex, so that
  * runs never see each other's keys. Cannot fail. */
 static void run_prefix(const fl_options *o, char *buf, size_t size)
 {
@@ -649,7 +650,7 @@ static void run_prefix(const fl_options *o, char *buf, size_t size)
     if (o->redis_prefix)
         snprintf(buf, size, "%s", o->redis_prefix);
     else
-        snprintf(buf, size, "kvproute-%lx-%llx", (unsigned long)getpid(),
+        snprintf(buf, size, "kvpfleet-%lx-%llx", (unsigned long)getpid(),
                  (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
 }
 
@@ -673,7 +674,7 @@ static void redis_note(const fl_options *o, const fl_report *rep)
 }
 
 /* Read, simulate and write. Returns 0 or the exit status. */
-static int run(const fl_options *o, const cap_spec *cap, uint64_t token_bytes, fl_report *rep,
+static int run(const fl_options *o, const capacity_spec *cap, uint64_t token_bytes, fl_report *rep,
                cli_out *report, cli_out *plot)
 {
     double t0 = now_s();
@@ -691,7 +692,7 @@ static int run(const fl_options *o, const cap_spec *cap, uint64_t token_bytes, f
     rep->n_lines = fl_log_n_lines(log);
     rep->timestamps = fl_log_all_timestamps(log);
     rep->count = *fl_log_count(log);
-    rc = cap_blocks(o, cap, token_bytes, rep);
+    rc = capacity_blocks(o, cap, token_bytes, rep);
     if (rc == 0 && (rc = simulate(o, log, rep)) == 0)
         redis_note(o, rep);
     fl_log_free(log);
@@ -714,7 +715,7 @@ int fl_main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc < 0 ? cli_stdout_check("fleet") : rc;
-    cap_spec cap = {0, 0};
+    capacity_spec cap = {0, 0};
     uint64_t token_bytes = 0;
     fl_report rep;
     memset(&rep, 0, sizeof rep);

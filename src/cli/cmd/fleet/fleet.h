@@ -14,8 +14,8 @@
  * modelled instant stays below FL_TIME_MAX; a log or model that would pass it is refused as
  * bad input rather than wrapped.
  */
-#ifndef CLI_ROUTE_H
-#define CLI_ROUTE_H
+#ifndef CLI_FLEET_H
+#define CLI_FLEET_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -359,4 +359,4 @@ int fl_report_write(FILE *f, const fl_options *o, const fl_report *r);
  * or -1 with a message in err. */
 int fl_plot_write(FILE *f, const fl_options *o, const fl_report *r, char *err, size_t err_size);
 
-#endif /* CLI_ROUTE_H */
+#endif /* CLI_FLEET_H */

@@ -1,11 +1,11 @@
 /*
  * fleet_index.h - the state of fleet_index.c's router index, shared with its test only
- * (tests/test_route.c corrupts it to show that fl_index_check catches each kind). Everything
+ * (tests/cli/test_fleet.c corrupts it to show that fl_index_check catches each kind). Everything
  * else uses the opaque fl_index of fleet.h. The layout and invariants are described at the
  * top of fleet_index.c.
  */
-#ifndef CLI_ROUTE_INDEX_H
-#define CLI_ROUTE_INDEX_H
+#ifndef CLI_FLEET_INDEX_H
+#define CLI_FLEET_INDEX_H
 
 #include "kvprefix_events.h"
 #include "fleet.h"
@@ -71,4 +71,4 @@ struct fl_index {
     uint64_t score_calls, apply_calls; /* Redis round trips made by scores, by applies */
 };
 
-#endif /* CLI_ROUTE_INDEX_H */
+#endif /* CLI_FLEET_INDEX_H */

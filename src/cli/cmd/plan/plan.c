@@ -351,9 +351,9 @@ static int parse_args(int argc, char **argv, plan_opts *o)
     return cli_hash_finish("plan", &o->hash, &o->hash_cfg);
 }
 
-static int dtype_flag(const char *flag, const char *v, pl_dtype *out)
+static int dtype_flag(const char *flag, const char *v, cap_dtype *out)
 {
-    if (pl_dtype_parse(v, out) != PL_OK)
+    if (cap_dtype_parse(v, out) != CAP_OK)
         return fail(CLI_EXIT_USAGE,
                     "%s: unknown dtype '%s' (use fp32, fp16, bf16, fp8, int8 or int4)", flag, v);
     return 0;
@@ -363,7 +363,7 @@ static int dtype_flag(const char *flag, const char *v, pl_dtype *out)
 static int apply_dtype_flags(const plan_opts *o, plan_result *r)
 {
     int rc;
-    pl_dtype d;
+    cap_dtype d;
     if (o->dtype != NULL) {
         if ((rc = dtype_flag("--dtype", o->dtype, &d)) != 0)
             return rc;
@@ -386,27 +386,27 @@ static int apply_dtype_flags(const plan_opts *o, plan_result *r)
  * quantized KV dtype) and the window flags. Returns 0 or an exit code. */
 static int apply_kv_flags(const plan_opts *o, plan_result *r)
 {
-    pl_kv_quant *q = &r->m.kv_quant;
-    bool quant = pl_dtype_is_quantized(r->m.kv_dtype);
+    cap_kv_quant *q = &r->m.kv_quant;
+    bool quant = cap_dtype_is_quantized(r->m.kv_dtype);
     if (!quant && (o->kv_scales || o->kv_scale_dtype))
         return fail(CLI_EXIT_USAGE, "--kv-scales and --kv-scale-dtype apply to a quantized KV "
                                     "dtype: add --kv-dtype fp8, int8 or int4");
-    q->layout = quant ? PL_SCALES_TENSOR : PL_SCALES_NONE;
+    q->layout = quant ? CAP_SCALES_TENSOR : CAP_SCALES_NONE;
     q->group = 0;
-    q->scale_dtype = PL_DTYPE_FP32;
-    if (o->kv_scales && pl_scales_parse(o->kv_scales, q) != PL_OK)
+    q->scale_dtype = CAP_DTYPE_FP32;
+    if (o->kv_scales && cap_scales_parse(o->kv_scales, q) != CAP_OK)
         return fail(CLI_EXIT_USAGE,
                     "--kv-scales: '%s' is not per-tensor, per-head, per-token or "
                     "per-block:G (G in 1..65536)",
                     o->kv_scales);
-    if (o->kv_scale_dtype && (pl_dtype_parse(o->kv_scale_dtype, &q->scale_dtype) != PL_OK ||
-                              q->scale_dtype == PL_DTYPE_INT4))
+    if (o->kv_scale_dtype && (cap_dtype_parse(o->kv_scale_dtype, &q->scale_dtype) != CAP_OK ||
+                              q->scale_dtype == CAP_DTYPE_INT4))
         return fail(CLI_EXIT_USAGE, "--kv-scale-dtype: '%s' is not fp32, fp16, bf16, fp8 or int8",
                     o->kv_scale_dtype);
     if (o->no_window && o->window)
         return fail(CLI_EXIT_USAGE, "give either --window or --no-window, not both");
     if ((o->no_window || o->window) &&
-        pl_model_set_window(&r->m, o->no_window ? 0 : (uint32_t)o->window) != PL_OK)
+        cap_model_set_window(&r->m, o->no_window ? 0 : (uint32_t)o->window) != CAP_OK)
         return fail(CLI_EXIT_INPUT, "--window: %s has no attention layer to window",
                     r->model_label);
     return 0;
@@ -441,11 +441,11 @@ static int build_model(const plan_opts *o, plan_result *r)
 {
     static char errbuf[512];
     int rc;
-    pl_model_shape_init(&r->m);
+    cap_model_shape_init(&r->m);
     if (o->model_name != NULL && o->config_path != NULL)
         return fail(CLI_EXIT_USAGE, "give either --model or --config, not both");
     if (o->model_name != NULL) {
-        const pl_model_preset *p = pl_model_find(o->model_name);
+        const cap_model_preset *p = cap_model_find(o->model_name);
         if (p == NULL)
             return fail(CLI_EXIT_USAGE, "--model: unknown preset '%s' (see --list-models)",
                         o->model_name);
@@ -453,7 +453,7 @@ static int build_model(const plan_opts *o, plan_result *r)
         r->model_label = p->name;
         r->model_source = p->source;
     } else if (o->config_path != NULL) {
-        if (pl_model_from_config(o->config_path, &r->m, errbuf, sizeof errbuf) != PL_OK)
+        if (cap_model_from_config(o->config_path, &r->m, errbuf, sizeof errbuf) != CAP_OK)
             return fail(CLI_EXIT_INPUT, "--config: %s", errbuf);
         r->model_label = o->config_path;
         r->model_source = "Hugging Face config.json";
@@ -478,10 +478,10 @@ static int build_model(const plan_opts *o, plan_result *r)
     if ((rc = apply_dtype_flags(o, r)) != 0 || (rc = apply_kv_flags(o, r)) != 0)
         return rc;
     const char *what = NULL;
-    if (pl_model_shape_check(&r->m, &what) != PL_OK)
+    if (cap_model_shape_check(&r->m, &what) != CAP_OK)
         return fail(CLI_EXIT_INPUT, "model shape: %s (--heads %u, --kv-heads %u)", what,
                     r->m.n_heads, r->m.n_kv_heads);
-    if (pl_tp_split(&r->m, o->tp, &r->tp, &what) != PL_OK)
+    if (cap_tp_split(&r->m, o->tp, &r->tp, &what) != CAP_OK)
         return fail(CLI_EXIT_INPUT, "--tp %u: %s (query heads %u, KV heads %u)", o->tp, what,
                     r->m.n_heads, r->m.n_kv_heads);
     return 0;
@@ -581,13 +581,13 @@ static int overflow(const char *what)
 
 /* Sum of the bytes of lens[0 .. n) (each taken `mult` times), held contiguously (bs 0) or in
  * blocks of bs tokens, under the per-layer cost c. Returns 0, or 1 on overflow. */
-static int sum_seq_bytes(const pl_kv_cost *c, const uint64_t *lens, size_t n, uint64_t mult,
+static int sum_seq_bytes(const cap_kv_cost *c, const uint64_t *lens, size_t n, uint64_t mult,
                          uint32_t bs, uint64_t *out)
 {
     uint64_t total = 0, b;
     for (size_t i = 0; i < n; i++) {
-        int rc = bs ? pl_seq_paged_bytes(c, lens[i], bs, &b) : pl_seq_bytes(c, lens[i], &b);
-        if (rc != PL_OK || pl_mul(b, mult, &b) || pl_add(total, b, &total))
+        int rc = bs ? cap_seq_paged_bytes(c, lens[i], bs, &b) : cap_seq_bytes(c, lens[i], &b);
+        if (rc != CAP_OK || cap_mul(b, mult, &b) || cap_add(total, b, &total))
             return 1;
     }
     *out = total;
@@ -597,15 +597,15 @@ static int sum_seq_bytes(const pl_kv_cost *c, const uint64_t *lens, size_t n, ui
 /* Bytes of a set of sequences (lens, each `mult` times) exact, paged, and their waste against
  * paging and against max_len reservations. Under a linear model these are the token counts of
  * *f times the bytes per token. Returns 0, or 1 on overflow. */
-static int set_bytes(const plan_result *r, const pl_frag *f, const uint64_t *lens, size_t n,
+static int set_bytes(const plan_result *r, const cap_frag *f, const uint64_t *lens, size_t n,
                      uint64_t mult, uint64_t max_len, uint64_t out[4])
 {
-    const pl_kv_cost *c = &r->cost;
+    const cap_kv_cost *c = &r->cost;
     uint64_t exact, paged, contig;
     if (c->linear) {
-        if (pl_mul(f->n_tokens, r->tok_gpu, &exact) || pl_mul(f->n_blocks, r->blk_gpu, &paged) ||
-            pl_mul(f->paged_waste_tokens, r->tok_gpu, &out[2]) ||
-            pl_mul(f->contig_waste_tokens, r->tok_gpu, &out[3]))
+        if (cap_mul(f->n_tokens, r->tok_gpu, &exact) || cap_mul(f->n_blocks, r->blk_gpu, &paged) ||
+            cap_mul(f->paged_waste_tokens, r->tok_gpu, &out[2]) ||
+            cap_mul(f->contig_waste_tokens, r->tok_gpu, &out[3]))
             return 1;
         out[0] = exact;
         out[1] = paged;
@@ -613,7 +613,7 @@ static int set_bytes(const plan_result *r, const pl_frag *f, const uint64_t *len
     }
     if (sum_seq_bytes(c, lens, n, mult, 0, &exact) ||
         sum_seq_bytes(c, lens, n, mult, r->block_size, &paged) ||
-        pl_seq_bytes(c, max_len, &contig) || pl_mul(contig, f->n_seqs, &contig))
+        cap_seq_bytes(c, max_len, &contig) || cap_mul(contig, f->n_seqs, &contig))
         return 1;
     out[0] = exact;
     out[1] = paged;
@@ -627,22 +627,22 @@ static int set_bytes(const plan_result *r, const pl_frag *f, const uint64_t *len
 static int batch_frag(const plan_opts *o, plan_result *r)
 {
     if (r->uniform) {
-        pl_frag f1;
+        cap_frag f1;
         uint64_t one_len = o->seq_len;
-        if (pl_fragmentation(&one_len, 1, o->block_size, r->max_len, &f1))
+        if (cap_fragmentation(&one_len, 1, o->block_size, r->max_len, &f1))
             return overflow("the fragmentation");
-        pl_frag *f = &r->frag;
+        cap_frag *f = &r->frag;
         f->n_seqs = r->batch;
-        if (pl_mul(f1.n_tokens, r->batch, &f->n_tokens) ||
-            pl_mul(f1.n_blocks, r->batch, &f->n_blocks) ||
-            pl_mul(f1.paged_alloc_tokens, r->batch, &f->paged_alloc_tokens) ||
-            pl_mul(f1.paged_waste_tokens, r->batch, &f->paged_waste_tokens) ||
-            pl_mul(f1.contig_alloc_tokens, r->batch, &f->contig_alloc_tokens) ||
-            pl_mul(f1.contig_waste_tokens, r->batch, &f->contig_waste_tokens) ||
-            pl_seq_bytes(&r->cost, o->seq_len, &r->seq_bytes_gpu) ||
-            pl_seq_paged_bytes(&r->cost, o->seq_len, o->block_size, &r->seq_paged_gpu))
+        if (cap_mul(f1.n_tokens, r->batch, &f->n_tokens) ||
+            cap_mul(f1.n_blocks, r->batch, &f->n_blocks) ||
+            cap_mul(f1.paged_alloc_tokens, r->batch, &f->paged_alloc_tokens) ||
+            cap_mul(f1.paged_waste_tokens, r->batch, &f->paged_waste_tokens) ||
+            cap_mul(f1.contig_alloc_tokens, r->batch, &f->contig_alloc_tokens) ||
+            cap_mul(f1.contig_waste_tokens, r->batch, &f->contig_waste_tokens) ||
+            cap_seq_bytes(&r->cost, o->seq_len, &r->seq_bytes_gpu) ||
+            cap_seq_paged_bytes(&r->cost, o->seq_len, o->block_size, &r->seq_paged_gpu))
             return overflow("the batch");
-    } else if (pl_fragmentation(o->lens, o->n_lens, o->block_size, r->max_len, &r->frag)) {
+    } else if (cap_fragmentation(o->lens, o->n_lens, o->block_size, r->max_len, &r->frag)) {
         return overflow("the fragmentation");
     }
     return 0;
@@ -690,18 +690,18 @@ static int compute_batch(const plan_opts *o, plan_result *r)
     r->waste_paged = bytes[2];
     r->waste_contig = bytes[3];
     /* Naive attention scores for one layer: sum over sequences of Hq x len^2 x s. */
-    uint64_t sq = 0, s = pl_dtype_bytes(r->m.kv_dtype);
+    uint64_t sq = 0, s = cap_dtype_bytes(r->m.kv_dtype);
     r->ws_ok = true;
     if (r->uniform) {
-        r->ws_ok = !pl_mul(o->seq_len, o->seq_len, &sq) && !pl_mul(sq, r->batch, &sq);
+        r->ws_ok = !cap_mul(o->seq_len, o->seq_len, &sq) && !cap_mul(sq, r->batch, &sq);
     } else {
         for (size_t i = 0; i < o->n_lens && r->ws_ok; i++) {
             uint64_t t;
-            r->ws_ok = !pl_mul(o->lens[i], o->lens[i], &t) && !pl_add(sq, t, &sq);
+            r->ws_ok = !cap_mul(o->lens[i], o->lens[i], &t) && !cap_add(sq, t, &sq);
         }
     }
     r->ws_ok =
-        r->ws_ok && !pl_mul(sq, r->tp.q_heads_per_rank, &sq) && !pl_mul(sq, s, &r->ws_bytes_gpu);
+        r->ws_ok && !cap_mul(sq, r->tp.q_heads_per_rank, &sq) && !cap_mul(sq, s, &r->ws_bytes_gpu);
     return 0;
 }
 
@@ -709,7 +709,7 @@ static int compute_batch(const plan_opts *o, plan_result *r)
 static int mean_of(uint64_t a, uint64_t b, uint64_t n, uint64_t *out)
 {
     uint64_t t;
-    if (pl_mul(a, b, &t))
+    if (cap_mul(a, b, &t))
         return 1;
     *out = t / n + (t % n != 0);
     return 0;
@@ -723,22 +723,22 @@ static int trace_concurrency(const plan_opts *o, plan_result *r, const uint64_t 
     if (mean_of(r->conc, r->st.sum, n, &r->exp_tokens) ||
         mean_of(r->conc, r->sum_blocks, n, &r->exp_blocks))
         return overflow("--concurrency x the trace's total length");
-    if (pl_sum_longest(tl, n, r->conc, &r->worst_tokens))
+    if (cap_sum_longest(tl, n, r->conc, &r->worst_tokens))
         return overflow("the sum of the longest requests");
     uint64_t wb = 0, wk = 0, wp = 0, b;
     for (uint64_t i = 0; i < r->conc; i++) {
         uint64_t len = tl[i < n ? n - 1 - i : n - 1];
-        if (pl_add(wb, pl_blocks_for(len, o->block_size), &wb) || pl_seq_bytes(&r->cost, len, &b) ||
-            pl_add(wk, b, &wk) || pl_seq_paged_bytes(&r->cost, len, o->block_size, &b) ||
-            pl_add(wp, b, &wp))
+        if (cap_add(wb, cap_blocks_for(len, o->block_size), &wb) ||
+            cap_seq_bytes(&r->cost, len, &b) || cap_add(wk, b, &wk) ||
+            cap_seq_paged_bytes(&r->cost, len, o->block_size, &b) || cap_add(wp, b, &wp))
             return overflow("the blocks of the longest requests");
     }
     r->worst_blocks = wb;
     if (r->cost.linear) {
-        if (pl_mul(r->exp_tokens, r->tok_gpu, &r->exp_kv) ||
-            pl_mul(r->worst_tokens, r->tok_gpu, &r->worst_kv) ||
-            pl_mul(r->worst_blocks, r->blk_gpu, &r->worst_kv_paged) ||
-            pl_mul(r->exp_blocks, r->blk_gpu, &r->exp_kv_paged))
+        if (cap_mul(r->exp_tokens, r->tok_gpu, &r->exp_kv) ||
+            cap_mul(r->worst_tokens, r->tok_gpu, &r->worst_kv) ||
+            cap_mul(r->worst_blocks, r->blk_gpu, &r->worst_kv_paged) ||
+            cap_mul(r->exp_blocks, r->blk_gpu, &r->exp_kv_paged))
             return overflow("the KV bytes of the concurrent requests");
         return 0;
     }
@@ -764,7 +764,7 @@ static int compute_trace(const plan_opts *o, plan_result *r, uint64_t **trace_le
     r->has_trace = true;
     r->trace_path = o->trace;
     uint64_t *tl = *trace_lens;
-    if (pl_len_stats(tl, (*n_trace), &r->st))
+    if (cap_len_stats(tl, (*n_trace), &r->st))
         return overflow("the sum of the trace lengths");
     r->tmax_len = o->max_len > 0 ? o->max_len : r->st.max;
     if (r->tmax_len < r->st.max)
@@ -772,7 +772,7 @@ static int compute_trace(const plan_opts *o, plan_result *r, uint64_t **trace_le
                     "--max-len %llu is shorter than the longest request in the trace "
                     "(%llu tokens)",
                     (unsigned long long)r->tmax_len, (unsigned long long)r->st.max);
-    if (pl_fragmentation(tl, (*n_trace), o->block_size, r->tmax_len, &r->tfrag))
+    if (cap_fragmentation(tl, (*n_trace), o->block_size, r->tmax_len, &r->tfrag))
         return overflow("the trace fragmentation");
     r->sum_blocks = r->tfrag.n_blocks;
     uint64_t bytes[4];
@@ -796,9 +796,9 @@ static int weights_of(const plan_opts *o, plan_result *r)
     if (r->m.n_params == 0)
         return fail(CLI_EXIT_USAGE, "--gpu-mem needs the weight memory: give --weights-mem or "
                                     "--params (a --model preset knows its parameter count)");
-    if (pl_elems_bytes(r->m.n_params, r->m.w_dtype, &r->weights_total))
+    if (cap_elems_bytes(r->m.n_params, r->m.w_dtype, &r->weights_total))
         return overflow("the weight memory");
-    unsigned bits = pl_dtype_bits(r->m.w_dtype);
+    unsigned bits = cap_dtype_bits(r->m.w_dtype);
     char per[32];
     if (bits % 8 == 0)
         snprintf(per, sizeof per, "%u byte%s", bits / 8, bits == 8 ? "" : "s");
@@ -806,7 +806,7 @@ static int weights_of(const plan_opts *o, plan_result *r)
         snprintf(per, sizeof per, "%u bits", bits);
     snprintf(r->weights_from_buf, sizeof r->weights_from_buf, "%llu parameters (%s) x %s (%s)",
              (unsigned long long)r->m.n_params, o->params ? "--params" : "preset", per,
-             pl_dtype_name(r->m.w_dtype));
+             cap_dtype_name(r->m.w_dtype));
     r->weights_from = r->weights_from_buf;
     return 0;
 }
@@ -836,10 +836,10 @@ static void compute_fits(plan_result *r, const uint64_t *trace_lens, size_t n_tr
     if (r->cost.linear)
         r->fit_contig = ml ? r->mem.n_tokens / ml : 0;
     else
-        r->fit_contig = ml && !pl_seq_bytes(&r->cost, ml, &b) && b ? kv / b : 0;
+        r->fit_contig = ml && !cap_seq_bytes(&r->cost, ml, &b) && b ? kv / b : 0;
     if (!r->has_trace)
         return;
-    r->conc_worst_fit = pl_fit_longest_bytes(trace_lens, n_trace, &r->cost, r->block_size, kv);
+    r->conc_worst_fit = cap_fit_longest_bytes(trace_lens, n_trace, &r->cost, r->block_size, kv);
     /* Mean-based: blocks / (sum_blocks / n) = blocks x n / sum_blocks, or in bytes. */
     uint64_t have = r->mem.n_blocks, need = r->sum_blocks;
     if (!r->cost.linear && sum_seq_bytes(&r->cost, trace_lens, n_trace, 1, r->block_size, &need))
@@ -848,7 +848,7 @@ static void compute_fits(plan_result *r, const uint64_t *trace_lens, size_t n_tr
         have = kv;
     if (need == 0)
         r->conc_mean_fit = 0;
-    else if (!pl_mul(have, n_trace, &t))
+    else if (!cap_mul(have, n_trace, &t))
         r->conc_mean_fit = t / need;
     else
         r->conc_mean_fit = (uint64_t)((double)have * (double)n_trace / (double)need);
@@ -873,7 +873,7 @@ static int compute_memory(const plan_opts *o, plan_result *r, const uint64_t *tr
                     "%s keeps no KV per token (only recurrent states): there "
                     "are no blocks to plan",
                     r->model_label);
-    pl_mem_in *in = &r->mem_in;
+    cap_mem_in *in = &r->mem_in;
     in->gpu_mem_bytes = o->gpu_mem;
     in->util_ppm = o->util_ppm;
     in->weights_bytes = r->weights_total;
@@ -882,10 +882,10 @@ static int compute_memory(const plan_opts *o, plan_result *r, const uint64_t *tr
     in->block_bytes = r->blk_gpu;
     in->block_size = o->block_size;
     in->fixed_bytes = r->cost.fixed_bytes;
-    rc = pl_memory(in, &r->mem);
-    if (rc == PL_ENOSPACE)
+    rc = cap_memory(in, &r->mem);
+    if (rc == CAP_ENOSPACE)
         return no_space(o, r);
-    if (rc != PL_OK)
+    if (rc != CAP_OK)
         return overflow("the memory plan");
     compute_fits(r, trace_lens, n_trace);
     return 0;
@@ -900,14 +900,14 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
     const char *what = "invalid";
     /* Step 1: */
     r->block_size = o->block_size;
-    rc = pl_kv_cost_of(&r->m, r->tp.tp, &r->cost, &what);
-    if (rc == PL_OK)
-        rc = pl_kv_cost_of(&r->m, 1, &r->cost_logical, &what);
-    if (rc == PL_EINVAL)
+    rc = cap_kv_cost_of(&r->m, r->tp.tp, &r->cost, &what);
+    if (rc == CAP_OK)
+        rc = cap_kv_cost_of(&r->m, 1, &r->cost_logical, &what);
+    if (rc == CAP_EINVAL)
         return fail(CLI_EXIT_INPUT, "model: %s (--tp %u)", what, r->tp.tp);
     r->tok_gpu = r->cost.token_all;
     r->tok_logical = r->cost_logical.token_all;
-    if (rc != PL_OK || pl_mul(r->tok_gpu, o->block_size, &r->blk_gpu))
+    if (rc != CAP_OK || cap_mul(r->tok_gpu, o->block_size, &r->blk_gpu))
         return overflow("the KV bytes per block");
     /* Step 2: */
     if ((rc = compute_batch(o, r)) != 0)
@@ -920,19 +920,19 @@ static int compute(const plan_opts *o, plan_result *r, uint64_t **trace_lens)
 }
 
 /* A short summary of a preset's layer runs ("52 sliding W1024 + 10 full") into buf. */
-static const char *layout_summary(const pl_model_shape *m, char *buf, size_t size)
+static const char *layout_summary(const cap_model_shape *m, char *buf, size_t size)
 {
     size_t n = 0;
     if (m->layers.n_runs == 0)
         snprintf(buf, size, "%u full", m->n_layers);
     for (uint32_t i = 0; i < m->layers.n_runs; i++) {
-        const pl_layer_run *l = &m->layers.run[i];
+        const cap_layer_run *l = &m->layers.run[i];
         int k = snprintf(buf + n, size - n, "%s%u %s", i ? " + " : "", l->n_layers,
-                         pl_layer_kind_name(l->kind));
+                         cap_layer_kind_name(l->kind));
         if (k < 0 || (size_t)k >= size - n)
             break;
         n += (size_t)k;
-        if (l->kind != PL_LAYER_SLIDING)
+        if (l->kind != CAP_LAYER_SLIDING)
             continue;
         k = snprintf(buf + n, size - n, " W%u", l->window);
         if (k < 0 || (size_t)k >= size - n)
@@ -947,16 +947,16 @@ static void list_models(void)
     char lay[96];
     printf("%-14s %-34s %6s %5s %4s %4s %5s %13s  %s\n", "preset", "Hugging Face repository",
            "layers", "heads", "kv", "dim", "dtype", "parameters", "KV layers");
-    for (size_t i = 0; i < pl_model_count(); i++) {
-        const pl_model_preset *p = pl_model_at(i);
+    for (size_t i = 0; i < cap_model_count(); i++) {
+        const cap_model_preset *p = cap_model_at(i);
         printf("%-14s %-34s %6u %5u %4u %4u %5s %13llu  %s\n", p->name, p->hf_repo,
                p->shape.n_layers, p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
-               pl_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params,
+               cap_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params,
                layout_summary(&p->shape, lay, sizeof lay));
     }
     printf("\nSources (config.json on each model card; parameters computed from its shapes):\n");
-    for (size_t i = 0; i < pl_model_count(); i++)
-        printf("  %s: %s\n", pl_model_at(i)->name, pl_model_at(i)->source);
+    for (size_t i = 0; i < cap_model_count(); i++)
+        printf("  %s: %s\n", cap_model_at(i)->name, cap_model_at(i)->source);
 }
 
 int pl_main(int argc, char **argv)

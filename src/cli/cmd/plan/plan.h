@@ -50,17 +50,17 @@ typedef struct plan_opts {
 
 /* Everything that is printed, computed once, rendered as a table or as JSON. */
 typedef struct plan_result {
-    pl_model_shape m;         /* the model shape in use */
+    cap_model_shape m;        /* the model shape in use */
     const char *model_label;  /* preset name, config path or "custom shape" */
     const char *model_source; /* preset source, "config.json", or "flags" */
     bool heads_assumed;       /* --heads not given for a bare shape: Hq = Hkv assumed */
-    pl_tp tp;                 /* tensor-parallel split */
+    cap_tp tp;                /* tensor-parallel split */
     uint32_t block_size;      /* tokens per block */
     uint64_t tok_logical;     /* KV bytes per token, whole model without replicas */
     uint64_t tok_gpu;         /* KV bytes per token on one GPU, every layer holding it */
     uint64_t blk_gpu;         /* KV bytes per block on one GPU, every layer holding it */
-    pl_kv_cost cost;          /* the per-layer cost on one GPU */
-    pl_kv_cost cost_logical;  /* the per-layer cost of the whole model (tp 1) */
+    cap_kv_cost cost;         /* the per-layer cost on one GPU */
+    cap_kv_cost cost_logical; /* the per-layer cost of the whole model (tp 1) */
 
     bool has_batch;           /* --seq-len or --lens given */
     bool uniform;             /* batch of --batch x --seq-len (else --lens) */
@@ -72,7 +72,7 @@ typedef struct plan_result {
     uint64_t seq_paged_gpu;   /* uniform: one sequence in whole blocks, per GPU */
     uint64_t batch_bytes_gpu; /* the batch held contiguously (exact tokens), per GPU */
     uint64_t batch_paged_gpu; /* the batch in whole blocks, per GPU */
-    pl_frag frag;             /* batch fragmentation */
+    cap_frag frag;            /* batch fragmentation */
     uint64_t waste_paged;     /* batch: paged - exact bytes, per GPU */
     uint64_t waste_contig;    /* batch: max_len reservations - exact bytes, per GPU */
     uint64_t max_len;         /* contiguous reservation used */
@@ -81,8 +81,8 @@ typedef struct plan_result {
     uint64_t ws_bytes_gpu;    /* naive score matrix, one layer, per GPU */
 
     bool has_mem;               /* --gpu-mem given */
-    pl_mem_in mem_in;           /* inverse-plan inputs */
-    pl_mem_out mem;             /* inverse-plan result */
+    cap_mem_in mem_in;          /* inverse-plan inputs */
+    cap_mem_out mem;            /* inverse-plan result */
     uint64_t weights_total;     /* weights of the whole model */
     const char *weights_from;   /* how weights_total was obtained */
     char weights_from_buf[128]; /* storage for weights_from when it is computed */
@@ -93,9 +93,9 @@ typedef struct plan_result {
     const char *trace_path;                /* --trace */
     uint64_t n_tokens_fmt, n_mooncake_fmt; /* records with tokens (token logs, OpenAI
                                               bodies) and Mooncake records */
-    pl_stats st;                           /* length statistics */
+    cap_stats st;                          /* length statistics */
     uint64_t sum_blocks;                   /* sum of ceil(len / block_size) over the trace */
-    pl_frag tfrag;                         /* trace fragmentation */
+    cap_frag tfrag;                        /* trace fragmentation */
     uint64_t tmax_len;                     /* contiguous reservation for the trace */
     uint64_t conc;                         /* --concurrency */
     uint64_t exp_tokens;                   /* ceil(conc x mean) */

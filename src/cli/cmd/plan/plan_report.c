@@ -21,10 +21,10 @@ static int json_oom(void)
 
 /* ---- table output ---------------------------------------------------------------------- */
 
-static const char *attn_kind(const pl_model_shape *m)
+static const char *attn_kind(const cap_model_shape *m)
 {
     for (uint32_t i = 0; i < m->layers.n_runs; i++)
-        if (m->layers.run[i].kind == PL_LAYER_LATENT)
+        if (m->layers.run[i].kind == CAP_LAYER_LATENT)
             return "MLA";
     if (m->n_kv_heads == m->n_heads)
         return "MHA";
@@ -41,7 +41,7 @@ static void row(const plan_result *r, const char *label, uint64_t gpu)
            cli_fmt_binary(gpu, b, sizeof b));
     if (r->tp.tp > 1) {
         uint64_t all;
-        if (pl_mul(gpu, r->tp.tp, &all))
+        if (cap_mul(gpu, r->tp.tp, &all))
             printf("  (overflow)");
         else
             printf("  %20llu  %s", (unsigned long long)all, cli_fmt_binary(all, b, sizeof b));
@@ -62,7 +62,7 @@ static double pct(uint64_t part, uint64_t whole)
     return whole == 0 ? 0.0 : 100.0 * (double)part / (double)whole;
 }
 
-static void print_frag(const plan_result *r, const pl_frag *f, uint64_t max_len, bool given,
+static void print_frag(const plan_result *r, const cap_frag *f, uint64_t max_len, bool given,
                        uint64_t waste_paged, uint64_t waste_contig)
 {
     char label[96];
@@ -99,24 +99,24 @@ static bool is_uniform(const plan_result *r)
 static void print_runs(const plan_result *r)
 {
     for (uint32_t i = 0; i < r->cost.n_runs; i++) {
-        const pl_layer_run *l = &r->cost.run[i].spec;
+        const cap_layer_run *l = &r->cost.run[i].spec;
         printf("  %s %3u x ", i == 0 ? "layers:" : "       ", l->n_layers);
         switch (l->kind) {
-        case PL_LAYER_FULL:
+        case CAP_LAYER_FULL:
             printf("full attention, %u KV heads x %u\n", l->n_kv_heads, l->head_dim);
             break;
-        case PL_LAYER_SLIDING:
+        case CAP_LAYER_SLIDING:
             printf("sliding window of %u tokens, %u KV heads x %u\n", l->window, l->n_kv_heads,
                    l->head_dim);
             break;
-        case PL_LAYER_LATENT:
+        case CAP_LAYER_LATENT:
             printf("latent (MLA), %u elements per token, shared by all heads\n", l->latent_dim);
             break;
-        case PL_LAYER_STATE:
+        case CAP_LAYER_STATE:
             printf("recurrent state, %llu %s elements per sequence\n",
-                   (unsigned long long)l->state_elems, pl_dtype_name(r->m.state_dtype));
+                   (unsigned long long)l->state_elems, cap_dtype_name(r->m.state_dtype));
             break;
-        case PL_LAYER_SHARED:
+        case CAP_LAYER_SHARED:
             printf("shared KV (reads an earlier layer's)\n");
             break;
         }
@@ -126,20 +126,20 @@ static void print_runs(const plan_result *r)
 /* The KV dtype and its scales. */
 static void print_dtypes(const plan_result *r)
 {
-    const pl_model_shape *m = &r->m;
-    unsigned bits = pl_dtype_bits(m->kv_dtype);
+    const cap_model_shape *m = &r->m;
+    unsigned bits = cap_dtype_bits(m->kv_dtype);
     if (bits % 8 == 0)
-        printf("  KV dtype %s (%u byte%s per element)", pl_dtype_name(m->kv_dtype), bits / 8,
+        printf("  KV dtype %s (%u byte%s per element)", cap_dtype_name(m->kv_dtype), bits / 8,
                bits == 8 ? "" : "s");
     else
-        printf("  KV dtype %s (%u bits per element)", pl_dtype_name(m->kv_dtype), bits);
-    if (m->kv_quant.layout == PL_SCALES_GROUP)
+        printf("  KV dtype %s (%u bits per element)", cap_dtype_name(m->kv_dtype), bits);
+    if (m->kv_quant.layout == CAP_SCALES_GROUP)
         printf(", per-block scales (one per %u elements), %s", m->kv_quant.group,
-               pl_dtype_name(m->kv_quant.scale_dtype));
-    else if (m->kv_quant.layout != PL_SCALES_NONE)
-        printf(", %s scales, %s", pl_scales_name(m->kv_quant.layout),
-               pl_dtype_name(m->kv_quant.scale_dtype));
-    printf("; weight dtype %s", pl_dtype_name(m->w_dtype));
+               cap_dtype_name(m->kv_quant.scale_dtype));
+    else if (m->kv_quant.layout != CAP_SCALES_NONE)
+        printf(", %s scales, %s", cap_scales_name(m->kv_quant.layout),
+               cap_dtype_name(m->kv_quant.scale_dtype));
+    printf("; weight dtype %s", cap_dtype_name(m->w_dtype));
     if (m->n_params)
         printf(", %llu parameters", (unsigned long long)m->n_params);
     printf("\n");
@@ -148,7 +148,7 @@ static void print_dtypes(const plan_result *r)
 /* The model, its dtypes and the tensor-parallel split. */
 static void print_model_section(const plan_result *r, const plan_opts *o)
 {
-    const pl_model_shape *m = &r->m;
+    const cap_model_shape *m = &r->m;
     if (is_uniform(r))
         printf("kvprefix plan: logical KV-cache bytes = 2 x L x Hkv x D x s per token\n\n");
     else
@@ -178,7 +178,7 @@ static void print_model_section(const plan_result *r, const plan_opts *o)
 /* The rows a per-layer model adds: a token beyond the windows, the state, fixed scales. */
 static void print_layer_rows(const plan_result *r)
 {
-    const pl_kv_cost *c = &r->cost;
+    const cap_kv_cost *c = &r->cost;
     char label[128];
     if (c->token_full != c->token_all) {
         snprintf(label, sizeof label, "per token beyond every window");
@@ -195,8 +195,8 @@ static void print_window_note(const plan_result *r)
 {
     bool sliding = false, state = false;
     for (uint32_t i = 0; i < r->cost.n_runs; i++) {
-        sliding |= r->cost.run[i].spec.kind == PL_LAYER_SLIDING;
-        state |= r->cost.run[i].spec.kind == PL_LAYER_STATE;
+        sliding |= r->cost.run[i].spec.kind == CAP_LAYER_SLIDING;
+        state |= r->cost.run[i].spec.kind == CAP_LAYER_STATE;
     }
     if (sliding)
         printf("  A sliding layer holds the last min(T, W) tokens: contiguously exactly those, "
@@ -270,7 +270,7 @@ static void print_trace_section(const plan_result *r, const plan_opts *o)
 {
     char label[128];
     if (r->has_trace) {
-        const pl_stats *s = &r->st;
+        const cap_stats *s = &r->st;
         fputs("\nTrace ", stdout);
         cli_put_escaped(stdout, r->trace_path, strlen(r->trace_path));
         printf(": %llu requests (%llu token-log or OpenAI lines, %llu Mooncake lines)\n",
@@ -310,8 +310,8 @@ static void print_memory_section(const plan_result *r, const plan_opts *o)
 {
     char label[128], b1[32];
     if (r->has_mem) {
-        const pl_mem_in *in = &r->mem_in;
-        const pl_mem_out *mo = &r->mem;
+        const cap_mem_in *in = &r->mem_in;
+        const cap_mem_out *mo = &r->mem;
         printf("\n%-42s %20s\n", "Memory per GPU", "bytes");
         printf("  %-40s %20llu  %s\n", "GPU memory (--gpu-mem)",
                (unsigned long long)in->gpu_mem_bytes,
@@ -341,14 +341,14 @@ static void print_memory_section(const plan_result *r, const plan_opts *o)
                (unsigned long long)mo->n_blocks, r->block_size, (unsigned long long)mo->n_tokens);
         uint64_t full_blk;
         if (!r->cost.linear && r->cost.token_full > 0 &&
-            !pl_mul(r->cost.token_full, r->block_size, &full_blk))
+            !cap_mul(r->cost.token_full, r->block_size, &full_blk))
             printf("  (blocks held in every layer; %llu if only the full-context layers held "
                    "them)\n",
                    (unsigned long long)(mo->kv_bytes / full_blk));
         if (r->has_batch && r->uniform && r->cost.linear)
             printf("  concurrent requests of %llu tokens: %llu (paged, %llu blocks each)\n",
                    (unsigned long long)r->seq_len, (unsigned long long)r->fit_seq,
-                   (unsigned long long)pl_blocks_for(r->seq_len, r->block_size));
+                   (unsigned long long)cap_blocks_for(r->seq_len, r->block_size));
         if (r->has_batch && r->uniform && !r->cost.linear)
             printf("  concurrent requests of %llu tokens: %llu (paged, %s each)\n",
                    (unsigned long long)r->seq_len, (unsigned long long)r->fit_seq,
@@ -371,18 +371,18 @@ static void print_memory_section(const plan_result *r, const plan_opts *o)
 /* The notes under every table. */
 static void print_notes(const plan_result *r, const plan_opts *o)
 {
-    const pl_model_shape *m = &r->m;
+    const cap_model_shape *m = &r->m;
     printf("\nNotes\n");
     printf("  - These are logical KV bytes, not all the memory an engine uses: weights, "
            "activations,\n    CUDA graphs, allocator slack and fragmentation come on top "
            "(--reserve covers some).\n");
-    if (pl_dtype_is_quantized(m->kv_dtype))
+    if (cap_dtype_is_quantized(m->kv_dtype))
         printf("  - %s KV is counted with its %s scales; quantized KV has numerical error: "
                "these\n    are capacity figures only. Documented layouts: vLLM fp8 KV, "
                "per-tensor (default) or\n    per-attention-head fp32 scales; TensorRT-LLM "
                "int8/fp8 KV, one per-tensor scale per\n    layer. Engines using per-token or "
                "per-block KV scales: not found in their docs.\n",
-               pl_dtype_name(m->kv_dtype), pl_scales_name(m->kv_quant.layout));
+               cap_dtype_name(m->kv_dtype), cap_scales_name(m->kv_quant.layout));
     else
         printf("  - fp8/int8/int4 KV figures (--kv-dtype) are capacity estimates only: real KV "
                "quantization\n    adds scales (--kv-scales counts them) and numerical "
@@ -406,7 +406,7 @@ static json_t *ju(uint64_t v)
     return v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
 }
 
-static json_t *jfrag(const plan_result *r, const pl_frag *f, uint64_t max_len, uint64_t pw,
+static json_t *jfrag(const plan_result *r, const cap_frag *f, uint64_t max_len, uint64_t pw,
                      uint64_t cw)
 {
     return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "sequences", ju(f->n_seqs),
@@ -436,7 +436,7 @@ static void json_batch(json_t *root, const plan_result *r, const plan_opts *o)
         json_object_set_new(b, "lens", a);
     }
     uint64_t all = 0;
-    pl_mul(r->batch_bytes_gpu, r->tp.tp, &all);
+    cap_mul(r->batch_bytes_gpu, r->tp.tp, &all);
     json_object_set_new(b, "kv_bytes_all_gpus", ju(all));
     json_object_set_new(root, "batch", b);
     json_object_set_new(root, "fragmentation",
@@ -451,7 +451,7 @@ static void json_batch(json_t *root, const plan_result *r, const plan_opts *o)
 /* The trace: lengths, fragmentation and --concurrency requests. Adds its object to root. */
 static void json_trace(json_t *root, const plan_result *r, const plan_opts *o)
 {
-    const pl_stats *s = &r->st;
+    const cap_stats *s = &r->st;
     json_t *t =
         json_pack("{s:s,s:o,s:o,s:o,s:b,s:f,s:o,s:o,s:o,s:o,s:o,s:o}", "path", r->trace_path,
                   "requests", ju(s->n), "token_log_lines", ju(r->n_tokens_fmt), "mooncake_lines",
@@ -478,8 +478,8 @@ static void json_trace(json_t *root, const plan_result *r, const plan_opts *o)
 /* The inverse plan: memory per GPU and what fits it. Adds its object to root. */
 static void json_memory(json_t *root, const plan_result *r, const plan_opts *o)
 {
-    const pl_mem_in *in = &r->mem_in;
-    const pl_mem_out *mo = &r->mem;
+    const cap_mem_in *in = &r->mem_in;
+    const cap_mem_out *mo = &r->mem;
     json_t *mj = json_pack(
         "{s:o,s:f,s:o,s:o,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "gpu_mem_bytes", ju(in->gpu_mem_bytes),
         "util", (double)in->util_ppm / 1e6, "budget_bytes", ju(mo->budget_bytes),
@@ -503,10 +503,10 @@ static json_t *json_runs(const plan_result *r)
 {
     json_t *a = json_array();
     for (uint32_t i = 0; i < r->cost.n_runs; i++) {
-        const pl_run_cost *c = &r->cost.run[i];
+        const cap_run_cost *c = &r->cost.run[i];
         json_array_append_new(
             a, json_pack("{s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "kind",
-                         pl_layer_kind_name(c->spec.kind), "layers", ju(c->spec.n_layers),
+                         cap_layer_kind_name(c->spec.kind), "layers", ju(c->spec.n_layers),
                          "kv_heads", ju(c->spec.n_kv_heads), "head_dim", ju(c->spec.head_dim),
                          "window", ju(c->spec.window), "latent_dim", ju(c->spec.latent_dim),
                          "state_elems", ju(c->spec.state_elems), "token_bytes_per_gpu",
@@ -517,7 +517,7 @@ static json_t *json_runs(const plan_result *r)
 
 int pl_print_json(const plan_result *r, const plan_opts *o)
 {
-    const pl_model_shape *m = &r->m;
+    const cap_model_shape *m = &r->m;
     json_t *root = json_object();
     if (root == NULL)
         return json_oom();
@@ -526,24 +526,24 @@ int pl_print_json(const plan_result *r, const plan_opts *o)
         json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:s,s:o,s:s,s:o}", "name", r->model_label, "source",
                   r->model_source, "layers", ju(m->n_layers), "query_heads", ju(m->n_heads),
                   "kv_heads", ju(m->n_kv_heads), "head_dim", ju(m->head_dim), "attention",
-                  attn_kind(m), "kv_dtype", pl_dtype_name(m->kv_dtype), "kv_dtype_bytes",
-                  ju(pl_dtype_bytes(m->kv_dtype)), "weights_dtype", pl_dtype_name(m->w_dtype),
+                  attn_kind(m), "kv_dtype", cap_dtype_name(m->kv_dtype), "kv_dtype_bytes",
+                  ju(cap_dtype_bytes(m->kv_dtype)), "weights_dtype", cap_dtype_name(m->w_dtype),
                   "params", m->n_params ? ju(m->n_params) : json_null()));
     json_object_set_new(json_object_get(root, "model"), "kv_dtype_bits",
-                        ju(pl_dtype_bits(m->kv_dtype)));
+                        ju(cap_dtype_bits(m->kv_dtype)));
     json_object_set_new(json_object_get(root, "model"), "layer_runs", json_runs(r));
     json_object_set_new(json_object_get(root, "model"), "kv_scales",
-                        json_pack("{s:s,s:o,s:s}", "layout", pl_scales_name(m->kv_quant.layout),
+                        json_pack("{s:s,s:o,s:s}", "layout", cap_scales_name(m->kv_quant.layout),
                                   "group", ju(m->kv_quant.group), "dtype",
-                                  pl_dtype_name(m->kv_quant.scale_dtype)));
+                                  cap_dtype_name(m->kv_quant.scale_dtype)));
     json_object_set_new(root, "tp",
                         json_pack("{s:o,s:o,s:o,s:o}", "size", ju(r->tp.tp), "kv_heads_per_gpu",
                                   ju(r->tp.kv_heads_per_rank), "kv_head_replication",
                                   ju(r->tp.replication), "query_heads_per_gpu",
                                   ju(r->tp.q_heads_per_rank)));
     uint64_t all_tok = 0, all_blk = 0;
-    pl_mul(r->tok_gpu, r->tp.tp, &all_tok);
-    pl_mul(r->blk_gpu, r->tp.tp, &all_blk);
+    cap_mul(r->tok_gpu, r->tp.tp, &all_tok);
+    cap_mul(r->blk_gpu, r->tp.tp, &all_blk);
     json_t *kv = json_pack(
         "{s:o,s:o,s:o,s:o,s:o,s:o}", "block_size", ju(r->block_size), "token_bytes_logical",
         ju(r->tok_logical), "token_bytes_per_gpu", ju(r->tok_gpu), "token_bytes_all_gpus",

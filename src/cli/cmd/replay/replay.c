@@ -3,7 +3,7 @@
  * prefill a prefix cache of a given size would have skipped (docs/replay.md).
  *
  * Flow: parse the options (the input flags and the --tokenizer rank file through
- * input/inopts.c, shared with route and tokenize); open the log (logread.c: token-id logs, Mooncake
+ * input/inopts.c, shared with fleet and tokenize); open the log (logread.c: token-id logs, Mooncake
  * hash-id traces, OpenAI-style bodies; plain, gzip or zstd; "-" for stdin); feed each request to
  * the engine (replay_sim.c), which records LRU stack distances and drives the library's pool at
  * min(--capacity, RP_POOL_MAX) blocks to check them; optionally buffer everything first and
@@ -285,10 +285,10 @@ static int parse_args(int argc, char **argv, rp_options *o)
 /* ---- capacities --------------------------------------------------------------------------- */
 
 /* What one capacity value means before the block size and model are known. */
-typedef struct cap_spec {
+typedef struct capacity_spec {
     int unit;        /* 0 blocks, 1 tokens, 2 bytes */
     uint64_t amount; /* in that unit */
-} cap_spec;
+} capacity_spec;
 
 static bool ends_with(const char *s, size_t n, const char *suffix)
 {
@@ -297,7 +297,7 @@ static bool ends_with(const char *s, size_t n, const char *suffix)
 }
 
 /* Parse "20000", "64K" (blocks), "1Mtok"/"1M-tokens" (tokens), "40GiB" (bytes). */
-static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
+static int parse_cap(const char *flag, const char *s, size_t n, capacity_spec *out)
 {
     char buf[64];
     size_t given = n;
@@ -326,7 +326,7 @@ static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
         out->unit = 0;
         rc = cli_parse_count(buf, &out->amount);
     }
-    if (rc != PL_OK || out->amount == 0)
+    if (rc != CAP_OK || out->amount == 0)
         return fail(CLI_EXIT_USAGE,
                     "%s: '%.*s' is not a positive capacity (blocks: 20000 or 64K; tokens: "
                     "1Mtok; KV memory: 40GiB with --model)",
@@ -335,8 +335,8 @@ static int parse_cap(const char *flag, const char *s, size_t n, cap_spec *out)
 }
 
 /* Convert a capacity to blocks of block_size tokens (block_bytes: 0 without a model). */
-static int cap_blocks(const char *flag, const cap_spec *c, uint32_t block_size,
-                      uint64_t block_bytes, uint64_t *out)
+static int capacity_blocks(const char *flag, const capacity_spec *c, uint32_t block_size,
+                           uint64_t block_bytes, uint64_t *out)
 {
     uint64_t b = c->amount;
     if (c->unit == 1)
@@ -349,8 +349,8 @@ static int cap_blocks(const char *flag, const cap_spec *c, uint32_t block_size,
     if (b == 0)
         return fail(CLI_EXIT_INPUT, "%s: less than one block of %u tokens", flag, block_size);
     uint64_t unused;
-    if (b > RP_CAP_MAX || pl_mul(b, block_size, &unused) != PL_OK ||
-        pl_mul(b, block_bytes, &unused) != PL_OK)
+    if (b > RP_CAP_MAX || cap_mul(b, block_size, &unused) != CAP_OK ||
+        cap_mul(b, block_bytes, &unused) != CAP_OK)
         return fail(CLI_EXIT_INPUT,
                     "%s: %llu blocks is too large (at most 2^48, and the bytes must "
                     "fit 64 bits)",
@@ -370,11 +370,11 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
             return fail(CLI_EXIT_USAGE, "--kv-dtype needs --model or --config");
         return 0;
     }
-    pl_model_shape m;
-    pl_model_shape_init(&m);
+    cap_model_shape m;
+    cap_model_shape_init(&m);
     const char *name = o->model;
     if (o->model) {
-        const pl_model_preset *p = pl_model_find(o->model);
+        const cap_model_preset *p = cap_model_find(o->model);
         if (!p)
             return fail(CLI_EXIT_USAGE, "--model: no preset '%s' (kvprefix plan --list-models)",
                         o->model);
@@ -382,26 +382,26 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
         name = p->name;
     } else {
         char err[512];
-        if (pl_model_from_config(o->config, &m, err, sizeof err) != PL_OK)
+        if (cap_model_from_config(o->config, &m, err, sizeof err) != CAP_OK)
             return fail(CLI_EXIT_INPUT, "%s", err);
         name = o->config;
     }
-    if (o->kv_dtype && pl_dtype_parse(o->kv_dtype, &m.kv_dtype) != PL_OK)
+    if (o->kv_dtype && cap_dtype_parse(o->kv_dtype, &m.kv_dtype) != CAP_OK)
         return fail(CLI_EXIT_USAGE, "--kv-dtype: unknown dtype '%s'", o->kv_dtype);
-    m.kv_quant.layout = pl_dtype_is_quantized(m.kv_dtype) ? PL_SCALES_TENSOR : PL_SCALES_NONE;
+    m.kv_quant.layout = cap_dtype_is_quantized(m.kv_dtype) ? CAP_SCALES_TENSOR : CAP_SCALES_NONE;
     const char *what = NULL;
     uint64_t tok;
-    pl_kv_cost cost;
-    if (pl_model_shape_check(&m, &what) != PL_OK)
+    cap_kv_cost cost;
+    if (cap_model_shape_check(&m, &what) != CAP_OK)
         return fail(CLI_EXIT_INPUT, "model shape: %s", what ? what : "invalid");
     /* The planner's per-layer charge of a cached block, per token (kvplan.h): full and
      * latent layers; windowed and state layers hold per prefix end, not per block. */
-    if (pl_kv_cost_of(&m, 1, &cost, &what) != PL_OK || pl_cache_block_bytes(&cost, 1, &tok))
+    if (cap_kv_cost_of(&m, 1, &cost, &what) != CAP_OK || cap_cache_block_bytes(&cost, 1, &tok))
         return fail(CLI_EXIT_INPUT, "model shape: %s", what ? what : "no KV bytes per token");
     *token_bytes = tok;
     char safe[256];
     cli_escape_str(safe, sizeof safe, name); /* a config path shows in the table and chart */
-    snprintf(desc, desc_size, "%.80s, %s KV%s", safe, pl_dtype_name(m.kv_dtype),
+    snprintf(desc, desc_size, "%.80s, %s KV%s", safe, cap_dtype_name(m.kv_dtype),
              cost.token_full && !cost.linear ? " in full-context layers" : "");
     return 0;
 }
@@ -409,9 +409,9 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
 /* Everything the options say that can be checked before the log is read: capacities, the
  * model shape, the plot file. */
 typedef struct prep {
-    bool has_cap;               /* --capacity given */
-    cap_spec cap;               /* its value */
-    cap_spec caps[RP_MAX_CAPS]; /* --capacities values */
+    bool has_cap;                    /* --capacity given */
+    capacity_spec cap;               /* its value */
+    capacity_spec caps[RP_MAX_CAPS]; /* --capacities values */
     size_t n_caps;
     uint64_t token_bytes; /* KV bytes per token, 0 without a model */
     cli_out plot;         /* --plot: its temporary file, created before reading */
@@ -419,7 +419,7 @@ typedef struct prep {
 } prep;
 
 /* One --capacities item (cli_flag_list). */
-static int cap_item(void *ctx, const char *item, size_t len, size_t index)
+static int capacity_item(void *ctx, const char *item, size_t len, size_t index)
 {
     prep *p = ctx;
     p->n_caps = index + 1;
@@ -438,7 +438,7 @@ static int prepare(const rp_options *o, prep *p, rp_result *r)
         bytes = p->cap.unit == 2;
     }
     if (o->capacities) {
-        if ((rc = cli_flag_list("replay", "--capacities", o->capacities, RP_MAX_CAPS, cap_item,
+        if ((rc = cli_flag_list("replay", "--capacities", o->capacities, RP_MAX_CAPS, capacity_item,
                                 p)) != 0)
             return rc;
         for (size_t i = 0; i < p->n_caps; i++)
@@ -711,11 +711,11 @@ static int start_engine(run *ru)
     char err[256];
     uint64_t blocks = 0;
     int rc;
-    if (pl_mul(ru->prep->token_bytes, res->block_size, &res->block_bytes) != PL_OK)
+    if (cap_mul(ru->prep->token_bytes, res->block_size, &res->block_bytes) != CAP_OK)
         return fail(CLI_EXIT_INPUT, "the KV bytes of one block overflow");
     if (ru->prep->has_cap) {
-        if ((rc = cap_blocks("--capacity", &ru->prep->cap, res->block_size, res->block_bytes,
-                             &blocks)) != 0)
+        if ((rc = capacity_blocks("--capacity", &ru->prep->cap, res->block_size, res->block_bytes,
+                                  &blocks)) != 0)
             return rc;
         sc.pool_blocks = (uint32_t)(blocks < RP_POOL_MAX ? blocks : RP_POOL_MAX);
         res->pool_blocks = sc.pool_blocks;
@@ -814,8 +814,8 @@ static int sweep_caps(const rp_options *o, const prep *pp, rp_result *r, uint64_
     size_t n = 0;
     if (o->capacities) {
         for (; n < pp->n_caps; n++) {
-            int rc =
-                cap_blocks("--capacities", &pp->caps[n], r->block_size, r->block_bytes, &caps[n]);
+            int rc = capacity_blocks("--capacities", &pp->caps[n], r->block_size, r->block_bytes,
+                                     &caps[n]);
             if (rc)
                 return rc;
         }
