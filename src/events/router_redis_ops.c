@@ -4,7 +4,7 @@
  * calls back up): creation, batches, scores, the worker operations, stats and the store's
  * checker.
  *
- * kvp__rr_apply (kvp_router_apply, kvp_router_apply_many), under rr->mu:
+ * redis_apply (kvp_router_apply, kvp_router_apply_many), under rr->mu:
  *   1. under the exclusive lock: apply every item to the local index as without a store
  *      (validation, sequence state, counters) and build one kvprefix_apply FCALL with the
  *      items the local index accepted (rc KVP_OK, whatever their local status);
@@ -28,7 +28,7 @@
  *      and marks the shared view whole when the sender's is. Nothing is lost across a
  *      Redis restart then, for workers that some router followed from their batch 0.
  *
- * kvp__rr_score (kvp_router_score, kvp_router_score_hashes):
+ * redis_score (kvp_router_score, kvp_router_score_hashes and their _v2):
  *   1. under the shared lock: the rows, each live worker's gid, group and block size;
  *   2. without the lock: each group's keys (router_score.c's hashing: every full block of
  *      the prompt; see docs/routing.md for why all of them), or the given hashes for all

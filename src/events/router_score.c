@@ -342,7 +342,7 @@ int kvp__rt_group_keys(const kvp__rt_group *g, const kvp_namespace *ns, const ui
     return KVP_OK;
 }
 
-/* kvp__rt_score_hashes' probe: keys[0 .. n) against every fresh worker, whatever its
+/* score_hashes' probe: keys[0 .. n) against every fresh worker, whatever its
  * group. Shared lock held; rows filled by fill_rows_locked. */
 static void probe_all_locked(const kvp__rt_index *ix, const uint64_t *keys, size_t n,
                              kvp_router_row *rows)
