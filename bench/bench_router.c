@@ -31,7 +31,15 @@
  * Every figure is the median of RUNS runs. Anchors: Dynamo's indexer on the Mooncake trace
  * 18k-40k ops/s unsharded, 248k ops/s sharded with p99 773 us; an SGLang gateway's 26.9 B
  * per holder-block.
- * Usage: bench_router [runs] (default 5).
+ *
+ * Usage: bench_router [runs] [--score=PROFILE] [--prompts=N] [--calls=N]
+ *   runs          runs per figure, 1..16 (default 5)
+ *   --score=P     only (b) and (d) for profile P (xxh3, vllm-xxhash-cbor, vllm-sha256-cbor)
+ *   --prompts=N   prompts stored in (b), 6..128 (default 128: 1M blocks); fewer for a small
+ *                 fixed workload, e.g. under valgrind --tool=callgrind
+ *                 --toggle-collect=kvp_router_score
+ *   --calls=N     scores per figure and run in (b), 1..400 (default 400; 128k prompts 300,
+ *                 100 for vllm-sha256-cbor)
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,6 +61,8 @@
 #define MAX_CALLS     400
 
 static int runs = 5;
+static int n_prompts = N_PROMPTS; /* --prompts */
+static int calls_b = MAX_CALLS;   /* --calls */
 
 static double now(void)
 {
@@ -235,9 +245,9 @@ static void score_setup_init(score_setup *s, int profile)
     s->hash = profile_cfg(profile);
     s->r = router_with_workers(s->hash, s->ids);
     uint64_t seed = 42;
-    s->tokens = malloc((size_t)N_PROMPTS * LONG_TOKENS * sizeof *s->tokens);
+    s->tokens = malloc((size_t)n_prompts * LONG_TOKENS * sizeof *s->tokens);
     s->miss = malloc((size_t)LONG_TOKENS * sizeof *s->miss);
-    for (size_t i = 0; i < (size_t)N_PROMPTS * LONG_TOKENS; i++)
+    for (size_t i = 0; i < (size_t)n_prompts * LONG_TOKENS; i++)
         s->tokens[i] = (uint32_t)(rnd(&seed) % 150000);
     for (size_t i = 0; i < LONG_TOKENS; i++)
         s->miss[i] = (uint32_t)(rnd(&seed) % 150000);
@@ -247,7 +257,7 @@ static void score_setup_init(score_setup *s, int profile)
         die("kvp_hasher_new", rc);
     uint64_t *k = malloc(LONG_BLOCKS * sizeof *k);
     uint64_t seq[N_WORKERS] = {0};
-    for (int p = 0; p < N_PROMPTS; p++) {
+    for (int p = 0; p < n_prompts; p++) {
         const uint32_t *t = s->tokens + (size_t)p * LONG_TOKENS;
         keys_of(hs, t, LONG_TOKENS, k);
         uint32_t a = (uint32_t)p % N_WORKERS, b = (uint32_t)(p + 17) % N_WORKERS;
@@ -494,11 +504,12 @@ static void bench_score(int profile)
     const uint32_t *hit = s.tokens + (size_t)5 * LONG_TOKENS;
     double p50s[3][16], p99s[3][16];
     int calls_long = profile == KVP_HASH_VLLM_SHA256 ? 100 : 300;
+    calls_long = calls_long < calls_b ? calls_long : calls_b;
     for (int i = 0; i < runs; i++) {
-        score_latency(&s, hit, SHORT_TOKENS, MAX_CALLS, SHORT_TOKENS / BLOCK, &p50s[0][i],
+        score_latency(&s, hit, SHORT_TOKENS, calls_b, SHORT_TOKENS / BLOCK, &p50s[0][i],
                       &p99s[0][i]);
         score_latency(&s, hit, LONG_TOKENS, calls_long, LONG_BLOCKS, &p50s[1][i], &p99s[1][i]);
-        score_latency(&s, s.miss, LONG_TOKENS, MAX_CALLS, 0, &p50s[2][i], &p99s[2][i]);
+        score_latency(&s, s.miss, LONG_TOKENS, calls_b, 0, &p50s[2][i], &p99s[2][i]);
     }
     printf("(b) score, %s, 64 workers, %llu blocks indexed, %.2f holders/block (setup %.1f s; "
            "median of %d runs)\n",
@@ -517,7 +528,7 @@ static void bench_score(int profile)
            s.stats.bytes_per_holder, (unsigned long long)s.stats.total_bytes,
            (unsigned long long)s.stats.n_holders, (unsigned long long)s.stats.index_bytes,
            (unsigned long long)s.stats.n_slots);
-    if (profile == KVP_HASH_XXH3) {
+    if (profile == KVP_HASH_XXH3 && n_prompts == N_PROMPTS) {
         bench_concurrent(&s);
         /* Clearing a worker scans the table under the exclusive lock. */
         kvp_router_worker_stats ws;
@@ -533,12 +544,47 @@ static void bench_score(int profile)
     score_setup_free(&s);
 }
 
+/* The value of option `name` ("--name=") in arg, or NULL. */
+static const char *opt_value(const char *arg, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(arg, name, n) == 0 ? arg + n : NULL;
+}
+
+/* An integer lo..hi, or exit with a usage message. */
+static int int_in(const char *s, int lo, int hi)
+{
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (!end || *end != '\0' || end == s || v < lo || v > hi) {
+        fprintf(stderr, "bench_router: '%s' is not an integer %d..%d\n", s, lo, hi);
+        exit(2);
+    }
+    return (int)v;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc > 1)
-        runs = atoi(argv[1]);
-    if (runs < 1 || runs > 16)
-        runs = 5;
+    int only = -1; /* --score: the one profile, else all of (a)-(e) */
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if ((v = opt_value(argv[i], "--score=")) != NULL) {
+            if (kvp_hash_profile_parse(v, &only) != KVP_OK) {
+                fprintf(stderr, "bench_router: unknown profile '%s'\n", v);
+                return 2;
+            }
+        } else if ((v = opt_value(argv[i], "--prompts=")) != NULL) {
+            n_prompts = int_in(v, 6, N_PROMPTS);
+        } else if ((v = opt_value(argv[i], "--calls=")) != NULL) {
+            calls_b = int_in(v, 1, MAX_CALLS);
+        } else {
+            runs = int_in(argv[i], 1, 16);
+        }
+    }
+    if (only >= 0) {
+        bench_score(only);
+        return 0;
+    }
     bench_apply();
     bench_score(KVP_HASH_XXH3);
     bench_score(KVP_HASH_VLLM_XXHASH);

@@ -283,7 +283,8 @@ KVP_EXPORT int kvp_publisher_stats_get(kvp_publisher *pub, kvp_publisher_stats *
  *
  * Threads: every call may be made from any thread. Mutations (worker add/get/remove, apply,
  * mark_stale, resync) take the router's lock exclusively; score, stats, find and check
- * share it. Score hashes the prompt outside the lock. docs/routing.md ("Router index") has
+ * share it. Score hashes the prompt outside the lock, and a Redis store's round trips run
+ * outside it too. docs/routing.md ("Router index") has
  * the data structure, its memory per (block, worker), consistency and the thread model. */
 typedef struct kvp_router kvp_router;
 
@@ -518,6 +519,48 @@ KVP_NODISCARD KVP_EXPORT int kvp_router_score(kvp_router *r, const kvp_namespace
 KVP_NODISCARD KVP_EXPORT int kvp_router_score_hashes(kvp_router *r, const uint64_t *hashes,
                                                      size_t n_hashes, kvp_router_row *rows,
                                                      size_t cap, size_t *n_rows);
+
+/* Which view of the index answered a score (kvp_router_score_result.view). */
+enum {
+    KVP_ROUTER_VIEW_LOCAL = 1,   /* the router's in-memory index (a router without Redis) */
+    KVP_ROUTER_VIEW_REDIS = 2,   /* the shared store on Redis */
+    KVP_ROUTER_VIEW_FALLBACK = 3 /* the in-memory index (the local view) because Redis failed
+                                    during the call or was in its retry pause */
+};
+
+/* What kvp_router_score_v2 and kvp_router_score_hashes_v2 report besides the rows, for
+ * that call alone (whatever other threads' calls did meanwhile). Fill with
+ * kvp_router_score_result_init() first, then set the inputs you need. */
+typedef struct kvp_router_score_result {
+    const char **engine_ids; /* in: NULL (default), or room for cap pointers. On KVP_OK,
+                                engine_ids[i] is rows[i]'s engine id: NUL-terminated, owned
+                                by the router, valid until kvp_router_free, even after that
+                                worker is removed by another thread meanwhile (the router
+                                keeps every engine id it was given until it is freed; a
+                                worker added again under the same id shares the copy) */
+    int view;                /* out: KVP_ROUTER_VIEW_* that answered this call; 0 when the
+                                call failed */
+} kvp_router_score_result;
+
+/* Fill *res with the defaults above. Cannot fail (does nothing if res is NULL). */
+KVP_EXPORT void kvp_router_score_result_init(kvp_router_score_result *res);
+
+/* kvp_router_score, also reporting into *res (may be NULL: then exactly kvp_router_score)
+ * which view answered this call and each row's engine id. Same arguments, rows and return
+ * codes as kvp_router_score; res->view is set on every return. */
+KVP_NODISCARD KVP_EXPORT int kvp_router_score_v2(kvp_router *r, const kvp_namespace *ns,
+                                                 const uint32_t *tokens, size_t n_tokens,
+                                                 kvp_router_row *rows, size_t cap, size_t *n_rows,
+                                                 kvp_router_score_result *res);
+
+/* kvp_router_score_hashes with *res as kvp_router_score_v2 fills it. */
+KVP_NODISCARD KVP_EXPORT int kvp_router_score_hashes_v2(kvp_router *r, const uint64_t *hashes,
+                                                        size_t n_hashes, kvp_router_row *rows,
+                                                        size_t cap, size_t *n_rows,
+                                                        kvp_router_score_result *res);
+
+/* A view's name: "local", "redis", "fallback"; NULL for anything else. Cannot fail. */
+KVP_EXPORT const char *kvp_router_view_name(int view);
 
 /* Index size, memory and counters. */
 typedef struct kvp_router_stats {

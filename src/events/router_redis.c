@@ -1,8 +1,10 @@
 /*
- * router_redis.c - the router index's shared store on Redis: configuration, the
- * connection, running commands with timeouts, and the worker operations (mark stale,
- * resync, remove). Batches and scores are router_redis_ops.c; the Redis side is the Lua
- * library router_redis.lua, embedded at build time (router_redis_lua.h, generated).
+ * router_redis.c - the Redis store's transport (router_redis.h): configuration, the
+ * connection, building and running commands with timeouts. It knows nothing of the index:
+ * the store itself (its operations: apply, score, worker operations, stats, checker) is
+ * router_redis_ops.c, which calls down into this file and never the other way. The Redis
+ * side is the Lua library router_redis.lua, embedded at build time (router_redis_lua.h,
+ * generated).
  *
  * One hiredis connection per router, under rr->mu (hiredis contexts are not thread-safe):
  * scores and batches serialize on it for their round trip. Life of the connection:
@@ -449,169 +451,28 @@ static int config_into(kvp__rr *rr, const kvp_router_redis *cfg)
     return KVP_OK;
 }
 
-void kvp__rr_free(kvp__rr *rr)
+void kvp__rr_conn_close(kvp__rr *rr)
 {
-    if (!rr)
-        return;
     if (rr->c)
         redisFree(rr->c);
+    rr->c = NULL;
     free(rr->host);
     free(rr->path);
-    pthread_mutex_destroy(&rr->mu);
-    free(rr);
+    rr->host = NULL;
+    rr->path = NULL;
 }
 
-int kvp__rr_new(kvp_router *r, const kvp_router_redis *cfg)
+int kvp__rr_conn_open(kvp__rr *rr, const kvp_router_redis *cfg)
 {
-    kvp__rr *rr = calloc(1, sizeof *rr);
-    if (!rr)
-        return KVP_ENOMEM;
-    if (pthread_mutex_init(&rr->mu, NULL) != 0) {
-        free(rr);
-        return KVP_ENOMEM;
-    }
     int rc = config_into(rr, cfg);
     if (rc == KVP_OK)
         rc = parse_url(rr, cfg->url);
-    if (rc != KVP_OK) {
-        kvp__rr_free(rr);
+    if (rc != KVP_OK)
         return rc;
-    }
     sigpipe_guard g;
     sigpipe_block(&g);
     (void)connect_locked(rr, kvp__rr_deadline(rr));
     sigpipe_restore(&g);
     atomic_store(&rr->up, rr->c != NULL);
-    r->rr = rr;
     return KVP_OK;
-}
-
-void kvp__rr_stats(kvp__rr *rr, kvp_router_stats *st)
-{
-    st->redis = true;
-    st->redis_up = atomic_load(&rr->up);
-    st->n_redis_calls = atomic_load(&rr->n_calls);
-    st->n_redis_errors = atomic_load(&rr->n_errors);
-    st->n_redis_connects = atomic_load(&rr->n_connects);
-    st->n_fallback_scores = atomic_load(&rr->n_fallback_scores);
-    st->n_fallback_applies = atomic_load(&rr->n_fallback_applies);
-    st->n_redis_lost = atomic_load(&rr->n_lost);
-    st->n_redis_duplicates = atomic_load(&rr->n_duplicates);
-    st->n_redis_reseeds = atomic_load(&rr->n_reseeds);
-}
-
-/* ---------------------------------------------------------------- worker operations */
-
-/* The local part of kvp__rr_worker_op; copies the worker's gid and identity first.
- * Exclusive lock held. */
-static int local_op_locked(kvp_router *r, uint32_t id, int op, unsigned char *gid, char **engine,
-                           int64_t *dp)
-{
-    if (!kvp__rt_worker_ok(r, id))
-        return KVP_ENOENT;
-    const kvp__rt_worker *w = &r->workers[id];
-    kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, gid);
-    *engine = strdup(w->engine_id);
-    *dp = w->dp_rank;
-    if (op == KVP__RR_MARK_STALE)
-        kvp__rt_mark_stale_locked(r, id);
-    else if (op == KVP__RR_RESYNC)
-        r->workers[id].stale = false;
-    else
-        return kvp__rt_worker_remove_locked(r, id);
-    return KVP_OK;
-}
-
-/* The Redis part: one FCALL. mu held. */
-static void store_op_locked(kvp__rr *rr, int op, const unsigned char *gid, const char *engine,
-                            int64_t dp)
-{
-    static const char *const fn[] = {"", "kvprefix_mark_stale", "kvprefix_resync",
-                                     "kvprefix_remove"};
-    kvp__rr_cmd cmd;
-    kvp__rr_cmd_init(&cmd);
-    kvp__rr_cmd_fcall(&cmd, rr, fn[op]);
-    if (op == KVP__RR_MARK_STALE)
-        kvp__rr_cmd_i64(&cmd, (int64_t)rr->ttl_ms);
-    char *p = kvp__rr_cmd_arg(&cmd, KVP__RR_GID_BYTES);
-    if (p)
-        memcpy(p, gid, KVP__RR_GID_BYTES);
-    if (op == KVP__RR_MARK_STALE) {
-        kvp__rr_cmd_str(&cmd, engine);
-        kvp__rr_cmd_i64(&cmd, dp);
-    }
-    redisReply *rep = NULL;
-    if (kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr)) == KVP_OK) {
-        if (rep->type != REDIS_REPLY_INTEGER)
-            kvp__rr_fail_locked(rr);
-        kvp__rr_replies_free(&rep, 1);
-    }
-    kvp__rr_cmd_free(&cmd);
-}
-
-int kvp__rr_worker_op(kvp_router *r, uint32_t id, int op)
-{
-    kvp__rr *rr = r->rr;
-    unsigned char gid[KVP__RR_GID_BYTES];
-    char *engine = NULL;
-    int64_t dp = 0;
-    pthread_mutex_lock(&rr->mu);
-    kvp__rt_wrlock(r);
-    int rc = local_op_locked(r, id, op, gid, &engine, &dp);
-    kvp__rt_unlock(r);
-    if (rc == KVP_OK && engine)
-        store_op_locked(rr, op, gid, engine, dp);
-    pthread_mutex_unlock(&rr->mu);
-    free(engine);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- checker */
-
-/* The checker's verdicts, as static strings (the reply's own text dies with the reply). */
-static const char *const check_whys[] = {
-    "media: a bit outside 0..5",
-    "media: a bit given twice",
-    "media: a name not in upper case",
-    "worker state: expected is not 16 hex digits",
-    "worker state: known, stale or full is not 0 or 1",
-    "worker state: n differs from the blocks held",
-    "blocks: a block key is not 8 bytes",
-    "blocks: a mask is 0 or names an unregistered medium",
-};
-
-static const char *static_why(const char *s, size_t len)
-{
-    for (size_t i = 0; i < sizeof check_whys / sizeof *check_whys; i++) {
-        if (strlen(check_whys[i]) == len && memcmp(check_whys[i], s, len) == 0)
-            return check_whys[i];
-    }
-    return "the store's checker returned an unknown verdict";
-}
-
-int kvp__rr_check(kvp_router *r, const char **why)
-{
-    kvp__rr *rr = r->rr;
-    if (!rr)
-        return KVP_EINVAL;
-    kvp__rr_cmd cmd;
-    kvp__rr_cmd_init(&cmd);
-    kvp__rr_cmd_fcall(&cmd, rr, "kvprefix_check");
-    redisReply *rep = NULL;
-    pthread_mutex_lock(&rr->mu);
-    int rc = kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr));
-    if (rc == KVP_OK) {
-        bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-                  rep->element[0]->type == REDIS_REPLY_INTEGER &&
-                  rep->element[1]->type == REDIS_REPLY_STRING;
-        if (!ok)
-            kvp__rr_fail_locked(rr);
-        rc = !ok ? KVP_EIO : rep->element[0]->integer == 1 ? KVP_OK : KVP_ECORRUPT;
-        if (rc == KVP_ECORRUPT && why)
-            *why = static_why(rep->element[1]->str, rep->element[1]->len);
-        kvp__rr_replies_free(&rep, 1);
-    }
-    pthread_mutex_unlock(&rr->mu);
-    kvp__rr_cmd_free(&cmd);
-    return rc;
 }

@@ -1,35 +1,26 @@
 /*
- * router_redis.h - the router index's shared store on Redis (src/events/router_redis*.c),
- * as the public router calls in router.c see it. Nothing here is installed or exported.
+ * router_redis.h - the transport of the router index's Redis store (router_redis.c): the
+ * store's struct, its configuration and connection, commands built in one buffer and run
+ * in one pipeline with a deadline. The store's operations over the index are
+ * router_redis_ops.h's; this layer calls none of them. Nothing here is installed or
+ * exported.
  *
- *   kvp_router
- *    |- the in-memory router (router.h): workers, groups, media, the local index
- *    `- rr               the store: one hiredis connection under a mutex, its address,
- *                        key prefix, timeouts, the retry pause and the counters
+ *   kvp__rr
+ *    |- base            the store interface (router_store.h): ops, the router's index
+ *    `- the transport   one hiredis connection under a mutex, its address, key prefix,
+ *                       timeouts, the retry pause and the counters
  *
- * Every batch is validated and applied to the local index exactly as without a store,
- * then sent to Redis in one FCALL (kvprefix_apply of src/events/router_redis.lua);
- * scores are one pipelined round trip (one kvprefix_score FCALL per hash group) and fall
- * back to the local index when Redis fails or is in its retry pause.
+ * Locks: router_store.h's protocol. mu is this store's mutex (lock 1): taken before the
+ * index lock, never after; the index lock is never held during network I/O. The counters
+ * are atomics, read by stats without the mutex.
  *
- * Locks: rr's mutex is always taken before the router's rwlock, never after; the rwlock
- * is never held during network I/O. The counters are atomics, read by stats without the
- * mutex.
- *
- * Without hiredis (KVP_HAVE_REDIS undefined) the functions below are inline stubs: a
- * store is KVP_ENOTSUP at creation and every router has rr == NULL.
+ * Compiled only with hiredis (KVP_HAVE_REDIS); router_redis_ops.h has the stubs of a build
+ * without it.
  */
 #ifndef KVP_EVENTS_ROUTER_REDIS_H
 #define KVP_EVENTS_ROUTER_REDIS_H
 
-#include "router.h"
-
-/* What kvp__rr_worker_op does, in the store, after the local call. */
-enum {
-    KVP__RR_MARK_STALE = 1, /* kvp_router_mark_stale */
-    KVP__RR_RESYNC = 2,     /* kvp_router_resync */
-    KVP__RR_REMOVE = 3      /* kvp_router_worker_remove */
-};
+#include "router_store.h"
 
 #ifdef KVP_HAVE_REDIS
 
@@ -42,7 +33,10 @@ enum {
 struct redisContext;
 struct redisReply;
 
+typedef struct kvp__rr kvp__rr;
+
 struct kvp__rr {
+    kvp__rt_store base;                  /* first: a kvp__rt_store * is a kvp__rr * */
     pthread_mutex_t mu;                  /* serializes the connection; taken before the rwlock */
     struct redisContext *c;              /* the connection (hiredis), NULL when not connected */
     char *host;                          /* TCP host (owned), or NULL for a unix socket */
@@ -109,96 +103,14 @@ void kvp__rr_replies_free(struct redisReply **replies, size_t n);
  * start the pause). mu held. */
 void kvp__rr_fail_locked(kvp__rr *rr);
 
-/* Make r's store from cfg (cfg->url not NULL) and try to connect once (a failure only
- * starts the retry pause). Returns KVP_OK with r->rr set; KVP_EINVAL (a field out of
- * range, a url or key prefix that does not parse); KVP_ENOMEM. */
-int kvp__rr_new(kvp_router *r, const kvp_router_redis *cfg);
+/* Configure rr from cfg (cfg->url not NULL) and try to connect once (a failure only starts
+ * the retry pause). rr zeroed but for its mutex and base. Returns KVP_OK; KVP_EINVAL (a
+ * field out of range, a url or key prefix that does not parse); KVP_ENOMEM. Whatever it
+ * returns, kvp__rr_conn_close frees what it made. */
+int kvp__rr_conn_open(kvp__rr *rr, const kvp_router_redis *cfg);
 
-/* Close the connection and free the store. Accepts NULL. */
-void kvp__rr_free(kvp__rr *rr);
-
-/* kvp_router_apply_many with a store (r->rr set; items not NULL when n > 0): each item
- * applied locally as without a store, then the ones the local index accepted in one FCALL.
- * Returns as kvp_router_apply_many. */
-int kvp__rr_apply(kvp_router *r, kvp_router_item *items, size_t n);
-
-/* kvp_router_score (hashes NULL) or kvp_router_score_hashes (hashes set, tokens unused)
- * with a store; arguments checked by the caller. Returns as those calls. */
-int kvp__rr_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens, size_t n_tokens,
-                  const uint64_t *hashes, size_t n_hashes, kvp_router_row *rows, size_t cap,
-                  size_t *n_rows);
-
-/* kvp_router_mark_stale, _resync or _worker_remove (op) with a store: the local call, then
- * the same in Redis when the local one succeeded. Returns the local call's code. */
-int kvp__rr_worker_op(kvp_router *r, uint32_t id, int op);
-
-/* The store's fields of kvp_router_stats. Cannot fail. */
-void kvp__rr_stats(kvp__rr *rr, kvp_router_stats *st);
-
-/* The store's invariant checker (kvprefix_check in router_redis.lua): every key of r's
- * prefix, walked with KEYS (tests and debugging only). Returns KVP_OK, KVP_ECORRUPT (*why:
- * a static description), KVP_EIO (Redis failed: counted as any failure), KVP_ENOMEM;
- * KVP_EINVAL for a router without a store. */
-int kvp__rr_check(kvp_router *r, const char **why);
-
-#else
-
-static inline int kvp__rr_new(kvp_router *r, const kvp_router_redis *cfg)
-{
-    (void)r;
-    (void)cfg;
-    return KVP_ENOTSUP;
-}
-
-static inline void kvp__rr_free(kvp__rr *rr)
-{
-    (void)rr;
-}
-
-static inline int kvp__rr_apply(kvp_router *r, kvp_router_item *items, size_t n)
-{
-    (void)r;
-    (void)items;
-    (void)n;
-    return KVP_ENOTSUP;
-}
-
-static inline int kvp__rr_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens,
-                                size_t n_tokens, const uint64_t *hashes, size_t n_hashes,
-                                kvp_router_row *rows, size_t cap, size_t *n_rows)
-{
-    (void)r;
-    (void)ns;
-    (void)tokens;
-    (void)n_tokens;
-    (void)hashes;
-    (void)n_hashes;
-    (void)rows;
-    (void)cap;
-    (void)n_rows;
-    return KVP_ENOTSUP;
-}
-
-static inline int kvp__rr_worker_op(kvp_router *r, uint32_t id, int op)
-{
-    (void)r;
-    (void)id;
-    (void)op;
-    return KVP_ENOTSUP;
-}
-
-static inline void kvp__rr_stats(kvp__rr *rr, kvp_router_stats *st)
-{
-    (void)rr;
-    (void)st;
-}
-
-static inline int kvp__rr_check(kvp_router *r, const char **why)
-{
-    (void)r;
-    (void)why;
-    return KVP_EINVAL;
-}
+/* Close the connection and free the address strings. Cannot fail. */
+void kvp__rr_conn_close(kvp__rr *rr);
 
 #endif /* KVP_HAVE_REDIS */
 

@@ -1,7 +1,10 @@
 /*
- * router_redis_ops.c - batches and scores of a router with a Redis store (router_redis.h).
+ * router_redis_ops.c - the Redis store (router_redis_ops.h): the router_store.h
+ * operations over the index and the transport of router_redis.c (which it calls; nothing
+ * calls back up): creation, batches, scores, the worker operations, stats and the store's
+ * checker.
  *
- * kvp__rr_apply (kvp_router_apply, kvp_router_apply_many), under rr->mu:
+ * redis_apply (kvp_router_apply, kvp_router_apply_many), under rr->mu:
  *   1. under the exclusive lock: apply every item to the local index as without a store
  *      (validation, sequence state, counters) and build one kvprefix_apply FCALL with the
  *      items the local index accepted (rc KVP_OK, whatever their local status);
@@ -25,7 +28,7 @@
  *      and marks the shared view whole when the sender's is. Nothing is lost across a
  *      Redis restart then, for workers that some router followed from their batch 0.
  *
- * kvp__rr_score (kvp_router_score, kvp_router_score_hashes):
+ * redis_score (kvp_router_score, kvp_router_score_hashes and their _v2):
  *   1. under the shared lock: the rows, each live worker's gid, group and block size;
  *   2. without the lock: each group's keys (router_score.c's hashing: every full block of
  *      the prompt; see docs/routing.md for why all of them), or the given hashes for all
@@ -38,7 +41,9 @@
  *      added block by block in order, as router_score.c adds them; if the worker set
  *      changed meanwhile, start again.
  *   On a Redis failure, or in the retry pause, the local index answers (router_score.c),
- *   counted as a fallback score.
+ *   counted as a fallback score and reported to the caller of this very call as
+ *   KVP_ROUTER_VIEW_FALLBACK (a Redis answer: KVP_ROUTER_VIEW_REDIS). Each row's engine id
+ *   is the interned name of router_workers.h, set at step 1 (or by the fallback).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +51,16 @@
 
 #include <hiredis/hiredis.h>
 
-#include "router_redis.h"
+#include "router_redis_ops.h"
+
+/* What redis_worker_op does, in the store, after the local call. */
+enum {
+    OP_MARK_STALE = 1, /* kvp_router_mark_stale */
+    OP_RESYNC = 2,     /* kvp_router_resync */
+    OP_REMOVE = 3      /* kvp_router_worker_remove */
+};
+
+static const kvp__rt_store_ops redis_ops;
 
 /* ---------------------------------------------------------------- apply */
 
@@ -61,9 +75,9 @@ typedef struct sent_item {
 } sent_item;
 
 /* An event of another KV cache group: skipped, as router_apply.c skips it. */
-static inline bool event_skipped(const kvp_router *r, const kvp_kv_event *e)
+static inline bool event_skipped(const kvp__rt_index *ix, const kvp_kv_event *e)
 {
-    return e->group_idx >= 0 && e->group_idx != r->kv_group;
+    return e->group_idx >= 0 && e->group_idx != ix->kv_group;
 }
 
 static void put_be64(unsigned char *p, uint64_t v)
@@ -73,14 +87,14 @@ static void put_be64(unsigned char *p, uint64_t v)
 }
 
 /* One event's three arguments: type, medium, hashes (8 bytes each, big-endian). */
-static void add_event(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_kv_event *e)
+static void add_event(kvp__rr_cmd *cmd, const kvp__rt_index *ix, const kvp_kv_event *e)
 {
     kvp__rr_cmd_str(cmd, e->type == KVP_EVENT_STORED    ? "S"
                          : e->type == KVP_EVENT_REMOVED ? "R"
                                                         : "C");
     bool dflt = !e->medium || e->medium[0] == '\0';
     kvp__rr_cmd_str(cmd, e->type == KVP_EVENT_CLEARED ? ""
-                         : dflt                       ? r->media[r->default_medium].name
+                         : dflt                       ? ix->media[ix->default_medium].name
                                                       : e->medium);
     size_t n = e->type == KVP_EVENT_CLEARED ? 0 : e->n_hashes;
     unsigned char *p = (unsigned char *)kvp__rr_cmd_arg(cmd, 8 * n);
@@ -90,9 +104,10 @@ static void add_event(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_kv_event 
 
 /* One batch's arguments (see router_redis.lua, apply_batch). knew: the local index had
  * applied a batch of this worker before this one. Exclusive lock held. */
-static void add_batch(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_router_item *it, bool knew)
+static void add_batch(kvp__rr_cmd *cmd, const kvp__rt_index *ix, const kvp_router_item *it,
+                      bool knew)
 {
-    const kvp__rt_worker *w = &r->workers[it->worker];
+    const kvp__rt_worker *w = &ix->workers[it->worker];
     const kvp_kv_batch *b = it->batch;
     char *p = kvp__rr_cmd_arg(cmd, KVP__RR_GID_BYTES);
     if (p)
@@ -110,33 +125,33 @@ static void add_batch(kvp__rr_cmd *cmd, const kvp_router *r, const kvp_router_it
     kvp__rr_cmd_i64(cmd, w->dp_rank);
     size_t n_ev = 0;
     for (size_t i = 0; i < b->n_events; i++)
-        n_ev += !event_skipped(r, &b->events[i]);
+        n_ev += !event_skipped(ix, &b->events[i]);
     kvp__rr_cmd_i64(cmd, (int64_t)n_ev);
     for (size_t i = 0; i < b->n_events; i++) {
         const kvp_kv_event *e = &b->events[i];
-        if (!event_skipped(r, e))
-            add_event(cmd, r, e);
+        if (!event_skipped(ix, e))
+            add_event(cmd, ix, e);
     }
 }
 
 /* Step 1. Returns the number of items to send (their indexes in sent). */
-static size_t apply_local(kvp_router *r, kvp_router_item *items, size_t n, bool send,
+static size_t apply_local(kvp__rt_index *ix, kvp_router_item *items, size_t n, bool send,
                           kvp__rr_cmd *cmd, sent_item *sent)
 {
     size_t n_sent = 0;
-    kvp__rt_wrlock(r);
+    kvp__rt_wrlock(&ix->lock);
     for (size_t i = 0; i < n; i++) {
         kvp_router_item *it = &items[i];
-        bool knew = kvp__rt_worker_ok(r, it->worker) && r->workers[it->worker].n_batches > 0;
-        it->rc = kvp__rt_apply_one_locked(r, it->worker, it->seq, it->batch, &it->res);
+        bool knew = kvp__rt_worker_ok(ix, it->worker) && ix->workers[it->worker].n_batches > 0;
+        it->rc = kvp__rt_apply_one_locked(ix, it->worker, it->seq, it->batch, &it->res);
         if (it->rc == KVP_OK && send) {
-            bool whole = kvp__rt_worker_ok(r, it->worker) && !r->workers[it->worker].partial;
-            sent[n_sent] = (sent_item){i, it->res.status, it->res.stale, whole, false, r->epoch};
-            add_batch(cmd, r, it, knew);
+            bool whole = kvp__rt_worker_ok(ix, it->worker) && !ix->workers[it->worker].partial;
+            sent[n_sent] = (sent_item){i, it->res.status, it->res.stale, whole, false, ix->epoch};
+            add_batch(cmd, ix, it, knew);
             n_sent++;
         }
     }
-    kvp__rt_unlock(r);
+    kvp__rt_unlock(&ix->lock);
     return n_sent;
 }
 
@@ -168,13 +183,13 @@ static bool parse_result(const redisReply *e, store_result *out)
 }
 
 /* Step 3's local follow of item it: restart the worker's local view from this batch. */
-static void follow_locked(kvp_router *r, kvp_router_item *it)
+static void follow_locked(kvp__rt_index *ix, kvp_router_item *it)
 {
     kvp_router_apply_result res;
-    kvp__rt_mark_stale_locked(r, it->worker);
-    if (kvp__rt_apply_one_locked(r, it->worker, it->seq, it->batch, &res) != KVP_OK)
+    kvp__rt_mark_stale_locked(ix, it->worker);
+    if (kvp__rt_apply_one_locked(ix, it->worker, it->seq, it->batch, &res) != KVP_OK)
         return;
-    r->workers[it->worker].stale = false;
+    ix->workers[it->worker].stale = false;
     it->res.n_stored = res.n_stored;
     it->res.n_removed = res.n_removed;
     it->res.n_cleared = res.n_cleared;
@@ -182,9 +197,10 @@ static void follow_locked(kvp_router *r, kvp_router_item *it)
 }
 
 /* Step 3. false when the reply is malformed (nothing merged). */
-static bool merge(kvp_router *r, kvp_router_item *items, sent_item *sent, size_t n_sent,
+static bool merge(kvp__rr *rr, kvp_router_item *items, sent_item *sent, size_t n_sent,
                   const redisReply *rep)
 {
+    kvp__rt_index *ix = rr->base.ix;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n_sent)
         return false;
     bool follow = false;
@@ -199,8 +215,8 @@ static bool merge(kvp_router *r, kvp_router_item *items, sent_item *sent, size_t
         int local = sent[s].local;
         bool local_step = local == KVP_ROUTER_APPLIED || local == KVP_ROUTER_RESTARTED;
         if (sr.status == KVP_ROUTER_DUPLICATE && local_step)
-            atomic_fetch_add(&r->rr->n_duplicates, 1);
-        atomic_fetch_add(&r->rr->n_lost, sr.lost);
+            atomic_fetch_add(&rr->n_duplicates, 1);
+        atomic_fetch_add(&rr->n_lost, sr.lost);
         /* Step 5, at the same batch (checked again, with the local expected, when the
          * re-seed is built): the router that found the loss puts back what it has, whole
          * or partial (every block of a partial view is held); a whole view also repairs a
@@ -214,14 +230,14 @@ static bool merge(kvp_router *r, kvp_router_item *items, sent_item *sent, size_t
     }
     if (!follow)
         return true;
-    kvp__rt_wrlock(r);
+    kvp__rt_wrlock(&ix->lock);
     for (size_t s = 0; s < n_sent; s++) {
         kvp_router_item *it = &items[sent[s].item];
         if (sent[s].local == KVP_ROUTER_GAP && it->res.status != KVP_ROUTER_GAP &&
-            r->epoch == sent[s].epoch)
-            follow_locked(r, it);
+            ix->epoch == sent[s].epoch)
+            follow_locked(ix, it);
     }
-    kvp__rt_unlock(r);
+    kvp__rt_unlock(&ix->lock);
     return true;
 }
 
@@ -243,9 +259,9 @@ static void build_apply(const kvp__rr *rr, const kvp__rr_cmd *body, size_t n_sen
  * blocks (8 bytes each). Two walks of the local table: count, then write (the arguments
  * are all made before any is written: making one may move the others). Shared lock
  * held. */
-static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_cmd *cmd)
+static void add_worker_blocks_locked(const kvp__rt_index *ix, uint32_t id, kvp__rr_cmd *cmd)
 {
-    const kvp__rt_table *t = &r->table;
+    const kvp__rt_table *t = &ix->table;
     size_t n[KVP_ROUTER_MAX_MEDIA] = {0}, at[KVP_ROUTER_MAX_MEDIA] = {0};
     size_t arg[KVP_ROUTER_MAX_MEDIA];
     kvp__rt_holders hs;
@@ -257,7 +273,7 @@ static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_c
             for (uint32_t j = 0; j < hs.n; j++) {
                 if (kvp__rt_holder_worker(hs.h[j]) != id)
                     continue;
-                for (uint32_t m = 0; m < r->n_media; m++) {
+                for (uint32_t m = 0; m < ix->n_media; m++) {
                     if (!(kvp__rt_holder_mask(hs.h[j]) >> m & 1u))
                         continue;
                     if (pass == 0)
@@ -268,8 +284,8 @@ static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_c
                 }
             }
         }
-        for (uint32_t m = 0; pass == 0 && m < r->n_media; m++) {
-            kvp__rr_cmd_str(cmd, r->media[m].name);
+        for (uint32_t m = 0; pass == 0 && m < ix->n_media; m++) {
+            kvp__rr_cmd_str(cmd, ix->media[m].name);
             arg[m] = cmd->argc;
             (void)kvp__rr_cmd_arg(cmd, 8 * n[m]);
         }
@@ -280,19 +296,19 @@ static void add_worker_blocks_locked(const kvp_router *r, uint32_t id, kvp__rr_c
 
 /* Step 5: re-seed worker it->worker's shared view from the local one, at the same batch:
  * kvprefix_reseed, one more round trip. mu held. */
-static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_item *sent)
+static void reseed_locked(kvp__rr *rr, const kvp_router_item *it, const sent_item *sent)
 {
-    kvp__rr *rr = r->rr;
+    kvp__rt_index *ix = rr->base.ix;
     kvp__rr_cmd cmd;
     kvp__rr_cmd_init(&cmd);
     kvp__rr_cmd_fcall(&cmd, rr, "kvprefix_reseed");
     kvp__rr_cmd_i64(&cmd, (int64_t)rr->ttl_ms);
-    kvp__rt_rdlock(r);
-    bool same = r->epoch == sent->epoch && kvp__rt_worker_ok(r, it->worker) &&
-                r->workers[it->worker].expected == it->res.expected &&
-                !r->workers[it->worker].stale;
+    kvp__rt_rdlock(&ix->lock);
+    bool same = ix->epoch == sent->epoch && kvp__rt_worker_ok(ix, it->worker) &&
+                ix->workers[it->worker].expected == it->res.expected &&
+                !ix->workers[it->worker].stale;
     if (same) {
-        const kvp__rt_worker *w = &r->workers[it->worker];
+        const kvp__rt_worker *w = &ix->workers[it->worker];
         char *p = kvp__rr_cmd_arg(&cmd, KVP__RR_GID_BYTES);
         if (p)
             kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, (unsigned char *)p);
@@ -300,10 +316,10 @@ static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_i
         snprintf(seq, sizeof seq, "%016llx", (unsigned long long)it->res.expected);
         kvp__rr_cmd_str(&cmd, seq);
         kvp__rr_cmd_i64(&cmd, !w->partial);
-        kvp__rr_cmd_i64(&cmd, (int64_t)r->n_media);
-        add_worker_blocks_locked(r, it->worker, &cmd);
+        kvp__rr_cmd_i64(&cmd, (int64_t)ix->n_media);
+        add_worker_blocks_locked(ix, it->worker, &cmd);
     }
-    kvp__rt_unlock(r);
+    kvp__rt_unlock(&ix->lock);
     redisReply *rep = NULL;
     if (same && kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr)) == KVP_OK) {
         if (rep->type != REDIS_REPLY_INTEGER)
@@ -317,17 +333,16 @@ static void reseed_locked(kvp_router *r, const kvp_router_item *it, const sent_i
 
 /* Steps 2-3 (and 5) with the batches' arguments in body. true when Redis applied them.
  * mu held. */
-static bool apply_store_locked(kvp_router *r, kvp_router_item *items, sent_item *sent,
-                               size_t n_sent, const kvp__rr_cmd *body)
+static bool apply_store_locked(kvp__rr *rr, kvp_router_item *items, sent_item *sent, size_t n_sent,
+                               const kvp__rr_cmd *body)
 {
-    kvp__rr *rr = r->rr;
     kvp__rr_cmd cmd;
     kvp__rr_cmd_init(&cmd);
     build_apply(rr, body, n_sent, &cmd);
     redisReply *rep = NULL;
     bool applied = false;
     if (kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr)) == KVP_OK) {
-        applied = merge(r, items, sent, n_sent, rep);
+        applied = merge(rr, items, sent, n_sent, rep);
         if (!applied)
             kvp__rr_fail_locked(rr);
         kvp__rr_replies_free(&rep, 1);
@@ -335,23 +350,24 @@ static bool apply_store_locked(kvp_router *r, kvp_router_item *items, sent_item 
     kvp__rr_cmd_free(&cmd);
     for (size_t s = 0; applied && s < n_sent; s++) {
         if (sent[s].reseed)
-            reseed_locked(r, &items[sent[s].item], &sent[s]);
+            reseed_locked(rr, &items[sent[s].item], &sent[s]);
     }
     return applied;
 }
 
-int kvp__rr_apply(kvp_router *r, kvp_router_item *items, size_t n)
+static int redis_apply(kvp__rt_store *st, kvp_router_item *items, size_t n)
 {
-    kvp__rr *rr = r->rr;
+    kvp__rr *rr = (kvp__rr *)st;
+    kvp__rt_index *ix = st->ix;
     sent_item *sent = n ? malloc(n * sizeof *sent) : NULL;
     kvp__rr_cmd body;
     kvp__rr_cmd_init(&body);
     pthread_mutex_lock(&rr->mu);
     /* Step 1: local, and the batches' arguments. */
     bool send = sent && kvp__rr_usable(rr);
-    size_t n_sent = apply_local(r, items, n, send, &body, sent);
+    size_t n_sent = apply_local(ix, items, n, send, &body, sent);
     /* Steps 2 and 3. */
-    bool applied = n_sent > 0 && apply_store_locked(r, items, sent, n_sent, &body);
+    bool applied = n_sent > 0 && apply_store_locked(rr, items, sent, n_sent, &body);
     pthread_mutex_unlock(&rr->mu);
     /* Step 4: batches the store did not take. */
     if (!applied && n_sent > 0)
@@ -427,46 +443,49 @@ static int by_group(const void *a, const void *b)
 
 /* Step 1: rows and workers; one call per group (one for all with hashes). Shared lock
  * held. KVP_OK, KVP_ENOSPC (*n_rows set), KVP_ENOMEM. */
-static int snapshot_locked(kvp_router *r, bool all, kvp_router_row *rows, size_t cap,
-                           size_t *n_rows, score_ctx *c)
+static int snapshot_locked(kvp__rt_index *ix, const kvp__rt_query *q, size_t *n_rows, score_ctx *c)
 {
-    if (cap < r->n_workers) {
-        *n_rows = r->n_workers;
+    bool all = q->ns == NULL;
+    kvp_router_row *rows = q->rows;
+    if (q->cap < ix->n_workers) {
+        *n_rows = ix->n_workers;
         return KVP_ENOSPC;
     }
-    c->epoch = r->epoch;
-    c->unknown_weight = r->unknown_weight;
-    c->ws = malloc((r->n_workers ? r->n_workers : 1) * sizeof *c->ws);
-    c->calls = malloc((all || r->n_groups == 0 ? 1 : r->n_groups) * sizeof *c->calls);
+    c->epoch = ix->epoch;
+    c->unknown_weight = ix->unknown_weight;
+    c->ws = malloc((ix->n_workers ? ix->n_workers : 1) * sizeof *c->ws);
+    c->calls = malloc((all || ix->n_groups == 0 ? 1 : ix->n_groups) * sizeof *c->calls);
     if (!c->ws || !c->calls)
         return KVP_ENOMEM;
-    for (uint32_t i = 0; i < r->n_slots; i++) {
-        const kvp__rt_worker *w = &r->workers[i];
+    for (uint32_t i = 0; i < ix->n_slots; i++) {
+        const kvp__rt_worker *w = &ix->workers[i];
         if (!w->live)
             continue;
         score_worker *sw = &c->ws[c->n_ws++];
         kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, sw->gid);
         sw->row = w->row;
         sw->group = all ? 0 : w->group;
-        sw->block_size = r->groups[w->group]->hash.block_size;
+        sw->block_size = ix->groups[w->group]->hash.block_size;
         sw->stale = w->stale;
         kvp_router_row *row = &rows[w->row];
         memset(row, 0, sizeof *row); /* padding too: rows compare with memcmp */
         row->worker = i;
         row->dp_rank = w->dp_rank;
         row->state = w->stale ? KVP_ROUTER_ROW_STALE : KVP_ROUTER_ROW_SCORED;
+        if (q->engine_ids)
+            q->engine_ids[w->row] = w->engine_id; /* interned: outlives the worker */
     }
     qsort(c->ws, c->n_ws, sizeof *c->ws, by_group);
     for (size_t i = 0; i < c->n_ws; i++) {
         if (i == 0 || c->ws[i].group != c->ws[i - 1].group) {
             score_call *call = &c->calls[c->n_calls++];
             memset(call, 0, sizeof *call);
-            call->grp = all ? NULL : r->groups[c->ws[i].group];
+            call->grp = all ? NULL : ix->groups[c->ws[i].group];
             call->first = i;
         }
         c->calls[c->n_calls - 1].n++;
     }
-    *n_rows = r->n_workers;
+    *n_rows = ix->n_workers;
     return KVP_OK;
 }
 
@@ -524,7 +543,7 @@ static int build_scores(const kvp__rr *rr, score_ctx *c)
 
 /* The local weight of each global medium bit, from a reply's medium table (name, bit
  * pairs). false when malformed. Shared lock held. */
-static bool media_weights_locked(const kvp_router *r, const redisReply *m, double unknown,
+static bool media_weights_locked(const kvp__rt_index *ix, const redisReply *m, double unknown,
                                  double *w_bit)
 {
     for (uint32_t b = 0; b < KVP_ROUTER_MAX_MEDIA; b++)
@@ -538,13 +557,13 @@ static bool media_weights_locked(const kvp_router *r, const redisReply *m, doubl
         long b = strtol(bit->str, NULL, 10);
         if (b < 0 || b >= (long)KVP_ROUTER_MAX_MEDIA)
             return false;
-        uint32_t idx = kvp__rt_medium_find(r, name->str);
-        w_bit[b] = idx == KVP__RT_NIL ? unknown : r->media[idx].weight;
+        uint32_t idx = kvp__rt_medium_find(ix, name->str);
+        w_bit[b] = idx == KVP__RT_NIL ? unknown : ix->media[idx].weight;
     }
     return true;
 }
 
-/* The best weight of a global media mask (as router.c's weight_of_mask). */
+/* The best weight of a global media mask (as the index's weight_of_mask). */
 static double mask_weight(const double *w_bit, long long mask)
 {
     double best = 0;
@@ -587,7 +606,7 @@ static bool fill_row(const score_worker *sw, const redisReply *e, size_t n_keys,
 }
 
 /* Step 4 for one call. false when its reply is malformed. Shared lock held. */
-static bool fill_call_locked(const kvp_router *r, const score_ctx *c, const score_call *call,
+static bool fill_call_locked(const kvp__rt_index *ix, const score_ctx *c, const score_call *call,
                              kvp_router_row *rows)
 {
     if (call->state != KVP_ROUTER_ROW_SCORED) {
@@ -600,7 +619,7 @@ static bool fill_call_locked(const kvp_router *r, const score_ctx *c, const scor
     const redisReply *rep = c->replies[call->cmd];
     double w_bit[KVP_ROUTER_MAX_MEDIA];
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
-        !media_weights_locked(r, rep->element[0], c->unknown_weight, w_bit) ||
+        !media_weights_locked(ix, rep->element[0], c->unknown_weight, w_bit) ||
         rep->element[1]->type != REDIS_REPLY_ARRAY || rep->element[1]->elements != call->n)
         return false;
     for (size_t w = 0; w < call->n; w++) {
@@ -613,20 +632,18 @@ static bool fill_call_locked(const kvp_router *r, const score_ctx *c, const scor
 
 /* Steps 1-4 once. Returns KVP_OK, a failure code of the call, 1 (start again: the worker
  * set changed) or 2 (Redis failed: answer locally). */
-static int score_once(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens,
-                      size_t n_tokens, const uint64_t *hashes, size_t n_hashes,
-                      kvp_router_row *rows, size_t cap, size_t *n_rows)
+static int score_once(kvp__rr *rr, const kvp__rt_query *q, size_t *n_rows)
 {
-    kvp__rr *rr = r->rr;
+    kvp__rt_index *ix = rr->base.ix;
     score_ctx c;
     memset(&c, 0, sizeof c);
     /* Step 1: rows and workers. */
-    kvp__rt_rdlock(r);
-    int rc = snapshot_locked(r, ns == NULL, rows, cap, n_rows, &c);
-    kvp__rt_unlock(r);
+    kvp__rt_rdlock(&ix->lock);
+    int rc = snapshot_locked(ix, q, n_rows, &c);
+    kvp__rt_unlock(&ix->lock);
     /* Step 2: keys. */
     if (rc == KVP_OK)
-        rc = compute_keys(&c, ns, tokens, n_tokens, hashes, n_hashes);
+        rc = compute_keys(&c, q->ns, q->tokens, q->n_tokens, q->hashes, q->n_hashes);
     if (rc == KVP_OK)
         rc = build_scores(rr, &c);
     /* Step 3: one round trip. */
@@ -639,11 +656,11 @@ static int score_once(kvp_router *r, const kvp_namespace *ns, const uint32_t *to
     /* Step 4: rows. */
     bool malformed = false;
     if (rc == KVP_OK) {
-        kvp__rt_rdlock(r);
-        rc = r->epoch != c.epoch ? 1 : KVP_OK;
+        kvp__rt_rdlock(&ix->lock);
+        rc = ix->epoch != c.epoch ? 1 : KVP_OK;
         for (size_t i = 0; rc == KVP_OK && i < c.n_calls; i++)
-            malformed |= !fill_call_locked(r, &c, &c.calls[i], rows);
-        kvp__rt_unlock(r);
+            malformed |= !fill_call_locked(ix, &c, &c.calls[i], q->rows);
+        kvp__rt_unlock(&ix->lock);
     }
     if (malformed) {
         pthread_mutex_lock(&rr->mu);
@@ -655,26 +672,222 @@ static int score_once(kvp_router *r, const kvp_namespace *ns, const uint32_t *to
     return rc;
 }
 
-int kvp__rr_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens, size_t n_tokens,
-                  const uint64_t *hashes, size_t n_hashes, kvp_router_row *rows, size_t cap,
-                  size_t *n_rows)
+static int redis_score(kvp__rt_store *s, const kvp__rt_query *q, size_t *n_rows, int *view)
 {
-    kvp__rr *rr = r->rr;
+    kvp__rr *rr = (kvp__rr *)s;
     int rc = 2;
     while (kvp__rr_usable(rr)) {
-        rc = score_once(r, ns, tokens, n_tokens, hashes, n_hashes, rows, cap, n_rows);
+        rc = score_once(rr, q, n_rows);
         if (rc != 1)
             break;
     }
     if (rc == KVP_OK) {
-        atomic_fetch_add_explicit(&r->n_scores, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->ix->n_scores, 1, memory_order_relaxed);
+        *view = KVP_ROUTER_VIEW_REDIS;
         return KVP_OK;
     }
     if (rc != 2)
         return rc;
-    /* Redis failed or is paused: the local view answers. */
+    /* Redis failed or is paused: the local view answers, and this call says so. */
     atomic_fetch_add(&rr->n_fallback_scores, 1);
-    if (!ns)
-        return kvp__rt_score_hashes(r, hashes, n_hashes, rows, cap, n_rows);
-    return kvp__rt_score(r, ns, tokens, n_tokens, rows, cap, n_rows);
+    *view = KVP_ROUTER_VIEW_FALLBACK;
+    return kvp__rt_score(s->ix, q, n_rows);
 }
+
+/* ---------------------------------------------------------------- lifecycle, stats */
+
+/* Close the connection and free the store. */
+static void rr_free(kvp__rr *rr)
+{
+    kvp__rr_conn_close(rr);
+    pthread_mutex_destroy(&rr->mu);
+    free(rr);
+}
+
+static void redis_free(kvp__rt_store *s)
+{
+    rr_free((kvp__rr *)s);
+}
+
+int kvp__rr_new(kvp__rt_index *ix, const kvp_router_redis *cfg, kvp__rt_store **out)
+{
+    kvp__rr *rr = calloc(1, sizeof *rr);
+    if (!rr)
+        return KVP_ENOMEM;
+    if (pthread_mutex_init(&rr->mu, NULL) != 0) {
+        free(rr);
+        return KVP_ENOMEM;
+    }
+    rr->base.ops = &redis_ops;
+    rr->base.ix = ix;
+    int rc = kvp__rr_conn_open(rr, cfg);
+    if (rc != KVP_OK) {
+        rr_free(rr);
+        return rc;
+    }
+    *out = &rr->base;
+    return KVP_OK;
+}
+
+static void redis_stats(kvp__rt_store *s, kvp_router_stats *st)
+{
+    kvp__rr *rr = (kvp__rr *)s;
+    st->redis = true;
+    st->redis_up = atomic_load(&rr->up);
+    st->n_redis_calls = atomic_load(&rr->n_calls);
+    st->n_redis_errors = atomic_load(&rr->n_errors);
+    st->n_redis_connects = atomic_load(&rr->n_connects);
+    st->n_fallback_scores = atomic_load(&rr->n_fallback_scores);
+    st->n_fallback_applies = atomic_load(&rr->n_fallback_applies);
+    st->n_redis_lost = atomic_load(&rr->n_lost);
+    st->n_redis_duplicates = atomic_load(&rr->n_duplicates);
+    st->n_redis_reseeds = atomic_load(&rr->n_reseeds);
+}
+
+/* ---------------------------------------------------------------- worker operations */
+
+/* The local part of redis_worker_op; copies the worker's gid and identity first.
+ * Exclusive lock held. */
+static int local_op_locked(kvp__rt_index *ix, uint32_t id, int op, unsigned char *gid,
+                           char **engine, int64_t *dp)
+{
+    if (!kvp__rt_worker_ok(ix, id))
+        return KVP_ENOENT;
+    const kvp__rt_worker *w = &ix->workers[id];
+    kvp__rr_gid(w->engine_id, w->engine_len, w->dp_rank, gid);
+    *engine = strdup(w->engine_id);
+    *dp = w->dp_rank;
+    if (op == OP_MARK_STALE)
+        kvp__rt_mark_stale_locked(ix, id);
+    else if (op == OP_RESYNC)
+        return kvp__rt_resync_locked(ix, id);
+    else
+        return kvp__rt_worker_remove_locked(ix, id);
+    return KVP_OK;
+}
+
+/* The Redis part: one FCALL. mu held. */
+static void store_op_locked(kvp__rr *rr, int op, const unsigned char *gid, const char *engine,
+                            int64_t dp)
+{
+    static const char *const fn[] = {"", "kvprefix_mark_stale", "kvprefix_resync",
+                                     "kvprefix_remove"};
+    kvp__rr_cmd cmd;
+    kvp__rr_cmd_init(&cmd);
+    kvp__rr_cmd_fcall(&cmd, rr, fn[op]);
+    if (op == OP_MARK_STALE)
+        kvp__rr_cmd_i64(&cmd, (int64_t)rr->ttl_ms);
+    char *p = kvp__rr_cmd_arg(&cmd, KVP__RR_GID_BYTES);
+    if (p)
+        memcpy(p, gid, KVP__RR_GID_BYTES);
+    if (op == OP_MARK_STALE) {
+        kvp__rr_cmd_str(&cmd, engine);
+        kvp__rr_cmd_i64(&cmd, dp);
+    }
+    redisReply *rep = NULL;
+    if (kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr)) == KVP_OK) {
+        if (rep->type != REDIS_REPLY_INTEGER)
+            kvp__rr_fail_locked(rr);
+        kvp__rr_replies_free(&rep, 1);
+    }
+    kvp__rr_cmd_free(&cmd);
+}
+
+/* mark_stale, resync or worker_remove (op): the local call, then the same in Redis when
+ * the local one succeeded. Returns the local call's code. */
+static int redis_worker_op(kvp__rr *rr, uint32_t id, int op)
+{
+    kvp__rt_index *ix = rr->base.ix;
+    unsigned char gid[KVP__RR_GID_BYTES];
+    char *engine = NULL;
+    int64_t dp = 0;
+    pthread_mutex_lock(&rr->mu);
+    kvp__rt_wrlock(&ix->lock);
+    int rc = local_op_locked(ix, id, op, gid, &engine, &dp);
+    kvp__rt_unlock(&ix->lock);
+    if (rc == KVP_OK && engine)
+        store_op_locked(rr, op, gid, engine, dp);
+    pthread_mutex_unlock(&rr->mu);
+    free(engine);
+    return rc;
+}
+
+static int redis_worker_remove(kvp__rt_store *s, uint32_t id)
+{
+    return redis_worker_op((kvp__rr *)s, id, OP_REMOVE);
+}
+
+static int redis_mark_stale(kvp__rt_store *s, uint32_t id)
+{
+    return redis_worker_op((kvp__rr *)s, id, OP_MARK_STALE);
+}
+
+static int redis_resync(kvp__rt_store *s, uint32_t id)
+{
+    return redis_worker_op((kvp__rr *)s, id, OP_RESYNC);
+}
+
+/* ---------------------------------------------------------------- checker */
+
+/* The checker's verdicts, as static strings (the reply's own text dies with the reply). */
+static const char *const check_whys[] = {
+    "media: a bit outside 0..5",
+    "media: a bit given twice",
+    "media: a name not in upper case",
+    "worker state: expected is not 16 hex digits",
+    "worker state: known, stale or full is not 0 or 1",
+    "worker state: n differs from the blocks held",
+    "blocks: a block key is not 8 bytes",
+    "blocks: a mask is 0 or names an unregistered medium",
+};
+
+static const char *static_why(const char *s, size_t len)
+{
+    for (size_t i = 0; i < sizeof check_whys / sizeof *check_whys; i++) {
+        if (strlen(check_whys[i]) == len && memcmp(check_whys[i], s, len) == 0)
+            return check_whys[i];
+    }
+    return "the store's checker returned an unknown verdict";
+}
+
+int kvp__rr_check(kvp__rt_store *s, const char **why)
+{
+    if (!s || s->ops != &redis_ops)
+        return KVP_EINVAL;
+    kvp__rr *rr = (kvp__rr *)s;
+    kvp__rr_cmd cmd;
+    kvp__rr_cmd_init(&cmd);
+    kvp__rr_cmd_fcall(&cmd, rr, "kvprefix_check");
+    redisReply *rep = NULL;
+    pthread_mutex_lock(&rr->mu);
+    int rc = kvp__rr_exec_locked(rr, &cmd, 1, &rep, kvp__rr_deadline(rr));
+    if (rc == KVP_OK) {
+        bool ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+                  rep->element[0]->type == REDIS_REPLY_INTEGER &&
+                  rep->element[1]->type == REDIS_REPLY_STRING;
+        if (!ok)
+            kvp__rr_fail_locked(rr);
+        rc = !ok ? KVP_EIO : rep->element[0]->integer == 1 ? KVP_OK : KVP_ECORRUPT;
+        if (rc == KVP_ECORRUPT && why)
+            *why = static_why(rep->element[1]->str, rep->element[1]->len);
+        kvp__rr_replies_free(&rep, 1);
+    }
+    pthread_mutex_unlock(&rr->mu);
+    kvp__rr_cmd_free(&cmd);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the store */
+
+static const kvp__rt_store_ops redis_ops = {
+    .name = "redis",
+    .apply = redis_apply,
+    .score = redis_score,
+    .worker_add = kvp__rt_local_worker_add, /* workers reach Redis with their first batch */
+    .worker_remove = redis_worker_remove,
+    .mark_stale = redis_mark_stale,
+    .resync = redis_resync,
+    .stats = redis_stats,
+    .check = kvp__rt_local_check, /* kvp_router_check is about the local view */
+    .free = redis_free,
+};

@@ -17,8 +17,12 @@
  *   4. if the worker set changed meanwhile (epoch), start again.
  *
  * Also here: kvp__rt_group_keys (a group's keys for the Redis store, which probes them
- * itself) and kvp__rt_score_hashes (kvp_router_score_hashes on the local index: the given
- * hashes probed for every fresh worker, whatever its group, under one hold of the lock).
+ * itself) and score_hashes (kvp_router_score_hashes on the local index: the given hashes
+ * probed for every fresh worker, whatever its group, under one hold of the lock).
+ *
+ * Step 1 also hands out each row's engine id: the interned string of router_workers.c,
+ * which outlives the worker, so the pointer stays valid whatever another thread does after
+ * the shared lock is released.
  *
  * Cost: hashing is the bulk (a prompt is hashed once per group, never past the longest
  * cached prefix's next quadrupling); probing is one table lookup per block plus one step
@@ -29,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router.h"
+#include "router_score.h"
 
 #define SCORE_FIRST      32u   /* blocks hashed before the first probe */
 #define SCORE_CHAINS     64u   /* kvp_chain states per kvp_hasher_blocks call (stack) */
@@ -46,13 +50,14 @@ typedef struct score_keys {
     size_t want;     /* keys the longest group needs */
 } score_keys;
 
-/* Step 1: rows for every live worker; fresh[g] says whether group g has a fresh worker.
- * Shared lock held. */
-static void fill_rows_locked(const kvp_router *r, kvp_router_row *rows, bool *fresh)
+/* Step 1: rows for every live worker (engine ids into ids, unless NULL); fresh[g] says
+ * whether group g has a fresh worker. Shared lock held. */
+static void fill_rows_locked(const kvp__rt_index *ix, kvp_router_row *rows, const char **ids,
+                             bool *fresh)
 {
-    memset(fresh, 0, r->n_groups * sizeof *fresh);
-    for (uint32_t i = 0; i < r->n_slots; i++) {
-        const kvp__rt_worker *w = &r->workers[i];
+    memset(fresh, 0, ix->n_groups * sizeof *fresh);
+    for (uint32_t i = 0; i < ix->n_slots; i++) {
+        const kvp__rt_worker *w = &ix->workers[i];
         if (!w->live)
             continue;
         kvp_router_row *row = &rows[w->row];
@@ -60,16 +65,19 @@ static void fill_rows_locked(const kvp_router *r, kvp_router_row *rows, bool *fr
         row->worker = i;
         row->dp_rank = w->dp_rank;
         row->state = w->stale ? KVP_ROUTER_ROW_STALE : KVP_ROUTER_ROW_SCORED;
+        if (ids)
+            ids[w->row] = w->engine_id;
         fresh[w->group] |= !w->stale;
     }
 }
 
 /* Reset group g's rows to state (stale workers stay STALE); returns its fresh workers. */
-static uint32_t reset_group_locked(const kvp_router *r, uint32_t g, kvp_router_row *rows, int state)
+static uint32_t reset_group_locked(const kvp__rt_index *ix, uint32_t g, kvp_router_row *rows,
+                                   int state)
 {
     uint32_t n_fresh = 0;
-    for (uint32_t i = 0; i < r->n_slots; i++) {
-        const kvp__rt_worker *w = &r->workers[i];
+    for (uint32_t i = 0; i < ix->n_slots; i++) {
+        const kvp__rt_worker *w = &ix->workers[i];
         if (!w->live || w->group != g)
             continue;
         kvp_router_row *row = &rows[w->row];
@@ -85,24 +93,24 @@ static uint32_t reset_group_locked(const kvp_router *r, uint32_t g, kvp_router_r
 /* Step 3: probe keys[from .. n) for group g; rows hold the group's runs over keys[0 ..
  * from) (from == 0: reset them first). Returns the number of blocks some fresh worker of g
  * holds in a run (< n: the group stopped). Shared lock held. */
-static size_t probe_group_locked(const kvp_router *r, uint32_t g, const uint64_t *keys, size_t from,
-                                 size_t n, kvp_router_row *rows)
+static size_t probe_group_locked(const kvp__rt_index *ix, uint32_t g, const uint64_t *keys,
+                                 size_t from, size_t n, kvp_router_row *rows)
 {
-    if (from == 0 && reset_group_locked(r, g, rows, KVP_ROUTER_ROW_SCORED) == 0)
+    if (from == 0 && reset_group_locked(ix, g, rows, KVP_ROUTER_ROW_SCORED) == 0)
         return 0;
-    if (r->table.n_entries == 0)
+    if (ix->table.n_entries == 0)
         return from;
-    uint32_t bs = r->groups[g]->hash.block_size;
+    uint32_t bs = ix->groups[g]->hash.block_size;
     for (size_t i = from; i < n; i++) {
-        kvp__rt_prefetch(&r->table, keys[i + SCORE_PREFETCH < n ? i + SCORE_PREFETCH : i]);
-        uint32_t pos = kvp__rt_find(&r->table, keys[i]);
+        kvp__rt_prefetch(&ix->table, keys[i + SCORE_PREFETCH < n ? i + SCORE_PREFETCH : i]);
+        uint32_t pos = kvp__rt_find(&ix->table, keys[i]);
         if (pos == KVP__RT_NIL)
             return i;
         kvp__rt_holders hs;
-        kvp__rt_holders_of(&r->table, pos, &hs);
+        kvp__rt_holders_of(&ix->table, pos, &hs);
         uint32_t extended = 0;
         for (uint32_t j = 0; j < hs.n; j++) {
-            const kvp__rt_worker *w = &r->workers[kvp__rt_holder_worker(hs.h[j])];
+            const kvp__rt_worker *w = &ix->workers[kvp__rt_holder_worker(hs.h[j])];
             if (w->group != g || w->stale)
                 continue;
             kvp_router_row *row = &rows[w->row];
@@ -110,7 +118,7 @@ static size_t probe_group_locked(const kvp_router *r, uint32_t g, const uint64_t
                 continue;
             row->n_blocks++;
             row->n_tokens += bs;
-            row->score += r->weight_of_mask[kvp__rt_holder_mask(hs.h[j])];
+            row->score += ix->weight_of_mask[kvp__rt_holder_mask(hs.h[j])];
             extended++;
         }
         if (extended == 0)
@@ -172,32 +180,34 @@ static bool tokens_in_vocab(const kvp__rt_group *g, const uint32_t *tokens, size
 
 /* Mark group g's fresh rows with state, under the lock. Returns KVP_OK, or 1 when the
  * worker set changed since epoch (nothing marked). */
-static int mark_group(kvp_router *r, uint32_t g, kvp_router_row *rows, int state, uint64_t epoch)
+static int mark_group(kvp__rt_index *ix, uint32_t g, kvp_router_row *rows, int state,
+                      uint64_t epoch)
 {
-    kvp__rt_rdlock(r);
-    int changed = r->epoch != epoch;
+    kvp__rt_rdlock(&ix->lock);
+    int changed = ix->epoch != epoch;
     if (!changed)
-        (void)reset_group_locked(r, g, rows, state);
-    kvp__rt_unlock(r);
+        (void)reset_group_locked(ix, g, rows, state);
+    kvp__rt_unlock(&ix->lock);
     return changed;
 }
 
 /* Steps 2-3 for group g. Returns KVP_OK, 1 (the worker set changed: start again),
  * KVP_EINVAL (a namespace field is invalid). */
-static int score_group(kvp_router *r, uint32_t g, const kvp_namespace *ns, const uint32_t *tokens,
-                       size_t n_tokens, kvp_router_row *rows, score_keys *sk, uint64_t epoch)
+static int score_group(kvp__rt_index *ix, uint32_t g, const kvp_namespace *ns,
+                       const uint32_t *tokens, size_t n_tokens, kvp_router_row *rows,
+                       score_keys *sk, uint64_t epoch)
 {
-    const kvp__rt_group *grp = r->groups[g];
+    const kvp__rt_group *grp = ix->groups[g];
     kvp_namespace eff;
     if (!group_namespace(grp, ns, &eff))
-        return mark_group(r, g, rows, KVP_ROUTER_ROW_MODEL, epoch);
+        return mark_group(ix, g, rows, KVP_ROUTER_ROW_MODEL, epoch);
     int rc = kvp_hasher_root(grp->hasher, &eff, &sk->chain);
     if (rc == KVP_EINVAL)
         return rc;
     if (rc != KVP_OK)
-        return mark_group(r, g, rows, KVP_ROUTER_ROW_NOTSUP, epoch);
+        return mark_group(ix, g, rows, KVP_ROUTER_ROW_NOTSUP, epoch);
     if (!tokens_in_vocab(grp, tokens, n_tokens))
-        return mark_group(r, g, rows, KVP_ROUTER_ROW_TOKEN, epoch);
+        return mark_group(ix, g, rows, KVP_ROUTER_ROW_TOKEN, epoch);
     size_t n_full = n_tokens / grp->hash.block_size;
     size_t want = n_full < SCORE_FIRST ? n_full : SCORE_FIRST, probed = 0;
     uint64_t version = 0;
@@ -205,14 +215,14 @@ static int score_group(kvp_router *r, uint32_t g, const kvp_namespace *ns, const
     for (;;) {
         rc = hash_more(grp, &eff, tokens, sk, want);
         if (rc != KVP_OK)
-            return mark_group(r, g, rows, KVP_ROUTER_ROW_NOTSUP, epoch);
-        kvp__rt_rdlock(r);
-        int changed = r->epoch != epoch;
+            return mark_group(ix, g, rows, KVP_ROUTER_ROW_NOTSUP, epoch);
+        kvp__rt_rdlock(&ix->lock);
+        int changed = ix->epoch != epoch;
         /* Unchanged since the last pass: its rows still hold, continue where it stopped. */
-        size_t from = probed > 0 && r->version == version ? probed : 0;
-        size_t run = changed ? 0 : probe_group_locked(r, g, sk->k, from, want, rows);
-        version = r->version;
-        kvp__rt_unlock(r);
+        size_t from = probed > 0 && ix->lock.version == version ? probed : 0;
+        size_t run = changed ? 0 : probe_group_locked(ix, g, sk->k, from, want, rows);
+        version = ix->lock.version;
+        kvp__rt_unlock(&ix->lock);
         if (changed)
             return 1;
         if (run < want || want == n_full)
@@ -224,44 +234,46 @@ static int score_group(kvp_router *r, uint32_t g, const kvp_namespace *ns, const
 }
 
 /* The most keys any group needs for n_tokens (the smallest block size's count). */
-static size_t max_keys_locked(const kvp_router *r, size_t n_tokens)
+static size_t max_keys_locked(const kvp__rt_index *ix, size_t n_tokens)
 {
     uint32_t min_bs = UINT32_MAX;
-    for (uint32_t g = 0; g < r->n_groups; g++) {
-        if (r->groups[g]->hash.block_size < min_bs)
-            min_bs = r->groups[g]->hash.block_size;
+    for (uint32_t g = 0; g < ix->n_groups; g++) {
+        if (ix->groups[g]->hash.block_size < min_bs)
+            min_bs = ix->groups[g]->hash.block_size;
     }
     return min_bs == UINT32_MAX ? 0 : n_tokens / min_bs;
 }
 
 /* One attempt at steps 1-3. Returns KVP_OK, KVP_ENOSPC, KVP_EINVAL, 1 (start again) or 2
  * (start again with room for sk->want keys). */
-static int score_once(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens,
-                      size_t n_tokens, kvp_router_row *rows, size_t cap, size_t *n_rows,
-                      score_keys *sk)
+static int score_once(kvp__rt_index *ix, const kvp__rt_query *q, size_t *n_rows, score_keys *sk)
 {
+    const kvp_namespace *ns = q->ns;
+    const uint32_t *tokens = q->tokens;
+    size_t n_tokens = q->n_tokens;
+    kvp_router_row *rows = q->rows;
     bool fresh[KVP_ROUTER_MAX_GROUPS];
     /* Step 1: rows. */
-    kvp__rt_rdlock(r);
-    uint32_t n = r->n_workers, n_groups = r->n_groups;
-    uint64_t epoch = r->epoch;
-    if (cap < n) {
-        kvp__rt_unlock(r);
+    kvp__rt_rdlock(&ix->lock);
+    uint32_t n = ix->n_workers, n_groups = ix->n_groups;
+    uint64_t epoch = ix->epoch;
+    if (q->cap < n) {
+        kvp__rt_unlock(&ix->lock);
         *n_rows = n;
         return KVP_ENOSPC;
     }
-    sk->want = max_keys_locked(r, n_tokens);
+    sk->want = max_keys_locked(ix, n_tokens);
     if (sk->want > sk->cap) {
-        kvp__rt_unlock(r);
+        kvp__rt_unlock(&ix->lock);
         return 2;
     }
-    fill_rows_locked(r, rows, fresh);
-    kvp__rt_unlock(r);
+    fill_rows_locked(ix, rows, q->engine_ids, fresh);
+    kvp__rt_unlock(&ix->lock);
     /* Steps 2 and 3: each group with a fresh worker. */
     for (uint32_t g = 0; g < n_groups; g++) {
         if (!fresh[g])
             continue;
-        int rc = score_group(r, g, ns, tokens, n_tokens, rows, sk, epoch);
+        int rc = score_group(ix, g, ns, tokens, n_tokens, rows, sk, epoch);
         if (rc != KVP_OK)
             return rc;
     }
@@ -269,9 +281,12 @@ static int score_once(kvp_router *r, const kvp_namespace *ns, const uint32_t *to
     return KVP_OK;
 }
 
-int kvp__rt_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens, size_t n_tokens,
-                  kvp_router_row *rows, size_t cap, size_t *n_rows)
+static int score_hashes(kvp__rt_index *ix, const kvp__rt_query *q, size_t *n_rows);
+
+int kvp__rt_score(kvp__rt_index *ix, const kvp__rt_query *q, size_t *n_rows)
 {
+    if (!q->ns)
+        return score_hashes(ix, q, n_rows);
     uint64_t stack_keys[SCORE_STACK_KEYS];
     score_keys sk;
     memset(&sk, 0, sizeof sk);
@@ -281,7 +296,7 @@ int kvp__rt_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens
      * grow for a group added meanwhile). */
     int rc;
     for (;;) {
-        rc = score_once(r, ns, tokens, n_tokens, rows, cap, n_rows, &sk);
+        rc = score_once(ix, q, n_rows, &sk);
         if (rc == 2) {
             free(sk.heap);
             sk.heap = malloc(sk.want * sizeof *sk.heap);
@@ -298,7 +313,7 @@ int kvp__rt_score(kvp_router *r, const kvp_namespace *ns, const uint32_t *tokens
     }
     free(sk.heap);
     if (rc == KVP_OK)
-        atomic_fetch_add_explicit(&r->n_scores, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ix->n_scores, 1, memory_order_relaxed);
     return rc;
 }
 
@@ -327,27 +342,27 @@ int kvp__rt_group_keys(const kvp__rt_group *g, const kvp_namespace *ns, const ui
     return KVP_OK;
 }
 
-/* kvp__rt_score_hashes' probe: keys[0 .. n) against every fresh worker, whatever its
+/* score_hashes' probe: keys[0 .. n) against every fresh worker, whatever its
  * group. Shared lock held; rows filled by fill_rows_locked. */
-static void probe_all_locked(const kvp_router *r, const uint64_t *keys, size_t n,
+static void probe_all_locked(const kvp__rt_index *ix, const uint64_t *keys, size_t n,
                              kvp_router_row *rows)
 {
-    for (size_t i = 0; i < n && r->table.n_entries > 0; i++) {
-        kvp__rt_prefetch(&r->table, keys[i + SCORE_PREFETCH < n ? i + SCORE_PREFETCH : i]);
-        uint32_t pos = kvp__rt_find(&r->table, keys[i]);
+    for (size_t i = 0; i < n && ix->table.n_entries > 0; i++) {
+        kvp__rt_prefetch(&ix->table, keys[i + SCORE_PREFETCH < n ? i + SCORE_PREFETCH : i]);
+        uint32_t pos = kvp__rt_find(&ix->table, keys[i]);
         if (pos == KVP__RT_NIL)
             return;
         kvp__rt_holders hs;
-        kvp__rt_holders_of(&r->table, pos, &hs);
+        kvp__rt_holders_of(&ix->table, pos, &hs);
         uint32_t extended = 0;
         for (uint32_t j = 0; j < hs.n; j++) {
-            const kvp__rt_worker *w = &r->workers[kvp__rt_holder_worker(hs.h[j])];
+            const kvp__rt_worker *w = &ix->workers[kvp__rt_holder_worker(hs.h[j])];
             kvp_router_row *row = &rows[w->row];
             if (w->stale || row->n_blocks != i)
                 continue;
             row->n_blocks++;
-            row->n_tokens += r->groups[w->group]->hash.block_size;
-            row->score += r->weight_of_mask[kvp__rt_holder_mask(hs.h[j])];
+            row->n_tokens += ix->groups[w->group]->hash.block_size;
+            row->score += ix->weight_of_mask[kvp__rt_holder_mask(hs.h[j])];
             extended++;
         }
         if (extended == 0)
@@ -355,21 +370,21 @@ static void probe_all_locked(const kvp_router *r, const uint64_t *keys, size_t n
     }
 }
 
-int kvp__rt_score_hashes(kvp_router *r, const uint64_t *hashes, size_t n_hashes,
-                         kvp_router_row *rows, size_t cap, size_t *n_rows)
+/* kvp_router_score_hashes on the index, under one hold of the shared lock. */
+static int score_hashes(kvp__rt_index *ix, const kvp__rt_query *q, size_t *n_rows)
 {
     bool fresh[KVP_ROUTER_MAX_GROUPS];
-    kvp__rt_rdlock(r);
-    uint32_t n = r->n_workers;
-    if (cap < n) {
-        kvp__rt_unlock(r);
+    kvp__rt_rdlock(&ix->lock);
+    uint32_t n = ix->n_workers;
+    if (q->cap < n) {
+        kvp__rt_unlock(&ix->lock);
         *n_rows = n;
         return KVP_ENOSPC;
     }
-    fill_rows_locked(r, rows, fresh);
-    probe_all_locked(r, hashes, n_hashes, rows);
-    kvp__rt_unlock(r);
+    fill_rows_locked(ix, q->rows, q->engine_ids, fresh);
+    probe_all_locked(ix, q->hashes, q->n_hashes, q->rows);
+    kvp__rt_unlock(&ix->lock);
     *n_rows = n;
-    atomic_fetch_add_explicit(&r->n_scores, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ix->n_scores, 1, memory_order_relaxed);
     return KVP_OK;
 }

@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router.h"
+#include "router_table.h"
 
 #define FIELD_BITS   21u
 #define FIELD_MASK   ((UINT64_C(1) << FIELD_BITS) - 1)

@@ -1,30 +1,41 @@
 /*
- * router_workers.c - the router's workers, hash groups and storage tiers.
+ * router_workers.c - the router's in-memory index (router_workers.h): its lifecycle, its
+ * workers, their hash groups and interned names, the storage tiers, its statistics and its
+ * invariant checker. Calls only router_table.c and router_base.c.
  *
  *   workers[0 .. n_slots)   one slot per worker ever added; a removed worker's slot is
  *                           free (live == false) and given to the next worker added. The
  *                           slot number is the worker id and the 15-bit worker field of
  *                           the table's holders.
+ *   names[0 .. n_names)     every distinct engine id ever added, interned: a worker's
+ *                           engine_id points here. A name is never freed before the index,
+ *                           so a score row's engine id (kvp_router_score_result.engine_ids)
+ *                           stays valid after its worker is removed by another thread; a
+ *                           worker added again under a name seen before takes the same copy.
  *   groups[0 .. n_groups)   one kvp_hasher per distinct (hash fields, model). Never freed
- *                           before the router, and immutable once published, so score can
+ *                           before the index, and immutable once published, so score can
  *                           hash a prompt with them outside the lock.
  *   media[0 .. n_media)     tier names (matched ignoring ASCII case) and weights, with the
  *                           best weight of every media mask precomputed for score.
  *
- * Invariants (router.c's checker): n_workers live slots, each with an engine id, a group
- * below n_groups and row = its rank among live slots; free slots hold no engine id and no
- * block; (engine id, dp rank) unique among live workers.
+ * Invariants (kvp__rt_index_check_locked): n_workers live slots, each with an engine id
+ * among names[], a group below n_groups and row = its rank among live slots; free slots
+ * hold no engine id and no block; (engine id, dp rank) unique among live workers; names
+ * distinct; weight_of_mask[] the best weight of each mask; the table's own invariants and
+ * each worker's block count.
  *
  * Cost: finding a worker by name is a linear scan (O(workers), at setup; the hot calls take
- * the id). Adding or removing a worker renumbers the rows (O(slots)); removal also scans
- * the table (O(slots of the table)).
+ * the id), and interning one O(names). Adding or removing a worker renumbers the rows
+ * (O(slots)); removal also scans the table (O(slots of the table)). Names of removed
+ * workers stay: a fleet that cycles through N distinct engine ids holds N names (about
+ * 50 bytes each for pod names, counted in total_bytes) until kvp_router_free.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "router.h"
+#include "router_workers.h"
 
 /* kvp_hasher_new allocates through these, so the router's live-byte count includes its
  * hashers. */
@@ -107,22 +118,23 @@ static void group_free(kvp__rt_mem *mem, kvp__rt_group *g)
 
 /* A new, unpublished group for (hash, model): KVP_OK, KVP_EINVAL (kvp_hasher_new refuses
  * the fields), KVP_ENOMEM, KVP_ENOTSUP. */
-static int group_new(kvp_router *r, const kvp_config *hash, const char *model, kvp__rt_group **out)
+static int group_new(kvp__rt_index *ix, const kvp_config *hash, const char *model,
+                     kvp__rt_group **out)
 {
-    kvp__rt_group *g = kvp__rt_alloc(&r->mem, sizeof *g);
+    kvp__rt_group *g = kvp__rt_alloc(&ix->mem, sizeof *g);
     if (!g)
         return KVP_ENOMEM;
     memset(g, 0, sizeof *g);
-    int rc = kvp__rt_hash_copy(&r->mem, hash, &g->hash, &g->vllm_seed_copy, &g->vllm_seed_len);
+    int rc = kvp__rt_hash_copy(&ix->mem, hash, &g->hash, &g->vllm_seed_copy, &g->vllm_seed_len);
     if (rc == KVP_OK && model) {
         g->model_len = strlen(model);
-        g->model = copy_str(&r->mem, model, g->model_len);
+        g->model = copy_str(&ix->mem, model, g->model_len);
         rc = g->model ? KVP_OK : KVP_ENOMEM;
     }
     if (rc == KVP_OK)
         rc = kvp_hasher_new(&g->hash, &g->hasher);
     if (rc != KVP_OK) {
-        group_free(&r->mem, g);
+        group_free(&ix->mem, g);
         return rc;
     }
     g->is_vllm =
@@ -132,23 +144,23 @@ static int group_new(kvp_router *r, const kvp_config *hash, const char *model, k
 }
 
 /* The index of the group for (hash, model), or n_groups when none matches. */
-static uint32_t group_find(const kvp_router *r, const kvp_config *hash, const char *model)
+static uint32_t group_find(const kvp__rt_index *ix, const kvp_config *hash, const char *model)
 {
     uint32_t i = 0;
-    while (i < r->n_groups &&
-           !(hash_equal(&r->groups[i]->hash, hash) && model_equal(r->groups[i]->model, model)))
+    while (i < ix->n_groups &&
+           !(hash_equal(&ix->groups[i]->hash, hash) && model_equal(ix->groups[i]->model, model)))
         i++;
     return i;
 }
 
 /* ---------------------------------------------------------------- workers */
 
-int kvp__rt_worker_find_locked(const kvp_router *r, const char *engine_id, int64_t dp_rank,
+int kvp__rt_worker_find_locked(const kvp__rt_index *ix, const char *engine_id, int64_t dp_rank,
                                uint32_t *id)
 {
     size_t n = strlen(engine_id);
-    for (uint32_t i = 0; i < r->n_slots; i++) {
-        const kvp__rt_worker *w = &r->workers[i];
+    for (uint32_t i = 0; i < ix->n_slots; i++) {
+        const kvp__rt_worker *w = &ix->workers[i];
         if (w->live && w->dp_rank == dp_rank && w->engine_len == n &&
             memcmp(w->engine_id, engine_id, n) == 0) {
             *id = i;
@@ -158,44 +170,72 @@ int kvp__rt_worker_find_locked(const kvp_router *r, const char *engine_id, int64
     return KVP_ENOENT;
 }
 
+/* The interned copy of engine id s (n bytes): an existing one, else a new one appended to
+ * names[]. NULL when memory ran out (names unchanged). */
+static const kvp__rt_name *name_intern(kvp__rt_index *ix, const char *s, size_t n)
+{
+    for (uint32_t i = 0; i < ix->n_names; i++) {
+        if (ix->names[i].len == n && memcmp(ix->names[i].s, s, n) == 0)
+            return &ix->names[i];
+    }
+    if (ix->n_names == ix->cap_names) {
+        if (ix->cap_names > UINT32_MAX / 2)
+            return NULL;
+        uint32_t cap = ix->cap_names ? ix->cap_names * 2 : 16;
+        kvp__rt_name *nn = kvp__rt_alloc(&ix->mem, (size_t)cap * sizeof *nn);
+        if (!nn)
+            return NULL;
+        if (ix->names)
+            memcpy(nn, ix->names, (size_t)ix->n_names * sizeof *nn);
+        kvp__rt_free(&ix->mem, ix->names, (size_t)ix->cap_names * sizeof *nn);
+        ix->names = nn;
+        ix->cap_names = cap;
+    }
+    char *c = copy_str(&ix->mem, s, n);
+    if (!c)
+        return NULL;
+    ix->names[ix->n_names] = (kvp__rt_name){c, n};
+    return &ix->names[ix->n_names++];
+}
+
 /* Number the live workers 0, 1, ... in slot order (score rows). Cannot fail. */
-static void renumber_rows(kvp_router *r)
+static void renumber_rows(kvp__rt_index *ix)
 {
     uint32_t row = 0;
-    for (uint32_t i = 0; i < r->n_slots; i++) {
-        if (r->workers[i].live)
-            r->workers[i].row = row++;
+    for (uint32_t i = 0; i < ix->n_slots; i++) {
+        if (ix->workers[i].live)
+            ix->workers[i].row = row++;
     }
-    assert(row == r->n_workers);
+    assert(row == ix->n_workers);
 }
 
 /* A free slot: the first removed one, else a new one (growing the array). KVP_OK or
  * KVP_ENOMEM (array unchanged); KVP_ENOSPC at KVP_ROUTER_MAX_WORKERS. */
-static int slot_take(kvp_router *r, uint32_t *slot)
+static int slot_take(kvp__rt_index *ix, uint32_t *slot)
 {
-    for (uint32_t i = 0; i < r->n_slots; i++) {
-        if (!r->workers[i].live) {
+    for (uint32_t i = 0; i < ix->n_slots; i++) {
+        if (!ix->workers[i].live) {
             *slot = i;
             return KVP_OK;
         }
     }
-    if (r->n_slots >= KVP_ROUTER_MAX_WORKERS)
+    if (ix->n_slots >= KVP_ROUTER_MAX_WORKERS)
         return KVP_ENOSPC;
-    if (r->n_slots == r->cap_workers) {
-        uint32_t cap = r->cap_workers ? r->cap_workers * 2 : 16;
+    if (ix->n_slots == ix->cap_workers) {
+        uint32_t cap = ix->cap_workers ? ix->cap_workers * 2 : 16;
         if (cap > KVP_ROUTER_MAX_WORKERS)
             cap = KVP_ROUTER_MAX_WORKERS;
-        kvp__rt_worker *w = kvp__rt_alloc(&r->mem, (size_t)cap * sizeof *w);
+        kvp__rt_worker *w = kvp__rt_alloc(&ix->mem, (size_t)cap * sizeof *w);
         if (!w)
             return KVP_ENOMEM;
         memset(w, 0, (size_t)cap * sizeof *w);
-        if (r->workers)
-            memcpy(w, r->workers, (size_t)r->n_slots * sizeof *w);
-        kvp__rt_free(&r->mem, r->workers, (size_t)r->cap_workers * sizeof *w);
-        r->workers = w;
-        r->cap_workers = cap;
+        if (ix->workers)
+            memcpy(w, ix->workers, (size_t)ix->n_slots * sizeof *w);
+        kvp__rt_free(&ix->mem, ix->workers, (size_t)ix->cap_workers * sizeof *w);
+        ix->workers = w;
+        ix->cap_workers = cap;
     }
-    *slot = r->n_slots;
+    *slot = ix->n_slots;
     return KVP_OK;
 }
 
@@ -210,114 +250,312 @@ static int worker_config_ok(const kvp_router_worker_config *wc)
     return KVP_OK;
 }
 
-int kvp__rt_worker_add_locked(kvp_router *r, const kvp_router_worker_config *wc, uint32_t *id)
+int kvp__rt_worker_add_locked(kvp__rt_index *ix, const kvp_router_worker_config *wc, uint32_t *id)
 {
     int rc = worker_config_ok(wc);
     if (rc != KVP_OK)
         return rc;
-    if (kvp__rt_worker_find_locked(r, wc->engine_id, wc->dp_rank, id) == KVP_OK)
+    if (kvp__rt_worker_find_locked(ix, wc->engine_id, wc->dp_rank, id) == KVP_OK)
         return KVP_EEXIST;
-    if (r->n_workers >= KVP_ROUTER_MAX_WORKERS)
+    if (ix->n_workers >= KVP_ROUTER_MAX_WORKERS)
         return KVP_ENOSPC;
-    uint32_t g = group_find(r, &wc->hash, wc->model);
+    uint32_t g = group_find(ix, &wc->hash, wc->model);
     kvp__rt_group *fresh = NULL;
-    if (g == r->n_groups) {
-        if (r->n_groups >= KVP_ROUTER_MAX_GROUPS)
+    if (g == ix->n_groups) {
+        if (ix->n_groups >= KVP_ROUTER_MAX_GROUPS)
             return KVP_ENOSPC;
-        rc = group_new(r, &wc->hash, wc->model, &fresh);
+        rc = group_new(ix, &wc->hash, wc->model, &fresh);
         if (rc != KVP_OK)
             return rc;
     }
-    size_t n = strlen(wc->engine_id);
-    char *name = copy_str(&r->mem, wc->engine_id, n);
     uint32_t slot = 0;
-    rc = name ? slot_take(r, &slot) : KVP_ENOMEM;
+    rc = slot_take(ix, &slot); /* may grow the slot array: no contents change */
+    const kvp__rt_name *name = NULL;
+    if (rc == KVP_OK)
+        name = name_intern(ix, wc->engine_id, strlen(wc->engine_id));
+    if (rc == KVP_OK && !name)
+        rc = KVP_ENOMEM;
     if (rc != KVP_OK) {
-        kvp__rt_free(&r->mem, name, name ? n + 1 : 0);
-        group_free(&r->mem, fresh);
+        group_free(&ix->mem, fresh);
         return rc;
     }
     if (fresh)
-        r->groups[r->n_groups++] = fresh;
-    kvp__rt_worker *w = &r->workers[slot];
+        ix->groups[ix->n_groups++] = fresh;
+    kvp__rt_worker *w = &ix->workers[slot];
     memset(w, 0, sizeof *w);
-    w->engine_id = name;
-    w->engine_len = n;
+    w->engine_id = name->s;
+    w->engine_len = name->len;
     w->dp_rank = wc->dp_rank;
     w->group = g;
     w->live = true;
     w->seq_known = true; /* a new worker expects batch 0 */
-    if (slot == r->n_slots)
-        r->n_slots++;
-    r->n_workers++;
-    r->epoch++;
-    renumber_rows(r);
+    if (slot == ix->n_slots)
+        ix->n_slots++;
+    ix->n_workers++;
+    ix->epoch++;
+    renumber_rows(ix);
     *id = slot;
     return KVP_OK;
 }
 
-void kvp__rt_worker_clear(kvp_router *r, uint32_t id)
+void kvp__rt_worker_clear_locked(kvp__rt_index *ix, uint32_t id)
 {
-    kvp__rt_worker *w = &r->workers[id];
-    uint64_t n = kvp__rt_clear_worker(&r->table, id);
+    kvp__rt_worker *w = &ix->workers[id];
+    uint64_t n = kvp__rt_clear_worker(&ix->table, id);
     assert(n == w->n_blocks);
     (void)n;
     w->n_blocks = 0;
 }
 
-int kvp__rt_worker_remove_locked(kvp_router *r, uint32_t id)
+int kvp__rt_worker_remove_locked(kvp__rt_index *ix, uint32_t id)
 {
-    if (!kvp__rt_worker_ok(r, id))
+    if (!kvp__rt_worker_ok(ix, id))
         return KVP_ENOENT;
-    kvp__rt_worker_clear(r, id);
-    kvp__rt_worker *w = &r->workers[id];
-    kvp__rt_free(&r->mem, w->engine_id, w->engine_len + 1);
-    memset(w, 0, sizeof *w);
-    r->n_workers--;
-    r->epoch++;
-    renumber_rows(r);
+    kvp__rt_worker_clear_locked(ix, id);
+    kvp__rt_worker *w = &ix->workers[id];
+    memset(w, 0, sizeof *w); /* its name stays in names[]: rows handed out may point at it */
+    ix->n_workers--;
+    ix->epoch++;
+    renumber_rows(ix);
     return KVP_OK;
 }
 
-void kvp__rt_workers_destroy(kvp_router *r)
+int kvp__rt_worker_get_locked(kvp__rt_index *ix, const char *engine_id, int64_t dp_rank,
+                              uint32_t *id)
 {
-    for (uint32_t i = 0; i < r->n_slots; i++) {
-        kvp__rt_worker *w = &r->workers[i];
-        if (w->live)
-            kvp__rt_free(&r->mem, w->engine_id, w->engine_len + 1);
-    }
-    kvp__rt_free(&r->mem, r->workers, (size_t)r->cap_workers * sizeof *r->workers);
-    r->workers = NULL;
-    for (uint32_t g = 0; g < r->n_groups; g++)
-        group_free(&r->mem, r->groups[g]);
-    r->n_groups = 0;
+    int rc = kvp__rt_worker_find_locked(ix, engine_id, dp_rank, id);
+    if (rc != KVP_ENOENT)
+        return rc;
+    kvp_router_worker_config wc;
+    memset(&wc, 0, sizeof wc);
+    wc.engine_id = engine_id;
+    wc.dp_rank = dp_rank;
+    wc.hash = ix->default_hash;
+    return kvp__rt_worker_add_locked(ix, &wc, id);
+}
+
+void kvp__rt_mark_stale_locked(kvp__rt_index *ix, uint32_t id)
+{
+    kvp__rt_worker_clear_locked(ix, id);
+    ix->workers[id].stale = true;
+    ix->workers[id].partial = true;
+    ix->workers[id].seq_known = false;
+}
+
+int kvp__rt_resync_locked(kvp__rt_index *ix, uint32_t id)
+{
+    if (!kvp__rt_worker_ok(ix, id))
+        return KVP_ENOENT;
+    ix->workers[id].stale = false;
+    return KVP_OK;
 }
 
 /* ---------------------------------------------------------------- media */
 
-uint32_t kvp__rt_medium_find(const kvp_router *r, const char *name)
+uint32_t kvp__rt_medium_find(const kvp__rt_index *ix, const char *name)
 {
-    for (uint32_t i = 0; i < r->n_media; i++) {
-        if (strcasecmp(r->media[i].name, name) == 0)
+    for (uint32_t i = 0; i < ix->n_media; i++) {
+        if (strcasecmp(ix->media[i].name, name) == 0)
             return i;
     }
     return KVP__RT_NIL;
 }
 
-uint32_t kvp__rt_medium_add(kvp_router *r, const char *name, double weight)
+uint32_t kvp__rt_medium_add(kvp__rt_index *ix, const char *name, double weight)
 {
-    assert(r->n_media < KVP_ROUTER_MAX_MEDIA && strlen(name) <= KVP_ROUTER_MEDIUM_MAX);
-    assert(kvp__rt_medium_find(r, name) == KVP__RT_NIL);
-    uint32_t i = r->n_media++;
-    snprintf(r->media[i].name, sizeof r->media[i].name, "%s", name);
-    r->media[i].weight = weight;
+    assert(ix->n_media < KVP_ROUTER_MAX_MEDIA && strlen(name) <= KVP_ROUTER_MEDIUM_MAX);
+    assert(kvp__rt_medium_find(ix, name) == KVP__RT_NIL);
+    uint32_t i = ix->n_media++;
+    snprintf(ix->media[i].name, sizeof ix->media[i].name, "%s", name);
+    ix->media[i].weight = weight;
     for (uint32_t m = 0; m < (1u << KVP__RT_MEDIA_BITS); m++) {
         double best = 0;
-        for (uint32_t b = 0; b < r->n_media; b++) {
-            if ((m >> b & 1u) && r->media[b].weight > best)
-                best = r->media[b].weight;
+        for (uint32_t b = 0; b < ix->n_media; b++) {
+            if ((m >> b & 1u) && ix->media[b].weight > best)
+                best = ix->media[b].weight;
         }
-        r->weight_of_mask[m] = best;
+        ix->weight_of_mask[m] = best;
     }
     return i;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+int kvp__rt_index_init(kvp__rt_index *ix, const kvp__rt_mem *mem, const kvp_router_config *cfg,
+                       uint64_t seed)
+{
+    memset(ix, 0, sizeof *ix);
+    ix->mem = *mem;
+    atomic_init(&ix->n_scores, 0);
+    if (kvp__rt_lock_init(&ix->lock) != KVP_OK)
+        return KVP_ENOMEM;
+    kvp__rt_table_init(&ix->table, &ix->mem, seed);
+    ix->default_group = KVP__RT_NIL;
+    for (size_t i = 0; i < cfg->n_tiers; i++)
+        (void)kvp__rt_medium_add(ix, cfg->tiers[i].medium, cfg->tiers[i].weight);
+    const char *dm = cfg->default_medium ? cfg->default_medium : "GPU";
+    ix->default_medium = kvp__rt_medium_find(ix, dm);
+    if (ix->default_medium == KVP__RT_NIL) {
+        if (ix->n_media >= KVP_ROUTER_MAX_MEDIA)
+            return KVP_EINVAL;
+        ix->default_medium = kvp__rt_medium_add(ix, dm, cfg->unknown_weight);
+    }
+    ix->unknown_weight = cfg->unknown_weight;
+    ix->kv_group = cfg->kv_group;
+    int rc = kvp__rt_hash_copy(&ix->mem, &cfg->hash, &ix->default_hash, &ix->default_vllm_seed,
+                               &ix->default_vllm_seed_len);
+    if (rc != KVP_OK)
+        return rc;
+    kvp_hasher *probe = NULL; /* refuse a default the hasher refuses, now, not at an event */
+    rc = kvp_hasher_new(&ix->default_hash, &probe);
+    kvp_hasher_free(probe);
+    return rc;
+}
+
+void kvp__rt_index_destroy(kvp__rt_index *ix)
+{
+    kvp__rt_free(&ix->mem, ix->workers, (size_t)ix->cap_workers * sizeof *ix->workers);
+    ix->workers = NULL;
+    for (uint32_t i = 0; i < ix->n_names; i++)
+        kvp__rt_free(&ix->mem, ix->names[i].s, ix->names[i].len + 1);
+    kvp__rt_free(&ix->mem, ix->names, (size_t)ix->cap_names * sizeof *ix->names);
+    ix->names = NULL;
+    for (uint32_t g = 0; g < ix->n_groups; g++)
+        group_free(&ix->mem, ix->groups[g]);
+    ix->n_groups = 0;
+    kvp__rt_table_destroy(&ix->table);
+    kvp__rt_free(&ix->mem, ix->default_vllm_seed, ix->default_vllm_seed_len);
+    kvp__rt_lock_destroy(&ix->lock);
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+void kvp__rt_index_stats_locked(const kvp__rt_index *ix, kvp_router_stats *st)
+{
+    st->n_workers = ix->n_workers;
+    for (uint32_t i = 0; i < ix->n_slots; i++)
+        st->n_stale += ix->workers[i].live && ix->workers[i].stale;
+    st->n_groups = ix->n_groups;
+    st->n_media = ix->n_media;
+    st->n_blocks = ix->table.n_entries;
+    st->n_holders = ix->table.n_holders;
+    st->n_holder_media = ix->table.n_holder_media;
+    st->n_slots = ix->table.cap;
+    st->index_bytes = kvp__rt_table_bytes(&ix->table);
+    st->total_bytes = ix->mem.live_bytes;
+    st->bytes_per_holder = st->n_holders ? (double)st->total_bytes / (double)st->n_holders : 0;
+    st->n_batches = ix->n_batches;
+    st->n_events_stored = ix->n_events_stored;
+    st->n_events_removed = ix->n_events_removed;
+    st->n_events_cleared = ix->n_events_cleared;
+    st->n_events_skipped = ix->n_events_skipped;
+    st->n_duplicates = ix->n_duplicates;
+    st->n_gaps = ix->n_gaps;
+    st->n_restarts = ix->n_restarts;
+    st->n_malformed = ix->n_malformed;
+    st->n_scores = atomic_load_explicit(&ix->n_scores, memory_order_relaxed);
+}
+
+int kvp__rt_worker_stats_locked(const kvp__rt_index *ix, uint32_t id, kvp_router_worker_stats *out)
+{
+    if (!kvp__rt_worker_ok(ix, id))
+        return KVP_ENOENT;
+    const kvp__rt_worker *w = &ix->workers[id];
+    kvp_router_worker_stats ws = {
+        .dp_rank = w->dp_rank,
+        .group = w->group,
+        .stale = w->stale,
+        .seq_known = w->seq_known,
+        .expected = w->expected,
+        .n_blocks = w->n_blocks,
+        .n_batches = w->n_batches,
+        .n_gaps = w->n_gaps,
+        .n_restarts = w->n_restarts,
+        .n_malformed = w->n_malformed,
+    };
+    *out = ws;
+    return KVP_OK;
+}
+
+/* ---------------------------------------------------------------- checker */
+
+/* Is s one of the interned names (the very pointer)? */
+static bool name_interned(const kvp__rt_index *ix, const char *s)
+{
+    for (uint32_t i = 0; i < ix->n_names; i++) {
+        if (ix->names[i].s == s)
+            return true;
+    }
+    return false;
+}
+
+/* Names, workers, rows, groups and media. KVP_OK or KVP_ECORRUPT. */
+static int check_workers_locked(const kvp__rt_index *ix, bool *live)
+{
+    if (ix->n_slots > ix->cap_workers || ix->n_groups > KVP_ROUTER_MAX_GROUPS ||
+        ix->n_media > KVP_ROUTER_MAX_MEDIA || ix->default_medium >= ix->n_media ||
+        ix->n_names > ix->cap_names)
+        return KVP_ECORRUPT;
+    for (uint32_t i = 0; i < ix->n_names; i++) {
+        const kvp__rt_name *nm = &ix->names[i];
+        if (!nm->s || strlen(nm->s) != nm->len)
+            return KVP_ECORRUPT;
+        for (uint32_t j = 0; j < i; j++) {
+            if (ix->names[j].len == nm->len && memcmp(ix->names[j].s, nm->s, nm->len) == 0)
+                return KVP_ECORRUPT;
+        }
+    }
+    uint32_t n_live = 0;
+    for (uint32_t i = 0; i < ix->n_slots; i++) {
+        const kvp__rt_worker *w = &ix->workers[i];
+        live[i] = w->live;
+        if (!w->live) {
+            if (w->engine_id || w->n_blocks != 0)
+                return KVP_ECORRUPT;
+            continue;
+        }
+        if (!w->engine_id || !name_interned(ix, w->engine_id) ||
+            strlen(w->engine_id) != w->engine_len || w->group >= ix->n_groups || w->row != n_live)
+            return KVP_ECORRUPT;
+        for (uint32_t j = 0; j < i; j++) {
+            const kvp__rt_worker *o = &ix->workers[j];
+            if (o->live && o->dp_rank == w->dp_rank && strcmp(o->engine_id, w->engine_id) == 0)
+                return KVP_ECORRUPT;
+        }
+        n_live++;
+    }
+    if (n_live != ix->n_workers)
+        return KVP_ECORRUPT;
+    for (uint32_t g = 0; g < ix->n_groups; g++) {
+        if (!ix->groups[g] || !ix->groups[g]->hasher || ix->groups[g]->hash.block_size == 0)
+            return KVP_ECORRUPT;
+    }
+    for (uint32_t m = 1; m < (1u << KVP__RT_MEDIA_BITS); m++) {
+        double best = 0;
+        for (uint32_t b = 0; b < ix->n_media; b++) {
+            if ((m >> b & 1u) && ix->media[b].weight > best)
+                best = ix->media[b].weight;
+        }
+        if (ix->weight_of_mask[m] != best)
+            return KVP_ECORRUPT;
+    }
+    return KVP_OK;
+}
+
+int kvp__rt_index_check_locked(const kvp__rt_index *ix)
+{
+    uint32_t n = ix->n_slots;
+    uint64_t *counts = calloc((size_t)n + 1, sizeof *counts);
+    bool *live = calloc((size_t)n + 1, sizeof *live);
+    int rc = counts && live ? check_workers_locked(ix, live) : KVP_ENOMEM;
+    uint32_t media_ok = (1u << ix->n_media) - 1;
+    if (rc == KVP_OK)
+        rc = kvp__rt_table_check(&ix->table, counts, live, n, media_ok);
+    for (uint32_t i = 0; rc == KVP_OK && i < n; i++) {
+        if (live[i] && counts[i] != ix->workers[i].n_blocks)
+            rc = KVP_ECORRUPT;
+    }
+    free(counts);
+    free(live);
+    return rc;
 }

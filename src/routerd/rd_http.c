@@ -7,20 +7,21 @@
  *                      "blocks", "tokens", "weighted", "state"}, ...], "view": V}
  *                  ranked best first: weighted score, then blocks, then engine id, dp rank.
  *                  V is "redis" when the shared store answered, "local" when the daemon's
- *                  own index did (always without --redis).
+ *                  own index did (always without --redis); with --redis, "fallback": true
+ *                  says that the local view answered because Redis failed or was in its
+ *                  retry pause (false otherwise).
  *   GET /metrics   Prometheus text format 0.0.4 (rd_metrics_write)
  *   GET /healthz   {"status": "ok", "workers": N, "stale": M, "view": V} (+ "redis": "up" or
  *                  "down" with --redis); 200 whichever view scores.
  *
  * Bodies are read whole into memory up to --max-body (default 16 MiB; more: 413). Every
  * error answers with a JSON body {"error": "..."} and a 4xx/5xx status. Scoring calls
- * kvp_router_score concurrently from the pool's threads (the index is thread-safe); names
- * of workers are read under rd_daemon.lock.
- *
- * Which view answered a score: the router's n_fallback_scores read before and after the
- * call; a rise means the local view. A score that fell back always reads as "local"; a
- * Redis score concurrent with another request's fallback may read as "local" too (both
- * happen only while Redis is failing).
+ * kvp_router_score_v2 concurrently from the pool's threads (the index is thread-safe). The
+ * call itself says which view answered it (kvp_router_score_result.view: no counter read
+ * around it, so concurrent requests cannot blur it) and hands each row's engine id (owned
+ * by the router until kvp_router_free, valid even if the worker is removed meanwhile), so
+ * ranking a row needs no look-up in the daemon's worker table; rd_daemon.lock is taken
+ * only to count the lookup.
  */
 #include <inttypes.h>
 #include <jansson.h>
@@ -46,7 +47,7 @@ typedef struct rd_body {
 /* One ranked row of a /score answer. */
 typedef struct rd_rank {
     kvp_router_row row; /* the router's row */
-    const char *engine; /* the worker's engine id (owned by its rd_worker) */
+    const char *engine; /* the worker's engine id (owned by the router until it is freed) */
 } rd_rank;
 
 static const char *const rd_state_names[] = {"scored", "stale", "model", "notsup", "token"};
@@ -158,56 +159,52 @@ static int rd_rank_cmp(const void *pa, const void *pb)
     return (a->row.dp_rank > b->row.dp_rank) - (a->row.dp_rank < b->row.dp_rank);
 }
 
-/* n_fallback_scores now, UINT64_MAX when there is no shared store or no stats. */
-static uint64_t rd_fallbacks(rd_daemon *d)
-{
-    kvp_router_stats st;
-    if (d->redis.url == NULL || kvp_router_stats_get(d->router, &st) != KVP_OK || !st.redis)
-        return UINT64_MAX;
-    return st.n_fallback_scores;
-}
-
-/* Score tokens in ns: rows for every worker into *out (malloc'd), *n_out of them, and
- * whether the shared store answered into *shared. Returns KVP_OK or the router's code. */
+/* Score tokens in ns: the rows for every worker, ranked best first, into *out (malloc'd),
+ * *n_out of them, and the view that answered into *view (KVP_ROUTER_VIEW_*). Returns
+ * KVP_OK or the router's code. */
 static int rd_score_rows(rd_daemon *d, const kvp_namespace *ns, const uint32_t *tokens,
-                         size_t n_tokens, kvp_router_row **out, size_t *n_out, bool *shared)
+                         size_t n_tokens, rd_rank **out, size_t *n_out, int *view)
 {
     size_t cap = 16, n = 0;
-    uint64_t before = rd_fallbacks(d);
-    *shared = false;
     for (;;) {
         kvp_router_row *rows = malloc(cap * sizeof *rows);
-        if (rows == NULL)
+        const char **ids = malloc(cap * sizeof *ids);
+        rd_rank *rk = malloc(cap * sizeof *rk);
+        if (rows == NULL || ids == NULL || rk == NULL) {
+            free(rows);
+            free(ids);
+            free(rk);
             return KVP_ENOMEM;
-        int rc = kvp_router_score(d->router, ns, tokens, n_tokens, rows, cap, &n);
+        }
+        kvp_router_score_result res;
+        kvp_router_score_result_init(&res);
+        res.engine_ids = ids;
+        int rc = kvp_router_score_v2(d->router, ns, tokens, n_tokens, rows, cap, &n, &res);
         if (rc == KVP_OK) {
-            *out = rows;
+            for (size_t i = 0; i < n; i++)
+                rk[i] = (rd_rank){.row = rows[i], .engine = ids[i]};
+            qsort(rk, n, sizeof *rk, rd_rank_cmp);
+            *out = rk;
             *n_out = n;
-            *shared = before != UINT64_MAX && rd_fallbacks(d) == before;
-            return KVP_OK;
+            *view = res.view;
         }
         free(rows);
+        free(ids);
+        if (rc == KVP_OK)
+            return KVP_OK;
+        free(rk);
         if (rc != KVP_ENOSPC)
             return rc;
         cap = n + 16;
     }
 }
 
-/* Build the ranked /score answer from rows; counts the lookup. Returns NULL on ENOMEM. */
-static json_t *rd_score_json(rd_daemon *d, const kvp_router_row *rows, size_t n, size_t n_tokens,
-                             bool shared)
+/* Build the /score answer from the ranked rows rk[0 .. n); counts the lookup. Returns NULL
+ * on ENOMEM. */
+static json_t *rd_score_json(rd_daemon *d, const rd_rank *rk, size_t n, size_t n_tokens, int view)
 {
-    rd_rank *rk = malloc((n ? n : 1) * sizeof *rk);
     json_t *arr = json_array();
-    size_t m = 0;
-    pthread_mutex_lock(&d->lock);
-    for (size_t i = 0; rk && arr && i < n; i++)
-        for (size_t k = 0; k < d->n_workers; k++)
-            if (d->workers[k]->id == rows[i].worker)
-                rk[m++] = (rd_rank){.row = rows[i], .engine = d->workers[k]->engine};
-    if (rk)
-        qsort(rk, m, sizeof *rk, rd_rank_cmp);
-    for (size_t i = 0; rk && arr && i < m; i++) {
+    for (size_t i = 0; arr && i < n; i++) {
         const kvp_router_row *r = &rk[i].row;
         json_array_append_new(arr,
                               json_pack("{ss sI sI sI sf ss}", "engine", rk[i].engine, "dp_rank",
@@ -215,18 +212,19 @@ static json_t *rd_score_json(rd_daemon *d, const kvp_router_row *rows, size_t n,
                                         "tokens", (json_int_t)r->n_tokens, "weighted", r->score,
                                         "state", rd_state_names[r->state]));
     }
+    pthread_mutex_lock(&d->lock);
     d->n_lookups++;
     d->n_lookup_blocks += n_tokens / d->hash.block_size;
-    d->n_hit_blocks += m ? rk[0].row.n_blocks : 0;
+    d->n_hit_blocks += n ? rk[0].row.n_blocks : 0;
     pthread_mutex_unlock(&d->lock);
-    free(rk);
-    if (rk == NULL || arr == NULL) {
-        json_decref(arr);
+    if (arr == NULL)
         return NULL;
-    }
-    return json_pack("{sI sI so ss}", "prompt_tokens", (json_int_t)n_tokens, "block_size",
-                     (json_int_t)d->hash.block_size, "workers", arr, "view",
-                     shared ? "redis" : "local");
+    json_t *out = json_pack("{sI sI so ss}", "prompt_tokens", (json_int_t)n_tokens, "block_size",
+                            (json_int_t)d->hash.block_size, "workers", arr, "view",
+                            view == KVP_ROUTER_VIEW_REDIS ? "redis" : "local");
+    if (out && d->redis.url != NULL)
+        json_object_set_new(out, "fallback", json_boolean(view == KVP_ROUTER_VIEW_FALLBACK));
+    return out;
 }
 
 /* POST /score with body b. */
@@ -248,12 +246,12 @@ static enum MHD_Result rd_handle_score(rd_daemon *d, struct MHD_Connection *c, r
         json_decref(req);
         return rd_reply_error(d, c, MHD_HTTP_BAD_REQUEST, why);
     }
-    kvp_router_row *rows = NULL;
+    rd_rank *rk = NULL;
     size_t n = 0;
-    bool shared = false;
-    int rc = rd_score_rows(d, &ns, tokens, n_tokens, &rows, &n, &shared);
-    json_t *out = rc == KVP_OK ? rd_score_json(d, rows, n, n_tokens, shared) : NULL;
-    free(rows);
+    int view = 0;
+    int rc = rd_score_rows(d, &ns, tokens, n_tokens, &rk, &n, &view);
+    json_t *out = rc == KVP_OK ? rd_score_json(d, rk, n, n_tokens, view) : NULL;
+    free(rk);
     free(tokens);
     json_decref(req);
     if (rc != KVP_OK)

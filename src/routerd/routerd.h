@@ -12,7 +12,8 @@
  * (kvp_router) and of the daemon's counters; libmicrohttpd's threads score (the router is
  * thread-safe) and read the counters. rd_daemon.lock guards the counters and the worker
  * table (rd_worker entries are added, never removed, so a pointer taken under the lock
- * stays valid until rd_events_free).
+ * stays valid until rd_events_free). A /score takes its rows' engine ids and view from the
+ * score call itself (kvp_router_score_v2), not from the worker table or the counters.
  *
  * Names: rd_ (this folder), cli_ (common/), kvp_ (the library's public API only).
  */

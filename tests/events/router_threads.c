@@ -9,9 +9,10 @@
  * publisher restarts, duplicates, gaps (answered by "replaying" the missed batch, or by marking the
  * worker stale and later resyncing). Each keeps a plain model of its own workers. N_SCORE threads
  * score random prompts all the while, and check what must hold under any interleaving (a row per
- * worker, runs within the prompt, scores between 0.8 and 1.0 per block, valid states). One more
- * thread adds and removes a worker over and over, so scores restart on a changed worker
- * set, and reads stats and runs the checker.
+ * worker, runs within the prompt, scores between 0.8 and 1.0 per block, valid states, the
+ * view each call reports, each row's engine id read after the call). One more thread adds
+ * and removes a worker over and over, so scores restart on a changed worker set and hand
+ * out the engine id of a worker removed right after, and reads stats and runs the checker.
  *
  * After the join, nothing is concurrent: every worker's block count and every score must
  * equal its owner's model exactly, the router's counters must equal the sums of what the
@@ -260,20 +261,37 @@ static void check_rows(const kvp_router_row *rows, size_t n, size_t n_blocks)
     }
 }
 
+/* The view every score must report (REDIS with a store: any fallback fails the test), and
+ * the churn worker's engine id as a score handed it out (read again after the join). */
+static int want_view = KVP_ROUTER_VIEW_LOCAL;
+static _Atomic(const char *) churn_name;
+
 static void *score_main(void *arg)
 {
     uint64_t rng = (uint64_t)(uintptr_t)arg;
     kvp_namespace ns;
     kvp_namespace_init(&ns);
     kvp_router_row rows[N_EVENT * N_PER + 1];
+    const char *ids[N_EVENT * N_PER + 1];
     while (!atomic_load(&stop)) {
         int p = (int)(rnd(&rng) % N_PROMPTS);
         size_t n_tok = 1 + rnd(&rng) % N_TOKENS, n = 0;
-        int rc = kvp_router_score(router, &ns, prompts[p], n_tok, rows,
-                                  sizeof rows / sizeof rows[0], &n);
+        kvp_router_score_result res;
+        kvp_router_score_result_init(&res);
+        res.engine_ids = ids;
+        int rc = kvp_router_score_v2(router, &ns, prompts[p], n_tok, rows,
+                                     sizeof rows / sizeof rows[0], &n, &res);
         expect(rc == KVP_OK, "score returns KVP_OK");
         if (rc == KVP_OK) {
             check_rows(rows, n, n_tok / BLOCK_SIZE);
+            expect(res.view == want_view, "the view of this call");
+            /* Engine ids are read after the call, while the churn thread may already have
+             * removed its worker: the interned string must still be there. */
+            for (size_t i = 0; i < n; i++) {
+                expect(strcmp(ids[i], "churn") == 0 || ids[i][0] == 'e', "row's engine id");
+                if (strcmp(ids[i], "churn") == 0)
+                    atomic_store(&churn_name, ids[i]);
+            }
             atomic_fetch_add(&n_scores_done, 1);
         }
     }
@@ -387,6 +405,7 @@ int main(int argc, char **argv)
         cfg.redis.url = url;
         cfg.redis.key_prefix = prefix;
         cfg.redis.timeout_ms = 10000; /* a sanitizer build on a loaded machine is slow */
+        want_view = KVP_ROUTER_VIEW_REDIS;
     }
     if (kvp_router_new(&cfg, &router) != KVP_OK) {
         fprintf(stderr, "router_threads: kvp_router_new failed\n");
@@ -418,6 +437,8 @@ int main(int argc, char **argv)
     for (int t = 0; t < N_SCORE; t++)
         pthread_join(st[t], NULL);
     pthread_join(ct, NULL);
+    const char *cn = atomic_load(&churn_name);
+    check(!cn || strcmp(cn, "churn") == 0, "a removed worker's engine id reads back");
 
     final_checks(ev);
     if (url && *url) {

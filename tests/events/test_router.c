@@ -12,13 +12,18 @@
  * (plain per-worker arrays) follows random operations on twelve workers in three hash
  * groups, enough holders per block to move sets between inline and spill storage; scores,
  * per-worker counts and holder totals must agree after every step. The memory figure
- * (bytes per (block, worker)) is checked against the 26.9 B anchor. The checker is shown
- * catching each kind of corruption. kvp_router_check runs after every mutation.
+ * (bytes per (block, worker)) is checked against the 26.9 B anchor. kvp_router_score_v2
+ * reports each call's view (local here, redis in test_router_redis) and each row's engine
+ * id, which stays readable while another thread removes and adds workers. The checker is
+ * shown catching each kind of corruption. kvp_router_check runs after every mutation.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <criterion/criterion.h>
 
@@ -417,6 +422,177 @@ Test(router_score, rows_and_capacity)
     kvp_router_stats st;
     cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
     cr_assert_eq(st.n_scores, 2);
+    kvp_router_free(r);
+}
+
+/* The view this build's routers answer from: the shared store in test_router_redis. */
+#ifdef KVP_TEST_REDIS
+#define VIEW_EXPECTED KVP_ROUTER_VIEW_REDIS
+#else
+#define VIEW_EXPECTED KVP_ROUTER_VIEW_LOCAL
+#endif
+
+/* kvp_router_score_v2 and _score_hashes_v2: the rows of the v1 calls, the view of each
+ * call in its own result, each row's engine id; a failed call reports no view. */
+Test(router_score, v2_reports_view_and_engine_ids)
+{
+    cr_assert_str_eq(kvp_router_view_name(KVP_ROUTER_VIEW_LOCAL), "local");
+    cr_assert_str_eq(kvp_router_view_name(KVP_ROUTER_VIEW_REDIS), "redis");
+    cr_assert_str_eq(kvp_router_view_name(KVP_ROUTER_VIEW_FALLBACK), "fallback");
+    cr_assert_null(kvp_router_view_name(0));
+    kvp_router_score_result_init(NULL);
+    kvp_router *r = router_new();
+    kvp_config hc = hash_cfg(KVP_HASH_XXH3, 4);
+    uint32_t a = add_worker(r, "pod-a", 0, hc, NULL);
+    uint32_t b = add_worker(r, "pod-b", 3, hc, NULL);
+    uint32_t t[16];
+    seq_tokens(t, 16, 100);
+    kvp_namespace ns = ns_none();
+    uint64_t k[4];
+    cr_assert_eq(keys_of(hc, &ns, t, 16, k, 4), 4);
+    kvp_kv_event e = ev_stored(k, 3, t, 4, NULL);
+    apply_expect(r, b, 0, &e, 1, KVP_ROUTER_APPLIED);
+
+    kvp_router_row rows[4], rows1[4];
+    const char *ids[4] = {NULL, NULL, NULL, NULL};
+    kvp_router_score_result res;
+    kvp_router_score_result_init(&res);
+    cr_assert_null(res.engine_ids);
+    cr_assert_eq(res.view, 0);
+    res.engine_ids = ids;
+    size_t n = 0, n1 = 0;
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 4, &n, &res), KVP_OK);
+    cr_assert_eq(res.view, VIEW_EXPECTED);
+    cr_assert_eq(kvp_router_score(r, &ns, t, 16, rows1, 4, &n1), KVP_OK);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(n1, 2);
+    cr_assert_eq(memcmp(rows, rows1, sizeof rows[0] * n), 0, "v2 rows equal v1's");
+    for (size_t i = 0; i < n; i++)
+        cr_assert_str_eq(ids[i], rows[i].worker == a ? "pod-a" : "pod-b", "row %zu", i);
+    cr_assert_eq(rows[1].worker, b);
+    cr_assert_eq(rows[1].n_blocks, 3);
+
+    memset(ids, 0, sizeof ids);
+    res.view = 0;
+    cr_assert_eq(kvp_router_score_hashes_v2(r, k, 4, rows, 4, &n, &res), KVP_OK);
+    cr_assert_eq(res.view, VIEW_EXPECTED);
+    cr_assert_str_eq(ids[0], "pod-a");
+    cr_assert_str_eq(ids[1], "pod-b");
+    cr_assert_eq(rows[1].n_blocks, 3);
+
+    res.engine_ids = NULL; /* no engine ids wanted: the view still comes */
+    res.view = 0;
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 4, &n, &res), KVP_OK);
+    cr_assert_eq(res.view, VIEW_EXPECTED);
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 4, &n, NULL), KVP_OK);
+
+    res.engine_ids = ids;
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 1, &n, &res), KVP_ENOSPC);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(res.view, 0, "a failed call names no view");
+    cr_assert_eq(kvp_router_score_v2(NULL, &ns, t, 16, rows, 4, &n, &res), KVP_EINVAL);
+    cr_assert_eq(kvp_router_score_hashes_v2(r, NULL, 2, rows, 4, &n, &res), KVP_EINVAL);
+
+    /* A worker removed and added again under its engine id: the same interned string. */
+    res.view = 0;
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 4, &n, &res), KVP_OK);
+    const char *before = ids[0];
+    cr_assert_eq(kvp_router_worker_remove(r, a), KVP_OK);
+    cr_assert_str_eq(before, "pod-a", "still readable after the removal");
+    uint32_t a2 = add_worker(r, "pod-a", 0, hc, NULL);
+    cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 4, &n, &res), KVP_OK);
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].worker == a2)
+            cr_assert_eq(ids[i], before, "one copy per engine id");
+    }
+    kvp_router_stats st;
+    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
+    cr_assert_eq(st.n_scores, 7);
+    CHECK(r);
+    kvp_router_free(r);
+}
+
+/* Engine ids handed out by a score stay valid while another thread removes and adds
+ * workers (ASan would report a read of freed memory): each row's id names the worker the
+ * row was scored for, and every pointer taken during the churn reads back its name after
+ * it. */
+typedef struct churn {
+    kvp_router *r;
+    kvp_config hash;
+    atomic_bool stop;
+    atomic_int rounds;  /* remove-and-add rounds done */
+    atomic_bool failed; /* a removal failed */
+} churn;
+
+#define CHURN_SLOTS 6
+
+static void *churn_main(void *arg)
+{
+    churn *c = arg;
+    char name[32];
+    for (int i = 0; !atomic_load(&c->stop) || atomic_load(&c->rounds) < 50; i++) {
+        uint32_t id = 0;
+        snprintf(name, sizeof name, "churn-%d", i % 40); /* names come back: shared copies */
+        kvp_router_worker_config wc;
+        kvp_router_worker_config_init(&wc);
+        wc.engine_id = name;
+        wc.hash = c->hash;
+        int rc = kvp_router_worker_add(c->r, &wc, &id);
+        struct timespec pause = {0, 200000}; /* live for a while: scores see it */
+        nanosleep(&pause, NULL);
+        if ((rc == KVP_EEXIST || rc == KVP_OK) && kvp_router_worker_remove(c->r, id) != KVP_OK)
+            atomic_store(&c->failed, true);
+        atomic_fetch_add(&c->rounds, 1);
+    }
+    return NULL;
+}
+
+Test(router_score, rows_keep_engine_ids_across_concurrent_removal, .timeout = 120)
+{
+    kvp_router *r = router_new();
+    churn c = {.r = r, .hash = hash_cfg(KVP_HASH_XXH3, 4)};
+    atomic_init(&c.stop, false);
+    atomic_init(&c.rounds, 0);
+    atomic_init(&c.failed, false);
+    for (int w = 0; w < CHURN_SLOTS; w++) {
+        char name[16];
+        snprintf(name, sizeof name, "fixed-%d", w);
+        (void)add_worker(r, name, 0, c.hash, NULL);
+    }
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, churn_main, &c), 0);
+    uint32_t t[16];
+    seq_tokens(t, 16, 7);
+    kvp_namespace ns = ns_none();
+    enum { KEEP = 64 };
+    static const char *kept[KEEP];
+    size_t n_kept = 0;
+    for (int i = 0; i < 300 || atomic_load(&c.rounds) < 50 || n_kept == 0; i++) {
+        kvp_router_row rows[16];
+        const char *ids[16];
+        kvp_router_score_result res;
+        kvp_router_score_result_init(&res);
+        res.engine_ids = ids;
+        size_t n = 0;
+        cr_assert_eq(kvp_router_score_v2(r, &ns, t, 16, rows, 16, &n, &res), KVP_OK);
+        cr_assert_eq(res.view, VIEW_EXPECTED);
+        cr_assert(n >= CHURN_SLOTS && n <= CHURN_SLOTS + 1, "%zu rows", n);
+        for (size_t j = 0; j < n; j++) {
+            cr_assert(strncmp(ids[j], "fixed-", 6) == 0 || strncmp(ids[j], "churn-", 6) == 0,
+                      "row %zu: engine id '%s'", j, ids[j]);
+            if (rows[j].worker < CHURN_SLOTS)
+                cr_assert_eq(ids[j][6] - '0', (int)rows[j].worker, "a fixed worker's name");
+            else if (n_kept < KEEP)
+                kept[n_kept++] = ids[j]; /* a churned worker: removed soon after */
+        }
+    }
+    atomic_store(&c.stop, true);
+    pthread_join(th, NULL);
+    cr_assert(!atomic_load(&c.failed), "a churn removal failed");
+    cr_assert_gt(n_kept, 0, "some rows named a worker that was removed afterwards");
+    for (size_t i = 0; i < n_kept; i++)
+        cr_assert(strncmp(kept[i], "churn-", 6) == 0, "kept id %zu reads back", i);
+    CHECK(r);
     kvp_router_free(r);
 }
 
@@ -1330,8 +1506,8 @@ Test(router_alloc, known_keys_take_no_new_slots)
         kvp_kv_event e = ev_stored(&key, 1, tok, 1, "GPU");
         apply_expect(r, a, seq++, &e, 1, KVP_ROUTER_APPLIED);
         key++;
-    } while ((uint64_t)r->table.n_entries * 10 != (uint64_t)r->table.cap * 9);
-    uint32_t cap = r->table.cap;
+    } while ((uint64_t)r->ix.table.n_entries * 10 != (uint64_t)r->ix.table.cap * 9);
+    uint32_t cap = r->ix.table.cap;
     /* Removing and storing again a key a holds alone, and b storing keys a holds, need no
      * slot: the table must not grow. */
     uint64_t k1 = 1, many[8] = {2, 3, 4, 5, 6, 7, 8, 9};
@@ -1340,11 +1516,11 @@ Test(router_alloc, known_keys_take_no_new_slots)
     apply_expect(r, a, seq++, ev, 2, KVP_ROUTER_APPLIED);
     kvp_kv_event eb = ev_stored(many, 8, toks, 1, "GPU");
     apply_expect(r, b, 0, &eb, 1, KVP_ROUTER_APPLIED);
-    cr_assert_eq(r->table.cap, cap, "the table grew for keys it holds");
+    cr_assert_eq(r->ix.table.cap, cap, "the table grew for keys it holds");
     /* One new key does need a slot. */
     kvp_kv_event en = ev_stored(&key, 1, tok, 1, "GPU");
     apply_expect(r, b, 1, &en, 1, KVP_ROUTER_APPLIED);
-    cr_assert_gt(r->table.cap, cap);
+    cr_assert_gt(r->ix.table.cap, cap);
     kvp_router_free(r);
 }
 
@@ -1677,7 +1853,7 @@ Test(router_model, random_operations_match_reference, .timeout = 240)
     cr_assert_gt(st.n_restarts, 0);
     cr_assert_gt(st.n_gaps, 0);
     cr_assert_gt(st.n_duplicates, 0);
-    cr_assert_gt(m->r->table.arenas[0].n_records + m->r->table.arenas[1].n_records, 0,
+    cr_assert_gt(m->r->ix.table.arenas[0].n_records + m->r->ix.table.arenas[1].n_records, 0,
                  "holder sets went through spill storage");
     kvp_router_free(m->r);
     for (int i = 0; i < RM_WORKERS; i++)
@@ -1713,8 +1889,8 @@ static kvp_router *corruptible(void)
 /* First live slot whose holder set is spill (want_spill) or inline. */
 static uint32_t slot_where(kvp_router *r, bool want_spill)
 {
-    for (uint32_t i = 0; i < r->table.cap; i++) {
-        uint64_t hv = r->table.slots[i].hv;
+    for (uint32_t i = 0; i < r->ix.table.cap; i++) {
+        uint64_t hv = r->ix.table.slots[i].hv;
         if (hv != 0 && kvp__rt_hv_is_spill(hv) == want_spill)
             return i;
     }
@@ -1726,65 +1902,77 @@ Test(router_check, catches_each_corruption)
 {
     kvp_router *r = corruptible();
     uint32_t s = slot_where(r, false);
-    kvp__rt_slot saved = r->table.slots[s];
+    kvp__rt_slot saved = r->ix.table.slots[s];
 
-    r->table.slots[s].key ^= 0x5555; /* 1: a key away from its probe position */
+    r->ix.table.slots[s].key ^= 0x5555; /* 1: a key away from its probe position */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "misplaced key");
-    r->table.slots[s] = saved;
+    r->ix.table.slots[s] = saved;
 
-    r->table.slots[s].hv &= ~(uint64_t)0x3f; /* 2: an inline holder with no media */
+    r->ix.table.slots[s].hv &= ~(uint64_t)0x3f; /* 2: an inline holder with no media */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "empty media mask");
-    r->table.slots[s] = saved;
+    r->ix.table.slots[s] = saved;
 
-    r->table.slots[s].hv |= (uint64_t)0x20; /* 3: an unregistered medium (bit 5) */
+    r->ix.table.slots[s].hv |= (uint64_t)0x20; /* 3: an unregistered medium (bit 5) */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "unregistered medium");
-    r->table.slots[s] = saved;
+    r->ix.table.slots[s] = saved;
 
-    r->table.slots[s].hv = (r->table.slots[s].hv & ~(uint64_t)(0x7fffu << 6)) | (30u << 6);
+    r->ix.table.slots[s].hv = (r->ix.table.slots[s].hv & ~(uint64_t)(0x7fffu << 6)) | (30u << 6);
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "holder names no live worker");
-    r->table.slots[s] = saved;
+    r->ix.table.slots[s] = saved;
 
     uint32_t sp = slot_where(r, true);
-    kvp__rt_slot ssaved = r->table.slots[sp];
-    r->table.slots[sp].hv += UINT64_C(1) << 32; /* 4: spill count off by one */
+    kvp__rt_slot ssaved = r->ix.table.slots[sp];
+    r->ix.table.slots[sp].hv += UINT64_C(1) << 32; /* 4: spill count off by one */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "spill count");
-    r->table.slots[sp] = ssaved;
+    r->ix.table.slots[sp] = ssaved;
 
     uint32_t sp2 = sp + 1;
-    while (!kvp__rt_hv_is_spill(r->table.slots[sp2 % r->table.cap].hv))
+    while (!kvp__rt_hv_is_spill(r->ix.table.slots[sp2 % r->ix.table.cap].hv))
         sp2++;
-    kvp__rt_slot s2saved = r->table.slots[sp2 % r->table.cap];
-    r->table.slots[sp2 % r->table.cap].hv = ssaved.hv; /* 5: two slots, one record */
+    kvp__rt_slot s2saved = r->ix.table.slots[sp2 % r->ix.table.cap];
+    r->ix.table.slots[sp2 % r->ix.table.cap].hv = ssaved.hv; /* 5: two slots, one record */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "shared spill record");
-    r->table.slots[sp2 % r->table.cap] = s2saved;
+    r->ix.table.slots[sp2 % r->ix.table.cap] = s2saved;
 
-    r->workers[0].n_blocks++; /* 6: a worker's block count */
+    r->ix.workers[0].n_blocks++; /* 6: a worker's block count */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "worker count");
-    r->workers[0].n_blocks--;
+    r->ix.workers[0].n_blocks--;
 
-    r->table.n_holders++; /* 7: totals */
+    r->ix.table.n_holders++; /* 7: totals */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "holder total");
-    r->table.n_holders--;
+    r->ix.table.n_holders--;
 
-    r->workers[1].row = 5; /* 8: rows */
+    r->ix.workers[1].row = 5; /* 8: rows */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "row numbering");
-    r->workers[1].row = 1;
+    r->ix.workers[1].row = 1;
 
-    r->weight_of_mask[3] = 0.3; /* 9: tier weights */
+    r->ix.weight_of_mask[3] = 0.3; /* 9: tier weights */
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "weight table");
-    r->weight_of_mask[3] = 1.0;
+    r->ix.weight_of_mask[3] = 1.0;
 
     uint32_t cls = (uint32_t)(ssaved.hv >> 48) & 0x1f; /* 10: a named record on the free list */
-    uint32_t fh = r->table.arenas[cls].free_head;
-    r->table.arenas[cls].free_head = (uint32_t)ssaved.hv;
-    r->table.arenas[cls].n_free++;
-    uint32_t *w0 = r->table.arenas[cls].words + (size_t)(uint32_t)ssaved.hv * (4u << cls);
+    uint32_t fh = r->ix.table.arenas[cls].free_head;
+    r->ix.table.arenas[cls].free_head = (uint32_t)ssaved.hv;
+    r->ix.table.arenas[cls].n_free++;
+    uint32_t *w0 = r->ix.table.arenas[cls].words + (size_t)(uint32_t)ssaved.hv * (4u << cls);
     uint32_t w0saved = *w0;
     *w0 = KVP__RT_NIL;
     cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "record both named and free");
     *w0 = w0saved;
-    r->table.arenas[cls].free_head = fh;
-    r->table.arenas[cls].n_free--;
+    r->ix.table.arenas[cls].free_head = fh;
+    r->ix.table.arenas[cls].n_free--;
+
+    static char stray[] = "w2"; /* 11: a worker's engine id that is not interned */
+    const char *id2 = r->ix.workers[2].engine_id;
+    r->ix.workers[2].engine_id = stray;
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "engine id outside names[]");
+    r->ix.workers[2].engine_id = id2;
+
+    static char dup[] = "w0"; /* 12: one engine id interned twice */
+    kvp__rt_name nm1 = r->ix.names[1];
+    r->ix.names[1] = (kvp__rt_name){dup, 2};
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "a name interned twice");
+    r->ix.names[1] = nm1;
 
     CHECK(r);
     kvp_router_free(r);

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,7 @@
 
 #include "kvprefix_events.h"
 #include "router.h"
-#include "router_redis.h"
+#include "router_redis_ops.h"
 #include "testutil.h"
 
 #define BS 16u /* block size of every worker here */
@@ -41,7 +42,7 @@
 #define STORE_CHECK(r)                                                                             \
     do {                                                                                           \
         const char *why_ = NULL;                                                                   \
-        int rc_ = kvp__rr_check(r, &why_);                                                         \
+        int rc_ = kvp__rr_check(r->store, &why_);                                                  \
         cr_assert_eq(rc_, KVP_OK, "store check: %s (%s)", kvp_strerror(rc_), why_ ? why_ : "");    \
     } while (0)
 
@@ -148,6 +149,24 @@ static size_t score_keys(kvp_router *r, const uint64_t *keys, size_t n, kvp_rout
     size_t n_rows = 0;
     cr_assert_eq(kvp_router_score_hashes(r, keys, n, rows, 16, &n_rows), KVP_OK);
     return n_rows;
+}
+
+/* As score_keys, and the view that answered this call (kvp_router_score_hashes_v2), with
+ * each row's engine id checked against the worker's. */
+static int score_keys_view(kvp_router *r, const uint64_t *keys, size_t n, kvp_router_row *rows)
+{
+    size_t n_rows = 0;
+    const char *ids[16];
+    kvp_router_score_result res;
+    kvp_router_score_result_init(&res);
+    res.engine_ids = ids;
+    cr_assert_eq(kvp_router_score_hashes_v2(r, keys, n, rows, 16, &n_rows, &res), KVP_OK);
+    for (size_t i = 0; i < n_rows; i++) {
+        uint32_t id = UINT32_MAX;
+        cr_assert_eq(kvp_router_worker_find(r, ids[i], rows[i].dp_rank, &id), KVP_OK);
+        cr_assert_eq(id, rows[i].worker, "row %zu names its own worker", i);
+    }
+    return res.view;
 }
 
 static void rows_equal(const kvp_router_row *a, const kvp_router_row *b, size_t n, const char *what)
@@ -525,7 +544,7 @@ Test(redis_fleet, store_checker_catches_each_corruption)
         cr_assert(rep && rep->type == REDIS_REPLY_INTEGER, "%s", cases[i][0]);
         freeReplyObject(rep);
         const char *why = NULL;
-        cr_assert_eq(kvp__rr_check(r, &why), KVP_ECORRUPT, "case %zu not caught", i);
+        cr_assert_eq(kvp__rr_check(r->store, &why), KVP_ECORRUPT, "case %zu not caught", i);
         cr_assert_str_eq(why, cases[i][1]);
         kvp_router_free(r);
     }
@@ -639,11 +658,11 @@ Test(redis_failure, stopped_server_times_out_to_the_local_view, .timeout = 60)
     uint64_t k[4] = {61, 62, 63, 64};
     apply_keys(r, w, 0, k, 3, "GPU", false);
     kvp_router_row rows[16];
-    score_keys(r, k, 4, rows);
+    cr_assert_eq(score_keys_view(r, k, 4, rows), KVP_ROUTER_VIEW_REDIS);
     cr_assert_eq(rows[0].n_blocks, 3);
     kill(pid, SIGSTOP);
     double t0 = now_s();
-    score_keys(r, k, 4, rows);
+    cr_assert_eq(score_keys_view(r, k, 4, rows), KVP_ROUTER_VIEW_FALLBACK, "this very call");
     double dt = now_s() - t0;
     cr_assert_lt(dt, 0.3, "a stopped server cost %.3f s (timeout 0.1 s)", dt);
     cr_assert_eq(rows[0].n_blocks, 3, "the local view answers");
@@ -652,7 +671,7 @@ Test(redis_failure, stopped_server_times_out_to_the_local_view, .timeout = 60)
     cr_assert_eq(st.n_redis_errors, 1);
     cr_assert_eq(st.n_fallback_scores, 1);
     t0 = now_s();
-    score_keys(r, k, 4, rows);
+    cr_assert_eq(score_keys_view(r, k, 4, rows), KVP_ROUTER_VIEW_FALLBACK, "in the pause");
     cr_assert_lt(now_s() - t0, 0.05, "no network during the pause");
     cr_assert_eq(apply_keys(r, w, 1, k + 3, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
     st = stats_of(r);
@@ -665,13 +684,70 @@ Test(redis_failure, stopped_server_times_out_to_the_local_view, .timeout = 60)
     cr_assert_eq(res.expected, 1);
     cr_assert_eq(apply_keys(r, w, 1, k + 3, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
     cr_assert_eq(apply_keys(r, w, 2, k, 1, "GPU", false).status, KVP_ROUTER_APPLIED);
-    score_keys(r, k, 4, rows);
+    cr_assert_eq(score_keys_view(r, k, 4, rows), KVP_ROUTER_VIEW_REDIS, "Redis again");
     cr_assert_eq(rows[0].n_blocks, 4);
     st = stats_of(r);
     cr_assert(st.redis_up);
     cr_assert_eq(st.n_fallback_scores, 2, "answered by Redis again");
     cr_assert_eq(st.n_redis_connects, 2);
     kvp_router_free(r);
+    server_kill(pid);
+}
+
+/* The view is the call's own: while one router's server is stopped, its scores say
+ * FALLBACK and, in the same moments and process, a router on the shared server says REDIS
+ * (a counter read around the call, as the daemon once did, could not tell them apart). */
+typedef struct view_thread {
+    kvp_router *r;        /* the router scored */
+    const uint64_t *keys; /* its keys */
+    int want;             /* the view every call must report */
+    int n_calls;          /* calls to make */
+    atomic_int n_wrong;   /* calls that reported another view */
+} view_thread;
+
+static void *view_main(void *arg)
+{
+    view_thread *v = arg;
+    for (int i = 0; i < v->n_calls; i++) {
+        kvp_router_row rows[16];
+        size_t n = 0;
+        kvp_router_score_result res;
+        kvp_router_score_result_init(&res);
+        if (kvp_router_score_hashes_v2(v->r, v->keys, 3, rows, 16, &n, &res) != KVP_OK ||
+            res.view != v->want || rows[0].n_blocks != 3)
+            atomic_fetch_add(&v->n_wrong, 1);
+    }
+    return NULL;
+}
+
+Test(redis_failure, view_is_per_call_beside_a_healthy_router, .timeout = 60)
+{
+    int port = free_port();
+    pid_t pid = server_start(port);
+    char url[64];
+    snprintf(url, sizeof url, "127.0.0.1:%d", port);
+    kvp_router *down = router_on(url, "vstop", 0, 100, 60000);
+    kvp_router *up = shared_router("vshared");
+    uint64_t k[3] = {91, 92, 93};
+    apply_keys(down, worker(down, "d"), 0, k, 3, "GPU", false);
+    apply_keys(up, worker(up, "u"), 0, k, 3, "GPU", false);
+    kill(pid, SIGSTOP);
+    view_thread vt[2] = {{.r = down, .keys = k, .want = KVP_ROUTER_VIEW_FALLBACK, .n_calls = 200},
+                         {.r = up, .keys = k, .want = KVP_ROUTER_VIEW_REDIS, .n_calls = 200}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        atomic_init(&vt[i].n_wrong, 0);
+        cr_assert_eq(pthread_create(&th[i], NULL, view_main, &vt[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    cr_assert_eq(atomic_load(&vt[0].n_wrong), 0, "the stopped server's router said FALLBACK");
+    cr_assert_eq(atomic_load(&vt[1].n_wrong), 0, "the healthy router said REDIS");
+    cr_assert_eq(stats_of(down).n_fallback_scores, 200);
+    cr_assert_eq(stats_of(up).n_fallback_scores, 0);
+    kill(pid, SIGCONT);
+    kvp_router_free(down);
+    kvp_router_free(up);
     server_kill(pid);
 }
 
@@ -983,7 +1059,9 @@ Test(redis_threads, events_and_scores_then_views_agree, .timeout = 120)
     for (size_t start = 0; start < 24; start++) {
         size_t n = 0;
         score_keys(r, ev[0].keys + start, 24 - start, red);
-        cr_assert_eq(kvp__rt_score_hashes(r, ev[0].keys + start, 24 - start, loc, 16, &n), KVP_OK);
+        kvp__rt_query q = {
+            .hashes = ev[0].keys + start, .n_hashes = 24 - start, .rows = loc, .cap = 16};
+        cr_assert_eq(kvp__rt_score(&r->ix, &q, &n), KVP_OK); /* the local index alone */
         rows_equal(red, loc, n, "Redis vs local");
         for (size_t i = 0; i < n; i++)
             n_held += red[i].n_blocks;

@@ -156,9 +156,12 @@ def check_same(routers, engines, prompts, what):
         for p in prompts:
             want = truth(engines, p)
             for r in routers:
-                view, rows = r.rows(p)
-                if view != "redis" or rows != want:
-                    check_same.last = f"prompt at {p[0]}: {view} {rows}, engines {want}"
+                out = r.score(p)  # "fallback" false: the call itself says Redis answered
+                view, fallback = out["view"], out.get("fallback")
+                rows = [(w["engine"], w["blocks"], w["state"]) for w in out["workers"]]
+                if view != "redis" or fallback is not False or rows != want:
+                    check_same.last = (f"prompt at {p[0]}: {view} (fallback {fallback}) {rows}, "
+                                       f"engines {want}")
                     return False
         return True
     check_same.last = ""
@@ -337,7 +340,8 @@ def outage(redis, r1, r2, engines, how):
              f"(d) {how}: router {i + 1} scores from its local view")
         for _ in range(3):
             out = bounded_local(r, pg, engines, f"(d) {how}")
-            expect(out["view"] == "local", f"(d) {how}: view {out['view']}")
+            expect(out["view"] == "local" and out.get("fallback") is True,
+                   f"(d) {how}: view {out['view']}, fallback {out.get('fallback')}")
         status, body = r.request("GET", "/healthz")
         expect(status == 200 and b'"view":"local"' in body, f"(d) {how}: healthz {body}")
         expect(r.metric("kvprefix_router_redis_up") == 0, f"(d) {how}: redis_up")
