@@ -253,7 +253,8 @@ static qcount *qcount_find(qcount *counts, size_t n, const kvp__qgroup *g)
  * cached blocks, refs exactly its indexed blocks + the requests that hold it + one for an
  * explicit quota; every block and request points to a group of the table; unindexed
  * blocks have no group. KVP_OK at once when quotas are off; KVP_ENOMEM when the count
- * array (malloc, one entry per group) cannot be allocated. */
+ * array (one entry per group, through the cache's hooks, freed before returning) cannot be
+ * allocated. O(n_blocks log n_groups + requests). */
 int kvp__quota_check(const kvp_cache *cache)
 {
     const kvp__quota *q = &cache->quota;
@@ -305,8 +306,9 @@ int kvp__quota_check(const kvp_cache *cache)
                          __func__, n_listed, n_tagged_cached);
 
     /* The per-group counts again, from the blocks and the requests alone. */
-    size_t n_groups = HASH_COUNT(q->by_root), k = 0;
-    qcount *counts = malloc((n_groups ? n_groups : 1) * sizeof *counts);
+    kvp__mem *mem = (kvp__mem *)&cache->mem; /* scratch only: back to its count on return */
+    size_t n_groups = HASH_COUNT(q->by_root), k = 0, n_alloc = n_groups ? n_groups : 1;
+    qcount *counts = kvp__mem_alloc(mem, n_alloc * sizeof *counts);
     if (!counts)
         return kvp__fail(KVP_ENOMEM, "out of memory: the checker's counts of %zu quota groups",
                          n_groups);
@@ -351,6 +353,6 @@ int kvp__quota_check(const kvp_cache *cache)
                            __func__, c->g->n_cached, c->g->refs, c->n_cached, c->n_tagged,
                            c->n_requests);
     }
-    free(counts);
+    kvp__mem_free(mem, counts, n_alloc * sizeof *counts);
     return rc;
 }
