@@ -1,28 +1,42 @@
 /*
- * fuzz_noninterference.c - libFuzzer harness: the attacker's view of a shared cache must
- * not depend on what the victim does (issue 13, items 3, 5 and 6; docs/security.md).
+ * fuzz_noninterference.c - libFuzzer harness: what one party of a shared cache observes
+ * must not depend on what the other does (issue 13, items 3, 5 and 6; quota scopes, issue
+ * item 2; docs/security.md).
  *
  * One input decodes to a cache shape and a program of calls by two parties: a victim
- * (namespace "alice") and an attacker (two namespaces of its own, "mallory" and
- * "mallory-2", so it can also play its namespaces against each other). The program runs
- * twice on fresh caches, once as decoded and once with every victim call left out; the
- * attacker's observations must be identical in both runs:
+ * (tenant "alice") and an attacker (tenants "mallory" and "mallory-2", so it can also play
+ * its tenants against each other). Every call also names a namespace of its tenant, with a
+ * salt (255 values or absent), an adapter (7 or absent) and a model (2) decoded from the
+ * input: the fields a tenant chooses, so one party may spread its calls over hundreds of
+ * namespaces. The program runs three times on fresh caches: as decoded, without the
+ * victim's calls and without the attacker's calls. The attacker's observations must be the
+ * same in the first two runs (no prime+probe, no activity oracle) and the victim's in the
+ * first and the third (no eviction lever, whatever namespaces the attacker makes). A
+ * party's observations are:
  *   - the return code and match (n_blocks_cached, n_blocks_hit) of each of its lookups,
  *     acquires and accesses, the return code and n_stored of each of its commits, and the
  *     return codes of its releases;
  *   - the events fired during its calls (type, reason, key, parent, parent_is_root), that
  *     is the stores and evictions its own requests cause; block ids are left out (a tenant
  *     of an engine never sees them, and which free block it gets does depend on others).
- * Conditions under which the property is claimed (and set up here): verification on, keys
- * truncated to 1..12 bits with kvp__cache_set_key_bits so that the parties' keys collide
- * all the time (or, one input in 13, full 128-bit keys without verification, where quotas
- * alone must isolate), and per-namespace quotas q (1..8) with a pool that holds every
- * namespace's quota plus the blocks both parties can pin at once (3q + 2 * (MAX_BLOCKS +
- * 1): a request pins its full blocks and a partial tail block), so the shared LRU order
- * never has to be used. Pools are therefore small (21..42 blocks),
- * block sizes 1, 2, 3, 4 and 16, seeds random. Attacker prompts are drawn from the same
- * 3-token alphabet as the victim's, or copied from the victim's last prompt, so equal and
- * colliding blocks across namespaces are common. kvp_cache_check passes after every call.
+ * Conditions under which the property is claimed (and set up here; docs/security.md
+ * section 5): quota scope KVP_QUOTA_SCOPE_TENANT, verification on with keys truncated to
+ * 1..12 bits with kvp__cache_set_key_bits so that the parties' keys collide all the time
+ * (or, one input in 13, full 128-bit keys without verification, where quotas alone must
+ * isolate), and quotas q (1..8) per tenant with a pool that holds every tenant's quota plus
+ * the blocks both parties can pin at once (3q + 2 * (MAX_BLOCKS + 1): a request pins its
+ * full blocks and a partial tail block), so the shared LRU order never has to be used.
+ * Pools are therefore small (21..42 blocks) whatever the number of namespaces, block sizes
+ * 1, 2, 3, 4 and 16, seeds random. Prompts are drawn from one 3-token alphabet, and the
+ * attacker may copy the victim's last prompt, so equal and colliding blocks across
+ * namespaces are common. kvp_cache_check passes after every call.
+ *
+ * Input: bs byte, key-bits byte, quota byte, 8 seed bytes; then per call a step byte (bit 0
+ * victim, (b >> 1) % 5 the operation, bit 4 the attacker's tenant, bit 7 copy the victim's
+ * last prompt), a salt byte (0: absent), a byte with the adapter (bits 0-2, 0: absent) and
+ * the model (bit 3), then unless copied a length byte and one byte per token. All-zero
+ * namespace bytes give the namespaces of the format before scopes (model "m", tenant
+ * only), to which the corpus from before was converted.
  *
  * Not covered (documented in docs/security.md): timing, the operator-level counters
  * (kvp_stats is global: n_verify_rejects counts the victim's blocks met), and ENOSPC when
@@ -43,7 +57,10 @@ enum { OP_LOOKUP, OP_ACCESS, OP_ACQUIRE, OP_COMMIT, OP_RELEASE, N_OPS };
 typedef struct ni_step {
     bool victim;                    /* a victim call (left out of the second run) */
     int op;                         /* OP_* */
-    int ns;                         /* attacker: 1 or 2; victim: 0 */
+    int ns;                         /* the tenant: attacker 1 or 2; victim 0 */
+    uint8_t salt;                   /* salt "s<salt>", or absent when 0 */
+    uint8_t adapter;                /* adapter "lora<adapter>" (1..7), or absent when 0 */
+    uint8_t model;                  /* model "m" (0) or "m2" (1) */
     uint32_t tokens[NI_MAX_TOKENS]; /* the prompt or sequence */
     size_t n_tokens;
 } ni_step;
@@ -57,12 +74,17 @@ typedef struct ni_prog {
     size_t n_steps;
 } ni_prog;
 
-/* The attacker's observations, folded into a digest as they happen. */
+/* One party's observations, folded into a digest as they happen. */
 typedef struct ni_view {
     uint64_t digest;
-    uint64_t n_obs;     /* observations folded in */
-    bool attacker_call; /* events count only during the attacker's calls */
+    uint64_t n_obs; /* observations folded in */
 } ni_view;
+
+/* Both parties' views in one run, and whose call is running (events go to its view). */
+typedef struct ni_views {
+    ni_view party[2]; /* [0] the victim's, [1] the attacker's */
+    int caller;       /* 0 or 1 during a call, -1 between calls */
+} ni_views;
 
 static void obs(ni_view *v, uint64_t x)
 {
@@ -72,9 +94,10 @@ static void obs(ni_view *v, uint64_t x)
 
 static void on_event(void *ud, const kvp_event *ev)
 {
-    ni_view *v = ud;
-    if (!v->attacker_call)
+    ni_views *vs = ud;
+    if (vs->caller < 0)
         return;
+    ni_view *v = &vs->party[vs->caller];
     obs(v, (uint64_t)ev->type << 8 | (uint64_t)(uint8_t)ev->reason);
     obs(v, ev->key.lo);
     obs(v, ev->key.hi);
@@ -113,6 +136,10 @@ static void decode(fz_in *in, ni_prog *p)
         s->victim = b & 1;
         s->op = (b >> 1) % N_OPS;
         s->ns = s->victim ? 0 : 1 + ((b >> 4) & 1);
+        s->salt = fz_u8(in);
+        uint8_t am = fz_u8(in);
+        s->adapter = am & 7;
+        s->model = (am >> 3) & 1;
         size_t max = (size_t)NI_MAX_BLOCKS * p->bs + p->bs - 1;
         bool copy = !s->victim && (b & 0x80) && last_victim;
         if (copy) {
@@ -128,10 +155,28 @@ static void decode(fz_in *in, ni_prog *p)
     }
 }
 
-/* Run the program (victim calls only when with_victim) and return the attacker's view. */
-static ni_view run(const ni_prog *p, bool with_victim)
+/* Step s's namespace, its field strings in buf. */
+static void step_ns(const ni_step *s, kvp_namespace *ns, char (*buf)[2][16])
 {
-    ni_view v = {UINT64_C(0xcbf29ce484222325), 0, false};
+    static const char *tenants[3] = {"alice", "mallory", "mallory-2"};
+    kvp_namespace_init(ns);
+    ns->model = kvp_field_str(s->model ? "m2" : "m");
+    ns->tenant = kvp_field_str(tenants[s->ns]);
+    if (s->salt) {
+        snprintf((*buf)[0], sizeof(*buf)[0], "s%u", (unsigned)s->salt);
+        ns->salt = kvp_field_str((*buf)[0]);
+    }
+    if (s->adapter) {
+        snprintf((*buf)[1], sizeof(*buf)[1], "lora%u", (unsigned)s->adapter);
+        ns->adapter = kvp_field_str((*buf)[1]);
+    }
+}
+
+/* Run the program, leaving out the victim's calls unless with_victim and the attacker's
+ * unless with_attacker, and return both parties' views. */
+static ni_views run(const ni_prog *p, bool with_victim, bool with_attacker)
+{
+    ni_views vs = {{{UINT64_C(0xcbf29ce484222325), 0}, {UINT64_C(0xcbf29ce484222325), 0}}, -1};
     kvp_config cfg;
     kvp_config_init(&cfg);
     cfg.n_blocks = p->n_blocks;
@@ -149,66 +194,72 @@ static ni_view run(const ni_prog *p, bool with_victim)
     }
     cfg.verify_tokens = p->verify;
     cfg.ns_quota = p->quota;
+    cfg.quota_scope = KVP_QUOTA_SCOPE_TENANT;
     cfg.on_event = on_event;
-    cfg.event_ud = &v;
+    cfg.event_ud = &vs;
     kvp_cache *c = NULL;
     FZ_ASSERT(kvp_cache_new(&cfg, &c) == KVP_OK, "kvp_cache_new");
     FZ_ASSERT(kvp__cache_set_key_bits(c, p->bits) == KVP_OK, "set_key_bits");
-    kvp_namespace ns[3];
-    const char *tenants[3] = {"alice", "mallory", "mallory-2"};
-    for (int i = 0; i < 3; i++) {
-        kvp_namespace_init(&ns[i]);
-        ns[i].model = kvp_field_str("m");
-        ns[i].tenant = kvp_field_str(tenants[i]);
-    }
     bool open = false; /* the attacker's request 1 is active */
     for (size_t k = 0; k < p->n_steps; k++) {
         const ni_step *s = &p->steps[k];
+        if (s->victim ? !with_victim : !with_attacker)
+            continue;
+        kvp_namespace ns;
+        char buf[2][16];
+        step_ns(s, &ns, &buf);
         kvp_match m;
+        vs.caller = !s->victim;
+        ni_view *v = &vs.party[vs.caller];
         if (s->victim) {
-            if (!with_victim)
-                continue;
-            int rc = s->op % 2 ? kvp_access(c, &ns[0], s->tokens, s->n_tokens, &m)
-                               : kvp_acquire(c, 2, &ns[0], s->tokens, s->n_tokens, 0, &m);
+            int rc = s->op % 2 ? kvp_access(c, &ns, s->tokens, s->n_tokens, &m)
+                               : kvp_acquire(c, 2, &ns, s->tokens, s->n_tokens, 0, &m);
             FZ_ASSERT(rc == KVP_OK, "victim call failed: %s", kvp_strerror(rc));
+            obs_match(v, rc, &m);
             if (s->op % 2 == 0) {
-                FZ_ASSERT(kvp_commit(c, 2, s->tokens, s->n_tokens, NULL) == KVP_OK, "commit");
+                size_t stored = 0;
+                FZ_ASSERT(kvp_commit(c, 2, s->tokens, s->n_tokens, &stored) == KVP_OK, "commit");
+                obs(v, stored);
                 FZ_ASSERT(kvp_release(c, 2) == KVP_OK, "release");
             }
         } else {
-            v.attacker_call = true;
             size_t stored = 0;
             switch (s->op) {
             case OP_LOOKUP:
-                obs_match(&v, kvp_lookup(c, &ns[s->ns], s->tokens, s->n_tokens, NULL, 0, &m), &m);
+                obs_match(v, kvp_lookup(c, &ns, s->tokens, s->n_tokens, NULL, 0, &m), &m);
                 break;
             case OP_ACCESS:
-                obs_match(&v, kvp_access(c, &ns[s->ns], s->tokens, s->n_tokens, &m), &m);
+                obs_match(v, kvp_access(c, &ns, s->tokens, s->n_tokens, &m), &m);
                 break;
             case OP_ACQUIRE:
                 if (open)
-                    obs(&v, (uint64_t)kvp_release(c, 1));
+                    obs(v, (uint64_t)kvp_release(c, 1));
                 open = false;
-                int rc = kvp_acquire(c, 1, &ns[s->ns], s->tokens, s->n_tokens, 0, &m);
-                obs_match(&v, rc, &m);
+                int rc = kvp_acquire(c, 1, &ns, s->tokens, s->n_tokens, 0, &m);
+                obs_match(v, rc, &m);
                 open = rc == KVP_OK;
                 break;
             case OP_COMMIT:
-                obs(&v, (uint64_t)kvp_commit(c, 1, s->tokens, s->n_tokens, &stored));
-                obs(&v, stored);
+                obs(v, (uint64_t)kvp_commit(c, 1, s->tokens, s->n_tokens, &stored));
+                obs(v, stored);
                 break;
             default:
-                obs(&v, (uint64_t)kvp_release(c, 1));
+                obs(v, (uint64_t)kvp_release(c, 1));
                 open = false;
                 break;
             }
-            v.attacker_call = false;
         }
+        vs.caller = -1;
         int rc = kvp_cache_check(c);
         FZ_ASSERT(rc == KVP_OK, "step %zu: kvp_cache_check: %s", k, kvp_strerror(rc));
     }
     kvp_cache_free(c);
-    return v;
+    return vs;
+}
+
+static bool view_eq(const ni_view *a, const ni_view *b)
+{
+    return a->n_obs == b->n_obs && a->digest == b->digest;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -218,9 +269,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_in in = {data, size};
     memset(&prog, 0, sizeof prog);
     decode(&in, &prog);
-    ni_view with = run(&prog, true), without = run(&prog, false);
-    FZ_ASSERT(with.n_obs == without.n_obs && with.digest == without.digest,
+    ni_views both = run(&prog, true, true), no_victim = run(&prog, false, true),
+             no_attacker = run(&prog, true, false);
+    FZ_ASSERT(view_eq(&both.party[1], &no_victim.party[1]),
               "the attacker's view depends on the victim (bs %u, %u key bits, verify %d, quota "
+              "%u, pool %u, %zu steps)",
+              prog.bs, prog.bits, prog.verify, prog.quota, prog.n_blocks, prog.n_steps);
+    FZ_ASSERT(view_eq(&both.party[0], &no_attacker.party[0]),
+              "the victim's view depends on the attacker (bs %u, %u key bits, verify %d, quota "
               "%u, pool %u, %zu steps)",
               prog.bs, prog.bits, prog.verify, prog.quota, prog.n_blocks, prog.n_steps);
     return 0;

@@ -9,7 +9,10 @@ pool mode, forced collisions...) and the block-size byte of fz_block_size (1, 2,
 hash-profile byte of fz_keys_decode (mod 8: xxh3, keyed, siphash, vllm-sha256-cbor,
 vllm-xxhash-cbor, xxh3, keyed, siphash), which the seeds sweep too, so every profile meets
 every block size; the profile's key or vLLM seed string comes from the random body. The
-replay_input seeds are small request logs, one per line format and error case.
+replay_input seeds are small request logs, one per line format and error case. The
+noninterference seeds (seed-salts-*) are programs in which the attacker spreads its calls
+over many namespaces (a salt, adapter and model per call) and the victim over a few: the
+quota-scope attack of docs/security.md section 5; its older seed-00..23 are kept as they are.
 Minimized inputs found by campaigns (libFuzzer -merge=1) are added next to the seeds under
 other names; this script only rewrites seed-* files. Run from anywhere:
     python3 fuzz/make_seeds.py
@@ -136,12 +139,37 @@ def kv_decode_seeds():
     write("kv_decode", "truncated", pk([ts, [stored_map], 0])[:-7])
 
 
+def noninterference_seeds():
+    """fuzz_noninterference: 16 programs over every block size (byte 0 mod 5) and key width
+    (byte 1 mod 13, 12 meaning full keys without verification), each call a step byte, a
+    salt byte, an adapter/model byte and a prompt; the attacker's salts are drawn from all
+    255, the victim's from four."""
+    rng = random.Random(7)
+    for i in range(16):
+        head = bytes([i % 5, (i * 5) % 13, rng.randrange(8)])
+        head += bytes(rng.randrange(256) for _ in range(8))
+        body = bytearray()
+        for _ in range(rng.randrange(40, 90)):
+            victim = rng.random() < 0.35
+            b = rng.randrange(256) & ~0x80 | (0x80 if rng.random() < 0.2 else 0)
+            b = b | 1 if victim else b & ~1
+            salt = rng.randrange(4) if victim else rng.randrange(256)
+            body += bytes([b, salt, rng.randrange(16)])
+            if not victim and b & 0x80:
+                continue  # copies the victim's last prompt when there is one
+            n = rng.randrange(256)
+            body.append(n)
+            body += bytes(rng.randrange(3) for _ in range(1 + n % (9 * [1, 2, 3, 4, 16][i % 5] - 1)))
+        write("noninterference", "salts-%02d" % i, head + bytes(body))
+
+
 def main():
     binary_seeds("isolation", 48, 240, 1, isolation_shape)
     binary_seeds("ops", 32, 400, 2, lambda i, rng: rng.randrange(256))
     binary_seeds("collision", 24, 300, 3, lambda i, rng: rng.randrange(256))
     replay_seeds()
     kv_decode_seeds()
+    noninterference_seeds()
 
 
 if __name__ == "__main__":

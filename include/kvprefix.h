@@ -393,10 +393,33 @@ typedef struct kvp_config {
     uint32_t vocab_size;   /* token ids must be below it (KVP_ETOKEN); 0 = unchecked */
     bool single_threaded;  /* the caller serializes every call: skip the cache's lock
                               (default false: the cache is thread-safe) */
+    uint8_t quota_scope;   /* KVP_QUOTA_SCOPE_*: what one quota counts (default
+                              KVP_QUOTA_SCOPE_NAMESPACE); only with ns_quota != 0. It sits in
+                              the tail padding after single_threaded, so sizeof(kvp_config)
+                              and every other field's offset are unchanged */
 } kvp_config;
 
-/* kvp_config.ns_quota / kvp_cache_set_quota: no limit on a namespace's cached blocks. */
+/* kvp_config.ns_quota / kvp_cache_set_quota: no limit on a scope's cached blocks. */
 #define KVP_QUOTA_UNLIMITED UINT32_MAX
+
+/* Quota scopes (kvp_config.quota_scope): which namespaces share one quota. A scope's key is
+ * the namespace root (under the cache's hash profile and key) of the namespace with every
+ * field outside the scope made absent, so a field outside the scope cannot change which
+ * quota a request counts against (docs/security.md section 5). */
+enum {
+    KVP_QUOTA_SCOPE_NAMESPACE = 0, /* default: each full namespace (model, adapter, tenant,
+                                      salt) has its own quota. A requester that chooses its
+                                      salt or adapter gets a new quota with each value, so
+                                      this does not isolate tenants that choose them */
+    KVP_QUOTA_SCOPE_TENANT = 1,    /* one quota per tenant field, across every model, adapter
+                                      and salt it is used with (namespaces with no tenant
+                                      share one quota). For tenants that may choose salts,
+                                      adapters or models: the tenant field must come from the
+                                      server's authentication, never from the request */
+    KVP_QUOTA_SCOPE_MODEL = 2      /* one quota per model field, shared by every tenant,
+                                      adapter and salt of that model: capacity split between
+                                      models (a router's cache), not isolation of tenants */
+};
 
 /* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
 KVP_EXPORT void kvp_config_init(kvp_config *cfg);
@@ -404,7 +427,8 @@ KVP_EXPORT void kvp_config_init(kvp_config *cfg);
 typedef struct kvp_cache kvp_cache;
 
 /* Create a cache. On KVP_OK, *out is a new cache owned by the caller (kvp_cache_free).
- * Returns KVP_EINVAL (NULL pointer, n_blocks or block_size out of range), KVP_ENOMEM. */
+ * Returns KVP_EINVAL (NULL pointer, n_blocks or block_size out of range, quota_scope not a
+ * KVP_QUOTA_SCOPE_*, or not KVP_QUOTA_SCOPE_NAMESPACE while ns_quota is 0), KVP_ENOMEM. */
 KVP_NODISCARD KVP_EXPORT int kvp_cache_new(const kvp_config *cfg, kvp_cache **out);
 
 /* Free a cache and everything it owns, active requests included. Accepts NULL. Emits no
@@ -608,19 +632,25 @@ typedef struct kvp_stats {
     uint32_t n_requests_active; /* requests between kvp_acquire and kvp_release */
 } kvp_stats;
 
-/* Per-namespace quotas (capacity isolation; needs kvp_config.ns_quota != 0). A namespace
- * never holds more than its quota of cached (indexed, unpinned) blocks: when a release
- * would take it over, its own least recently used cached block is evicted at once
- * (KVP_EVENT_REMOVED, KVP_REMOVED_EVICTED), before any other namespace's block. Blocks
- * pinned by requests are not counted. If the quotas of all namespaces plus the blocks
- * pinned at any one time fit in the pool, no namespace's cached blocks ever depend on
- * another namespace's requests (no prime+probe across tenants; see docs/security.md for
- * what remains, e.g. timing). Namespaces are told apart by their full root key.
+/* Quotas (capacity isolation; needs kvp_config.ns_quota != 0). Every namespace belongs to
+ * one quota scope (kvp_config.quota_scope: the full namespace, its tenant, or its model),
+ * and a scope never holds more than its quota of cached (indexed, unpinned) blocks: when a
+ * release would take it over, the scope's own least recently used cached block is evicted
+ * at once (KVP_EVENT_REMOVED, KVP_REMOVED_EVICTED), before any other scope's block. Blocks
+ * pinned by requests are not counted. If the quotas of all scopes plus the blocks pinned
+ * at any one time fit in the pool, no scope's cached blocks ever depend on another scope's
+ * requests (no eviction lever, no prime+probe across scopes; see docs/security.md section 5
+ * for the guarantee with its conditions, and for what remains, e.g. timing). Under
+ * KVP_QUOTA_SCOPE_NAMESPACE a tenant that chooses its cache salt makes as many scopes as it
+ * likes, so the pool cannot be sized for them: isolate such tenants with
+ * KVP_QUOTA_SCOPE_TENANT. Scopes are told apart by their full 128-bit scope key.
  *
- * Set namespace ns's quota to max_cached_blocks (0: cache nothing; KVP_QUOTA_UNLIMITED: no
- * limit), overriding the default for the cache's lifetime; if ns holds more, its least
- * recently used cached blocks are evicted now. Returns KVP_OK, KVP_EINVAL (NULL cache,
- * invalid ns, quotas off), KVP_ENOMEM (nothing changed), KVP_EBUSY. */
+ * Set the quota of ns's scope to max_cached_blocks (0: cache nothing; KVP_QUOTA_UNLIMITED:
+ * no limit), overriding ns_quota for the cache's lifetime; the fields of ns outside the
+ * scope are ignored (under KVP_QUOTA_SCOPE_TENANT, ns = {tenant "t"} and ns = {model "m",
+ * tenant "t", salt "s"} set the same quota). If the scope holds more, its least recently
+ * used cached blocks are evicted now. Returns KVP_OK, KVP_EINVAL (NULL cache, invalid ns,
+ * quotas off), KVP_ENOMEM (nothing changed), KVP_EBUSY. */
 KVP_NODISCARD KVP_EXPORT int kvp_cache_set_quota(kvp_cache *cache, const kvp_namespace *ns,
                                                  uint32_t max_cached_blocks);
 

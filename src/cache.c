@@ -14,6 +14,14 @@
 
 #include "internal.h"
 
+/* quota_scope lives in the tail padding after single_threaded: the struct is exactly as
+ * large as if it ended there, so adding it kept the size promised for 0.x minor releases
+ * (the versioning paragraph of kvprefix.h). */
+_Static_assert(sizeof(kvp_config) == (offsetof(kvp_config, single_threaded) + sizeof(bool) +
+                                      _Alignof(kvp_config) - 1) /
+                                         _Alignof(kvp_config) * _Alignof(kvp_config),
+               "kvp_config.quota_scope must not grow kvp_config");
+
 KVP_EXPORT void kvp_config_init(kvp_config *cfg)
 {
     if (!cfg)
@@ -23,6 +31,7 @@ KVP_EXPORT void kvp_config_init(kvp_config *cfg)
     cfg->block_size = 16;
     cfg->seed = KVP_DEFAULT_SEED;
     cfg->hash_profile = KVP_HASH_KEYED;
+    cfg->quota_scope = KVP_QUOTA_SCOPE_NAMESPACE;
 }
 
 /* Free the cache and all it owns (kvp_cache_free, in lock.c, calls it outside any of the
@@ -64,6 +73,12 @@ static int cache_new(const kvp_config *cfg, kvp_cache **out)
     if (cfg->block_size == 0 || cfg->block_size > KVP_MAX_BLOCK_SIZE)
         return kvp__fail(KVP_EINVAL, "block_size is %" PRIu32 ", outside 1..%u", cfg->block_size,
                          KVP_MAX_BLOCK_SIZE);
+    if (cfg->quota_scope > KVP_QUOTA_SCOPE_MODEL)
+        return kvp__fail(KVP_EINVAL, "quota_scope is %u, not a KVP_QUOTA_SCOPE_*",
+                         (unsigned)cfg->quota_scope);
+    if (cfg->quota_scope != KVP_QUOTA_SCOPE_NAMESPACE && cfg->ns_quota == 0)
+        return kvp__fail(KVP_EINVAL, "quota_scope is %u but quotas are off (ns_quota 0)",
+                         (unsigned)cfg->quota_scope);
     kvp__mem mem;
     kvp__mem_init(&mem, &cfg->alloc);
     kvp_cache *cache = kvp__mem_calloc(&mem, 1, sizeof *cache);

@@ -23,8 +23,10 @@
  *     fit the test-only truncation; no ref count holds the KVP_NIL marker; requests carry
  *     no namespace or parent reference outside verify mode; in verify mode an unindexed
  *     block names no namespace and an indexed later block names a parent in the pool.
- *  6. Quotas (quota.c, kvp__quota_check): each namespace's list of cached blocks is exact
- *     and within its quota.
+ *  6. Quotas (quota.c, kvp__quota_check): each quota scope's group is filed under its own
+ *     key, its list of cached blocks is exact and within its quota, and its counts (cached
+ *     blocks, references) agree with a recount from the blocks and requests alone
+ *     (tests/lib/test_scope.c corrupts each).
  * Tests and fuzzers call it after every mutation; tests/lib/test_check.c corrupts each structure
  * above in turn and shows the checker catching it. O(n_blocks + held blocks); it allocates
  * its counter arrays through the cache's hooks (a deployment that gives the cache an arena

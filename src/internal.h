@@ -15,7 +15,8 @@
  *    |                                    (in verify mode several blocks may share a key)
  *    |- requests: uthash table id -> kvp__request (block table, chain state)
  *    |- verify (optional): tokens per block, parent links, interned namespaces
- *    `- quota (optional): per-namespace groups, each with its cached blocks in LRU order
+ *    `- quota (optional): one group per quota scope (namespace, tenant or model), each
+ *                         with its cached blocks in LRU order
  *
  * Each block is in exactly one of three states, derived from (ref, indexed) and named by
  * the predicates kvp__block_is_free / _cached / _in_use below:
@@ -302,11 +303,12 @@ typedef struct kvp__verify {
 
 /* ---------------------------------------------------------------- quotas (quota.c) */
 
-/* One namespace's quota group: its cached blocks in LRU order and its limit. */
+/* One quota scope's group (a namespace, a tenant or a model: kvp_config.quota_scope): its
+ * cached blocks in LRU order and its limit. */
 typedef struct kvp__qgroup {
     UT_hash_handle hh;   /* quota.by_root linkage */
-    kvp_key root;        /* the namespace's full (untruncated) root key */
-    uint32_t quota;      /* most cached blocks the namespace may hold */
+    kvp_key root;        /* the group key, kvp__quota_key: a full (untruncated) root key */
+    uint32_t quota;      /* most cached blocks the scope may hold */
     uint32_t n_cached;   /* its cached (indexed, unpinned) blocks: the list's length */
     uint32_t head;       /* its least recently used cached block, KVP_NIL if none */
     uint32_t tail;       /* its most recently used cached block, KVP_NIL if none */
@@ -330,6 +332,7 @@ void kvp__quota_untag(kvp_cache *cache, uint32_t id);
 void kvp__quota_link(kvp_cache *cache, uint32_t id);
 void kvp__quota_unlink(kvp_cache *cache, uint32_t id);
 uint32_t kvp__quota_victim(const kvp_cache *cache, uint32_t id);
+kvp_key kvp__quota_key(const kvp_cache *cache, const kvp_namespace *ns);
 
 /* ---------------------------------------------------------------- requests (request.c) */
 
@@ -372,7 +375,7 @@ struct kvp_cache {
     kvp__index index;       /* key -> block */
     kvp__request *requests; /* uthash head of active requests */
     kvp__verify verify;     /* collision-proof mode state; zeroed when off */
-    kvp__quota quota;       /* per-namespace quotas; zeroed when off (cfg.ns_quota == 0) */
+    kvp__quota quota;       /* quotas per scope; zeroed when off (cfg.ns_quota == 0) */
     kvp_stats stats;        /* counters (pool gauges filled in on read) */
     kvp_key *scratch_keys;  /* kvp_access: keys of the current prompt */
     uint32_t *scratch_ids;  /* kvp_access: blocks touched by the current prompt */

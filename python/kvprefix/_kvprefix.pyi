@@ -15,6 +15,7 @@ Labels = Union[Mapping[str, str], Iterable[Tuple[str, str]], None]
 # A hash profile: its name ("keyed", "xxh3", "siphash", "vllm-sha256-cbor",
 # "vllm-xxhash-cbor") or a HASH_* constant.
 Profile = Union[str, int]
+Scope = Union[str, int]  # "namespace", "tenant", "model" or a QUOTA_SCOPE_* int
 
 OK: int
 EINVAL: int
@@ -37,6 +38,9 @@ HASH_VLLM_XXHASH: int
 HASH_KEY_MIN: int
 HASH_KEY_MAX: int
 QUOTA_UNLIMITED: int
+QUOTA_SCOPE_NAMESPACE: int
+QUOTA_SCOPE_TENANT: int
+QUOTA_SCOPE_MODEL: int
 VLLM_SEED_DEFAULT: str
 EVENT_STORED: int
 EVENT_REMOVED: int
@@ -148,6 +152,7 @@ class Cache:
         vocab_size: int = 0,
         ns_quota: int = 0,
         single_threaded: bool = False,
+        quota_scope: Scope = "namespace",
     ) -> None: ...
     @property
     def n_blocks(self) -> int: ...
@@ -169,6 +174,8 @@ class Cache:
     def ns_quota(self) -> int: ...
     @property
     def single_threaded(self) -> bool: ...
+    @property
+    def quota_scope(self) -> str: ...
     def lookup(self, ns: Optional[Namespace], tokens: Tokens) -> Match: ...
     def acquire(
         self, req_id: int, ns: Optional[Namespace], tokens: Tokens, capacity: int = 0

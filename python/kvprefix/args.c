@@ -64,6 +64,9 @@ static void set_default(const kvpy_param *p, kvpy_value *v)
     case KVPY_PROFILE:
         v->profile = (int)p->def;
         break;
+    case KVPY_SCOPE:
+        v->scope = (int)p->def;
+        break;
     case KVPY_NS:
         v->ns = &empty;
         break;
@@ -116,6 +119,8 @@ int kvpy_convert(const kvpy_sig *sig, int i, PyObject *obj, kvpy_value *v)
         return kvpy_keys_get(obj, &v->keys, fn, arg);
     case KVPY_PROFILE:
         return kvpy_profile(obj, &v->profile, fn, arg);
+    case KVPY_SCOPE:
+        return kvpy_scope(obj, &v->scope, fn, arg);
     }
     return -1; /* not reached: every kind is handled */
 }
@@ -253,6 +258,11 @@ static void put_default(char **end, const kvpy_param *p)
         put(end, p->def ? "True" : "False");
     } else if (p->kind == KVPY_PROFILE) {
         const char *name = kvp_hash_profile_name((int)p->def);
+        put(end, "'");
+        put(end, name ? name : "?");
+        put(end, "'");
+    } else if (p->kind == KVPY_SCOPE) {
+        const char *name = kvpy_scope_name((int)p->def);
         put(end, "'");
         put(end, name ? name : "?");
         put(end, "'");

@@ -159,18 +159,20 @@ int kvpy_hash_cfg_fill(kvp_config *cfg, PyObject *key, PyObject *vllm_seed, cons
     return 0;
 }
 
-static const kvpy_sig new_sig = {"Cache",
-                                 {{"n_blocks", KVPY_U32, 0, 0},
-                                  {"block_size", KVPY_U32, KVPY_OPT, 16},
-                                  {"seed", KVPY_U64, KVPY_KWONLY, KVP_DEFAULT_SEED},
-                                  {"verify_tokens", KVPY_BOOL, KVPY_KWONLY, 0},
-                                  {"on_event", KVPY_OBJECT, KVPY_KWONLY, 0},
-                                  {"hash_profile", KVPY_PROFILE, KVPY_KWONLY, KVP_HASH_KEYED},
-                                  {"hash_key", KVPY_OBJECT, KVPY_KWONLY, 0},
-                                  {"vllm_seed", KVPY_OBJECT, KVPY_KWONLY, 0},
-                                  {"vocab_size", KVPY_U32, KVPY_KWONLY, 0},
-                                  {"ns_quota", KVPY_U32, KVPY_KWONLY, 0},
-                                  {"single_threaded", KVPY_BOOL, KVPY_KWONLY, 0}}};
+static const kvpy_sig new_sig = {
+    "Cache",
+    {{"n_blocks", KVPY_U32, 0, 0},
+     {"block_size", KVPY_U32, KVPY_OPT, 16},
+     {"seed", KVPY_U64, KVPY_KWONLY, KVP_DEFAULT_SEED},
+     {"verify_tokens", KVPY_BOOL, KVPY_KWONLY, 0},
+     {"on_event", KVPY_OBJECT, KVPY_KWONLY, 0},
+     {"hash_profile", KVPY_PROFILE, KVPY_KWONLY, KVP_HASH_KEYED},
+     {"hash_key", KVPY_OBJECT, KVPY_KWONLY, 0},
+     {"vllm_seed", KVPY_OBJECT, KVPY_KWONLY, 0},
+     {"vocab_size", KVPY_U32, KVPY_KWONLY, 0},
+     {"ns_quota", KVPY_U32, KVPY_KWONLY, 0},
+     {"single_threaded", KVPY_BOOL, KVPY_KWONLY, 0},
+     {"quota_scope", KVPY_SCOPE, KVPY_KWONLY, KVP_QUOTA_SCOPE_NAMESPACE}}};
 
 /* Steps: 1. convert and check the arguments; 2. allocate the object and its table lock;
  * 3. create the library cache (its failure frees the object); 4. record the configuration,
@@ -197,6 +199,7 @@ static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     cfg.vocab_size = (uint32_t)a.v[8].u64;
     cfg.ns_quota = (uint32_t)a.v[9].u64;
     cfg.single_threaded = a.v[10].flag;
+    cfg.quota_scope = (uint8_t)a.v[11].scope;
     if (kvpy_hash_cfg_fill(&cfg, a.v[6].obj, a.v[7].obj, "Cache", "hash_key") != 0) {
         kvpy_wipe(cfg.hash_key, sizeof cfg.hash_key);
         return NULL;
@@ -233,6 +236,7 @@ static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->hash_profile = cfg.hash_profile;
     self->vocab_size = cfg.vocab_size;
     self->ns_quota = cfg.ns_quota;
+    self->quota_scope = cfg.quota_scope;
     return (PyObject *)self;
 }
 
@@ -1023,6 +1027,8 @@ static PyObject *Cache_get(CacheObject *self, void *closure)
         return PyLong_FromUnsignedLong(self->ns_quota);
     case 9:
         return PyBool_FromLong(self->single_threaded);
+    case 10:
+        return PyUnicode_FromString(kvpy_scope_name(self->quota_scope));
     default:
         return PyBool_FromLong(self->cache == NULL);
     }
@@ -1130,6 +1136,10 @@ static PyGetSetDef Cache_getset[] = {
      "Default per-namespace quota of cached blocks; 0: quotas off.", (void *)8},
     {"single_threaded", (getter)Cache_get, NULL,
      "No library lock: calls keep the GIL, which serialises them.", (void *)9},
+    {"quota_scope", (getter)Cache_get, NULL,
+     "What one quota counts: 'namespace', 'tenant' (across its salts, adapters and models) or "
+     "'model'.",
+     (void *)10},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -118,6 +118,41 @@ int kvpy_profile(PyObject *obj, int *out, const char *fn, const char *arg)
     return 0;
 }
 
+static const char *const scope_names[] = {"namespace", "tenant", "model"};
+
+const char *kvpy_scope_name(int scope)
+{
+    return scope >= 0 && scope < (int)(sizeof scope_names / sizeof scope_names[0])
+               ? scope_names[scope]
+               : NULL;
+}
+
+int kvpy_scope(PyObject *obj, int *out, const char *fn, const char *arg)
+{
+    if (PyUnicode_Check(obj)) {
+        const char *name = PyUnicode_AsUTF8(obj);
+        if (name == NULL)
+            return -1;
+        for (int i = 0; i < (int)(sizeof scope_names / sizeof scope_names[0]); i++) {
+            if (strcmp(name, scope_names[i]) == 0) {
+                *out = i;
+                return 0;
+            }
+        }
+        kvpy_arg_error(NULL, fn, arg, ": unknown quota scope %R (namespace, tenant, model)", obj);
+        return -1;
+    }
+    PyObject *v = as_int(obj, fn, arg);
+    if (v == NULL)
+        return -1;
+    long x = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    *out = (x < 0 || x > 255) ? 255 : (int)x; /* out of range: refused by kvp_cache_new */
+    return 0;
+}
+
 const kvp_namespace *kvpy_ns(PyObject *obj, const char *fn, const char *arg)
 {
     static kvp_namespace empty; /* zero-initialised: every field absent */

@@ -86,6 +86,11 @@ typedef struct keylist {
 int kvpy_u64(PyObject *obj, uint64_t *out, const char *fn, const char *arg);
 int kvpy_key(PyObject *obj, kvp_key *out, const char *fn, const char *arg); /* None: 0 */
 int kvpy_profile(PyObject *obj, int *out, const char *fn, const char *arg);
+/* A quota scope from its name ("namespace", "tenant", "model") or its QUOTA_SCOPE_* int
+ * into *out: 0, or -1 with ValueError / TypeError (an int out of range is passed on, for
+ * the library to refuse). kvpy_scope_name: the name of a KVP_QUOTA_SCOPE_*, or NULL. */
+int kvpy_scope(PyObject *obj, int *out, const char *fn, const char *arg);
+const char *kvpy_scope_name(int scope);
 /* The kvp_namespace of a Namespace or None (every field absent), or NULL (TypeError). */
 const kvp_namespace *kvpy_ns(PyObject *obj, const char *fn, const char *arg);
 /* A uint32 buffer (borrowed: 1-D, C-contiguous) or a sequence of ints (converted). */
@@ -118,6 +123,7 @@ typedef enum kvpy_kind {
     KVPY_TOKENS,  /* a uint32 buffer or a sequence of ints */
     KVPY_KEYS,    /* block keys (keylist) */
     KVPY_PROFILE, /* a hash profile's name or HASH_* int */
+    KVPY_SCOPE,   /* a quota scope's name or QUOTA_SCOPE_* int */
 } kvpy_kind;
 
 #define KVPY_OPT        1u              /* may be omitted: the default applies */
@@ -146,6 +152,7 @@ typedef union kvpy_value {
     size_t size;             /* SIZE */
     bool flag;               /* BOOL */
     int profile;             /* PROFILE: KVP_HASH_* */
+    int scope;               /* SCOPE: KVP_QUOTA_SCOPE_* */
     kvp_key key;             /* KEY */
     const kvp_namespace *ns; /* NS: into the Namespace, or a static empty one */
     tokens tokens;           /* TOKENS: held until kvpy_args_done */
@@ -263,6 +270,7 @@ typedef struct CacheObject {
     int hash_profile;               /* KVP_HASH_* */
     uint32_t vocab_size;            /* token ids must be below it; 0 = unchecked */
     uint32_t ns_quota;              /* default per-namespace quota; 0 = quotas off */
+    int quota_scope;                /* KVP_QUOTA_SCOPE_* */
 } CacheObject;
 
 extern PyTypeObject kvpy_cache_type;

@@ -209,6 +209,27 @@ def test_quotas():
     c.check()
     with pytest.raises(kvprefix.InvalidArgumentError):
         kvprefix.Cache(8).set_quota(a, 1)  # quotas off
+    assert c.quota_scope == "namespace"
+
+
+def test_quota_scope_tenant():
+    """Under the tenant scope a tenant's salts and adapters share one quota."""
+    c = kvprefix.Cache(64, 4, ns_quota=3, quota_scope="tenant")
+    assert c.quota_scope == "tenant"
+    for i in range(10):
+        c.access(kvprefix.Namespace(tenant="a", salt="s%d" % i), prompt(8, seed=i))
+    assert c.stats().n_blocks_cached == 3
+    c.set_quota(kvprefix.Namespace(tenant="a", adapter="x"), 1)  # the same quota
+    assert c.stats().n_blocks_cached == 1
+    c.check()
+    m = kvprefix.Cache(8, ns_quota=1, quota_scope=kvprefix.QUOTA_SCOPE_MODEL)
+    assert m.quota_scope == "model"
+    with pytest.raises(ValueError):
+        kvprefix.Cache(8, ns_quota=1, quota_scope="salt")
+    with pytest.raises(kvprefix.InvalidArgumentError):
+        kvprefix.Cache(8, quota_scope="tenant")  # quotas off
+    with pytest.raises(kvprefix.InvalidArgumentError):
+        kvprefix.Cache(8, ns_quota=1, quota_scope=7)
 
 
 def test_access_reports_blocks_stored(ns):
