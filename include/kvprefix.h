@@ -393,7 +393,23 @@ typedef struct kvp_config {
     uint32_t vocab_size;   /* token ids must be below it (KVP_ETOKEN); 0 = unchecked */
     bool single_threaded;  /* the caller serializes every call: skip the cache's lock
                               (default false: the cache is thread-safe) */
+    int eviction;          /* KVP_EVICT_* (default KVP_EVICT_LRU): which cached block the
+                              pool recycles when no free block is left (docs/design.md) */
+    uint32_t slru_protected_pct; /* KVP_EVICT_SLRU: the protected segment's share of the
+                                    pool in percent, 0..100 (default 80) */
+    uint32_t s3fifo_small_pct;   /* KVP_EVICT_S3FIFO: the small FIFO's share of the pool in
+                                    percent, 1..100 (default 10) */
+    uint32_t s3fifo_ghost_pct;   /* KVP_EVICT_S3FIFO: keys the ghost FIFO remembers, in
+                                    percent of the main FIFO's share, 0..1000 (default 100) */
 } kvp_config;
+
+/* kvp_config.eviction: the eviction policies. Free blocks are always used first, pinned
+ * blocks are never evicted, and per-namespace quotas hold under each. */
+enum {
+    KVP_EVICT_LRU = 0,   /* least recently released first (the default) */
+    KVP_EVICT_SLRU = 1,  /* segmented LRU: probation and protected segments */
+    KVP_EVICT_S3FIFO = 2 /* S3-FIFO (Yang et al., SOSP'23): small, main and ghost FIFOs */
+};
 
 /* kvp_config.ns_quota / kvp_cache_set_quota: no limit on a namespace's cached blocks. */
 #define KVP_QUOTA_UNLIMITED UINT32_MAX

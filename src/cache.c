@@ -23,6 +23,10 @@ KVP_EXPORT void kvp_config_init(kvp_config *cfg)
     cfg->block_size = 16;
     cfg->seed = KVP_DEFAULT_SEED;
     cfg->hash_profile = KVP_HASH_KEYED;
+    cfg->eviction = KVP_EVICT_LRU;
+    cfg->slru_protected_pct = 80;
+    cfg->s3fifo_small_pct = 10;
+    cfg->s3fifo_ghost_pct = 100;
 }
 
 /* Free the cache and all it owns (kvp_cache_free, in lock.c, calls it outside any of the
@@ -39,6 +43,7 @@ void kvp__cache_destroy(kvp_cache *cache)
     if (kvp__verifying(cache))
         kvp__verify_free(cache);
     kvp__quota_free(cache);
+    kvp__policy_free(cache);
     kvp__index_free(&cache->index, &cache->mem);
     kvp__pool_free(cache);
     kvp__mem_free(&cache->mem, cache->scratch_keys, cache->scratch_cap * sizeof(kvp_key));
@@ -64,6 +69,10 @@ static int cache_new(const kvp_config *cfg, kvp_cache **out)
     if (cfg->block_size == 0 || cfg->block_size > KVP_MAX_BLOCK_SIZE)
         return kvp__fail(KVP_EINVAL, "block_size is %" PRIu32 ", outside 1..%u", cfg->block_size,
                          KVP_MAX_BLOCK_SIZE);
+    int rc0;
+    rc0 = kvp__policy_config_check(cfg);
+    if (rc0 != KVP_OK)
+        return rc0;
     kvp__mem mem;
     kvp__mem_init(&mem, &cfg->alloc);
     kvp_cache *cache = kvp__mem_calloc(&mem, 1, sizeof *cache);
@@ -88,6 +97,8 @@ static int cache_new(const kvp_config *cfg, kvp_cache **out)
         rc = kvp__verify_init(cache);
     if (rc == KVP_OK)
         rc = kvp__quota_init(cache);
+    if (rc == KVP_OK)
+        rc = kvp__policy_init(cache);
     if (rc != KVP_OK) {
         if (cfg->verify_tokens && cache->verify.meta)
             kvp__verify_free(cache);

@@ -44,6 +44,13 @@
  * namespace's least recently used block at once (kvp__pool_unpin_tail_first), so "a namespace's
  * blocks beyond its quota are evicted first" holds at every moment.
  *
+ * Eviction policies (policy.h): the ring is LRU's order. Under SLRU or S3-FIFO
+ * (kvp_config.eviction) the ring stays empty and every place that touches it below calls
+ * the policy instead, behind one test of kvp__policy_is_lru, so LRU runs the same code as
+ * before policies existed (docs/performance.md, "Eviction policies", has the callgrind
+ * figures). The free list, the pin counts and the quota lists are the pool's under every
+ * policy: free blocks are used before any eviction and pinned blocks are on no list.
+ *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
  * ring costs 8 bytes per block.
@@ -197,9 +204,12 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
     if (b->ref++ == 0) {
         if (b->indexed && kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
-        lru_remove(pool, id);
+        if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+            lru_remove(pool, id);
         pool->n_in_use++;
     }
+    if (!kvp__policy_is_lru(cache))
+        kvp__policy_hit(cache, id);
 }
 
 /* Drop one pin. At zero, an indexed block becomes the most recently used cached block and a
@@ -220,7 +230,10 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id)
         free_push(pool, id);
         return;
     }
-    lru_push_tail(pool, id);
+    if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+        lru_push_tail(pool, id);
+    else
+        kvp__policy_release(cache, id);
     if (kvp__quotas_on(cache)) {
         kvp__quota_link(cache, id);
         uint32_t victim = kvp__quota_victim(cache, id);
@@ -276,7 +289,10 @@ static void uncache(kvp_cache *cache, uint32_t id, int reason)
     assert(kvp__block_is_cached(&cache->pool.blocks[id]));
     if (kvp__quotas_on(cache))
         kvp__quota_unlink(cache, id);
-    lru_remove(&cache->pool, id);
+    if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+        lru_remove(&cache->pool, id);
+    else
+        kvp__policy_unlink(cache, id);
     unindex(cache, id, reason);
 }
 
@@ -351,7 +367,9 @@ uint32_t kvp__pool_take(kvp_cache *cache)
         pool->free_head = pool->blocks[id].next;
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
-    } else if ((id = lru_pop_head(pool)) == KVP_NIL) {
+    } else if ((id = KVP__LIKELY(kvp__policy_is_lru(cache)) ? lru_pop_head(pool)
+                                                                : kvp__policy_evict(cache)) ==
+               KVP_NIL) {
         return KVP_NIL;
     }
     assert(!kvp__block_is_in_use(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
@@ -382,12 +400,14 @@ void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason)
     unindex(cache, id, reason);
 }
 
-/* Drop every cached, unpinned block, least recently used first: each leaves the index
+/* Drop every cached, unpinned block, least recently used first (under another policy, list
+ * by list, each from its head, with no policy side effect such as a ghost entry): each leaves the index
  * (KVP_EVENT_REMOVED with reason) and returns to the free list. Cannot fail. */
 void kvp__pool_drop_cached(kvp_cache *cache, int reason)
 {
     uint32_t id;
-    while ((id = lru_pop_head(&cache->pool)) != KVP_NIL) {
+    bool lru = kvp__policy_is_lru(cache);
+    while ((id = lru ? lru_pop_head(&cache->pool) : kvp__policy_drop_one(cache)) != KVP_NIL) {
         if (kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
         unindex(cache, id, reason);
