@@ -83,16 +83,17 @@ int kvp__policy_init(kvp_cache *cache)
 void kvp__policy_free(kvp_cache *cache)
 {
     kvp__policy *p = &cache->policy;
-    size_t n = cache->cfg.n_blocks, t = p->gtab_fp ? (size_t)p->gtab_mask + 1 : 0;
+    size_t n = cache->cfg.n_blocks, t = p->ghost_cap ? (size_t)p->gtab_mask + 1 : 0;
     kvp__mem_free(&cache->mem, p->b, p->b ? n * sizeof *p->b : 0);
     kvp__mem_free(&cache->mem, p->ghost, p->ghost ? p->ghost_cap * sizeof *p->ghost : 0);
-    kvp__mem_free(&cache->mem, p->gtab_fp, t * sizeof *p->gtab_fp);
+    kvp__mem_free(&cache->mem, p->gtab_fp, p->gtab_fp ? t * sizeof *p->gtab_fp : 0);
     kvp__mem_free(&cache->mem, p->gtab_n, p->gtab_n ? t * sizeof *p->gtab_n : 0);
     p->b = NULL;
     p->ghost = NULL;
     p->gtab_fp = NULL;
     p->gtab_n = NULL;
     p->ghost_cap = 0;
+    p->gtab_mask = 0;
 }
 
 /* Queue cached block id at the tail of list l and count it cached (pool.n_lru). */
