@@ -610,8 +610,6 @@ static KVP__ALWAYS_INLINE void store_block(kvp_cache *cache, uint32_t id, kvp_ke
         kvp__verify_store(cache, id, tokens, canon, i == 0 ? ns : KVP_NIL);
     if (qg)
         kvp__quota_tag(cache, id, qg);
-    if (!kvp__policy_is_lru(cache))
-        kvp__policy_stored(cache, id, key, i);
     cache->stats.n_blocks_stored++;
     if (cache->cfg.on_event)
         emit_stored(cache, id, key, parent_key, i == 0, tokens);

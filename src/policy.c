@@ -137,18 +137,17 @@ void kvp__plist_remove(kvp_cache *cache, uint32_t id)
     cache->pool.n_lru--;
 }
 
-/* Block id was indexed as block depth of its chain: a fresh record, and the list its
- * first release joins (SLRU: probation; S3-FIFO: main if the ghost remembers the key, else
- * small). Cannot fail. */
-void kvp__policy_stored(kvp_cache *cache, uint32_t id, kvp_key key, uint32_t depth)
+/* Block id was just handed out by the pool (free or evicted): a fresh record, on no list
+ * and with no home until its first release as an indexed block. Cannot fail. */
+void kvp__policy_taken(kvp_cache *cache, uint32_t id)
 {
     kvp__pblock *b = &cache->policy.b[id];
     assert(b->list == KVP__PL_NONE);
-    b->depth = depth;
+    b->depth = 0;
     b->n_hits = 0;
     b->freq = 0;
+    b->home = KVP__PL_NONE;
     b->last_use = ++cache->policy.clock;
-    b->home = cache->cfg.eviction == KVP_EVICT_S3FIFO ? kvp__s3fifo_admit(cache, key) : KVP__PL_A;
 }
 
 /* Block id is pinned by a hit (before the pool counts the pin): off its list if it was
@@ -167,14 +166,22 @@ void kvp__policy_hit(kvp_cache *cache, uint32_t id)
         b->freq++;
 }
 
-/* Indexed block id lost its last pin and is cached again. Cannot fail. */
-void kvp__policy_release(kvp_cache *cache, uint32_t id)
+/* Indexed block id, block depth of its chain, lost its last pin and is cached. At its first
+ * release it is admitted (SLRU: probation unless a hit already sent it to protected;
+ * S3-FIFO: main if the ghost remembers its key, else small). Cannot fail. */
+void kvp__policy_release(kvp_cache *cache, uint32_t id, uint32_t depth)
 {
-    cache->policy.b[id].last_use = ++cache->policy.clock;
+    kvp__pblock *b = &cache->policy.b[id];
+    b->last_use = ++cache->policy.clock;
+    b->depth = depth;
+    if (b->home == KVP__PL_NONE)
+        b->home = cache->cfg.eviction == KVP_EVICT_S3FIFO
+                      ? kvp__s3fifo_admit(cache, cache->pool.blocks[id].key)
+                      : KVP__PL_A;
     if (cache->cfg.eviction == KVP_EVICT_SLRU)
         kvp__slru_release(cache, id);
     else
-        kvp__plist_push(cache, cache->policy.b[id].home, id);
+        kvp__plist_push(cache, b->home, id);
 }
 
 /* The policy's victim, off its list, or KVP_NIL when nothing is cached. */
@@ -248,8 +255,7 @@ int kvp__policy_check(const kvp_cache *cache)
         bool cached = kvp__block_is_cached(&pool->blocks[id]);
         FAIL_IF(cached != (b->list != KVP__PL_NONE));
         FAIL_IF(b->list > KVP__PL_B || b->last_use > p->clock);
-        FAIL_IF(kvp__block_is_indexed(&pool->blocks[id]) && b->home != KVP__PL_A &&
-                b->home != KVP__PL_B);
+        FAIL_IF(b->home > KVP__PL_B || (cached && b->home == KVP__PL_NONE));
     }
     return cache->cfg.eviction == KVP_EVICT_SLRU ? kvp__policy_slru_check(cache)
                                                  : kvp__policy_s3fifo_check(cache);

@@ -5,10 +5,11 @@
  * The pool (pool.c) owns the block states and the free list; a policy owns the order of the
  * cached (indexed, unpinned) blocks. The pool calls it at five points:
  *
- *   stored(id, key, depth)   block id was just indexed as block `depth` of its chain
- *   hit(id)                  block id is pinned by a lookup hit (any pin is a hit);
- *                            unlink(id) first when it was cached (ref was 0)
- *   release(id)              indexed block id lost its last pin: it becomes cached
+ *   taken(id)                block id was handed out (free or evicted): a fresh record
+ *   hit(id)                  block id is pinned by a lookup hit (every pin is one), cached
+ *                            (it leaves its list) or held by other requests
+ *   release(id, depth)       indexed block id, block `depth` of its chain, lost its last
+ *                            pin: it becomes cached; at its first release it is admitted
  *   evict()                  the victim: a cached block, taken out of the order, or KVP_NIL
  *   unlink(id)               cached block id leaves the order (evicted by a quota,
  *                            replaced)
@@ -29,7 +30,7 @@
  *   S3-FIFO ghost G:  a FIFO ring of key fingerprints + an open-addressing multiset of them
  *
  * Hooks for a prefix-aware policy: each kvp__pblock carries the block's chain depth, its
- * hit count since it was stored and the policy clock (one tick per stored, hit or release)
+ * hit count since it was taken and the policy clock (one tick per take, hit or release)
  * of its last use. Whether a block has cached children is not tracked yet (it needs a
  * reverse map from a key to the indexed blocks whose parent key it is; see
  * docs/design.md, "Eviction policies").
@@ -60,11 +61,12 @@ enum {
 typedef struct kvp__pblock {
     uint32_t prev;     /* on a list: the block queued before it (nearer eviction), or KVP_NIL */
     uint32_t next;     /* on a list: the block queued after it, or KVP_NIL */
-    uint32_t depth;    /* chain depth, 0 for a first block; set when stored, valid while indexed */
-    uint32_t n_hits;   /* hits (pins) since it was stored; valid while indexed */
-    uint64_t last_use; /* policy clock at its last store, hit or release */
+    uint32_t depth;    /* chain depth, 0 for a first block; set at each release (valid while
+                          cached) */
+    uint32_t n_hits;   /* hits (pins) since it was taken; valid while indexed */
+    uint64_t last_use; /* policy clock at its last take, hit or release */
     uint8_t list;      /* KVP__PL_* it is on: NONE unless cached */
-    uint8_t home;      /* the list it joins at its next release; valid while indexed */
+    uint8_t home;      /* the list it joins at its next release; NONE until its first */
     uint8_t freq;      /* S3-FIFO: hits while queued, 0..3 (KVP__S3_FREQ_MAX) */
     uint8_t pad[5];    /* keeps the record at 32 bytes */
 } kvp__pblock;
@@ -80,7 +82,7 @@ typedef struct kvp__policy {
     kvp__plist list[3];    /* list[KVP__PL_A], list[KVP__PL_B]; list[0] unused */
     uint32_t cap_a;        /* S3-FIFO: the small FIFO's target size */
     uint32_t cap_b;        /* SLRU: the protected segment's capacity */
-    uint64_t clock;        /* logical time: ticks at each store, hit and release */
+    uint64_t clock;        /* logical time: ticks at each take, hit and release */
     uint64_t *ghost;       /* S3-FIFO: ring of ghost_cap key fingerprints, or NULL */
     uint32_t ghost_cap;    /* entries the ghost ring holds (0: no ghost) */
     uint32_t ghost_head;   /* slot of the oldest fingerprint */
@@ -97,9 +99,9 @@ int kvp__policy_init(kvp_cache *cache);
 void kvp__policy_free(kvp_cache *cache);
 
 /* The hooks (policy.c dispatches on cfg.eviction; never called under LRU). */
-void kvp__policy_stored(kvp_cache *cache, uint32_t id, kvp_key key, uint32_t depth);
+void kvp__policy_taken(kvp_cache *cache, uint32_t id);
 void kvp__policy_hit(kvp_cache *cache, uint32_t id);
-void kvp__policy_release(kvp_cache *cache, uint32_t id);
+void kvp__policy_release(kvp_cache *cache, uint32_t id, uint32_t depth);
 uint32_t kvp__policy_evict(kvp_cache *cache);
 void kvp__policy_unlink(kvp_cache *cache, uint32_t id);
 uint32_t kvp__policy_drop_one(kvp_cache *cache);

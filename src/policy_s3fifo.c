@@ -10,8 +10,8 @@
  *                      multiset gtab of the same fingerprints (open addressing, linear
  *                      probing, backward-shift deletion) for O(1) membership
  *
- * Rules. A stored block is queued, at its first release, in M if its key is in G when it is
- * stored, else in S. A hit adds one to its freq (capped at 3). Eviction (one victim):
+ * Rules. A block is inserted at its first release as an indexed block (the moment it can
+ * first be evicted): into M if its key is in G then, else into S. A hit adds one to its freq (capped at 3). Eviction (one victim):
  *  1. if S holds at least cap_a blocks, or M is empty: take S's head; with freq > 0 it
  *     moves to M's tail (freq kept) and the step repeats while S is not empty; with
  *     freq 0 it is the victim and its key enters G (G's oldest key leaves when G is full);
@@ -112,7 +112,7 @@ bool kvp__s3fifo_ghost_has(const kvp_cache *cache, kvp_key key)
     return p->ghost_cap && p->gtab_fp[gtab_find(p, fingerprint(key))] != 0;
 }
 
-/* The list a block stored under key joins: M if G remembers the key, else S. */
+/* The list a block with this key is inserted into: M if G remembers the key, else S. */
 uint8_t kvp__s3fifo_admit(kvp_cache *cache, kvp_key key)
 {
     return kvp__s3fifo_ghost_has(cache, key) ? KVP__PL_B : KVP__PL_A;

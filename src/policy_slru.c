@@ -5,7 +5,7 @@
  *   protected (list B):  head (demoted first) .. tail (last released), at most cap_b blocks
  *                        (cap_b = n_blocks * slru_protected_pct / 100)
  *
- * Rules. A block joins probation's tail at its first release after being stored. A block
+ * Rules. A block joins probation's tail at its first release as an indexed block. A block
  * that is hit (pinned by a lookup hit, whether it was cached or held by another request)
  * joins protected's tail at its next release; when protected then holds more than cap_b
  * blocks, its head is demoted to probation's tail (and would need another hit to return).

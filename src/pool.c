@@ -206,17 +206,20 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
             kvp__quota_unlink(cache, id);
         if (KVP__LIKELY(kvp__policy_is_lru(cache)))
             lru_remove(pool, id);
+        else
+            kvp__policy_hit(cache, id);
         pool->n_in_use++;
-    }
-    if (!kvp__policy_is_lru(cache))
+    } else if (!kvp__policy_is_lru(cache)) {
         kvp__policy_hit(cache, id);
+    }
 }
 
-/* Drop one pin. At zero, an indexed block becomes the most recently used cached block and a
- * private one returns to the free list. With quotas, a namespace that now holds more cached
+/* Drop one pin of block id, block depth of its chain. At zero, an indexed block becomes the
+ * most recently used cached block (lru: the constant kvp__policy_is_lru, so that each
+ * caller's loop is compiled once per case) and a private one returns to the free list. With quotas, a namespace that now holds more cached
  * blocks than its quota loses its least recently used one (evicted to the free list).
  * Cannot fail. */
-static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id)
+static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t depth, bool lru)
 {
     kvp__pool *pool = &cache->pool;
     assert(id < pool->n_blocks);
@@ -230,10 +233,10 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id)
         free_push(pool, id);
         return;
     }
-    if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+    if (lru)
         lru_push_tail(pool, id);
     else
-        kvp__policy_release(cache, id);
+        kvp__policy_release(cache, id, depth);
     if (kvp__quotas_on(cache)) {
         kvp__quota_link(cache, id);
         uint32_t victim = kvp__quota_victim(cache, id);
@@ -246,13 +249,21 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id)
  * recently used than its parents and is evicted before them. One call per request rather
  * than per block (the call cost 12% of kvp_release in workload (c)); blocks a few steps
  * ahead are prefetched, since a long-running request's blocks have usually left the CPU
- * cache by the time it ends. Cannot fail. */
+ * cache by the time it ends. ids[i] is block i of its chain (a request's block table, or
+ * kvp_access's blocks), which tells a policy the block's depth. The policy is tested once
+ * per call, not per block: a test per block cost LRU 6% of kvp_release's instructions in
+ * workload (c). Cannot fail. */
 void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
+    if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
+        for (uint32_t i = n; i-- > 0;)
+            unpin(cache, ids[i], i, false);
+        return;
+    }
     for (uint32_t i = n; i-- > 0;) {
         if (i >= 8)
             KVP__PREFETCH_W(&cache->pool.blocks[ids[i - 8]]);
-        unpin(cache, ids[i]);
+        unpin(cache, ids[i], i, true);
     }
 }
 
@@ -330,33 +341,8 @@ static inline uint64_t ring_ahead(const kvp__pool *pool, uint64_t k)
     return p;
 }
 
-/* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
- * kvp__pool_available >= n). While evicting, the blocks EVICT_AHEAD entries ahead in the
- * ring are prefetched, and the dependents of those half as far ahead (by then their block
- * has arrived), so the misses of several evictions overlap. Cannot fail. */
-void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
-{
-    kvp__pool *pool = &cache->pool;
-    assert(kvp__pool_available(pool) >= n);
-    for (uint32_t i = 0; i < n; i++) {
-        if (pool->free_head == KVP_NIL) {
-            uint64_t far = ring_ahead(pool, EVICT_AHEAD), near = ring_ahead(pool, EVICT_AHEAD / 2);
-            uint32_t far_id = far < pool->lru_tail ? pool->lru[ring_slot(pool, far)] : KVP_NIL;
-            uint32_t near_id = near < pool->lru_tail ? pool->lru[ring_slot(pool, near)] : KVP_NIL;
-            if (far_id != KVP_NIL)
-                KVP__PREFETCH_W(&pool->blocks[far_id]);
-            if (near_id != KVP_NIL)
-                prefetch_eviction(cache, near_id);
-        }
-        ids[i] = kvp__pool_take(cache);
-    }
-}
-
-/* Hand out one block, pinned once (ref == 1) and not indexed: the free-list head if any,
- * else the least recently used cached block, evicted (n_evictions++, KVP_EVENT_REMOVED with
- * KVP_REMOVED_EVICTED). Returns KVP_NIL when neither exists; the caller checks
- * kvp__pool_available first. */
-uint32_t kvp__pool_take(kvp_cache *cache)
+/* kvp__pool_take for a policy known at compile time (lru: kvp__policy_is_lru). */
+static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru)
 {
     kvp__pool *pool = &cache->pool;
     uint32_t id = pool->free_head;
@@ -367,11 +353,11 @@ uint32_t kvp__pool_take(kvp_cache *cache)
         pool->free_head = pool->blocks[id].next;
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
-    } else if ((id = KVP__LIKELY(kvp__policy_is_lru(cache)) ? lru_pop_head(pool)
-                                                                : kvp__policy_evict(cache)) ==
-               KVP_NIL) {
+    } else if ((id = lru ? lru_pop_head(pool) : kvp__policy_evict(cache)) == KVP_NIL) {
         return KVP_NIL;
     }
+    if (!lru)
+        kvp__policy_taken(cache, id);
     assert(!kvp__block_is_in_use(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
     pool->blocks[id].ref = 1;
     pool->n_in_use++;
@@ -383,6 +369,42 @@ uint32_t kvp__pool_take(kvp_cache *cache)
         unindex(cache, id, KVP_REMOVED_EVICTED);
     }
     return id;
+}
+
+/* Hand out one block, pinned once (ref == 1) and not indexed: the free-list head if any,
+ * else the policy's victim (under LRU the least recently used cached block), evicted
+ * (n_evictions++, KVP_EVENT_REMOVED with KVP_REMOVED_EVICTED). Returns KVP_NIL when neither
+ * exists; the caller checks kvp__pool_available first. */
+uint32_t kvp__pool_take(kvp_cache *cache)
+{
+    return KVP__LIKELY(kvp__policy_is_lru(cache)) ? take(cache, true) : take(cache, false);
+}
+
+/* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
+ * kvp__pool_available >= n). While evicting, the blocks EVICT_AHEAD entries ahead in the
+ * ring are prefetched, and the dependents of those half as far ahead (by then their block
+ * has arrived), so the misses of several evictions overlap. Cannot fail. */
+void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
+{
+    kvp__pool *pool = &cache->pool;
+    assert(kvp__pool_available(pool) >= n);
+    if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
+        for (uint32_t i = 0; i < n; i++)
+            ids[i] = take(cache, false);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (pool->free_head == KVP_NIL) {
+            uint64_t far = ring_ahead(pool, EVICT_AHEAD), near = ring_ahead(pool, EVICT_AHEAD / 2);
+            uint32_t far_id = far < pool->lru_tail ? pool->lru[ring_slot(pool, far)] : KVP_NIL;
+            uint32_t near_id = near < pool->lru_tail ? pool->lru[ring_slot(pool, near)] : KVP_NIL;
+            if (far_id != KVP_NIL)
+                KVP__PREFETCH_W(&pool->blocks[far_id]);
+            if (near_id != KVP_NIL)
+                prefetch_eviction(cache, near_id);
+        }
+        ids[i] = take(cache, true);
+    }
 }
 
 /* Take block id out of the index (reset, or a verify-mode replacement), emitting
