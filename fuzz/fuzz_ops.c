@@ -873,8 +873,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     w.verify = (shape & 4) != 0;
     w.events = (shape & 0x18) != 0;
     w.probes = w.events && (shape & 0x20) != 0;
-    w.eviction = (shape & 3) == 1 ? KVP_EVICT_SLRU : (shape & 3) == 2 ? KVP_EVICT_S3FIFO
-                                                                      : KVP_EVICT_LRU;
+    w.eviction = (shape & 3) == 1   ? KVP_EVICT_SLRU
+                 : (shape & 3) == 2 ? KVP_EVICT_S3FIFO
+                                    : KVP_EVICT_LRU;
     bool fail_new = (shape & 0xc0) == 0xc0;
     w.n_blocks = 1 + (uint32_t)fz_below(&in, 32);
     fz_ns_decode_set(&in, w.ns, OPS_N_NS);

@@ -387,14 +387,14 @@ typedef struct kvp_config {
     void *event_ud;        /* passed to on_event */
     int hash_profile;      /* KVP_HASH_* (default KVP_HASH_KEYED) */
     uint8_t hash_key[KVP_HASH_KEY_MAX]; /* keyed, siphash: the secret key's bytes */
-    uint32_t hash_key_len; /* bytes of hash_key used, 16..32; 0 (default): a random key */
-    const char *vllm_seed; /* vllm-*: NONE_HASH seed string (PYTHONHASHSEED or vLLM's
-                              default); NULL: KVP_VLLM_SEED_DEFAULT. Read at creation only */
-    uint32_t vocab_size;   /* token ids must be below it (KVP_ETOKEN); 0 = unchecked */
-    bool single_threaded;  /* the caller serializes every call: skip the cache's lock
-                              (default false: the cache is thread-safe) */
-    int eviction;          /* KVP_EVICT_* (default KVP_EVICT_LRU): which cached block the
-                              pool recycles when no free block is left (docs/design.md) */
+    uint32_t hash_key_len;       /* bytes of hash_key used, 16..32; 0 (default): a random key */
+    const char *vllm_seed;       /* vllm-*: NONE_HASH seed string (PYTHONHASHSEED or vLLM's
+                                    default); NULL: KVP_VLLM_SEED_DEFAULT. Read at creation only */
+    uint32_t vocab_size;         /* token ids must be below it (KVP_ETOKEN); 0 = unchecked */
+    bool single_threaded;        /* the caller serializes every call: skip the cache's lock
+                                    (default false: the cache is thread-safe) */
+    int eviction;                /* KVP_EVICT_* (default KVP_EVICT_LRU): which cached block the
+                                    pool recycles when no free block is left (docs/design.md) */
     uint32_t slru_protected_pct; /* KVP_EVICT_SLRU: the protected segment's share of the
                                     pool in percent, 0..100 (default 80) */
     uint32_t s3fifo_small_pct;   /* KVP_EVICT_S3FIFO: the small FIFO's share of the pool in

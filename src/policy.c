@@ -49,8 +49,7 @@ int kvp__policy_init(kvp_cache *cache)
         return KVP_OK;
     p->b = kvp__mem_alloc(&cache->mem, n * sizeof *p->b);
     if (!p->b)
-        return kvp__fail(KVP_ENOMEM, "out of memory: the policy records of %" PRIu64 " blocks",
-                         n);
+        return kvp__fail(KVP_ENOMEM, "out of memory: the policy records of %" PRIu64 " blocks", n);
     for (uint64_t i = 0; i < n; i++) {
         memset(&p->b[i], 0, sizeof p->b[i]);
         p->b[i].prev = p->b[i].next = KVP_NIL;

@@ -78,18 +78,18 @@ typedef struct kvp__plist {
 } kvp__plist;
 
 typedef struct kvp__policy {
-    kvp__pblock *b;        /* n_blocks entries; NULL under LRU */
-    kvp__plist list[3];    /* list[KVP__PL_A], list[KVP__PL_B]; list[0] unused */
-    uint32_t cap_a;        /* S3-FIFO: the small FIFO's target size */
-    uint32_t cap_b;        /* SLRU: the protected segment's capacity */
-    uint64_t clock;        /* logical time: ticks at each take, hit and release */
-    uint64_t *ghost;       /* S3-FIFO: ring of ghost_cap key fingerprints, or NULL */
-    uint32_t ghost_cap;    /* entries the ghost ring holds (0: no ghost) */
-    uint32_t ghost_head;   /* slot of the oldest fingerprint */
-    uint32_t ghost_n;      /* fingerprints in the ring */
-    uint64_t *gtab_fp;     /* multiset of the ring's fingerprints: open addressing, 0 empty */
-    uint32_t *gtab_n;      /* gtab_fp's multiplicities */
-    uint32_t gtab_mask;    /* table size - 1 (a power of two >= 2 ghost_cap) */
+    kvp__pblock *b;      /* n_blocks entries; NULL under LRU */
+    kvp__plist list[3];  /* list[KVP__PL_A], list[KVP__PL_B]; list[0] unused */
+    uint32_t cap_a;      /* S3-FIFO: the small FIFO's target size */
+    uint32_t cap_b;      /* SLRU: the protected segment's capacity */
+    uint64_t clock;      /* logical time: ticks at each take, hit and release */
+    uint64_t *ghost;     /* S3-FIFO: ring of ghost_cap key fingerprints, or NULL */
+    uint32_t ghost_cap;  /* entries the ghost ring holds (0: no ghost) */
+    uint32_t ghost_head; /* slot of the oldest fingerprint */
+    uint32_t ghost_n;    /* fingerprints in the ring */
+    uint64_t *gtab_fp;   /* multiset of the ring's fingerprints: open addressing, 0 empty */
+    uint32_t *gtab_n;    /* gtab_fp's multiplicities */
+    uint32_t gtab_mask;  /* table size - 1 (a power of two >= 2 ghost_cap) */
 } kvp__policy;
 
 #define KVP__S3_FREQ_MAX 3

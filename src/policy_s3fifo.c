@@ -11,7 +11,8 @@
  *                      probing, backward-shift deletion) for O(1) membership
  *
  * Rules. A block is inserted at its first release as an indexed block (the moment it can
- * first be evicted): into M if its key is in G then, else into S. A hit adds one to its freq (capped at 3). Eviction (one victim):
+ * first be evicted): into M if its key is in G then, else into S. A hit adds one to its freq
+ * (capped at 3). Eviction (one victim):
  *  1. if S holds at least cap_a blocks, or M is empty: take S's head; with freq > 0 it
  *     moves to M's tail (freq kept) and the step repeats while S is not empty; with
  *     freq 0 it is the victim and its key enters G (G's oldest key leaves when G is full);
@@ -177,17 +178,20 @@ int kvp__policy_s3fifo_check(const kvp_cache *cache)
         uint64_t f = p->ghost[(p->ghost_head + k) % p->ghost_cap];
         uint32_t s = gtab_find(p, f);
         if (f == 0 || p->gtab_fp[s] != f)
-            rc = kvp__fail(KVP_ECORRUPT, "invariant violated in %s: ghost key %" PRIu32
-                           " is not in the ghost table", __func__, k);
+            rc = kvp__fail(KVP_ECORRUPT,
+                           "invariant violated in %s: ghost key %" PRIu32
+                           " is not in the ghost table",
+                           __func__, k);
         else
             occ[s]++;
     }
     for (size_t s = 0; s < t && rc == KVP_OK; s++) {
         bool empty = p->gtab_fp[s] == 0;
         if (empty != (p->gtab_n[s] == 0) || occ[s] != p->gtab_n[s])
-            rc = kvp__fail(KVP_ECORRUPT, "invariant violated in %s: ghost table slot %zu counts %"
-                           PRIu32 ", the ring holds its key %" PRIu32 " times", __func__, s,
-                           p->gtab_n[s], occ[s]);
+            rc = kvp__fail(KVP_ECORRUPT,
+                           "invariant violated in %s: ghost table slot %zu counts %" PRIu32
+                           ", the ring holds its key %" PRIu32 " times",
+                           __func__, s, p->gtab_n[s], occ[s]);
     }
     kvp__mem_free(mem, occ, t * sizeof *occ);
     return rc;

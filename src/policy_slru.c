@@ -60,14 +60,17 @@ int kvp__policy_slru_check(const kvp_cache *cache)
 {
     const kvp__policy *p = &cache->policy;
     if (p->list[KVP__PL_B].n > p->cap_b)
-        return kvp__fail(KVP_ECORRUPT, "invariant violated in %s: protected holds %" PRIu32
-                         " blocks, above its capacity %" PRIu32, __func__, p->list[KVP__PL_B].n,
-                         p->cap_b);
+        return kvp__fail(KVP_ECORRUPT,
+                         "invariant violated in %s: protected holds %" PRIu32
+                         " blocks, above its capacity %" PRIu32,
+                         __func__, p->list[KVP__PL_B].n, p->cap_b);
     for (uint32_t id = 0; id < cache->pool.n_blocks; id++) {
         const kvp__pblock *b = &p->b[id];
         if (b->list != KVP__PL_NONE && b->list != b->home)
-            return kvp__fail(KVP_ECORRUPT, "invariant violated in %s: block %" PRIu32
-                             " is on list %u but its home is %u", __func__, id, b->list, b->home);
+            return kvp__fail(KVP_ECORRUPT,
+                             "invariant violated in %s: block %" PRIu32
+                             " is on list %u but its home is %u",
+                             __func__, id, b->list, b->home);
     }
     return KVP_OK;
 }

@@ -218,9 +218,9 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
 
 /* Drop one pin of block id, block depth of its chain. At zero, an indexed block becomes the
  * most recently used cached block (lru: the constant kvp__policy_is_lru, so that each
- * caller's loop is compiled once per case) and a private one returns to the free list. With quotas, a namespace that now holds more cached
- * blocks than its quota loses its least recently used one (evicted to the free list).
- * Cannot fail. */
+ * caller's loop is compiled once per case) and a private one returns to the free list. With quotas,
+ * a namespace that now holds more cached blocks than its quota loses its least recently used one
+ * (evicted to the free list). Cannot fail. */
 static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t depth, bool lru)
 {
     kvp__pool *pool = &cache->pool;
@@ -425,8 +425,8 @@ void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason)
 }
 
 /* Drop every cached, unpinned block, least recently used first (under another policy, list
- * by list, each from its head, with no policy side effect such as a ghost entry): each leaves the index
- * (KVP_EVENT_REMOVED with reason) and returns to the free list. Cannot fail. */
+ * by list, each from its head, with no policy side effect such as a ghost entry): each leaves the
+ * index (KVP_EVENT_REMOVED with reason) and returns to the free list. Cannot fail. */
 void kvp__pool_drop_cached(kvp_cache *cache, int reason)
 {
     uint32_t id;

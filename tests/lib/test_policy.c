@@ -207,8 +207,7 @@ static void model_release(model *m, int x)
 {
     m->n_pinned--;
     if (m->home[x] == WHERE_NONE)
-        m->home[x] =
-            m->policy == KVP_EVICT_S3FIFO && q_has(&m->ghost, x) ? WHERE_Q2 : WHERE_Q1;
+        m->home[x] = m->policy == KVP_EVICT_S3FIFO && q_has(&m->ghost, x) ? WHERE_Q2 : WHERE_Q1;
     m->where[x] = m->home[x];
     q_push(m->home[x] == WHERE_Q1 ? &m->q1 : &m->q2, x);
     if (m->policy == KVP_EVICT_SLRU && m->q2.n > m->cap_protected) {
