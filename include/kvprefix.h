@@ -619,7 +619,7 @@ typedef struct kvp_stats {
                                    namespaces' blocks met, so do not show it to tenants */
     uint32_t n_blocks_total;    /* pool size */
     uint32_t n_blocks_free;     /* never used, or holding nothing reusable */
-    uint32_t n_blocks_cached;   /* indexed and unpinned: evictable, in LRU order */
+    uint32_t n_blocks_cached;   /* indexed and unpinned: evictable (kvp_config.eviction) */
     uint32_t n_blocks_in_use;   /* pinned by at least one request */
     uint32_t n_requests_active; /* requests between kvp_acquire and kvp_release */
 } kvp_stats;
@@ -643,10 +643,11 @@ KVP_NODISCARD KVP_EXPORT int kvp_cache_set_quota(kvp_cache *cache, const kvp_nam
 /* Copy the counters to *out. Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
 KVP_NODISCARD KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
 
-/* Walk the whole cache and check every invariant (index, pool, LRU ring, free list,
- * reference counts, requests, interned namespaces). Returns KVP_OK, KVP_ECORRUPT, KVP_EBUSY,
- * KVP_EINVAL (NULL), or KVP_ENOMEM (its scratch array, taken with malloc, not the cache's hooks).
- * O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid deployments. */
+/* Walk the whole cache and check every invariant (index, pool, LRU ring or the eviction
+ * policy's lists, free list, reference counts, requests, interned namespaces). Returns KVP_OK,
+ * KVP_ECORRUPT, KVP_EBUSY, KVP_EINVAL (NULL), or KVP_ENOMEM (its scratch array, taken with malloc,
+ * not the cache's hooks). O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid
+ * deployments. */
 KVP_NODISCARD KVP_EXPORT int kvp_cache_check(const kvp_cache *cache);
 
 /* ---------------------------------------------------------------------------------------- */

@@ -148,6 +148,10 @@ class Cache:
         vocab_size: int = 0,
         ns_quota: int = 0,
         single_threaded: bool = False,
+        eviction: Union[str, int] = "lru",
+        slru_protected_pct: int = 80,
+        s3fifo_small_pct: int = 10,
+        s3fifo_ghost_pct: int = 100,
     ) -> None: ...
     @property
     def n_blocks(self) -> int: ...
@@ -169,6 +173,8 @@ class Cache:
     def ns_quota(self) -> int: ...
     @property
     def single_threaded(self) -> bool: ...
+    @property
+    def eviction(self) -> str: ...
     def lookup(self, ns: Optional[Namespace], tokens: Tokens) -> Match: ...
     def acquire(
         self, req_id: int, ns: Optional[Namespace], tokens: Tokens, capacity: int = 0

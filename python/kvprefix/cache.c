@@ -170,7 +170,11 @@ static const kvpy_sig new_sig = {"Cache",
                                   {"vllm_seed", KVPY_OBJECT, KVPY_KWONLY, 0},
                                   {"vocab_size", KVPY_U32, KVPY_KWONLY, 0},
                                   {"ns_quota", KVPY_U32, KVPY_KWONLY, 0},
-                                  {"single_threaded", KVPY_BOOL, KVPY_KWONLY, 0}}};
+                                  {"single_threaded", KVPY_BOOL, KVPY_KWONLY, 0},
+                                  {"eviction", KVPY_EVICTION, KVPY_KWONLY, KVP_EVICT_LRU},
+                                  {"slru_protected_pct", KVPY_U32, KVPY_KWONLY, 80},
+                                  {"s3fifo_small_pct", KVPY_U32, KVPY_KWONLY, 10},
+                                  {"s3fifo_ghost_pct", KVPY_U32, KVPY_KWONLY, 100}}};
 
 /* Steps: 1. convert and check the arguments; 2. allocate the object and its table lock;
  * 3. create the library cache (its failure frees the object); 4. record the configuration,
@@ -197,6 +201,10 @@ static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     cfg.vocab_size = (uint32_t)a.v[8].u64;
     cfg.ns_quota = (uint32_t)a.v[9].u64;
     cfg.single_threaded = a.v[10].flag;
+    cfg.eviction = a.v[11].profile;
+    cfg.slru_protected_pct = (uint32_t)a.v[12].u64;
+    cfg.s3fifo_small_pct = (uint32_t)a.v[13].u64;
+    cfg.s3fifo_ghost_pct = (uint32_t)a.v[14].u64;
     if (kvpy_hash_cfg_fill(&cfg, a.v[6].obj, a.v[7].obj, "Cache", "hash_key") != 0) {
         kvpy_wipe(cfg.hash_key, sizeof cfg.hash_key);
         return NULL;
@@ -233,6 +241,7 @@ static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->hash_profile = cfg.hash_profile;
     self->vocab_size = cfg.vocab_size;
     self->ns_quota = cfg.ns_quota;
+    self->eviction = cfg.eviction;
     return (PyObject *)self;
 }
 
@@ -1023,6 +1032,8 @@ static PyObject *Cache_get(CacheObject *self, void *closure)
         return PyLong_FromUnsignedLong(self->ns_quota);
     case 9:
         return PyBool_FromLong(self->single_threaded);
+    case 10:
+        return PyUnicode_FromString(kvpy_eviction_name(self->eviction));
     default:
         return PyBool_FromLong(self->cache == NULL);
     }
@@ -1130,6 +1141,8 @@ static PyGetSetDef Cache_getset[] = {
      "Default per-namespace quota of cached blocks; 0: quotas off.", (void *)8},
     {"single_threaded", (getter)Cache_get, NULL,
      "No library lock: calls keep the GIL, which serialises them.", (void *)9},
+    {"eviction", (getter)Cache_get, NULL, "The eviction policy's name (lru, slru, s3fifo).",
+     (void *)10},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
