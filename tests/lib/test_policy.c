@@ -604,3 +604,27 @@ Test(policy_check, ring_unused)
     cr_assert_eq(kvp_cache_check(c), KVP_OK);
     kvp_cache_free(c);
 }
+
+/* The hooks a prefix-aware policy gets: chain depth, hits since taken, clock of last use. */
+Test(policy, records_depth_hits_and_clock)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "hooks", NULL, NULL, NULL);
+    kvp_cache *c = policy_cache(KVP_EVICT_SLRU, 8, 50, 10, 100);
+    uint32_t t[5] = {1, 2, 3, 4, 0};
+    th_access_ok(c, &ns, t, 4);
+    th_access_ok(c, &ns, t, 2);
+    uint32_t ids[4];
+    kvp_match m;
+    cr_assert_eq(kvp_lookup(c, &ns, t, 5, ids, 4, &m), KVP_OK);
+    cr_assert_eq(m.n_blocks_cached, 4);
+    for (uint32_t i = 0; i < 4; i++) {
+        const kvp__pblock *b = &c->policy.b[ids[i]];
+        cr_assert_eq(b->depth, i);
+        cr_assert_eq(b->n_hits, i < 2 ? 1u : 0u, "block %u", i);
+        cr_assert(b->last_use <= c->policy.clock);
+        if (i > 0 && i < 2)
+            cr_assert(b->last_use < c->policy.b[ids[i - 1]].last_use, "released tail first");
+    }
+    kvp_cache_free(c);
+}
