@@ -182,12 +182,15 @@ static bool g_single_threaded; /* (c): create caches with kvp_config.single_thre
 
 static int g_profile = KVP_HASH_KEYED; /* the profile of the caches made next */
 
+static int g_eviction = KVP_EVICT_LRU; /* --eviction: kvp_config.eviction of every cache */
+
 static void new_cache(uint32_t n_blocks, bool verify, const kvp_allocator *alloc, kvp_cache **out)
 {
     kvp_config cfg;
     kvp_config_init(&cfg);
     cfg.single_threaded = g_single_threaded;
     cfg.hash_profile = g_profile;
+    cfg.eviction = g_eviction;
     cfg.n_blocks = n_blocks;
     cfg.block_size = BS;
     cfg.verify_tokens = verify;
@@ -913,12 +916,14 @@ static void usage(void)
     printf("usage: bench_core [--quick] [--reps N] [--only abcd] [--no-scramble]\n"
            "                  [--requests N] [--warmup N] [--zipf S] [--seed N]\n"
            "                  [--lookup-pool N] [--mem-pool N] [--hash-tokens N]\n"
+           "                  [--eviction lru|slru|s3fifo]\n"
            "  --quick        smaller (a) and (c), 3 reps: a few seconds\n"
            "  --reps N       repetitions per figure, 3..63 (default 7)\n"
            "  --only LIST    run only these parts, e.g. --only bc\n"
            "  --no-scramble  (b): keep each prompt's block ids contiguous\n"
            "  --requests N   (c) measured requests (default 100000); --warmup N (10000)\n"
-           "  --zipf S       (c) popularity exponent of the system prompts (default 0.4)\n");
+           "  --zipf S       (c) popularity exponent of the system prompts (default 0.4)\n"
+           "  --eviction P   every cache's eviction policy (default lru)\n");
 }
 
 int main(int argc, char **argv)
@@ -955,6 +960,16 @@ int main(int argc, char **argv)
             o.lookup_pool = (uint32_t)strtoul(v, NULL, 10), i++;
         } else if (v && !strcmp(a, "--mem-pool")) {
             o.mem_pool = (uint32_t)strtoul(v, NULL, 10), i++;
+        } else if (v && !strcmp(a, "--eviction")) {
+            g_eviction = !strcmp(v, "slru")     ? KVP_EVICT_SLRU
+                         : !strcmp(v, "s3fifo") ? KVP_EVICT_S3FIFO
+                         : !strcmp(v, "lru")    ? KVP_EVICT_LRU
+                                                : -1;
+            if (g_eviction < 0) {
+                fprintf(stderr, "bench_core: --eviction takes lru, slru or s3fifo\n");
+                return 2;
+            }
+            i++;
         } else if (v && !strcmp(a, "--hash-tokens")) {
             o.hash_tokens = (size_t)strtoull(v, NULL, 10), i++;
         } else {

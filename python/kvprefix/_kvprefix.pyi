@@ -153,6 +153,10 @@ class Cache:
         ns_quota: int = 0,
         single_threaded: bool = False,
         quota_scope: Scope = "namespace",
+        eviction: Union[str, int] = "lru",
+        slru_protected_pct: int = 80,
+        s3fifo_small_pct: int = 10,
+        s3fifo_ghost_pct: int = 100,
     ) -> None: ...
     @property
     def n_blocks(self) -> int: ...
@@ -176,6 +180,8 @@ class Cache:
     def single_threaded(self) -> bool: ...
     @property
     def quota_scope(self) -> str: ...
+    @property
+    def eviction(self) -> str: ...
     def lookup(self, ns: Optional[Namespace], tokens: Tokens) -> Match: ...
     def acquire(
         self, req_id: int, ns: Optional[Namespace], tokens: Tokens, capacity: int = 0

@@ -62,6 +62,7 @@ static void set_default(const kvpy_param *p, kvpy_value *v)
         v->flag = p->def != 0;
         break;
     case KVPY_PROFILE:
+    case KVPY_EVICTION:
         v->profile = (int)p->def;
         break;
     case KVPY_SCOPE:
@@ -121,6 +122,8 @@ int kvpy_convert(const kvpy_sig *sig, int i, PyObject *obj, kvpy_value *v)
         return kvpy_profile(obj, &v->profile, fn, arg);
     case KVPY_SCOPE:
         return kvpy_scope(obj, &v->scope, fn, arg);
+    case KVPY_EVICTION:
+        return kvpy_eviction(obj, &v->profile, fn, arg);
     }
     return -1; /* not reached: every kind is handled */
 }
@@ -256,8 +259,9 @@ static void put_default(char **end, const kvpy_param *p)
         put(end, "None");
     } else if (p->kind == KVPY_BOOL) {
         put(end, p->def ? "True" : "False");
-    } else if (p->kind == KVPY_PROFILE) {
-        const char *name = kvp_hash_profile_name((int)p->def);
+    } else if (p->kind == KVPY_PROFILE || p->kind == KVPY_EVICTION) {
+        const char *name = p->kind == KVPY_PROFILE ? kvp_hash_profile_name((int)p->def)
+                                                   : kvpy_eviction_name((int)p->def);
         put(end, "'");
         put(end, name ? name : "?");
         put(end, "'");

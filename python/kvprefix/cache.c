@@ -172,7 +172,11 @@ static const kvpy_sig new_sig = {
      {"vocab_size", KVPY_U32, KVPY_KWONLY, 0},
      {"ns_quota", KVPY_U32, KVPY_KWONLY, 0},
      {"single_threaded", KVPY_BOOL, KVPY_KWONLY, 0},
-     {"quota_scope", KVPY_SCOPE, KVPY_KWONLY, KVP_QUOTA_SCOPE_NAMESPACE}}};
+     {"quota_scope", KVPY_SCOPE, KVPY_KWONLY, KVP_QUOTA_SCOPE_NAMESPACE},
+     {"eviction", KVPY_EVICTION, KVPY_KWONLY, KVP_EVICT_LRU},
+     {"slru_protected_pct", KVPY_U32, KVPY_KWONLY, 80},
+     {"s3fifo_small_pct", KVPY_U32, KVPY_KWONLY, 10},
+     {"s3fifo_ghost_pct", KVPY_U32, KVPY_KWONLY, 100}}};
 
 /* Steps: 1. convert and check the arguments; 2. allocate the object and its table lock;
  * 3. create the library cache (its failure frees the object); 4. record the configuration,
@@ -200,6 +204,10 @@ static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     cfg.ns_quota = (uint32_t)a.v[9].u64;
     cfg.single_threaded = a.v[10].flag;
     cfg.quota_scope = (uint8_t)a.v[11].scope;
+    cfg.eviction = a.v[12].profile;
+    cfg.slru_protected_pct = (uint32_t)a.v[13].u64;
+    cfg.s3fifo_small_pct = (uint32_t)a.v[14].u64;
+    cfg.s3fifo_ghost_pct = (uint32_t)a.v[15].u64;
     if (kvpy_hash_cfg_fill(&cfg, a.v[6].obj, a.v[7].obj, "Cache", "hash_key") != 0) {
         kvpy_wipe(cfg.hash_key, sizeof cfg.hash_key);
         return NULL;
@@ -237,6 +245,7 @@ static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->vocab_size = cfg.vocab_size;
     self->ns_quota = cfg.ns_quota;
     self->quota_scope = cfg.quota_scope;
+    self->eviction = cfg.eviction;
     return (PyObject *)self;
 }
 
@@ -1029,6 +1038,8 @@ static PyObject *Cache_get(CacheObject *self, void *closure)
         return PyBool_FromLong(self->single_threaded);
     case 10:
         return PyUnicode_FromString(kvpy_scope_name(self->quota_scope));
+    case 11:
+        return PyUnicode_FromString(kvpy_eviction_name(self->eviction));
     default:
         return PyBool_FromLong(self->cache == NULL);
     }
@@ -1140,6 +1151,8 @@ static PyGetSetDef Cache_getset[] = {
      "What one quota counts: 'namespace', 'tenant' (across its salts, adapters and models) or "
      "'model'.",
      (void *)10},
+    {"eviction", (getter)Cache_get, NULL, "The eviction policy's name (lru, slru, s3fifo).",
+     (void *)11},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -153,6 +153,38 @@ int kvpy_scope(PyObject *obj, int *out, const char *fn, const char *arg)
     return 0;
 }
 
+static const char *const eviction_names[] = {"lru", "slru", "s3fifo"}; /* by KVP_EVICT_* */
+
+const char *kvpy_eviction_name(int policy)
+{
+    return policy >= 0 && policy < 3 ? eviction_names[policy] : NULL;
+}
+
+int kvpy_eviction(PyObject *obj, int *out, const char *fn, const char *arg)
+{
+    if (PyUnicode_Check(obj)) {
+        const char *name = PyUnicode_AsUTF8(obj);
+        if (name == NULL)
+            return -1;
+        for (int i = 0; i < 3; i++)
+            if (strcmp(name, eviction_names[i]) == 0) {
+                *out = i;
+                return 0;
+            }
+        kvpy_arg_error(NULL, fn, arg, ": unknown eviction policy %R (lru, slru, s3fifo)", obj);
+        return -1;
+    }
+    PyObject *v = as_int(obj, fn, arg);
+    if (v == NULL)
+        return -1;
+    long x = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    *out = (x < 0 || x > INT32_MAX) ? INT32_MAX : (int)x; /* the library rejects the value */
+    return 0;
+}
+
 const kvp_namespace *kvpy_ns(PyObject *obj, const char *fn, const char *arg)
 {
     static kvp_namespace empty; /* zero-initialised: every field absent */

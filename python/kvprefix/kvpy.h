@@ -91,6 +91,10 @@ int kvpy_profile(PyObject *obj, int *out, const char *fn, const char *arg);
  * the library to refuse). kvpy_scope_name: the name of a KVP_QUOTA_SCOPE_*, or NULL. */
 int kvpy_scope(PyObject *obj, int *out, const char *fn, const char *arg);
 const char *kvpy_scope_name(int scope);
+/* An eviction policy: its name or a KVP_EVICT_* int; 0 or -1 with the exception set. */
+int kvpy_eviction(PyObject *obj, int *out, const char *fn, const char *arg);
+/* The name of policy KVP_EVICT_*, or NULL for another value. Cannot fail. */
+const char *kvpy_eviction_name(int policy);
 /* The kvp_namespace of a Namespace or None (every field absent), or NULL (TypeError). */
 const kvp_namespace *kvpy_ns(PyObject *obj, const char *fn, const char *arg);
 /* A uint32 buffer (borrowed: 1-D, C-contiguous) or a sequence of ints (converted). */
@@ -113,23 +117,24 @@ int kvpy_convert_init(void);
 
 /* What a parameter accepts; each kind has one converter, so one message per mistake. */
 typedef enum kvpy_kind {
-    KVPY_OBJECT,  /* any object, as given (default None) */
-    KVPY_U64,     /* an int in 0 .. 2**64 - 1 */
-    KVPY_U32,     /* an int in 0 .. 2**32 - 1 */
-    KVPY_SIZE,    /* an int in 0 .. SIZE_MAX */
-    KVPY_BOOL,    /* any object's truth value */
-    KVPY_KEY,     /* an int in 0 .. 2**128 - 1; None is the zero key */
-    KVPY_NS,      /* a Namespace; None has every field absent */
-    KVPY_TOKENS,  /* a uint32 buffer or a sequence of ints */
-    KVPY_KEYS,    /* block keys (keylist) */
-    KVPY_PROFILE, /* a hash profile's name or HASH_* int */
-    KVPY_SCOPE,   /* a quota scope's name or QUOTA_SCOPE_* int */
+    KVPY_OBJECT,   /* any object, as given (default None) */
+    KVPY_U64,      /* an int in 0 .. 2**64 - 1 */
+    KVPY_U32,      /* an int in 0 .. 2**32 - 1 */
+    KVPY_SIZE,     /* an int in 0 .. SIZE_MAX */
+    KVPY_BOOL,     /* any object's truth value */
+    KVPY_KEY,      /* an int in 0 .. 2**128 - 1; None is the zero key */
+    KVPY_NS,       /* a Namespace; None has every field absent */
+    KVPY_TOKENS,   /* a uint32 buffer or a sequence of ints */
+    KVPY_KEYS,     /* block keys (keylist) */
+    KVPY_PROFILE,  /* a hash profile's name or HASH_* int */
+    KVPY_SCOPE,    /* a quota scope's name or QUOTA_SCOPE_* int */
+    KVPY_EVICTION, /* an eviction policy's name (lru, slru, s3fifo) or KVP_EVICT_* int */
 } kvpy_kind;
 
 #define KVPY_OPT        1u              /* may be omitted: the default applies */
 #define KVPY_KWONLY     (2u | KVPY_OPT) /* keyword-only (and optional) */
 #define KVPY_NONE       4u              /* None counts as omitted */
-#define KVPY_MAX_PARAMS 12
+#define KVPY_MAX_PARAMS 16
 
 typedef struct kvpy_param {
     const char *name; /* as Python names it; NULL ends the list */
@@ -151,7 +156,7 @@ typedef union kvpy_value {
     uint64_t u64;            /* U64, U32 */
     size_t size;             /* SIZE */
     bool flag;               /* BOOL */
-    int profile;             /* PROFILE: KVP_HASH_* */
+    int profile;             /* PROFILE: KVP_HASH_*; EVICTION: KVP_EVICT_* */
     int scope;               /* SCOPE: KVP_QUOTA_SCOPE_* */
     kvp_key key;             /* KEY */
     const kvp_namespace *ns; /* NS: into the Namespace, or a static empty one */
@@ -271,6 +276,7 @@ typedef struct CacheObject {
     uint32_t vocab_size;            /* token ids must be below it; 0 = unchecked */
     uint32_t ns_quota;              /* default per-namespace quota; 0 = quotas off */
     int quota_scope;                /* KVP_QUOTA_SCOPE_* */
+    int eviction;                   /* KVP_EVICT_* */
 } CacheObject;
 
 extern PyTypeObject kvpy_cache_type;

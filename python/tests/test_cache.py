@@ -223,3 +223,26 @@ def test_reset_and_verify_mode(ns):
 def test_version():
     assert kvprefix.version() == kvprefix.__version__
     assert kvprefix.version().count(".") == 2
+
+
+def test_eviction_policies(ns):
+    """A scan of one-time prompts keeps SLRU's protected blocks; LRU loses them."""
+    kept = {}
+    for policy in ("lru", "slru", "s3fifo"):
+        c = kvprefix.Cache(10, 1, eviction=policy, slru_protected_pct=50, s3fifo_small_pct=20)
+        assert c.eviction == policy
+        for hot in range(1, 5):
+            c.access(ns, [hot])
+            c.access(ns, [hot])
+        for cold in range(100, 130):
+            c.access(ns, [cold])
+        c.check()
+        kept[policy] = sum(c.lookup(ns, [hot, 0]).n_blocks_cached for hot in range(1, 5))
+    assert kept == {"lru": 0, "slru": 4, "s3fifo": 4}
+    assert kvprefix.Cache(4, eviction=2).eviction == "s3fifo"
+    with pytest.raises(ValueError):
+        kvprefix.Cache(4, eviction="lfu")
+    with pytest.raises(kvprefix.InvalidArgumentError):
+        kvprefix.Cache(4, eviction=7)
+    with pytest.raises(kvprefix.InvalidArgumentError):
+        kvprefix.Cache(4, slru_protected_pct=101)

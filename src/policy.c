@@ -1,0 +1,261 @@
+/*
+ * policy.c - the parts every non-LRU eviction policy shares (policy.h): configuration,
+ * the per-block records and their allocation, the doubly linked lists, the dispatch of the
+ * pool's hooks on cfg.eviction, and the shared invariant checker.
+ *
+ *   policy.b[id]  {prev, next, depth, n_hits, last_use, list, home, freq}   32 bytes
+ *   policy.list[A]: head -> .. -> tail     policy.list[B]: head -> .. -> tail
+ *
+ * Invariants (kvp__policy_check): under LRU nothing is allocated and every list is empty.
+ * Otherwise a block is on a list (list != NONE) iff it is cached, each list is linked both
+ * ways from head to tail without a cycle and its n is its length, the lists' lengths sum to
+ * pool.n_lru, and the pool's LRU ring holds no entry. Then each policy's own checker runs.
+ *
+ * Cost: 32 bytes per block; every hook O(1) except evict, which is O(1) amortised (see the
+ * policies). Nothing allocates after kvp__policy_init.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+/* Validate the policy fields of a config: KVP_OK or KVP_EINVAL. */
+int kvp__policy_config_check(const kvp_config *cfg)
+{
+    if (cfg->eviction != KVP_EVICT_LRU && cfg->eviction != KVP_EVICT_SLRU &&
+        cfg->eviction != KVP_EVICT_S3FIFO)
+        return kvp__fail(KVP_EINVAL, "eviction is %d: not a KVP_EVICT_* policy", cfg->eviction);
+    if (cfg->slru_protected_pct > 100)
+        return kvp__fail(KVP_EINVAL, "slru_protected_pct is %" PRIu32 ", outside 0..100",
+                         cfg->slru_protected_pct);
+    if (cfg->s3fifo_small_pct < 1 || cfg->s3fifo_small_pct > 100)
+        return kvp__fail(KVP_EINVAL, "s3fifo_small_pct is %" PRIu32 ", outside 1..100",
+                         cfg->s3fifo_small_pct);
+    if (cfg->s3fifo_ghost_pct > 1000)
+        return kvp__fail(KVP_EINVAL, "s3fifo_ghost_pct is %" PRIu32 ", outside 0..1000",
+                         cfg->s3fifo_ghost_pct);
+    return KVP_OK;
+}
+
+/* Allocate the per-block records (and S3-FIFO's ghost) unless the policy is LRU; size the
+ * segments. KVP_OK or KVP_ENOMEM (nothing kept). */
+int kvp__policy_init(kvp_cache *cache)
+{
+    kvp__policy *p = &cache->policy;
+    uint64_t n = cache->cfg.n_blocks;
+    memset(p, 0, sizeof *p);
+    for (int l = 0; l < 3; l++)
+        p->list[l].head = p->list[l].tail = KVP_NIL;
+    if (kvp__policy_is_lru(cache))
+        return KVP_OK;
+    p->b = kvp__mem_alloc(&cache->mem, n * sizeof *p->b);
+    if (!p->b)
+        return kvp__fail(KVP_ENOMEM, "out of memory: the policy records of %" PRIu64 " blocks", n);
+    for (uint64_t i = 0; i < n; i++) {
+        memset(&p->b[i], 0, sizeof p->b[i]);
+        p->b[i].prev = p->b[i].next = KVP_NIL;
+    }
+    p->cap_b = (uint32_t)(n * cache->cfg.slru_protected_pct / 100);
+    uint64_t small = n * cache->cfg.s3fifo_small_pct / 100;
+    p->cap_a = (uint32_t)(small ? small : 1);
+    if (cache->cfg.eviction == KVP_EVICT_S3FIFO) {
+        uint64_t ghost = (n - p->cap_a) * cache->cfg.s3fifo_ghost_pct / 100;
+        if (ghost > 0) {
+            uint64_t t = 4;
+            while (t < 2 * ghost)
+                t *= 2;
+            p->ghost = kvp__mem_alloc(&cache->mem, ghost * sizeof *p->ghost);
+            p->gtab_fp = kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_fp);
+            p->gtab_n = kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_n);
+            p->ghost_cap = (uint32_t)ghost;
+            p->gtab_mask = (uint32_t)(t - 1);
+            if (!p->ghost || !p->gtab_fp || !p->gtab_n) {
+                kvp__policy_free(cache);
+                return kvp__fail(KVP_ENOMEM, "out of memory: the S3-FIFO ghost of %" PRIu64 " keys",
+                                 ghost);
+            }
+        }
+    }
+    return KVP_OK;
+}
+
+/* Free the records and the ghost (any may be NULL). Cannot fail. */
+void kvp__policy_free(kvp_cache *cache)
+{
+    kvp__policy *p = &cache->policy;
+    size_t n = cache->cfg.n_blocks, t = p->ghost_cap ? (size_t)p->gtab_mask + 1 : 0;
+    kvp__mem_free(&cache->mem, p->b, p->b ? n * sizeof *p->b : 0);
+    kvp__mem_free(&cache->mem, p->ghost, p->ghost ? p->ghost_cap * sizeof *p->ghost : 0);
+    kvp__mem_free(&cache->mem, p->gtab_fp, p->gtab_fp ? t * sizeof *p->gtab_fp : 0);
+    kvp__mem_free(&cache->mem, p->gtab_n, p->gtab_n ? t * sizeof *p->gtab_n : 0);
+    p->b = NULL;
+    p->ghost = NULL;
+    p->gtab_fp = NULL;
+    p->gtab_n = NULL;
+    p->ghost_cap = 0;
+    p->gtab_mask = 0;
+}
+
+/* Queue cached block id at the tail of list l and count it cached (pool.n_lru). */
+void kvp__plist_push(kvp_cache *cache, uint8_t l, uint32_t id)
+{
+    kvp__policy *p = &cache->policy;
+    kvp__pblock *b = &p->b[id];
+    kvp__plist *L = &p->list[l];
+    assert(l != KVP__PL_NONE && b->list == KVP__PL_NONE);
+    assert(kvp__block_is_cached(&cache->pool.blocks[id]));
+    b->list = l;
+    b->prev = L->tail;
+    b->next = KVP_NIL;
+    if (L->tail != KVP_NIL)
+        p->b[L->tail].next = id;
+    else
+        L->head = id;
+    L->tail = id;
+    L->n++;
+    cache->pool.n_lru++;
+}
+
+/* Take block id off its list; it no longer counts as cached (pool.n_lru). */
+void kvp__plist_remove(kvp_cache *cache, uint32_t id)
+{
+    kvp__policy *p = &cache->policy;
+    kvp__pblock *b = &p->b[id];
+    assert(b->list != KVP__PL_NONE && cache->pool.n_lru > 0);
+    kvp__plist *L = &p->list[b->list];
+    if (b->prev != KVP_NIL)
+        p->b[b->prev].next = b->next;
+    else
+        L->head = b->next;
+    if (b->next != KVP_NIL)
+        p->b[b->next].prev = b->prev;
+    else
+        L->tail = b->prev;
+    L->n--;
+    b->list = KVP__PL_NONE;
+    b->prev = b->next = KVP_NIL;
+    cache->pool.n_lru--;
+}
+
+/* Block id was just handed out by the pool (free or evicted): a fresh record, on no list
+ * and with no home until its first release as an indexed block. Cannot fail. */
+void kvp__policy_taken(kvp_cache *cache, uint32_t id)
+{
+    kvp__pblock *b = &cache->policy.b[id];
+    assert(b->list == KVP__PL_NONE);
+    b->depth = 0;
+    b->n_hits = 0;
+    b->freq = 0;
+    b->home = KVP__PL_NONE;
+    b->last_use = ++cache->policy.clock;
+}
+
+/* Block id is pinned by a hit (before the pool counts the pin): off its list if it was
+ * cached; SLRU sends it to protected at its release, S3-FIFO counts it (freq, capped).
+ * Cannot fail. */
+void kvp__policy_hit(kvp_cache *cache, uint32_t id)
+{
+    kvp__pblock *b = &cache->policy.b[id];
+    if (b->list != KVP__PL_NONE)
+        kvp__plist_remove(cache, id);
+    b->n_hits++;
+    b->last_use = ++cache->policy.clock;
+    if (cache->cfg.eviction == KVP_EVICT_SLRU)
+        b->home = KVP__PL_B;
+    else if (b->freq < KVP__S3_FREQ_MAX)
+        b->freq++;
+}
+
+/* Indexed block id, block depth of its chain, lost its last pin and is cached. At its first
+ * release it is admitted (SLRU: probation unless a hit already sent it to protected;
+ * S3-FIFO: main if the ghost remembers its key, else small). Cannot fail. */
+void kvp__policy_release(kvp_cache *cache, uint32_t id, uint32_t depth)
+{
+    kvp__pblock *b = &cache->policy.b[id];
+    b->last_use = ++cache->policy.clock;
+    b->depth = depth;
+    if (b->home == KVP__PL_NONE)
+        b->home = cache->cfg.eviction == KVP_EVICT_S3FIFO
+                      ? kvp__s3fifo_admit(cache, cache->pool.blocks[id].key)
+                      : KVP__PL_A;
+    if (cache->cfg.eviction == KVP_EVICT_SLRU)
+        kvp__slru_release(cache, id);
+    else
+        kvp__plist_push(cache, b->home, id);
+}
+
+/* The policy's victim, off its list, or KVP_NIL when nothing is cached. */
+uint32_t kvp__policy_evict(kvp_cache *cache)
+{
+    if (cache->pool.n_lru == 0)
+        return KVP_NIL;
+    return cache->cfg.eviction == KVP_EVICT_SLRU ? kvp__slru_evict(cache)
+                                                 : kvp__s3fifo_evict(cache);
+}
+
+/* Cached block id leaves the order (evicted for a quota, or replaced). Cannot fail. */
+void kvp__policy_unlink(kvp_cache *cache, uint32_t id)
+{
+    kvp__plist_remove(cache, id);
+}
+
+/* Any cached block, off its list, for kvp_cache_reset: A's head, else B's head, else
+ * KVP_NIL. No ghost entry, no freq change. Cannot fail. */
+uint32_t kvp__policy_drop_one(kvp_cache *cache)
+{
+    kvp__policy *p = &cache->policy;
+    uint32_t id = p->list[KVP__PL_A].n ? p->list[KVP__PL_A].head : p->list[KVP__PL_B].head;
+    if (id != KVP_NIL)
+        kvp__plist_remove(cache, id);
+    return id;
+}
+
+/* Walk list l: its length, or UINT32_MAX on a bad link, a cycle or a block that is not
+ * cached or names another list. */
+static uint32_t walk_list(const kvp_cache *cache, uint8_t l)
+{
+    const kvp__policy *p = &cache->policy;
+    const kvp__plist *L = &p->list[l];
+    uint32_t n = 0, prev = KVP_NIL;
+    for (uint32_t id = L->head; id != KVP_NIL; id = p->b[id].next) {
+        if (id >= cache->pool.n_blocks || n >= cache->pool.n_blocks)
+            return UINT32_MAX;
+        const kvp__pblock *b = &p->b[id];
+        if (b->list != l || b->prev != prev || !kvp__block_is_cached(&cache->pool.blocks[id]))
+            return UINT32_MAX;
+        prev = id;
+        n++;
+    }
+    return prev == L->tail ? n : UINT32_MAX;
+}
+
+#define FAIL_IF(cond)                                                                              \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            return kvp__fail(KVP_ECORRUPT, "invariant violated in %s: %s", __func__, #cond);       \
+    } while (0)
+
+/* The shared invariants (top of this file), then the policy's own checker. KVP_OK or
+ * KVP_ECORRUPT. */
+int kvp__policy_check(const kvp_cache *cache)
+{
+    const kvp__policy *p = &cache->policy;
+    const kvp__pool *pool = &cache->pool;
+    if (kvp__policy_is_lru(cache)) {
+        FAIL_IF(p->b || p->list[KVP__PL_A].n || p->list[KVP__PL_B].n);
+        return KVP_OK;
+    }
+    FAIL_IF(!p->b || pool->lru_head != pool->lru_tail);
+    uint32_t na = walk_list(cache, KVP__PL_A), nb = walk_list(cache, KVP__PL_B);
+    FAIL_IF(na == UINT32_MAX || nb == UINT32_MAX);
+    FAIL_IF(na != p->list[KVP__PL_A].n || nb != p->list[KVP__PL_B].n);
+    FAIL_IF((uint64_t)na + nb != pool->n_lru);
+    for (uint32_t id = 0; id < pool->n_blocks; id++) {
+        const kvp__pblock *b = &p->b[id];
+        bool cached = kvp__block_is_cached(&pool->blocks[id]);
+        FAIL_IF(cached != (b->list != KVP__PL_NONE));
+        FAIL_IF(b->list > KVP__PL_B || b->last_use > p->clock);
+        FAIL_IF(b->home > KVP__PL_B || (cached && b->home == KVP__PL_NONE));
+    }
+    return cache->cfg.eviction == KVP_EVICT_SLRU ? kvp__policy_slru_check(cache)
+                                                 : kvp__policy_s3fifo_check(cache);
+}

@@ -1,0 +1,76 @@
+/*
+ * policy_slru.c - segmented LRU eviction (kvp_config.eviction = KVP_EVICT_SLRU).
+ *
+ *   probation (list A):  head (evicted first) .. tail (last released)
+ *   protected (list B):  head (demoted first) .. tail (last released), at most cap_b blocks
+ *                        (cap_b = n_blocks * slru_protected_pct / 100)
+ *
+ * Rules. A block joins probation's tail at its first release as an indexed block. A block
+ * that is hit (pinned by a lookup hit, whether it was cached or held by another request)
+ * joins protected's tail at its next release; when protected then holds more than cap_b
+ * blocks, its head is demoted to probation's tail (and would need another hit to return).
+ * The victim is probation's head, or protected's head when probation is empty. So a scan
+ * of blocks seen once only churns probation and never flushes protected.
+ *
+ * Pinned blocks are on no list (they cannot be evicted); a block's position is the time of
+ * its last release, as under LRU. Quotas: a namespace over its quota loses its least
+ * recently released cached block (quota.c's list, the same rule as under LRU): the quota
+ * promise is about isolation, and that list already orders a namespace's blocks without a
+ * second pair of segments per namespace.
+ *
+ * Chain rule. Requests release tail first, so within a chain released together the tail
+ * enters its segment before its parents and is evicted first. A parent can still leave
+ * before a child released later or protected: the child is then an orphan (its parent key
+ * is not indexed; no lookup reaches it until the parent is stored again). SLRU does not
+ * evict orphans eagerly: nothing tracks them yet (docs/design.md, "Eviction policies").
+ *
+ * Invariants (kvp__policy_slru_check): protected holds at most cap_b blocks; every cached
+ * block's list is its home (a released block sits where its history sends it).
+ *
+ * Cost: release O(1) (one demotion at most), evict O(1), 32 bytes per block (policy.c).
+ */
+#include "internal.h"
+
+/* Indexed block id became cached: to its segment's tail, demoting protected's head when
+ * protected overflows. Cannot fail. */
+void kvp__slru_release(kvp_cache *cache, uint32_t id)
+{
+    kvp__policy *p = &cache->policy;
+    kvp__plist_push(cache, p->b[id].home, id);
+    if (p->list[KVP__PL_B].n > p->cap_b) {
+        uint32_t d = p->list[KVP__PL_B].head;
+        kvp__plist_remove(cache, d);
+        p->b[d].home = KVP__PL_A;
+        kvp__plist_push(cache, KVP__PL_A, d);
+    }
+}
+
+/* Probation's head, else protected's head, off its list (pool.n_lru > 0). */
+uint32_t kvp__slru_evict(kvp_cache *cache)
+{
+    kvp__policy *p = &cache->policy;
+    uint32_t id = p->list[KVP__PL_A].n ? p->list[KVP__PL_A].head : p->list[KVP__PL_B].head;
+    assert(id != KVP_NIL);
+    kvp__plist_remove(cache, id);
+    return id;
+}
+
+/* Invariants above. KVP_OK or KVP_ECORRUPT. */
+int kvp__policy_slru_check(const kvp_cache *cache)
+{
+    const kvp__policy *p = &cache->policy;
+    if (p->list[KVP__PL_B].n > p->cap_b)
+        return kvp__fail(KVP_ECORRUPT,
+                         "invariant violated in %s: protected holds %" PRIu32
+                         " blocks, above its capacity %" PRIu32,
+                         __func__, p->list[KVP__PL_B].n, p->cap_b);
+    for (uint32_t id = 0; id < cache->pool.n_blocks; id++) {
+        const kvp__pblock *b = &p->b[id];
+        if (b->list != KVP__PL_NONE && b->list != b->home)
+            return kvp__fail(KVP_ECORRUPT,
+                             "invariant violated in %s: block %" PRIu32
+                             " is on list %u but its home is %u",
+                             __func__, id, b->list, b->home);
+    }
+    return KVP_OK;
+}

@@ -1,0 +1,630 @@
+/*
+ * test_policy.c - the eviction policies other than LRU (kvp_config.eviction): SLRU and
+ * S3-FIFO against small reference models, hand cases of each policy's defining behaviour,
+ * and the policy checkers catching corruptions.
+ *
+ * The models below are written from the published descriptions (segmented LRU; S3-FIFO,
+ * Yang et al., SOSP'23, Algorithm 1) plus the two points where the cache must decide what
+ * the papers do not say, as src/policy.h states them: a block is inserted at its first
+ * release (a pinned block cannot be evicted, so it joins no queue before), and a block
+ * leaves its queue while pinned and re-enters at its queue's tail when released. Every
+ * pin is a hit. The models know nothing of the library's lists: they keep plain arrays of
+ * node numbers, shifted on every removal.
+ *
+ * The random test drives kvp_access only (pins last for the call), over prompts that are
+ * paths in a tree of 3-way branching and depth 4 with blocks of one token, and after every
+ * call compares, for every node of the tree, the cached run kvp_lookup reports for the
+ * node's path with the model's, and runs kvp_cache_check.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "internal.h"
+#include "testutil.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* The tree of prompts                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+#define FAN       3
+#define DEPTH     4
+#define MAX_NODES (FAN + FAN * FAN + FAN * FAN * FAN + FAN * FAN * FAN * FAN)
+
+/* Node numbers: a path t[0 .. d) (tokens 1..FAN) is node sum of the sizes of the shallower
+ * levels plus the path read as a base-FAN number. */
+static int node_of(const uint32_t *t, size_t d)
+{
+    int base = 0, level = 1, v = 0;
+    for (size_t i = 1; i < d; i++) {
+        level *= FAN;
+        base += level;
+    }
+    for (size_t i = 0; i < d; i++)
+        v = v * FAN + (int)(t[i] - 1);
+    return base + v;
+}
+
+static size_t path_of(int node, uint32_t *t)
+{
+    int level = FAN, base = 0;
+    size_t d = 1;
+    while (node >= base + level) {
+        base += level;
+        level *= FAN;
+        d++;
+    }
+    int v = node - base;
+    for (size_t i = d; i-- > 0;) {
+        t[i] = (uint32_t)(v % FAN) + 1;
+        v /= FAN;
+    }
+    return d;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reference models                                                                         */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct queue {
+    int v[MAX_NODES + 8];
+    int n;
+} queue;
+
+static void q_push(queue *q, int x)
+{
+    q->v[q->n++] = x;
+}
+
+static int q_pop(queue *q)
+{
+    int x = q->v[0];
+    memmove(q->v, q->v + 1, (size_t)(q->n - 1) * sizeof q->v[0]);
+    q->n--;
+    return x;
+}
+
+static bool q_remove(queue *q, int x)
+{
+    for (int i = 0; i < q->n; i++)
+        if (q->v[i] == x) {
+            memmove(q->v + i, q->v + i + 1, (size_t)(q->n - i - 1) * sizeof q->v[0]);
+            q->n--;
+            return true;
+        }
+    return false;
+}
+
+static bool q_has(const queue *q, int x)
+{
+    for (int i = 0; i < q->n; i++)
+        if (q->v[i] == x)
+            return true;
+    return false;
+}
+
+enum { WHERE_NONE, WHERE_PINNED, WHERE_Q1, WHERE_Q2 };
+
+typedef struct model {
+    int policy;
+    int n_blocks;
+    int cap_protected; /* SLRU */
+    int cap_small;     /* S3-FIFO */
+    int cap_ghost;     /* S3-FIFO */
+    queue q1, q2;      /* SLRU: probation, protected; S3-FIFO: S, M (head = oldest) */
+    queue ghost;       /* S3-FIFO: G, oldest first */
+    int where[MAX_NODES];
+    int home[MAX_NODES]; /* queue to join at release: WHERE_Q1/Q2, or WHERE_NONE if new */
+    int freq[MAX_NODES];
+    int n_pinned;
+} model;
+
+static void model_init(model *m, int policy, int n, int prot_pct, int small_pct, int ghost_pct)
+{
+    memset(m, 0, sizeof *m);
+    m->policy = policy;
+    m->n_blocks = n;
+    m->cap_protected = n * prot_pct / 100;
+    m->cap_small = n * small_pct / 100 > 0 ? n * small_pct / 100 : 1;
+    m->cap_ghost = (n - m->cap_small) * ghost_pct / 100;
+}
+
+static bool cached(const model *m, int x)
+{
+    return m->where[x] == WHERE_Q1 || m->where[x] == WHERE_Q2;
+}
+
+/* SLRU: evict the LRU end of probation, else of protected. */
+static int slru_victim(model *m)
+{
+    return m->q1.n ? q_pop(&m->q1) : q_pop(&m->q2);
+}
+
+/* S3-FIFO eviction (Algorithm 1: evictS when S is at its size or M is empty, else evictM). */
+static int s3_victim(model *m)
+{
+    if (m->q1.n >= m->cap_small || m->q2.n == 0) {
+        while (m->q1.n) {
+            int t = q_pop(&m->q1);
+            if (m->freq[t] > 0) {
+                q_push(&m->q2, t); /* to M, freq kept */
+                m->where[t] = WHERE_Q2;
+                m->home[t] = WHERE_Q2;
+                continue;
+            }
+            if (m->cap_ghost > 0) {
+                if (m->ghost.n == m->cap_ghost)
+                    q_pop(&m->ghost);
+                q_push(&m->ghost, t);
+            }
+            return t;
+        }
+    }
+    for (;;) {
+        int t = q_pop(&m->q2);
+        if (m->freq[t] == 0)
+            return t;
+        m->freq[t]--;
+        q_push(&m->q2, t);
+    }
+}
+
+/* One pin by a hit: off its queue; the policy's hit rule. */
+static void model_hit(model *m, int x)
+{
+    if (m->where[x] == WHERE_Q1)
+        q_remove(&m->q1, x);
+    else if (m->where[x] == WHERE_Q2)
+        q_remove(&m->q2, x);
+    m->where[x] = WHERE_PINNED;
+    m->n_pinned++;
+    if (m->policy == KVP_EVICT_SLRU)
+        m->home[x] = WHERE_Q2;
+    else if (m->freq[x] < 3)
+        m->freq[x]++;
+}
+
+/* Take a block for new node x: a free one, else the policy's victim. false: none left. */
+static bool model_take(model *m, int x)
+{
+    int n_cached = m->q1.n + m->q2.n;
+    if (n_cached + m->n_pinned >= m->n_blocks) {
+        if (n_cached == 0)
+            return false;
+        int v = m->policy == KVP_EVICT_SLRU ? slru_victim(m) : s3_victim(m);
+        m->where[v] = WHERE_NONE;
+    }
+    m->where[x] = WHERE_PINNED;
+    m->home[x] = WHERE_NONE;
+    m->freq[x] = 0;
+    m->n_pinned++;
+    return true;
+}
+
+/* Last pin of node x dropped. */
+static void model_release(model *m, int x)
+{
+    m->n_pinned--;
+    if (m->home[x] == WHERE_NONE)
+        m->home[x] = m->policy == KVP_EVICT_S3FIFO && q_has(&m->ghost, x) ? WHERE_Q2 : WHERE_Q1;
+    m->where[x] = m->home[x];
+    q_push(m->home[x] == WHERE_Q1 ? &m->q1 : &m->q2, x);
+    if (m->policy == KVP_EVICT_SLRU && m->q2.n > m->cap_protected) {
+        int d = q_pop(&m->q2); /* protected overflow: to probation's MRU end */
+        q_push(&m->q1, d);
+        m->where[d] = WHERE_Q1;
+        m->home[d] = WHERE_Q1;
+    }
+}
+
+/* kvp_access of the path t[0 .. d): pin or insert every block in order, then release them
+ * last first. */
+static void model_access(model *m, const uint32_t *t, size_t d)
+{
+    int held[DEPTH];
+    size_t n_held = 0;
+    for (size_t i = 0; i < d; i++) {
+        int x = node_of(t, i + 1);
+        if (cached(m, x))
+            model_hit(m, x);
+        else if (!model_take(m, x))
+            break;
+        held[n_held++] = x;
+    }
+    while (n_held > 0)
+        model_release(m, held[--n_held]);
+}
+
+/* The cached run of path t[0 .. d) in the model. */
+static uint32_t model_run(const model *m, const uint32_t *t, size_t d)
+{
+    uint32_t r = 0;
+    while (r < d && cached(m, node_of(t, r + 1)))
+        r++;
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Random operation sequences against the models                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+static kvp_cache *policy_cache(int policy, uint32_t n, uint32_t prot, uint32_t small,
+                               uint32_t ghost)
+{
+    kvp_config cfg = th_config(n, 1, false, NULL, NULL);
+    cfg.eviction = policy;
+    cfg.slru_protected_pct = prot;
+    cfg.s3fifo_small_pct = small;
+    cfg.s3fifo_ghost_pct = ghost;
+    return th_cache_new(&cfg);
+}
+
+static void run_random(int policy, uint64_t seed, int steps)
+{
+    uint64_t rng = seed;
+    uint32_t n = 4 + (uint32_t)(th_rand(&rng) % 28);
+    uint32_t prot = (uint32_t)(th_rand(&rng) % 101), small = 1 + (uint32_t)(th_rand(&rng) % 60);
+    uint32_t ghost = (uint32_t)(th_rand(&rng) % 201);
+    kvp_cache *c = policy_cache(policy, n, prot, small, ghost);
+    static model m;
+    model_init(&m, policy, (int)n, (int)prot, (int)small, (int)ghost);
+    kvp_namespace ns;
+    th_ns(&ns, "policy", NULL, NULL, NULL);
+    /* A skewed popularity: a few hot subtrees, many cold paths. */
+    for (int s = 0; s < steps; s++) {
+        uint32_t t[DEPTH];
+        size_t d = 1 + th_rand(&rng) % DEPTH;
+        bool hot = th_rand(&rng) % 3 == 0;
+        for (size_t i = 0; i < d; i++)
+            t[i] = hot && i < 2 ? 1 : 1 + (uint32_t)(th_rand(&rng) % FAN);
+        th_access_ok(c, &ns, t, d);
+        model_access(&m, t, d);
+        for (int x = 0; x < MAX_NODES; x++) {
+            uint32_t p[DEPTH];
+            size_t pd = path_of(x, p);
+            uint32_t got = th_lookup_ok(c, &ns, p, pd).n_blocks_cached;
+            uint32_t want = model_run(&m, p, pd);
+            cr_assert_eq(got, want,
+                         "policy %d seed %llu step %d: node %d (depth %zu) run %u, model %u",
+                         policy, (unsigned long long)seed, s, x, pd, got, want);
+        }
+        kvp_stats st = th_stats(c);
+        cr_assert_eq(st.n_blocks_cached, (uint32_t)(m.q1.n + m.q2.n));
+    }
+    kvp_cache_free(c);
+}
+
+Test(policy, tree_numbering)
+{
+    for (int x = 0; x < MAX_NODES; x++) {
+        uint32_t t[DEPTH];
+        size_t d = path_of(x, t);
+        cr_assert_eq(node_of(t, d), x, "node %d", x);
+    }
+}
+
+Test(policy, slru_matches_model, .timeout = 120)
+{
+    for (uint64_t seed = 1; seed <= 40; seed++)
+        run_random(KVP_EVICT_SLRU, seed, 150);
+}
+
+Test(policy, s3fifo_matches_model, .timeout = 120)
+{
+    for (uint64_t seed = 1; seed <= 40; seed++)
+        run_random(KVP_EVICT_S3FIFO, seed, 150);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Hand cases                                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+static bool is_cached(kvp_cache *c, const kvp_namespace *ns, uint32_t tok)
+{
+    return th_lookup_ok(c, ns, &tok, 1).n_blocks_cached == 1;
+}
+
+/* A scan of blocks seen once does not flush SLRU's protected segment (LRU loses them). */
+Test(policy, slru_scan_keeps_protected)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "scan", NULL, NULL, NULL);
+    for (int policy = KVP_EVICT_LRU; policy <= KVP_EVICT_SLRU; policy++) {
+        kvp_cache *c = policy_cache(policy, 10, 50, 10, 100);
+        for (uint32_t hot = 1; hot <= 4; hot++) {
+            th_access_ok(c, &ns, &hot, 1);
+            th_access_ok(c, &ns, &hot, 1); /* hit again while cached: protected */
+        }
+        for (uint32_t cold = 100; cold < 130; cold++)
+            th_access_ok(c, &ns, &cold, 1);
+        for (uint32_t hot = 1; hot <= 4; hot++)
+            cr_assert_eq(is_cached(c, &ns, hot), policy == KVP_EVICT_SLRU,
+                         "policy %d: hot block %u", policy, hot);
+        kvp_cache_free(c);
+    }
+}
+
+/* Protected overflow demotes its LRU block to probation's MRU end, not out of the cache. */
+Test(policy, slru_protected_overflow_demotes)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "demote", NULL, NULL, NULL);
+    kvp_cache *c = policy_cache(KVP_EVICT_SLRU, 4, 25, 10, 100); /* protected holds 1 */
+    uint32_t a = 1, b = 2;
+    th_access_ok(c, &ns, &a, 1);
+    th_access_ok(c, &ns, &a, 1); /* a protected */
+    th_access_ok(c, &ns, &b, 1);
+    th_access_ok(c, &ns, &b, 1); /* b protected, a demoted to probation's tail */
+    const kvp__policy *p = &c->policy;
+    cr_assert_eq(p->list[KVP__PL_B].n, 1);
+    cr_assert_eq(p->list[KVP__PL_A].n, 1);
+    cr_assert(is_cached(c, &ns, a) && is_cached(c, &ns, b));
+    kvp_cache_free(c);
+}
+
+/* The block id kvp_lookup returns for the one-token prompt tok. */
+static uint32_t block_of(kvp_cache *c, const kvp_namespace *ns, uint32_t tok)
+{
+    uint32_t id = KVP_NIL, t[2] = {tok, 0};
+    kvp_match m;
+    cr_assert_eq(kvp_lookup(c, ns, t, 2, &id, 1, &m), KVP_OK);
+    cr_assert_eq(m.n_blocks_cached, 1, "token %u is not cached", tok);
+    return id;
+}
+
+/* One-hit wonders leave from S; a key the ghost remembers comes back into M. */
+Test(policy, s3fifo_ghost_readmits_to_main)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "ghost", NULL, NULL, NULL);
+    kvp_cache *c = policy_cache(KVP_EVICT_S3FIFO, 10, 80, 10, 100); /* S target 1, G 9 */
+    uint32_t x = 7;
+    th_access_ok(c, &ns, &x, 1);
+    cr_assert_eq(c->policy.b[block_of(c, &ns, x)].list, KVP__PL_A, "a new block goes to S");
+    for (uint32_t cold = 100; cold < 110; cold++) /* 10 one-hit wonders: x leaves S into G */
+        th_access_ok(c, &ns, &cold, 1);
+    cr_assert(!is_cached(c, &ns, x));
+    th_access_ok(c, &ns, &x, 1);
+    cr_assert_eq(c->policy.b[block_of(c, &ns, x)].list, KVP__PL_B, "the ghost readmits to M");
+    kvp_cache_free(c);
+}
+
+Test(policy, s3fifo_one_hit_wonders_leave_from_small)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "wonders", NULL, NULL, NULL);
+    kvp_cache *c = policy_cache(KVP_EVICT_S3FIFO, 10, 80, 20, 100); /* S target 2 */
+    for (uint32_t hot = 1; hot <= 5; hot++) {
+        th_access_ok(c, &ns, &hot, 1);
+        th_access_ok(c, &ns, &hot, 1); /* freq 1 in S: moves to M when S is evicted */
+    }
+    for (uint32_t cold = 100; cold < 160; cold++) {
+        th_access_ok(c, &ns, &cold, 1);
+        TH_CHECK(c);
+    }
+    for (uint32_t hot = 1; hot <= 5; hot++)
+        cr_assert(is_cached(c, &ns, hot), "hot block %u was evicted by one-hit wonders", hot);
+    cr_assert_eq(c->policy.list[KVP__PL_B].n, 5);
+    cr_assert(th_stats(c).n_evictions >= 50);
+    kvp_cache_free(c);
+}
+
+/* Pinned blocks are never evicted, free blocks go first, quotas hold (every policy). */
+Test(policy, pool_promises_hold)
+{
+    kvp_namespace a, b;
+    th_ns(&a, "quota", NULL, "a", NULL);
+    th_ns(&b, "quota", NULL, "b", NULL);
+    for (int policy = KVP_EVICT_LRU; policy <= KVP_EVICT_S3FIFO; policy++) {
+        kvp_config cfg = th_config(8, 1, false, NULL, NULL);
+        cfg.eviction = policy;
+        cfg.ns_quota = 3;
+        kvp_cache *c = th_cache_new(&cfg);
+        uint32_t held[4] = {50, 51, 52, 53};
+        th_acquire_ok(c, 1, &a, held, 4, 0);
+        cr_assert_eq(kvp_commit(c, 1, held, 4, NULL), KVP_OK);
+        for (uint32_t t = 1; t <= 4; t++) {
+            th_access_ok(c, &b, &t, 1);
+            cr_assert_eq(th_stats(c).n_evictions, t == 4 ? 1u : 0u,
+                         "policy %d: an eviction while free blocks were left", policy);
+        }
+        cr_assert_eq(th_stats(c).n_blocks_cached, 3, "policy %d: b over its quota", policy);
+        for (uint32_t t = 10; t < 30; t++)
+            th_access_ok(c, &b, &t, 1);
+        cr_assert_eq(th_lookup_ok(c, &a, held, 4).n_blocks_cached, 4,
+                     "policy %d: a pinned block was evicted", policy);
+        cr_assert_eq(kvp_release(c, 1), KVP_OK);
+        TH_CHECK(c);
+        cr_assert(th_stats(c).n_blocks_cached <= 6);
+        kvp_cache_free(c);
+    }
+}
+
+Test(policy, config_is_validated)
+{
+    kvp_config cfg = th_config(8, 1, false, NULL, NULL);
+    kvp_cache *c = NULL;
+    cfg.eviction = 3;
+    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
+    cfg.eviction = KVP_EVICT_SLRU;
+    cfg.slru_protected_pct = 101;
+    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
+    cfg.slru_protected_pct = 80;
+    cfg.s3fifo_small_pct = 0;
+    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
+    cr_assert_null(c);
+    kvp_config d;
+    kvp_config_init(&d);
+    cr_assert_eq(d.eviction, KVP_EVICT_LRU);
+    cr_assert_eq(d.slru_protected_pct, 80);
+    cr_assert_eq(d.s3fifo_small_pct, 10);
+    cr_assert_eq(d.s3fifo_ghost_pct, 100);
+}
+
+/* kvp_cache_reset drops every cached block under each policy and leaves the ghost as it is. */
+Test(policy, reset_drops_everything)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "reset", NULL, NULL, NULL);
+    for (int policy = KVP_EVICT_SLRU; policy <= KVP_EVICT_S3FIFO; policy++) {
+        kvp_cache *c = policy_cache(policy, 6, 50, 20, 100);
+        for (uint32_t t = 1; t < 20; t++)
+            th_access_ok(c, &ns, &t, 1);
+        uint32_t g = c->policy.ghost_n;
+        cr_assert_eq(kvp_cache_reset(c), KVP_OK);
+        TH_CHECK(c);
+        cr_assert_eq(th_stats(c).n_blocks_cached, 0);
+        cr_assert_eq(c->policy.ghost_n, g);
+        kvp_cache_free(c);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The checkers catch corruptions                                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+#define EXPECT_CORRUPT(c, check)                                                                   \
+    do {                                                                                           \
+        cr_assert_eq(check(c), KVP_ECORRUPT, #check " missed the corruption");                     \
+        cr_assert_eq(kvp_cache_check(c), KVP_ECORRUPT, "kvp_cache_check missed the corruption");   \
+    } while (0)
+
+/* A cache of the policy with blocks on both lists (and, for S3-FIFO, ghost keys). */
+static kvp_cache *busy_cache(int policy, kvp_namespace *ns)
+{
+    th_ns(ns, "corrupt", NULL, NULL, NULL);
+    kvp_cache *c = policy_cache(policy, 8, 50, 25, 100);
+    for (uint32_t t = 1; t <= 3; t++) {
+        th_access_ok(c, ns, &t, 1);
+        th_access_ok(c, ns, &t, 1);
+    }
+    for (uint32_t t = 10; t < 20; t++)
+        th_access_ok(c, ns, &t, 1);
+    cr_assert_eq(kvp__policy_check(c), KVP_OK);
+    cr_assert(c->policy.list[KVP__PL_A].n >= 2 && c->policy.list[KVP__PL_B].n >= 2);
+    return c;
+}
+
+Test(policy_check, broken_link)
+{
+    for (int policy = KVP_EVICT_SLRU; policy <= KVP_EVICT_S3FIFO; policy++) {
+        kvp_namespace ns;
+        kvp_cache *c = busy_cache(policy, &ns);
+        kvp__policy *p = &c->policy;
+        uint32_t h = p->list[KVP__PL_B].head, nx = p->b[h].next;
+        p->b[nx].prev = KVP_NIL;
+        EXPECT_CORRUPT(c, kvp__policy_check);
+        p->b[nx].prev = h;
+        p->b[h].next = h; /* a cycle */
+        EXPECT_CORRUPT(c, kvp__policy_check);
+        p->b[h].next = nx;
+        cr_assert_eq(kvp_cache_check(c), KVP_OK);
+        kvp_cache_free(c);
+    }
+}
+
+Test(policy_check, counts_and_membership)
+{
+    for (int policy = KVP_EVICT_SLRU; policy <= KVP_EVICT_S3FIFO; policy++) {
+        kvp_namespace ns;
+        kvp_cache *c = busy_cache(policy, &ns);
+        kvp__policy *p = &c->policy;
+        p->list[KVP__PL_A].n++;
+        EXPECT_CORRUPT(c, kvp__policy_check);
+        p->list[KVP__PL_A].n--;
+        uint32_t h = p->list[KVP__PL_A].head;
+        p->b[h].list = KVP__PL_B; /* says protected / main, sits on A */
+        EXPECT_CORRUPT(c, kvp__policy_check);
+        p->b[h].list = KVP__PL_A;
+        p->b[h].home = KVP__PL_B; /* on A, but its history sends it to B */
+        EXPECT_CORRUPT(c, kvp__policy_check);
+        p->b[h].home = KVP__PL_A;
+        uint64_t last = p->b[h].last_use;
+        p->b[h].last_use = p->clock + 1; /* from the future */
+        EXPECT_CORRUPT(c, kvp__policy_check);
+        p->b[h].last_use = last;
+        cr_assert_eq(kvp_cache_check(c), KVP_OK);
+        kvp_cache_free(c);
+    }
+}
+
+Test(policy_check, slru_protected_overflow)
+{
+    kvp_namespace ns;
+    kvp_cache *c = busy_cache(KVP_EVICT_SLRU, &ns);
+    uint32_t cap = c->policy.cap_b;
+    c->policy.cap_b = c->policy.list[KVP__PL_B].n - 1;
+    EXPECT_CORRUPT(c, kvp__policy_slru_check);
+    c->policy.cap_b = cap;
+    cr_assert_eq(kvp_cache_check(c), KVP_OK);
+    kvp_cache_free(c);
+}
+
+Test(policy_check, s3fifo_freq_and_ghost)
+{
+    kvp_namespace ns;
+    kvp_cache *c = busy_cache(KVP_EVICT_S3FIFO, &ns);
+    kvp__policy *p = &c->policy;
+    cr_assert(p->ghost_n >= 2);
+    uint32_t h = p->list[KVP__PL_B].head;
+    uint8_t f = p->b[h].freq;
+    p->b[h].freq = KVP__S3_FREQ_MAX + 1;
+    EXPECT_CORRUPT(c, kvp__policy_s3fifo_check);
+    p->b[h].freq = f;
+
+    uint64_t *slot = &p->ghost[p->ghost_head];
+    uint64_t fp = *slot;
+    *slot ^= 0x5a5a; /* a ring entry the table does not hold */
+    EXPECT_CORRUPT(c, kvp__policy_s3fifo_check);
+    *slot = fp;
+
+    uint32_t s = 0;
+    while (p->gtab_fp[s] != fp)
+        s++;
+    p->gtab_n[s]++; /* the table counts one occurrence too many */
+    EXPECT_CORRUPT(c, kvp__policy_s3fifo_check);
+    p->gtab_n[s]--;
+
+    p->ghost_n = p->ghost_cap + 1;
+    EXPECT_CORRUPT(c, kvp__policy_s3fifo_check);
+    p->ghost_n = p->ghost_cap;
+    kvp_cache_free(c);
+}
+
+/* The pool's own checker: under a policy the LRU ring must stay empty. */
+Test(policy_check, ring_unused)
+{
+    kvp_namespace ns;
+    kvp_cache *c = busy_cache(KVP_EVICT_SLRU, &ns);
+    uint32_t id = c->policy.list[KVP__PL_A].head;
+    c->pool.blocks[id].lru_slot = 0;
+    EXPECT_CORRUPT(c, kvp__pool_check);
+    c->pool.blocks[id].lru_slot = KVP_NIL;
+    cr_assert_eq(kvp_cache_check(c), KVP_OK);
+    kvp_cache_free(c);
+}
+
+/* The hooks a prefix-aware policy gets: chain depth, hits since taken, clock of last use. */
+Test(policy, records_depth_hits_and_clock)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "hooks", NULL, NULL, NULL);
+    kvp_cache *c = policy_cache(KVP_EVICT_SLRU, 8, 50, 10, 100);
+    uint32_t t[5] = {1, 2, 3, 4, 0};
+    th_access_ok(c, &ns, t, 4);
+    th_access_ok(c, &ns, t, 2);
+    uint32_t ids[4];
+    kvp_match m;
+    cr_assert_eq(kvp_lookup(c, &ns, t, 5, ids, 4, &m), KVP_OK);
+    cr_assert_eq(m.n_blocks_cached, 4);
+    for (uint32_t i = 0; i < 4; i++) {
+        const kvp__pblock *b = &c->policy.b[ids[i]];
+        cr_assert_eq(b->depth, i);
+        cr_assert_eq(b->n_hits, i < 2 ? 1u : 0u, "block %u", i);
+        cr_assert(b->last_use <= c->policy.clock);
+        if (i > 0 && i < 2)
+            cr_assert(b->last_use < c->policy.b[ids[i - 1]].last_use, "released tail first");
+    }
+    kvp_cache_free(c);
+}
