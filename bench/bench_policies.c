@@ -58,6 +58,8 @@ typedef struct lab_log {
     uint64_t n_tok;   /* prompt tokens in all */
     uint32_t *depth;  /* per block: its depth */
     uint32_t *parent; /* per block: the block before it, or NONE */
+    uint8_t *reused;  /* per touch (in replay_opt's order): 1 when a later request touches
+                         the block again (for the calibration oracle only) */
     size_t n_blocks;
 } lab_log;
 
@@ -87,6 +89,9 @@ struct sim {
     uint32_t *pin;        /* per block: request index + 1 while pinned by it */
     uint64_t now;         /* touches so far (the clock) */
     size_t req;           /* the request being replayed */
+    size_t touch_at;      /* index of the current touch in the log's order */
+    size_t req_end;       /* one past the request's last touch stored (base + n) */
+    double chain_prev;    /* key given to the block touched just before (its child) */
     uint32_t req_hit;     /* its hit depth (leading cached blocks) */
     uint32_t req_n;       /* its blocks touched */
     /* lists (lru, slru, s3fifo): doubly linked through prev/next, one head per list */
@@ -111,6 +116,11 @@ struct sim {
                              eviction) */
     uint64_t *last;       /* per block: clock of its last touch */
     double *lastts;       /* per block: timestamp of its last touch */
+    uint8_t *cls;         /* per block: class of its last touch (learn) */
+    uint8_t *flag;        /* per block: admitted by a continuing request */
+    uint32_t *kids;       /* per block: cached children */
+    bool req_cont;        /* the request's hit ends at a cached leaf (it extends a chain) */
+    int param2;           /* a second knob (feature set of the learned classes) */
     double param;         /* a knob of the policy under test */
 };
 
@@ -290,6 +300,43 @@ static void s3_reset(sim *s)
 
 static const policy pol_s3fifo = {"s3fifo", s3_reset, s3_hit, s3_insert, s3_victim};
 
+/* ---- 2Q with history: a block seen before (by any earlier request, cached or not) goes to
+ * main (list 1), a first sight to probation (list 0, param of C, default 0.25); a hit moves
+ * a block to main; victims: probation's oldest while probation is over its share, else
+ * main's oldest. */
+static double prob_share(const sim *s)
+{
+    return isnan(s->param) ? 0.25 : s->param;
+}
+
+static void h2q_hit(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    list_remove(s, b);
+    list_push_front(s, 1, b);
+}
+
+static void h2q_insert(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    list_push_front(s, s->ever[b] > 0 ? 1 : 0, b);
+}
+
+static uint32_t h2q_victim(sim *s)
+{
+    uint32_t b = NONE;
+    if ((double)s->len[0] > prob_share(s) * (double)s->cap || s->len[1] == 0)
+        b = list_oldest_unpinned(s, 0);
+    if (b == NONE)
+        b = list_oldest_unpinned(s, 1);
+    if (b == NONE)
+        b = list_oldest_unpinned(s, 0);
+    list_remove(s, b);
+    return b;
+}
+
+static const policy pol_h2q = {"h2q", lists_reset, h2q_hit, h2q_insert, h2q_victim};
+
 /* ---- priority policies: a lazy min-heap of (priority, block) ------------------------------ */
 
 static bool hent_less(const sim *s, const hent *a, const hent *b)
@@ -382,9 +429,269 @@ static void lfuda_touch(sim *s, uint32_t b, uint32_t depth)
 
 static const policy pol_lfuda = {"lfuda", heap_reset, lfuda_touch, lfuda_touch, heap_victim};
 
+/* ---- an oracle for calibration, not a policy: LRU that knows whether a block will ever be
+ * touched again (but not when), and evicts the blocks that will not first. */
+static void owhether_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    heap_push(s, b, (double)s->now - (s->lg->reused[s->touch_at] ? 0.0 : 1e18));
+}
+
+static const policy pol_owhether = {"o-whether", heap_reset, owhether_touch, owhether_touch,
+                                    heap_victim};
+
 /* ---- candidates ---------------------------------------------------------------------------- */
 
-/* (the lab's own designs, added as they are measured) */
+/* Per-request context the prefix-aware candidates read (set before the touches). */
+static bool req_continues(const sim *s)
+{
+    return s->req_cont;
+}
+
+/* Recency plus a bonus of param * C touches for a block that is "hot": touched by two
+ * requests since admission (freq2), or that too or admitted by a request that continued a
+ * chain (cont2: its hit ended at a cached block without cached children, a leaf, so it
+ * extends a conversation rather than branching off a shared prefix). */
+static double bonus(const sim *s)
+{
+    return (isnan(s->param) ? 1.0 : s->param) * (double)s->cap;
+}
+
+static void freq2_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    s->cnt[b] = s->cached[b] ? s->cnt[b] + 1 : 1;
+    heap_push(s, b, (double)s->now + (s->cnt[b] >= 2 ? bonus(s) : 0.0));
+}
+
+static const policy pol_freq2 = {"freq2", heap_reset, freq2_touch, freq2_touch, heap_victim};
+
+/* Recency plus param * C touches per request that touched it since admission, up to 7. */
+static void freqk_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    s->cnt[b] = s->cached[b] ? s->cnt[b] + 1 : 1;
+    double k = s->cnt[b] - 1 < 7 ? s->cnt[b] - 1 : 7;
+    heap_push(s, b, (double)s->now + k * bonus(s));
+}
+
+/* Learned reuse odds: each touch is a trial of "will this block be touched again", in a
+ * class: the block's touches so far (1, 2, 3+; history kept after eviction) times the log2
+ * bucket of the new blocks of the request that touched it (0 .. 8). A later touch of the
+ * block credits the class of its previous touch. Priority: recency plus param * C * p, p the
+ * class's observed reuse fraction (Laplace-smoothed). */
+#define N_CLS 216
+static uint64_t cls_trials[N_CLS], cls_reused[N_CLS];
+
+static int bits_of(uint32_t v)
+{
+    int b = 0;
+    while (v) {
+        b++;
+        v >>= 1;
+    }
+    return b;
+}
+
+static uint64_t cls_gaps[N_CLS][64]; /* log2 histogram of observed reuse gaps, touches */
+static int cls_last_c = -1;            /* class of the current touch (set by learn_p) */
+
+static double learn_p(const sim *s, uint32_t b, uint32_t depth)
+{
+    uint32_t nnew = s->req_n - s->req_hit;
+    int c = (s->ever[b] >= 2 ? 2 : (int)s->ever[b]) * 9 + (bits_of(nnew) > 8 ? 8 : bits_of(nnew));
+    if (s->param2 >= 1)
+        c = c * 2 + (s->req_hit > 1);
+    if (s->param2 >= 2)
+        c = c * 4 + (depth == 0 ? 0 : depth < 4 ? 1 : depth < 16 ? 2 : 3);
+    if (s->ever[b] > 0) {
+        cls_reused[s->cls[b]]++;
+        cls_gaps[s->cls[b]][bits_of((uint32_t)(s->now - s->last[b] < UINT32_MAX ? s->now - s->last[b] : UINT32_MAX))]++;
+    }
+    s->cls[b] = (uint8_t)c;
+    cls_last_c = c;
+    cls_trials[c]++;
+    return (cls_reused[c] + 1.0) / (cls_trials[c] + 2.0);
+}
+
+static void learn_reset(sim *s)
+{
+    heap_reset(s);
+    memset(cls_trials, 0, sizeof cls_trials);
+    memset(cls_reused, 0, sizeof cls_reused);
+    memset(cls_gaps, 0, sizeof cls_gaps);
+}
+
+static void learn_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    double p = learn_p(s, b, depth);
+    heap_push(s, b, (double)s->now + p * bonus(s));
+}
+
+static const policy pol_learn = {"learn", learn_reset, learn_touch, learn_touch, heap_victim};
+
+/* The same with the bonus in clock units: param touches (not scaled by C). */
+static void learnk_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    double p = learn_p(s, b, depth);
+    heap_push(s, b, (double)s->now + p * (isnan(s->param) ? 30000.0 : s->param));
+}
+
+static const policy pol_learnk = {"learnk", learn_reset, learnk_touch, learnk_touch, heap_victim};
+
+/* Reuse odds times an exponential decay of age, p exp(-(now - last) / tau): ranking by it is
+ * ranking by last + tau ln p, a key fixed at the touch (tau = param touches). */
+static void decay_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    double p = learn_p(s, b, depth);
+    heap_push(s, b, (double)s->now + (isnan(s->param) ? 10000.0 : s->param) * log(p));
+}
+
+/* The param-quantile (default 0.9) of class c's observed reuse gaps, in touches (the upper
+ * end of its log2 bucket); 0 before any. */
+static double gap_quantile(const sim *s, int c)
+{
+    double q = isnan(s->param) ? 0.9 : s->param;
+    uint64_t n = 0, acc = 0;
+    for (int i = 0; i < 64; i++)
+        n += cls_gaps[c][i];
+    if (n == 0)
+        return 0.0;
+    for (int i = 0; i < 64; i++) {
+        acc += cls_gaps[c][i];
+        if ((double)acc >= q * (double)n)
+            return ldexp(1.0, i);
+    }
+    return 0.0;
+}
+
+/* Learned lifetime: key = last touch + p * (the class's gap quantile): a block is kept as
+ * long as its class usually takes to be reused, weighted by how often it is. */
+static void ttl_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    double p = learn_p(s, b, depth);
+    heap_push(s, b, (double)s->now + p * gap_quantile(s, cls_last_c));
+}
+
+/* Observed median reuse gap over all classes, in touches (upper end of its log2 bucket). */
+static double median_gap(void)
+{
+    uint64_t h[64] = {0}, n = 0, acc = 0;
+    for (int c = 0; c < N_CLS; c++)
+        for (int i = 0; i < 64; i++) {
+            h[i] += cls_gaps[c][i];
+            n += cls_gaps[c][i];
+        }
+    for (int i = 0; i < 64 && n > 0; i++) {
+        acc += h[i];
+        if (2 * acc >= n)
+            return ldexp(1.0, i);
+    }
+    return 0.0;
+}
+
+/* decay with tau = param * max(0, 1 - C / G), G the observed median reuse gap: when the cache
+ * holds more touches than a typical reuse gap, recency alone already catches the reuses and
+ * the learned odds only get in the way. G is re-read every 4096 touches. */
+static double adecay_tau;
+
+static void adecay_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    double p = learn_p(s, b, depth);
+    if ((s->now & 4095) == 1) {
+        double g = median_gap();
+        double f = g > 0 ? 1.0 - (double)s->cap / g : 0.0;
+        adecay_tau = (isnan(s->param) ? 30000.0 : s->param) * (f > 0 ? f : 0.0);
+    }
+    heap_push(s, b, (double)s->now + adecay_tau * log(p));
+}
+
+static void adecay_reset(sim *s)
+{
+    learn_reset(s);
+    adecay_tau = 0.0;
+}
+
+static const policy pol_adecay = {"adecay", adecay_reset, adecay_touch, adecay_touch,
+                                  heap_victim};
+
+/* Chain-closed keys: a block's key is at least its child's in the same request (touches go
+ * from the last block to the first, so the child's key is known), so a parent never leaves
+ * before its child: a child is useless without its parent. */
+static double chain_key(sim *s, double key)
+{
+    if (s->touch_at + 1 == s->req_end || key < s->chain_prev)
+        key = s->touch_at + 1 == s->req_end ? key : s->chain_prev;
+    s->chain_prev = key;
+    return key;
+}
+
+static void cdecay_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    double p = learn_p(s, b, depth);
+    double tau = isnan(s->param) ? 30000.0 : s->param;
+    heap_push(s, b, chain_key(s, (double)s->now + tau * log(p)));
+}
+
+static const policy pol_cdecay = {"cdecay", learn_reset, cdecay_touch, cdecay_touch,
+                                  heap_victim};
+
+static void cadecay_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    double p = learn_p(s, b, depth);
+    if ((s->now & 4095) == 1) {
+        double g = median_gap();
+        double f = g > 0 ? 1.0 - (double)s->cap / g : 0.0;
+        adecay_tau = (isnan(s->param) ? 30000.0 : s->param) * (f > 0 ? f : 0.0);
+    }
+    heap_push(s, b, chain_key(s, (double)s->now + adecay_tau * log(p)));
+}
+
+static const policy pol_cadecay = {"cadecay", adecay_reset, cadecay_touch, cadecay_touch,
+                                   heap_victim};
+
+static const policy pol_ttl = {"ttl", learn_reset, ttl_touch, ttl_touch, heap_victim};
+
+static const policy pol_decay = {"decay", learn_reset, decay_touch, decay_touch, heap_victim};
+
+/* The same with tau = param * C. */
+static void decayc_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    double p = learn_p(s, b, depth);
+    heap_push(s, b, (double)s->now + bonus(s) * log(p));
+}
+
+static const policy pol_decayc = {"decayc", learn_reset, decayc_touch, decayc_touch, heap_victim};
+
+static const policy pol_freqk = {"freqk", heap_reset, freqk_touch, freqk_touch, heap_victim};
+
+static void cont2_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    if (!s->cached[b]) {
+        s->cnt[b] = 1;
+        s->flag[b] = req_continues(s);
+    } else {
+        s->cnt[b]++;
+    }
+    heap_push(s, b, (double)s->now + (s->cnt[b] >= 2 || s->flag[b] ? bonus(s) : 0.0));
+}
+
+static const policy pol_cont2 = {"cont2", heap_reset, cont2_touch, cont2_touch, heap_victim};
+
+/* Only the continuation signal. */
+static void cont_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    if (!s->cached[b])
+        s->flag[b] = req_continues(s);
+    heap_push(s, b, (double)s->now + (s->flag[b] ? bonus(s) : 0.0));
+}
+
+static const policy pol_cont = {"cont", heap_reset, cont_touch, cont_touch, heap_victim};
 
 /* ---- driver -------------------------------------------------------------------------------- */
 
@@ -401,9 +708,14 @@ static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap)
     memset(s->cnt, 0, lg->n_blocks * sizeof *s->cnt);
     memset(s->ever, 0, lg->n_blocks * sizeof *s->ever);
     memset(s->last, 0, lg->n_blocks * sizeof *s->last);
+    memset(s->kids, 0, lg->n_blocks * sizeof *s->kids);
     pol->reset(s);
     uint64_t hit_tokens = 0;
     size_t n_req = rp_opt_n_requests(lg->opt);
+    const uint32_t *first;
+    uint64_t t0;
+    uint32_t f0;
+    rp_opt_request(lg->opt, 0, &first, &t0, &f0);
     for (size_t r = 0; r < n_req; r++) {
         const uint32_t *blk;
         uint64_t n_tokens;
@@ -411,6 +723,8 @@ static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap)
         size_t n_touch = rp_opt_request(lg->opt, r, &blk, &n_tokens, &n_full);
         size_t n = n_touch < cap ? n_touch : (size_t)cap;
         s->req = r;
+        size_t base = (size_t)(blk - first);
+        s->req_end = base + n;
 
         /* Step 1: the hit. */
         size_t h = 0, nf = n_full < n ? n_full : n;
@@ -419,11 +733,13 @@ static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap)
         uint64_t lim = (n_tokens - 1) / lg->bs;
         hit_tokens += (h < lim ? h : lim) * lg->bs;
         s->req_hit = (uint32_t)h;
+        s->req_cont = h > 0 && h < n && s->kids[blk[h - 1]] == 0;
         s->req_n = (uint32_t)n;
 
         /* Step 2: touch from the last block to the first, pinned. */
         for (size_t i = n; i-- > 0;) {
             uint32_t b = blk[i];
+            s->touch_at = base + i;
             s->now++;
             s->pin[b] = (uint32_t)r + 1;
             if (s->cached[b]) {
@@ -432,6 +748,8 @@ static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap)
                 pol->insert(s, b, (uint32_t)i);
                 s->cached[b] = 1;
                 s->n_cached++;
+                if (lg->parent[b] != NONE)
+                    s->kids[lg->parent[b]]++;
             }
             s->ever[b]++;
             s->last[b] = s->now;
@@ -447,6 +765,8 @@ static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap)
             }
             s->cached[v] = 0;
             s->n_cached--;
+            if (lg->parent[v] != NONE)
+                s->kids[lg->parent[v]]--;
         }
     }
     return hit_tokens;
@@ -520,20 +840,36 @@ static int load_log(const char *path, lab_log *lg)
     lg->parent = calloc(lg->n_blocks + 1, sizeof *lg->parent);
     if (!lg->depth || !lg->parent)
         return 1;
+    const uint32_t *first;
+    uint64_t t0;
+    uint32_t f0;
+    rp_opt_request(lg->opt, 0, &first, &t0, &f0);
+    uint8_t *later = calloc(lg->n_blocks + 1, 1);
+    size_t n_touch_all = 0;
     for (size_t r = 0; r < n_req; r++) {
         const uint32_t *blk;
         uint64_t t;
         uint32_t f;
         size_t n = rp_opt_request(lg->opt, r, &blk, &t, &f);
+        n_touch_all = (size_t)(blk - first) + n;
         for (size_t i = 0; i < n; i++) {
             lg->depth[blk[i]] = (uint32_t)i;
             lg->parent[blk[i]] = i ? blk[i - 1] : NONE;
         }
     }
+    lg->reused = calloc(n_touch_all + 1, 1);
+    if (!later || !lg->reused)
+        return 1;
+    for (size_t a = n_touch_all; a-- > 0;) {
+        lg->reused[a] = later[first[a]];
+        later[first[a]] = 1;
+    }
+    free(later);
     return 0;
 }
 
-static const policy *all_policies[] = {&pol_lru, &pol_slru, &pol_s3fifo, &pol_lfuda};
+static const policy *all_policies[] = {&pol_lru,   &pol_slru,  &pol_s3fifo, &pol_lfuda,
+                                       &pol_freq2, &pol_freqk, &pol_cont2, &pol_cont, &pol_learn, &pol_learnk, &pol_decay, &pol_decayc, &pol_ttl, &pol_h2q, &pol_owhether, &pol_adecay, &pol_cdecay, &pol_cadecay};
 
 int main(int argc, char **argv)
 {
@@ -542,6 +878,7 @@ int main(int argc, char **argv)
     const char *pols = NULL, *path = NULL;
     bool csv = false;
     double param = NAN;
+    int param2 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--capacities") && i + 1 < argc) {
             for (char *p = argv[++i]; *p && n_caps < MAX_CAPS;) {
@@ -553,6 +890,8 @@ int main(int argc, char **argv)
             pols = argv[++i];
         } else if (!strcmp(argv[i], "--param") && i + 1 < argc) {
             param = strtod(argv[++i], NULL);
+        } else if (!strcmp(argv[i], "--param2") && i + 1 < argc) {
+            param2 = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--csv")) {
             csv = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -580,6 +919,7 @@ int main(int argc, char **argv)
     memset(&s, 0, sizeof s);
     s.lg = &lg;
     s.param = param;
+    s.param2 = param2;
     s.cached = calloc(nb, 1);
     s.pin = calloc(nb, sizeof *s.pin);
     s.prev = calloc(nb, sizeof *s.prev);
@@ -593,8 +933,11 @@ int main(int argc, char **argv)
     s.ever = calloc(nb, sizeof *s.ever);
     s.last = calloc(nb, sizeof *s.last);
     s.lastts = calloc(nb, sizeof *s.lastts);
+    s.flag = calloc(nb, 1);
+    s.cls = calloc(nb, 1);
+    s.kids = calloc(nb, sizeof *s.kids);
     if (!s.cached || !s.pin || !s.prev || !s.next || !s.list || !s.freq || !s.ghost || !s.ver ||
-        !s.prio || !s.cnt || !s.ever || !s.last || !s.lastts) {
+        !s.prio || !s.cnt || !s.ever || !s.last || !s.lastts || !s.flag || !s.kids || !s.cls) {
         fprintf(stderr, "bench_policies: out of memory\n");
         return 1;
     }
