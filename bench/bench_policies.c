@@ -31,8 +31,10 @@
  *   h2q       2Q with history: a block seen before (cached or not) enters main, a first
  *             sight a probation queue of 25% of C; a hit moves a block to main
  *   decay     learned reuse odds p (see learn_p) times an exponential decay of age
- *   cdecay    decay with chain-closed keys: the lab's winner (docs/replay.md, "Eviction
- *             policies against the optimum", gives its definition and figures)
+ *   cdecay    decay with chain-closed keys, learning from the whole log's history
+ *   cdecay-gK the same with the history an online cache keeps (its blocks and a ghost of the
+ *             last K C evicted keys, K = 1, 4, 16); cdecay-g16 is the lab's winner
+ *             (docs/replay.md, "Eviction policies against the optimum": definition, figures)
  *   o-whether not a policy: LRU told by an oracle whether a block will ever be touched again
  *             (not when); it measures how much of the LRU-to-MIN gap is "which blocks" and
  *             how much is "when"
@@ -125,15 +127,18 @@ struct sim {
     size_t n_heap, heap_cap;
     hent *held; /* pinned entries popped while looking for a victim */
     size_t held_cap;
-    uint32_t *ver;  /* per block: version (bumped on each push) */
-    double *prio;   /* per block: current priority */
-    double aging;   /* L: the priority of the last victim */
-    uint32_t *cnt;  /* per block: requests that touched it while cached since admission */
-    uint32_t *ever; /* per block: requests that ever touched it (history, kept after
-                       eviction) */
-    uint64_t *last; /* per block: clock of its last touch */
-    uint8_t *cls;   /* per block: class of its last touch (learn) */
-    double param;   /* a knob of the policy under test */
+    uint32_t *ver;     /* per block: version (bumped on each push) */
+    double *prio;      /* per block: current priority */
+    double aging;      /* L: the priority of the last victim */
+    uint32_t *cnt;     /* per block: requests that touched it while cached since admission */
+    uint32_t *ever;    /* per block: requests that ever touched it (history, kept after
+                          eviction) */
+    uint64_t *last;    /* per block: clock of its last touch */
+    double ghost_mult; /* learned policies: history kept for ghost_mult * C evicted keys
+                          (0: the whole log's) */
+    uint32_t *hist;    /* per block: touches known under that bounded history */
+    uint8_t *cls;      /* per block: class of its last touch (learn) */
+    double param;      /* a knob of the policy under test */
 };
 
 static bool is_pinned(const sim *s, uint32_t b)
@@ -488,11 +493,25 @@ static int bits_of(uint32_t v)
     return b;
 }
 
-static double learn_p(const sim *s, uint32_t b)
+/* Earlier touches of b the policy may know: all of them (unbounded history), or, with a
+ * ghost of ghost_mult * C evicted keys, those since b last entered the cache or the ghost. */
+static uint32_t known_touches(sim *s, uint32_t b)
+{
+    if (s->ghost_mult == 0)
+        return s->ever[b];
+    bool in_ghost = s->ghost[b] != 0 &&
+                    s->ghost_in - (s->ghost[b] - 1) <= (uint64_t)(s->ghost_mult * (double)s->cap);
+    uint32_t e = s->cached[b] || in_ghost ? s->hist[b] : 0;
+    s->hist[b] = e + 1;
+    return e;
+}
+
+static double learn_p(sim *s, uint32_t b)
 {
     int nb = bits_of(s->req_n - s->req_hit);
-    int c = (s->ever[b] >= 2 ? 2 : (int)s->ever[b]) * 9 + (nb > 8 ? 8 : nb);
-    if (s->ever[b] > 0)
+    uint32_t e = known_touches(s, b);
+    int c = (e >= 2 ? 2 : (int)e) * 9 + (nb > 8 ? 8 : nb);
+    if (e > 0)
         cls_reused[s->cls[b]]++;
     s->cls[b] = (uint8_t)c;
     cls_trials[c]++;
@@ -502,6 +521,7 @@ static double learn_p(const sim *s, uint32_t b)
 static void learn_reset(sim *s)
 {
     heap_reset(s);
+    s->ghost_mult = 0;
     memset(cls_trials, 0, sizeof cls_trials);
     memset(cls_reused, 0, sizeof cls_reused);
 }
@@ -534,6 +554,45 @@ static void cdecay_touch(sim *s, uint32_t b, uint32_t depth)
 
 static const policy pol_cdecay = {"cdecay", learn_reset, cdecay_touch, cdecay_touch, heap_victim};
 
+/* cdecay with a bounded history: a ghost of the last 1 C, 4 C or 16 C (cdecay-g1, -g4,
+ * -g16) evicted keys, as an online cache would keep it; a block out of both cache and ghost is
+ * a first sight again. */
+static uint32_t ghosted_victim(sim *s)
+{
+    uint32_t v = heap_victim(s);
+    if (v != NONE)
+        s->ghost[v] = ++s->ghost_in;
+    return v;
+}
+
+static void g1_reset(sim *s)
+{
+    learn_reset(s);
+    s3_reset(s);
+    s->ghost_mult = 1;
+}
+
+static void g4_reset(sim *s)
+{
+    learn_reset(s);
+    s3_reset(s);
+    s->ghost_mult = 4;
+}
+
+static void g16_reset(sim *s)
+{
+    learn_reset(s);
+    s3_reset(s);
+    s->ghost_mult = 16;
+}
+
+static const policy pol_cdecay_g16 = {"cdecay-g16", g16_reset, cdecay_touch, cdecay_touch,
+                                      ghosted_victim};
+static const policy pol_cdecay_g1 = {"cdecay-g1", g1_reset, cdecay_touch, cdecay_touch,
+                                     ghosted_victim};
+static const policy pol_cdecay_g4 = {"cdecay-g4", g4_reset, cdecay_touch, cdecay_touch,
+                                     ghosted_victim};
+
 /* ---- driver -------------------------------------------------------------------------------- */
 
 /* Replay the log under policy pol at capacity cap; returns the hit tokens. */
@@ -549,6 +608,7 @@ static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap)
     memset(s->cnt, 0, lg->n_blocks * sizeof *s->cnt);
     memset(s->ever, 0, lg->n_blocks * sizeof *s->ever);
     memset(s->last, 0, lg->n_blocks * sizeof *s->last);
+    memset(s->hist, 0, lg->n_blocks * sizeof *s->hist);
     pol->reset(s);
     uint64_t hit_tokens = 0;
     size_t n_req = rp_opt_n_requests(lg->opt);
@@ -699,8 +759,9 @@ static int load_log(const char *path, lab_log *lg)
     return 0;
 }
 
-static const policy *all_policies[] = {&pol_lru, &pol_slru,  &pol_s3fifo, &pol_lfuda,   &pol_freq2,
-                                       &pol_h2q, &pol_decay, &pol_cdecay, &pol_owhether};
+static const policy *all_policies[] = {
+    &pol_lru,   &pol_slru,   &pol_s3fifo,    &pol_lfuda,     &pol_freq2,      &pol_h2q,
+    &pol_decay, &pol_cdecay, &pol_cdecay_g1, &pol_cdecay_g4, &pol_cdecay_g16, &pol_owhether};
 
 int main(int argc, char **argv)
 {
@@ -760,8 +821,9 @@ int main(int argc, char **argv)
     s.ever = calloc(nb, sizeof *s.ever);
     s.last = calloc(nb, sizeof *s.last);
     s.cls = calloc(nb, 1);
+    s.hist = calloc(nb, sizeof *s.hist);
     if (!s.cached || !s.pin || !s.prev || !s.next || !s.list || !s.freq || !s.ghost || !s.ver ||
-        !s.prio || !s.cnt || !s.ever || !s.last || !s.cls) {
+        !s.prio || !s.cnt || !s.ever || !s.last || !s.cls || !s.hist) {
         fprintf(stderr, "bench_policies: out of memory\n");
         return 1;
     }
