@@ -34,7 +34,7 @@
  * touch cannot hit (tests/cli/test_replay_opt.c finds such logs and checks this MIN against
  * an exhaustive search over every eviction choice on small logs).
  *
- * Cost: rp_opt_add stores 4 bytes per block touch and 16 per request; the first evaluation
+ * Cost: rp_opt_add stores 4 bytes per block touch and 20 per request; the first evaluation
  * adds the next-touch pass, O(A) time and 4 bytes per touch (A touches) plus 4 per distinct
  * block while it runs. Each evaluation at capacity C is then O(A log C) time (an indexed
  * binary heap over the cached blocks) and 12 bytes per distinct block plus 4 per cached one.
