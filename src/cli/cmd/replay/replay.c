@@ -576,6 +576,9 @@ static int replay_one(run *ru, const held *h)
     ru->res->seconds_engine += now_s() - t0;
     if (rc != RP_OK)
         return line_error(ru, h->line_no, rc, msg);
+    /* The hook for `--policy lru,opt` (docs/replay.md, "What is left"): an rp_opt kept beside
+     * the engine would take this request here, rp_opt_add with the blocks of
+     * rp_sim_last_blocks, and the report would add rp_opt_eval at each capacity. */
     ru->res->n_replayed++;
     ru->res->n_output_cached += q.n_output_tokens > 0;
     if (ru->res->diag) {

@@ -147,6 +147,7 @@ struct rp_sim {
     size_t *scratch_ent;   /* their entries' indexes */
     kvp_key *scratch_ids;  /* hash ids as keys for kvp_access_ids */
     size_t keys_cap, ent_cap, ids_cap; /* elements allocated in each scratch array */
+    uint32_t n_last;                   /* blocks touched by the last request added */
     group *groups[RP_N_DIMS];          /* uthash heads */
     group_name *names[RP_N_DIMS];      /* values by id */
     size_t n_names[RP_N_DIMS], names_cap[RP_N_DIMS];
@@ -712,6 +713,7 @@ static int check_request(rp_sim *s, const rp_request *r, uint32_t *n_touch_out,
 int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
 {
     uint32_t n_touch, n_full;
+    s->n_last = 0;
     int rc = check_request(s, r, &n_touch, &n_full, err, err_size);
     if (rc != RP_OK)
         return rc;
@@ -773,7 +775,14 @@ int rp_sim_add(rp_sim *s, const rp_request *r, char *err, size_t err_size)
         fen_mark(s, e->last, +1);
     }
     rq_append(s, &q, pm);
+    s->n_last = n_touch;
     return RP_OK;
+}
+
+size_t rp_sim_last_blocks(const rp_sim *s, const size_t **blocks)
+{
+    *blocks = s->scratch_ent;
+    return s->n_last;
 }
 
 int rp_sim_finish(rp_sim *s, char *err, size_t err_size)

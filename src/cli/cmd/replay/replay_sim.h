@@ -110,6 +110,14 @@ int rp_sim_finish(rp_sim *s, char *err, size_t err_size);
  * Returns RP_OK or RP_ENOMEM (scratch for the percentiles). */
 int rp_sim_eval(const rp_sim *s, uint64_t capacity, rp_metrics *out, rp_group_metrics **groups);
 
+/* The blocks the last rp_sim_add touched (none when it failed), in prompt order (prompt, then
+ * cached output), as dense block numbers 0 .. (number of keys seen - 1): equal numbers are equal
+ * keys, and a block's index in the list is its depth (keys name whole prefixes). Sets
+ * *blocks to an array owned by the engine, valid until the next rp_sim_add, and returns the
+ * count (0 before any request and after a failed one). Cannot fail. For the offline optimum
+ * (replay_opt.h). */
+size_t rp_sim_last_blocks(const rp_sim *s, const size_t **blocks);
+
 /* Distinct block keys touched so far. */
 uint64_t rp_sim_distinct(const rp_sim *s);
 
