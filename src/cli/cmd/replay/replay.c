@@ -69,6 +69,13 @@ static const char usage_text[] =
 /* The rest of --help (one string would exceed what ISO C requires compilers to take). */
 static const char usage_text2[] =
     "\n"
+    "Eviction policies:\n"
+    "  --policy P,Q,..      compare policies side by side (default lru): lru, slru, s3fifo\n"
+    "                       (the library's, through its pool) and opt (the offline\n"
+    "                       optimum); figures per policy at --capacity and each sweep\n"
+    "                       point. lru's curve is one pass; every other policy replays the\n"
+    "                       log once per capacity: (policies - 1) x points replays\n"
+    "\n"
     "Hashing (figures differ between profiles only through key collisions):\n" CLI_HASH_HELP
     "  --seed N             --hash xxh3: the public 64-bit seed (default 0)\n"
     "  A vllm-* profile has no model or tenant field: a line naming one is bad input\n"
@@ -116,7 +123,8 @@ enum {
     OPT_DIAGNOSE,
     OPT_TOP,
     OPT_PROGRESS,
-    OPT_NO_PROGRESS
+    OPT_NO_PROGRESS,
+    OPT_POLICY
 };
 
 static const struct option longopts[] = {
@@ -138,6 +146,7 @@ static const struct option longopts[] = {
     {"top", required_argument, NULL, OPT_TOP},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"policy", required_argument, NULL, OPT_POLICY},
     {"help", no_argument, NULL, 'h'},
     CLI_HASH_LONGOPTS,
     IN_LONGOPTS,
@@ -168,6 +177,29 @@ static int apply_value(rp_options *o, int c, const char *flag, const char *v)
     default:
         return 0;
     }
+}
+
+/* One --policy item (cli_flag_list): a policy name, each at most once. */
+static int policy_item(void *ctx, const char *item, size_t len, size_t index)
+{
+    static const cli_choice choices[] = {{"lru", RP_POL_LRU},
+                                         {"slru", RP_POL_SLRU},
+                                         {"s3fifo", RP_POL_S3FIFO},
+                                         {"opt", RP_POL_OPT},
+                                         {NULL, 0}};
+    rp_options *o = ctx;
+    char name[64];
+    int pol, rc;
+    if (!cli_item_copy(item, len, name, sizeof name))
+        snprintf(name, sizeof name, "%.*s...", 40, item);
+    if ((rc = cli_flag_choice("replay", "--policy", name, choices, &pol)) != 0)
+        return rc;
+    for (size_t i = 0; i < index; i++)
+        if (o->policies[i] == pol)
+            return fail(CLI_EXIT_USAGE, "--policy: '%s' is given twice", name);
+    o->policies[index] = pol;
+    o->n_policies = index + 1;
+    return 0;
 }
 
 /* Apply one option getopt_long returned. Returns 0, -1 after --help, or the exit status. */
@@ -222,6 +254,8 @@ static int apply_opt(rp_options *o, int c, const char *v)
     case OPT_NO_PROGRESS:
         o->progress = c == OPT_PROGRESS;
         break;
+    case OPT_POLICY:
+        return cli_flag_list("replay", "--policy", v, RP_N_POLICIES, policy_item, o);
     default:
         if (cli_hash_is_opt(c))
             return cli_hash_apply("replay", &o->hash, c, v);
@@ -265,6 +299,8 @@ static int parse_args(int argc, char **argv, rp_options *o)
     o->sweep_points = 20;
     o->progress = -1;
     o->top = 10;
+    o->policies[0] = RP_POL_LRU;
+    o->n_policies = 1;
     cli_hash_init(&o->hash);
     int c;
     cli_getopt_begin();
@@ -522,6 +558,7 @@ typedef struct run {
     const prep *prep;
     rp_result *res;
     rp_sim *sim;
+    rp_opt *log; /* --policy beyond lru: every request's touches, else NULL */
     log_reader *reader;
     uint32_t *joined; /* prompt + output tokens, for --cache-output */
     size_t joined_cap;
@@ -576,9 +613,14 @@ static int replay_one(run *ru, const held *h)
     ru->res->seconds_engine += now_s() - t0;
     if (rc != RP_OK)
         return line_error(ru, h->line_no, rc, msg);
-    /* The hook for `--policy lru,opt` (docs/replay.md, "What is left"): an rp_opt kept beside
-     * the engine would take this request here, rp_opt_add with the blocks of
-     * rp_sim_last_blocks, and the report would add rp_opt_eval at each capacity. */
+    /* --policy: the request's touches for the other policies (replay_pol.h). */
+    if (ru->log) {
+        const size_t *blocks;
+        size_t n = rp_sim_last_blocks(ru->sim, &blocks);
+        uint64_t n_prompt = h->ids ? h->input_length : h->n_tokens;
+        if (rp_opt_add(ru->log, n_prompt, (uint32_t)(n_prompt / ru->res->block_size), blocks, n))
+            return fail(CLI_EXIT_INPUT, "out of memory");
+    }
     ru->res->n_replayed++;
     ru->res->n_output_cached += q.n_output_tokens > 0;
     if (ru->res->diag) {
@@ -728,6 +770,8 @@ static int start_engine(run *ru)
     ru->sim = rp_sim_new(&sc, err, sizeof err);
     if (!ru->sim)
         return fail(CLI_EXIT_INPUT, "%s", err);
+    if (rp_policies_shown(o) && !(ru->log = rp_opt_new(res->block_size)))
+        return fail(CLI_EXIT_INPUT, "out of memory");
     if (o->diagnose) {
         uint32_t unit = res->format == LOG_MOONCAKE ? res->block_size : 1;
         uint32_t dbs = res->format == LOG_MOONCAKE ? 1 : res->block_size;
@@ -843,7 +887,37 @@ static int sweep_caps(const rp_options *o, const prep *pp, rp_result *r, uint64_
     return 0;
 }
 
-static int evaluate(const rp_options *o, const prep *pp, rp_result *r)
+/* LRU's figures of metrics m as a policy's. */
+static rp_pol_figs lru_figs(const rp_metrics *m)
+{
+    rp_pol_figs f = {m->capacity, m->n_hit_tokens, m->n_blocks_cached, m->n_blocks_hit,
+                     m->n_evicted};
+    return f;
+}
+
+/* --policy: every policy's figures at the primary capacity and each sweep point, lru's from
+ * the engine, the others replayed (replay_pol.c). Returns 0 or the exit status. */
+static int evaluate_policies(const rp_options *o, rp_opt *log, rp_result *r)
+{
+    char err[256];
+    for (size_t k = 0; k < o->n_policies; k++) {
+        int pol = o->policies[k];
+        for (size_t i = 0; i <= r->n_curve; i++) {
+            bool primary = i == r->n_curve;
+            if (primary && !r->has_primary)
+                continue;
+            const rp_metrics *m = primary ? &r->primary : &r->curve[i];
+            rp_pol_figs *f = primary ? &r->pol_primary[k] : &r->pol_curve[i][k];
+            if (pol == RP_POL_LRU)
+                *f = lru_figs(m);
+            else if (rp_pol_eval(log, r->block_size, pol, m->capacity, f, err, sizeof err) != 0)
+                return fail(CLI_EXIT_INPUT, "%s", err);
+        }
+    }
+    return 0;
+}
+
+static int evaluate(const rp_options *o, const prep *pp, rp_opt *log, rp_result *r)
 {
     r->distinct = rp_sim_distinct(r->sim);
     for (int d = 0; d < RP_N_DIMS; d++) {
@@ -872,17 +946,21 @@ static int evaluate(const rp_options *o, const prep *pp, rp_result *r)
             if (rp_sim_eval(r->sim, caps[i], &r->curve[i], NULL) != RP_OK)
                 return fail(CLI_EXIT_INPUT, "out of memory");
     }
-    return 0;
+    return log ? evaluate_policies(o, log, r) : 0;
 }
 
 static int plot(const rp_options *o, FILE *f, const rp_result *r)
 {
-    double x[RP_MAX_CAPS], yt[RP_MAX_CAPS], yb[RP_MAX_CAPS];
+    double x[RP_MAX_CAPS], yt[RP_MAX_CAPS], yb[RP_MAX_CAPS], yp[RP_N_POLICIES][RP_MAX_CAPS];
     for (size_t i = 0; i < r->n_curve; i++) {
         const rp_metrics *m = &r->curve[i];
         x[i] = (double)m->capacity;
         yt[i] = m->n_prompt_tokens ? (double)m->n_hit_tokens / (double)m->n_prompt_tokens : 0;
         yb[i] = m->n_blocks_full ? (double)m->n_blocks_cached / (double)m->n_blocks_full : 0;
+        for (size_t k = 0; k < o->n_policies; k++)
+            yp[k][i] = m->n_prompt_tokens
+                           ? (double)r->pol_curve[i][k].n_hit_tokens / (double)m->n_prompt_tokens
+                           : 0;
     }
     const char *base = strrchr(r->input, '/') ? strrchr(r->input, '/') + 1 : r->input;
     char title[256], xlabel[128], ceil_label[128], note[256], mlabel[64];
@@ -900,7 +978,22 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
         snprintf(note, sizeof note, "1 block = %u tokens = %s of KV (%s)", r->block_size,
                  cli_fmt_binary(r->block_bytes, b, sizeof b), r->model_desc);
     }
-    svg_series series[2] = {{"token hit rate (prefill skipped)", yt}, {"block hit rate", yb}};
+    svg_series series[RP_N_POLICIES > 2 ? RP_N_POLICIES : 2] = {
+        {"token hit rate (prefill skipped)", yt}, {"block hit rate", yb}};
+    size_t n_series = 2;
+    char names[RP_N_POLICIES][64];
+    if (rp_policies_shown(o)) {
+        /* One token-hit-rate curve per policy, in the order given. */
+        snprintf(title, sizeof title, "%s: token hit rate against capacity, per eviction policy",
+                 base);
+        for (size_t k = 0; k < o->n_policies; k++) {
+            int pol = o->policies[k];
+            snprintf(names[k], sizeof names[k], "%s%s", rp_pol_name(pol),
+                     pol == RP_POL_OPT ? " (offline optimum)" : "");
+            series[k] = (svg_series){names[k], yp[k]};
+        }
+        n_series = o->n_policies;
+    }
     svg_plot p;
     memset(&p, 0, sizeof p);
     p.title = title;
@@ -909,7 +1002,7 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
     p.x = x;
     p.n = r->n_curve;
     p.series = series;
-    p.n_series = 2;
+    p.n_series = n_series;
     p.ceiling = ceil;
     p.ceiling_label = ceil_label;
     p.x_secondary = note[0] ? note : NULL;
@@ -959,7 +1052,7 @@ static int replay_log(rp_options *o, const prep *pp, run *ru, rp_result *res)
     if (rc == 0) {
         res->sim = ru->sim;
         double t1 = now_s();
-        rc = evaluate(o, pp, res);
+        rc = evaluate(o, pp, ru->log, res);
         res->seconds_engine += now_s() - t1;
         res->seconds = now_s() - t0;
     }
@@ -998,6 +1091,7 @@ static void run_free(run *ru, rp_result *res)
     }
     rp_diag_free(res->diag);
     rp_sim_free(ru->sim);
+    rp_opt_free(ru->log);
     log_close(ru->reader);
 }
 

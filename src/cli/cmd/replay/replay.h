@@ -13,6 +13,7 @@
 #include "hashopt.h"
 #include "inopts.h"
 #include "kvplan.h"
+#include "replay_pol.h"
 #include "replay_sim.h"
 #include "template.h"
 
@@ -21,29 +22,37 @@
 #define RP_POOL_MAX (UINT32_C(1) << 16)
 
 typedef struct rp_options {
-    const char *path;        /* the log; "-" for standard input */
-    in_opts in;              /* --format, --block-size, --tokenizer ... (inopts.h); its
-                                tokenizer is loaded once the log is about to be read */
-    uint64_t seed;           /* --seed: the xxh3 seed (default 0) */
-    cli_hash_opts hash;      /* --hash, --hash-key, --vllm-seed, --vocab-size, --seed */
-    kvp_config hash_cfg;     /* their hash fields, filled once the options are checked */
-    bool cache_output;       /* token logs: also cache full blocks of output_tokens */
-    bool sort;               /* stable sort by timestamp before replaying */
-    const char *capacity;    /* --capacity as given, or NULL */
-    const char *capacities;  /* --capacities list as given, or NULL */
-    bool sweep;              /* --sweep: an automatic list */
-    unsigned sweep_points;   /* points of the automatic list (default 20) */
-    const char *plot_path;   /* --plot FILE.svg, or NULL */
-    const char *output_path; /* -o FILE for the report, or NULL for standard output */
-    bool json, csv;          /* output format (default: table) */
-    bool diagnose;           /* prompt-layout diagnostics */
-    bool skip_invalid;       /* count and skip malformed lines instead of stopping */
-    int progress;            /* -1 auto (a terminal), 0 off, 1 on */
-    unsigned top;            /* rows per breakdown and diagnostics list (default 10) */
-    const char *model;       /* model preset for byte capacities, or NULL */
-    const char *config;      /* HF config.json for byte capacities, or NULL */
-    const char *kv_dtype;    /* KV dtype override, or NULL */
+    const char *path;            /* the log; "-" for standard input */
+    in_opts in;                  /* --format, --block-size, --tokenizer ... (inopts.h); its
+                                    tokenizer is loaded once the log is about to be read */
+    uint64_t seed;               /* --seed: the xxh3 seed (default 0) */
+    cli_hash_opts hash;          /* --hash, --hash-key, --vllm-seed, --vocab-size, --seed */
+    kvp_config hash_cfg;         /* their hash fields, filled once the options are checked */
+    bool cache_output;           /* token logs: also cache full blocks of output_tokens */
+    bool sort;                   /* stable sort by timestamp before replaying */
+    const char *capacity;        /* --capacity as given, or NULL */
+    const char *capacities;      /* --capacities list as given, or NULL */
+    bool sweep;                  /* --sweep: an automatic list */
+    unsigned sweep_points;       /* points of the automatic list (default 20) */
+    const char *plot_path;       /* --plot FILE.svg, or NULL */
+    const char *output_path;     /* -o FILE for the report, or NULL for standard output */
+    bool json, csv;              /* output format (default: table) */
+    bool diagnose;               /* prompt-layout diagnostics */
+    bool skip_invalid;           /* count and skip malformed lines instead of stopping */
+    int progress;                /* -1 auto (a terminal), 0 off, 1 on */
+    unsigned top;                /* rows per breakdown and diagnostics list (default 10) */
+    const char *model;           /* model preset for byte capacities, or NULL */
+    const char *config;          /* HF config.json for byte capacities, or NULL */
+    const char *kv_dtype;        /* KV dtype override, or NULL */
+    int policies[RP_N_POLICIES]; /* --policy: RP_POL_* in the order given (default lru) */
+    size_t n_policies;           /* entries in policies, >= 1 */
 } rp_options;
+
+/* Whether --policy asks for more than today's report: any list but "lru" alone. */
+static inline bool rp_policies_shown(const rp_options *o)
+{
+    return o->n_policies > 1 || o->policies[0] != RP_POL_LRU;
+}
 
 typedef struct rp_diag rp_diag;
 
@@ -70,10 +79,13 @@ typedef struct rp_result {
     uint64_t distinct;                   /* distinct blocks seen */
     rp_group_metrics *groups[RP_N_DIMS]; /* breakdown at the primary capacity (or the
                                             ceiling when there is none) */
-    rp_group_metrics *groups_ceil[RP_N_DIMS]; /* the same at unbounded capacity */
-    const rp_sim *sim;                        /* for group names */
-    rp_diag *diag;                            /* diagnostics, or NULL */
-    double seconds;                           /* wall time of the replay (reading included) */
+    rp_group_metrics *groups_ceil[RP_N_DIMS];          /* the same at unbounded capacity */
+    const rp_sim *sim;                                 /* for group names */
+    rp_pol_figs pol_primary[RP_N_POLICIES];            /* --policy: figures of policies[i] at the
+                                                          primary capacity (valid with has_primary) */
+    rp_pol_figs pol_curve[RP_MAX_CAPS][RP_N_POLICIES]; /* and at each sweep point */
+    rp_diag *diag;                                     /* diagnostics, or NULL */
+    double seconds;        /* wall time of the replay (reading included) */
     double seconds_engine; /* of which in the engine: pool, stack model, evaluation */
 } rp_result;
 

@@ -221,6 +221,7 @@ int rp_opt_eval(rp_opt *o, uint64_t cap, int rule, rp_opt_result *out)
             h++;
         uint64_t lim = reuse_limit(o, r);
         uint64_t hit = h < lim ? h : lim;
+        res.n_blocks_cached += h;
         res.n_blocks_hit += hit;
         res.n_hit_tokens += hit * o->block_size;
         res.n_requests++;

@@ -51,12 +51,13 @@ enum {
 };
 
 typedef struct rp_opt_result {
-    uint64_t capacity;     /* blocks */
-    uint64_t n_requests;   /* requests */
-    uint64_t n_hit_tokens; /* prefill tokens skipped */
-    uint64_t n_blocks_hit; /* blocks reused (capped so one token is computed) */
-    uint64_t n_stored;     /* blocks newly cached */
-    uint64_t n_evicted;    /* cached blocks evicted to make room */
+    uint64_t capacity;        /* blocks */
+    uint64_t n_requests;      /* requests */
+    uint64_t n_hit_tokens;    /* prefill tokens skipped */
+    uint64_t n_blocks_cached; /* full prompt blocks in the longest cached prefix (uncapped) */
+    uint64_t n_blocks_hit;    /* blocks reused (capped so one token is computed) */
+    uint64_t n_stored;        /* blocks newly cached */
+    uint64_t n_evicted;       /* cached blocks evicted to make room */
 } rp_opt_result;
 
 typedef struct rp_opt rp_opt;

@@ -6,6 +6,12 @@
  * engine, so the table, JSON and CSV always agree. Token hit rate = hit (skipped) tokens /
  * prompt tokens; block hit rate = blocks in the longest cached prefix / full prompt blocks;
  * the per-request figures are of hit tokens / prompt tokens per request.
+ *
+ * --policy adds each policy's figures (rp_result.pol_primary, pol_curve): a section of the
+ * table, a "policies" array in JSON, "policy:capacity" and "policy:sweep" rows in CSV. A
+ * policy's capacity misses are the full prompt blocks seen before that it did not have cached:
+ * blocks - cold misses - cached, since cold misses (first sights) are the same under every
+ * policy.
  */
 #include <jansson.h>
 #include <string.h>
@@ -117,6 +123,64 @@ static void print_metrics(FILE *f, const rp_result *r, const rp_metrics *m)
     fprintf(f, "  distinct blocks seen     %s\n", cli_fmt_count(r->distinct, a, sizeof a));
 }
 
+/* Capacity misses of policy figures p over the requests of metrics m (see the header). */
+static uint64_t pol_capacity_misses(const rp_metrics *m, const rp_pol_figs *p)
+{
+    uint64_t seen = m->n_blocks_full - m->n_cold_misses;
+    return seen > p->n_blocks_cached ? seen - p->n_blocks_cached : 0;
+}
+
+/* The --policy section at the primary capacity. */
+static void print_policies(FILE *f, const rp_options *o, const rp_result *r)
+{
+    const rp_metrics *m = &r->primary;
+    const rp_pol_figs *opt = NULL;
+    char a[32], b[32], c[32];
+    fprintf(f, "\nEviction policies at this capacity (lru: the figures above; slru, s3fifo: the "
+               "library's pool;\nopt: the offline optimum)\n");
+    fprintf(f, "  %-8s %10s %16s %16s %14s\n", "policy", "token hit", "hit tokens",
+            "capacity misses", "evicted");
+    for (size_t k = 0; k < o->n_policies; k++) {
+        const rp_pol_figs *p = &r->pol_primary[k];
+        if (o->policies[k] == RP_POL_OPT)
+            opt = p;
+        fprintf(f, "  %-8s %9.1f%% %16s %16s %14s\n", rp_pol_name(o->policies[k]),
+                100.0 * ratio(p->n_hit_tokens, m->n_prompt_tokens),
+                cli_fmt_count(p->n_hit_tokens, a, sizeof a),
+                cli_fmt_count(pol_capacity_misses(m, p), b, sizeof b),
+                cli_fmt_count(p->n_evicted, c, sizeof c));
+    }
+    fprintf(f, "  cold-miss ceiling %.1f%% for every policy (%s cold misses)\n",
+            100.0 * ratio(r->ceiling.n_hit_tokens, r->ceiling.n_prompt_tokens),
+            cli_fmt_count(m->n_cold_misses, a, sizeof a));
+    if (opt)
+        fprintf(f, "  LRU reaches %.1f%% of the optimum's hits at this size\n",
+                100.0 * ratio(m->n_hit_tokens, opt->n_hit_tokens));
+}
+
+/* The --policy table of the sweep: token hit rate per policy and capacity. */
+static void print_policy_curve(FILE *f, const rp_options *o, const rp_result *r)
+{
+    char a[32];
+    fprintf(f, "\nToken hit rate per eviction policy (lru: the pass above; the others "
+               "replayed once per capacity)\n");
+    fprintf(f, "  %14s", "blocks");
+    for (size_t k = 0; k < o->n_policies; k++)
+        fprintf(f, " %10s", rp_pol_name(o->policies[k]));
+    fputc('\n', f);
+    for (size_t i = 0; i < r->n_curve; i++) {
+        fprintf(f, "  %14s", cli_fmt_count(r->curve[i].capacity, a, sizeof a));
+        for (size_t k = 0; k < o->n_policies; k++)
+            fprintf(f, " %9.1f%%",
+                    100.0 * ratio(r->pol_curve[i][k].n_hit_tokens, r->curve[i].n_prompt_tokens));
+        fputc('\n', f);
+    }
+    fprintf(f, "  %14s", "unbounded");
+    for (size_t k = 0; k < o->n_policies; k++)
+        fprintf(f, " %9.1f%%", 100.0 * ratio(r->ceiling.n_hit_tokens, r->ceiling.n_prompt_tokens));
+    fputc('\n', f);
+}
+
 static void print_groups(FILE *f, const rp_result *r, unsigned top)
 {
     for (int d = 0; d < RP_N_DIMS; d++) {
@@ -214,6 +278,8 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
                     "at %u blocks)\n",
                     cap, r->pool_blocks);
         print_metrics(f, r, &r->primary);
+        if (rp_policies_shown(o))
+            print_policies(f, o, r);
     } else {
         fprintf(f, "\nUnbounded cache (the cold-miss ceiling)\n");
         print_metrics(f, r, &r->ceiling);
@@ -221,6 +287,8 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
     print_groups(f, r, o->top);
     if (r->n_curve)
         print_curve(f, r);
+    if (r->n_curve && rp_policies_shown(o))
+        print_policy_curve(f, o, r);
     if (r->diag && rp_diag_print(r->diag, f, o->top) != 0)
         return -1;
     fprintf(f, "\nThese are hit rates of this log replayed in order, warm cache included: not "
@@ -264,6 +332,47 @@ static json_t *metrics_json(const rp_result *r, const rp_metrics *m)
     json_object_set_new(j, "blocks_stored", json_integer((json_int_t)m->n_stored));
     json_object_set_new(j, "blocks_evicted", json_integer((json_int_t)m->n_evicted));
     return j;
+}
+
+/* A policy's figures p over the requests of metrics m. */
+static json_t *pol_figs_json(const rp_result *r, const rp_metrics *m, const rp_pol_figs *p)
+{
+    json_t *j = json_object();
+    if (!j)
+        return NULL;
+    json_object_set_new(j, "capacity_blocks", json_integer((json_int_t)p->capacity));
+    json_object_set_new(j, "capacity_tokens",
+                        json_integer((json_int_t)(p->capacity * r->block_size)));
+    json_object_set_new(j, "hit_tokens", json_integer((json_int_t)p->n_hit_tokens));
+    json_object_set_new(j, "token_hit_rate", json_real(ratio(p->n_hit_tokens, m->n_prompt_tokens)));
+    json_object_set_new(j, "blocks_cached", json_integer((json_int_t)p->n_blocks_cached));
+    json_object_set_new(j, "blocks_hit", json_integer((json_int_t)p->n_blocks_hit));
+    json_object_set_new(j, "block_hit_rate",
+                        json_real(ratio(p->n_blocks_cached, m->n_blocks_full)));
+    json_object_set_new(j, "cold_misses", json_integer((json_int_t)m->n_cold_misses));
+    json_object_set_new(j, "capacity_misses", json_integer((json_int_t)pol_capacity_misses(m, p)));
+    json_object_set_new(j, "blocks_evicted", json_integer((json_int_t)p->n_evicted));
+    return j;
+}
+
+/* The --policy array: one object per policy, at the capacity and along the sweep. */
+static json_t *policies_json(const rp_options *o, const rp_result *r)
+{
+    json_t *arr = json_array();
+    for (size_t k = 0; arr && k < o->n_policies; k++) {
+        json_t *p = json_object();
+        json_object_set_new(p, "policy", json_string(rp_pol_name(o->policies[k])));
+        if (r->has_primary)
+            json_object_set_new(p, "capacity", pol_figs_json(r, &r->primary, &r->pol_primary[k]));
+        if (r->n_curve) {
+            json_t *sw = json_array();
+            for (size_t i = 0; sw && i < r->n_curve; i++)
+                json_array_append_new(sw, pol_figs_json(r, &r->curve[i], &r->pol_curve[i][k]));
+            json_object_set_new(p, "sweep", sw);
+        }
+        json_array_append_new(arr, p);
+    }
+    return arr;
 }
 
 static json_t *name_json(const char *s, size_t len)
@@ -339,6 +448,14 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
             json_array_append_new(arr, metrics_json(r, &r->curve[i]));
         json_object_set_new(j, "sweep", arr);
     }
+    if (rp_policies_shown(o)) {
+        json_object_set_new(j, "policies", policies_json(o, r));
+        for (size_t k = 0; r->has_primary && k < o->n_policies; k++)
+            if (o->policies[k] == RP_POL_OPT)
+                json_object_set_new(
+                    j, "lru_share_of_optimum",
+                    json_real(ratio(r->primary.n_hit_tokens, r->pol_primary[k].n_hit_tokens)));
+    }
     json_object_set_new(j, "breakdown", groups_json(r));
     if (r->diag)
         json_object_set_new(j, "diagnose", rp_diag_json(r->diag, o->top));
@@ -371,7 +488,23 @@ static void csv_metrics(FILE *f, const rp_result *r, const char *kind, const rp_
             (unsigned long long)m->n_capacity_misses, (unsigned long long)m->n_evicted);
 }
 
-static int print_csv(FILE *f, const rp_result *r)
+/* A --policy row: its kind ("capacity" or "sweep"), the policy's figures p over metrics m. */
+static void csv_policy(FILE *f, const rp_result *r, const char *kind, int pol, const rp_metrics *m,
+                       const rp_pol_figs *p)
+{
+    fprintf(f, "policy:%s,%s,%llu,%llu,", kind, rp_pol_name(pol), (unsigned long long)p->capacity,
+            (unsigned long long)(p->capacity * r->block_size));
+    if (r->block_bytes)
+        fprintf(f, "%llu", (unsigned long long)(p->capacity * r->block_bytes));
+    fprintf(f, ",%llu,%llu,%llu,%.6f,%llu,%llu,%.6f,,,,,%llu,%llu,%llu\n",
+            (unsigned long long)m->n_requests, (unsigned long long)m->n_prompt_tokens,
+            (unsigned long long)p->n_hit_tokens, ratio(p->n_hit_tokens, m->n_prompt_tokens),
+            (unsigned long long)m->n_blocks_full, (unsigned long long)p->n_blocks_cached,
+            ratio(p->n_blocks_cached, m->n_blocks_full), (unsigned long long)m->n_cold_misses,
+            (unsigned long long)pol_capacity_misses(m, p), (unsigned long long)p->n_evicted);
+}
+
+static int print_csv(FILE *f, const rp_options *o, const rp_result *r)
 {
     fputs("dimension,value,capacity_blocks,capacity_tokens,capacity_bytes,requests,"
           "prompt_tokens,hit_tokens,token_hit_rate,blocks_full,blocks_cached,block_hit_rate,"
@@ -383,6 +516,12 @@ static int print_csv(FILE *f, const rp_result *r)
     csv_metrics(f, r, "ceiling", &r->ceiling);
     for (size_t i = 0; i < r->n_curve; i++)
         csv_metrics(f, r, "sweep", &r->curve[i]);
+    for (size_t k = 0; rp_policies_shown(o) && k < o->n_policies; k++) {
+        if (r->has_primary)
+            csv_policy(f, r, "capacity", o->policies[k], &r->primary, &r->pol_primary[k]);
+        for (size_t i = 0; i < r->n_curve; i++)
+            csv_policy(f, r, "sweep", o->policies[k], &r->curve[i], &r->pol_curve[i][k]);
+    }
     for (int d = 0; d < RP_N_DIMS; d++) {
         if (!dim_shown(r, d))
             continue;
@@ -416,6 +555,6 @@ int rp_report(FILE *f, const rp_options *o, const rp_result *r)
     if (o->json)
         return print_json(f, o, r);
     if (o->csv)
-        return print_csv(f, r);
+        return print_csv(f, o, r);
     return print_table(f, o, r);
 }

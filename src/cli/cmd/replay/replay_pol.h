@@ -1,0 +1,55 @@
+/*
+ * replay_pol.h - `kvprefix replay --policy`: the library's eviction policies (kvp_config.eviction)
+ * and the offline optimum (replay_opt.h) replayed on the log the engine recorded, one capacity
+ * per call.
+ *
+ * The log is an rp_opt (replay_opt.h): per request its prompt tokens, full prompt blocks and
+ * the dense block numbers it touched (rp_sim_last_blocks). A library policy replays it through
+ * a kvp_cache of min(capacity, distinct blocks) blocks with that policy, one kvp_access_ids per
+ * request (a kvp_lookup_ids first when output blocks are cached, as replay_sim.c does with
+ * tokens), the dense numbers standing for the block keys: they name whole prefixes, as the
+ * keys do, so the pool sees the same hits and misses. A pool of the log's distinct blocks
+ * never evicts, so it stands for any larger capacity. `opt` is rp_opt_eval (RP_OPT_USEFUL).
+ *
+ * Cost per call: a library policy is one pass over the log, O(A) pool operations for A block
+ * touches, plus the pool (about 120 bytes per block with SLRU or S3-FIFO records); opt is
+ * rp_opt_eval's O(A log C). A sweep of P points with K policies other than lru makes K x P
+ * such passes (LRU comes from the engine's one-pass curve).
+ */
+#ifndef CLI_REPLAY_POL_H
+#define CLI_REPLAY_POL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "replay_opt.h"
+
+/* The policies --policy names, in the order the report lists them. */
+enum {
+    RP_POL_LRU = 0,    /* KVP_EVICT_LRU; the report takes its figures from the engine */
+    RP_POL_SLRU = 1,   /* KVP_EVICT_SLRU with the library's defaults */
+    RP_POL_S3FIFO = 2, /* KVP_EVICT_S3FIFO with the library's defaults */
+    RP_POL_OPT = 3,    /* the offline optimum, replay_opt.c */
+    RP_N_POLICIES = 4
+};
+
+/* The figures of one policy at one capacity. */
+typedef struct rp_pol_figs {
+    uint64_t capacity;        /* blocks */
+    uint64_t n_hit_tokens;    /* prefill tokens skipped */
+    uint64_t n_blocks_cached; /* full prompt blocks in the longest cached prefix (uncapped) */
+    uint64_t n_blocks_hit;    /* of those, reused (capped so one token is computed) */
+    uint64_t n_evicted;       /* cached blocks evicted to make room */
+} rp_pol_figs;
+
+/* The name of policy pol as --policy spells it ("lru", "slru", "s3fifo", "opt"). */
+const char *rp_pol_name(int pol);
+
+/* Replay the log with policy pol (RP_POL_*) at capacity blocks (>= 1) into *out. LRU is
+ * accepted too (the tests compare it with the engine). Returns 0, or -1 with a message in err
+ * (out of memory, a pool the library refuses, more distinct blocks than a pool can hold);
+ * *out is untouched on failure. */
+int rp_pol_eval(rp_opt *log, uint32_t block_size, int pol, uint64_t capacity, rp_pol_figs *out,
+                char *err, size_t err_size);
+
+#endif /* CLI_REPLAY_POL_H */
