@@ -153,7 +153,9 @@ static void print_policies(FILE *f, const rp_options *o, const rp_result *r)
     fprintf(f, "  cold-miss ceiling %.1f%% for every policy (%s cold misses)\n",
             100.0 * ratio(r->ceiling.n_hit_tokens, r->ceiling.n_prompt_tokens),
             cli_fmt_count(m->n_cold_misses, a, sizeof a));
-    if (opt)
+    if (opt && opt->n_hit_tokens == 0)
+        fprintf(f, "  no policy hits anything at this size (the optimum does not)\n");
+    else if (opt)
         fprintf(f, "  LRU reaches %.1f%% of the optimum's hits at this size\n",
                 100.0 * ratio(m->n_hit_tokens, opt->n_hit_tokens));
 }
@@ -451,7 +453,7 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
     if (rp_policies_shown(o)) {
         json_object_set_new(j, "policies", policies_json(o, r));
         for (size_t k = 0; r->has_primary && k < o->n_policies; k++)
-            if (o->policies[k] == RP_POL_OPT)
+            if (o->policies[k] == RP_POL_OPT && r->pol_primary[k].n_hit_tokens > 0)
                 json_object_set_new(
                     j, "lru_share_of_optimum",
                     json_real(ratio(r->primary.n_hit_tokens, r->pol_primary[k].n_hit_tokens)));
