@@ -12,7 +12,7 @@
  * never evicts, so it stands for any larger capacity. `opt` is rp_opt_eval (RP_OPT_USEFUL).
  *
  * Cost per call: a library policy is one pass over the log, O(A) pool operations for A block
- * touches, plus the pool (about 120 bytes per block with SLRU or S3-FIFO records); opt is
+ * touches, plus the pool (about 140 bytes per block with the SLRU or S3-FIFO record); opt is
  * rp_opt_eval's O(A log C). A sweep of P points with K policies other than lru makes K x P
  * such passes (LRU comes from the engine's one-pass curve).
  */
