@@ -10,7 +10,9 @@
  * sort it by timestamp; then evaluate the primary capacity, the unbounded ceiling and the
  * sweep, and write the report (replay_report.c) and the chart (svgplot.c) through
  * outfile.c, which replaces a target only when the whole run succeeded. The prompt-layout
- * diagnostics (diagnose.c) see the same requests.
+ * diagnostics (diagnose.c) see the same requests. With --policy naming more than lru, each
+ * request's touches are also kept (an rp_opt) and every other policy is replayed on them at
+ * each capacity (replay_pol.c: the library's pool with that eviction policy, or MIN).
  *
  * Exit status (cli.h): 0 done, 1 bad input or failed I/O (a malformed line stops the run
  * unless --skip-invalid), 2 usage, 3 internal error (the pool and the LRU model disagreed).
@@ -74,7 +76,7 @@ static const char usage_text2[] =
     "                       (the library's, through its pool) and opt (the offline\n"
     "                       optimum); figures per policy at --capacity and each sweep\n"
     "                       point. lru's curve is one pass; every other policy replays the\n"
-    "                       log once per capacity: (policies - 1) x points replays\n"
+    "                       log once per capacity (time: policies x points replays)\n"
     "\n"
     "Hashing (figures differ between profiles only through key collisions):\n" CLI_HASH_HELP
     "  --seed N             --hash xxh3: the public 64-bit seed (default 0)\n"
@@ -98,6 +100,7 @@ static const char usage_text2[] =
     "  kvprefix replay --sweep --plot curve.svg --capacity 20000 conversation_trace.jsonl\n"
     "  kvprefix replay --capacity 40GiB --model Llama-3.1-8B requests.jsonl.zst\n"
     "  kvprefix replay --diagnose --capacity 1Mtok --format openai bodies.jsonl\n"
+    "  kvprefix replay --policy lru,slru,s3fifo,opt --sweep=8 --plot p.svg chat.jsonl\n"
     "  zcat big.jsonl.gz | kvprefix replay --capacities 1K,10K,100K --csv -\n"
     "\n" CLI_EXIT_HELP;
 
