@@ -10,7 +10,7 @@
  *     aside);
  *   - on the example log, opt >= lru, slru and s3fifo at every point of a sweep and at
  *     --capacity, each policy's figures in a combined run equal its run alone, lru's equal
- *     the top-level figures, and the chart has one curve per policy;
+ *     the top-level figures, and the chart has one curve per policy; on a hash-id trace too;
  *   - an unknown, repeated or empty policy name exits 2 with the flag's message.
  */
 #include <criterion/criterion.h>
@@ -321,4 +321,29 @@ Test(replay_policy, bad_names_exit_2)
     cr_assert(strstr(err, "--policy: 'lru,' is not a comma-separated list") != NULL, "%s", err);
     cr_assert_eq(replay_into("--policy LRU --capacity 400", log, out, sizeof out), 2);
     cr_assert_str_eq(out, "");
+}
+
+/* A hash-id trace goes through kvp_access_ids with the trace's own ids replaced by dense
+ * numbers: lru's object equals the engine's figures and opt bounds the others. */
+Test(replay_policy, hash_id_trace)
+{
+    cr_assert_eq(replay_into("--trace-block-size 4 --policy lru,slru,s3fifo,opt --capacities "
+                             "1,2,3 --json",
+                             cli_data("replay_trace.jsonl"), out, sizeof out),
+                 0, "%s", err);
+    json_t *all = parse(out);
+    json_t *sweep = json_object_get(all, "sweep");
+    json_t *lru = json_object_get(policy_of(all, "lru"), "sweep");
+    json_t *opt = json_object_get(policy_of(all, "opt"), "sweep");
+    cr_assert_eq(json_array_size(sweep), 3);
+    for (size_t i = 0; i < 3; i++) {
+        cr_assert_eq(jget(json_array_get(lru, i), "hit_tokens"),
+                     jget(json_array_get(sweep, i), "hit_tokens"));
+        for (int k = 1; k < 3; k++)
+            cr_assert_geq(
+                jget(json_array_get(opt, i), "hit_tokens"),
+                jget(json_array_get(json_object_get(policy_of(all, NAMES[k]), "sweep"), i),
+                     "hit_tokens"));
+    }
+    json_decref(all);
 }
