@@ -1118,6 +1118,49 @@ Test(fleet_cli, bad_input_names_file_and_line)
     cr_assert_not_null(strstr(errs, "less than one block"), "%s", errs);
 }
 
+/* The first run's token hit rate of a --json report, with its "eviction" member checked. */
+static double eviction_run_rate(const char *args, const char *eviction)
+{
+    cr_assert_eq(fleet(args), 0, "%s", errs);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j, "%s", out);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "eviction")), eviction);
+    const json_t *run = json_array_get(json_object_get(j, "runs"), 0);
+    cr_assert_not_null(run);
+    double rate = json_real_value(json_object_get(run, "token_hit_rate"));
+    json_decref(j);
+    return rate;
+}
+
+/* --eviction sets every replica cache's policy: LRU by default and named, the library's
+ * other policies give other figures on the example log (one replica, 400 blocks: about 54%
+ * under LRU, 61% under SLRU, 59% under S3-FIFO), and the report names the policy. */
+Test(fleet_cli, eviction_policy_per_replica_cache)
+{
+    const char *gen = getenv("GEN_CHATLOG_BIN");
+    if (gen == NULL || *gen == '\0')
+        cr_skip_test("GEN_CHATLOG_BIN is not set");
+    char log[] = "/tmp/kvp_fleet_evictXXXXXX", cmd[8192], args[8192];
+    int fd = mkstemp(log);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    snprintf(cmd, sizeof cmd, "'%s' -o '%s'", gen, log);
+    cr_assert_eq(system(cmd), 0);
+    const char *common = "--json --capacity 400 --replicas 1 --policies round-robin";
+    snprintf(args, sizeof args, "%s '%s'", common, log);
+    double deflt = eviction_run_rate(args, "lru");
+    snprintf(args, sizeof args, "%s --eviction lru '%s'", common, log);
+    double lru = eviction_run_rate(args, "lru");
+    snprintf(args, sizeof args, "%s --eviction slru '%s'", common, log);
+    double slru = eviction_run_rate(args, "slru");
+    snprintf(args, sizeof args, "%s --eviction s3fifo '%s'", common, log);
+    double s3 = eviction_run_rate(args, "s3fifo");
+    unlink(log);
+    cr_assert(deflt == lru, "default %.6f, --eviction lru %.6f", deflt, lru);
+    cr_assert(lru > 0.0 && lru < 1.0 && slru > 0.0 && slru < 1.0 && s3 > 0.0 && s3 < 1.0);
+    cr_assert(slru != lru && s3 != lru, "lru %.6f slru %.6f s3fifo %.6f", lru, slru, s3);
+}
+
 /* Usage errors: exit 2, the flags.h message shape, nothing on standard output. */
 Test(fleet_cli, usage_errors)
 {
@@ -1130,6 +1173,7 @@ Test(fleet_cli, usage_errors)
         {"--capacity 16 --replicas 4,2 LOG", "must increase"},
         {"--capacity 16 --replicas 2000 LOG", "--replicas"},
         {"--capacity 16 --policies round-robin,bogus LOG", "'bogus' is not one of"},
+        {"--capacity 16 --eviction fifo LOG", "--eviction: 'fifo' is not one of lru, slru, s3fifo"},
         {"--capacity 16 --load-cap 0.5 LOG", "--load-cap: '0.5'"},
         {"--capacity 16 --prefill-us abc LOG", "--prefill-us: 'abc'"},
         {"--capacity 16 --decode-us 1.2345 LOG", "--decode-us: '1.2345'"},

@@ -42,8 +42,9 @@
 static const char usage_text[] =
     "Usage: kvprefix fleet [options] --capacity C LOG\n"
     "\n"
-    "What-if fleet simulation: replay a request log against N replicas, each an LRU\n"
-    "prefix cache of C blocks (the library's pool), under several routing policies, and\n"
+    "What-if fleet simulation: replay a request log against N replicas, each a prefix\n"
+    "cache of C blocks (the library's pool, LRU unless --eviction), under several routing\n"
+    "policies, and\n"
     "compare fleet and per-replica hit rate, load imbalance and modelled time to first\n"
     "token (docs/routing.md). LOG is read as `kvprefix replay` reads it: token-id logs,\n"
     "Mooncake hash-id traces, OpenAI bodies; plain, .gz or .zst; '-' for standard input.\n"
@@ -60,6 +61,8 @@ static const char usage_text[] =
     "                       F x the fleet mean (default 1.5; at least 1)\n"
     "  --vnodes N           affinity: hash-ring points per replica (default 160)\n"
     "  --affinity-blocks K  affinity: hash the prompt's first K blocks (default 1)\n"
+    "  --eviction P         every replica's eviction policy: lru (default), slru, s3fifo\n"
+    "                       (kvprefix replay --policy compares them on one cache)\n"
     "  --random-seed N      random: the stream's seed; also places the ring and, without\n"
     "                       --hash-key, gives the keyed profiles their key (default 1)\n"
     "\n"
@@ -119,6 +122,7 @@ enum {
     OPT_LOAD_CAP,
     OPT_VNODES,
     OPT_AFFINITY_BLOCKS,
+    OPT_EVICTION,
     OPT_RANDOM_SEED,
     OPT_CONCURRENCY,
     OPT_PREFILL,
@@ -146,6 +150,7 @@ static const struct option longopts[] = {
     {"load-cap", required_argument, NULL, OPT_LOAD_CAP},
     {"vnodes", required_argument, NULL, OPT_VNODES},
     {"affinity-blocks", required_argument, NULL, OPT_AFFINITY_BLOCKS},
+    {"eviction", required_argument, NULL, OPT_EVICTION},
     {"random-seed", required_argument, NULL, OPT_RANDOM_SEED},
     {"concurrency", required_argument, NULL, OPT_CONCURRENCY},
     {"prefill-us", required_argument, NULL, OPT_PREFILL},
@@ -176,6 +181,10 @@ static const cli_choice policy_choices[] = {{"round-robin", FL_ROUND_ROBIN},
                                             {"cache-aware", FL_CACHE_AWARE},
                                             {"cache-aware-cap", FL_CACHE_CAP},
                                             {NULL, 0}};
+
+/* --eviction: the library's policies (kvp_config.eviction), by name. */
+static const cli_choice eviction_choices[] = {
+    {"lru", KVP_EVICT_LRU}, {"slru", KVP_EVICT_SLRU}, {"s3fifo", KVP_EVICT_S3FIFO}, {NULL, 0}};
 
 static const cli_choice index_choices[] = {
     {"oracle", FL_INDEX_ORACLE}, {"memory", FL_INDEX_MEMORY}, {"redis", FL_INDEX_REDIS}, {NULL, 0}};
@@ -335,6 +344,8 @@ static int apply_input(fl_options *o, int c, const char *flag, const char *v)
     case OPT_POLICIES:
         memset(o->policies, 0, sizeof o->policies);
         return cli_flag_list("fleet", flag, v, 32, policy_item, o);
+    case OPT_EVICTION:
+        return cli_flag_choice("fleet", flag, v, eviction_choices, &o->cache.eviction);
     default:
         return apply_model(o, c, flag, v);
     }

@@ -60,6 +60,20 @@ static const fl_result *slot(const fl_report *r, size_t k, int p)
 }
 
 /* The run of count index k and policy p, or NULL when it did not run. */
+/* The name of a replica cache's eviction policy (kvp_config.eviction), as --eviction takes it.
+ * Cannot fail. */
+static const char *eviction_name(int eviction)
+{
+    switch (eviction) {
+    case KVP_EVICT_SLRU:
+        return "slru";
+    case KVP_EVICT_S3FIFO:
+        return "s3fifo";
+    default:
+        return "lru";
+    }
+}
+
 static const fl_result *run_at(const fl_options *o, const fl_report *r, size_t k, int p)
 {
     const fl_result *x = slot(r, k, p);
@@ -157,6 +171,8 @@ static void table_head(FILE *f, const fl_options *o, const fl_report *r)
     if (r->block_bytes)
         fprintf(f, "; %s of KV, %s", cli_fmt_binary(r->capacity * r->block_bytes, c, sizeof c),
                 r->model_desc);
+    if (o->cache.eviction != KVP_EVICT_LRU) /* LRU's report stays as it was before --eviction */
+        fprintf(f, "; %s eviction", eviction_name(o->cache.eviction));
     fprintf(f, ")\n");
     fprintf(f,
             "  time model      concurrency %u; prefill %.6g us per uncached prompt token, "
@@ -348,6 +364,7 @@ static int json_report(FILE *f, const fl_options *o, const fl_report *r)
     in_count_json(j, &r->count);
     json_object_set_new(j, "block_size", json_integer(r->block_size));
     json_object_set_new(j, "capacity_blocks", json_integer((json_int_t)r->capacity));
+    json_object_set_new(j, "eviction", json_string(eviction_name(o->cache.eviction)));
     if (r->block_bytes) {
         json_object_set_new(j, "capacity_bytes",
                             json_integer((json_int_t)r->capacity * (json_int_t)r->block_bytes));
