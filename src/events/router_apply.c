@@ -362,10 +362,11 @@ static void tk_remove(kvp__rt_index *ix, uint32_t id, uint64_t h, uint32_t mask)
     }
     uint64_t own_lo = e->own_lo;
     uint32_t drop = e->mask & mask;
-    e->mask &= ~mask;
-    bool gone = e->mask == 0;
+    bool gone = (e->mask & ~mask) == 0;
     if (gone)
-        kvp__rt_tmap_delete(&w->tmap, h);
+        kvp__rt_tmap_delete(&w->tmap, h); /* e is no longer valid */
+    else
+        e->mask &= ~mask;
     kvp__rt_tentry *r = kvp__rt_tmap_find(&w->refs, own_lo);
     if (!r) {
         bool left = kvp__rt_remove(&ix->table, own_lo, id, drop);
