@@ -275,11 +275,14 @@ KVP_EXPORT int kvp_publisher_stats_get(kvp_publisher *pub, kvp_publisher_stats *
 /* kvp_router indexes which worker holds which block, fed by the workers' event batches,
  * and scores a prompt against every worker: the longest run of consecutive blocks from
  * block 0 that the worker holds, and the same run weighted by storage tier. A worker is one
- * engine's data-parallel rank, named by (engine id, dp rank). The router computes each
- * worker's block keys itself with the worker's hash profile (kvp_hasher), so it never needs
- * the engine to resend tokens; keys must therefore equal the engine's: same profile, key,
- * seeds, block size (a STORED event whose block_size differs is refused). Blocks are
- * indexed by the event integer (kvp_chain.key.lo, vLLM's 64-bit block hash).
+ * engine's data-parallel rank, named by (engine id, dp rank). Two index modes
+ * (kvp_router_config.index_by): by engine hash (the default), where the router computes
+ * each worker's block keys itself with the worker's hash profile (kvp_hasher), so keys must
+ * equal the engine's: same profile, key, seeds, block size (a STORED event whose
+ * block_size differs is refused; kvp_router_check_keys detects the rest), and blocks are
+ * indexed by the event integer (kvp_chain.key.lo, vLLM's 64-bit block hash); or by tokens,
+ * where the router keys each stored block by its own chained hash of the event's token_ids
+ * (KVP_ROUTER_INDEX_TOKENS), whatever the engine's hash.
  *
  * Threads: every call may be made from any thread. Mutations (worker add/get/remove, apply,
  * mark_stale, resync) take the router's lock exclusively; score, stats, find and check

@@ -22,7 +22,10 @@
  * among names[], a group below n_groups and row = its rank among live slots; free slots
  * hold no engine id and no block; (engine id, dp rank) unique among live workers; names
  * distinct; weight_of_mask[] the best weight of each mask; the table's own invariants and
- * each worker's block count.
+ * each worker's block count. Token mode: each worker's maps against the table (every entry
+ * names an own key the worker holds, in at least its media, exactly them when no other
+ * entry names it; refs counts the entries of shared own keys; the block count is the
+ * number of distinct own keys); engine-hash mode: no map.
  *
  * Cost: finding a worker by name is a linear scan (O(workers), at setup; the hot calls take
  * the id), and interning one O(names). Adding or removing a worker renumbers the rows
