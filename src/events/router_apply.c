@@ -14,7 +14,7 @@
  *   5. advance the worker's sequence state and counters.
  *
  * Token mode (docs/routing.md, "Token mode"): step 3 also computes the router's own key of
- * every stored block (own_keys(): the chain from the root of the worker's namespace, or
+ * every stored block (tk_own_keys(): the chain from the root of the worker's namespace, or
  * from the parent's own key, found in the worker's map or among the batch's earlier
  * blocks) and reserves map entries for them; step 4 indexes each block under its own key
  * and records engine hash -> own key, so that a later child or BlockRemoved, which name
@@ -152,7 +152,8 @@ static int place_seq(const kvp__rt_worker *w, uint64_t seq, double ts)
     return seq < w->expected ? KVP_ROUTER_DUPLICATE : KVP_ROUTER_GAP;
 }
 
-/* Step 3: media, holder room, table slots. Only keys absent now can add entries: a
+/* Step 3 (media registered by the caller): holder room, table slots. Only keys absent now
+ * can add entries: a
  * present key that step 4 deletes and stores again takes back the slot it left. KVP_OK or
  * KVP_ENOMEM (contents unchanged). */
 static int make_room(kvp__rt_index *ix, uint32_t id, const kvp_kv_batch *b)
