@@ -153,9 +153,8 @@ static int place_seq(const kvp__rt_worker *w, uint64_t seq, double ts)
 }
 
 /* Step 3 (media registered by the caller): holder room, table slots. Only keys absent now
- * can add entries: a
- * present key that step 4 deletes and stores again takes back the slot it left. KVP_OK or
- * KVP_ENOMEM (contents unchanged). */
+ * can add entries: a present key that step 4 deletes and stores again takes back the slot
+ * it left. KVP_OK or KVP_ENOMEM (contents unchanged). */
 static int make_room(kvp__rt_index *ix, uint32_t id, const kvp_kv_batch *b)
 {
     uint64_t n_new = 0;
