@@ -32,7 +32,15 @@
  * 18k-40k ops/s unsharded, 248k ops/s sharded with p99 773 us; an SGLang gateway's 26.9 B
  * per holder-block.
  *
- * Usage: bench_router [runs] [--score=PROFILE] [--prompts=N] [--calls=N]
+ * --index=tokens runs every figure on a router in token mode (KVP_ROUTER_INDEX_TOKENS): apply
+ * computes the router's own xxh3 key of every stored block and keeps the engine hash ->
+ * own key maps; (b) scores with the router's own keys (the profile then only names the
+ * engines' keys, which the router never computes); (d) includes the maps; (e) clears
+ * through the worker's map. Events carry their parent (the previous event's last block),
+ * and each event's first token is distinct so that (a)'s blocks are distinct in token mode
+ * as they are by their random hashes.
+ *
+ * Usage: bench_router [runs] [--score=PROFILE] [--prompts=N] [--calls=N] [--index=MODE]
  *   runs          runs per figure, 1..16 (default 5)
  *   --score=P     only (b) and (d) for profile P (xxh3, vllm-xxhash-cbor, vllm-sha256-cbor)
  *   --prompts=N   prompts stored in (b), 6..128 (default 128: 1M blocks); fewer for a small
@@ -40,6 +48,7 @@
  *                 --toggle-collect=kvp_router_score
  *   --calls=N     scores per figure and run in (b), 1..400 (default 400; 128k prompts 300,
  *                 100 for vllm-sha256-cbor)
+ *   --index=M     engine-hash (default) or tokens
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -61,8 +70,9 @@
 #define MAX_CALLS     400
 
 static int runs = 5;
-static int n_prompts = N_PROMPTS; /* --prompts */
-static int calls_b = MAX_CALLS;   /* --calls */
+static int n_prompts = N_PROMPTS;                   /* --prompts */
+static int calls_b = MAX_CALLS;                     /* --calls */
+static int index_by = KVP_ROUTER_INDEX_ENGINE_HASH; /* --index */
 
 static double now(void)
 {
@@ -99,6 +109,7 @@ static kvp_router *router_with_workers(kvp_config hash, uint32_t *ids)
     kvp_router_config cfg;
     kvp_router_config_init(&cfg);
     cfg.hash = hash;
+    cfg.index_by = index_by;
     kvp_router *r = NULL;
     int rc = kvp_router_new(&cfg, &r);
     if (rc != KVP_OK)
@@ -161,6 +172,7 @@ static apply_rates apply_run(int per, uint64_t seed)
     uint64_t n_events = 0;
     for (uint32_t i = 0; i < TARGET_BLOCKS; i += (uint32_t)per, n_events++) {
         uint32_t w = (uint32_t)(n_events % N_WORKERS);
+        tok[0] = i; /* distinct blocks in token mode too */
         kvp_kv_event e = stored(h + i, (size_t)per, tok);
         apply_or_die(r, ids[w], seq[w]++, &e, 1);
     }
@@ -178,6 +190,7 @@ static apply_rates apply_run(int per, uint64_t seed)
         uint32_t w = i % N_WORKERS;
         uint64_t fresh = rnd(&seed), old = h[(next_old[w] * (uint64_t)per) % TARGET_BLOCKS];
         next_old[w] += N_WORKERS;
+        tok[0] = TARGET_BLOCKS + i;
         kvp_kv_event ev[2] = {stored(&fresh, 1, tok), stored(&old, 1, tok)};
         ev[1].type = KVP_EVENT_REMOVED;
         apply_or_die(r, ids[w], seq[w]++, ev, 2);
@@ -263,6 +276,8 @@ static void score_setup_init(score_setup *s, int profile)
         uint32_t a = (uint32_t)p % N_WORKERS, b = (uint32_t)(p + 17) % N_WORKERS;
         for (size_t i = 0; i < LONG_BLOCKS; i += 64) {
             kvp_kv_event e = stored(k + i, 64, t + i * BLOCK);
+            e.has_parent = i > 0;
+            e.parent = i > 0 ? k[i - 1] : 0;
             apply_or_die(s->r, s->ids[a], seq[a]++, &e, 1);
             if (i < LONG_BLOCKS / 2)
                 apply_or_die(s->r, s->ids[b], seq[b]++, &e, 1);
@@ -528,6 +543,14 @@ static void bench_score(int profile)
            s.stats.bytes_per_holder, (unsigned long long)s.stats.total_bytes,
            (unsigned long long)s.stats.n_holders, (unsigned long long)s.stats.index_bytes,
            (unsigned long long)s.stats.n_slots);
+    kvp_router_token_stats ts;
+    if (index_by == KVP_ROUTER_INDEX_TOKENS &&
+        kvp_router_token_stats_get(s.r, KVP_ROUTER_ALL_WORKERS, &ts) == KVP_OK)
+        printf("    token maps: %llu entries, %llu bytes: %.2f bytes per entry, %.2f per (block, "
+               "worker) without them\n",
+               (unsigned long long)ts.n_map_entries, (unsigned long long)ts.map_bytes,
+               (double)ts.map_bytes / (double)ts.n_map_entries,
+               (double)(s.stats.total_bytes - ts.map_bytes) / (double)s.stats.n_holders);
     if (profile == KVP_HASH_XXH3 && n_prompts == N_PROMPTS) {
         bench_concurrent(&s);
         /* Clearing a worker scans the table under the exclusive lock. */
@@ -577,10 +600,18 @@ int main(int argc, char **argv)
             n_prompts = int_in(v, 6, N_PROMPTS);
         } else if ((v = opt_value(argv[i], "--calls=")) != NULL) {
             calls_b = int_in(v, 1, MAX_CALLS);
+        } else if ((v = opt_value(argv[i], "--index=")) != NULL) {
+            if (strcmp(v, "tokens") != 0 && strcmp(v, "engine-hash") != 0) {
+                fprintf(stderr, "bench_router: --index: '%s' is not tokens or engine-hash\n", v);
+                return 2;
+            }
+            index_by =
+                strcmp(v, "tokens") == 0 ? KVP_ROUTER_INDEX_TOKENS : KVP_ROUTER_INDEX_ENGINE_HASH;
         } else {
             runs = int_in(argv[i], 1, 16);
         }
     }
+    printf("index by %s\n", index_by == KVP_ROUTER_INDEX_TOKENS ? "tokens" : "engine hash");
     if (only >= 0) {
         bench_score(only);
         return 0;

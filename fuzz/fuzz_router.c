@@ -11,7 +11,9 @@
  * stale, resync, score, remove and re-add, clear through an empty AllBlocksCleared
  * batch); an apply reads a 2-byte little-endian length and that many payload bytes.
  * Allocations go through the checking allocator; one in 16 inputs arms an allocation
- * failure.
+ * failure. Inputs of odd length run the router in token mode (KVP_ROUTER_INDEX_TOKENS: own
+ * keys from the events' token_ids, the engine hash -> own key maps, which the checker
+ * walks); every decoded batch also goes through kvp_router_check_keys.
  *
  * Asserted after every operation: every call returns one of its documented codes (apply:
  * KVP_OK, KVP_EINVAL, KVP_ENOMEM; a failed apply leaves the worker's expected sequence
@@ -88,6 +90,9 @@ static void op_apply(world *w, int i, fz_in *in, bool own_seq)
         kvp_kv_batch_free(b);
         return;
     }
+    kvp_router_key_check kc;
+    rc = kvp_router_check_keys(w->r, w->id[i], b, &kc);
+    FZ_ASSERT(rc == KVP_OK && kc.n_mismatch <= kc.n_checked, "check_keys: %s", kvp_strerror(rc));
     uint64_t before = expected_of(w, i);
     kvp_router_apply_result res;
     rc = kvp_router_apply(w->r, w->id[i], seq, b, &res);
@@ -193,6 +198,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kvp_router_config_init(&cfg);
     cfg.table_seed = 1;
     cfg.alloc = fz_alloc_hooks(&alloc);
+    if (size & 1)
+        cfg.index_by = KVP_ROUTER_INDEX_TOKENS;
     world w;
     memset(&w, 0, sizeof w);
     int rc = kvp_router_new(&cfg, &w.r);

@@ -275,11 +275,14 @@ KVP_EXPORT int kvp_publisher_stats_get(kvp_publisher *pub, kvp_publisher_stats *
 /* kvp_router indexes which worker holds which block, fed by the workers' event batches,
  * and scores a prompt against every worker: the longest run of consecutive blocks from
  * block 0 that the worker holds, and the same run weighted by storage tier. A worker is one
- * engine's data-parallel rank, named by (engine id, dp rank). The router computes each
- * worker's block keys itself with the worker's hash profile (kvp_hasher), so it never needs
- * the engine to resend tokens; keys must therefore equal the engine's: same profile, key,
- * seeds, block size (a STORED event whose block_size differs is refused). Blocks are
- * indexed by the event integer (kvp_chain.key.lo, vLLM's 64-bit block hash).
+ * engine's data-parallel rank, named by (engine id, dp rank). Two index modes
+ * (kvp_router_config.index_by): by engine hash (the default), where the router computes
+ * each worker's block keys itself with the worker's hash profile (kvp_hasher), so keys must
+ * equal the engine's: same profile, key, seeds, block size (a STORED event whose
+ * block_size differs is refused; kvp_router_check_keys detects the rest), and blocks are
+ * indexed by the event integer (kvp_chain.key.lo, vLLM's 64-bit block hash); or by tokens,
+ * where the router keys each stored block by its own chained hash of the event's token_ids
+ * (KVP_ROUTER_INDEX_TOKENS), whatever the engine's hash.
  *
  * Threads: every call may be made from any thread. Mutations (worker add/get/remove, apply,
  * mark_stale, resync) take the router's lock exclusively; score, stats, find and check
@@ -340,7 +343,35 @@ typedef struct kvp_router_config {
     kvp_allocator alloc;        /* memory hooks for everything the router holds (not
                                    hiredis's buffers) */
     kvp_router_redis redis;     /* shared store; url NULL (default): none */
+    /* Appended fields (callers that fill the struct with kvp_router_config_init get their
+     * defaults): */
+    int index_by;          /* KVP_ROUTER_INDEX_*: what blocks are indexed by (default
+                              KVP_ROUTER_INDEX_ENGINE_HASH). TOKENS needs no Redis
+                              (KVP_ENOTSUP with redis.url) */
+    kvp_config token_hash; /* TOKENS: the router's own key function for the whole fleet:
+                              hash_profile (KVP_HASH_XXH3, default; KVP_HASH_KEYED or
+                              KVP_HASH_SIPHASH with a hash_key, or hash_key_len 0 for a key
+                              of this router's own; not vllm-*), seed, hash_key. Block
+                              size and vocab_size are each worker's (its hash config) */
 } kvp_router_config;
+
+/* What the router indexes blocks by (kvp_router_config.index_by); docs/routing.md, "Token
+ * mode". */
+enum {
+    KVP_ROUTER_INDEX_ENGINE_HASH = 0, /* the engine's block hash (the event integer): score
+                                         computes each worker's engine keys with its hash
+                                         config, which must be the engine's (profile,
+                                         seeds, key, block size) */
+    KVP_ROUTER_INDEX_TOKENS = 1       /* the router's own chained key of each BlockStored's
+                                         token_ids (kvp_router_config.token_hash), with a
+                                         per-worker map from engine hashes to own keys for
+                                         parents and removals: any engine hash algorithm
+                                         and seed work, random roots included. Cannot see
+                                         what events omit (cache_salt, multimodal inputs):
+                                         blocks with extra_keys are not indexed, and a
+                                         score whose namespace has a salt or tenant gives
+                                         rows KVP_ROUTER_ROW_NOTSUP */
+};
 
 /* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
 KVP_EXPORT void kvp_router_config_init(kvp_router_config *cfg);
@@ -621,6 +652,49 @@ typedef struct kvp_router_worker_stats {
 /* Copy worker id's state to *out. Returns KVP_OK, KVP_ENOENT, KVP_EINVAL (NULL). */
 KVP_NODISCARD KVP_EXPORT int kvp_router_worker_stats_get(kvp_router *r, uint32_t id,
                                                          kvp_router_worker_stats *out);
+
+/* Token mode figures (kvp_router_token_stats_get); all 0 in engine-hash mode. */
+typedef struct kvp_router_token_stats {
+    uint64_t n_map_entries;     /* (engine hash, worker) entries in the maps */
+    uint64_t map_bytes;         /* bytes the maps hold (entries and reference maps, as
+                                   allocated; also counted in kvp_router_stats.total_bytes) */
+    uint64_t n_keyed;           /* stored blocks indexed under the router's own key */
+    uint64_t n_unresolved;      /* stored blocks not indexed: the parent's own key is not
+                                   known (its BlockStored was never seen: a view started
+                                   late, after a gap or a clear) */
+    uint64_t n_unkeyable;       /* stored blocks not indexed: extra_keys (salt, multimodal),
+                                   a lora_id without lora_name, a token id >= vocab_size */
+    uint64_t n_unknown_removed; /* removed engine hashes the map did not hold */
+} kvp_router_token_stats;
+
+#define KVP_ROUTER_ALL_WORKERS UINT32_MAX /* kvp_router_token_stats_get: the sum */
+
+/* Copy the token mode figures of worker id, or their sum over the live workers for id
+ * KVP_ROUTER_ALL_WORKERS, to *out. Returns KVP_OK, KVP_ENOENT (no worker id), KVP_EINVAL
+ * (NULL). */
+KVP_NODISCARD KVP_EXPORT int kvp_router_token_stats_get(kvp_router *r, uint32_t id,
+                                                        kvp_router_token_stats *out);
+
+/* What kvp_router_check_keys found in one batch. */
+typedef struct kvp_router_key_check {
+    size_t n_checked;     /* blocks whose engine key the router computed and compared */
+    size_t n_mismatch;    /* of those, blocks whose event hash differs */
+    uint64_t engine_hash; /* the first mismatch: the engine's block hash */
+    uint64_t router_hash; /* the first mismatch: the router's computation of it */
+    const char *likely;   /* the first mismatch: a static sentence naming the likely cause
+                             (hash algorithm, seed, cache_salt or LoRA); NULL without one */
+} kvp_router_key_check;
+
+/* In engine-hash mode, check that worker id's hash config reproduces the engine's keys:
+ * for each BlockStored of batch b with no parent (a chain's first blocks, which need no
+ * state the event omits), compute the engine key of its first block from its token_ids
+ * with the worker's hash config and compare it with the event's hash. Blocks with
+ * extra_keys, a LoRA or another KV cache group are not checked. Hashes outside the router's
+ * lock (read-only: the index is unchanged); may allocate a second hasher on a mismatch, to
+ * name the cause. In token mode nothing is checked (the router's keys are its own). Returns
+ * KVP_OK (see *out), KVP_ENOENT (no worker id), KVP_EINVAL (NULL pointer), KVP_ENOMEM. */
+KVP_NODISCARD KVP_EXPORT int
+kvp_router_check_keys(kvp_router *r, uint32_t id, const kvp_kv_batch *b, kvp_router_key_check *out);
 
 /* Walk the whole index and check every invariant: each slot's key at its probe distance
  * (robin hood order), holder sets well formed (no empty set, no worker twice, live workers

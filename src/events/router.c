@@ -33,6 +33,9 @@ KVP_EXPORT void kvp_router_config_init(kvp_router_config *cfg)
     kvp_config_init(&cfg->hash);
     cfg->hash.hash_profile = KVP_HASH_VLLM_SHA256;
     cfg->hash.block_size = 16;
+    cfg->index_by = KVP_ROUTER_INDEX_ENGINE_HASH;
+    kvp_config_init(&cfg->token_hash);
+    cfg->token_hash.hash_profile = KVP_HASH_XXH3;
     cfg->redis.key_prefix = "kvp";
     cfg->redis.timeout_ms = 250;
     cfg->redis.retry_ms = 1000;
@@ -76,6 +79,17 @@ static int config_ok(const kvp_router_config *cfg)
     int p = cfg->hash.hash_profile;
     if ((p == KVP_HASH_KEYED || p == KVP_HASH_SIPHASH) && cfg->hash.hash_key_len == 0)
         return KVP_EINVAL;
+    if (cfg->index_by != KVP_ROUTER_INDEX_ENGINE_HASH && cfg->index_by != KVP_ROUTER_INDEX_TOKENS)
+        return KVP_EINVAL;
+    if (cfg->index_by == KVP_ROUTER_INDEX_TOKENS) {
+        /* The own chain continues from a 128-bit key: the vllm-* profiles need more state. */
+        int t = cfg->token_hash.hash_profile;
+        if (t != KVP_HASH_XXH3 && t != KVP_HASH_KEYED && t != KVP_HASH_SIPHASH)
+            return KVP_EINVAL;
+        if (cfg->token_hash.hash_key_len > KVP_HASH_KEY_MAX ||
+            (cfg->token_hash.hash_key_len != 0 && cfg->token_hash.hash_key_len < KVP_HASH_KEY_MIN))
+            return KVP_EINVAL;
+    }
     return KVP_OK;
 }
 
@@ -128,6 +142,8 @@ KVP_EXPORT int kvp_router_new(const kvp_router_config *cfg, kvp_router **out)
         rc = random_seed(&seed);
     if (rc != KVP_OK)
         return rc;
+    if (cfg->index_by == KVP_ROUTER_INDEX_TOKENS && cfg->redis.url)
+        return KVP_ENOTSUP; /* the shared store keeps engine hashes (docs/routing.md) */
     kvp__rt_mem mem;
     kvp__rt_mem_init(&mem, &cfg->alloc);
     kvp_router *r = kvp__rt_alloc(&mem, sizeof *r);
@@ -332,6 +348,34 @@ KVP_EXPORT int kvp_router_worker_stats_get(kvp_router *r, uint32_t id, kvp_route
     int rc = kvp__rt_worker_stats_locked(&r->ix, id, out);
     kvp__rt_unlock(&r->ix.lock);
     return rc;
+}
+
+KVP_EXPORT int kvp_router_token_stats_get(kvp_router *r, uint32_t id, kvp_router_token_stats *out)
+{
+    if (!r || !out)
+        return KVP_EINVAL;
+    kvp__rt_rdlock(&r->ix.lock);
+    int rc = kvp__rt_token_stats_locked(&r->ix, id, out);
+    kvp__rt_unlock(&r->ix.lock);
+    return rc;
+}
+
+KVP_EXPORT int kvp_router_check_keys(kvp_router *r, uint32_t id, const kvp_kv_batch *b,
+                                     kvp_router_key_check *out)
+{
+    if (!r || !b || !out || (b->n_events > 0 && !b->events))
+        return KVP_EINVAL;
+    memset(out, 0, sizeof *out);
+    kvp__rt_rdlock(&r->ix.lock);
+    bool ok = kvp__rt_worker_ok(&r->ix, id);
+    const kvp__rt_group *g = ok ? r->ix.groups[r->ix.workers[id].group] : NULL;
+    kvp__rt_unlock(&r->ix.lock);
+    if (!ok)
+        return KVP_ENOENT;
+    if (r->ix.by_tokens)
+        return KVP_OK;
+    /* Groups are immutable and outlive their workers: hash outside the lock. */
+    return kvp__rt_group_check_keys(g, r->ix.kv_group, b, out);
 }
 
 KVP_EXPORT int kvp_router_check(kvp_router *r)

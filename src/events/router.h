@@ -9,7 +9,8 @@
  *    |   |                  slots[cap]: {key, hv}, open addressing, robin hood order
  *    |   |                  hv inline:  up to 3 holders of 21 bits (worker 15 | media 6)
  *    |   |                  hv spill:   class, count, record index into arenas[class]
- *    |   |- workers[n_slots] engine id, dp rank, group, sequence state
+ *    |   |- workers[n_slots] engine id, dp rank, group, sequence state; token mode:
+ *    |   |                  tmap, engine block hash -> own key (router_tmap.h)
  *    |   |- names[]       interned engine ids, kept until kvp_router_free
  *    |   |- groups[]      one kvp_hasher per (hash configuration, model)
  *    |   `- media[]       tier names and weights; weight_of_mask[] per media bit set
@@ -28,16 +29,17 @@
  *   router_apply.c, router_score.c             apply a batch, score a prompt
  *   router_workers.c                           the index: workers, names, groups, media,
  *                                              stats, checker
- *   router_table.c                             the hash table
+ *   router_table.c, router_tmap.c              the hash table; token mode's maps
  *   router_base.c                              allocator and lock
  *
  * Files: router.c (configuration, argument checks, creation, dispatch to the store),
- * router_base.c (allocator, lock), router_table.c (the table), router_workers.c (the
- * index: lifecycle, workers, interned names, hash groups, media, stats, checker),
- * router_apply.c (batch validation, sequence numbers, apply), router_score.c (scoring,
- * prompt keys), router_local.c (the local store), router_redis.c (the Redis store's
- * transport: configuration, connection, commands), router_redis_ops.c (the Redis store:
- * creation, apply, score, worker operations, stats, checker, its operations table),
+ * router_base.c (allocator, lock), router_table.c (the table), router_tmap.c (token
+ * mode's engine hash -> own key maps), router_workers.c (the index: lifecycle, workers,
+ * interned names, hash groups, media, stats, checker), router_apply.c (batch validation,
+ * sequence numbers, apply; token mode's own keys), router_score.c (scoring, prompt keys,
+ * the engine-hash key check), router_local.c (the local store), router_redis.c (the Redis
+ * store's transport: configuration, connection, commands), router_redis_ops.c (the Redis
+ * store: creation, apply, score, worker operations, stats, checker, its operations table),
  * router_redis.lua (its Lua library).
  */
 #ifndef KVP_EVENTS_ROUTER_H

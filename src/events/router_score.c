@@ -129,6 +129,14 @@ static size_t probe_group_locked(const kvp__rt_index *ix, uint32_t g, const uint
 
 /* The namespace group g's engines hash the request under, or false when the request names
  * another model than the group's. */
+/* Token mode: whether the router's own keys can express namespace ns. Events carry no
+ * cache_salt and no tenant, so blocks are indexed without them: a request with either would
+ * be scored against blocks of other salts (over-reported), and is refused instead. */
+static inline bool own_namespace_ok(const kvp__rt_group *g, const kvp_namespace *ns)
+{
+    return !g->own || (!ns->salt.ptr && !ns->tenant.ptr);
+}
+
 static bool group_namespace(const kvp__rt_group *g, const kvp_namespace *ns, kvp_namespace *eff)
 {
     *eff = *ns;
@@ -204,7 +212,7 @@ static int score_group(kvp__rt_index *ix, uint32_t g, const kvp_namespace *ns,
     int rc = kvp_hasher_root(grp->hasher, &eff, &sk->chain);
     if (rc == KVP_EINVAL)
         return rc;
-    if (rc != KVP_OK)
+    if (rc != KVP_OK || !own_namespace_ok(grp, &eff))
         return mark_group(ix, g, rows, KVP_ROUTER_ROW_NOTSUP, epoch);
     if (!tokens_in_vocab(grp, tokens, n_tokens))
         return mark_group(ix, g, rows, KVP_ROUTER_ROW_TOKEN, epoch);
@@ -330,7 +338,7 @@ int kvp__rt_group_keys(const kvp__rt_group *g, const kvp_namespace *ns, const ui
     *state = KVP_ROUTER_ROW_NOTSUP;
     if (rc == KVP_EINVAL)
         return rc;
-    if (rc != KVP_OK)
+    if (rc != KVP_OK || !own_namespace_ok(g, &eff))
         return KVP_OK;
     *state = KVP_ROUTER_ROW_TOKEN;
     if (!tokens_in_vocab(g, tokens, n_tokens))
@@ -386,5 +394,95 @@ static int score_hashes(kvp__rt_index *ix, const kvp__rt_query *q, size_t *n_row
     kvp__rt_unlock(&ix->lock);
     *n_rows = n;
     atomic_fetch_add_explicit(&ix->n_scores, 1, memory_order_relaxed);
+    return KVP_OK;
+}
+
+/* ---------------------------------------------------------------- key check */
+
+/* The engine-hash mode's key check: hash one root block with a hasher of cfg's profile, or
+ * report that it could not. */
+static bool root_key(const kvp_config *cfg, const kvp_namespace *ns, const uint32_t *tokens,
+                     kvp_key *key)
+{
+    kvp_hasher *h = NULL;
+    kvp_chain c, out;
+    size_t got = 0;
+    bool ok = kvp_hasher_new(cfg, &h) == KVP_OK && kvp_hasher_root(h, ns, &c) == KVP_OK &&
+              kvp_hasher_blocks(h, ns, &c, tokens, cfg->block_size, &out, 1, &got) == KVP_OK &&
+              got == 1;
+    kvp_hasher_free(h);
+    if (ok)
+        *key = out.key;
+    return ok;
+}
+
+/* Why group g's key of a root block differs from the engine's: another profile with the
+ * same seeds reproduces it (the hash algorithm), else the seed (vLLM's NONE_HASH is random
+ * per process without PYTHONHASHSEED) or a key. Static sentences. */
+static const char *likely_cause(const kvp__rt_group *g, const kvp_namespace *ns,
+                                const kvp_kv_event *e)
+{
+    static const int alt[] = {KVP_HASH_VLLM_SHA256, KVP_HASH_VLLM_XXHASH, KVP_HASH_XXH3};
+    static const char *const why_alt[] = {
+        "hash algorithm: the engine hashes with vllm-sha256-cbor (sha256_cbor), not the "
+        "router's profile",
+        "hash algorithm: the engine hashes with vllm-xxhash-cbor (xxhash_cbor), not the "
+        "router's profile",
+        "hash algorithm: the engine hashes with xxh3, not the router's profile",
+    };
+    for (size_t i = 0; i < sizeof alt / sizeof alt[0]; i++) {
+        if (alt[i] == g->hash.hash_profile)
+            continue;
+        kvp_config cfg = g->hash;
+        kvp_config_init(&cfg);
+        cfg.hash_profile = alt[i];
+        cfg.block_size = g->hash.block_size;
+        cfg.seed = g->hash.seed;
+        cfg.vllm_seed = g->hash.vllm_seed;
+        kvp_namespace alt_ns = *ns;
+        if (alt[i] != KVP_HASH_XXH3)
+            alt_ns.model = (kvp_field){NULL, 0};
+        kvp_key k;
+        if (root_key(&cfg, &alt_ns, e->tokens, &k) && k.lo == e->hashes[0])
+            return why_alt[i];
+    }
+    if (g->is_vllm)
+        return "seed: the engine's NONE_HASH is not the router's (vLLM draws a random one per "
+               "process unless PYTHONHASHSEED is set: set it and the router's vLLM seed, or "
+               "index by tokens), or the hash algorithm, or a cache_salt the events do not carry";
+    return "hash algorithm, seed or key differ from the engine's, or a cache_salt the events "
+           "do not carry (index by tokens, or give the router the engine's settings)";
+}
+
+int kvp__rt_group_check_keys(const kvp__rt_group *g, int32_t kv_group, const kvp_kv_batch *b,
+                             kvp_router_key_check *out)
+{
+    memset(out, 0, sizeof *out);
+    kvp_namespace ns;
+    kvp_namespace_init(&ns);
+    if (!g->is_vllm && g->model)
+        ns.model = (kvp_field){g->model, g->model_len};
+    uint32_t bs = g->hash.block_size;
+    for (size_t i = 0; i < b->n_events; i++) {
+        const kvp_kv_event *e = &b->events[i];
+        if (e->type != KVP_EVENT_STORED || e->has_parent || e->n_hashes == 0 || !e->hashes ||
+            !e->tokens || e->block_size != bs || e->n_tokens < bs ||
+            (e->group_idx >= 0 && e->group_idx != kv_group) || e->lora_name || e->has_lora_id ||
+            !kvp__rt_extra_keys_none(e))
+            continue;
+        kvp_chain c, k;
+        size_t got = 0;
+        if (kvp_hasher_root(g->hasher, &ns, &c) != KVP_OK ||
+            kvp_hasher_blocks(g->hasher, &ns, &c, e->tokens, bs, &k, 1, &got) != KVP_OK || got != 1)
+            continue;
+        out->n_checked++;
+        if (k.key.lo == e->hashes[0])
+            continue;
+        if (out->n_mismatch++ == 0) {
+            out->engine_hash = e->hashes[0];
+            out->router_hash = k.key.lo;
+            out->likely = likely_cause(g, &ns, e);
+        }
+    }
     return KVP_OK;
 }

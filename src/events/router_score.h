@@ -38,4 +38,12 @@ int kvp__rt_score(kvp__rt_index *ix, const kvp__rt_query *q, size_t *n_rows);
 int kvp__rt_group_keys(const kvp__rt_group *g, const kvp_namespace *ns, const uint32_t *tokens,
                        size_t n_tokens, uint64_t *keys, int *state);
 
+/* kvp_router_check_keys's body for a worker of group g (engine-hash mode): the first block
+ * of every parentless BlockStored of b (in KV cache group kv_group, without extra_keys or
+ * LoRA) hashed with g's hasher and compared with the event's hash; *out filled (zeroed
+ * first). g is a published group (no lock needed). KVP_OK (cannot fail otherwise: a cause
+ * that needs a hasher it cannot make is left unnamed). */
+int kvp__rt_group_check_keys(const kvp__rt_group *g, int32_t kv_group, const kvp_kv_batch *b,
+                             kvp_router_key_check *out);
+
 #endif /* KVP_EVENTS_ROUTER_SCORE_H */

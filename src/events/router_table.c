@@ -441,6 +441,17 @@ bool kvp__rt_remove(kvp__rt_table *t, uint64_t key, uint32_t worker, uint32_t ma
     return drop_media(t, pos, (uint32_t)i, mask);
 }
 
+uint32_t kvp__rt_held_mask(const kvp__rt_table *t, uint64_t key, uint32_t worker)
+{
+    uint32_t pos = kvp__rt_find(t, key);
+    if (pos == KVP__RT_NIL)
+        return 0;
+    kvp__rt_holders hs;
+    kvp__rt_holders_of(t, pos, &hs);
+    int i = holder_index(hs.h, hs.n, worker);
+    return i < 0 ? 0 : kvp__rt_holder_mask(hs.h[i]);
+}
+
 /* Index of worker in the holder set hv, or -1; straight on hv for inline sets (the scan of
  * kvp__rt_clear_worker visits every slot). */
 static inline int holder_slot_index(const kvp__rt_table *t, uint64_t hv, uint32_t worker)

@@ -130,6 +130,9 @@ bool kvp__rt_add(kvp__rt_table *t, uint64_t key, uint32_t worker, uint32_t bit);
  * now holds it in no medium. Cannot fail; never allocates. */
 bool kvp__rt_remove(kvp__rt_table *t, uint64_t key, uint32_t worker, uint32_t mask);
 
+/* The media mask worker holds key in; 0 when it does not hold key. Cannot fail. */
+uint32_t kvp__rt_held_mask(const kvp__rt_table *t, uint64_t key, uint32_t worker);
+
 /* Remove worker from every holder set; returns the number of sets it was in. O(cap).
  * Cannot fail; never allocates. */
 uint64_t kvp__rt_clear_worker(kvp__rt_table *t, uint32_t worker);

@@ -22,7 +22,10 @@
  * among names[], a group below n_groups and row = its rank among live slots; free slots
  * hold no engine id and no block; (engine id, dp rank) unique among live workers; names
  * distinct; weight_of_mask[] the best weight of each mask; the table's own invariants and
- * each worker's block count.
+ * each worker's block count. Token mode: each worker's maps against the table (every entry
+ * names an own key the worker holds, in at least its media, exactly them when no other
+ * entry names it; refs counts the entries of shared own keys; the block count is the
+ * number of distinct own keys); engine-hash mode: no map.
  *
  * Cost: finding a worker by name is a linear scan (O(workers), at setup; the hot calls take
  * the id), and interning one O(names). Adding or removing a worker renumbers the rows
@@ -139,6 +142,7 @@ static int group_new(kvp__rt_index *ix, const kvp_config *hash, const char *mode
     }
     g->is_vllm =
         hash->hash_profile == KVP_HASH_VLLM_SHA256 || hash->hash_profile == KVP_HASH_VLLM_XXHASH;
+    g->own = ix->by_tokens;
     *out = g;
     return KVP_OK;
 }
@@ -240,10 +244,12 @@ static int slot_take(kvp__rt_index *ix, uint32_t *slot)
 }
 
 /* Validate a worker config. KVP_OK or KVP_EINVAL. */
-static int worker_config_ok(const kvp_router_worker_config *wc)
+static int worker_config_ok(const kvp__rt_index *ix, const kvp_router_worker_config *wc)
 {
     if (!wc || !wc->engine_id)
         return KVP_EINVAL;
+    if (ix->by_tokens)
+        return KVP_OK; /* the engine's key is not needed: the router's keys are its own */
     int p = wc->hash.hash_profile;
     if ((p == KVP_HASH_KEYED || p == KVP_HASH_SIPHASH) && wc->hash.hash_key_len == 0)
         return KVP_EINVAL; /* a random key would equal no engine's */
@@ -252,19 +258,26 @@ static int worker_config_ok(const kvp_router_worker_config *wc)
 
 int kvp__rt_worker_add_locked(kvp__rt_index *ix, const kvp_router_worker_config *wc, uint32_t *id)
 {
-    int rc = worker_config_ok(wc);
+    int rc = worker_config_ok(ix, wc);
     if (rc != KVP_OK)
         return rc;
     if (kvp__rt_worker_find_locked(ix, wc->engine_id, wc->dp_rank, id) == KVP_OK)
         return KVP_EEXIST;
     if (ix->n_workers >= KVP_ROUTER_MAX_WORKERS)
         return KVP_ENOSPC;
-    uint32_t g = group_find(ix, &wc->hash, wc->model);
+    /* Token mode: every worker keys by the router's own function, at its block size. */
+    kvp_config hash = wc->hash;
+    if (ix->by_tokens) {
+        hash = ix->token_hash;
+        hash.block_size = wc->hash.block_size;
+        hash.vocab_size = wc->hash.vocab_size;
+    }
+    uint32_t g = group_find(ix, &hash, wc->model);
     kvp__rt_group *fresh = NULL;
     if (g == ix->n_groups) {
         if (ix->n_groups >= KVP_ROUTER_MAX_GROUPS)
             return KVP_ENOSPC;
-        rc = group_new(ix, &wc->hash, wc->model, &fresh);
+        rc = group_new(ix, &hash, wc->model, &fresh);
         if (rc != KVP_OK)
             return rc;
     }
@@ -288,7 +301,9 @@ int kvp__rt_worker_add_locked(kvp__rt_index *ix, const kvp_router_worker_config 
     w->dp_rank = wc->dp_rank;
     w->group = g;
     w->live = true;
-    w->seq_known = true; /* a new worker expects batch 0 */
+    w->seq_known = true;                                  /* a new worker expects batch 0 */
+    w->tmap.seed = ix->table.seed ^ UINT64_C(0x746d6170); /* "tmap" */
+    w->refs.seed = ix->table.seed ^ UINT64_C(0x72656673); /* "refs" */
     if (slot == ix->n_slots)
         ix->n_slots++;
     ix->n_workers++;
@@ -298,13 +313,42 @@ int kvp__rt_worker_add_locked(kvp__rt_index *ix, const kvp_router_worker_config 
     return KVP_OK;
 }
 
-void kvp__rt_worker_clear_locked(kvp__rt_index *ix, uint32_t id)
+/* Token mode: remove worker id from the own key of every entry of its map (O(entries),
+ * not O(table slots) as kvp__rt_clear_worker), then empty the maps. Cannot fail. */
+static void clear_by_map(kvp__rt_index *ix, uint32_t id)
 {
     kvp__rt_worker *w = &ix->workers[id];
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < w->tmap.cap; i++) {
+        if (w->tmap.e[i].mask != 0)
+            n +=
+                kvp__rt_remove(&ix->table, w->tmap.e[i].own_lo, id, (1u << KVP__RT_MEDIA_BITS) - 1);
+    }
+    assert(n == w->n_blocks);
+    (void)n;
+    kvp__rt_tmap_reset(&w->tmap);
+    kvp__rt_tmap_reset(&w->refs);
+    w->n_blocks = 0;
+}
+
+void kvp__rt_worker_reset_locked(kvp__rt_index *ix, uint32_t id)
+{
+    kvp__rt_worker *w = &ix->workers[id];
+    if (ix->by_tokens) {
+        clear_by_map(ix, id);
+        return;
+    }
     uint64_t n = kvp__rt_clear_worker(&ix->table, id);
     assert(n == w->n_blocks);
     (void)n;
     w->n_blocks = 0;
+}
+
+void kvp__rt_worker_clear_locked(kvp__rt_index *ix, uint32_t id)
+{
+    kvp__rt_worker_reset_locked(ix, id);
+    kvp__rt_tmap_clear(&ix->workers[id].tmap, &ix->mem);
+    kvp__rt_tmap_clear(&ix->workers[id].refs, &ix->mem);
 }
 
 int kvp__rt_worker_remove_locked(kvp__rt_index *ix, uint32_t id)
@@ -402,6 +446,11 @@ int kvp__rt_index_init(kvp__rt_index *ix, const kvp__rt_mem *mem, const kvp_rout
     }
     ix->unknown_weight = cfg->unknown_weight;
     ix->kv_group = cfg->kv_group;
+    ix->by_tokens = cfg->index_by == KVP_ROUTER_INDEX_TOKENS;
+    ix->token_hash = cfg->token_hash;
+    ix->token_hash.vllm_seed = NULL;
+    ix->token_hash.alloc.alloc = NULL;
+    ix->token_hash.alloc.free = NULL;
     int rc = kvp__rt_hash_copy(&ix->mem, &cfg->hash, &ix->default_hash, &ix->default_vllm_seed,
                                &ix->default_vllm_seed_len);
     if (rc != KVP_OK)
@@ -414,6 +463,10 @@ int kvp__rt_index_init(kvp__rt_index *ix, const kvp__rt_mem *mem, const kvp_rout
 
 void kvp__rt_index_destroy(kvp__rt_index *ix)
 {
+    for (uint32_t i = 0; ix->workers && i < ix->n_slots; i++) {
+        kvp__rt_tmap_clear(&ix->workers[i].tmap, &ix->mem);
+        kvp__rt_tmap_clear(&ix->workers[i].refs, &ix->mem);
+    }
     kvp__rt_free(&ix->mem, ix->workers, (size_t)ix->cap_workers * sizeof *ix->workers);
     ix->workers = NULL;
     for (uint32_t i = 0; i < ix->n_names; i++)
@@ -477,6 +530,27 @@ int kvp__rt_worker_stats_locked(const kvp__rt_index *ix, uint32_t id, kvp_router
     return KVP_OK;
 }
 
+int kvp__rt_token_stats_locked(const kvp__rt_index *ix, uint32_t id, kvp_router_token_stats *out)
+{
+    if (id != KVP_ROUTER_ALL_WORKERS && !kvp__rt_worker_ok(ix, id))
+        return KVP_ENOENT;
+    kvp_router_token_stats ts;
+    memset(&ts, 0, sizeof ts);
+    for (uint32_t i = 0; i < ix->n_slots; i++) {
+        const kvp__rt_worker *w = &ix->workers[i];
+        if (!w->live || (id != KVP_ROUTER_ALL_WORKERS && i != id))
+            continue;
+        ts.n_map_entries += w->tmap.n;
+        ts.map_bytes += kvp__rt_tmap_bytes(&w->tmap) + kvp__rt_tmap_bytes(&w->refs);
+        ts.n_keyed += w->n_keyed;
+        ts.n_unresolved += w->n_unresolved;
+        ts.n_unkeyable += w->n_unkeyable;
+        ts.n_unknown_removed += w->n_unknown_removed;
+    }
+    *out = ts;
+    return KVP_OK;
+}
+
 /* ---------------------------------------------------------------- checker */
 
 /* Is s one of the interned names (the very pointer)? */
@@ -510,10 +584,14 @@ static int check_workers_locked(const kvp__rt_index *ix, bool *live)
         const kvp__rt_worker *w = &ix->workers[i];
         live[i] = w->live;
         if (!w->live) {
-            if (w->engine_id || w->n_blocks != 0)
+            if (w->engine_id || w->n_blocks != 0 || w->tmap.n != 0 || w->refs.n != 0)
                 return KVP_ECORRUPT;
             continue;
         }
+        if (!ix->by_tokens && (w->tmap.cap != 0 || w->refs.cap != 0))
+            return KVP_ECORRUPT;
+        if (ix->by_tokens && !ix->groups[w->group]->own)
+            return KVP_ECORRUPT;
         if (!w->engine_id || !name_interned(ix, w->engine_id) ||
             strlen(w->engine_id) != w->engine_len || w->group >= ix->n_groups || w->row != n_live)
             return KVP_ECORRUPT;
@@ -542,6 +620,45 @@ static int check_workers_locked(const kvp__rt_index *ix, bool *live)
     return KVP_OK;
 }
 
+/* Token mode: worker id's maps against the table. Every entry names an own key the worker
+ * holds in (at least) the entry's media, in exactly those media when no other entry names
+ * it; refs counts exactly the entries of each own key it holds (two or more, or what is
+ * left of them), and the worker's block count is the number of distinct own keys. KVP_OK,
+ * KVP_ECORRUPT. */
+static int check_maps_locked(const kvp__rt_index *ix, uint32_t id, uint32_t media_ok)
+{
+    const kvp__rt_worker *w = &ix->workers[id];
+    if (kvp__rt_tmap_check(&w->tmap) != KVP_OK || kvp__rt_tmap_check(&w->refs) != KVP_OK)
+        return KVP_ECORRUPT;
+    uint32_t *seen = calloc((size_t)w->refs.cap + 1, sizeof *seen);
+    if (!seen)
+        return KVP_ENOMEM;
+    int rc = KVP_OK;
+    uint64_t extra = 0; /* entries beyond the first of each shared own key */
+    for (uint32_t i = 0; rc == KVP_OK && i < w->tmap.cap; i++) {
+        const kvp__rt_tentry *e = &w->tmap.e[i];
+        if (e->mask == 0)
+            continue;
+        uint32_t held = kvp__rt_held_mask(&ix->table, e->own_lo, id);
+        const kvp__rt_tentry *r = kvp__rt_tmap_find(&w->refs, e->own_lo);
+        if ((e->mask & ~media_ok) != 0 || (held & e->mask) != e->mask || (!r && held != e->mask))
+            rc = KVP_ECORRUPT;
+        if (r)
+            seen[r - w->refs.e]++;
+    }
+    for (uint32_t i = 0; rc == KVP_OK && i < w->refs.cap; i++) {
+        if (w->refs.e[i].mask == 0)
+            continue;
+        if (w->refs.e[i].aux == 0 || seen[i] != w->refs.e[i].aux)
+            rc = KVP_ECORRUPT;
+        extra += w->refs.e[i].aux - 1;
+    }
+    if (rc == KVP_OK && w->tmap.n - extra != w->n_blocks)
+        rc = KVP_ECORRUPT;
+    free(seen);
+    return rc;
+}
+
 int kvp__rt_index_check_locked(const kvp__rt_index *ix)
 {
     uint32_t n = ix->n_slots;
@@ -554,6 +671,8 @@ int kvp__rt_index_check_locked(const kvp__rt_index *ix)
     for (uint32_t i = 0; rc == KVP_OK && i < n; i++) {
         if (live[i] && counts[i] != ix->workers[i].n_blocks)
             rc = KVP_ECORRUPT;
+        if (rc == KVP_OK && live[i] && ix->by_tokens)
+            rc = check_maps_locked(ix, i, media_ok);
     }
     free(counts);
     free(live);

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 
 #include "router_table.h"
+#include "router_tmap.h"
 
 /* A hash group: workers whose keys are computed by one hasher (equal hash fields and
  * model). Immutable once published (groups are never freed before the index), so score
@@ -38,6 +39,8 @@ typedef struct kvp__rt_group {
     char *model;          /* owned model label, or NULL */
     size_t model_len;     /* strlen(model), when model */
     bool is_vllm;         /* vllm-* profile: keys never contain the model */
+    bool own;             /* token mode: the router's own key function (hash is
+                             kvp_router_config.token_hash with the workers' block size) */
 } kvp__rt_group;
 
 /* One worker slot. live == false: a free slot (no holder names it). */
@@ -62,6 +65,16 @@ typedef struct kvp__rt_worker {
     uint64_t n_gaps;       /* GAP results */
     uint64_t n_restarts;   /* RESTARTED results */
     uint64_t n_malformed;  /* KVP_EINVAL results */
+    /* Token mode only (empty in engine-hash mode): */
+    kvp__rt_tmap tmap;          /* engine block hash -> own key and media, one entry per
+                                   engine hash the worker holds */
+    kvp__rt_tmap refs;          /* own keys that several of the worker's engine hashes name
+                                   (aux: how many); an own key absent here is named once */
+    uint64_t n_keyed;           /* stored blocks indexed under an own key */
+    uint64_t n_unresolved;      /* stored blocks not indexed: parent's own key unknown */
+    uint64_t n_unkeyable;       /* stored blocks not indexed: extra_keys, a lora_id without
+                                   a name, a token id above vocab_size */
+    uint64_t n_unknown_removed; /* removed engine hashes not in the map */
 } kvp__rt_worker;
 
 /* An engine id, interned: one copy per distinct string ever added. */
@@ -99,6 +112,8 @@ typedef struct kvp__rt_index {
     char *default_vllm_seed;                         /* owned copy for default_hash */
     size_t default_vllm_seed_len;                    /* its size with the NUL */
     uint64_t epoch;                                  /* bumped when the worker set changes */
+    bool by_tokens;                                  /* token mode (KVP_ROUTER_INDEX_TOKENS) */
+    kvp_config token_hash;                           /* token mode: the own key function */
     uint64_t n_batches, n_events_stored, n_events_removed, n_events_cleared;
     uint64_t n_events_skipped, n_duplicates, n_gaps, n_restarts, n_malformed;
     atomic_ullong n_scores; /* successful scores (counted under the shared lock: atomic) */
@@ -107,6 +122,37 @@ typedef struct kvp__rt_index {
 static inline bool kvp__rt_worker_ok(const kvp__rt_index *ix, uint32_t id)
 {
     return id < ix->n_slots && ix->workers[id].live;
+}
+
+/* Whether a BlockStored's extra_keys are absent, nil or a list of nil only (msgpack): the
+ * block keys hold nothing but the tokens, the parent and the LoRA name. Cannot fail. */
+static inline bool kvp__rt_extra_keys_none(const kvp_kv_event *e)
+{
+    const uint8_t *p = e->extra_keys;
+    size_t n = e->extra_keys_bytes, count = 0, i = 0;
+    if (!p || n == 0)
+        return true;
+    if (p[0] == 0xc0)
+        return n == 1;
+    if ((p[0] & 0xf0) == 0x90) {
+        count = p[0] & 0x0fu;
+        i = 1;
+    } else if (p[0] == 0xdc && n >= 3) {
+        count = (size_t)p[1] << 8 | p[2];
+        i = 3;
+    } else if (p[0] == 0xdd && n >= 5) {
+        count = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
+        i = 5;
+    } else {
+        return false;
+    }
+    if (n - i != count)
+        return false;
+    for (; i < n; i++) {
+        if (p[i] != 0xc0)
+            return false;
+    }
+    return true;
 }
 
 /* Set up an empty index in *ix from cfg (validated by the caller) with table seed `seed`,
@@ -131,8 +177,17 @@ int kvp__rt_worker_remove_locked(kvp__rt_index *ix, uint32_t id);
 int kvp__rt_worker_get_locked(kvp__rt_index *ix, const char *engine_id, int64_t dp_rank,
                               uint32_t *id);
 
-/* Clear worker id's blocks (the table and its count). Exclusive lock. Cannot fail. */
+/* Clear worker id's blocks (the table and its count; in token mode its maps too, freed).
+ * Exclusive lock. Cannot fail. */
 void kvp__rt_worker_clear_locked(kvp__rt_index *ix, uint32_t id);
+
+/* The same, keeping the maps' room (apply: room made in its step 3 must survive a clear in
+ * its step 4). Exclusive lock. Cannot fail. */
+void kvp__rt_worker_reset_locked(kvp__rt_index *ix, uint32_t id);
+
+/* Token mode: the token figures of worker id, or of every worker (id KVP_ROUTER_ALL_WORKERS).
+ * KVP_OK or KVP_ENOENT. Shared lock. */
+int kvp__rt_token_stats_locked(const kvp__rt_index *ix, uint32_t id, kvp_router_token_stats *out);
 
 /* kvp_router_mark_stale's body for a live worker: cleared, stale, partial, sequence
  * unknown. Exclusive lock. Cannot fail. */

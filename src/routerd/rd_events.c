@@ -301,6 +301,31 @@ static void rd_seen(rd_worker *w, uint64_t seq, double ts, bool restart)
     w->has_seen = true;
 }
 
+/* Engine-hash mode: recompute the engine keys of b's root blocks (kvp_router_check_keys)
+ * and count, per worker, what differs; the first mismatch of a worker is logged with its
+ * likely cause. Nothing in token mode. Cannot fail (a check that fails is skipped). */
+static void rd_check_keys(rd_daemon *d, rd_worker *w, const kvp_kv_batch *b)
+{
+    kvp_router_key_check kc;
+    if (d->index_by != KVP_ROUTER_INDEX_ENGINE_HASH ||
+        kvp_router_check_keys(d->router, w->id, b, &kc) != KVP_OK || kc.n_checked == 0)
+        return;
+    pthread_mutex_lock(&d->lock);
+    bool first = kc.n_mismatch > 0 && w->n_key_mismatch == 0;
+    w->n_key_checked += kc.n_checked;
+    w->n_key_mismatch += kc.n_mismatch;
+    if (first)
+        w->key_likely = kc.likely;
+    pthread_mutex_unlock(&d->lock);
+    if (first)
+        rd_log("%s: worker '%s' dp %" PRId64 ": block keys differ from the engine's (block hash "
+               "%016" PRIx64 ", the router computes %016" PRIx64 "): /score cannot find this "
+               "engine's blocks; likely cause: %s (counted in "
+               "kvprefix_router_key_mismatch_total, logged once per worker)",
+               w->src->endpoint, w->engine, w->dp_rank, kc.engine_hash, kc.router_hash,
+               kc.likely ? kc.likely : "unknown");
+}
+
 /* Apply batch b (number seq) of w. live: the batch came from the SUB socket (a gap starts
  * a replay, a lost restart is recognised); else from a replay. Returns RD_DONE; live:
  * RD_WAIT when a replay started and the batch must wait for it; replayed: RD_GAP, RD_BAD
@@ -322,6 +347,8 @@ static int rd_apply(rd_daemon *d, rd_worker *w, uint64_t seq, const kvp_kv_batch
         return RD_DONE;
     }
     rd_count(d, w, res.status);
+    if (res.status == KVP_ROUTER_APPLIED || res.status == KVP_ROUTER_RESTARTED)
+        rd_check_keys(d, w, b);
     switch (res.status) {
     case KVP_ROUTER_GAP:
         if (!live)

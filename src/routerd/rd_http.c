@@ -289,10 +289,31 @@ static enum MHD_Result rd_handle_health(rd_daemon *d, struct MHD_Connection *c)
     if (kvp_router_stats_get(d->router, &st) != KVP_OK)
         return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "stats unavailable");
     bool shared = st.redis && st.redis_up;
-    json_t *v = json_pack("{ss sI sI ss}", "status", "ok", "workers", (json_int_t)st.n_workers,
-                          "stale", (json_int_t)st.n_stale, "view", shared ? "redis" : "local");
+    bool tokens = d->index_by == KVP_ROUTER_INDEX_TOKENS;
+    json_t *v = json_pack("{ss sI sI ss ss}", "status", "ok", "workers", (json_int_t)st.n_workers,
+                          "stale", (json_int_t)st.n_stale, "view", shared ? "redis" : "local",
+                          "index", tokens ? "tokens" : "engine-hash");
     if (v && st.redis)
         json_object_set_new(v, "redis", json_string(st.redis_up ? "up" : "down"));
+    /* Engine-hash mode: every worker whose keys the router could not reproduce. */
+    json_t *mm = tokens ? NULL : json_object();
+    pthread_mutex_lock(&d->lock);
+    for (size_t i = 0; mm && i < d->n_workers; i++) {
+        const rd_worker *w = d->workers[i];
+        if (w->n_key_mismatch == 0)
+            continue;
+        char key[RD_NAME_MAX + 32];
+        snprintf(key, sizeof key, "%s/%" PRId64, w->engine, w->dp_rank);
+        json_object_set_new(mm, key,
+                            json_pack("{sI sI ss}", "mismatched", (json_int_t)w->n_key_mismatch,
+                                      "checked", (json_int_t)w->n_key_checked, "likely",
+                                      w->key_likely ? w->key_likely : "unknown"));
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (v && mm)
+        json_object_set_new(v, "key_mismatch", mm);
+    else
+        json_decref(mm);
     return rd_reply_json(c, MHD_HTTP_OK, v);
 }
 

@@ -107,6 +107,64 @@ static void rd_metrics_workers(rd_daemon *d, FILE *f)
     }
 }
 
+/* Engine-hash mode's key check, summed per engine id (caller holds d->lock). */
+static void rd_metrics_keys(rd_daemon *d, FILE *f)
+{
+    static const char *const names[] = {"kvprefix_router_key_checked_total",
+                                        "kvprefix_router_key_mismatch_total"};
+    static const char *const helps[] = {
+        "Engine-hash mode: stored blocks whose engine key the router recomputed, per engine.",
+        "Engine-hash mode: of those, blocks whose key differs from the engine's (its hash "
+        "algorithm, seed or key is not the router's: /score cannot find them), per engine."};
+    for (int k = 0; k < 2; k++) {
+        rd_family(f, names[k], "counter", helps[k]);
+        for (size_t i = 0; i < d->n_workers; i++) {
+            bool seen = false;
+            for (size_t j = 0; j < i && !seen; j++)
+                seen = strcmp(d->workers[j]->engine, d->workers[i]->engine) == 0;
+            if (seen)
+                continue;
+            uint64_t v = 0;
+            for (size_t j = i; j < d->n_workers; j++) {
+                if (strcmp(d->workers[j]->engine, d->workers[i]->engine) == 0)
+                    v += k ? d->workers[j]->n_key_mismatch : d->workers[j]->n_key_checked;
+            }
+            fprintf(f, "%s{engine=\"", names[k]);
+            rd_label(f, d->workers[i]->engine);
+            fprintf(f, "\"} %" PRIu64 "\n", v);
+        }
+    }
+}
+
+/* Token mode's map figures (kvp_router_token_stats). */
+static void rd_metrics_tokens(rd_daemon *d, FILE *f)
+{
+    kvp_router_token_stats ts;
+    if (kvp_router_token_stats_get(d->router, KVP_ROUTER_ALL_WORKERS, &ts) != KVP_OK)
+        return;
+    const struct {
+        const char *name, *type, *help;
+        uint64_t v;
+    } fam[] = {
+        {"kvprefix_router_token_map_entries", "gauge",
+         "Token mode: (engine hash, worker) entries mapping engine hashes to the router's keys.",
+         ts.n_map_entries},
+        {"kvprefix_router_token_map_bytes", "gauge", "Token mode: bytes of those maps.",
+         ts.map_bytes},
+        {"kvprefix_router_token_unresolved_blocks_total", "counter",
+         "Token mode: stored blocks not indexed because their parent was never seen.",
+         ts.n_unresolved},
+        {"kvprefix_router_token_unkeyable_blocks_total", "counter",
+         "Token mode: stored blocks not indexed (extra_keys: cache_salt, multimodal; a "
+         "lora_id without a name).",
+         ts.n_unkeyable},
+    };
+    for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
+        rd_family(f, fam[k].name, fam[k].type, fam[k].help);
+        fprintf(f, "%s %" PRIu64 "\n", fam[k].name, fam[k].v);
+    }
+}
+
 /* Per-source message counters (caller holds d->lock). */
 static void rd_metrics_sources(rd_daemon *d, FILE *f)
 {
@@ -136,8 +194,16 @@ int rd_metrics_write(rd_daemon *d, FILE *f)
         return 1;
     rd_metrics_index(f, &st);
     rd_metrics_redis(&st, f);
+    rd_family(f, "kvprefix_router_index_mode", "gauge",
+              "What blocks are indexed by (--index-by): 1 for the mode in use.");
+    fprintf(f, "kvprefix_router_index_mode{mode=\"tokens\"} %d\n",
+            d->index_by == KVP_ROUTER_INDEX_TOKENS);
+    fprintf(f, "kvprefix_router_index_mode{mode=\"engine-hash\"} %d\n",
+            d->index_by == KVP_ROUTER_INDEX_ENGINE_HASH);
+    rd_metrics_tokens(d, f);
     pthread_mutex_lock(&d->lock);
     rd_metrics_workers(d, f);
+    rd_metrics_keys(d, f);
     rd_metrics_sources(d, f);
     rd_family(f, "kvprefix_router_lookups_total", "counter", "/score requests answered.");
     fprintf(f, "kvprefix_router_lookups_total %" PRIu64 "\n", d->n_lookups);

@@ -53,7 +53,16 @@ static const char usage_text[] =
     "                       \"dp\", \"bind\"}, ...]} (with or instead of --engine)\n"
     "  --replay-timeout MS  bound on one replay (default 2000; then the worker is stale)\n"
     "\n"
-    "Keys (must equal the engines'):\n"
+    "Index (docs/routing.md, \"Token mode\"):\n"
+    "  --index-by MODE      tokens (default without --redis): the router keys each block\n"
+    "                       by its own hash of the events' token_ids, so any engine hash\n"
+    "                       algorithm and seed work (vLLM's random NONE_HASH included);\n"
+    "                       requests with a salt or tenant score 'notsup'. engine-hash\n"
+    "                       (default with --redis): the engines' block hashes, which the\n"
+    "                       key flags below must reproduce (checked; mismatches counted)\n"
+    "  --token-seed N       tokens: the seed of the router's own xxh3 keys (default 0)\n"
+    "\n"
+    "Keys (engine-hash: must equal the engines'; tokens: only --block-size is used):\n"
     "  --hash PROFILE       block keys: vllm-sha256-cbor (default here), vllm-xxhash-cbor,\n"
     "                       keyed, xxh3, siphash (docs/hash-profiles.md)\n"
     "  --hash-profile P     the same as --hash\n"
@@ -96,7 +105,9 @@ enum {
     RD_OPT_REDIS_PREFIX,
     RD_OPT_REDIS_TIMEOUT,
     RD_OPT_REDIS_RETRY,
-    RD_OPT_WORKER_TTL
+    RD_OPT_WORKER_TTL,
+    RD_OPT_INDEX_BY,
+    RD_OPT_TOKEN_SEED
 };
 
 static const struct option rd_longopts[] = {
@@ -116,6 +127,8 @@ static const struct option rd_longopts[] = {
     {"redis-timeout", required_argument, NULL, RD_OPT_REDIS_TIMEOUT},
     {"redis-retry", required_argument, NULL, RD_OPT_REDIS_RETRY},
     {"worker-ttl", required_argument, NULL, RD_OPT_WORKER_TTL},
+    {"index-by", required_argument, NULL, RD_OPT_INDEX_BY},
+    {"token-seed", required_argument, NULL, RD_OPT_TOKEN_SEED},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -128,6 +141,8 @@ typedef struct rd_opts {
     uint64_t port;      /* --port */
     uint64_t threads;   /* --http-threads */
     bool redis_flag;    /* a --redis-* or --worker-ttl flag was given */
+    bool index_given;   /* --index-by was given */
+    bool token_seed;    /* --token-seed was given */
 } rd_opts;
 
 /* Apply one of the --redis options to d->redis. Returns 0 or an exit status after a
@@ -199,6 +214,18 @@ static int rd_apply_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
         return cli_flag_uint("router", "--port", arg, 0, 65535, &o->port);
     case RD_OPT_THREADS:
         return cli_flag_uint("router", "--http-threads", arg, 1, 64, &o->threads);
+    case RD_OPT_INDEX_BY:
+        o->index_given = true;
+        if (strcmp(arg, "tokens") == 0)
+            d->index_by = KVP_ROUTER_INDEX_TOKENS;
+        else if (strcmp(arg, "engine-hash") == 0)
+            d->index_by = KVP_ROUTER_INDEX_ENGINE_HASH;
+        else
+            return fail(CLI_EXIT_USAGE, "--index-by: '%s' is not tokens or engine-hash", arg);
+        return 0;
+    case RD_OPT_TOKEN_SEED:
+        o->token_seed = true;
+        return cli_flag_uint("router", "--token-seed", arg, 0, UINT64_MAX, &d->token_seed);
     default:
         if ((rc = cli_flag_bytes("router", "--max-body", arg, 1, UINT64_C(1) << 32, &v)) == 0)
             d->max_body_bytes = (size_t)v;
@@ -225,6 +252,15 @@ static int rd_parse_args(int argc, char **argv, rd_daemon *d, rd_opts *o)
         o->hash.profile = KVP_HASH_VLLM_SHA256;
         o->hash.profile_given = true;
     }
+    /* Token mode is the default where it is safe: it needs no engine key or seed, but the
+     * shared store keeps engine hashes. */
+    if (!o->index_given)
+        d->index_by = d->redis.url ? KVP_ROUTER_INDEX_ENGINE_HASH : KVP_ROUTER_INDEX_TOKENS;
+    if (d->index_by == KVP_ROUTER_INDEX_TOKENS && d->redis.url)
+        return fail(CLI_EXIT_USAGE, "--index-by tokens cannot be used with --redis (the shared "
+                                    "index keeps engine hashes): use --index-by engine-hash");
+    if (o->token_seed && d->index_by != KVP_ROUTER_INDEX_TOKENS)
+        return fail(CLI_EXIT_USAGE, "--token-seed needs --index-by tokens");
     int p = o->hash.profile;
     if ((p == KVP_HASH_KEYED || p == KVP_HASH_SIPHASH) && o->hash.key_len == 0)
         return fail(CLI_EXIT_USAGE, "--hash %s needs --hash-key HEX (the engines' key)",
@@ -263,6 +299,8 @@ static int rd_router_new(rd_daemon *d)
     kvp_router_config_init(&rc);
     rc.hash = d->hash;
     rc.redis = d->redis;
+    rc.index_by = d->index_by;
+    rc.token_hash.seed = d->token_seed;
     int r = kvp_router_new(&rc, &d->router);
     if (r == KVP_ENOTSUP && d->redis.url)
         return fail(CLI_EXIT_USAGE,
@@ -276,6 +314,15 @@ static int rd_router_new(rd_daemon *d)
         return fail(r == KVP_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_INPUT,
                     "cannot create the index with these %s settings: %s",
                     d->redis.url ? "hash and --redis" : "hash", kvp_strerror(r));
+    if (d->index_by == KVP_ROUTER_INDEX_TOKENS)
+        rd_log(
+            "index: by tokens (the router's own xxh3 keys of the events' token_ids, seed %" PRIu64
+            ", block size %" PRIu32 "): any engine hash algorithm and seed",
+            d->token_seed, d->hash.block_size);
+    else
+        rd_log("index: by engine hash (%s, block size %" PRIu32 "; keys checked against the "
+               "events' token_ids)",
+               kvp_hash_profile_name(d->hash.hash_profile), d->hash.block_size);
     if (d->redis.url)
         rd_log("redis: shared index at %s, key prefix '%s', timeout %" PRIu32 " ms, retry %" PRIu32
                " ms, worker ttl %" PRIu32 " s",

@@ -91,12 +91,18 @@ typedef struct rd_worker {
     uint64_t n_replayed;     /* batches received from replays */
     uint64_t n_stale_marks;  /* times marked stale */
     uint64_t n_queue_drops;  /* live batches dropped while the queue was full */
+    uint64_t n_key_checked;  /* engine-hash mode: blocks whose engine key was recomputed */
+    uint64_t n_key_mismatch; /* of those, blocks whose key differed from the engine's */
+    const char *key_likely;  /* the first mismatch's likely cause (static), or NULL */
 } rd_worker;
 
 /* The daemon. */
 typedef struct rd_daemon {
     kvp_router *router;       /* the index */
     kvp_config hash;          /* hash fields of every worker (--hash..., --block-size) */
+    int index_by;             /* KVP_ROUTER_INDEX_* (--index-by; default tokens, engine-hash
+                                 with --redis) */
+    uint64_t token_seed;      /* --token-seed: the seed of the router's own xxh3 keys */
     rd_source *sources;       /* n_sources entries */
     size_t n_sources;         /* entries in sources */
     int replay_timeout_ms;    /* bound on one replay (request to end marker) */

@@ -22,8 +22,13 @@
  * batch goes to Redis as well, every score is answered by Redis, the same checks hold, and
  * no call may have fallen back to the local view (that would hide a broken store).
  *
+ * With a second argument "tokens", the router indexes by tokens (KVP_ROUTER_INDEX_TOKENS):
+ * stores then always start at a prompt's block 0 (a chain's root, as an engine stores a
+ * prompt), so that every parent resolves and the model stays exact; removals, clears,
+ * restarts and gaps go through the per-worker maps.
+ *
  * Prints "N passed, M failed" and exits 0 when every check held, 1 otherwise.
- * Usage: router_threads [batches per event thread] (default 4000).
+ * Usage: router_threads [batches per event thread (default 4000) [tokens]].
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -43,6 +48,7 @@
 #define N_KEYS     (N_TOKENS / BLOCK_SIZE)
 
 static atomic_int n_failed;
+static bool by_tokens; /* the router indexes by tokens (argv[2] "tokens") */
 static int n_passed;
 
 static void check(int ok, const char *what)
@@ -139,12 +145,16 @@ static kvp_kv_event random_event(uint64_t *rng, uint32_t *bit)
     size_t s = rnd(rng) % 3 == 0 ? 0 : rnd(rng) % N_KEYS;
     size_t len = 1 + rnd(rng) % (N_KEYS - s);
     bool cpu = rnd(rng) % 3 == 0;
+    uint64_t kind = rnd(rng) % 16;
+    if (by_tokens && kind < 10) {
+        len += s; /* a store from the prompt's root block */
+        s = 0;
+    }
     *bit = cpu ? 2 : 1;
     kvp_kv_event e;
     memset(&e, 0, sizeof e);
     e.group_idx = -1;
     e.medium = cpu ? "CPU" : "GPU";
-    uint64_t kind = rnd(rng) % 16;
     e.type = kind < 10 ? KVP_EVENT_STORED : kind < 15 ? KVP_EVENT_REMOVED : KVP_EVENT_CLEARED;
     if (e.type != KVP_EVENT_CLEARED) {
         e.hashes = keys[p] + s;
@@ -398,6 +408,9 @@ int main(int argc, char **argv)
     hash_cfg.hash_profile = KVP_HASH_VLLM_XXHASH;
     hash_cfg.block_size = BLOCK_SIZE;
     cfg.hash = hash_cfg;
+    by_tokens = argc > 2 && strcmp(argv[2], "tokens") == 0;
+    if (by_tokens)
+        cfg.index_by = KVP_ROUTER_INDEX_TOKENS;
     char prefix[48];
     const char *url = getenv("KVP_TEST_REDIS_URL");
     if (url && *url) {

@@ -1977,3 +1977,588 @@ Test(router_check, catches_each_corruption)
     CHECK(r);
     kvp_router_free(r);
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Token mode: the router's own keys from the events' token_ids                             */
+/* ---------------------------------------------------------------------------------------- */
+
+#ifndef KVP_TEST_REDIS /* the shared store keeps engine hashes: token mode is local only */
+
+#define TK_BS     16u   /* block size of the test engines */
+#define TK_MAX_EV 8192u /* cache events recorded between two batches */
+
+/* An engine: a kvp_cache whose events become vLLM-style batches for one router worker, one
+ * BlockStored per block (parent linked), as a publisher sends them. */
+typedef struct tk_engine {
+    kvp_cache *cache;
+    uint32_t id;  /* the router's worker */
+    uint64_t seq; /* next batch number */
+    size_t n;     /* events recorded since the last batch */
+    int type[TK_MAX_EV];
+    bool root[TK_MAX_EV];
+    uint64_t key[TK_MAX_EV], parent[TK_MAX_EV];
+    uint32_t tok[TK_MAX_EV][TK_BS];
+} tk_engine;
+
+static void tk_engine_fn(void *ud, const kvp_event *ev)
+{
+    tk_engine *e = ud;
+    cr_assert_lt(e->n, TK_MAX_EV);
+    size_t i = e->n++;
+    e->type[i] = ev->type;
+    e->root[i] = ev->parent_is_root;
+    e->key[i] = ev->key.lo;
+    e->parent[i] = ev->parent.lo;
+    if (ev->type == KVP_EVENT_STORED) {
+        cr_assert(ev->tokens && ev->n_tokens == TK_BS);
+        memcpy(e->tok[i], ev->tokens, sizeof e->tok[i]);
+    }
+}
+
+static tk_engine *tk_engine_new(kvp_router *r, const char *name, kvp_config c, uint32_t n_blocks)
+{
+    tk_engine *e = calloc(1, sizeof *e);
+    cr_assert(e);
+    c.n_blocks = n_blocks;
+    c.block_size = TK_BS;
+    c.on_event = tk_engine_fn;
+    c.event_ud = e;
+    cr_assert_eq(kvp_cache_new(&c, &e->cache), KVP_OK);
+    /* The router knows nothing of the engine's hash: only its block size. */
+    e->id = add_worker(r, name, 0, hash_cfg(KVP_HASH_XXH3, TK_BS), NULL);
+    return e;
+}
+
+static void tk_engine_free(tk_engine *e)
+{
+    kvp_cache_free(e->cache);
+    free(e);
+}
+
+/* Send what the engine recorded as one batch (STORED runs ordered parent first). */
+static void tk_engine_flush(kvp_router *r, tk_engine *e)
+{
+    kvp_kv_event *ev = calloc(e->n + 1, sizeof *ev);
+    bool *done = calloc(e->n + 1, sizeof *done);
+    size_t n_ev = 0;
+    for (size_t i = 0; i < e->n;) {
+        if (e->type[i] == KVP_EVENT_REMOVED) {
+            ev[n_ev++] = ev_removed(&e->key[i], 1, "GPU");
+            i++;
+            continue;
+        }
+        if (e->type[i] == KVP_EVENT_CLEARED) {
+            ev[n_ev++] = ev_cleared();
+            i++;
+            continue;
+        }
+        size_t end = i;
+        while (end < e->n && e->type[end] == KVP_EVENT_STORED)
+            end++;
+        for (size_t left = end - i; left > 0;) {
+            for (size_t k = i; k < end; k++) {
+                bool ready = !done[k];
+                for (size_t p = i; ready && !e->root[k] && p < end; p++)
+                    ready = done[p] || e->key[p] != e->parent[k];
+                if (!ready)
+                    continue;
+                kvp_kv_event s = ev_stored(&e->key[k], 1, e->tok[k], TK_BS, "GPU");
+                s.has_parent = !e->root[k];
+                s.parent = e->parent[k];
+                ev[n_ev++] = s;
+                done[k] = true;
+                left--;
+            }
+        }
+        i = end;
+    }
+    apply_expect(r, e->id, e->seq, ev, n_ev, e->seq == 0 ? KVP_ROUTER_APPLIED : KVP_ROUTER_APPLIED);
+    e->seq++;
+    e->n = 0;
+    free(ev);
+    free(done);
+}
+
+static void tk_access(kvp_router *r, tk_engine *e, const uint32_t *t, size_t n)
+{
+    kvp_namespace ns = ns_none();
+    kvp_match m;
+    cr_assert_eq(kvp_access(e->cache, &ns, t, n, &m), KVP_OK);
+    tk_engine_flush(r, e);
+}
+
+/* The router's row for engine e equals the engine's own lookup of t. */
+static void tk_expect_exact(kvp_router *r, tk_engine *e, const uint32_t *t, size_t n,
+                            const char *what)
+{
+    kvp_namespace ns = ns_none();
+    kvp_match m;
+    cr_assert_eq(kvp_lookup(e->cache, &ns, t, n, NULL, 0, &m), KVP_OK);
+    kvp_router_row row = score_of(r, &ns, t, n, e->id);
+    cr_assert_eq(row.state, KVP_ROUTER_ROW_SCORED);
+    cr_assert_eq(row.n_blocks, m.n_blocks_cached, "%s: router %u blocks, engine %u", what,
+                 row.n_blocks, m.n_blocks_cached);
+}
+
+static kvp_router *tk_router(void)
+{
+    kvp_router_config cfg;
+    kvp_router_config_init(&cfg);
+    cfg.index_by = KVP_ROUTER_INDEX_TOKENS;
+    return router_new_with(&cfg);
+}
+
+/* A prompt: a shared prefix (one of four) and a random tail. */
+static size_t tk_prompt(uint32_t *t, uint64_t *rng, int prefix, size_t n_blocks)
+{
+    size_t n = n_blocks * TK_BS + (size_t)(th_rand(rng) % TK_BS);
+    for (size_t i = 0; i < n; i++)
+        t[i] =
+            i < 2 * TK_BS ? (uint32_t)(prefix * 1000 + (int)i) : (uint32_t)(th_rand(rng) % 50000);
+    return n;
+}
+
+Test(router_tokens, fleet_of_hash_profiles_and_random_roots_scores_exactly)
+{
+    kvp_router *r = tk_router();
+    uint64_t rng = (uint64_t)time(NULL) * 2654435761u + 1;
+    char seed_a[32], seed_b[32];
+    snprintf(seed_a, sizeof seed_a, "%016llx", (unsigned long long)th_rand(&rng));
+    snprintf(seed_b, sizeof seed_b, "%016llx", (unsigned long long)th_rand(&rng));
+    kvp_config ca = hash_cfg(KVP_HASH_VLLM_SHA256, TK_BS),
+               cb = hash_cfg(KVP_HASH_VLLM_XXHASH, TK_BS);
+    ca.vllm_seed = seed_a; /* vLLM without PYTHONHASHSEED: a NONE_HASH of its own */
+    cb.vllm_seed = seed_b;
+    kvp_config cc = hash_cfg(KVP_HASH_KEYED, TK_BS); /* a random key nobody else knows */
+    kvp_config cd = hash_cfg(KVP_HASH_XXH3, TK_BS);
+    cd.seed = th_rand(&rng);
+    tk_engine *e[4] = {tk_engine_new(r, "vllm-sha", ca, 4096),
+                       tk_engine_new(r, "vllm-xx", cb, 4096), tk_engine_new(r, "keyed", cc, 4096),
+                       tk_engine_new(r, "xxh3", cd, 4096)};
+    static uint32_t p[24][16 * 12];
+    size_t n[24];
+    for (int i = 0; i < 24; i++)
+        n[i] = tk_prompt(p[i], &rng, i % 4, 3 + (size_t)(th_rand(&rng) % 8));
+    /* Each engine serves a different mix: prompt i on engines i % 4 and (i + 1) % 4, and a
+     * prefix-only copy on (i + 2) % 4. */
+    for (int i = 0; i < 24; i++) {
+        tk_access(r, e[i % 4], p[i], n[i]);
+        tk_access(r, e[(i + 1) % 4], p[i], n[i]);
+        tk_access(r, e[(i + 2) % 4], p[i], 2 * TK_BS + 3);
+    }
+    for (int i = 0; i < 24; i++) {
+        for (int k = 0; k < 4; k++)
+            tk_expect_exact(r, e[k], p[i], n[i], "fleet");
+    }
+    kvp_router_stats st;
+    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
+    cr_assert_eq(st.n_groups, 1, "one hash group for the whole fleet");
+    kvp_router_token_stats ts;
+    cr_assert_eq(kvp_router_token_stats_get(r, KVP_ROUTER_ALL_WORKERS, &ts), KVP_OK);
+    cr_assert_eq(ts.n_unresolved, 0);
+    cr_assert_eq(ts.n_unkeyable, 0);
+    cr_assert_eq(ts.n_map_entries, st.n_holders, "one entry per (block, worker) here");
+    CHECK(r);
+    for (int k = 0; k < 4; k++)
+        tk_engine_free(e[k]);
+    kvp_router_free(r);
+}
+
+Test(router_tokens, evictions_and_reset_through_the_map)
+{
+    kvp_router *r = tk_router();
+    uint64_t rng = 99;
+    kvp_config ca = hash_cfg(KVP_HASH_VLLM_SHA256, TK_BS);
+    ca.vllm_seed = "per-process-random";
+    tk_engine *e = tk_engine_new(r, "small", ca, 40); /* 40 blocks: evictions galore */
+    static uint32_t p[40][16 * 8];
+    size_t n[40];
+    for (int i = 0; i < 40; i++)
+        n[i] = tk_prompt(p[i], &rng, i % 3, 2 + (size_t)(th_rand(&rng) % 6));
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 40; i++) {
+            tk_access(r, e, p[(i * 7 + round) % 40], n[(i * 7 + round) % 40]);
+            for (int j = 0; j < 40; j += 3)
+                tk_expect_exact(r, e, p[j], n[j], "after an eviction");
+        }
+    }
+    kvp_router_token_stats ts;
+    cr_assert_eq(kvp_router_token_stats_get(r, e->id, &ts), KVP_OK);
+    cr_assert_eq(ts.n_unresolved, 0);
+    cr_assert_gt(ts.n_map_entries, 0);
+    cr_assert_eq(kvp_cache_reset(e->cache), KVP_OK); /* REMOVED each, then CLEARED */
+    tk_engine_flush(r, e);
+    cr_assert_eq(kvp_router_token_stats_get(r, e->id, &ts), KVP_OK);
+    cr_assert_eq(ts.n_map_entries, 0, "AllBlocksCleared empties the map");
+    for (int j = 0; j < 40; j++)
+        tk_expect_exact(r, e, p[j], n[j], "after the reset");
+    /* The engine goes on after the reset, its keys resolve again. */
+    tk_access(r, e, p[5], n[5]);
+    tk_expect_exact(r, e, p[5], n[5], "after the reset, stored again");
+    tk_engine_free(e);
+    kvp_router_free(r);
+}
+
+/* By hand: block size 4, own keys shared by two engine hashes (another cache_salt, which
+ * events do not carry), media, re-pointed hashes, unknown parents and removals. */
+Test(router_tokens, shared_own_keys_media_and_unresolved_parents)
+{
+    kvp_router *r = tk_router();
+    uint32_t a = add_worker(r, "a", 0, hash_cfg(KVP_HASH_VLLM_SHA256, 4), NULL);
+    uint32_t t[8], u[8];
+    seq_tokens(t, 8, 100);
+    seq_tokens(u, 8, 500);
+    kvp_namespace ns = ns_none();
+    uint64_t h1[2] = {11, 12}, h2[2] = {21, 22};
+    kvp_kv_event e1[2] = {ev_stored(h1, 1, t, 4, "GPU"), ev_stored(h1 + 1, 1, t + 4, 4, "GPU")};
+    e1[1].has_parent = true;
+    e1[1].parent = 11;
+    apply_expect(r, a, 0, e1, 2, KVP_ROUTER_APPLIED);
+    kvp_kv_event e2 = ev_stored(h2, 2, t, 4, NULL); /* same tokens, other engine hashes */
+    apply_expect(r, a, 1, &e2, 1, KVP_ROUTER_APPLIED);
+    cr_assert_eq(score_of(r, &ns, t, 8, a).n_blocks, 2);
+    kvp_router_worker_stats ws;
+    cr_assert_eq(kvp_router_worker_stats_get(r, a, &ws), KVP_OK);
+    cr_assert_eq(ws.n_blocks, 2);
+    kvp_router_token_stats ts;
+    cr_assert_eq(kvp_router_token_stats_get(r, a, &ts), KVP_OK);
+    cr_assert_eq(ts.n_map_entries, 4);
+    kvp_kv_event rm1 = ev_removed(h1, 2, NULL);
+    apply_expect(r, a, 2, &rm1, 1, KVP_ROUTER_APPLIED);
+    cr_assert_eq(score_of(r, &ns, t, 8, a).n_blocks, 2, "h2 still holds the blocks");
+    kvp_kv_event rm2 = ev_removed(h2, 1, "GPU");
+    apply_expect(r, a, 3, &rm2, 1, KVP_ROUTER_APPLIED);
+    cr_assert_eq(score_of(r, &ns, t, 8, a).n_blocks, 0, "block 0 gone with its last hash");
+    /* Tiers: one engine hash in GPU and CPU; removing GPU leaves CPU's weight. */
+    uint64_t h3 = 31;
+    kvp_kv_event s3[2] = {ev_stored(&h3, 1, u, 4, "GPU"), ev_stored(&h3, 1, u, 4, "CPU")};
+    apply_expect(r, a, 4, s3, 2, KVP_ROUTER_APPLIED);
+    kvp_kv_event r3 = ev_removed(&h3, 1, "GPU");
+    apply_expect(r, a, 5, &r3, 1, KVP_ROUTER_APPLIED);
+    kvp_router_row row = score_of(r, &ns, u, 8, a);
+    cr_assert_eq(row.n_blocks, 1);
+    cr_assert_float_eq(row.score, 0.8, 1e-9);
+    /* The engine reuses hash 31 for other tokens: the map follows. */
+    kvp_kv_event s4 = ev_stored(&h3, 1, t, 4, "GPU");
+    apply_expect(r, a, 6, &s4, 1, KVP_ROUTER_APPLIED);
+    cr_assert_eq(score_of(r, &ns, u, 8, a).n_blocks, 0);
+    cr_assert_eq(score_of(r, &ns, t, 8, a).n_blocks, 2, "block 1 of t was still held (h2)");
+    /* A child of a block never seen: not indexed, counted; its removal is unknown. */
+    uint64_t h5 = 55;
+    kvp_kv_event s5 = ev_stored(&h5, 1, u + 4, 4, "GPU");
+    s5.has_parent = true;
+    s5.parent = 4242;
+    apply_expect(r, a, 7, &s5, 1, KVP_ROUTER_APPLIED);
+    kvp_kv_event r5 = ev_removed(&h5, 1, "GPU");
+    apply_expect(r, a, 8, &r5, 1, KVP_ROUTER_APPLIED);
+    cr_assert_eq(kvp_router_token_stats_get(r, a, &ts), KVP_OK);
+    cr_assert_eq(ts.n_unresolved, 1);
+    cr_assert_eq(ts.n_unknown_removed, 1);
+    /* A restart (batch 0 again) clears the map: a parent from before does not resolve. */
+    kvp_kv_event s6 = ev_stored(&h5, 1, t + 4, 4, "GPU");
+    s6.has_parent = true;
+    s6.parent = 31;
+    apply_expect(r, a, 0, &s6, 1, KVP_ROUTER_RESTARTED);
+    cr_assert_eq(kvp_router_token_stats_get(r, a, &ts), KVP_OK);
+    cr_assert_eq(ts.n_unresolved, 2);
+    cr_assert_eq(ts.n_map_entries, 0);
+    kvp_router_free(r);
+}
+
+Test(router_tokens, what_events_omit_is_not_scored)
+{
+    kvp_router *r = tk_router();
+    uint32_t a = add_worker(r, "a", 0, hash_cfg(KVP_HASH_VLLM_SHA256, 4), "llama");
+    uint32_t t[8];
+    seq_tokens(t, 8, 7);
+    uint64_t h[2] = {1, 2}, g[2] = {3, 4}, l[2] = {5, 6}, d[2] = {7, 8};
+    /* extra_keys: [["salt"], nil] is not indexed; [nil, nil] is. */
+    static const uint8_t salted[] = {0x92, 0x91, 0xa4, 's', 'a', 'l', 't', 0xc0};
+    static const uint8_t nils[] = {0x92, 0xc0, 0xc0};
+    kvp_kv_event e = ev_stored(h, 2, t, 4, NULL);
+    e.extra_keys = salted;
+    e.extra_keys_bytes = sizeof salted;
+    apply_expect(r, a, 0, &e, 1, KVP_ROUTER_APPLIED);
+    kvp_namespace ns = ns_none();
+    cr_assert_eq(score_of(r, &ns, t, 8, a).n_blocks, 0);
+    e = ev_stored(g, 2, t, 4, NULL);
+    e.extra_keys = nils;
+    e.extra_keys_bytes = sizeof nils;
+    apply_expect(r, a, 1, &e, 1, KVP_ROUTER_APPLIED);
+    cr_assert_eq(score_of(r, &ns, t, 8, a).n_blocks, 2);
+    /* A request with a salt or a tenant: the router cannot tell, it says so. */
+    kvp_namespace req;
+    th_ns(&req, NULL, NULL, NULL, "s");
+    kvp_router_row row = score_of(r, &req, t, 8, a);
+    cr_assert_eq(row.state, KVP_ROUTER_ROW_NOTSUP);
+    cr_assert_eq(row.n_blocks, 0);
+    th_ns(&req, NULL, NULL, "tenant", NULL);
+    cr_assert_eq(score_of(r, &req, t, 8, a).state, KVP_ROUTER_ROW_NOTSUP);
+    /* LoRA by name: scored under the adapter, not without it; a bare lora_id is not. */
+    uint32_t u[8];
+    seq_tokens(u, 8, 900);
+    e = ev_stored(l, 2, u, 4, NULL);
+    e.lora_name = "ad-1";
+    apply_expect(r, a, 2, &e, 1, KVP_ROUTER_APPLIED);
+    th_ns(&req, NULL, "ad-1", NULL, NULL);
+    cr_assert_eq(score_of(r, &req, u, 8, a).n_blocks, 2);
+    cr_assert_eq(score_of(r, &ns, u, 8, a).n_blocks, 0);
+    th_ns(&req, "llama", "ad-1", NULL, NULL);
+    cr_assert_eq(score_of(r, &req, u, 8, a).n_blocks, 2, "the worker's model, named");
+    th_ns(&req, "mistral", "ad-1", NULL, NULL);
+    cr_assert_eq(score_of(r, &req, u, 8, a).state, KVP_ROUTER_ROW_MODEL);
+    e = ev_stored(d, 2, t, 4, NULL);
+    e.has_lora_id = true;
+    e.lora_id = 3;
+    apply_expect(r, a, 3, &e, 1, KVP_ROUTER_APPLIED);
+    kvp_router_token_stats ts;
+    cr_assert_eq(kvp_router_token_stats_get(r, a, &ts), KVP_OK);
+    cr_assert_eq(ts.n_unkeyable, 4);
+    cr_assert_eq(ts.n_keyed, 4);
+    kvp_router_free(r);
+}
+
+Test(router_tokens, config_and_api_errors)
+{
+    kvp_router_config cfg;
+    kvp_router_config_init(&cfg);
+    cr_assert_eq(cfg.index_by, KVP_ROUTER_INDEX_ENGINE_HASH);
+    cr_assert_eq(cfg.token_hash.hash_profile, KVP_HASH_XXH3);
+    kvp_router *r = NULL;
+    cfg.index_by = 7;
+    cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL);
+    cfg.index_by = KVP_ROUTER_INDEX_TOKENS;
+    cfg.token_hash.hash_profile = KVP_HASH_VLLM_SHA256;
+    cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL);
+    cfg.token_hash.hash_profile = KVP_HASH_KEYED;
+    cfg.token_hash.hash_key_len = 3;
+    cr_assert_eq(kvp_router_new(&cfg, &r), KVP_EINVAL);
+    cfg.token_hash.hash_key_len = 0; /* a key of this router's own */
+    cfg.redis.url = "127.0.0.1:1";
+    cr_assert_eq(kvp_router_new(&cfg, &r), KVP_ENOTSUP);
+    cfg.redis.url = NULL;
+    cr_assert_eq(kvp_router_new(&cfg, &r), KVP_OK);
+    /* A keyed engine needs no key in token mode. */
+    kvp_router_worker_config wc;
+    kvp_router_worker_config_init(&wc);
+    wc.engine_id = "k";
+    wc.hash.hash_profile = KVP_HASH_KEYED;
+    uint32_t id;
+    cr_assert_eq(kvp_router_worker_add(r, &wc, &id), KVP_OK);
+    kvp_router_token_stats ts;
+    cr_assert_eq(kvp_router_token_stats_get(r, id + 1, &ts), KVP_ENOENT);
+    cr_assert_eq(kvp_router_token_stats_get(NULL, id, &ts), KVP_EINVAL);
+    cr_assert_eq(kvp_router_token_stats_get(r, id, NULL), KVP_EINVAL);
+    kvp_router_key_check kc;
+    kvp_kv_batch b = batch_of(NULL, 0, 0);
+    cr_assert_eq(kvp_router_check_keys(r, id, &b, &kc), KVP_OK);
+    cr_assert_eq(kc.n_checked, 0, "token mode checks nothing");
+    cr_assert_eq(kvp_router_check_keys(r, id + 1, &b, &kc), KVP_ENOENT);
+    cr_assert_eq(kvp_router_check_keys(r, id, NULL, &kc), KVP_EINVAL);
+    CHECK(r);
+    kvp_router_free(r);
+}
+
+Test(router_tokens, every_failure_leaves_the_index_unchanged)
+{
+    th_alloc al;
+    th_alloc_init(&al);
+    kvp_router_config cfg;
+    kvp_router_config_init(&cfg);
+    cfg.index_by = KVP_ROUTER_INDEX_TOKENS;
+    cfg.alloc = th_alloc_hooks(&al);
+    kvp_router *r = router_new_with(&cfg);
+    uint32_t w = add_worker(r, "w", 0, hash_cfg(KVP_HASH_VLLM_SHA256, 2), NULL);
+    uint32_t t[400];
+    seq_tokens(t, 400, 3);
+    uint64_t h[200], g[200];
+    for (int i = 0; i < 200; i++) {
+        h[i] = 1000 + (uint64_t)i;
+        g[i] = 5000 + (uint64_t)i;
+    }
+    kvp_kv_event e0 = ev_stored(h, 100, t, 2, "GPU");
+    apply_expect(r, w, 0, &e0, 1, KVP_ROUTER_APPLIED);
+    /* New hashes continuing the chain, a second hash set for shared own keys, a new medium. */
+    kvp_kv_event e[3] = {ev_stored(h + 100, 100, t + 200, 2, "GPU"), ev_stored(g, 150, t, 2, "GPU"),
+                         ev_stored(h, 50, t, 2, "SSD")};
+    e[0].has_parent = true;
+    e[0].parent = h[99];
+    kvp_kv_batch b = batch_of(e, 3, 1);
+    kvp_namespace ns = ns_none();
+    kvp_router_row before[1], rows[1];
+    size_t n = 0;
+    cr_assert_eq(kvp_router_score(r, &ns, t, 400, before, 1, &n), KVP_OK);
+    kvp_router_token_stats ts0, ts;
+    cr_assert_eq(kvp_router_token_stats_get(r, w, &ts0), KVP_OK);
+    int n_failures = 0;
+    for (int64_t at = 0;; at++) {
+        th_alloc_arm(&al, at);
+        kvp_router_apply_result res;
+        int rc = kvp_router_apply(r, w, 1, &b, &res);
+        th_alloc_arm(&al, -1);
+        CHECK(r);
+        if (rc == KVP_OK)
+            break;
+        cr_assert_eq(rc, KVP_ENOMEM);
+        n_failures++;
+        cr_assert_eq(kvp_router_score(r, &ns, t, 400, rows, 1, &n), KVP_OK);
+        cr_assert_eq(memcmp(rows, before, sizeof rows), 0, "scores moved at %lld", (long long)at);
+        cr_assert_eq(kvp_router_token_stats_get(r, w, &ts), KVP_OK);
+        cr_assert_eq(ts.n_map_entries, ts0.n_map_entries);
+    }
+    cr_assert_gt(n_failures, 3, "scratch, maps, table");
+    cr_assert_eq(score_of(r, &ns, t, 400, w).n_blocks, 200);
+    cr_assert_eq(kvp_router_token_stats_get(r, w, &ts), KVP_OK);
+    cr_assert_eq(ts.n_map_entries, 350);
+    kvp_router_free(r);
+    cr_assert_eq(al.n_live, 0, "leak");
+    cr_assert_eq(al.n_bad_frees, 0);
+}
+
+Test(router_tokens, checker_catches_each_map_corruption)
+{
+    kvp_router *r = tk_router();
+    uint32_t a = add_worker(r, "a", 0, hash_cfg(KVP_HASH_VLLM_SHA256, 4), NULL);
+    uint32_t t[400];
+    seq_tokens(t, 400, 1);
+    uint64_t h[100], g[2] = {9001, 9002};
+    for (int i = 0; i < 100; i++)
+        h[i] = 100 + (uint64_t)i;
+    kvp_kv_event e[2] = {ev_stored(h, 100, t, 4, "GPU"), ev_stored(g, 2, t, 4, "CPU")};
+    apply_expect(r, a, 0, e, 2, KVP_ROUTER_APPLIED);
+    kvp__rt_worker *w = &r->ix.workers[a];
+    cr_assert_eq(w->refs.n, 2);
+    uint32_t s = 0;
+    while (w->tmap.e[s].mask == 0 || kvp__rt_tmap_find(&w->refs, w->tmap.e[s].own_lo))
+        s++;
+    kvp__rt_tentry saved = w->tmap.e[s];
+
+    w->tmap.e[s].own_lo ^= 1; /* 1: an entry naming an own key the worker does not hold */
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "own key not held");
+    w->tmap.e[s] = saved;
+
+    w->tmap.e[s].mask |= 2; /* 2: an entry in a medium the table does not have */
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "entry media");
+    w->tmap.e[s] = saved;
+
+    w->tmap.e[s].key ^= 0x5555; /* 3: an engine hash away from its probe position */
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "misplaced entry");
+    w->tmap.e[s] = saved;
+
+    w->tmap.n++; /* 4: the entry count */
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "entry count");
+    w->tmap.n--;
+
+    uint32_t q = 0;
+    while (w->refs.e[q].mask == 0)
+        q++;
+    w->refs.e[q].aux++; /* 5: a reference count */
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "reference count");
+    w->refs.e[q].aux--;
+
+    w->n_blocks++; /* 6: blocks against distinct own keys */
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "block count");
+    w->n_blocks--;
+
+    kvp__rt_tentry rs = w->refs.e[q]; /* 7: a shared own key without its reference entry */
+    kvp__rt_tmap_delete(&w->refs, rs.key);
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "missing reference entry");
+    kvp__rt_tmap_insert(&w->refs, &rs);
+
+    bool saved_mode = r->ix.by_tokens; /* 8: maps in an engine-hash index */
+    r->ix.by_tokens = false;
+    cr_assert_eq(kvp_router_check(r), KVP_ECORRUPT, "maps in engine-hash mode");
+    r->ix.by_tokens = saved_mode;
+
+    CHECK(r);
+    kvp_router_free(r);
+}
+
+Test(router_tokens, map_memory_per_block_and_worker)
+{
+    kvp_router *r = tk_router();
+    uint32_t a = add_worker(r, "a", 0, hash_cfg(KVP_HASH_VLLM_SHA256, 4), NULL);
+    enum { N = 200000 };
+    uint32_t *t = malloc(N * 4 * sizeof *t);
+    uint64_t *h = malloc(N * sizeof *h);
+    for (size_t i = 0; i < (size_t)N * 4; i++)
+        t[i] = (uint32_t)i;
+    for (size_t i = 0; i < N; i++)
+        h[i] = 0x9e3779b97f4a7c15u * (i + 1);
+    kvp_router_stats st0;
+    cr_assert_eq(kvp_router_stats_get(r, &st0), KVP_OK);
+    kvp_kv_event e = ev_stored(h, N, t, 4, "GPU");
+    apply_expect(r, a, 0, &e, 1, KVP_ROUTER_APPLIED);
+    kvp_router_stats st;
+    kvp_router_token_stats ts;
+    cr_assert_eq(kvp_router_stats_get(r, &st), KVP_OK);
+    cr_assert_eq(kvp_router_token_stats_get(r, a, &ts), KVP_OK);
+    cr_assert_eq(ts.n_map_entries, N);
+    double map_pair = (double)ts.map_bytes / (double)ts.n_map_entries;
+    double all_pair = (double)(st.total_bytes - st0.total_bytes) / (double)st.n_holders;
+    printf("token mode, %d blocks on one worker: map %.2f B per (block, worker), "
+           "index + map %.2f B\n",
+           N, map_pair, all_pair);
+    cr_assert_leq(map_pair, 53.4, "the map stays between 60%% and 90%% full");
+    cr_assert_geq(map_pair, 35.5);
+    free(t);
+    free(h);
+    kvp_router_free(r);
+}
+
+#endif /* KVP_TEST_REDIS */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Engine-hash mode: the key check                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Batch of one parentless BlockStored of tokens t under config c (2 blocks). */
+static void keycheck(kvp_router *r, uint32_t id, kvp_config c, const uint32_t *t,
+                     kvp_router_key_check *kc)
+{
+    kvp_namespace ns = ns_none();
+    uint64_t k[2];
+    cr_assert_eq(keys_of(c, &ns, t, 2 * c.block_size, k, 2), 2);
+    kvp_kv_event e = ev_stored(k, 2, t, c.block_size, "GPU");
+    kvp_kv_batch b = batch_of(&e, 1, 1);
+    cr_assert_eq(kvp_router_check_keys(r, id, &b, kc), KVP_OK);
+}
+
+Test(router_keycheck, mismatches_counted_and_named)
+{
+    kvp_router *r = router_new();
+    kvp_config mine = hash_cfg(KVP_HASH_VLLM_SHA256, 16);
+    mine.vllm_seed = "fixed-seed";
+    uint32_t a = add_worker(r, "a", 0, mine, NULL);
+    uint32_t t[32];
+    seq_tokens(t, 32, 40);
+    kvp_router_key_check kc;
+    keycheck(r, a, mine, t, &kc);
+    cr_assert_eq(kc.n_checked, 1);
+    cr_assert_eq(kc.n_mismatch, 0);
+    cr_assert_null(kc.likely);
+
+    kvp_config other = mine;
+    other.vllm_seed = "a-random-none-hash";
+    keycheck(r, a, other, t, &kc);
+    cr_assert_eq(kc.n_mismatch, 1);
+    cr_assert_not_null(kc.likely);
+    cr_assert(strstr(kc.likely, "seed"), "%s", kc.likely);
+    cr_assert_neq(kc.engine_hash, kc.router_hash);
+
+    other = mine;
+    other.hash_profile = KVP_HASH_VLLM_XXHASH;
+    keycheck(r, a, other, t, &kc);
+    cr_assert_eq(kc.n_mismatch, 1);
+    cr_assert(strstr(kc.likely, "vllm-xxhash-cbor"), "%s", kc.likely);
+
+    /* Chained events (a parent) and events with extra_keys are not checked. */
+    uint64_t k[2] = {1, 2};
+    kvp_kv_event e = ev_stored(k, 2, t, 16, NULL);
+    e.has_parent = true;
+    e.parent = 5;
+    kvp_kv_batch b = batch_of(&e, 1, 1);
+    cr_assert_eq(kvp_router_check_keys(r, a, &b, &kc), KVP_OK);
+    cr_assert_eq(kc.n_checked, 0);
+    kvp_router_free(r);
+}

@@ -3,7 +3,12 @@
  * kvp_publisher publishes (vLLM's KV-event protocol), driven by commands on stdin so that
  * the test controls every batch.
  *
- *   fake_engine PUB_ENDPOINT REPLAY_ENDPOINT TOPIC PROFILE
+ *   fake_engine PUB_ENDPOINT REPLAY_ENDPOINT TOPIC PROFILE [SEED]
+ *
+ * SEED, the engine's own hash seed: for vllm-* the NONE_HASH seed string (vLLM without
+ * PYTHONHASHSEED draws a random one per process: pass a random string), for xxh3 a decimal
+ * 64-bit seed, for keyed and siphash the key as 32..64 hex digits. Default: the profile's
+ * (vLLM's "vllm-none-hash", seed 0, a random key).
  *
  * Wiring. The publisher's PUB socket is bound on an inproc endpoint; this program
  * subscribes to it and forwards every message, unchanged, to an XPUB socket bound on
@@ -44,6 +49,7 @@ typedef struct fe {
     const char *replay; /* replay endpoint */
     const char *topic;  /* topic of every message */
     int profile;        /* hash profile */
+    const char *seed;   /* SEED as given, or NULL */
     bool drop_next;     /* do not forward the next batch */
     bool subscribed;    /* a subscription arrived on out */
 } fe;
@@ -82,6 +88,22 @@ static void fe_open(fe *e)
     cfg.n_blocks = 64;
     cfg.block_size = 16;
     cfg.hash_profile = e->profile;
+    if (e->seed && (e->profile == KVP_HASH_VLLM_SHA256 || e->profile == KVP_HASH_VLLM_XXHASH)) {
+        cfg.vllm_seed = e->seed;
+    } else if (e->seed && e->profile == KVP_HASH_XXH3) {
+        cfg.seed = strtoull(e->seed, NULL, 10);
+    } else if (e->seed) {
+        size_t n = strlen(e->seed) / 2;
+        if (n < KVP_HASH_KEY_MIN || n > KVP_HASH_KEY_MAX)
+            die("SEED: a key of 32..64 hex digits", KVP_EINVAL);
+        for (size_t i = 0; i < n; i++) {
+            unsigned v = 0;
+            if (sscanf(e->seed + 2 * i, "%2x", &v) != 1)
+                die("SEED: not hex", KVP_EINVAL);
+            cfg.hash_key[i] = (uint8_t)v;
+        }
+        cfg.hash_key_len = (uint32_t)n;
+    }
     if ((rc = kvp_publisher_attach(e->pub, &cfg)) || (rc = kvp_cache_new(&cfg, &e->cache)))
         die("kvp_cache_new", rc);
     e->in = zmq_socket(e->ctx, ZMQ_SUB);
@@ -227,11 +249,11 @@ static bool fe_command(fe *e, char *line)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s PUB_ENDPOINT REPLAY_ENDPOINT TOPIC PROFILE\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: %s PUB_ENDPOINT REPLAY_ENDPOINT TOPIC PROFILE [SEED]\n", argv[0]);
         return 2;
     }
-    fe e = {.replay = argv[2], .topic = argv[3]};
+    fe e = {.replay = argv[2], .topic = argv[3], .seed = argc == 6 ? argv[5] : NULL};
     int rc = kvp_hash_profile_parse(argv[4], &e.profile);
     if (rc != KVP_OK)
         die("profile", rc);
