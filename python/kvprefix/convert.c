@@ -13,6 +13,7 @@
  * Every converter names the function and argument in its messages (kvpy_arg_error), so one
  * mistake reads the same in every call. None of them keeps anything on failure.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "kvpy.h"
@@ -118,28 +119,29 @@ int kvpy_profile(PyObject *obj, int *out, const char *fn, const char *arg)
     return 0;
 }
 
-static const char *const scope_names[] = {"namespace", "tenant", "model"};
-
-const char *kvpy_scope_name(int scope)
-{
-    return scope >= 0 && scope < (int)(sizeof scope_names / sizeof scope_names[0])
-               ? scope_names[scope]
-               : NULL;
-}
-
-int kvpy_scope(PyObject *obj, int *out, const char *fn, const char *arg)
+/* A named choice of the library (a quota scope, an eviction policy): one of names[0 .. n)
+ * given by name, or an int passed on as it is for the library to check (out of range: above
+ * every valid value, so kvp_cache_new refuses it with its detail). what names the choice in
+ * the message for an unknown name, which lists the names. Returns 0, or -1 with ValueError
+ * (InvalidArgumentError) or TypeError set. */
+static int named_choice(PyObject *obj, const char *const *names, int n, const char *what, int *out,
+                        const char *fn, const char *arg)
 {
     if (PyUnicode_Check(obj)) {
         const char *name = PyUnicode_AsUTF8(obj);
         if (name == NULL)
             return -1;
-        for (int i = 0; i < (int)(sizeof scope_names / sizeof scope_names[0]); i++) {
-            if (strcmp(name, scope_names[i]) == 0) {
+        for (int i = 0; i < n; i++) {
+            if (strcmp(name, names[i]) == 0) {
                 *out = i;
                 return 0;
             }
         }
-        kvpy_arg_error(NULL, fn, arg, ": unknown quota scope %R (namespace, tenant, model)", obj);
+        char list[128] = "";
+        for (int i = 0; i < n; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     names[i]);
+        kvpy_arg_error(NULL, fn, arg, ": unknown %s %R (%s)", what, obj, list);
         return -1;
     }
     PyObject *v = as_int(obj, fn, arg);
@@ -149,40 +151,33 @@ int kvpy_scope(PyObject *obj, int *out, const char *fn, const char *arg)
     Py_DECREF(v);
     if (x == -1 && PyErr_Occurred())
         PyErr_Clear();
-    *out = (x < 0 || x > 255) ? 255 : (int)x; /* out of range: refused by kvp_cache_new */
+    *out = (x < 0 || x > 255) ? 255 : (int)x;
     return 0;
 }
 
-static const char *const eviction_names[] = {"lru", "slru", "s3fifo"}; /* by KVP_EVICT_* */
+static const char *const scope_names[] = {"namespace", "tenant", "model"}; /* KVP_QUOTA_SCOPE_* */
+static const char *const eviction_names[] = {"lru", "slru", "s3fifo"};     /* KVP_EVICT_* */
+#define N_NAMES(a) ((int)(sizeof(a) / sizeof(a)[0]))
+
+const char *kvpy_scope_name(int scope)
+{
+    return scope >= 0 && scope < N_NAMES(scope_names) ? scope_names[scope] : NULL;
+}
+
+int kvpy_scope(PyObject *obj, int *out, const char *fn, const char *arg)
+{
+    return named_choice(obj, scope_names, N_NAMES(scope_names), "quota scope", out, fn, arg);
+}
 
 const char *kvpy_eviction_name(int policy)
 {
-    return policy >= 0 && policy < 3 ? eviction_names[policy] : NULL;
+    return policy >= 0 && policy < N_NAMES(eviction_names) ? eviction_names[policy] : NULL;
 }
 
 int kvpy_eviction(PyObject *obj, int *out, const char *fn, const char *arg)
 {
-    if (PyUnicode_Check(obj)) {
-        const char *name = PyUnicode_AsUTF8(obj);
-        if (name == NULL)
-            return -1;
-        for (int i = 0; i < 3; i++)
-            if (strcmp(name, eviction_names[i]) == 0) {
-                *out = i;
-                return 0;
-            }
-        kvpy_arg_error(NULL, fn, arg, ": unknown eviction policy %R (lru, slru, s3fifo)", obj);
-        return -1;
-    }
-    PyObject *v = as_int(obj, fn, arg);
-    if (v == NULL)
-        return -1;
-    long x = PyLong_AsLong(v);
-    Py_DECREF(v);
-    if (x == -1 && PyErr_Occurred())
-        PyErr_Clear();
-    *out = (x < 0 || x > INT32_MAX) ? INT32_MAX : (int)x; /* the library rejects the value */
-    return 0;
+    return named_choice(obj, eviction_names, N_NAMES(eviction_names), "eviction policy", out, fn,
+                        arg);
 }
 
 const kvp_namespace *kvpy_ns(PyObject *obj, const char *fn, const char *arg)
