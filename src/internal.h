@@ -236,13 +236,32 @@ static inline void kvp__prefetch_bucket(kvp__probe_view v, kvp_key key)
     KVP__PREFETCH(&v.buckets[(unsigned)key.lo & v.mask]);
 }
 
-static inline void kvp__prefetch_entry(kvp__probe_view v, kvp_key key)
+static inline void kvp__prefetch_handle(const UT_hash_handle *hh)
+{
+    KVP__PREFETCH((const char *)hh + offsetof(UT_hash_handle, hashv));
+    KVP__PREFETCH((const char *)hh + sizeof(UT_hash_handle) + sizeof(kvp_key) - 1);
+}
+
+static inline const UT_hash_handle *kvp__prefetch_entry(kvp__probe_view v, kvp_key key)
 {
     const UT_hash_handle *hh = v.buckets[(unsigned)key.lo & v.mask].hh_head;
-    if (hh) {
-        KVP__PREFETCH((const char *)hh + offsetof(UT_hash_handle, hashv));
-        KVP__PREFETCH((const char *)hh + sizeof(UT_hash_handle) + sizeof(kvp_key) - 1);
+    if (hh)
+        kvp__prefetch_handle(hh);
+    return hh; /* the chain's first handle: kvp__index_scan(hh, key) probes without the bucket */
+}
+
+/* The first block from handle hh on along its bucket chain whose key is key, or NULL: the
+ * probe of kvp__index_find once the bucket's head is known (a pipelined walk reads it when
+ * it prefetches the entry). hh is at offset 0 of kvp__block (index.c). Cannot fail. */
+static inline kvp__block *kvp__index_scan(const UT_hash_handle *hh, kvp_key key)
+{
+    const unsigned hv = (unsigned)key.lo;
+    for (; hh; hh = hh->hh_next) {
+        const kvp__block *b = (const kvp__block *)(const void *)hh;
+        if (hh->hashv == hv && hh->keylen == sizeof(kvp_key) && kvp__key_eq(b->key, key))
+            return (kvp__block *)(uintptr_t)b;
     }
+    return NULL;
 }
 
 typedef struct kvp__pool {

@@ -40,7 +40,7 @@ typedef struct keysrc {
     kvp__qgroup *qg;        /* kvp_access with quotas on: the namespace's group, else NULL */
 } keysrc;
 
-enum { SRC_KEYS, SRC_IDS, SRC_TOKENS, SRC_TOKENS16, SRC_KEYED16 };
+enum { SRC_KEYS, SRC_IDS, SRC_IDS_XXH3, SRC_IDS_KEYED, SRC_TOKENS, SRC_TOKENS16, SRC_KEYED16 };
 
 /* Set the chain start of a token-mode src whose root is set (any profile). */
 static void src_start(const kvp_cache *cache, keysrc *src, const kvp_namespace *ns)
@@ -58,6 +58,10 @@ static KVP__ALWAYS_INLINE kvp_key src_key(const kvp_cache *cache, keysrc *src, s
         return src->keys[i];
     if (mode == SRC_IDS)
         return kvp__cache_external_key(cache, src->root, src->ids[i]);
+    if (mode == SRC_IDS_XXH3)
+        return kvp__external_key_seed(cache->hasher.seed, src->root, src->ids[i]);
+    if (mode == SRC_IDS_KEYED)
+        return kvp__external_key_secret(cache->hasher.secret, src->root, src->ids[i]);
     if (mode == SRC_TOKENS16)
         src->prev = kvp__hash_block16(cache->hasher.seed, src->prev, src->tokens + i * 16);
     else if (mode == SRC_KEYED16)
@@ -95,15 +99,70 @@ typedef struct walk {
 
 #define MATCH_BATCH 32 /* keys hashed ahead of the probes, at most */
 
+/* One batch of a match in flight: its keys, and the chains they map to. */
+typedef struct match_batch {
+    uint32_t i0, n;                           /* blocks i0 .. i0 + n - 1 */
+    kvp_key keys[MATCH_BATCH];                /* their keys */
+    kvp_key highs[MATCH_BATCH];               /* SRC_TOKENS: their chain values' high halves */
+    const UT_hash_handle *heads[MATCH_BATCH]; /* their buckets' first entries (step 2) */
+} match_batch;
+
+/* Step 1 of match_mode: hash the keys of blocks t->i0 .. t->i0 + t->n - 1 and prefetch
+ * their buckets. */
+static KVP__ALWAYS_INLINE void batch_hash(kvp_cache *cache, keysrc *src, match_batch *t,
+                                          uint32_t n_full, kvp__probe_view view, int mode)
+{
+    const size_t bs = cache->cfg.block_size;
+    for (uint32_t j = 0; j < t->n; j++) {
+        uint32_t i = t->i0 + j;
+        if (mode >= SRC_TOKENS && i + 8 < n_full)
+            KVP__PREFETCH(src->tokens + (size_t)(i + 8) * bs);
+        t->keys[j] = src_key(cache, src, i, mode);
+        if (mode == SRC_TOKENS)
+            t->highs[j] = src->prev_high;
+        kvp__prefetch_bucket(view, t->keys[j]);
+    }
+}
+
+/* Step 3: read each bucket's first entry and prefetch it. */
+static KVP__ALWAYS_INLINE void batch_heads(match_batch *t, kvp__probe_view view)
+{
+    for (uint32_t j = 0; j < t->n; j++)
+        t->heads[j] = kvp__prefetch_entry(view, t->keys[j]);
+}
+
+/* Step 2: where a chain's first entry (prefetched in step 3) is another key's, prefetch the
+ * second, which the probe would otherwise wait for: with one bucket per block a hit finds
+ * another entry ahead of its own in about a third of the probes. */
+static KVP__ALWAYS_INLINE void batch_seconds(match_batch *t)
+{
+    for (uint32_t j = 0; j < t->n; j++) {
+        const UT_hash_handle *hh = t->heads[j];
+        if (hh && hh->hashv != (unsigned)t->keys[j].lo && hh->hh_next)
+            kvp__prefetch_handle(hh->hh_next);
+    }
+}
+
 /* Match blocks 0 .. n_full-1 against the index. Writes the ids of the first min(n_cached,
  * cap) blocks to ids. Changes nothing but n_verify_rejects. Cannot fail.
  *
  * A probe is a chain of dependent cache misses (bucket, then entry), and the next key does
- * not depend on the probe's answer, so keys are hashed in batches ahead of their probes and
- * every bucket and entry of a batch is prefetched before the first probe waits: the misses
- * overlap instead of queueing. Batches grow 1, 2, 4, ... up to MATCH_BATCH, so a prompt that
- * misses at block k hashes at most about 2k blocks (a full miss hashes one). This took a
- * cached 128k-token lookup in a 1M-block cache from 4.65 ms to under 1 ms (bench_core (b)). */
+ * not depend on the probe's answer, so keys are hashed in batches ahead of their probes, and
+ * two batches are in flight at once: while the keys of batch k + 1 are hashed (the long,
+ * compute-bound step), the entries of batch k, prefetched before, arrive, and the buckets of
+ * batch k + 1 arrive while batch k is probed. The loads that wait for memory are kept in
+ * short loops of their own (steps 2 to 4), so the processor's window holds a whole batch of
+ * them at once; a loop that hashed and probed in turn would hold only a couple. Batches
+ * grow 1, 2, 4, ... up to MATCH_BATCH, so a prompt that misses at block k hashes at most
+ * 4k + 3 blocks (a full miss hashes three). Batching took a cached 128k-token lookup in a
+ * 1M-block cache from 4.65 ms to under 1 ms (bench_core (b)); docs/performance.md gives the
+ * figures of the two-batch pipeline.
+ *
+ * Per batch k (batch 0 is hashed and its buckets read first):
+ *   Step 1: hash batch k + 1's keys, prefetch their buckets;
+ *   Step 2: prefetch the second chain entry of batch k's keys whose first entry is another's;
+ *   Step 3: read batch k + 1's buckets, prefetch their first entries;
+ *   Step 4: probe batch k in order (verify in collision-proof mode), stop at the first miss. */
 static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_t n_full,
                                           uint32_t *ids, size_t cap, int mode)
 {
@@ -111,47 +170,54 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
     assert(!kvp__verifying(cache) || src->tokens); /* verification compares tokens */
     walk w = {0, false, src->start, KVP_NIL, src->prev_high};
     kvp__vref prev = KVP__VREF_NONE;
-    uint32_t batch = 1;
     const size_t bs = cache->cfg.block_size;
     const bool verifying = kvp__verifying(cache);
     const kvp__probe_view view = kvp__index_view(&cache->index);
-    kvp_key keys[MATCH_BATCH], highs[MATCH_BATCH];
-    for (uint64_t i = 0; i < n_full; i += batch, batch = batch < MATCH_BATCH ? batch * 2 : batch) {
-        uint32_t n = n_full - i < batch ? (uint32_t)(n_full - i) : batch;
-        for (uint32_t j = 0; j < n; j++) {
-            if (mode >= SRC_TOKENS && i + j + 8 < n_full)
-                KVP__PREFETCH(src->tokens + (size_t)(i + j + 8) * bs);
-            keys[j] = src_key(cache, src, i + j, mode);
-            if (mode == SRC_TOKENS)
-                highs[j] = src->prev_high;
-            kvp__prefetch_bucket(view, keys[j]);
-        }
-        for (uint32_t j = 0; j < n; j++)
-            kvp__prefetch_entry(view, keys[j]);
-        for (uint32_t j = 0; j < n; j++) {
-            kvp__block *b = kvp__index_find(&cache->index, keys[j]);
+    match_batch tb[2];
+    match_batch *cur = &tb[0], *next = &tb[1];
+    cur->i0 = 0;
+    cur->n = n_full ? 1 : 0;
+    batch_hash(cache, src, cur, n_full, view, mode);
+    batch_heads(cur, view);
+    while (cur->n) {
+        /* Step 1: the next batch's keys. */
+        next->i0 = cur->i0 + cur->n;
+        next->n = cur->n < MATCH_BATCH / 2 ? 2 * cur->n : MATCH_BATCH;
+        if (next->n > n_full - next->i0)
+            next->n = n_full - next->i0;
+        batch_hash(cache, src, next, n_full, view, mode);
+        /* Step 2: second entries of this batch; step 3: the next batch's first entries. */
+        batch_seconds(cur);
+        batch_heads(next, view);
+        /* Step 4: probe this batch. */
+        for (uint32_t j = 0; j < cur->n; j++) {
+            const uint32_t i = cur->i0 + j;
+            kvp__block *b = kvp__index_scan(cur->heads[j], cur->keys[j]);
             if (!b)
                 return w;
             uint32_t id = (uint32_t)(b - cache->pool.blocks);
-            if (verifying &&
-                !kvp__verify_block(cache, id, src->tokens + (i + j) * bs, prev, src->ns)) {
-                id = find_verified(cache, b, keys[j], src->tokens + (i + j) * bs, prev, src->ns);
+            const uint32_t *blk_tokens = verifying ? src->tokens + (size_t)i * bs : NULL;
+            if (verifying && !kvp__verify_block(cache, id, blk_tokens, prev, src->ns)) {
+                id = find_verified(cache, b, cur->keys[j], blk_tokens, prev, src->ns);
                 if (id == KVP_NIL) {
                     kvp__count_reject(cache);
                     w.rejected = true;
                     return w;
                 }
             }
-            if (i + j < cap) {
-                ids[i + j] = id;
-                w.last_key = keys[j];
+            if (i < cap) {
+                ids[i] = id;
+                w.last_key = cur->keys[j];
                 w.last_id = id;
                 if (mode == SRC_TOKENS)
-                    w.last_high = highs[j];
+                    w.last_high = cur->highs[j];
             }
             prev = kvp__vref_of(cache, id);
             w.n_cached++;
         }
+        match_batch *t = cur;
+        cur = next;
+        next = t;
     }
     return w;
 }
@@ -160,6 +226,10 @@ static walk match(kvp_cache *cache, keysrc *src, uint32_t n_full, uint32_t *ids,
 {
     if (src->keys)
         return match_mode(cache, src, n_full, ids, cap, SRC_KEYS);
+    if (src->ids && cache->key_bits == 128 && cache->hasher.profile == KVP_HASH_KEYED)
+        return match_mode(cache, src, n_full, ids, cap, SRC_IDS_KEYED);
+    if (src->ids && cache->key_bits == 128 && cache->hasher.profile == KVP_HASH_XXH3)
+        return match_mode(cache, src, n_full, ids, cap, SRC_IDS_XXH3);
     if (src->ids)
         return match_mode(cache, src, n_full, ids, cap, SRC_IDS);
     if (cache->cfg.block_size == 16 && cache->key_bits == 128 &&
@@ -957,8 +1027,16 @@ int kvp__access_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_
     src.start = src.root;
     if (kvp__quotas_on(cache) && (rc = kvp__quota_intern(cache, ns, &src.qg)))
         return rc;
-    for (uint32_t i = 0; i < n_full; i++)
-        cache->scratch_keys[i] = kvp__cache_external_key(cache, src.root, ids[i]);
+    const bool full = cache->key_bits == 128;
+    for (uint32_t i = 0; i < n_full; i++) {
+        if (full && cache->hasher.profile == KVP_HASH_KEYED)
+            cache->scratch_keys[i] =
+                kvp__external_key_secret(cache->hasher.secret, src.root, ids[i]);
+        else if (full && cache->hasher.profile == KVP_HASH_XXH3)
+            cache->scratch_keys[i] = kvp__external_key_seed(cache->hasher.seed, src.root, ids[i]);
+        else
+            cache->scratch_keys[i] = kvp__cache_external_key(cache, src.root, ids[i]);
+    }
     src.keys = cache->scratch_keys;
     access_keys(cache, &src, n_tokens, n_full, out);
     unref_ns(cache, KVP_NIL, src.qg);
