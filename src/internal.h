@@ -371,6 +371,11 @@ typedef struct kvp__request {
                              every prompt token is committed (kvp_commit compares); or NULL */
     size_t n_prompt;      /* the acquired prompt's length in tokens */
     size_t prompt_start;  /* first token fingerprinted: the hit blocks' end (block-aligned) */
+    const kvp_key *ahead; /* keys of the n_ahead prompt blocks from prompt_start on that
+                             acquire's match hashed past its first miss (in the prompt_fp
+                             allocation, after the fingerprints), or NULL: kvp_commit takes
+                             them instead of hashing those blocks again */
+    uint32_t n_ahead;     /* entries in ahead; 0 when ahead is NULL */
     kvp_key last_high;    /* vllm-sha256: high half of the chain value after last_key */
     kvp__vctx vx;         /* vllm-*: extra keys, pointing into vx_mem */
     void *vx_mem;         /* vllm-*: copy of the adapter and salt bytes, or NULL */
@@ -512,7 +517,7 @@ int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__re
 int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_blocks);
 void kvp__request_delete(kvp_cache *cache, kvp__request *req);
 int kvp__request_keep_prompt(kvp_cache *cache, kvp__request *req, const uint32_t *tokens,
-                             size_t n_tokens, size_t start);
+                             size_t n_tokens, size_t start, const kvp_key *ahead, uint32_t n_ahead);
 void kvp__request_drop_prompt(kvp_cache *cache, kvp__request *req);
 
 /* Verify mode (verify.c). */

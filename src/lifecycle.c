@@ -38,6 +38,9 @@ typedef struct keysrc {
     kvp_key start;          /* the chain value before block 0 (its key): root or NONE_HASH */
     kvp__vctx vx;           /* token mode, vllm-*: the namespace's extra keys */
     kvp__qgroup *qg;        /* kvp_access with quotas on: the namespace's group, else NULL */
+    kvp_key *ahead;         /* or NULL; 16-token modes: match copies the keys it hashed from
+                               its first miss on here (2 * MATCH_BATCH at most) */
+    uint32_t n_ahead;       /* keys match copied to ahead */
 } keysrc;
 
 enum { SRC_KEYS, SRC_IDS, SRC_IDS_XXH3, SRC_IDS_KEYED, SRC_TOKENS, SRC_TOKENS16, SRC_KEYED16 };
@@ -143,6 +146,17 @@ static KVP__ALWAYS_INLINE void batch_seconds(match_batch *t)
     }
 }
 
+/* Copy the keys a walk hashed from its first miss (block j of cur) on, those of next
+ * included, to ahead; returns how many. Cannot fail. */
+static uint32_t keep_ahead(kvp_key *ahead, const match_batch *cur, uint32_t j,
+                           const match_batch *next)
+{
+    uint32_t n = cur->n - j;
+    memcpy(ahead, cur->keys + j, n * sizeof *ahead);
+    memcpy(ahead + n, next->keys, next->n * sizeof *ahead);
+    return n + next->n;
+}
+
 /* Match blocks 0 .. n_full-1 against the index. Writes the ids of the first min(n_cached,
  * cap) blocks to ids. Changes nothing but n_verify_rejects. Cannot fail.
  *
@@ -193,8 +207,11 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
         for (uint32_t j = 0; j < cur->n; j++) {
             const uint32_t i = cur->i0 + j;
             kvp__block *b = kvp__index_scan(cur->heads[j], cur->keys[j]);
-            if (!b)
+            if (!b) {
+                if ((mode == SRC_TOKENS16 || mode == SRC_KEYED16) && src->ahead)
+                    src->n_ahead = keep_ahead(src->ahead, cur, j, next);
                 return w;
+            }
             uint32_t id = (uint32_t)(b - cache->pool.blocks);
             const uint32_t *blk_tokens = verifying ? src->tokens + (size_t)i * bs : NULL;
             if (verifying && !kvp__verify_block(cache, id, blk_tokens, prev, src->ns)) {
@@ -538,7 +555,8 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     if ((rc = intern_ns(cache, ns, root, &ns_id, &qg)))
         return rc;
     kvp__request *req;
-    keysrc src = {.tokens = tokens, .root = root, .ns = ns_id};
+    kvp_key ahead[2 * MATCH_BATCH];
+    keysrc src = {.tokens = tokens, .root = root, .ns = ns_id, .ahead = ahead};
     src_start(cache, &src, ns);
     if ((rc = kvp__request_new(cache, req_id, n_total, &req)) == KVP_OK &&
         (rc = request_keep_vctx(cache, req, &src.vx)) != KVP_OK)
@@ -566,7 +584,8 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
                        n_take, n_avail, cache->pool.n_blocks);
     else
         rc = kvp__request_keep_prompt(cache, req, tokens, n_tokens,
-                                      (size_t)n_hit * cache->cfg.block_size);
+                                      (size_t)n_hit * cache->cfg.block_size, ahead,
+                                      w.n_cached == n_hit && !keys ? src.n_ahead : 0);
     if (rc != KVP_OK) {
         /* A failed call changes nothing; no reader runs under the exclusive lock. */
         atomic_store_explicit(&cache->n_verify_rejects, rejects_before, memory_order_relaxed);
@@ -694,10 +713,12 @@ static KVP__ALWAYS_INLINE void store_block(kvp_cache *cache, uint32_t id, kvp_ke
  * then stores its own block beside them under the same key. A key that is indexed with no
  * verifying candidate counts in n_verify_rejects, unless the caller's own match already
  * counted it (counted). Cannot fail. */
-static uint32_t probe_existing(kvp_cache *cache, kvp_key key, const uint32_t *tokens,
-                               kvp__vref canon, uint32_t ns, bool counted)
+static KVP__ALWAYS_INLINE uint32_t probe_existing(kvp_cache *cache, kvp_key key,
+                                                  const uint32_t *tokens, kvp__vref canon,
+                                                  uint32_t ns, bool counted)
 {
-    const kvp__block *b = kvp__index_find(&cache->index, key);
+    const kvp__probe_view view = kvp__index_view(&cache->index);
+    const kvp__block *b = kvp__index_scan(view.buckets[(unsigned)key.lo & view.mask].hh_head, key);
     if (!b)
         return KVP_NIL;
     if (!kvp__verifying(cache))
@@ -755,6 +776,84 @@ static KVP__COLD int prompt_refused(const kvp_cache *cache, const kvp__request *
     return kvp__fail(KVP_EINVAL, "tokens[%zu..%zu) differ from the acquired prompt", a, b);
 }
 
+enum { COMMIT_KEYS, COMMIT_CHAIN, COMMIT_TOKENS16, COMMIT_KEYED16 };
+
+/* Step 4 of kvp_commit: probe and store blocks req->n_committed .. n_full - 1 (their keys
+ * given in keys, or hashed from tokens in the given mode, a constant in each copy, as in
+ * match_mode), leaving req's chain state after the last. Returns the blocks stored. The
+ * chain state lives in locals during the walk and is written back once: through req, each
+ * block cost five stores the compiler could not keep in registers. Cannot fail.
+ *
+ * As in match(): a batch of keys is hashed ahead (they depend only on the tokens), their
+ * buckets and entries and the blocks they will be stored in are prefetched, then they are
+ * probed and stored in order, so the probes' cache misses overlap. Unlike match, a batch's
+ * buckets are read again at its probes: storing a block may have changed them. */
+static KVP__ALWAYS_INLINE size_t commit_mode(kvp_cache *cache, kvp__request *req,
+                                             const kvp_key *keys, const uint32_t *tokens,
+                                             uint32_t n_full, int mode)
+{
+    const size_t bs = cache->cfg.block_size;
+    const kvp__probe_view view = kvp__index_view(&cache->index);
+    const kvp_hasher *h = &cache->hasher;
+    kvp_key last_key = req->last_key, last_high = req->last_high;
+    kvp__vref canon = req->canon;
+    const uint32_t ns = req->ns;
+    kvp__qgroup *const qg = req->qg;
+    const uint32_t *const own_ids = req->blocks;
+    const kvp_key *const ahead = req->ahead; /* keys of blocks a0 .. a0 + n_ahead - 1 */
+    const uint32_t a0 = (uint32_t)(req->prompt_start / bs), n_ahead = req->n_ahead;
+    assert(!n_ahead || req->n_committed >= a0);
+    size_t stored = 0;
+    kvp_key batch[MATCH_BATCH], highs[MATCH_BATCH];
+    for (uint32_t i0 = req->n_committed; i0 < n_full; i0 += MATCH_BATCH) {
+        uint32_t n = n_full - i0 < MATCH_BATCH ? n_full - i0 : MATCH_BATCH;
+        kvp_key parent = last_key, parent_high = last_high;
+        for (uint32_t j = 0; j < n; j++) {
+            const uint32_t *blk_tokens = tokens + (size_t)(i0 + j) * bs;
+            if (i0 + j + 8 < n_full)
+                KVP__PREFETCH(blk_tokens + 8 * bs);
+            if (mode == COMMIT_KEYS)
+                parent = keys[i0 + j]; /* precomputed: not vllm-sha256 (check_keys) */
+            else if (mode >= COMMIT_TOKENS16 && i0 + j - a0 < n_ahead)
+                parent = ahead[i0 + j - a0]; /* hashed by acquire from these tokens */
+            else if (mode == COMMIT_TOKENS16)
+                parent = kvp__hash_block16(h->seed, parent, blk_tokens);
+            else if (mode == COMMIT_KEYED16)
+                parent = kvp__hash_block16_secret(h->secret, parent, blk_tokens);
+            else
+                kvp__cache_chain(cache, &req->vx, &parent, &parent_high, blk_tokens, i0 + j);
+            batch[j] = parent;
+            highs[j] = parent_high;
+            kvp__prefetch_bucket(view, batch[j]);
+            KVP__PREFETCH_W(&cache->pool.blocks[own_ids[i0 + j]]);
+        }
+        for (uint32_t j = 0; j < n; j++)
+            kvp__prefetch_entry(view, batch[j]);
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t i = i0 + j, own = own_ids[i];
+            const uint32_t *blk_tokens = tokens + (size_t)i * bs;
+            uint32_t found = probe_existing(cache, batch[j], blk_tokens, canon, ns, false);
+            if (found != KVP_NIL) {
+                cache->stats.n_blocks_deduped++;
+                canon = kvp__vref_of(cache, found);
+            } else {
+                store_block(cache, own, batch[j], last_key, i, blk_tokens, canon, ns, qg);
+                canon = kvp__vref_of(cache, own);
+                stored++;
+            }
+            last_key = batch[j];
+            last_high = highs[j];
+        }
+    }
+    if (n_full > req->n_committed) {
+        req->last_key = last_key;
+        req->last_high = last_high;
+        req->canon = canon;
+        req->n_committed = n_full;
+    }
+    return stored;
+}
+
 int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
                        const uint32_t *tokens, size_t n_tokens, size_t *n_stored)
 {
@@ -786,50 +885,15 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
         return kvp__fail(KVP_ENOTSUP, "keys cannot continue a chain under vllm-sha256-cbor: its "
                                       "256-bit chain does not fit a kvp_key (pass keys NULL)");
     uint32_t n_full = (uint32_t)(n_tokens / bs);
-    size_t stored = 0;
-    const kvp__probe_view view = kvp__index_view(&cache->index);
-    kvp_key batch[MATCH_BATCH], highs[MATCH_BATCH];
-    /* As in match(): hash a batch of keys ahead (they depend only on the tokens), prefetch
-     * their buckets and entries and the blocks they will be stored in, then probe and
-     * store in order, so the probes' cache misses overlap. */
-    for (uint32_t i0 = req->n_committed; i0 < n_full; i0 += MATCH_BATCH) {
-        uint32_t n = n_full - i0 < MATCH_BATCH ? n_full - i0 : MATCH_BATCH;
-        kvp_key parent = req->last_key, parent_high = req->last_high;
-        for (uint32_t j = 0; j < n; j++) {
-            const uint32_t *blk_tokens = tokens + (size_t)(i0 + j) * bs;
-            if (i0 + j + 8 < n_full)
-                KVP__PREFETCH(blk_tokens + 8 * bs);
-            if (keys) {
-                parent = keys[i0 + j]; /* precomputed: not vllm-sha256 (check_keys) */
-            } else {
-                kvp__cache_chain(cache, &req->vx, &parent, &parent_high, blk_tokens, i0 + j);
-            }
-            batch[j] = parent;
-            highs[j] = parent_high;
-            kvp__prefetch_bucket(view, batch[j]);
-            KVP__PREFETCH_W(&cache->pool.blocks[req->blocks[i0 + j]]);
-        }
-        for (uint32_t j = 0; j < n; j++)
-            kvp__prefetch_entry(view, batch[j]);
-        for (uint32_t j = 0; j < n; j++) {
-            uint32_t i = i0 + j, own = req->blocks[i];
-            const uint32_t *blk_tokens = tokens + (size_t)i * bs;
-            uint32_t found =
-                probe_existing(cache, batch[j], blk_tokens, req->canon, req->ns, false);
-            if (found != KVP_NIL) {
-                cache->stats.n_blocks_deduped++;
-                req->canon = kvp__vref_of(cache, found);
-            } else {
-                store_block(cache, own, batch[j], req->last_key, i, blk_tokens, req->canon, req->ns,
-                            req->qg);
-                req->canon = kvp__vref_of(cache, own);
-                stored++;
-            }
-            req->last_key = batch[j];
-            req->last_high = highs[j];
-            req->n_committed = i + 1;
-        }
-    }
+    size_t stored;
+    if (keys)
+        stored = commit_mode(cache, req, keys, tokens, n_full, COMMIT_KEYS);
+    else if (bs == 16 && cache->key_bits == 128 && cache->hasher.profile == KVP_HASH_KEYED)
+        stored = commit_mode(cache, req, NULL, tokens, n_full, COMMIT_KEYED16);
+    else if (bs == 16 && cache->key_bits == 128 && cache->hasher.profile == KVP_HASH_XXH3)
+        stored = commit_mode(cache, req, NULL, tokens, n_full, COMMIT_TOKENS16);
+    else
+        stored = commit_mode(cache, req, NULL, tokens, n_full, COMMIT_CHAIN);
     assert(req->n_committed == n_full && kvp__request_counts_ok(req));
     if (req->prompt_fp && (size_t)req->n_committed * bs >= req->n_prompt)
         kvp__request_drop_prompt(cache, req);
