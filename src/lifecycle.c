@@ -146,15 +146,15 @@ static KVP__ALWAYS_INLINE void batch_seconds(match_batch *t)
     }
 }
 
-/* Copy the keys a walk hashed from its first miss (block j of cur) on, those of next
- * included, to ahead; returns how many. Cannot fail. */
-static uint32_t keep_ahead(kvp_key *ahead, const match_batch *cur, uint32_t j,
+/* Copy the keys a walk hashed from its first miss (block j of cur) on, the first n_next of
+ * next included, to ahead; returns how many. Cannot fail. */
+static uint32_t keep_ahead(kvp_key *ahead, const match_batch *cur, uint32_t j, uint32_t n_next,
                            const match_batch *next)
 {
     uint32_t n = cur->n - j;
     memcpy(ahead, cur->keys + j, n * sizeof *ahead);
-    memcpy(ahead + n, next->keys, next->n * sizeof *ahead);
-    return n + next->n;
+    memcpy(ahead + n, next->keys, n_next * sizeof *ahead);
+    return n + n_next;
 }
 
 /* Match blocks 0 .. n_full-1 against the index. Writes the ids of the first min(n_cached,
@@ -167,12 +167,13 @@ static uint32_t keep_ahead(kvp_key *ahead, const match_batch *cur, uint32_t j,
  * batch k + 1 arrive while batch k is probed. The loads that wait for memory are kept in
  * short loops of their own (steps 2 to 4), so the processor's window holds a whole batch of
  * them at once; a loop that hashed and probed in turn would hold only a couple. Batches
- * grow 1, 2, 4, ... up to MATCH_BATCH, so a prompt that misses at block k hashes at most
- * 4k + 3 blocks (a full miss hashes three). Batching took a cached 128k-token lookup in a
- * 1M-block cache from 4.65 ms to under 1 ms (bench_core (b)); docs/performance.md gives the
- * figures of the two-batch pipeline.
+ * grow 1, 2, 4, ... up to MATCH_BATCH and overlap only once full, so a prompt that misses
+ * at block k < 31 hashes at most 2k + 1 blocks (a full miss hashes one), and one that
+ * misses later at most 2 * MATCH_BATCH more than it matched. Batching took a cached 128k-token
+ * lookup in a 1M-block cache from 4.65 ms to under 1 ms (bench_core (b)); docs/performance.md gives
+ * the figures of the two-batch pipeline.
  *
- * Per batch k (batch 0 is hashed and its buckets read first):
+ * Per full batch k (growing batches do steps 1 and 3 for batch k + 1 after step 4):
  *   Step 1: hash batch k + 1's keys, prefetch their buckets;
  *   Step 2: prefetch the second chain entry of batch k's keys whose first entry is another's;
  *   Step 3: read batch k + 1's buckets, prefetch their first entries;
@@ -194,22 +195,27 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
     batch_hash(cache, src, cur, n_full, view, mode);
     batch_heads(cur, view);
     while (cur->n) {
-        /* Step 1: the next batch's keys. */
+        /* Step 1: the next batch's keys (ahead of this batch's probes once batches are
+         * full; while they still grow, after them, so that a short match wastes no more
+         * hashing than one batch). */
+        const bool overlap = cur->n == MATCH_BATCH;
         next->i0 = cur->i0 + cur->n;
         next->n = cur->n < MATCH_BATCH / 2 ? 2 * cur->n : MATCH_BATCH;
         if (next->n > n_full - next->i0)
             next->n = n_full - next->i0;
-        batch_hash(cache, src, next, n_full, view, mode);
-        /* Step 2: second entries of this batch; step 3: the next batch's first entries. */
-        batch_seconds(cur);
-        batch_heads(next, view);
+        if (overlap) {
+            batch_hash(cache, src, next, n_full, view, mode);
+            /* Step 2: this batch's second entries; step 3: the next batch's first. */
+            batch_seconds(cur);
+            batch_heads(next, view);
+        }
         /* Step 4: probe this batch. */
         for (uint32_t j = 0; j < cur->n; j++) {
             const uint32_t i = cur->i0 + j;
             kvp__block *b = kvp__index_scan(cur->heads[j], cur->keys[j]);
             if (!b) {
                 if ((mode == SRC_TOKENS16 || mode == SRC_KEYED16) && src->ahead)
-                    src->n_ahead = keep_ahead(src->ahead, cur, j, next);
+                    src->n_ahead = keep_ahead(src->ahead, cur, j, overlap ? next->n : 0, next);
                 return w;
             }
             uint32_t id = (uint32_t)(b - cache->pool.blocks);
@@ -231,6 +237,10 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
             }
             prev = kvp__vref_of(cache, id);
             w.n_cached++;
+        }
+        if (!overlap) {
+            batch_hash(cache, src, next, n_full, view, mode);
+            batch_heads(next, view);
         }
         match_batch *t = cur;
         cur = next;
