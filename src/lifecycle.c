@@ -167,13 +167,14 @@ static uint32_t keep_ahead(kvp_key *ahead, const match_batch *cur, uint32_t j, u
  * batch k + 1 arrive while batch k is probed. The loads that wait for memory are kept in
  * short loops of their own (steps 2 to 4), so the processor's window holds a whole batch of
  * them at once; a loop that hashed and probed in turn would hold only a couple. Batches
- * grow 1, 2, 4, ... up to MATCH_BATCH and overlap only once full, so a prompt that misses
- * at block k < 31 hashes at most 2k + 1 blocks (a full miss hashes one), and one that
- * misses later at most 2 * MATCH_BATCH more than it matched. Batching took a cached 128k-token
- * lookup in a 1M-block cache from 4.65 ms to under 1 ms (bench_core (b)); docs/performance.md gives
- * the figures of the two-batch pipeline.
+ * grow 1, 2, 4, ... up to MATCH_BATCH and overlap only from the second full one on (block
+ * 63), so a prompt that misses at block k < 63 hashes at most 2k + 1 blocks (a full miss
+ * hashes one), as without the overlap, and one that misses later at most 2 * MATCH_BATCH
+ * more than it matched (in workload (c) a cached system prompt ends at block 16 to 128). Batching
+ * took a cached 128k-token lookup in a 1M-block cache from 4.65 ms to under 1 ms (bench_core (b));
+ * docs/performance.md gives the figures of the two-batch pipeline.
  *
- * Per full batch k (growing batches do steps 1 and 3 for batch k + 1 after step 4):
+ * Per batch k from block 63 on (before it, steps 1 and 3 for batch k + 1 follow step 4):
  *   Step 1: hash batch k + 1's keys, prefetch their buckets;
  *   Step 2: prefetch the second chain entry of batch k's keys whose first entry is another's;
  *   Step 3: read batch k + 1's buckets, prefetch their first entries;
@@ -195,10 +196,10 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
     batch_hash(cache, src, cur, n_full, view, mode);
     batch_heads(cur, view);
     while (cur->n) {
-        /* Step 1: the next batch's keys (ahead of this batch's probes once batches are
-         * full; while they still grow, after them, so that a short match wastes no more
-         * hashing than one batch). */
-        const bool overlap = cur->n == MATCH_BATCH;
+        /* Step 1: the next batch's keys (ahead of this batch's probes from block 63 on;
+         * before, after them, so that a short match wastes no more hashing than one
+         * batch). */
+        const bool overlap = cur->i0 >= 2 * MATCH_BATCH - 1;
         next->i0 = cur->i0 + cur->n;
         next->n = cur->n < MATCH_BATCH / 2 ? 2 * cur->n : MATCH_BATCH;
         if (next->n > n_full - next->i0)
