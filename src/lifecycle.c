@@ -105,6 +105,7 @@ typedef struct walk {
 /* One batch of a match in flight: its keys, and the chains they map to. */
 typedef struct match_batch {
     uint32_t i0, n;                           /* blocks i0 .. i0 + n - 1 */
+    bool ready;                               /* steps 1 and 3 done: keys and heads set */
     kvp_key keys[MATCH_BATCH];                /* their keys */
     kvp_key highs[MATCH_BATCH];               /* SRC_TOKENS: their chain values' high halves */
     const UT_hash_handle *heads[MATCH_BATCH]; /* their buckets' first entries (step 2) */
@@ -193,30 +194,36 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
     match_batch *cur = &tb[0], *next = &tb[1];
     cur->i0 = 0;
     cur->n = n_full ? 1 : 0;
-    batch_hash(cache, src, cur, n_full, view, mode);
-    batch_heads(cur, view);
+    cur->ready = false;
     while (cur->n) {
         /* Step 1: the next batch's keys (ahead of this batch's probes from block 63 on;
          * before, after them, so that a short match wastes no more hashing than one
-         * batch). */
+         * batch). Steps 1 and 3 have one call site, so that each mode's copy of this walk
+         * inlines its hash once. */
         const bool overlap = cur->i0 >= 2 * MATCH_BATCH - 1;
         next->i0 = cur->i0 + cur->n;
         next->n = cur->n < MATCH_BATCH / 2 ? 2 * cur->n : MATCH_BATCH;
         if (next->n > n_full - next->i0)
             next->n = n_full - next->i0;
-        if (overlap) {
-            batch_hash(cache, src, next, n_full, view, mode);
-            /* Step 2: this batch's second entries; step 3: the next batch's first. */
-            batch_seconds(cur);
-            batch_heads(next, view);
+        next->ready = false;
+        match_batch *t = cur->ready ? (overlap ? next : NULL) : cur;
+        while (t) {
+            batch_hash(cache, src, t, n_full, view, mode);
+            /* Step 3: its first entries. */
+            batch_heads(t, view);
+            t->ready = true;
+            t = t == cur && overlap ? next : NULL;
         }
+        /* Step 2: this batch's second entries. */
+        if (overlap)
+            batch_seconds(cur);
         /* Step 4: probe this batch. */
         for (uint32_t j = 0; j < cur->n; j++) {
             const uint32_t i = cur->i0 + j;
             kvp__block *b = kvp__index_scan(cur->heads[j], cur->keys[j]);
             if (!b) {
                 if ((mode == SRC_TOKENS16 || mode == SRC_KEYED16) && src->ahead)
-                    src->n_ahead = keep_ahead(src->ahead, cur, j, overlap ? next->n : 0, next);
+                    src->n_ahead = keep_ahead(src->ahead, cur, j, next->ready ? next->n : 0, next);
                 return w;
             }
             uint32_t id = (uint32_t)(b - cache->pool.blocks);
@@ -239,13 +246,9 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
             prev = kvp__vref_of(cache, id);
             w.n_cached++;
         }
-        if (!overlap) {
-            batch_hash(cache, src, next, n_full, view, mode);
-            batch_heads(next, view);
-        }
-        match_batch *t = cur;
+        match_batch *done = cur;
         cur = next;
-        next = t;
+        next = done;
     }
     return w;
 }
