@@ -231,6 +231,29 @@ static inline kvp_key kvp__hash_block_secret(const unsigned char *secret, kvp_ke
     return kvp__from_xxh(XXH3_128bits_digest(&state));
 }
 
+/* The scoped key of an external id (keys.c gives the 40-byte layout: "KVPEXT1\0" || root ||
+ * id) under the xxh3 profile's seed or the keyed profile's secret. Inline and flattened so a
+ * lookup by ids hashes each id with XXH3's 17..128-byte case compiled in, with no call and no
+ * length or profile dispatch per id: as two out-of-line calls (keys.c, hash_profile.c) the
+ * keyed profile's ids made kvp_lookup_ids 1.3-1.8x slower than the seeded call of 309f247
+ * (docs/performance.md). Cannot fail. */
+static inline KVP__FLATTEN kvp_key kvp__external_key_seed(uint64_t seed, kvp_key root, kvp_key id)
+{
+    unsigned char buf[40] = {'K', 'V', 'P', 'E', 'X', 'T', '1', 0};
+    kvp__put_key(buf + 8, root);
+    kvp__put_key(buf + 24, id);
+    return kvp__from_xxh(XXH3_128bits_withSeed(buf, sizeof buf, seed));
+}
+
+static inline KVP__FLATTEN kvp_key kvp__external_key_secret(const unsigned char *secret,
+                                                            kvp_key root, kvp_key id)
+{
+    unsigned char buf[40] = {'K', 'V', 'P', 'E', 'X', 'T', '1', 0};
+    kvp__put_key(buf + 8, root);
+    kvp__put_key(buf + 24, id);
+    return kvp__from_xxh(XXH3_128bits_withSecret(buf, sizeof buf, secret, KVP__SECRET_BYTES));
+}
+
 /* Advance a cache's chain value (*key, *high) over block `index` of a prompt in the
  * namespace whose vLLM extra keys are vx, and apply the test-only truncation. The xxh3
  * and keyed profiles are inlined; the others call kvp__hasher_next. Cannot fail. */

@@ -513,15 +513,15 @@ void kvp__hasher_next(const kvp_hasher *h, const kvp__vctx *vx, kvp_key *key, kv
 
 kvp_key kvp__hasher_external(const kvp_hasher *h, kvp_key root, kvp_key id)
 {
-    unsigned char buf[40] = {'K', 'V', 'P', 'E', 'X', 'T', '1', 0};
-    kvp__put_key(buf + 8, root);
-    kvp__put_key(buf + 24, id);
     if (h->profile == KVP_HASH_KEYED)
-        return kvp__from_xxh(
-            XXH3_128bits_withSecret(buf, sizeof buf, h->secret, KVP__SECRET_BYTES));
-    if (h->profile == KVP_HASH_SIPHASH)
+        return kvp__external_key_secret(h->secret, root, id);
+    if (h->profile == KVP_HASH_SIPHASH) {
+        unsigned char buf[40] = {'K', 'V', 'P', 'E', 'X', 'T', '1', 0};
+        kvp__put_key(buf + 8, root);
+        kvp__put_key(buf + 24, id);
         return sip(h, buf, sizeof buf);
-    return kvp__from_xxh(XXH3_128bits_withSeed(buf, sizeof buf, h->seed));
+    }
+    return kvp__external_key_seed(h->seed, root, id);
 }
 
 void kvp__hasher_wipe(kvp_hasher *h)

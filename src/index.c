@@ -101,16 +101,12 @@ void kvp__index_free(kvp__index *idx, kvp__mem *mem)
     idx->n_items = 0;
 }
 
-/* The first block from handle hh on along its chain whose key is key, or NULL. */
+/* The first block from handle hh on along its chain whose key is key, or NULL (the probe
+ * is kvp__index_scan in internal.h, shared with the pipelined walks of lifecycle.c). */
 static inline kvp__block *scan(const UT_hash_handle *hh, kvp_key key)
 {
-    const unsigned hv = bucket_hash(key);
-    for (; hh; hh = hh->hh_next) {
-        const kvp__block *b = (const kvp__block *)(const void *)hh; /* hh is at offset 0 */
-        if (hh->hashv == hv && hh->keylen == KEY_BYTES && kvp__key_eq(b->key, key))
-            return (kvp__block *)(uintptr_t)b;
-    }
-    return NULL;
+    assert(bucket_hash(key) == (unsigned)key.lo && KEY_BYTES == sizeof(kvp_key));
+    return kvp__index_scan(hh, key);
 }
 
 _Static_assert(offsetof(kvp__block, hh) == 0, "index.c casts a chain's handles to blocks");

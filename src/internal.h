@@ -237,13 +237,32 @@ static inline void kvp__prefetch_bucket(kvp__probe_view v, kvp_key key)
     KVP__PREFETCH(&v.buckets[(unsigned)key.lo & v.mask]);
 }
 
-static inline void kvp__prefetch_entry(kvp__probe_view v, kvp_key key)
+static inline void kvp__prefetch_handle(const UT_hash_handle *hh)
+{
+    KVP__PREFETCH((const char *)hh + offsetof(UT_hash_handle, hashv));
+    KVP__PREFETCH((const char *)hh + sizeof(UT_hash_handle) + sizeof(kvp_key) - 1);
+}
+
+static inline const UT_hash_handle *kvp__prefetch_entry(kvp__probe_view v, kvp_key key)
 {
     const UT_hash_handle *hh = v.buckets[(unsigned)key.lo & v.mask].hh_head;
-    if (hh) {
-        KVP__PREFETCH((const char *)hh + offsetof(UT_hash_handle, hashv));
-        KVP__PREFETCH((const char *)hh + sizeof(UT_hash_handle) + sizeof(kvp_key) - 1);
+    if (hh)
+        kvp__prefetch_handle(hh);
+    return hh; /* the chain's first handle: kvp__index_scan(hh, key) probes without the bucket */
+}
+
+/* The first block from handle hh on along its bucket chain whose key is key, or NULL: the
+ * probe of kvp__index_find once the bucket's head is known (a pipelined walk reads it when
+ * it prefetches the entry). hh is at offset 0 of kvp__block (index.c). Cannot fail. */
+static inline kvp__block *kvp__index_scan(const UT_hash_handle *hh, kvp_key key)
+{
+    const unsigned hv = (unsigned)key.lo;
+    for (; hh; hh = hh->hh_next) {
+        const kvp__block *b = (const kvp__block *)(const void *)hh;
+        if (hh->hashv == hv && hh->keylen == sizeof(kvp_key) && kvp__key_eq(b->key, key))
+            return (kvp__block *)(uintptr_t)b;
     }
+    return NULL;
 }
 
 typedef struct kvp__pool {
@@ -353,6 +372,11 @@ typedef struct kvp__request {
                              every prompt token is committed (kvp_commit compares); or NULL */
     size_t n_prompt;      /* the acquired prompt's length in tokens */
     size_t prompt_start;  /* first token fingerprinted: the hit blocks' end (block-aligned) */
+    const kvp_key *ahead; /* keys of the n_ahead prompt blocks from prompt_start on that
+                             acquire's match hashed past its first miss (in the prompt_fp
+                             allocation, after the fingerprints), or NULL: kvp_commit takes
+                             them instead of hashing those blocks again */
+    uint32_t n_ahead;     /* entries in ahead; 0 when ahead is NULL */
     kvp_key last_high;    /* vllm-sha256: high half of the chain value after last_key */
     kvp__vctx vx;         /* vllm-*: extra keys, pointing into vx_mem */
     void *vx_mem;         /* vllm-*: copy of the adapter and salt bytes, or NULL */
@@ -501,7 +525,7 @@ int kvp__request_new(kvp_cache *cache, uint64_t id, uint32_t cap_blocks, kvp__re
 int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_blocks);
 void kvp__request_delete(kvp_cache *cache, kvp__request *req);
 int kvp__request_keep_prompt(kvp_cache *cache, kvp__request *req, const uint32_t *tokens,
-                             size_t n_tokens, size_t start);
+                             size_t n_tokens, size_t start, const kvp_key *ahead, uint32_t n_ahead);
 void kvp__request_drop_prompt(kvp_cache *cache, kvp__request *req);
 
 /* Verify mode (verify.c). */

@@ -38,9 +38,12 @@ typedef struct keysrc {
     kvp_key start;          /* the chain value before block 0 (its key): root or NONE_HASH */
     kvp__vctx vx;           /* token mode, vllm-*: the namespace's extra keys */
     kvp__qgroup *qg;        /* kvp_access with quotas on: the namespace's group, else NULL */
+    kvp_key *ahead;         /* or NULL; 16-token modes: match copies the keys it hashed from
+                               its first miss on here (2 * MATCH_BATCH at most) */
+    uint32_t n_ahead;       /* keys match copied to ahead */
 } keysrc;
 
-enum { SRC_KEYS, SRC_IDS, SRC_TOKENS, SRC_TOKENS16, SRC_KEYED16 };
+enum { SRC_KEYS, SRC_IDS, SRC_IDS_XXH3, SRC_IDS_KEYED, SRC_TOKENS, SRC_TOKENS16, SRC_KEYED16 };
 
 /* Set the chain start of a token-mode src whose root is set (any profile). */
 static void src_start(const kvp_cache *cache, keysrc *src, const kvp_namespace *ns)
@@ -58,6 +61,10 @@ static KVP__ALWAYS_INLINE kvp_key src_key(const kvp_cache *cache, keysrc *src, s
         return src->keys[i];
     if (mode == SRC_IDS)
         return kvp__cache_external_key(cache, src->root, src->ids[i]);
+    if (mode == SRC_IDS_XXH3)
+        return kvp__external_key_seed(cache->hasher.seed, src->root, src->ids[i]);
+    if (mode == SRC_IDS_KEYED)
+        return kvp__external_key_secret(cache->hasher.secret, src->root, src->ids[i]);
     if (mode == SRC_TOKENS16)
         src->prev = kvp__hash_block16(cache->hasher.seed, src->prev, src->tokens + i * 16);
     else if (mode == SRC_KEYED16)
@@ -95,15 +102,84 @@ typedef struct walk {
 
 #define MATCH_BATCH 32 /* keys hashed ahead of the probes, at most */
 
+/* One batch of a match in flight: its keys, and the chains they map to. */
+typedef struct match_batch {
+    uint32_t i0, n;                           /* blocks i0 .. i0 + n - 1 */
+    bool ready;                               /* steps 1 and 3 done: keys and heads set */
+    kvp_key keys[MATCH_BATCH];                /* their keys */
+    kvp_key highs[MATCH_BATCH];               /* SRC_TOKENS: their chain values' high halves */
+    const UT_hash_handle *heads[MATCH_BATCH]; /* their buckets' first entries (step 2) */
+} match_batch;
+
+/* Step 1 of match_mode: hash the keys of blocks t->i0 .. t->i0 + t->n - 1 and prefetch
+ * their buckets. */
+static KVP__ALWAYS_INLINE void batch_hash(kvp_cache *cache, keysrc *src, match_batch *t,
+                                          uint32_t n_full, kvp__probe_view view, int mode)
+{
+    const size_t bs = cache->cfg.block_size;
+    for (uint32_t j = 0; j < t->n; j++) {
+        uint32_t i = t->i0 + j;
+        if (mode >= SRC_TOKENS && i + 8 < n_full)
+            KVP__PREFETCH(src->tokens + (size_t)(i + 8) * bs);
+        t->keys[j] = src_key(cache, src, i, mode);
+        if (mode == SRC_TOKENS)
+            t->highs[j] = src->prev_high;
+        kvp__prefetch_bucket(view, t->keys[j]);
+    }
+}
+
+/* Step 3: read each bucket's first entry and prefetch it. */
+static KVP__ALWAYS_INLINE void batch_heads(match_batch *t, kvp__probe_view view)
+{
+    for (uint32_t j = 0; j < t->n; j++)
+        t->heads[j] = kvp__prefetch_entry(view, t->keys[j]);
+}
+
+/* Step 2: where a chain's first entry (prefetched in step 3) is another key's, prefetch the
+ * second, which the probe would otherwise wait for: with one bucket per block a hit finds
+ * another entry ahead of its own in about a third of the probes. */
+static KVP__ALWAYS_INLINE void batch_seconds(match_batch *t)
+{
+    for (uint32_t j = 0; j < t->n; j++) {
+        const UT_hash_handle *hh = t->heads[j];
+        if (hh && hh->hashv != (unsigned)t->keys[j].lo && hh->hh_next)
+            kvp__prefetch_handle(hh->hh_next);
+    }
+}
+
+/* Copy the keys a walk hashed from its first miss (block j of cur) on, the first n_next of
+ * next included, to ahead; returns how many. Cannot fail. */
+static uint32_t keep_ahead(kvp_key *ahead, const match_batch *cur, uint32_t j, uint32_t n_next,
+                           const match_batch *next)
+{
+    uint32_t n = cur->n - j;
+    memcpy(ahead, cur->keys + j, n * sizeof *ahead);
+    memcpy(ahead + n, next->keys, n_next * sizeof *ahead);
+    return n + n_next;
+}
+
 /* Match blocks 0 .. n_full-1 against the index. Writes the ids of the first min(n_cached,
  * cap) blocks to ids. Changes nothing but n_verify_rejects. Cannot fail.
  *
  * A probe is a chain of dependent cache misses (bucket, then entry), and the next key does
- * not depend on the probe's answer, so keys are hashed in batches ahead of their probes and
- * every bucket and entry of a batch is prefetched before the first probe waits: the misses
- * overlap instead of queueing. Batches grow 1, 2, 4, ... up to MATCH_BATCH, so a prompt that
- * misses at block k hashes at most about 2k blocks (a full miss hashes one). This took a
- * cached 128k-token lookup in a 1M-block cache from 4.65 ms to under 1 ms (bench_core (b)). */
+ * not depend on the probe's answer, so keys are hashed in batches ahead of their probes, and
+ * two batches are in flight at once: while the keys of batch k + 1 are hashed (the long,
+ * compute-bound step), the entries of batch k, prefetched before, arrive, and the buckets of
+ * batch k + 1 arrive while batch k is probed. The loads that wait for memory are kept in
+ * short loops of their own (steps 2 to 4), so the processor's window holds a whole batch of
+ * them at once; a loop that hashed and probed in turn would hold only a couple. Batches
+ * grow 1, 2, 4, ... up to MATCH_BATCH and overlap only from the second full one on (block
+ * 63), so a prompt that misses at block k < 63 hashes at most 2k + 1 blocks (a full miss
+ * hashes one), as without the overlap, and one that misses later at most 2 * MATCH_BATCH
+ * more than it matched (in workload (c) a cached system prompt ends at block 16 to 128). Batching
+ * took a cached 128k-token lookup in a 1M-block cache from 4.65 ms to under 1 ms (bench_core (b));
+ * docs/performance.md gives the figures of the two-batch pipeline.
+ *
+ * Per batch k from block 63 on (before it, steps 1 and 3 for batch k + 1 follow step 4):
+ *   Step 1: hash batch k + 1's keys, prefetch their buckets;
+ *   Step 2: prefetch the second chain entry of batch k's keys whose first entry is another's;
+ *   Step 3: read batch k + 1's buckets, prefetch their first entries;
+ *   Step 4: probe batch k in order (verify in collision-proof mode), stop at the first miss. */
 static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_t n_full,
                                           uint32_t *ids, size_t cap, int mode)
 {
@@ -111,47 +187,68 @@ static KVP__ALWAYS_INLINE walk match_mode(kvp_cache *cache, keysrc *src, uint32_
     assert(!kvp__verifying(cache) || src->tokens); /* verification compares tokens */
     walk w = {0, false, src->start, KVP_NIL, src->prev_high};
     kvp__vref prev = KVP__VREF_NONE;
-    uint32_t batch = 1;
     const size_t bs = cache->cfg.block_size;
     const bool verifying = kvp__verifying(cache);
     const kvp__probe_view view = kvp__index_view(&cache->index);
-    kvp_key keys[MATCH_BATCH], highs[MATCH_BATCH];
-    for (uint64_t i = 0; i < n_full; i += batch, batch = batch < MATCH_BATCH ? batch * 2 : batch) {
-        uint32_t n = n_full - i < batch ? (uint32_t)(n_full - i) : batch;
-        for (uint32_t j = 0; j < n; j++) {
-            if (mode >= SRC_TOKENS && i + j + 8 < n_full)
-                KVP__PREFETCH(src->tokens + (size_t)(i + j + 8) * bs);
-            keys[j] = src_key(cache, src, i + j, mode);
-            if (mode == SRC_TOKENS)
-                highs[j] = src->prev_high;
-            kvp__prefetch_bucket(view, keys[j]);
+    match_batch tb[2];
+    match_batch *cur = &tb[0], *next = &tb[1];
+    cur->i0 = 0;
+    cur->n = n_full ? 1 : 0;
+    cur->ready = false;
+    while (cur->n) {
+        /* Step 1: the next batch's keys (ahead of this batch's probes from block 63 on;
+         * before, after them, so that a short match wastes no more hashing than one
+         * batch). Steps 1 and 3 have one call site, so that each mode's copy of this walk
+         * inlines its hash once. */
+        const bool overlap = cur->i0 >= 2 * MATCH_BATCH - 1;
+        next->i0 = cur->i0 + cur->n;
+        next->n = cur->n < MATCH_BATCH / 2 ? 2 * cur->n : MATCH_BATCH;
+        if (next->n > n_full - next->i0)
+            next->n = n_full - next->i0;
+        next->ready = false;
+        match_batch *t = cur->ready ? (overlap ? next : NULL) : cur;
+        while (t) {
+            batch_hash(cache, src, t, n_full, view, mode);
+            /* Step 3: its first entries. */
+            batch_heads(t, view);
+            t->ready = true;
+            t = t == cur && overlap ? next : NULL;
         }
-        for (uint32_t j = 0; j < n; j++)
-            kvp__prefetch_entry(view, keys[j]);
-        for (uint32_t j = 0; j < n; j++) {
-            kvp__block *b = kvp__index_find(&cache->index, keys[j]);
-            if (!b)
+        /* Step 2: this batch's second entries. */
+        if (overlap)
+            batch_seconds(cur);
+        /* Step 4: probe this batch. */
+        for (uint32_t j = 0; j < cur->n; j++) {
+            const uint32_t i = cur->i0 + j;
+            kvp__block *b = kvp__index_scan(cur->heads[j], cur->keys[j]);
+            if (!b) {
+                if ((mode == SRC_TOKENS16 || mode == SRC_KEYED16) && src->ahead)
+                    src->n_ahead = keep_ahead(src->ahead, cur, j, next->ready ? next->n : 0, next);
                 return w;
+            }
             uint32_t id = (uint32_t)(b - cache->pool.blocks);
-            if (verifying &&
-                !kvp__verify_block(cache, id, src->tokens + (i + j) * bs, prev, src->ns)) {
-                id = find_verified(cache, b, keys[j], src->tokens + (i + j) * bs, prev, src->ns);
+            const uint32_t *blk_tokens = verifying ? src->tokens + (size_t)i * bs : NULL;
+            if (verifying && !kvp__verify_block(cache, id, blk_tokens, prev, src->ns)) {
+                id = find_verified(cache, b, cur->keys[j], blk_tokens, prev, src->ns);
                 if (id == KVP_NIL) {
                     kvp__count_reject(cache);
                     w.rejected = true;
                     return w;
                 }
             }
-            if (i + j < cap) {
-                ids[i + j] = id;
-                w.last_key = keys[j];
+            if (i < cap) {
+                ids[i] = id;
+                w.last_key = cur->keys[j];
                 w.last_id = id;
                 if (mode == SRC_TOKENS)
-                    w.last_high = highs[j];
+                    w.last_high = cur->highs[j];
             }
             prev = kvp__vref_of(cache, id);
             w.n_cached++;
         }
+        match_batch *done = cur;
+        cur = next;
+        next = done;
     }
     return w;
 }
@@ -160,6 +257,10 @@ static walk match(kvp_cache *cache, keysrc *src, uint32_t n_full, uint32_t *ids,
 {
     if (src->keys)
         return match_mode(cache, src, n_full, ids, cap, SRC_KEYS);
+    if (src->ids && cache->key_bits == 128 && cache->hasher.profile == KVP_HASH_KEYED)
+        return match_mode(cache, src, n_full, ids, cap, SRC_IDS_KEYED);
+    if (src->ids && cache->key_bits == 128 && cache->hasher.profile == KVP_HASH_XXH3)
+        return match_mode(cache, src, n_full, ids, cap, SRC_IDS_XXH3);
     if (src->ids)
         return match_mode(cache, src, n_full, ids, cap, SRC_IDS);
     if (cache->cfg.block_size == 16 && cache->key_bits == 128 &&
@@ -468,7 +569,8 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
     if ((rc = intern_ns(cache, ns, root, &ns_id, &qg)))
         return rc;
     kvp__request *req;
-    keysrc src = {.tokens = tokens, .root = root, .ns = ns_id};
+    kvp_key ahead[2 * MATCH_BATCH];
+    keysrc src = {.tokens = tokens, .root = root, .ns = ns_id, .ahead = ahead};
     src_start(cache, &src, ns);
     if ((rc = kvp__request_new(cache, req_id, n_total, &req)) == KVP_OK &&
         (rc = request_keep_vctx(cache, req, &src.vx)) != KVP_OK)
@@ -496,7 +598,8 @@ int kvp__acquire_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *
                        n_take, n_avail, cache->pool.n_blocks);
     else
         rc = kvp__request_keep_prompt(cache, req, tokens, n_tokens,
-                                      (size_t)n_hit * cache->cfg.block_size);
+                                      (size_t)n_hit * cache->cfg.block_size, ahead,
+                                      w.n_cached == n_hit && !keys ? src.n_ahead : 0);
     if (rc != KVP_OK) {
         /* A failed call changes nothing; no reader runs under the exclusive lock. */
         atomic_store_explicit(&cache->n_verify_rejects, rejects_before, memory_order_relaxed);
@@ -624,10 +727,12 @@ static KVP__ALWAYS_INLINE void store_block(kvp_cache *cache, uint32_t id, kvp_ke
  * then stores its own block beside them under the same key. A key that is indexed with no
  * verifying candidate counts in n_verify_rejects, unless the caller's own match already
  * counted it (counted). Cannot fail. */
-static uint32_t probe_existing(kvp_cache *cache, kvp_key key, const uint32_t *tokens,
-                               kvp__vref canon, uint32_t ns, bool counted)
+static KVP__ALWAYS_INLINE uint32_t probe_existing(kvp_cache *cache, kvp_key key,
+                                                  const uint32_t *tokens, kvp__vref canon,
+                                                  uint32_t ns, bool counted)
 {
-    const kvp__block *b = kvp__index_find(&cache->index, key);
+    const kvp__probe_view view = kvp__index_view(&cache->index);
+    const kvp__block *b = kvp__index_scan(view.buckets[(unsigned)key.lo & view.mask].hh_head, key);
     if (!b)
         return KVP_NIL;
     if (!kvp__verifying(cache))
@@ -685,6 +790,84 @@ static KVP__COLD int prompt_refused(const kvp_cache *cache, const kvp__request *
     return kvp__fail(KVP_EINVAL, "tokens[%zu..%zu) differ from the acquired prompt", a, b);
 }
 
+enum { COMMIT_KEYS, COMMIT_CHAIN, COMMIT_TOKENS16, COMMIT_KEYED16 };
+
+/* Step 4 of kvp_commit: probe and store blocks req->n_committed .. n_full - 1 (their keys
+ * given in keys, or hashed from tokens in the given mode, a constant in each copy, as in
+ * match_mode), leaving req's chain state after the last. Returns the blocks stored. The
+ * chain state lives in locals during the walk and is written back once: through req, each
+ * block cost five stores the compiler could not keep in registers. Cannot fail.
+ *
+ * As in match(): a batch of keys is hashed ahead (they depend only on the tokens), their
+ * buckets and entries and the blocks they will be stored in are prefetched, then they are
+ * probed and stored in order, so the probes' cache misses overlap. Unlike match, a batch's
+ * buckets are read again at its probes: storing a block may have changed them. */
+static KVP__ALWAYS_INLINE size_t commit_mode(kvp_cache *cache, kvp__request *req,
+                                             const kvp_key *keys, const uint32_t *tokens,
+                                             uint32_t n_full, int mode)
+{
+    const size_t bs = cache->cfg.block_size;
+    const kvp__probe_view view = kvp__index_view(&cache->index);
+    const kvp_hasher *h = &cache->hasher;
+    kvp_key last_key = req->last_key, last_high = req->last_high;
+    kvp__vref canon = req->canon;
+    const uint32_t ns = req->ns;
+    kvp__qgroup *const qg = req->qg;
+    const uint32_t *const own_ids = req->blocks;
+    const kvp_key *const ahead = req->ahead; /* keys of blocks a0 .. a0 + n_ahead - 1 */
+    const uint32_t a0 = (uint32_t)(req->prompt_start / bs), n_ahead = req->n_ahead;
+    assert(!n_ahead || req->n_committed >= a0);
+    size_t stored = 0;
+    kvp_key batch[MATCH_BATCH], highs[MATCH_BATCH];
+    for (uint32_t i0 = req->n_committed; i0 < n_full; i0 += MATCH_BATCH) {
+        uint32_t n = n_full - i0 < MATCH_BATCH ? n_full - i0 : MATCH_BATCH;
+        kvp_key parent = last_key, parent_high = last_high;
+        for (uint32_t j = 0; j < n; j++) {
+            const uint32_t *blk_tokens = tokens + (size_t)(i0 + j) * bs;
+            if (i0 + j + 8 < n_full)
+                KVP__PREFETCH(blk_tokens + 8 * bs);
+            if (mode == COMMIT_KEYS)
+                parent = keys[i0 + j]; /* precomputed: not vllm-sha256 (check_keys) */
+            else if (mode >= COMMIT_TOKENS16 && i0 + j - a0 < n_ahead)
+                parent = ahead[i0 + j - a0]; /* hashed by acquire from these tokens */
+            else if (mode == COMMIT_TOKENS16)
+                parent = kvp__hash_block16(h->seed, parent, blk_tokens);
+            else if (mode == COMMIT_KEYED16)
+                parent = kvp__hash_block16_secret(h->secret, parent, blk_tokens);
+            else
+                kvp__cache_chain(cache, &req->vx, &parent, &parent_high, blk_tokens, i0 + j);
+            batch[j] = parent;
+            highs[j] = parent_high;
+            kvp__prefetch_bucket(view, batch[j]);
+            KVP__PREFETCH_W(&cache->pool.blocks[own_ids[i0 + j]]);
+        }
+        for (uint32_t j = 0; j < n; j++)
+            kvp__prefetch_entry(view, batch[j]);
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t i = i0 + j, own = own_ids[i];
+            const uint32_t *blk_tokens = tokens + (size_t)i * bs;
+            uint32_t found = probe_existing(cache, batch[j], blk_tokens, canon, ns, false);
+            if (found != KVP_NIL) {
+                cache->stats.n_blocks_deduped++;
+                canon = kvp__vref_of(cache, found);
+            } else {
+                store_block(cache, own, batch[j], last_key, i, blk_tokens, canon, ns, qg);
+                canon = kvp__vref_of(cache, own);
+                stored++;
+            }
+            last_key = batch[j];
+            last_high = highs[j];
+        }
+    }
+    if (n_full > req->n_committed) {
+        req->last_key = last_key;
+        req->last_high = last_high;
+        req->canon = canon;
+        req->n_committed = n_full;
+    }
+    return stored;
+}
+
 int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
                        const uint32_t *tokens, size_t n_tokens, size_t *n_stored)
 {
@@ -716,50 +899,15 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
         return kvp__fail(KVP_ENOTSUP, "keys cannot continue a chain under vllm-sha256-cbor: its "
                                       "256-bit chain does not fit a kvp_key (pass keys NULL)");
     uint32_t n_full = (uint32_t)(n_tokens / bs);
-    size_t stored = 0;
-    const kvp__probe_view view = kvp__index_view(&cache->index);
-    kvp_key batch[MATCH_BATCH], highs[MATCH_BATCH];
-    /* As in match(): hash a batch of keys ahead (they depend only on the tokens), prefetch
-     * their buckets and entries and the blocks they will be stored in, then probe and
-     * store in order, so the probes' cache misses overlap. */
-    for (uint32_t i0 = req->n_committed; i0 < n_full; i0 += MATCH_BATCH) {
-        uint32_t n = n_full - i0 < MATCH_BATCH ? n_full - i0 : MATCH_BATCH;
-        kvp_key parent = req->last_key, parent_high = req->last_high;
-        for (uint32_t j = 0; j < n; j++) {
-            const uint32_t *blk_tokens = tokens + (size_t)(i0 + j) * bs;
-            if (i0 + j + 8 < n_full)
-                KVP__PREFETCH(blk_tokens + 8 * bs);
-            if (keys) {
-                parent = keys[i0 + j]; /* precomputed: not vllm-sha256 (check_keys) */
-            } else {
-                kvp__cache_chain(cache, &req->vx, &parent, &parent_high, blk_tokens, i0 + j);
-            }
-            batch[j] = parent;
-            highs[j] = parent_high;
-            kvp__prefetch_bucket(view, batch[j]);
-            KVP__PREFETCH_W(&cache->pool.blocks[req->blocks[i0 + j]]);
-        }
-        for (uint32_t j = 0; j < n; j++)
-            kvp__prefetch_entry(view, batch[j]);
-        for (uint32_t j = 0; j < n; j++) {
-            uint32_t i = i0 + j, own = req->blocks[i];
-            const uint32_t *blk_tokens = tokens + (size_t)i * bs;
-            uint32_t found =
-                probe_existing(cache, batch[j], blk_tokens, req->canon, req->ns, false);
-            if (found != KVP_NIL) {
-                cache->stats.n_blocks_deduped++;
-                req->canon = kvp__vref_of(cache, found);
-            } else {
-                store_block(cache, own, batch[j], req->last_key, i, blk_tokens, req->canon, req->ns,
-                            req->qg);
-                req->canon = kvp__vref_of(cache, own);
-                stored++;
-            }
-            req->last_key = batch[j];
-            req->last_high = highs[j];
-            req->n_committed = i + 1;
-        }
-    }
+    size_t stored;
+    if (keys)
+        stored = commit_mode(cache, req, keys, tokens, n_full, COMMIT_KEYS);
+    else if (bs == 16 && cache->key_bits == 128 && cache->hasher.profile == KVP_HASH_KEYED)
+        stored = commit_mode(cache, req, NULL, tokens, n_full, COMMIT_KEYED16);
+    else if (bs == 16 && cache->key_bits == 128 && cache->hasher.profile == KVP_HASH_XXH3)
+        stored = commit_mode(cache, req, NULL, tokens, n_full, COMMIT_TOKENS16);
+    else
+        stored = commit_mode(cache, req, NULL, tokens, n_full, COMMIT_CHAIN);
     assert(req->n_committed == n_full && kvp__request_counts_ok(req));
     if (req->prompt_fp && (size_t)req->n_committed * bs >= req->n_prompt)
         kvp__request_drop_prompt(cache, req);
@@ -957,8 +1105,16 @@ int kvp__access_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_
     src.start = src.root;
     if (kvp__quotas_on(cache) && (rc = kvp__quota_intern(cache, ns, &src.qg)))
         return rc;
-    for (uint32_t i = 0; i < n_full; i++)
-        cache->scratch_keys[i] = kvp__cache_external_key(cache, src.root, ids[i]);
+    const bool full = cache->key_bits == 128;
+    for (uint32_t i = 0; i < n_full; i++) {
+        if (full && cache->hasher.profile == KVP_HASH_KEYED)
+            cache->scratch_keys[i] =
+                kvp__external_key_secret(cache->hasher.secret, src.root, ids[i]);
+        else if (full && cache->hasher.profile == KVP_HASH_XXH3)
+            cache->scratch_keys[i] = kvp__external_key_seed(cache->hasher.seed, src.root, ids[i]);
+        else
+            cache->scratch_keys[i] = kvp__cache_external_key(cache, src.root, ids[i]);
+    }
     src.keys = cache->scratch_keys;
     access_keys(cache, &src, n_tokens, n_full, out);
     unref_ns(cache, KVP_NIL, src.qg);

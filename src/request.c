@@ -13,9 +13,14 @@
  * (A copy of the tokens did the same exactly but cost about 7% of workload (c): it wrote
  * and re-read 4 bytes per prompt token; the fingerprints write 8 bytes per block.)
  *
+ * The same allocation also keeps the keys acquire's match hashed past its first miss (up to
+ * two batches, 64 blocks), so that kvp_commit does not hash those blocks again: in workload
+ * (c) that saves ~60 of a request's ~230 block hashes (docs/performance.md).
+ *
  * Invariant: every block id in blocks[0 .. n_blocks) is pinned (ref counts one per
  * appearance across all requests); n_committed <= n_blocks; prompt_fp is NULL or holds
- * ceil((n_prompt - prompt_start) / block_size) fingerprints.
+ * ceil((n_prompt - prompt_start) / block_size) fingerprints, followed by n_ahead <= that
+ * many keys (ahead); ahead is NULL and n_ahead 0 when prompt_fp is NULL.
  */
 #include <string.h>
 
@@ -88,16 +93,20 @@ int kvp__request_reserve(kvp_cache *cache, kvp__request *req, uint32_t cap_block
 }
 
 /* Fingerprint the prompt's blocks from token start (block-aligned) to n_tokens into req,
- * for kvp_commit to compare (nothing is kept when start == n_tokens). KVP_OK or
- * KVP_ENOMEM (req unchanged). */
+ * for kvp_commit to compare, and keep the keys ahead[0 .. n_ahead) of the full prompt blocks
+ * from start on (NULL, 0: none) for it to reuse (nothing is kept when start == n_tokens).
+ * KVP_OK or KVP_ENOMEM (req unchanged). */
 int kvp__request_keep_prompt(kvp_cache *cache, kvp__request *req, const uint32_t *tokens,
-                             size_t n_tokens, size_t start)
+                             size_t n_tokens, size_t start, const kvp_key *ahead, uint32_t n_ahead)
 {
     size_t bs = cache->cfg.block_size;
     size_t n_fp = start < n_tokens ? (n_tokens - start + bs - 1) / bs : 0;
     uint64_t *fp = NULL;
+    if (n_fp == 0)
+        n_ahead = 0;
+    assert(n_ahead <= (n_tokens - start) / bs);
     if (n_fp) {
-        fp = kvp__mem_alloc(&cache->mem, n_fp * sizeof *fp);
+        fp = kvp__mem_alloc(&cache->mem, n_fp * sizeof *fp + n_ahead * sizeof(kvp_key));
         if (!fp)
             return kvp__fail(KVP_ENOMEM, "out of memory: the fingerprints of %zu prompt blocks",
                              n_fp);
@@ -105,21 +114,29 @@ int kvp__request_keep_prompt(kvp_cache *cache, kvp__request *req, const uint32_t
         kvp__tokens_fp_blocks(tokens + start, bs, n_whole, fp, NULL);
         if (n_whole < n_fp) /* the partial last block */
             fp[n_whole] = kvp__tokens_fp(tokens + start + n_whole * bs, n_tokens % bs);
+        if (n_ahead)
+            memcpy(fp + n_fp, ahead, n_ahead * sizeof(kvp_key));
     }
     req->prompt_fp = fp;
+    req->ahead = n_ahead ? (const kvp_key *)(const void *)(fp + n_fp) : NULL;
+    req->n_ahead = n_ahead;
     req->n_prompt = n_tokens;
     req->prompt_start = start;
     return KVP_OK;
 }
 
-/* Free req's prompt fingerprints (once every prompt token is committed). Cannot fail. */
+/* Free req's prompt fingerprints and keys (once every prompt token is committed). Cannot
+ * fail. */
 void kvp__request_drop_prompt(kvp_cache *cache, kvp__request *req)
 {
     size_t bs = cache->cfg.block_size;
     if (req->prompt_fp)
         kvp__mem_free(&cache->mem, req->prompt_fp,
-                      (req->n_prompt - req->prompt_start + bs - 1) / bs * sizeof *req->prompt_fp);
+                      (req->n_prompt - req->prompt_start + bs - 1) / bs * sizeof *req->prompt_fp +
+                          req->n_ahead * sizeof(kvp_key));
     req->prompt_fp = NULL;
+    req->ahead = NULL;
+    req->n_ahead = 0;
 }
 
 /* Remove req from the table and free it. The caller has unpinned its blocks, or is
