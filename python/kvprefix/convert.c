@@ -416,25 +416,12 @@ PyObject *kvpy_key_to_int(kvp_key k)
     return res;
 }
 
-PyObject *kvpy_keys_to_list(const kvp_key *keys, size_t n)
+/* A list of n items, item i made by make(v, i); NULL with the exception set when one fails. */
+static PyObject *list_of(const void *v, size_t n, PyObject *(*make)(const void *v, size_t i))
 {
     PyObject *list = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; list != NULL && i < n; i++) {
-        PyObject *k = kvpy_key_to_int(keys[i]);
-        if (k == NULL) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, k);
-    }
-    return list;
-}
-
-PyObject *kvpy_u32_to_list(const uint32_t *v, size_t n)
-{
-    PyObject *list = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; list != NULL && i < n; i++) {
-        PyObject *x = PyLong_FromUnsignedLong(v[i]);
+        PyObject *x = make(v, i);
         if (x == NULL) {
             Py_CLEAR(list);
             break;
@@ -442,4 +429,24 @@ PyObject *kvpy_u32_to_list(const uint32_t *v, size_t n)
         PyList_SET_ITEM(list, (Py_ssize_t)i, x);
     }
     return list;
+}
+
+static PyObject *key_item(const void *v, size_t i)
+{
+    return kvpy_key_to_int(((const kvp_key *)v)[i]);
+}
+
+static PyObject *u32_item(const void *v, size_t i)
+{
+    return PyLong_FromUnsignedLong(((const uint32_t *)v)[i]);
+}
+
+PyObject *kvpy_keys_to_list(const kvp_key *keys, size_t n)
+{
+    return list_of(keys, n, key_item);
+}
+
+PyObject *kvpy_u32_to_list(const uint32_t *v, size_t n)
+{
+    return list_of(v, n, u32_item);
 }
