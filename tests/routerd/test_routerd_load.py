@@ -17,7 +17,8 @@ and KV usage the test changes while the daemon scrapes them, then:
      checked against the reference and fleet's cache-aware pick with the same weight;
   4. operability: tcp://*:5557 refused with the fix named; a vLLM "publisher": "null"
      refused; --hash-key-file and KVPREFIX_HASH_KEY accepted (and a bad key file refused);
-     --listen [::1] serving over IPv6 (skipped when the machine has no IPv6 loopback).
+     --listen [::1] serving over IPv6 (skipped when the machine has no IPv6 loopback);
+     sd_notify: READY=1 after the daemon listens, STOPPING=1 at SIGTERM (NOTIFY_SOCKET).
 
     test_routerd_load.py KVPREFIX_BINARY FAKE_ENGINE_BINARY RANK_PROBE_BINARY
 
@@ -339,6 +340,37 @@ def operability(exe, tmp, engine):
     p.stdout.close()
 
 
+def notify(exe, tmp, engine):
+    """Under systemd's protocol (NOTIFY_SOCKET, a datagram socket): READY=1 once listening,
+    STOPPING=1 at SIGTERM. Skipped for a build without libsystemd."""
+    ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+    if "libsystemd" not in ldd:
+        print("test_routerd_load: a build without libsystemd: sd_notify not tested")
+        return
+    path = os.path.join(tmp, "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(DEADLINE)
+    p = subprocess.Popen([exe, "router", "--engine", f"a={engine.pub}", "--port", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                         env=dict(os.environ, NOTIFY_SOCKET=path))
+    try:
+        line = p.stdout.readline()
+        expect("listening on" in line, f"notify: {line}")
+        msg = sock.recv(4096).decode()
+        expect("READY=1" in msg.split("\n"), f"notify: first message {msg!r}")
+        p.send_signal(signal.SIGTERM)
+        msg = sock.recv(4096).decode()
+        expect("STOPPING=1" in msg.split("\n"), f"notify: at SIGTERM {msg!r}")
+        expect(p.wait(timeout=DEADLINE) == 0, "notify: exit status")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        sock.close()
+
+
 def main():
     exe, fake, probe = sys.argv[1:4]
     with tempfile.TemporaryDirectory() as tmp:
@@ -351,6 +383,7 @@ def main():
             scraped(exe, fake, probe, tmp, engines, mets, p)
             pushed(exe, probe, tmp, engines, p)
             operability(exe, tmp, engines[0])
+            notify(exe, tmp, engines[0])
         finally:
             for e in engines:
                 e.stop()
