@@ -738,9 +738,8 @@ KVP_EXPORT void kvp_router_rank_config_init(kvp_router_rank_config *cfg);
  * cap > 0 or n_order; a negative or non-finite input; overlap_weight < 0 or not finite;
  * load_cap not 0 and below 1 or NaN); KVP_ENOMEM. On failure the outputs are untouched. */
 KVP_NODISCARD KVP_EXPORT int kvp_router_rank(const kvp_router_rank_config *cfg,
-                                             double prompt_blocks,
-                                             const kvp_router_rank_input *in, size_t n,
-                                             uint32_t *order, size_t cap, size_t *n_order,
+                                             double prompt_blocks, const kvp_router_rank_input *in,
+                                             size_t n, uint32_t *order, size_t cap, size_t *n_order,
                                              size_t *n_within);
 
 #ifdef __cplusplus

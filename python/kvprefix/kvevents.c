@@ -44,8 +44,7 @@ static PyObject *kve_raise(int rc, const char *what)
 static int kve_u64(PyObject *o, uint64_t *out, const char *what)
 {
     if (!PyLong_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.80s", what,
-                     Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.80s", what, Py_TYPE(o)->tp_name);
         return -1;
     }
     unsigned long long u = PyLong_AsUnsignedLongLong(o);
@@ -85,8 +84,7 @@ static int kve_ints(PyObject *o, bool u32, void **out, size_t *n, const char *wh
             if ((x == (unsigned long)-1 && PyErr_Occurred()) || !PyLong_Check(e) ||
                 x > UINT32_MAX) {
                 PyErr_Clear();
-                PyErr_Format(PyExc_ValueError, "%s[%zd]: not a token id in 0 .. 2**32-1", what,
-                             i);
+                PyErr_Format(PyExc_ValueError, "%s[%zd]: not a token id in 0 .. 2**32-1", what, i);
                 PyMem_Free(arr);
                 Py_DECREF(seq);
                 return -1;
@@ -145,8 +143,7 @@ static int kve_event(PyObject *t, kvp_kv_event *e, Py_ssize_t i)
                          : NULL;
     if (type == NULL) {
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "events[%zd]: not a tuple starting with the event type",
-                     i);
+        PyErr_Format(PyExc_TypeError, "events[%zd]: not a tuple starting with the event type", i);
         return -1;
     }
     if (strcmp(type, "AllBlocksCleared") == 0) {
@@ -178,8 +175,8 @@ static int kve_event(PyObject *t, kvp_kv_event *e, Py_ssize_t i)
         }
         if (kve_ints(PyTuple_GET_ITEM(t, 1), false, (void **)&e->hashes, &e->n_hashes,
                      "block_hashes") < 0 ||
-            kve_ints(PyTuple_GET_ITEM(t, 3), true, (void **)&e->tokens, &e->n_tokens,
-                     "token_ids") < 0)
+            kve_ints(PyTuple_GET_ITEM(t, 3), true, (void **)&e->tokens, &e->n_tokens, "token_ids") <
+                0)
             return -1;
         if (n > 5 && PyTuple_GET_ITEM(t, 5) != Py_None) {
             e->has_lora_id = true;
@@ -188,8 +185,8 @@ static int kve_event(PyObject *t, kvp_kv_event *e, Py_ssize_t i)
                 return -1;
         }
         return kve_str(n > 6 ? PyTuple_GET_ITEM(t, 6) : NULL, &e->medium, "medium") < 0 ||
-                       kve_str(n > 7 ? PyTuple_GET_ITEM(t, 7) : NULL, &e->lora_name,
-                               "lora_name") < 0
+                       kve_str(n > 7 ? PyTuple_GET_ITEM(t, 7) : NULL, &e->lora_name, "lora_name") <
+                           0
                    ? -1
                    : 0;
     }
@@ -360,14 +357,13 @@ static PyObject *kve_decode_batch(PyObject *self, PyObject *arg)
 /* ---- Publisher ------------------------------------------------------------------------ */
 
 typedef struct kve_pub {
-    PyObject_HEAD
-    kvp_publisher *pub; /* owned; NULL once closed */
+    PyObject_HEAD kvp_publisher *pub; /* owned; NULL once closed */
 } kve_pub;
 
 static int kve_pub_init(kve_pub *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"endpoint", "replay_endpoint", "topic",  "dp_rank",
-                             "buffer_steps", "hwm",         "medium", "form", NULL};
+    static char *kwlist[] = {"endpoint", "replay_endpoint", "topic", "dp_rank", "buffer_steps",
+                             "hwm",      "medium",          "form",  NULL};
     kvp_publisher_config cfg;
     kvp_publisher_config_init(&cfg);
     const char *form_s = "array";
@@ -417,8 +413,8 @@ static PyObject *kve_pub_stored(kve_pub *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"block_hashes", "token_ids", "parent", NULL};
     PyObject *h_o, *t_o, *p_o = Py_None;
     kvp_publisher *pub = kve_pub_get(self);
-    if (pub == NULL || !PyArg_ParseTupleAndKeywords(args, kw, "OO|O:stored", kwlist, &h_o, &t_o,
-                                                    &p_o))
+    if (pub == NULL ||
+        !PyArg_ParseTupleAndKeywords(args, kw, "OO|O:stored", kwlist, &h_o, &t_o, &p_o))
         return NULL;
     uint64_t *h = NULL, parent = 0;
     uint32_t *t = NULL;
@@ -515,14 +511,12 @@ static PyObject *kve_pub_stats(kve_pub *self, PyObject *unused)
     int rc = kvp_publisher_stats_get(pub, &st);
     if (rc != KVP_OK)
         return kve_raise(rc, "stats");
-    return Py_BuildValue("{sKsKsKsKsKsKsKsI}", "next_seq", (unsigned long long)st.next_seq,
-                         "batches", (unsigned long long)st.n_batches, "events",
-                         (unsigned long long)st.n_events, "bytes",
-                         (unsigned long long)st.n_bytes, "send_errors",
-                         (unsigned long long)st.n_send_errors, "dropped",
-                         (unsigned long long)st.n_dropped, "replay_requests",
-                         (unsigned long long)st.n_replay_requests, "pending",
-                         (unsigned int)st.n_pending);
+    return Py_BuildValue(
+        "{sKsKsKsKsKsKsKsI}", "next_seq", (unsigned long long)st.next_seq, "batches",
+        (unsigned long long)st.n_batches, "events", (unsigned long long)st.n_events, "bytes",
+        (unsigned long long)st.n_bytes, "send_errors", (unsigned long long)st.n_send_errors,
+        "dropped", (unsigned long long)st.n_dropped, "replay_requests",
+        (unsigned long long)st.n_replay_requests, "pending", (unsigned int)st.n_pending);
 }
 
 static PyObject *kve_pub_close(kve_pub *self, PyObject *unused)
@@ -530,10 +524,8 @@ static PyObject *kve_pub_close(kve_pub *self, PyObject *unused)
     (void)unused;
     kvp_publisher *pub = self->pub;
     self->pub = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    kvp_publisher_free(pub);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS kvp_publisher_free(pub);
+    Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
 static PyObject *kve_pub_enter(kve_pub *self, PyObject *unused)
@@ -551,8 +543,7 @@ static PyObject *kve_pub_exit(kve_pub *self, PyObject *args)
 static PyMethodDef kve_pub_methods[] = {
     {"stored", (PyCFunction)(void (*)(void))kve_pub_stored, METH_VARARGS | METH_KEYWORDS,
      "stored(block_hashes, token_ids, parent=None): queue one BlockStored chain."},
-    {"removed", (PyCFunction)kve_pub_removed, METH_O,
-     "removed(block_hashes): queue BlockRemoved."},
+    {"removed", (PyCFunction)kve_pub_removed, METH_O, "removed(block_hashes): queue BlockRemoved."},
     {"cleared", (PyCFunction)kve_pub_cleared, METH_NOARGS, "cleared(): queue AllBlocksCleared."},
     {"flush", (PyCFunction)kve_pub_flush, METH_NOARGS,
      "flush(): publish the queued events as one batch (the next sequence number)."},
@@ -590,9 +581,15 @@ static PyMethodDef kve_methods[] = {
 };
 
 static struct PyModuleDef kve_module = {
-    PyModuleDef_HEAD_INIT, "kvprefix._kvevents",
-    "libkvprefix-events' vLLM KV-event codec and ZeroMQ publisher.", -1, kve_methods,
-    NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "kvprefix._kvevents",
+    "libkvprefix-events' vLLM KV-event codec and ZeroMQ publisher.",
+    -1,
+    kve_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__kvevents(void);

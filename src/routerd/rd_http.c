@@ -217,8 +217,8 @@ static json_t *rd_score_json(rd_daemon *d, const rd_rank *rk, size_t n, size_t n
     for (size_t i = 0; arr && i < n; i++) {
         const kvp_router_row *r = &rk[i].row;
         json_t *row = json_pack("{ss sI sI sI sf ss}", "engine", rk[i].engine, "dp_rank",
-                                (json_int_t)r->dp_rank, "blocks", (json_int_t)r->n_blocks,
-                                "tokens", (json_int_t)r->n_tokens, "weighted", r->score, "state",
+                                (json_int_t)r->dp_rank, "blocks", (json_int_t)r->n_blocks, "tokens",
+                                (json_int_t)r->n_tokens, "weighted", r->score, "state",
                                 rd_state_names[r->state]);
         rd_rank_json(row, &rk[i]);
         json_array_append_new(arr, row);

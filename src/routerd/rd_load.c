@@ -39,22 +39,22 @@
 
 /* One worker's figures. */
 typedef struct rd_load {
-    char *engine;     /* engine id (owned) */
-    int64_t dp_rank;  /* its data-parallel rank */
-    double running;   /* requests running */
-    double waiting;   /* requests queued */
-    double kv_usage;  /* KV pool usage 0..1, or -1 when the source did not say */
-    int64_t at_ms;    /* when learned (rd_now_ms) */
-    int source;       /* RD_LOAD_* */
+    char *engine;    /* engine id (owned) */
+    int64_t dp_rank; /* its data-parallel rank */
+    double running;  /* requests running */
+    double waiting;  /* requests queued */
+    double kv_usage; /* KV pool usage 0..1, or -1 when the source did not say */
+    int64_t at_ms;   /* when learned (rd_now_ms) */
+    int source;      /* RD_LOAD_* */
 } rd_load;
 
 struct rd_loads {
-    pthread_mutex_t lock;       /* guards everything below */
-    rd_load *entries;           /* n entries */
-    size_t n;                   /* entries used */
-    size_t cap;                 /* capacity of entries */
+    pthread_mutex_t lock;            /* guards everything below */
+    rd_load *entries;                /* n entries */
+    size_t n;                        /* entries used */
+    size_t cap;                      /* capacity of entries */
     uint64_t n_set[RD_LOAD_SOURCES]; /* updates received, by source */
-    uint64_t n_refused;         /* updates refused (table full, out of memory) */
+    uint64_t n_refused;              /* updates refused (table full, out of memory) */
 };
 
 int rd_loads_new(rd_daemon *d)
@@ -87,14 +87,14 @@ static rd_load *rd_load_find_locked(rd_loads *t, const char *engine, int64_t dp_
     return NULL;
 }
 
-int rd_load_set(rd_daemon *d, const char *engine, int64_t dp_rank, double running,
-                double waiting, double kv_usage, int source)
+int rd_load_set(rd_daemon *d, const char *engine, int64_t dp_rank, double running, double waiting,
+                double kv_usage, int source)
 {
     rd_loads *t = d->loads;
     pthread_mutex_lock(&t->lock);
     rd_load *e = rd_load_find_locked(t, engine, dp_rank);
-    if (e == NULL && t->n < RD_MAX_LOADS && cli_grow((void **)&t->entries, &t->cap, t->n + 1,
-                                                     sizeof *t->entries)) {
+    if (e == NULL && t->n < RD_MAX_LOADS &&
+        cli_grow((void **)&t->entries, &t->cap, t->n + 1, sizeof *t->entries)) {
         size_t len = strlen(engine) + 1;
         char *copy = malloc(len);
         if (copy) {
@@ -141,8 +141,9 @@ static int rd_push_one(rd_daemon *d, json_t *o, char *err, size_t err_size)
     const char *key;
     json_t *v;
     if (!json_is_object(o)) {
-        cli_errf(err, err_size, "a load is an object {\"engine\", \"dp_rank\", \"running\", "
-                                "\"waiting\", \"kv_usage\"}");
+        cli_errf(err, err_size,
+                 "a load is an object {\"engine\", \"dp_rank\", \"running\", "
+                 "\"waiting\", \"kv_usage\"}");
         return 1;
     }
     json_object_foreach(o, key, v)
@@ -172,8 +173,9 @@ static int rd_push_one(rd_daemon *d, json_t *o, char *err, size_t err_size)
     if (!rd_push_num(o, "running", false, 1e9, &running) ||
         !rd_push_num(o, "waiting", true, 1e9, &waiting) ||
         !rd_push_num(o, "kv_usage", true, 1.0, &kv)) {
-        cli_errf(err, err_size, "running (required), waiting must be numbers in 0..1e9, "
-                                "kv_usage a number in 0..1");
+        cli_errf(err, err_size,
+                 "running (required), waiting must be numbers in 0..1e9, "
+                 "kv_usage a number in 0..1");
         return 1;
     }
     int64_t r = json_is_integer(rank) ? (int64_t)json_integer_value(rank) : 0;
@@ -290,8 +292,7 @@ static void rd_row_load_locked(rd_daemon *d, const rd_score_opts *o, int64_t now
     }
 }
 
-int rd_rank_rows(rd_daemon *d, const rd_score_opts *o, size_t prompt_blocks, rd_rank *rk,
-                 size_t *n)
+int rd_rank_rows(rd_daemon *d, const rd_score_opts *o, size_t prompt_blocks, rd_rank *rk, size_t *n)
 {
     /* Step 1: keep the candidates, in the index's order. */
     size_t kept = 0;
@@ -351,8 +352,8 @@ void rd_metrics_load(rd_daemon *d, FILE *f)
           "# TYPE kvprefix_router_load_updates_total counter\n",
           f);
     for (int s = 0; s < RD_LOAD_SOURCES; s++)
-        fprintf(f, "kvprefix_router_load_updates_total{source=\"%s\"} %" PRIu64 "\n",
-                src_names[s], t->n_set[s]);
+        fprintf(f, "kvprefix_router_load_updates_total{source=\"%s\"} %" PRIu64 "\n", src_names[s],
+                t->n_set[s]);
     fprintf(f, "kvprefix_router_load_updates_total{source=\"refused\"} %" PRIu64 "\n",
             t->n_refused);
     fputs("# HELP kvprefix_router_worker_load Requests running + waiting on a worker, as last "

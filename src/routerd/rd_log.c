@@ -23,8 +23,8 @@
 #include "escape.h"
 #include "routerd.h"
 
-static bool rd_log_logfmt;               /* --log-format logfmt */
-static int rd_log_least = RD_LOG_INFO;   /* --log-level */
+static bool rd_log_logfmt;             /* --log-format logfmt */
+static int rd_log_least = RD_LOG_INFO; /* --log-level */
 static const char *const rd_level_names[] = {"debug", "info", "warn", "error"};
 
 int rd_log_config(const char *format, const char *level, char *err, size_t err_size)
@@ -86,7 +86,9 @@ static void rd_logv(int level, const char *fmt, va_list ap)
     } else {
         cli_escape_str(safe, sizeof safe, msg);
         fprintf(stderr, "kvprefix router: %s%s%s\n",
-                level == RD_LOG_INFO ? "" : level == RD_LOG_WARN ? "warning" : rd_level_names[level],
+                level == RD_LOG_INFO   ? ""
+                : level == RD_LOG_WARN ? "warning"
+                                       : rd_level_names[level],
                 level == RD_LOG_INFO ? "" : ": ", safe);
     }
     fflush(stderr);

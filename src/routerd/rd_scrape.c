@@ -63,8 +63,8 @@ static int rd_left_ms(int64_t deadline)
 }
 
 /* Split url into host, port and path. Returns 0, or non-zero with err. */
-static int rd_url_split(const char *url, char *host, size_t host_cap, char *port,
-                        size_t port_cap, const char **path, char *err, size_t err_size)
+static int rd_url_split(const char *url, char *host, size_t host_cap, char *port, size_t port_cap,
+                        const char **path, char *err, size_t err_size)
 {
     if (strncmp(url, "http://", 7) != 0) {
         cli_errf(err, err_size, "'%s' is not http://HOST[:PORT][/PATH]", url);
@@ -233,11 +233,11 @@ int rd_http_get(const char *url, int timeout_ms, size_t max_bytes, char **body, 
     if (fd < 0)
         return 1;
     char req[2 * RD_NAME_MAX + 128];
-    int len = snprintf(req, sizeof req,
-                       "GET %s HTTP/1.0\r\nHost: %s%s%s:%s\r\nAccept: text/plain\r\n"
-                       "User-Agent: kvprefix-router\r\nConnection: close\r\n\r\n",
-                       path, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
-                       port);
+    int len =
+        snprintf(req, sizeof req,
+                 "GET %s HTTP/1.0\r\nHost: %s%s%s:%s\r\nAccept: text/plain\r\n"
+                 "User-Agent: kvprefix-router\r\nConnection: close\r\n\r\n",
+                 path, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", port);
     size_t sent = 0, cap = 0, got = 0;
     char *buf = NULL;
     int rc = 0;
@@ -300,9 +300,9 @@ static const struct {
     const char *name;
     int slot;
 } rd_series[] = {
-    {"vllm:num_requests_running", 0},  {"vllm:num_requests_waiting", 1},
-    {"vllm:kv_cache_usage_perc", 2},   {"vllm:gpu_cache_usage_perc", 2},
-    {"sglang:num_running_reqs", 0},    {"sglang:num_queue_reqs", 1},
+    {"vllm:num_requests_running", 0}, {"vllm:num_requests_waiting", 1},
+    {"vllm:kv_cache_usage_perc", 2},  {"vllm:gpu_cache_usage_perc", 2},
+    {"sglang:num_running_reqs", 0},   {"sglang:num_queue_reqs", 1},
     {"sglang:token_usage", 2},
 };
 
@@ -429,16 +429,15 @@ static void rd_scrape_one(rd_scrape *s, size_t i)
 {
     rd_daemon *d = s->d;
     const rd_source *src = &d->sources[i];
-    int timeout = d->scrape_interval_ms < RD_SCRAPE_MAX_MS ? d->scrape_interval_ms
-                                                           : RD_SCRAPE_MAX_MS;
+    int timeout =
+        d->scrape_interval_ms < RD_SCRAPE_MAX_MS ? d->scrape_interval_ms : RD_SCRAPE_MAX_MS;
     char err[512];
     char *body = NULL;
     size_t n = 0;
     double figs[RD_SCRAPE_MAX_DP * 3];
     bool found[RD_SCRAPE_MAX_DP];
     uint64_t dp = src->dp_size ? src->dp_size : 1;
-    if (rd_http_get(src->metrics, timeout, RD_SCRAPE_MAX_BYTES, &body, &n, err, sizeof err) ==
-        0) {
+    if (rd_http_get(src->metrics, timeout, RD_SCRAPE_MAX_BYTES, &body, &n, err, sizeof err) == 0) {
         size_t used = rd_scrape_parse(body, n, dp, src->dp_rank, figs, found);
         free(body);
         if (used == 0)

@@ -13,9 +13,9 @@
  * buffer_steps, hwm, max_queue_size (ignored: they size the engine's buffers, not ours).
  *
  * Bind addresses. vLLM's default endpoint is tcp://STAR:5557 (STAR the character '*'): a
- * wildcard the engine binds its PUB socket to, which a subscriber cannot connect to. Without `bind`, an endpoint
- * whose host is `*`, 0.0.0.0 or [::] is refused with a message naming the fix (the
- * engine's reachable address, or `bind` with the engines connecting to the router); with
+ * wildcard the engine binds its PUB socket to, which a subscriber cannot connect to. Without
+ * `bind`, an endpoint whose host is `*`, 0.0.0.0 or [::] is refused with a message naming the fix
+ * (the engine's reachable address, or `bind` with the engines connecting to the router); with
  * `bind` it is what the router binds, as vLLM does.
  *
  * ID `*` takes the engine id (and the worker's model) from each message's topic, llm-d's
@@ -167,8 +167,8 @@ static int rd_spec_validate(const rd_spec *s, char *err, size_t err_size)
         cli_errf(err, err_size, "topic longer than %u bytes", RD_NAME_MAX);
         return 1;
     }
-    if (s->metrics && (strncmp(s->metrics, "http://", 7) != 0 ||
-                       strlen(s->metrics) > RD_NAME_MAX || strlen(s->metrics) < 8)) {
+    if (s->metrics && (strncmp(s->metrics, "http://", 7) != 0 || strlen(s->metrics) > RD_NAME_MAX ||
+                       strlen(s->metrics) < 8)) {
         cli_errf(err, err_size, "metrics: '%s' is not http://HOST[:PORT][/PATH]", s->metrics);
         return 1;
     }
@@ -192,8 +192,7 @@ static int rd_spec_option(rd_spec *s, char *item, char *err, size_t err_size)
         return 0;
     }
     if (eq == NULL) {
-        cli_errf(err, err_size, "'%s' is not key=value (replay, topic, dp, metrics) or bind",
-                 item);
+        cli_errf(err, err_size, "'%s' is not key=value (replay, topic, dp, metrics) or bind", item);
         return 1;
     }
     *eq = '\0';
@@ -227,8 +226,7 @@ int rd_spec_add(rd_daemon *d, const char *spec, char *err, size_t err_size)
     char *eq = strchr(buf, '=');
     if (eq == NULL) {
         cli_errf(err, err_size,
-                 "'%s' is not ID=ENDPOINT[,replay=EP][,topic=P][,dp=N][,bind][,metrics=URL]",
-                 spec);
+                 "'%s' is not ID=ENDPOINT[,replay=EP][,topic=P][,dp=N][,bind][,metrics=URL]", spec);
         return 1;
     }
     *eq = '\0';
@@ -263,9 +261,9 @@ static const char *rd_json_str(json_t *o, const char *key, bool *bad)
 
 /* The keys of an engine object: ours, then vLLM's KVEventsConfig names. */
 static const char *const rd_engine_keys[] = {
-    "id",        "endpoint",     "replay",        "topic",     "dp",
-    "bind",      "metrics",      "replay_endpoint", "publisher", "enable_kv_cache_events",
-    "buffer_steps", "hwm",       "max_queue_size"};
+    "id",           "endpoint", "replay",          "topic",     "dp",
+    "bind",         "metrics",  "replay_endpoint", "publisher", "enable_kv_cache_events",
+    "buffer_steps", "hwm",      "max_queue_size"};
 
 /* Refuse unknown keys, and vLLM keys whose value means the engine publishes nothing the
  * router could read. Returns 0, or non-zero with err. */
@@ -287,16 +285,19 @@ static int rd_config_keys(json_t *o, char *err, size_t err_size)
             return 1;
         }
     }
-    json_t *pub = json_object_get(o, "publisher"), *en = json_object_get(o, "enable_kv_cache_events");
+    json_t *pub = json_object_get(o, "publisher"),
+           *en = json_object_get(o, "enable_kv_cache_events");
     if (pub && !json_is_null(pub) &&
         (!json_is_string(pub) || strcmp(json_string_value(pub), "zmq") != 0)) {
-        cli_errf(err, err_size, "publisher: only \"zmq\" publishes events the router can read "
-                                "(vLLM's \"null\" publishes nothing)");
+        cli_errf(err, err_size,
+                 "publisher: only \"zmq\" publishes events the router can read "
+                 "(vLLM's \"null\" publishes nothing)");
         return 1;
     }
     if (en && !json_is_true(en)) {
-        cli_errf(err, err_size, "enable_kv_cache_events is not true: that engine publishes no "
-                                "events (set it true in its --kv-events-config)");
+        cli_errf(err, err_size,
+                 "enable_kv_cache_events is not true: that engine publishes no "
+                 "events (set it true in its --kv-events-config)");
         return 1;
     }
     if (json_object_get(o, "replay") && json_object_get(o, "replay_endpoint")) {
@@ -330,8 +331,9 @@ static int rd_config_engine(rd_daemon *d, json_t *o, char *err, size_t err_size)
         return 1;
     }
     if (s.id == NULL) {
-        cli_errf(err, err_size, "no \"id\": vLLM's --kv-events-config names no engine; add "
-                                "\"id\": \"NAME\" beside its keys");
+        cli_errf(err, err_size,
+                 "no \"id\": vLLM's --kv-events-config names no engine; add "
+                 "\"id\": \"NAME\" beside its keys");
         return 1;
     }
     if (dp)

@@ -83,11 +83,10 @@ static const char usage_text[] =
     "                       (required: a random key could never equal theirs). Visible in\n"
     "                       ps: prefer --hash-key-file or KVPREFIX_HASH_KEY\n"
     "  --hash-key-file FILE the key's hex digits from FILE (surrounding blanks ignored);\n"
-    "                       environment KVPREFIX_HASH_KEY: the same, when neither is given\n" CLI_HASH_HELP_TAIL
-    "  --seed N             xxh3: the 64-bit seed\n"
+    "                       environment KVPREFIX_HASH_KEY: the same, when neither is "
+    "given\n" CLI_HASH_HELP_TAIL "  --seed N             xxh3: the 64-bit seed\n"
     "  --block-size N       tokens per block (default 16)\n"
-    "\n"
-    ;
+    "\n";
 
 /* The second half (ISO C bounds one string literal's length). */
 static const char usage_tail[] =
@@ -187,17 +186,17 @@ static const struct option rd_longopts[] = {
 
 /* The command line, beyond what goes straight into the daemon. */
 typedef struct rd_opts {
-    cli_hash_opts hash; /* the hash flags as given */
-    const char *config; /* --config, or NULL */
-    const char *listen; /* --listen */
-    uint64_t port;      /* --port */
-    uint64_t threads;   /* --http-threads */
-    bool redis_flag;    /* a --redis-* or --worker-ttl flag was given */
-    bool index_given;   /* --index-by was given */
-    bool token_seed;    /* --token-seed was given */
-    char listen_buf[64]; /* --listen's address without brackets or port */
-    bool port_given;    /* --port was given */
-    bool listen_port;   /* --listen carried a port */
+    cli_hash_opts hash;     /* the hash flags as given */
+    const char *config;     /* --config, or NULL */
+    const char *listen;     /* --listen */
+    uint64_t port;          /* --port */
+    uint64_t threads;       /* --http-threads */
+    bool redis_flag;        /* a --redis-* or --worker-ttl flag was given */
+    bool index_given;       /* --index-by was given */
+    bool token_seed;        /* --token-seed was given */
+    char listen_buf[64];    /* --listen's address without brackets or port */
+    bool port_given;        /* --port was given */
+    bool listen_port;       /* --listen carried a port */
     const char *log_format; /* --log-format, or NULL */
     const char *log_level;  /* --log-level, or NULL */
     const char *key_file;   /* --hash-key-file, or NULL */

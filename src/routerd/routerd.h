@@ -7,6 +7,9 @@
  *   rd_events.c the event thread: SUB sockets, decode, kvp_router_apply, gaps -> replay
  *   rd_http.c   libmicrohttpd: POST /score, GET /metrics, GET /healthz
  *   rd_redis.c  --redis: the key prefix's shape, the store's state as log lines, metrics
+ *   rd_log.c    log lines with levels, text or logfmt (--log-format, --log-level)
+ *   rd_load.c   workers' loads (scraped, pushed, per request) and the load-aware ranking
+ *   rd_scrape.c the scrape thread: engines' Prometheus /metrics over plain HTTP
  *
  * Threads. One event thread owns every ZeroMQ socket and is the only writer of the index
  * (kvp_router) and of the daemon's counters; libmicrohttpd's threads score (the router is
@@ -128,11 +131,13 @@ typedef struct rd_daemon {
     uint64_t redis_lost;      /* event thread: n_redis_lost last logged */
     uint64_t redis_reseeds;   /* event thread: n_redis_reseeds last logged */
     int64_t redis_check_ms;   /* event thread: when the store was last checked (monotonic) */
-    rd_loads *loads;          /* workers' loads, scraped or pushed (rd_load.c; own lock) */
+
+    /* Load-aware ranking (rd_load.c, rd_scrape.c). */
+    rd_loads *loads;             /* workers' loads, scraped or pushed (own lock) */
     kvp_router_rank_config rank; /* --overlap-weight, --load-cap (start stays 0) */
-    int scrape_interval_ms;   /* --scrape-interval: period of the metrics scrapes */
-    int load_ttl_ms;          /* --load-ttl: a load older than this is unknown (0: never) */
-    void *scraper;            /* the scrape thread (rd_scrape.c), NULL when none runs */
+    int scrape_interval_ms;      /* --scrape-interval: period of the metrics scrapes */
+    int load_ttl_ms;             /* --load-ttl: a load older than this is unknown (0: never) */
+    void *scraper;               /* the scrape thread (rd_scrape.c), NULL when none runs */
 } rd_daemon;
 
 /* What the daemon last said about the shared store (rd_daemon.redis_state). */
@@ -241,8 +246,8 @@ typedef struct rd_rank {
  * rd_score_opts_json for a jansson object). Strings are owned by the caller's parse and
  * must outlive rd_rank_rows. A name is "ENGINE" (every dp rank) or "ENGINE/RANK". */
 typedef struct rd_score_opts {
-    const char **workers; /* candidate workers ("workers": [...]); NULL: all */
-    size_t n_workers;     /* entries in workers */
+    const char **workers;    /* candidate workers ("workers": [...]); NULL: all */
+    size_t n_workers;        /* entries in workers */
     const char **load_names; /* loads given in the request ("loads": {NAME: LOAD}), which
                                 override the table's for this request */
     double *load_values;     /* n_loads values, each >= 0 and finite */
@@ -258,8 +263,8 @@ void rd_loads_free(rd_loads *t);
 /* Record a worker's figures (running and waiting requests, KV usage 0..1 or negative when
  * unknown) from source RD_LOAD_*, now. Returns 0, non-zero when out of memory or the table
  * is full (RD_MAX_LOADS workers). Thread-safe. */
-int rd_load_set(rd_daemon *d, const char *engine, int64_t dp_rank, double running,
-                double waiting, double kv_usage, int source);
+int rd_load_set(rd_daemon *d, const char *engine, int64_t dp_rank, double running, double waiting,
+                double kv_usage, int source);
 
 /* POST /load: body[0 .. n) is {"engine", "dp_rank", "running", "waiting", "kv_usage"} or
  * {"loads": [such objects]}. Returns 0, or non-zero with a message in err (bad JSON, a
@@ -268,7 +273,8 @@ int rd_load_push(rd_daemon *d, const char *body, size_t n, char *err, size_t err
 
 /* Read "workers" and "loads" of a /score request object (a json_t *, as void * so that
  * this header needs no jansson) into *o; arrays malloc'ed (rd_score_opts_free), strings
- * borrowed from req. Returns NULL, or a static description of what is wrong. */
+ * borrowed from req. Returns NULL, or a static description of what is wrong; free with
+ * rd_score_opts_free in both cases. */
 const char *rd_score_opts_json(void *req, rd_score_opts *o);
 
 /* Free what rd_score_opts_json allocated. Accepts a zeroed struct. */

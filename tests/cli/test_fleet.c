@@ -1371,9 +1371,9 @@ static uint32_t scan_pick(int policy, double load_cap, const uint32_t *cached, c
         uint32_t r = (last + k) % n;
         if (work[r] > limit && r != least)
             continue;
-        bool better = best == UINT32_MAX ||
-                      (by_cache && cached[r] != cached[best] ? cached[r] > cached[best]
-                                                             : work[r] < work[best]);
+        bool better =
+            best == UINT32_MAX || (by_cache && cached[r] != cached[best] ? cached[r] > cached[best]
+                                                                         : work[r] < work[best]);
         if (better)
             best = r;
     }
@@ -1421,8 +1421,7 @@ Test(fleet, rank_pick_matches_the_scan)
     cr_assert_eq(pick, 0);
     /* A load that is not a finite number >= 0 is refused, not ranked. */
     w3[1] = -1.0;
-    cr_assert_eq(fl_rank_pick(&m, FL_CACHE_AWARE, 8, c3, w3, 3, 2, scratch, &pick),
-                 FL_EINTERNAL);
+    cr_assert_eq(fl_rank_pick(&m, FL_CACHE_AWARE, 8, c3, w3, 3, 2, scratch, &pick), FL_EINTERNAL);
 }
 
 /* kvp_router_rank's full order: within the cap first, by the key; its argument checks. */

@@ -35,7 +35,10 @@
  * (kvp_lookup_keys' n_blocks_cached, what a router's score gives), then the smallest W;
  * cache-aware-cap does the same among replicas whose W is at most load_cap x the fleet's
  * mean W (the least-loaded replica always qualifies). Remaining ties go to the first
- * replica after the previous pick, so equal replicas take turns.
+ * replica after the previous pick, so equal replicas take turns. These three decide through
+ * kvp_router_rank (fl_rank_pick), the ranking `kvprefix router` answers /score with, so the
+ * simulation describes the daemon's choices; --overlap-weight switches the cache-aware ones
+ * to its cost mode (overlap_weight x blocks to prefill + W).
  *
  * Router index. With cfg->index (memory or redis) the cache-aware policies ask a kvp_router
  * (fleet_index.c) instead of the caches: every cache's events go to the index's collector,
@@ -118,7 +121,6 @@ typedef struct sim {
     uint32_t *cached; /* per replica: the routed request's cached prefix, in blocks */
     uint32_t *hits;   /* per replica: its hit tokens there */
     double *work;     /* per replica: outstanding work W */
-    kvp_router_rank_input *rank_in; /* per replica: kvp_router_rank's inputs (scratch) */
     fl_event *heap;   /* pending commits and finishes, a binary min-heap */
     size_t n_heap, heap_cap;
     uint64_t seq;           /* events scheduled so far */
@@ -135,6 +137,8 @@ typedef struct sim {
     size_t n_score, cap_score;
     char *err;
     size_t err_size;
+    /* per replica: kvp_router_rank's inputs (scratch of pick_scored) */
+    kvp_router_rank_input *rank_in;
 } sim;
 
 static const char *const policy_names[FL_N_POLICIES] = {
@@ -374,7 +378,8 @@ int fl_rank_pick(const fl_model *m, int policy, uint32_t prompt_blocks, const ui
         scratch[r].load = work[r];
     }
     size_t n_order = 0;
-    return kvp_router_rank(&rc, prompt_blocks, scratch, n, out, 1, &n_order, NULL) == KVP_OK && n_order == 1
+    return kvp_router_rank(&rc, prompt_blocks, scratch, n, out, 1, &n_order, NULL) == KVP_OK &&
+                   n_order == 1
                ? FL_OK
                : FL_EINTERNAL;
 }
@@ -670,8 +675,8 @@ static int sim_init(sim *s)
     if (s->cfg->policy == FL_AFFINITY)
         s->ring = fl_ring_new(s->n, s->cfg->model.vnodes, s->cfg->model.random_seed);
     if (!s->where || !s->next || !s->est || !s->finish || !s->start || !s->ttft || !s->hit ||
-        !s->state || !s->flags || !s->cached || !s->hits || !s->work || !s->rank_in || !s->rep || !s->scratch ||
-        (s->cfg->policy == FL_AFFINITY && !s->ring))
+        !s->state || !s->flags || !s->cached || !s->hits || !s->work || !s->rank_in || !s->rep ||
+        !s->scratch || (s->cfg->policy == FL_AFFINITY && !s->ring))
         return sim_fail(s, FL_ENOMEM, "out of memory");
     kvp_config kc = *s->cfg->cache;
     kc.n_blocks = s->cfg->capacity;
