@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree for the import below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
     import zmq  # noqa: F401 (the helpers below need it through test_routerd)
