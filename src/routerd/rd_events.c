@@ -113,6 +113,8 @@ int rd_events_open(rd_daemon *d, char *err, size_t err_size)
         cli_errf(err, err_size, "zmq_ctx_new: %s", zmq_strerror(errno));
         return 1;
     }
+    /* Every socket of the context dual-stack: tcp://[ADDR]:PORT endpoints work too. */
+    zmq_ctx_set(d->zmq_ctx, ZMQ_IPV6, 1);
     for (size_t i = 0; i < d->n_sources; i++) {
         rd_source *s = &d->sources[i];
         int zero = 0, hwm = 100000;

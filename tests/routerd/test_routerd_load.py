@@ -17,7 +17,8 @@ and KV usage the test changes while the daemon scrapes them, then:
      checked against the reference and fleet's cache-aware pick with the same weight;
   4. operability: tcp://*:5557 refused with the fix named; a vLLM "publisher": "null"
      refused; --hash-key-file and KVPREFIX_HASH_KEY accepted (and a bad key file refused);
-     --listen [::1] serving over IPv6 (skipped when the machine has no IPv6 loopback);
+     --listen [::1] serving over IPv6, scoring an engine that publishes on tcp://[::1]:PORT
+     (skipped when the machine has no IPv6 loopback);
      sd_notify: READY=1 after the daemon listens, STOPPING=1 at SIGTERM (NOTIFY_SOCKET).
 
     test_routerd_load.py KVPREFIX_BINARY FAKE_ENGINE_BINARY RANK_PROBE_BINARY
@@ -273,7 +274,7 @@ def run_cli(exe, args, env=None):
                           timeout=DEADLINE, env=env)
 
 
-def operability(exe, tmp, engine):
+def operability(exe, fake, tmp, engine):
     out = run_cli(exe, ["--engine", "a=tcp://*:5557"])
     expect(out.returncode == 2 and "bind address" in out.stderr and
            "tcp://ENGINE-HOST:5557" in out.stderr, f"tcp://*: {out.returncode} {out.stderr}")
@@ -323,7 +324,16 @@ def operability(exe, tmp, engine):
     except OSError:
         print("test_routerd_load: no IPv6 loopback: --listen [::1] not tested")
         return
-    p = subprocess.Popen([exe, "router", "--engine", f"a={engine.pub}", "--listen", "[::1]:0"],
+    # An engine publishing on tcp://[::1]:PORT, the daemon listening on [::1] too.
+    s6 = socket.socket(socket.AF_INET6)
+    s6.bind(("::1", 0))
+    port6 = s6.getsockname()[1]
+    s6.close()
+    e6 = Engine(fake, tmp, "v6", "")
+    e6.pub = f"tcp://[::1]:{port6}"
+    e6.start()
+    p = subprocess.Popen([exe, "router", "--engine", f"v6={e6.pub},replay={e6.replay}",
+                          "--listen", "[::1]:0"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = p.stdout.readline()
     m = re.search(r"http://\[::1\]:(\d+)", line)
@@ -336,6 +346,17 @@ def operability(exe, tmp, engine):
     c.close()
     expect(reply.startswith(b"HTTP/1.") and b" 200 " in reply.split(b"\r\n")[0],
            f"/healthz over IPv6: {reply[:80]}")
+    try:
+        e6.wait_subscribed()
+        e6.access(prompt(0, 3))
+        d6 = type("D6", (), {})()  # the Daemon helpers' request/score over [::1]
+        d6.url, d6.n_scores = f"http://[::1]:{m.group(1)}", 0
+        d6.request = Daemon.request.__get__(d6)
+        d6.score = Daemon.score.__get__(d6)
+        wait_for(lambda: [(w["engine"], w["blocks"]) for w in d6.score(prompt(0, 3))["workers"]]
+                 == [("v6", 3)], "the IPv6 engine's blocks scored")
+    finally:
+        e6.stop()
     p.send_signal(signal.SIGTERM)
     expect(p.wait(timeout=DEADLINE) == 0, "IPv6 daemon: exit status")
     p.stdout.close()
@@ -383,7 +404,7 @@ def main():
             p = prompt(0, 8)
             scraped(exe, fake, probe, tmp, engines, mets, p)
             pushed(exe, probe, tmp, engines, p)
-            operability(exe, tmp, engines[0])
+            operability(exe, fake, tmp, engines[0])
             notify(exe, tmp, engines[0])
         finally:
             for e in engines:
