@@ -52,9 +52,10 @@ static void rd_redis_transition(rd_daemon *d, const kvp_router_stats *st)
     if (now == RD_REDIS_UNKNOWN || now == d->redis_state)
         return;
     if (now == RD_REDIS_DOWN)
-        rd_log("redis: unreachable (%s: %" PRIu64 " of %" PRIu64 " calls failed so far, next "
-               "try within %" PRIu32 " ms), scoring from the local view",
-               d->redis.url, st->n_redis_errors, st->n_redis_calls, d->redis.retry_ms);
+        rd_logl(RD_LOG_WARN,
+                "redis: unreachable (%s: %" PRIu64 " of %" PRIu64 " calls failed so far, next "
+                "try within %" PRIu32 " ms), scoring from the local view",
+                d->redis.url, st->n_redis_errors, st->n_redis_calls, d->redis.retry_ms);
     else if (d->redis_state == RD_REDIS_DOWN)
         rd_log("redis: reachable again (%s, %" PRIu64 " connections so far), scoring from the "
                "shared view",
