@@ -703,6 +703,45 @@ kvp_router_check_keys(kvp_router *r, uint32_t id, const kvp_kv_batch *b, kvp_rou
  * KVP_EINVAL (NULL), KVP_ENOMEM (its scratch, taken with malloc). O(slots + holders). */
 KVP_NODISCARD KVP_EXPORT int kvp_router_check(kvp_router *r);
 
+/* ---- Load-aware ranking (router_rank.c; docs/routing.md, "Load-aware ranking") -------- */
+
+/* How kvp_router_rank orders candidates. Fill with kvp_router_rank_config_init() first. */
+typedef struct kvp_router_rank_config {
+    double overlap_weight; /* 0 (default): cache first -- most cached blocks, then least
+                              load. > 0: cost = overlap_weight x blocks to prefill
+                              (prompt_blocks - cached) + load, smallest first (Dynamo's
+                              overlap weight; load in the same unit as one block of cost) */
+    double load_cap;       /* 0 (default): no cap. >= 1: a candidate whose load is above
+                              load_cap x the mean load of all candidates ranks after every
+                              candidate within the cap (the least-loaded one, the first of
+                              equals, is always within) */
+    size_t start;          /* ties left after cost and load go to the first candidate at or
+                              after index start (mod n), so equal candidates take turns */
+} kvp_router_rank_config;
+
+/* One candidate's inputs. */
+typedef struct kvp_router_rank_input {
+    double cached; /* blocks of the prompt it holds (a prefix; may be tier-weighted), >= 0 */
+    double load;   /* its load, >= 0, finite (the caller's unit: outstanding work, requests) */
+} kvp_router_rank_input;
+
+/* Fill *cfg with the defaults above. Cannot fail (does nothing if cfg is NULL). */
+KVP_EXPORT void kvp_router_rank_config_init(kvp_router_rank_config *cfg);
+
+/* Rank candidates in[0 .. n) for a prompt of prompt_blocks full blocks: write the indexes
+ * of the best min(n, cap) candidates, best first, to order[] (owned by the caller; with
+ * cap 1 this is one O(n) scan, else O(n log n)), their count to *n_order and how many
+ * candidates are within the load cap to *n_within (may be NULL; n without a cap). The one
+ * ranking of `kvprefix router` and of `kvprefix fleet`'s cache-aware policies, so the
+ * fleet simulation's figures describe the daemon's choices. Allocates a scratch array when
+ * cap > 1 and n > 64. Returns KVP_OK; KVP_EINVAL (NULL cfg, in with n > 0, order with
+ * cap > 0 or n_order; a negative or non-finite input; overlap_weight < 0 or not finite;
+ * load_cap not 0 and below 1 or NaN); KVP_ENOMEM. On failure the outputs are untouched. */
+KVP_NODISCARD KVP_EXPORT int kvp_router_rank(const kvp_router_rank_config *cfg,
+                                             double prompt_blocks, const kvp_router_rank_input *in,
+                                             size_t n, uint32_t *order, size_t cap, size_t *n_order,
+                                             size_t *n_within);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,6 +13,8 @@ python3-prometheus-client python3-numpy python3-cbor2 python3-xxhash"
 PKGS="$PKGS libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack"
 # The router daemon (src/routerd/): HTTP through libmicrohttpd.
 PKGS="$PKGS libmicrohttpd-dev"
+# Its readiness notification under systemd (sd_notify; optional in meson).
+PKGS="$PKGS libsystemd-dev"
 # The BPE tokenizer (src/cli/tok/): PCRE2; its reference test (scripts/tokref.sh): node, npm
 # (Debian's npm package, unless npm is there already: NodeSource's nodejs bundles its own).
 PKGS="$PKGS libpcre2-dev nodejs"

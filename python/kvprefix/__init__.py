@@ -91,6 +91,13 @@ from ._kvprefix import (
 
 __version__ = version()
 
+try:  # libkvprefix-events' codec and publisher: built with ZeroMQ and msgpack-c only
+    from ._kvevents import Publisher, decode_batch, encode_batch
+
+    _KV_EVENTS = ["Publisher", "decode_batch", "encode_batch"]
+except ImportError:  # pragma: no cover - a build without libkvprefix-events
+    _KV_EVENTS = []
+
 if TYPE_CHECKING:  # the collector needs prometheus_client, imported on first use below
     from .prometheus import PrometheusCollector
 
@@ -174,3 +181,4 @@ __all__ = [
     "REMOVED_REPLACED",
     "MAX_BLOCK_SIZE",
 ]
+__all__ += _KV_EVENTS

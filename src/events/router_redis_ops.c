@@ -214,7 +214,10 @@ static bool merge(kvp__rr *rr, kvp_router_item *items, sent_item *sent, size_t n
         kvp_router_item *it = &items[sent[s].item];
         int local = sent[s].local;
         bool local_step = local == KVP_ROUTER_APPLIED || local == KVP_ROUTER_RESTARTED;
-        if (sr.status == KVP_ROUTER_DUPLICATE && local_step)
+        /* Another router applied it first: counted whatever the local view did with it,
+         * a gap included (a router that started late); a local DUPLICATE is this
+         * router's own repeat, not another router's work. */
+        if (sr.status == KVP_ROUTER_DUPLICATE && local != KVP_ROUTER_DUPLICATE)
             atomic_fetch_add(&rr->n_duplicates, 1);
         atomic_fetch_add(&rr->n_lost, sr.lost);
         /* Step 5, at the same batch (checked again, with the local expected, when the

@@ -83,18 +83,6 @@ int64_t rd_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void rd_log(const char *fmt, ...)
-{
-    char msg[1024], safe[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    cli_escape_str(safe, sizeof safe, msg);
-    fprintf(stderr, "kvprefix router: %s\n", safe);
-    fflush(stderr);
-}
-
 /* Count a refused message of src and log it unless a line was logged in the last minute. */
 static void rd_refuse(rd_daemon *d, rd_source *src, int kind, const char *why)
 {
@@ -125,6 +113,8 @@ int rd_events_open(rd_daemon *d, char *err, size_t err_size)
         cli_errf(err, err_size, "zmq_ctx_new: %s", zmq_strerror(errno));
         return 1;
     }
+    /* Every socket of the context dual-stack: tcp://[ADDR]:PORT endpoints work too. */
+    zmq_ctx_set(d->zmq_ctx, ZMQ_IPV6, 1);
     for (size_t i = 0; i < d->n_sources; i++) {
         rd_source *s = &d->sources[i];
         int zero = 0, hwm = 100000;

@@ -10,6 +10,11 @@
  *                  own index did (always without --redis); with --redis, "fallback": true
  *                  says that the local view answered because Redis failed or was in its
  *                  retry pause (false otherwise).
+ *                  Each row also has "load" (requests running + waiting, null when unknown)
+ *                  and "over_cap"; "workers": [...] limits the rows to those candidates and
+ *                  "loads": {NAME: LOAD} gives loads for this request (rd_load.c ranks).
+ *   POST /load     {"engine", "dp_rank", "running", "waiting", "kv_usage"} or {"loads":
+ *                  [...]}: a worker's load pushed by a gateway (rd_load_push)
  *   GET /metrics   Prometheus text format 0.0.4 (rd_metrics_write)
  *   GET /healthz   {"status": "ok", "workers": N, "stale": M, "view": V} (+ "redis": "up" or
  *                  "down" with --redis); 200 whichever view scores.
@@ -43,12 +48,6 @@ typedef struct rd_body {
     bool too_big;   /* more than max_body_bytes arrived: the rest is discarded */
     bool no_memory; /* the buffer could not grow */
 } rd_body;
-
-/* One ranked row of a /score answer. */
-typedef struct rd_rank {
-    kvp_router_row row; /* the router's row */
-    const char *engine; /* the worker's engine id (owned by the router until it is freed) */
-} rd_rank;
 
 static const char *const rd_state_names[] = {"scored", "stale", "model", "notsup", "token"};
 
@@ -107,7 +106,8 @@ static bool rd_ns_field(json_t *req, const char *key, kvp_field *out)
  * static description of what is wrong. */
 static const char *rd_parse_score(json_t *req, kvp_namespace *ns, uint32_t **tokens, size_t *n)
 {
-    static const char *const keys[] = {"tokens", "model", "lora", "salt", "tenant"};
+    static const char *const keys[] = {"tokens", "model",   "lora", "salt",
+                                       "tenant", "workers", "loads"};
     const char *key;
     json_t *v;
     if (!json_is_object(req))
@@ -118,7 +118,7 @@ static const char *rd_parse_score(json_t *req, kvp_namespace *ns, uint32_t **tok
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
             known = known || strcmp(key, keys[i]) == 0;
         if (!known)
-            return "unknown member (tokens, model, lora, salt, tenant)";
+            return "unknown member (tokens, model, lora, salt, tenant, workers, loads)";
     }
     kvp_namespace_init(ns);
     if (!rd_ns_field(req, "model", &ns->model) || !rd_ns_field(req, "lora", &ns->adapter) ||
@@ -199,6 +199,16 @@ static int rd_score_rows(rd_daemon *d, const kvp_namespace *ns, const uint32_t *
     }
 }
 
+/* The load-aware fields of a /score row (rd_rank_rows): "load" (null when unknown) and
+ * "over_cap". */
+static void rd_rank_json(json_t *row, const rd_rank *rk)
+{
+    if (row == NULL)
+        return;
+    json_object_set_new(row, "load", rk->load_known ? json_real(rk->load) : json_null());
+    json_object_set_new(row, "over_cap", json_boolean(rk->over_cap));
+}
+
 /* Build the /score answer from the ranked rows rk[0 .. n); counts the lookup. Returns NULL
  * on ENOMEM. */
 static json_t *rd_score_json(rd_daemon *d, const rd_rank *rk, size_t n, size_t n_tokens, int view)
@@ -206,11 +216,12 @@ static json_t *rd_score_json(rd_daemon *d, const rd_rank *rk, size_t n, size_t n
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < n; i++) {
         const kvp_router_row *r = &rk[i].row;
-        json_array_append_new(arr,
-                              json_pack("{ss sI sI sI sf ss}", "engine", rk[i].engine, "dp_rank",
-                                        (json_int_t)r->dp_rank, "blocks", (json_int_t)r->n_blocks,
-                                        "tokens", (json_int_t)r->n_tokens, "weighted", r->score,
-                                        "state", rd_state_names[r->state]));
+        json_t *row = json_pack("{ss sI sI sI sf ss}", "engine", rk[i].engine, "dp_rank",
+                                (json_int_t)r->dp_rank, "blocks", (json_int_t)r->n_blocks, "tokens",
+                                (json_int_t)r->n_tokens, "weighted", r->score, "state",
+                                rd_state_names[r->state]);
+        rd_rank_json(row, &rk[i]);
+        json_array_append_new(arr, row);
     }
     pthread_mutex_lock(&d->lock);
     d->n_lookups++;
@@ -241,16 +252,24 @@ static enum MHD_Result rd_handle_score(rd_daemon *d, struct MHD_Connection *c, r
     kvp_namespace ns;
     uint32_t *tokens = NULL;
     size_t n_tokens = 0;
+    rd_score_opts opts;
     const char *why = rd_parse_score(req, &ns, &tokens, &n_tokens);
-    if (why) {
+    const char *why_opts = why ? NULL : rd_score_opts_json(req, &opts);
+    if (why || why_opts) {
+        if (why_opts)
+            rd_score_opts_free(&opts);
+        free(tokens);
         json_decref(req);
-        return rd_reply_error(d, c, MHD_HTTP_BAD_REQUEST, why);
+        return rd_reply_error(d, c, MHD_HTTP_BAD_REQUEST, why ? why : why_opts);
     }
     rd_rank *rk = NULL;
     size_t n = 0;
     int view = 0;
     int rc = rd_score_rows(d, &ns, tokens, n_tokens, &rk, &n, &view);
+    if (rc == KVP_OK)
+        rc = rd_rank_rows(d, &opts, n_tokens / d->hash.block_size, rk, &n);
     json_t *out = rc == KVP_OK ? rd_score_json(d, rk, n, n_tokens, view) : NULL;
+    rd_score_opts_free(&opts);
     free(rk);
     free(tokens);
     json_decref(req);
@@ -261,6 +280,19 @@ static enum MHD_Result rd_handle_score(rd_daemon *d, struct MHD_Connection *c, r
     if (out == NULL)
         return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
     return rd_reply_json(c, MHD_HTTP_OK, out);
+}
+
+/* POST /load with body b (rd_load_push). */
+static enum MHD_Result rd_handle_load(rd_daemon *d, struct MHD_Connection *c, rd_body *b)
+{
+    if (b->too_big)
+        return rd_reply_error(d, c, MHD_HTTP_CONTENT_TOO_LARGE, "the body is above --max-body");
+    if (b->no_memory)
+        return rd_reply_error(d, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+    char err[256];
+    if (rd_load_push(d, b->data, b->n, err, sizeof err))
+        return rd_reply_error(d, c, MHD_HTTP_BAD_REQUEST, err);
+    return rd_reply_json(c, MHD_HTTP_OK, json_pack("{ss}", "status", "ok"));
 }
 
 /* GET /metrics. */
@@ -342,7 +374,8 @@ static enum MHD_Result rd_handler(void *cls, struct MHD_Connection *c, const cha
     bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     bool get =
         strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-    if (post && strcmp(url, "/score") == 0) {
+    bool load = post && strcmp(url, "/load") == 0;
+    if (load || (post && strcmp(url, "/score") == 0)) {
         if (*con_cls == NULL) {
             rd_body *b = calloc(1, sizeof *b);
             if (b == NULL)
@@ -356,16 +389,17 @@ static enum MHD_Result rd_handler(void *cls, struct MHD_Connection *c, const cha
             *upload_data_size = 0;
             return MHD_YES;
         }
-        return rd_handle_score(d, c, b);
+        return load ? rd_handle_load(d, c, b) : rd_handle_score(d, c, b);
     }
     if (get && strcmp(url, "/metrics") == 0)
         return rd_handle_metrics(d, c);
     if (get && strcmp(url, "/healthz") == 0)
         return rd_handle_health(d, c);
-    if (strcmp(url, "/score") == 0 || strcmp(url, "/metrics") == 0 || strcmp(url, "/healthz") == 0)
+    if (strcmp(url, "/score") == 0 || strcmp(url, "/metrics") == 0 ||
+        strcmp(url, "/healthz") == 0 || strcmp(url, "/load") == 0)
         return rd_reply_error(d, c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
     return rd_reply_error(d, c, MHD_HTTP_NOT_FOUND,
-                          "not found (POST /score, GET /metrics, "
+                          "not found (POST /score, POST /load, GET /metrics, "
                           "GET /healthz)");
 }
 
@@ -384,24 +418,33 @@ static void rd_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_threads, void **handle,
                   uint16_t *bound_port, char *err, size_t err_size)
 {
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1) {
-        cli_errf(err, err_size, "--listen: '%s' is not an IPv4 address", addr);
+    /* An IPv4 or IPv6 literal (rd_listen_parse has taken the brackets off). */
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *sa = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *sa6 = (struct sockaddr_in6 *)&ss;
+    unsigned v6 = 0;
+    if (inet_pton(AF_INET, addr, &sa->sin_addr) == 1) {
+        sa->sin_family = AF_INET;
+        sa->sin_port = htons(port);
+    } else if (inet_pton(AF_INET6, addr, &sa6->sin6_addr) == 1) {
+        sa6->sin6_family = AF_INET6;
+        sa6->sin6_port = htons(port);
+        v6 = MHD_USE_IPv6;
+    } else {
+        cli_errf(err, err_size, "--listen: '%s' is not an IPv4 or IPv6 address", addr);
         return 1;
     }
     struct MHD_Daemon *h = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, port, NULL, NULL,
-        rd_handler, d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG | v6, port, NULL, NULL,
+        rd_handler, d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
         n_threads, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_LIMIT, 256u,
         MHD_OPTION_NOTIFY_COMPLETED, rd_completed, d, MHD_OPTION_END);
     if (h == NULL) {
         cli_errf(err, err_size,
-                 "cannot listen on %s:%u (in use, or not an address of this "
+                 "cannot listen on %s%s%s:%u (in use, or not an address of this "
                  "machine)",
-                 addr, (unsigned)port);
+                 v6 ? "[" : "", addr, v6 ? "]" : "", (unsigned)port);
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h, MHD_DAEMON_INFO_BIND_PORT);

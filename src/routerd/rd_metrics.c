@@ -194,6 +194,7 @@ int rd_metrics_write(rd_daemon *d, FILE *f)
         return 1;
     rd_metrics_index(f, &st);
     rd_metrics_redis(&st, f);
+    rd_metrics_load(d, f);
     rd_family(f, "kvprefix_router_index_mode", "gauge",
               "What blocks are indexed by (--index-by): 1 for the mode in use.");
     fprintf(f, "kvprefix_router_index_mode{mode=\"tokens\"} %d\n",

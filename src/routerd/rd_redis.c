@@ -13,8 +13,9 @@
  *          └──────────first failure──────────────────────^
  *
  *     plus one line each time n_redis_lost grows (the store lost workers it held: Redis
- *     restarted empty or was flushed), saying how many the library put back from this
- *     router's local view (n_redis_reseeds);
+ *     restarted empty or was flushed) with how many worker views the library put back from
+ *     this router's local view since the last line (n_redis_reseeds), and one line when
+ *     only the re-seeds grew (repairs of views another router put back in part);
  *   - writes the store's metric families.
  *
  * State: rd_daemon.redis_state, .redis_lost, .redis_reseeds and .redis_check_ms, touched by
@@ -51,9 +52,10 @@ static void rd_redis_transition(rd_daemon *d, const kvp_router_stats *st)
     if (now == RD_REDIS_UNKNOWN || now == d->redis_state)
         return;
     if (now == RD_REDIS_DOWN)
-        rd_log("redis: unreachable (%s: %" PRIu64 " of %" PRIu64 " calls failed so far, next "
-               "try within %" PRIu32 " ms), scoring from the local view",
-               d->redis.url, st->n_redis_errors, st->n_redis_calls, d->redis.retry_ms);
+        rd_logl(RD_LOG_WARN,
+                "redis: unreachable (%s: %" PRIu64 " of %" PRIu64 " calls failed so far, next "
+                "try within %" PRIu32 " ms), scoring from the local view",
+                d->redis.url, st->n_redis_errors, st->n_redis_calls, d->redis.retry_ms);
     else if (d->redis_state == RD_REDIS_DOWN)
         rd_log("redis: reachable again (%s, %" PRIu64 " connections so far), scoring from the "
                "shared view",
@@ -76,15 +78,24 @@ void rd_redis_tick(rd_daemon *d)
     if (kvp_router_stats_get(d->router, &st) != KVP_OK || !st.redis)
         return;
     rd_redis_transition(d, &st);
-    if (st.n_redis_lost > d->redis_lost) {
-        rd_log("redis: worker state lost (restart?): %" PRIu64 " worker(s) this time, %" PRIu64
-               " of them put back from this router's local view, %" PRIu64 " in all; the "
-               "others keep only the blocks stored from now on",
-               st.n_redis_lost - d->redis_lost, st.n_redis_reseeds - d->redis_reseeds,
-               st.n_redis_lost);
-        d->redis_lost = st.n_redis_lost;
-        d->redis_reseeds = st.n_redis_reseeds;
-    }
+    /* Losses and re-seeds are separate figures: a re-seed also repairs a shared view that
+     * another router found missing but could put back only in part (its own local view was
+     * partial), so one line may report more re-seeds than losses, or re-seeds alone. */
+    uint64_t lost = st.n_redis_lost - d->redis_lost, put = st.n_redis_reseeds - d->redis_reseeds;
+    if (lost)
+        rd_logl(RD_LOG_WARN,
+                "redis: worker state lost (restart?): %" PRIu64 " worker(s) found missing (%" PRIu64
+                " in all); this router re-seeded %" PRIu64 " worker view(s) from its local view "
+                "since the last line (%" PRIu64 " in all); workers no router re-seeds keep only "
+                "the blocks stored from now on",
+                lost, st.n_redis_lost, put, st.n_redis_reseeds);
+    else if (put)
+        rd_log("redis: re-seeded %" PRIu64 " worker view(s) from this router's local view (%" PRIu64
+               " in all): shared views another router found missing and could put back only "
+               "in part",
+               put, st.n_redis_reseeds);
+    d->redis_lost = st.n_redis_lost;
+    d->redis_reseeds = st.n_redis_reseeds;
 }
 
 /* One unlabelled sample with its # HELP and # TYPE lines. */

@@ -2,9 +2,21 @@
  * rd_spec.c - the engines `kvprefix router` subscribes to: `--engine` specs and the
  * `--config` JSON file, both turned into rd_source entries of the daemon.
  *
- *   --engine ID=ENDPOINT[,replay=EP][,topic=PREFIX][,dp=N][,bind]
+ *   --engine ID=ENDPOINT[,replay=EP][,topic=PREFIX][,dp=N][,bind][,metrics=URL]
  *   {"engines": [{"id": "pod-a", "endpoint": "tcp://10.0.0.5:5557",
- *                 "replay": "tcp://10.0.0.5:5558", "topic": "kv@", "dp": 2, "bind": false}]}
+ *                 "replay": "tcp://10.0.0.5:5558", "topic": "kv@", "dp": 2, "bind": false,
+ *                 "metrics": "http://10.0.0.5:8000/metrics"}]}
+ *
+ * vLLM's own --kv-events-config keys are accepted in an engine object, so its JSON can be
+ * pasted beside an "id": replay_endpoint (= replay), endpoint, topic, publisher (must be
+ * "zmq"), enable_kv_cache_events (must be true), and the engine-side tuning keys
+ * buffer_steps, hwm, max_queue_size (ignored: they size the engine's buffers, not ours).
+ *
+ * Bind addresses. vLLM's default endpoint is tcp://STAR:5557 (STAR the character '*'): a
+ * wildcard the engine binds its PUB socket to, which a subscriber cannot connect to. Without
+ * `bind`, an endpoint whose host is `*`, 0.0.0.0 or [::] is refused with a message naming the fix
+ * (the engine's reachable address, or `bind` with the engines connecting to the router); with
+ * `bind` it is what the router binds, as vLLM does.
  *
  * ID `*` takes the engine id (and the worker's model) from each message's topic, llm-d's
  * `kv@<pod>@<model>`. dp=N (1..256) is the engine's data-parallel size: vLLM opens one PUB
@@ -33,6 +45,7 @@ typedef struct rd_spec {
     const char *topic;    /* subscription prefix, or NULL ("") */
     uint64_t dp;          /* data-parallel size (>= 1) */
     bool bind;            /* bind instead of connect */
+    const char *metrics;  /* the engine's Prometheus URL, or NULL */
 } rd_spec;
 
 static char *rd_strdup(const char *s)
@@ -92,14 +105,45 @@ static int rd_spec_expand(rd_daemon *d, const rd_spec *s, char *err, size_t err_
         src->topic = rd_strdup(s->topic ? s->topic : "");
         src->dp_rank = (int64_t)r;
         src->bind = s->bind;
+        src->dp_size = s->dp;
+        src->metrics = r == 0 && s->metrics ? rd_strdup(s->metrics) : NULL;
         d->n_sources++;
         if ((s->id[0] != '*' && src->engine == NULL) || !src->endpoint || !src->topic ||
-            (s->replay && !src->replay)) {
+            (s->replay && !src->replay) || (r == 0 && s->metrics && !src->metrics)) {
             cli_errf(err, err_size, "out of memory");
             return 1;
         }
     }
     return 0;
+}
+
+/* Whether endpoint ep is a tcp wildcard (host *, 0.0.0.0, [::] or ::): an address to bind,
+ * never one to connect to. */
+static bool rd_is_wildcard(const char *ep)
+{
+    static const char *const hosts[] = {"tcp://*:", "tcp://0.0.0.0:", "tcp://[::]:", "tcp://:::"};
+    for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++)
+        if (strncmp(ep, hosts[i], strlen(hosts[i])) == 0)
+            return true;
+    return false;
+}
+
+/* Refuse a wildcard endpoint the router would connect to (what). Returns 0, or non-zero
+ * with err. */
+static int rd_check_wildcard(const char *what, const char *ep, bool bind, char *err,
+                             size_t err_size)
+{
+    if (bind || ep == NULL || !rd_is_wildcard(ep))
+        return 0;
+    const char *port = strrchr(ep, ':') + 1;
+    cli_errf(err, err_size,
+             "%s'%s' is a bind address (vLLM's default `endpoint`, where the engine binds its "
+             "PUB socket on every interface), not one the router can connect to: give the "
+             "engine's reachable address, e.g. tcp://ENGINE-HOST:%s, or add `bind` (JSON "
+             "\"bind\": true) to bind it here and point the engines' endpoint at "
+             "tcp://ROUTER-HOST:%s (docs/routing.md, \"Endpoints\")",
+             what, ep, port, port);
+    return 1;
 }
 
 /* Check one parsed spec's values. Returns 0, or non-zero with err. */
@@ -123,7 +167,19 @@ static int rd_spec_validate(const rd_spec *s, char *err, size_t err_size)
         cli_errf(err, err_size, "topic longer than %u bytes", RD_NAME_MAX);
         return 1;
     }
-    return 0;
+    if (s->metrics && (strncmp(s->metrics, "http://", 7) != 0 || strlen(s->metrics) > RD_NAME_MAX ||
+                       strlen(s->metrics) < 8)) {
+        cli_errf(err, err_size, "metrics: '%s' is not http://HOST[:PORT][/PATH]", s->metrics);
+        return 1;
+    }
+    if (s->metrics && strcmp(s->id, "*") == 0) {
+        cli_errf(err, err_size, "metrics needs a fixed engine id (not '*')");
+        return 1;
+    }
+    /* The replay socket is bound by the engine as well (vLLM: port 5558 on every interface), and a
+     * ROUTER socket is never bound by the router, bind or not. */
+    return rd_check_wildcard("", s->endpoint, s->bind, err, err_size) ||
+           rd_check_wildcard("replay: ", s->replay, false, err, err_size);
 }
 
 /* Parse one "key=value" or "bind" option of a spec (item[0 .. len) inside buf, which this
@@ -136,7 +192,7 @@ static int rd_spec_option(rd_spec *s, char *item, char *err, size_t err_size)
         return 0;
     }
     if (eq == NULL) {
-        cli_errf(err, err_size, "'%s' is not key=value (replay, topic, dp) or bind", item);
+        cli_errf(err, err_size, "'%s' is not key=value (replay, topic, dp, metrics) or bind", item);
         return 1;
     }
     *eq = '\0';
@@ -145,13 +201,15 @@ static int rd_spec_option(rd_spec *s, char *item, char *err, size_t err_size)
         s->replay = v;
     else if (strcmp(item, "topic") == 0)
         s->topic = v;
+    else if (strcmp(item, "metrics") == 0)
+        s->metrics = v;
     else if (strcmp(item, "dp") == 0) {
         if (cli_parse_uint(v, 256, &s->dp) != CLI_OK || s->dp == 0) {
             cli_errf(err, err_size, "dp: '%s' is not an integer in 1..256", v);
             return 1;
         }
     } else {
-        cli_errf(err, err_size, "unknown option '%s' (replay, topic, dp, bind)", item);
+        cli_errf(err, err_size, "unknown option '%s' (replay, topic, dp, metrics, bind)", item);
         return 1;
     }
     return 0;
@@ -167,8 +225,8 @@ int rd_spec_add(rd_daemon *d, const char *spec, char *err, size_t err_size)
     snprintf(buf, sizeof buf, "%s", spec);
     char *eq = strchr(buf, '=');
     if (eq == NULL) {
-        cli_errf(err, err_size, "'%s' is not ID=ENDPOINT[,replay=EP][,topic=P][,dp=N][,bind]",
-                 spec);
+        cli_errf(err, err_size,
+                 "'%s' is not ID=ENDPOINT[,replay=EP][,topic=P][,dp=N][,bind][,metrics=URL]", spec);
         return 1;
     }
     *eq = '\0';
@@ -201,28 +259,66 @@ static const char *rd_json_str(json_t *o, const char *key, bool *bad)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-/* One engine object of the file. Returns 0, or non-zero with err (without the prefix). */
-static int rd_config_engine(rd_daemon *d, json_t *o, char *err, size_t err_size)
+/* The keys of an engine object: ours, then vLLM's KVEventsConfig names. */
+static const char *const rd_engine_keys[] = {
+    "id",           "endpoint", "replay",          "topic",     "dp",
+    "bind",         "metrics",  "replay_endpoint", "publisher", "enable_kv_cache_events",
+    "buffer_steps", "hwm",      "max_queue_size"};
+
+/* Refuse unknown keys, and vLLM keys whose value means the engine publishes nothing the
+ * router could read. Returns 0, or non-zero with err. */
+static int rd_config_keys(json_t *o, char *err, size_t err_size)
 {
-    static const char *const keys[] = {"id", "endpoint", "replay", "topic", "dp", "bind"};
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v)
     {
         bool known = false;
-        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-            known = known || strcmp(key, keys[i]) == 0;
+        for (size_t i = 0; i < sizeof rd_engine_keys / sizeof rd_engine_keys[0]; i++)
+            known = known || strcmp(key, rd_engine_keys[i]) == 0;
         if (!known) {
-            cli_errf(err, err_size, "unknown key '%s' (id, endpoint, replay, topic, dp, bind)",
+            cli_errf(err, err_size,
+                     "unknown key '%s' (id, endpoint, replay, topic, dp, bind, metrics; vLLM's "
+                     "replay_endpoint, publisher, enable_kv_cache_events, buffer_steps, hwm, "
+                     "max_queue_size)",
                      key);
             return 1;
         }
     }
+    json_t *pub = json_object_get(o, "publisher"),
+           *en = json_object_get(o, "enable_kv_cache_events");
+    if (pub && !json_is_null(pub) &&
+        (!json_is_string(pub) || strcmp(json_string_value(pub), "zmq") != 0)) {
+        cli_errf(err, err_size,
+                 "publisher: only \"zmq\" publishes events the router can read "
+                 "(vLLM's \"null\" publishes nothing)");
+        return 1;
+    }
+    if (en && !json_is_true(en)) {
+        cli_errf(err, err_size,
+                 "enable_kv_cache_events is not true: that engine publishes no "
+                 "events (set it true in its --kv-events-config)");
+        return 1;
+    }
+    if (json_object_get(o, "replay") && json_object_get(o, "replay_endpoint")) {
+        cli_errf(err, err_size, "replay and replay_endpoint are the same key: give one");
+        return 1;
+    }
+    return 0;
+}
+
+/* One engine object of the file. Returns 0, or non-zero with err (without the prefix). */
+static int rd_config_engine(rd_daemon *d, json_t *o, char *err, size_t err_size)
+{
+    if (rd_config_keys(o, err, err_size))
+        return 1;
     bool bad = false;
+    const char *replay = rd_json_str(o, "replay", &bad);
     rd_spec s = {.id = rd_json_str(o, "id", &bad),
                  .endpoint = rd_json_str(o, "endpoint", &bad),
-                 .replay = rd_json_str(o, "replay", &bad),
+                 .replay = replay ? replay : rd_json_str(o, "replay_endpoint", &bad),
                  .topic = rd_json_str(o, "topic", &bad),
+                 .metrics = rd_json_str(o, "metrics", &bad),
                  .dp = 1};
     json_t *dp = json_object_get(o, "dp"), *bind = json_object_get(o, "bind");
     if (bad ||
@@ -230,8 +326,14 @@ static int rd_config_engine(rd_daemon *d, json_t *o, char *err, size_t err_size)
          (!json_is_integer(dp) || json_integer_value(dp) < 1 || json_integer_value(dp) > 256)) ||
         (bind && !json_is_boolean(bind))) {
         cli_errf(err, err_size,
-                 "id, endpoint, replay, topic are strings, dp an integer in "
+                 "id, endpoint, replay, topic, metrics are strings, dp an integer in "
                  "1..256, bind a boolean");
+        return 1;
+    }
+    if (s.id == NULL) {
+        cli_errf(err, err_size,
+                 "no \"id\": vLLM's --kv-events-config names no engine; add "
+                 "\"id\": \"NAME\" beside its keys");
         return 1;
     }
     if (dp)
@@ -307,6 +409,7 @@ void rd_spec_free(rd_daemon *d)
         free(d->sources[i].endpoint);
         free(d->sources[i].replay);
         free(d->sources[i].topic);
+        free(d->sources[i].metrics);
     }
     free(d->sources);
     d->sources = NULL;

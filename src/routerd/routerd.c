@@ -20,10 +20,17 @@
  * an endpoint ZeroMQ refuses, a port in use), 2 usage (a flag, an --engine spec, --redis in
  * a build without Redis support), 3 internal error.
  */
+#include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef RD_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 #include "cli.h"
 #include "flags.h"
@@ -37,20 +44,26 @@ static const char usage_text[] =
     "\n"
     "Subscribe to engines' KV-event streams (vLLM's ZeroMQ protocol), index which\n"
     "worker holds which block, and answer over HTTP (docs/routing.md):\n"
-    "  POST /score {\"tokens\": [...], \"model\", \"lora\", \"salt\", \"tenant\"}\n"
-    "               -> workers ranked by cached prefix (blocks, tier-weighted)\n"
+    "  POST /score {\"tokens\": [...], \"model\", \"lora\", \"salt\", \"tenant\",\n"
+    "              \"workers\": [candidates], \"loads\": {WORKER: LOAD}}\n"
+    "               -> workers ranked by cached prefix and load (--overlap-weight)\n"
+    "  POST /load {\"engine\", \"dp_rank\", \"running\", \"waiting\", \"kv_usage\"}\n"
     "  GET /metrics  Prometheus text format;  GET /healthz\n"
     "Runs until SIGINT or SIGTERM.\n"
     "\n"
     "Engines:\n"
-    "  --engine ID=ENDPOINT[,replay=EP][,topic=PREFIX][,dp=N][,bind]\n"
+    "  --engine ID=ENDPOINT[,replay=EP][,topic=PREFIX][,dp=N][,bind][,metrics=URL]\n"
     "                       an engine's PUB endpoint (repeatable). replay: its replay\n"
     "                       ROUTER (gaps are refilled from it); topic: subscription prefix\n"
     "                       (default: all); dp: data-parallel size, rank r at tcp port + r;\n"
     "                       bind: bind the SUB socket, publishers connect. ID '*': the\n"
-    "                       engine id and model from each topic kv@<pod>@<model> (llm-d)\n"
+    "                       engine id and model from each topic kv@<pod>@<model> (llm-d).\n"
+    "                       metrics: the engine's Prometheus URL (http://HOST:PORT/metrics),\n"
+    "                       scraped for its load. tcp://*:PORT is where an engine binds, not\n"
+    "                       an address to connect to: refused unless bind is given\n"
     "  --config FILE        JSON {\"engines\": [{\"id\", \"endpoint\", \"replay\", \"topic\",\n"
-    "                       \"dp\", \"bind\"}, ...]} (with or instead of --engine)\n"
+    "                       \"dp\", \"bind\", \"metrics\"}, ...]} (with or instead of\n"
+    "                       --engine); vLLM's --kv-events-config keys are accepted too\n"
     "  --replay-timeout MS  bound on one replay (default 2000; then the worker is stale)\n"
     "\n"
     "Index (docs/routing.md, \"Token mode\"):\n"
@@ -67,12 +80,29 @@ static const char usage_text[] =
     "                       keyed, xxh3, siphash (docs/hash-profiles.md)\n"
     "  --hash-profile P     the same as --hash\n"
     "  --hash-key HEX       keyed, siphash: the engines' secret key, 32..64 hex digits\n"
-    "                       (required: a random key could never equal theirs)\n" CLI_HASH_HELP_TAIL
-    "  --seed N             xxh3: the 64-bit seed\n"
+    "                       (required: a random key could never equal theirs). Visible in\n"
+    "                       ps: prefer --hash-key-file or KVPREFIX_HASH_KEY\n"
+    "  --hash-key-file FILE the key's hex digits from FILE (surrounding blanks ignored);\n"
+    "                       environment KVPREFIX_HASH_KEY: the same, when neither is "
+    "given\n" CLI_HASH_HELP_TAIL "  --seed N             xxh3: the 64-bit seed\n"
     "  --block-size N       tokens per block (default 16)\n"
+    "\n";
+
+/* The second half (ISO C bounds one string literal's length). */
+static const char usage_tail[] =
+    "Load-aware ranking (docs/routing.md, \"Load-aware ranking\"):\n"
+    "  --overlap-weight W   0 (default): most cached blocks first, then least load; > 0:\n"
+    "                       smallest cost W x blocks to prefill + load (requests running +\n"
+    "                       waiting), as NVIDIA Dynamo's KV router weighs them\n"
+    "  --load-cap F         rank workers whose load is above F x the mean after the others\n"
+    "                       (default 0: no cap; else >= 1, as kvprefix fleet's cache-aware-cap)\n"
+    "  --scrape-interval MS period of the metrics= scrapes (default 1000, 50..600000)\n"
+    "  --load-ttl MS        a load older than this is unknown, ranked as 0 (default 10000;\n"
+    "                       0: never)\n"
     "\n"
     "HTTP:\n"
-    "  --listen ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
+    "  --listen ADDR[:PORT] address to listen on: IPv4, or IPv6 as [ADDR] or [ADDR]:PORT\n"
+    "                       (default 127.0.0.1)\n"
     "  --port N             port (default 8700; 0: any free port, printed at start)\n"
     "  --http-threads N     scoring threads (default 2, 1..64)\n"
     "  --max-body SIZE      largest /score body (default 16MiB)\n"
@@ -88,6 +118,13 @@ static const char usage_text[] =
     "                       Redis again (default 1000, 0..600000)\n"
     "  --worker-ttl SECONDS a worker without a batch for this long stops counting in\n"
     "                       scores, fleet-wide (default 0: never)\n"
+    "\n"
+    "Operation:\n"
+    "  --log-format F       text (default) or logfmt (ts=... level=... msg=\"...\")\n"
+    "  --log-level L        least level logged: debug, info (default), warn, error\n"
+    "  Under systemd (Type=notify) READY=1 is sent once the sockets are bound and\n"
+    "  subscribed and the HTTP server listens, STOPPING=1 at SIGTERM\n"
+    "  (contrib/systemd/kvprefix-router.service).\n"
     "  -h, --help           this message\n"
     "\n" CLI_EXIT_HELP;
 
@@ -107,7 +144,14 @@ enum {
     RD_OPT_REDIS_RETRY,
     RD_OPT_WORKER_TTL,
     RD_OPT_INDEX_BY,
-    RD_OPT_TOKEN_SEED
+    RD_OPT_TOKEN_SEED,
+    RD_OPT_OVERLAP_WEIGHT,
+    RD_OPT_LOAD_CAP,
+    RD_OPT_SCRAPE_INTERVAL,
+    RD_OPT_LOAD_TTL,
+    RD_OPT_LOG_FORMAT,
+    RD_OPT_LOG_LEVEL,
+    RD_OPT_HASH_KEY_FILE
 };
 
 static const struct option rd_longopts[] = {
@@ -129,21 +173,160 @@ static const struct option rd_longopts[] = {
     {"worker-ttl", required_argument, NULL, RD_OPT_WORKER_TTL},
     {"index-by", required_argument, NULL, RD_OPT_INDEX_BY},
     {"token-seed", required_argument, NULL, RD_OPT_TOKEN_SEED},
+    {"overlap-weight", required_argument, NULL, RD_OPT_OVERLAP_WEIGHT},
+    {"load-cap", required_argument, NULL, RD_OPT_LOAD_CAP},
+    {"scrape-interval", required_argument, NULL, RD_OPT_SCRAPE_INTERVAL},
+    {"load-ttl", required_argument, NULL, RD_OPT_LOAD_TTL},
+    {"log-format", required_argument, NULL, RD_OPT_LOG_FORMAT},
+    {"log-level", required_argument, NULL, RD_OPT_LOG_LEVEL},
+    {"hash-key-file", required_argument, NULL, RD_OPT_HASH_KEY_FILE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
 /* The command line, beyond what goes straight into the daemon. */
 typedef struct rd_opts {
-    cli_hash_opts hash; /* the hash flags as given */
-    const char *config; /* --config, or NULL */
-    const char *listen; /* --listen */
-    uint64_t port;      /* --port */
-    uint64_t threads;   /* --http-threads */
-    bool redis_flag;    /* a --redis-* or --worker-ttl flag was given */
-    bool index_given;   /* --index-by was given */
-    bool token_seed;    /* --token-seed was given */
+    cli_hash_opts hash;     /* the hash flags as given */
+    const char *config;     /* --config, or NULL */
+    const char *listen;     /* --listen */
+    uint64_t port;          /* --port */
+    uint64_t threads;       /* --http-threads */
+    bool redis_flag;        /* a --redis-* or --worker-ttl flag was given */
+    bool index_given;       /* --index-by was given */
+    bool token_seed;        /* --token-seed was given */
+    char listen_buf[64];    /* --listen's address without brackets or port */
+    bool port_given;        /* --port was given */
+    bool listen_port;       /* --listen carried a port */
+    const char *log_format; /* --log-format, or NULL */
+    const char *log_level;  /* --log-level, or NULL */
+    const char *key_file;   /* --hash-key-file, or NULL */
+    bool key_flag;          /* --hash-key was given */
 } rd_opts;
+
+/* A non-negative decimal (--overlap-weight, --load-cap) in min..max. Returns 0 or an exit
+ * status after a message. */
+static int rd_flag_real(const char *flag, const char *arg, double min, double max, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(arg, &end);
+    if (end == arg || *end != '\0' || errno != 0 || !isfinite(x) || x < min || x > max)
+        return fail(CLI_EXIT_USAGE, "%s: '%s' is not a number in %g..%g", flag, arg, min, max);
+    *out = x;
+    return 0;
+}
+
+/* --listen ADDR, ADDR:PORT (IPv4), [ADDR] or [ADDR]:PORT (IPv6), or a bare IPv6 ADDR, into
+ * o->listen (the address alone) and, with a port, o->port. Returns 0 or an exit status. */
+static int rd_listen_parse(rd_opts *o, const char *arg)
+{
+    const char *addr = arg, *port = NULL;
+    size_t len = strlen(arg);
+    if (arg[0] == '[') {
+        const char *close = strchr(arg, ']');
+        if (close == NULL || (close[1] != '\0' && close[1] != ':'))
+            return fail(CLI_EXIT_USAGE, "--listen: '%s' is not [IPV6] or [IPV6]:PORT", arg);
+        addr = arg + 1;
+        len = (size_t)(close - addr);
+        port = close[1] == ':' ? close + 2 : NULL;
+    } else if (strchr(arg, ':') && strchr(arg, ':') == strrchr(arg, ':')) {
+        len = (size_t)(strchr(arg, ':') - arg); /* one colon: IPv4:PORT */
+        port = arg + len + 1;
+    }
+    if (len == 0 || len >= sizeof o->listen_buf)
+        return fail(CLI_EXIT_USAGE, "--listen: '%s' is not an address", arg);
+    memcpy(o->listen_buf, addr, len);
+    o->listen_buf[len] = '\0';
+    o->listen = o->listen_buf;
+    o->listen_port = port != NULL;
+    return port ? cli_flag_uint("router", "--listen's port", port, 0, 65535, &o->port) : 0;
+}
+
+/* Give the key in text (hex digits, surrounding blanks ignored) to the hash options, naming
+ * its origin in messages. Returns 0 or an exit status. */
+static int rd_key_text(rd_opts *o, const char *origin, char *text)
+{
+    size_t n = strlen(text);
+    while (n && isspace((unsigned char)text[n - 1]))
+        text[--n] = '\0';
+    char *p = text;
+    while (*p && isspace((unsigned char)*p))
+        p++;
+    if (*p == '\0')
+        return fail(CLI_EXIT_USAGE, "%s: no key (32..64 hex digits)", origin);
+    int rc = cli_hash_apply("router", &o->hash, CLI_OPT_HASH_KEY, p);
+    if (rc)
+        fprintf(stderr, "kvprefix router: (the key came from %s)\n", origin);
+    return rc;
+}
+
+/* The secret key from --hash-key-file, else KVPREFIX_HASH_KEY when --hash-key was not given
+ * either, so that it need not appear on the command line (ps). Returns 0 or an exit status. */
+static int rd_key_load(rd_opts *o)
+{
+    if (o->key_file && o->key_flag)
+        return fail(CLI_EXIT_USAGE, "--hash-key and --hash-key-file: give one");
+    if (o->key_file) {
+        FILE *f = fopen(o->key_file, "r");
+        if (f == NULL)
+            return fail(CLI_EXIT_INPUT, "--hash-key-file: cannot open '%s': %s", o->key_file,
+                        strerror(errno));
+        char buf[256];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        bool more = fgetc(f) != EOF;
+        fclose(f);
+        buf[n] = '\0';
+        if (more || strlen(buf) != n)
+            return fail(CLI_EXIT_INPUT, "%s: not a key file (hex digits and blanks only)",
+                        o->key_file);
+        int rc = rd_key_text(o, o->key_file, buf);
+        memset(buf, 0, sizeof buf);
+        return rc;
+    }
+    const char *env = getenv("KVPREFIX_HASH_KEY");
+    if (o->key_flag || env == NULL || env[0] == '\0')
+        return 0;
+    char buf[256];
+    if (strlen(env) >= sizeof buf)
+        return fail(CLI_EXIT_USAGE, "KVPREFIX_HASH_KEY: longer than a key");
+    snprintf(buf, sizeof buf, "%s", env);
+    int rc = rd_key_text(o, "KVPREFIX_HASH_KEY", buf);
+    memset(buf, 0, sizeof buf);
+    return rc;
+}
+
+/* Apply one of the load-ranking and operation options. Returns 0 or an exit status. */
+static int rd_apply_ops_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
+{
+    uint64_t v = 0;
+    int rc = 0;
+    switch (c) {
+    case RD_OPT_OVERLAP_WEIGHT:
+        return rd_flag_real("--overlap-weight", arg, 0.0, 1e9, &d->rank.overlap_weight);
+    case RD_OPT_LOAD_CAP:
+        if ((rc = rd_flag_real("--load-cap", arg, 0.0, 1000.0, &d->rank.load_cap)) == 0 &&
+            d->rank.load_cap != 0.0 && d->rank.load_cap < 1.0)
+            return fail(CLI_EXIT_USAGE, "--load-cap: '%s' is not 0 (no cap) or at least 1", arg);
+        return rc;
+    case RD_OPT_SCRAPE_INTERVAL:
+        if ((rc = cli_flag_uint("router", "--scrape-interval", arg, 50, 600000, &v)) == 0)
+            d->scrape_interval_ms = (int)v;
+        return rc;
+    case RD_OPT_LOAD_TTL:
+        if ((rc = cli_flag_uint("router", "--load-ttl", arg, 0, 86400000, &v)) == 0)
+            d->load_ttl_ms = (int)v;
+        return rc;
+    case RD_OPT_LOG_FORMAT:
+        o->log_format = arg;
+        return 0;
+    case RD_OPT_LOG_LEVEL:
+        o->log_level = arg;
+        return 0;
+    default:
+        o->key_file = arg;
+        return 0;
+    }
+}
 
 /* Apply one of the --redis options to d->redis. Returns 0 or an exit status after a
  * message. */
@@ -182,13 +365,18 @@ static int rd_apply_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
     char err[512];
     uint64_t v = 0;
     int rc = 0;
-    if (cli_hash_is_opt(c))
+    if (cli_hash_is_opt(c)) {
+        o->key_flag = o->key_flag || c == CLI_OPT_HASH_KEY;
         return cli_hash_apply("router", &o->hash, c, arg);
+    }
+    if (c >= RD_OPT_OVERLAP_WEIGHT && c <= RD_OPT_HASH_KEY_FILE)
+        return rd_apply_ops_opt(d, o, c, arg);
     if (c >= RD_OPT_REDIS && c <= RD_OPT_WORKER_TTL)
         return rd_apply_redis_opt(d, c, arg);
     switch (c) {
     case 'h':
         fputs(usage_text, stdout);
+        fputs(usage_tail, stdout);
         return -1;
     case RD_OPT_ENGINE:
         return rd_spec_add(d, arg, err, sizeof err) ? fail(CLI_EXIT_USAGE, "--engine: %s", err) : 0;
@@ -208,9 +396,9 @@ static int rd_apply_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
             d->hash.block_size = (uint32_t)v;
         return rc;
     case RD_OPT_LISTEN:
-        o->listen = arg;
-        return 0;
+        return rd_listen_parse(o, arg);
     case RD_OPT_PORT:
+        o->port_given = true;
         return cli_flag_uint("router", "--port", arg, 0, 65535, &o->port);
     case RD_OPT_THREADS:
         return cli_flag_uint("router", "--http-threads", arg, 1, 64, &o->threads);
@@ -248,6 +436,14 @@ static int rd_parse_args(int argc, char **argv, rd_daemon *d, rd_opts *o)
     }
     if (optind < argc)
         return fail(CLI_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+    char lerr[256];
+    if (rd_log_config(o->log_format, o->log_level, lerr, sizeof lerr))
+        return fail(CLI_EXIT_USAGE, "%s", lerr);
+    if (o->listen_port && o->port_given)
+        return fail(CLI_EXIT_USAGE, "--listen ADDR:PORT and --port: give the port once");
+    int krc = rd_key_load(o);
+    if (krc)
+        return krc;
     if (!o->hash.profile_given) {
         o->hash.profile = KVP_HASH_VLLM_SHA256;
         o->hash.profile_given = true;
@@ -331,6 +527,19 @@ static int rd_router_new(rd_daemon *d)
     return 0;
 }
 
+/* Tell systemd (Type=notify, NOTIFY_SOCKET set) the daemon's state; nothing in a build
+ * without libsystemd or outside systemd. Cannot fail. */
+static void rd_notify(const char *state)
+{
+#ifdef RD_HAVE_SYSTEMD
+    int rc = sd_notify(0, state);
+    if (rc < 0)
+        rd_logl(RD_LOG_WARN, "sd_notify: %s", strerror(-rc));
+#else
+    (void)state;
+#endif
+}
+
 /* Run the threads until SIGINT or SIGTERM (blocked in every thread, taken by sigwait).
  * Returns an exit status. */
 static int rd_serve(rd_daemon *d, const rd_opts *o)
@@ -349,16 +558,21 @@ static int rd_serve(rd_daemon *d, const rd_opts *o)
     char err[512];
     int status = CLI_EXIT_OK;
     if (rd_http_start(d, o->listen, (uint16_t)o->port, (unsigned)o->threads, &http, &port, err,
-                      sizeof err)) {
+                      sizeof err) ||
+        rd_scrape_start(d, err, sizeof err)) {
         status = fail(CLI_EXIT_INPUT, "%s", err);
     } else {
-        printf("kvprefix router: listening on http://%s:%u (%zu engine endpoints)\n", o->listen,
-               (unsigned)port, d->n_sources);
+        bool v6 = strchr(o->listen, ':') != NULL;
+        printf("kvprefix router: listening on http://%s%s%s:%u (%zu engine endpoints)\n",
+               v6 ? "[" : "", o->listen, v6 ? "]" : "", (unsigned)port, d->n_sources);
         fflush(stdout);
+        rd_notify("READY=1\nSTATUS=listening, subscribed to every engine endpoint");
         int sig = 0;
         sigwait(&set, &sig);
+        rd_notify("STOPPING=1");
         rd_log("%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
     }
+    rd_scrape_stop(d);
     rd_http_stop(http);
     atomic_store(&d->stop, true);
     pthread_join(ev, NULL);
@@ -384,7 +598,12 @@ int rd_main(int argc, char **argv)
     o.listen = "127.0.0.1";
     o.port = 8700;
     o.threads = 2;
-    int rc = rd_parse_args(argc, argv, &d, &o);
+    kvp_router_rank_config_init(&d.rank);
+    d.scrape_interval_ms = 1000;
+    d.load_ttl_ms = 10000;
+    int rc = rd_loads_new(&d) ? fail(CLI_EXIT_INTERNAL, "out of memory") : 0;
+    if (rc == 0)
+        rc = rd_parse_args(argc, argv, &d, &o);
     char err[512];
     if (rc == 0)
         rc = rd_router_new(&d);
@@ -395,6 +614,7 @@ int rd_main(int argc, char **argv)
     rd_events_free(&d);
     kvp_router_free(d.router);
     rd_spec_free(&d);
+    rd_loads_free(d.loads);
     pthread_mutex_destroy(&d.lock);
     return rc < 0 ? CLI_EXIT_OK : rc;
 }

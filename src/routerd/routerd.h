@@ -7,6 +7,9 @@
  *   rd_events.c the event thread: SUB sockets, decode, kvp_router_apply, gaps -> replay
  *   rd_http.c   libmicrohttpd: POST /score, GET /metrics, GET /healthz
  *   rd_redis.c  --redis: the key prefix's shape, the store's state as log lines, metrics
+ *   rd_log.c    log lines with levels, text or logfmt (--log-format, --log-level)
+ *   rd_load.c   workers' loads (scraped, pushed, per request) and the load-aware ranking
+ *   rd_scrape.c the scrape thread: engines' Prometheus /metrics over plain HTTP
  *
  * Threads. One event thread owns every ZeroMQ socket and is the only writer of the index
  * (kvp_router) and of the daemon's counters; libmicrohttpd's threads score (the router is
@@ -53,6 +56,9 @@ typedef struct rd_source {
     char *topic;         /* subscription prefix ("" = everything) */
     int64_t dp_rank;     /* rank of batches that carry none */
     bool bind;           /* bind the SUB socket (publishers connect) instead of connecting */
+    char *metrics;       /* the engine's Prometheus URL (metrics=, on its rank-0 source only),
+                            or NULL: not scraped */
+    uint64_t dp_size;    /* data-parallel size of the engine (its ranks' sources), >= 1 */
     void *sub;           /* the SUB socket (event thread only) */
     uint64_t n_messages; /* messages received */
     uint64_t n_bad[RD_BAD_KINDS]; /* messages refused, by reason */
@@ -65,6 +71,9 @@ typedef struct rd_item {
     uint64_t seq;    /* its sequence number */
     kvp_kv_batch *b; /* owned by the queue */
 } rd_item;
+
+/* The load table (rd_load.c), opaque to the other files. */
+typedef struct rd_loads rd_loads;
 
 /* One worker the daemon has seen: (engine id, dp rank) on one source. */
 typedef struct rd_worker {
@@ -122,6 +131,13 @@ typedef struct rd_daemon {
     uint64_t redis_lost;      /* event thread: n_redis_lost last logged */
     uint64_t redis_reseeds;   /* event thread: n_redis_reseeds last logged */
     int64_t redis_check_ms;   /* event thread: when the store was last checked (monotonic) */
+
+    /* Load-aware ranking (rd_load.c, rd_scrape.c). */
+    rd_loads *loads;             /* workers' loads, scraped or pushed (own lock) */
+    kvp_router_rank_config rank; /* --overlap-weight, --load-cap (start stays 0) */
+    int scrape_interval_ms;      /* --scrape-interval: period of the metrics scrapes */
+    int load_ttl_ms;             /* --load-ttl: a load older than this is unknown (0: never) */
+    void *scraper;               /* the scrape thread (rd_scrape.c), NULL when none runs */
 } rd_daemon;
 
 /* What the daemon last said about the shared store (rd_daemon.redis_state). */
@@ -164,7 +180,7 @@ void *rd_events_run(void *arg);
 /* Close the sockets, free the workers and the context. Cannot fail. */
 void rd_events_free(rd_daemon *d);
 
-/* Print a log line "kvprefix router: ..." to stderr (control characters escaped). */
+/* Log an info line (rd_logl with RD_LOG_INFO; rd_log.c). */
 void rd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Monotonic milliseconds. Cannot fail. */
@@ -197,5 +213,107 @@ void rd_http_stop(void *handle);
 /* Write the Prometheus text exposition (format 0.0.4) of d to f. Returns 0, or non-zero
  * when the router's stats could not be read. */
 int rd_metrics_write(rd_daemon *d, FILE *f);
+
+/* rd_log.c ------------------------------------------------------------------------------- */
+
+/* Log levels, least severe first. */
+enum { RD_LOG_DEBUG = 0, RD_LOG_INFO = 1, RD_LOG_WARN = 2, RD_LOG_ERROR = 3 };
+
+/* Set the format ("text": `kvprefix router: [LEVEL: ]message`; "logfmt": `ts=... level=...
+ * msg="..."`) and the least level printed ("debug", "info", "warn", "error"); NULL keeps
+ * the current one. Call before any thread starts. Returns 0, or non-zero with err. */
+int rd_log_config(const char *format, const char *level, char *err, size_t err_size);
+
+/* Print one log line at level to stderr (control characters escaped; one write, so
+ * threads' lines do not interleave). Cannot fail. */
+void rd_logl(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* rd_load.c ------------------------------------------------------------------------------ */
+
+/* Where a worker's load came from (rd_load_set). */
+enum { RD_LOAD_SCRAPE = 0, RD_LOAD_PUSH = 1, RD_LOAD_SOURCES = 2 };
+
+/* One ranked row of a /score answer. */
+typedef struct rd_rank {
+    kvp_router_row row; /* the router's row */
+    const char *engine; /* the worker's engine id (owned by the router until it is freed) */
+    double load;        /* the load ranked with (0 when unknown), set by rd_rank_rows */
+    bool load_known;    /* a fresh load was known for the worker (scraped, pushed, given) */
+    bool over_cap;      /* above --load-cap x the mean load: ranked after the others */
+} rd_rank;
+
+/* What a /score request adds to the ranking (filled by whichever parser reads the body;
+ * rd_score_opts_json for a jansson object). Strings are owned by the caller's parse and
+ * must outlive rd_rank_rows. A name is "ENGINE" (every dp rank) or "ENGINE/RANK". */
+typedef struct rd_score_opts {
+    const char **workers;    /* candidate workers ("workers": [...]); NULL: all */
+    size_t n_workers;        /* entries in workers */
+    const char **load_names; /* loads given in the request ("loads": {NAME: LOAD}), which
+                                override the table's for this request */
+    double *load_values;     /* n_loads values, each >= 0 and finite */
+    size_t n_loads;          /* entries in load_names and load_values */
+} rd_score_opts;
+
+/* Create the table into d->loads. Returns 0, non-zero when out of memory. */
+int rd_loads_new(rd_daemon *d);
+
+/* Free the table (and any rd_score_opts arrays are the caller's). Accepts NULL. */
+void rd_loads_free(rd_loads *t);
+
+/* Record a worker's figures (running and waiting requests, KV usage 0..1 or negative when
+ * unknown) from source RD_LOAD_*, now. Returns 0, non-zero when out of memory or the table
+ * is full (RD_MAX_LOADS workers). Thread-safe. */
+int rd_load_set(rd_daemon *d, const char *engine, int64_t dp_rank, double running, double waiting,
+                double kv_usage, int source);
+
+/* POST /load: body[0 .. n) is {"engine", "dp_rank", "running", "waiting", "kv_usage"} or
+ * {"loads": [such objects]}. Returns 0, or non-zero with a message in err (bad JSON, a
+ * missing or negative figure, an unknown member). */
+int rd_load_push(rd_daemon *d, const char *body, size_t n, char *err, size_t err_size);
+
+/* Read "workers" and "loads" of a /score request object (a json_t *, as void * so that
+ * this header needs no jansson) into *o; arrays malloc'ed (rd_score_opts_free), strings
+ * borrowed from req. Returns NULL, or a static description of what is wrong; free with
+ * rd_score_opts_free in both cases. */
+const char *rd_score_opts_json(void *req, rd_score_opts *o);
+
+/* Free what rd_score_opts_json allocated. Accepts a zeroed struct. */
+void rd_score_opts_free(rd_score_opts *o);
+
+/* Rank the rows rk[0 .. *n) (sorted by the index's order) for a prompt of prompt_blocks
+ * full blocks: drop rows that are not candidates of o (o may be NULL), attach each row's
+ * load, and reorder them with kvp_router_rank (d->rank; ties keep the given order).
+ * *n becomes the rows kept. Returns KVP_OK or KVP_ENOMEM / KVP_EINVAL (rows untouched). */
+int rd_rank_rows(rd_daemon *d, const rd_score_opts *o, size_t prompt_blocks, rd_rank *rk,
+                 size_t *n);
+
+/* Write the load families (kvprefix_router_worker_load, ..._scrapes_total) to f. Cannot
+ * fail. */
+void rd_metrics_load(rd_daemon *d, FILE *f);
+
+/* rd_scrape.c ---------------------------------------------------------------------------- */
+
+/* Start the scrape thread when a source has a metrics URL (d->scraper set). Returns 0 or
+ * non-zero with err. */
+int rd_scrape_start(rd_daemon *d, char *err, size_t err_size);
+
+/* Stop and join the scrape thread. Accepts d->scraper NULL. */
+void rd_scrape_stop(rd_daemon *d);
+
+/* Parse a Prometheus text exposition text[0 .. n) for an engine of dp_size ranks: per rank,
+ * running and waiting requests and KV usage (vLLM's vllm:num_requests_running,
+ * vllm:num_requests_waiting, vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc;
+ * SGLang's sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage), summed over
+ * the series of a rank (label engine="R" or dp_rank="R"; none: rank default_rank).
+ * out[r * 3 + {0,1,2}] for r < dp_size (KV usage -1 when absent), found[r] whether any
+ * series named rank r. Returns the number of samples used. Cannot fail. */
+size_t rd_scrape_parse(const char *text, size_t n, uint64_t dp_size, int64_t default_rank,
+                       double *out, bool *found);
+
+/* Fetch http://HOST[:PORT][/PATH] (HTTP/1.0, plain socket, IPv4 or [IPv6]) within
+ * timeout_ms; the body (at most max_bytes) into *body (malloc'ed, NUL-terminated), its
+ * length into *n. Returns 0, or non-zero with err (refused, timeout, not 200, too big). */
+int rd_http_get(const char *url, int timeout_ms, size_t max_bytes, char **body, size_t *n,
+                char *err, size_t err_size);
 
 #endif /* CLI_ROUTERD_H */

@@ -1348,3 +1348,110 @@ Test(fleet_redis, index_redis_report)
              (long)getpid());
     json_same_as_oracle(a, "redis", "fleet_hand.jsonl");
 }
+
+/* The cache-aware and least-loaded decisions as fleet_sim.c made them before they went
+ * through kvp_router_rank (the router daemon's ranking), kept here as the reference: scan
+ * from the replica after the previous pick, keep the first strictly better one, skip
+ * replicas over load_cap x the mean outstanding work (never the least loaded). */
+static uint32_t scan_pick(int policy, double load_cap, const uint32_t *cached, const double *work,
+                          uint32_t n, uint32_t last)
+{
+    bool by_cache = policy == FL_CACHE_AWARE || policy == FL_CACHE_CAP;
+    double limit = 1e300;
+    uint32_t least = 0, best = UINT32_MAX;
+    if (policy == FL_CACHE_CAP) {
+        double sum = 0.0;
+        for (uint32_t r = 0; r < n; r++) {
+            sum += work[r];
+            least = work[r] < work[least] ? r : least;
+        }
+        limit = load_cap * (sum / n);
+    }
+    for (uint32_t k = 1; k <= n; k++) {
+        uint32_t r = (last + k) % n;
+        if (work[r] > limit && r != least)
+            continue;
+        bool better =
+            best == UINT32_MAX || (by_cache && cached[r] != cached[best] ? cached[r] > cached[best]
+                                                                         : work[r] < work[best]);
+        if (better)
+            best = r;
+    }
+    return best;
+}
+
+/* fl_rank_pick (kvp_router_rank) decides as the scan did, ties and the cap included, on
+ * random replicas whose cached blocks and loads come from small sets (many ties). */
+Test(fleet, rank_pick_matches_the_scan)
+{
+    uint64_t x = 12345;
+    static const int policies[] = {FL_LEAST_LOADED, FL_CACHE_AWARE, FL_CACHE_CAP};
+    uint32_t cached[24];
+    double work[24];
+    kvp_router_rank_input scratch[24];
+    for (int it = 0; it < 3000; it++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        uint32_t n = 1 + (uint32_t)(x >> 59) % 24;
+        for (uint32_t r = 0; r < n; r++) {
+            x = x * 6364136223846793005u + 1442695040888963407u;
+            cached[r] = (uint32_t)(x >> 61);
+            work[r] = (double)((x >> 40) % 5) * 1000.0;
+        }
+        fl_model m;
+        memset(&m, 0, sizeof m);
+        m.load_cap = 1.0 + (double)(it % 4) * 0.5;
+        int policy = policies[it % 3];
+        uint32_t last = (uint32_t)(x >> 20) % n, pick = UINT32_MAX;
+        cr_assert_eq(fl_rank_pick(&m, policy, 8, cached, work, n, last, scratch, &pick), FL_OK);
+        cr_assert_eq(pick, scan_pick(policy, m.load_cap, cached, work, n, last),
+                     "iteration %d, %u replicas, policy %d", it, n, policy);
+    }
+    /* The cost mode (--overlap-weight): by hand. 8 blocks; replica 0 holds 8 with work 4000,
+     * 1 holds 4 with 0, 2 holds 0 with 0; at 500 ns per block the costs are 4000, 2000 and
+     * 4000, at 2000 ns 4000, 8000, 16000. */
+    fl_model m;
+    memset(&m, 0, sizeof m);
+    uint32_t c3[3] = {8, 4, 0}, pick = 9;
+    double w3[3] = {4000.0, 0.0, 0.0};
+    m.overlap_weight = 500.0;
+    cr_assert_eq(fl_rank_pick(&m, FL_CACHE_AWARE, 8, c3, w3, 3, 2, scratch, &pick), FL_OK);
+    cr_assert_eq(pick, 1);
+    m.overlap_weight = 2000.0;
+    cr_assert_eq(fl_rank_pick(&m, FL_CACHE_AWARE, 8, c3, w3, 3, 2, scratch, &pick), FL_OK);
+    cr_assert_eq(pick, 0);
+    /* A load that is not a finite number >= 0 is refused, not ranked. */
+    w3[1] = -1.0;
+    cr_assert_eq(fl_rank_pick(&m, FL_CACHE_AWARE, 8, c3, w3, 3, 2, scratch, &pick), FL_EINTERNAL);
+}
+
+/* kvp_router_rank's full order: within the cap first, by the key; its argument checks. */
+Test(fleet, router_rank_order_and_errors)
+{
+    kvp_router_rank_config rc;
+    kvp_router_rank_config_init(&rc);
+    rc.load_cap = 1.5;
+    /* loads 12, 1, 2 (mean 5, limit 7.5): replica 0 is over the cap. */
+    kvp_router_rank_input in[3] = {{8, 12}, {4, 1}, {0, 2}};
+    uint32_t order[3];
+    size_t n = 0, within = 0;
+    cr_assert_eq(kvp_router_rank(&rc, 8, in, 3, order, 3, &n, &within), KVP_OK);
+    cr_assert(n == 3 && within == 2 && order[0] == 1 && order[1] == 2 && order[2] == 0);
+    /* Equal candidates take turns from start. */
+    kvp_router_rank_input eq[3] = {{1, 0}, {1, 0}, {1, 0}};
+    rc.start = 2;
+    cr_assert_eq(kvp_router_rank(&rc, 8, eq, 3, order, 3, &n, NULL), KVP_OK);
+    cr_assert(order[0] == 2 && order[1] == 0 && order[2] == 1);
+    cr_assert_eq(kvp_router_rank(&rc, 8, eq, 3, order, 1, &n, NULL), KVP_OK);
+    cr_assert(n == 1 && order[0] == 2);
+    rc.load_cap = 0.5;
+    cr_assert_eq(kvp_router_rank(&rc, 8, eq, 3, order, 3, &n, NULL), KVP_EINVAL);
+    rc.load_cap = 0.0;
+    rc.overlap_weight = -1.0;
+    cr_assert_eq(kvp_router_rank(&rc, 8, eq, 3, order, 3, &n, NULL), KVP_EINVAL);
+    rc.overlap_weight = 0.0;
+    eq[1].cached = 0.0 / 0.0;
+    cr_assert_eq(kvp_router_rank(&rc, 8, eq, 3, order, 3, &n, NULL), KVP_EINVAL);
+    cr_assert_eq(kvp_router_rank(NULL, 8, eq, 3, order, 3, &n, NULL), KVP_EINVAL);
+    cr_assert_eq(kvp_router_rank(&rc, 8, eq, 0, order, 3, &n, NULL), KVP_OK);
+    cr_assert_eq(n, 0);
+}

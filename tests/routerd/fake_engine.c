@@ -260,8 +260,9 @@ int main(int argc, char **argv)
     e.ctx = zmq_ctx_new();
     int zero = 0;
     e.out = zmq_socket(e.ctx, ZMQ_XPUB);
+    int one = 1; /* dual-stack: PUB_ENDPOINT may be tcp://[ADDR]:PORT */
     if (e.out == NULL || zmq_setsockopt(e.out, ZMQ_LINGER, &zero, sizeof zero) ||
-        zmq_bind(e.out, argv[1]))
+        zmq_setsockopt(e.out, ZMQ_IPV6, &one, sizeof one) || zmq_bind(e.out, argv[1]))
         die("XPUB bind", 0);
     fe_open(&e);
     printf("READY\n");

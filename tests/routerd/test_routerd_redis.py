@@ -31,6 +31,7 @@ Exits 0 on success, 1 on a failed check, 77 (skipped) when redis-server is missi
 build has no Redis support, unless KVPREFIX_REDIS_REQUIRED is set (then those fail).
 """
 import os
+import re
 import shutil
 import signal
 import socket
@@ -243,11 +244,23 @@ def phase_b(kvprefix, args, tmp, routers, engines, prompts):
            "(b) router 1 re-learned blocks from the engines")
     # Its next batches: a gap in its local view that the fleet does not have, so the library
     # follows it (no replay: the local view restarts there, partial) and Redis has them.
+    # Router 1 is paused (SIGSTOP) while they are published, so that router 2 applies them
+    # to Redis first: router 1, resumed, finds them DUPLICATE in the store while its own
+    # local view has a gap there, and must count them as duplicates all the same.
+    dups0 = r1.metric("kvprefix_router_redis_duplicates_total")
     pq, pr = prompt(12000, 1), prompt(13000, 1)
-    a.access(pq)
-    b.access(pr)
+    r1.proc.send_signal(signal.SIGSTOP)
+    try:
+        a.access(pq)
+        b.access(pr)
+        check_same([r2], engines, [pq, pr], "(b) router 2 first")
+    finally:
+        r1.proc.send_signal(signal.SIGCONT)
     check_same([r1, r2], engines, prompts + [pc, pd, pq, pr], "(b) the next batches")
     expect(r1.metric("kvprefix_router_replays_total") == 0, "(b) router 1 replayed")
+    dups = r1.metric("kvprefix_router_redis_duplicates_total") - dups0
+    expect(dups == 2, f"(b) router 1, started late, counted {dups:g} of the 2 batches router "
+           "2 had applied as duplicates")
     return r1, prompts + [pc, pd, pq, pr], [pq, pr]
 
 
@@ -258,6 +271,16 @@ def back_to_redis(routers, p, what):
     for i, r in enumerate(routers):
         wait(lambda: r.rows(p)[0] == "redis", f"{what}: router {i + 1} back on Redis")
     return time.monotonic() - t0
+
+
+def logged_losses(r):
+    """Losses the router's log lines report, summed."""
+    return sum(int(n) for n in re.findall(r"(\d+) worker\(s\) found missing", r.logtext()))
+
+
+def logged_reseeds(r):
+    """Re-seeds the router's log lines report, summed."""
+    return sum(int(n) for n in re.findall(r"re-seeded (\d+) worker view\(s\)", r.logtext()))
 
 
 def phase_c(redis, r1, r2, engines, prompts, recent):
@@ -288,6 +311,15 @@ def phase_c(redis, r1, r2, engines, prompts, recent):
                  f"(c) router {i + 1}: no loss line")
         expect(r.proc.poll() is None, f"(c) router {i + 1} died")
     never_over([r1, r2], engines, prompts + [pe, pf])
+    # Every loss and every re-seed is in the log, as separate figures (a re-seed also
+    # repairs a view another router put back in part, so re-seeds may outnumber losses).
+    for i, r in enumerate((r1, r2)):
+        wait(lambda: logged_reseeds(r) == r.metric("kvprefix_router_redis_reseeds_total") and
+             logged_losses(r) == r.metric("kvprefix_router_redis_lost_total"),
+             f"(c) router {i + 1}: its log lines to add up to its loss and re-seed counters "
+             f"(logged {logged_losses(r)} losses, {logged_reseeds(r)} re-seeds; counters "
+             f"{r.metric('kvprefix_router_redis_lost_total'):g}, "
+             f"{r.metric('kvprefix_router_redis_reseeds_total'):g})")
     lost_now = lost()
     # What the restart lost: blocks the engines hold but the shared view no longer shows.
     lost = held = 0

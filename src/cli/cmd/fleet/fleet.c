@@ -59,6 +59,9 @@ static const char usage_text[] =
     "                       cache-aware, cache-aware-cap (default: all)\n"
     "  --load-cap F         cache-aware-cap: skip replicas whose outstanding work is above\n"
     "                       F x the fleet mean (default 1.5; at least 1)\n"
+    "  --overlap-weight US  cache-aware policies: rank by the cost US x blocks to prefill +\n"
+    "                       outstanding work (microseconds per block), as `kvprefix router\n"
+    "                       --overlap-weight` does (default 0: most cached blocks first)\n"
     "  --vnodes N           affinity: hash-ring points per replica (default 160)\n"
     "  --affinity-blocks K  affinity: hash the prompt's first K blocks (default 1)\n"
     "  --eviction P         every replica's eviction policy: lru (default), slru, s3fifo\n"
@@ -138,7 +141,8 @@ enum {
     OPT_INDEX,
     OPT_REDIS,
     OPT_REDIS_PREFIX,
-    OPT_EVENT_DELAY
+    OPT_EVENT_DELAY,
+    OPT_OVERLAP_WEIGHT
 };
 
 static const struct option longopts[] = {
@@ -148,6 +152,7 @@ static const struct option longopts[] = {
     {"replicas", required_argument, NULL, OPT_REPLICAS},
     {"policies", required_argument, NULL, OPT_POLICIES},
     {"load-cap", required_argument, NULL, OPT_LOAD_CAP},
+    {"overlap-weight", required_argument, NULL, OPT_OVERLAP_WEIGHT},
     {"vnodes", required_argument, NULL, OPT_VNODES},
     {"affinity-blocks", required_argument, NULL, OPT_AFFINITY_BLOCKS},
     {"eviction", required_argument, NULL, OPT_EVICTION},
@@ -273,6 +278,11 @@ static int apply_model(fl_options *o, int c, const char *flag, const char *v)
         if ((rc = flag_milli(flag, v, 1000, 1000000, "a factor in 1..1000 (3 decimals at most)",
                              &x)) == 0)
             o->model.load_cap = (double)x / 1000.0;
+        return rc;
+    case OPT_OVERLAP_WEIGHT:
+        if ((rc = flag_milli(flag, v, 0, FL_MAX_COST_NS,
+                             "microseconds in 0..1000000 (3 decimals at most)", &x)) == 0)
+            o->model.overlap_weight = (double)x;
         return rc;
     case OPT_PREFILL:
     case OPT_DECODE:

@@ -25,6 +25,7 @@
 #include "hashopt.h"
 #include "inopts.h"
 #include "kvprefix.h"
+#include "kvprefix_events.h"
 
 typedef int64_t fl_time; /* modelled nanoseconds since the log's time 0 */
 
@@ -242,6 +243,9 @@ typedef struct fl_model {
     uint64_t decode_ns;       /* per output token */
     double load_cap;          /* cache-aware-cap: skip replicas whose outstanding work
                                  exceeds load_cap x the fleet mean (>= 1) */
+    double overlap_weight;    /* cache-aware policies: 0 (default) cache first; > 0 the
+                                 cost overlap_weight x blocks to prefill + outstanding work
+                                 (ns per block; kvp_router_rank_config.overlap_weight) */
     uint32_t vnodes;          /* affinity: ring points per replica */
     uint32_t affinity_blocks; /* affinity: the prefix hashed, in blocks (>= 1): the key of
                                  block min(affinity_blocks, n_keys) - 1, which names the
@@ -296,6 +300,16 @@ typedef struct fl_result {
     fl_replica_stats *replicas; /* n_replicas entries (owned; fl_result_free) */
     fl_req_outcome *per_req;    /* per request, when recorded; else NULL (owned) */
 } fl_result;
+
+/* The decision of least-loaded and the cache-aware policies: kvp_router_rank (the router
+ * daemon's ranking) over cached[r] blocks of the prompt's prompt_blocks (ignored for
+ * least-loaded: may be NULL) and outstanding work work[r] of replicas 0 .. n-1, with m's
+ * load cap (cache-aware-cap) and overlap weight, ties to the first replica after last.
+ * scratch has room for n inputs. Writes the pick to *out. Returns FL_OK or FL_EINTERNAL
+ * (kvp_router_rank refused the inputs: a negative or non-finite load). */
+int fl_rank_pick(const fl_model *m, int policy, uint32_t prompt_blocks, const uint32_t *cached,
+                 const double *work, uint32_t n, uint32_t last, kvp_router_rank_input *scratch,
+                 uint32_t *out);
 
 /* Simulate the whole log on a fleet. Returns FL_OK with *out filled (free its arrays with
  * fl_result_free); FL_EINPUT (the modelled time passes FL_TIME_MAX, a request the profile

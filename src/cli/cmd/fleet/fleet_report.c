@@ -262,6 +262,7 @@ static json_t *model_json(const fl_options *o, const fl_report *r)
     json_object_set_new(m, "interarrival_ms", json_real((double)o->log.interarrival / 1e6));
     json_object_set_new(m, "default_output_tokens", json_integer(o->log.default_output));
     json_object_set_new(m, "load_cap", json_real(o->model.load_cap));
+    json_object_set_new(m, "overlap_weight_ns", json_real(o->model.overlap_weight));
     json_object_set_new(m, "vnodes", json_integer(o->model.vnodes));
     json_object_set_new(m, "affinity_blocks", json_integer(o->model.affinity_blocks));
     json_object_set_new(m, "random_seed", json_integer((json_int_t)o->model.random_seed));

@@ -35,7 +35,10 @@
  * (kvp_lookup_keys' n_blocks_cached, what a router's score gives), then the smallest W;
  * cache-aware-cap does the same among replicas whose W is at most load_cap x the fleet's
  * mean W (the least-loaded replica always qualifies). Remaining ties go to the first
- * replica after the previous pick, so equal replicas take turns.
+ * replica after the previous pick, so equal replicas take turns. These three decide through
+ * kvp_router_rank (fl_rank_pick), the ranking `kvprefix router` answers /score with, so the
+ * simulation describes the daemon's choices; --overlap-weight switches the cache-aware ones
+ * to its cost mode (overlap_weight x blocks to prefill + W).
  *
  * Router index. With cfg->index (memory or redis) the cache-aware policies ask a kvp_router
  * (fleet_index.c) instead of the caches: every cache's events go to the index's collector,
@@ -134,6 +137,8 @@ typedef struct sim {
     size_t n_score, cap_score;
     char *err;
     size_t err_size;
+    /* per replica: kvp_router_rank's inputs (scratch of pick_scored) */
+    kvp_router_rank_input *rank_in;
 } sim;
 
 static const char *const policy_names[FL_N_POLICIES] = {
@@ -358,43 +363,40 @@ static void update_work(sim *s)
     }
 }
 
-/* Is replica a a better pick than b for the policy? Both are candidates. */
-static bool better(const sim *s, bool by_cache, uint32_t a, uint32_t b)
+int fl_rank_pick(const fl_model *m, int policy, uint32_t prompt_blocks, const uint32_t *cached,
+                 const double *work, uint32_t n, uint32_t last, kvp_router_rank_input *scratch,
+                 uint32_t *out)
 {
-    if (by_cache && s->cached[a] != s->cached[b])
-        return s->cached[a] > s->cached[b];
-    return s->work[a] < s->work[b];
+    kvp_router_rank_config rc;
+    kvp_router_rank_config_init(&rc);
+    bool by_cache = policy_scores(policy);
+    rc.overlap_weight = by_cache ? m->overlap_weight : 0.0;
+    rc.load_cap = policy == FL_CACHE_CAP ? m->load_cap : 0.0;
+    rc.start = n ? ((size_t)last + 1) % n : 0;
+    for (uint32_t r = 0; r < n; r++) {
+        scratch[r].cached = by_cache ? (double)cached[r] : 0.0;
+        scratch[r].load = work[r];
+    }
+    size_t n_order = 0;
+    return kvp_router_rank(&rc, prompt_blocks, scratch, n, out, 1, &n_order, NULL) == KVP_OK &&
+                   n_order == 1
+               ? FL_OK
+               : FL_EINTERNAL;
 }
 
-/* least-loaded and the cache-aware policies: scan from the replica after the previous
- * pick, keeping the first strictly better one. Returns FL_OK or an error. */
+/* least-loaded and the cache-aware policies: kvp_router_rank's best replica (fl_rank_pick).
+ * Returns FL_OK or an error. */
 static int pick_scored(sim *s, uint32_t i, uint32_t *out)
 {
     int policy = s->cfg->policy;
-    bool by_cache = policy_scores(policy);
     int rc;
     update_work(s);
-    if (by_cache && (rc = ask_all(s, i)) != FL_OK)
+    if (policy_scores(policy) && (rc = ask_all(s, i)) != FL_OK)
         return rc;
-    double limit = (double)INFINITY;
-    uint32_t least = 0;
-    if (policy == FL_CACHE_CAP) {
-        double sum = 0.0;
-        for (uint32_t r = 0; r < s->n; r++) {
-            sum += s->work[r];
-            least = s->work[r] < s->work[least] ? r : least;
-        }
-        limit = s->cfg->model.load_cap * (sum / s->n);
-    }
-    uint32_t best = FL_NIL;
-    for (uint32_t k = 1; k <= s->n; k++) {
-        uint32_t r = (s->last + k) % s->n;
-        if (s->work[r] > limit && r != least)
-            continue;
-        if (best == FL_NIL || better(s, by_cache, r, best))
-            best = r;
-    }
-    *out = best;
+    uint32_t blocks = fl_log_req(s->log, i)->n_keys;
+    if ((rc = fl_rank_pick(&s->cfg->model, policy, blocks, s->cached, s->work, s->n, s->last,
+                           s->rank_in, out)) != FL_OK)
+        return req_fail(s, rc, i, "kvp_router_rank refused the replicas' loads");
     return FL_OK;
 }
 
@@ -644,6 +646,7 @@ static void sim_free(sim *s)
     free(s->cached);
     free(s->hits);
     free(s->work);
+    free(s->rank_in);
     free(s->heap);
     free(s->scratch);
 }
@@ -664,6 +667,7 @@ static int sim_init(sim *s)
     s->cached = calloc(s->n, sizeof *s->cached);
     s->hits = calloc(s->n, sizeof *s->hits);
     s->work = calloc(s->n, sizeof *s->work);
+    s->rank_in = calloc(s->n, sizeof *s->rank_in);
     s->rep = calloc(s->n, sizeof *s->rep);
     s->scratch = fl_log_format(s->log) == LOG_MOONCAKE
                      ? calloc(fl_log_max_prompt(s->log), sizeof *s->scratch)
@@ -671,8 +675,8 @@ static int sim_init(sim *s)
     if (s->cfg->policy == FL_AFFINITY)
         s->ring = fl_ring_new(s->n, s->cfg->model.vnodes, s->cfg->model.random_seed);
     if (!s->where || !s->next || !s->est || !s->finish || !s->start || !s->ttft || !s->hit ||
-        !s->state || !s->flags || !s->cached || !s->hits || !s->work || !s->rep || !s->scratch ||
-        (s->cfg->policy == FL_AFFINITY && !s->ring))
+        !s->state || !s->flags || !s->cached || !s->hits || !s->work || !s->rank_in || !s->rep ||
+        !s->scratch || (s->cfg->policy == FL_AFFINITY && !s->ring))
         return sim_fail(s, FL_ENOMEM, "out of memory");
     kvp_config kc = *s->cfg->cache;
     kc.n_blocks = s->cfg->capacity;
