@@ -93,8 +93,8 @@ static const char usage_text2[] =
     "                       for OpenAI bodies, the cause (message and role, tool order,\n"
     "                       whitespace, a timestamp at the start)\n"
     "  --top N              rows per breakdown and diagnostics list (default 10)\n"
-    "  --progress, --no-progress   progress bar on stderr (default: when it is a terminal)\n"
-    "\n"
+    "  --progress, --no-progress   progress bar on stderr (default: when it is a "
+    "terminal)\n" RP_TIERS_HELP "\n"
     "Examples:\n"
     "  kvprefix replay --capacity 4096 chat.jsonl\n"
     "  kvprefix replay --sweep --plot curve.svg --capacity 20000 conversation_trace.jsonl\n"
@@ -102,6 +102,8 @@ static const char usage_text2[] =
     "  kvprefix replay --diagnose --capacity 1Mtok --format openai bodies.jsonl\n"
     "  kvprefix replay --policy lru,slru,s3fifo,opt --sweep=8 --plot p.svg chat.jsonl\n"
     "  zcat big.jsonl.gz | kvprefix replay --capacities 1K,10K,100K --csv -\n"
+    "  kvprefix replay --model Llama-3.1-70B --gpu-mem 80GiB --tp 8 \\\n"
+    "      --tiers cpu=1TiB,disk=8TiB --sweep --plot tiers.svg conversation_trace.jsonl\n"
     "\n" CLI_EXIT_HELP;
 
 /* Print "kvprefix replay: message" to stderr and return code (the exit status). */
@@ -153,6 +155,7 @@ static const struct option longopts[] = {
     {"help", no_argument, NULL, 'h'},
     CLI_HASH_LONGOPTS,
     IN_LONGOPTS,
+    RP_TIERS_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -264,6 +267,8 @@ static int apply_opt(rp_options *o, int c, const char *v)
             return cli_hash_apply("replay", &o->hash, c, v);
         if (in_is_opt(c))
             return in_apply("replay", &o->in, c, v);
+        if (rp_tiers_is_opt(c))
+            return rp_tiers_apply(&o->tiers, c, v);
         return apply_value(o, c, cli_opt_name(longopts, c, name, sizeof name), v);
     }
     return 0;
@@ -277,8 +282,10 @@ static int check_args(rp_options *o)
         return fail(CLI_EXIT_USAGE, "no log given");
     if (o->json && o->csv)
         return fail(CLI_EXIT_USAGE, "--json and --csv exclude each other");
-    if (!o->capacity && !o->capacities && !o->sweep)
-        return fail(CLI_EXIT_USAGE, "give --capacity C, --sweep or --capacities A,B,...");
+    if (!o->capacity && !o->capacities && !o->sweep && !o->tiers.tiers)
+        return fail(CLI_EXIT_USAGE, "give --capacity C, --sweep, --capacities A,B,... or --tiers");
+    if (rp_tiers_check(&o->tiers, o->model || o->config) != 0)
+        return CLI_EXIT_USAGE;
     if (o->sweep && o->capacities)
         return fail(CLI_EXIT_USAGE, "--sweep and --capacities exclude each other");
     if (o->plot_path && !o->sweep && !o->capacities)
@@ -304,6 +311,7 @@ static int parse_args(int argc, char **argv, rp_options *o)
     o->top = 10;
     o->policies[0] = RP_POL_LRU;
     o->n_policies = 1;
+    rp_tiers_init(&o->tiers);
     cli_hash_init(&o->hash);
     int c;
     cli_getopt_begin();
@@ -949,11 +957,24 @@ static int evaluate(const rp_options *o, const prep *pp, rp_opt *log, rp_result 
             if (rp_sim_eval(r->sim, caps[i], &r->curve[i], NULL) != RP_OK)
                 return fail(CLI_EXIT_INPUT, "out of memory");
     }
+    if (o->tiers.tiers) {
+        int rc =
+            rp_tiers_evaluate(&o->tiers, o->model, o->config, o->kv_dtype, r->sim, r->block_size,
+                              &r->ceiling, o->sweep ? o->sweep_points : 0, &r->tiers);
+        if (rc)
+            return rc;
+    }
     return log ? evaluate_policies(o, log, r) : 0;
 }
 
 static int plot(const rp_options *o, FILE *f, const rp_result *r)
 {
+    if (r->tiers) {
+        char err[256];
+        if (rp_tiers_plot(f, r->tiers, r->input, err, sizeof err) != 0)
+            return fail(CLI_EXIT_INPUT, "%s: %s", o->plot_path, err);
+        return 0;
+    }
     double x[RP_MAX_CAPS], yt[RP_MAX_CAPS], yb[RP_MAX_CAPS], yp[RP_N_POLICIES][RP_MAX_CAPS];
     for (size_t i = 0; i < r->n_curve; i++) {
         const rp_metrics *m = &r->curve[i];
@@ -1093,6 +1114,7 @@ static void run_free(run *ru, rp_result *res)
         free(res->groups_ceil[d]);
     }
     rp_diag_free(res->diag);
+    rp_tiers_free(res->tiers);
     rp_sim_free(ru->sim);
     rp_opt_free(ru->log);
     log_close(ru->reader);

@@ -15,6 +15,7 @@
 #include "kvplan.h"
 #include "replay_pol.h"
 #include "replay_sim.h"
+#include "replay_tiers.h"
 #include "template.h"
 
 #define RP_MAX_CAPS 64 /* capacities in one sweep */
@@ -46,6 +47,7 @@ typedef struct rp_options {
     const char *kv_dtype;        /* KV dtype override, or NULL */
     int policies[RP_N_POLICIES]; /* --policy: RP_POL_* in the order given (default lru) */
     size_t n_policies;           /* entries in policies, >= 1 */
+    rp_tier_opts tiers;          /* --tiers and the flags that size and time them */
 } rp_options;
 
 /* Whether --policy asks for more than today's report: any list but "lru" alone. */
@@ -85,6 +87,7 @@ typedef struct rp_result {
                                                           primary capacity (valid with has_primary) */
     rp_pol_figs pol_curve[RP_MAX_CAPS][RP_N_POLICIES]; /* and at each sweep point */
     rp_diag *diag;                                     /* diagnostics, or NULL */
+    rp_tiers_result *tiers;                            /* --tiers figures (owned), or NULL */
     double seconds;        /* wall time of the replay (reading included) */
     double seconds_engine; /* of which in the engine: pool, stack model, evaluation */
 } rp_result;

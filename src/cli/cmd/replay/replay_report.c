@@ -293,6 +293,8 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
         print_policy_curve(f, o, r);
     if (r->diag && rp_diag_print(r->diag, f, o->top) != 0)
         return -1;
+    if (r->tiers && rp_tiers_print(f, r->tiers) != 0)
+        return -1;
     fprintf(f, "\nThese are hit rates of this log replayed in order, warm cache included: not "
                "first-access rates.\nCold misses are first sights no capacity can avoid; "
                "capacity misses are prefixes seen before and evicted.\n");
@@ -461,6 +463,8 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
     json_object_set_new(j, "breakdown", groups_json(r));
     if (r->diag)
         json_object_set_new(j, "diagnose", rp_diag_json(r->diag, o->top));
+    if (r->tiers)
+        json_object_set_new(j, "tiers", rp_tiers_json(r->tiers));
     int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     json_decref(j);
     fputc('\n', f);
