@@ -615,15 +615,17 @@ static double pct(uint64_t a, uint64_t b)
     return b ? 100.0 * (double)a / (double)b : 0.0;
 }
 
-/* A capacity in blocks as memory (with a model) or tokens. */
+/* A capacity in blocks as memory (with a model; one decimal from a GiB up) or blocks. */
 static char *fmt_cap(const rp_tiers_result *r, uint64_t blocks, char *buf, size_t size)
 {
     if (r->block_bytes && blocks <= UINT64_MAX / r->block_bytes) {
         double b = (double)blocks * (double)r->block_bytes;
         if (b >= 1099511627776.0)
             snprintf(buf, size, "%.1f TiB", b / 1099511627776.0);
-        else
+        else if (b >= 1073741824.0)
             snprintf(buf, size, "%.1f GiB", b / 1073741824.0);
+        else
+            cli_fmt_binary(blocks * r->block_bytes, buf, size);
     } else {
         snprintf(buf, size, "%llu blocks", (unsigned long long)blocks);
     }
@@ -736,9 +738,9 @@ static json_t *figs_json(const rp_tiers_result *r, const rp_tier_figs *x)
         hit += x->hit_tokens[k];
         json_object_set_new(t, "tier", json_string(rp_tier_name(r->kind[k])));
         json_object_set_new(t, "capacity_blocks", json_integer((json_int_t)x->cap[k]));
-        if (r->block_bytes)
+        if (r->block_bytes && x->cap[k] <= INT64_MAX / r->block_bytes)
             json_object_set_new(t, "capacity_bytes",
-                                json_real((double)x->cap[k] * (double)r->block_bytes));
+                                json_integer((json_int_t)(x->cap[k] * r->block_bytes)));
         json_object_set_new(t, "hit_tokens", json_integer((json_int_t)x->hit_tokens[k]));
         json_object_set_new(t, "loaded_tokens", json_integer((json_int_t)x->loaded_tokens[k]));
         json_array_append_new(tiers, t);
@@ -788,9 +790,9 @@ json_t *rp_tiers_json(const rp_tiers_result *r)
     json_object_set_new(j, "ladder", ladder);
     json_object_set_new(j, "ceiling_token_hit_rate", json_real(r->ceiling));
     json_object_set_new(j, "knee_blocks", json_integer((json_int_t)r->knee_blocks));
-    if (r->block_bytes)
+    if (r->block_bytes && r->knee_blocks <= INT64_MAX / r->block_bytes)
         json_object_set_new(j, "knee_bytes",
-                            json_real((double)r->knee_blocks * (double)r->block_bytes));
+                            json_integer((json_int_t)(r->knee_blocks * r->block_bytes)));
     for (size_t i = 0; i < r->n_sweep; i++)
         json_array_append_new(sweep, figs_json(r, &r->sweep[i]));
     json_object_set_new(j, "sweep", sweep);
