@@ -283,7 +283,8 @@ static int check_args(rp_options *o)
     if (o->json && o->csv)
         return fail(CLI_EXIT_USAGE, "--json and --csv exclude each other");
     if (!o->capacity && !o->capacities && !o->sweep && !o->tiers.tiers)
-        return fail(CLI_EXIT_USAGE, "give --capacity C, --sweep, --capacities A,B,... or --tiers");
+        return fail(CLI_EXIT_USAGE,
+                    "give --capacity C, --sweep or --capacities A,B,... (or --tiers)");
     if (rp_tiers_check(&o->tiers, o->model || o->config) != 0)
         return CLI_EXIT_USAGE;
     if (o->sweep && o->capacities)
