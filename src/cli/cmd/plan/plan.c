@@ -985,11 +985,11 @@ static const char *layout_summary(const cap_model_shape *m, char *buf, size_t si
 static void list_models(void)
 {
     char lay[96];
-    printf("%-14s %-34s %6s %5s %4s %4s %5s %13s  %s\n", "preset", "Hugging Face repository",
+    printf("%-16s %-34s %6s %5s %4s %4s %5s %13s  %s\n", "preset", "Hugging Face repository",
            "layers", "heads", "kv", "dim", "dtype", "parameters", "KV layers");
     for (size_t i = 0; i < cap_model_count(); i++) {
         const cap_model_preset *p = cap_model_at(i);
-        printf("%-14s %-34s %6u %5u %4u %4u %5s %13llu  %s\n", p->name, p->hf_repo,
+        printf("%-16s %-34s %6u %5u %4u %4u %5s %13llu  %s\n", p->name, p->hf_repo,
                p->shape.n_layers, p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
                cap_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params,
                layout_summary(&p->shape, lay, sizeof lay));
