@@ -77,7 +77,7 @@ static const char usage_text[] =
     "  TTFT = queueing + prefill. Timestamps are milliseconds (Mooncake's unit).\n"
     "\n"
     "Input:\n" IN_HELP
-    "  --sort               sort by arrival (stable) instead of refusing disorder\n";
+    "  --sort               sort by arrival (stable) instead of refusing disorder\n" FL_TIERS_HELP;
 
 /* The rest of --help (one string would exceed what ISO C requires compilers to take). */
 static const char usage_text2[] =
@@ -171,6 +171,7 @@ static const struct option longopts[] = {
     {"help", no_argument, NULL, 'h'},
     CLI_HASH_LONGOPTS,
     IN_LONGOPTS,
+    FL_TIERS_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -394,6 +395,8 @@ static int apply_opt(fl_options *o, int c, const char *v)
             return cli_hash_apply("fleet", &o->hash, c, v);
         if (in_is_opt(c))
             return in_apply("fleet", &o->in, c, v);
+        if (fl_tiers_is_opt(c))
+            return fl_tiers_apply(&o->tiers, c, v);
         return apply_input(o, c, cli_opt_name(longopts, c, name, sizeof name), v);
     }
 }
@@ -467,7 +470,7 @@ static int check_args(fl_options *o)
         any |= o->policies[p];
     if (!any)
         return fail(CLI_EXIT_USAGE, "--policies: no policy");
-    if (check_index(o) != 0)
+    if (check_index(o) != 0 || fl_tiers_check(&o->tiers, o->model_name != NULL) != 0)
         return CLI_EXIT_USAGE;
     if (in_check("fleet", &o->in) != 0 || cli_hash_finish("fleet", &o->hash, &o->cache) != 0)
         return CLI_EXIT_USAGE;
@@ -637,6 +640,7 @@ static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
             fl_sim_config sc = {o->log.path, o->counts[k], p,     (uint32_t)rep->capacity,
                                 &o->cache,   o->model,     false, o->check,
                                 &ic};
+            sc.record = rep->tier_figs != NULL; /* the tier pass reads the outcomes */
             char err[1024];
             int rc =
                 fl_sim_run(log, &sc, &rep->runs[k * FL_N_POLICIES + (size_t)p], err, sizeof err);
@@ -647,6 +651,10 @@ static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
                 }
                 return fail(rc == FL_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s", err);
             }
+            size_t at = k * FL_N_POLICIES + (size_t)p;
+            if (rep->tier_figs && fl_tiers_eval(&rep->tier_setup, log, &rep->runs[at],
+                                                &rep->tier_figs[at], err, sizeof err) != 0)
+                return fail(CLI_EXIT_INPUT, "%s", err);
         }
     rep->seconds_sim = now_s() - t0;
     return 0;
@@ -704,6 +712,13 @@ static int run(const fl_options *o, const capacity_spec *cap, uint64_t token_byt
     rep->timestamps = fl_log_all_timestamps(log);
     rep->count = *fl_log_count(log);
     rc = capacity_blocks(o, cap, token_bytes, rep);
+    if (rc == 0 && fl_tiers_on(&o->tiers)) {
+        rc = fl_tiers_setup(&o->tiers, rep->block_size, rep->block_bytes, o->model.prefill_ns,
+                            &rep->tier_setup);
+        if (rc == 0 &&
+            !(rep->tier_figs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->tier_figs)))
+            rc = fail(CLI_EXIT_INPUT, "out of memory");
+    }
     if (rc == 0 && (rc = simulate(o, log, rep)) == 0)
         redis_note(o, rep);
     fl_log_free(log);
@@ -758,5 +773,6 @@ int fl_main(int argc, char **argv)
     for (size_t i = 0; rep.runs && i < o.n_counts * FL_N_POLICIES; i++)
         fl_result_free(&rep.runs[i]);
     free(rep.runs);
+    free(rep.tier_figs);
     return rc;
 }

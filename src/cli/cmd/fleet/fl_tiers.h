@@ -1,0 +1,126 @@
+/*
+ * fl_tiers.h - `kvprefix fleet --tiers / --shared-tier`: what tiers below the GPU add to a
+ * fleet, per replica (host memory, local disk) and fleet-wide (a shared host or remote pool,
+ * as Mooncake's store or LMCache's remote backend), on the routes each policy chose
+ * (docs/routing.md, "Tiers in a fleet").
+ *
+ * The pass runs after a simulation, over its recorded outcomes (fl_req_outcome: replica,
+ * GPU hit, start, TTFT), in start order. Each replica's lower tiers are inclusive LRU caches
+ * of that replica's blocks (write-through: every block the replica computes or loads is
+ * written to them); the shared tier is one LRU over every replica's blocks. A request's
+ * prefix continues past its GPU hit block by block into the first tier holding each block
+ * (the replica's cpu, then its disk, then the shared tier) and stops at the first block none
+ * holds. Loads are charged as in `replay --tiers` (latency + bytes / bandwidth per tier used),
+ * a tier's run being loaded only when that is faster than recomputing it at --prefill-us.
+ *
+ * Files: fl_tiers.c (options, the pass, the report section).
+ */
+#ifndef CLI_FL_TIERS_H
+#define CLI_FL_TIERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct fl_log;
+struct fl_result;
+struct json_t;
+
+enum {
+    FL_OPT_TIERS = 0x1400, /* --tiers cpu=SIZE,disk=SIZE (per replica) */
+    FL_OPT_SHARED_TIER,    /* --shared-tier SIZE (fleet-wide) */
+    FL_OPT_TIER_BW,        /* --tier-bw cpu=RATE,disk=RATE,shared=RATE */
+    FL_OPT_TIER_LATENCY    /* --tier-latency cpu=DUR,... */
+};
+
+#define FL_N_TIERS 3 /* lower tiers: 0 cpu, 1 disk (per replica), 2 shared */
+
+/* clang-format off */
+#define FL_TIERS_LONGOPTS                                                                          \
+    {"tiers", required_argument, NULL, FL_OPT_TIERS},                                              \
+    {"shared-tier", required_argument, NULL, FL_OPT_SHARED_TIER},                                  \
+    {"tier-bw", required_argument, NULL, FL_OPT_TIER_BW},                                          \
+    {"tier-latency", required_argument, NULL, FL_OPT_TIER_LATENCY}
+
+#define FL_TIERS_HELP                                                                              \
+    "\n"                                                                                           \
+    "Tiers below the GPU (needs --model; docs/routing.md, \"Tiers in a fleet\"):\n"               \
+    "  --tiers cpu=S,disk=S per replica: inclusive LRU tiers under its GPU pool (blocks,\n"       \
+    "                       1Mtok or bytes), each larger than the one above\n"                   \
+    "  --shared-tier S      one fleet-wide LRU pool every replica writes to and loads from\n"    \
+    "  --tier-bw T=RATE,..  load bandwidth per replica (default cpu 50GB/s, disk 20GB/s,\n"      \
+    "                       shared 25GB/s)\n"                                                     \
+    "  --tier-latency T=DUR,..  per load (default cpu 10us, disk 100us, shared 500us)\n"
+/* clang-format on */
+
+/* The tier flags as given. */
+typedef struct fl_tier_opts {
+    const char *tiers;   /* --tiers as given, or NULL */
+    const char *shared;  /* --shared-tier as given, or NULL */
+    const char *bw;      /* --tier-bw as given, or NULL */
+    const char *latency; /* --tier-latency as given, or NULL */
+} fl_tier_opts;
+
+/* Whether c is one of FL_TIERS_LONGOPTS. */
+bool fl_tiers_is_opt(int c);
+
+/* Apply option c with value v (stored; checked by fl_tiers_check). Returns 0. */
+int fl_tiers_apply(fl_tier_opts *t, int c, const char *v);
+
+/* Whether any tier was asked for. */
+static inline bool fl_tiers_on(const fl_tier_opts *t)
+{
+    return t->tiers || t->shared;
+}
+
+/* Check the syntax of the tier flags before the log is read. Returns 0 or the exit status
+ * (message printed). */
+int fl_tiers_check(const fl_tier_opts *t, bool has_model);
+
+/* The sizes and speeds once the block size and bytes are known. */
+typedef struct fl_tier_setup {
+    uint64_t cap[FL_N_TIERS];   /* blocks: cpu and disk per replica, shared; 0 = absent */
+    double bw[FL_N_TIERS];      /* bytes/s */
+    double latency[FL_N_TIERS]; /* seconds */
+    uint64_t block_bytes;       /* KV bytes of one block */
+    uint32_t block_size;        /* tokens per block */
+    uint64_t prefill_ns;        /* per computed token */
+} fl_tier_setup;
+
+/* Resolve the flags into *s. Returns 0 or the exit status (message printed). */
+int fl_tiers_setup(const fl_tier_opts *t, uint32_t block_size, uint64_t block_bytes,
+                   uint64_t prefill_ns, fl_tier_setup *s);
+
+/* What the tiers add to one simulated run. */
+typedef struct fl_tier_figs {
+    uint64_t n_prompt_tokens;           /* prompt tokens of the log */
+    uint64_t gpu_tokens;                /* reused from the replicas' GPU pools (the run's hits) */
+    uint64_t tier_tokens[FL_N_TIERS];   /* found in each lower tier */
+    uint64_t loaded_tokens[FL_N_TIERS]; /* of those, loaded (the rest recomputed) */
+    double ttft_mean_ns;                /* the run's TTFT with the loads and savings applied */
+    int64_t ttft_p50_ns, ttft_p99_ns;   /* nearest rank */
+} fl_tier_figs;
+
+/* The pass over one run's outcomes (run->per_req must be recorded). Returns 0 and *out, or
+ * -1 with "out of memory" or a bad-record message in err. */
+int fl_tiers_eval(const fl_tier_setup *s, const struct fl_log *log, const struct fl_result *run,
+                  fl_tier_figs *out, char *err, size_t err_size);
+
+/* One request's TTFT change (ns, negative when faster) and the tiers loaded, from its tier
+ * hits (blocks) in lookup order: tiers 0 .. c - 1 are loaded for the best c. Exposed for
+ * tests. Cannot fail. */
+int64_t fl_tiers_delta(const fl_tier_setup *s, const uint32_t *hits, int *n_loaded);
+
+/* The tier name ("cpu", "disk", "shared"). */
+const char *fl_tier_name(int k);
+
+/* The section of the table report: one row per run in runs[0 .. n) (NULL rows skipped), with
+ * the run's replica count and policy name. Cannot fail. */
+void fl_tiers_print(FILE *f, const fl_tier_setup *s, const struct fl_result *runs,
+                    const fl_tier_figs *figs, size_t n);
+
+/* The same as a JSON array (the caller owns it), or NULL on out of memory. */
+struct json_t *fl_tiers_json(const fl_tier_setup *s, const struct fl_result *runs,
+                             const fl_tier_figs *figs, size_t n);
+
+#endif /* CLI_FL_TIERS_H */
