@@ -7,11 +7,10 @@
  * key, so a tier holds at most its capacity in nodes. A run has 2 x N + 1 of them (cpu and
  * disk of each of N replicas, one shared), made only for the tiers given.
  *
- * Steps of fl_tiers_eval:
- *   1. order the requests by start (then by log order): the order the simulation touched
- *      their blocks;
- *   2. per request (oversize ones excepted, as the simulation serves them without a cache):
- *      from its GPU hit on, find each prompt block in the first of its replica's cpu, its
+ * Steps of fl_tier_sim_start, called by the simulation at each request's start (oversize
+ * requests excepted, as the simulation serves them without a cache):
+ *   1. (the simulation) the GPU hit from the replica's pool;
+ *   2. from the GPU hit on, find each prompt block in the first of the replica's cpu, its
  *      disk, the shared tier that holds it, stopping at the first block none holds and at the
  *      one-token cap; charge the loads that beat recomputing (fl_tiers_delta);
  *   3. touch all its full prompt blocks, last to first, in its replica's tiers and the
@@ -375,106 +374,95 @@ int64_t fl_tiers_delta(const fl_tier_setup *s, const uint32_t *hits, int *n_load
     return (int64_t)llround(best);
 }
 
-static const fl_result *sort_run; /* the run cmp_start orders (single-threaded tool) */
+struct fl_tier_sim {
+    fl_tier_setup setup; /* as given */
+    uint32_t n_replicas; /* replicas */
+    lru *t;              /* cpu and disk of each replica (2 r, 2 r + 1), then the shared one */
+    fl_tier_figs figs;   /* so far */
+};
 
-static int cmp_start(const void *a, const void *b)
+fl_tier_sim *fl_tier_sim_new(const fl_tier_setup *s, uint32_t n_replicas)
 {
-    size_t i = *(const size_t *)a, j = *(const size_t *)b;
-    fl_time x = sort_run->per_req[i].start, y = sort_run->per_req[j].start;
-    return x < y ? -1 : x > y ? 1 : (i > j) - (i < j);
+    fl_tier_sim *x = calloc(1, sizeof *x);
+    if (!x || !(x->t = calloc(2 * (size_t)n_replicas + 1, sizeof *x->t))) {
+        free(x);
+        return NULL;
+    }
+    x->setup = *s;
+    x->n_replicas = n_replicas;
+    for (uint32_t r = 0; r < n_replicas; r++) {
+        x->t[2 * r].cap = s->cap[0];
+        x->t[2 * r + 1].cap = s->cap[1];
+    }
+    x->t[2 * (size_t)n_replicas].cap = s->cap[2];
+    return x;
 }
 
-static int cmp_i64(const void *a, const void *b)
+int fl_tier_sim_start(fl_tier_sim *x, const fl_log *log, uint32_t i, uint32_t r, uint32_t gpu_hit,
+                      int64_t *delta_ns)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+    const fl_tier_setup *s = &x->setup;
+    const fl_req *q = fl_log_req(log, i);
+    const kvp_key *keys = fl_log_keys(log, q);
+    lru *tiers[FL_N_TIERS] = {&x->t[2 * r], &x->t[2 * r + 1], &x->t[2 * (size_t)x->n_replicas]};
+    x->figs.n_prompt_tokens += q->n_prompt;
+    x->figs.gpu_tokens += gpu_hit;
+    /* Step 2: the prefix past the GPU hit, block by block into the first tier holding it. */
+    uint32_t hits[FL_N_TIERS] = {0, 0, 0};
+    uint32_t limit = (q->n_prompt - 1) / s->block_size;
+    limit = limit < q->n_keys ? limit : q->n_keys;
+    for (uint32_t j = gpu_hit / s->block_size; j < limit; j++) {
+        int k = 0;
+        while (k < FL_N_TIERS && !(tiers[k]->cap && lru_find(tiers[k], keys[j])))
+            k++;
+        if (k == FL_N_TIERS)
+            break;
+        hits[k]++;
+    }
+    int loaded;
+    *delta_ns = fl_tiers_delta(s, hits, &loaded);
+    for (int k = 0; k < FL_N_TIERS; k++) {
+        uint64_t tok = (uint64_t)hits[k] * s->block_size;
+        x->figs.tier_tokens[k] += tok;
+        if (k < loaded)
+            x->figs.loaded_tokens[k] += tok;
+    }
+    /* Step 3: write-through of every full prompt block, last to first. */
+    for (uint32_t j = q->n_keys; j-- > 0;)
+        for (int k = 0; k < FL_N_TIERS; k++)
+            if (!lru_touch(tiers[k], keys[j]))
+                return FL_ENOMEM;
+    return FL_OK;
 }
 
-int fl_tiers_eval(const fl_tier_setup *s, const fl_log *log, const fl_result *run,
-                  fl_tier_figs *out, char *err, size_t err_size)
+void fl_tier_sim_figs(const fl_tier_sim *x, fl_tier_figs *out)
 {
-    size_t n = fl_log_n(log), n_lru = 2 * (size_t)run->n_replicas + 1;
-    if (!run->per_req || n != run->n_requests) {
-        cli_errf(err, err_size, "internal error: the run kept no per-request outcomes");
-        return -1;
-    }
-    size_t *order = malloc(n * sizeof *order);
-    int64_t *ttft = malloc(n * sizeof *ttft);
-    lru *t = calloc(n_lru, sizeof *t);
-    int rc = 0;
-    if (!order || !ttft || !t) {
-        rc = -1;
-        goto done;
-    }
-    for (size_t r = 0; r < run->n_replicas; r++) {
-        t[2 * r].cap = s->cap[0];
-        t[2 * r + 1].cap = s->cap[1];
-    }
-    t[n_lru - 1].cap = s->cap[2];
-    /* Step 1: the order the simulation touched the blocks. */
-    for (size_t i = 0; i < n; i++)
-        order[i] = i;
-    sort_run = run;
-    qsort(order, n, sizeof *order, cmp_start);
-    fl_tier_figs f;
-    memset(&f, 0, sizeof f);
-    double sum = 0.0;
-    for (size_t o = 0; o < n && rc == 0; o++) {
-        size_t i = order[o];
-        const fl_req *q = fl_log_req(log, i);
-        const fl_req_outcome *oc = &run->per_req[i];
-        const kvp_key *keys = fl_log_keys(log, q);
-        lru *tiers[FL_N_TIERS] = {&t[2 * oc->replica], &t[2 * oc->replica + 1], &t[n_lru - 1]};
-        f.n_prompt_tokens += q->n_prompt;
-        f.gpu_tokens += oc->hit;
-        ttft[o] = oc->ttft;
-        if (oc->oversize)
-            continue;
-        /* Step 2: the prefix past the GPU hit, tier by tier. */
-        uint32_t hits[FL_N_TIERS] = {0, 0, 0};
-        uint32_t limit = (q->n_prompt - 1) / s->block_size;
-        limit = limit < q->n_keys ? limit : q->n_keys;
-        for (uint32_t j = oc->hit / s->block_size; j < limit; j++) {
-            int k = 0;
-            while (k < FL_N_TIERS && !(tiers[k]->cap && lru_find(tiers[k], keys[j])))
-                k++;
-            if (k == FL_N_TIERS)
-                break;
-            hits[k]++;
+    *out = x->figs;
+}
+
+bool fl_tier_sim_check(const fl_tier_sim *x)
+{
+    for (size_t k = 0; k < 2 * (size_t)x->n_replicas + 1; k++) {
+        const lru *t = &x->t[k];
+        uint64_t n = 0;
+        for (const node *y = t->head; y; y = y->next) {
+            if (n++ > t->n || lru_find(t, y->key) != y || (y->next && y->next->prev != y))
+                return false;
         }
-        int loaded;
-        int64_t delta = fl_tiers_delta(s, hits, &loaded);
-        for (int k = 0; k < FL_N_TIERS; k++) {
-            uint64_t tok = (uint64_t)hits[k] * s->block_size;
-            f.tier_tokens[k] += tok;
-            if (k < loaded)
-                f.loaded_tokens[k] += tok;
-        }
-        ttft[o] = oc->ttft + delta;
-        /* Step 3: write-through of every full prompt block, last to first. */
-        for (uint32_t j = q->n_keys; j-- > 0 && rc == 0;)
-            for (int k = 0; k < FL_N_TIERS; k++)
-                if (!lru_touch(tiers[k], keys[j]))
-                    rc = -1;
+        if (n != t->n || HASH_COUNT(t->map) != t->n || t->n > t->cap)
+            return false;
     }
-    if (rc == 0) {
-        for (size_t o = 0; o < n; o++)
-            sum += (double)ttft[o];
-        qsort(ttft, n, sizeof *ttft, cmp_i64);
-        f.ttft_mean_ns = sum / (double)n;
-        f.ttft_p50_ns = ttft[(n * 50 + 99) / 100 - 1];
-        f.ttft_p99_ns = ttft[(n * 99 + 99) / 100 - 1];
-        *out = f;
-    }
-done:
-    if (rc != 0)
-        cli_errf(err, err_size, "out of memory");
-    for (size_t k = 0; t && k < n_lru; k++)
-        lru_free(&t[k]);
-    free(t);
-    free(order);
-    free(ttft);
-    return rc;
+    return true;
+}
+
+void fl_tier_sim_free(fl_tier_sim *x)
+{
+    if (!x)
+        return;
+    for (size_t k = 0; k < 2 * (size_t)x->n_replicas + 1; k++)
+        lru_free(&x->t[k]);
+    free(x->t);
+    free(x);
 }
 
 /* ---- report --------------------------------------------------------------------------------- */
@@ -489,11 +477,20 @@ static uint64_t total(const fl_tier_figs *x)
     return x->gpu_tokens + x->tier_tokens[0] + x->tier_tokens[1] + x->tier_tokens[2];
 }
 
-void fl_tiers_print(FILE *f, const fl_tier_setup *s, const fl_result *runs,
+/* The TTFT in milliseconds of x (mean, p50, p99). */
+static void ttft_ms(const fl_result *x, double *mean, double *p50, double *p99)
+{
+    *mean = x->ttft_mean / 1e6;
+    *p50 = (double)x->ttft_p50 / 1e6;
+    *p99 = (double)x->ttft_p99 / 1e6;
+}
+
+void fl_tiers_print(FILE *f, const fl_tier_setup *s, const fl_result *base, const fl_result *tiered,
                     const fl_tier_figs *figs, size_t n)
 {
     char a[32];
-    fprintf(f, "\nTiers below the GPU, on the routes each policy chose (write-through, LRU):\n");
+    fprintf(f, "\nTiers below the GPU (write-through, inclusive LRU; each run simulated again "
+               "with them):\n");
     for (int k = 0; k < FL_N_TIERS; k++) {
         if (!s->cap[k])
             continue;
@@ -502,10 +499,10 @@ void fl_tiers_print(FILE *f, const fl_tier_setup *s, const fl_result *runs,
                 cli_fmt_binary(s->cap[k] * s->block_bytes, a, sizeof a), s->bw[k] / 1e9,
                 s->latency[k] * 1e6);
     }
-    fprintf(f, "  %8s %-16s %7s %7s %7s %7s %7s %10s %10s %9s %9s\n", "replicas", "policy", "gpu",
-            "cpu", "disk", "shared", "hit", "TTFT sim", "with tiers", "p50", "p99");
+    fprintf(f, "  %8s %-16s %7s %7s %7s %7s %7s %11s %11s %10s %10s\n", "replicas", "policy", "gpu",
+            "cpu", "disk", "shared", "hit", "TTFT before", "with tiers", "p50", "p99");
     for (size_t i = 0; i < n; i++) {
-        const fl_result *x = &runs[i];
+        const fl_result *x = &tiered[i];
         const fl_tier_figs *y = &figs[i];
         if (x->n_replicas == 0)
             continue;
@@ -517,23 +514,23 @@ void fl_tiers_print(FILE *f, const fl_tier_setup *s, const fl_result *runs,
             else
                 fprintf(f, " %7s", "-");
         }
-        fprintf(f, " %6.2f%% %8.1fms %8.1fms %7.1fms %7.1fms\n", pct(total(y), y->n_prompt_tokens),
-                x->ttft_mean / 1e6, y->ttft_mean_ns / 1e6, (double)y->ttft_p50_ns / 1e6,
-                (double)y->ttft_p99_ns / 1e6);
+        double m, p50, p99;
+        ttft_ms(x, &m, &p50, &p99);
+        fprintf(f, " %6.2f%% %9.1fms %9.1fms %8.1fms %8.1fms\n", pct(total(y), y->n_prompt_tokens),
+                base[i].ttft_mean / 1e6, m, p50, p99);
     }
-    fprintf(f, "  (TTFT with tiers: the simulated TTFT minus the prefill the loaded hits save plus "
-               "their loads;\n   queueing is not re-simulated, so the gain a shorter queue brings "
-               "to later requests is not counted)\n");
+    fprintf(f, "  (TTFT before: the same fleet and policy without the tiers; the routers see the "
+               "GPU pools only)\n");
 }
 
-json_t *fl_tiers_json(const fl_tier_setup *s, const fl_result *runs, const fl_tier_figs *figs,
-                      size_t n)
+json_t *fl_tiers_json(const fl_tier_setup *s, const fl_result *base, const fl_result *tiered,
+                      const fl_tier_figs *figs, size_t n)
 {
     json_t *arr = json_array();
     if (!arr)
         return NULL;
     for (size_t i = 0; i < n; i++) {
-        const fl_result *x = &runs[i];
+        const fl_result *x = &tiered[i];
         const fl_tier_figs *y = &figs[i];
         if (x->n_replicas == 0)
             continue;
@@ -554,9 +551,12 @@ json_t *fl_tiers_json(const fl_tier_setup *s, const fl_result *runs, const fl_ti
         json_object_set_new(
             j, "token_hit_rate",
             json_real(y->n_prompt_tokens ? (double)total(y) / y->n_prompt_tokens : 0.0));
-        json_object_set_new(j, "ttft_mean_ms", json_real(y->ttft_mean_ns / 1e6));
-        json_object_set_new(j, "ttft_p50_ms", json_real((double)y->ttft_p50_ns / 1e6));
-        json_object_set_new(j, "ttft_p99_ms", json_real((double)y->ttft_p99_ns / 1e6));
+        double m, p50, p99;
+        ttft_ms(x, &m, &p50, &p99);
+        json_object_set_new(j, "ttft_mean_ms", json_real(m));
+        json_object_set_new(j, "ttft_p50_ms", json_real(p50));
+        json_object_set_new(j, "ttft_p99_ms", json_real(p99));
+        json_object_set_new(j, "ttft_mean_ms_without_tiers", json_real(base[i].ttft_mean / 1e6));
         json_array_append_new(arr, j);
     }
     return arr;

@@ -4,10 +4,11 @@
  * as Mooncake's store or LMCache's remote backend), on the routes each policy chose
  * (docs/routing.md, "Tiers in a fleet").
  *
- * The pass runs after a simulation, over its recorded outcomes (fl_req_outcome: replica,
- * GPU hit, start, TTFT), in start order. Each replica's lower tiers are inclusive LRU caches
- * of that replica's blocks (write-through: every block the replica computes or loads is
- * written to them); the shared tier is one LRU over every replica's blocks. A request's
+ * The tiers run inside the simulation (fl_sim_config.tiers): at each request's start the
+ * simulation asks fl_tier_sim_start how much of the prefill the tiers save, so queueing,
+ * load and routing see the shorter (or, never, longer) service. Each replica's lower tiers are
+ * inclusive LRU caches of that replica's blocks (write-through: every block the replica computes or
+ * loads is written to them); the shared tier is one LRU over every replica's blocks. A request's
  * prefix continues past its GPU hit block by block into the first tier holding each block
  * (the replica's cpu, then its disk, then the shared tier) and stops at the first block none
  * holds. Loads are charged as in `replay --tiers` (latency + bytes / bandwidth per tier used),
@@ -91,20 +92,36 @@ typedef struct fl_tier_setup {
 int fl_tiers_setup(const fl_tier_opts *t, uint32_t block_size, uint64_t block_bytes,
                    uint64_t prefill_ns, fl_tier_setup *s);
 
-/* What the tiers add to one simulated run. */
+/* What the tiers added to one simulated run. */
 typedef struct fl_tier_figs {
-    uint64_t n_prompt_tokens;           /* prompt tokens of the log */
-    uint64_t gpu_tokens;                /* reused from the replicas' GPU pools (the run's hits) */
+    uint64_t n_prompt_tokens;           /* prompt tokens of the requests started */
+    uint64_t gpu_tokens;                /* reused from the replicas' GPU pools */
     uint64_t tier_tokens[FL_N_TIERS];   /* found in each lower tier */
     uint64_t loaded_tokens[FL_N_TIERS]; /* of those, loaded (the rest recomputed) */
-    double ttft_mean_ns;                /* the run's TTFT with the loads and savings applied */
-    int64_t ttft_p50_ns, ttft_p99_ns;   /* nearest rank */
 } fl_tier_figs;
 
-/* The pass over one run's outcomes (run->per_req must be recorded). Returns 0 and *out, or
- * -1 with "out of memory" or a bad-record message in err. */
-int fl_tiers_eval(const fl_tier_setup *s, const struct fl_log *log, const struct fl_result *run,
-                  fl_tier_figs *out, char *err, size_t err_size);
+/* The tiers of one simulation: 2 x n_replicas + 1 LRUs. */
+typedef struct fl_tier_sim fl_tier_sim;
+
+/* New, empty tiers for n_replicas replicas; NULL on out of memory. */
+fl_tier_sim *fl_tier_sim_new(const fl_tier_setup *s, uint32_t n_replicas);
+
+/* Request i of log starts on replica r with gpu_hit prompt tokens from its GPU pool (the
+ * simulation calls this at each start, in time order): its prefix continues past the GPU hit
+ * into the first tier holding each block (r's cpu, r's disk, the shared tier) up to the
+ * one-token cap; *delta_ns is the prefill time the loads that pay change (<= 0), and every
+ * full prompt block is then written through to r's tiers and the shared one. Returns FL_OK,
+ * or FL_ENOMEM (the tiers are then incomplete; the run must stop). */
+int fl_tier_sim_start(fl_tier_sim *t, const struct fl_log *log, uint32_t i, uint32_t r,
+                      uint32_t gpu_hit, int64_t *delta_ns);
+
+/* The figures so far. Cannot fail. */
+void fl_tier_sim_figs(const fl_tier_sim *t, fl_tier_figs *out);
+
+/* The LRUs' invariants (map and list agree, at most capacity). */
+bool fl_tier_sim_check(const fl_tier_sim *t);
+
+void fl_tier_sim_free(fl_tier_sim *t);
 
 /* One request's TTFT change (ns, negative when faster) and the tiers loaded, from its tier
  * hits (blocks) in lookup order: tiers 0 .. c - 1 are loaded for the best c. Exposed for
@@ -114,13 +131,14 @@ int64_t fl_tiers_delta(const fl_tier_setup *s, const uint32_t *hits, int *n_load
 /* The tier name ("cpu", "disk", "shared"). */
 const char *fl_tier_name(int k);
 
-/* The section of the table report: one row per run in runs[0 .. n) (NULL rows skipped), with
- * the run's replica count and policy name. Cannot fail. */
-void fl_tiers_print(FILE *f, const fl_tier_setup *s, const struct fl_result *runs,
-                    const fl_tier_figs *figs, size_t n);
+/* The section of the table report: one row per pair of runs base[i] (without tiers) and
+ * tiered[i] (the same fleet and policy with them), figs[i] its tier figures, i < n (rows whose
+ * n_replicas is 0 are skipped). Cannot fail. */
+void fl_tiers_print(FILE *f, const fl_tier_setup *s, const struct fl_result *base,
+                    const struct fl_result *tiered, const fl_tier_figs *figs, size_t n);
 
 /* The same as a JSON array (the caller owns it), or NULL on out of memory. */
-struct json_t *fl_tiers_json(const fl_tier_setup *s, const struct fl_result *runs,
-                             const fl_tier_figs *figs, size_t n);
+struct json_t *fl_tiers_json(const fl_tier_setup *s, const struct fl_result *base,
+                             const struct fl_result *tiered, const fl_tier_figs *figs, size_t n);
 
 #endif /* CLI_FL_TIERS_H */

@@ -622,6 +622,35 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The run at rep->runs[at] again with the tiers below the GPU pools, into rep->tier_runs[at]
+ * and rep->tier_figs[at]. Returns 0 or the exit status. */
+static int simulate_tiers(const fl_options *o, const fl_log *log, fl_report *rep, fl_sim_config *sc,
+                          size_t at)
+{
+    char err[1024];
+    fl_tier_sim *ts = fl_tier_sim_new(&rep->tier_setup, sc->n_replicas);
+    if (!ts)
+        return fail(CLI_EXIT_INPUT, "out of memory");
+    sc->tiers = ts;
+    char prefix[sizeof rep->redis_prefix + 48];
+    snprintf(prefix, sizeof prefix, "%s:%zu.t", rep->redis_prefix, at);
+    fl_index_config ic = *sc->index;
+    ic.key_prefix = prefix;
+    sc->index = &ic;
+    int rc = fl_sim_run(log, sc, &rep->tier_runs[at], err, sizeof err);
+    if (rc == FL_OK && o->check && !fl_tier_sim_check(ts))
+        rc = FL_EINTERNAL, snprintf(err, sizeof err, "internal error: the tiers fail their check");
+    fl_tier_sim_figs(ts, &rep->tier_figs[at]);
+    fl_tier_sim_free(ts);
+    if (rc == FL_EINPUT) {
+        fprintf(stderr, "%s\n", err);
+        return CLI_EXIT_INPUT;
+    }
+    if (rc != FL_OK)
+        return fail(rc == FL_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s", err);
+    return 0;
+}
+
 /* Run every (replica count, policy) pair into rep->runs. Returns 0 or the exit status. */
 static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
 {
@@ -639,8 +668,7 @@ static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
             ic.key_prefix = prefix;
             fl_sim_config sc = {o->log.path, o->counts[k], p,     (uint32_t)rep->capacity,
                                 &o->cache,   o->model,     false, o->check,
-                                &ic};
-            sc.record = rep->tier_figs != NULL; /* the tier pass reads the outcomes */
+                                &ic,         NULL};
             char err[1024];
             int rc =
                 fl_sim_run(log, &sc, &rep->runs[k * FL_N_POLICIES + (size_t)p], err, sizeof err);
@@ -652,9 +680,8 @@ static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
                 return fail(rc == FL_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s", err);
             }
             size_t at = k * FL_N_POLICIES + (size_t)p;
-            if (rep->tier_figs && fl_tiers_eval(&rep->tier_setup, log, &rep->runs[at],
-                                                &rep->tier_figs[at], err, sizeof err) != 0)
-                return fail(CLI_EXIT_INPUT, "%s", err);
+            if (rep->tier_figs && (rc = simulate_tiers(o, log, rep, &sc, at)) != 0)
+                return rc;
         }
     rep->seconds_sim = now_s() - t0;
     return 0;
@@ -715,8 +742,9 @@ static int run(const fl_options *o, const capacity_spec *cap, uint64_t token_byt
     if (rc == 0 && fl_tiers_on(&o->tiers)) {
         rc = fl_tiers_setup(&o->tiers, rep->block_size, rep->block_bytes, o->model.prefill_ns,
                             &rep->tier_setup);
-        if (rc == 0 &&
-            !(rep->tier_figs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->tier_figs)))
+        rep->tier_figs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->tier_figs);
+        rep->tier_runs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->tier_runs);
+        if (rc == 0 && (!rep->tier_figs || !rep->tier_runs))
             rc = fail(CLI_EXIT_INPUT, "out of memory");
     }
     if (rc == 0 && (rc = simulate(o, log, rep)) == 0)
@@ -773,6 +801,9 @@ int fl_main(int argc, char **argv)
     for (size_t i = 0; rep.runs && i < o.n_counts * FL_N_POLICIES; i++)
         fl_result_free(&rep.runs[i]);
     free(rep.runs);
+    for (size_t i = 0; rep.tier_runs && i < o.n_counts * FL_N_POLICIES; i++)
+        fl_result_free(&rep.tier_runs[i]);
+    free(rep.tier_runs);
     free(rep.tier_figs);
     return rc;
 }

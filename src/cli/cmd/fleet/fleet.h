@@ -260,6 +260,7 @@ typedef struct fl_sim_config {
     bool record;                  /* keep per-request figures (fl_result.per_req) */
     bool check;                   /* run fl_sim's invariant checker after every event (slow) */
     const fl_index_config *index; /* the cache-aware policies' index; NULL: the oracle */
+    fl_tier_sim *tiers;           /* tiers below the GPU pools (fl_tiers.h), or NULL */
 } fl_sim_config;
 
 /* What one replica did. */
@@ -350,7 +351,8 @@ typedef struct fl_report {
     double seconds;           /* wall time of the whole run */
     double seconds_sim;       /* of which in the simulations */
     fl_tier_setup tier_setup; /* with --tiers or --shared-tier: the tiers resolved */
-    fl_tier_figs *tier_figs;  /* then, per run as runs[] (owned); else NULL */
+    fl_result *tier_runs;     /* then, per run as runs[], the run with the tiers (owned) */
+    fl_tier_figs *tier_figs;  /* and their tier figures (owned); else both NULL */
 } fl_report;
 
 /* `kvprefix fleet` (fleet.c): argv[0] is "fleet". Returns the exit status (cli.h). */

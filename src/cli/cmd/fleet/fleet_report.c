@@ -240,7 +240,8 @@ static void table(FILE *f, const fl_options *o, const fl_report *r)
     table_gain(f, o, r);
     table_index(f, o, r);
     if (r->tier_figs)
-        fl_tiers_print(f, &r->tier_setup, r->runs, r->tier_figs, o->n_counts * FL_N_POLICIES);
+        fl_tiers_print(f, &r->tier_setup, r->runs, r->tier_runs, r->tier_figs,
+                       o->n_counts * FL_N_POLICIES);
     if (oversize)
         fprintf(f,
                 "\n%llu request runs needed more blocks than a replica has: served without "
@@ -380,9 +381,9 @@ static int json_report(FILE *f, const fl_options *o, const fl_report *r)
     json_object_set_new(j, "runs", runs);
     json_object_set_new(j, "gain_cache_aware_over_round_robin", gain_json(o, r));
     if (r->tier_figs)
-        json_object_set_new(
-            j, "tiers",
-            fl_tiers_json(&r->tier_setup, r->runs, r->tier_figs, o->n_counts * FL_N_POLICIES));
+        json_object_set_new(j, "tiers",
+                            fl_tiers_json(&r->tier_setup, r->runs, r->tier_runs, r->tier_figs,
+                                          o->n_counts * FL_N_POLICIES));
     json_object_set_new(j, "seconds", json_real(r->seconds));
     json_object_set_new(j, "seconds_simulation", json_real(r->seconds_sim));
     int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
