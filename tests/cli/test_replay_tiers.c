@@ -205,6 +205,54 @@ Test(replay_tiers, one_pass_split_equals_independent_tier_simulation)
         check_random_log(seed);
 }
 
+/* The knee is the least capacity within one point of the ceiling: checked against every
+ * capacity of random logs, and only because the hit rate never decreases with capacity is
+ * bisection enough (also checked). */
+Test(replay_tiers, knee_is_the_least_capacity_near_the_ceiling)
+{
+    for (unsigned seed = 100; seed < 110; seed++) {
+        srand(seed);
+        rp_sim_config cfg = {4, 0, 0, NULL};
+        rp_sim *s = rp_sim_new(&cfg, err, sizeof err);
+        cr_assert_not_null(s);
+        for (int r = 0; r < 200; r++) {
+            uint64_t ids[12];
+            size_t n = 1 + (size_t)(rand() % 12);
+            uint64_t node = 1 + (uint64_t)(rand() % 3);
+            for (size_t j = 0; j < n; j++) {
+                ids[j] = node;
+                node = node * 4 + (uint64_t)(rand() % 4);
+            }
+            rp_request q;
+            memset(&q, 0, sizeof q);
+            kvp_namespace_init(&q.ns);
+            q.hash_ids = ids;
+            q.n_hash_ids = n;
+            q.input_length = n * 4;
+            q.line_no = (uint64_t)r + 1;
+            cr_assert_eq(rp_sim_add(s, &q, err, sizeof err), RP_OK, "%s", err);
+        }
+        rp_metrics ceil_m, m;
+        cr_assert_eq(rp_sim_eval(s, RP_CAP_INF, &ceil_m, NULL), RP_OK);
+        double ceil = (double)ceil_m.n_hit_tokens / (double)ceil_m.n_prompt_tokens;
+        uint64_t k;
+        cr_assert_eq(rp_knee(s, ceil, &k), RP_OK);
+        double prev = -1.0;
+        uint64_t least = 0;
+        for (uint64_t c = 1; c <= rp_sim_distinct(s); c++) {
+            cr_assert_eq(rp_sim_eval(s, c, &m, NULL), RP_OK);
+            double h = (double)m.n_hit_tokens / (double)m.n_prompt_tokens;
+            cr_assert_geq(h, prev, "the hit rate never decreases");
+            prev = h;
+            if (!least && h >= ceil - 0.01)
+                least = c;
+        }
+        cr_assert_eq(k, least, "seed %u: knee %llu, exhaustive %llu", seed, (unsigned long long)k,
+                     (unsigned long long)least);
+        rp_sim_free(s);
+    }
+}
+
 Test(replay_tiers, scan_refuses_unordered_capacities)
 {
     rp_sim_config cfg = {4, 0, 0, NULL};
@@ -365,6 +413,20 @@ Test(replay_tiers, binary_done_when_command)
     fclose(f);
     remove(plot);
     cr_assert(strstr(svg, "GiB of KV"), "the axis is in memory units");
+    /* The plain sweep too: its axis in GiB with a model, its knee named. */
+    snprintf(args, sizeof args,
+             "--model Llama-3.1-8B --sweep=4 --trace-block-size 4 --plot '%s' %s", plot,
+             cli_data("replay_trace.jsonl"));
+    rc = cli_run("replay", args, errs, sizeof errs, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", errs);
+    cr_assert(strstr(out, "within 1 point of the ceiling"), "%s", out);
+    f = fopen(plot, "r");
+    cr_assert_not_null(f);
+    n = fread(svg, 1, sizeof svg - 1, f);
+    svg[n] = '\0';
+    fclose(f);
+    remove(plot);
+    cr_assert(strstr(svg, "cache capacity (GiB of KV, log scale)"), "the plain sweep's axis");
 }
 
 Test(replay_tiers, binary_refusals)

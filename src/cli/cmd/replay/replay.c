@@ -957,6 +957,11 @@ static int evaluate(const rp_options *o, const prep *pp, rp_opt *log, rp_result 
         for (size_t i = 0; i < r->n_curve; i++)
             if (rp_sim_eval(r->sim, caps[i], &r->curve[i], NULL) != RP_OK)
                 return fail(CLI_EXIT_INPUT, "out of memory");
+        double ceil = r->ceiling.n_prompt_tokens
+                          ? (double)r->ceiling.n_hit_tokens / (double)r->ceiling.n_prompt_tokens
+                          : 0.0;
+        if (rp_knee(r->sim, ceil, &r->knee_blocks) != RP_OK)
+            return fail(CLI_EXIT_INPUT, "out of memory");
     }
     if (o->tiers.tiers) {
         int rc =
@@ -977,9 +982,11 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
         return 0;
     }
     double x[RP_MAX_CAPS], yt[RP_MAX_CAPS], yb[RP_MAX_CAPS], yp[RP_N_POLICIES][RP_MAX_CAPS];
+    /* With a model the axis is KV memory (GiB), the unit a buyer reads; else blocks. */
+    double unit = r->block_bytes ? (double)r->block_bytes / 1073741824.0 : 1.0;
     for (size_t i = 0; i < r->n_curve; i++) {
         const rp_metrics *m = &r->curve[i];
-        x[i] = (double)m->capacity;
+        x[i] = (double)m->capacity * unit;
         yt[i] = m->n_prompt_tokens ? (double)m->n_hit_tokens / (double)m->n_prompt_tokens : 0;
         yb[i] = m->n_blocks_full ? (double)m->n_blocks_cached / (double)m->n_blocks_full : 0;
         for (size_t k = 0; k < o->n_policies; k++)
@@ -990,8 +997,11 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
     const char *base = strrchr(r->input, '/') ? strrchr(r->input, '/') + 1 : r->input;
     char title[256], xlabel[128], ceil_label[128], note[256], mlabel[64];
     snprintf(title, sizeof title, "%s: LRU prefix-cache hit rate against capacity", base);
-    snprintf(xlabel, sizeof xlabel, "cache capacity (blocks of %u tokens, log scale)",
-             r->block_size);
+    if (r->block_bytes)
+        snprintf(xlabel, sizeof xlabel, "cache capacity (GiB of KV, log scale)");
+    else
+        snprintf(xlabel, sizeof xlabel, "cache capacity (blocks of %u tokens, log scale)",
+                 r->block_size);
     double ceil = r->ceiling.n_prompt_tokens
                       ? (double)r->ceiling.n_hit_tokens / (double)r->ceiling.n_prompt_tokens
                       : 0.0;
@@ -1031,7 +1041,7 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
     p.ceiling = ceil;
     p.ceiling_label = ceil_label;
     p.x_secondary = note[0] ? note : NULL;
-    p.marker_x = r->has_primary ? (double)r->primary.capacity : 0.0;
+    p.marker_x = r->has_primary ? (double)r->primary.capacity * unit : 0.0;
     snprintf(mlabel, sizeof mlabel, "--capacity %llu",
              (unsigned long long)(r->has_primary ? r->primary.capacity : 0));
     p.marker_label = mlabel;

@@ -78,6 +78,8 @@ typedef struct rp_result {
     rp_metrics ceiling;                  /* unbounded capacity: the cold-miss ceiling */
     rp_metrics curve[RP_MAX_CAPS];       /* sweep points, increasing capacity */
     size_t n_curve;                      /* 0 without a sweep */
+    uint64_t knee_blocks;                /* with a sweep: the least capacity within one point
+                                            of the ceiling's token hit rate (rp_knee) */
     uint64_t distinct;                   /* distinct blocks seen */
     rp_group_metrics *groups[RP_N_DIMS]; /* breakdown at the primary capacity (or the
                                             ceiling when there is none) */

@@ -461,6 +461,12 @@ static int knee(const rp_sim *sim, double ceiling, uint64_t lo, uint64_t hi, uin
     return RP_OK;
 }
 
+int rp_knee(const rp_sim *sim, double ceiling, uint64_t *out)
+{
+    uint64_t distinct = rp_sim_distinct(sim);
+    return knee(sim, ceiling, 1, distinct ? distinct : 1, out);
+}
+
 /* Step 3: the time model. Returns 0 or the exit status. */
 static int time_model(const rp_tier_opts *t, const cap_model_shape *m, bool has_model, uint32_t bs,
                       rp_tiers_result *r)

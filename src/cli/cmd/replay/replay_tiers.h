@@ -147,6 +147,11 @@ struct json_t *rp_tiers_json(const rp_tiers_result *r);
  * model), the GPU's share and the TTFT relative to no cache. Returns 0 or -1 with err. */
 int rp_tiers_plot(FILE *f, const rp_tiers_result *r, const char *input, char *err, size_t err_size);
 
+/* The least capacity in blocks whose token hit rate is within one point of `ceiling` (a
+ * token hit rate in [0,1]), by bisection over rp_sim_eval between 1 and the distinct blocks:
+ * the knee of the curve. Returns RP_OK with *out, or RP_ENOMEM. */
+int rp_knee(const rp_sim *sim, double ceiling, uint64_t *out);
+
 /* The tier name of kind k ("gpu", "cpu", "disk", "remote"). */
 const char *rp_tier_name(int k);
 
