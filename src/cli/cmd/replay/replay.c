@@ -422,7 +422,11 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
     cap_model_shape_init(&m);
     const char *name = o->model;
     if (o->model) {
-        const cap_model_preset *p = cap_model_find(o->model);
+        const cap_model_preset *p = cap_model_find(o->model), *v[2];
+        if (!p && cap_model_versions(o->model, v, 2) >= 2)
+            return fail(CLI_EXIT_USAGE,
+                        "--model: '%s' names versions that differ (%s, %s): give the version",
+                        o->model, v[0]->name, v[1]->name);
         if (!p)
             return fail(CLI_EXIT_USAGE, "--model: no preset '%s' (kvprefix plan --list-models)",
                         o->model);
