@@ -310,6 +310,19 @@ Test(replay_tiers, time_model_by_hand)
     cr_assert_float_eq(rp_time_prefill_rate(70000000000ull, 8, 989e12, 0.5), 28257.142857, 1e-4);
     cr_assert_eq(rp_time_prefill_rate(0, 8, 989e12, 0.5), 0.0);
     cr_assert_eq(rp_time_prefill_rate(1000, 0, 989e12, 0.5), 0.0);
+    /* Attention at 1 us per unit of n^2 - R^2 (R the tokens reused):
+     *   c = 0: R = 32: 68 ms + (10000 - 1024) us = 76.976 ms
+     *   c = 1: R = 48: 52 ms + (10000 - 2304) us + 2 ms = 61.696 ms
+     *   c = 2: R = 64: 36 ms + (10000 - 4096) us + 22 ms = 63.904 ms      -> c = 1 */
+    m.attn_s = 1e-6;
+    cr_assert_float_eq(rp_time_request(&m, 100, h, &c), 0.061696, 1e-12);
+    cr_assert_eq(c, 1);
+    /* 2 x 80 layers x 64 heads x 128 / (8 x 989e12 x 0.5) s (Llama-3.1-70B on 8 H100s). */
+    cr_assert_float_eq(rp_time_attn(80, 64, 128, 8, 989e12, 0.5), 1310720.0 / 3.956e15, 1e-20);
+    cr_assert_eq(rp_time_attn(0, 64, 128, 8, 989e12, 0.5), 0.0);
+    m.attn_s = -1;
+    cr_assert(!rp_time_valid(&m));
+    m.attn_s = 0;
     m.bw_bytes_s[2] = 0;
     cr_assert(!rp_time_valid(&m));
 }

@@ -364,7 +364,7 @@ typedef struct scan_ctx {
     rp_tier_figs *f;
     double *ttft; /* one per request */
     size_t n;
-    double sum;
+    double sum, sum_nocache;
 } scan_ctx;
 
 static void scan_one(void *ctx, const rp_scan_req *q)
@@ -390,6 +390,8 @@ static void scan_one(void *ctx, const rp_scan_req *q)
     c->f->n_requests++;
     c->ttft[c->n++] = t;
     c->sum += t;
+    uint32_t none[RP_MAX_TIERS] = {0, 0, 0, 0};
+    c->sum_nocache += rp_time_request(c->tm, q->n_tokens, none, NULL);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -424,12 +426,13 @@ int rp_tiers_figs(const rp_sim *sim, const rp_time_model *tm, const uint64_t *ca
     memset(&f, 0, sizeof f);
     f.n_tiers = n;
     memcpy(f.cap, cap, n * sizeof *cap);
-    scan_ctx c = {tm, &f, malloc((n_req ? n_req : 1) * sizeof(double)), 0, 0.0};
+    scan_ctx c = {tm, &f, malloc((n_req ? n_req : 1) * sizeof(double)), 0, 0.0, 0.0};
     if (!c.ttft)
         return RP_ENOMEM;
     rp_sim_scan(sim, cap, n, scan_one, &c);
     qsort(c.ttft, c.n, sizeof *c.ttft, cmp_double);
     f.ttft_mean = c.n ? c.sum / (double)c.n : 0.0;
+    f.ttft_nocache_mean = c.n ? c.sum_nocache / (double)c.n : 0.0;
     f.ttft_p50 = nearest_rank(c.ttft, c.n, 50);
     f.ttft_p90 = nearest_rank(c.ttft, c.n, 90);
     f.ttft_p99 = nearest_rank(c.ttft, c.n, 99);
@@ -486,8 +489,11 @@ static int time_model(const rp_tier_opts *t, const cap_model_shape *m, bool has_
         if (tm->prefill_tok_s <= 0)
             return fail(CLI_EXIT_USAGE, "--tiers: the model's parameter count is unknown; give "
                                         "--prefill-rate");
+        tm->attn_s = rp_time_attn(m->n_layers, m->n_heads, m->head_dim, t->tp, g->bf16_flops,
+                                  t->mfu_ppm / 1e6);
         snprintf(r->rate_desc, sizeof r->rate_desc,
-                 "2 x %.3gB params FLOPs/token on %u x %s%s (%.0f TFLOP/s) at MFU %.2f",
+                 "2 x %.3gB params FLOPs/token + attention on %u x %s%s (%.0f TFLOP/s) at MFU "
+                 "%.2f",
                  (double)m->n_params / 1e9, t->tp, g->name, t->gpu ? "" : " (assumed; --gpu)",
                  g->bf16_flops / 1e12, t->mfu_ppm / 1e6);
     }
@@ -569,9 +575,7 @@ int rp_tiers_evaluate(const rp_tier_opts *t, const char *model, const char *conf
             goto fail;
         }
     }
-    r->ttft_nocache_mean = (double)r->ladder[0].n_prompt_tokens /
-                           (double)(r->ladder[0].n_requests ? r->ladder[0].n_requests : 1) /
-                           r->tm.prefill_tok_s;
+    r->ttft_nocache_mean = r->ladder[0].ttft_nocache_mean;
     /* Step 5: the knee, over the last tier's capacity. */
     r->ceiling = hit_rate(ceiling);
     uint64_t distinct = rp_sim_distinct(sim) ? rp_sim_distinct(sim) : 1;
@@ -787,6 +791,7 @@ json_t *rp_tiers_json(const rp_tiers_result *r)
     }
     json_object_set_new(j, "prefill_tokens_per_s", json_real(tm->prefill_tok_s));
     json_object_set_new(j, "prefill_rate_from", json_string(r->rate_desc));
+    json_object_set_new(j, "attention_s_per_token_squared", json_real(tm->attn_s));
     json_object_set_new(j, "gpu_tier_from", json_string(r->gpu_desc));
     json_object_set_new(j, "block_bytes", json_integer((json_int_t)r->block_bytes));
     json_object_set_new(j, "lower_tiers", model);

@@ -102,6 +102,7 @@ typedef struct rp_tier_figs {
     uint64_t n_prompt_tokens;             /* prompt tokens of the log */
     uint64_t n_requests;                  /* requests */
     double ttft_mean, ttft_p50, ttft_p90, ttft_p99; /* modelled TTFT, seconds */
+    double ttft_nocache_mean;                       /* the same requests with no cache at all */
 } rp_tier_figs;
 
 /* What a run with --tiers adds to the report. */

@@ -18,8 +18,9 @@ static bool pos_finite(double x)
 
 bool rp_time_valid(const rp_time_model *m)
 {
-    if (!m || !pos_finite(m->prefill_tok_s) || m->block_size == 0 || !pos_finite(m->block_bytes) ||
-        m->n_tiers < 1 || m->n_tiers > RP_MAX_TIERS)
+    if (!m || !pos_finite(m->prefill_tok_s) || !isfinite(m->attn_s) || m->attn_s < 0 ||
+        m->block_size == 0 || !pos_finite(m->block_bytes) || m->n_tiers < 1 ||
+        m->n_tiers > RP_MAX_TIERS)
         return false;
     for (size_t k = 1; k < m->n_tiers; k++)
         if (!pos_finite(m->bw_bytes_s[k]) || !isfinite(m->latency_s[k]) || m->latency_s[k] < 0)
@@ -34,20 +35,35 @@ double rp_time_prefill_rate(uint64_t n_params, uint32_t tp, double peak_flops, d
     return (double)tp * peak_flops * mfu / (2.0 * (double)n_params);
 }
 
+double rp_time_attn(uint32_t n_layers, uint32_t n_heads, uint32_t head_dim, uint32_t tp,
+                    double peak_flops, double mfu)
+{
+    if (!n_layers || !n_heads || !head_dim || !tp || !pos_finite(peak_flops) || !pos_finite(mfu))
+        return 0.0;
+    return 2.0 * n_layers * n_heads * head_dim / ((double)tp * peak_flops * mfu);
+}
+
+/* Compute time of tokens reused .. n - 1 (reused <= n). */
+static double compute_s(const rp_time_model *m, double n, double reused)
+{
+    return (n - reused) / m->prefill_tok_s + m->attn_s * (n * n - reused * reused);
+}
+
 double rp_time_request(const rp_time_model *m, uint64_t n_tokens, const uint32_t *hits,
                        size_t *n_loaded)
 {
     double bs = (double)m->block_size;
     double reused = (double)hits[0] * bs; /* tokens not computed */
     double transfer = 0.0;                /* seconds of loads so far */
-    double best = ((double)n_tokens - reused) / m->prefill_tok_s;
+    double n = (double)n_tokens;
+    double best = compute_s(m, n, reused);
     size_t best_c = 0;
     for (size_t c = 1; c < m->n_tiers; c++) {
         if (hits[c] > 0) {
             transfer += m->latency_s[c] + (double)hits[c] * m->block_bytes / m->bw_bytes_s[c];
             reused += (double)hits[c] * bs;
         }
-        double t = ((double)n_tokens - reused) / m->prefill_tok_s + transfer;
+        double t = compute_s(m, n, reused) + transfer;
         if (t < best) {
             best = t;
             best_c = c;
