@@ -131,6 +131,13 @@ int64_t fl_tiers_delta(const fl_tier_setup *s, const uint32_t *hits, int *n_load
 /* The tier name ("cpu", "disk", "shared"). */
 const char *fl_tier_name(int k);
 
+/* What a run with tiers adds to the fleet report (fl_report.tiers). */
+typedef struct fl_tier_report {
+    fl_tier_setup setup;    /* the tiers resolved */
+    struct fl_result *runs; /* per run as fl_report.runs, the run with the tiers (owned) */
+    fl_tier_figs *figs;     /* their tier figures (owned); both NULL without tiers */
+} fl_tier_report;
+
 /* The section of the table report: one row per pair of runs base[i] (without tiers) and
  * tiered[i] (the same fleet and policy with them), figs[i] its tier figures, i < n (rows whose
  * n_replicas is 0 are skipped). Cannot fail. */

@@ -622,13 +622,13 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The run at rep->runs[at] again with the tiers below the GPU pools, into rep->tier_runs[at]
- * and rep->tier_figs[at]. Returns 0 or the exit status. */
+/* The run at rep->runs[at] again with the tiers below the GPU pools, into rep->tiers.runs[at]
+ * and rep->tiers.figs[at]. Returns 0 or the exit status. */
 static int simulate_tiers(const fl_options *o, const fl_log *log, fl_report *rep, fl_sim_config *sc,
                           size_t at)
 {
     char err[1024];
-    fl_tier_sim *ts = fl_tier_sim_new(&rep->tier_setup, sc->n_replicas);
+    fl_tier_sim *ts = fl_tier_sim_new(&rep->tiers.setup, sc->n_replicas);
     if (!ts)
         return fail(CLI_EXIT_INPUT, "out of memory");
     sc->tiers = ts;
@@ -637,10 +637,10 @@ static int simulate_tiers(const fl_options *o, const fl_log *log, fl_report *rep
     fl_index_config ic = *sc->index;
     ic.key_prefix = prefix;
     sc->index = &ic;
-    int rc = fl_sim_run(log, sc, &rep->tier_runs[at], err, sizeof err);
+    int rc = fl_sim_run(log, sc, &rep->tiers.runs[at], err, sizeof err);
     if (rc == FL_OK && o->check && !fl_tier_sim_check(ts))
         rc = FL_EINTERNAL, snprintf(err, sizeof err, "internal error: the tiers fail their check");
-    fl_tier_sim_figs(ts, &rep->tier_figs[at]);
+    fl_tier_sim_figs(ts, &rep->tiers.figs[at]);
     fl_tier_sim_free(ts);
     if (rc == FL_EINPUT) {
         fprintf(stderr, "%s\n", err);
@@ -680,7 +680,7 @@ static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
                 return fail(rc == FL_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s", err);
             }
             size_t at = k * FL_N_POLICIES + (size_t)p;
-            if (rep->tier_figs && (rc = simulate_tiers(o, log, rep, &sc, at)) != 0)
+            if (rep->tiers.figs && (rc = simulate_tiers(o, log, rep, &sc, at)) != 0)
                 return rc;
         }
     rep->seconds_sim = now_s() - t0;
@@ -741,10 +741,10 @@ static int run(const fl_options *o, const capacity_spec *cap, uint64_t token_byt
     rc = capacity_blocks(o, cap, token_bytes, rep);
     if (rc == 0 && fl_tiers_on(&o->tiers)) {
         rc = fl_tiers_setup(&o->tiers, rep->block_size, rep->block_bytes, o->model.prefill_ns,
-                            &rep->tier_setup);
-        rep->tier_figs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->tier_figs);
-        rep->tier_runs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->tier_runs);
-        if (rc == 0 && (!rep->tier_figs || !rep->tier_runs))
+                            &rep->tiers.setup);
+        rep->tiers.figs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->tiers.figs);
+        rep->tiers.runs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->tiers.runs);
+        if (rc == 0 && (!rep->tiers.figs || !rep->tiers.runs))
             rc = fail(CLI_EXIT_INPUT, "out of memory");
     }
     if (rc == 0 && (rc = simulate(o, log, rep)) == 0)
@@ -801,9 +801,9 @@ int fl_main(int argc, char **argv)
     for (size_t i = 0; rep.runs && i < o.n_counts * FL_N_POLICIES; i++)
         fl_result_free(&rep.runs[i]);
     free(rep.runs);
-    for (size_t i = 0; rep.tier_runs && i < o.n_counts * FL_N_POLICIES; i++)
-        fl_result_free(&rep.tier_runs[i]);
-    free(rep.tier_runs);
-    free(rep.tier_figs);
+    for (size_t i = 0; rep.tiers.runs && i < o.n_counts * FL_N_POLICIES; i++)
+        fl_result_free(&rep.tiers.runs[i]);
+    free(rep.tiers.runs);
+    free(rep.tiers.figs);
     return rc;
 }

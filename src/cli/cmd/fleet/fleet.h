@@ -340,19 +340,17 @@ typedef struct fl_report {
     uint64_t n_requests; /* requests simulated */
     uint64_t n_prompt_tokens;
     uint64_t n_lines;
-    uint64_t capacity;        /* blocks per replica */
-    uint64_t block_bytes;     /* KV bytes per block with --model, else 0 */
-    char model_desc[128];     /* "Llama-3.1-8B, fp16 KV" or "" */
-    bool timestamps;          /* every line had one (else some used --interarrival-ms) */
-    in_count count;           /* how OpenAI bodies' tokens were counted */
-    fl_result *runs;          /* n_counts x FL_N_POLICIES, [count][policy]; unrun: n_replicas 0 */
-    char redis_prefix[64];    /* the run's key prefix with --index redis (each simulation
-                                 appends ":<count index>.<policy>") */
-    double seconds;           /* wall time of the whole run */
-    double seconds_sim;       /* of which in the simulations */
-    fl_tier_setup tier_setup; /* with --tiers or --shared-tier: the tiers resolved */
-    fl_result *tier_runs;     /* then, per run as runs[], the run with the tiers (owned) */
-    fl_tier_figs *tier_figs;  /* and their tier figures (owned); else both NULL */
+    uint64_t capacity;     /* blocks per replica */
+    uint64_t block_bytes;  /* KV bytes per block with --model, else 0 */
+    char model_desc[128];  /* "Llama-3.1-8B, fp16 KV" or "" */
+    bool timestamps;       /* every line had one (else some used --interarrival-ms) */
+    in_count count;        /* how OpenAI bodies' tokens were counted */
+    fl_result *runs;       /* n_counts x FL_N_POLICIES, [count][policy]; unrun: n_replicas 0 */
+    char redis_prefix[64]; /* the run's key prefix with --index redis (each simulation
+                              appends ":<count index>.<policy>") */
+    double seconds;        /* wall time of the whole run */
+    double seconds_sim;    /* of which in the simulations */
+    fl_tier_report tiers;  /* --tiers, --shared-tier: the runs with them (fl_tiers.h) */
 } fl_report;
 
 /* `kvprefix fleet` (fleet.c): argv[0] is "fleet". Returns the exit status (cli.h). */
