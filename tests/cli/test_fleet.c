@@ -94,7 +94,7 @@ static fl_model hand_model(void)
 static fl_result run(const fl_log *log, const kvp_config *kc, int policy, uint32_t n,
                      uint32_t capacity, fl_model m)
 {
-    fl_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, NULL};
+    fl_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, NULL, NULL};
     fl_result r;
     int rc = fl_sim_run(log, &sc, &r, err, sizeof err);
     cr_assert_eq(rc, FL_OK, "%s", err);
@@ -565,7 +565,7 @@ Test(fleet, random_logs_under_the_checker)
 static fl_result run_ix(const fl_log *log, const kvp_config *kc, int policy, uint32_t n,
                         uint32_t capacity, fl_model m, const fl_index_config *ic)
 {
-    fl_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, ic};
+    fl_sim_config sc = {"test", n, policy, capacity, kc, m, true, true, ic, NULL};
     fl_result r;
     int rc = fl_sim_run(log, &sc, &r, err, sizeof err);
     cr_assert_eq(rc, FL_OK, "%s", err);

@@ -17,6 +17,7 @@
 #include "kvplan.h"
 #include "cliutil.h"
 #include "logread.h"
+#include "gpus.h"
 #include "models.h"
 
 #define GiB (UINT64_C(1) << 30)
@@ -383,7 +384,7 @@ Test(presets, published_shapes)
     check_preset("Llama-3.1-8B", 32, 32, 8, 128, UINT64_C(8030261248));
     check_preset("Llama-3.1-70B", 80, 64, 8, 128, UINT64_C(70553706496));
     check_preset("Llama-2-7B", 32, 32, 32, 128, UINT64_C(6738415616));
-    check_preset("Mistral-7B", 32, 32, 8, 128, UINT64_C(7241732096));
+    check_preset("Mistral-7B-v0.1", 32, 32, 8, 128, UINT64_C(7241732096));
     check_preset("Qwen2.5-7B", 28, 28, 4, 128, UINT64_C(7615616512));
     check_preset("Qwen2.5-72B", 80, 64, 8, 128, UINT64_C(72706203648));
     check_preset("Mixtral-8x7B", 32, 32, 8, 128, UINT64_C(46702792704));
@@ -394,8 +395,9 @@ Test(presets, published_shapes)
     check_preset("Gemma-3-27B", 62, 32, 16, 128, UINT64_C(27432406640));
     check_preset("DeepSeek-V3", 61, 128, 128, 192, UINT64_C(671026419200));
     check_preset("Jamba-v0.1", 32, 32, 8, 128, UINT64_C(51570323328));
-    cr_assert_eq(cap_model_count(), 14);
-    cr_assert_eq(cap_model_find("Mistral-7B")->shape.layers.run[0].window, 4096, "window on");
+    check_preset("Mistral-7B-v0.3", 32, 32, 8, 128, UINT64_C(7248023552));
+    cr_assert_eq(cap_model_count(), 15);
+    cr_assert_eq(cap_model_find("Mistral-7B-v0.1")->shape.layers.run[0].window, 4096, "window on");
     cr_assert_eq(cap_model_find("DeepSeek-V3")->shape.w_dtype, CAP_DTYPE_FP8);
     cr_assert_eq(cap_model_find("llama-3.1-8b"), cap_model_find("meta-llama/Llama-3.1-8B"));
     cr_assert_eq(cap_model_find("Llama-2-7B")->shape.kv_dtype, CAP_DTYPE_FP16);
@@ -525,7 +527,7 @@ Test(layers, mistral_window)
     cr_assert_eq(paged_of(&c, 4100, 16), UINT64_C(257) * 16 * 131072);
     /* The preset is the same model. */
     cap_kv_cost p;
-    cr_assert_eq(cap_kv_cost_of(&cap_model_find("Mistral-7B")->shape, 1, &p, NULL), CAP_OK);
+    cr_assert_eq(cap_kv_cost_of(&cap_model_find("Mistral-7B-v0.1")->shape, 1, &p, NULL), CAP_OK);
     cr_assert_eq(seq_of(&p, 32768), 512 * MiB);
     /* Without the window: 32768 x 131072 = 4 GiB, eight times more. */
     cr_assert_eq(cap_model_set_window(&m, 0), CAP_OK);
@@ -716,7 +718,7 @@ Test(layers, cache_block_bytes)
     cr_assert_eq(cap_cache_block_bytes(&c, 16, &b), CAP_OK);
     cr_assert_eq(b, 16 * 70272);
     /* Every layer windowed: each block is charged in full, as one block pool would be. */
-    cr_assert_eq(cap_kv_cost_of(&cap_model_find("Mistral-7B")->shape, 1, &c, NULL), CAP_OK);
+    cr_assert_eq(cap_kv_cost_of(&cap_model_find("Mistral-7B-v0.1")->shape, 1, &c, NULL), CAP_OK);
     cr_assert_eq(cap_cache_block_bytes(&c, 16, &b), CAP_OK);
     cr_assert_eq(b, 16 * 131072);
     cr_assert_eq(cap_cache_block_bytes(&c, 0, &b), CAP_EINVAL);
@@ -1040,13 +1042,13 @@ Test(binary, per_layer_models)
 {
     static char err[8192], out[65536];
     /* Mistral-7B at 32k: the window holds 4096 tokens (512 MiB); without it 4 GiB. */
-    int rc =
-        run_plan("--model Mistral-7B --seq-len 32768 --json", err, sizeof err, out, sizeof out);
+    int rc = run_plan("--model Mistral-7B-v0.1 --seq-len 32768 --json", err, sizeof err, out,
+                      sizeof out);
     cr_assert_eq(rc, 0, "%s", err);
     cr_assert(strstr(out, "\"seq_kv_bytes_per_gpu\": 536870912") != NULL, "%s", out);
     cr_assert(strstr(out, "\"kind\": \"sliding\"") != NULL, "%s", out);
-    rc = run_plan("--model Mistral-7B --seq-len 32768 --no-window --json", err, sizeof err, out,
-                  sizeof out);
+    rc = run_plan("--model Mistral-7B-v0.1 --seq-len 32768 --no-window --json", err, sizeof err,
+                  out, sizeof out);
     cr_assert_eq(rc, 0, "%s", err);
     cr_assert(strstr(out, "\"seq_kv_bytes_per_gpu\": 4294967296") != NULL, "%s", out);
     /* DeepSeek-V3 fp8 with per-token fp32 scales: 61 x (576 + 4) = 35380 per token. */
@@ -1079,9 +1081,106 @@ Test(binary, per_layer_models)
                 "--kv-scales: 'per-block:0'");
     expect_exit("--model Llama-3.1-8B --kv-dtype fp8 --kv-scale-dtype int4", 2,
                 "--kv-scale-dtype: 'int4'");
-    expect_exit("--model Mistral-7B --window 10 --no-window", 2, "not both");
+    expect_exit("--model Mistral-7B-v0.1 --window 10 --no-window", 2, "not both");
     expect_exit("--model Gemma-3-27B --layers 10", 2, "per-layer runs");
     expect_exit("--model Jamba-v0.1 --tp 3", 1, "--tp 3");
     snprintf(args, sizeof args, "--config '%s'", data_path("config_bad_types.json"));
     expect_exit(args, 1, "chunked_attention");
+}
+
+/* ---- slips a new user met (issue 21, item 4); each failed before its fix ------------------- */
+
+/* Mistral 7B's versions differ in attention: v0.1 windows every layer to 4,096 tokens, v0.3
+ * (the project's chat template) has no window. At 32k tokens on an 80 GiB GPU: v0.3 holds
+ * 128 KiB a token, 4 GiB a request, and (72 - 13.5) GiB / 4 GiB = 14 fit; v0.1's window holds
+ * 512 MiB a request and 117 fit. A bare "Mistral-7B" is refused with both names. */
+Test(slips, mistral_presets_by_version)
+{
+    static char err[8192], out[65536];
+    const cap_model_preset *v1 = cap_model_find("Mistral-7B-v0.1"),
+                           *v3 = cap_model_find("mistralai/Mistral-7B-v0.3");
+    cr_assert_not_null(v1);
+    cr_assert_not_null(v3);
+    cr_assert_null(cap_model_find("Mistral-7B"));
+    cr_assert_eq(cap_model_versions("mistral-7b", NULL, 0), 2);
+    cr_assert_eq(v1->shape.layers.run[0].kind, CAP_LAYER_SLIDING);
+    cr_assert_eq(v3->shape.layers.n_runs, 0, "v0.3 has no window");
+    cr_assert_eq(v3->shape.n_params, UINT64_C(7248023552));
+    int rc = run_plan("--model Mistral-7B-v0.3 --seq-len 32768 --gpu-mem 80GiB --json", err,
+                      sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "\"requests_of_seq_len\": 14\n") != NULL, "%s", out);
+    rc = run_plan("--model Mistral-7B-v0.1 --seq-len 32768 --gpu-mem 80GiB --json", err, sizeof err,
+                  out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "\"requests_of_seq_len\": 117\n") != NULL, "%s", out);
+    expect_exit("--model Mistral-7B --seq-len 32768", 2, "Mistral-7B-v0.1, Mistral-7B-v0.3");
+}
+
+Test(slips, warns_past_the_context_length)
+{
+    static char err[8192], out[65536];
+    int rc =
+        run_plan("--model Gemma-2-9B --seq-len 32768 --json", err, sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(err, "beyond Gemma-2-9B's context length (8192 tokens") != NULL, "%s", err);
+    cr_assert(strstr(out, "\"beyond_context\": true") != NULL, "%s", out);
+    rc = run_plan("--model Llama-3.1-8B --seq-len 1000000", err, sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(err, "context length (131072 tokens") != NULL, "%s", err);
+    rc = run_plan("--model Llama-3.1-8B --lens 1000,131072", err, sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(err, "context length") == NULL, "at the limit: no warning: %s", err);
+    rc = run_plan("--model Llama-3.1-8B --lens 1000,131073", err, sizeof err, out, sizeof out);
+    cr_assert(strstr(err, "context length") != NULL, "one past it, in --lens: %s", err);
+}
+
+Test(slips, usage_names_no_positional_model)
+{
+    static char err[8192], out[65536];
+    int rc = run_plan("--help", err, sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 0);
+    cr_assert(strncmp(out, "Usage: kvprefix plan (--model NAME", 34) == 0, "%s", out);
+    cr_assert(strstr(out, "plan MODEL") == NULL, "%s", out);
+    expect_exit("Llama-3.1-8B --seq-len 8", 2, "given as --model Llama-3.1-8B");
+}
+
+Test(slips, gpu_presets_in_binary_units)
+{
+    static char err[8192], out[65536];
+    const cap_gpu_preset *h = cap_gpu_find("h100-80gb");
+    cr_assert_not_null(h);
+    cr_assert_eq(h->mem_bytes, UINT64_C(80) << 30);
+    int rc = run_plan("--model Llama-3.1-8B --gpu H100-80GB --seq-len 8192 --json", err, sizeof err,
+                      out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "\"gpu_mem_bytes\": 85899345920") != NULL, "%s", out);
+    rc = run_plan("--model Llama-3.1-8B --gpu-mem 80GB --seq-len 8192", err, sizeof err, out,
+                  sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(err, "80GB is 74.5 GiB") != NULL, "%s", err);
+    rc = run_plan("--model Llama-3.1-8B --gpu-mem 80GiB --seq-len 8192", err, sizeof err, out,
+                  sizeof out);
+    cr_assert(strstr(err, "note") == NULL, "%s", err);
+    expect_exit("--model Llama-3.1-8B --gpu Z80 --seq-len 8", 2, "no preset 'Z80'");
+    expect_exit("--model Llama-3.1-8B --gpu H100-80GB --gpu-mem 80GiB", 2, "not both");
+    expect_exit("--model Llama-3.1-8B --gpu-mem 80GiB --gpu H100-80GB", 2, "not both");
+}
+
+/* vLLM's MLA backends use 64-token blocks: DeepSeek-V3 (61 layers x 576 bf16 elements,
+ * 70,272 bytes a token) is planned with blocks of 64 x 70,272 = 4,497,408 bytes unless
+ * --block-size is given; a model without a latent keeps 16. */
+Test(slips, mla_blocks_of_64)
+{
+    static char err[8192], out[65536];
+    int rc =
+        run_plan("--model DeepSeek-V3 --seq-len 4096 --json", err, sizeof err, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "\"block_size\": 64") != NULL, "%s", out);
+    cr_assert(strstr(out, "\"block_bytes_per_gpu\": 4497408") != NULL, "%s", out);
+    rc = run_plan("--model DeepSeek-V3 --seq-len 4096 --block-size 16 --json", err, sizeof err, out,
+                  sizeof out);
+    cr_assert(strstr(out, "\"block_size\": 16") != NULL, "%s", out);
+    rc = run_plan("--model Llama-3.1-8B --seq-len 4096 --json", err, sizeof err, out, sizeof out);
+    cr_assert(strstr(out, "\"block_size\": 16") != NULL, "%s", out);
 }

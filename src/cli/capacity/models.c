@@ -15,7 +15,8 @@
  *   Llama-3.1-70B  80  64   8 128  80 full                           70,553,706,496 (70.6B)
  *   Llama-3.3-70B  80  64   8 128  80 full                           70,553,706,496 (70.6B)
  *   Llama-2-7B     32  32  32 128  32 full (MHA)                      6,738,415,616 (6.74B)
- *   Mistral-7B     32  32   8 128  32 sliding, W 4096                 7,241,732,096 (7.24B)
+ *   Mistral-7B-v0.1 32 32   8 128  32 sliding, W 4096                 7,241,732,096 (7.24B)
+ *   Mistral-7B-v0.3 32 32   8 128  32 full (sliding_window null)      7,248,023,552 (7.25B)
  *   Qwen2.5-7B     28  28   4 128  28 full                            7,615,616,512 (7.61B)
  *   Qwen2.5-72B    80  64   8 128  80 full                           72,706,203,648 (72.7B)
  *   Qwen3-8B       36  32   8 128  36 full (use_sliding_window false) 8,190,735,360 (8.19B)
@@ -25,6 +26,12 @@
  *   Gemma-3-27B    62  32  16 128  52 sliding W 1024 + 10 full       27,432,406,640 (27.4B)
  *   DeepSeek-V3    61 128 128 192  61 latent, 512 + 64 elements     671,026,419,200 (671B)
  *   Jamba-v0.1     32  32   8 128  4 full + 28 Mamba states          51,570,323,328 (51.6B)
+ *
+ * Mistral 7B changed its attention between versions: v0.1 windows every layer to 4,096 tokens,
+ * v0.2 and v0.3 have no window (and v0.3 a vocabulary of 32,768: 768 x 4096 x 2 more
+ * embedding and head parameters). A bare "Mistral-7B" is refused with both names, since the
+ * two differ eightfold in KV at 32k tokens. Each preset also carries max_position_embeddings,
+ * the context it is built for, so that plan can warn beyond it.
  *
  * Layer patterns, as the transformers implementations define them: Gemma 2 alternates,
  * layer i sliding when i is even; Gemma 3 has sliding_window_pattern 6, layer i full when
@@ -78,57 +85,73 @@ static const cap_model_preset presets[] = {
      "meta-llama/Llama-3.1-8B",
      {SHAPE(32, 32, 8, 128, BF16, BF16, 8030261248)},
      CARD("meta-llama/Llama-3.1-8B") " (hidden_size 4096, intermediate_size 14336, "
-                                     "vocab_size 128256)"},
+                                     "vocab_size 128256)",
+     131072},
     {"Llama-3.1-70B",
      "meta-llama/Llama-3.1-70B",
      {SHAPE(80, 64, 8, 128, BF16, BF16, 70553706496)},
      CARD("meta-llama/Llama-3.1-70B") " (hidden_size 8192, intermediate_size 28672, "
-                                      "vocab_size 128256)"},
+                                      "vocab_size 128256)",
+     131072},
     {"Llama-2-7B",
      "meta-llama/Llama-2-7b-hf",
      {SHAPE(32, 32, 32, 128, CAP_DTYPE_FP16, CAP_DTYPE_FP16, 6738415616)},
      CARD("meta-llama/Llama-2-7b-hf") " (hidden_size 4096, intermediate_size 11008, "
-                                      "vocab_size 32000)"},
-    {"Mistral-7B",
+                                      "vocab_size 32000)",
+     4096},
+    {"Mistral-7B-v0.1",
      "mistralai/Mistral-7B-v0.1",
      {SHAPE(32, 32, 8, 128, BF16, BF16, 7241732096),
       .layers = {1, {RUN_SLIDING(32, 8, 128, 4096)}}},
      CARD("mistralai/Mistral-7B-v0.1") " (hidden_size 4096, intermediate_size 14336, "
                                        "vocab_size 32000, sliding_window 4096 on every "
-                                       "layer)"},
+                                       "layer)",
+     32768},
+    {"Mistral-7B-v0.3",
+     "mistralai/Mistral-7B-v0.3",
+     {SHAPE(32, 32, 8, 128, BF16, BF16, 7248023552)},
+     CARD("mistralai/Mistral-7B-v0.3") " (hidden_size 4096, intermediate_size 14336, "
+                                       "vocab_size 32768, sliding_window null)",
+     32768},
     {"Qwen2.5-7B",
      "Qwen/Qwen2.5-7B",
      {SHAPE(28, 28, 4, 128, BF16, BF16, 7615616512)},
      CARD("Qwen/Qwen2.5-7B") " (hidden_size 3584, intermediate_size 18944, "
-                             "vocab_size 152064)"},
+                             "vocab_size 152064)",
+     131072},
     {"Qwen2.5-72B",
      "Qwen/Qwen2.5-72B",
      {SHAPE(80, 64, 8, 128, BF16, BF16, 72706203648)},
      CARD("Qwen/Qwen2.5-72B") " (hidden_size 8192, intermediate_size 29568, "
-                              "vocab_size 152064)"},
+                              "vocab_size 152064)",
+     131072},
     {"Mixtral-8x7B",
      "mistralai/Mixtral-8x7B-v0.1",
      {SHAPE(32, 32, 8, 128, BF16, BF16, 46702792704)},
      CARD("mistralai/Mixtral-8x7B-v0.1") " (hidden_size 4096, intermediate_size 14336, "
-                                         "8 local experts, vocab_size 32000)"},
+                                         "8 local experts, vocab_size 32000)",
+     32768},
     {"Llama-3.3-70B",
      "meta-llama/Llama-3.3-70B-Instruct",
      {SHAPE(80, 64, 8, 128, BF16, BF16, 70553706496)},
      CARD("meta-llama/Llama-3.3-70B-Instruct") " (hidden_size 8192, intermediate_size 28672, "
                                                "vocab_size 128256; the Llama-3.1-70B shape, "
-                                               "unverified against the file itself)"},
+                                               "unverified against the file itself)",
+     131072},
     {"Qwen3-8B",
      "Qwen/Qwen3-8B",
      {SHAPE(36, 32, 8, 128, BF16, BF16, 8190735360)},
      CARD("Qwen/Qwen3-8B") " (head_dim 128, hidden_size 4096, intermediate_size 12288, "
                            "vocab_size 151936, untied, q/k norms; sliding_window null, "
-                           "use_sliding_window false)"},
+                           "use_sliding_window false)",
+     40960},
     {"Qwen3-32B",
      "Qwen/Qwen3-32B",
      {SHAPE(64, 64, 8, 128, BF16, BF16, 32762123264)},
      CARD("Qwen/Qwen3-32B") " (head_dim 128, hidden_size 5120, intermediate_size 25600, "
                             "vocab_size 151936, untied, q/k norms; sliding_window null, "
-                            "use_sliding_window false; read from a copy of the file)"},
+                            "use_sliding_window false; read from a copy of the file)",
+     40960},
     {"Gemma-2-9B",
      "google/gemma-2-9b",
      {SHAPE(42, 16, 8, 256, BF16, BF16, 9241705984),
@@ -136,14 +159,16 @@ static const cap_model_preset presets[] = {
      CARD("google/gemma-2-9b") " (head_dim 256, hidden_size 3584, intermediate_size 14336, "
                                "vocab_size 256000, tied; sliding_window 4096 on even layers; "
                                "read from a fine-tune's copy of the -it file, torch_dtype "
-                               "unverified)"},
+                               "unverified)",
+     8192},
     {"Gemma-3-27B",
      "google/gemma-3-27b-it",
      {SHAPE(62, 32, 16, 128, BF16, BF16, 27432406640),
       .layers = {2, {RUN_SLIDING(52, 16, 128, 1024), RUN_FULL(10, 16, 128)}}},
      CARD("google/gemma-3-27b-it") " text_config (head_dim 128, hidden_size 5376, "
                                    "intermediate_size 21504, vocab_size 262208, "
-                                   "sliding_window 1024, sliding_window_pattern 6)"},
+                                   "sliding_window 1024, sliding_window_pattern 6)",
+     131072},
     {"DeepSeek-V3",
      "deepseek-ai/DeepSeek-V3",
      {SHAPE(61, 128, 128, 192, BF16, CAP_DTYPE_FP8, 671026419200),
@@ -152,7 +177,8 @@ static const cap_model_preset presets[] = {
                                      "qk_nope_head_dim 128, v_head_dim 128, q_lora_rank 1536, "
                                      "hidden_size 7168, 256 routed + 1 shared experts of 2048, "
                                      "first_k_dense_replace 3, vocab_size 129280; fp8 "
-                                     "weights)"},
+                                     "weights)",
+     163840},
     {"Jamba-v0.1",
      "ai21labs/Jamba-v0.1",
      {SHAPE(32, 32, 8, 128, BF16, BF16, 51570323328),
@@ -160,7 +186,8 @@ static const cap_model_preset presets[] = {
      CARD("ai21labs/Jamba-v0.1") " (hidden_size 4096, attn_layer_period 8, "
                                  "attn_layer_offset 4, mamba_d_state 16, mamba_d_conv 4, "
                                  "mamba_expand 2, 16 experts every 2nd layer, "
-                                 "vocab_size 65536)"},
+                                 "vocab_size 65536)",
+     262144},
 };
 
 size_t cap_model_count(void)
@@ -181,6 +208,20 @@ const cap_model_preset *cap_model_find(const char *name)
         if (strcasecmp(name, presets[i].name) == 0 || strcasecmp(name, presets[i].hf_repo) == 0)
             return &presets[i];
     return NULL;
+}
+
+size_t cap_model_versions(const char *name, const cap_model_preset **out, size_t max)
+{
+    size_t n = 0, len = name ? strlen(name) : 0;
+    for (size_t i = 0; len > 0 && i < cap_model_count(); i++) {
+        const char *p = presets[i].name;
+        if (strncasecmp(p, name, len) == 0 && strncasecmp(p + len, "-v", 2) == 0) {
+            if (n < max)
+                out[n] = &presets[i];
+            n++;
+        }
+    }
+    return n;
 }
 
 /* Read a positive integer field no larger than 2^31. Returns 1 if present and valid, 0 if

@@ -15,6 +15,8 @@ typedef struct cap_model_preset {
     const char *hf_repo;   /* Hugging Face repository whose config.json the shape comes from */
     cap_model_shape shape; /* layers, heads, KV heads, head dim, dtype, parameter count */
     const char *source;    /* where the values were checked: config.json URL and model card */
+    uint64_t max_context;  /* max_position_embeddings of that config.json: the longest context
+                              the model is built for, in tokens */
 } cap_model_preset;
 
 /* Number of presets. Cannot fail. */
@@ -26,6 +28,12 @@ const cap_model_preset *cap_model_at(size_t i);
 /* Find a preset by name or by Hugging Face repository id, case-insensitively
  * ("llama-3.1-8b", "meta-llama/Llama-3.1-8B"). Returns a static object, or NULL. */
 const cap_model_preset *cap_model_find(const char *name);
+
+/* The presets whose name is `name` followed by a version ("Mistral-7B" ->
+ * "Mistral-7B-v0.1", "Mistral-7B-v0.3"), case-insensitively, for the message when a name
+ * without its version is given: up to max of them into out. Returns how many there are.
+ * Cannot fail. */
+size_t cap_model_versions(const char *name, const cap_model_preset **out, size_t max);
 
 /* Read the shape of a model from a Hugging Face config.json at path ("-" is not accepted):
  * num_hidden_layers, num_attention_heads, num_key_value_heads (absent or null: equal to the

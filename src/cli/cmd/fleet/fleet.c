@@ -80,7 +80,7 @@ static const char usage_text[] =
     "  TTFT = queueing + prefill. Timestamps are milliseconds (Mooncake's unit).\n"
     "\n"
     "Input:\n" IN_HELP
-    "  --sort               sort by arrival (stable) instead of refusing disorder\n";
+    "  --sort               sort by arrival (stable) instead of refusing disorder\n" FL_TIERS_HELP;
 
 /* The rest of --help (one string would exceed what ISO C requires compilers to take). */
 static const char usage_text2[] =
@@ -176,6 +176,7 @@ static const struct option longopts[] = {
     {"help", no_argument, NULL, 'h'},
     CLI_HASH_LONGOPTS,
     IN_LONGOPTS,
+    FL_TIERS_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -404,6 +405,8 @@ static int apply_opt(fl_options *o, int c, const char *v)
             return cli_hash_apply("fleet", &o->hash, c, v);
         if (in_is_opt(c))
             return in_apply("fleet", &o->in, c, v);
+        if (fl_tiers_is_opt(c))
+            return fl_tiers_apply(&o->tiers, c, v);
         return apply_input(o, c, cli_opt_name(longopts, c, name, sizeof name), v);
     }
 }
@@ -477,7 +480,7 @@ static int check_args(fl_options *o)
         any |= o->policies[p];
     if (!any)
         return fail(CLI_EXIT_USAGE, "--policies: no policy");
-    if (check_index(o) != 0)
+    if (check_index(o) != 0 || fl_tiers_check(&o->tiers, o->model_name != NULL) != 0)
         return CLI_EXIT_USAGE;
     if (in_check("fleet", &o->in) != 0 || cli_hash_finish("fleet", &o->hash, &o->cache) != 0)
         return CLI_EXIT_USAGE;
@@ -629,6 +632,35 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The run at rep->runs[at] again with the tiers below the GPU pools, into rep->tiers.runs[at]
+ * and rep->tiers.figs[at]. Returns 0 or the exit status. */
+static int simulate_tiers(const fl_options *o, const fl_log *log, fl_report *rep, fl_sim_config *sc,
+                          size_t at)
+{
+    char err[1024];
+    fl_tier_sim *ts = fl_tier_sim_new(&rep->tiers.setup, sc->n_replicas);
+    if (!ts)
+        return fail(CLI_EXIT_INPUT, "out of memory");
+    sc->tiers = ts;
+    char prefix[sizeof rep->redis_prefix + 48];
+    snprintf(prefix, sizeof prefix, "%s:%zu.t", rep->redis_prefix, at);
+    fl_index_config ic = *sc->index;
+    ic.key_prefix = prefix;
+    sc->index = &ic;
+    int rc = fl_sim_run(log, sc, &rep->tiers.runs[at], err, sizeof err);
+    if (rc == FL_OK && o->check && !fl_tier_sim_check(ts))
+        rc = FL_EINTERNAL, snprintf(err, sizeof err, "internal error: the tiers fail their check");
+    fl_tier_sim_figs(ts, &rep->tiers.figs[at]);
+    fl_tier_sim_free(ts);
+    if (rc == FL_EINPUT) {
+        fprintf(stderr, "%s\n", err);
+        return CLI_EXIT_INPUT;
+    }
+    if (rc != FL_OK)
+        return fail(rc == FL_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s", err);
+    return 0;
+}
+
 /* Run every (replica count, policy) pair into rep->runs. Returns 0 or the exit status. */
 static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
 {
@@ -646,7 +678,7 @@ static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
             ic.key_prefix = prefix;
             fl_sim_config sc = {o->log.path, o->counts[k], p,     (uint32_t)rep->capacity,
                                 &o->cache,   o->model,     false, o->check,
-                                &ic};
+                                &ic,         NULL};
             char err[1024];
             int rc =
                 fl_sim_run(log, &sc, &rep->runs[k * FL_N_POLICIES + (size_t)p], err, sizeof err);
@@ -657,6 +689,9 @@ static int simulate(const fl_options *o, const fl_log *log, fl_report *rep)
                 }
                 return fail(rc == FL_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL, "%s", err);
             }
+            size_t at = k * FL_N_POLICIES + (size_t)p;
+            if (rep->tiers.figs && (rc = simulate_tiers(o, log, rep, &sc, at)) != 0)
+                return rc;
         }
     rep->seconds_sim = now_s() - t0;
     return 0;
@@ -714,6 +749,14 @@ static int run(const fl_options *o, const capacity_spec *cap, uint64_t token_byt
     rep->timestamps = fl_log_all_timestamps(log);
     rep->count = *fl_log_count(log);
     rc = capacity_blocks(o, cap, token_bytes, rep);
+    if (rc == 0 && fl_tiers_on(&o->tiers)) {
+        rc = fl_tiers_setup(&o->tiers, rep->block_size, rep->block_bytes, o->model.prefill_ns,
+                            &rep->tiers.setup);
+        rep->tiers.figs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->tiers.figs);
+        rep->tiers.runs = calloc(o->n_counts * FL_N_POLICIES, sizeof *rep->tiers.runs);
+        if (rc == 0 && (!rep->tiers.figs || !rep->tiers.runs))
+            rc = fail(CLI_EXIT_INPUT, "out of memory");
+    }
     if (rc == 0 && (rc = simulate(o, log, rep)) == 0)
         redis_note(o, rep);
     fl_log_free(log);
@@ -768,5 +811,9 @@ int fl_main(int argc, char **argv)
     for (size_t i = 0; rep.runs && i < o.n_counts * FL_N_POLICIES; i++)
         fl_result_free(&rep.runs[i]);
     free(rep.runs);
+    for (size_t i = 0; rep.tiers.runs && i < o.n_counts * FL_N_POLICIES; i++)
+        fl_result_free(&rep.tiers.runs[i]);
+    free(rep.tiers.runs);
+    free(rep.tiers.figs);
     return rc;
 }

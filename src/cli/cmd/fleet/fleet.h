@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fl_tiers.h"
 #include "hashopt.h"
 #include "inopts.h"
 #include "kvprefix.h"
@@ -263,6 +264,7 @@ typedef struct fl_sim_config {
     bool record;                  /* keep per-request figures (fl_result.per_req) */
     bool check;                   /* run fl_sim's invariant checker after every event (slow) */
     const fl_index_config *index; /* the cache-aware policies' index; NULL: the oracle */
+    fl_tier_sim *tiers;           /* tiers below the GPU pools (fl_tiers.h), or NULL */
 } fl_sim_config;
 
 /* What one replica did. */
@@ -341,6 +343,7 @@ typedef struct fl_options {
     bool json, csv, check;        /* output format; --check (every event) */
     const char *plot_path;        /* --plot FILE.svg, or NULL */
     const char *output_path;      /* -o FILE, or NULL for standard output */
+    fl_tier_opts tiers;           /* --tiers, --shared-tier, --tier-bw, --tier-latency */
 } fl_options;
 
 /* What a run produced, for the report. */
@@ -361,6 +364,7 @@ typedef struct fl_report {
                               appends ":<count index>.<policy>") */
     double seconds;        /* wall time of the whole run */
     double seconds_sim;    /* of which in the simulations */
+    fl_tier_report tiers;  /* --tiers, --shared-tier: the runs with them (fl_tiers.h) */
 } fl_report;
 
 /* `kvprefix fleet` (fleet.c): argv[0] is "fleet". Returns the exit status (cli.h). */

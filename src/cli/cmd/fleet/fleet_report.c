@@ -239,6 +239,9 @@ static void table(FILE *f, const fl_options *o, const fl_report *r)
     table_runs(f, o, r, &oversize, &waits);
     table_gain(f, o, r);
     table_index(f, o, r);
+    if (r->tiers.figs)
+        fl_tiers_print(f, &r->tiers.setup, r->runs, r->tiers.runs, r->tiers.figs,
+                       o->n_counts * FL_N_POLICIES);
     if (oversize)
         fprintf(f,
                 "\n%llu request runs needed more blocks than a replica has: served without "
@@ -378,6 +381,10 @@ static int json_report(FILE *f, const fl_options *o, const fl_report *r)
                 json_array_append_new(runs, run_json(slot(r, k, p)));
     json_object_set_new(j, "runs", runs);
     json_object_set_new(j, "gain_cache_aware_over_round_robin", gain_json(o, r));
+    if (r->tiers.figs)
+        json_object_set_new(j, "tiers",
+                            fl_tiers_json(&r->tiers.setup, r->runs, r->tiers.runs, r->tiers.figs,
+                                          o->n_counts * FL_N_POLICIES));
     json_object_set_new(j, "seconds", json_real(r->seconds));
     json_object_set_new(j, "seconds_simulation", json_real(r->seconds_sim));
     int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6));

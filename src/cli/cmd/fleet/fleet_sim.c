@@ -472,8 +472,12 @@ static int start(sim *s, uint32_t i)
         s->flags[i] |= RQF_PINNED;
     }
     uint32_t hit = (uint32_t)m.n_tokens_hit;
-    fl_time prefill = (fl_time)(s->cfg->model.prefill_ns * (q->n_prompt - hit));
-    fl_time end = s->now + service(s, q, hit);
+    int64_t tier_ns = 0; /* what tiers below the pool change in the prefill (fl_tiers.c) */
+    if (s->cfg->tiers && !(s->flags[i] & RQF_OVERSIZE) &&
+        fl_tier_sim_start(s->cfg->tiers, s->log, i, s->where[i], hit, &tier_ns) != FL_OK)
+        return sim_fail(s, FL_ENOMEM, "out of memory");
+    fl_time prefill = (fl_time)(s->cfg->model.prefill_ns * (q->n_prompt - hit)) + tier_ns;
+    fl_time end = s->now + service(s, q, hit) + tier_ns;
     if (end > FL_TIME_MAX)
         return req_fail(s, FL_EINPUT, i,
                         "the modelled time passes %.0f s: the fleet never catches up (lower the "

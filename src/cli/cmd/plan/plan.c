@@ -19,12 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 #include "flags.h"
 #include "hashopt.h"
 #include "kvplan.h"
 #include "logread.h"
+#include "gpus.h"
 #include "models.h"
 #include "outfile.h"
 
@@ -32,7 +34,8 @@
 #define MAX_COUNT      (UINT64_C(1) << 31)
 
 static const char usage_text[] =
-    "Usage: kvprefix plan MODEL [options]\n"
+    "Usage: kvprefix plan (--model NAME | --config FILE | --layers L --kv-heads H --head-dim D)\n"
+    "                     [options]\n"
     "\n"
     "KV-cache capacity planning: logical KV bytes = 2 x L x Hkv x D x s x (sum of the active\n"
     "sequences' lengths) for standard attention, summed per layer for sliding-window, latent\n"
@@ -58,14 +61,17 @@ static const char usage_text[] =
 /* The rest of the help (one literal would exceed the 4095 characters C11 guarantees). */
 static const char usage_text2[] =
     "Forward:\n"
-    "  --block-size N       tokens per KV block (default 16, as the library)\n"
+    "  --block-size N       tokens per KV block (default 16, as the library; 64 for MLA\n"
+    "                       models, as vLLM's MLA backends)\n"
     "  --seq-len T          sequence length;  --batch B  sequences of that length (default 1)\n"
     "  --lens A,B,C         a variable-length batch instead of --seq-len/--batch\n"
     "  --max-len M          contiguous reservation per sequence, for the fragmentation\n"
     "                       comparison (default: the longest length)\n"
     "\n"
     "Inverse (per GPU):\n"
-    "  --gpu-mem SIZE       memory of one GPU: 80GiB, 80GB (10^9), 81920MiB\n"
+    "  --gpu PRESET         a GPU's memory: H100-80GB (80 GiB), A100-40GB, A100-80GB,\n"
+    "                       H200-141GB, L40S-48GB, MI300X-192GB\n"
+    "  --gpu-mem SIZE       or the memory of one GPU: 80GiB, 80GB (10^9), 81920MiB\n"
     "  --util F             usable fraction, as vLLM's gpu_memory_utilization (default 0.9)\n"
     "  --weights-mem SIZE   memory of all the weights (split over --tp), or\n"
     "  --params N           parameter count, e.g. 8B, 70.6B (x the weight dtype size);\n"
@@ -91,7 +97,7 @@ static const char usage_text2[] =
     "\n"
     "Output:\n"
     "  --json               JSON instead of the table\n"
-    "  --list-models        list the presets and their sources\n"
+    "  --list-models        list the model and GPU presets and their sources\n"
     "  --help               this text\n"
     "\n"
     "Examples:\n"
@@ -155,6 +161,7 @@ enum {
     OPT_LENS,
     OPT_MAX_LEN,
     OPT_GPU_MEM,
+    OPT_GPU,
     OPT_UTIL,
     OPT_WEIGHTS_MEM,
     OPT_PARAMS,
@@ -191,6 +198,7 @@ static const struct option longopts[] = {
     {"lens", required_argument, NULL, OPT_LENS},
     {"max-len", required_argument, NULL, OPT_MAX_LEN},
     {"gpu-mem", required_argument, NULL, OPT_GPU_MEM},
+    {"gpu", required_argument, NULL, OPT_GPU},
     {"util", required_argument, NULL, OPT_UTIL},
     {"weights-mem", required_argument, NULL, OPT_WEIGHTS_MEM},
     {"params", required_argument, NULL, OPT_PARAMS},
@@ -228,6 +236,7 @@ static int apply_value(plan_opts *o, int id, const char *flag, const char *v)
     case OPT_BLOCK_SIZE:
         if ((rc = cli_flag_uint("plan", flag, v, 1, MAX_BLOCK_SIZE, &x)) == 0)
             o->block_size = (uint32_t)x;
+        o->block_size_given = true;
         break;
     case OPT_SEQ_LEN:
         return cli_flag_uint("plan", flag, v, 1, LOG_MAX_LEN, &o->seq_len);
@@ -238,9 +247,28 @@ static int apply_value(plan_opts *o, int id, const char *flag, const char *v)
     case OPT_MAX_LEN:
         return cli_flag_uint("plan", flag, v, 1, LOG_MAX_LEN, &o->max_len);
     case OPT_GPU_MEM:
+        if (o->gpu)
+            return fail(CLI_EXIT_USAGE, "give either --gpu or --gpu-mem, not both");
         rc = cli_flag_bytes("plan", flag, v, 1, UINT64_MAX, &o->gpu_mem);
         o->have_gpu_mem = true;
+        o->gpu_mem_arg = v;
         break;
+    case OPT_GPU: {
+        const cap_gpu_preset *g = cap_gpu_find(v);
+        if (o->gpu_mem_arg)
+            return fail(CLI_EXIT_USAGE, "give either --gpu or --gpu-mem, not both");
+        if (!g) {
+            char list[256] = "";
+            for (size_t i = 0; i < cap_gpu_count(); i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                         cap_gpu_at(i)->name);
+            return fail(CLI_EXIT_USAGE, "--gpu: no preset '%s' (%s)", v, list);
+        }
+        o->gpu = g->name;
+        o->gpu_mem = g->mem_bytes;
+        o->have_gpu_mem = true;
+        break;
+    }
     case OPT_UTIL:
         rc = cli_flag_fraction("plan", flag, v, &o->util_ppm);
         break;
@@ -341,6 +369,10 @@ static int parse_args(int argc, char **argv, plan_opts *o)
         if (rc != 0)
             return rc;
     }
+    if (optind < argc &&
+        (cap_model_find(argv[optind]) || cap_model_versions(argv[optind], NULL, 0)))
+        return fail(CLI_EXIT_USAGE, "unexpected argument '%s' (a model is given as --model %s)",
+                    argv[optind], argv[optind]);
     if (optind < argc)
         return fail(CLI_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
     if (cli_hash_any(&o->hash) && !o->trace && !o->help && !o->list_models)
@@ -445,11 +477,18 @@ static int build_model(const plan_opts *o, plan_result *r)
     if (o->model_name != NULL && o->config_path != NULL)
         return fail(CLI_EXIT_USAGE, "give either --model or --config, not both");
     if (o->model_name != NULL) {
-        const cap_model_preset *p = cap_model_find(o->model_name);
+        const cap_model_preset *p = cap_model_find(o->model_name), *v[4];
+        size_t n_v = p ? 0 : cap_model_versions(o->model_name, v, 4);
+        if (p == NULL && n_v >= 2)
+            return fail(CLI_EXIT_USAGE,
+                        "--model: '%s' names versions with different attention: %s, %s%s "
+                        "(give the version)",
+                        o->model_name, v[0]->name, v[1]->name, n_v > 2 ? ", ..." : "");
         if (p == NULL)
             return fail(CLI_EXIT_USAGE, "--model: unknown preset '%s' (see --list-models)",
                         o->model_name);
         r->m = p->shape;
+        r->max_context = p->max_context;
         r->model_label = p->name;
         r->model_source = p->source;
     } else if (o->config_path != NULL) {
@@ -946,18 +985,80 @@ static const char *layout_summary(const cap_model_shape *m, char *buf, size_t si
 static void list_models(void)
 {
     char lay[96];
-    printf("%-14s %-34s %6s %5s %4s %4s %5s %13s  %s\n", "preset", "Hugging Face repository",
+    printf("%-16s %-34s %6s %5s %4s %4s %5s %13s  %s\n", "preset", "Hugging Face repository",
            "layers", "heads", "kv", "dim", "dtype", "parameters", "KV layers");
     for (size_t i = 0; i < cap_model_count(); i++) {
         const cap_model_preset *p = cap_model_at(i);
-        printf("%-14s %-34s %6u %5u %4u %4u %5s %13llu  %s\n", p->name, p->hf_repo,
+        printf("%-16s %-34s %6u %5u %4u %4u %5s %13llu  %s\n", p->name, p->hf_repo,
                p->shape.n_layers, p->shape.n_heads, p->shape.n_kv_heads, p->shape.head_dim,
                cap_dtype_name(p->shape.kv_dtype), (unsigned long long)p->shape.n_params,
                layout_summary(&p->shape, lay, sizeof lay));
     }
     printf("\nSources (config.json on each model card; parameters computed from its shapes):\n");
     for (size_t i = 0; i < cap_model_count(); i++)
-        printf("  %s: %s\n", cap_model_at(i)->name, cap_model_at(i)->source);
+        printf("  %s: %s (context %llu tokens)\n", cap_model_at(i)->name, cap_model_at(i)->source,
+               (unsigned long long)cap_model_at(i)->max_context);
+    printf("\nGPU presets (--gpu; memory in binary units, as the card's name means it):\n");
+    for (size_t i = 0; i < cap_gpu_count(); i++) {
+        const cap_gpu_preset *g = cap_gpu_at(i);
+        char a[32];
+        printf("  %-14s %8s  %5.0f TFLOP/s dense BF16  %s\n", g->name,
+               cli_fmt_binary(g->mem_bytes, a, sizeof a), g->bf16_flops / 1e12, g->host_link);
+    }
+}
+
+/* vLLM's MLA attention backends use 64-token blocks: a model whose KV is a latent is planned
+ * with them unless --block-size says otherwise. */
+static bool has_latent(const cap_model_shape *m)
+{
+    for (uint32_t i = 0; i < m->layers.n_runs; i++)
+        if (m->layers.run[i].kind == CAP_LAYER_LATENT)
+            return true;
+    return false;
+}
+
+/* Warnings on stderr that do not stop the plan: lengths beyond the model's context, a
+ * --gpu-mem in decimal gigabytes that a card's name means in binary ones. Cannot fail. */
+static void warn(const plan_opts *o, const plan_result *r)
+{
+    if (r->max_context && r->longest > r->max_context)
+        fprintf(stderr,
+                "kvprefix plan: warning: %llu tokens is beyond %s's context length (%llu "
+                "tokens, max_position_embeddings): the model was not built for it\n",
+                (unsigned long long)r->longest, r->model_label, (unsigned long long)r->max_context);
+    const char *g = o->gpu_mem_arg;
+    size_t n = g ? strlen(g) : 0;
+    if (n > 2 && strcasecmp(g + n - 2, "GB") == 0 && o->gpu_mem % 1000000000u == 0) {
+        uint64_t gb = o->gpu_mem / 1000000000u;
+        fprintf(stderr,
+                "kvprefix plan: note: --gpu-mem %s is %.1f GiB (GB = 10^9 bytes); a GPU sold "
+                "as %lluGB has %llu GiB: --gpu-mem %lluGiB, or --gpu (e.g. H100-80GB)\n",
+                g, (double)o->gpu_mem / 1073741824.0, (unsigned long long)gb,
+                (unsigned long long)gb, (unsigned long long)gb);
+    }
+}
+
+/* Before compute: 64-token blocks for an MLA model when --block-size is not given.
+ * Cannot fail (returns 0). */
+static int mla_blocks(plan_opts *o, plan_result *r)
+{
+    if (!o->block_size_given && has_latent(&r->m)) {
+        o->block_size = 64;
+        o->hash_cfg.block_size = 64;
+        r->block_why = "64 for MLA, as vLLM's MLA backends; --block-size to change";
+    }
+    return 0;
+}
+
+/* The longest length the plan covers: --seq-len, the longest of --lens, the trace's. */
+static uint64_t longest(const plan_opts *o, const plan_result *r)
+{
+    uint64_t m = o->seq_len;
+    for (size_t i = 0; i < o->n_lens; i++)
+        m = o->lens[i] > m ? o->lens[i] : m;
+    if (r->has_trace && r->st.max > m)
+        m = r->st.max;
+    return m;
 }
 
 int pl_main(int argc, char **argv)
@@ -981,8 +1082,10 @@ int pl_main(int argc, char **argv)
         fputs(usage_text2, stdout);
     } else if (rc == 0 && o.list_models) {
         list_models();
-    } else if (rc == 0 && (rc = build_model(&o, &r)) == 0 &&
+    } else if (rc == 0 && (rc = build_model(&o, &r)) == 0 && (rc = mla_blocks(&o, &r)) == 0 &&
                (rc = compute(&o, &r, &trace_lens)) == 0) {
+        r.longest = longest(&o, &r);
+        warn(&o, &r);
         if (o.json)
             rc = pl_print_json(&r, &o);
         else

@@ -22,7 +22,10 @@ typedef struct plan_opts {
     const char *kv_scale_dtype;                 /* --kv-scale-dtype, or NULL */
     uint64_t window;                            /* --window; 0 when not given */
     bool no_window;                             /* --no-window */
-    uint32_t block_size;                        /* --block-size */
+    uint32_t block_size;                        /* --block-size (16; 64 for MLA when not given) */
+    bool block_size_given;                      /* --block-size given */
+    const char *gpu;                            /* --gpu preset name, or NULL */
+    const char *gpu_mem_arg;                    /* --gpu-mem as given, or NULL */
     uint64_t seq_len;                           /* --seq-len; 0 when not given */
     uint64_t batch;                             /* --batch; 0 when not given (means 1) */
     uint64_t *lens;                             /* --lens values (owned), or NULL */
@@ -56,6 +59,9 @@ typedef struct plan_result {
     bool heads_assumed;       /* --heads not given for a bare shape: Hq = Hkv assumed */
     cap_tp tp;                /* tensor-parallel split */
     uint32_t block_size;      /* tokens per block */
+    const char *block_why;    /* why that block size, or NULL for --block-size / the default */
+    uint64_t max_context;     /* the preset's context length in tokens; 0 when unknown */
+    uint64_t longest;         /* the longest length planned (--seq-len, --lens, the trace) */
     uint64_t tok_logical;     /* KV bytes per token, whole model without replicas */
     uint64_t tok_gpu;         /* KV bytes per token on one GPU, every layer holding it */
     uint64_t blk_gpu;         /* KV bytes per block on one GPU, every layer holding it */

@@ -162,6 +162,11 @@ static void print_model_section(const plan_result *r, const plan_opts *o)
     if (m->n_kv_heads != m->n_heads)
         printf(", %u query heads per KV head", m->n_heads / m->n_kv_heads);
     printf("), head dim %u\n", m->head_dim);
+    if (r->max_context)
+        printf("  context length %llu tokens%s\n", (unsigned long long)r->max_context,
+               r->longest > r->max_context ? " (this plan goes beyond it)" : "");
+    if (r->block_why)
+        printf("  block size %s\n", r->block_why);
     if (!is_uniform(r))
         print_runs(r);
     print_dtypes(r);
@@ -532,6 +537,10 @@ int pl_print_json(const plan_result *r, const plan_opts *o)
     json_object_set_new(json_object_get(root, "model"), "kv_dtype_bits",
                         ju(cap_dtype_bits(m->kv_dtype)));
     json_object_set_new(json_object_get(root, "model"), "layer_runs", json_runs(r));
+    json_object_set_new(json_object_get(root, "model"), "context_length",
+                        r->max_context ? ju(r->max_context) : json_null());
+    json_object_set_new(json_object_get(root, "model"), "beyond_context",
+                        json_boolean(r->max_context && r->longest > r->max_context));
     json_object_set_new(json_object_get(root, "model"), "kv_scales",
                         json_pack("{s:s,s:o,s:s}", "layout", cap_scales_name(m->kv_quant.layout),
                                   "group", ju(m->kv_quant.group), "dtype",

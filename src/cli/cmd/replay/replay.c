@@ -93,8 +93,8 @@ static const char usage_text2[] =
     "                       for OpenAI bodies, the cause (message and role, tool order,\n"
     "                       whitespace, a timestamp at the start)\n"
     "  --top N              rows per breakdown and diagnostics list (default 10)\n"
-    "  --progress, --no-progress   progress bar on stderr (default: when it is a terminal)\n"
-    "\n"
+    "  --progress, --no-progress   progress bar on stderr (default: when it is a "
+    "terminal)\n" RP_TIERS_HELP "\n"
     "Examples:\n"
     "  kvprefix replay --capacity 4096 chat.jsonl\n"
     "  kvprefix replay --sweep --plot curve.svg --capacity 20000 conversation_trace.jsonl\n"
@@ -102,6 +102,8 @@ static const char usage_text2[] =
     "  kvprefix replay --diagnose --capacity 1Mtok --format openai bodies.jsonl\n"
     "  kvprefix replay --policy lru,slru,s3fifo,opt --sweep=8 --plot p.svg chat.jsonl\n"
     "  zcat big.jsonl.gz | kvprefix replay --capacities 1K,10K,100K --csv -\n"
+    "  kvprefix replay --model Llama-3.1-70B --gpu-mem 80GiB --tp 8 \\\n"
+    "      --tiers cpu=1TiB,disk=8TiB --sweep --plot tiers.svg conversation_trace.jsonl\n"
     "\n" CLI_EXIT_HELP;
 
 /* Print "kvprefix replay: message" to stderr and return code (the exit status). */
@@ -153,6 +155,7 @@ static const struct option longopts[] = {
     {"help", no_argument, NULL, 'h'},
     CLI_HASH_LONGOPTS,
     IN_LONGOPTS,
+    RP_TIERS_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -264,6 +267,8 @@ static int apply_opt(rp_options *o, int c, const char *v)
             return cli_hash_apply("replay", &o->hash, c, v);
         if (in_is_opt(c))
             return in_apply("replay", &o->in, c, v);
+        if (rp_tiers_is_opt(c))
+            return rp_tiers_apply(&o->tiers, c, v);
         return apply_value(o, c, cli_opt_name(longopts, c, name, sizeof name), v);
     }
     return 0;
@@ -277,8 +282,11 @@ static int check_args(rp_options *o)
         return fail(CLI_EXIT_USAGE, "no log given");
     if (o->json && o->csv)
         return fail(CLI_EXIT_USAGE, "--json and --csv exclude each other");
-    if (!o->capacity && !o->capacities && !o->sweep)
-        return fail(CLI_EXIT_USAGE, "give --capacity C, --sweep or --capacities A,B,...");
+    if (!o->capacity && !o->capacities && !o->sweep && !o->tiers.tiers)
+        return fail(CLI_EXIT_USAGE,
+                    "give --capacity C, --sweep or --capacities A,B,... (or --tiers)");
+    if (rp_tiers_check(&o->tiers, o->model || o->config) != 0)
+        return CLI_EXIT_USAGE;
     if (o->sweep && o->capacities)
         return fail(CLI_EXIT_USAGE, "--sweep and --capacities exclude each other");
     if (o->plot_path && !o->sweep && !o->capacities)
@@ -304,6 +312,7 @@ static int parse_args(int argc, char **argv, rp_options *o)
     o->top = 10;
     o->policies[0] = RP_POL_LRU;
     o->n_policies = 1;
+    rp_tiers_init(&o->tiers);
     cli_hash_init(&o->hash);
     int c;
     cli_getopt_begin();
@@ -413,7 +422,11 @@ static int model_bytes(const rp_options *o, uint64_t *token_bytes, char *desc, s
     cap_model_shape_init(&m);
     const char *name = o->model;
     if (o->model) {
-        const cap_model_preset *p = cap_model_find(o->model);
+        const cap_model_preset *p = cap_model_find(o->model), *v[2];
+        if (!p && cap_model_versions(o->model, v, 2) >= 2)
+            return fail(CLI_EXIT_USAGE,
+                        "--model: '%s' names versions that differ (%s, %s): give the version",
+                        o->model, v[0]->name, v[1]->name);
         if (!p)
             return fail(CLI_EXIT_USAGE, "--model: no preset '%s' (kvprefix plan --list-models)",
                         o->model);
@@ -948,16 +961,36 @@ static int evaluate(const rp_options *o, const prep *pp, rp_opt *log, rp_result 
         for (size_t i = 0; i < r->n_curve; i++)
             if (rp_sim_eval(r->sim, caps[i], &r->curve[i], NULL) != RP_OK)
                 return fail(CLI_EXIT_INPUT, "out of memory");
+        double ceil = r->ceiling.n_prompt_tokens
+                          ? (double)r->ceiling.n_hit_tokens / (double)r->ceiling.n_prompt_tokens
+                          : 0.0;
+        if (rp_knee(r->sim, ceil, &r->knee_blocks) != RP_OK)
+            return fail(CLI_EXIT_INPUT, "out of memory");
+    }
+    if (o->tiers.tiers) {
+        int rc =
+            rp_tiers_evaluate(&o->tiers, o->model, o->config, o->kv_dtype, r->sim, r->block_size,
+                              &r->ceiling, o->sweep ? o->sweep_points : 0, &r->tiers);
+        if (rc)
+            return rc;
     }
     return log ? evaluate_policies(o, log, r) : 0;
 }
 
 static int plot(const rp_options *o, FILE *f, const rp_result *r)
 {
+    if (r->tiers) {
+        char err[256];
+        if (rp_tiers_plot(f, r->tiers, r->input, err, sizeof err) != 0)
+            return fail(CLI_EXIT_INPUT, "%s: %s", o->plot_path, err);
+        return 0;
+    }
     double x[RP_MAX_CAPS], yt[RP_MAX_CAPS], yb[RP_MAX_CAPS], yp[RP_N_POLICIES][RP_MAX_CAPS];
+    /* With a model the axis is KV memory (GiB), the unit a buyer reads; else blocks. */
+    double unit = r->block_bytes ? (double)r->block_bytes / 1073741824.0 : 1.0;
     for (size_t i = 0; i < r->n_curve; i++) {
         const rp_metrics *m = &r->curve[i];
-        x[i] = (double)m->capacity;
+        x[i] = (double)m->capacity * unit;
         yt[i] = m->n_prompt_tokens ? (double)m->n_hit_tokens / (double)m->n_prompt_tokens : 0;
         yb[i] = m->n_blocks_full ? (double)m->n_blocks_cached / (double)m->n_blocks_full : 0;
         for (size_t k = 0; k < o->n_policies; k++)
@@ -968,8 +1001,11 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
     const char *base = strrchr(r->input, '/') ? strrchr(r->input, '/') + 1 : r->input;
     char title[256], xlabel[128], ceil_label[128], note[256], mlabel[64];
     snprintf(title, sizeof title, "%s: LRU prefix-cache hit rate against capacity", base);
-    snprintf(xlabel, sizeof xlabel, "cache capacity (blocks of %u tokens, log scale)",
-             r->block_size);
+    if (r->block_bytes)
+        snprintf(xlabel, sizeof xlabel, "cache capacity (GiB of KV, log scale)");
+    else
+        snprintf(xlabel, sizeof xlabel, "cache capacity (blocks of %u tokens, log scale)",
+                 r->block_size);
     double ceil = r->ceiling.n_prompt_tokens
                       ? (double)r->ceiling.n_hit_tokens / (double)r->ceiling.n_prompt_tokens
                       : 0.0;
@@ -1009,7 +1045,7 @@ static int plot(const rp_options *o, FILE *f, const rp_result *r)
     p.ceiling = ceil;
     p.ceiling_label = ceil_label;
     p.x_secondary = note[0] ? note : NULL;
-    p.marker_x = r->has_primary ? (double)r->primary.capacity : 0.0;
+    p.marker_x = r->has_primary ? (double)r->primary.capacity * unit : 0.0;
     snprintf(mlabel, sizeof mlabel, "--capacity %llu",
              (unsigned long long)(r->has_primary ? r->primary.capacity : 0));
     p.marker_label = mlabel;
@@ -1093,6 +1129,7 @@ static void run_free(run *ru, rp_result *res)
         free(res->groups_ceil[d]);
     }
     rp_diag_free(res->diag);
+    rp_tiers_free(res->tiers);
     rp_sim_free(ru->sim);
     rp_opt_free(ru->log);
     log_close(ru->reader);

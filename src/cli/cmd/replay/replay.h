@@ -15,6 +15,7 @@
 #include "kvplan.h"
 #include "replay_pol.h"
 #include "replay_sim.h"
+#include "replay_tiers.h"
 #include "template.h"
 
 #define RP_MAX_CAPS 64 /* capacities in one sweep */
@@ -46,6 +47,7 @@ typedef struct rp_options {
     const char *kv_dtype;        /* KV dtype override, or NULL */
     int policies[RP_N_POLICIES]; /* --policy: RP_POL_* in the order given (default lru) */
     size_t n_policies;           /* entries in policies, >= 1 */
+    rp_tier_opts tiers;          /* --tiers and the flags that size and time them */
 } rp_options;
 
 /* Whether --policy asks for more than today's report: any list but "lru" alone. */
@@ -76,6 +78,8 @@ typedef struct rp_result {
     rp_metrics ceiling;                  /* unbounded capacity: the cold-miss ceiling */
     rp_metrics curve[RP_MAX_CAPS];       /* sweep points, increasing capacity */
     size_t n_curve;                      /* 0 without a sweep */
+    uint64_t knee_blocks;                /* with a sweep: the least capacity within one point
+                                            of the ceiling's token hit rate (rp_knee) */
     uint64_t distinct;                   /* distinct blocks seen */
     rp_group_metrics *groups[RP_N_DIMS]; /* breakdown at the primary capacity (or the
                                             ceiling when there is none) */
@@ -85,6 +89,7 @@ typedef struct rp_result {
                                                           primary capacity (valid with has_primary) */
     rp_pol_figs pol_curve[RP_MAX_CAPS][RP_N_POLICIES]; /* and at each sweep point */
     rp_diag *diag;                                     /* diagnostics, or NULL */
+    rp_tiers_result *tiers;                            /* --tiers figures (owned), or NULL */
     double seconds;        /* wall time of the replay (reading included) */
     double seconds_engine; /* of which in the engine: pool, stack model, evaluation */
 } rp_result;

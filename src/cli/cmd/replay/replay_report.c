@@ -236,6 +236,10 @@ static void print_curve(FILE *f, const rp_result *r)
                 100.0 * ratio(m->n_blocks_cached, m->n_blocks_full), 100.0 * m->p50_hit,
                 cli_fmt_count(m->n_evicted, e, sizeof e));
     }
+    char k[256];
+    capacity_desc(r, r->knee_blocks, k, sizeof k);
+    fprintf(f, "  within 1 point of the ceiling (%.1f%%) at %s\n",
+            100.0 * ratio(r->ceiling.n_hit_tokens, r->ceiling.n_prompt_tokens), k);
 }
 
 static int print_table(FILE *f, const rp_options *o, const rp_result *r)
@@ -292,6 +296,8 @@ static int print_table(FILE *f, const rp_options *o, const rp_result *r)
     if (r->n_curve && rp_policies_shown(o))
         print_policy_curve(f, o, r);
     if (r->diag && rp_diag_print(r->diag, f, o->top) != 0)
+        return -1;
+    if (r->tiers && rp_tiers_print(f, r->tiers) != 0)
         return -1;
     fprintf(f, "\nThese are hit rates of this log replayed in order, warm cache included: not "
                "first-access rates.\nCold misses are first sights no capacity can avoid; "
@@ -449,6 +455,7 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
         for (size_t i = 0; arr && i < r->n_curve; i++)
             json_array_append_new(arr, metrics_json(r, &r->curve[i]));
         json_object_set_new(j, "sweep", arr);
+        json_object_set_new(j, "knee_blocks", json_integer((json_int_t)r->knee_blocks));
     }
     if (rp_policies_shown(o)) {
         json_object_set_new(j, "policies", policies_json(o, r));
@@ -461,6 +468,8 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
     json_object_set_new(j, "breakdown", groups_json(r));
     if (r->diag)
         json_object_set_new(j, "diagnose", rp_diag_json(r->diag, o->top));
+    if (r->tiers)
+        json_object_set_new(j, "tiers", rp_tiers_json(r->tiers));
     int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     json_decref(j);
     fputc('\n', f);

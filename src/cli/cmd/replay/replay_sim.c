@@ -1030,6 +1030,65 @@ int rp_sim_eval(const rp_sim *s, uint64_t cap, rp_metrics *out, rp_group_metrics
     return RP_OK;
 }
 
+/* Decode the n_warm distances of the record at *p and count, for each of the n_caps
+ * capacities caps[k], the blocks whose running maximum is below it into n_below[k]; move *p
+ * past the record. Cannot fail on a record rq_append wrote. */
+static void rq_distances_multi(const uint8_t **p, uint32_t n_warm, const uint64_t *caps,
+                               size_t n_caps, uint32_t *n_below)
+{
+    const uint8_t *c = *p;
+    uint64_t run = 0;
+    for (size_t k = 0; k < n_caps; k++)
+        n_below[k] = 0;
+    for (uint32_t i = 0; i < n_warm;) {
+        uint64_t v = get_varint(&c);
+        uint64_t k_run = 1, first;
+        if (v & 1) {
+            k_run = v >> 1; /* run + 1, ..., run + k_run */
+            if (k_run == 0 || k_run > n_warm - i)
+                break;
+            first = run + 1;
+            run += k_run;
+        } else {
+            run += v >> 1;
+            first = run;
+        }
+        /* The values first, first + 1, ..., run (k_run of them; one when not a run). */
+        for (size_t k = 0; k < n_caps; k++) {
+            uint64_t below = caps[k] < RP_COLD ? caps[k] : RP_COLD;
+            if (below > first)
+                n_below[k] += (uint32_t)(below - first < k_run ? below - first : k_run);
+        }
+        i += (uint32_t)k_run;
+    }
+    *p = c;
+}
+
+int rp_sim_scan(const rp_sim *s, const uint64_t *caps, size_t n_caps, rp_scan_fn fn, void *ctx)
+{
+    if (n_caps > RP_SCAN_MAX_CAPS)
+        return RP_EINPUT;
+    for (size_t k = 1; k < n_caps; k++)
+        if (caps[k] < caps[k - 1])
+            return RP_EINPUT;
+    const uint8_t *p = s->rq, *end = rq_end(s);
+    while (p < end) {
+        req q;
+        p = rq_header(p, &q);
+        rp_scan_req r;
+        r.n_tokens = q.n_tokens;
+        r.n_prompt_full = q.n_prompt_full;
+        rq_distances_multi(&p, q.n_warm, caps, n_caps, r.n_below);
+        /* Touched output blocks follow the prompt's: only prompt blocks are looked up. */
+        for (size_t k = 0; k < n_caps; k++)
+            if (r.n_below[k] > q.n_prompt_full)
+                r.n_below[k] = q.n_prompt_full;
+        r.limit = (uint32_t)((q.n_tokens - 1) / s->cfg.block_size);
+        fn(ctx, &r);
+    }
+    return RP_OK;
+}
+
 uint64_t rp_sim_distinct(const rp_sim *s)
 {
     return s->n_live;

@@ -118,6 +118,29 @@ int rp_sim_eval(const rp_sim *s, uint64_t capacity, rp_metrics *out, rp_group_me
  * (replay_opt.h). */
 size_t rp_sim_last_blocks(const rp_sim *s, const size_t **blocks);
 
+#define RP_SCAN_MAX_CAPS 8 /* capacities one rp_sim_scan counts at once */
+
+/* One request as rp_sim_scan sees it. */
+typedef struct rp_scan_req {
+    uint64_t n_tokens;                  /* prompt tokens */
+    uint32_t n_prompt_full;             /* full prompt blocks */
+    uint32_t limit;                     /* most blocks a hit may reuse: (n_tokens - 1) /
+                                           block size, so one token is computed */
+    uint32_t n_below[RP_SCAN_MAX_CAPS]; /* per capacity: full prompt blocks in the cached
+                                           prefix (uncapped by limit), non-decreasing */
+} rp_scan_req;
+
+typedef void (*rp_scan_fn)(void *ctx, const rp_scan_req *r);
+
+/* Call fn once per request replayed, in order, with the cached prefix of its prompt at each of
+ * the n_caps capacities caps[] (blocks, non-decreasing; RP_CAP_INF allowed): the same prefix
+ * rp_sim_eval counts. Since the running maximum of the stack distances never decreases along
+ * a prompt, block i is cached at capacity C exactly when i < n_below for C, so the blocks
+ * in [n_below[k-1], n_below[k]) are those an inclusive LRU tier of capacity caps[k] holds and
+ * the tier above does not (docs/replay.md, "Tiers"). Returns RP_OK, or RP_EINPUT (more than
+ * RP_SCAN_MAX_CAPS capacities, or not in order) before calling fn. */
+int rp_sim_scan(const rp_sim *s, const uint64_t *caps, size_t n_caps, rp_scan_fn fn, void *ctx);
+
 /* Distinct block keys touched so far. */
 uint64_t rp_sim_distinct(const rp_sim *s);
 
