@@ -56,7 +56,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_decref(ctx);
         return 0;
     }
-    jinja_limits lim = {.max_steps = 200000, .max_output = 256u << 10, .max_depth = 16,
+    jinja_limits lim = {.max_steps = 200000,
+                        .max_output = 256u << 10,
+                        .max_depth = 16,
                         .now = "2024-07-26 12:00:00"};
     char *out = NULL, *out2 = NULL;
     size_t len = 0, cap = 0, len2 = 0, cap2 = 0;

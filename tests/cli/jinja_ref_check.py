@@ -16,6 +16,13 @@ raise_exception and a strftime_now fixed at 2024-07-26 12:00:00 (as jinja_render
    generation prompt on and off), byte for byte against Jinja2. Without REF_DIR's
    templates this part is skipped, or fails under KVPREFIX_TOKREF_REQUIRED=1.
 
+3. OpenAI bodies: the same conversations as /v1/chat/completions bodies (arguments as JSON
+   strings, content as parts, tools with missing fields) through tpl_render_jinja
+   (template_jinja.c), against Jinja2 on the context vLLM builds, normalised here from
+   vLLM's description independently of the C code; the segments must ascend, start inside
+   the text, and no message's text may lie before its segment. Where the project has a hand-written layout of
+   the same model (qwen2.5), its output must equal the model template's on every body.
+
 Exit 0 when all agree, 1 on a difference (the first few are printed), 77 (skip) when
 Jinja2 is missing and not required.
 """
@@ -182,6 +189,111 @@ def conversations():
     return out
 
 
+def to_body(ctx, k):
+    """An OpenAI body for a context of conversations(): arguments as JSON text, some
+    contents as parts, tools with a missing description on odd k."""
+    msgs = []
+    for i, m in enumerate(ctx["messages"]):
+        m = dict(m)
+        if "tool_calls" in m:
+            m["tool_calls"] = [dict(c, function=dict(c["function"], arguments=json.dumps(c["function"]["arguments"])))
+                               for c in m["tool_calls"]]
+        if m["role"] == "user" and (i + k) % 3 == 0 and isinstance(m.get("content"), str):
+            m["content"] = [{"type": "text", "text": m["content"]}, {"type": "text", "text": "(part 2)"}]
+        msgs.append(m)
+    body = {"model": "m", "messages": msgs}
+    if "tools" in ctx:
+        tools = json.loads(json.dumps(ctx["tools"]))
+        if k % 2:
+            tools[0]["function"].pop("description", None)
+        body["tools"] = tools
+    if not ctx.get("add_generation_prompt", True):
+        body["add_generation_prompt"] = False
+    if "enable_thinking" in ctx:
+        body["chat_template_kwargs"] = {"enable_thinking": ctx["enable_thinking"]}
+    return body
+
+
+def vllm_context(body, specials):
+    """The variables vLLM passes to a chat template for body, written from vLLM's behaviour:
+    content flattened to one string (text parts joined by newlines), tool-call arguments
+    parsed, tools dumped through its pydantic model (absent fields as None)."""
+    msgs = []
+    for m in body["messages"]:
+        c = m.get("content")
+        if c is None:
+            c = ""
+        elif isinstance(c, list):
+            c = "\n".join(p["text"] if p["type"] == "text" else "<%s>" % p["type"] for p in c)
+        out = {"role": m["role"], "content": c}
+        if "name" in m:
+            out["name"] = m["name"]
+        if m["role"] == "tool" and "tool_call_id" in m:
+            out["tool_call_id"] = m["tool_call_id"]
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            calls = []
+            for call in m["tool_calls"]:
+                call = json.loads(json.dumps(call))
+                try:
+                    call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+                except (TypeError, ValueError):
+                    pass
+                calls.append(call)
+            out["tool_calls"] = calls
+        msgs.append(out)
+    tools = None
+    if body.get("tools") is not None:
+        tools = [{"type": "function", "function": {"name": t["function"]["name"],
+                                                   "description": t["function"].get("description"),
+                                                   "parameters": t["function"].get("parameters")}}
+                 for t in body["tools"]]
+    ctx = dict(specials, messages=msgs, tools=tools, documents=None,
+               add_generation_prompt=body.get("add_generation_prompt", True))
+    ctx.update(body.get("chat_template_kwargs") or {})
+    return ctx
+
+
+def ours_chat(binary, template, specials, bodies, hand):
+    with tempfile.TemporaryDirectory() as d:
+        tp, ep, bp = (os.path.join(d, x) for x in ("t.jinja", "e.json", "b.json"))
+        with open(tp, "w", encoding="utf-8") as f:
+            f.write(template)
+        with open(ep, "w", encoding="utf-8") as f:
+            json.dump(specials, f)
+        with open(bp, "w", encoding="utf-8") as f:
+            json.dump(bodies, f, ensure_ascii=False)
+        r = subprocess.run([binary, "--chat", tp, ep, bp] + ([hand] if hand else []),
+                           capture_output=True, timeout=300)
+        if r.returncode != 0:
+            return [{"error": r.stderr.decode("utf-8", "replace")}] * len(bodies)
+        return [json.loads(line) for line in r.stdout.decode("utf-8").splitlines()]
+
+
+def check_segments(label, body, got, fails):
+    text = got["out"].encode("utf-8")
+    segs = got["segs"]
+    offs = [s[0] for s in segs]
+    if offs != sorted(set(offs)) or any(o < 0 or o > len(text) for o in offs):
+        fails.append((label + " segments", {"segs": "ascending, inside the text"}, got))
+        return
+    for k, (off, kind, idx) in enumerate(segs):
+        if kind != 2:
+            continue
+        end = segs[k + 1][0] if k + 1 < len(segs) else len(text)
+        c = body["messages"][idx].get("content")
+        # a template may move a message's text later (Gemma puts the system message into
+        # the first user turn), never before the point where the message changes the text
+        if isinstance(c, str) and c.strip() and text.count(c.strip().encode("utf-8")) == 1 \
+                and text.find(c.strip().encode("utf-8")) < off:
+            fails.append((label + " segment of message %d" % idx,
+                          {"segment starts at": off, "text": text.decode("utf-8", "replace")},
+                          {"content": c}))
+
+
+# The project's hand-written layouts and the model whose template they follow.
+HAND = {"qwen2_5": "qwen2.5"}
+
+
 def find_templates(ref_dir):
     found = []
     for root, _dirs, files in os.walk(ref_dir):
@@ -222,9 +334,27 @@ def main():
         ctxs = [dict(specials, **c) for c in convs]
         got = ours(binary, t, ctxs)
         for k, c in enumerate(ctxs):
-            compare("%s conversation %d" % (os.path.basename(os.path.dirname(os.path.dirname(path))), k),
+            compare("%s conversation %d" % (os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(path)))), k),
                     reference(t, c), got[k], fails)
             n += 1
+    n_chat = n_hand = 0
+    for path, t, specials in templates:
+        model = os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(path))))
+        hand = next((h for key, h in HAND.items() if ("tokenizer-" + key + "-") in model), None)
+        bodies = [to_body(c, k) for k, c in enumerate(convs)]
+        got = ours_chat(binary, t, specials, bodies, hand)
+        for k, body in enumerate(bodies):
+            label = "%s body %d" % (model, k)
+            want = reference(t, vllm_context(body, specials))
+            if compare(label, want, got[k], fails) and "out" in got[k]:
+                check_segments(label, body, got[k], fails)
+            n_chat += 1
+            if hand and "out" in want:
+                n_hand += 1
+                if got[k].get("hand") != want["out"]:
+                    fails.append((label + " hand-written " + hand, want, got[k]))
+    print("%d OpenAI bodies through tpl_render_jinja, %d against a hand-written layout"
+          % (n_chat, n_hand))
     for label, want, got in fails[:8]:
         print("DIFFERENT:", label)
         print("  jinja2:", json.dumps(want, ensure_ascii=False)[:600])

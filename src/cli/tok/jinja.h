@@ -42,11 +42,11 @@
 typedef struct jinja_tmpl jinja_tmpl;
 
 typedef struct jinja_limits {
-    uint64_t max_steps;  /* evaluation steps per render (default 50,000,000) */
-    size_t max_output;   /* bytes of output (default 64 MiB) */
-    uint32_t max_depth;  /* nested macro calls (default 64) */
-    const char *now;     /* strftime_now's time as "YYYY-MM-DD HH:MM:SS" (UTC), or NULL for
-                            the current time; a fixed time makes renders reproducible */
+    uint64_t max_steps; /* evaluation steps per render (default 50,000,000) */
+    size_t max_output;  /* bytes of output (default 64 MiB) */
+    uint32_t max_depth; /* nested macro calls (default 64) */
+    const char *now;    /* strftime_now's time as "YYYY-MM-DD HH:MM:SS" (UTC), or NULL for
+                           the current time; a fixed time makes renders reproducible */
 } jinja_limits;
 
 /* Parse template source src[0..n). Returns 0 and *out, or -1 with "LINE: what is wrong" in

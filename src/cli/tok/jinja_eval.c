@@ -297,8 +297,8 @@ static int get_attr(jctx *c, int line, jv *obj, const char *name, jv *out)
         *out = m;
         return 0;
     }
-    json_t *j = obj->kind == JV_JSON && json_is_object(obj->j) ? json_object_get(obj->j, name)
-                                                                : NULL;
+    json_t *j =
+        obj->kind == JV_JSON && json_is_object(obj->j) ? json_object_get(obj->j, name) : NULL;
     *out = j ? jv_json(json_incref(j)) : jv_undef(name);
     return 0;
 }
@@ -676,7 +676,8 @@ static int exec_for(jctx *c, const jnode *x)
             break;
         }
         json_t *loop = loop_object(items, i);
-        rc = loop ? bind(c, x->line, "loop", jv_json(loop)) : jinja_fail(c, x->line, "out of memory");
+        rc = loop ? bind(c, x->line, "loop", jv_json(loop))
+                  : jinja_fail(c, x->line, "out of memory");
         if (rc == 0)
             rc = bind_targets(c, x, json_array_get(items, i));
         if (rc == 0)

@@ -135,27 +135,27 @@ struct jnode {
 };
 
 struct jinja_tmpl {
-    jarena arena; /* every node and string */
-    jnode *root;  /* JN_SETBLOCK-like body: v/nv */
+    jarena arena;  /* every node and string */
+    jnode *root;   /* JN_SETBLOCK-like body: v/nv */
     json_t **lits; /* every literal, for jinja_free (realloc'd) */
     size_t n_lits, cap_lits;
 };
 
 /* Values. */
 enum {
-    JV_UNDEF, /* name: what was undefined (may be NULL) */
-    JV_JSON,  /* j */
-    JV_MACRO, /* node: the JN_MACRO */
+    JV_UNDEF,  /* name: what was undefined (may be NULL) */
+    JV_JSON,   /* j */
+    JV_MACRO,  /* node: the JN_MACRO */
     JV_METHOD, /* j: the object; name: the method */
     JV_FUNC    /* name: a global function */
 };
 
 typedef struct jv {
     uint8_t kind;
-    bool ns;          /* JV_JSON object made by namespace(): attributes may be set */
-    json_t *j;        /* one reference owned by this jv (JV_JSON, JV_METHOD) */
+    bool ns;           /* JV_JSON object made by namespace(): attributes may be set */
+    json_t *j;         /* one reference owned by this jv (JV_JSON, JV_METHOD) */
     const jnode *node; /* JV_MACRO */
-    const char *name; /* JV_UNDEF, JV_METHOD, JV_FUNC: static or arena string */
+    const char *name;  /* JV_UNDEF, JV_METHOD, JV_FUNC: static or arena string */
 } jv;
 
 static inline jv jv_json(json_t *j) /* takes the reference; NULL j gives none... */
@@ -190,8 +190,8 @@ int jinja_fail(jctx *c, int line, const char *fmt, ...) __attribute__((format(pr
 /* Count n steps against the limit; -1 (with the error set) when past it. */
 int jinja_step(jctx *c, int line, uint64_t n);
 /* Call macro m with positional args and keyword args; result (a string) in *out. */
-int jinja_call_macro(jctx *c, int line, const jnode *m, jv *args, size_t n_args,
-                     const char **kw, jv *kw_vals, size_t n_kw, jv *out);
+int jinja_call_macro(jctx *c, int line, const jnode *m, jv *args, size_t n_args, const char **kw,
+                     jv *kw_vals, size_t n_kw, jv *out);
 /* The fixed time for strftime_now, or NULL. */
 const char *jinja_now(const jctx *c);
 
@@ -214,12 +214,11 @@ size_t jinja_u8off(const char *s, size_t n, size_t i);
  * borrowed. */
 int jinja_filter(jctx *c, int line, const char *name, jv *x, jv *args, size_t n_args,
                  const char **kw, jv *kw_vals, size_t n_kw, jv *out);
-int jinja_test(jctx *c, int line, const char *name, jv *x, jv *args, size_t n_args,
-               bool *out);
+int jinja_test(jctx *c, int line, const char *name, jv *x, jv *args, size_t n_args, bool *out);
 int jinja_method(jctx *c, int line, jv *self, const char *name, jv *args, size_t n_args,
                  const char **kw, jv *kw_vals, size_t n_kw, jv *out);
-int jinja_global(jctx *c, int line, const char *name, jv *args, size_t n_args,
-                 const char **kw, jv *kw_vals, size_t n_kw, jv *out);
+int jinja_global(jctx *c, int line, const char *name, jv *args, size_t n_args, const char **kw,
+                 jv *kw_vals, size_t n_kw, jv *out);
 bool jinja_is_global(const char *name);
 /* Does `name` name a method of this value (for attribute lookup: methods win)? */
 bool jinja_has_method(const jv *self, const char *name);

@@ -302,9 +302,9 @@ static int lex_number(lexer *L)
     return 0;
 }
 
-static const char *const ops[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/",
-                                  "%",  "~",  "<",  ">",  "=",  "(",  ")", "[", "]", "{",
-                                  "}",  ",",  ".",  ":",  "|",  NULL};
+static const char *const ops[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*",
+                                  "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
+                                  "]",  "{",  "}",  ",",  ".",  ":",  "|", NULL};
 
 /* Step 4: the tokens of one tag up to its closing delimiter (close: '}' or '%'). Sets
  * *strip_after to the closing modifier. */

@@ -251,8 +251,8 @@ static json_t *split(const json_t *str, const json_t *sep, json_int_t maxsplit, 
         if (lo > 0) /* rsplit: the head keeps its leading whitespace */
             json_array_append_new(r, json_stringn_nocheck(s, span[2 * lo - 1]));
         for (size_t k = lo; k < hi; k++)
-            json_array_append_new(r, json_stringn_nocheck(s + span[2 * k],
-                                                          span[2 * k + 1] - span[2 * k]));
+            json_array_append_new(
+                r, json_stringn_nocheck(s + span[2 * k], span[2 * k + 1] - span[2 * k]));
         if (hi < n_words) /* split: the tail keeps its trailing whitespace */
             json_array_append_new(r, json_stringn_nocheck(s + span[2 * hi], n - span[2 * hi]));
         free(span);
@@ -334,9 +334,9 @@ static json_t *join(call *a, const json_t *items, const char *sep, size_t sep_n,
 /* ---- str and dict methods ---- */
 
 static const char *const str_methods[] = {
-    "capitalize", "count", "endswith", "find", "isalnum", "isalpha", "isdigit", "islower",
-    "isspace", "isupper", "join", "lower", "lstrip", "replace", "rfind", "rsplit", "rstrip",
-    "split", "splitlines", "startswith", "strip", "title", "upper", NULL};
+    "capitalize", "count",   "endswith",   "find",       "isalnum", "isalpha", "isdigit", "islower",
+    "isspace",    "isupper", "join",       "lower",      "lstrip",  "replace", "rfind",   "rsplit",
+    "rstrip",     "split",   "splitlines", "startswith", "strip",   "title",   "upper",   NULL};
 static const char *const dict_methods[] = {"get", "items", "keys", "values", NULL};
 
 static bool in_list(const char *const *l, const char *name)
@@ -363,8 +363,9 @@ static json_t *dict_items(const json_t *o, int what) /* 0 items, 1 keys, 2 value
     json_t *r = json_array();
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)o, k, v) {
-        json_t *e = what == 1 ? json_string_nocheck(k)
+    json_object_foreach((json_t *)o, k, v)
+    {
+        json_t *e = what == 1   ? json_string_nocheck(k)
                     : what == 2 ? json_incref(v)
                                 : json_pack("[sO]", k, v);
         if (!r || !e || json_array_append_new(r, e) < 0) {
@@ -442,7 +443,11 @@ static int str_method(call *a, const json_t *s, jv *out)
     }
     if (strcmp(m, "upper") == 0 || strcmp(m, "lower") == 0 || strcmp(m, "title") == 0 ||
         strcmp(m, "capitalize") == 0)
-        return give(a, recase(s, m[0] == 'u' ? 'u' : m[0] == 'l' ? 'l' : m[0] == 't' ? 't' : 'c'),
+        return give(a,
+                    recase(s, m[0] == 'u'   ? 'u'
+                              : m[0] == 'l' ? 'l'
+                              : m[0] == 't' ? 't'
+                                            : 'c'),
                     out);
     if (strcmp(m, "replace") == 0) {
         jv *cnt = arg(a, 2, "count");
@@ -551,10 +556,10 @@ int jinja_test(jctx *c, int line, const char *name, jv *x, jv *pos, size_t n, bo
         json_int_t r = ival(x) % d;
         *out = name[0] == 'o' ? r != 0 : r == 0;
     } else {
-        static const char *const sym[][3] = {{"eq", "equalto", "=="}, {"ne", "!=", NULL},
-                                             {"lt", "<", "lessthan"}, {"le", "<=", NULL},
+        static const char *const sym[][3] = {{"eq", "equalto", "=="},    {"ne", "!=", NULL},
+                                             {"lt", "<", "lessthan"},    {"le", "<=", NULL},
                                              {"gt", ">", "greaterthan"}, {"ge", ">=", NULL},
-                                             {"in", NULL, NULL}, {"sameas", NULL, NULL}};
+                                             {"in", NULL, NULL},         {"sameas", NULL, NULL}};
         static const int ops[] = {JO_EQ, JO_NE, JO_LT, JO_LE, JO_GT, JO_GE, JO_IN, JO_EQ};
         int op = -1;
         for (int k = 0; k < 8 && op < 0; k++)
@@ -619,8 +624,8 @@ static int select_filter(call *a, jv *x, jv *out)
         bool ok;
         item_attr(a, it, an ? json_string_value(an->j) : NULL, &v);
         if (tn)
-            rc = jinja_test(a->c, a->line, json_string_value(tn->j), &v,
-                            a->pos + first + 1, a->n > first + 1 ? a->n - first - 1 : 0, &ok);
+            rc = jinja_test(a->c, a->line, json_string_value(tn->j), &v, a->pos + first + 1,
+                            a->n > first + 1 ? a->n - first - 1 : 0, &ok);
         else
             ok = jinja_truthy(&v);
         jv_drop(&v);
@@ -659,8 +664,8 @@ static int map_filter(call *a, jv *x, jv *out)
             if (res.kind == JV_UNDEF)
                 rc = bad(a, "an item has no such attribute");
         } else {
-            rc = jinja_filter(a->c, a->line, json_string_value(fname->j), &v, a->pos + 1,
-                              a->n - 1, NULL, NULL, 0, &res);
+            rc = jinja_filter(a->c, a->line, json_string_value(fname->j), &v, a->pos + 1, a->n - 1,
+                              NULL, NULL, 0, &res);
             jv_drop(&v);
         }
         if (rc == 0) {
@@ -688,7 +693,8 @@ static int cmp_items(const void *p, const void *q)
     (void)y;
     if (json_is_string(a) && json_is_string(b))
         return strcmp(json_string_value(a), json_string_value(b));
-    double u = json_is_number(a) ? json_number_value(a) : 0, v = json_is_number(b) ? json_number_value(b) : 0;
+    double u = json_is_number(a) ? json_number_value(a) : 0,
+           v = json_is_number(b) ? json_number_value(b) : 0;
     return (u > v) - (u < v);
 }
 
@@ -955,7 +961,10 @@ int jinja_filter(jctx *c, int line, const char *name, jv *x, jv *pos, size_t n, 
                 acc = jv_copy(it);
                 continue;
             }
-            rc = jinja_binop(c, line, name[1] == 'u' ? JO_ADD : name[1] == 'i' ? JO_LT : JO_GT,
+            rc = jinja_binop(c, line,
+                             name[1] == 'u'   ? JO_ADD
+                             : name[1] == 'i' ? JO_LT
+                                              : JO_GT,
                              &it, &acc, &r);
             if (rc == 0 && name[1] == 'u') {
                 jv_drop(&acc);
@@ -989,8 +998,9 @@ int jinja_filter(jctx *c, int line, const char *name, jv *x, jv *pos, size_t n, 
         if (strcmp(name, "abs") == 0) {
             if (!num || json_is_string(j))
                 return bad(&a, "expects a number");
-            return give(&a, json_is_real(j) ? json_real(v < 0 ? -v : v)
-                                            : json_integer((json_int_t)(v < 0 ? -v : v)),
+            return give(&a,
+                        json_is_real(j) ? json_real(v < 0 ? -v : v)
+                                        : json_integer((json_int_t)(v < 0 ? -v : v)),
                         out);
         }
         if (strcmp(name, "round") == 0) {
@@ -1031,7 +1041,11 @@ int jinja_filter(jctx *c, int line, const char *name, jv *x, jv *pos, size_t n, 
         rc = give(&a, strip(s, is_str(ch) ? ch->j : NULL, true, true), out);
     } else if (strcmp(name, "upper") == 0 || strcmp(name, "lower") == 0 ||
                strcmp(name, "title") == 0 || strcmp(name, "capitalize") == 0) {
-        rc = give(&a, recase(s, name[0] == 'u' ? 'u' : name[0] == 'l' ? 'l' : name[0] == 't' ? 't' : 'c'),
+        rc = give(&a,
+                  recase(s, name[0] == 'u'   ? 'u'
+                            : name[0] == 'l' ? 'l'
+                            : name[0] == 't' ? 't'
+                                             : 'c'),
                   out);
     } else if (strcmp(name, "replace") == 0) {
         jv *o = arg(&a, 0, "old"), *nw = arg(&a, 1, "new"), *cnt = arg(&a, 2, "count");
@@ -1061,16 +1075,16 @@ int jinja_filter(jctx *c, int line, const char *name, jv *x, jv *pos, size_t n, 
 
 /* ---- globals ---- */
 
-static const char *const globals[] = {"dict", "namespace", "raise_exception", "range",
-                                      "strftime_now", NULL};
+static const char *const globals[] = {"dict",  "namespace",    "raise_exception",
+                                      "range", "strftime_now", NULL};
 
 bool jinja_is_global(const char *name)
 {
     return in_list(globals, name);
 }
 
-int jinja_global(jctx *c, int line, const char *name, jv *pos, size_t n, const char **kw,
-                 jv *kwv, size_t n_kw, jv *out)
+int jinja_global(jctx *c, int line, const char *name, jv *pos, size_t n, const char **kw, jv *kwv,
+                 size_t n_kw, jv *out)
 {
     call a = {c, line, name, pos, n, kw, kwv, n_kw};
     if (strcmp(name, "raise_exception") == 0) {

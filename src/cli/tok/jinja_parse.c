@@ -83,16 +83,25 @@ static bool accept_name(parser *P, const char *name)
 static const char *tok_desc(jtok *t)
 {
     switch (t->type) {
-    case JT_EOF: return "end of template";
-    case JT_TEXT: return "text";
-    case JT_VAR_END: return "'}}'";
-    case JT_BLOCK_END: return "'%}'";
-    case JT_NAME: return t->s;
-    case JT_STRING: return "a string";
+    case JT_EOF:
+        return "end of template";
+    case JT_TEXT:
+        return "text";
+    case JT_VAR_END:
+        return "'}}'";
+    case JT_BLOCK_END:
+        return "'%}'";
+    case JT_NAME:
+        return t->s;
+    case JT_STRING:
+        return "a string";
     case JT_INT:
-    case JT_FLOAT: return "a number";
-    case JT_OP: return t->op;
-    default: return "a tag";
+    case JT_FLOAT:
+        return "a number";
+    case JT_OP:
+        return t->op;
+    default:
+        return "a tag";
     }
 }
 
@@ -332,11 +341,12 @@ static jnode *parse_filter_expr(parser *P, jnode *x)
                     return NULL;
             } else {
                 jtok *t = cur(P);
-                bool arg = t->type == JT_STRING || t->type == JT_INT || t->type == JT_FLOAT ||
-                           (t->type == JT_OP && (strcmp(t->op, "[") == 0 || strcmp(t->op, "{") == 0 ||
-                                                 strcmp(t->op, "(") == 0)) ||
-                           (t->type == JT_NAME && strcmp(t->s, "else") != 0 &&
-                            strcmp(t->s, "or") != 0 && strcmp(t->s, "and") != 0);
+                bool arg =
+                    t->type == JT_STRING || t->type == JT_INT || t->type == JT_FLOAT ||
+                    (t->type == JT_OP && (strcmp(t->op, "[") == 0 || strcmp(t->op, "{") == 0 ||
+                                          strcmp(t->op, "(") == 0)) ||
+                    (t->type == JT_NAME && strcmp(t->s, "else") != 0 && strcmp(t->s, "or") != 0 &&
+                     strcmp(t->s, "and") != 0);
                 if (arg) {
                     jnode *a = parse_primary(P);
                     if (!a || !(a = parse_postfix(P, a)))
@@ -449,8 +459,7 @@ static jnode *parse_primary(parser *P)
             return NULL;
     } else if (t->type == JT_INT || t->type == JT_FLOAT) {
         x = node(P, JN_LIT);
-        if (!x ||
-            add_lit(P, x, t->type == JT_INT ? json_integer(t->i) : json_real(t->f)) < 0)
+        if (!x || add_lit(P, x, t->type == JT_INT ? json_integer(t->i) : json_real(t->f)) < 0)
             return NULL;
         P->pos++;
     } else if (accept_op(P, "(")) {
@@ -520,8 +529,11 @@ static jnode *parse_math2(parser *P)
 {
     jnode *x = parse_pow(P);
     for (;;) {
-        int op = is_op(P, "*") ? JO_MUL : is_op(P, "/") ? JO_DIV : is_op(P, "//") ? JO_FLOORDIV
-                 : is_op(P, "%") ? JO_MOD : -1;
+        int op = is_op(P, "*")    ? JO_MUL
+                 : is_op(P, "/")  ? JO_DIV
+                 : is_op(P, "//") ? JO_FLOORDIV
+                 : is_op(P, "%")  ? JO_MOD
+                                  : -1;
         if (!x || op < 0)
             return x;
         int line = cur(P)->line;

@@ -76,13 +76,20 @@ bool jinja_truthy(const jv *v)
     json_t *j = v->j;
     switch (json_typeof(j)) {
     case JSON_NULL:
-    case JSON_FALSE: return false;
-    case JSON_TRUE: return true;
-    case JSON_INTEGER: return json_integer_value(j) != 0;
-    case JSON_REAL: return json_real_value(j) != 0.0;
-    case JSON_STRING: return json_string_length(j) > 0;
-    case JSON_ARRAY: return json_array_size(j) > 0;
-    case JSON_OBJECT: return json_object_size(j) > 0;
+    case JSON_FALSE:
+        return false;
+    case JSON_TRUE:
+        return true;
+    case JSON_INTEGER:
+        return json_integer_value(j) != 0;
+    case JSON_REAL:
+        return json_real_value(j) != 0.0;
+    case JSON_STRING:
+        return json_string_length(j) > 0;
+    case JSON_ARRAY:
+        return json_array_size(j) > 0;
+    case JSON_OBJECT:
+        return json_object_size(j) > 0;
     }
     return true;
 }
@@ -117,7 +124,8 @@ bool jinja_equal(const json_t *a, const json_t *b)
     if (json_typeof(a) != json_typeof(b))
         return false;
     switch (json_typeof(a)) {
-    case JSON_NULL: return true;
+    case JSON_NULL:
+        return true;
     case JSON_STRING:
         return json_string_length(a) == json_string_length(b) &&
                memcmp(json_string_value(a), json_string_value(b), json_string_length(a)) == 0;
@@ -133,14 +141,16 @@ bool jinja_equal(const json_t *a, const json_t *b)
             return false;
         const char *k;
         json_t *v;
-        json_object_foreach((json_t *)a, k, v) {
+        json_object_foreach((json_t *)a, k, v)
+        {
             json_t *w = json_object_get(b, k);
             if (!w || !jinja_equal(v, w))
                 return false;
         }
         return true;
     }
-    default: return false;
+    default:
+        return false;
     }
 }
 
@@ -222,13 +232,18 @@ static int str_json(jbuf *b, const json_t *j, bool repr)
 {
     char tmp[64];
     switch (json_typeof(j)) {
-    case JSON_NULL: return put_s(b, "None");
-    case JSON_TRUE: return put_s(b, "True");
-    case JSON_FALSE: return put_s(b, "False");
+    case JSON_NULL:
+        return put_s(b, "None");
+    case JSON_TRUE:
+        return put_s(b, "True");
+    case JSON_FALSE:
+        return put_s(b, "False");
     case JSON_INTEGER:
         snprintf(tmp, sizeof tmp, "%lld", (long long)json_integer_value(j));
         return put_s(b, tmp);
-    case JSON_REAL: pyjson_repr_double(json_real_value(j), tmp, sizeof tmp); return put_s(b, tmp);
+    case JSON_REAL:
+        pyjson_repr_double(json_real_value(j), tmp, sizeof tmp);
+        return put_s(b, tmp);
     case JSON_STRING:
         return repr ? repr_string(b, json_string_value(j), json_string_length(j))
                     : jbuf_put(b, json_string_value(j), json_string_length(j));
@@ -245,7 +260,8 @@ static int str_json(jbuf *b, const json_t *j, bool repr)
         const char *k;
         json_t *v;
         bool first = true;
-        json_object_foreach((json_t *)j, k, v) {
+        json_object_foreach((json_t *)j, k, v)
+        {
             if ((!first && put_s(b, ", ") < 0) || repr_string(b, k, strlen(k)) < 0 ||
                 put_s(b, ": ") < 0 || str_json(b, v, true) < 0)
                 return -1;
@@ -260,10 +276,14 @@ static int str_json(jbuf *b, const json_t *j, bool repr)
 int jinja_str(jbuf *b, const jv *v, bool repr)
 {
     switch (v->kind) {
-    case JV_UNDEF: return repr ? put_s(b, "Undefined") : 0;
-    case JV_JSON: return str_json(b, v->j, repr);
-    case JV_MACRO: return put_s(b, "<macro>");
-    default: return put_s(b, "<function>");
+    case JV_UNDEF:
+        return repr ? put_s(b, "Undefined") : 0;
+    case JV_JSON:
+        return str_json(b, v->j, repr);
+    case JV_MACRO:
+        return put_s(b, "<macro>");
+    default:
+        return put_s(b, "<function>");
     }
 }
 
@@ -311,14 +331,21 @@ static const char *type_name(const jv *v)
     if (v->kind != JV_JSON)
         return "function";
     switch (json_typeof(v->j)) {
-    case JSON_NULL: return "NoneType";
+    case JSON_NULL:
+        return "NoneType";
     case JSON_TRUE:
-    case JSON_FALSE: return "bool";
-    case JSON_INTEGER: return "int";
-    case JSON_REAL: return "float";
-    case JSON_STRING: return "str";
-    case JSON_ARRAY: return "list";
-    default: return "dict";
+    case JSON_FALSE:
+        return "bool";
+    case JSON_INTEGER:
+        return "int";
+    case JSON_REAL:
+        return "float";
+    case JSON_STRING:
+        return "str";
+    case JSON_ARRAY:
+        return "list";
+    default:
+        return "dict";
     }
 }
 
@@ -331,9 +358,15 @@ static int arith(jctx *c, int line, int op, const json_t *a, const json_t *b, jv
             return jinja_fail(c, line, "integer division or modulo by zero");
         bool ovf = false;
         switch (op) {
-        case JO_ADD: ovf = __builtin_add_overflow(x, y, &r); break;
-        case JO_SUB: ovf = __builtin_sub_overflow(x, y, &r); break;
-        case JO_MUL: ovf = __builtin_mul_overflow(x, y, &r); break;
+        case JO_ADD:
+            ovf = __builtin_add_overflow(x, y, &r);
+            break;
+        case JO_SUB:
+            ovf = __builtin_sub_overflow(x, y, &r);
+            break;
+        case JO_MUL:
+            ovf = __builtin_mul_overflow(x, y, &r);
+            break;
         case JO_FLOORDIV:
             if (x == INT64_MIN && y == -1) {
                 ovf = true;
@@ -369,17 +402,29 @@ static int arith(jctx *c, int line, int op, const json_t *a, const json_t *b, jv
     if ((op == JO_DIV || op == JO_FLOORDIV || op == JO_MOD) && y == 0)
         return jinja_fail(c, line, "division by zero");
     switch (op) {
-    case JO_ADD: r = x + y; break;
-    case JO_SUB: r = x - y; break;
-    case JO_MUL: r = x * y; break;
-    case JO_DIV: r = x / y; break;
-    case JO_FLOORDIV: r = floor(x / y); break;
+    case JO_ADD:
+        r = x + y;
+        break;
+    case JO_SUB:
+        r = x - y;
+        break;
+    case JO_MUL:
+        r = x * y;
+        break;
+    case JO_DIV:
+        r = x / y;
+        break;
+    case JO_FLOORDIV:
+        r = floor(x / y);
+        break;
     case JO_MOD:
         r = fmod(x, y);
         if (r != 0 && ((r < 0) != (y < 0)))
             r += y;
         break;
-    default: r = pow(x, y); break;
+    default:
+        r = pow(x, y);
+        break;
     }
     *out = jv_json(json_real(r));
     return 0;
@@ -447,8 +492,9 @@ int jinja_binop(jctx *c, int line, int op, jv *a, jv *b, jv *out)
                        : jinja_fail(c, line, "out of memory");
     }
     if (op == JO_EQ || op == JO_NE) {
-        bool eq = a->kind == JV_JSON && b->kind == JV_JSON ? jinja_equal(a->j, b->j)
-                  : a->kind == JV_UNDEF && b->kind == JV_UNDEF;
+        bool eq = a->kind == JV_JSON && b->kind == JV_JSON
+                      ? jinja_equal(a->j, b->j)
+                      : a->kind == JV_UNDEF && b->kind == JV_UNDEF;
         *out = jv_json(json_boolean(op == JO_EQ ? eq : !eq));
         return 0;
     }
@@ -512,7 +558,8 @@ int jinja_iter(jctx *c, int line, jv *x, json_t **out)
         r = json_array();
         const char *k;
         json_t *v;
-        json_object_foreach(j, k, v) {
+        json_object_foreach(j, k, v)
+        {
             (void)v;
             if (r && json_array_append_new(r, json_string_nocheck(k)) < 0) {
                 json_decref(r);
