@@ -253,6 +253,8 @@ static jnode *parse_subscript(parser *P, jnode *obj)
         return NULL;
     x->a = obj;
     if (!slice) {
+        if (!parts[0])
+            return pfail(P, "expected an index inside '[]'"), NULL;
         x->b = parts[0];
         return x;
     }
