@@ -20,7 +20,11 @@ raise_exception and a strftime_now fixed at 2024-07-26 12:00:00 (as jinja_render
    strings, content as parts, tools with missing fields) through tpl_render_jinja
    (template_jinja.c), against Jinja2 on the context vLLM builds, normalised here from
    vLLM's description independently of the C code; the segments must ascend, start inside
-   the text, and no message's text may lie before its segment. Where the project has a hand-written layout of
+   the text, and no message's text may lie before its segment.
+4. @huggingface/jinja (npm, installed by scripts/tokref.sh beside the tokenizers) renders
+   the model templates of part 2 too; ours must equal it wherever it equals Jinja2. Where
+   the two references disagree (it prints "[object Map]" for str + dict, refuses
+   None|trim), Jinja2 decides, as vLLM runs Jinja2, and the cases are listed. Where the project has a hand-written layout of
    the same model (qwen2.5), its output must equal the model template's on every body.
 
 Exit 0 when all agree, 1 on a difference (the first few are printed), 77 (skip) when
@@ -312,6 +316,30 @@ def find_templates(ref_dir):
     return sorted(found)
 
 
+def hf_jinja(ref_dir):
+    """The @huggingface/jinja package under REF_DIR (scripts/tokref.sh installs it), or None."""
+    for root, dirs, _files in os.walk(ref_dir):
+        if os.path.basename(root) == "jinja" and os.path.basename(os.path.dirname(root)) == "@huggingface" \
+                and os.path.isfile(os.path.join(root, "dist", "index.js")):
+            return root
+    return None
+
+
+def hf_render(pkg, template, contexts):
+    here = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory() as d:
+        tp, cp = os.path.join(d, "t.jinja"), os.path.join(d, "c.json")
+        with open(tp, "w", encoding="utf-8") as f:
+            f.write(template)
+        with open(cp, "w", encoding="utf-8") as f:
+            json.dump(contexts, f, ensure_ascii=False)
+        r = subprocess.run(["node", os.path.join(here, "jinja_hf_render.mjs"), pkg, tp, cp],
+                           capture_output=True, timeout=300)
+        if r.returncode != 0:
+            return [{"error": r.stderr.decode("utf-8", "replace")}] * len(contexts)
+        return [json.loads(line) for line in r.stdout.decode("utf-8").splitlines()]
+
+
 def compare(label, want, got, fails):
     same = ("out" in want and "out" in got and want["out"] == got["out"]) or \
            ("error" in want and "error" in got)
@@ -330,9 +358,25 @@ def main():
         n += 1
     templates = find_templates(ref_dir) if os.path.isdir(ref_dir) else []
     convs = conversations()
+    hf = hf_jinja(ref_dir) if os.path.isdir(ref_dir) else None
+    n_hf = 0
+    refs_differ = []
     for path, t, specials in templates:
         ctxs = [dict(specials, **c) for c in convs]
         got = ours(binary, t, ctxs)
+        if hf:
+            # Where the two references disagree, Jinja2 (what vLLM runs) decides; the
+            # disagreements are listed, not failed.
+            for k, h in enumerate(hf_render(hf, t, ctxs)):
+                ref = reference(t, ctxs[k])
+                if ("out" in h) != ("out" in ref) or h.get("out") != ref.get("out"):
+                    refs_differ.append("%s conversation %d: jinja2 %s, @huggingface/jinja %s"
+                                       % (path.split("/models/")[0].split("/")[-2], k,
+                                          "error" if "error" in ref else "renders",
+                                          h.get("error", "renders differently")[:80]))
+                    continue
+                compare("%s conversation %d (@huggingface/jinja)" % (path, k), h, got[k], fails)
+                n_hf += 1
         for k, c in enumerate(ctxs):
             compare("%s conversation %d" % (os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(path)))), k),
                     reference(t, c), got[k], fails)
@@ -353,8 +397,10 @@ def main():
                 n_hand += 1
                 if got[k].get("hand") != want["out"]:
                     fails.append((label + " hand-written " + hand, want, got[k]))
-    print("%d OpenAI bodies through tpl_render_jinja, %d against a hand-written layout"
-          % (n_chat, n_hand))
+    print("%d OpenAI bodies through tpl_render_jinja, %d against a hand-written layout, "
+          "%d renders against @huggingface/jinja%s" % (n_chat, n_hand, n_hf, "" if hf else " (not installed)"))
+    for line in refs_differ:
+        print("references disagree (Jinja2 followed):", line)
     for label, want, got in fails[:8]:
         print("DIFFERENT:", label)
         print("  jinja2:", json.dumps(want, ensure_ascii=False)[:600])
