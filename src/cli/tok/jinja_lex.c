@@ -153,17 +153,6 @@ static int emit_text(lexer *L, size_t start, size_t end, char kind, char mod)
     return 0;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static size_t put_utf8(char *o, unsigned long cp)
 {
     if (cp < 0x80) {
@@ -216,7 +205,7 @@ static int lex_string(lexer *L)
         if (width) {
             unsigned long cp = 0;
             for (int d = 0; d < width; d++) {
-                int h = i + 2 + (size_t)d < L->n ? hexval(L->s[i + 2 + d]) : -1;
+                int h = i + 2 + (size_t)d < L->n ? cli_hexval((unsigned char)L->s[i + 2 + d]) : -1;
                 if (h < 0)
                     return lfail(L, "bad \\%c escape in a string", e);
                 cp = cp * 16 + (unsigned long)h;

@@ -601,6 +601,25 @@ static int item_attr(call *a, json_t *it, const char *attr, jv *out)
     return 0;
 }
 
+/* The items of x and an empty result list, for the filters that map or select. */
+static int items_and_result(call *a, jv *x, json_t **items, json_t **r)
+{
+    *r = json_array();
+    if (!*r)
+        return oom(a);
+    if (jinja_iter(a->c, a->line, x, items) < 0) {
+        json_decref(*r);
+        return -1;
+    }
+    return 0;
+}
+
+/* Hand over r as the result, or drop it after a failure. */
+static int result_of(json_t *items, json_t *r, int rc, jv *out)
+{
+    return result_of(items, r, rc, out);
+}
+
 static int select_filter(call *a, jv *x, jv *out)
 {
     bool attr = strstr(a->name, "attr") != NULL, reject = a->name[0] == 'r';
@@ -610,13 +629,9 @@ static int select_filter(call *a, jv *x, jv *out)
         return bad(a, "expects an attribute name");
     if (tn && !is_str(tn))
         return bad(a, "expects a test name");
-    json_t *items, *r = json_array();
-    if (!r)
-        return oom(a);
-    if (jinja_iter(a->c, a->line, x, &items) < 0) {
-        json_decref(r);
+    json_t *items, *r;
+    if (items_and_result(a, x, &items, &r) < 0)
         return -1;
-    }
     int rc = 0;
     for (size_t k = 0; rc == 0 && k < json_array_size(items); k++) {
         json_t *it = json_array_get(items, k);
@@ -632,13 +647,7 @@ static int select_filter(call *a, jv *x, jv *out)
         if (rc == 0 && ok != reject && json_array_append(r, it) < 0)
             rc = oom(a);
     }
-    json_decref(items);
-    if (rc < 0) {
-        json_decref(r);
-        return -1;
-    }
-    *out = jv_json(r);
-    return 0;
+    return result_of(items, r, rc, out);
 }
 
 static int map_filter(call *a, jv *x, jv *out)
@@ -648,13 +657,9 @@ static int map_filter(call *a, jv *x, jv *out)
         return bad(a, "expects a filter name or attribute=");
     if (attr && !is_str(attr))
         return bad(a, "attribute must be a string");
-    json_t *items, *r = json_array();
-    if (!r)
-        return oom(a);
-    if (jinja_iter(a->c, a->line, x, &items) < 0) {
-        json_decref(r);
+    json_t *items, *r;
+    if (items_and_result(a, x, &items, &r) < 0)
         return -1;
-    }
     int rc = 0;
     for (size_t k = 0; rc == 0 && k < json_array_size(items); k++) {
         jv v, res;
@@ -676,13 +681,7 @@ static int map_filter(call *a, jv *x, jv *out)
             jv_drop(&res);
         }
     }
-    json_decref(items);
-    if (rc < 0) {
-        json_decref(r);
-        return -1;
-    }
-    *out = jv_json(r);
-    return 0;
+    return result_of(items, r, rc, out);
 }
 
 static int cmp_items(const void *p, const void *q)

@@ -612,6 +612,462 @@ static jnode *parse_not(parser *P)
     return parse_compare(P);
 }
 
+/* `a and b ...` (word "and", over parse_not) or `a or b ...` (word "or", over itself with
+ * "and"): left-associative chains of JN_AND / JN_OR. */
+static jnode *parse_logic(parser *P, bool is_or)
+{
+    jnode *x = is_or ? parse_logic(P, false) : parse_not(P);
+    while (x && is_name(P, is_or ? "or" : "and")) {
+        jnode *y = node(P, is_or ? JN_OR : JN_AND);
+        if (!y)
+            return NULL;
+        P->pos++;
+        y->a = x;
+        y->b = is_or ? parse_logic(P, false) : parse_not(P);
+        x = y->b ? y : NULL;
+    }
+    return x;
+}
+
+static jnode *parse_expr(parser *P, bool condexpr);
+static jnode *parse_unary(parser *P, bool with_filter);
+static jnode *parse_primary(parser *P);
+
+static int enter(parser *P)
+{
+    if (++P->depth > MAX_NEST)
+        return pfail(P, "nested too deeply (more than %d levels)", MAX_NEST);
+    return 0;
+}
+
+/* Arguments of a call, filter or test after '(' : positional in v, keywords in names/w. */
+static int parse_args(parser *P, jnode *x)
+{
+    nvec pos = {0}, kwv = {0};
+    const char *kwn[64];
+    size_t n_kw = 0;
+    while (!is_op(P, ")")) {
+        if (cur(P)->type == JT_NAME && P->pos + 1 < P->n && P->tk[P->pos + 1].type == JT_OP &&
+            strcmp(P->tk[P->pos + 1].op, "=") == 0) {
+            if (n_kw == 64) {
+                pfail(P, "too many keyword arguments");
+                goto fail;
+            }
+            kwn[n_kw++] = cur(P)->s;
+            P->pos += 2;
+            jnode *v = parse_expr(P, true);
+            if (!v || nvec_push(P, &kwv, v) < 0)
+                goto fail;
+        } else {
+            if (n_kw) {
+                pfail(P, "positional argument after a keyword argument");
+                goto fail;
+            }
+            jnode *v = parse_expr(P, true);
+            if (!v || nvec_push(P, &pos, v) < 0)
+                goto fail;
+        }
+        if (!accept_op(P, ","))
+            break;
+    }
+    if (expect_op(P, ")") < 0)
+        goto fail;
+    if (nvec_done(P, &pos, &x->v, &x->nv) < 0 || nvec_done(P, &kwv, &x->w, &x->nw) < 0 ||
+        names_done(P, kwn, n_kw, &x->names) < 0)
+        goto fail;
+    x->n_names = n_kw;
+    return 0;
+fail:
+    free(pos.p);
+    free(kwv.p);
+    return -1;
+}
+
+static jnode *parse_subscript(parser *P, jnode *obj)
+{
+    jnode *parts[3] = {NULL, NULL, NULL};
+    int k = 0;
+    bool slice = false;
+    for (;;) {
+        if (!is_op(P, ":") && !is_op(P, "]")) {
+            parts[k] = parse_expr(P, true);
+            if (!parts[k])
+                return NULL;
+        }
+        if (accept_op(P, ":")) {
+            slice = true;
+            if (++k == 3)
+                return pfail(P, "too many ':' in a slice"), NULL;
+            continue;
+        }
+        break;
+    }
+    if (expect_op(P, "]") < 0)
+        return NULL;
+    jnode *x = node(P, slice ? JN_SLICE : JN_ITEM);
+    if (!x)
+        return NULL;
+    x->a = obj;
+    if (!slice) {
+        if (!parts[0])
+            return pfail(P, "expected an index inside '[]'"), NULL;
+        x->b = parts[0];
+        return x;
+    }
+    x->v = jarena_alloc(&P->t->arena, 3 * sizeof(jnode *));
+    if (!x->v)
+        return pfail(P, "out of memory"), NULL;
+    memcpy(x->v, parts, sizeof parts);
+    x->nv = 3;
+    return x;
+}
+
+static jnode *parse_postfix(parser *P, jnode *x)
+{
+    for (;;) {
+        int line = cur(P)->line;
+        if (accept_op(P, ".")) {
+            jnode *y = node(P, JN_ATTR);
+            if (!y)
+                return NULL;
+            if (cur(P)->type == JT_NAME) {
+                y->s = cur(P)->s;
+            } else if (cur(P)->type == JT_INT) {
+                /* a.0 is a[0] */
+                y->kind = JN_ITEM;
+                y->b = node(P, JN_LIT);
+                if (!y->b || add_lit(P, y->b, json_integer(cur(P)->i)) < 0)
+                    return NULL;
+            } else {
+                return pfail(P, "expected an attribute name after '.'"), NULL;
+            }
+            P->pos++;
+            y->a = x;
+            y->line = line;
+            x = y;
+        } else if (accept_op(P, "[")) {
+            x = parse_subscript(P, x);
+            if (!x)
+                return NULL;
+            x->line = line;
+        } else if (accept_op(P, "(")) {
+            jnode *y = node(P, JN_CALL);
+            if (!y)
+                return NULL;
+            y->a = x;
+            y->line = line;
+            if (parse_args(P, y) < 0)
+                return NULL;
+            x = y;
+        } else {
+            return x;
+        }
+    }
+}
+
+/* `|` filters and `is` tests after a unary expression. */
+static jnode *parse_filter_expr(parser *P, jnode *x)
+{
+    for (;;) {
+        int line = cur(P)->line;
+        if (accept_op(P, "|")) {
+            if (cur(P)->type != JT_NAME)
+                return pfail(P, "expected a filter name after '|'"), NULL;
+            jnode *y = node(P, JN_FILTER);
+            if (!y)
+                return NULL;
+            y->s = cur(P)->s;
+            P->pos++;
+            /* dotted filter names do not exist in the subset */
+            if (accept_op(P, "(") && parse_args(P, y) < 0)
+                return NULL;
+            y->a = x;
+            y->line = line;
+            x = y;
+        } else if (accept_name(P, "is")) {
+            jnode *y = node(P, JN_TEST);
+            if (!y)
+                return NULL;
+            if (accept_name(P, "not"))
+                y->op = 1;
+            if (cur(P)->type != JT_NAME)
+                return pfail(P, "expected a test name after 'is'"), NULL;
+            y->s = cur(P)->s;
+            P->pos++;
+            if (accept_op(P, "(")) {
+                if (parse_args(P, y) < 0)
+                    return NULL;
+            } else {
+                jtok *t = cur(P);
+                bool arg =
+                    t->type == JT_STRING || t->type == JT_INT || t->type == JT_FLOAT ||
+                    (t->type == JT_OP && (strcmp(t->op, "[") == 0 || strcmp(t->op, "{") == 0 ||
+                                          strcmp(t->op, "(") == 0)) ||
+                    (t->type == JT_NAME && strcmp(t->s, "else") != 0 && strcmp(t->s, "or") != 0 &&
+                     strcmp(t->s, "and") != 0);
+                if (arg) {
+                    jnode *a = parse_primary(P);
+                    if (!a || !(a = parse_postfix(P, a)))
+                        return NULL;
+                    y->v = jarena_alloc(&P->t->arena, sizeof(jnode *));
+                    if (!y->v)
+                        return pfail(P, "out of memory"), NULL;
+                    y->v[0] = a;
+                    y->nv = 1;
+                }
+            }
+            y->a = x;
+            y->line = line;
+            x = y;
+        } else if (accept_op(P, "(")) {
+            jnode *y = node(P, JN_CALL);
+            if (!y)
+                return NULL;
+            y->a = x;
+            y->line = line;
+            if (parse_args(P, y) < 0)
+                return NULL;
+            x = y;
+        } else {
+            return x;
+        }
+    }
+}
+
+/* A parenthesised expression or tuple, a list or a dict, after its opening token. */
+static jnode *parse_seq(parser *P, int kind, const char *close)
+{
+    jnode *x = node(P, kind);
+    if (!x)
+        return NULL;
+    nvec a = {0}, b = {0};
+    bool comma = false;
+    while (!is_op(P, close)) {
+        jnode *e = parse_expr(P, true);
+        if (!e || nvec_push(P, &a, e) < 0)
+            goto fail;
+        if (kind == JN_DICT) {
+            if (expect_op(P, ":") < 0)
+                goto fail;
+            jnode *v = parse_expr(P, true);
+            if (!v || nvec_push(P, &b, v) < 0)
+                goto fail;
+        }
+        if (!accept_op(P, ","))
+            break;
+        comma = true;
+    }
+    if (expect_op(P, close) < 0)
+        goto fail;
+    if (kind == JN_TUPLE && a.n == 1 && !comma) { /* (expr) */
+        jnode *e = a.p[0];
+        free(a.p);
+        return e;
+    }
+    if (nvec_done(P, &a, &x->v, &x->nv) < 0 || nvec_done(P, &b, &x->w, &x->nw) < 0)
+        goto fail;
+    return x;
+fail:
+    free(a.p);
+    free(b.p);
+    return NULL;
+}
+
+static jnode *parse_primary(parser *P)
+{
+    if (enter(P) < 0)
+        return NULL;
+    jtok *t = cur(P);
+    jnode *x = NULL;
+    if (t->type == JT_NAME) {
+        static const char *const lits[] = {"true", "True", "false", "False", "none", "None"};
+        int k = 0;
+        while (k < 6 && strcmp(t->s, lits[k]) != 0)
+            k++;
+        if (k < 6) {
+            x = node(P, JN_LIT);
+            if (!x || add_lit(P, x, k < 2 ? json_true() : k < 4 ? json_false() : json_null()) < 0)
+                return NULL;
+        } else {
+            x = node(P, JN_NAME);
+            if (!x)
+                return NULL;
+            x->s = t->s;
+        }
+        P->pos++;
+    } else if (t->type == JT_STRING) {
+        /* adjacent strings are one */
+        size_t total = 0, k = P->pos;
+        for (; P->tk[k].type == JT_STRING; k++)
+            total += P->tk[k].n;
+        char *s = malloc(total + 1);
+        if (!s)
+            return pfail(P, "out of memory"), NULL;
+        total = 0;
+        for (; P->tk[P->pos].type == JT_STRING; P->pos++) {
+            memcpy(s + total, P->tk[P->pos].s, P->tk[P->pos].n);
+            total += P->tk[P->pos].n;
+        }
+        x = node(P, JN_LIT);
+        int rc = x ? add_lit(P, x, json_stringn_nocheck(s, total)) : -1;
+        if (x)
+            x->line = t->line;
+        free(s);
+        if (rc < 0)
+            return NULL;
+    } else if (t->type == JT_INT || t->type == JT_FLOAT) {
+        x = node(P, JN_LIT);
+        if (!x || add_lit(P, x, t->type == JT_INT ? json_integer(t->i) : json_real(t->f)) < 0)
+            return NULL;
+        P->pos++;
+    } else if (accept_op(P, "(")) {
+        x = parse_seq(P, JN_TUPLE, ")");
+    } else if (accept_op(P, "[")) {
+        x = parse_seq(P, JN_LIST, "]");
+    } else if (accept_op(P, "{")) {
+        x = parse_seq(P, JN_DICT, "}");
+    } else {
+        return pfail(P, "unexpected '%s'", tok_desc(t)), NULL;
+    }
+    P->depth--;
+    return x;
+}
+
+static jnode *parse_unary(parser *P, bool with_filter)
+{
+    if (enter(P) < 0)
+        return NULL;
+    jnode *x;
+    if (is_op(P, "-") || is_op(P, "+")) {
+        x = node(P, JN_NEG);
+        if (!x)
+            return NULL;
+        x->op = is_op(P, "+");
+        P->pos++;
+        x->a = parse_unary(P, false);
+        if (!x->a)
+            return NULL;
+    } else {
+        x = parse_primary(P);
+        if (!x || !(x = parse_postfix(P, x)))
+            return NULL;
+    }
+    if (with_filter && !(x = parse_filter_expr(P, x)))
+        return NULL;
+    P->depth--;
+    return x;
+}
+
+static jnode *binary(parser *P, int op, jnode *a, jnode *b, int line)
+{
+    if (!b)
+        return NULL;
+    jnode *x = node(P, JN_BIN);
+    if (!x)
+        return NULL;
+    x->op = (uint8_t)op;
+    x->a = a;
+    x->b = b;
+    x->line = line;
+    return x;
+}
+
+static jnode *parse_pow(parser *P)
+{
+    jnode *x = parse_unary(P, true);
+    while (x && is_op(P, "**")) {
+        int line = cur(P)->line;
+        P->pos++;
+        x = binary(P, JO_POW, x, parse_unary(P, true), line);
+    }
+    return x;
+}
+
+static jnode *parse_math2(parser *P)
+{
+    jnode *x = parse_pow(P);
+    for (;;) {
+        int op = is_op(P, "*")    ? JO_MUL
+                 : is_op(P, "/")  ? JO_DIV
+                 : is_op(P, "//") ? JO_FLOORDIV
+                 : is_op(P, "%")  ? JO_MOD
+                                  : -1;
+        if (!x || op < 0)
+            return x;
+        int line = cur(P)->line;
+        P->pos++;
+        x = binary(P, op, x, parse_pow(P), line);
+    }
+}
+
+static jnode *parse_concat(parser *P)
+{
+    jnode *x = parse_math2(P);
+    while (x && is_op(P, "~")) {
+        int line = cur(P)->line;
+        P->pos++;
+        x = binary(P, JO_CONCAT, x, parse_math2(P), line);
+    }
+    return x;
+}
+
+static jnode *parse_math1(parser *P)
+{
+    jnode *x = parse_concat(P);
+    for (;;) {
+        int op = is_op(P, "+") ? JO_ADD : is_op(P, "-") ? JO_SUB : -1;
+        if (!x || op < 0)
+            return x;
+        int line = cur(P)->line;
+        P->pos++;
+        x = binary(P, op, x, parse_concat(P), line);
+    }
+}
+
+static jnode *parse_compare(parser *P)
+{
+    jnode *x = parse_math1(P);
+    for (;;) {
+        if (!x)
+            return NULL;
+        int line = cur(P)->line, op = -1;
+        static const char *const sym[] = {"==", "!=", "<", "<=", ">", ">="};
+        static const int code[] = {JO_EQ, JO_NE, JO_LT, JO_LE, JO_GT, JO_GE};
+        for (int k = 0; k < 6; k++)
+            if (is_op(P, sym[k]))
+                op = code[k];
+        if (op >= 0) {
+            P->pos++;
+        } else if (is_name(P, "in")) {
+            op = JO_IN;
+            P->pos++;
+        } else if (is_name(P, "not") && P->tk[P->pos + 1].type == JT_NAME &&
+                   strcmp(P->tk[P->pos + 1].s, "in") == 0) {
+            op = JO_NOTIN;
+            P->pos += 2;
+        } else {
+            return x;
+        }
+        x = binary(P, op, x, parse_math1(P), line);
+    }
+}
+
+static jnode *parse_not(parser *P)
+{
+    if (is_name(P, "not")) {
+        if (enter(P) < 0)
+            return NULL;
+        jnode *x = node(P, JN_NOT);
+        if (!x)
+            return NULL;
+        P->pos++;
+        x->a = parse_not(P);
+        P->depth--;
+        return x->a ? x : NULL;
+    }
+    return parse_compare(P);
+}
+
 static jnode *parse_and(parser *P)
 {
     jnode *x = parse_not(P);
@@ -646,14 +1102,14 @@ static jnode *parse_expr(parser *P, bool condexpr)
 {
     if (enter(P) < 0)
         return NULL;
-    jnode *x = parse_or(P);
+    jnode *x = parse_logic(P, true);
     while (condexpr && x && is_name(P, "if")) {
         jnode *y = node(P, JN_COND);
         if (!y)
             return NULL;
         P->pos++;
         y->b = x;
-        y->a = parse_or(P);
+        y->a = parse_logic(P, true);
         if (!y->a)
             return NULL;
         if (accept_name(P, "else")) {
