@@ -617,7 +617,13 @@ static int items_and_result(call *a, jv *x, json_t **items, json_t **r)
 /* Hand over r as the result, or drop it after a failure. */
 static int result_of(json_t *items, json_t *r, int rc, jv *out)
 {
-    return result_of(items, r, rc, out);
+    json_decref(items);
+    if (rc < 0) {
+        json_decref(r);
+        return -1;
+    }
+    *out = jv_json(r);
+    return 0;
 }
 
 static int select_filter(call *a, jv *x, jv *out)
