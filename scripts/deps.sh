@@ -8,7 +8,7 @@ PKGS="meson ninja-build pkg-config gcc clang clang-format libclang-rt-14-dev llv
 libcriterion-dev libjansson-dev zlib1g-dev libzstd-dev libssl-dev libsodium-dev"
 # The Python package (pyproject.toml) and its tests.
 PKGS="$PKGS python3-dev python3-venv python3-pip python3-mesonpy python3-pytest \
-python3-prometheus-client python3-numpy python3-cbor2 python3-xxhash"
+python3-prometheus-client python3-numpy python3-cbor2 python3-xxhash python3-jinja2"
 # libkvprefix-events (KV events, router) and its tests: ZeroMQ, msgpack-c, the Python decoder.
 PKGS="$PKGS libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack"
 # The router daemon (src/routerd/): HTTP through libmicrohttpd.

@@ -43,6 +43,9 @@ enum {
 /* Format an error message into err[0 .. size) (errbuf.c). */
 void cli_errf(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The value of hexadecimal digit c (either case), or -1 (hashopt.c). Cannot fail. */
+int cli_hexval(int c);
+
 /* Make room for need elements of elem bytes at *p (capacity *cap, in elements), doubling
  * from 64. Returns false on overflow or out of memory, with *p and *cap unchanged (grow.c). */
 bool cli_grow(void **p, size_t *cap, size_t need, size_t elem);

@@ -38,7 +38,7 @@ bool cli_hash_any(const cli_hash_opts *h)
     return h->profile_given || h->key_len || h->vllm_seed || h->vocab_size || h->seed_given;
 }
 
-static int hexval(int c)
+int cli_hexval(int c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -56,7 +56,7 @@ bool cli_parse_hex_key(const char *s, uint8_t key[KVP_HASH_KEY_MAX], uint32_t *l
         return false;
     uint8_t tmp[KVP_HASH_KEY_MAX];
     for (size_t i = 0; i < n / 2; i++) {
-        int hi = hexval((unsigned char)s[2 * i]), lo = hexval((unsigned char)s[2 * i + 1]);
+        int hi = cli_hexval((unsigned char)s[2 * i]), lo = cli_hexval((unsigned char)s[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return false;
         tmp[i] = (uint8_t)(hi * 16 + lo);

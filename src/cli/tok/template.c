@@ -41,6 +41,8 @@ typedef struct rnd {
     const char *eos;     /* eos_token text */
     char *err;           /* message buffer */
     size_t err_size;     /* its size */
+    bool gen;            /* add the generation prompt (the body's add_generation_prompt,
+                            true when absent or null, as vLLM defaults it) */
 } rnd;
 
 int tpl_from_name(const char *name)
@@ -420,8 +422,10 @@ static int render_llama3(rnd *r)
             app_s(o, L3_EOT);
         }
     }
-    seg(o, TPL_SEG_GEN, 0, NULL);
-    app_s(o, L3_HEADER("assistant"));
+    if (r->gen) {
+        seg(o, TPL_SEG_GEN, 0, NULL);
+        app_s(o, L3_HEADER("assistant"));
+    }
     return 0;
 }
 
@@ -523,8 +527,10 @@ static int render_chatml(rnd *r, bool qwen)
             app_s(o, "<|im_end|>\n");
         }
     }
-    seg(o, TPL_SEG_GEN, 0, NULL);
-    app_s(o, "<|im_start|>assistant\n");
+    if (r->gen) {
+        seg(o, TPL_SEG_GEN, 0, NULL);
+        app_s(o, "<|im_start|>assistant\n");
+    }
     return 0;
 }
 
@@ -720,6 +726,23 @@ static int render_mistral(rnd *r)
 
 /* ---- entry points --------------------------------------------------------------------- */
 
+json_t *tpl_vllm_tools(const json_t *tools)
+{
+    json_t *r = json_array();
+    for (size_t j = 0; r && j < json_array_size(tools); j++) {
+        const json_t *f = json_object_get(json_array_get(tools, j), "function");
+        const json_t *d = json_object_get(f, "description"), *p = json_object_get(f, "parameters");
+        json_t *t = json_pack("{s:s, s:{s:O, s:O, s:O}}", "type", "function", "function", "name",
+                              json_object_get(f, "name"), "description", d ? d : json_null(),
+                              "parameters", p ? p : json_null());
+        if (!t || json_array_append_new(r, t) < 0) {
+            json_decref(r);
+            r = NULL;
+        }
+    }
+    return r;
+}
+
 int tpl_render(int tpl, const json_t *body, const char *bos, const char *eos, size_t limit,
                tpl_out *out, char *err, size_t err_size)
 {
@@ -729,22 +752,42 @@ int tpl_render(int tpl, const json_t *body, const char *bos, const char *eos, si
     out->n_segs = 0;
     out->limit = limit;
     out->failure = FAIL_NONE;
-    rnd r = {
-        out,     json_object_get(body, "messages"), 0, NULL, 0, bos ? bos : "", eos ? eos : "", err,
-        err_size};
+    rnd r = {out,
+             json_object_get(body, "messages"),
+             0,
+             NULL,
+             0,
+             bos ? bos : "",
+             eos ? eos : "",
+             err,
+             err_size,
+             true};
     r.n = json_array_size(r.msgs);
+    const json_t *agp = json_object_get(body, "add_generation_prompt");
+    r.gen = agp == NULL || json_is_null(agp) || json_is_true(agp);
     const json_t *tools = json_object_get(body, "tools");
     if (tools != NULL && !json_is_null(tools) && !json_is_array(tools))
         return fail(&r, "tools must be an array");
-    r.tools = json_is_array(tools) ? tools : NULL;
-    r.n_tools = json_array_size(tools);
-    for (size_t i = 0; i < r.n; i++) {
-        int rc = check_message(&r, i);
-        if (rc != 0)
-            return rc;
+    json_t *norm = NULL;
+    if (json_is_array(tools)) {
+        for (size_t j = 0; j < json_array_size(tools); j++)
+            if (!json_is_string(
+                    json_object_get(json_object_get(json_array_get(tools, j), "function"), "name")))
+                return fail(&r, "tools[%zu] needs a \"function\" with a \"name\"", j);
+        norm = tpl_vllm_tools(tools);
+        if (!norm) {
+            fail(&r, "out of memory");
+            return TPL_ENOMEM;
+        }
     }
+    r.tools = norm;
+    r.n_tools = json_array_size(norm);
     int rc = TPL_OK;
-    switch (tpl) {
+    for (size_t i = 0; i < r.n && rc == TPL_OK; i++)
+        rc = check_message(&r, i);
+    switch (rc == TPL_OK ? tpl : -1) {
+    case -1:
+        break;
     case TPL_LLAMA3:
         rc = render_llama3(&r);
         break;
@@ -756,8 +799,9 @@ int tpl_render(int tpl, const json_t *body, const char *bos, const char *eos, si
         rc = render_mistral(&r);
         break;
     default:
-        return fail(&r, "unknown chat template %d", tpl);
+        rc = fail(&r, "unknown chat template %d", tpl);
     }
+    json_decref(norm);
     if (rc != TPL_OK)
         return rc;
     if (out->failure == FAIL_LIMIT)

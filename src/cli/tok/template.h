@@ -34,6 +34,10 @@
  *            must alternate (the template's check). No generation prompt (it ends with
  *            [/INST]).
  *
+ * Tools are rendered as vLLM passes them (tpl_vllm_tools). The generation prompt follows the
+ * body's add_generation_prompt (true when absent or null,
+ * as vLLM defaults it).
+ *
  * As vLLM prepares messages: content that is an array of parts becomes its text parts
  * joined by "\n" (other parts as "<TYPE>", where a multimodal model would put its own
  * placeholder); null content is ""; tool_calls count on assistant messages only; a tool
@@ -123,7 +127,26 @@ int tpl_render(int tpl, const json_t *body, const char *bos, const char *eos, si
  * or NULL when there are none. Cannot fail. */
 const tpl_seg *tpl_seg_at(const tpl_seg *segs, size_t n, uint32_t offset);
 
+/* The tools as vLLM hands them to a template, through its pydantic model: each
+ * {"type": "function", "function": {"name", "description", "parameters"}} in that order,
+ * absent fields null, other fields dropped. tools: an array whose elements each have a
+ * "function" with a string "name" (the caller checks). Returns a new array, or NULL when out
+ * of memory. Both renderers use it, so the hand-written layouts and the model's own
+ * template see the same tools. */
+json_t *tpl_vllm_tools(const json_t *tools);
+
 /* Free what *out holds and zero it. Accepts NULL. */
 void tpl_out_free(tpl_out *out);
+
+/* Render chat body with the model's own Jinja chat template t (template_jinja.c: the
+ * context vLLM builds; extra holds bos_token, eos_token and the other special tokens of
+ * tokenizer_config.json, or NULL), allowing at most limit bytes, into *out; the segments
+ * only when segments is true (one more render per message and tool). now fixes the time
+ * strftime_now reads ("YYYY-MM-DD HH:MM:SS", UTC), NULL for the current time. Returns TPL_OK;
+ * TPL_EINPUT when the body does not fit or the template fails or raises (its message and
+ * line in err); TPL_ENOMEM. */
+typedef struct jinja_tmpl jinja_tmpl;
+int tpl_render_jinja(const jinja_tmpl *t, const json_t *body, const json_t *extra, const char *now,
+                     bool segments, size_t limit, tpl_out *out, char *err, size_t err_size);
 
 #endif /* CLI_TEMPLATE_H */
