@@ -51,6 +51,7 @@
 #include "hashprof.h"
 #include "kvprefix.h"
 #include "policy.h"
+#include "retention.h"
 
 #define KVP_NIL UINT32_MAX /* "no block" in 32-bit links */
 
@@ -266,19 +267,20 @@ static inline kvp__block *kvp__index_scan(const UT_hash_handle *hh, kvp_key key)
 }
 
 typedef struct kvp__pool {
-    kvp__block *blocks; /* n_blocks entries, indexed by block id */
-    uint32_t n_blocks;  /* pool size */
-    uint32_t free_head; /* first free block, KVP_NIL if none */
-    uint32_t n_free;    /* blocks on the free list */
-    uint32_t n_lru;     /* cached blocks: live entries in the LRU ring */
-    uint32_t n_in_use;  /* blocks with ref > 0 */
-    uint32_t *lru;      /* the LRU ring: lru_cap block ids, live and stale (see pool.c) */
-    uint64_t lru_cap;   /* entries in the ring: 2 n_blocks + 16 */
-    uint64_t lru_head;  /* absolute position of the oldest entry (evicted first) */
-    uint64_t lru_tail;  /* absolute position after the newest entry; tail - head < cap */
-    uint64_t clean_w;   /* while cleaning: [head, clean_w) cleaned, [clean_w, clean_r) a gap */
-    uint64_t clean_r;   /*   of dead slots, [clean_r, tail) not cleaned yet */
-    bool cleaning;      /* a cleaning pass is under way (clean_w/clean_r valid) */
+    kvp__block *blocks;  /* n_blocks entries, indexed by block id */
+    uint32_t n_blocks;   /* pool size */
+    uint32_t free_head;  /* first free block, KVP_NIL if none */
+    uint32_t n_free;     /* blocks on the free list */
+    uint32_t n_lru;      /* cached blocks: live entries in the LRU ring */
+    uint32_t n_in_use;   /* blocks with ref > 0 */
+    uint32_t *lru;       /* the LRU ring: lru_cap block ids, live and stale (see pool.c) */
+    uint64_t lru_cap;    /* entries in the ring: 2 n_blocks + 16 */
+    uint64_t lru_head;   /* absolute position of the oldest entry (evicted first) */
+    uint64_t lru_tail;   /* absolute position after the newest entry; tail - head < cap */
+    uint64_t clean_w;    /* while cleaning: [head, clean_w) cleaned, [clean_w, clean_r) a gap */
+    uint64_t clean_r;    /*   of dead slots, [clean_r, tail) not cleaned yet */
+    bool cleaning;       /* a cleaning pass is under way (clean_w/clean_r valid) */
+    uint32_t n_retained; /* cached blocks on retention queues (retention.c), not in n_lru */
 } kvp__pool;
 
 /* Is the ring entry in slot s, naming block id, that block's live LRU entry? The block must
@@ -412,8 +414,16 @@ struct kvp_cache {
     /* Counters that readers bump under the shared lock; summed into kvp_stats on read. */
     _Atomic uint64_t n_lookups;        /* kvp_stats.n_lookups */
     _Atomic uint64_t n_verify_rejects; /* kvp_stats.n_verify_rejects */
-    kvp_hasher hasher; /* the key function (profile, key, seeds); fixed at creation */
+    kvp_hasher hasher;        /* the key function (profile, key, seeds); fixed at creation */
+    kvp__retention retention; /* retention priorities; zeroed until first used (retention.c) */
 };
+
+/* Has any request carried retention (kvp_retention)? Until then every retention hook is
+ * skipped by this one test. Cannot fail. */
+static inline bool kvp__retention_on(const kvp_cache *cache)
+{
+    return cache->retention.on;
+}
 
 /* ---------------------------------------------------------------- locking (lock.c) */
 
@@ -502,6 +512,7 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n);
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason);
 void kvp__pool_drop_cached(kvp_cache *cache, int reason);
 void kvp__pool_enforce_quota(kvp_cache *cache, kvp__qgroup *g);
+void kvp__pool_requeue(kvp_cache *cache, uint32_t id, uint32_t depth);
 
 /* Is the eviction policy LRU (the pool's own ring, pool.c)? Cannot fail. */
 static inline bool kvp__policy_is_lru(const kvp_cache *cache)
@@ -516,7 +527,7 @@ static inline bool kvp__quotas_on(const kvp_cache *cache)
 
 static inline uint32_t kvp__pool_available(const kvp__pool *pool)
 {
-    return pool->n_free + pool->n_lru;
+    return pool->n_free + pool->n_lru + pool->n_retained;
 }
 
 /* Requests table (request.c). */

@@ -51,6 +51,12 @@
  * figures). The free list, the pin counts and the quota lists are the pool's under every
  * policy: free blocks are used before any eviction and pinned blocks are on no list.
  *
+ * Retention priorities (retention.c): once a request has carried a kvp_retention, a cached
+ * block whose priority is not the default waits on a retention queue instead of the ring
+ * (or the policy's lists), marked by lru_slot == KVP__SLOT_RETAINED, and eviction asks
+ * retention first (retained_victim). Until then each hook below is one test of a flag (or,
+ * in pin, of the block's own lru_slot) that is always false: the same order, the same code.
+ *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
  * ring costs 8 bytes per block.
@@ -206,9 +212,11 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
     if (b->ref++ == 0) {
         if (b->indexed && kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
-        if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+        if (!KVP__LIKELY(b->lru_slot != KVP__SLOT_RETAINED))
+            kvp__retention_unlink(cache, id); /* off its retention queue */
+        else if (KVP__LIKELY(kvp__policy_is_lru(cache)))
             lru_remove(pool, id);
-        else
+        if (!kvp__policy_is_lru(cache))
             kvp__policy_hit(cache, id);
         pool->n_in_use++;
     } else if (!kvp__policy_is_lru(cache)) {
@@ -218,15 +226,20 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
 
 /* Drop one pin of block id, block depth of its chain. At zero, an indexed block becomes the
  * most recently used cached block (lru: the constant kvp__policy_is_lru, so that each
- * caller's loop is compiled once per case) and a private one returns to the free list. With quotas,
+ * caller's loop is compiled once per case) and a private one returns to the free list. With
+ * retain (a constant too: kvp__retention_on), the releasing request's retention is noted
+ * first and a block of non-default priority joins its retention queue instead. With quotas,
  * a namespace that now holds more cached blocks than its quota loses its least recently used one
  * (evicted to the free list). Cannot fail. */
-static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t depth, bool lru)
+static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t depth, bool lru,
+                                     bool retain)
 {
     kvp__pool *pool = &cache->pool;
     assert(id < pool->n_blocks);
     kvp__block *b = &pool->blocks[id];
     assert(kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
+    if (retain && kvp__block_is_indexed(b))
+        kvp__retention_note(cache, id, depth);
     if (--b->ref > 0)
         return;
     assert(pool->n_in_use > 0);
@@ -235,7 +248,9 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
         free_push(pool, id);
         return;
     }
-    if (lru)
+    if (retain && kvp__retention_queue(cache, id, depth))
+        ; /* on its retention queue */
+    else if (lru)
         lru_push_tail(pool, id);
     else
         kvp__policy_release(cache, id, depth);
@@ -255,18 +270,48 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
  * kvp_access's blocks), which tells a policy the block's depth. The policy is tested once
  * per call, not per block: a test per block cost LRU 6% of kvp_release's instructions in
  * workload (c). Cannot fail. */
+static KVP__COLD void unpin_retained(kvp_cache *cache, const uint32_t *ids, uint32_t n);
+
 void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
+    if (!KVP__LIKELY(!kvp__retention_on(cache))) {
+        unpin_retained(cache, ids, n);
+        return;
+    }
     if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
         for (uint32_t i = n; i-- > 0;)
-            unpin(cache, ids[i], i, false);
+            unpin(cache, ids[i], i, false, false);
         return;
     }
     for (uint32_t i = n; i-- > 0;) {
         if (i >= 8)
             KVP__PREFETCH_W(&cache->pool.blocks[ids[i - 8]]);
-        unpin(cache, ids[i], i, true);
+        unpin(cache, ids[i], i, true, false);
     }
+}
+
+/* kvp__pool_unpin_tail_first once retention is on (out of line: the plain paths above stay
+ * as they were). Cannot fail. */
+static void unpin_retained(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+{
+    bool lru = kvp__policy_is_lru(cache);
+    for (uint32_t i = n; i-- > 0;) {
+        if (lru)
+            unpin(cache, ids[i], i, true, true);
+        else
+            unpin(cache, ids[i], i, false, true);
+    }
+}
+
+/* Cached block id, whose retention lapsed (retention.c), joins the policy's order as a
+ * block of default priority released now, at chain depth depth. Cannot fail. */
+void kvp__pool_requeue(kvp_cache *cache, uint32_t id, uint32_t depth)
+{
+    assert(kvp__block_is_cached(&cache->pool.blocks[id]));
+    if (kvp__policy_is_lru(cache))
+        lru_push_tail(&cache->pool, id);
+    else
+        kvp__policy_release(cache, id, depth);
 }
 
 /* Evict group g's least recently used cached blocks until it is within its quota. Cannot
@@ -274,7 +319,8 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
 void kvp__pool_enforce_quota(kvp_cache *cache, kvp__qgroup *g)
 {
     while (g->n_cached > g->quota)
-        evict_to_free(cache, g->head);
+        evict_to_free(cache,
+                      kvp__retention_on(cache) ? kvp__retention_group_victim(cache, g) : g->head);
 }
 
 /* Remove indexed block id from the index and emit KVP_EVENT_REMOVED with reason. */
@@ -288,6 +334,8 @@ static void unindex(kvp_cache *cache, uint32_t id, int reason)
     ev.block_id = id;
     ev.key = b->key;
     kvp__index_del(&cache->index, b);
+    if (!KVP__LIKELY(!kvp__retention_on(cache)))
+        kvp__retention_forget(cache, id);
     if (kvp__verifying(cache))
         kvp__verify_forget(cache, id);
     if (kvp__quotas_on(cache))
@@ -302,7 +350,9 @@ static void uncache(kvp_cache *cache, uint32_t id, int reason)
     assert(kvp__block_is_cached(&cache->pool.blocks[id]));
     if (kvp__quotas_on(cache))
         kvp__quota_unlink(cache, id);
-    if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+    if (!KVP__LIKELY(cache->pool.blocks[id].lru_slot != KVP__SLOT_RETAINED))
+        kvp__retention_unlink(cache, id);
+    else if (KVP__LIKELY(kvp__policy_is_lru(cache)))
         lru_remove(&cache->pool, id);
     else
         kvp__policy_unlink(cache, id);
@@ -343,6 +393,13 @@ static inline uint64_t ring_ahead(const kvp__pool *pool, uint64_t k)
     return p;
 }
 
+/* The victim once retention is on: the oldest block of the lowest non-empty retention queue
+ * below the default priority, else the policy's victim, else the oldest block of the lowest
+ * queue above the default; lapsed priorities are first moved to the policy's order
+ * (kvp__retention_refresh). Out of line: it runs only when retention is on. KVP_NIL when
+ * nothing is cached. */
+static KVP__COLD uint32_t retained_victim(kvp_cache *cache, bool lru);
+
 /* kvp__pool_take for a policy known at compile time (lru: kvp__policy_is_lru). */
 static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru)
 {
@@ -355,7 +412,9 @@ static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru)
         pool->free_head = pool->blocks[id].next;
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
-    } else if ((id = lru ? lru_pop_head(pool) : kvp__policy_evict(cache)) == KVP_NIL) {
+    } else if ((id = !KVP__LIKELY(!kvp__retention_on(cache)) ? retained_victim(cache, lru)
+                     : lru                                   ? lru_pop_head(pool)
+                           : kvp__policy_evict(cache)) == KVP_NIL) {
         return KVP_NIL;
     }
     if (!lru)
@@ -370,6 +429,17 @@ static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru)
         cache->stats.n_evictions++;
         unindex(cache, id, KVP_REMOVED_EVICTED);
     }
+    return id;
+}
+
+static uint32_t retained_victim(kvp_cache *cache, bool lru)
+{
+    kvp__retention_refresh(cache);
+    uint32_t id = kvp__retention_pop(cache, true);
+    if (id == KVP_NIL)
+        id = lru ? lru_pop_head(&cache->pool) : kvp__policy_evict(cache);
+    if (id == KVP_NIL)
+        id = kvp__retention_pop(cache, false);
     return id;
 }
 
@@ -437,5 +507,12 @@ void kvp__pool_drop_cached(kvp_cache *cache, int reason)
         unindex(cache, id, reason);
         free_push(&cache->pool, id);
     }
+    while (kvp__retention_on(cache) && (id = kvp__retention_drop_one(cache)) != KVP_NIL) {
+        if (kvp__quotas_on(cache))
+            kvp__quota_unlink(cache, id);
+        unindex(cache, id, reason);
+        free_push(&cache->pool, id);
+    }
     assert(cache->pool.n_lru == 0 && cache->pool.lru_head == cache->pool.lru_tail);
+    assert(cache->pool.n_retained == 0);
 }
