@@ -267,20 +267,21 @@ static inline kvp__block *kvp__index_scan(const UT_hash_handle *hh, kvp_key key)
 }
 
 typedef struct kvp__pool {
-    kvp__block *blocks;  /* n_blocks entries, indexed by block id */
-    uint32_t n_blocks;   /* pool size */
-    uint32_t free_head;  /* first free block, KVP_NIL if none */
-    uint32_t n_free;     /* blocks on the free list */
-    uint32_t n_lru;      /* cached blocks: live entries in the LRU ring */
-    uint32_t n_in_use;   /* blocks with ref > 0 */
-    uint32_t *lru;       /* the LRU ring: lru_cap block ids, live and stale (see pool.c) */
-    uint64_t lru_cap;    /* entries in the ring: 2 n_blocks + 16 */
-    uint64_t lru_head;   /* absolute position of the oldest entry (evicted first) */
-    uint64_t lru_tail;   /* absolute position after the newest entry; tail - head < cap */
-    uint64_t clean_w;    /* while cleaning: [head, clean_w) cleaned, [clean_w, clean_r) a gap */
-    uint64_t clean_r;    /*   of dead slots, [clean_r, tail) not cleaned yet */
-    bool cleaning;       /* a cleaning pass is under way (clean_w/clean_r valid) */
-    uint32_t n_retained; /* cached blocks on retention queues (retention.c), not in n_lru */
+    kvp__block *blocks; /* n_blocks entries, indexed by block id */
+    uint32_t n_blocks;  /* pool size */
+    uint32_t free_head; /* first free block, KVP_NIL if none */
+    uint32_t n_free;    /* blocks on the free list */
+    uint32_t n_lru;     /* cached blocks: live entries in the LRU ring */
+    uint32_t n_in_use;  /* blocks with ref > 0 */
+    uint32_t *lru;      /* the LRU ring: lru_cap block ids, live and stale (see pool.c) */
+    uint64_t lru_cap;   /* entries in the ring: 2 n_blocks + 16 */
+    uint64_t lru_head;  /* absolute position of the oldest entry (evicted first) */
+    uint64_t lru_tail;  /* absolute position after the newest entry; tail - head < cap */
+    uint64_t clean_w;   /* while cleaning: [head, clean_w) cleaned, [clean_w, clean_r) a gap */
+    uint64_t clean_r;   /*   of dead slots, [clean_r, tail) not cleaned yet */
+    bool cleaning;      /* a cleaning pass is under way (clean_w/clean_r valid) */
+    /* Retention priorities (retention.c): */
+    uint32_t n_retained; /* cached blocks on retention queues, not counted in n_lru */
 } kvp__pool;
 
 /* Is the ring entry in slot s, naming block id, that block's live LRU entry? The block must
@@ -414,7 +415,8 @@ struct kvp_cache {
     /* Counters that readers bump under the shared lock; summed into kvp_stats on read. */
     _Atomic uint64_t n_lookups;        /* kvp_stats.n_lookups */
     _Atomic uint64_t n_verify_rejects; /* kvp_stats.n_verify_rejects */
-    kvp_hasher hasher;        /* the key function (profile, key, seeds); fixed at creation */
+    kvp_hasher hasher; /* the key function (profile, key, seeds); fixed at creation */
+
     kvp__retention retention; /* retention priorities; zeroed until first used (retention.c) */
 };
 
