@@ -282,6 +282,7 @@ typedef struct kvp__pool {
     bool cleaning;      /* a cleaning pass is under way (clean_w/clean_r valid) */
     /* Retention priorities (retention.c): */
     uint32_t n_retained; /* cached blocks on retention queues, not counted in n_lru */
+    bool general;        /* not the plain LRU path: the policy is not LRU, or retention is on */
 } kvp__pool;
 
 /* Is the ring entry in slot s, naming block id, that block's live LRU entry? The block must
@@ -520,6 +521,12 @@ void kvp__pool_requeue(kvp_cache *cache, uint32_t id, uint32_t depth);
 static inline bool kvp__policy_is_lru(const kvp_cache *cache)
 {
     return cache->cfg.eviction == KVP_EVICT_LRU;
+}
+
+/* Does the pool run its plain LRU path (LRU, retention never used)? Cannot fail. */
+static inline bool kvp__pool_plain(const kvp_cache *cache)
+{
+    return !cache->pool.general;
 }
 
 static inline bool kvp__quotas_on(const kvp_cache *cache)

@@ -54,8 +54,10 @@
  * Retention priorities (retention.c): once a request has carried a kvp_retention, a cached
  * block whose priority is not the default waits on a retention queue instead of the ring
  * (or the policy's lists), marked by lru_slot == KVP__SLOT_RETAINED, and eviction asks
- * retention first (retained_victim). Until then each hook below is one test of a flag (or,
- * in pin, of the block's own lru_slot) that is always false: the same order, the same code.
+ * retention first (retained_victim). The hot paths test one flag, pool.general (the policy
+ * is not LRU, or retention is on), where they tested kvp__policy_is_lru before, and the
+ * general cases live in functions of their own: a cache whose requests never carry
+ * retention runs LRU's code as before (docs/performance.md, "Retention priorities").
  *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
@@ -83,7 +85,7 @@ static inline bool ring_live(const kvp__pool *pool, uint32_t id, uint32_t s)
 
 /* Clean up to CLEAN_STEP entries of the current pass; end the pass when it reaches the
  * tail. Cannot fail. */
-static void ring_clean_step(kvp__pool *pool)
+static KVP__ALWAYS_INLINE void ring_clean_step(kvp__pool *pool)
 {
     for (unsigned k = 0; k < CLEAN_STEP; k++) {
         if (pool->clean_r == pool->lru_tail) {
@@ -113,7 +115,7 @@ static void lru_remove(kvp__pool *pool, uint32_t id)
 
 /* Make indexed, unpinned block id the most recently used. Cleans first: a pass starts at
  * 3/4 of the ring and always ends before the ring is full. */
-static void lru_push_tail(kvp__pool *pool, uint32_t id)
+static KVP__ALWAYS_INLINE void lru_push_tail(kvp__pool *pool, uint32_t id)
 {
     assert(kvp__block_is_cached(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
     assert(pool->n_lru < pool->n_blocks);
@@ -181,6 +183,7 @@ int kvp__pool_init(kvp_cache *cache)
     }
     pool->n_blocks = n;
     pool->free_head = KVP_NIL;
+    pool->general = !kvp__policy_is_lru(cache);
     for (uint32_t i = n; i-- > 0;)
         free_push(pool, i);
     return KVP_OK;
@@ -200,6 +203,18 @@ void kvp__pool_free(kvp_cache *cache)
  * pinning (n_evictions++, KVP_EVENT_REMOVED with KVP_REMOVED_EVICTED). Cannot fail. */
 static void evict_to_free(kvp_cache *cache, uint32_t id);
 
+/* The first pin of cached block id off the plain LRU path: off its retention queue, the
+ * ring or the policy's lists (the policy counts the hit). Cannot fail. */
+static void pin_general(kvp_cache *cache, uint32_t id)
+{
+    if (cache->pool.blocks[id].lru_slot == KVP__SLOT_RETAINED)
+        kvp__retention_unlink(cache, id);
+    else if (kvp__policy_is_lru(cache))
+        lru_remove(&cache->pool, id);
+    if (!kvp__policy_is_lru(cache))
+        kvp__policy_hit(cache, id);
+}
+
 /* Add a pin to block id. A cached block leaves the LRU order. Only indexed or already
  * pinned blocks may be pinned (free blocks are handed out by kvp__pool_take). Cannot fail. */
 void kvp__pool_pin(kvp_cache *cache, uint32_t id)
@@ -212,12 +227,10 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
     if (b->ref++ == 0) {
         if (b->indexed && kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
-        if (!KVP__LIKELY(b->lru_slot != KVP__SLOT_RETAINED))
-            kvp__retention_unlink(cache, id); /* off its retention queue */
-        else if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+        if (KVP__LIKELY(kvp__pool_plain(cache)))
             lru_remove(pool, id);
-        if (!kvp__policy_is_lru(cache))
-            kvp__policy_hit(cache, id);
+        else
+            pin_general(cache, id);
         pool->n_in_use++;
     } else if (!kvp__policy_is_lru(cache)) {
         kvp__policy_hit(cache, id);
@@ -270,17 +283,12 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
  * kvp_access's blocks), which tells a policy the block's depth. The policy is tested once
  * per call, not per block: a test per block cost LRU 6% of kvp_release's instructions in
  * workload (c). Cannot fail. */
-static KVP__COLD void unpin_retained(kvp_cache *cache, const uint32_t *ids, uint32_t n);
+static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n);
 
 void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
-    if (!KVP__LIKELY(!kvp__retention_on(cache))) {
-        unpin_retained(cache, ids, n);
-        return;
-    }
-    if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
-        for (uint32_t i = n; i-- > 0;)
-            unpin(cache, ids[i], i, false, false);
+    if (!KVP__LIKELY(kvp__pool_plain(cache))) {
+        unpin_general(cache, ids, n);
         return;
     }
     for (uint32_t i = n; i-- > 0;) {
@@ -290,13 +298,15 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
     }
 }
 
-/* kvp__pool_unpin_tail_first once retention is on (out of line: the plain paths above stay
- * as they were). Cannot fail. */
-static void unpin_retained(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+/* kvp__pool_unpin_tail_first off the plain LRU path: another policy, or retention on (then
+ * the pending options are noted on each block). Cannot fail. */
+static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
-    bool lru = kvp__policy_is_lru(cache);
+    bool lru = kvp__policy_is_lru(cache), retain = kvp__retention_on(cache);
     for (uint32_t i = n; i-- > 0;) {
-        if (lru)
+        if (!retain)
+            unpin(cache, ids[i], i, false, false);
+        else if (lru)
             unpin(cache, ids[i], i, true, true);
         else
             unpin(cache, ids[i], i, false, true);
@@ -334,8 +344,6 @@ static void unindex(kvp_cache *cache, uint32_t id, int reason)
     ev.block_id = id;
     ev.key = b->key;
     kvp__index_del(&cache->index, b);
-    if (!KVP__LIKELY(!kvp__retention_on(cache)))
-        kvp__retention_forget(cache, id);
     if (kvp__verifying(cache))
         kvp__verify_forget(cache, id);
     if (kvp__quotas_on(cache))
@@ -350,12 +358,16 @@ static void uncache(kvp_cache *cache, uint32_t id, int reason)
     assert(kvp__block_is_cached(&cache->pool.blocks[id]));
     if (kvp__quotas_on(cache))
         kvp__quota_unlink(cache, id);
-    if (!KVP__LIKELY(cache->pool.blocks[id].lru_slot != KVP__SLOT_RETAINED))
+    if (KVP__LIKELY(kvp__pool_plain(cache)))
+        lru_remove(&cache->pool, id);
+    else if (cache->pool.blocks[id].lru_slot == KVP__SLOT_RETAINED)
         kvp__retention_unlink(cache, id);
-    else if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+    else if (kvp__policy_is_lru(cache))
         lru_remove(&cache->pool, id);
     else
         kvp__policy_unlink(cache, id);
+    if (!KVP__LIKELY(!kvp__retention_on(cache)))
+        kvp__retention_forget(cache, id);
     unindex(cache, id, reason);
 }
 
@@ -396,12 +408,13 @@ static inline uint64_t ring_ahead(const kvp__pool *pool, uint64_t k)
 /* The victim once retention is on: the oldest block of the lowest non-empty retention queue
  * below the default priority, else the policy's victim, else the oldest block of the lowest
  * queue above the default; lapsed priorities are first moved to the policy's order
- * (kvp__retention_refresh). Out of line: it runs only when retention is on. KVP_NIL when
- * nothing is cached. */
-static KVP__COLD uint32_t retained_victim(kvp_cache *cache, bool lru);
+ * (kvp__retention_refresh). The victim's record is cleared. KVP_NIL when nothing is cached.
+ * Cannot fail. */
+static uint32_t retained_victim(kvp_cache *cache, bool lru);
 
-/* kvp__pool_take for a policy known at compile time (lru: kvp__policy_is_lru). */
-static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru)
+/* kvp__pool_take for a policy known at compile time (lru: kvp__policy_is_lru; retain:
+ * kvp__retention_on). */
+static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru, bool retain)
 {
     kvp__pool *pool = &cache->pool;
     uint32_t id = pool->free_head;
@@ -412,9 +425,9 @@ static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru)
         pool->free_head = pool->blocks[id].next;
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
-    } else if ((id = !KVP__LIKELY(!kvp__retention_on(cache)) ? retained_victim(cache, lru)
-                     : lru                                   ? lru_pop_head(pool)
-                           : kvp__policy_evict(cache)) == KVP_NIL) {
+    } else if ((id = retain ? retained_victim(cache, lru)
+                     : lru  ? lru_pop_head(pool)
+                            : kvp__policy_evict(cache)) == KVP_NIL) {
         return KVP_NIL;
     }
     if (!lru)
@@ -440,7 +453,17 @@ static uint32_t retained_victim(kvp_cache *cache, bool lru)
         id = lru ? lru_pop_head(&cache->pool) : kvp__policy_evict(cache);
     if (id == KVP_NIL)
         id = kvp__retention_pop(cache, false);
+    if (id != KVP_NIL)
+        kvp__retention_forget(cache, id);
     return id;
+}
+
+/* kvp__pool_take off the plain LRU path. */
+static uint32_t take_general(kvp_cache *cache)
+{
+    if (!kvp__retention_on(cache))
+        return take(cache, false, false);
+    return kvp__policy_is_lru(cache) ? take(cache, true, true) : take(cache, false, true);
 }
 
 /* Hand out one block, pinned once (ref == 1) and not indexed: the free-list head if any,
@@ -449,7 +472,7 @@ static uint32_t retained_victim(kvp_cache *cache, bool lru)
  * exists; the caller checks kvp__pool_available first. */
 uint32_t kvp__pool_take(kvp_cache *cache)
 {
-    return KVP__LIKELY(kvp__policy_is_lru(cache)) ? take(cache, true) : take(cache, false);
+    return KVP__LIKELY(kvp__pool_plain(cache)) ? take(cache, true, false) : take_general(cache);
 }
 
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
@@ -460,9 +483,9 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
     assert(kvp__pool_available(pool) >= n);
-    if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
+    if (!KVP__LIKELY(kvp__pool_plain(cache))) {
         for (uint32_t i = 0; i < n; i++)
-            ids[i] = take(cache, false);
+            ids[i] = kvp__retention_on(cache) ? take_general(cache) : take(cache, false, false);
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -475,7 +498,7 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
             if (near_id != KVP_NIL)
                 prefetch_eviction(cache, near_id);
         }
-        ids[i] = take(cache, true);
+        ids[i] = take(cache, true, false);
     }
 }
 
@@ -491,6 +514,8 @@ void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason)
         free_push(&cache->pool, id);
         return;
     }
+    if (kvp__retention_on(cache))
+        kvp__retention_forget(cache, id);
     unindex(cache, id, reason);
 }
 
@@ -504,12 +529,15 @@ void kvp__pool_drop_cached(kvp_cache *cache, int reason)
     while ((id = lru ? lru_pop_head(&cache->pool) : kvp__policy_drop_one(cache)) != KVP_NIL) {
         if (kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
+        if (kvp__retention_on(cache))
+            kvp__retention_forget(cache, id);
         unindex(cache, id, reason);
         free_push(&cache->pool, id);
     }
     while (kvp__retention_on(cache) && (id = kvp__retention_drop_one(cache)) != KVP_NIL) {
         if (kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
+        kvp__retention_forget(cache, id);
         unindex(cache, id, reason);
         free_push(&cache->pool, id);
     }

@@ -109,6 +109,7 @@ void kvp__retention_free(kvp_cache *cache)
     kvp__mem_free(&cache->mem, r->hpos, r->hpos ? n * sizeof *r->hpos : 0);
     kvp__mem_free(&cache->mem, r->heap, r->heap ? n * sizeof *r->heap : 0);
     memset(r, 0, sizeof *r);
+    cache->pool.general = !kvp__policy_is_lru(cache);
 }
 
 /* Turn retention on (allocate the arrays) unless it is. KVP_OK or KVP_ENOMEM (still off). */
@@ -140,6 +141,7 @@ static int enable(kvp_cache *cache)
     for (int p = 0; p < (int)KVP__N_PRIO; p++)
         r->q[p].head = r->q[p].tail = KVP_NIL;
     r->on = true;
+    cache->pool.general = true;
     return KVP_OK;
 }
 
