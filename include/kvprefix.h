@@ -735,7 +735,8 @@ KVP_NODISCARD KVP_EXPORT int kvp_cache_metrics(const kvp_cache *cache, const kvp
  * t, lapses at t + d, and the block then counts as never set (default priority; it joins the
  * policy's order as if just released, the first time an eviction looks). The retention
  * clock counts requests: it is kvp_stats.n_requests (every kvp_acquire and kvp_access that
- * succeeded), so a duration reads "for the next d requests" and replays are reproducible.
+ * succeeded; a request's own release reads the clock after it counted, kvp_access_retained's
+ * before), so replays are reproducible.
  * Duration 0 never lapses. (TensorRT-LLM counts durations in wall-clock milliseconds.)
  *
  * Quotas keep holding: a scope over its quota evicts its own lowest-priority cached block,
