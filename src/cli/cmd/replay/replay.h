@@ -46,6 +46,8 @@ typedef struct rp_options {
     const char *kv_dtype;        /* KV dtype override, or NULL */
     int policies[RP_N_POLICIES]; /* --policy: RP_POL_* in the order given (default lru) */
     size_t n_policies;           /* entries in policies, >= 1 */
+    uint64_t retain_tokens;      /* --retain-prefix TOKENS:PRIO: every request's first TOKENS */
+    uint32_t retain_priority;    /*   tokens at priority PRIO (TOKENS 0: not given) */
 } rp_options;
 
 /* Whether --policy asks for more than today's report: any list but "lru" alone. */
