@@ -205,7 +205,7 @@ static void evict_to_free(kvp_cache *cache, uint32_t id);
 
 /* The first pin of cached block id off the plain LRU path: off its retention queue, the
  * ring or the policy's lists (the policy counts the hit). Cannot fail. */
-static void pin_general(kvp_cache *cache, uint32_t id)
+static inline void pin_general(kvp_cache *cache, uint32_t id)
 {
     if (cache->pool.blocks[id].lru_slot == KVP__SLOT_RETAINED)
         kvp__retention_unlink(cache, id);
@@ -302,13 +302,14 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
  * the pending options are noted on each block). Cannot fail. */
 static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
-    bool lru = kvp__policy_is_lru(cache), retain = kvp__retention_on(cache);
-    for (uint32_t i = n; i-- > 0;) {
-        if (!retain)
+    if (!kvp__retention_on(cache)) {
+        for (uint32_t i = n; i-- > 0;)
             unpin(cache, ids[i], i, false, false);
-        else if (lru)
+    } else if (kvp__policy_is_lru(cache)) {
+        for (uint32_t i = n; i-- > 0;)
             unpin(cache, ids[i], i, true, true);
-        else
+    } else {
+        for (uint32_t i = n; i-- > 0;)
             unpin(cache, ids[i], i, false, true);
     }
 }
@@ -484,8 +485,12 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
     kvp__pool *pool = &cache->pool;
     assert(kvp__pool_available(pool) >= n);
     if (!KVP__LIKELY(kvp__pool_plain(cache))) {
-        for (uint32_t i = 0; i < n; i++)
-            ids[i] = kvp__retention_on(cache) ? take_general(cache) : take(cache, false, false);
+        if (kvp__retention_on(cache))
+            for (uint32_t i = 0; i < n; i++)
+                ids[i] = take_general(cache);
+        else
+            for (uint32_t i = 0; i < n; i++)
+                ids[i] = take(cache, false, false);
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
