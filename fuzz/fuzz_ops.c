@@ -6,7 +6,11 @@
  * An input decodes to a cache shape (1..32 blocks of 1..4, 16, 1021 or 1500 tokens - see
  * fz_block_size -, a random 64-bit seed, verify_tokens on or off, events on or off,
  * re-entrant callback probes on or off, the eviction policy: the shape byte's low two bits,
- * 1 SLRU, 2 S3-FIFO, else LRU) and up to OPS_MAX_STEPS steps. A
+ * 1 SLRU, 2 S3-FIFO, 3 LRU with retention priorities, else LRU) and up to OPS_MAX_STEPS
+ * steps. With retention, every kvp_access and kvp_access_ids is the _retained form and every
+ * kvp_release of an active request is preceded by kvp_request_set_retention, with options
+ * derived from the call (priority, duration, one range); the model is not consulted then,
+ * as under SLRU and S3-FIFO (test_retention.c has the model of the priorities). A
  * step is one of: kvp_lookup, kvp_acquire, kvp_grow, kvp_commit, kvp_release, kvp_access,
  * kvp_lookup_ids, kvp_access_ids, kvp_cache_reset; a battery of calls with invalid
  * arguments (NULL cache, NULL pointers, invalid namespaces, bad configs, n_tokens 0, huge
@@ -118,6 +122,7 @@ typedef struct ops_world {
     uint32_t n_blocks, bs;                    /* shape */
     bool verify, events, probes;              /* modes */
     int eviction;                             /* KVP_EVICT_*: the model applies to LRU only */
+    bool retain;                              /* LRU with retention: the model is not used */
     fz_ns ns[OPS_N_NS];                       /* namespaces */
     kvp_namespace bad_ns;                     /* a field with ptr NULL and len 1 */
     fz_keys keys;                             /* the cache's seed */
@@ -138,7 +143,27 @@ typedef struct ops_world {
 /* Is the model's answer the library's? Only under LRU (see the top of this file). */
 static bool modelled(const ops_world *w)
 {
-    return w->eviction == KVP_EVICT_LRU;
+    return w->eviction == KVP_EVICT_LRU && !w->retain;
+}
+
+/* Retention options derived from call k (retention mode): a priority and duration, and one
+ * range of the first min(n_range, 2 blocks) tokens (none when n_range is 0). */
+static kvp_retention options_for(const ops_world *w, const ops_call *k, size_t n_range,
+                                 kvp_retention_range *g)
+{
+    kvp_retention r;
+    kvp_retention_init(&r);
+    r.priority = (uint32_t)((k->n_tokens * 37 + (size_t)k->req * 11) % 101);
+    r.duration = k->n_tokens % 5;
+    if (n_range > 0) {
+        g->token_start = 0;
+        g->token_end = n_range < 2 * (size_t)w->bs ? n_range : 2 * (size_t)w->bs;
+        g->priority = (uint32_t)((k->n_tokens * 13) % 101);
+        g->duration = (k->n_tokens % 3) * 2;
+        r.ranges = g;
+        r.n_ranges = 1;
+    }
+    return r;
 }
 
 static bool shadow_ok(const ops_world *w)
@@ -410,6 +435,7 @@ static void call_lib(ops_world *w, const ops_call *k, ops_res *res)
     uint64_t id = req_ids[k->req];
     uint32_t ids_buf[OPS_MAX_KEYS + 2];
     kvp_key ids[OPS_MAX_KEYS + 4];
+    kvp_retention_range range;
     memset(&res->m, 0xa5, sizeof res->m);
     res->n_stored = 0xa5a5;
     switch (k->kind) {
@@ -433,19 +459,40 @@ static void call_lib(ops_world *w, const ops_call *k, ops_res *res)
         res->rc = kvp_commit(w->c, id, t, k->n_tokens, k->null_out ? NULL : &res->n_stored);
         break;
     case K_RELEASE:
+        if (w->retain && w->reqs[k->req].n_seq > 0) {
+            /* Token 0 is in every prompt. A failed allocation is the step's outcome. */
+            kvp_retention r = options_for(w, k, 1, &range);
+            int rc = kvp_request_set_retention(w->c, id, &r);
+            FZ_ASSERT(rc == KVP_OK || rc == KVP_ENOMEM, "step %zu release: set_retention %d",
+                      w->step, rc);
+            if (rc == KVP_ENOMEM) {
+                res->rc = rc;
+                break;
+            }
+        }
         res->rc = kvp_release(w->c, id);
         break;
     case K_ACCESS:
-        res->rc = kvp_access(w->c, ns, t, n, out);
+        if (w->retain) {
+            kvp_retention r = options_for(w, k, k->huge ? 0 : k->n_tokens, &range);
+            res->rc = kvp_access_retained(w->c, ns, t, n, &r, out);
+        } else {
+            res->rc = kvp_access(w->c, ns, t, n, out);
+        }
         break;
     case K_LOOKUP_IDS:
     case K_ACCESS_IDS:
         make_ids(w, k, ids);
-        if (k->kind == K_LOOKUP_IDS)
+        if (k->kind == K_LOOKUP_IDS) {
             res->rc = kvp_lookup_ids(w->c, ns, k->null_tokens ? NULL : ids, k->n_ids, n,
                                      k->null_ids_buf ? NULL : ids_buf, k->cap, out);
-        else
+        } else if (w->retain) {
+            kvp_retention r = options_for(w, k, k->huge ? 0 : k->n_tokens, &range);
+            res->rc = kvp_access_ids_retained(w->c, ns, k->null_tokens ? NULL : ids, k->n_ids, n,
+                                              &r, out);
+        } else {
             res->rc = kvp_access_ids(w->c, ns, k->null_tokens ? NULL : ids, k->n_ids, n, out);
+        }
         break;
     case K_RESET:
         w->in_reset = true;
@@ -876,6 +923,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     w.eviction = (shape & 3) == 1   ? KVP_EVICT_SLRU
                  : (shape & 3) == 2 ? KVP_EVICT_S3FIFO
                                     : KVP_EVICT_LRU;
+    w.retain = (shape & 3) == 3;
     bool fail_new = (shape & 0xc0) == 0xc0;
     w.n_blocks = 1 + (uint32_t)fz_below(&in, 32);
     fz_ns_decode_set(&in, w.ns, OPS_N_NS);

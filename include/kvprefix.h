@@ -710,6 +710,93 @@ KVP_NODISCARD KVP_EXPORT int kvp_cache_metrics(const kvp_cache *cache, const kvp
                                                size_t n_labels, char *buf, size_t cap,
                                                size_t *n_out);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Retention priorities (docs/design.md, "Retention priorities")                            */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A request, or token ranges of it (a system prompt), may carry a retention priority from
+ * 0 to 100, as TensorRT-LLM's KvCacheRetentionConfig does: when the pool must evict, cached
+ * blocks of lower priority go first. Blocks no request set have the default priority 35 and
+ * stay in the eviction policy's own order (kvp_config.eviction); the others wait in one
+ * queue per priority, oldest release first. Eviction takes the lowest non-empty queue below
+ * 35, then the policy's victim, then the lowest non-empty queue above 35; so priority 0
+ * blocks go before any default block, priority 100 blocks after every other one.
+ *
+ * A block's priority is set when a request that carries retention releases it (kvp_release,
+ * or the end of kvp_access_retained): each full block gets the highest priority among the
+ * request's ranges that cover all its tokens, or the request's own priority when no range
+ * covers it (a block a range covers only in part holds tokens outside the range, e.g. the
+ * first user tokens after a system prompt, so it gets the request's priority). When several
+ * requests set one block, the highest priority wins (a later, lower setting is ignored
+ * while the higher one lasts), ties keeping the later expiry. Requests without retention
+ * leave blocks as they are. A block that leaves the index loses its priority.
+ *
+ * A duration makes a priority lapse: duration d, set when the cache's retention clock reads
+ * t, lapses at t + d, and the block then counts as never set (default priority; it joins the
+ * policy's order as if just released, the first time an eviction looks). The retention
+ * clock counts requests: it is kvp_stats.n_requests (every kvp_acquire and kvp_access that
+ * succeeded; a request's own release reads the clock after it counted, kvp_access_retained's
+ * before), so replays are reproducible.
+ * Duration 0 never lapses. (TensorRT-LLM counts durations in wall-clock milliseconds.)
+ *
+ * Quotas keep holding: a scope over its quota evicts its own lowest-priority cached block,
+ * the least recently released first among equals.
+ *
+ * A cache whose requests never carry retention behaves exactly as without this feature. */
+#define KVP_RETENTION_PRIORITY_MIN     0u   /* evicted first */
+#define KVP_RETENTION_PRIORITY_DEFAULT 35u  /* blocks no request set (TensorRT-LLM's default) */
+#define KVP_RETENTION_PRIORITY_MAX     100u /* evicted last */
+#define KVP_RETENTION_MAX_RANGES       64u  /* most ranges one kvp_retention may carry */
+
+/* Tokens token_start .. token_end - 1 of the prompt at priority, lapsing after duration
+ * requests (0: never). */
+typedef struct kvp_retention_range {
+    uint64_t token_start; /* first token of the range */
+    uint64_t token_end;   /* one past its last token; token_start < token_end <= prompt length */
+    uint32_t priority;    /* 0 .. KVP_RETENTION_PRIORITY_MAX */
+    uint64_t duration;    /* retention-clock ticks (requests) until it lapses; 0: never */
+} kvp_retention_range;
+
+/* What one request asks for: its own priority and duration (for every block no range
+ * covers, generated tokens included) and up to KVP_RETENTION_MAX_RANGES ranges of its
+ * prompt. The ranges are the caller's, read only during the call that takes them. */
+typedef struct kvp_retention {
+    uint32_t priority;                 /* default KVP_RETENTION_PRIORITY_DEFAULT */
+    uint64_t duration;                 /* default 0: never lapses */
+    const kvp_retention_range *ranges; /* n_ranges entries, or NULL when n_ranges is 0 */
+    size_t n_ranges;                   /* default 0 */
+} kvp_retention;
+
+/* Fill *r with the defaults above (priority 35, no duration, no range). Cannot fail (does
+ * nothing if r is NULL). */
+KVP_EXPORT void kvp_retention_init(kvp_retention *r);
+
+/* Give active request req_id the retention *r (replacing what an earlier call gave it); it
+ * takes effect when the request is released. Ranges refer to the prompt given to
+ * kvp_acquire. Returns KVP_OK; KVP_EINVAL (NULL pointer, a priority above 100, more than
+ * KVP_RETENTION_MAX_RANGES ranges, ranges NULL with n_ranges > 0, an empty range or one
+ * that ends past the prompt; kvp_errmsg names it); KVP_ENOENT; KVP_ENOMEM (the first use
+ * allocates about 37 bytes per pool block); KVP_EBUSY. Nothing changes on failure. */
+KVP_NODISCARD KVP_EXPORT int kvp_request_set_retention(kvp_cache *cache, uint64_t req_id,
+                                                       const kvp_retention *r);
+
+/* kvp_access and kvp_access_ids whose request carries retention *r (ranges refer to the
+ * prompt's n_tokens). Return as those, plus the KVP_EINVAL cases of
+ * kvp_request_set_retention. */
+KVP_NODISCARD KVP_EXPORT int kvp_access_retained(kvp_cache *cache, const kvp_namespace *ns,
+                                                 const uint32_t *tokens, size_t n_tokens,
+                                                 const kvp_retention *r, kvp_match *out);
+KVP_NODISCARD KVP_EXPORT int kvp_access_ids_retained(kvp_cache *cache, const kvp_namespace *ns,
+                                                     const kvp_key *ids, size_t n_ids,
+                                                     size_t n_tokens, const kvp_retention *r,
+                                                     kvp_match *out);
+
+/* The effective retention priority of block block_id now: its set priority while it lasts,
+ * else KVP_RETENTION_PRIORITY_DEFAULT (also for free and never-set blocks). For tests and
+ * tools. Returns KVP_OK, KVP_EINVAL (NULL pointer, block_id outside the pool), KVP_EBUSY. */
+KVP_NODISCARD KVP_EXPORT int kvp_block_retention(const kvp_cache *cache, uint32_t block_id,
+                                                 int *priority);
+
 #ifdef __cplusplus
 }
 #endif

@@ -44,6 +44,7 @@ void kvp__cache_destroy(kvp_cache *cache)
     if (kvp__verifying(cache))
         kvp__verify_free(cache);
     kvp__quota_free(cache);
+    kvp__retention_free(cache);
     kvp__policy_free(cache);
     kvp__index_free(&cache->index, &cache->mem);
     kvp__pool_free(cache);
@@ -132,7 +133,7 @@ int kvp__cache_stats_locked(const kvp_cache *cache, kvp_stats *out)
     out->n_verify_rejects = atomic_load_explicit(&cache->n_verify_rejects, memory_order_relaxed);
     out->n_blocks_total = cache->pool.n_blocks;
     out->n_blocks_free = cache->pool.n_free;
-    out->n_blocks_cached = cache->pool.n_lru;
+    out->n_blocks_cached = cache->pool.n_lru + cache->pool.n_retained;
     out->n_blocks_in_use = cache->pool.n_in_use;
     out->n_requests_active = HASH_COUNT(cache->requests);
     return KVP_OK;

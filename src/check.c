@@ -30,6 +30,9 @@
  *  7. Eviction policy (policy.c, kvp__policy_check, then kvp__policy_slru_check or
  *     kvp__policy_s3fifo_check): under SLRU or S3-FIFO the LRU ring of invariant 1 is
  *     empty and the cached blocks are exactly those on the policy's lists.
+ *  8. Retention (retention.c, kvp__retention_check): cached blocks of non-default priority
+ *     are on their priority's queue instead of the ring or the policy's lists, counted in
+ *     pool.n_retained; the queues, the expiry heap and the records agree.
  * Tests and fuzzers call it after every mutation; tests/lib/test_check.c corrupts each structure
  * above in turn and shows the checker catching it. O(n_blocks + held blocks); it allocates
  * its counter arrays through the cache's hooks (a deployment that gives the cache an arena
@@ -101,6 +104,8 @@ static uint32_t walk_lru(const kvp__pool *pool)
                 return UINT32_MAX;
             continue;
         }
+        if (b->lru_slot == KVP__SLOT_RETAINED)
+            continue; /* on a retention queue (kvp__retention_check) */
         uint64_t s = b->lru_slot, offset = (s + cap - head % cap) % cap;
         if (s >= cap || pool->lru[s] != id || !in_window(pool, head + offset))
             return UINT32_MAX;
@@ -116,7 +121,10 @@ static uint32_t count_cached(const kvp__pool *pool)
         return UINT32_MAX;
     uint32_t n = 0;
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
-        if (pool->blocks[id].lru_slot != KVP_NIL)
+        uint32_t s = pool->blocks[id].lru_slot;
+        if (s == KVP__SLOT_RETAINED)
+            continue; /* on a retention queue (kvp__retention_check) */
+        if (s != KVP_NIL)
             return UINT32_MAX;
         n += kvp__block_is_cached(&pool->blocks[id]);
     }
@@ -136,7 +144,8 @@ int kvp__pool_check(const kvp_cache *cache)
         FAIL_IF(b->indexed > 1 || b->ref == KVP_NIL);
         n_used += kvp__block_is_in_use(b);
     }
-    FAIL_IF(n_used != pool->n_in_use || n_free + n_lru + n_used != pool->n_blocks);
+    FAIL_IF(n_used != pool->n_in_use ||
+            (uint64_t)n_free + n_lru + pool->n_retained + n_used != pool->n_blocks);
 out:
     return rc;
 }
@@ -328,5 +337,7 @@ int kvp__cache_check(const kvp_cache *cache)
         rc = kvp__quota_check(cache);
     if (rc == KVP_OK)
         rc = kvp__policy_check(cache);
+    if (rc == KVP_OK)
+        rc = kvp__retention_check(cache);
     return rc;
 }

@@ -51,6 +51,7 @@
 #include "hashprof.h"
 #include "kvprefix.h"
 #include "policy.h"
+#include "retention.h"
 
 #define KVP_NIL UINT32_MAX /* "no block" in 32-bit links */
 
@@ -279,6 +280,9 @@ typedef struct kvp__pool {
     uint64_t clean_w;   /* while cleaning: [head, clean_w) cleaned, [clean_w, clean_r) a gap */
     uint64_t clean_r;   /*   of dead slots, [clean_r, tail) not cleaned yet */
     bool cleaning;      /* a cleaning pass is under way (clean_w/clean_r valid) */
+    /* Retention priorities (retention.c): */
+    uint32_t n_retained; /* cached blocks on retention queues, not counted in n_lru */
+    bool general;        /* not the plain LRU path: the policy is not LRU, or retention is on */
 } kvp__pool;
 
 /* Is the ring entry in slot s, naming block id, that block's live LRU entry? The block must
@@ -413,7 +417,16 @@ struct kvp_cache {
     _Atomic uint64_t n_lookups;        /* kvp_stats.n_lookups */
     _Atomic uint64_t n_verify_rejects; /* kvp_stats.n_verify_rejects */
     kvp_hasher hasher; /* the key function (profile, key, seeds); fixed at creation */
+
+    kvp__retention retention; /* retention priorities; zeroed until first used (retention.c) */
 };
+
+/* Has any request carried retention (kvp_retention)? Until then every retention hook is
+ * skipped by this one test. Cannot fail. */
+static inline bool kvp__retention_on(const kvp_cache *cache)
+{
+    return cache->retention.on;
+}
 
 /* ---------------------------------------------------------------- locking (lock.c) */
 
@@ -502,11 +515,18 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n);
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason);
 void kvp__pool_drop_cached(kvp_cache *cache, int reason);
 void kvp__pool_enforce_quota(kvp_cache *cache, kvp__qgroup *g);
+void kvp__pool_requeue(kvp_cache *cache, uint32_t id, uint32_t depth);
 
 /* Is the eviction policy LRU (the pool's own ring, pool.c)? Cannot fail. */
 static inline bool kvp__policy_is_lru(const kvp_cache *cache)
 {
     return cache->cfg.eviction == KVP_EVICT_LRU;
+}
+
+/* Does the pool run its plain LRU path (LRU, retention never used)? Cannot fail. */
+static inline bool kvp__pool_plain(const kvp_cache *cache)
+{
+    return !cache->pool.general;
 }
 
 static inline bool kvp__quotas_on(const kvp_cache *cache)
@@ -516,7 +536,7 @@ static inline bool kvp__quotas_on(const kvp_cache *cache)
 
 static inline uint32_t kvp__pool_available(const kvp__pool *pool)
 {
-    return pool->n_free + pool->n_lru;
+    return pool->n_free + pool->n_lru + pool->n_retained;
 }
 
 /* Requests table (request.c). */

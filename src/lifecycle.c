@@ -965,7 +965,10 @@ int kvp__release_all_locked(kvp_cache *cache, size_t *n_released)
 static void release_request(kvp_cache *cache, kvp__request *req)
 {
     assert(kvp__request_counts_ok(req));
-    kvp__pool_unpin_tail_first(cache, req->blocks, req->n_blocks);
+    if (KVP__LIKELY(!kvp__retention_on(cache)))
+        kvp__pool_unpin_tail_first(cache, req->blocks, req->n_blocks);
+    else
+        kvp__retention_release(cache, req); /* the same, noting req's retention */
     unref_ns(cache, req->ns, req->qg);
     kvp__request_delete(cache, req);
 }

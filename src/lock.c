@@ -221,6 +221,31 @@ KVP_EXPORT int kvp_access_ids(kvp_cache *cache, const kvp_namespace *ns, const k
     LOCKED(cache, EXCLUSIVE, kvp__access_ids_locked(cache, ns, ids, n_ids, n_tokens, out));
 }
 
+KVP_EXPORT int kvp_request_set_retention(kvp_cache *cache, uint64_t req_id, const kvp_retention *r)
+{
+    LOCKED(cache, EXCLUSIVE, kvp__request_set_retention_locked(cache, req_id, r));
+}
+
+KVP_EXPORT int kvp_access_retained(kvp_cache *cache, const kvp_namespace *ns,
+                                   const uint32_t *tokens, size_t n_tokens, const kvp_retention *r,
+                                   kvp_match *out)
+{
+    LOCKED(cache, EXCLUSIVE, kvp__access_retained_locked(cache, ns, tokens, n_tokens, r, out));
+}
+
+KVP_EXPORT int kvp_access_ids_retained(kvp_cache *cache, const kvp_namespace *ns,
+                                       const kvp_key *ids, size_t n_ids, size_t n_tokens,
+                                       const kvp_retention *r, kvp_match *out)
+{
+    LOCKED(cache, EXCLUSIVE,
+           kvp__access_ids_retained_locked(cache, ns, ids, n_ids, n_tokens, r, out));
+}
+
+KVP_EXPORT int kvp_block_retention(const kvp_cache *cache, uint32_t block_id, int *priority)
+{
+    LOCKED(cache, SHARED, kvp__block_retention_locked(cache, block_id, priority));
+}
+
 KVP_EXPORT int kvp_cache_set_quota(kvp_cache *cache, const kvp_namespace *ns,
                                    uint32_t max_cached_blocks)
 {

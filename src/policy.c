@@ -251,7 +251,8 @@ int kvp__policy_check(const kvp_cache *cache)
     FAIL_IF((uint64_t)na + nb != pool->n_lru);
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__pblock *b = &p->b[id];
-        bool cached = kvp__block_is_cached(&pool->blocks[id]);
+        bool cached = kvp__block_is_cached(&pool->blocks[id]) &&
+                      pool->blocks[id].lru_slot != KVP__SLOT_RETAINED; /* not retention's */
         FAIL_IF(cached != (b->list != KVP__PL_NONE));
         FAIL_IF(b->list > KVP__PL_B || b->last_use > p->clock);
         FAIL_IF(b->home > KVP__PL_B || (cached && b->home == KVP__PL_NONE));

@@ -51,6 +51,14 @@
  * figures). The free list, the pin counts and the quota lists are the pool's under every
  * policy: free blocks are used before any eviction and pinned blocks are on no list.
  *
+ * Retention priorities (retention.c): once a request has carried a kvp_retention, a cached
+ * block whose priority is not the default waits on a retention queue instead of the ring
+ * (or the policy's lists), marked by lru_slot == KVP__SLOT_RETAINED, and eviction asks
+ * retention first (retained_victim). The hot paths test one flag, pool.general (the policy
+ * is not LRU, or retention is on), where they tested kvp__policy_is_lru before, and the
+ * general cases live in functions of their own: a cache whose requests never carry
+ * retention runs LRU's code as before (docs/performance.md, "Retention priorities").
+ *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
  * ring costs 8 bytes per block.
@@ -77,7 +85,7 @@ static inline bool ring_live(const kvp__pool *pool, uint32_t id, uint32_t s)
 
 /* Clean up to CLEAN_STEP entries of the current pass; end the pass when it reaches the
  * tail. Cannot fail. */
-static void ring_clean_step(kvp__pool *pool)
+static KVP__ALWAYS_INLINE void ring_clean_step(kvp__pool *pool)
 {
     for (unsigned k = 0; k < CLEAN_STEP; k++) {
         if (pool->clean_r == pool->lru_tail) {
@@ -107,7 +115,7 @@ static void lru_remove(kvp__pool *pool, uint32_t id)
 
 /* Make indexed, unpinned block id the most recently used. Cleans first: a pass starts at
  * 3/4 of the ring and always ends before the ring is full. */
-static void lru_push_tail(kvp__pool *pool, uint32_t id)
+static KVP__ALWAYS_INLINE void lru_push_tail(kvp__pool *pool, uint32_t id)
 {
     assert(kvp__block_is_cached(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
     assert(pool->n_lru < pool->n_blocks);
@@ -175,6 +183,7 @@ int kvp__pool_init(kvp_cache *cache)
     }
     pool->n_blocks = n;
     pool->free_head = KVP_NIL;
+    pool->general = !kvp__policy_is_lru(cache);
     for (uint32_t i = n; i-- > 0;)
         free_push(pool, i);
     return KVP_OK;
@@ -194,6 +203,18 @@ void kvp__pool_free(kvp_cache *cache)
  * pinning (n_evictions++, KVP_EVENT_REMOVED with KVP_REMOVED_EVICTED). Cannot fail. */
 static void evict_to_free(kvp_cache *cache, uint32_t id);
 
+/* The first pin of cached block id off the plain LRU path: off its retention queue, the
+ * ring or the policy's lists (the policy counts the hit). Cannot fail. */
+static inline void pin_general(kvp_cache *cache, uint32_t id)
+{
+    if (cache->pool.blocks[id].lru_slot == KVP__SLOT_RETAINED)
+        kvp__retention_unlink(cache, id);
+    else if (kvp__policy_is_lru(cache))
+        lru_remove(&cache->pool, id);
+    if (!kvp__policy_is_lru(cache))
+        kvp__policy_hit(cache, id);
+}
+
 /* Add a pin to block id. A cached block leaves the LRU order. Only indexed or already
  * pinned blocks may be pinned (free blocks are handed out by kvp__pool_take). Cannot fail. */
 void kvp__pool_pin(kvp_cache *cache, uint32_t id)
@@ -206,10 +227,10 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
     if (b->ref++ == 0) {
         if (b->indexed && kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
-        if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+        if (KVP__LIKELY(kvp__pool_plain(cache)))
             lru_remove(pool, id);
         else
-            kvp__policy_hit(cache, id);
+            pin_general(cache, id);
         pool->n_in_use++;
     } else if (!kvp__policy_is_lru(cache)) {
         kvp__policy_hit(cache, id);
@@ -218,15 +239,20 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
 
 /* Drop one pin of block id, block depth of its chain. At zero, an indexed block becomes the
  * most recently used cached block (lru: the constant kvp__policy_is_lru, so that each
- * caller's loop is compiled once per case) and a private one returns to the free list. With quotas,
+ * caller's loop is compiled once per case) and a private one returns to the free list. With
+ * retain (a constant too: kvp__retention_on), the releasing request's retention is noted
+ * first and a block of non-default priority joins its retention queue instead. With quotas,
  * a namespace that now holds more cached blocks than its quota loses its least recently used one
  * (evicted to the free list). Cannot fail. */
-static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t depth, bool lru)
+static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t depth, bool lru,
+                                     bool retain)
 {
     kvp__pool *pool = &cache->pool;
     assert(id < pool->n_blocks);
     kvp__block *b = &pool->blocks[id];
     assert(kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
+    if (retain && kvp__block_is_indexed(b))
+        kvp__retention_note(cache, id, depth);
     if (--b->ref > 0)
         return;
     assert(pool->n_in_use > 0);
@@ -235,7 +261,9 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
         free_push(pool, id);
         return;
     }
-    if (lru)
+    if (retain && kvp__retention_queue(cache, id, depth))
+        ; /* on its retention queue */
+    else if (lru)
         lru_push_tail(pool, id);
     else
         kvp__policy_release(cache, id, depth);
@@ -255,18 +283,46 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
  * kvp_access's blocks), which tells a policy the block's depth. The policy is tested once
  * per call, not per block: a test per block cost LRU 6% of kvp_release's instructions in
  * workload (c). Cannot fail. */
+static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n);
+
 void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
-    if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
-        for (uint32_t i = n; i-- > 0;)
-            unpin(cache, ids[i], i, false);
+    if (!KVP__LIKELY(kvp__pool_plain(cache))) {
+        unpin_general(cache, ids, n);
         return;
     }
     for (uint32_t i = n; i-- > 0;) {
         if (i >= 8)
             KVP__PREFETCH_W(&cache->pool.blocks[ids[i - 8]]);
-        unpin(cache, ids[i], i, true);
+        unpin(cache, ids[i], i, true, false);
     }
+}
+
+/* kvp__pool_unpin_tail_first off the plain LRU path: another policy, or retention on (then
+ * the pending options are noted on each block). Cannot fail. */
+static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+{
+    if (!kvp__retention_on(cache)) {
+        for (uint32_t i = n; i-- > 0;)
+            unpin(cache, ids[i], i, false, false);
+    } else if (kvp__policy_is_lru(cache)) {
+        for (uint32_t i = n; i-- > 0;)
+            unpin(cache, ids[i], i, true, true);
+    } else {
+        for (uint32_t i = n; i-- > 0;)
+            unpin(cache, ids[i], i, false, true);
+    }
+}
+
+/* Cached block id, whose retention lapsed (retention.c), joins the policy's order as a
+ * block of default priority released now, at chain depth depth. Cannot fail. */
+void kvp__pool_requeue(kvp_cache *cache, uint32_t id, uint32_t depth)
+{
+    assert(kvp__block_is_cached(&cache->pool.blocks[id]));
+    if (kvp__policy_is_lru(cache))
+        lru_push_tail(&cache->pool, id);
+    else
+        kvp__policy_release(cache, id, depth);
 }
 
 /* Evict group g's least recently used cached blocks until it is within its quota. Cannot
@@ -274,7 +330,8 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
 void kvp__pool_enforce_quota(kvp_cache *cache, kvp__qgroup *g)
 {
     while (g->n_cached > g->quota)
-        evict_to_free(cache, g->head);
+        evict_to_free(cache,
+                      kvp__retention_on(cache) ? kvp__retention_group_victim(cache, g) : g->head);
 }
 
 /* Remove indexed block id from the index and emit KVP_EVENT_REMOVED with reason. */
@@ -302,10 +359,16 @@ static void uncache(kvp_cache *cache, uint32_t id, int reason)
     assert(kvp__block_is_cached(&cache->pool.blocks[id]));
     if (kvp__quotas_on(cache))
         kvp__quota_unlink(cache, id);
-    if (KVP__LIKELY(kvp__policy_is_lru(cache)))
+    if (KVP__LIKELY(kvp__pool_plain(cache)))
+        lru_remove(&cache->pool, id);
+    else if (cache->pool.blocks[id].lru_slot == KVP__SLOT_RETAINED)
+        kvp__retention_unlink(cache, id);
+    else if (kvp__policy_is_lru(cache))
         lru_remove(&cache->pool, id);
     else
         kvp__policy_unlink(cache, id);
+    if (!KVP__LIKELY(!kvp__retention_on(cache)))
+        kvp__retention_forget(cache, id);
     unindex(cache, id, reason);
 }
 
@@ -343,8 +406,16 @@ static inline uint64_t ring_ahead(const kvp__pool *pool, uint64_t k)
     return p;
 }
 
-/* kvp__pool_take for a policy known at compile time (lru: kvp__policy_is_lru). */
-static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru)
+/* The victim once retention is on: the oldest block of the lowest non-empty retention queue
+ * below the default priority, else the policy's victim, else the oldest block of the lowest
+ * queue above the default; lapsed priorities are first moved to the policy's order
+ * (kvp__retention_refresh). The victim's record is cleared. KVP_NIL when nothing is cached.
+ * Cannot fail. */
+static uint32_t retained_victim(kvp_cache *cache, bool lru);
+
+/* kvp__pool_take for a policy known at compile time (lru: kvp__policy_is_lru; retain:
+ * kvp__retention_on). */
+static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru, bool retain)
 {
     kvp__pool *pool = &cache->pool;
     uint32_t id = pool->free_head;
@@ -355,7 +426,9 @@ static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru)
         pool->free_head = pool->blocks[id].next;
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
-    } else if ((id = lru ? lru_pop_head(pool) : kvp__policy_evict(cache)) == KVP_NIL) {
+    } else if ((id = retain ? retained_victim(cache, lru)
+                     : lru  ? lru_pop_head(pool)
+                            : kvp__policy_evict(cache)) == KVP_NIL) {
         return KVP_NIL;
     }
     if (!lru)
@@ -373,13 +446,34 @@ static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru)
     return id;
 }
 
+static uint32_t retained_victim(kvp_cache *cache, bool lru)
+{
+    kvp__retention_refresh(cache);
+    uint32_t id = kvp__retention_pop(cache, true);
+    if (id == KVP_NIL)
+        id = lru ? lru_pop_head(&cache->pool) : kvp__policy_evict(cache);
+    if (id == KVP_NIL)
+        id = kvp__retention_pop(cache, false);
+    if (id != KVP_NIL)
+        kvp__retention_forget(cache, id);
+    return id;
+}
+
+/* kvp__pool_take off the plain LRU path. */
+static uint32_t take_general(kvp_cache *cache)
+{
+    if (!kvp__retention_on(cache))
+        return take(cache, false, false);
+    return kvp__policy_is_lru(cache) ? take(cache, true, true) : take(cache, false, true);
+}
+
 /* Hand out one block, pinned once (ref == 1) and not indexed: the free-list head if any,
  * else the policy's victim (under LRU the least recently used cached block), evicted
  * (n_evictions++, KVP_EVENT_REMOVED with KVP_REMOVED_EVICTED). Returns KVP_NIL when neither
  * exists; the caller checks kvp__pool_available first. */
 uint32_t kvp__pool_take(kvp_cache *cache)
 {
-    return KVP__LIKELY(kvp__policy_is_lru(cache)) ? take(cache, true) : take(cache, false);
+    return KVP__LIKELY(kvp__pool_plain(cache)) ? take(cache, true, false) : take_general(cache);
 }
 
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
@@ -390,9 +484,13 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
     assert(kvp__pool_available(pool) >= n);
-    if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
-        for (uint32_t i = 0; i < n; i++)
-            ids[i] = take(cache, false);
+    if (!KVP__LIKELY(kvp__pool_plain(cache))) {
+        if (kvp__retention_on(cache))
+            for (uint32_t i = 0; i < n; i++)
+                ids[i] = take_general(cache);
+        else
+            for (uint32_t i = 0; i < n; i++)
+                ids[i] = take(cache, false, false);
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -405,7 +503,7 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
             if (near_id != KVP_NIL)
                 prefetch_eviction(cache, near_id);
         }
-        ids[i] = take(cache, true);
+        ids[i] = take(cache, true, false);
     }
 }
 
@@ -421,6 +519,8 @@ void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason)
         free_push(&cache->pool, id);
         return;
     }
+    if (kvp__retention_on(cache))
+        kvp__retention_forget(cache, id);
     unindex(cache, id, reason);
 }
 
@@ -434,8 +534,18 @@ void kvp__pool_drop_cached(kvp_cache *cache, int reason)
     while ((id = lru ? lru_pop_head(&cache->pool) : kvp__policy_drop_one(cache)) != KVP_NIL) {
         if (kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
+        if (kvp__retention_on(cache))
+            kvp__retention_forget(cache, id);
+        unindex(cache, id, reason);
+        free_push(&cache->pool, id);
+    }
+    while (kvp__retention_on(cache) && (id = kvp__retention_drop_one(cache)) != KVP_NIL) {
+        if (kvp__quotas_on(cache))
+            kvp__quota_unlink(cache, id);
+        kvp__retention_forget(cache, id);
         unindex(cache, id, reason);
         free_push(&cache->pool, id);
     }
     assert(cache->pool.n_lru == 0 && cache->pool.lru_head == cache->pool.lru_tail);
+    assert(cache->pool.n_retained == 0);
 }

@@ -200,11 +200,14 @@ void kvp__quota_unlink(kvp_cache *cache, uint32_t id)
 }
 
 /* The group's least recently used cached block when it holds more than its quota, else
- * KVP_NIL (the pool evicts it). Cannot fail. */
+ * KVP_NIL (the pool evicts it); once retention is on, its lowest-priority one, the least
+ * recently used first among equals (retention.c). Cannot fail. */
 uint32_t kvp__quota_victim(const kvp_cache *cache, uint32_t id)
 {
     const kvp__qgroup *g = cache->quota.group ? cache->quota.group[id] : NULL;
-    return g && g->n_cached > g->quota ? g->head : KVP_NIL;
+    if (!g || g->n_cached <= g->quota)
+        return KVP_NIL;
+    return KVP__LIKELY(!kvp__retention_on(cache)) ? g->head : kvp__retention_group_victim(cache, g);
 }
 
 int kvp__set_quota_locked(kvp_cache *cache, const kvp_namespace *ns, uint32_t max_cached_blocks)

@@ -493,7 +493,9 @@ static PyObject *Cache_release(CacheObject *self, PyObject *arg)
 }
 
 static const kvpy_sig access_sig = {"access",
-                                    {{"ns", KVPY_NS, 0, 0}, {"tokens", KVPY_TOKENS, 0, 0}}};
+                                    {{"ns", KVPY_NS, 0, 0},
+                                     {"tokens", KVPY_TOKENS, 0, 0},
+                                     {"retention", KVPY_OBJECT, KVPY_KWONLY | KVPY_NONE, 0}}};
 
 static PyObject *Cache_access(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames)
@@ -502,10 +504,19 @@ static PyObject *Cache_access(CacheObject *self, PyObject *const *args, Py_ssize
     if (kvpy_parse(&access_sig, args, nargs, kwnames, &a) != 0)
         return NULL;
     const tokens *t = &a.v[1].tokens;
+    kvp_retention r;
+    kvp_retention_range ranges[KVP_RETENTION_MAX_RANGES];
+    if (a.given[2] && kvpy_retention_get(a.v[2].obj, &r, ranges, "access") != 0) {
+        kvpy_args_done(&a);
+        return NULL;
+    }
     kvp_match m;
     evbatch b;
     int rc = 0;
-    CALL(self, b, rc, rc = kvp_access(kc, a.v[0].ns, t->ptr, t->n, &m));
+    if (a.given[2])
+        CALL(self, b, rc, rc = kvp_access_retained(kc, a.v[0].ns, t->ptr, t->n, &r, &m));
+    else
+        CALL(self, b, rc, rc = kvp_access(kc, a.v[0].ns, t->ptr, t->n, &m));
     kvpy_args_done(&a);
     return finish(self, rc, "kvp_access", &b, rc == KVP_OK ? kvpy_match_to_py(&m, NULL) : NULL);
 }
@@ -517,7 +528,8 @@ static const kvpy_sig lookup_ids_sig = {"lookup_ids",
 static const kvpy_sig access_ids_sig = {"access_ids",
                                         {{"ns", KVPY_NS, 0, 0},
                                          {"ids", KVPY_KEYS, 0, 0},
-                                         {"n_tokens", KVPY_SIZE, KVPY_OPT | KVPY_NONE, 0}}};
+                                         {"n_tokens", KVPY_SIZE, KVPY_OPT | KVPY_NONE, 0},
+                                         {"retention", KVPY_OBJECT, KVPY_KWONLY | KVPY_NONE, 0}}};
 
 /* Shared by lookup_ids (lookup true) and access_ids. */
 static PyObject *ids_call(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -529,6 +541,13 @@ static PyObject *ids_call(CacheObject *self, PyObject *const *args, Py_ssize_t n
     const kvp_namespace *ns = a.v[0].ns;
     const keylist *kl = &a.v[1].keys;
     size_t n_tokens = a.given[2] ? a.v[2].size : kl->n * self->block_size;
+    kvp_retention r;
+    kvp_retention_range ranges[KVP_RETENTION_MAX_RANGES];
+    bool retained = !lookup && a.given[3];
+    if (retained && kvpy_retention_get(a.v[3].obj, &r, ranges, "access_ids") != 0) {
+        kvpy_args_done(&a);
+        return NULL;
+    }
     uint32_t *ids = lookup ? PyMem_Malloc(kl->n * sizeof *ids + 4) : NULL;
     if (lookup && ids == NULL) {
         kvpy_args_done(&a);
@@ -539,6 +558,8 @@ static PyObject *ids_call(CacheObject *self, PyObject *const *args, Py_ssize_t n
     int rc = 0;
     if (lookup)
         CALL(self, b, rc, rc = kvp_lookup_ids(kc, ns, kl->keys, kl->n, n_tokens, ids, kl->n, &m));
+    else if (retained)
+        CALL(self, b, rc, rc = kvp_access_ids_retained(kc, ns, kl->keys, kl->n, n_tokens, &r, &m));
     else
         CALL(self, b, rc, rc = kvp_access_ids(kc, ns, kl->keys, kl->n, n_tokens, &m));
     kvpy_args_done(&a);
@@ -886,6 +907,42 @@ static PyObject *Cache_set_quota(CacheObject *self, PyObject *const *args, Py_ss
     return finish(self, rc, "kvp_cache_set_quota", &b, Py_NewRef(Py_None));
 }
 
+static const kvpy_sig set_retention_sig = {
+    "set_retention", {{"req_id", KVPY_U64, 0, 0}, {"retention", KVPY_OBJECT, 0, 0}}};
+
+static PyObject *Cache_set_retention(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames)
+{
+    kvpy_args a;
+    if (kvpy_parse(&set_retention_sig, args, nargs, kwnames, &a) != 0)
+        return NULL;
+    kvp_retention r;
+    kvp_retention_range ranges[KVP_RETENTION_MAX_RANGES];
+    int prc = kvpy_retention_get(a.v[1].obj, &r, ranges, "set_retention");
+    uint64_t req_id = a.v[0].u64;
+    kvpy_args_done(&a);
+    if (prc != 0)
+        return NULL;
+    evbatch b;
+    int rc = 0;
+    CALL(self, b, rc, rc = kvp_request_set_retention(kc, req_id, &r));
+    return finish(self, rc, "kvp_request_set_retention", &b, Py_NewRef(Py_None));
+}
+
+static const kvpy_sig block_retention_sig = {"block_retention", {{"block_id", KVPY_U32, 0, 0}}};
+
+static PyObject *Cache_block_retention(CacheObject *self, PyObject *arg)
+{
+    kvpy_value v;
+    if (kvpy_convert(&block_retention_sig, 0, arg, &v) != 0)
+        return NULL;
+    int p = 0;
+    evbatch b;
+    int rc = 0;
+    CALL(self, b, rc, rc = kvp_block_retention(kc, (uint32_t)v.u64, &p));
+    return finish(self, rc, "kvp_block_retention", &b, rc == KVP_OK ? PyLong_FromLong(p) : NULL);
+}
+
 static PyObject *Cache_reset(CacheObject *self, PyObject *unused)
 {
     evbatch b;
@@ -1083,12 +1140,13 @@ static const kvpy_def Cache_defs[] = {
      "End the request: unpin its blocks, tail first. Returns None."},
     {&access_sig, KVPY_FN(Cache_access), KVPY_FASTKW,
      "Lookup, cache every full block and release, in one call (replay and simulation). "
-     "Returns a Match. Releases the GIL."},
+     "retention: a dict as set_retention takes, noted on the blocks at the release "
+     "(kvp_access_retained). Returns a Match. Releases the GIL."},
     {&lookup_ids_sig, KVPY_FN(Cache_lookup_ids), KVPY_FASTKW,
      "lookup for precomputed block ids (ints of up to 128 bits, or a buffer of uint64 (lo, hi) "
      "pairs or of 16-byte keys); n_tokens defaults to len(ids) * block_size. Returns a Match."},
     {&access_ids_sig, KVPY_FN(Cache_access_ids), KVPY_FASTKW,
-     "access for precomputed block ids. Returns a Match."},
+     "access for precomputed block ids (retention as access). Returns a Match."},
     {&keys_sig, KVPY_FN(Cache_keys), KVPY_FASTKW,
      "(root, keys): the namespace root and the keys of the full blocks of tokens, exactly as "
      "this cache computes them (its profile, key and block size; kvp_cache_keys), for the "
@@ -1119,6 +1177,13 @@ static const kvpy_def Cache_defs[] = {
      "keys(ns, tokens)[1]: the keys of the full blocks, a list of int."},
     {&namespace_key_sig, (PyCFunction)Cache_namespace_key, METH_O,
      "The namespace root key (an int) as this cache computes it."},
+    {&set_retention_sig, KVPY_FN(Cache_set_retention), KVPY_FASTKW,
+     "Give active request req_id retention priorities, applied at its release: a dict "
+     "{'priority': 0..100 (default 35), 'duration': requests (0: never lapses), 'ranges': "
+     "[(token_start, token_end, priority[, duration]), ...]} (kvp_request_set_retention). "
+     "Returns None."},
+    {&block_retention_sig, (PyCFunction)Cache_block_retention, METH_O,
+     "The effective retention priority (0..100; 35 by default) of block block_id now."},
     {&reset_sig, (PyCFunction)Cache_reset, METH_NOARGS,
      "Drop every cached block that no request pins. Returns None."},
     {&check_sig, (PyCFunction)Cache_check, METH_NOARGS,

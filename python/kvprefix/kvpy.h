@@ -18,6 +18,7 @@
  *   cache.c      the Cache type
  *   request.c    the Request context manager that Cache.request returns
  *   hasher.c     the Hasher type
+ *   retention.c  retention options (a dict) to a kvp_retention
  *
  * Names: kvpy_ for what these files share, so that a reader tells binding code from the
  * library's kvp_ API at a glance; what one file uses alone is static and unprefixed.
@@ -296,6 +297,11 @@ PyObject *kvpy_raise_closed(void);
  * key_arg of fn) and vllm_seed (str or None: vLLM's default); the string stays owned by
  * vllm_seed, which the caller keeps alive until the config is used. Returns 0, or -1 with an
  * exception set. Pair with kvpy_wipe(cfg->hash_key, ...) once the config is used. */
+/* The retention options of mapping obj (retention.c) into *r, its ranges in buf (room for
+ * KVP_RETENTION_MAX_RANGES); fn names the function for messages. Returns 0, or -1 with an
+ * exception set. */
+int kvpy_retention_get(PyObject *obj, kvp_retention *r, kvp_retention_range *buf, const char *fn);
+
 int kvpy_hash_cfg_fill(kvp_config *cfg, PyObject *key, PyObject *vllm_seed, const char *fn,
                        const char *key_arg);
 /* Overwrite a secret key's copy on the stack (a volatile store the compiler keeps). */

@@ -191,7 +191,7 @@ void jsd_check_stats(const char *line, size_t len, jsd_stats *st)
             st->n_not_object++;
     } else {
         bool oai = json_object_get(j, "messages") || json_object_get(j, "prompt") ||
-                   json_object_get(j, "body");
+                   json_object_get(j, "body") || json_object_get(j, "retention");
         CHECK(rc == (oai ? JS_FALLBACK : JS_OK), "fallback signal");
         CHECK(scanner.err[0] == '\0', "message after success");
         check_fields(line, len, j, st);

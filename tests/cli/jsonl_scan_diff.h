@@ -8,7 +8,8 @@
  *   - js_scan returns JS_EJSON (with a message "invalid JSON at column N: ..." and
  *     1 <= N <= len + 1) exactly when jansson rejects the line;
  *   - JS_ENOTOBJ exactly when jansson's value is not an object;
- *   - otherwise JS_FALLBACK exactly when the object has "messages", "prompt" or "body", and
+ *   - otherwise JS_FALLBACK exactly when the object has "messages", "prompt", "body" or
+ *     "retention", and
  *     for each field the scanner extracts: the JS_F_ bit is set iff the key is present; the
  *     kind is jansson's type; integers, doubles (bit for bit), booleans and decoded strings
  *     equal jansson's; an id array has jansson's length, the same first bad element (index,

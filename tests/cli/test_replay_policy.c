@@ -362,3 +362,137 @@ Test(replay_policy, hash_id_trace)
     }
     json_decref(all);
 }
+
+/* ---- retention priorities (docs/replay.md) ------------------------------------------------ */
+
+/* Write a token log: every 10th of 200 requests is a 256-token system prompt (tokens 1..256)
+ * and a 64-token question of its own, the others 256 tokens of their own (a scan); with
+ * sys_retention, the system-prompt lines carry "retention" for tokens [0, 256) at 90;
+ * with all_ranges, every line carries {"ranges": [[0, min(len, 192), 70]]}. */
+static void retention_log(char *path, size_t size, bool sys_retention, bool all_ranges)
+{
+    snprintf(path, size, "/tmp/kvp_retention_XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    cr_assert_not_null(f);
+    for (uint32_t i = 0; i < 200; i++) {
+        bool sys = i % 10 == 0;
+        uint32_t n = sys ? 320 : 256;
+        fputs("{\"tokens\": [", f);
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t t = sys ? (j < 256 ? j + 1 : 10000 + i * 100 + j) : 50000 + i * 300 + j;
+            fprintf(f, "%s%u", j ? ", " : "", t);
+        }
+        fputs("]", f);
+        if (sys && sys_retention)
+            fputs(", \"retention\": {\"priority\": 35, \"ranges\": [[0, 256, 90]]}", f);
+        else if (all_ranges)
+            fprintf(f, ", \"retention\": {\"ranges\": [[0, %u, 70]]}", n < 192 ? n : 192);
+        fputs("}\n", f);
+    }
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* 60 blocks of 16 tokens: LRU loses the 16-block system prompt to the nine scans between its
+ * uses (9 x 16 blocks > 60), so it never hits; with priority 90 the prompt stays, and each
+ * of the 19 later system-prompt requests skips its 256 tokens. */
+Test(replay_policy, retention_keeps_the_system_prompt, .timeout = 120)
+{
+    char log[64];
+    retention_log(log, sizeof log, true, false);
+    cr_assert_eq(replay_into("--block-size 16 --policy lru,retain,slru,s3fifo,opt --capacity 60 "
+                             "--json",
+                             log, out, sizeof out),
+                 0, "%s", err);
+    json_t *all = parse(out);
+    json_int_t lru = jget(json_object_get(policy_of(all, "lru"), "capacity"), "hit_tokens");
+    json_int_t ret = jget(json_object_get(policy_of(all, "retain"), "capacity"), "hit_tokens");
+    json_int_t opt = jget(json_object_get(policy_of(all, "opt"), "capacity"), "hit_tokens");
+    cr_assert_eq(lru, 0);
+    cr_assert_eq(ret, 19 * 256);
+    cr_assert_geq(opt, ret);
+    for (int k = 1; k < 3; k++) /* slru and s3fifo apply the lines' retention too */
+        cr_assert_eq(jget(json_object_get(policy_of(all, NAMES[k]), "capacity"), "hit_tokens"), ret,
+                     "%s", NAMES[k]);
+    json_decref(all);
+    /* Without the lines' retention, retain is LRU. */
+    char plain[64];
+    retention_log(plain, sizeof plain, false, false);
+    cr_assert_eq(replay_into("--block-size 16 --policy lru,retain --capacity 60 --json", plain, out,
+                             sizeof out),
+                 0, "%s", err);
+    all = parse(out);
+    cr_assert_eq(jget(json_object_get(policy_of(all, "retain"), "capacity"), "hit_tokens"),
+                 jget(json_object_get(policy_of(all, "lru"), "capacity"), "hit_tokens"));
+    json_decref(all);
+    unlink(log);
+    unlink(plain);
+}
+
+/* --retain-prefix T:P is the same as a range [0, min(T, prompt)) at P on every line. */
+Test(replay_policy, retain_prefix_equals_ranges_on_every_line, .timeout = 120)
+{
+    char plain[64], ranged[64];
+    retention_log(plain, sizeof plain, false, false);
+    retention_log(ranged, sizeof ranged, false, true);
+    cr_assert_eq(replay_into("--block-size 16 --policy retain,slru --capacities 40,60,90 --json "
+                             "--retain-prefix 192:70",
+                             plain, out, sizeof out),
+                 0, "%s", err);
+    cr_assert_eq(replay_into("--block-size 16 --policy retain,slru --capacities 40,60,90 --json",
+                             ranged, out2, sizeof out2),
+                 0, "%s", err);
+    json_t *a = parse(out), *b = parse(out2);
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "slru" : "retain";
+        json_t *sa = json_object_get(policy_of(a, name), "sweep");
+        json_t *sb = json_object_get(policy_of(b, name), "sweep");
+        cr_assert_eq(json_array_size(sa), 3);
+        for (size_t i = 0; i < 3; i++)
+            cr_assert(json_equal(json_array_get(sa, i), json_array_get(sb, i)), "%s point %zu",
+                      name, i);
+    }
+    json_decref(a);
+    json_decref(b);
+    unlink(plain);
+    unlink(ranged);
+}
+
+Test(replay_policy, retention_bad_input)
+{
+    static const struct {
+        const char *line, *msg;
+    } cases[] = {
+        {"{\"tokens\": [1, 2, 3], \"retention\": {\"priority\": 101}}",
+         ":1: retention.priority must be an integer from 0 to 100"},
+        {"{\"tokens\": [1, 2, 3], \"retention\": {\"ranges\": [[0, 5, 50]]}}",
+         ":1: retention.ranges[0] ends at token 5, past the prompt's 3 tokens"},
+        {"{\"tokens\": [1, 2, 3], \"retention\": {\"ranges\": [[2, 2, 50]]}}",
+         ":1: retention.ranges[0] is [2, 2): empty"},
+        {"{\"tokens\": [1, 2, 3], \"retention\": {\"ranges\": [[0, 2]]}}",
+         ":1: retention.ranges[0] must be [start, end, priority] or [start, end, priority, "
+         "duration]"},
+        {"{\"tokens\": [1, 2, 3], \"retention\": {\"prio\": 1}}",
+         ":1: retention: unknown field \"prio\""},
+        {"{\"tokens\": [1, 2, 3], \"retention\": [1]}", ":1: retention must be an object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/kvp_retention_bad_XXXXXX");
+        int fd = mkstemp(path);
+        cr_assert(fd >= 0);
+        cr_assert(write(fd, cases[i].line, strlen(cases[i].line)) > 0);
+        close(fd);
+        cr_assert_eq(
+            replay_into("--block-size 1 --policy lru,retain --capacity 4", path, out, sizeof out),
+            1, "case %zu: %s", i, err);
+        cr_assert(strstr(err, cases[i].msg) != NULL, "case %zu: %s", i, err);
+        unlink(path);
+    }
+    const char *log = example_log();
+    cr_assert_eq(replay_into("--retain-prefix 512 --capacity 400", log, out, sizeof out), 2);
+    cr_assert(strstr(err, "--retain-prefix: '512' is not TOKENS:PRIORITY") != NULL, "%s", err);
+    cr_assert_eq(replay_into("--retain-prefix 512:101 --capacity 400", log, out, sizeof out), 2);
+    cr_assert_eq(replay_into("--retain-prefix 0:50 --capacity 400", log, out, sizeof out), 2);
+}

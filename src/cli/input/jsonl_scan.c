@@ -93,6 +93,7 @@ static const known known_fields[] = {
     KNOWN("messages", JS_F_MESSAGES),
     KNOWN("prompt", JS_F_PROMPT),
     KNOWN("body", JS_F_BODY),
+    KNOWN("retention", JS_F_RETENTION),
 };
 #define N_KNOWN       (sizeof known_fields / sizeof known_fields[0])
 #define KNOWN_MAX_LEN 15 /* longer keys are not known fields */
@@ -934,7 +935,7 @@ static int scan_member(cur *c, const known *k)
     if (k == NULL)
         return skip_value(c);
     c->rec->fields |= k->bit;
-    if (k->bit & JS_F_OPENAI)
+    if (k->bit & (JS_F_OPENAI | JS_F_RETENTION))
         return skip_value(c);
     js_value *v = field_value(c->rec, k->bit);
     return v != NULL ? scan_scalar(c, v) : field_array(c, k->bit);
@@ -1049,7 +1050,7 @@ int js_scan(js_scanner *s, const char *line, size_t len, js_record *rec)
     /* Step 4: classify. */
     if (first != '{')
         return fail_not_object(&c, kind_of(first, &n));
-    return rec->fields & JS_F_OPENAI ? JS_FALLBACK : JS_OK;
+    return rec->fields & (JS_F_OPENAI | JS_F_RETENTION) ? JS_FALLBACK : JS_OK;
 }
 
 size_t js_string_decode(const js_value *v, char *dst)

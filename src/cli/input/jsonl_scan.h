@@ -82,8 +82,8 @@
 
 enum {
     JS_OK = 0,       /* a valid top-level object without OpenAI fields: *rec is filled */
-    JS_FALLBACK = 1, /* a valid top-level object with "messages", "prompt" or "body": parse it
-                        with jansson; *rec is filled all the same */
+    JS_FALLBACK = 1, /* a valid top-level object with "messages", "prompt", "body" or
+                        "retention": parse it with jansson; *rec is filled all the same */
     JS_EJSON = -1,   /* not valid JSON (or over JS_MAX_DEPTH, or a duplicate key) */
     JS_ENOTOBJ = -2, /* valid JSON, but not an object */
     JS_ENOMEM = -3   /* out of memory for the arrays or the key set, or a line over
@@ -117,7 +117,8 @@ enum {
     JS_F_MESSAGES = 1u << 10, /* OpenAI chat body */
     JS_F_PROMPT = 1u << 11,   /* OpenAI completions body */
     JS_F_BODY = 1u << 12,     /* Batch API wrapper (its content is not looked at) */
-    JS_F_OPENAI = JS_F_MESSAGES | JS_F_PROMPT | JS_F_BODY
+    JS_F_OPENAI = JS_F_MESSAGES | JS_F_PROMPT | JS_F_BODY,
+    JS_F_RETENTION = 1u << 13 /* retention priorities (logread.h): read by jansson too */
 };
 
 /* A scalar or string field. */

@@ -103,6 +103,7 @@ struct log_reader {
     size_t offsets_cap;    /* elements allocated at offsets */
     oai_prompt prompt;     /* OpenAI: the rendered prompt of the current line */
     char err[512];         /* last error message */
+    log_range ranges[LOG_MAX_RANGES]; /* the current line's retention ranges */
 };
 
 void log_options_init(log_options *opt)
@@ -895,6 +896,80 @@ static int parse_scanned(log_reader *r, int rc, const char *line, size_t len, lo
 
 /* ---- one line ---------------------------------------------------------------------------- */
 
+/* An integer field of the retention object in 0 .. max into *out, or a line error naming
+ * what (a "retention.x" path). */
+static int retention_int(log_reader *r, const json_t *v, uint64_t max, const char *what,
+                         uint64_t *out)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
+        return line_err(r, "%s must be an integer from 0 to %llu", what, (unsigned long long)max);
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* The line's "retention" field into x (see the top of logread.h), or a line error. */
+static int read_retention(log_reader *r, const json_t *o, log_record *x)
+{
+    const json_t *ret = json_object_get(o, "retention");
+    if (ret == NULL || json_is_null(ret))
+        return 0;
+    if (!json_is_object(ret))
+        return line_err(r, "retention must be an object, not %s", cli_json_type_name(ret));
+    const char *key;
+    const json_t *v;
+    uint64_t u;
+    int rc;
+    x->has_retention = true;
+    x->retention_priority = 35;
+    json_object_foreach((json_t *)ret, key, v)
+    {
+        if (strcmp(key, "priority") == 0) {
+            if ((rc = retention_int(r, v, 100, "retention.priority", &u)) != 0)
+                return rc;
+            x->retention_priority = (uint32_t)u;
+        } else if (strcmp(key, "duration") == 0) {
+            if ((rc = retention_int(r, v, INT64_MAX, "retention.duration", &u)) != 0)
+                return rc;
+            x->retention_duration = u;
+        } else if (strcmp(key, "ranges") == 0) {
+            if (!json_is_array(v))
+                return line_err(r, "retention.ranges must be an array, not %s",
+                                cli_json_type_name(v));
+            size_t n = json_array_size(v);
+            if (n > LOG_MAX_RANGES)
+                return line_err(r, "retention.ranges has %zu ranges, more than %d", n,
+                                LOG_MAX_RANGES);
+            for (size_t i = 0; i < n; i++) {
+                const json_t *g = json_array_get(v, i);
+                size_t k = json_is_array(g) ? json_array_size(g) : 0;
+                if (k != 3 && k != 4)
+                    return line_err(r,
+                                    "retention.ranges[%zu] must be [start, end, priority] or "
+                                    "[start, end, priority, duration]",
+                                    i);
+                uint64_t f[4] = {0, 0, 0, 0};
+                const uint64_t max[4] = {INT64_MAX, INT64_MAX, 100, INT64_MAX};
+                static const char *const what[4] = {"start", "end", "priority", "duration"};
+                for (size_t j = 0; j < k; j++) {
+                    char path[64];
+                    snprintf(path, sizeof path, "retention.ranges[%zu] %s", i, what[j]);
+                    if ((rc = retention_int(r, json_array_get(g, j), max[j], path, &f[j])) != 0)
+                        return rc;
+                }
+                if (f[0] >= f[1])
+                    return line_err(r, "retention.ranges[%zu] is [%llu, %llu): empty", i,
+                                    (unsigned long long)f[0], (unsigned long long)f[1]);
+                r->ranges[i] = (log_range){f[0], f[1], (uint32_t)f[2], f[3]};
+            }
+            x->retention_ranges = n ? r->ranges : NULL;
+            x->n_retention_ranges = n;
+        } else {
+            return line_err(r, "retention: unknown field \"%s\" (priority, duration, ranges)", key);
+        }
+    }
+    return 0;
+}
+
 /* Parse one non-blank line with jansson into *rec. Returns LOG_RECORD or a negative code. */
 static int parse_json_line(log_reader *r, const char *line, size_t len, log_record *rec)
 {
@@ -932,6 +1007,8 @@ static int parse_json_line(log_reader *r, const char *line, size_t len, log_reco
     memset(&x, 0, sizeof x);
     x.line_no = r->line_no;
     int rc = detect_format(r, o, &x.format);
+    if (rc == 0)
+        rc = read_retention(r, o, &x);
     if (rc != 0)
         return rc;
     if (x.format == LOG_OPENAI)

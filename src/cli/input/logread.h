@@ -23,6 +23,12 @@
  * (model, adapter, tenant, cache_salt) are optional in every format and may be null (absent);
  * the OpenAI mapping is in openai.h. Unknown fields are ignored. Blank lines are skipped.
  *
+ * Any line may carry retention priorities (docs/replay.md, "Retention priorities"):
+ *   "retention": {"priority": 0..100?, "duration": n?, "ranges": [[start, end, priority,
+ *                 duration?], ...]?}
+ * checked for shape here (at most LOG_MAX_RANGES ranges, start < end, priorities <= 100);
+ * whether a range fits the prompt is the command's check. Such a line goes through jansson.
+ *
  * The input is a path, "-" for standard input. It is gunzipped transparently when it is gzip
  * data and decompressed with libzstd's streaming API when it starts with the zstd magic
  * 28 B5 2F FD (several concatenated frames included), whatever its name. Detection looks at
@@ -119,6 +125,17 @@ void log_options_init(log_options *opt);
 
 /* One request. Every pointer is owned by the reader and valid until the next
  * log_next or log_close. */
+/* One range of a line's "retention" field: tokens [start, end) of the prompt at priority,
+ * lapsing after duration requests (0: never). */
+typedef struct log_range {
+    uint64_t start;    /* first token */
+    uint64_t end;      /* one past the last token; start < end */
+    uint32_t priority; /* 0 .. 100 */
+    uint64_t duration; /* requests; 0: never lapses */
+} log_range;
+
+#define LOG_MAX_RANGES 64 /* most ranges one line's retention may hold */
+
 typedef struct log_record {
     uint64_t line_no;  /* 1-based line number in the (decompressed) input */
     int format;        /* LOG_TOKENS, LOG_MOONCAKE or LOG_OPENAI */
@@ -152,6 +169,12 @@ typedef struct log_record {
     const tpl_seg *segs;           /* OpenAI chat with a template: the text's segments
                                       (template.h), ascending; NULL otherwise */
     size_t n_segs;                 /* segments at segs */
+    /* The line's "retention" field (all zero when it has none). */
+    bool has_retention;                /* the line has a "retention" object */
+    uint32_t retention_priority;       /* its "priority" (default 35) */
+    uint64_t retention_duration;       /* its "duration" (default 0: never lapses) */
+    const log_range *retention_ranges; /* its "ranges", or NULL */
+    size_t n_retention_ranges;         /* entries at retention_ranges */
 } log_record;
 
 typedef struct log_reader log_reader;

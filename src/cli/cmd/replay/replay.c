@@ -76,7 +76,11 @@ static const char usage_text2[] =
     "                       (the library's, through its pool) and opt (the offline\n"
     "                       optimum); figures per policy at --capacity and each sweep\n"
     "                       point. lru's curve is one pass; every other policy replays the\n"
-    "                       log once per capacity (time: policies x points replays)\n"
+    "                       log once per capacity (time: policies x points replays);\n"
+    "                       retain is LRU with the requests' retention priorities\n"
+    "  --retain-prefix T:P  give every request's first T prompt tokens retention priority P\n"
+    "                       (0..100, default 35) in slru, s3fifo and retain, beside the\n"
+    "                       lines' own \"retention\" fields (docs/replay.md)\n"
     "\n"
     "Hashing (figures differ between profiles only through key collisions):\n" CLI_HASH_HELP
     "  --seed N             --hash xxh3: the public 64-bit seed (default 0)\n"
@@ -101,6 +105,7 @@ static const char usage_text2[] =
     "  kvprefix replay --capacity 40GiB --model Llama-3.1-8B requests.jsonl.zst\n"
     "  kvprefix replay --diagnose --capacity 1Mtok --format openai bodies.jsonl\n"
     "  kvprefix replay --policy lru,slru,s3fifo,opt --sweep=8 --plot p.svg chat.jsonl\n"
+    "  kvprefix replay --policy lru,retain --retain-prefix 512:90 --sweep chat.jsonl\n"
     "  zcat big.jsonl.gz | kvprefix replay --capacities 1K,10K,100K --csv -\n"
     "  kvprefix replay --model Llama-3.1-70B --gpu-mem 80GiB --tp 8 \\\n"
     "      --tiers cpu=1TiB,disk=8TiB --sweep --plot tiers.svg conversation_trace.jsonl\n"
@@ -129,7 +134,8 @@ enum {
     OPT_TOP,
     OPT_PROGRESS,
     OPT_NO_PROGRESS,
-    OPT_POLICY
+    OPT_POLICY,
+    OPT_RETAIN_PREFIX
 };
 
 static const struct option longopts[] = {
@@ -152,6 +158,7 @@ static const struct option longopts[] = {
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"policy", required_argument, NULL, OPT_POLICY},
+    {"retain-prefix", required_argument, NULL, OPT_RETAIN_PREFIX},
     {"help", no_argument, NULL, 'h'},
     CLI_HASH_LONGOPTS,
     IN_LONGOPTS,
@@ -188,11 +195,9 @@ static int apply_value(rp_options *o, int c, const char *flag, const char *v)
 /* One --policy item (cli_flag_list): a policy name, each at most once. */
 static int policy_item(void *ctx, const char *item, size_t len, size_t index)
 {
-    static const cli_choice choices[] = {{"lru", RP_POL_LRU},
-                                         {"slru", RP_POL_SLRU},
-                                         {"s3fifo", RP_POL_S3FIFO},
-                                         {"opt", RP_POL_OPT},
-                                         {NULL, 0}};
+    static const cli_choice choices[] = {{"lru", RP_POL_LRU},       {"slru", RP_POL_SLRU},
+                                         {"s3fifo", RP_POL_S3FIFO}, {"opt", RP_POL_OPT},
+                                         {"retain", RP_POL_RETAIN}, {NULL, 0}};
     rp_options *o = ctx;
     char name[64];
     int pol, rc;
@@ -262,6 +267,25 @@ static int apply_opt(rp_options *o, int c, const char *v)
         break;
     case OPT_POLICY:
         return cli_flag_list("replay", "--policy", v, RP_N_POLICIES, policy_item, o);
+    case OPT_RETAIN_PREFIX: {
+        /* TOKENS:PRIO */
+        const char *colon = strchr(v, ':');
+        char tok[32];
+        uint64_t t, p;
+        if (!colon || colon == v || (size_t)(colon - v) >= sizeof tok)
+            return fail(CLI_EXIT_USAGE,
+                        "--retain-prefix: '%s' is not TOKENS:PRIORITY (e.g. 512:90)", v);
+        memcpy(tok, v, (size_t)(colon - v));
+        tok[colon - v] = '\0';
+        int rc = cli_flag_count("replay", "--retain-prefix", tok, 1, INT64_MAX, &t);
+        if (rc == 0)
+            rc = cli_flag_uint("replay", "--retain-prefix priority", colon + 1, 0, 100, &p);
+        if (rc != 0)
+            return rc;
+        o->retain_tokens = t;
+        o->retain_priority = (uint32_t)p;
+        return 0;
+    }
     default:
         if (cli_hash_is_opt(c))
             return cli_hash_apply("replay", &o->hash, c, v);
@@ -567,6 +591,11 @@ typedef struct held {
     uint32_t *offsets;
     tpl_seg *segs; /* the text's template segments, or NULL */
     size_t n_segs;
+    bool has_ret;          /* the line's "retention" field (logread.h) */
+    uint32_t ret_prio;     /* its priority */
+    uint64_t ret_dur;      /* its duration */
+    log_range *ret_ranges; /* its ranges, or NULL */
+    size_t n_ret_ranges;
 } held;
 
 typedef struct run {
@@ -574,7 +603,8 @@ typedef struct run {
     const prep *prep;
     rp_result *res;
     rp_sim *sim;
-    rp_opt *log; /* --policy beyond lru: every request's touches, else NULL */
+    rp_opt *log;       /* --policy beyond lru: every request's touches, else NULL */
+    rp_retain *retain; /* with log: every request's retention (replay_pol.h), else NULL */
     log_reader *reader;
     uint32_t *joined; /* prompt + output tokens, for --cache-output */
     size_t joined_cap;
@@ -604,6 +634,47 @@ static int line_error(run *ru, uint64_t line_no, int rc, const char *msg)
     return rc == RP_EINPUT ? CLI_EXIT_INPUT : rc == RP_ENOMEM ? CLI_EXIT_INPUT : CLI_EXIT_INTERNAL;
 }
 
+/* Request h's retention for the library's policies: the line's, plus --retain-prefix.
+ * *has false: none. Returns 0, or RP_EINPUT with the message in msg (a range past the
+ * prompt, too many ranges). */
+static int retention_of(const run *ru, const held *h, kvp_retention *r, kvp_retention_range *buf,
+                        bool *has, char *msg, size_t msg_size)
+{
+    uint64_t n_prompt = h->ids ? h->input_length : h->n_tokens;
+    kvp_retention_init(r);
+    *has = h->has_ret || ru->o->retain_tokens > 0;
+    if (!*has)
+        return 0;
+    size_t n = 0;
+    if (h->has_ret) {
+        r->priority = h->ret_prio;
+        r->duration = h->ret_dur;
+        for (size_t i = 0; i < h->n_ret_ranges; i++) {
+            const log_range *g = &h->ret_ranges[i];
+            if (g->end > n_prompt) {
+                cli_errf(msg, msg_size,
+                         "retention.ranges[%zu] ends at token %llu, past the prompt's %llu tokens",
+                         i, (unsigned long long)g->end, (unsigned long long)n_prompt);
+                return RP_EINPUT;
+            }
+            buf[n++] = (kvp_retention_range){g->start, g->end, g->priority, g->duration};
+        }
+    }
+    if (ru->o->retain_tokens > 0 && n_prompt > 0) {
+        if (n == KVP_RETENTION_MAX_RANGES) {
+            cli_errf(msg, msg_size,
+                     "retention.ranges has %u ranges: with --retain-prefix, more than %u",
+                     KVP_RETENTION_MAX_RANGES, KVP_RETENTION_MAX_RANGES);
+            return RP_EINPUT;
+        }
+        uint64_t end = ru->o->retain_tokens < n_prompt ? ru->o->retain_tokens : n_prompt;
+        buf[n++] = (kvp_retention_range){0, end, ru->o->retain_priority, 0};
+    }
+    r->ranges = n ? buf : NULL;
+    r->n_ranges = n;
+    return 0;
+}
+
 /* Replay one request (from a record or from the --sort buffer). */
 static int replay_one(run *ru, const held *h)
 {
@@ -624,8 +695,14 @@ static int replay_one(run *ru, const held *h)
         q.n_output_tokens = ru->o->cache_output ? h->n_output : 0;
     }
     char msg[512];
+    kvp_retention kr;
+    kvp_retention_range kr_buf[KVP_RETENTION_MAX_RANGES];
+    bool has_kr = false;
+    int rc = ru->log ? retention_of(ru, h, &kr, kr_buf, &has_kr, msg, sizeof msg) : 0;
+    if (rc != 0)
+        return line_error(ru, h->line_no, rc, msg);
     double t0 = now_s();
-    int rc = rp_sim_add(ru->sim, &q, msg, sizeof msg);
+    rc = rp_sim_add(ru->sim, &q, msg, sizeof msg);
     ru->res->seconds_engine += now_s() - t0;
     if (rc != RP_OK)
         return line_error(ru, h->line_no, rc, msg);
@@ -634,7 +711,8 @@ static int replay_one(run *ru, const held *h)
         const size_t *blocks;
         size_t n = rp_sim_last_blocks(ru->sim, &blocks);
         uint64_t n_prompt = h->ids ? h->input_length : h->n_tokens;
-        if (rp_opt_add(ru->log, n_prompt, (uint32_t)(n_prompt / ru->res->block_size), blocks, n))
+        if (rp_opt_add(ru->log, n_prompt, (uint32_t)(n_prompt / ru->res->block_size), blocks, n) ||
+            rp_retain_add(ru->retain, has_kr ? &kr : NULL))
             return fail(CLI_EXIT_INPUT, "out of memory");
     }
     ru->res->n_replayed++;
@@ -662,12 +740,23 @@ static int replay_one(run *ru, const held *h)
     return 0;
 }
 
+/* The record's retention field into h (pointers stay the reader's). */
+static void view_retention(const log_record *rec, held *h)
+{
+    h->has_ret = rec->has_retention;
+    h->ret_prio = rec->retention_priority;
+    h->ret_dur = rec->retention_duration;
+    h->ret_ranges = (log_range *)rec->retention_ranges;
+    h->n_ret_ranges = rec->n_retention_ranges;
+}
+
 /* View a record as a held request without copying (pointers stay the reader's). */
 static int view_record(run *ru, const log_record *rec, held *h)
 {
     memset(h, 0, sizeof *h);
     h->line_no = rec->line_no;
     h->timestamp = rec->timestamp;
+    view_retention(rec, h);
     const char *s[4] = {rec->model, rec->adapter, rec->tenant, rec->cache_salt};
     size_t l[4] = {rec->model_len, rec->adapter_len, rec->tenant_len, rec->cache_salt_len};
     for (int i = 0; i < 4; i++) {
@@ -718,6 +807,7 @@ static void held_free(held *h)
     free(h->text);
     free(h->offsets);
     free(h->segs);
+    free(h->ret_ranges);
 }
 
 /* Keep an owned copy of a record's view for --sort. */
@@ -738,8 +828,10 @@ static int hold(run *ru, const held *v)
     h->text = v->text ? dup_bytes(v->text, v->text_len + 1) : NULL;
     h->offsets = v->offsets ? dup_bytes(v->offsets, v->n_tokens * 4) : NULL;
     h->segs = v->segs ? dup_bytes(v->segs, v->n_segs * sizeof *v->segs) : NULL;
+    h->ret_ranges =
+        v->ret_ranges ? dup_bytes(v->ret_ranges, v->n_ret_ranges * sizeof *v->ret_ranges) : NULL;
     ok &= (!v->tokens || h->tokens) && (!v->ids || h->ids) && (!v->text || h->text) &&
-          (!v->offsets || h->offsets) && (!v->segs || h->segs);
+          (!v->offsets || h->offsets) && (!v->segs || h->segs) && (!v->ret_ranges || h->ret_ranges);
     if (!ok) {
         held_free(h);
         return fail(CLI_EXIT_INPUT, "out of memory");
@@ -786,7 +878,8 @@ static int start_engine(run *ru)
     ru->sim = rp_sim_new(&sc, err, sizeof err);
     if (!ru->sim)
         return fail(CLI_EXIT_INPUT, "%s", err);
-    if (rp_policies_shown(o) && !(ru->log = rp_opt_new(res->block_size)))
+    if (rp_policies_shown(o) &&
+        (!(ru->log = rp_opt_new(res->block_size)) || !(ru->retain = rp_retain_new())))
         return fail(CLI_EXIT_INPUT, "out of memory");
     if (o->diagnose) {
         uint32_t unit = res->format == LOG_MOONCAKE ? res->block_size : 1;
@@ -913,7 +1006,7 @@ static rp_pol_figs lru_figs(const rp_metrics *m)
 
 /* --policy: every policy's figures at the primary capacity and each sweep point, lru's from
  * the engine, the others replayed (replay_pol.c). Returns 0 or the exit status. */
-static int evaluate_policies(const rp_options *o, rp_opt *log, rp_result *r)
+static int evaluate_policies(const rp_options *o, rp_opt *log, const rp_retain *ret, rp_result *r)
 {
     char err[256];
     for (size_t k = 0; k < o->n_policies; k++) {
@@ -926,14 +1019,16 @@ static int evaluate_policies(const rp_options *o, rp_opt *log, rp_result *r)
             rp_pol_figs *f = primary ? &r->pol_primary[k] : &r->pol_curve[i][k];
             if (pol == RP_POL_LRU)
                 *f = lru_figs(m);
-            else if (rp_pol_eval(log, r->block_size, pol, m->capacity, f, err, sizeof err) != 0)
+            else if (rp_pol_eval_retained(log, ret, r->block_size, pol, m->capacity, f, err,
+                                          sizeof err) != 0)
                 return fail(CLI_EXIT_INPUT, "%s", err);
         }
     }
     return 0;
 }
 
-static int evaluate(const rp_options *o, const prep *pp, rp_opt *log, rp_result *r)
+static int evaluate(const rp_options *o, const prep *pp, rp_opt *log, const rp_retain *ret,
+                    rp_result *r)
 {
     r->distinct = rp_sim_distinct(r->sim);
     for (int d = 0; d < RP_N_DIMS; d++) {
@@ -974,7 +1069,7 @@ static int evaluate(const rp_options *o, const prep *pp, rp_opt *log, rp_result 
         if (rc)
             return rc;
     }
-    return log ? evaluate_policies(o, log, r) : 0;
+    return log ? evaluate_policies(o, log, ret, r) : 0;
 }
 
 static int plot(const rp_options *o, FILE *f, const rp_result *r)
@@ -1091,7 +1186,7 @@ static int replay_log(rp_options *o, const prep *pp, run *ru, rp_result *res)
     if (rc == 0) {
         res->sim = ru->sim;
         double t1 = now_s();
-        rc = evaluate(o, pp, ru->log, res);
+        rc = evaluate(o, pp, ru->log, ru->retain, res);
         res->seconds_engine += now_s() - t1;
         res->seconds = now_s() - t0;
     }
@@ -1132,6 +1227,7 @@ static void run_free(run *ru, rp_result *res)
     rp_tiers_free(res->tiers);
     rp_sim_free(ru->sim);
     rp_opt_free(ru->log);
+    rp_retain_free(ru->retain);
     log_close(ru->reader);
 }
 

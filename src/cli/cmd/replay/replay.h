@@ -48,6 +48,8 @@ typedef struct rp_options {
     int policies[RP_N_POLICIES]; /* --policy: RP_POL_* in the order given (default lru) */
     size_t n_policies;           /* entries in policies, >= 1 */
     rp_tier_opts tiers;          /* --tiers and the flags that size and time them */
+    uint64_t retain_tokens;      /* --retain-prefix TOKENS:PRIO: every request's first TOKENS */
+    uint32_t retain_priority;    /*   tokens at priority PRIO (TOKENS 0: not given) */
 } rp_options;
 
 /* Whether --policy asks for more than today's report: any list but "lru" alone. */

@@ -6,7 +6,11 @@
  * output blocks follow them, else the match kvp_access_ids returns); Step 2 every touched
  * block cached through kvp_access_ids, touched from the last to the first, the request's first
  * min(blocks, pool) kept when it is longer than the pool. Evictions are the pool's count at
- * the end.
+ * the end. With a retention table (rp_retain), Step 2 passes the request's retention
+ * (kvp_access_ids_retained) under slru, s3fifo and retain.
+ *
+ * rp_retain: per request a flag, priority and duration, and the offset of its ranges in one
+ * growing array of all requests' ranges (32 bytes per request, 32 per range).
  */
 #include "replay_pol.h"
 
@@ -18,7 +22,7 @@
 
 const char *rp_pol_name(int pol)
 {
-    static const char *const names[RP_N_POLICIES] = {"lru", "slru", "s3fifo", "opt"};
+    static const char *const names[RP_N_POLICIES] = {"lru", "slru", "s3fifo", "opt", "retain"};
     return pol >= 0 && pol < RP_N_POLICIES ? names[pol] : "?";
 }
 
@@ -36,9 +40,74 @@ static int pool_new(uint32_t block_size, uint32_t n_blocks, int pol, kvp_cache *
     return kvp_cache_new(&c, out);
 }
 
-/* Replay every request of log through pool into *f. Returns KVP_OK or the library's code. */
-static int replay_pool(const rp_opt *log, uint32_t bs, kvp_cache *pool, kvp_key *ids,
-                       rp_pol_figs *f)
+typedef struct rp_retain_req {
+    bool has;          /* the request carries retention */
+    uint32_t priority; /* its own priority */
+    uint64_t duration; /* its own duration */
+    size_t first;      /* its ranges: ranges[first .. first + n) */
+    size_t n;          /* number of ranges */
+} rp_retain_req;
+
+struct rp_retain {
+    rp_retain_req *req;          /* one per request */
+    size_t n_req, cap_req;       /* entries used and allocated */
+    kvp_retention_range *ranges; /* every request's ranges */
+    size_t n_ranges, cap_ranges; /* entries used and allocated */
+};
+
+rp_retain *rp_retain_new(void)
+{
+    return calloc(1, sizeof(rp_retain));
+}
+
+void rp_retain_free(rp_retain *t)
+{
+    if (!t)
+        return;
+    free(t->req);
+    free(t->ranges);
+    free(t);
+}
+
+int rp_retain_add(rp_retain *t, const kvp_retention *r)
+{
+    size_t n = r ? r->n_ranges : 0;
+    if (!cli_grow((void **)&t->req, &t->cap_req, t->n_req + 1, sizeof *t->req) ||
+        !cli_grow((void **)&t->ranges, &t->cap_ranges, t->n_ranges + n + 1, sizeof *t->ranges))
+        return -1;
+    rp_retain_req *q = &t->req[t->n_req++];
+    memset(q, 0, sizeof *q);
+    q->first = t->n_ranges;
+    if (!r)
+        return 0;
+    q->has = true;
+    q->priority = r->priority;
+    q->duration = r->duration;
+    q->n = n;
+    if (n)
+        memcpy(t->ranges + t->n_ranges, r->ranges, n * sizeof *r->ranges);
+    t->n_ranges += n;
+    return 0;
+}
+
+/* Request r's retention from ret into *out; false when it has none. */
+static bool retention_of(const rp_retain *ret, size_t r, kvp_retention *out)
+{
+    if (!ret || r >= ret->n_req || !ret->req[r].has)
+        return false;
+    const rp_retain_req *q = &ret->req[r];
+    kvp_retention_init(out);
+    out->priority = q->priority;
+    out->duration = q->duration;
+    out->ranges = q->n ? ret->ranges + q->first : NULL;
+    out->n_ranges = q->n;
+    return true;
+}
+
+/* Replay every request of log through pool into *f, with each request's retention from ret
+ * (NULL: none). Returns KVP_OK or the library's code. */
+static int replay_pool(const rp_opt *log, const rp_retain *ret, uint32_t bs, kvp_cache *pool,
+                       kvp_key *ids, rp_pol_figs *f)
 {
     kvp_namespace ns;
     memset(&ns, 0, sizeof ns);
@@ -50,13 +119,19 @@ static int replay_pool(const rp_opt *log, uint32_t bs, kvp_cache *pool, kvp_key 
         for (size_t i = 0; i < n; i++)
             ids[i] = (kvp_key){blocks[i], 0};
         kvp_match m, m2;
+        kvp_retention kr;
+        bool retained = retention_of(ret, r, &kr);
         int rc;
         if (n > n_full) {
             /* Step 1: output blocks follow the prompt: match the prompt alone. */
             rc = kvp_lookup_ids(pool, &ns, ids, n_full, n_tokens, NULL, 0, &m);
             /* Step 2: cache prompt and output blocks. */
-            if (rc == KVP_OK)
+            if (rc == KVP_OK && retained)
+                rc = kvp_access_ids_retained(pool, &ns, ids, n, (uint64_t)n * bs, &kr, &m2);
+            else if (rc == KVP_OK)
                 rc = kvp_access_ids(pool, &ns, ids, n, (uint64_t)n * bs, &m2);
+        } else if (retained) {
+            rc = kvp_access_ids_retained(pool, &ns, ids, n, n_tokens, &kr, &m);
         } else {
             /* Steps 1 and 2 in one call. */
             rc = kvp_access_ids(pool, &ns, ids, n, n_tokens, &m);
@@ -76,6 +151,12 @@ static int replay_pool(const rp_opt *log, uint32_t bs, kvp_cache *pool, kvp_key 
 
 int rp_pol_eval(rp_opt *log, uint32_t block_size, int pol, uint64_t capacity, rp_pol_figs *out,
                 char *err, size_t err_size)
+{
+    return rp_pol_eval_retained(log, NULL, block_size, pol, capacity, out, err, err_size);
+}
+
+int rp_pol_eval_retained(rp_opt *log, const rp_retain *ret, uint32_t block_size, int pol,
+                         uint64_t capacity, rp_pol_figs *out, char *err, size_t err_size)
 {
     rp_pol_figs f;
     memset(&f, 0, sizeof f);
@@ -113,7 +194,7 @@ int rp_pol_eval(rp_opt *log, uint32_t block_size, int pol, uint64_t capacity, rp
     kvp_cache *pool = NULL;
     int rc = ids ? pool_new(block_size, (uint32_t)blocks, pol, &pool) : KVP_ENOMEM;
     if (rc == KVP_OK)
-        rc = replay_pool(log, block_size, pool, ids, &f);
+        rc = replay_pool(log, pol == RP_POL_LRU ? NULL : ret, block_size, pool, ids, &f);
     if (rc == KVP_OK)
         rc = kvp_cache_check(pool);
     kvp_cache_free(pool);

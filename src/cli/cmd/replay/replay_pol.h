@@ -11,6 +11,11 @@
  * keys do, so the pool sees the same hits and misses. A pool of the log's distinct blocks
  * never evicts, so it stands for any larger capacity. `opt` is rp_opt_eval (RP_OPT_USEFUL).
  *
+ * Retention priorities (docs/replay.md): with a retention table (rp_retain, one entry per
+ * request of the log, from the lines' "retention" fields and --retain-prefix), every policy
+ * replayed through the library (slru, s3fifo, and retain: LRU with retention) passes each
+ * request's retention to kvp_access_ids_retained; lru (the engine's curve) and opt ignore it.
+ *
  * Cost per call: a library policy is one pass over the log, O(A) pool operations for A block
  * touches, plus the pool (about 140 bytes per block with the SLRU or S3-FIFO record); opt is
  * rp_opt_eval's O(A log C). A sweep of P points with K policies other than lru makes K x P
@@ -19,9 +24,11 @@
 #ifndef CLI_REPLAY_POL_H
 #define CLI_REPLAY_POL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvprefix.h"
 #include "replay_opt.h"
 
 /* The policies --policy names, in the order the report lists them. */
@@ -30,7 +37,8 @@ enum {
     RP_POL_SLRU = 1,   /* KVP_EVICT_SLRU with the library's defaults */
     RP_POL_S3FIFO = 2, /* KVP_EVICT_S3FIFO with the library's defaults */
     RP_POL_OPT = 3,    /* the offline optimum, replay_opt.c */
-    RP_N_POLICIES = 4
+    RP_POL_RETAIN = 4, /* KVP_EVICT_LRU with each request's retention priorities */
+    RP_N_POLICIES = 5
 };
 
 /* The figures of one policy at one capacity. */
@@ -42,7 +50,7 @@ typedef struct rp_pol_figs {
     uint64_t n_evicted;       /* cached blocks evicted to make room */
 } rp_pol_figs;
 
-/* The name of policy pol as --policy spells it ("lru", "slru", "s3fifo", "opt"). */
+/* The name of policy pol as --policy spells it ("lru", "slru", "s3fifo", "opt", "retain"). */
 const char *rp_pol_name(int pol);
 
 /* Replay the log with policy pol (RP_POL_*) at capacity blocks (>= 1) into *out. LRU is
@@ -51,5 +59,23 @@ const char *rp_pol_name(int pol);
  * *out is untouched on failure. */
 int rp_pol_eval(rp_opt *log, uint32_t block_size, int pol, uint64_t capacity, rp_pol_figs *out,
                 char *err, size_t err_size);
+
+/* Each request's retention, in log order (one rp_retain_add per rp_opt_add). */
+typedef struct rp_retain rp_retain;
+
+/* A new, empty table, or NULL when out of memory. */
+rp_retain *rp_retain_new(void);
+
+/* Append the next request's retention: none (r NULL), or *r (its ranges copied). Returns 0,
+ * or -1 when out of memory (nothing appended). */
+int rp_retain_add(rp_retain *t, const kvp_retention *r);
+
+/* Free the table. Accepts NULL. */
+void rp_retain_free(rp_retain *t);
+
+/* rp_pol_eval with each request's retention from ret (NULL: none; see the top of this
+ * file). */
+int rp_pol_eval_retained(rp_opt *log, const rp_retain *ret, uint32_t block_size, int pol,
+                         uint64_t capacity, rp_pol_figs *out, char *err, size_t err_size);
 
 #endif /* CLI_REPLAY_POL_H */

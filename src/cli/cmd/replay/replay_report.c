@@ -21,6 +21,15 @@
 #include "logread.h"
 #include "replay.h"
 
+/* Is policy pol among those --policy named? */
+static bool rp_policy_shown(const rp_options *o, int pol)
+{
+    for (size_t k = 0; k < o->n_policies; k++)
+        if (o->policies[k] == pol)
+            return true;
+    return false;
+}
+
 static double ratio(uint64_t a, uint64_t b)
 {
     return b ? (double)a / (double)b : 0.0;
@@ -136,8 +145,10 @@ static void print_policies(FILE *f, const rp_options *o, const rp_result *r)
     const rp_metrics *m = &r->primary;
     const rp_pol_figs *opt = NULL;
     char a[32], b[32], c[32];
-    fprintf(f, "\nEviction policies at this capacity (lru: the figures above; slru, s3fifo: the "
-               "library's pool;\nopt: the offline optimum)\n");
+    fprintf(f,
+            "\nEviction policies at this capacity (lru: the figures above; slru, s3fifo: the "
+            "library's pool;\nopt: the offline optimum%s)\n",
+            rp_policy_shown(o, RP_POL_RETAIN) ? "; retain: LRU with retention priorities" : "");
     fprintf(f, "  %-8s %10s %16s %16s %14s\n", "policy", "token hit", "hit tokens",
             "capacity misses", "evicted");
     for (size_t k = 0; k < o->n_policies; k++) {
