@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "blockhash.h"
+#include "tier.h"
 
 /* Where a match gets block i's key. Keys must be requested in order 0, 1, 2, ... */
 typedef struct keysrc {
@@ -899,6 +900,10 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
         return kvp__fail(KVP_ENOTSUP, "keys cannot continue a chain under vllm-sha256-cbor: its "
                                       "256-bit chain does not fit a kvp_key (pass keys NULL)");
     uint32_t n_full = (uint32_t)(n_tokens / bs);
+    const uint32_t first = req->n_committed;
+    if (cache->tiers &&
+        (rc = kvp__tier_reserve_orders(cache, (size_t)(n_full - first) * KVP_MAX_TIERS)))
+        return rc; /* tiers: room for the store orders (tier.h) */
     size_t stored;
     if (keys)
         stored = commit_mode(cache, req, keys, tokens, n_full, COMMIT_KEYS);
@@ -909,6 +914,8 @@ int kvp__commit_locked(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
     else
         stored = commit_mode(cache, req, NULL, tokens, n_full, COMMIT_CHAIN);
     assert(req->n_committed == n_full && kvp__request_counts_ok(req));
+    if (cache->tiers && stored)
+        kvp__tier_committed(cache, req, first); /* write-through: store orders */
     if (req->prompt_fp && (size_t)req->n_committed * bs >= req->n_prompt)
         kvp__request_drop_prompt(cache, req);
     if (n_stored)
