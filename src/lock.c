@@ -252,8 +252,7 @@ KVP_EXPORT int kvp_cache_add_tier(kvp_cache *cache, const kvp_tier_config *tc, i
 
 KVP_EXPORT int kvp_acquire_tiers(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
                                  const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
-                                 kvp_match *out, kvp_tier_order *loads, size_t cap,
-                                 size_t *n_loads)
+                                 kvp_match *out, kvp_tier_order *loads, size_t cap, size_t *n_loads)
 {
     LOCKED(cache, EXCLUSIVE,
            kvp__acquire_tiers_locked(cache, req_id, ns, tokens, n_tokens, n_capacity, out, loads,
@@ -274,8 +273,7 @@ KVP_EXPORT int kvp_tier_confirm(kvp_cache *cache, uint64_t order_id, bool ok)
 KVP_EXPORT int kvp_lookup_tiers(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
                                 size_t n_tokens, uint8_t *where, size_t cap, kvp_tier_match *out)
 {
-    LOCKED(cache, SHARED,
-           kvp__lookup_tiers_locked(cache, ns, tokens, n_tokens, where, cap, out));
+    LOCKED(cache, SHARED, kvp__lookup_tiers_locked(cache, ns, tokens, n_tokens, where, cap, out));
 }
 
 KVP_EXPORT int kvp_cache_tier_stats(const kvp_cache *cache, int tier, kvp_tier_stats *out,

@@ -452,8 +452,8 @@ int kvp__tier_check(const kvp_cache *cache)
         FAIL_IF(n_stores[k] != t->n_pending);
         uint64_t loads = 0, refs = 0;
         for (uint32_t s = 0; s < ts->cap_orders; s++)
-            loads += ts->orders[s].id && ts->orders[s].kind == KVP_ORDER_LOAD &&
-                     ts->orders[s].tier == k;
+            loads +=
+                ts->orders[s].id && ts->orders[s].kind == KVP_ORDER_LOAD && ts->orders[s].tier == k;
         for (uint32_t id = 0; id < t->n_blocks; id++)
             refs += t->blocks[id].ref;
         FAIL_IF(loads != refs);

@@ -102,8 +102,7 @@ int kvp__tier_reserve_orders(kvp_cache *cache, size_t n);
 void kvp__tier_committed(kvp_cache *cache, const kvp__request *req, uint32_t first);
 int kvp__acquire_tiers_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
                               const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
-                              kvp_match *out, kvp_tier_order *loads, size_t cap,
-                              size_t *n_loads);
+                              kvp_match *out, kvp_tier_order *loads, size_t cap, size_t *n_loads);
 int kvp__tier_orders_locked(kvp_cache *cache, kvp_tier_order *out, size_t cap, size_t *n,
                             size_t *n_left);
 int kvp__tier_confirm_locked(kvp_cache *cache, uint64_t order_id, bool ok);
