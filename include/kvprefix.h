@@ -362,15 +362,14 @@ typedef struct kvp_event {
     kvp_key key;         /* STORED/REMOVED: the block key; zero for CLEARED */
     kvp_key parent;      /* STORED: the parent block's key, or the namespace root */
     bool parent_is_root; /* STORED: true when parent is the namespace root (first block) */
+    uint8_t tier;        /* the tier the event is about: 0 for the device pool; 1 ..
+                            KVP_MAX_TIERS - 1 for a lower tier (kvp_cache_add_tier), whose
+                            block ids block_id then names and whose medium
+                            kvp_cache_tier_medium gives (it sits in the padding after
+                            parent_is_root, so kvp_event keeps its size) */
     /* STORED: the block's block_size tokens when the cache knows them (NULL for the _ids
-     * forms, which have no tokens); valid during the callback only. */
+     * forms, which have no tokens, and for lower tiers); valid during the callback only. */
     const uint32_t *tokens;
-    /* Tiers (kvp_cache_add_tier): the medium of the tier the event is about, e.g. "CPU",
-     * valid during the callback only; NULL for the device pool (tier 0), whose medium the
-     * consumer configures (kvp_publisher_config.medium, "GPU" by default). block_id is then
-     * a block id of that tier. */
-    const char *medium;
-    int tier; /* 0 for the device pool, 1 .. KVP_MAX_TIERS - 1 for a lower tier */
 } kvp_event;
 
 typedef void (*kvp_event_fn)(void *ud, const kvp_event *ev);
@@ -866,6 +865,12 @@ typedef struct kvp_tier_stats {
     uint64_t n_bytes_loaded;   /* moved out of this tier by confirmed loads */
     uint64_t n_bytes_stored;   /* moved into this tier by confirmed stores */
 } kvp_tier_stats;
+
+/* The medium name of tier (0: "GPU"), or NULL when the cache has no such tier. Owned by
+ * the cache, valid until kvp_cache_free. Unlike the other calls it may be called from
+ * inside the cache's own event callback (to name an event's tier; the callback's thread
+ * holds the lock already). Cannot fail. */
+KVP_EXPORT const char *kvp_cache_tier_medium(const kvp_cache *cache, int tier);
 
 /* The number of tiers, tier 0 included, in *n_tiers, and the counters of tier (0 ..
  * *n_tiers - 1) in *out (out may be NULL to ask the count only). Returns KVP_OK,

@@ -281,3 +281,18 @@ KVP_EXPORT int kvp_cache_tier_stats(const kvp_cache *cache, int tier, kvp_tier_s
 {
     LOCKED(cache, SHARED, kvp__tier_stats_locked(cache, tier, out, n_tiers));
 }
+
+KVP_EXPORT const char *kvp_cache_tier_medium(const kvp_cache *cache, int tier)
+{
+    /* Inside the cache's callback this thread holds the exclusive lock already. */
+    if (!cache)
+        return NULL;
+    if (kvp__in_callback(cache) || cache->cfg.single_threaded)
+        return kvp__tier_medium(cache, tier);
+    pthread_rwlock_t *lock = (pthread_rwlock_t *)&cache->lock;
+    if (pthread_rwlock_rdlock(lock) != 0)
+        return NULL;
+    const char *m = kvp__tier_medium(cache, tier);
+    pthread_rwlock_unlock(lock);
+    return m;
+}

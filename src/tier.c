@@ -18,6 +18,10 @@
 #include "blockhash.h"
 #include "tier.h"
 
+/* The tier rides in kvp_event's padding: adding it did not grow the event, so no emitter
+ * builds a larger one (kvp_event is zeroed on every eviction, tiers or not). */
+_Static_assert(sizeof(void *) != 8 || sizeof(kvp_event) == 64, "kvp_event grew");
+
 /* The slot where key's probe starts. */
 static inline uint32_t slot_of(const kvp__tier *t, kvp_key key)
 {
@@ -134,8 +138,7 @@ static void evict(kvp_cache *cache, int k, uint32_t id)
         ev.reason = KVP_REMOVED_EVICTED;
         ev.block_id = id;
         ev.key = key;
-        ev.medium = t->medium;
-        ev.tier = k;
+        ev.tier = (uint8_t)k;
         kvp__emit(cache, &ev);
     }
 }
@@ -295,6 +298,16 @@ int kvp__tier_add_locked(kvp_cache *cache, const kvp_tier_config *tc, int *tier)
     if (tier)
         *tier = n;
     return KVP_OK;
+}
+
+/* The medium of tier k, or NULL. Cannot fail. */
+const char *kvp__tier_medium(const kvp_cache *cache, int k)
+{
+    if (k == 0)
+        return "GPU";
+    if (!cache->tiers || k < 0 || k >= cache->tiers->n_tiers)
+        return NULL;
+    return cache->tiers->tier[k].medium;
 }
 
 /* Free every lower tier and the order table (kvp_cache_free). Cannot fail. */

@@ -86,6 +86,7 @@ static inline bool kvp__tiers_on(const kvp_cache *cache)
 /* tier.c */
 int kvp__tier_add_locked(kvp_cache *cache, const kvp_tier_config *tc, int *tier);
 void kvp__tiers_free(kvp_cache *cache);
+const char *kvp__tier_medium(const kvp_cache *cache, int k);
 uint32_t kvp__tier_find(const kvp__tier *t, kvp_key key); /* block id or KVP_NIL */
 uint32_t kvp__tier_find_ready(const kvp__tiers *ts, kvp_key key, int *tier);
 uint32_t kvp__tier_reserve_block(kvp_cache *cache, int tier, kvp_key key);
@@ -99,7 +100,11 @@ int kvp__lookup_tiers_locked(kvp_cache *cache, const kvp_namespace *ns, const ui
 
 /* tier_orders.c */
 int kvp__tier_reserve_orders(kvp_cache *cache, size_t n);
-void kvp__tier_committed(kvp_cache *cache, const kvp__request *req, uint32_t first);
+int kvp__tier_commit(kvp_cache *cache, uint64_t req_id, const kvp_key *keys, const uint32_t *tokens,
+                     size_t n_tokens, size_t *n_stored);
+/* lifecycle.c: kvp_commit's body (cache non-NULL), which kvp__tier_commit wraps. */
+int kvp__commit_body(kvp_cache *cache, uint64_t req_id, const kvp_key *keys, const uint32_t *tokens,
+                     size_t n_tokens, size_t *n_stored);
 int kvp__acquire_tiers_locked(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
                               const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
                               kvp_match *out, kvp_tier_order *loads, size_t cap, size_t *n_loads);

@@ -99,7 +99,7 @@ static inline uint64_t moved(const kvp_cache *cache, uint64_t n)
  * store to every lower tier that does not hold its key, pinning the device block once per
  * order. A tier whose blocks are all pending or loading skips the block (counted). Cannot
  * fail. */
-void kvp__tier_committed(kvp_cache *cache, const kvp__request *req, uint32_t first)
+static void tier_committed(kvp_cache *cache, const kvp__request *req, uint32_t first)
 {
     kvp__tiers *ts = cache->tiers;
     kvp_key parent = first == 0 ? req->root : req->last_key;
@@ -147,6 +147,36 @@ void kvp__tier_committed(kvp_cache *cache, const kvp__request *req, uint32_t fir
         parent = b->key;
         parent_known = true;
     }
+}
+
+/* kvp_commit on a cache with lower tiers (kvp__commit_locked sends it here, so a cache
+ * without tiers pays one test of cache->tiers per commit and nothing else):
+ *   1. reserve an order per block the commit may store and per lower tier (KVP_ENOMEM:
+ *      nothing changed; the reservation is only spare capacity);
+ *   2. commit (kvp__commit_body; nothing changed if it fails);
+ *   3. order the stores of the blocks it indexed (cannot fail). */
+int kvp__tier_commit(kvp_cache *cache, uint64_t req_id, const kvp_key *keys, const uint32_t *tokens,
+                     size_t n_tokens, size_t *n_stored)
+{
+    /* Step 1: reserve. */
+    kvp__request *req = kvp__request_find(cache, req_id);
+    uint32_t first = req ? req->n_committed : 0;
+    int rc = KVP_OK;
+    if (req && cache->tiers->n_tiers > 1) {
+        size_t n_full = n_tokens / cache->cfg.block_size;
+        if (n_full > req->n_blocks)
+            n_full = req->n_blocks; /* the commit refuses more (KVP_ERANGE) */
+        if (n_full > first)
+            rc = kvp__tier_reserve_orders(cache,
+                                          (n_full - first) * (size_t)(cache->tiers->n_tiers - 1));
+    }
+    /* Step 2: commit. */
+    if (rc == KVP_OK)
+        rc = kvp__commit_body(cache, req_id, keys, tokens, n_tokens, n_stored);
+    /* Step 3: the store orders. */
+    if (rc == KVP_OK && cache->tiers->n_tiers > 1 && req->n_committed > first)
+        tier_committed(cache, req, first);
+    return rc;
 }
 
 /* The body of kvp_acquire_tiers: 1. validate; 2. reserve an order per possible load;
@@ -245,7 +275,6 @@ static void emit_tier_stored(kvp_cache *cache, const kvp__order *o)
     ev.key = o->key;
     ev.parent = o->parent;
     ev.parent_is_root = o->parent_is_root;
-    ev.medium = cache->tiers->tier[o->tier].medium;
     ev.tier = o->tier;
     kvp__emit(cache, &ev);
 }

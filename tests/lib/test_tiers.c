@@ -46,6 +46,7 @@ typedef struct model {
     uint32_t n_tier[KVP_MAX_TIERS];
     kvp_key dev[N_DEV]; /* device contents */
     bool dev_ok[N_DEV];
+    kvp_cache *cache; /* for kvp_cache_tier_medium inside the callback */
     uint64_t n_removed_events;
     bool bad_event; /* a tier event the model did not expect */
 } model;
@@ -53,17 +54,15 @@ typedef struct model {
 static void on_event(void *ud, const kvp_event *ev)
 {
     model *m = ud;
-    if (ev->tier == 0) {
-        if (ev->medium != NULL)
-            m->bad_event = true;
+    if (ev->tier == 0)
         return;
-    }
     if (ev->tier < 1 || ev->tier > 2 || ev->block_id >= m->n_tier[ev->tier]) {
         m->bad_event = true;
         return;
     }
     const char *want = ev->tier == 1 ? "CPU" : "DISK";
-    if (!ev->medium || strcmp(ev->medium, want) != 0)
+    const char *medium = kvp_cache_tier_medium(m->cache, ev->tier);
+    if (!medium || strcmp(medium, want) != 0 || ev->tokens != NULL)
         m->bad_event = true;
     mblock *b = &m->tier[ev->tier][ev->block_id];
     if (ev->type == KVP_EVENT_REMOVED) {
@@ -86,6 +85,7 @@ static kvp_cache *tier_cache(model *m, uint32_t n_cpu, uint32_t n_disk)
     kvp_config cfg = th_config(N_DEV, BS, false, on_event, m);
     cfg.block_bytes = 1000;
     kvp_cache *c = th_cache_new(&cfg);
+    m->cache = c;
     kvp_tier_config tc;
     kvp_tier_config_init(&tc);
     tc.n_blocks = n_cpu;
@@ -228,6 +228,11 @@ Test(tiers, add_tier_errors)
     cr_assert_eq(kvp_cache_tier_stats(c, 2, &st, &n), KVP_OK);
     cr_assert_str_eq(st.medium, "DISK");
     cr_assert_eq(st.n_blocks_total, 4);
+    cr_assert_str_eq(kvp_cache_tier_medium(c, 0), "GPU");
+    cr_assert_str_eq(kvp_cache_tier_medium(c, 3), "REMOTE");
+    cr_assert_null(kvp_cache_tier_medium(c, 4));
+    cr_assert_null(kvp_cache_tier_medium(c, -1));
+    cr_assert_null(kvp_cache_tier_medium(NULL, 0));
     cr_assert_eq(kvp_cache_check(c), KVP_OK);
     kvp_cache_free(c);
 
