@@ -368,7 +368,7 @@ typedef struct kvp_event {
                             kvp_cache_tier_medium gives (it sits in the padding after
                             parent_is_root, so kvp_event keeps its size) */
     /* STORED: the block's block_size tokens when the cache knows them (NULL for the _ids
-     * forms, which have no tokens, and for lower tiers); valid during the callback only. */
+     * forms, which have no tokens); valid during the callback only. */
     const uint32_t *tokens;
 } kvp_event;
 

@@ -319,6 +319,8 @@ void kvp__tiers_free(kvp_cache *cache)
     for (int k = 1; k < ts->n_tiers; k++)
         tier_free(cache, &ts->tier[k]);
     kvp__mem_free(&cache->mem, ts->orders, (size_t)ts->cap_orders * sizeof *ts->orders);
+    kvp__mem_free(&cache->mem, ts->tokens,
+                  (size_t)ts->cap_orders * cache->cfg.block_size * sizeof *ts->tokens);
     kvp__mem_free(&cache->mem, ts, sizeof *ts);
     cache->tiers = NULL;
 }

@@ -70,6 +70,9 @@ typedef struct kvp__tiers {
     kvp__tier tier[KVP_MAX_TIERS]; /* [1 .. n_tiers) used; [0] unused */
     int n_tiers;                   /* tiers with the device pool: 1 .. KVP_MAX_TIERS */
     kvp__order *orders;            /* cap_orders slots */
+    uint32_t *tokens;              /* with an event callback: block_size tokens per slot, a
+                                      STORE's block (its STORED event carries them, as
+                                      vLLM's BlockStored does); else NULL */
     uint32_t cap_orders;           /* slots allocated */
     uint32_t n_orders;             /* live orders */
     uint32_t free_slot;            /* first free slot, KVP_NIL if none */

@@ -32,9 +32,20 @@ int kvp__tier_reserve_orders(kvp_cache *cache, size_t n)
         want *= 2;
     if (want >= KVP_NIL)
         return kvp__fail(KVP_ENOMEM, "%zu more orders do not fit the order table", n);
+    const size_t bs = cache->cfg.block_size;
     kvp__order *o = kvp__mem_alloc(&cache->mem, (size_t)want * sizeof *o);
+    uint32_t *tok = NULL;
+    if (o && cache->cfg.on_event &&
+        !(tok = kvp__mem_alloc(&cache->mem, (size_t)want * bs * sizeof *tok))) {
+        kvp__mem_free(&cache->mem, o, (size_t)want * sizeof *o);
+        o = NULL;
+    }
     if (!o)
         return kvp__fail(KVP_ENOMEM, "out of memory: the order table (%" PRIu64 " slots)", want);
+    if (tok && ts->cap_orders)
+        memcpy(tok, ts->tokens, (size_t)ts->cap_orders * bs * sizeof *tok);
+    kvp__mem_free(&cache->mem, ts->tokens, (size_t)ts->cap_orders * bs * sizeof *tok);
+    ts->tokens = tok;
     if (ts->cap_orders)
         memcpy(o, ts->orders, (size_t)ts->cap_orders * sizeof *o);
     memset(o + ts->cap_orders, 0, (size_t)(want - ts->cap_orders) * sizeof *o);
@@ -99,8 +110,10 @@ static inline uint64_t moved(const kvp_cache *cache, uint64_t n)
  * store to every lower tier that does not hold its key, pinning the device block once per
  * order. A tier whose blocks are all pending or loading skips the block (counted). Cannot
  * fail. */
-static void tier_committed(kvp_cache *cache, const kvp__request *req, uint32_t first)
+static void tier_committed(kvp_cache *cache, const kvp__request *req, uint32_t first,
+                           const uint32_t *tokens)
 {
+    const size_t bs = cache->cfg.block_size;
     kvp__tiers *ts = cache->tiers;
     kvp_key parent = first == 0 ? req->root : req->last_key;
     bool parent_known = first == 0;
@@ -136,6 +149,8 @@ static void tier_committed(kvp_cache *cache, const kvp__request *req, uint32_t f
             o->kind = KVP_ORDER_STORE;
             o->tier = (uint8_t)k;
             uint32_t s = (uint32_t)o->id;
+            if (ts->tokens)
+                memcpy(ts->tokens + (size_t)s * bs, tokens + (size_t)i * bs, bs * sizeof *tokens);
             if (ts->new_tail != KVP_NIL)
                 ts->orders[ts->new_tail].next = s;
             else
@@ -175,7 +190,7 @@ int kvp__tier_commit(kvp_cache *cache, uint64_t req_id, const kvp_key *keys, con
         rc = kvp__commit_body(cache, req_id, keys, tokens, n_tokens, n_stored);
     /* Step 3: the store orders. */
     if (rc == KVP_OK && cache->tiers->n_tiers > 1 && req->n_committed > first)
-        tier_committed(cache, req, first);
+        tier_committed(cache, req, first, tokens);
     return rc;
 }
 
@@ -276,6 +291,7 @@ static void emit_tier_stored(kvp_cache *cache, const kvp__order *o)
     ev.parent = o->parent;
     ev.parent_is_root = o->parent_is_root;
     ev.tier = o->tier;
+    ev.tokens = cache->tiers->tokens + (size_t)(uint32_t)o->id * cache->cfg.block_size;
     kvp__emit(cache, &ev);
 }
 

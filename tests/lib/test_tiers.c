@@ -62,8 +62,10 @@ static void on_event(void *ud, const kvp_event *ev)
     }
     const char *want = ev->tier == 1 ? "CPU" : "DISK";
     const char *medium = kvp_cache_tier_medium(m->cache, ev->tier);
-    if (!medium || strcmp(medium, want) != 0 || ev->tokens != NULL)
+    if (!medium || strcmp(medium, want) != 0)
         m->bad_event = true;
+    if ((ev->type == KVP_EVENT_STORED) != (ev->tokens != NULL))
+        m->bad_event = true; /* a tier's BlockStored carries its tokens, as vLLM's */
     mblock *b = &m->tier[ev->tier][ev->block_id];
     if (ev->type == KVP_EVENT_REMOVED) {
         /* Only a ready block is ever evicted from a tier. */
