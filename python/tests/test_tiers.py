@@ -90,3 +90,18 @@ def test_errors(ns):
     v = kvprefix.Cache(8, 4, verify_tokens=True)
     with pytest.raises(kvprefix.NotSupportedError):
         v.add_tier("CPU", 8)
+
+
+def test_tiers_example_runs():
+    """examples/python/tiers.py: its own checks (loaded KV equals computed KV) hold."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, str(REPO / "examples" / "python" / "tiers.py")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "turn 2" in r.stdout and "loaded from CPU" in r.stdout
