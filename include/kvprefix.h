@@ -682,7 +682,8 @@ KVP_NODISCARD KVP_EXPORT int kvp_cache_set_quota(kvp_cache *cache, const kvp_nam
 KVP_NODISCARD KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
 
 /* Walk the whole cache and check every invariant (index, pool, LRU ring or the eviction
- * policy's lists, free list, reference counts, requests, interned namespaces). Returns KVP_OK,
+ * policy's lists, free list, reference counts, requests, interned namespaces, lower tiers and
+ * their orders). Returns KVP_OK,
  * KVP_ECORRUPT, KVP_EBUSY, KVP_EINVAL (NULL), or KVP_ENOMEM (its scratch array, taken with malloc,
  * not the cache's hooks). O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid
  * deployments. */
@@ -716,7 +717,6 @@ typedef struct kvp_label {
 KVP_NODISCARD KVP_EXPORT int kvp_cache_metrics(const kvp_cache *cache, const kvp_label *labels,
                                                size_t n_labels, char *buf, size_t cap,
                                                size_t *n_out);
-
 
 /* ---------------------------------------------------------------------------------------- */
 /* Tiers: host memory, local disk, remote store (docs/design.md, "Tiers")                   */
@@ -825,11 +825,11 @@ KVP_NODISCARD KVP_EXPORT int kvp_tier_confirm(kvp_cache *cache, uint64_t order_i
 
 /* Where the longest prefix lives, block by block. */
 typedef struct kvp_tier_match {
-    uint32_t n_blocks_full;               /* full blocks in the prompt */
-    uint32_t n_blocks_prefix;             /* longest run from the start found in some tier:
-                                             the device run, then blocks a lower tier holds */
-    uint32_t n_blocks_usable;             /* n_blocks_prefix capped as kvp_lookup caps hits
-                                             (at least one prompt token computed) */
+    uint32_t n_blocks_full;                /* full blocks in the prompt */
+    uint32_t n_blocks_prefix;              /* longest run from the start found in some tier:
+                                              the device run, then blocks a lower tier holds */
+    uint32_t n_blocks_usable;              /* n_blocks_prefix capped as kvp_lookup caps hits
+                                              (at least one prompt token computed) */
     uint32_t n_blocks_tier[KVP_MAX_TIERS]; /* blocks of the prefix found in each tier */
 } kvp_tier_match;
 
