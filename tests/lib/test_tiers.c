@@ -15,8 +15,12 @@
  * order must read a tier block whose contents are the order's key, and each store order's
  * device block must still hold its key when the copy is made (the pin held).
  */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <criterion/criterion.h>
 
@@ -190,7 +194,7 @@ static void model_agrees(kvp_cache *c, const model *m)
 
 static const kvp_namespace *test_ns(void)
 {
-    static kvp_namespace ns;
+    static _Thread_local kvp_namespace ns; /* the threads test calls it from several */
     th_ns(&ns, "m", NULL, NULL, NULL);
     return &ns;
 }
@@ -622,5 +626,165 @@ Test(tiers, checker_catches)
     cr_assert_eq(kvp_cache_check(c), KVP_OK);
     cr_assert_eq(kvp_tier_confirm(c, st[1].id, true), KVP_OK);
     cr_assert_eq(kvp_release(c, 1), KVP_OK);
+    kvp_cache_free(c);
+}
+
+/* Threads: two schedulers acquire (with loads), commit and release while a copier thread
+ * takes store orders and answers every order (some failed), and a reader looks up; the
+ * lock makes every call linearizable, so at the end every order is answered, nothing is
+ * pinned, and the counters add up. */
+/* A prompt of one of 12 families sharing 8 blocks each (more than the device pool holds,
+ * less than the CPU tier), then a few random tokens. */
+static uint32_t family_prompt(uint64_t *rng, uint32_t *t)
+{
+    uint32_t fam = (uint32_t)(th_rand(rng) % 12), n = 8 * BS + 1 + (uint32_t)(th_rand(rng) % 8);
+    for (uint32_t i = 0; i < n; i++)
+        t[i] = i < 8 * BS ? fam * 1000 + i : 70000 + (uint32_t)(th_rand(rng) % 100);
+    return n;
+}
+
+/* Let the other threads run (20 microseconds). */
+static void nap(void)
+{
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+}
+
+typedef struct tshared {
+    kvp_cache *c;
+    pthread_mutex_t mu;     /* guards the queue of load orders */
+    kvp_tier_order q[4096]; /* load orders waiting for the copier */
+    size_t n_q;
+    atomic_int n_sched_done;      /* schedulers finished */
+    atomic_ullong n_loads_issued; /* load orders handed to the copier */
+    atomic_ullong n_stores_taken; /* store orders the copier took */
+    atomic_ullong n_answered;     /* orders the copier answered */
+    atomic_int loads_open[2];     /* per scheduler: its loads not answered yet */
+    atomic_int n_nospace;         /* acquires refused with KVP_ENOSPC */
+} tshared;
+
+typedef struct targ {
+    tshared *s;
+    int who;
+} targ;
+
+static void *sched_thread(void *p)
+{
+    targ *a = p;
+    tshared *s = a->s;
+    uint64_t rng = 77 + (uint64_t)a->who;
+    for (int i = 0; i < 150; i++) {
+        uint32_t t[64];
+        uint32_t n = family_prompt(&rng, t);
+        uint64_t id = (uint64_t)a->who << 32 | (uint64_t)i;
+        kvp_match mm;
+        kvp_tier_order lo[16];
+        size_t n_lo = 0;
+        int rc = kvp_acquire_tiers(s->c, id, test_ns(), t, n, 0, &mm, lo, 16, &n_lo);
+        if (rc == KVP_ENOSPC) { /* pending stores pin the pool: wait for the copier */
+            cr_assert_lt(atomic_fetch_add(&s->n_nospace, 1), 1000000, "no progress");
+            nap();
+            i--;
+            continue;
+        }
+        cr_assert_eq(rc, KVP_OK, "%s", kvp_errmsg());
+        pthread_mutex_lock(&s->mu);
+        for (size_t j = 0; j < n_lo && s->n_q < 4096; j++)
+            s->q[s->n_q++] = lo[j];
+        pthread_mutex_unlock(&s->mu);
+        atomic_fetch_add(&s->n_loads_issued, n_lo);
+        atomic_fetch_add(&s->loads_open[a->who], (int)n_lo);
+        while (atomic_load(&s->loads_open[a->who]) > 0)
+            nap(); /* wait for the copier: loads before prefill */
+        cr_assert_eq(kvp_commit(s->c, id, t, n, NULL), KVP_OK, "%s", kvp_errmsg());
+        cr_assert_eq(kvp_release(s->c, id), KVP_OK);
+    }
+    atomic_fetch_add(&s->n_sched_done, 1);
+    return NULL;
+}
+
+static void *copier_thread(void *p)
+{
+    tshared *s = p;
+    uint64_t n = 0;
+    for (;;) {
+        bool done = atomic_load(&s->n_sched_done) == 2;
+        kvp_tier_order st[32];
+        size_t got = 0, left = 0;
+        cr_assert_eq(kvp_tier_orders(s->c, st, 32, &got, &left), KVP_OK);
+        atomic_fetch_add(&s->n_stores_taken, got);
+        for (size_t j = 0; j < got; j++, n++) {
+            cr_assert_eq(kvp_tier_confirm(s->c, st[j].id, n % 7 != 3), KVP_OK);
+            atomic_fetch_add(&s->n_answered, 1);
+        }
+        pthread_mutex_lock(&s->mu);
+        size_t nq = s->n_q;
+        kvp_tier_order lq[4096];
+        memcpy(lq, s->q, nq * sizeof *lq);
+        s->n_q = 0;
+        pthread_mutex_unlock(&s->mu);
+        for (size_t j = 0; j < nq; j++, n++) {
+            cr_assert_eq(kvp_tier_confirm(s->c, lq[j].id, n % 5 != 2), KVP_OK);
+            atomic_fetch_add(&s->n_answered, 1);
+            atomic_fetch_sub(&s->loads_open[lq[j].req_id >> 32], 1);
+        }
+        if (done && got == 0 && nq == 0 && left == 0)
+            return NULL;
+        if (got == 0 && nq == 0)
+            nap();
+    }
+}
+
+static void *reader_thread(void *p)
+{
+    tshared *s = p;
+    uint64_t rng = 5;
+    while (atomic_load(&s->n_sched_done) < 2) {
+        uint32_t t[64];
+        uint32_t n = make_prompt(&rng, t);
+        kvp_tier_match tm;
+        cr_assert_eq(kvp_lookup_tiers(s->c, test_ns(), t, n, NULL, 0, &tm), KVP_OK);
+        cr_assert_leq(tm.n_blocks_prefix, tm.n_blocks_full);
+        kvp_tier_stats ts;
+        int n_tiers;
+        cr_assert_eq(kvp_cache_tier_stats(s->c, 1, &ts, &n_tiers), KVP_OK);
+    }
+    return NULL;
+}
+
+Test(tiers, threads)
+{
+    model m;
+    kvp_cache *c = tier_cache(&m, 128, 0);
+    static tshared s;
+    memset(&s, 0, sizeof s);
+    s.c = c;
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_t th[4];
+    targ a[2] = {{&s, 0}, {&s, 1}};
+    cr_assert_eq(pthread_create(&th[0], NULL, sched_thread, &a[0]), 0);
+    cr_assert_eq(pthread_create(&th[1], NULL, sched_thread, &a[1]), 0);
+    cr_assert_eq(pthread_create(&th[2], NULL, copier_thread, &s), 0);
+    cr_assert_eq(pthread_create(&th[3], NULL, reader_thread, &s), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    cr_assert_eq(kvp_cache_check(c), KVP_OK);
+    kvp_stats st = th_stats(c);
+    cr_assert_eq(st.n_blocks_in_use, 0, "every pin was answered");
+    kvp_tier_stats ts;
+    int n_tiers;
+    cr_assert_eq(kvp_cache_tier_stats(c, 1, &ts, &n_tiers), KVP_OK);
+    cr_assert_eq(ts.n_stores + ts.n_stores_failed, atomic_load(&s.n_stores_taken));
+    cr_assert_eq(ts.n_loads + ts.n_loads_failed, atomic_load(&s.n_loads_issued));
+    cr_assert_eq(ts.n_hits, atomic_load(&s.n_loads_issued));
+    cr_assert_gt(ts.n_loads, 0,
+                 "the workload never loaded from the CPU tier (hits %llu stores %llu skipped %llu "
+                 "ready %u, requests %llu,  device hits %llu, nospace %d)",
+                 (unsigned long long)ts.n_hits, (unsigned long long)ts.n_stores,
+                 (unsigned long long)ts.n_stores_skipped, ts.n_blocks_ready,
+                 (unsigned long long)st.n_requests, (unsigned long long)st.n_blocks_hit,
+                 atomic_load(&s.n_nospace));
+    cr_assert_eq(ts.n_blocks_pending + ts.n_blocks_loading, 0);
+    pthread_mutex_destroy(&s.mu);
     kvp_cache_free(c);
 }
