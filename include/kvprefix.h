@@ -703,6 +703,9 @@ typedef struct kvp_label {
     const char *value; /* label value, UTF-8 */
 } kvp_label;
 
+/* A cache with lower tiers (kvp_cache_add_tier) also writes the kvprefix_tier_* families,
+ * one sample per lower tier labelled medium="CPU" etc.; there "medium" is a reserved label
+ * name too (KVP_EINVAL). */
 /* Write the cache's counters and gauges in the Prometheus text exposition format 0.0.4
  * (# HELP and # TYPE lines, counters ending in _total) to buf, NUL-terminated, with
  * labels[0 .. n_labels) on every sample (labels may be NULL when n_labels is 0). Names

@@ -105,3 +105,21 @@ def test_tiers_example_runs():
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "turn 2" in r.stdout and "loaded from CPU" in r.stdout
+
+
+def test_tier_metrics_parse(ns):
+    """The tier families parse with prometheus_client and carry the medium label."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    c = tiered()
+    t = prompt(9)
+    c.acquire_tiers(1, ns, t)
+    c.commit(1, t)
+    c.release(1)
+    for o in c.tier_orders():
+        c.tier_confirm(o.id)
+    fams = {f.name: f for f in parser.text_string_to_metric_families(c.metrics({"engine": "e"}))}
+    stores = fams["kvprefix_tier_stores"].samples
+    assert [(s.labels, s.value) for s in stores] == [({"engine": "e", "medium": "CPU"}, 2.0)]
+    with pytest.raises(kvprefix.InvalidArgumentError):
+        c.metrics({"medium": "x"})
+    assert "kvprefix_tier" not in kvprefix.Cache(8, 4).metrics()

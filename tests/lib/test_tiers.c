@@ -788,3 +788,42 @@ Test(tiers, threads)
     pthread_mutex_destroy(&s.mu);
     kvp_cache_free(c);
 }
+
+/* Prometheus: a cache with tiers writes one sample per lower tier; one without writes none
+ * of the tier families, and only a cache with tiers reserves the "medium" label. */
+Test(tiers, metrics)
+{
+    model m;
+    kvp_cache *c = tier_cache(&m, 16, 8);
+    uint32_t p[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    kvp_match mm;
+    size_t n, left;
+    kvp_tier_order st[8];
+    cr_assert_eq(kvp_acquire_tiers(c, 1, test_ns(), p, 9, 0, &mm, NULL, 0, &n), KVP_OK);
+    cr_assert_eq(kvp_commit(c, 1, p, 9, NULL), KVP_OK);
+    cr_assert_eq(kvp_release(c, 1), KVP_OK);
+    cr_assert_eq(kvp_tier_orders(c, st, 8, &n, &left), KVP_OK);
+    cr_assert_eq(n, 4); /* 2 blocks, 2 tiers */
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(kvp_tier_confirm(c, st[i].id, st[i].tier == 1), KVP_OK);
+    static char buf[16384];
+    size_t len;
+    kvp_label lab = {"engine", "e1"};
+    cr_assert_eq(kvp_cache_metrics(c, &lab, 1, buf, sizeof buf, &len), KVP_OK, "%s", kvp_errmsg());
+    cr_assert(strstr(buf, "kvprefix_tier_stores_total{engine=\"e1\",medium=\"CPU\"} 2\n"), "%s",
+              buf);
+    cr_assert(strstr(buf, "kvprefix_tier_stores_failed_total{engine=\"e1\",medium=\"DISK\"} 2\n"));
+    cr_assert(strstr(buf, "kvprefix_tier_stored_bytes_total{engine=\"e1\",medium=\"CPU\"} 2000\n"));
+    cr_assert(
+        strstr(buf, "kvprefix_tier_blocks{engine=\"e1\",medium=\"CPU\",state=\"ready\"} 2\n"));
+    cr_assert(
+        strstr(buf, "kvprefix_tier_blocks{engine=\"e1\",medium=\"DISK\",state=\"free\"} 8\n"));
+    kvp_label bad = {"medium", "x"};
+    cr_assert_eq(kvp_cache_metrics(c, &bad, 1, buf, sizeof buf, &len), KVP_EINVAL);
+    kvp_cache_free(c);
+
+    c = th_cache(8, BS, false, NULL, NULL);
+    cr_assert_eq(kvp_cache_metrics(c, &bad, 1, buf, sizeof buf, &len), KVP_OK);
+    cr_assert_null(strstr(buf, "kvprefix_tier"), "a cache without tiers writes no tier family");
+    kvp_cache_free(c);
+}
