@@ -425,6 +425,33 @@ static int check_tier(const kvp__tier *t)
     return KVP_OK;
 }
 
+/* Each block of tier k: ref == the live load orders reading it. KVP_ENOMEM when the
+ * counters cannot be allocated (through the cache's allocator: back to its count after). */
+static int check_load_refs(const kvp_cache *cache, int k)
+{
+    const kvp__tiers *ts = cache->tiers;
+    const kvp__tier *t = &ts->tier[k];
+    kvp__mem *mem = (kvp__mem *)&cache->mem;
+    uint32_t *refs = kvp__mem_calloc(mem, t->n_blocks, sizeof *refs);
+    if (!refs)
+        return kvp__fail(KVP_ENOMEM, "out of memory: the checker's %" PRIu32 " counters",
+                         t->n_blocks);
+    int rc = KVP_OK;
+    for (uint32_t s = 0; s < ts->cap_orders; s++) {
+        const kvp__order *o = &ts->orders[s];
+        if (o->id && o->kind == KVP_ORDER_LOAD && o->tier == k)
+            refs[o->tier_block]++;
+    }
+    for (uint32_t id = 0; id < t->n_blocks && rc == KVP_OK; id++)
+        if (refs[id] != t->blocks[id].ref)
+            rc = kvp__fail(KVP_ECORRUPT,
+                           "tier check failed: tier %d block %" PRIu32 " has %" PRIu32
+                           " load pins for %" PRIu32 " orders",
+                           k, id, t->blocks[id].ref, refs[id]);
+    kvp__mem_free(mem, refs, (size_t)t->n_blocks * sizeof *refs);
+    return rc;
+}
+
 /* Checker of the tiers and orders (invariants in tier.h). KVP_OK at once without tiers;
  * KVP_ENOMEM when the counters cannot be allocated. */
 int kvp__tier_check(const kvp_cache *cache)
@@ -463,15 +490,10 @@ int kvp__tier_check(const kvp_cache *cache)
     }
     FAIL_IF(n_live != ts->n_orders || n_new != ts->n_new);
     for (int k = 1; k < ts->n_tiers; k++) {
-        const kvp__tier *t = &ts->tier[k];
-        FAIL_IF(n_stores[k] != t->n_pending);
-        uint64_t loads = 0, refs = 0;
-        for (uint32_t s = 0; s < ts->cap_orders; s++)
-            loads +=
-                ts->orders[s].id && ts->orders[s].kind == KVP_ORDER_LOAD && ts->orders[s].tier == k;
-        for (uint32_t id = 0; id < t->n_blocks; id++)
-            refs += t->blocks[id].ref;
-        FAIL_IF(loads != refs);
+        int rc = check_load_refs(cache, k);
+        if (rc != KVP_OK)
+            return rc;
+        FAIL_IF(n_stores[k] != ts->tier[k].n_pending);
     }
     uint32_t c = 0;
     for (uint32_t s = ts->new_head; s != KVP_NIL; s = ts->orders[s].next) {
