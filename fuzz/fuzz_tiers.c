@@ -390,7 +390,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             req *q = &w.rq[fz_below(&in, TR_N_REQ)];
             if (q->live && q->n_loads_open == 0) {
                 int rrc = kvp_release(w.cache, q->id);
-                FZ_ASSERT(rrc == KVP_OK, "release %llu: %s", (unsigned long long)q->id, kvp_errmsg());
+                FZ_ASSERT(rrc == KVP_OK, "release %llu: %s", (unsigned long long)q->id,
+                          kvp_errmsg());
                 q->live = false;
             }
             break;

@@ -413,6 +413,7 @@ struct kvp_cache {
     _Atomic uint64_t n_lookups;        /* kvp_stats.n_lookups */
     _Atomic uint64_t n_verify_rejects; /* kvp_stats.n_verify_rejects */
     kvp_hasher hasher; /* the key function (profile, key, seeds); fixed at creation */
+
     struct kvp__tiers *tiers; /* lower tiers and their orders (tier.h), or NULL: none */
 };
 
