@@ -167,6 +167,7 @@ def main():
     binary_seeds("isolation", 48, 240, 1, isolation_shape)
     binary_seeds("ops", 32, 400, 2, lambda i, rng: rng.randrange(256))
     binary_seeds("collision", 24, 300, 3, lambda i, rng: rng.randrange(256))
+    binary_seeds("tiers", 24, 400, 4, lambda i, rng: rng.randrange(256))
     replay_seeds()
     kv_decode_seeds()
     noninterference_seeds()

@@ -362,6 +362,11 @@ typedef struct kvp_event {
     kvp_key key;         /* STORED/REMOVED: the block key; zero for CLEARED */
     kvp_key parent;      /* STORED: the parent block's key, or the namespace root */
     bool parent_is_root; /* STORED: true when parent is the namespace root (first block) */
+    uint8_t tier;        /* the tier the event is about: 0 for the device pool; 1 ..
+                            KVP_MAX_TIERS - 1 for a lower tier (kvp_cache_add_tier), whose
+                            block ids block_id then names and whose medium
+                            kvp_cache_tier_medium gives (it sits in the padding after
+                            parent_is_root, so kvp_event keeps its size) */
     /* STORED: the block's block_size tokens when the cache knows them (NULL for the _ids
      * forms, which have no tokens); valid during the callback only. */
     const uint32_t *tokens;
@@ -406,6 +411,8 @@ typedef struct kvp_config {
                                     percent, 1..100 (default 10) */
     uint32_t s3fifo_ghost_pct;   /* KVP_EVICT_S3FIFO: keys the ghost FIFO remembers, in
                                     percent of the main FIFO's share, 0..1000 (default 100) */
+    uint64_t block_bytes;        /* tiers: bytes of one block's KV, for the bytes-moved
+                                    counters of kvp_tier_stats (default 0: those count blocks) */
 } kvp_config;
 
 /* kvp_config.eviction: the eviction policies. Free blocks are always used first, pinned
@@ -675,7 +682,8 @@ KVP_NODISCARD KVP_EXPORT int kvp_cache_set_quota(kvp_cache *cache, const kvp_nam
 KVP_NODISCARD KVP_EXPORT int kvp_cache_stats(const kvp_cache *cache, kvp_stats *out);
 
 /* Walk the whole cache and check every invariant (index, pool, LRU ring or the eviction
- * policy's lists, free list, reference counts, requests, interned namespaces). Returns KVP_OK,
+ * policy's lists, free list, reference counts, requests, interned namespaces, lower tiers and
+ * their orders). Returns KVP_OK,
  * KVP_ECORRUPT, KVP_EBUSY, KVP_EINVAL (NULL), or KVP_ENOMEM (its scratch array, taken with malloc,
  * not the cache's hooks). O(n_blocks + blocks held by requests). For tests, fuzzers and paranoid
  * deployments. */
@@ -695,6 +703,9 @@ typedef struct kvp_label {
     const char *value; /* label value, UTF-8 */
 } kvp_label;
 
+/* A cache with lower tiers (kvp_cache_add_tier) also writes the kvprefix_tier_* families,
+ * one sample per lower tier labelled medium="CPU" etc.; there "medium" is a reserved label
+ * name too (KVP_EINVAL). */
 /* Write the cache's counters and gauges in the Prometheus text exposition format 0.0.4
  * (# HELP and # TYPE lines, counters ending in _total) to buf, NUL-terminated, with
  * labels[0 .. n_labels) on every sample (labels may be NULL when n_labels is 0). Names
@@ -796,6 +807,164 @@ KVP_NODISCARD KVP_EXPORT int kvp_access_ids_retained(kvp_cache *cache, const kvp
  * tools. Returns KVP_OK, KVP_EINVAL (NULL pointer, block_id outside the pool), KVP_EBUSY. */
 KVP_NODISCARD KVP_EXPORT int kvp_block_retention(const kvp_cache *cache, uint32_t block_id,
                                                  int *priority);
+/* Tiers: host memory, local disk, remote store (docs/design.md, "Tiers")                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A cache may have up to KVP_MAX_TIERS tiers: tier 0 is the device pool above, tiers 1 ..
+ * KVP_MAX_TIERS - 1 are lower tiers the engine adds (host memory, then disk, then a remote
+ * store: lower numbers are tried first). Each lower tier has its own block ids (0 ..
+ * n_blocks - 1 of that tier), its own capacity and LRU eviction, and a medium name
+ * (vLLM's "CPU", "DISK", ...). The engine owns the memory of every tier and moves the
+ * bytes; the cache says what to move, where, and when a copy may be relied on.
+ *
+ * Write policy: write-through. When kvp_commit indexes a block in tier 0, the cache issues
+ * one store order per lower tier that does not hold the block's key yet (device block ->
+ * a block of that tier, evicting that tier's least recently used block if needed). Tiers
+ * are therefore inclusive only loosely: a block is written to every tier as it is
+ * committed, but each tier evicts on its own, so a lower tier may hold blocks the device
+ * pool has evicted (that is the point) and the device pool may hold blocks a lower tier
+ * dropped. kvp_access does not feed the lower tiers.
+ *
+ * Order life cycle. A store order pins its device block (it is not evicted or reused) and
+ * reserves its tier block, which is *pending*: invisible to lookups. kvp_tier_orders hands
+ * store orders out, oldest first, once each; the engine copies and calls kvp_tier_confirm
+ * with ok = true, and only then is the block hit-able (KVP_EVENT_STORED with the tier's
+ * medium); ok = false (the copy failed or was cancelled) frees the tier block and changes
+ * nothing else. Either way the device block is unpinned. kvp_acquire_tiers returns load
+ * orders (tier block -> one of the request's fresh device blocks) for the blocks after the
+ * device hit that a lower tier holds; each pins its tier block until confirmed. A loaded
+ * block is, for the cache, like a computed one: once the load is confirmed the engine
+ * commits it with kvp_commit as after prefill (a failed load: the engine computes the
+ * block instead). Every order handed out must be confirmed exactly once (ok or not), also
+ * after its request was released: until then its blocks stay pinned.
+ *
+ * Threads: every tier call takes the cache's lock like the other calls (kvp_lookup_tiers
+ * and kvp_cache_tier_stats shared, the rest exclusive). Tiers need a cache without
+ * verify_tokens (a lower tier keeps keys, not tokens: KVP_ENOTSUP). */
+
+#define KVP_MAX_TIERS       4u  /* tier 0 (the device pool) and up to three lower tiers */
+#define KVP_TIER_MEDIUM_MAX 31u /* longest medium name, in bytes */
+
+/* kvp_tier_order.kind */
+enum {
+    KVP_ORDER_LOAD = 1, /* copy tier block -> device block (from kvp_acquire_tiers) */
+    KVP_ORDER_STORE = 2 /* copy device block -> tier block (from kvp_tier_orders) */
+};
+
+/* A lower tier's parameters; fill with kvp_tier_config_init() first. */
+typedef struct kvp_tier_config {
+    const char *medium; /* its name as events carry it, 1 .. KVP_TIER_MEDIUM_MAX bytes of
+                           [A-Za-z0-9_.-] (default "CPU"); copied by kvp_cache_add_tier */
+    uint32_t n_blocks;  /* its capacity in blocks, 1 .. 2^31 (no default: 0) */
+    int eviction;       /* KVP_EVICT_LRU (the only policy lower tiers have so far) */
+} kvp_tier_config;
+
+/* Fill *tc with the defaults above. Cannot fail (does nothing if tc is NULL). */
+KVP_EXPORT void kvp_tier_config_init(kvp_tier_config *tc);
+
+/* Add a lower tier below the existing ones; *tier (may be NULL) receives its number (1 for
+ * the first). The tier starts empty. Returns KVP_OK, KVP_EINVAL (NULL cache or tc, bad
+ * medium, n_blocks 0 or above 2^31, a medium already used, requests active: add tiers
+ * before the first kvp_acquire), KVP_ENOTSUP (a verify_tokens cache, an eviction policy
+ * other than LRU), KVP_ENOSPC (already KVP_MAX_TIERS tiers), KVP_ENOMEM, KVP_EBUSY.
+ * Nothing changes on failure. */
+KVP_NODISCARD KVP_EXPORT int kvp_cache_add_tier(kvp_cache *cache, const kvp_tier_config *tc,
+                                                int *tier);
+
+/* One copy the engine must make. A plain value, owned by the caller once written. */
+typedef struct kvp_tier_order {
+    uint64_t id;           /* pass to kvp_tier_confirm; never 0, never reused while live */
+    uint64_t req_id;       /* LOAD: the acquiring request; STORE: the committing request */
+    kvp_key key;           /* the block's key */
+    int kind;              /* KVP_ORDER_LOAD or KVP_ORDER_STORE */
+    int tier;              /* the lower tier, 1 .. KVP_MAX_TIERS - 1 */
+    uint32_t tier_block;   /* block id in that tier: the source (LOAD) or destination */
+    uint32_t device_block; /* tier-0 block id: the destination (LOAD) or source (STORE) */
+    uint32_t block_index;  /* the block's position in its request's block table */
+} kvp_tier_order;
+
+/* kvp_acquire, then load orders for the blocks after the device hit: blocks n_blocks_hit,
+ * n_blocks_hit + 1, ... of the prompt, as long as each is held (confirmed) by some lower
+ * tier (the lowest-numbered one that holds it) and lies inside the first n_tokens - 1
+ * tokens (as kvp_lookup's cap), at most cap of them. loads[0 .. *n_loads) receive them in
+ * block order (loads may be NULL when cap is 0: then this is kvp_acquire); load k goes into
+ * the request's block n_blocks_hit + k. out is kvp_acquire's (n_blocks_hit counts device
+ * hits only). Returns as kvp_acquire, plus KVP_EINVAL (loads NULL with cap > 0, n_loads
+ * NULL). Nothing changes on failure. */
+KVP_NODISCARD KVP_EXPORT int kvp_acquire_tiers(kvp_cache *cache, uint64_t req_id,
+                                               const kvp_namespace *ns, const uint32_t *tokens,
+                                               size_t n_tokens, size_t n_capacity, kvp_match *out,
+                                               kvp_tier_order *loads, size_t cap, size_t *n_loads);
+
+/* Hand out up to cap store orders not handed out before, oldest first, into out[0 .. *n)
+ * (out may be NULL when cap is 0; *n_left, which may be NULL, receives how many remain).
+ * Returns KVP_OK, KVP_EINVAL (NULL pointer), KVP_EBUSY. */
+KVP_NODISCARD KVP_EXPORT int kvp_tier_orders(kvp_cache *cache, kvp_tier_order *out, size_t cap,
+                                             size_t *n, size_t *n_left);
+
+/* The engine's answer to an order handed out: ok = true when the copy is complete, false
+ * when it failed or was cancelled. STORE ok: the tier block becomes hit-able (STORED event
+ * with the tier's medium; its parent is the key before it, or the namespace root); STORE
+ * failed: the tier block is freed, as if the order had never been. LOAD ok: the tier block
+ * becomes the tier's most recently used; LOAD failed: nothing changes. Both unpin what the
+ * order pinned. Returns KVP_OK, KVP_ENOENT (no live order has this id: unknown, already
+ * confirmed, or a store order not handed out yet), KVP_EINVAL (NULL cache), KVP_EBUSY. */
+KVP_NODISCARD KVP_EXPORT int kvp_tier_confirm(kvp_cache *cache, uint64_t order_id, bool ok);
+
+/* Where the longest prefix lives, block by block. */
+typedef struct kvp_tier_match {
+    uint32_t n_blocks_full;                /* full blocks in the prompt */
+    uint32_t n_blocks_prefix;              /* longest run from the start found in some tier:
+                                              the device run, then blocks a lower tier holds */
+    uint32_t n_blocks_usable;              /* n_blocks_prefix capped as kvp_lookup caps hits
+                                              (at least one prompt token computed) */
+    uint32_t n_blocks_tier[KVP_MAX_TIERS]; /* blocks of the prefix found in each tier */
+} kvp_tier_match;
+
+/* Like kvp_lookup, across the tiers: the prefix is the device pool's cached run, then each
+ * following block as long as a lower tier holds it confirmed (pending stores do not count).
+ * where[i] (i < min(n_blocks_prefix, cap)) receives the tier of block i: 0 for the device
+ * run, else the lowest-numbered lower tier that holds it (where may be NULL when cap is 0).
+ * Read-only (counts nothing). Returns KVP_OK, KVP_EINVAL (NULL pointer, n_tokens 0, where
+ * NULL with cap > 0), KVP_EOVERFLOW, KVP_ENOTSUP, KVP_ETOKEN, KVP_EBUSY. Works on a cache
+ * without lower tiers too (then it is kvp_lookup's cached run). */
+KVP_NODISCARD KVP_EXPORT int kvp_lookup_tiers(kvp_cache *cache, const kvp_namespace *ns,
+                                              const uint32_t *tokens, size_t n_tokens,
+                                              uint8_t *where, size_t cap, kvp_tier_match *out);
+
+/* Counters of one tier. Bytes are blocks times kvp_config.block_bytes, or blocks when
+ * that is 0. */
+typedef struct kvp_tier_stats {
+    const char *medium;        /* the tier's medium ("GPU" for tier 0); owned by the cache,
+                                  valid until kvp_cache_free */
+    uint32_t n_blocks_total;   /* capacity */
+    uint32_t n_blocks_ready;   /* confirmed, hit-able blocks (tier 0: indexed blocks) */
+    uint32_t n_blocks_pending; /* reserved by store orders not confirmed yet (tier 0: 0) */
+    uint32_t n_blocks_loading; /* ready blocks pinned by load orders in flight (tier 0: 0) */
+    uint64_t n_hits;           /* blocks found: load orders issued (tier 0: kvp_stats
+                                  n_blocks_hit) */
+    uint64_t n_loads;          /* load orders confirmed ok */
+    uint64_t n_loads_failed;   /* load orders confirmed failed or cancelled */
+    uint64_t n_stores;         /* store orders confirmed ok */
+    uint64_t n_stores_failed;  /* store orders confirmed failed or cancelled */
+    uint64_t n_stores_skipped; /* committed blocks not written to this tier: every block of
+                                  it was pending or being loaded */
+    uint64_t n_evictions;      /* ready blocks evicted for new stores (tier 0: kvp_stats) */
+    uint64_t n_bytes_loaded;   /* moved out of this tier by confirmed loads */
+    uint64_t n_bytes_stored;   /* moved into this tier by confirmed stores */
+} kvp_tier_stats;
+
+/* The medium name of tier (0: "GPU"), or NULL when the cache has no such tier. Owned by
+ * the cache, valid until kvp_cache_free. Unlike the other calls it may be called from
+ * inside the cache's own event callback (to name an event's tier; the callback's thread
+ * holds the lock already). Cannot fail. */
+KVP_EXPORT const char *kvp_cache_tier_medium(const kvp_cache *cache, int tier);
+
+/* The number of tiers, tier 0 included, in *n_tiers, and the counters of tier (0 ..
+ * *n_tiers - 1) in *out (out may be NULL to ask the count only). Returns KVP_OK,
+ * KVP_EINVAL (NULL cache or n_tiers, tier out of range), KVP_EBUSY. */
+KVP_NODISCARD KVP_EXPORT int kvp_cache_tier_stats(const kvp_cache *cache, int tier,
+                                                  kvp_tier_stats *out, int *n_tiers);
 
 #ifdef __cplusplus
 }

@@ -196,6 +196,10 @@ typedef struct kvp_publisher_config {
                                     false: the caller drives kvp_publisher_poll) */
     void *zmq_context;           /* ZeroMQ context to use (default NULL: the publisher makes
                                     and terminates its own); must outlive the publisher */
+    const char *tier_medium[KVP_MAX_TIERS - 1]; /* the medium of the cache's lower tiers 1,
+                                    2, 3 (kvp_cache_add_tier, kvp_event.tier), e.g. "CPU",
+                                    copied; their events are published under it, and a tier
+                                    left NULL (the default) is not published at all */
 } kvp_publisher_config;
 
 /* Largest number of cache events kept between two flushes: reaching it publishes. */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "tier.h"
 
 KVP_EXPORT void kvp_config_init(kvp_config *cfg)
 {
@@ -46,6 +47,7 @@ void kvp__cache_destroy(kvp_cache *cache)
     kvp__quota_free(cache);
     kvp__retention_free(cache);
     kvp__policy_free(cache);
+    kvp__tiers_free(cache);
     kvp__index_free(&cache->index, &cache->mem);
     kvp__pool_free(cache);
     kvp__mem_free(&cache->mem, cache->scratch_keys, cache->scratch_cap * sizeof(kvp_key));

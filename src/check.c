@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "tier.h"
 
 /* A failed invariant names its checker and the condition that held (for kvp_errmsg). */
 #define FAIL_IF(cond)                                                                              \
@@ -271,6 +272,7 @@ int kvp__requests_check(const kvp_cache *cache)
             refs[req->blocks[i]]++;
         }
     }
+    kvp__tier_count_pins(cache, refs); /* store orders pin their device blocks */
     for (uint32_t id = 0; id < pool->n_blocks; id++)
         FAIL_IF(refs[id] != pool->blocks[id].ref);
 out:
@@ -339,5 +341,7 @@ int kvp__cache_check(const kvp_cache *cache)
         rc = kvp__policy_check(cache);
     if (rc == KVP_OK)
         rc = kvp__retention_check(cache);
+    if (rc == KVP_OK)
+        rc = kvp__tier_check(cache);
     return rc;
 }

@@ -419,6 +419,7 @@ struct kvp_cache {
     kvp_hasher hasher; /* the key function (profile, key, seeds); fixed at creation */
 
     kvp__retention retention; /* retention priorities; zeroed until first used (retention.c) */
+    struct kvp__tiers *tiers; /* lower tiers and their orders (tier.h), or NULL: none */
 };
 
 /* Has any request carried retention (kvp_retention)? Until then every retention hook is

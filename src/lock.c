@@ -39,6 +39,7 @@
 #include <pthread.h>
 
 #include "internal.h"
+#include "tier.h"
 
 KVP__TLS kvp__cb_frame *kvp__cb_top;
 
@@ -266,4 +267,57 @@ KVP_EXPORT int kvp_cache_check(const kvp_cache *cache)
 {
     /* Exclusive: the checker's scratch goes through the cache's allocator. */
     LOCKED(cache, EXCLUSIVE, kvp__cache_check(cache));
+}
+
+/* Tiers (tier.c, tier_orders.c): the same lock discipline. */
+KVP_EXPORT int kvp_cache_add_tier(kvp_cache *cache, const kvp_tier_config *tc, int *tier)
+{
+    LOCKED(cache, EXCLUSIVE, kvp__tier_add_locked(cache, tc, tier));
+}
+
+KVP_EXPORT int kvp_acquire_tiers(kvp_cache *cache, uint64_t req_id, const kvp_namespace *ns,
+                                 const uint32_t *tokens, size_t n_tokens, size_t n_capacity,
+                                 kvp_match *out, kvp_tier_order *loads, size_t cap, size_t *n_loads)
+{
+    LOCKED(cache, EXCLUSIVE,
+           kvp__acquire_tiers_locked(cache, req_id, ns, tokens, n_tokens, n_capacity, out, loads,
+                                     cap, n_loads));
+}
+
+KVP_EXPORT int kvp_tier_orders(kvp_cache *cache, kvp_tier_order *out, size_t cap, size_t *n,
+                               size_t *n_left)
+{
+    LOCKED(cache, EXCLUSIVE, kvp__tier_orders_locked(cache, out, cap, n, n_left));
+}
+
+KVP_EXPORT int kvp_tier_confirm(kvp_cache *cache, uint64_t order_id, bool ok)
+{
+    LOCKED(cache, EXCLUSIVE, kvp__tier_confirm_locked(cache, order_id, ok));
+}
+
+KVP_EXPORT int kvp_lookup_tiers(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
+                                size_t n_tokens, uint8_t *where, size_t cap, kvp_tier_match *out)
+{
+    LOCKED(cache, SHARED, kvp__lookup_tiers_locked(cache, ns, tokens, n_tokens, where, cap, out));
+}
+
+KVP_EXPORT int kvp_cache_tier_stats(const kvp_cache *cache, int tier, kvp_tier_stats *out,
+                                    int *n_tiers)
+{
+    LOCKED(cache, SHARED, kvp__tier_stats_locked(cache, tier, out, n_tiers));
+}
+
+KVP_EXPORT const char *kvp_cache_tier_medium(const kvp_cache *cache, int tier)
+{
+    /* Inside the cache's callback this thread holds the exclusive lock already. */
+    if (!cache)
+        return NULL;
+    if (kvp__in_callback(cache) || cache->cfg.single_threaded)
+        return kvp__tier_medium(cache, tier);
+    pthread_rwlock_t *lock = (pthread_rwlock_t *)&cache->lock;
+    if (pthread_rwlock_rdlock(lock) != 0)
+        return NULL;
+    const char *m = kvp__tier_medium(cache, tier);
+    pthread_rwlock_unlock(lock);
+    return m;
 }

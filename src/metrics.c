@@ -312,6 +312,114 @@ static void mw_all(mwriter *w, const mlabels *l, const kvp_stats *s)
               s->n_requests_active);
 }
 
+/* Lower tiers (docs/design.md, "Tiers"): families written only for a cache that has some,
+ * one sample per lower tier labelled medium="CPU" etc. (so a cache without tiers writes
+ * exactly what it did). */
+typedef struct mtiers {
+    int n;                               /* lower tiers: 0 .. KVP_MAX_TIERS - 1 */
+    kvp_tier_stats t[KVP_MAX_TIERS - 1]; /* their counters */
+} mtiers;
+
+/* One label list plus medium="m" (and state="s" when not NULL). */
+static void mw_tier_labels(mwriter *w, const mlabels *l, const char *medium, const char *state)
+{
+    mw_put(w, "{", 1);
+    for (size_t i = 0; i < l->n_labels; i++) {
+        mw_str(w, l->labels[i].name);
+        mw_put(w, "=\"", 2);
+        mw_escaped(w, l->labels[i].value);
+        mw_put(w, "\",", 2);
+    }
+    mw_str(w, "medium=\"");
+    mw_str(w, medium);
+    mw_put(w, "\"", 1);
+    if (state != NULL) {
+        mw_str(w, ",state=\"");
+        mw_str(w, state);
+        mw_put(w, "\"", 1);
+    }
+    mw_put(w, "}", 1);
+}
+
+/* One counter of kvp_tier_stats. */
+static const mcounter tier_counters[] = {
+    {"kvprefix_tier_hits_total", "Blocks found in a lower tier by acquires (load orders issued).",
+     offsetof(kvp_tier_stats, n_hits)},
+    {"kvprefix_tier_loads_total", "Load orders from a lower tier confirmed complete.",
+     offsetof(kvp_tier_stats, n_loads)},
+    {"kvprefix_tier_loads_failed_total", "Load orders from a lower tier failed or cancelled.",
+     offsetof(kvp_tier_stats, n_loads_failed)},
+    {"kvprefix_tier_stores_total", "Store orders into a lower tier confirmed complete.",
+     offsetof(kvp_tier_stats, n_stores)},
+    {"kvprefix_tier_stores_failed_total", "Store orders into a lower tier failed or cancelled.",
+     offsetof(kvp_tier_stats, n_stores_failed)},
+    {"kvprefix_tier_stores_skipped_total",
+     "Committed blocks not written to a lower tier: all its blocks were pending or loading.",
+     offsetof(kvp_tier_stats, n_stores_skipped)},
+    {"kvprefix_tier_evictions_total", "Ready blocks of a lower tier evicted for new stores.",
+     offsetof(kvp_tier_stats, n_evictions)},
+    {"kvprefix_tier_loaded_bytes_total",
+     "Bytes moved out of a lower tier by loads (blocks when block_bytes is 0).",
+     offsetof(kvp_tier_stats, n_bytes_loaded)},
+    {"kvprefix_tier_stored_bytes_total",
+     "Bytes moved into a lower tier by stores (blocks when block_bytes is 0).",
+     offsetof(kvp_tier_stats, n_bytes_stored)},
+};
+
+/* Append the lower tiers' families. Cannot fail. */
+static void mw_tiers(mwriter *w, const mlabels *l, const mtiers *t)
+{
+    if (t->n == 0)
+        return;
+    for (size_t i = 0; i < sizeof tier_counters / sizeof tier_counters[0]; i++) {
+        mw_family(w, tier_counters[i].name, "counter", tier_counters[i].help);
+        for (int k = 0; k < t->n; k++) {
+            uint64_t v;
+            memcpy(&v, (const char *)&t->t[k] + tier_counters[i].offset, sizeof v);
+            mw_str(w, tier_counters[i].name);
+            mw_tier_labels(w, l, t->t[k].medium, NULL);
+            mw_put(w, " ", 1);
+            mw_u64(w, v);
+            mw_put(w, "\n", 1);
+        }
+    }
+    mw_family(w, "kvprefix_tier_blocks", "gauge",
+              "Blocks of a lower tier by state: ready (hit-able), pending (stores in flight), "
+              "loading (ready, read by loads in flight), free.");
+    for (int k = 0; k < t->n; k++) {
+        const kvp_tier_stats *ts = &t->t[k];
+        static const char *const states[] = {"ready", "pending", "loading", "free"};
+        const uint32_t values[] = {ts->n_blocks_ready, ts->n_blocks_pending, ts->n_blocks_loading,
+                                   ts->n_blocks_total - ts->n_blocks_ready - ts->n_blocks_pending};
+        for (size_t i = 0; i < 4; i++) {
+            mw_str(w, "kvprefix_tier_blocks");
+            mw_tier_labels(w, l, ts->medium, states[i]);
+            mw_put(w, " ", 1);
+            mw_u64(w, values[i]);
+            mw_put(w, "\n", 1);
+        }
+    }
+}
+
+/* The lower tiers' counters (each tier's a snapshot of its own). KVP_OK or the error of
+ * kvp_cache_tier_stats. */
+static int tiers_snapshot(const kvp_cache *cache, const kvp_label *labels, size_t n_labels,
+                          mtiers *t)
+{
+    int n_tiers = 1;
+    t->n = 0;
+    int rc = kvp_cache_tier_stats(cache, 0, NULL, &n_tiers);
+    for (int k = 1; rc == KVP_OK && k < n_tiers; k++)
+        rc = kvp_cache_tier_stats(cache, k, &t->t[k - 1], &n_tiers);
+    if (rc != KVP_OK)
+        return kvp__fail_kept(rc);
+    t->n = n_tiers - 1;
+    for (size_t i = 0; t->n > 0 && i < n_labels; i++)
+        if (strcmp(labels[i].name, "medium") == 0)
+            return kvp__fail(KVP_EINVAL, "label name 'medium' is reserved on a cache with tiers");
+    return KVP_OK;
+}
+
 /* See kvprefix.h. Steps: 1. validate; 2. take one stats snapshot; 3. write (or measure). */
 static int cache_metrics(const kvp_cache *cache, const kvp_label *labels, size_t n_labels,
                          char *buf, size_t cap, size_t *n_out)
@@ -331,10 +439,14 @@ static int cache_metrics(const kvp_cache *cache, const kvp_label *labels, size_t
     rc = kvp_cache_stats(cache, &s);
     if (rc != KVP_OK)
         return kvp__fail_kept(rc); /* kvp_cache_stats said why */
+    mtiers t;
+    if ((rc = tiers_snapshot(cache, labels, n_labels, &t)) != KVP_OK)
+        return rc;
     /* Step 3: write what fits and count the rest. */
     mwriter w = {buf, cap, 0};
     mlabels l = {labels, n_labels};
     mw_all(&w, &l, &s);
+    mw_tiers(&w, &l, &t);
     if (w.len >= cap) {
         if (cap > 0)
             buf[cap - 1] = '\0';

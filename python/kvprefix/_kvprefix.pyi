@@ -52,6 +52,9 @@ REMOVED_EVICTED: int
 REMOVED_RESET: int
 REMOVED_REPLACED: int  # no longer emitted; kept so that existing code still runs
 MAX_BLOCK_SIZE: int
+MAX_TIERS: int
+ORDER_LOAD: int
+ORDER_STORE: int
 __version__: str
 
 class KvprefixError(Exception):
@@ -109,6 +112,41 @@ class Event(Tuple[Any, ...]):
     key: int
     parent: int
     parent_is_root: bool
+    tier: int
+    medium: Optional[str]
+
+class TierOrder(Tuple[Any, ...]):
+    id: int
+    kind: int
+    tier: int
+    tier_block: int
+    device_block: int
+    block_index: int
+    key: int
+    req_id: int
+
+class TierMatch(Tuple[Any, ...]):
+    n_blocks_full: int
+    n_blocks_prefix: int
+    n_blocks_usable: int
+    blocks_per_tier: Tuple[int, ...]
+    where: List[int]
+
+class TierStats(Tuple[Any, ...]):
+    medium: str
+    n_blocks_total: int
+    n_blocks_ready: int
+    n_blocks_pending: int
+    n_blocks_loading: int
+    n_hits: int
+    n_loads: int
+    n_loads_failed: int
+    n_stores: int
+    n_stores_failed: int
+    n_stores_skipped: int
+    n_evictions: int
+    n_bytes_loaded: int
+    n_bytes_stored: int
 
 class Chain(Tuple[Any, ...]):
     key: int
@@ -199,6 +237,15 @@ class Cache:
     def access(
         self, ns: Optional[Namespace], tokens: Tokens, *, retention: Optional[Retention] = None
     ) -> Match: ...
+    def add_tier(self, medium: str, n_blocks: int) -> int: ...
+    def acquire_tiers(
+        self, req_id: int, ns: Optional[Namespace], tokens: Tokens, capacity: int = 0
+    ) -> Tuple[Match, List[TierOrder]]: ...
+    def tier_orders(self, max: Optional[int] = None) -> List[TierOrder]: ...
+    def tier_confirm(self, order_id: int, ok: bool = True) -> None: ...
+    def lookup_tiers(self, ns: Optional[Namespace], tokens: Tokens) -> TierMatch: ...
+    def tier_stats(self, tier: Optional[int] = None) -> Any: ...
+    def access(self, ns: Optional[Namespace], tokens: Tokens) -> Match: ...
     def lookup_ids(
         self, ns: Optional[Namespace], ids: Ids, n_tokens: Optional[int] = None
     ) -> Match: ...

@@ -89,26 +89,12 @@ static PyObject *finish(CacheObject *self, int rc, const char *fn, evbatch *b, P
     return kvpy_events_deliver(self, b, result);
 }
 
-/* Run STMT, a library call on kc that assigns rc, with the GIL released (kept when the
- * cache is single-threaded: the GIL then serialises calls, as the library requires), and
- * collect the events it produced into b. rc becomes 1 when the cache is closed. STMT must
- * not touch Python objects. */
-#define CALL(self, b, rc, STMT)                                                                    \
-    do {                                                                                           \
-        kvp_cache *const kc = kvpy_cache_enter(self);                                              \
-        memset(&(b), 0, sizeof(b));                                                                \
-        if (kc == NULL) {                                                                          \
-            (rc) = 1;                                                                              \
-            break;                                                                                 \
-        }                                                                                          \
-        PyThreadState *ts_ = (self)->single_threaded ? NULL : PyEval_SaveThread();                 \
-        kvpy_tls_events = &(b);                                                                    \
-        STMT;                                                                                      \
-        kvpy_tls_events = NULL;                                                                    \
-        if (ts_ != NULL)                                                                           \
-            PyEval_RestoreThread(ts_);                                                             \
-        kvpy_cache_leave(self);                                                                    \
-    } while (0)
+#define CALL KVPY_CALL /* kvpy.h */
+
+PyObject *kvpy_finish(CacheObject *self, int rc, const char *fn, evbatch *b, PyObject *result)
+{
+    return finish(self, rc, fn, b, result);
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Construction and lifetime                                                                */
@@ -252,12 +238,14 @@ static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static int Cache_traverse(CacheObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->on_event);
+    Py_VISIT(self->tier_media);
     return 0;
 }
 
 static int Cache_clear(CacheObject *self)
 {
     Py_CLEAR(self->on_event);
+    Py_CLEAR(self->tier_media);
     return 0;
 }
 
@@ -1194,6 +1182,25 @@ static const kvpy_def Cache_defs[] = {
      "str to str added to every sample."},
     {&close_sig, (PyCFunction)Cache_close, METH_NOARGS,
      "Free the cache now (idempotent); later calls raise ValueError."},
+    {&kvpy_add_tier_sig, KVPY_FN(kvpy_cache_add_tier), KVPY_FASTKW,
+     "Add a lower tier (host memory, disk, remote store) of n_blocks blocks named medium "
+     "('CPU', 'DISK', ...) below the existing ones, before the first acquire "
+     "(kvp_cache_add_tier). Returns its number, 1 for the first."},
+    {&kvpy_acquire_tiers_sig, KVPY_FN(kvpy_cache_acquire_tiers), KVPY_FASTKW,
+     "acquire, plus load orders for the blocks after the device hit that a lower tier holds "
+     "(kvp_acquire_tiers): (Match, [TierOrder]). Load k goes into the request's block "
+     "Match.n_blocks_hit + k; confirm each with tier_confirm, then commit as after prefill."},
+    {&kvpy_tier_orders_sig, KVPY_FN(kvpy_cache_tier_orders), KVPY_FASTKW,
+     "The store orders not handed out yet, oldest first (at most max): a list of TierOrder. "
+     "Copy each device block to its tier block and confirm it with tier_confirm."},
+    {&kvpy_tier_confirm_sig, KVPY_FN(kvpy_cache_tier_confirm), KVPY_FASTKW,
+     "Answer an order: ok=True when the copy is complete (a stored block becomes hit-able), "
+     "False when it failed or was cancelled (nothing changes). Returns None."},
+    {&kvpy_lookup_tiers_sig, KVPY_FN(kvpy_cache_lookup_tiers), KVPY_FASTKW,
+     "Where the longest prefix of tokens lives, block by block: a TierMatch (read-only; "
+     "kvp_lookup_tiers)."},
+    {&kvpy_tier_stats_sig, KVPY_FN(kvpy_cache_tier_stats), KVPY_FASTKW,
+     "The counters of tier (a TierStats), or of every tier (a list, tier 0 first)."},
     {&enter_sig, (PyCFunction)Cache_enter, METH_NOARGS, "Returns the cache itself."},
     {&exit_sig, KVPY_FN(Cache_exit), METH_FASTCALL, "Closes the cache."},
     {NULL, NULL, 0, NULL},

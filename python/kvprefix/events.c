@@ -80,7 +80,7 @@ PyObject *kvpy_events_deliver(CacheObject *self, evbatch *b, PyObject *result)
     PyObject *saved = exc_fetch(); /* the call's own error, if any */
     PyObject *first = NULL;
     for (size_t i = 0; i < b->n && self->on_event != NULL; i++) {
-        PyObject *ev = kvpy_event_to_py(&b->ev[i]);
+        PyObject *ev = kvpy_event_to_py(&b->ev[i], kvpy_tier_medium(self, b->ev[i].tier));
         PyObject *r = ev ? PyObject_CallOneArg(self->on_event, ev) : NULL;
         Py_XDECREF(ev);
         if (r == NULL) {

@@ -19,6 +19,7 @@
  *   request.c    the Request context manager that Cache.request returns
  *   hasher.c     the Hasher type
  *   retention.c  retention options (a dict) to a kvp_retention
+ *   tiers.c      the lower tiers' methods of Cache and their records (TierOrder, ...)
  *
  * Names: kvpy_ for what these files share, so that a reader tells binding code from the
  * library's kvp_ API at a glance; what one file uses alone is static and unprefixed.
@@ -209,7 +210,8 @@ const char *kvpy_type_doc(const kvpy_sig *sig, const char *body);
 /* A Match from a kvp_match; block_ids is stolen (NULL means None). */
 PyObject *kvpy_match_to_py(const kvp_match *m, PyObject *block_ids);
 PyObject *kvpy_stats_to_py(const kvp_stats *s);
-PyObject *kvpy_event_to_py(const kvp_event *e);
+/* medium (stolen; NULL counts as a failure): the event's tier's medium, or None. */
+PyObject *kvpy_event_to_py(const kvp_event *e, PyObject *medium);
 
 /* A chain state and its canonical digest. */
 typedef struct chaindig {
@@ -278,6 +280,8 @@ typedef struct CacheObject {
     uint32_t ns_quota;              /* default per-namespace quota; 0 = quotas off */
     int quota_scope;                /* KVP_QUOTA_SCOPE_* */
     int eviction;                   /* KVP_EVICT_* */
+    PyObject *tier_media;           /* list of str: the medium of tier k + 1 at k (tiers.c),
+                                       or NULL before the first add_tier */
 } CacheObject;
 
 extern PyTypeObject kvpy_cache_type;
@@ -317,6 +321,53 @@ PyObject *kvpy_cache_commit(CacheObject *self, uint64_t req_id, const tokens *t)
 PyObject *kvpy_cache_release(CacheObject *self, uint64_t req_id);
 
 int kvpy_cache_add(PyObject *m);
+
+/* The result of a library call on self: raises for rc < 0 (or 1: the cache is closed),
+ * then delivers the call's events; result is stolen (used when rc is KVP_OK). */
+PyObject *kvpy_finish(CacheObject *self, int rc, const char *fn, evbatch *b, PyObject *result);
+
+/* Run STMT, a library call on kc that assigns rc, with the GIL released (kept when the
+ * cache is single-threaded: the GIL then serialises calls, as the library requires), and
+ * collect the events it produced into b. rc becomes 1 when the cache is closed. STMT must
+ * not touch Python objects. */
+#define KVPY_CALL(self, b, rc, STMT)                                                               \
+    do {                                                                                           \
+        kvp_cache *const kc = kvpy_cache_enter(self);                                              \
+        memset(&(b), 0, sizeof(b));                                                                \
+        if (kc == NULL) {                                                                          \
+            (rc) = 1;                                                                              \
+            break;                                                                                 \
+        }                                                                                          \
+        PyThreadState *ts_ = (self)->single_threaded ? NULL : PyEval_SaveThread();                 \
+        kvpy_tls_events = &(b);                                                                    \
+        STMT;                                                                                      \
+        kvpy_tls_events = NULL;                                                                    \
+        if (ts_ != NULL)                                                                           \
+            PyEval_RestoreThread(ts_);                                                             \
+        kvpy_cache_leave(self);                                                                    \
+    } while (0)
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tiers (tiers.c): the lower-tier methods of Cache and their records                        */
+/* ---------------------------------------------------------------------------------------- */
+
+extern const kvpy_sig kvpy_add_tier_sig, kvpy_acquire_tiers_sig, kvpy_tier_orders_sig,
+    kvpy_tier_confirm_sig, kvpy_lookup_tiers_sig, kvpy_tier_stats_sig;
+PyObject *kvpy_cache_add_tier(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames);
+PyObject *kvpy_cache_acquire_tiers(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames);
+PyObject *kvpy_cache_tier_orders(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames);
+PyObject *kvpy_cache_tier_confirm(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames);
+PyObject *kvpy_cache_lookup_tiers(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames);
+PyObject *kvpy_cache_tier_stats(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames);
+/* An Event's medium: the str of its lower tier, or None (tier 0). New reference. */
+PyObject *kvpy_tier_medium(CacheObject *self, int tier);
+int kvpy_tiers_add(PyObject *m);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Request (request.c) and Hasher (hasher.c)                                                 */

@@ -385,7 +385,7 @@ PyMODINIT_FUNC PyInit__kvprefix(void)
         return NULL;
     if (kvpy_convert_init() < 0 || kvpy_errors_add(m) < 0 || add_constants(m) < 0 ||
         kvpy_records_add(m) < 0 || kvpy_namespace_add(m) < 0 || kvpy_cache_add(m) < 0 ||
-        kvpy_request_add(m) < 0 || kvpy_hasher_add(m) < 0 ||
+        kvpy_request_add(m) < 0 || kvpy_hasher_add(m) < 0 || kvpy_tiers_add(m) < 0 ||
         PyModule_AddStringConstant(m, "__version__", kvp_version()) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -59,19 +59,23 @@ PyObject *kvpy_stats_to_py(const kvp_stats *s)
     return fill(o, v, 15);
 }
 
-PyObject *kvpy_event_to_py(const kvp_event *e)
+PyObject *kvpy_event_to_py(const kvp_event *e, PyObject *medium)
 {
     PyObject *o = PyStructSequence_New(event_type);
-    if (o == NULL)
+    if (o == NULL) {
+        Py_XDECREF(medium);
         return NULL;
-    PyObject *v[7] = {PyLong_FromLong(e->type),
+    }
+    PyObject *v[9] = {PyLong_FromLong(e->type),
                       PyLong_FromLong(e->reason),
                       PyLong_FromUnsignedLong(e->block_id),
                       PyLong_FromUnsignedLong(e->n_tokens),
                       kvpy_key_to_int(e->key),
                       kvpy_key_to_int(e->parent),
-                      PyBool_FromLong(e->parent_is_root)};
-    return fill(o, v, 7);
+                      PyBool_FromLong(e->parent_is_root),
+                      PyLong_FromLong(e->tier),
+                      medium};
+    return fill(o, v, 9);
 }
 
 PyObject *kvpy_chain_to_py(const chaindig *c)
@@ -141,6 +145,9 @@ static PyStructSequence_Field event_fields[] = {
     {"key", "the block key (int)"},
     {"parent", "STORED: the parent block's key, or the namespace root"},
     {"parent_is_root", "STORED: the block is the first of its chain"},
+    {"tier", "the tier the event is about: 0 the device pool, 1.. a lower tier (attribute "
+             "only: the tuple keeps its 7 fields)"},
+    {"medium", "a lower tier's medium name (add_tier), None for tier 0 (attribute only)"},
     {NULL, NULL},
 };
 

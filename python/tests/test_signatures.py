@@ -46,6 +46,12 @@ CACHE = {
     "stats": [],
     "metrics": [("labels", P, None)],
     "close": [],
+    "add_tier": [("medium", P, E), ("n_blocks", P, E)],
+    "acquire_tiers": [("req_id", P, E), ("ns", P, E), ("tokens", P, E), ("capacity", P, 0)],
+    "tier_orders": [("max", P, None)],
+    "tier_confirm": [("order_id", P, E), ("ok", P, True)],
+    "lookup_tiers": [("ns", P, E), ("tokens", P, E)],
+    "tier_stats": [("tier", P, None)],
 }
 HASHER = {
     "root": [("ns", O, E)],

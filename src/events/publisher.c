@@ -78,6 +78,8 @@ static void destroy(kvp_publisher *pub)
     kvp__ring_free(pub);
     free(pub->topic);
     free(pub->medium);
+    for (unsigned k = 0; k < KVP_MAX_TIERS - 1; k++)
+        free(pub->tier_medium[k]);
     free(pub->lora_name);
     free(pub->pev);
     free(pub->ph);
@@ -102,6 +104,9 @@ static int publisher_setup(kvp_publisher *pub, const kvp_publisher_config *cfg)
     if (!dup_str(cfg->topic ? cfg->topic : "", &pub->topic) ||
         !dup_str(cfg->medium, &pub->medium) || !dup_str(cfg->lora_name, &pub->lora_name))
         return KVP_ENOMEM;
+    for (unsigned k = 0; k < KVP_MAX_TIERS - 1; k++)
+        if (!dup_str(cfg->tier_medium[k], &pub->tier_medium[k]))
+            return KVP_ENOMEM;
     if (cfg->replay_endpoint) {
         pub->slots = calloc(cfg->buffer_steps, sizeof *pub->slots);
         if (!pub->slots)
@@ -179,10 +184,11 @@ static bool key_eq(kvp_key a, kvp_key b)
     return a.lo == b.lo && a.hi == b.hi;
 }
 
-/* The last pending event when it has type, else NULL. */
-static kvp__pev *last_of_type(kvp_publisher *pub, int type)
+/* The last pending event when it has type and tier, else NULL. */
+static kvp__pev *last_of_type(kvp_publisher *pub, int type, uint8_t tier)
 {
-    if (pub->n_pev == 0 || pub->pev[pub->n_pev - 1].type != type)
+    if (pub->n_pev == 0 || pub->pev[pub->n_pev - 1].type != type ||
+        pub->pev[pub->n_pev - 1].tier != tier)
         return NULL;
     return &pub->pev[pub->n_pev - 1];
 }
@@ -212,7 +218,7 @@ static int intake_stored(kvp_publisher *pub, const kvp_event *ev)
     size_t n_tok = has_tokens ? ev->n_tokens : 0;
     if (!reserve_all(pub, 1, n_tok))
         return KVP_ENOMEM;
-    kvp__pev *e = last_of_type(pub, KVP_EVENT_STORED);
+    kvp__pev *e = last_of_type(pub, KVP_EVENT_STORED, ev->tier);
     if (!e || ev->parent_is_root || !key_eq(e->last_key, ev->parent) ||
         e->has_tokens != has_tokens || e->bsize != ev->n_tokens) {
         e = open_event(pub, KVP_EVENT_STORED);
@@ -220,6 +226,7 @@ static int intake_stored(kvp_publisher *pub, const kvp_event *ev)
         e->parent = ev->parent.lo;
         e->has_tokens = has_tokens;
         e->bsize = ev->n_tokens;
+        e->tier = ev->tier;
     }
     pub->ph[pub->n_ph++] = ev->key.lo;
     e->n_hashes++;
@@ -242,9 +249,11 @@ static int intake_locked(kvp_publisher *pub, const kvp_event *ev)
         open_event(pub, KVP_EVENT_CLEARED);
         return KVP_OK;
     }
-    kvp__pev *e = last_of_type(pub, KVP_EVENT_REMOVED);
-    if (!e)
+    kvp__pev *e = last_of_type(pub, KVP_EVENT_REMOVED, ev->tier);
+    if (!e) {
         e = open_event(pub, KVP_EVENT_REMOVED);
+        e->tier = ev->tier;
+    }
     pub->ph[pub->n_ph++] = ev->key.lo;
     e->n_hashes++;
     return KVP_OK;
@@ -261,7 +270,7 @@ static kvp_kv_event wire_event(const kvp_publisher *pub, const kvp__pev *e)
         return w;
     w.hashes = pub->ph + e->hash_off;
     w.n_hashes = e->n_hashes;
-    w.medium = pub->medium;
+    w.medium = e->tier ? pub->tier_medium[e->tier - 1] : pub->medium;
     if (e->type == KVP_EVENT_REMOVED)
         return w;
     w.has_parent = e->has_parent;
@@ -340,6 +349,9 @@ KVP_EXPORT void kvp_publisher_on_event(void *ud, const kvp_event *ev)
 {
     kvp_publisher *pub = ud;
     if (!pub || !ev || ev->type < KVP_EVENT_STORED || ev->type > KVP_EVENT_CLEARED)
+        return;
+    /* A lower tier's event is published only under the medium configured for it. */
+    if (ev->tier && (ev->tier >= KVP_MAX_TIERS || !pub->tier_medium[ev->tier - 1]))
         return;
     pthread_mutex_lock(&pub->mu);
     if (intake_locked(pub, ev) != KVP_OK) {

@@ -37,6 +37,7 @@ typedef struct kvp__pev {
     kvp_key last_key; /* STORED: the full key of its last block, to extend the chain */
     bool has_tokens;  /* STORED: its blocks came with tokens */
     uint32_t bsize;   /* STORED: the cache's block size */
+    uint8_t tier;     /* the cache tier of its blocks (kvp_event.tier): names its medium */
 } kvp__pev;
 
 /* One published batch kept for replay. */
@@ -55,9 +56,10 @@ struct kvp_publisher {
     void *pub;                 /* PUB socket */
     void *replay;              /* ROUTER socket, or NULL */
 
-    char *topic;        /* first frame (owned copy) */
-    size_t topic_len;   /* its bytes */
-    char *medium;       /* every event's medium (owned copy), NULL: nil */
+    char *topic;                          /* first frame (owned copy) */
+    size_t topic_len;                     /* its bytes */
+    char *medium;                         /* every tier-0 event's medium (owned copy), NULL: nil */
+    char *tier_medium[KVP_MAX_TIERS - 1]; /* lower tiers' media (owned), NULL: not published */
     char *lora_name;    /* every BlockStored's lora_name (owned copy), NULL: nil */
     int form;           /* encoder form */
     int32_t group_idx;  /* every event's group_idx, -1: absent */
