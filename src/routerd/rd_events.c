@@ -74,7 +74,8 @@ enum {
     RD_BAD = 3   /* replayed: the index refused the batch */
 };
 
-static const char *const rd_bad_names[RD_BAD_KINDS] = {"frames", "topic", "payload", "batch"};
+static const char *const rd_bad_names[RD_BAD_KINDS] = {"frames", "topic",   "payload",
+                                                       "batch",  "dp_rank", "limit"};
 
 int64_t rd_now_ms(void)
 {

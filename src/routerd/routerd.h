@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "kvprefix_events.h"
+#include "rd_limits.h"
 
 /* Engine ids and endpoints longer than this are refused (usage). */
 #define RD_NAME_MAX 255u
@@ -42,7 +43,9 @@ enum {
     RD_BAD_TOPIC = 1,   /* engine id from the topic, and the topic is not kv@<pod>@<model> */
     RD_BAD_PAYLOAD = 2, /* kvp_kv_decode refused the payload */
     RD_BAD_BATCH = 3,   /* kvp_router_apply refused the batch (KVP_EINVAL) */
-    RD_BAD_KINDS = 4
+    RD_BAD_RANK = 4,    /* the batch names a dp rank its endpoint does not declare */
+    RD_BAD_LIMIT = 5,   /* the endpoint is past its worker or block limit (rd_limits) */
+    RD_BAD_KINDS = 6
 };
 
 /* One endpoint the daemon subscribes to (one --engine, or one dp rank of it). */
@@ -122,6 +125,11 @@ typedef struct rd_daemon {
     uint64_t redis_lost;      /* event thread: n_redis_lost last logged */
     uint64_t redis_reseeds;   /* event thread: n_redis_reseeds last logged */
     int64_t redis_check_ms;   /* event thread: when the store was last checked (monotonic) */
+    rd_limits lim;            /* limits as a network service (rd_limits.h) */
+    rd_hist score_hist;       /* the daemon's own time per /score (rd_http.c) */
+    rd_hist lag_hist;         /* engine stamp of a batch -> applied (rd_events.c) */
+    uint64_t n_http_timeouts; /* requests cut at their deadline (under lock) */
+    uint64_t n_http_busy;     /* /score refused: the body budget was spent (under lock) */
 } rd_daemon;
 
 /* What the daemon last said about the shared store (rd_daemon.redis_state). */
