@@ -59,6 +59,9 @@ enum { RD_K_NONE = 0, RD_K_SCORE = 1, RD_K_DONE = 2 };
 /* Bytes of token array and answer a connection keeps between requests. */
 #define RD_KEEP_TOKEN_BYTES ((size_t)256 << 10)
 #define RD_KEEP_OUT_BYTES   ((size_t)1 << 20)
+/* libmicrohttpd's memory per connection (its default is 32 KiB): the upload chunks handed
+ * to the scanner are about half of it, so an 8k-token JSON body comes in 2 calls, not 4. */
+#define RD_CONN_MEMORY (128u << 10)
 
 static const char *const rd_state_names[] = {"scored", "stale", "model", "notsup", "token"};
 
@@ -571,12 +574,11 @@ static enum MHD_Result rd_handler(void *cls, struct MHD_Connection *c, const cha
             void *dc[2] = {d, cn};
             MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, rd_arg_iter, dc);
         }
-        /* A POST refused by its head still has its body coming: answered once it is read
-         * (into nothing), so that the client, still sending, sees the answer. */
-        bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-        return cn->answered && !post ? rd_send(c, cn) : MHD_YES;
+        /* Answered at the next call, never this one: libmicrohttpd closes a connection
+         * whose answer is queued before the request was read whole (no keep-alive), and a
+         * POST refused by its head still has its body coming (read into nothing). */
+        return MHD_YES;
     }
-
     if (cn->sent)
         return MHD_YES;
     /* libmicrohttpd 0.9.75 cannot answer in the middle of an upload: a body refused part way
@@ -636,7 +638,8 @@ int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_thre
         rd_handler, d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
         n_threads, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_LIMIT,
         d->lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, d->lim.per_ip_connections,
-        MHD_OPTION_NOTIFY_COMPLETED, rd_completed, d, MHD_OPTION_NOTIFY_CONNECTION, rd_conn_notify,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)RD_CONN_MEMORY, MHD_OPTION_NOTIFY_COMPLETED,
+        rd_completed, d, MHD_OPTION_NOTIFY_CONNECTION, rd_conn_notify,
         d, MHD_OPTION_END);
     if (h == NULL) {
         cli_errf(err, err_size,

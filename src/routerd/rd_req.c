@@ -281,6 +281,30 @@ static const char *rd_scan_ids(rd_req *q, const char *p, const char *end, uint64
     int nd = q->num_digits;
     *rc = RD_REQ_MORE;
     while (p < end) {
+        /* The common case first: an id of up to 10 digits right after a separator and
+         * followed by ',' (at least 16 bytes left, so the digits cannot pass the chunk). */
+        if (st == RD_S_ARR_ELEM && end - p >= 16) {
+            const unsigned char *u = (const unsigned char *)p;
+            unsigned d0 = (unsigned)u[0] - '0', d;
+            if (d0 < 10 && (d0 != 0 || (unsigned)u[1] - '0' >= 10)) {
+                uint64_t w = d0;
+                size_t k = 1;
+                while ((d = (unsigned)u[k] - '0') < 10 && k < 10) {
+                    w = w * 10 + d;
+                    k++;
+                }
+                if (u[k] == ',' && w <= UINT32_MAX) {
+                    if (q->n_tokens == q->cap_tokens && (*rc = rd_grow_tokens(q)) != RD_REQ_MORE) {
+                        q->state = RD_S_FAILED;
+                        return p;
+                    }
+                    q->tokens[q->n_tokens++] = (uint32_t)w;
+                    p += k + 1;
+                    p += *p == ' '; /* ", " as Python's json.dumps writes it */
+                    continue;
+                }
+            }
+        }
         unsigned char c = (unsigned char)*p;
         unsigned dig = (unsigned)c - '0';
         if (st == RD_S_NUM) {
