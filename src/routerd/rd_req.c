@@ -144,9 +144,7 @@ void rd_req_trim(rd_req *q, size_t keep_bytes)
     q->n_tokens = 0;
 }
 
-/* Whether s[0 .. n) is valid UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
- * U+10FFFF). */
-static bool rd_utf8_ok(const unsigned char *s, size_t n)
+bool rd_utf8_ok(const unsigned char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {

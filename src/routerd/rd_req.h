@@ -105,6 +105,10 @@ int rd_req_finish(rd_req *q);
  * budget); keep_bytes 0 frees it all. Cannot fail. */
 void rd_req_trim(rd_req *q, size_t keep_bytes);
 
+/* Whether s[0 .. n) is valid UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
+ * U+10FFFF). Cannot fail. */
+bool rd_utf8_ok(const unsigned char *s, size_t n);
+
 /* The scanner's invariants (state in range, lengths within buffers, budget covers the
  * token array). Returns NULL or what is broken. For tests and fuzzers. */
 const char *rd_req_check(const rd_req *q);

@@ -97,6 +97,7 @@ typedef struct rd_worker {
     uint64_t n_key_checked;  /* engine-hash mode: blocks whose engine key was recomputed */
     uint64_t n_key_mismatch; /* of those, blocks whose key differed from the engine's */
     const char *key_likely;  /* the first mismatch's likely cause (static), or NULL */
+    uint64_t n_blocks;       /* blocks held after its last storing batch (--endpoint-blocks) */
 } rd_worker;
 
 /* The daemon. */
@@ -165,6 +166,12 @@ void rd_spec_free(rd_daemon *d);
 /* Open every SUB socket (connect or bind, subscribe). Returns 0, or non-zero with a
  * message in err (a bad endpoint, a bind that failed). */
 int rd_events_open(rd_daemon *d, char *err, size_t err_size);
+
+/* One message received on src: frames[i] holds sizes[i] bytes, n frames (at most 4 given;
+ * n counts them all). Counted, decoded, checked against the endpoint's identity and limits,
+ * applied or refused. Event thread only. Cannot fail (refusals are counted and logged). */
+void rd_events_intake(rd_daemon *d, rd_source *src, const void *const *frames,
+                      const size_t *sizes, int n);
 
 /* The event thread's body (arg: the rd_daemon): polls until d->stop. */
 void *rd_events_run(void *arg);
