@@ -41,6 +41,7 @@
  */
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,6 +346,7 @@ static int rd_score(rd_daemon *d, rd_conn *cn)
 /* A scanner result other than RD_REQ_MORE / RD_REQ_DONE as an answer. */
 static int rd_req_refused(rd_daemon *d, rd_conn *cn, int rc)
 {
+    rd_req_trim(&cn->req, RD_KEEP_TOKEN_BYTES); /* the budget back now, not at the body's end */
     if (rc == RD_REQ_BUSY)
         return rd_error(d, cn, MHD_HTTP_SERVICE_UNAVAILABLE,
                         "the daemon holds --body-budget of request bodies: retry later");
@@ -588,7 +590,7 @@ static enum MHD_Result rd_handler(void *cls, struct MHD_Connection *c, const cha
         *upload_data_size = 0;
         int64_t now = rd_now_ms();
         if (cn->answered)
-            return now > cn->deadline_ms ? MHD_NO : MHD_YES;
+            return now > cn->deadline_ms ? (rd_timeout(d, cn), MHD_NO) : MHD_YES;
         return rd_http_body(d, cn, upload_data, n, now) == RD_NEXT_CLOSE ? MHD_NO : MHD_YES;
     }
     if (rd_http_end(d, cn, rd_now_ms()) == RD_NEXT_CLOSE)
@@ -622,6 +624,36 @@ static void rd_conn_notify(void *cls, struct MHD_Connection *c, void **socket_co
     }
 }
 
+/* libmicrohttpd's own messages ("Connection was closed by remote side...": one per dropped
+ * client, so a hostile client could flood the log): through rd_log, at most one line per
+ * 10 s, with the count of those left out. */
+static void rd_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t last_ms;
+    static uint64_t n_quiet;
+    (void)cls;
+    char msg[256];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    pthread_mutex_lock(&mu);
+    int64_t now = rd_now_ms();
+    bool log = last_ms == 0 || now - last_ms >= 10000;
+    uint64_t quiet = n_quiet;
+    if (log) {
+        last_ms = now;
+        n_quiet = 0;
+    } else {
+        n_quiet++;
+    }
+    pthread_mutex_unlock(&mu);
+    if (log)
+        rd_log("http: %s (%" PRIu64 " such messages left out before; at most one every 10 s)",
+               msg, quiet);
+}
+
 int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_threads, void **handle,
                   uint16_t *bound_port, char *err, size_t err_size)
 {
@@ -635,12 +667,11 @@ int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_thre
     }
     struct MHD_Daemon *h = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, port, NULL, NULL,
-        rd_handler, d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
+        rd_handler, d, MHD_OPTION_EXTERNAL_LOGGER, rd_mhd_log, d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
         n_threads, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_LIMIT,
         d->lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, d->lim.per_ip_connections,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)RD_CONN_MEMORY, MHD_OPTION_NOTIFY_COMPLETED,
-        rd_completed, d, MHD_OPTION_NOTIFY_CONNECTION, rd_conn_notify,
-        d, MHD_OPTION_END);
+        rd_completed, d, MHD_OPTION_NOTIFY_CONNECTION, rd_conn_notify, d, MHD_OPTION_END);
     if (h == NULL) {
         cli_errf(err, err_size,
                  "cannot listen on %s:%u (in use, or not an address of this "
