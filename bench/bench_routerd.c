@@ -51,12 +51,12 @@
 #define KVP_BENCH_KVPREFIX "kvprefix"
 #endif
 
-#define N_WORKERS 64
-#define N_PROMPTS 128
+#define N_WORKERS     64
+#define N_PROMPTS     128
 #define PROMPT_BLOCKS 8192
-#define BS 16
-#define CHUNK_BLOCKS 512
-#define QUERY_TOKENS 8192
+#define BS            16
+#define CHUNK_BLOCKS  512
+#define QUERY_TOKENS  8192
 
 /* Token i of prompt p: a fixed pseudo-random id (splitmix64). */
 static uint32_t tok(uint32_t p, uint32_t i)
@@ -314,8 +314,9 @@ int main(int argc, char **argv)
     double want = (double)N_PROMPTS * PROMPT_BLOCKS * 3 / 2;
     while (metric(&c, "kvprefix_router_index_holders") < want) {
         if (now_ns() - t0 > 300 * 1000000000ull) {
-            fprintf(stderr, "bench_routerd: the index holds %.0f of %.0f (block, worker) pairs "
-                            "after 300 s\n",
+            fprintf(stderr,
+                    "bench_routerd: the index holds %.0f of %.0f (block, worker) pairs "
+                    "after 300 s\n",
                     metric(&c, "kvprefix_router_index_holders"), want);
             kill(child, SIGTERM);
             return 1;

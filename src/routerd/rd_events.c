@@ -255,8 +255,8 @@ static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine
     pthread_mutex_unlock(&d->lock);
     int rc = w && name && room ? kvp_router_worker_add(d->router, &wc, &id) : KVP_ENOMEM;
     if (rc != KVP_OK) {
-        snprintf(buf, buf_size, "engine '%s' dp %" PRId64 ": cannot add the worker: %s", engine,
-                 dp, rd_add_error(d, rc));
+        snprintf(buf, buf_size, "engine '%s' dp %" PRId64 ": cannot add the worker: %s", engine, dp,
+                 rd_add_error(d, rc));
         *why = buf;
         free(w);
         free(name);
@@ -615,8 +615,8 @@ static bool rd_topic_ids(const char *topic, size_t len, char *pod, char *model, 
     return true;
 }
 
-void rd_events_intake(rd_daemon *d, rd_source *src, const void *const *frames,
-                      const size_t *sizes, int n)
+void rd_events_intake(rd_daemon *d, rd_source *src, const void *const *frames, const size_t *sizes,
+                      int n)
 {
     pthread_mutex_lock(&d->lock);
     src->n_messages++;

@@ -439,10 +439,11 @@ int rd_http_begin(rd_daemon *d, rd_conn *cn, const char *method, const char *url
         if (clen != NULL) {
             char *end = NULL;
             unsigned long long v = strtoull(clen, &end, 10);
-            if (end == clen || *end != '\0' || v > d->max_body_bytes)
-                return rd_error(d, cn, MHD_HTTP_CONTENT_TOO_LARGE,
-                                end == clen || *end ? "a Content-Length that is not a number"
-                                                    : "the body is above --max-body");
+            if (end == clen || *end != '\0')
+                return rd_error(d, cn, MHD_HTTP_BAD_REQUEST,
+                                "a Content-Length that is not a number");
+            if (v > d->max_body_bytes)
+                return rd_error(d, cn, MHD_HTTP_CONTENT_TOO_LARGE, "the body is above --max-body");
         }
         bool binary = ctype && strncmp(ctype, "application/octet-stream", 24) == 0;
         rd_req_reset(&cn->req, &d->lim.body_budget, binary);
@@ -650,8 +651,8 @@ static void rd_mhd_log(void *cls, const char *fmt, va_list ap)
     }
     pthread_mutex_unlock(&mu);
     if (log)
-        rd_log("http: %s (%" PRIu64 " such messages left out before; at most one every 10 s)",
-               msg, quiet);
+        rd_log("http: %s (%" PRIu64 " such messages left out before; at most one every 10 s)", msg,
+               quiet);
 }
 
 int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_threads, void **handle,
@@ -667,9 +668,10 @@ int rd_http_start(rd_daemon *d, const char *addr, uint16_t port, unsigned n_thre
     }
     struct MHD_Daemon *h = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, port, NULL, NULL,
-        rd_handler, d, MHD_OPTION_EXTERNAL_LOGGER, rd_mhd_log, d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
-        n_threads, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_LIMIT,
-        d->lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, d->lim.per_ip_connections,
+        rd_handler, d, MHD_OPTION_EXTERNAL_LOGGER, rd_mhd_log, d, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, n_threads,
+        MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_CONNECTION_LIMIT, d->lim.max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, d->lim.per_ip_connections,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)RD_CONN_MEMORY, MHD_OPTION_NOTIFY_COMPLETED,
         rd_completed, d, MHD_OPTION_NOTIFY_CONNECTION, rd_conn_notify, d, MHD_OPTION_END);
     if (h == NULL) {

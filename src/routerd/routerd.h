@@ -170,8 +170,8 @@ int rd_events_open(rd_daemon *d, char *err, size_t err_size);
 /* One message received on src: frames[i] holds sizes[i] bytes, n frames (at most 4 given;
  * n counts them all). Counted, decoded, checked against the endpoint's identity and limits,
  * applied or refused. Event thread only. Cannot fail (refusals are counted and logged). */
-void rd_events_intake(rd_daemon *d, rd_source *src, const void *const *frames,
-                      const size_t *sizes, int n);
+void rd_events_intake(rd_daemon *d, rd_source *src, const void *const *frames, const size_t *sizes,
+                      int n);
 
 /* The event thread's body (arg: the rd_daemon): polls until d->stop. */
 void *rd_events_run(void *arg);

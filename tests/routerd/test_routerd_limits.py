@@ -85,6 +85,8 @@ class Daemon:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
+        except (OSError, urllib.error.URLError) as e:  # refused, reset, timed out
+            return 0, str(e).encode()
 
     def metrics(self):
         status, out = self.request("GET", "/metrics")
