@@ -83,7 +83,7 @@ static const char usage_text[] =
     "  --max-connections N  open connections in all (default 256)\n"
     "  --body-budget SIZE   /score bodies held by all connections (default 256MiB)\n"
     "  --endpoint-workers N workers one engine endpoint may create (default 64)\n"
-    "  --endpoint-blocks N  blocks the workers of one endpoint may hold (default 4194304)\n"
+    "  --endpoint-blocks N  blocks one endpoint's workers may hold (default 16777216)\n"
     "\n";
 
 /* The rest of the usage (one string would pass the 4095 bytes C guarantees). */
@@ -440,7 +440,7 @@ int rd_main(int argc, char **argv)
     d.lim.body_budget.limit = (size_t)256 << 20;
     atomic_init(&d.lim.body_budget.used, 0);
     d.lim.endpoint_workers = 64;
-    d.lim.endpoint_blocks = 4194304;
+    d.lim.endpoint_blocks = (uint64_t)16 << 20; /* 64 pods of 256k blocks on one ID '*' endpoint */
     kvp_router_config defaults;
     kvp_router_config_init(&defaults);
     d.redis = defaults.redis;
