@@ -5,7 +5,9 @@
  *   routerd.c   options, start-up, signals, shut-down (rd_main)
  *   rd_spec.c   --engine specs and the --config JSON file -> rd_source list
  *   rd_events.c the event thread: SUB sockets, decode, kvp_router_apply, gaps -> replay
- *   rd_http.c   libmicrohttpd: POST /score, GET /metrics, GET /healthz
+ *   rd_http.c   libmicrohttpd: POST /score, GET /metrics, GET /healthz (rd_http.h: the
+ *               request handling without a socket, per-connection buffers)
+ *   rd_req.c    the /score body's push scanner (rd_req.h); rd_limits.h: limits, histograms
  *   rd_redis.c  --redis: the key prefix's shape, the store's state as log lines, metrics
  *
  * Threads. One event thread owns every ZeroMQ socket and is the only writer of the index
