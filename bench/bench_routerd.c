@@ -17,8 +17,11 @@
  * encodings: JSON ({"tokens": [...], "model": "m"}, 49 KB) and binary (application/
  * octet-stream, 32 KB of little-endian uint32, ?model=m). Per run: p50 and p99 of the
  * client's time from the first byte written to the last byte read; the daemon's own mean
- * time per score from kvprefix_router_score_seconds_sum/_count around the run. Reported:
- * the median over RUNS runs of each figure.
+ * time per score from kvprefix_router_score_seconds_sum/_count around the run (wall time
+ * inside the handler: preemption on a shared machine counts), and the daemon's CPU time per
+ * score, every thread, kernel included (receiving and sending too), from
+ * /proc/PID/task/TID/schedstat around the run. Reported: the median over RUNS runs of each
+ * figure.
  *
  * The daemon's log goes to /dev/null unless BENCH_ROUTERD_LOG is set.
  *
@@ -28,6 +31,7 @@
  *   --kvprefix  the binary (default: the one built beside this program)
  */
 #define _GNU_SOURCE /* strcasestr */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -203,6 +207,32 @@ static double metric(conn *c, const char *name)
     return -1;
 }
 
+/* CPU time (ns) of every thread of the daemon so far: the first field of each
+ * /proc/PID/task/TID/schedstat (time on a CPU, user and kernel). */
+static double daemon_cpu_ns(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)child);
+    DIR *dir = opendir(path);
+    double sum = 0;
+    struct dirent *e;
+    while (dir && (e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char f[384];
+        snprintf(f, sizeof f, "%s/%s/schedstat", path, e->d_name);
+        FILE *fp = fopen(f, "r");
+        unsigned long long on_cpu = 0;
+        if (fp && fscanf(fp, "%llu", &on_cpu) == 1)
+            sum += (double)on_cpu;
+        if (fp)
+            fclose(fp);
+    }
+    if (dir)
+        closedir(dir);
+    return sum;
+}
+
 /* Store blocks [from, to) of prompt p on worker w (one event per CHUNK_BLOCKS). */
 static uint64_t seqs[N_WORKERS];
 static double stamp; /* every batch's ts: the wall clock at start */
@@ -346,10 +376,11 @@ int main(int argc, char **argv)
     double *lat = xmalloc((size_t)calls * sizeof *lat);
     static const char *const names[] = {"json", "binary"};
     for (int e = 0; e < 2; e++) {
-        double p50[16], p99[16], own[16];
+        double p50[16], p99[16], own[16], cpu[16];
         for (int r = 0; r < runs; r++) {
             double s0 = metric(&c, "kvprefix_router_score_seconds_sum");
             double n0 = metric(&c, "kvprefix_router_score_seconds_count");
+            double c0 = daemon_cpu_ns();
             for (int k = 0; k < calls; k++) {
                 const req *q = e == 0 ? &js[k % N_Q] : &bn[k % N_Q];
                 const char *b;
@@ -363,16 +394,19 @@ int main(int argc, char **argv)
                     return 1;
                 }
             }
+            double c1 = daemon_cpu_ns();
             double s1 = metric(&c, "kvprefix_router_score_seconds_sum");
             double n1 = metric(&c, "kvprefix_router_score_seconds_count");
             qsort(lat, (size_t)calls, sizeof *lat, bench_cmp_double);
             p50[r] = lat[calls / 2];
             p99[r] = lat[(size_t)calls * 99 / 100];
             own[r] = (s1 - s0) / (n1 - n0) * 1e6;
+            cpu[r] = (c1 - c0) / calls * 1e-3;
         }
         printf("  %-6s  end to end p50 %7.1f us  p99 %7.1f us   daemon's own time per score "
-               "(mean) %6.1f us\n",
-               names[e], bench_median(p50, runs), bench_median(p99, runs), bench_median(own, runs));
+               "(mean) %6.1f us, its CPU per score (all threads, kernel included) %6.1f us\n",
+               names[e], bench_median(p50, runs), bench_median(p99, runs), bench_median(own, runs),
+               bench_median(cpu, runs));
     }
     kill(child, SIGTERM);
     waitpid(child, NULL, 0);
