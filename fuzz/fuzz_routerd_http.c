@@ -5,10 +5,11 @@
  * (query arguments), rd_http_body (the body in chunks of fuzzed sizes), rd_http_end, then
  * rd_http_done; several requests per input on one connection, so the reused buffers carry
  * state from one request to the next. The daemon scores against a small token-mode index
- * (two workers holding one 64-token prompt) with a 1 MiB --max-body and a 4 MiB budget.
+ * (two workers holding one 64-token prompt) with a 1 MiB --max-body and a 4 MiB budget, and
+ * ranks with the load table (rd_loads_new; POST /load among the paths fills it).
  *
  * Input: per request, a byte each for the method (GET, POST, HEAD, PUT, DELETE), the path
- * (/score, /metrics, /healthz, /, or 0..15 input bytes), the content type (none, JSON,
+ * (/score, /metrics, /healthz, /, /load, or 0..15 input bytes), the content type (none, JSON,
  * octet-stream, or input bytes) and the Content-Length (none, the body's, the body's + 1,
  * above --max-body, not a number); a byte for the number of query arguments (0..3), each
  * a key from the request's members or input bytes and an input value; 2 bytes of body
@@ -17,11 +18,14 @@
  * Asserted: every call returns one of its documented results; rd_req_check passes after
  * every call; an answer is JSON-shaped ({"...} for errors and /score, text for /metrics)
  * and valid UTF-8; a 200 /score for a JSON body was a body jansson parses too
- * (JSON_REJECT_DUPLICATES), with exactly the token ids and strings the scanner decoded;
- * and the other way round, a body jansson parses as an object of the known members with
- * the right types (ids 0..2^32-1 without a '-' anywhere, strings of at most 1024 bytes
- * without NUL) is answered 200; the budget is back to what the connection keeps after each
- * request and to 0 when it is freed; nothing leaks.
+ * (JSON_REJECT_DUPLICATES), with exactly the token ids, strings, workers and loads the
+ * scanner decoded; and the other way round, a body jansson parses as an object of the known
+ * members (RD_FIELD_LIST in rd_req.c) with the right types (ids 0..2^32-1, without a '-'
+ * anywhere in the body since jansson reads -0 as 0, and no NUL byte, which jansson takes
+ * after a number; strings of at most 1024 bytes without
+ * NUL; workers null or at most 4096 such strings; loads null or an object of at most 4096
+ * such keys whose values are numbers 0..1e12) is answered 200; the budget is back to what
+ * the connection keeps after each request and to 0 when it is freed; nothing leaks.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -53,6 +57,9 @@ static void setup(void)
     rc.hash = daemon_.hash;
     rc.index_by = KVP_ROUTER_INDEX_TOKENS;
     FZ_ASSERT(kvp_router_new(&rc, &daemon_.router) == KVP_OK, "router_new");
+    kvp_router_rank_config_init(&daemon_.rank);
+    daemon_.load_ttl_ms = 0;
+    FZ_ASSERT(rd_loads_new(&daemon_) == 0, "rd_loads_new");
     static uint32_t toks[64];
     static uint64_t hashes[4];
     for (uint32_t i = 0; i < 64; i++)
@@ -96,6 +103,61 @@ static bool has_minus(const char *s, size_t n)
     return memchr(s, '-', n) != NULL;
 }
 
+/* Whether s is a string the scanner takes (at most 1024 bytes, no NUL). */
+static bool name_ok(const json_t *s)
+{
+    return json_is_string(s) && json_string_length(s) <= RD_REQ_STR_MAX &&
+           strlen(json_string_value(s)) == json_string_length(s);
+}
+
+/* "workers" (w) and "loads" (l) against the request's rules; when scored, against what the
+ * scanner decoded. */
+static bool oracle_ranking(const json_t *w, const json_t *l, const rd_req *q, bool scored)
+{
+    bool ok = true;
+    size_t k = 0;
+    if (w != NULL && !json_is_null(w)) {
+        ok = json_is_array(w) && json_array_size(w) <= RD_REQ_MAX_NAMES;
+        for (size_t i = 0; ok && i < json_array_size(w); i++)
+            ok = name_ok(json_array_get(w, i));
+        if (ok && scored) {
+            FZ_ASSERT(q->workers_set && q->n_workers == json_array_size(w),
+                      "workers differ from jansson's");
+            for (size_t i = 0; i < q->n_items; i++) {
+                if (q->items[i].is_load)
+                    continue;
+                FZ_ASSERT(strcmp(rd_req_name(q, i), json_string_value(json_array_get(w, k++))) == 0,
+                          "worker %zu differs from jansson's", k - 1);
+            }
+        }
+    } else if (scored) {
+        FZ_ASSERT(!q->workers_set && q->n_workers == 0, "workers set, jansson has none");
+    }
+    if (ok && l != NULL && !json_is_null(l)) {
+        ok = json_is_object(l) && json_object_size(l) <= RD_REQ_MAX_NAMES;
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)l, key, v)
+        {
+            double x = json_is_number(v) ? json_number_value(v) : -1.0;
+            ok = ok && x >= 0.0 && x <= 1e12 && strlen(key) <= RD_REQ_STR_MAX;
+        }
+        if (ok && scored) {
+            FZ_ASSERT(q->n_loads == json_object_size(l), "loads differ from jansson's");
+            for (size_t i = 0; i < q->n_items; i++) {
+                if (!q->items[i].is_load)
+                    continue;
+                json_t *x = json_object_get(l, rd_req_name(q, i));
+                FZ_ASSERT(x && json_number_value(x) == q->items[i].value,
+                          "load of '%s' differs from jansson's", rd_req_name(q, i));
+            }
+        }
+    } else if (ok && scored) {
+        FZ_ASSERT(q->n_loads == 0, "loads set, jansson has none");
+    }
+    return ok;
+}
+
 /* The jansson oracle on a JSON body: 1 when it is a valid request, 0 when jansson
  * refuses it or it breaks the request's rules. When it is valid and the scanner's answer
  * was 200, the decoded fields must agree. */
@@ -108,6 +170,7 @@ static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
         return 0;
     }
     static const char *const names[RD_REQ_N_STR] = {"model", "lora", "salt", "tenant"};
+    static const char *const others[] = {"tokens", "workers", "loads"};
     bool ok = json_is_object(v);
     const char *key;
     json_t *m;
@@ -115,12 +178,14 @@ static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
     if (ok)
         json_object_foreach(v, key, m)
         {
-            bool known = strcmp(key, "tokens") == 0;
+            bool known = false;
+            for (size_t i = 0; i < sizeof others / sizeof *others; i++)
+                known = known || strcmp(key, others[i]) == 0;
             for (int i = 0; i < RD_REQ_N_STR; i++)
                 known = known || strcmp(key, names[i]) == 0;
             ok = ok && known;
         }
-    ok = ok && json_is_array(t) && !has_minus(body, n);
+    ok = ok && json_is_array(t);
     for (size_t i = 0; ok && i < json_array_size(t); i++) {
         json_t *x = json_array_get(t, i);
         ok = json_is_integer(x) && json_integer_value(x) >= 0 &&
@@ -138,17 +203,20 @@ static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
                 FZ_ASSERT(!q->str_set[i], "%s set, jansson has none", names[i]);
             continue;
         }
-        ok = json_is_string(s) && json_string_length(s) <= RD_REQ_STR_MAX &&
-             strlen(json_string_value(s)) == json_string_length(s);
+        ok = name_ok(s);
         if (ok && scored)
             FZ_ASSERT(q->str_set[i] && q->str_len[i] == json_string_length(s) &&
                           memcmp(q->str[i], json_string_value(s), q->str_len[i]) == 0,
                       "%s differs from jansson's", names[i]);
     }
+    if (ok)
+        ok = oracle_ranking(json_object_get(v, "workers"), json_object_get(v, "loads"), q, scored);
     json_decref(v);
     if (scored)
         FZ_ASSERT(ok, "the scanner scored a body that breaks the request's rules");
-    return ok;
+    /* jansson 2.14 takes a NUL byte right after a number ({"tokens": [5\0]}), which RFC
+     * 8259 does not: such a body need not be answered 200. */
+    return ok && !has_minus(body, n) && memchr(body, '\0', n) == NULL;
 }
 
 /* Check an answer's shape. */
@@ -167,7 +235,7 @@ static void check_answer(const rd_conn *cn)
 static void one_request(fz_in *in, rd_conn *cn)
 {
     static const char *const methods[] = {"GET", "POST", "HEAD", "PUT", "DELETE", "POST"};
-    static const char *const paths[] = {"/score", "/metrics", "/healthz", "/", "/score"};
+    static const char *const paths[] = {"/score", "/metrics", "/healthz", "/", "/load"};
     static const char *const types[] = {NULL, "application/json", "application/octet-stream",
                                         "application/octet-stream; x=1"};
     static const char *const keys[] = {"model", "lora", "salt", "tenant"};
@@ -228,16 +296,16 @@ static void one_request(fz_in *in, rd_conn *cn)
     FZ_ASSERT(next == RD_NEXT_REPLY, "end: %d", next);
     check_answer(cn);
     /* The oracle for JSON /score bodies that reached the scanner whole. */
-    bool json_body = scoring && !cn->req.binary && n_args == 0 && body_n <= d->max_body_bytes &&
-                     (lk == 0 || lk == 1);
+    bool json_body = scoring && strcmp(path, "/score") == 0 && !cn->req.binary && n_args == 0 &&
+                     body_n <= d->max_body_bytes && (lk == 0 || lk == 1);
     if (json_body && cn->status != 503) {
         int ok = oracle(body, body_n, &cn->req, cn->status == 200);
         FZ_ASSERT(!ok || cn->status == 200, "jansson takes the body, the daemon answered %u: %.*s",
                   cn->status, (int)cn->out_n, cn->out);
     }
     rd_http_done(cn);
-    FZ_ASSERT(atomic_load(&d->lim.body_budget.used) == cn->req.cap_tokens * sizeof(uint32_t),
-              "budget holds more than the connection's array");
+    FZ_ASSERT(atomic_load(&d->lim.body_budget.used) == rd_req_reserved(&cn->req),
+              "budget holds more than the connection's arrays");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -162,6 +162,10 @@ def routerd_seeds():
         {"tokens": [5, 6], "model": "m\u00e9", "lora": "\ud83d\ude00", "salt": "s\"t",
          "tenant": "x"}).encode().replace(b"\\\\", b"\\")))
     write("routerd_http", "unknown", req(1, 0, 1, 1, [], b'{"tokens": [1], "colour": "red"}'))
+    write("routerd_http", "workers_loads", req(1, 0, 1, 1, [], json.dumps(
+        {"tokens": toks, "workers": ["w0", "w\"1/0"], "loads": {"w0": 3, "w\"1": 0.5e1}}).encode()))
+    write("routerd_http", "load_then_score", req(1, 4, 1, 1, [], json.dumps(
+        {"engine": "w0", "running": 7, "waiting": 1}).encode()) + req(1, 0, 1, 1, [], js))
     write("routerd_http", "get_then_score", req(0, 1, 0, 0, [], b"") + req(0, 2, 0, 0, [], b"") +
           req(1, 0, 1, 1, [], js) + req(1, 0, 1, 3, [], js))
     rng = random.Random(22)
