@@ -6,8 +6,13 @@ One daemon, one raw PUB engine ("e", rank 0) that stores one 8-block prompt. Che
   1. the same request as compact JSON, as JSON with whitespace and escapes (Python's
      json.dumps, "\\u00e9" in a string) and as a binary body (little-endian uint32, the
      namespace in the query string) answers the same rows: 8 blocks on "e";
+  1b. "workers" and "loads" read by the scanner (merge of router-ops into router-fast):
+     compact, spaced with escapes and before "tokens" give the same rows with the request's
+     load; a candidate list without "e" or an empty one keeps no row, null ones keep it;
+     a load pushed to POST /load shows in "load" when the request gives none;
   2. refusals, each a 400 naming the byte: a repeated member, an unknown member, a token
-     above 2^32-1, a negative id, a real, a truncated body, a lone surrogate, a binary body
+     above 2^32-1, a negative id, a real, a truncated body, a lone surrogate, a negative,
+     infinite or leading-zero load, a load key given twice, workers not a list, a binary body
      whose length is not a multiple of 4, an unknown query argument, query arguments with a
      JSON body; a Content-Length above --max-body is a 413 decided before the body (which
      is then read into nothing, so that a client still sending sees the answer);
@@ -167,6 +172,37 @@ def check(port, pub):
            "a model given as a query argument and as an escaped JSON string")
     n_ok = 5
 
+    # Step 1b: workers and loads through the scanner.
+    ranked = []
+    for body in (json.dumps({"tokens": toks, "workers": ["e"], "loads": {"e": 2.5}},
+                            separators=(",", ":")).encode(),
+                 b'{ "loads" : { "\u0065" : 25e-1 } , "workers" : [ "e" , "x/3" ] , '
+                 b'"tokens" : ' + json.dumps(toks).encode() + b" }",
+                 json.dumps({"tokens": toks, "loads": {"e/0": 2.5, "e": 9}}).encode()):
+        status, out, _ = cl.req("POST", "/score", body)
+        expect(status == 200, f"{body[:80]!r}: {status} {out[:200]}")
+        a = json.loads(out)
+        expect(len(a["workers"]) == 1 and a["workers"][0]["load"] == 2.5 and
+               a["workers"][0]["over_cap"] is False and a["workers"][0]["blocks"] == 8,
+               f"{body[:80]!r}: {a}")
+        ranked.append(a)
+    expect(ranked[0] == ranked[1] == ranked[2], f"workers/loads encodings disagree: {ranked}")
+    for members, rows in (({"workers": ["x"]}, 0), ({"workers": []}, 0),
+                          ({"workers": None, "loads": None}, 1), ({"loads": {}}, 1)):
+        status, out, _ = cl.req("POST", "/score", json.dumps({"tokens": toks, **members}).encode())
+        a = json.loads(out)
+        expect(status == 200 and len(a["workers"]) == rows, f"{members}: {status} {a}")
+        expect(rows == 0 or a["workers"][0]["load"] is None, f"{members}: a load from nowhere")
+    status, out, conn = cl.req("POST", "/load", b'{"engine": "e", "running": 3, "waiting": 1}')
+    expect(status == 200 and json.loads(out) == {"status": "ok"} and conn != "close",
+           f"POST /load: {status} {out[:200]}")
+    status, out, _ = cl.req("POST", "/score", compact)
+    expect(status == 200 and json.loads(out)["workers"][0]["load"] == 4.0,
+           f"the pushed load: {status} {out[:300]}")
+    status, out, _ = cl.req("POST", "/load", b'{"engine": "e", "running": -1}')
+    expect(status == 400, f"POST /load with a negative figure: {status}")
+    n_ok += 3 + 4 + 1
+
     # Step 2: refusals.
     bad = [
         (b'{"tokens": [1], "tokens": [2]}', "given twice"),
@@ -177,6 +213,13 @@ def check(port, pub):
         (b'{"tokens": [1, 2', "ends inside"),
         (b'{"tokens": [1], "model": "\\ud800"}', "surrogate"),
         (b'{"model": "m"}', "tokens must be"),
+        (b'{"tokens": [1], "loads": {"e": -1}}', "loads must be"),
+        (b'{"tokens": [1], "loads": {"e": 1e999}}', "loads must be"),
+        (b'{"tokens": [1], "loads": {"e": 01}}', "loads must be"),
+        (b'{"tokens": [1], "loads": {"e": 1, "e": 2}}', "given twice"),
+        (b'{"tokens": [1], "loads": ["e"]}', "loads must be"),
+        (b'{"tokens": [1], "workers": "e"}', "workers must be"),
+        (b'{"tokens": [1], "workers": ["e", 1]}', "workers must be"),
     ]
     for body, why in bad:
         status, out, _ = cl.req("POST", "/score", body)
