@@ -260,7 +260,7 @@ typedef struct rd_rank {
 } rd_rank;
 
 /* What a /score request adds to the ranking (filled by whichever parser reads the body;
- * rd_score_opts_json for a jansson object). Strings are owned by the caller's parse and
+ * rd_req.c's scanner, through rd_http.c's rd_rank_req). Strings are owned by the caller and
  * must outlive rd_rank_rows. A name is "ENGINE" (every dp rank) or "ENGINE/RANK". */
 typedef struct rd_score_opts {
     const char **workers;    /* candidate workers ("workers": [...]); NULL: all */
@@ -287,15 +287,6 @@ int rd_load_set(rd_daemon *d, const char *engine, int64_t dp_rank, double runnin
  * {"loads": [such objects]}. Returns 0, or non-zero with a message in err (bad JSON, a
  * missing or negative figure, an unknown member). */
 int rd_load_push(rd_daemon *d, const char *body, size_t n, char *err, size_t err_size);
-
-/* Read "workers" and "loads" of a /score request object (a json_t *, as void * so that
- * this header needs no jansson) into *o; arrays malloc'ed (rd_score_opts_free), strings
- * borrowed from req. Returns NULL, or a static description of what is wrong; free with
- * rd_score_opts_free in both cases. */
-const char *rd_score_opts_json(void *req, rd_score_opts *o);
-
-/* Free what rd_score_opts_json allocated. Accepts a zeroed struct. */
-void rd_score_opts_free(rd_score_opts *o);
 
 /* Rank the rows rk[0 .. *n) (sorted by the index's order) for a prompt of prompt_blocks
  * full blocks: drop rows that are not candidates of o (o may be NULL), attach each row's
