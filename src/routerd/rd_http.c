@@ -27,9 +27,12 @@
  * The fast path. A /score body is scanned as it arrives (rd_req.c: no copy of the body, a
  * wrong byte or an unknown member refuses it at once), the ids go into the connection's
  * reused array, the rows into its reused arrays, and the answer is written by hand into
- * its reused buffer (jansson is left for /healthz): once a connection's buffers have grown,
- * a /score allocates nothing but libmicrohttpd's response. The daemon's own time per score
- * (the handler's calls, body scanning included; not the network) is the histogram
+ * its reused buffer (jansson is left for /healthz and POST /load): once a connection's
+ * buffers have grown, a /score allocates nothing per token; per request only
+ * libmicrohttpd's response, rd_rank_rows' three scratch arrays (one entry per row, when
+ * there are two rows or more) and, when the request names workers or loads, their two
+ * pointer arrays (rd_rank_req). The daemon's own time per score (the handler's calls, body
+ * scanning and the load-aware ranking included; not the network) is the histogram
  * kvprefix_router_score_seconds. Figures: docs/routing.md, bench/bench_routerd.c.
  *
  * Limits (rd_limits): a body above --max-body is refused by its Content-Length before it is
