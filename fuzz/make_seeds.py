@@ -18,6 +18,7 @@ other names; this script only rewrites seed-* files. Run from anywhere:
     python3 fuzz/make_seeds.py
 """
 import gzip
+import json
 import os
 import random
 
@@ -139,6 +140,42 @@ def kv_decode_seeds():
     write("kv_decode", "truncated", pk([ts, [stored_map], 0])[:-7])
 
 
+def routerd_seeds():
+    """fuzz_routerd_http: requests as the harness reads them (method, path, type, length and
+    argument bytes, a 2-byte body length, the body, 2 bytes per chunk size); several per
+    input. fuzz_routerd_events: pseudo-random programs (every byte string is one) whose op
+    bytes sweep the three endpoints."""
+    def req(method, path, ctype, lk, args, body, chunk=700):
+        out = bytes([method, path, ctype, lk, len(args)])
+        for key, value in args:
+            out += bytes([key, 1, len(value)]) + value
+        out += len(body).to_bytes(2, "big") + body
+        out += (chunk - 1).to_bytes(2, "big") * (len(body) // chunk + 1)
+        return out
+    toks = list(range(1, 65))
+    js = json.dumps({"tokens": toks, "model": None}).encode()
+    binary = b"".join(t.to_bytes(4, "little") for t in toks)
+    write("routerd_http", "json", req(1, 0, 1, 1, [], js))
+    write("routerd_http", "json_tight", req(1, 0, 1, 0, [], js.replace(b" ", b""), 5))
+    write("routerd_http", "binary", req(1, 0, 2, 1, [(0, b"")], binary, 6))
+    write("routerd_http", "strings", req(1, 0, 1, 1, [], json.dumps(
+        {"tokens": [5, 6], "model": "m\u00e9", "lora": "\ud83d\ude00", "salt": "s\"t",
+         "tenant": "x"}).encode().replace(b"\\\\", b"\\")))
+    write("routerd_http", "unknown", req(1, 0, 1, 1, [], b'{"tokens": [1], "colour": "red"}'))
+    write("routerd_http", "workers_loads", req(1, 0, 1, 1, [], json.dumps(
+        {"tokens": toks, "workers": ["w0", "w\"1/0"], "loads": {"w0": 3, "w\"1": 0.5e1}}).encode()))
+    write("routerd_http", "load_then_score", req(1, 4, 1, 1, [], json.dumps(
+        {"engine": "w0", "running": 7, "waiting": 1}).encode()) + req(1, 0, 1, 1, [], js))
+    write("routerd_http", "get_then_score", req(0, 1, 0, 0, [], b"") + req(0, 2, 0, 0, [], b"") +
+          req(1, 0, 1, 1, [], js) + req(1, 0, 1, 3, [], js))
+    rng = random.Random(22)
+    for i in range(8):
+        body = bytearray(rng.randrange(256) for _ in range(900))
+        for k in range(0, 900, 30):
+            body[k] = (i % 3) | 4  # an op byte: endpoint i % 3, three frames
+        write("routerd_events", "%02d" % i, bytes(body))
+
+
 def noninterference_seeds():
     """fuzz_noninterference: 16 programs over every block size (byte 0 mod 5) and key width
     (byte 1 mod 13, 12 meaning full keys without verification), each call a step byte, a
@@ -171,6 +208,7 @@ def main():
     replay_seeds()
     kv_decode_seeds()
     noninterference_seeds()
+    routerd_seeds()
 
 
 if __name__ == "__main__":

@@ -44,6 +44,20 @@
  * refuses, topics that do not name an engine, batches the index refuses are counted per
  * source (rd_source.n_bad) and logged at most once a minute per source.
  *
+ * An engine is not trusted with its identity or its size (docs/security.md). A worker is
+ * (engine id, dp rank) where both come from the configuration: the id from --engine (or,
+ * for ID '*', from the topic, whose pod and model must be UTF-8 without control
+ * characters), the rank from the endpoint (dp=N declares rank r at port + r); a batch whose
+ * data_parallel_rank is another rank is refused (reason dp_rank), not made a new worker.
+ * An endpoint creates at most --endpoint-workers workers (ID '*': one per pod), and its
+ * workers hold at most --endpoint-blocks blocks together: past it, the worker whose batch
+ * passed it is marked stale (its blocks dropped) and the refusal counted (reason limit) and
+ * logged. The index's own bounds (KVP_ROUTER_MAX_WORKERS workers, KVP_ROUTER_MAX_GROUPS
+ * models) are named in the log line when a worker cannot be added.
+ *
+ * rd_events_intake() is the whole path of one received message (frames as bytes), so that
+ * fuzz/fuzz_routerd_events.c drives it without sockets.
+ *
  * Every call is bounded: zmq_poll waits at most 100 ms (then d->stop is checked), receives
  * and sends use ZMQ_DONTWAIT, sockets close with ZMQ_LINGER 0, a replay has a deadline.
  */
@@ -57,6 +71,7 @@
 
 #include "cli.h"
 #include "escape.h"
+#include "rd_req.h"
 #include "routerd.h"
 
 /* Messages taken from one socket before polling again (fairness between engines). */
@@ -74,7 +89,8 @@ enum {
     RD_BAD = 3   /* replayed: the index refused the batch */
 };
 
-static const char *const rd_bad_names[RD_BAD_KINDS] = {"frames", "topic", "payload", "batch"};
+static const char *const rd_bad_names[RD_BAD_KINDS] = {"frames", "topic",   "payload",
+                                                       "batch",  "dp_rank", "limit"};
 
 int64_t rd_now_ms(void)
 {
@@ -104,7 +120,7 @@ static void rd_refuse(rd_daemon *d, rd_source *src, int kind, const char *why)
 }
 
 static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine, const char *model,
-                                int64_t dp);
+                                int64_t dp, char *buf, size_t buf_size, const char **why);
 
 int rd_events_open(rd_daemon *d, char *err, size_t err_size)
 {
@@ -128,8 +144,11 @@ int rd_events_open(rd_daemon *d, char *err, size_t err_size)
             return 1;
         }
         /* With a shared store, a named engine's worker may already hold blocks there. */
-        if (d->redis.url && s->engine && rd_worker_get(d, s, s->engine, NULL, s->dp_rank) == NULL) {
-            cli_errf(err, err_size, "%s: cannot add worker '%s'", s->endpoint, s->engine);
+        char buf[512];
+        const char *why = NULL;
+        if (d->redis.url && s->engine &&
+            rd_worker_get(d, s, s->engine, NULL, s->dp_rank, buf, sizeof buf, &why) == NULL) {
+            cli_errf(err, err_size, "%s: %s", s->endpoint, why);
             return 1;
         }
     }
@@ -174,16 +193,41 @@ static uint64_t rd_be64(const void *p)
     return v;
 }
 
-/* The worker (engine, dp) of src, created on first sight (kvp_router_worker_add with the
- * daemon's hash config, and model when given). Returns NULL when the index refuses it
- * (logged). */
-static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine, const char *model,
-                                int64_t dp)
+/* Why kvp_router_worker_add refused a worker, in words: its KVP_ENOSPC means either of the
+ * index's two bounds, told apart by the stats. */
+static const char *rd_add_error(rd_daemon *d, int rc)
 {
+    kvp_router_stats st;
+    if (rc != KVP_ENOSPC)
+        return kvp_strerror(rc);
+    if (kvp_router_stats_get(d->router, &st) == KVP_OK && st.n_workers < KVP_ROUTER_MAX_WORKERS)
+        return "the index holds 256 distinct models (hash configuration, model), its most "
+               "(KVP_ROUTER_MAX_GROUPS): a worker of another model cannot be added";
+    return "the index holds 32768 workers, its most (KVP_ROUTER_MAX_WORKERS)";
+}
+
+/* The worker (engine, dp) of src, created on first sight (kvp_router_worker_add with the
+ * daemon's hash config, and model when given) unless src already has --endpoint-workers
+ * workers. Returns NULL when it cannot be had, with *why saying why (static or in buf). */
+static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine, const char *model,
+                                int64_t dp, char *buf, size_t buf_size, const char **why)
+{
+    uint32_t n_src = 0;
     for (size_t i = 0; i < d->n_workers; i++) {
         rd_worker *w = d->workers[i];
-        if (w->src == src && w->dp_rank == dp && strcmp(w->engine, engine) == 0)
+        if (w->src != src)
+            continue;
+        n_src++;
+        if (w->dp_rank == dp && strcmp(w->engine, engine) == 0)
             return w;
+    }
+    if (n_src >= d->lim.endpoint_workers) {
+        snprintf(buf, buf_size,
+                 "engine '%s' would be worker %" PRIu32 " of this endpoint, above "
+                 "--endpoint-workers %" PRIu32,
+                 engine, n_src + 1, d->lim.endpoint_workers);
+        *why = buf;
+        return NULL;
     }
     kvp_router_worker_config wc;
     kvp_router_worker_config_init(&wc);
@@ -201,8 +245,9 @@ static rd_worker *rd_worker_get(rd_daemon *d, rd_source *src, const char *engine
     pthread_mutex_unlock(&d->lock);
     int rc = w && name && room ? kvp_router_worker_add(d->router, &wc, &id) : KVP_ENOMEM;
     if (rc != KVP_OK) {
-        rd_log("%s: engine '%s' dp %" PRId64 ": cannot add the worker: %s", src->endpoint, engine,
-               dp, kvp_strerror(rc));
+        snprintf(buf, buf_size, "engine '%s' dp %" PRId64 ": cannot add the worker: %s", engine, dp,
+                 rd_add_error(d, rc));
+        *why = buf;
         free(w);
         free(name);
         return NULL;
@@ -316,6 +361,61 @@ static void rd_check_keys(rd_daemon *d, rd_worker *w, const kvp_kv_batch *b)
                kc.likely ? kc.likely : "unknown");
 }
 
+/* The blocks src's workers hold together, with w's count refreshed (the others' as of
+ * their last batch). */
+static uint64_t rd_source_blocks(rd_daemon *d, rd_worker *w)
+{
+    kvp_router_worker_stats ws;
+    if (kvp_router_worker_stats_get(d->router, w->id, &ws) == KVP_OK)
+        w->n_blocks = ws.n_blocks;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < d->n_workers; i++)
+        if (d->workers[i]->src == w->src)
+            sum += d->workers[i]->n_blocks;
+    return sum;
+}
+
+/* After w's batch stored blocks: past --endpoint-blocks, w is marked stale (its blocks
+ * dropped; it takes batches again from its next one) and the refusal counted and logged. */
+static void rd_check_blocks(rd_daemon *d, rd_worker *w, const kvp_kv_batch *b)
+{
+    bool stores = false;
+    for (size_t i = 0; i < b->n_events && !stores; i++)
+        stores = b->events[i].type == KVP_EVENT_STORED;
+    if (!stores)
+        return;
+    uint64_t sum = rd_source_blocks(d, w);
+    if (sum <= d->lim.endpoint_blocks)
+        return;
+    char why[256];
+    snprintf(why, sizeof why,
+             "its workers hold %" PRIu64 " blocks, above --endpoint-blocks %" PRIu64
+             ": worker '%s' dp %" PRId64 " marked stale",
+             sum, d->lim.endpoint_blocks, w->engine, w->dp_rank);
+    rd_refuse(d, w->src, RD_BAD_LIMIT, why);
+    int rc = kvp_router_mark_stale(d->router, w->id);
+    if (rc != KVP_OK)
+        rd_log("%s: worker '%s': cannot mark it stale: %s", w->src->endpoint, w->engine,
+               kvp_strerror(rc));
+    w->n_blocks = 0;
+    pthread_mutex_lock(&d->lock);
+    w->n_stale_marks++;
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* Count the lag of a batch stamped ts (seconds since the epoch) applied now. */
+static void rd_lag(rd_daemon *d, double ts)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double lag = (double)now.tv_sec + (double)now.tv_nsec * 1e-9 - ts;
+    if (!(lag > 0))
+        lag = 0; /* a stamp in the future (clock skew), or not a number */
+    if (lag > 1e6)
+        lag = 1e6;
+    rd_hist_add(&d->lag_hist, RD_HIST_LAG, (uint64_t)(lag * 1e9));
+}
+
 /* Apply batch b (number seq) of w. live: the batch came from the SUB socket (a gap starts
  * a replay, a lost restart is recognised); else from a replay. Returns RD_DONE; live:
  * RD_WAIT when a replay started and the batch must wait for it; replayed: RD_GAP, RD_BAD
@@ -337,8 +437,11 @@ static int rd_apply(rd_daemon *d, rd_worker *w, uint64_t seq, const kvp_kv_batch
         return RD_DONE;
     }
     rd_count(d, w, res.status);
-    if (res.status == KVP_ROUTER_APPLIED || res.status == KVP_ROUTER_RESTARTED)
+    if (res.status == KVP_ROUTER_APPLIED || res.status == KVP_ROUTER_RESTARTED) {
         rd_check_keys(d, w, b);
+        rd_lag(d, b->ts);
+        rd_check_blocks(d, w, b);
+    }
     switch (res.status) {
     case KVP_ROUTER_GAP:
         if (!live)
@@ -478,7 +581,8 @@ static void rd_replay_read(rd_daemon *d, rd_worker *w)
 }
 
 /* Engine id and model from an llm-d topic "kv@<pod>@<model>" (topic[0 .. len)). Writes
- * NUL-terminated copies. Returns false when the topic is not of that shape. */
+ * NUL-terminated copies. Returns false when the topic is not of that shape, not UTF-8, or
+ * holds a control character. */
 static bool rd_topic_ids(const char *topic, size_t len, char *pod, char *model, size_t cap)
 {
     if (len < 5 || memcmp(topic, "kv@", 3) != 0 || memchr(topic, '\0', len))
@@ -488,6 +592,12 @@ static bool rd_topic_ids(const char *topic, size_t len, char *pod, char *model, 
     if (at == NULL || at == p || at + 1 == end || (size_t)(at - p) >= cap ||
         (size_t)(end - at - 1) >= cap)
         return false;
+    /* The pod becomes a label of every scrape and a string of every /score answer. */
+    for (const char *c = topic; c < end; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return false;
+    if (!rd_utf8_ok((const unsigned char *)topic, len))
+        return false;
     memcpy(pod, p, (size_t)(at - p));
     pod[at - p] = '\0';
     memcpy(model, at + 1, (size_t)(end - at - 1));
@@ -495,48 +605,76 @@ static bool rd_topic_ids(const char *topic, size_t len, char *pod, char *model, 
     return true;
 }
 
-/* Handle one received message of src (frames f[0 .. n)). */
-static void rd_on_message(rd_daemon *d, rd_source *src, zmq_msg_t f[RD_MAX_FRAMES], int n)
+void rd_events_intake(rd_daemon *d, rd_source *src, const void *const *frames, const size_t *sizes,
+                      int n)
 {
     pthread_mutex_lock(&d->lock);
     src->n_messages++;
     pthread_mutex_unlock(&d->lock);
-    if (n != 3 || zmq_msg_size(&f[1]) != 8) {
+    if (n != 3 || sizes[1] != 8) {
         char why[64];
         snprintf(why, sizeof why, "%d frames, sequence frame of %zu bytes", n,
-                 n >= 2 ? zmq_msg_size(&f[1]) : (size_t)0);
+                 n >= 2 ? sizes[1] : (size_t)0);
         rd_refuse(d, src, RD_BAD_FRAMES, why);
         return;
     }
     char pod[RD_NAME_MAX + 1], model[RD_NAME_MAX + 1];
     const char *engine = src->engine, *mdl = NULL;
     if (engine == NULL) {
-        if (!rd_topic_ids(zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), pod, model, sizeof pod)) {
-            rd_refuse(d, src, RD_BAD_TOPIC, "the topic is not kv@<pod>@<model>");
+        if (!rd_topic_ids(frames[0], sizes[0], pod, model, sizeof pod)) {
+            rd_refuse(d, src, RD_BAD_TOPIC,
+                      "the topic is not kv@<pod>@<model> (UTF-8, no control characters)");
             return;
         }
         engine = pod;
         mdl = model;
     }
-    uint64_t seq = rd_be64(zmq_msg_data(&f[1]));
+    uint64_t seq = rd_be64(frames[1]);
     kvp_kv_batch *b = NULL;
-    int rc = kvp_kv_decode(zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), &b);
+    int rc = kvp_kv_decode(frames[2], sizes[2], &b);
     if (rc != KVP_OK) {
         rd_refuse(d, src, RD_BAD_PAYLOAD, kvp_strerror(rc));
         return;
     }
-    rd_worker *w = rd_worker_get(d, src, engine, mdl, b->has_dp_rank ? b->dp_rank : src->dp_rank);
-    if (w == NULL || w->dealer) {
-        if (w)
-            rd_enqueue(d, w, seq, b);
-        else
-            kvp_kv_batch_free(b);
+    /* The endpoint, not the batch, says which rank it is. */
+    if (b->has_dp_rank && b->dp_rank != src->dp_rank) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "the batch says data_parallel_rank %" PRId64 ", the endpoint is rank %" PRId64
+                 " (dp=N in --engine declares ranks)",
+                 b->dp_rank, src->dp_rank);
+        rd_refuse(d, src, RD_BAD_RANK, why);
+        kvp_kv_batch_free(b);
+        return;
+    }
+    char buf[512];
+    const char *why = NULL;
+    rd_worker *w = rd_worker_get(d, src, engine, mdl, src->dp_rank, buf, sizeof buf, &why);
+    if (w == NULL) {
+        rd_refuse(d, src, RD_BAD_LIMIT, why);
+        kvp_kv_batch_free(b);
+        return;
+    }
+    if (w->dealer) {
+        rd_enqueue(d, w, seq, b);
         return;
     }
     if (rd_apply(d, w, seq, b, true) == RD_WAIT)
         rd_enqueue(d, w, seq, b);
     else
         kvp_kv_batch_free(b);
+}
+
+/* Handle one received message of src (frames f[0 .. n)). */
+static void rd_on_message(rd_daemon *d, rd_source *src, zmq_msg_t f[RD_MAX_FRAMES], int n)
+{
+    const void *data[RD_MAX_FRAMES] = {NULL};
+    size_t sizes[RD_MAX_FRAMES] = {0};
+    for (int i = 0; i < n && i < RD_MAX_FRAMES; i++) {
+        data[i] = zmq_msg_data(&f[i]);
+        sizes[i] = zmq_msg_size(&f[i]);
+    }
+    rd_events_intake(d, src, data, sizes, n);
 }
 
 /* Drain what waits on src's SUB socket (at most RD_DRAIN_MAX messages). */

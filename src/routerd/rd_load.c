@@ -207,54 +207,6 @@ int rd_load_push(rd_daemon *d, const char *body, size_t n, char *err, size_t err
     return rc;
 }
 
-const char *rd_score_opts_json(void *req_v, rd_score_opts *o)
-{
-    json_t *req = req_v;
-    memset(o, 0, sizeof *o);
-    json_t *w = json_object_get(req, "workers"), *l = json_object_get(req, "loads");
-    if (w && !json_is_null(w)) {
-        if (!json_is_array(w) || json_array_size(w) > RD_MAX_LOADS)
-            return "workers must be an array of worker names (ENGINE or ENGINE/RANK)";
-        o->workers = malloc((json_array_size(w) + 1) * sizeof *o->workers);
-        if (o->workers == NULL)
-            return "out of memory";
-        for (size_t i = 0; i < json_array_size(w); i++) {
-            json_t *e = json_array_get(w, i);
-            if (!json_is_string(e))
-                return "workers must be an array of worker names (ENGINE or ENGINE/RANK)";
-            o->workers[o->n_workers++] = json_string_value(e);
-        }
-    }
-    if (l && !json_is_null(l)) {
-        size_t n = json_is_object(l) ? json_object_size(l) : 0;
-        if (!json_is_object(l) || n > RD_MAX_LOADS)
-            return "loads must be an object {WORKER: LOAD} (LOAD a number >= 0)";
-        o->load_names = malloc((n + 1) * sizeof *o->load_names);
-        o->load_values = malloc((n + 1) * sizeof *o->load_values);
-        if (o->load_names == NULL || o->load_values == NULL)
-            return "out of memory";
-        const char *key;
-        json_t *v;
-        json_object_foreach(l, key, v)
-        {
-            double x = json_is_number(v) ? json_number_value(v) : -1.0;
-            if (!isfinite(x) || x < 0.0 || x > 1e12)
-                return "loads must be an object {WORKER: LOAD} (LOAD a number >= 0)";
-            o->load_names[o->n_loads] = key;
-            o->load_values[o->n_loads++] = x;
-        }
-    }
-    return NULL;
-}
-
-void rd_score_opts_free(rd_score_opts *o)
-{
-    free(o->workers);
-    free(o->load_names);
-    free(o->load_values);
-    memset(o, 0, sizeof *o);
-}
-
 /* Whether name ("ENGINE" or "ENGINE/RANK") names worker (engine, rank). */
 static bool rd_name_matches(const char *name, const char *engine, int64_t rank)
 {

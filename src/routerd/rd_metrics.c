@@ -6,6 +6,16 @@
  *
  * With --redis, the shared store's families follow the index's (rd_redis.c).
  *
+ * Two histograms (rd_hist, rd_limits.h), updated by their threads without a lock:
+ *   kvprefix_router_score_seconds      the daemon's own time per answered /score: the
+ *                                      handler's calls (scanning the body as it arrives,
+ *                                      scoring, writing the answer), not the network's
+ *   kvprefix_router_event_lag_seconds  a batch's engine stamp (its ts, wall clock) to the
+ *                                      moment it was applied; a stamp in the future (clock
+ *                                      skew) counts as 0
+ * Label values that are not UTF-8 (an engine id from a topic) have each bad byte written
+ * as U+FFFD, so one engine cannot make the exposition unreadable for every scrape.
+ *
  * Cost: O(workers + sources) under rd_daemon.lock, plus one kvp_router_stats_get and one
  * kvp_router_worker_stats_get per worker (shared lock of the index).
  */
@@ -14,22 +24,81 @@
 
 #include "routerd.h"
 
-/* Write s as a label value (escaped). */
-static void rd_label(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            fprintf(f, "\\%c", *s);
-        else if (*s == '\n')
-            fputs("\\n", f);
-        else
-            fputc(*s, f);
-    }
-}
-
 static void rd_family(FILE *f, const char *name, const char *type, const char *help)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Length of the UTF-8 sequence at p (RFC 3629), or 0 when it is not one. */
+static size_t rd_utf8_len(const unsigned char *p)
+{
+    size_t len = p[0] < 0x80 ? 1 : p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : 2;
+    if (len == 1)
+        return 1;
+    if (p[0] < 0xC2 || p[0] > 0xF4)
+        return 0;
+    for (size_t k = 1; k < len; k++)
+        if (p[k] < 0x80 || p[k] > 0xBF)
+            return 0;
+    if ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] > 0x9F) ||
+        (p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] > 0x8F))
+        return 0;
+    return len;
+}
+
+/* Write s as a label value: backslash, double quote and newline escaped, bytes that are not
+ * UTF-8 as U+FFFD. */
+static void rd_label(FILE *f, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t len = rd_utf8_len(p);
+        if (len == 0) {
+            fputs("\xef\xbf\xbd", f);
+            p++;
+        } else if (*p == '\\' || *p == '"') {
+            fprintf(f, "\\%c", *p++);
+        } else if (*p == '\n') {
+            fputs("\\n", f);
+            p++;
+        } else {
+            fwrite(p, 1, len, f);
+            p += len;
+        }
+    }
+}
+
+/* Upper bounds (seconds) of the histograms' buckets but +Inf, by RD_HIST_*. */
+static const double rd_hist_bounds[2][RD_HIST_BUCKETS - 1] = {
+    {10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 100e-3, 1.0},
+    {1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 10.0, 60.0},
+};
+
+void rd_hist_add(rd_hist *h, int kind, uint64_t ns)
+{
+    double s = (double)ns * 1e-9;
+    int b = 0;
+    while (b < RD_HIST_BUCKETS - 1 && s > rd_hist_bounds[kind][b])
+        b++;
+    atomic_fetch_add_explicit(&h->n[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
+}
+
+/* One histogram family: cumulative buckets, _sum, _count. */
+static void rd_metrics_hist(FILE *f, const char *name, const char *help, rd_hist *h, int kind)
+{
+    rd_family(f, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int b = 0; b < RD_HIST_BUCKETS; b++) {
+        cum += atomic_load_explicit(&h->n[b], memory_order_relaxed);
+        if (b < RD_HIST_BUCKETS - 1)
+            fprintf(f, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, rd_hist_bounds[kind][b], cum);
+        else
+            fprintf(f, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, cum);
+    }
+    fprintf(f, "%s_sum %.9f\n", name,
+            (double)atomic_load_explicit(&h->sum_ns, memory_order_relaxed) * 1e-9);
+    fprintf(f, "%s_count %" PRIu64 "\n", name, cum);
 }
 
 /* Index-wide figures from the router's stats. */
@@ -168,7 +237,8 @@ static void rd_metrics_tokens(rd_daemon *d, FILE *f)
 /* Per-source message counters (caller holds d->lock). */
 static void rd_metrics_sources(rd_daemon *d, FILE *f)
 {
-    static const char *const reasons[RD_BAD_KINDS] = {"frames", "topic", "payload", "batch"};
+    static const char *const reasons[RD_BAD_KINDS] = {"frames", "topic",   "payload",
+                                                      "batch",  "dp_rank", "limit"};
     rd_family(f, "kvprefix_router_messages_total", "counter",
               "Messages received per engine endpoint.");
     for (size_t i = 0; i < d->n_sources; i++) {
@@ -178,7 +248,8 @@ static void rd_metrics_sources(rd_daemon *d, FILE *f)
     }
     rd_family(f, "kvprefix_router_malformed_messages_total", "counter",
               "Messages refused per engine endpoint, by reason (frames, topic, payload, "
-              "batch).");
+              "batch, dp_rank: a rank the endpoint does not declare, limit: past "
+              "--endpoint-workers or --endpoint-blocks).");
     for (size_t i = 0; i < d->n_sources; i++)
         for (int k = 0; k < RD_BAD_KINDS; k++) {
             fputs("kvprefix_router_malformed_messages_total{endpoint=\"", f);
@@ -217,6 +288,23 @@ int rd_metrics_write(rd_daemon *d, FILE *f)
     rd_family(f, "kvprefix_router_http_errors_total", "counter",
               "HTTP requests answered with an error status.");
     fprintf(f, "kvprefix_router_http_errors_total %" PRIu64 "\n", d->n_http_errors);
+    rd_family(f, "kvprefix_router_http_refused_total", "counter",
+              "HTTP requests refused as a service's limits say: deadline (--request-timeout: "
+              "the connection closed), budget (--body-budget spent: 503).");
+    fprintf(f, "kvprefix_router_http_refused_total{reason=\"deadline\"} %" PRIu64 "\n",
+            d->n_http_timeouts);
+    fprintf(f, "kvprefix_router_http_refused_total{reason=\"budget\"} %" PRIu64 "\n",
+            d->n_http_busy);
     pthread_mutex_unlock(&d->lock);
+    rd_family(f, "kvprefix_router_body_budget_bytes", "gauge",
+              "Bytes of /score token arrays held by all connections (limit: --body-budget).");
+    fprintf(f, "kvprefix_router_body_budget_bytes %zu\n", atomic_load(&d->lim.body_budget.used));
+    rd_metrics_hist(f, "kvprefix_router_score_seconds",
+                    "The daemon's own time per answered /score (scanning the body, scoring, "
+                    "writing the answer; not the network).",
+                    &d->score_hist, RD_HIST_SCORE);
+    rd_metrics_hist(f, "kvprefix_router_event_lag_seconds",
+                    "From a batch's engine stamp (wall clock) to its application to the index.",
+                    &d->lag_hist, RD_HIST_LAG);
     return 0;
 }

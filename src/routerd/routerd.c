@@ -107,6 +107,17 @@ static const char usage_tail[] =
     "  --http-threads N     scoring threads (default 2, 1..64)\n"
     "  --max-body SIZE      largest /score body (default 16MiB)\n"
     "\n"
+    "Limits as a network service (docs/security.md):\n"
+    "  --request-timeout MS a request's whole life, headers to answer (default 5000)\n"
+    "  --per-ip-connections N  open connections per client address (default 64)\n"
+    "  --max-connections N  open connections in all (default 256)\n"
+    "  --body-budget SIZE   /score bodies held by all connections (default 256MiB)\n"
+    "  --endpoint-workers N workers one engine endpoint may create (default 64)\n"
+    "  --endpoint-blocks N  blocks one endpoint's workers may hold (default 16777216)\n"
+    "\n";
+
+/* The rest of the usage (one string would pass the 4095 bytes C guarantees). */
+static const char usage_text2[] =
     "Shared index (several routers on one Redis, docs/routing.md):\n"
     "  --redis URL          redis://HOST[:PORT][/DB] (port 6379), HOST:PORT or\n"
     "                       unix:PATH; scores come from Redis, from the local view\n"
@@ -151,7 +162,13 @@ enum {
     RD_OPT_LOAD_TTL,
     RD_OPT_LOG_FORMAT,
     RD_OPT_LOG_LEVEL,
-    RD_OPT_HASH_KEY_FILE
+    RD_OPT_HASH_KEY_FILE,
+    RD_OPT_REQ_TIMEOUT,
+    RD_OPT_PER_IP,
+    RD_OPT_MAX_CONNS,
+    RD_OPT_BODY_BUDGET,
+    RD_OPT_EP_WORKERS,
+    RD_OPT_EP_BLOCKS
 };
 
 static const struct option rd_longopts[] = {
@@ -180,6 +197,12 @@ static const struct option rd_longopts[] = {
     {"log-format", required_argument, NULL, RD_OPT_LOG_FORMAT},
     {"log-level", required_argument, NULL, RD_OPT_LOG_LEVEL},
     {"hash-key-file", required_argument, NULL, RD_OPT_HASH_KEY_FILE},
+    {"request-timeout", required_argument, NULL, RD_OPT_REQ_TIMEOUT},
+    {"per-ip-connections", required_argument, NULL, RD_OPT_PER_IP},
+    {"max-connections", required_argument, NULL, RD_OPT_MAX_CONNS},
+    {"body-budget", required_argument, NULL, RD_OPT_BODY_BUDGET},
+    {"endpoint-workers", required_argument, NULL, RD_OPT_EP_WORKERS},
+    {"endpoint-blocks", required_argument, NULL, RD_OPT_EP_BLOCKS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -359,6 +382,41 @@ static int rd_apply_redis_opt(rd_daemon *d, int c, const char *arg)
     }
 }
 
+/* Apply one of the limits' options (rd_limits). Returns 0 or an exit status after a
+ * message. */
+static int rd_apply_limit_opt(rd_daemon *d, int c, const char *arg)
+{
+    uint64_t v = 0;
+    int rc = 0;
+    rd_limits *l = &d->lim;
+    switch (c) {
+    case RD_OPT_REQ_TIMEOUT:
+        if ((rc = cli_flag_uint("router", "--request-timeout", arg, 1, 3600000, &v)) == 0)
+            l->request_timeout_ms = (unsigned)v;
+        return rc;
+    case RD_OPT_PER_IP:
+        if ((rc = cli_flag_uint("router", "--per-ip-connections", arg, 1, 65535, &v)) == 0)
+            l->per_ip_connections = (unsigned)v;
+        return rc;
+    case RD_OPT_MAX_CONNS:
+        if ((rc = cli_flag_uint("router", "--max-connections", arg, 1, 65535, &v)) == 0)
+            l->max_connections = (unsigned)v;
+        return rc;
+    case RD_OPT_BODY_BUDGET:
+        if ((rc = cli_flag_bytes("router", "--body-budget", arg, 4096, UINT64_C(1) << 40, &v)) == 0)
+            l->body_budget.limit = (size_t)v;
+        return rc;
+    case RD_OPT_EP_WORKERS:
+        if ((rc = cli_flag_uint("router", "--endpoint-workers", arg, 1, KVP_ROUTER_MAX_WORKERS,
+                                &v)) == 0)
+            l->endpoint_workers = (uint32_t)v;
+        return rc;
+    default:
+        return cli_flag_uint("router", "--endpoint-blocks", arg, 1, UINT64_MAX,
+                             &l->endpoint_blocks);
+    }
+}
+
 /* Apply one option. Returns 0, -1 after --help, or an exit status after a message. */
 static int rd_apply_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
 {
@@ -373,10 +431,13 @@ static int rd_apply_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
         return rd_apply_ops_opt(d, o, c, arg);
     if (c >= RD_OPT_REDIS && c <= RD_OPT_WORKER_TTL)
         return rd_apply_redis_opt(d, c, arg);
+    if (c >= RD_OPT_REQ_TIMEOUT && c <= RD_OPT_EP_BLOCKS)
+        return rd_apply_limit_opt(d, c, arg);
     switch (c) {
     case 'h':
         fputs(usage_text, stdout);
         fputs(usage_tail, stdout);
+        fputs(usage_text2, stdout);
         return -1;
     case RD_OPT_ENGINE:
         return rd_spec_add(d, arg, err, sizeof err) ? fail(CLI_EXIT_USAGE, "--engine: %s", err) : 0;
@@ -587,6 +648,13 @@ int rd_main(int argc, char **argv)
     d.hash.block_size = 16;
     d.replay_timeout_ms = 2000;
     d.max_body_bytes = (size_t)16 << 20;
+    d.lim.request_timeout_ms = 5000;
+    d.lim.per_ip_connections = 64;
+    d.lim.max_connections = 256;
+    d.lim.body_budget.limit = (size_t)256 << 20;
+    atomic_init(&d.lim.body_budget.used, 0);
+    d.lim.endpoint_workers = 64;
+    d.lim.endpoint_blocks = (uint64_t)16 << 20; /* 64 pods of 256k blocks on one ID '*' endpoint */
     kvp_router_config defaults;
     kvp_router_config_init(&defaults);
     d.redis = defaults.redis;

@@ -5,7 +5,9 @@
  *   routerd.c   options, start-up, signals, shut-down (rd_main)
  *   rd_spec.c   --engine specs and the --config JSON file -> rd_source list
  *   rd_events.c the event thread: SUB sockets, decode, kvp_router_apply, gaps -> replay
- *   rd_http.c   libmicrohttpd: POST /score, GET /metrics, GET /healthz
+ *   rd_http.c   libmicrohttpd: POST /score, GET /metrics, GET /healthz (rd_http.h: the
+ *               request handling without a socket, per-connection buffers)
+ *   rd_req.c    the /score body's push scanner (rd_req.h); rd_limits.h: limits, histograms
  *   rd_redis.c  --redis: the key prefix's shape, the store's state as log lines, metrics
  *   rd_log.c    log lines with levels, text or logfmt (--log-format, --log-level)
  *   rd_load.c   workers' loads (scraped, pushed, per request) and the load-aware ranking
@@ -30,6 +32,7 @@
 #include <stdio.h>
 
 #include "kvprefix_events.h"
+#include "rd_limits.h"
 
 /* Engine ids and endpoints longer than this are refused (usage). */
 #define RD_NAME_MAX 255u
@@ -45,7 +48,9 @@ enum {
     RD_BAD_TOPIC = 1,   /* engine id from the topic, and the topic is not kv@<pod>@<model> */
     RD_BAD_PAYLOAD = 2, /* kvp_kv_decode refused the payload */
     RD_BAD_BATCH = 3,   /* kvp_router_apply refused the batch (KVP_EINVAL) */
-    RD_BAD_KINDS = 4
+    RD_BAD_RANK = 4,    /* the batch names a dp rank its endpoint does not declare */
+    RD_BAD_LIMIT = 5,   /* the endpoint is past its worker or block limit (rd_limits) */
+    RD_BAD_KINDS = 6
 };
 
 /* One endpoint the daemon subscribes to (one --engine, or one dp rank of it). */
@@ -103,6 +108,7 @@ typedef struct rd_worker {
     uint64_t n_key_checked;  /* engine-hash mode: blocks whose engine key was recomputed */
     uint64_t n_key_mismatch; /* of those, blocks whose key differed from the engine's */
     const char *key_likely;  /* the first mismatch's likely cause (static), or NULL */
+    uint64_t n_blocks;       /* blocks held after its last storing batch (--endpoint-blocks) */
 } rd_worker;
 
 /* The daemon. */
@@ -138,6 +144,11 @@ typedef struct rd_daemon {
     int scrape_interval_ms;      /* --scrape-interval: period of the metrics scrapes */
     int load_ttl_ms;             /* --load-ttl: a load older than this is unknown (0: never) */
     void *scraper;               /* the scrape thread (rd_scrape.c), NULL when none runs */
+    rd_limits lim;               /* limits as a network service (rd_limits.h) */
+    rd_hist score_hist;          /* the daemon's own time per /score (rd_http.c) */
+    rd_hist lag_hist;            /* engine stamp of a batch -> applied (rd_events.c) */
+    uint64_t n_http_timeouts;    /* requests cut at their deadline (under lock) */
+    uint64_t n_http_busy;        /* /score refused: the body budget was spent (under lock) */
 } rd_daemon;
 
 /* What the daemon last said about the shared store (rd_daemon.redis_state). */
@@ -173,6 +184,12 @@ void rd_spec_free(rd_daemon *d);
 /* Open every SUB socket (connect or bind, subscribe). Returns 0, or non-zero with a
  * message in err (a bad endpoint, a bind that failed). */
 int rd_events_open(rd_daemon *d, char *err, size_t err_size);
+
+/* One message received on src: frames[i] holds sizes[i] bytes, n frames (at most 4 given;
+ * n counts them all). Counted, decoded, checked against the endpoint's identity and limits,
+ * applied or refused. Event thread only. Cannot fail (refusals are counted and logged). */
+void rd_events_intake(rd_daemon *d, rd_source *src, const void *const *frames, const size_t *sizes,
+                      int n);
 
 /* The event thread's body (arg: the rd_daemon): polls until d->stop. */
 void *rd_events_run(void *arg);
@@ -243,7 +260,7 @@ typedef struct rd_rank {
 } rd_rank;
 
 /* What a /score request adds to the ranking (filled by whichever parser reads the body;
- * rd_score_opts_json for a jansson object). Strings are owned by the caller's parse and
+ * rd_req.c's scanner, through rd_http.c's rd_rank_req). Strings are owned by the caller and
  * must outlive rd_rank_rows. A name is "ENGINE" (every dp rank) or "ENGINE/RANK". */
 typedef struct rd_score_opts {
     const char **workers;    /* candidate workers ("workers": [...]); NULL: all */
@@ -270,15 +287,6 @@ int rd_load_set(rd_daemon *d, const char *engine, int64_t dp_rank, double runnin
  * {"loads": [such objects]}. Returns 0, or non-zero with a message in err (bad JSON, a
  * missing or negative figure, an unknown member). */
 int rd_load_push(rd_daemon *d, const char *body, size_t n, char *err, size_t err_size);
-
-/* Read "workers" and "loads" of a /score request object (a json_t *, as void * so that
- * this header needs no jansson) into *o; arrays malloc'ed (rd_score_opts_free), strings
- * borrowed from req. Returns NULL, or a static description of what is wrong; free with
- * rd_score_opts_free in both cases. */
-const char *rd_score_opts_json(void *req, rd_score_opts *o);
-
-/* Free what rd_score_opts_json allocated. Accepts a zeroed struct. */
-void rd_score_opts_free(rd_score_opts *o);
 
 /* Rank the rows rk[0 .. *n) (sorted by the index's order) for a prompt of prompt_blocks
  * full blocks: drop rows that are not candidates of o (o may be NULL), attach each row's
