@@ -866,6 +866,11 @@ const char *bpe_form(const bpe *t)
     return t->hf ? hf_form(t->hf) : "tiktoken ranks";
 }
 
+const char *bpe_chat_template(const bpe *t)
+{
+    return t->hf ? hf_chat_template(t->hf) : "";
+}
+
 bool bpe_special(const bpe *t, const char *text, size_t len, uint32_t *id)
 {
     if (t->hf)

@@ -113,6 +113,10 @@ const char *bpe_pattern(int kind);
  * "BPE with byte fallback"). Static. Cannot fail. */
 const char *bpe_form(const bpe *t);
 
+/* A tokenizer.json's chat template text (tokenizer_config.json), "" otherwise. Owned by t.
+ * Cannot fail. */
+const char *bpe_chat_template(const bpe *t);
+
 /* Free a tokenizer. Accepts NULL. */
 void bpe_free(bpe *t);
 

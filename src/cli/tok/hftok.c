@@ -89,8 +89,9 @@ struct hftok {
     uint32_t *pre_ids, *post_ids; /* TemplateProcessing "single" */
     size_t n_pre_ids, n_post_ids;
     char *bos, *eos;
-    hf_buf b1, b2, b3; /* scratch: stretch, its normalized form, scratch */
-    char *word;        /* scratch: one piece in model text */
+    char *chat_template; /* tokenizer_config.json's, or NULL */
+    hf_buf b1, b2, b3;   /* scratch: stretch, its normalized form, scratch */
+    char *word;          /* scratch: one piece in model text */
     uint32_t *word_org;
     size_t word_cap;
     sym *syms;
@@ -616,6 +617,25 @@ static int config_text(const json_t *cfg, const char *key, char **dst)
     return *dst ? 0 : -3;
 }
 
+/* The config's chat_template: a string, or a list of {"name", "template"} ("default"). */
+static int chat_template(const json_t *cfg, char **dst)
+{
+    const json_t *v = json_object_get(cfg, "chat_template");
+    if (json_is_array(v)) {
+        size_t i;
+        const json_t *x, *pick = NULL;
+        json_array_foreach(v, i, x)
+        {
+            const char *name = json_string_value(json_object_get(x, "name"));
+            if (name != NULL && strcmp(name, "default") == 0)
+                pick = json_object_get(x, "template");
+        }
+        v = pick;
+    }
+    *dst = strdup(json_is_string(v) ? json_string_value(v) : "");
+    return *dst ? 0 : -3;
+}
+
 static int load_tree(hftok *t, const json_t *root, char *err, size_t es)
 {
     if (!json_is_object(root)) {
@@ -648,6 +668,8 @@ static int finish(hftok *t, const char *name, json_t *root, const json_t *cfg, h
         rc = config_text(cfg, "bos_token", &t->bos);
     if (rc == 0)
         rc = config_text(cfg, "eos_token", &t->eos);
+    if (rc == 0)
+        rc = chat_template(cfg, &t->chat_template);
     if (rc != 0) {
         errf(err, es, "%s: %s", name, rc == -3 ? "out of memory" : msg);
         hf_free(t);
@@ -785,6 +807,7 @@ void hf_free(hftok *t)
     free(t->post_ids);
     free(t->bos);
     free(t->eos);
+    free(t->chat_template);
     hfb_free(&t->b1);
     hfb_free(&t->b2);
     hfb_free(&t->b3);
@@ -818,6 +841,11 @@ const char *hf_bos(const hftok *t)
 const char *hf_eos(const hftok *t)
 {
     return t->eos ? t->eos : "";
+}
+
+const char *hf_chat_template(const hftok *t)
+{
+    return t->chat_template ? t->chat_template : "";
 }
 
 bool hf_added(const hftok *t, const char *text, size_t len, uint32_t *id)

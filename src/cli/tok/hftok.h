@@ -77,6 +77,10 @@ const char *hf_form(const hftok *t);
 const char *hf_bos(const hftok *t);
 const char *hf_eos(const hftok *t);
 
+/* The chat_template of tokenizer_config.json (the "default" one of a list), "" when
+ * absent. Owned by t. Cannot fail. */
+const char *hf_chat_template(const hftok *t);
+
 /* Whether text[0, len) is exactly one added token (special or not); sets *id. */
 bool hf_added(const hftok *t, const char *text, size_t len, uint32_t *id);
 
