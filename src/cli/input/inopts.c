@@ -142,14 +142,21 @@ int in_load(const char *cmd, in_opts *o)
     if (bpe_load(o->tokenizer_file, o->tokenizer_kind, &o->bpe, err, sizeof err) != BPE_OK)
         return cli_fail(cmd, CLI_EXIT_INPUT, "--tokenizer: %s", err);
     int tpl = in_template_for(o->tpl, o->bpe);
+    o->cmd = cmd;
     if (check_markers(o, tpl) != 0)
         return cli_fail(cmd, CLI_EXIT_INPUT, "--tokenizer: out of memory");
-    if (o->split_marker[0])
-        fprintf(stderr,
-                "kvprefix %s: warning: the %s template writes \"%s\", which is not one token "
-                "of the tokenizer (it becomes %zu): token counts are approximate\n",
-                cmd, tpl_name(tpl), o->split_marker, o->split_tokens);
     return 0;
+}
+
+void in_warn_markers(const in_opts *o)
+{
+    if (o->bpe == NULL || !o->split_marker[0])
+        return;
+    fprintf(stderr,
+            "kvprefix %s: warning: the %s template writes \"%s\", which is not one token of "
+            "the tokenizer (it becomes %zu): token counts are approximate\n",
+            o->cmd ? o->cmd : "", tpl_name(in_template_for(o->tpl, o->bpe)), o->split_marker,
+            o->split_tokens);
 }
 
 int in_template_for(int tpl, const bpe *t)
@@ -211,6 +218,7 @@ void in_note(const in_opts *o, int rec_format, in_count *c)
     if (rec_format != LOG_OPENAI || c->openai)
         return;
     c->openai = true;
+    in_warn_markers(o);
     c->approximate = o->bpe == NULL || o->split_marker[0] != '\0';
     c->split = o->bpe != NULL && o->split_marker[0] != '\0';
     const char *tpl = o->bpe ? tpl_name(in_template_for(o->tpl, o->bpe)) : "";

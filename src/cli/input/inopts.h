@@ -103,6 +103,7 @@ typedef struct in_opts {
     char split_marker[64];      /* after in_load: a template marker that is not one token
                                    of the tokenizer, or "" */
     size_t split_tokens;        /* the tokens split_marker becomes (valid when set) */
+    const char *cmd;            /* the subcommand given to in_load (for the warning) */
 } in_opts;
 
 /* How the token counts of a log's OpenAI bodies were made, for the report. */
@@ -132,6 +133,11 @@ int in_check(const char *cmd, const in_opts *o);
  * CLI_EXIT_INPUT with "kvprefix CMD: --tokenizer: FILE...: what is wrong" printed and
  * o->bpe left NULL. */
 int in_load(const char *cmd, in_opts *o);
+
+/* Print the warning about o->split_marker ("kvprefix CMD: warning: the T template writes
+ * "M", which is not one token of the tokenizer ...") when there is one; in_note does it
+ * at the first OpenAI body, tokenize when it renders a chat body. Cannot fail. */
+void in_warn_markers(const in_opts *o);
 
 /* The chat template for tokenizer t: tpl when given (non-zero), else llama3 for a llama3
  * tokenizer and chatml for the others; 0 when t is NULL and tpl is 0 (the fixed layout of
