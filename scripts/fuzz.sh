@@ -26,7 +26,7 @@ if [ "${1:-}" = "--setup" ]; then
     setup_only=true
     shift
 fi
-targets=${*:-isolation ops collision noninterference replay_input jsonl_scan kv_decode router tokenize template}
+targets=${*:-isolation ops collision noninterference replay_input jsonl_scan kv_decode router tokenize template hftok}
 build=build-asan
 
 tmp=$(mktemp -d)

@@ -591,8 +591,8 @@ static int load_post(hftok *t, const json_t *p, char *err, size_t es)
         json_array_foreach(ids, j, y)
         {
             uint32_t id;
-            if (get_id(y, &id) != 0) {
-                errf(err, es, "post_processor: a bad id for \"%.40s\"", name);
+            if (get_id(y, &id) != 0 || id >= t->n_ids || t->str_len[id] == 0) {
+                errf(err, es, "post_processor: the id of \"%.40s\" is not a token", name);
                 return -1;
             }
             uint32_t **v = after ? &t->post_ids : &t->pre_ids;
