@@ -231,7 +231,7 @@ Test(hftok, refuses_unsupported_components_by_name)
     refused("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}}}", "not an integer");
     refused("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 0}}}",
             "id 0 is given to two tokens");
-    refused("{\"model\": ", "not JSON");
+    refused("{\"model\": ", "not a tokenizer.json");
     snprintf(j, sizeof j,
              "{\"model\": %s, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": "
              "\"(\"}, \"behavior\": \"Isolated\"}}",

@@ -685,7 +685,8 @@ int hf_load_mem(const char *name, const char *buf, size_t len, hftok **out, char
     json_error_t je;
     json_t *root = json_loadb(buf, len, 0, &je);
     if (root == NULL) {
-        errf(err, err_size, "%s:%d: not JSON: %s", name, je.line, je.text);
+        errf(err, err_size, "%s:%d: not a tokenizer.json (one JSON object): %s", name, je.line,
+             je.text);
         return -1;
     }
     hftok *t = calloc(1, sizeof *t);
@@ -760,7 +761,8 @@ int hf_load(const char *path, const char *cfg_path, hftok **out, char *err, size
     json_t *root = json_loadb(buf, len, 0, &je);
     free(buf);
     if (root == NULL) {
-        errf(err, err_size, "%s:%d: not JSON: %s", path, je.line, je.text);
+        errf(err, err_size, "%s:%d: not a tokenizer.json (one JSON object): %s", path, je.line,
+             je.text);
         return -1;
     }
     json_t *cfg = NULL;
