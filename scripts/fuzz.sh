@@ -40,7 +40,7 @@ if ! command -v clang >/dev/null 2>&1 ||
     exit 0
 fi
 
-[ -f $build/build.ninja ] || CC=clang meson setup $build -Dfuzzing=true \
+[ -f $build/build.ninja ] || CC=clang CXX=clang++ meson setup $build -Dfuzzing=true \
     -Db_sanitize=address,undefined -Db_lundef=false -Dbench=false \
     -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all' >/dev/null
 ninja -C $build -j "${FUZZ_JOBS:-2}" >/dev/null
