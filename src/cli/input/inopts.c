@@ -1,9 +1,10 @@
 /*
  * inopts.c - the log-input options shared by replay, fleet and tokenize (inopts.h): their
  * choice tables, the parser of their values (flags.h helpers, so messages and exit status
- * are those of every other flag), the checks between them, the loading of a rank file
- * (bpe.h) with the choice of chat template, and the wording of how token counts were
- * made, which every report prints the same way.
+ * are those of every other flag), the checks between them, the loading of the tokenizer
+ * (bpe.h: a rank file, a tokenizer.json or a SentencePiece model) with the choice of chat
+ * template and the check that its markers are single tokens, and the wording of how token
+ * counts were made, which every report prints the same way.
  *
  * Layout: the choice tables, then parsing (in_apply), then loading and the reader's
  * options, then what reports print. Nothing here keeps state beyond the in_opts and
