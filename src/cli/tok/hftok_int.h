@@ -1,7 +1,8 @@
 /*
- * hftok_int.h - what hftok.c (the file, added tokens, BPE) and hftok_pre.c (normalizers
- * and pre-tokenizers) share inside the Hugging Face tokenizer: the text buffer that
- * carries each byte's origin, and the parsed normalizer and pre-tokenizer steps.
+ * hftok_int.h - what hftok.c (reading the file), hftok_enc.c (encoding) and hftok_pre.c
+ * (normalizers and pre-tokenizers) share inside the Hugging Face tokenizer: the text buffer
+ * that carries each byte's origin, the parsed normalizer and pre-tokenizer steps, and the
+ * tokenizer's own layout (hftok.c's header comment describes it).
  *
  * hf_buf invariants: s[0, n) is the text being worked on, org[i] the byte of the original
  * input that s[i] came from (non-decreasing), and cut[0, ncut) the piece boundaries:
@@ -16,6 +17,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "hftok.h"
 
 typedef struct hf_buf {
     char *s;       /* text (owned) */
@@ -49,6 +52,78 @@ typedef struct hf_pre {
     int prepend;       /* Metaspace: MS_* */
     bool split;        /* Metaspace split */
 } hf_pre;
+
+/* ---- the tokenizer (hftok.c loads it, hftok_enc.c encodes with it) ---- */
+
+typedef struct added {
+    uint32_t id;
+    uint32_t off, len; /* content in the arena */
+    bool special, lstrip, rstrip, normalized, single_word;
+} added;
+
+typedef struct mslot {
+    uint64_t key;  /* left << 32 | right; UINT64_MAX empty */
+    uint32_t rank; /* merge priority (its index in the file) */
+    uint32_t id;   /* the merged token */
+} mslot;
+
+typedef struct lens {
+    uint32_t *v; /* distinct lengths, descending */
+    size_t n;
+} lens;
+
+typedef struct sym {
+    uint32_t id, off; /* token, origin of its first byte */
+    int32_t prev, next;
+    bool dead;
+} sym;
+
+typedef struct cand {
+    uint32_t rank, pos, id;
+} cand;
+
+struct hftok {
+    char *arena;
+    size_t arena_n, arena_cap;
+    uint32_t *str_off, *str_len, *dec_off, *dec_len; /* by id */
+    size_t n_ids;                                    /* entries of the arrays above */
+    size_t n_vocab;                                  /* the model's vocabulary */
+    uint32_t *vslot;                                 /* vocab table (id + 1), vmask + 1 slots */
+    size_t vmask;
+    mslot *mslots; /* merge table, mmask + 1 slots */
+    size_t mmask, n_merges;
+    added *add; /* added tokens */
+    size_t n_add;
+    uint32_t *aslot; /* added table (index + 1), amask + 1 slots */
+    size_t amask;
+    lens alens[2][256]; /* [normalized][first byte] */
+    hf_norm *norm;
+    size_t n_norm;
+    hf_pre *pre;
+    size_t n_pre;
+    bool byte_level; /* a ByteLevel pre-tokenizer: map bytes to GPT-2 characters */
+    bool byte_fallback, fuse_unk, ignore_merges;
+    bool has_unk;
+    uint32_t unk;
+    uint32_t byte_id[256];        /* <0xXX> tokens (byte_fallback; UINT32_MAX when missing) */
+    uint32_t *pre_ids, *post_ids; /* TemplateProcessing "single" */
+    size_t n_pre_ids, n_post_ids;
+    char *bos, *eos;
+    char *chat_template; /* tokenizer_config.json's, or NULL */
+    hf_buf b1, b2, b3;   /* scratch: stretch, its normalized form, scratch */
+    char *word;          /* scratch: one piece in model text */
+    uint32_t *word_org;
+    size_t word_cap;
+    sym *syms;
+    cand *heap;
+    size_t sym_cap;
+};
+
+/* Lookups (hftok.c): a vocabulary token's id by its model text (UINT32_MAX when none), the
+ * merge of the pair (a, b) (NULL when none), the added token with this content (NULL). */
+uint32_t hft_vocab_find(const hftok *t, const char *p, size_t n);
+const mslot *hft_merge_find(const hftok *t, uint32_t a, uint32_t b);
+const added *hft_added_find(const hftok *t, const char *p, size_t n);
 
 /* Grow b to hold need bytes / cuts. Return false when out of memory. */
 bool hfb_reserve(hf_buf *b, size_t need);
