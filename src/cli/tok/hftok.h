@@ -35,6 +35,11 @@
  * ignore_merges a piece that is itself a token is that token. (6) With add_special (the
  * post-processor's "add_special_tokens"), the TemplateProcessing tokens go around it.
  *
+ * Simplifications (none matters for the models checked): a normalized added token is
+ * matched by its content as written, not by its content normalized (the files checked
+ * have no normalizer that changes one); lstrip/rstrip take ASCII whitespace only;
+ * single_word's word characters are ASCII letters, digits, '_' and every non-ASCII byte.
+ *
  * Offsets: each token's offset is the byte of the original text where its first
  * character came from; where a normalizer rewrote a stretch (NFC changing it, Replace,
  * Prepend) they point at the start of what was rewritten, still ascending.
