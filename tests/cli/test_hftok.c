@@ -161,6 +161,24 @@ Test(hftok, metaspace_split)
     hf_free(t);
 }
 
+Test(hftok, cut_before_spaces_only_where_no_token_spans_one)
+{
+    /* "a\u2581" and "a\u2581b" are tokens: a merge joins across the \u2581, so pieces must
+     * not be cut before it (a cut would give a | \u2581b: 0 2 1). */
+    hftok *t = load("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, "
+                    "\"\u2581\": 2, \"a\u2581\": 3, \"a\u2581b\": 4}, \"merges\": "
+                    "[\"a \u2581\", \"a\u2581 b\"]}}");
+    cr_expect_str_eq(ids(t, "a\u2581b", true, false), "4");
+    hf_free(t);
+    /* Without such tokens the cut is made, and the tokens are those of the whole piece:
+     * \u2581 a merges first (rank 0) either way. */
+    t = load("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, "
+             "\"\u2581\": 2, \"\u2581a\": 3, \"ab\": 4}, \"merges\": [\"\u2581 a\", "
+             "\"a b\"]}}");
+    cr_expect_str_eq(ids(t, "ab\u2581ab\u2581\u2581ab", true, false), "4 3 1 2 3 1");
+    hf_free(t);
+}
+
 /* A byte-level file: the 256 GPT-2 characters as ids 0..255 (id = byte), "Hi" 256 and
  * "\u0120t" 257, merges "H i" and "\u0120 t", with the pre-tokenizer and normalizer given. */
 static hftok *byte_level(const char *pre, const char *norm)

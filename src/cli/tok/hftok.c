@@ -569,6 +569,24 @@ static int chat_template(const json_t *cfg, char **dst)
     return *dst ? 0 : -3;
 }
 
+/* Whether no vocabulary token holds U+2581 after another character (and U+2581 is a token,
+ * the model is not byte-level and has no ignore_merges): then no merge joins across such a
+ * U+2581, and hftok_enc.c may cut pieces before it. Cannot fail. */
+static bool can_split_space(const hftok *t)
+{
+    static const char sp[3] = {'\xe2', '\x96', '\x81'};
+    if (t->byte_level || t->ignore_merges || hft_vocab_find(t, sp, 3) == UINT32_MAX)
+        return false;
+    for (size_t id = 0; id < t->n_ids; id++) {
+        const char *s = t->arena + t->str_off[id];
+        size_t n = t->str_len[id];
+        for (size_t i = 1; i + 3 <= n; i++)
+            if (memcmp(s + i, sp, 3) == 0 && (i < 3 || memcmp(s + i - 3, sp, 3) != 0))
+                return false;
+    }
+    return true;
+}
+
 static int load_tree(hftok *t, const json_t *root, char *err, size_t es)
 {
     if (!json_is_object(root)) {
@@ -588,6 +606,7 @@ static int load_tree(hftok *t, const json_t *root, char *err, size_t es)
         return rc;
     for (size_t i = 0; i < t->n_pre; i++)
         t->byte_level |= t->pre[i].type == HP_BYTELEVEL;
+    t->split_space = can_split_space(t);
     return decode_vocab(t);
 }
 

@@ -130,14 +130,13 @@ static bool word_reserve(hftok *t, size_t n)
     return true;
 }
 
-/* BPE over the word t->word[0, n) (model text), origins t->word_org. */
-static int bpe_word(hftok *t, size_t n, outv *o)
+/* BPE over the word w[0, n) (model text), origins org. */
+static int bpe_word(hftok *t, const char *w, const uint32_t *org, size_t n, outv *o)
 {
-    const char *w = t->word;
     if (t->ignore_merges) {
         uint32_t id = hft_vocab_find(t, w, n);
         if (id != UINT32_MAX)
-            return push(o, id, t->word_org[0]) ? 0 : -3;
+            return push(o, id, org[0]) ? 0 : -3;
     }
     /* Step 1: the characters, or their bytes' <0xXX>, or unk. */
     sym *s = t->syms;
@@ -149,7 +148,7 @@ static int bpe_word(hftok *t, size_t n, outv *o)
             l = n - i;
         uint32_t id = hft_vocab_find(t, w + i, l);
         if (id != UINT32_MAX) {
-            s[ns++] = (sym){id, t->word_org[i], 0, 0, false};
+            s[ns++] = (sym){id, org[i], 0, 0, false};
         } else {
             bool fell = false;
             if (t->byte_fallback) {
@@ -157,13 +156,12 @@ static int bpe_word(hftok *t, size_t n, outv *o)
                 for (size_t k = 0; k < l; k++)
                     fell &= t->byte_id[(unsigned char)w[i + k]] != UINT32_MAX;
                 for (size_t k = 0; fell && k < l; k++)
-                    s[ns++] =
-                        (sym){t->byte_id[(unsigned char)w[i + k]], t->word_org[i], 0, 0, false};
+                    s[ns++] = (sym){t->byte_id[(unsigned char)w[i + k]], org[i], 0, 0, false};
             }
             if (!fell && t->has_unk) {
                 bool fuse = t->fuse_unk && ns > 0 && s[ns - 1].id == t->unk;
                 if (!fuse)
-                    s[ns++] = (sym){t->unk, t->word_org[i], 0, 0, false};
+                    s[ns++] = (sym){t->unk, org[i], 0, 0, false};
             }
         }
         i += l;
@@ -201,6 +199,27 @@ static int bpe_word(hftok *t, size_t n, outv *o)
 }
 
 /* Encode the pieces of b (pre-tokenized). */
+/* BPE over a piece of a SentencePiece-derived model. With split_space (hftok_int.h: no
+ * token holds U+2581 after another character, so no merge can join across one) the piece
+ * is cut before each U+2581 that follows another character, and each part is merged on its
+ * own: the same tokens, but the merge works on words rather than on a whole stretch, which
+ * these files' normalizers leave as one piece. */
+static int split_space_word(hftok *t, const char *w, const uint32_t *org, size_t n, outv *o)
+{
+    static const char sp[3] = {'\xe2', '\x96', '\x81'};
+    size_t from = 0;
+    for (size_t i = 1; t->split_space && i + 3 <= n; i++) {
+        if (memcmp(w + i, sp, 3) != 0 || (i >= 3 && memcmp(w + i - 3, sp, 3) == 0))
+            continue;
+        int rc = bpe_word(t, w + from, org + from, i - from, o);
+        if (rc != 0)
+            return rc;
+        from = i;
+        i += 2;
+    }
+    return bpe_word(t, w + from, org + from, n - from, o);
+}
+
 static int encode_pieces(hftok *t, const hf_buf *b, outv *o)
 {
     for (size_t k = 0; k + 1 < b->ncut; k++) {
@@ -218,11 +237,12 @@ static int encode_pieces(hftok *t, const hf_buf *b, outv *o)
                 }
             }
         } else {
-            memcpy(t->word, b->s + a, e - a);
-            memcpy(t->word_org, b->org + a, (e - a) * sizeof *b->org);
-            n = e - a;
+            int rc = split_space_word(t, b->s + a, b->org + a, e - a, o);
+            if (rc != 0)
+                return rc;
+            continue;
         }
-        int rc = bpe_word(t, n, o);
+        int rc = bpe_word(t, t->word, t->word_org, n, o);
         if (rc != 0)
             return rc;
     }

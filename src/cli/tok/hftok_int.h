@@ -103,6 +103,8 @@ struct hftok {
     size_t n_pre;
     bool byte_level; /* a ByteLevel pre-tokenizer: map bytes to GPT-2 characters */
     bool byte_fallback, fuse_unk, ignore_merges;
+    bool split_space; /* not byte-level, no ignore_merges, U+2581 a token, and no token
+                         holds U+2581 after another character (hftok_enc.c) */
     bool has_unk;
     uint32_t unk;
     uint32_t byte_id[256];        /* <0xXX> tokens (byte_fallback; UINT32_MAX when missing) */
