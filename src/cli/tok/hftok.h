@@ -32,7 +32,9 @@
  * the piece starts as its characters (a character not in the vocabulary becomes its bytes'
  * <0xXX> tokens with byte_fallback, else unk_token), then the adjacent pair with the
  * lowest merge rank is merged, the leftmost on a tie, until no pair has a merge; with
- * ignore_merges a piece that is itself a token is that token. (6) With add_special (the
+ * ignore_merges a piece that is itself a token is that token. (SentencePiece-derived files
+ * leave a whole stretch as one piece; when no token holds U+2581 after another character,
+ * it is merged word by word, which gives the same tokens: hftok_enc.c.) (6) With add_special (the
  * post-processor's "add_special_tokens"), the TemplateProcessing tokens go around it.
  *
  * Simplifications (none matters for the models checked): a normalized added token is
