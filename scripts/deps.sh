@@ -17,7 +17,7 @@ PKGS="$PKGS libmicrohttpd-dev"
 PKGS="$PKGS libsystemd-dev"
 # The BPE tokenizer (src/cli/tok/): PCRE2; its reference test (scripts/tokref.sh): node, npm
 # (Debian's npm package, unless npm is there already: NodeSource's nodejs bundles its own).
-PKGS="$PKGS libpcre2-dev nodejs"
+PKGS="$PKGS libpcre2-dev libutf8proc-dev libsentencepiece-dev g++ nodejs"
 # The router index's Redis backend (hiredis) and the server its tests start.
 PKGS="$PKGS libhiredis-dev redis-server"
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm"

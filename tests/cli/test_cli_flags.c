@@ -184,7 +184,8 @@ static const bad_flag tokenize_cases[] = {
     {"tokenize", "--bogus", 2, "unknown option '--bogus'"},
     {"tokenize", "--tokenizer /nonexistent/rank.tiktoken LOG", 1,
      "--tokenizer: /nonexistent/rank.tiktoken: cannot open"},
-    {"tokenize", "--tokenizer LOG LOG", 1, "replay_hand.jsonl:1: rank "},
+    {"tokenize", "--tokenizer LOG LOG", 1,
+     "replay_hand.jsonl:2: not a tokenizer.json (one JSON object): end of file expected"},
 };
 
 static void run_cases(const bad_flag *cases, size_t n)

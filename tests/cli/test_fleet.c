@@ -1019,7 +1019,8 @@ Test(fleet_cli, openai_bodies_with_a_rank_file)
     cr_expect_not_null(strstr(out, "exact: cl100k tokenizer (260 ranks), chatml template"), "%s",
                        out);
     cr_expect_null(strstr(out, "APPROXIMATE"), "%s", out);
-    /* --template picks another layout: Mistral's [INST] text, so other counts. */
+    /* --template picks another layout: Mistral's [INST] text, so other counts; [INST] is not
+     * one token of this tokenizer, so they are approximate (inopts.h). */
     snprintf(args, sizeof args,
              "--capacity 64 --block-size 4 --replicas 2 --json --tokenizer '%s' --template mistral "
              "'%s'",
@@ -1028,7 +1029,9 @@ Test(fleet_cli, openai_bodies_with_a_rank_file)
     j = json_loads(out, 0, NULL);
     cr_assert_not_null(j, "%s", out);
     cr_expect_str_eq(json_string_value(json_object_get(j, "tokenizer")),
-                     "cl100k tokenizer (260 ranks), mistral template");
+                     "the mistral template's \"[INST]\" is 6 tokens of the cl100k tokenizer, "
+                     "not one");
+    cr_expect(json_is_true(json_object_get(j, "approximate_tokens")), "%s", out);
     cr_expect_neq(json_integer_value(json_object_get(j, "prompt_tokens")), want);
     json_decref(j);
     /* The stand-in: the same log is APPROXIMATE, in the table and the JSON. */

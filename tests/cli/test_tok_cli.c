@@ -162,16 +162,188 @@ Test(replay_tok, exact_counts_without_the_approximate_mark)
     cr_expect(strstr(out, "\"approximate_tokens\": false") != NULL, "%.300s", out);
     cr_expect(strstr(out, "llama3 tokenizer (128000 ranks), llama3 template") != NULL, "%.400s",
               out);
+    /* ChatML's markers are not tokens of Llama 3: the counts are not the model's. */
     cr_assert_eq(run("replay", "--capacity 20000 --tokenizer '%s' --template chatml '%s'", l3, log),
                  0, "%s", err);
-    cr_expect(strstr(out, "APPROXIMATE") == NULL, "%s", out);
-    cr_expect(strstr(out, "exact: llama3 tokenizer (128000 ranks), chatml template") != NULL, "%s",
-              out);
+    cr_expect(strstr(out, "APPROXIMATE: the chatml template's \"<|im_start|>\" is 6 tokens of "
+                          "the llama3 tokenizer, not one") != NULL,
+              "%s", out);
+    cr_expect(strstr(err, "warning: the chatml template writes \"<|im_start|>\"") != NULL, "%s",
+              err);
     cr_expect_eq(run("replay", "--capacity 20 --tokenizer '%s' '%s'",
                      scratch("missing.tiktoken", NULL), log),
                  1);
     cr_expect(strstr(err, "--tokenizer: ") != NULL && strstr(err, "cannot open") != NULL, "%s",
               err);
+}
+
+/* Copy file to scratch name (no sidecar beside it). */
+static const char *copy_to_scratch(const char *file, const char *name)
+{
+    const char *dst = scratch(name, NULL);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && rm -f '%s.json'", file, dst, dst);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    return dst;
+}
+
+Test(replay_tok, rank_file_kind_from_its_size_without_sidecar)
+{
+    /* The documented example works with the bare file (it failed without a sidecar or
+     * --tokenizer-kind before). */
+    const char *l3 = copy_to_scratch(ref("llama3.tiktoken"), "bare_llama3.tiktoken");
+    const char *log = example("bare.jsonl", "--format openai --requests 20");
+    cr_assert_eq(run("replay", "--capacity 2000 --tokenizer '%s' --template llama3 '%s'", l3, log),
+                 0, "%s", err);
+    cr_expect(strstr(out, "exact: llama3 tokenizer (128000 ranks), llama3 template") != NULL, "%s",
+              out);
+    cr_expect(strstr(err, "warning") == NULL, "%s", err);
+    const char *o2 = copy_to_scratch(ref("o200k_base.tiktoken"), "bare_o200k.tiktoken");
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --json --text '%s'", o2,
+                     scratch("hw.txt", "Hello world!")),
+                 0, "%s", err);
+    cr_expect(strstr(out, "\"tokenizer\": \"o200k\"") != NULL || strstr(out, "\"o200k\"") != NULL,
+              "%s", out);
+}
+
+Test(replay_tok, template_markers_that_are_not_tokens_make_counts_approximate)
+{
+    const char *l3 = ref("llama3.tiktoken");
+    const char *log = example("markers.jsonl", "--format openai --requests 20");
+    cr_assert_eq(
+        run("replay", "--capacity 2000 --json --tokenizer '%s' --template qwen2.5 '%s'", l3, log),
+        0, "%s", err);
+    cr_expect(strstr(out, "\"approximate_tokens\": true") != NULL, "%.400s", out);
+    cr_expect(strstr(err, "warning: the qwen2.5 template writes \"<|im_start|>\", which is not "
+                          "one token of the tokenizer (it becomes 6)") != NULL,
+              "%s", err);
+    /* With the markers as specials (the cl100k_im sidecar) the same layout is exact. */
+    cr_assert_eq(run("replay", "--capacity 2000 --tokenizer '%s' --template chatml '%s'",
+                     ref("cl100k_im.tiktoken"), log),
+                 0, "%s", err);
+    cr_expect(strstr(out, "exact: cl100k tokenizer") != NULL, "%s", out);
+    cr_expect(strstr(err, "warning") == NULL, "%s", err);
+    /* Plain text through tokenize uses no template: no warning. */
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --template qwen2.5 '%s'", l3,
+                     scratch("m.json", "{\"messages\": [{\"role\": \"user\", \"content\": "
+                                       "\"Hi\"}]}")),
+                 0, "%s", err);
+    cr_expect(strstr(err, "warning: the qwen2.5 template") != NULL, "%s", err);
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --text '%s'", l3, scratch("m.json", NULL)), 0,
+                 "%s", err);
+    cr_expect(strstr(err, "warning") == NULL, "%s", err);
+}
+
+/* The folder of a reference model holding file; skips without scripts/tokref.sh. */
+static const char *hf_dir_of(const char *model, const char *what)
+{
+    char file[256];
+    snprintf(file, sizeof file, "hf/%s/%s", model, what);
+    static char buf[4][4096];
+    static int k;
+    char *b = buf[k++ % 4];
+    snprintf(b, sizeof buf[0], "%s", ref(file));
+    *strrchr(b, '/') = '\0';
+    return b;
+}
+
+static const char *hf_dir(const char *model)
+{
+    return hf_dir_of(model, "tokenizer.json");
+}
+
+Test(tokenize, hugging_face_model_folders)
+{
+    static const struct {
+        const char *model, *ids;
+    } cases[] = {
+        {"qwen2_5", "9707 1879 0\n"},
+        {"deepseek_v3", "19923 2058 3\n"},
+        {"llama3_1", "9906 1917 0\n"},
+        {"gemma3", "9259 1902 236888\n"},
+    };
+    const char *hw = scratch("hw.txt", "Hello world!");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *d = hf_dir(cases[i].model);
+        cr_assert_eq(run("tokenize", "--tokenizer '%s' --text '%s'", d, hw), 0, "%s", err);
+        cr_expect_str_eq(out, cases[i].ids, "%s", cases[i].model);
+    }
+    /* A Qwen2.5 folder: its chat_template picks the qwen2.5 layout, whose markers are its
+     * special tokens; the file itself works as well as the folder. */
+    const char *q = hf_dir("qwen2_5");
+    const char *body =
+        scratch("q.json", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}");
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --json '%s'", q, body), 0, "%s", err);
+    cr_expect(strstr(out, "\"template\": \"qwen2.5\"") != NULL ||
+                  strstr(out, "\"template\":\"qwen2.5\"") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "[151644, 8948, 198, 2610, 525, 1207, 16948") != NULL ||
+                  strstr(out, "[151644,8948,198,2610,525,1207,16948") != NULL,
+              "%s", out);
+    cr_expect(strstr(err, "warning") == NULL, "%s", err);
+    char file[4200];
+    snprintf(file, sizeof file, "%s/tokenizer.json", q);
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --text '%s'", file, hw), 0, "%s", err);
+    cr_expect_str_eq(out, "9707 1879 0\n");
+    /* replay with the folder: exact. */
+    const char *log = example("qwen.jsonl", "--format openai --requests 20");
+    cr_assert_eq(run("replay", "--capacity 2000 --tokenizer '%s' '%s'", q, log), 0, "%s", err);
+    cr_expect(strstr(out, "exact: tokenizer.json (byte-level BPE, 151665 tokens), qwen2.5 "
+                          "template") != NULL,
+              "%s", out);
+}
+
+Test(tokenize, sentencepiece_model)
+{
+    /* Llama 2's tokenizer.model (scripts/tokref.sh) through the libsentencepiece shim. */
+    const char *d = hf_dir_of("llama2_spm", "tokenizer.model");
+    const char *hw = scratch("hw.txt", "Hello world!");
+    int rc = run("tokenize", "--tokenizer '%s' --text '%s'", d, hw);
+    if (rc != 0 && strstr(err, "which this build does not read") != NULL)
+        cr_skip_test("built without libsentencepiece: %s", err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_expect_str_eq(out, "15043 3186 29991\n");
+    /* Control pieces in the text are single tokens (specials on), or text (--no-special). */
+    const char *sp = scratch("sp.txt", "<s>Hi</s>");
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --json '%s'", d, sp), 0, "%s", err);
+    cr_expect(strstr(out, "\"tokenizer\": \"sentencepiece\"") != NULL ||
+                  strstr(out, "\"tokenizer\":\"sentencepiece\"") != NULL,
+              "%s", out);
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' '%s'", d, sp), 0, "%s", err);
+    cr_expect(strncmp(out, "1 ", 2) == 0 && strstr(out, " 2\n") != NULL, "%s", out);
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --no-special '%s'", d, sp), 0, "%s", err);
+    cr_expect(strncmp(out, "1 ", 2) != 0, "%s", out);
+}
+
+Test(tokenize, tokenizer_refusals)
+{
+    const char *hw = scratch("hw.txt", "Hello world!");
+    cr_expect_eq(run("tokenize", "--tokenizer '%s' --text '%s'",
+                     scratch("pc.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, "
+                                        "\"normalizer\": {\"type\": \"Precompiled\"}}"),
+                     hw),
+                 1);
+    cr_expect(strstr(err, "pc.json: unsupported normalizer \"Precompiled\"") != NULL, "%s", err);
+    cr_expect_eq(run("tokenize", "--tokenizer '%s' --tokenizer-kind llama3 --text '%s'",
+                     scratch("pc.json", NULL), hw),
+                 1);
+    cr_expect(strstr(err, "--tokenizer-kind is for tiktoken rank files") != NULL, "%s", err);
+    /* A SentencePiece model (protobuf) is refused with what to give instead. */
+    const char *spm = scratch("spm.model", NULL);
+    FILE *f = fopen(spm, "wb");
+    cr_assert(f != NULL);
+    fwrite("\x0a\x0b\x0a\x05<unk>\x15\x00\x00\x00\x00", 1, 13, f);
+    cr_assert_eq(fclose(f), 0);
+    cr_expect_eq(run("tokenize", "--tokenizer '%s' --text '%s'", spm, hw), 1);
+    cr_expect(strstr(err, "not a SentencePiece model") != NULL ||
+                  strstr(err, "a SentencePiece model (protobuf), which this build does not read") !=
+                      NULL,
+              "%s", err);
+    /* A folder without a tokenizer. */
+    cr_expect_eq(run("tokenize", "--tokenizer '%s' --text '%s'",
+                     getenv("TOK_TEST_DIR") ? getenv("TOK_TEST_DIR") : ".", hw),
+                 1);
+    cr_expect(strstr(err, "a folder without tokenizer.json") != NULL, "%s", err);
 }
 
 Test(replay_tok, diagnose_names_tool_order_whitespace_and_timestamp)

@@ -1,9 +1,10 @@
 /*
  * inopts.c - the log-input options shared by replay, fleet and tokenize (inopts.h): their
  * choice tables, the parser of their values (flags.h helpers, so messages and exit status
- * are those of every other flag), the checks between them, the loading of a rank file
- * (bpe.h) with the choice of chat template, and the wording of how token counts were
- * made, which every report prints the same way.
+ * are those of every other flag), the checks between them, the loading of the tokenizer
+ * (bpe.h: a rank file, a tokenizer.json or a SentencePiece model) with the choice of chat
+ * template and the check that its markers are single tokens, and the wording of how token
+ * counts were made, which every report prints the same way.
  *
  * Layout: the choice tables, then parsing (in_apply), then loading and the reader's
  * options, then what reports print. Nothing here keeps state beyond the in_opts and
@@ -94,6 +95,46 @@ int in_check(const char *cmd, const in_opts *o)
 
 /* ---- loading and the reader's options -------------------------------------------------- */
 
+/* The control texts each template writes (besides the tokenizer's bos and eos). */
+static const char *const markers_llama3[] = {"<|start_header_id|>", "<|end_header_id|>",
+                                             "<|eot_id|>", NULL};
+static const char *const markers_chatml[] = {"<|im_start|>", "<|im_end|>", NULL};
+static const char *const markers_mistral[] = {"[INST]", "[/INST]", NULL};
+
+/* Find a marker of template tpl that t does not hold as one token: its text into
+ * o->split_marker and the tokens it becomes into o->split_tokens. Returns 0, or -1 when
+ * encoding a marker fails (out of memory). */
+static int check_markers(in_opts *o, int tpl)
+{
+    const bpe *t = o->bpe;
+    const char *const *m = tpl == TPL_LLAMA3    ? markers_llama3
+                           : tpl == TPL_MISTRAL ? markers_mistral
+                                                : markers_chatml;
+    const char *all[8];
+    size_t n = 0;
+    for (; *m; m++)
+        all[n++] = *m;
+    if (*bpe_bos(t) && tpl != TPL_CHATML && tpl != TPL_QWEN25)
+        all[n++] = bpe_bos(t);
+    if (*bpe_eos(t) && tpl == TPL_MISTRAL)
+        all[n++] = bpe_eos(t);
+    o->split_marker[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        if (bpe_special(t, all[i], strlen(all[i]), NULL))
+            continue;
+        bpe_out out = {0};
+        char err[128];
+        int rc = bpe_encode(o->bpe, all[i], strlen(all[i]), true, 0, &out, err, sizeof err);
+        o->split_tokens = out.n;
+        bpe_out_free(&out);
+        if (rc != BPE_OK)
+            return -1;
+        snprintf(o->split_marker, sizeof o->split_marker, "%s", all[i]);
+        return 0;
+    }
+    return 0;
+}
+
 int in_load(const char *cmd, in_opts *o)
 {
     if (!o->tokenizer_file)
@@ -101,14 +142,39 @@ int in_load(const char *cmd, in_opts *o)
     char err[512];
     if (bpe_load(o->tokenizer_file, o->tokenizer_kind, &o->bpe, err, sizeof err) != BPE_OK)
         return cli_fail(cmd, CLI_EXIT_INPUT, "--tokenizer: %s", err);
+    int tpl = in_template_for(o->tpl, o->bpe);
+    o->cmd = cmd;
+    if (check_markers(o, tpl) != 0)
+        return cli_fail(cmd, CLI_EXIT_INPUT, "--tokenizer: out of memory");
     return 0;
+}
+
+void in_warn_markers(const in_opts *o)
+{
+    if (o->bpe == NULL || !o->split_marker[0])
+        return;
+    fprintf(stderr,
+            "kvprefix %s: warning: the %s template writes \"%s\", which is not one token of "
+            "the tokenizer (it becomes %zu): token counts are approximate\n",
+            o->cmd ? o->cmd : "", tpl_name(in_template_for(o->tpl, o->bpe)), o->split_marker,
+            o->split_tokens);
 }
 
 int in_template_for(int tpl, const bpe *t)
 {
     if (tpl || !t)
         return tpl;
-    return bpe_kind(t) == BPE_LLAMA3 ? TPL_LLAMA3 : TPL_CHATML;
+    if (bpe_kind(t) != BPE_HF)
+        return bpe_kind(t) == BPE_LLAMA3 ? TPL_LLAMA3 : TPL_CHATML;
+    /* A tokenizer.json: the hand-written layout its chat_template is written for. */
+    const char *ct = bpe_chat_template(t);
+    if (strstr(ct, "You are Qwen, created by Alibaba Cloud") != NULL)
+        return TPL_QWEN25;
+    if (strstr(ct, "<|start_header_id|>") != NULL)
+        return TPL_LLAMA3;
+    if (strstr(ct, "[INST]") != NULL)
+        return TPL_MISTRAL;
+    return TPL_CHATML;
 }
 
 void in_log_options(const in_opts *o, log_options *lo)
@@ -153,13 +219,22 @@ void in_note(const in_opts *o, int rec_format, in_count *c)
     if (rec_format != LOG_OPENAI || c->openai)
         return;
     c->openai = true;
-    c->approximate = o->bpe == NULL;
-    if (c->approximate)
+    in_warn_markers(o);
+    c->approximate = o->bpe == NULL || o->split_marker[0] != '\0';
+    c->split = o->bpe != NULL && o->split_marker[0] != '\0';
+    const char *tpl = o->bpe ? tpl_name(in_template_for(o->tpl, o->bpe)) : "";
+    if (o->bpe == NULL)
         snprintf(c->desc, sizeof c->desc, "%s", o->tokenizer == TOK_BYTES ? "bytes" : "words");
+    else if (c->split)
+        snprintf(c->desc, sizeof c->desc,
+                 "the %s template's \"%.40s\" is %zu tokens of the %s tokenizer, not one", tpl,
+                 o->split_marker, o->split_tokens, bpe_kind_name(bpe_kind(o->bpe)));
+    else if (bpe_kind(o->bpe) == BPE_HF)
+        snprintf(c->desc, sizeof c->desc, "tokenizer.json (%s, %zu tokens), %s template",
+                 bpe_form(o->bpe), bpe_n_ranks(o->bpe), tpl);
     else
         snprintf(c->desc, sizeof c->desc, "%s tokenizer (%zu ranks), %s template",
-                 bpe_kind_name(bpe_kind(o->bpe)), bpe_n_ranks(o->bpe),
-                 tpl_name(in_template_for(o->tpl, o->bpe)));
+                 bpe_kind_name(bpe_kind(o->bpe)), bpe_n_ranks(o->bpe), tpl);
 }
 
 const char *in_format_name(int format)
@@ -174,7 +249,9 @@ void in_count_table(FILE *f, const char *label, const in_count *c)
 {
     if (!c->openai)
         return;
-    if (c->approximate)
+    if (c->split)
+        fprintf(f, "%sAPPROXIMATE: %s; counts are not the model's\n", label, c->desc);
+    else if (c->approximate)
         fprintf(f,
                 "%sAPPROXIMATE: stand-in '%s' tokenizer and a fixed chat layout, not the "
                 "model's; compare runs, not absolute counts\n",

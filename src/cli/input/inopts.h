@@ -8,11 +8,20 @@
  *   --block-size N        tokens per block for token logs and OpenAI bodies (default 16)
  *   --trace-block-size N  tokens per Mooncake hash id (default 512)
  *   --tokenizer T         OpenAI bodies: words (default) or bytes, the stand-ins of
- *                         tokenize.h (approximate counts), or FILE, a tiktoken rank file
- *                         loaded with bpe.h (exact counts)
- *   --tokenizer-kind K    llama3, cl100k, o200k (else the rank file's sidecar says)
- *   --template T          llama3, chatml, qwen2.5, mistral; with a FILE and no --template:
- *                         llama3 for a llama3 tokenizer, chatml otherwise
+ *                         tokenize.h (approximate counts), or a model's tokenizer loaded
+ *                         with bpe.h (exact counts): a Hugging Face model folder (its
+ *                         tokenizer.json and tokenizer_config.json), a tokenizer.json, or a
+ *                         tiktoken rank file
+ *   --tokenizer-kind K    llama3, cl100k, o200k for a rank file (else its sidecar says,
+ *                         else its number of ranks)
+ *   --template T          llama3, chatml, qwen2.5, mistral; without it: llama3 for a llama3
+ *                         rank file, chatml for the other rank files, and for a
+ *                         tokenizer.json the one its chat_template matches (chatml if none)
+ *
+ * Template markers: in_load checks that every control text the template writes
+ * (<|im_start|>, <|start_header_id|>, [INST], bos, ...) is one token of the tokenizer. When
+ * one is not, the tokenizer would count it as several ordinary tokens where the model sees
+ * one: in_load prints a warning and the reports say APPROXIMATE instead of exact.
  *   --max-line-bytes N    longest accepted line (default LOG_DEFAULT_MAX_LINE)
  *
  * Use: in_init; list IN_LONGOPTS (or IN_TOKENIZER_LONGOPTS alone) in the subcommand's
@@ -71,10 +80,12 @@ enum {
     "  --block-size N       tokens per block for token logs and OpenAI bodies (default 16)\n"      \
     "  --trace-block-size N tokens per Mooncake hash id (default 512)\n"                           \
     "  --tokenizer T        OpenAI bodies: words (default) or bytes (approximate), or\n"           \
-    "                       FILE, the model's tiktoken rank file (exact counts)\n"                 \
-    "  --tokenizer-kind K   llama3, cl100k or o200k (else \"kind\" in FILE.json)\n"                \
-    "  --template T         chat layout: llama3, chatml, qwen2.5, mistral (default with a\n"       \
-    "                       FILE: llama3 for llama3, chatml otherwise)\n"                          \
+    "                       the model's tokenizer (exact counts): a Hugging Face model\n"          \
+    "                       folder or tokenizer.json, or a tiktoken rank file\n"                   \
+    "  --tokenizer-kind K   a rank file's kind: llama3, cl100k or o200k (else \"kind\" in\n"       \
+    "                       FILE.json, else its number of ranks)\n"                                \
+    "  --template T         chat layout: llama3, chatml, qwen2.5, mistral (default: the\n"         \
+    "                       tokenizer's: llama3 for Llama 3, else as its chat_template)\n"         \
     "  --max-line-bytes N   longest accepted line (default 64MiB; also bounds what a\n"            \
     "                       compressed line may expand to)\n"
 
@@ -89,12 +100,17 @@ typedef struct in_opts {
     int tokenizer_kind;         /* --tokenizer-kind: BPE_*, or 0 (the sidecar's) */
     int tpl;                    /* --template: TPL_*, or 0 (not given) */
     bpe *bpe;                   /* the loaded FILE after in_load, else NULL (owned) */
+    char split_marker[64];      /* after in_load: a template marker that is not one token
+                                   of the tokenizer, or "" */
+    size_t split_tokens;        /* the tokens split_marker becomes (valid when set) */
+    const char *cmd;            /* the subcommand given to in_load (for the warning) */
 } in_opts;
 
 /* How the token counts of a log's OpenAI bodies were made, for the report. */
 typedef struct in_count {
     bool openai;      /* an OpenAI body was read: the fields below are valid */
-    bool approximate; /* counted by a stand-in tokenizer (words or bytes) */
+    bool approximate; /* counted by a stand-in tokenizer (words or bytes), or split */
+    bool split;       /* a template marker is not one token of the tokenizer (desc says) */
     char desc[160];   /* approximate: "words" or "bytes"; exact: "KIND tokenizer (N
                          ranks), TEMPLATE template" */
 } in_count;
@@ -117,6 +133,11 @@ int in_check(const char *cmd, const in_opts *o);
  * CLI_EXIT_INPUT with "kvprefix CMD: --tokenizer: FILE...: what is wrong" printed and
  * o->bpe left NULL. */
 int in_load(const char *cmd, in_opts *o);
+
+/* Print the warning about o->split_marker ("kvprefix CMD: warning: the T template writes
+ * "M", which is not one token of the tokenizer ...") when there is one; in_note does it
+ * at the first OpenAI body, tokenize when it renders a chat body. Cannot fail. */
+void in_warn_markers(const in_opts *o);
 
 /* The chat template for tokenizer t: tpl when given (non-zero), else llama3 for a llama3
  * tokenizer and chatml for the others; 0 when t is NULL and tpl is 0 (the fixed layout of

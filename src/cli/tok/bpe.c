@@ -31,6 +31,8 @@
  */
 #include "bpe.h"
 #include "cli.h"
+#include "hftok.h"
+#include "spm_shim.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -38,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -89,6 +92,8 @@ typedef struct cand {
 
 struct bpe {
     int kind;              /* BPE_* */
+    hftok *hf;             /* BPE_HF: the tokenizer.json tokenizer every call forwards to */
+    spm *sp;               /* BPE_SPM: the SentencePiece model every call forwards to */
     unsigned char *arena;  /* token bytes */
     uint32_t *off;         /* by id: offset in arena */
     uint32_t *len;         /* by id: byte length, 0 when the id is not a token */
@@ -145,6 +150,10 @@ const char *bpe_kind_name(int kind)
         return "cl100k";
     case BPE_O200K:
         return "o200k";
+    case BPE_HF:
+        return "tokenizer.json";
+    case BPE_SPM:
+        return "sentencepiece";
     default:
         return "?";
     }
@@ -637,6 +646,17 @@ static int compile_pattern(bpe *t, char *err, size_t err_size)
 
 /* ---- load / free ---------------------------------------------------------------------- */
 
+/* The kind a rank file without a sidecar names by its size: each published file has its
+ * own number of ranks (Llama 3 128000, cl100k_base 100256, o200k_base 199998); 0 for any
+ * other. Cannot fail. */
+static int kind_from_size(size_t n_ranks)
+{
+    return n_ranks == 128000   ? BPE_LLAMA3
+           : n_ranks == 100256 ? BPE_CL100K
+           : n_ranks == 199998 ? BPE_O200K
+                               : 0;
+}
+
 /* Steps 3-4 of loading: the sidecar, the specials, the bos/eos defaults, the expression. */
 static int load_rest(bpe *t, const char *path, int kind, char *err, size_t err_size)
 {
@@ -647,6 +667,8 @@ static int load_rest(bpe *t, const char *path, int kind, char *err, size_t err_s
     snprintf(name, name_len, "%s.json", path);
     json_t *s = NULL;
     int rc = read_sidecar(t, name, &kind, &s, err, err_size);
+    if (rc == BPE_OK && kind == 0)
+        kind = kind_from_size(t->n_ranks);
     if (rc == BPE_OK && kind == 0) {
         errf(err, err_size,
              "%s: the tokenizer kind is not known: give --tokenizer-kind llama3|cl100k|o200k or "
@@ -679,18 +701,125 @@ static int load_rest(bpe *t, const char *path, int kind, char *err, size_t err_s
     return compile_pattern(t, err, err_size);
 }
 
-/* Steps: 1 decode the ranks, 2 build the table, 3 sidecar and specials, 4 the expression. */
+/* Whether path names a Hugging Face tokenizer: a folder holding tokenizer.json, or a file
+ * whose first non-blank byte is '{'. Sets json (tokenizer.json's path) and cfg
+ * (tokenizer_config.json beside it). Returns 1 yes, 0 no (a rank file), or an error. */
+static int hf_paths(const char *path, char *json, size_t jsize, char *cfg, size_t csize, char *err,
+                    size_t err_size)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        return BPE_EIO;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(json, jsize, "%s/tokenizer.json", path);
+        snprintf(cfg, csize, "%s/tokenizer_config.json", path);
+        if (stat(json, &st) == 0)
+            return 1;
+        snprintf(json, jsize, "%s/tokenizer.model", path);
+        if (stat(json, &st) == 0)
+            return 2; /* tokenizer.model: a tiktoken file (Llama 3) or SentencePiece */
+        errf(err, err_size, "%s: a folder without tokenizer.json (or tokenizer.model)", path);
+        return BPE_EINPUT;
+    }
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        return BPE_EIO;
+    }
+    int c;
+    while ((c = getc(f)) == ' ' || c == '\n' || c == '\r' || c == '\t')
+        ;
+    fclose(f);
+    if (c != '{')
+        return 0;
+    snprintf(json, jsize, "%s", path);
+    const char *slash = strrchr(path, '/');
+    snprintf(cfg, csize, "%.*stokenizer_config.json", slash ? (int)(slash - path + 1) : 0, path);
+    return 1;
+}
+
+/* Load a tokenizer.json (and its config) as a BPE_HF tokenizer. */
+static int load_hf(const char *json, const char *cfg, bpe **out, char *err, size_t err_size)
+{
+    bpe *t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        errf(err, err_size, "%s: out of memory", json);
+        return BPE_ENOMEM;
+    }
+    int rc = hf_load(json, cfg, &t->hf, err, err_size);
+    if (rc != 0) {
+        free(t);
+        return rc == -2 ? BPE_EIO : rc == -3 ? BPE_ENOMEM : BPE_EINPUT;
+    }
+    t->kind = BPE_HF;
+    t->n_ranks = hf_n_tokens(t->hf);
+    *out = t;
+    return BPE_OK;
+}
+
+/* Load a SentencePiece model as a BPE_SPM tokenizer. */
+static int load_spm(const char *path, int kind, bpe **out, char *err, size_t err_size)
+{
+    if (kind != 0) {
+        errf(err, err_size,
+             "%s: a SentencePiece model: --tokenizer-kind is for tiktoken rank "
+             "files",
+             path);
+        return BPE_EINPUT;
+    }
+    bpe *t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        errf(err, err_size, "%s: out of memory", path);
+        return BPE_ENOMEM;
+    }
+    int rc = spm_load(path, &t->sp, err, err_size);
+    if (rc != 0) {
+        free(t);
+        return rc == -3 ? BPE_ENOMEM : BPE_EINPUT;
+    }
+    t->kind = BPE_SPM;
+    t->n_ranks = spm_n_pieces(t->sp);
+    *out = t;
+    return BPE_OK;
+}
+
+/* Steps: 0 a Hugging Face tokenizer goes to hftok.h; for a rank file 1 decode the ranks,
+ * 2 build the table, 3 sidecar and specials, 4 the expression. */
 int bpe_load(const char *path, int kind, bpe **out, char *err, size_t err_size)
 {
     if (kind < 0 || kind > BPE_O200K || path == NULL || out == NULL) {
         errf(err, err_size, "internal error: bad arguments to bpe_load");
         return BPE_EINPUT;
     }
+    /* Step 0: */
+    char json[4096], cfg[4096];
+    int hf = hf_paths(path, json, sizeof json, cfg, sizeof cfg, err, err_size);
+    if (hf < 0)
+        return hf;
+    if (hf == 1) {
+        if (kind != 0) {
+            errf(err, err_size,
+                 "%s: a tokenizer.json tokenizer: --tokenizer-kind is for "
+                 "tiktoken rank files",
+                 path);
+            return BPE_EINPUT;
+        }
+        return load_hf(json, cfg, out, err, err_size);
+    }
+    if (hf == 2)
+        path = json;
     char *buf;
     size_t n;
     int rc = read_file(path, &buf, &n, err, err_size);
     if (rc != BPE_OK)
         return rc;
+    /* A SentencePiece model is protobuf: field 1 (0x0a) first, NUL bytes in its scores. */
+    if (n >= 2 && buf[0] == 0x0a && memchr(buf, 0, n > 256 ? 256 : n) != NULL) {
+        free(buf);
+        return load_spm(path, kind, out, err, err_size);
+    }
     bpe *t = calloc(1, sizeof *t);
     if (t == NULL) {
         free(buf);
@@ -718,6 +847,8 @@ void bpe_free(bpe *t)
 {
     if (t == NULL)
         return;
+    hf_free(t->hf);
+    spm_free(t->sp);
     for (size_t i = 0; i < t->n_specials; i++)
         free(t->specials[i].text);
     free(t->specials);
@@ -749,16 +880,30 @@ size_t bpe_n_ranks(const bpe *t)
 
 const char *bpe_bos(const bpe *t)
 {
-    return t->bos;
+    return t->hf ? hf_bos(t->hf) : t->sp ? spm_bos(t->sp) : t->bos;
 }
 
 const char *bpe_eos(const bpe *t)
 {
-    return t->eos;
+    return t->hf ? hf_eos(t->hf) : t->sp ? spm_eos(t->sp) : t->eos;
+}
+
+const char *bpe_form(const bpe *t)
+{
+    return t->hf ? hf_form(t->hf) : t->sp ? "SentencePiece model" : "tiktoken ranks";
+}
+
+const char *bpe_chat_template(const bpe *t)
+{
+    return t->hf ? hf_chat_template(t->hf) : "";
 }
 
 bool bpe_special(const bpe *t, const char *text, size_t len, uint32_t *id)
 {
+    if (t->hf)
+        return hf_added(t->hf, text, len, id);
+    if (t->sp)
+        return spm_special(t->sp, text, len, id);
     for (size_t i = 0; i < t->n_specials; i++)
         if (t->specials[i].len == len && memcmp(t->specials[i].text, text, len) == 0) {
             if (id != NULL)
@@ -770,6 +915,10 @@ bool bpe_special(const bpe *t, const char *text, size_t len, uint32_t *id)
 
 bool bpe_token_bytes(const bpe *t, uint32_t id, const char **p, size_t *len)
 {
+    if (t->hf)
+        return hf_token_bytes(t->hf, id, p, len);
+    if (t->sp)
+        return spm_token_bytes(t->sp, id, p, len);
     if (id < t->n_ids && t->len[id] != 0) {
         *p = (const char *)t->arena + t->off[id];
         *len = t->len[id];
@@ -1061,6 +1210,28 @@ static const special *special_at(const bpe *t, const unsigned char *u, size_t i,
     return NULL;
 }
 
+/* Forward to hftok.h; its codes become BPE_* codes. */
+static int encode_hf(bpe *t, const char *text, size_t len, bool specials, bool add_special,
+                     uint32_t base, bpe_out *out, char *err, size_t err_size)
+{
+    int rc = hf_encode(t->hf, text, len, specials, add_special, base, &out->ids, &out->offsets,
+                       &out->n, &out->cap, err, err_size);
+    return rc == 0 ? BPE_OK : rc == -3 ? BPE_ENOMEM : BPE_EINPUT;
+}
+
+int bpe_encode_post(bpe *t, const char *text, size_t len, uint32_t base, bpe_out *out, char *err,
+                    size_t err_size)
+{
+    size_t bad = utf8_invalid_at((const unsigned char *)text, len);
+    if (bad < len) {
+        errf(err, err_size, "the text is not valid UTF-8 at byte %zu", bad);
+        return BPE_EINPUT;
+    }
+    if (t->hf)
+        return encode_hf(t, text, len, true, true, base, out, err, err_size);
+    return bpe_encode(t, text, len, true, base, out, err, err_size);
+}
+
 int bpe_encode(bpe *t, const char *text, size_t len, bool specials, uint32_t base, bpe_out *out,
                char *err, size_t err_size)
 {
@@ -1070,6 +1241,13 @@ int bpe_encode(bpe *t, const char *text, size_t len, bool specials, uint32_t bas
         errf(err, err_size, "the text is not valid UTF-8 at byte %zu", bad);
         return BPE_EINPUT;
     }
+    if (t->hf)
+        return encode_hf(t, text, len, specials, false, base, out, err, err_size);
+    if (t->sp)
+        return spm_encode(t->sp, text, len, specials, base, &out->ids, &out->offsets, &out->n,
+                          &out->cap, err, err_size) == 0
+                   ? BPE_OK
+                   : BPE_ENOMEM;
     size_t from = 0;
     for (size_t i = 0; specials && i < len; i++) {
         if (!t->starts[u[i]])
@@ -1093,6 +1271,10 @@ int bpe_encode(bpe *t, const char *text, size_t len, bool specials, uint32_t bas
 
 int bpe_check(const bpe *t, char *err, size_t err_size)
 {
+    if (t->hf)
+        return hf_check(t->hf, err, err_size);
+    if (t->sp)
+        return 0; /* the library keeps its own tables */
     size_t used = 0;
     for (size_t i = 0; i <= t->mask; i++)
         used += t->slots[i].id1 != 0;

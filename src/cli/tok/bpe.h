@@ -34,6 +34,14 @@
  * is whitespace and U+FEFF is not; JavaScript's \s says the opposite for both), and the
  * contractions ('s 't 're 've 'm 'll 'd) match ASCII letters of either case only.
  *
+ * Loading (bpe_load): a folder holding tokenizer.json, or a file starting with '{', is a
+ * Hugging Face tokenizer (kind BPE_HF): hftok.h reads it (with tokenizer_config.json beside
+ * it for bos/eos) and every call below forwards to it. A folder with only tokenizer.model
+ * reads that file: Llama 3's is a rank file; a SentencePiece model (protobuf) is read by
+ * spm_shim.h (kind BPE_SPM) when the build has libsentencepiece, else refused with a
+ * message. A rank file's kind comes from --tokenizer-kind, else its sidecar, else
+ * its number of ranks (each published file has its own: 128000, 100256, 199998).
+ *
  * Sidecar. FILE.json beside the rank file (FILE being the --tokenizer path), optional:
  *
  *   {"kind": "cl100k", "special_tokens": {"<|im_start|>": 100264, "<|im_end|>": 100265},
@@ -59,7 +67,9 @@
 enum {
     BPE_LLAMA3 = 1, /* Llama 3 family */
     BPE_CL100K = 2, /* cl100k_base */
-    BPE_O200K = 3   /* o200k_base */
+    BPE_O200K = 3,  /* o200k_base */
+    BPE_HF = 4,     /* a Hugging Face tokenizer.json (hftok.h); not a --tokenizer-kind */
+    BPE_SPM = 5     /* a SentencePiece .model (spm_shim.h); not a --tokenizer-kind */
 };
 
 enum {
@@ -101,6 +111,14 @@ int bpe_load(const char *path, int kind, bpe **out, char *err, size_t err_size);
  * expression through another matcher. Cannot fail. */
 const char *bpe_pattern(int kind);
 
+/* How the tokenizer was read: "tiktoken ranks", or hftok.h's form ("byte-level BPE",
+ * "BPE with byte fallback"). Static. Cannot fail. */
+const char *bpe_form(const bpe *t);
+
+/* A tokenizer.json's chat template text (tokenizer_config.json), "" otherwise. Owned by t.
+ * Cannot fail. */
+const char *bpe_chat_template(const bpe *t);
+
 /* Free a tokenizer. Accepts NULL. */
 void bpe_free(bpe *t);
 
@@ -126,6 +144,12 @@ bool bpe_special(const bpe *t, const char *text, size_t len, uint32_t *id);
  * the tokens appended so far and stays usable. */
 int bpe_encode(bpe *t, const char *text, size_t len, bool specials, uint32_t base, bpe_out *out,
                char *err, size_t err_size);
+
+/* bpe_encode with specials on, plus the tokens a tokenizer.json's post-processor puts
+ * around a text when the caller asks for special tokens (Llama 3.1's <|begin_of_text|>,
+ * Gemma's <bos>); for a rank file the same as bpe_encode. Same returns. */
+int bpe_encode_post(bpe *t, const char *text, size_t len, uint32_t base, bpe_out *out, char *err,
+                    size_t err_size);
 
 /* The bytes of token id (an ordinary token or a special): sets *p (owned by t) and *len and
  * returns true, or returns false for an id the tokenizer does not have. Cannot fail. */

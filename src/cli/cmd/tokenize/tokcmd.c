@@ -2,12 +2,13 @@
  * tokcmd.c - `kvprefix tokenize`: print the token ids of a text or of an OpenAI request
  * body, so anyone can compare our tokenization with their engine's.
  *
- *   kvprefix tokenize --tokenizer FILE [--tokenizer-kind K] [--template T] [--json] [IN]
+ *   kvprefix tokenize --tokenizer FILE|DIR [--tokenizer-kind K] [--template T] [--json] [IN]
  *
  * IN is a file or "-" (standard input, the default). When the input is a JSON object with
  * "messages" or "prompt" (at the top level or in a Batch API line's "body"), it is an OpenAI
- * request: a chat request is rendered with the chat template (--template, else llama3 for
- * a llama3 tokenizer and chatml otherwise), a completions prompt string is taken as is.
+ * request: a chat request is rendered with the chat template (--template, else the
+ * tokenizer's, inopts.h), a completions prompt string is taken as is; a template marker
+ * that is not one token of the tokenizer is warned about (in_warn_markers).
  * Anything else (or any input with --text) is plain text, tokenized as it is. Special-token
  * text becomes the special token unless --no-special (then it is ordinary text).
  *
@@ -41,17 +42,20 @@
 #define DEFAULT_MAX_BYTES ((uint64_t)64 << 20)
 
 static const char usage_text[] =
-    "Usage: kvprefix tokenize --tokenizer FILE [options] [IN]\n"
+    "Usage: kvprefix tokenize --tokenizer FILE|DIR [options] [IN]\n"
     "\n"
     "Print the token ids of a text or an OpenAI request body (IN, or '-' for standard\n"
     "input, the default) under a model's tokenizer and chat template.\n"
     "\n"
     "Options:\n"
-    "  --tokenizer FILE     the model's tiktoken rank file (Llama 3's tokenizer.model,\n"
-    "                       cl100k_base.tiktoken, o200k_base.tiktoken)\n"
-    "  --tokenizer-kind K   llama3, cl100k or o200k (else \"kind\" in FILE.json)\n"
+    "  --tokenizer FILE|DIR the model's tokenizer: a Hugging Face model folder (with\n"
+    "                       tokenizer.json) or tokenizer.json, or a tiktoken rank file\n"
+    "                       (Llama 3's tokenizer.model, cl100k_base.tiktoken, ...)\n"
+    "  --tokenizer-kind K   a rank file's kind: llama3, cl100k or o200k (else \"kind\" in\n"
+    "                       FILE.json, else its number of ranks)\n"
     "  --template T         chat template for a chat request: llama3, chatml, qwen2.5,\n"
-    "                       mistral (default: llama3 for llama3, chatml otherwise)\n"
+    "                       mistral (default: llama3 for Llama 3, else as the\n"
+    "                       tokenizer.json's chat_template says, else chatml)\n"
     "  --text               the input is plain text even when it looks like a request\n"
     "  --no-special         special-token text is ordinary text\n"
     "  --json               one JSON object with ids, byte spans and the text\n"
@@ -60,6 +64,7 @@ static const char usage_text[] =
     "\n"
     "Examples:\n"
     "  echo 'Hello world' | kvprefix tokenize --tokenizer llama3.tiktoken -\n"
+    "  kvprefix tokenize --tokenizer ./Qwen2.5-7B-Instruct --json body.json\n"
     "  kvprefix tokenize --tokenizer o200k_base.tiktoken --tokenizer-kind o200k --json body.json\n"
     "\n" CLI_EXIT_HELP;
 
@@ -130,7 +135,8 @@ static int parse_args(int argc, char **argv, tk_opts *o)
     if (optind < argc)
         return fail(CLI_EXIT_USAGE, "one input at a time ('%s' and '%s')", o->input, argv[optind]);
     if (!o->in.tokenizer_file)
-        return fail(CLI_EXIT_USAGE, "give --tokenizer FILE (the model's tiktoken rank file)");
+        return fail(CLI_EXIT_USAGE, "give --tokenizer FILE|DIR (the model's tokenizer.json or "
+                                    "folder, or its tiktoken rank file)");
     if (o->text && o->in.tpl)
         return fail(CLI_EXIT_USAGE, "--template applies to request bodies, not --text");
     return 0;
@@ -197,6 +203,8 @@ static int input_text(const tk_opts *o, const bpe *t, const char *in, size_t n, 
                     x->prompt.token_key);
     if (!x->prompt.chat)
         x->tpl = 0;
+    else
+        in_warn_markers(&o->in);
     x->text = oai_text(&x->prompt, &x->len);
     return 0;
 }
