@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """jinja_ref_check.py - the Jinja interpreter (src/cli/tok/jinja*.c) against Jinja2 itself.
 
-Usage: jinja_ref_check.py JINJA_RENDER REF_DIR [NODE_MODULES]
+Usage: jinja_ref_check.py JINJA_RENDER REF_DIR [NODE_MODULES [KVPREFIX]]
 
 Jinja2 (Debian's python3-jinja2) is configured as Hugging Face transformers configures it
 for chat templates: ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -26,6 +26,12 @@ raise_exception and a strftime_now fixed at 2024-07-26 12:00:00 (as jinja_render
    the two references disagree (it prints "[object Map]" for str + dict, refuses
    None|trim), Jinja2 decides, as vLLM runs Jinja2, and the cases are listed. Where the project has a hand-written layout of
    the same model (qwen2.5), its output must equal the model template's on every body.
+
+5. The tool: `kvprefix tokenize --tokenizer DIR --json BODY` on every model folder of
+   REF_DIR that has a chat_template picks the model's own template by default and prints
+   Jinja2's text for the body; `replay --tokenizer DIR` calls its counts exact with the
+   model's own chat template; `--template model` without a chat_template, and a
+   chat_template that does not parse, are refused with the template's line.
 
 Exit 0 when all agree, 1 on a difference (the first few are printed), 77 (skip) when
 Jinja2 is missing and not required.
@@ -294,6 +300,51 @@ def check_segments(label, body, got, fails):
                           {"content": c}))
 
 
+def check_tool(kvprefix, ref_dir, fails):
+    """Part 5: the tool picks and runs the model's own template."""
+    n = 0
+    body = {"model": "m", "messages": [{"role": "system", "content": "Be brief."},
+                                      {"role": "user", "content": "What is 2+2? \u00e9"}]}
+    with tempfile.TemporaryDirectory() as d:
+        bp = os.path.join(d, "body.json")
+        with open(bp, "w", encoding="utf-8") as f:
+            json.dump(body, f)
+        for path, t, specials in find_templates(ref_dir):
+            folder = os.path.dirname(path)
+            if not os.path.isfile(os.path.join(folder, "tokenizer.json")):
+                continue
+            n += 1
+            r = subprocess.run([kvprefix, "tokenize", "--tokenizer", folder, "--json", bp],
+                               capture_output=True, timeout=300)
+            want = reference(t, vllm_context(body, specials))
+            got = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr.decode()}
+            if got.get("template") != "model" or got.get("text") != want.get("out"):
+                fails.append(("tokenize --tokenizer " + model_name(path), want, got))
+            r = subprocess.run([kvprefix, "replay", "--capacity", "100", "--tokenizer", folder, bp],
+                               capture_output=True, timeout=300)
+            if b"the model's own chat template" not in r.stdout or b"exact" not in r.stdout:
+                fails.append(("replay --tokenizer " + model_name(path), {"out": "exact, model's own"},
+                              {"out": r.stdout.decode()[:400], "error": r.stderr.decode()}))
+        if n:
+            # a chat_template that does not parse names its line
+            folder = os.path.dirname(find_templates(ref_dir)[0][0])
+            bad = os.path.join(d, "bad")
+            os.mkdir(bad)
+            with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as f:
+                cfg = json.load(f)
+            cfg["chat_template"] = "{{ bos_token }}\n{% for m in messages %}\n{{ m.content }\n"
+            with open(os.path.join(bad, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+                json.dump(cfg, f)
+            os.symlink(os.path.join(os.path.abspath(folder), "tokenizer.json"),
+                       os.path.join(bad, "tokenizer.json"))
+            r = subprocess.run([kvprefix, "tokenize", "--tokenizer", bad, "--json", bp],
+                               capture_output=True, timeout=300)
+            if r.returncode == 0 or b"chat_template line 3" not in r.stderr:
+                fails.append(("a bad chat_template", {"error": "chat_template line 3: ..."},
+                              {"error": r.stderr.decode(), "rc": r.returncode}))
+    return n
+
+
 # The project's hand-written layouts and the model whose template they follow.
 HAND = {"qwen2_5": "qwen2.5"}
 
@@ -358,6 +409,7 @@ def compare(label, want, got, fails):
 def main():
     binary, ref_dir = sys.argv[1], sys.argv[2]
     modules = sys.argv[3] if len(sys.argv) > 3 else ref_dir
+    kvprefix = sys.argv[4] if len(sys.argv) > 4 else None
     fails = []
     n = 0
     for i, t in enumerate(FEATURES):
@@ -414,6 +466,8 @@ def main():
                     fails.append((label + " hand-written " + hand, want, got[k]))
     print("%d OpenAI bodies through tpl_render_jinja, %d against a hand-written layout, "
           "%d renders against @huggingface/jinja%s" % (n_chat, n_hand, n_hf, "" if hf else " (not installed)"))
+    n_tool = check_tool(kvprefix, ref_dir, fails) if kvprefix and os.path.isdir(ref_dir) else 0
+    print("%d model folders through kvprefix tokenize and replay" % n_tool)
     for line in refs_differ:
         print("references disagree (Jinja2 followed):", line)
     for label, want, got in fails[:8]:

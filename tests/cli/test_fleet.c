@@ -1070,7 +1070,7 @@ Test(fleet_cli, tokenizer_errors)
     cr_expect_not_null(strstr(errs, "--tokenizer-kind needs --tokenizer FILE"), "%s", errs);
     snprintf(args, sizeof args, "--capacity 64 --template jinja '%s'", data("fleet_openai.jsonl"));
     cr_assert_eq(fleet(args), 2);
-    cr_expect_not_null(strstr(errs, "--template: 'jinja' is not one of llama3, chatml"), "%s",
+    cr_expect_not_null(strstr(errs, "--template: 'jinja' is not one of model, llama3, chatml"), "%s",
                        errs);
 }
 

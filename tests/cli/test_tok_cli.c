@@ -268,14 +268,15 @@ Test(tokenize, hugging_face_model_folders)
         cr_assert_eq(run("tokenize", "--tokenizer '%s' --text '%s'", d, hw), 0, "%s", err);
         cr_expect_str_eq(out, cases[i].ids, "%s", cases[i].model);
     }
-    /* A Qwen2.5 folder: its chat_template picks the qwen2.5 layout, whose markers are its
-     * special tokens; the file itself works as well as the folder. */
+    /* A Qwen2.5 folder: its own chat_template is the default template (run by the Jinja
+     * interpreter; it writes Qwen2.5's default system message); the file itself works as
+     * well as the folder. */
     const char *q = hf_dir("qwen2_5");
     const char *body =
         scratch("q.json", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}");
     cr_assert_eq(run("tokenize", "--tokenizer '%s' --json '%s'", q, body), 0, "%s", err);
-    cr_expect(strstr(out, "\"template\": \"qwen2.5\"") != NULL ||
-                  strstr(out, "\"template\":\"qwen2.5\"") != NULL,
+    cr_expect(strstr(out, "\"template\": \"model\"") != NULL ||
+                  strstr(out, "\"template\":\"model\"") != NULL,
               "%s", out);
     cr_expect(strstr(out, "[151644, 8948, 198, 2610, 525, 1207, 16948") != NULL ||
                   strstr(out, "[151644,8948,198,2610,525,1207,16948") != NULL,
@@ -288,8 +289,14 @@ Test(tokenize, hugging_face_model_folders)
     /* replay with the folder: exact. */
     const char *log = example("qwen.jsonl", "--format openai --requests 20");
     cr_assert_eq(run("replay", "--capacity 2000 --tokenizer '%s' '%s'", q, log), 0, "%s", err);
-    cr_expect(strstr(out, "exact: tokenizer.json (byte-level BPE, 151665 tokens), qwen2.5 "
-                          "template") != NULL,
+    cr_expect(strstr(out, "exact: tokenizer.json (byte-level BPE, 151665 tokens), the model's "
+                          "own chat template") != NULL,
+              "%s", out);
+    /* a hand-written layout on request: the qwen2.5 layout gives the same ids here */
+    cr_assert_eq(run("tokenize", "--tokenizer '%s' --template qwen2.5 --json '%s'", q, body), 0,
+                 "%s", err);
+    cr_expect(strstr(out, "[151644, 8948, 198, 2610, 525, 1207, 16948") != NULL ||
+                  strstr(out, "[151644,8948,198,2610,525,1207,16948") != NULL,
               "%s", out);
 }
 

@@ -20,6 +20,7 @@
 
 #include "cli.h"
 #include "flags.h"
+#include "jinja.h"
 #include "kvprefix.h"
 #include "template.h"
 #include "tokenize.h"
@@ -31,11 +32,9 @@ static const cli_choice formats[] = {{"auto", 0},
                                      {NULL, 0}};
 static const cli_choice kinds[] = {
     {"llama3", BPE_LLAMA3}, {"cl100k", BPE_CL100K}, {"o200k", BPE_O200K}, {NULL, 0}};
-static const cli_choice templates[] = {{"llama3", TPL_LLAMA3},
-                                       {"chatml", TPL_CHATML},
-                                       {"qwen2.5", TPL_QWEN25},
-                                       {"mistral", TPL_MISTRAL},
-                                       {NULL, 0}};
+static const cli_choice templates[] = {{"model", TPL_JINJA},     {"llama3", TPL_LLAMA3},
+                                       {"chatml", TPL_CHATML},   {"qwen2.5", TPL_QWEN25},
+                                       {"mistral", TPL_MISTRAL}, {NULL, 0}};
 
 void in_init(in_opts *o)
 {
@@ -135,6 +134,26 @@ static int check_markers(in_opts *o, int tpl)
     return 0;
 }
 
+/* The model's own chat template: parse the tokenizer's chat_template (with its line in an
+ * error) and make its variables. Its markers are the tokenizer's own added tokens, so they
+ * are not checked one by one as a hand-written layout's are. Returns 0 or an exit status. */
+static int load_jinja(const char *cmd, in_opts *o)
+{
+    const char *ct = bpe_chat_template(o->bpe);
+    char err[512];
+    if (!*ct)
+        return cli_fail(cmd, CLI_EXIT_USAGE,
+                        "--template model: %s has no chat_template (tokenizer_config.json); "
+                        "name a layout: llama3, chatml, qwen2.5, mistral",
+                        o->tokenizer_file);
+    if (jinja_parse(ct, strlen(ct), &o->jinja, err, sizeof err) != 0)
+        return cli_fail(cmd, CLI_EXIT_INPUT, "%s: chat_template line %s", o->tokenizer_file, err);
+    o->jinja_vars = json_pack("{ssss}", "bos_token", bpe_bos(o->bpe), "eos_token", bpe_eos(o->bpe));
+    if (!o->jinja_vars)
+        return cli_fail(cmd, CLI_EXIT_INPUT, "--tokenizer: out of memory");
+    return 0;
+}
+
 int in_load(const char *cmd, in_opts *o)
 {
     if (!o->tokenizer_file)
@@ -144,6 +163,8 @@ int in_load(const char *cmd, in_opts *o)
         return cli_fail(cmd, CLI_EXIT_INPUT, "--tokenizer: %s", err);
     int tpl = in_template_for(o->tpl, o->bpe);
     o->cmd = cmd;
+    if (tpl == TPL_JINJA)
+        return load_jinja(cmd, o);
     if (check_markers(o, tpl) != 0)
         return cli_fail(cmd, CLI_EXIT_INPUT, "--tokenizer: out of memory");
     return 0;
@@ -166,6 +187,8 @@ int in_template_for(int tpl, const bpe *t)
         return tpl;
     if (bpe_kind(t) != BPE_HF)
         return bpe_kind(t) == BPE_LLAMA3 ? TPL_LLAMA3 : TPL_CHATML;
+    if (*bpe_chat_template(t)) /* the model's own, run by the Jinja interpreter */
+        return TPL_JINJA;
     /* A tokenizer.json: the hand-written layout its chat_template is written for. */
     const char *ct = bpe_chat_template(t);
     if (strstr(ct, "You are Qwen, created by Alibaba Cloud") != NULL)
@@ -185,6 +208,8 @@ void in_log_options(const in_opts *o, log_options *lo)
     lo->max_line_bytes = o->max_line_bytes;
     lo->bpe = o->bpe;
     lo->tpl = in_template_for(o->tpl, o->bpe);
+    lo->jinja = o->jinja;
+    lo->jinja_vars = o->jinja_vars;
 }
 
 uint32_t in_block_size(const in_opts *o, int format)
@@ -210,6 +235,10 @@ void in_free(in_opts *o)
         return;
     bpe_free(o->bpe);
     o->bpe = NULL;
+    jinja_free(o->jinja);
+    o->jinja = NULL;
+    json_decref(o->jinja_vars);
+    o->jinja_vars = NULL;
 }
 
 /* ---- what reports print ---------------------------------------------------------------- */
@@ -230,8 +259,10 @@ void in_note(const in_opts *o, int rec_format, in_count *c)
                  "the %s template's \"%.40s\" is %zu tokens of the %s tokenizer, not one", tpl,
                  o->split_marker, o->split_tokens, bpe_kind_name(bpe_kind(o->bpe)));
     else if (bpe_kind(o->bpe) == BPE_HF)
-        snprintf(c->desc, sizeof c->desc, "tokenizer.json (%s, %zu tokens), %s template",
-                 bpe_form(o->bpe), bpe_n_ranks(o->bpe), tpl);
+        snprintf(c->desc, sizeof c->desc, "tokenizer.json (%s, %zu tokens), %s", bpe_form(o->bpe),
+                 bpe_n_ranks(o->bpe),
+                 in_template_for(o->tpl, o->bpe) == TPL_JINJA ? "the model's own chat template"
+                                                              : tpl);
     else
         snprintf(c->desc, sizeof c->desc, "%s tokenizer (%zu ranks), %s template",
                  bpe_kind_name(bpe_kind(o->bpe)), bpe_n_ranks(o->bpe), tpl);

@@ -14,9 +14,10 @@
  *                         tiktoken rank file
  *   --tokenizer-kind K    llama3, cl100k, o200k for a rank file (else its sidecar says,
  *                         else its number of ranks)
- *   --template T          llama3, chatml, qwen2.5, mistral; without it: llama3 for a llama3
- *                         rank file, chatml for the other rank files, and for a
- *                         tokenizer.json the one its chat_template matches (chatml if none)
+ *   --template T          model (the model's own chat_template, run by the Jinja
+ *                         interpreter: the default when the tokenizer has one), or a
+ *                         hand-written layout llama3, chatml, qwen2.5, mistral; without a
+ *                         chat_template: llama3 for a llama3 rank file, chatml otherwise
  *
  * Template markers: in_load checks that every control text the template writes
  * (<|im_start|>, <|start_header_id|>, [INST], bos, ...) is one token of the tokenizer. When
@@ -84,8 +85,8 @@ enum {
     "                       folder or tokenizer.json, or a tiktoken rank file\n"                   \
     "  --tokenizer-kind K   a rank file's kind: llama3, cl100k or o200k (else \"kind\" in\n"       \
     "                       FILE.json, else its number of ranks)\n"                                \
-    "  --template T         chat layout: llama3, chatml, qwen2.5, mistral (default: the\n"         \
-    "                       tokenizer's: llama3 for Llama 3, else as its chat_template)\n"         \
+    "  --template T         model (the model's own chat_template, the default when the\n"          \
+    "                       tokenizer has one), or a layout: llama3, chatml, qwen2.5, mistral\n"   \
     "  --max-line-bytes N   longest accepted line (default 64MiB; also bounds what a\n"            \
     "                       compressed line may expand to)\n"
 
@@ -104,6 +105,9 @@ typedef struct in_opts {
                                    of the tokenizer, or "" */
     size_t split_tokens;        /* the tokens split_marker becomes (valid when set) */
     const char *cmd;            /* the subcommand given to in_load (for the warning) */
+    jinja_tmpl *jinja;          /* after in_load, when the template is the model's own
+                                   (TPL_JINJA): its chat_template parsed, else NULL (owned) */
+    json_t *jinja_vars;         /* with jinja: bos_token and eos_token for it (owned) */
 } in_opts;
 
 /* How the token counts of a log's OpenAI bodies were made, for the report. */

@@ -155,6 +155,9 @@ int log_open(const char *path, const log_options *opt, log_reader **out, char *e
     }
 
     r->prompt.tpl = r->opt.tpl;
+    r->prompt.jinja = r->opt.jinja;
+    r->prompt.jinja_vars = r->opt.jinja_vars;
+    r->prompt.no_segments = r->opt.no_segments;
     r->prompt.bos = r->opt.bpe != NULL ? bpe_bos(r->opt.bpe) : "";
     r->prompt.eos = r->opt.bpe != NULL ? bpe_eos(r->opt.bpe) : "";
 

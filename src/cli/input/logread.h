@@ -116,6 +116,12 @@ typedef struct log_options {
                                  caller) used instead of tokenizer, or NULL (default) */
     int tpl;                  /* OpenAI chat lines: a chat template (TPL_*, tok/template.h)
                                  instead of the fixed layout of openai.h, or 0 (default) */
+    const jinja_tmpl *jinja;  /* tpl TPL_JINJA: the model's own template (owned by the
+                                 caller), else NULL */
+    const json_t *jinja_vars; /* tpl TPL_JINJA: its bos_token and eos_token (caller's) */
+    bool no_segments;         /* tpl TPL_JINJA: do not find the text's segments (they cost
+                                 one render per message and tool; replay --diagnose and
+                                 tokenize use them) */
 } log_options;
 
 /* Fill *opt with the defaults above (parser: LOG_PARSER_JANSSON when the environment

@@ -239,7 +239,10 @@ static int render_template(oai_prompt *p, const json_t *body, char *err, size_t 
                     cli_json_type_name(messages));
     if (json_array_size(messages) == 0)
         return fail(err, err_size, "messages is empty: a chat request needs a message");
-    int rc = tpl_render(p->tpl, body, p->bos, p->eos, p->limit, &p->tout, err, err_size);
+    int rc = p->tpl == TPL_JINJA
+                 ? tpl_render_jinja(p->jinja, body, p->jinja_vars, NULL, !p->no_segments, p->limit,
+                                    &p->tout, err, err_size)
+                 : tpl_render(p->tpl, body, p->bos, p->eos, p->limit, &p->tout, err, err_size);
     if (rc == TPL_ENOMEM)
         return LOG_ENOMEM;
     if (rc != TPL_OK)

@@ -102,8 +102,12 @@ typedef struct oai_prompt {
     const char *bos;         /* bos_token and eos_token texts for tpl (the tokenizer's);
                                 set by the caller, NULL for "" */
     const char *eos;
-    tpl_out tout;   /* the template's text and segments */
-    bool templated; /* the last oai_render rendered with tpl (text in tout) */
+    const jinja_tmpl *jinja;  /* tpl TPL_JINJA: the model's template (owned by the caller) */
+    const json_t *jinja_vars; /* tpl TPL_JINJA: bos_token, eos_token (caller's), or NULL */
+    bool no_segments;         /* tpl TPL_JINJA: skip finding the segments (they cost a
+                                 render per message and tool) */
+    tpl_out tout;             /* the template's text and segments */
+    bool templated;           /* the last oai_render rendered with tpl (text in tout) */
 } oai_prompt;
 
 /* Whether line object o is an OpenAI request: it has "messages" or "prompt", or its "body"

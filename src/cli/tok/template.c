@@ -53,7 +53,8 @@ int tpl_from_name(const char *name)
     } names[] = {{"llama3", TPL_LLAMA3},
                  {"chatml", TPL_CHATML},
                  {"qwen2.5", TPL_QWEN25},
-                 {"mistral", TPL_MISTRAL}};
+                 {"mistral", TPL_MISTRAL},
+                 {"model", TPL_JINJA}};
     for (size_t i = 0; name != NULL && i < sizeof names / sizeof names[0]; i++)
         if (strcmp(name, names[i].name) == 0)
             return names[i].tpl;
@@ -71,6 +72,8 @@ const char *tpl_name(int tpl)
         return "qwen2.5";
     case TPL_MISTRAL:
         return "mistral";
+    case TPL_JINJA:
+        return "model";
     default:
         return "?";
     }

@@ -46,7 +46,9 @@
  * Python's json.dumps (pyjson.h). bos and eos are the tokenizer's texts (bpe_bos/bpe_eos;
  * "" when it has none), as a template's bos_token and eos_token are.
  *
- * Not modelled: arbitrary Jinja templates (only these layouts), Llama's builtin_tools and
+ * These are checks beside the model's own template (TPL_JINJA, template_jinja.c), which
+ * the Jinja interpreter runs; the qwen2.5 layout equals Qwen2.5's template on 36 bodies.
+ * Not modelled here: arbitrary Jinja templates (only these layouts), Llama's builtin_tools and
  * custom date_string, Mistral's own tokenizers (SentencePiece, Tekken: with --template
  * mistral the control strings [INST] etc. are tokenized by the given tokenizer, as text
  * unless a sidecar declares them), multimodal placeholders, "name" fields of messages.
@@ -65,10 +67,12 @@
 #include <stdint.h>
 
 enum {
-    TPL_LLAMA3 = 1, /* Llama 3.1 Instruct */
-    TPL_CHATML = 2, /* ChatML, Qwen2.5's layout without its default system message */
-    TPL_QWEN25 = 3, /* ChatML with Qwen2.5's default system message */
-    TPL_MISTRAL = 4 /* Mistral-7B-Instruct-v0.3 */
+    TPL_LLAMA3 = 1,  /* Llama 3.1 Instruct */
+    TPL_CHATML = 2,  /* ChatML, Qwen2.5's layout without its default system message */
+    TPL_QWEN25 = 3,  /* ChatML with Qwen2.5's default system message */
+    TPL_MISTRAL = 4, /* Mistral-7B-Instruct-v0.3 */
+    TPL_JINJA = 5    /* the model's own chat template (tokenizer_config.json), run by the
+                        Jinja interpreter: tpl_render_jinja, not tpl_render */
 };
 
 enum {

@@ -496,6 +496,7 @@ int fl_log_read(const fl_log_config *cfg, fl_log **out, char *err, size_t err_si
     log_options lo;
     log_options_init(&lo);
     in_log_options(cfg->in, &lo);
+    lo.no_segments = true; /* fleet reads no segments */
     int rc = log_open(cfg->path, &lo, &rd.reader, err, err_size);
     if (rc != 0) {
         fl_log_free(log);

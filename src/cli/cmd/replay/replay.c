@@ -1162,6 +1162,7 @@ static int replay_log(rp_options *o, const prep *pp, run *ru, rp_result *res)
     if (rc != 0)
         return rc;
     in_log_options(&o->in, &lo);
+    lo.no_segments = !o->diagnose; /* only the diagnostics read a chat template's segments */
     rc = log_open(o->path, &lo, &ru->reader, err, sizeof err);
     if (rc != 0)
         return fail(CLI_EXIT_INPUT, "%s%s", err,

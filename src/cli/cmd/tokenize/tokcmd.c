@@ -194,6 +194,8 @@ static int input_text(const tk_opts *o, const bpe *t, const char *in, size_t n, 
     x->prompt.tpl = x->tpl;
     x->prompt.bos = bpe_bos(t);
     x->prompt.eos = bpe_eos(t);
+    x->prompt.jinja = o->in.jinja;
+    x->prompt.jinja_vars = o->in.jinja_vars;
     char err[512];
     size_t limit = n > (UINT32_MAX - 4096) / 8 ? UINT32_MAX - 1 : 8 * n + 4096;
     if (oai_render(x->json, limit, &x->prompt, err, sizeof err) != 0)
