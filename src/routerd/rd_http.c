@@ -406,7 +406,9 @@ static int rd_score(rd_daemon *d, rd_conn *cn)
 static int rd_score_text(rd_daemon *d, rd_conn *cn)
 {
     char err[512];
-    unsigned status = rd_text_tokens(d->text, &cn->txt, &cn->req, err, sizeof err);
+    rd_text_scratch *ts = cn->txt;
+    unsigned status = rd_text_tokens(d->text, &ts, &cn->req, err, sizeof err);
+    cn->txt = ts;
     pthread_mutex_lock(&d->lock);
     if (status != 0)
         d->n_text_failed++;
@@ -667,7 +669,9 @@ int rd_http_end(rd_daemon *d, rd_conn *cn, int64_t now_ms)
 void rd_http_done(rd_conn *cn)
 {
     rd_req_trim(&cn->req, RD_KEEP_TOKEN_BYTES);
-    rd_text_scratch_trim(&cn->txt, RD_KEEP_OUT_BYTES);
+    rd_text_scratch *ts = cn->txt;
+    rd_text_scratch_trim(&ts, RD_KEEP_OUT_BYTES);
+    cn->txt = ts;
     rd_load_body_free(cn);
     if (cn->out_cap > RD_KEEP_OUT_BYTES) {
         free(cn->out);
@@ -684,7 +688,8 @@ void rd_conn_free(rd_conn *cn)
     if (cn == NULL)
         return;
     rd_req_trim(&cn->req, 0);
-    rd_text_scratch_trim(&cn->txt, 0);
+    rd_text_scratch *ts = cn->txt;
+    rd_text_scratch_trim(&ts, 0);
     rd_load_body_free(cn);
     free(cn->out);
     free(cn->rows);

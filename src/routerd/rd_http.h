@@ -35,29 +35,28 @@ enum {
 /* A connection's state, reused by its requests. Zero it before the first request; free
  * with rd_conn_free. */
 typedef struct rd_conn {
-    rd_req req;                  /* the /score scanner */
-    char *out;                   /* the answer's bytes [0 .. out_n), owned */
-    size_t out_n;                /* bytes of the answer */
-    size_t out_cap;              /* capacity of out */
-    unsigned status;             /* the answer's HTTP status, when answered */
-    const char *type;            /* its content type (static), when answered */
-    bool answered;               /* the answer is ready */
-    bool sent;                   /* libmicrohttpd has it (rd_http.c's adapter only) */
-    bool out_failed;             /* out could not grow: the answer is a fixed 500 */
-    int kind;                    /* RD_K_* (rd_http.c) of the request in progress */
-    kvp_router_row *rows;        /* score rows, cap_rows entries, reused */
-    const char **ids;            /* their engine ids */
-    rd_rank *rk;                 /* ranked rows */
-    size_t cap_rows;             /* capacity of rows, ids and rk */
-    int64_t deadline_ms;         /* the request's deadline (monotonic ms) */
-    uint64_t body_bytes;         /* body bytes received */
-    uint64_t busy_ns;            /* time spent handling the request so far */
-    char *load_body;             /* POST /load: its body [0 .. load_n), owned, freed when it ends */
-    size_t load_n;               /* bytes of load_body */
-    size_t load_cap;             /* capacity of load_body (reserved in load_budget) */
-    rd_budget *load_budget;      /* the budget load_cap is reserved in (the daemon's) */
-    struct rd_text_scratch *txt; /* text mode's rendered prompt and ids (rd_text.h), owned,
-                                    NULL until a text request */
+    rd_req req;             /* the /score scanner */
+    char *out;              /* the answer's bytes [0 .. out_n), owned */
+    size_t out_n;           /* bytes of the answer */
+    size_t out_cap;         /* capacity of out */
+    unsigned status;        /* the answer's HTTP status, when answered */
+    const char *type;       /* its content type (static), when answered */
+    bool answered;          /* the answer is ready */
+    bool sent;              /* libmicrohttpd has it (rd_http.c's adapter only) */
+    bool out_failed;        /* out could not grow: the answer is a fixed 500 */
+    int kind;               /* RD_K_* (rd_http.c) of the request in progress */
+    kvp_router_row *rows;   /* score rows, cap_rows entries, reused */
+    const char **ids;       /* their engine ids */
+    rd_rank *rk;            /* ranked rows */
+    size_t cap_rows;        /* capacity of rows, ids and rk */
+    int64_t deadline_ms;    /* the request's deadline (monotonic ms) */
+    uint64_t body_bytes;    /* body bytes received */
+    uint64_t busy_ns;       /* time spent handling the request so far */
+    char *load_body;        /* POST /load: its body [0 .. load_n), owned, freed when it ends */
+    size_t load_n;          /* bytes of load_body */
+    size_t load_cap;        /* capacity of load_body (reserved in load_budget) */
+    rd_budget *load_budget; /* the budget load_cap is reserved in (the daemon's) */
+    void *txt;              /* text mode's scratch (rd_text_scratch, rd_text.h), owned */
 } rd_conn;
 
 /* A request's head: method, url (the path, no query), the Content-Type and Content-Length
