@@ -386,9 +386,9 @@ static int rd_text_add(rd_req *q, const char *p, size_t n)
  * _NOMEM. */
 static int rd_text_begin(rd_req *q, uint64_t at)
 {
+    q->text = true; /* also when refused below: a text request, for the counters */
     if (q->seen & 1u)
         return rd_bad(q, at, "a request has tokens or a text prompt (prompt, messages), not both");
-    q->text = true;
     q->text_n = 0;
     q->text_at = at - q->key_len - 1; /* the key's opening quote */
     int rc = rd_text_add(q, "{\"", 2);
