@@ -24,8 +24,13 @@
  * anywhere in the body since jansson reads -0 as 0, and no NUL byte, which jansson takes
  * after a number; strings of at most 1024 bytes without
  * NUL; workers null or at most 4096 such strings; loads null or an object of at most 4096
- * such keys whose values are numbers 0..1e12) is answered 200; the budget is back to what
- * the connection keeps after each request and to 0 when it is freed; nothing leaks.
+ * such keys whose values are numbers 0..1e12) is answered 200. Text mode (prompts as text,
+ * rd_text.h): the harness's daemon has no tokenizer, so a body that is valid but for
+ * carrying text members (prompt, messages, tools, add_generation_prompt,
+ * chat_template_kwargs) instead of tokens is answered 400 by rd_text_tokens ("... start the
+ * router with --tokenizer ...": the scanner's text mode took it whole, jansson's parse and
+ * the members fed back included), and that answer comes for no other body; the budget is back to
+ * what the connection keeps after each request and to 0 when it is freed; nothing leaks.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -158,9 +163,10 @@ static bool oracle_ranking(const json_t *w, const json_t *l, const rd_req *q, bo
     return ok;
 }
 
-/* The jansson oracle on a JSON body: 1 when it is a valid request, 0 when jansson
- * refuses it or it breaks the request's rules. When it is valid and the scanner's answer
- * was 200, the decoded fields must agree. */
+/* The jansson oracle on a JSON body: 1 when it is a valid request, 2 when it is a valid
+ * text request (text members, no tokens), 0 when jansson refuses it or it breaks the
+ * request's rules. When it is valid and the scanner's answer was 200, the decoded fields
+ * must agree. */
 static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
 {
     json_error_t e;
@@ -171,7 +177,9 @@ static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
     }
     static const char *const names[RD_REQ_N_STR] = {"model", "lora", "salt", "tenant"};
     static const char *const others[] = {"tokens", "workers", "loads"};
-    bool ok = json_is_object(v);
+    static const char *const text[] = {"prompt", "messages", "tools", "add_generation_prompt",
+                                       "chat_template_kwargs"};
+    bool ok = json_is_object(v), has_text = false;
     const char *key;
     json_t *m;
     json_t *t = ok ? json_object_get(v, "tokens") : NULL;
@@ -183,9 +191,12 @@ static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
                 known = known || strcmp(key, others[i]) == 0;
             for (int i = 0; i < RD_REQ_N_STR; i++)
                 known = known || strcmp(key, names[i]) == 0;
+            for (size_t i = 0; i < sizeof text / sizeof *text; i++)
+                if (strcmp(key, text[i]) == 0)
+                    known = has_text = true;
             ok = ok && known;
         }
-    ok = ok && json_is_array(t);
+    ok = ok && (has_text ? t == NULL : json_is_array(t));
     for (size_t i = 0; ok && i < json_array_size(t); i++) {
         json_t *x = json_array_get(t, i);
         ok = json_is_integer(x) && json_integer_value(x) >= 0 &&
@@ -216,7 +227,19 @@ static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
         FZ_ASSERT(ok, "the scanner scored a body that breaks the request's rules");
     /* jansson 2.14 takes a NUL byte right after a number ({"tokens": [5\0]}), which RFC
      * 8259 does not: such a body need not be answered 200. */
-    return ok && !has_minus(body, n) && memchr(body, '\0', n) == NULL;
+    if (!ok || has_minus(body, n) || memchr(body, '\0', n) != NULL)
+        return 0;
+    return has_text ? 2 : 1;
+}
+
+/* Whether s[0 .. n) holds the string w. */
+static bool holds(const char *s, size_t n, const char *w)
+{
+    size_t k = strlen(w);
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(s + i, w, k) == 0)
+            return true;
+    return false;
 }
 
 /* Check an answer's shape. */
@@ -300,8 +323,16 @@ static void one_request(fz_in *in, rd_conn *cn)
                      body_n <= d->max_body_bytes && (lk == 0 || lk == 1);
     if (json_body && cn->status != 503) {
         int ok = oracle(body, body_n, &cn->req, cn->status == 200);
-        FZ_ASSERT(!ok || cn->status == 200, "jansson takes the body, the daemon answered %u: %.*s",
-                  cn->status, (int)cn->out_n, cn->out);
+        bool no_tok =
+            cn->status == 400 && holds(cn->out, cn->out_n, "start the router with --tokenizer");
+        FZ_ASSERT(ok != 1 || cn->status == 200,
+                  "jansson takes the body, the daemon answered %u: %.*s", cn->status,
+                  (int)cn->out_n, cn->out);
+        FZ_ASSERT(ok != 2 || no_tok, "a valid text body, the daemon answered %u: %.*s", cn->status,
+                  (int)cn->out_n, cn->out);
+        FZ_ASSERT(!no_tok || has_minus(body, body_n) || memchr(body, '\0', body_n) != NULL ||
+                      ok == 2,
+                  "the daemon took an invalid text body to its tokenizer: %.*s", (int)body_n, body);
     }
     rd_http_done(cn);
     FZ_ASSERT(atomic_load(&d->lim.body_budget.used) == rd_req_reserved(&cn->req),
