@@ -5,7 +5,9 @@
  *   POST /score    {"tokens": [ids...], "model": S, "lora": S, "salt": S, "tenant": S,
  *                  "workers": [NAME...], "loads": {NAME: LOAD}}, or the ids as little-endian
  *                  uint32 (Content-Type application/octet-stream) with
- *                  ?model=S&lora=S&salt=S&tenant=S (no workers or loads)
+ *                  ?model=S&lora=S&salt=S&tenant=S (no workers or loads); or, with
+ *                  --tokenizer, "prompt" or "messages" (+ "tools", ...) instead of
+ *                  "tokens": rd_req.c's text mode, then rd_text_tokens (rd_text.h)
  *                  -> {"prompt_tokens": N, "block_size": B, "workers": [{"engine", "dp_rank",
  *                      "blocks", "tokens", "weighted", "state", "load", "over_cap"}, ...],
  *                      "view": V}
