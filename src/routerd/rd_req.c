@@ -357,6 +357,8 @@ static bool rd_put_cp(rd_req *q, uint32_t cp)
  * the budget first. Returns RD_REQ_MORE, RD_REQ_BUSY or RD_REQ_NOMEM. */
 static int rd_text_add(rd_req *q, const char *p, size_t n)
 {
+    if (n > RD_REQ_TEXT_MAX - q->text_n)
+        return rd_bad(q, q->offset, "a text prompt's body is above 4 MiB (send \"tokens\")");
     if (n > q->text_cap - q->text_n) {
         size_t cap = q->text_cap ? q->text_cap : 4096;
         while (cap - q->text_n < n) {

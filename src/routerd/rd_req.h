@@ -52,6 +52,11 @@
 /* String members (slots of rd_req.str). */
 #define RD_REQ_N_STR 4
 
+/* Longest body in text mode, from the first text member on (a text request is parsed whole
+ * by jansson, tens of bytes per byte while it is parsed, and rendered and tokenized: 4 MiB is
+ * about a million tokens, past any context window). */
+#define RD_REQ_TEXT_MAX ((size_t)4 << 20)
+
 /* Most entries of "workers", and of "loads" (the daemon's load table holds as many). */
 #define RD_REQ_MAX_NAMES 4096u
 

@@ -17,7 +17,7 @@ chat body. Then:
   3. errors, each a 400 with its message: a model without a tokenizer, no model and no
      default, the renderer's messages (a message without a role, content of the wrong type, no messages), unknown
      members (before and after the text member), tokens with a prompt, invalid JSON, a
-     member given twice, a prompt of token ids;
+     member given twice, a prompt of token ids, a text body above 4 MiB;
   4. /metrics counts text requests (scored, refused) and the tokens made;
   5. start-up errors: a missing tokenizer file (exit 1, FILE: message), a stand-in
      tokenizer, an unknown template, a template without a tokenizer (exit 2).
@@ -222,6 +222,8 @@ def scenario(d, kvprefix, tok, tmp, a, b):
     status, out = d.request("POST", "/score", b'{"model": "m", "prompt": "h')
     expect(status == 400, f"truncated text body: {status} {out}")
     n_refused += 1
+    refused(d, {"model": "m", "prompt": "x" * (4 << 20)}, "above 4 MiB", "text above 4 MiB")
+    n_refused += 1
 
     # 4. Metrics.
     expect(d.metric("kvprefix_router_text_requests_total", result="scored") == n_text,
@@ -248,7 +250,7 @@ def main():
                 "--engine", f"*={b.pub},replay={b.replay}",
                 "--hash", base.PROFILE, "--block-size", str(base.BLOCK),
                 "--tokenizer", f"m={tok}", "--tokenizer", f"m3={tok}",
-                "--template", "m3=llama3", "--max-body", "1MiB"],
+                "--template", "m3=llama3", "--max-body", "8MiB"],
                 os.path.join(tmp, "daemon.log"))
             a.wait_subscribed()
             b.wait_subscribed()
