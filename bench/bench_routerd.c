@@ -25,10 +25,11 @@
  *
  * With --tokenizer=FILE (a rank file as replay's --tokenizer takes it) the daemon is started
  * with --tokenizer FILE and a third encoding is measured: prompts as text, a chat body
- * {"model": "m", "messages": [system, user]} of about 8k tokens (pseudo-random words), whose
- * ids (`kvprefix tokenize` of the same body: replay's path) were stored on a worker first, so
- * each answer ranks that worker first with every full block cached, as the JSON answers do;
- * the difference of the daemon's own time is the cost of rendering and tokenizing.
+ * {"model": "m", "messages": [system, user]} of 48 KB (pseudo-random words; 8k tokens with
+ * Llama 3's tokenizer), whose ids (`kvprefix tokenize` of the same body: replay's path) were
+ * stored on a worker first, so each answer ranks that worker first with every full block
+ * cached, as the JSON answers do; the difference of the daemon's own time is the cost of
+ * parsing, rendering and tokenizing the text.
  *
  * The daemon's log goes to /dev/null unless BENCH_ROUTERD_LOG is set.
  *
@@ -345,7 +346,7 @@ static void make_text(const char *exe, const char *tokenizer, const char *dir, u
                          "\"user\",\"content\":\"Variant %u:",
                          v);
     uint64_t z = 0x9e3779b97f4a7c15u * (v + 1);
-    while (n < 36000) {
+    while (n < 48000) {
         z ^= z << 13;
         z ^= z >> 7;
         z ^= z << 17;
@@ -430,6 +431,7 @@ int main(int argc, char **argv)
     enum { N_T = 4 };
     req tx[N_T];
     char tx_want[N_T][40];
+    size_t tx_tokens = 0;
     for (uint32_t v = 0; tokenizer && v < N_T; v++) {
         uint32_t *ids;
         size_t n_ids;
@@ -437,6 +439,7 @@ int main(int argc, char **argv)
         uint32_t blocks = (uint32_t)(n_ids / BS);
         store_ids(pub, (int)(v * 5 % N_WORKERS), N_PROMPTS + v, blocks, ids);
         want += blocks;
+        tx_tokens += n_ids;
         snprintf(tx_want[v], sizeof tx_want[v], "\"blocks\":%u,", blocks);
         free(ids);
     }
@@ -496,6 +499,9 @@ int main(int argc, char **argv)
                names[e], bench_median(p50, runs), bench_median(p99, runs), bench_median(own, runs),
                bench_median(cpu, runs));
     }
+    if (tokenizer)
+        printf("  (text: chat bodies of %zu tokens on average, %zu bytes)\n", tx_tokens / N_T,
+               tx[0].body_n);
     kill(child, SIGTERM);
     waitpid(child, NULL, 0);
     zmq_close(pub);
