@@ -16,6 +16,12 @@
  *                                                          '}'-> NEXT
  *   (workers and loads also take null, as strings do)
  *
+ *   text:    KEY (a text member: prompt, messages, tools, add_generation_prompt,
+ *            chat_template_kwargs) -'"'-> TEXT: every later byte is appended to text_buf
+ *            (which starts as '{"KEY"'), bounded by RD_REQ_TEXT_MAX and the budget; at the
+ *            end rd_text_finish parses it with jansson and feeds the members that are not
+ *            text back through the states above as ',"KEY":VALUE' (replay: no positions)
+ *
  * Whitespace (space, tab, CR, LF) is allowed between tokens, as RFC 8259 says. A member's
  * key is looked up when its closing quote arrives: an unknown or repeated key refuses the
  * request there, before its value is read. Strings are UTF-8 checked when they end (no
@@ -34,7 +40,8 @@
  * a time (SWAR digit conversion) was slower, 43 us, the byte loop's branches predicting
  * well. The daemon's figures (bench/bench_routerd.c) are in docs/routing.md.
  *
- * Invariants (rd_req_check): state is one of RD_S_*; key_len <= sizeof key (or the "too long"
+ * Invariants (rd_req_check): state is one of RD_S_* (RD_S_TEXT only in text mode);
+ * text_n <= text_cap; key_len <= sizeof key (or the "too long"
  * mark); s_len <= s_max; n_tokens <= cap_tokens; names_n <= names_cap; n_items <= cap_items
  * and n_items = n_workers + n_loads; nbuf_len < sizeof nbuf; n_carry < 4; the budget's
  * reservation covers rd_req_reserved (it is never below it).
