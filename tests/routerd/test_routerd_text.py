@@ -13,7 +13,8 @@ chat body. Then:
      as /score with those "tokens", byte for byte (rows, blocks, prompt_tokens), also with
      "workers" and "loads" in text mode and with the text member first or last; a body
      large enough to arrive in several chunks counts the tokens `kvprefix tokenize` counts;
-     --template MODEL=llama3 gives that model replay's llama3 ids;
+     --template MODEL=llama3 gives that model replay's llama3 ids; 48 text requests of two
+     models at once on --http-threads 4 each get the answer they get alone;
   3. errors, each a 400 with its message: a model without a tokenizer, no model and no
      default, the renderer's messages (a message without a role, content of the wrong type, no messages), unknown
      members (before and after the text member), tokens with a prompt, invalid JSON, a
@@ -27,6 +28,7 @@ chat body. Then:
 Exits 0 on success, 1 on a failed check, 77 (skipped) without pyzmq or prometheus_client.
 """
 import base64
+import concurrent.futures
 import json
 import os
 import signal
@@ -165,7 +167,7 @@ def scenario(d, kvprefix, tok, tmp, a, b):
         raise Fail(f"{e}: {ans.get('last')}")
 
     # 2. Text scores as its tokens.
-    r = same(d, chat, ids, "messages", model="m")
+    r = alone = same(d, chat, ids, "messages", model="m")
     expect(r["workers"][0]["engine"] == "a" and r["prompt_tokens"] == len(ids), f"rows: {r}")
     n_text, n_tokens = n_text + 1, n_tokens + len(ids)
     same(d, {"prompt": chatml(messages), "model": "m"}, ids, "prompt", model="m")
@@ -191,6 +193,20 @@ def scenario(d, kvprefix, tok, tmp, a, b):
            all(w["state"] == "model" for w in out["workers"]),
            f"--template m3=llama3: {st} {out} vs {len(ids3)}")
     n_text, n_tokens = n_text + 1, n_tokens + len(ids3)
+
+    # Several HTTP threads tokenizing at once (one tokenizer per model, two models): every
+    # answer is the one given alone.
+    jobs = [({"model": "m", "messages": messages}, alone),
+            ({"model": "m3", "messages": messages}, out),
+            ({"model": "m", "prompt": chatml(messages)}, alone)] * 16
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        got = list(pool.map(lambda j: post(d, j[0]), jobs))
+    for (body, want_ans), (st, ans) in zip(jobs, got):
+        expect(st == 200 and ans["prompt_tokens"] == want_ans["prompt_tokens"] and
+               [w["blocks"] for w in ans["workers"]] == [w["blocks"] for w in want_ans["workers"]],
+               f"concurrent {body['model']}: {st} {ans}")
+    n_text += len(jobs)
+    n_tokens += sum(a["prompt_tokens"] for _, a in got)
 
     # 3. Errors.
     for raw, want, what in [
@@ -250,7 +266,7 @@ def main():
                 "--engine", f"*={b.pub},replay={b.replay}",
                 "--hash", base.PROFILE, "--block-size", str(base.BLOCK),
                 "--tokenizer", f"m={tok}", "--tokenizer", f"m3={tok}",
-                "--template", "m3=llama3", "--max-body", "8MiB"],
+                "--template", "m3=llama3", "--max-body", "8MiB", "--http-threads", "4"],
                 os.path.join(tmp, "daemon.log"))
             a.wait_subscribed()
             b.wait_subscribed()
