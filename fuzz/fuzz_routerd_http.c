@@ -90,6 +90,7 @@ static void setup_text(void)
     FZ_ASSERT(rd_text_tokenizer(daemon_.text, arg) == 0 && rd_text_load(daemon_.text) == 0,
               "the tokenizer");
     char err[256];
+    FZ_ASSERT(rd_text_check(daemon_.text, err, sizeof err) == NULL, "rd_text_check: %s", err);
     FZ_ASSERT(bpe_load(path, 0, &ref_bpe, err, sizeof err) == BPE_OK, "%s", err);
     unlink(side);
     unlink(path);

@@ -24,6 +24,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "inopts.h"
@@ -95,13 +96,14 @@ static rd_text_entry *rd_entry(rd_text *t, const char *model, size_t len)
     return e;
 }
 
-/* Split "[MODEL=]VALUE" of flag: *model (NULL when none) and its length, the value. */
-static const char *rd_split(const char *arg, const char **model, size_t *len)
+/* Split "[MODEL=]VALUE" of a flag: *model (NULL when none) and its length, the value. A
+ * value that names an existing path as a whole (path_ok) is not split. */
+static const char *rd_split(const char *arg, bool path_ok, const char **model, size_t *len)
 {
     const char *eq = strchr(arg, '=');
     *model = NULL;
     *len = 0;
-    if (eq == NULL)
+    if (eq == NULL || (path_ok && access(arg, F_OK) == 0))
         return arg;
     *model = arg;
     *len = (size_t)(eq - arg);
@@ -112,7 +114,7 @@ int rd_text_tokenizer(rd_text *t, const char *arg)
 {
     const char *model;
     size_t len;
-    const char *v = rd_split(arg, &model, &len);
+    const char *v = rd_split(arg, true, &model, &len);
     if ((model != NULL && len == 0) || *v == '\0')
         return cli_fail("router", CLI_EXIT_USAGE, "--tokenizer: '%s' is not [MODEL=]PATH", arg);
     if (strcmp(v, "words") == 0 || strcmp(v, "bytes") == 0)
@@ -135,7 +137,7 @@ int rd_text_template(rd_text *t, const char *arg)
 {
     const char *model;
     size_t len;
-    const char *v = rd_split(arg, &model, &len);
+    const char *v = rd_split(arg, false, &model, &len);
     if (model != NULL && len == 0)
         return cli_fail("router", CLI_EXIT_USAGE, "--template: '%s' is not [MODEL=]NAME", arg);
     in_opts probe; /* the tool's parser checks the name */
@@ -181,6 +183,9 @@ int rd_text_load(rd_text *t)
                e->model ? e->model : "every other model", e->model ? "'" : "", e->in.tokenizer_file,
                bpe_kind_name(bpe_kind(lo.bpe)), bpe_n_ranks(lo.bpe), tpl_name(lo.tpl));
     }
+    char err[512];
+    if (rd_text_check(t, err, sizeof err) != NULL)
+        return cli_fail("router", CLI_EXIT_INTERNAL, "the tokenizer table is broken: %s", err);
     return 0;
 }
 
@@ -280,6 +285,31 @@ void rd_text_scratch_trim(rd_text_scratch **sp, size_t keep_bytes)
     bpe_out_free(&s->out);
     free(s);
     *sp = NULL;
+}
+
+const char *rd_text_check(const rd_text *t, char *err, size_t err_size)
+{
+    for (size_t i = 0; t && i < t->n; i++) {
+        const rd_text_entry *e = &t->e[i];
+        if (rd_find(t, e->model, e->model ? strlen(e->model) : 0) != e) /* the first match */
+            return snprintf(err, err_size, "model '%s' has two entries",
+                            e->model ? e->model : "(default)"),
+                   err;
+        if (e->has_tok && (e->in.bpe == NULL || !e->mu_init))
+            return snprintf(err, err_size, "model '%s': a tokenizer given but not loaded",
+                            e->model ? e->model : "(default)"),
+                   err;
+        if (!e->has_tok && e->in.bpe != NULL)
+            return snprintf(err, err_size, "model '%s': a tokenizer loaded but not given",
+                            e->model ? e->model : "(default)"),
+                   err;
+        char why[256];
+        if (e->in.bpe != NULL && bpe_check(e->in.bpe, why, sizeof why) != 0)
+            return snprintf(err, err_size, "model '%s': %s", e->model ? e->model : "(default)",
+                            why),
+                   err;
+    }
+    return NULL;
 }
 
 void rd_text_free(rd_text *t)

@@ -33,7 +33,9 @@ typedef struct rd_text_scratch rd_text_scratch;
 int rd_text_new(rd_text **out);
 
 /* --tokenizer [MODEL=]SPEC (SPEC as replay's --tokenizer: a tokenizer file; words and bytes
- * are refused, being approximate). Returns 0 or an exit status after "kvprefix router:
+ * are refused, being approximate). The argument is split at its first '=', unless it names
+ * an existing file or folder as a whole (a path with '=' in it). Returns 0 or an exit status after
+ * "kvprefix router:
  * --tokenizer: ..." (a model given twice, a stand-in). Nothing is loaded yet. */
 int rd_text_tokenizer(rd_text *t, const char *arg);
 
@@ -60,6 +62,11 @@ unsigned rd_text_tokens(rd_text *t, rd_text_scratch **sp, rd_req *q, char *err, 
 /* Free the scratch when it holds more than keep_bytes (keep_bytes 0: always). Accepts a
  * NULL *sp. Cannot fail. */
 void rd_text_scratch_trim(rd_text_scratch **sp, size_t keep_bytes);
+
+/* The table's invariants (one entry per model, a loaded tokenizer and its mutex for every
+ * entry given --tokenizer, each tokenizer's own bpe_check). Returns NULL or what is broken
+ * (into err). For tests and fuzzers, after rd_text_load. Accepts NULL. */
+const char *rd_text_check(const rd_text *t, char *err, size_t err_size);
 
 /* Free the table and its tokenizers. Accepts NULL. */
 void rd_text_free(rd_text *t);

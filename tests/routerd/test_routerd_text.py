@@ -21,7 +21,8 @@ chat body. Then:
      member given twice, a prompt of token ids, a text body above 4 MiB;
   4. /metrics counts text requests (scored, refused) and the tokens made;
   5. start-up errors: a missing tokenizer file (exit 1, FILE: message), a stand-in
-     tokenizer, an unknown template, a template without a tokenizer (exit 2).
+     tokenizer, an unknown template, a template without a tokenizer (exit 2); a path with
+     "=" in it is taken whole.
 
     test_routerd_text.py KVPREFIX_BINARY FAKE_ENGINE_BINARY
 
@@ -139,6 +140,15 @@ def check_startup(kvprefix, tok, tmp):
            f"template alone: {r.returncode} {r.stderr}")
     r = run(["--tokenizer", f"m={tok}", "--tokenizer", f"m={tok}"])
     expect(r.returncode == 2 and "twice" in r.stderr, f"twice: {r.returncode} {r.stderr}")
+    # A path with '=' in it is taken whole when it exists: it loads (its log line), then the
+    # missing file given after it stops the daemon.
+    eq = os.path.join(tmp, "a=b.tiktoken")
+    for suffix in ("", ".json"):
+        with open(tok + suffix, "rb") as src, open(eq + suffix, "wb") as dst:
+            dst.write(src.read())
+    r = run(["--tokenizer", eq, "--tokenizer", f"m={missing}"])
+    expect(r.returncode == 1 and f"every other model: {eq}" in r.stderr and missing in r.stderr,
+           f"a path with '=': {r.returncode} {r.stderr}")
 
 
 def scenario(d, kvprefix, tok, tmp, a, b):
