@@ -203,6 +203,13 @@ static unsigned rd_render(rd_text_entry *e, int tpl, rd_text_scratch *s, const r
     s->p.tpl = lo.tpl;
     s->p.bos = bpe_bos(lo.bpe);
     s->p.eos = bpe_eos(lo.bpe);
+    s->p.jinja = lo.jinja; /* the model's own template (parsed at load), read only */
+    s->p.jinja_vars = lo.jinja_vars;
+    s->p.no_segments = true;
+    if (lo.tpl == TPL_JINJA && lo.jinja == NULL) {
+        snprintf(err, err_size, "--template model: this model's tokenizer has no chat_template");
+        return 400;
+    }
     size_t len = q->text_n;
     size_t limit = len > (UINT32_MAX - 4096) / 8 ? UINT32_MAX - 1 : 8 * len + 4096;
     char msg[384];
