@@ -39,7 +39,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_routerd as base  # noqa: E402  (exits 77 without its modules)
-from test_routerd import DEADLINE, Fail, expect  # noqa: E402
+from test_routerd import DEADLINE, Daemon, Fail, expect  # noqa: E402
 
 SPECIALS = {"<|im_start|>": 256, "<|im_end|>": 257}
 LL = 258  # the one merge: "ll"
@@ -260,8 +260,38 @@ def scenario(d, kvprefix, tok, tmp, a, b):
     expect(d.metric("kvprefix_router_text_tokens_total") == n_tokens, "text tokens")
 
 
+def check_model_folders(kvprefix, ref, tmp):
+    """With a Hugging Face model folder (scripts/tokref.sh writes them into build-tok/ref/hf),
+    the daemon renders with the model's own chat template: the ids it scores are those of
+    `kvprefix tokenize --tokenizer DIR`, tools included. Returns the folders checked."""
+    n = 0
+    body = {"messages": [{"role": "system", "content": "Be brief."},
+                         {"role": "user", "content": "Hi there, how are you?"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}]}
+    for model in ("qwen2_5", "llama3_1", "gemma3", "deepseek_v3"):
+        folder = os.path.join(ref, "hf", model)
+        if not os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
+            continue
+        d = Daemon(kvprefix, ["--engine", "e=tcp://127.0.0.1:1", "--tokenizer", folder],
+                   os.path.join(tmp, model + ".log"))
+        try:
+            want = tokenize(kvprefix, folder, body, tmp)
+            status, out = post(d, body)
+            expect(status == 200 and out["prompt_tokens"] == len(want),
+                   f"{model}: /score {status} {out}, tokenize gives {len(want)} ids")
+        finally:
+            d.proc.send_signal(signal.SIGTERM)
+            d.proc.wait(timeout=DEADLINE)
+            d.log.close()
+        n += 1
+    if n == 0 and os.environ.get("KVPREFIX_TOKREF_REQUIRED") == "1":
+        raise Fail(f"no model folders under {ref}/hf (scripts/tokref.sh writes them)")
+    return n
+
+
 def main():
     kvprefix, fake = sys.argv[1], sys.argv[2]
+    ref = sys.argv[3] if len(sys.argv) > 3 else ""
     with tempfile.TemporaryDirectory(prefix="routerd-text-") as tmp:
         tok = write_tokenizer(tmp)
         a = base.Engine(fake, tmp, "a", "kv@a@m")
@@ -269,6 +299,8 @@ def main():
         d = None
         try:
             check_startup(kvprefix, tok, tmp)
+            n_folders = check_model_folders(kvprefix, ref, tmp) if ref else 0
+            print(f"test_routerd_text: {n_folders} model folders with their own template")
             a.start()
             b.start()
             d = base.Daemon(kvprefix, [
