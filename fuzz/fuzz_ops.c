@@ -6,7 +6,9 @@
  * An input decodes to a cache shape (1..32 blocks of 1..4, 16, 1021 or 1500 tokens - see
  * fz_block_size -, a random 64-bit seed, verify_tokens on or off, events on or off,
  * re-entrant callback probes on or off, the eviction policy: the shape byte's low two bits,
- * 1 SLRU, 2 S3-FIFO, else LRU) and up to OPS_MAX_STEPS steps. A
+ * 1 SLRU, 2 S3-FIFO, 3 CDECAY (its tau 5 when the pool's size is a multiple of 3, so that
+ * learned odds reorder blocks within a few requests), else LRU; the orphan count on with
+ * the shape's bit 6) and up to OPS_MAX_STEPS steps. A
  * step is one of: kvp_lookup, kvp_acquire, kvp_grow, kvp_commit, kvp_release, kvp_access,
  * kvp_lookup_ids, kvp_access_ids, kvp_cache_reset; a battery of calls with invalid
  * arguments (NULL cache, NULL pointers, invalid namespaces, bad configs, n_tokens 0, huge
@@ -556,9 +558,11 @@ static void call_model(ops_world *w, const ops_call *k, ops_res *res)
 /* Comparisons                                                                              */
 /* ---------------------------------------------------------------------------------------- */
 
-/* SLRU and S3-FIFO: what holds whichever blocks the policy evicted. */
+/* SLRU, S3-FIFO and CDECAY: what holds whichever blocks the policy evicted. */
 static void compare_state_unmodelled(ops_world *w, const kvp_stats *s)
 {
+    FZ_ASSERT(s->n_blocks_orphaned <= s->n_blocks_cached, "step %zu %s: %u orphans of %u cached",
+              w->step, w->op, s->n_blocks_orphaned, s->n_blocks_cached);
     FZ_ASSERT(s->n_blocks_free + s->n_blocks_cached + s->n_blocks_in_use == s->n_blocks_total &&
                   s->n_blocks_total == w->n_blocks,
               "step %zu %s: %u free + %u cached + %u in use != %u", w->step, w->op,
@@ -875,6 +879,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     w.probes = w.events && (shape & 0x20) != 0;
     w.eviction = (shape & 3) == 1   ? KVP_EVICT_SLRU
                  : (shape & 3) == 2 ? KVP_EVICT_S3FIFO
+                 : (shape & 3) == 3 ? KVP_EVICT_CDECAY
                                     : KVP_EVICT_LRU;
     bool fail_new = (shape & 0xc0) == 0xc0;
     w.n_blocks = 1 + (uint32_t)fz_below(&in, 32);
@@ -896,6 +901,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.block_size = w.bs;
     cfg.verify_tokens = w.verify;
     cfg.eviction = w.eviction;
+    cfg.cdecay_tau = w.n_blocks % 3 == 0 ? 5 : 0;
+    cfg.count_orphans = (shape & 0x40) != 0;
     fz_keys_apply(&w.keys, &cfg);
     cfg.alloc = fz_alloc_hooks(&w.alloc);
     if (w.events) {

@@ -258,10 +258,13 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
 void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
     if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
+        kvp__policy_release_begin(cache, ids, n);
         for (uint32_t i = n; i-- > 0;)
             unpin(cache, ids[i], i, false);
         return;
     }
+    if (cache->policy.link) /* kvp_config.count_orphans (policy.c) */
+        kvp__policy_link(cache, ids, n);
     for (uint32_t i = n; i-- > 0;) {
         if (i >= 8)
             KVP__PREFETCH_W(&cache->pool.blocks[ids[i - 8]]);

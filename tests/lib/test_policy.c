@@ -445,8 +445,15 @@ Test(policy, config_is_validated)
 {
     kvp_config cfg = th_config(8, 1, false, NULL, NULL);
     kvp_cache *c = NULL;
-    cfg.eviction = 3;
+    cfg.eviction = 4;
     cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
+    cfg.eviction = KVP_EVICT_CDECAY;
+    cfg.cdecay_tau = 1000000001;
+    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
+    cfg.cdecay_tau = 0;
+    cfg.cdecay_ghost_pct = 10001;
+    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
+    cfg.cdecay_ghost_pct = 0;
     cfg.eviction = KVP_EVICT_SLRU;
     cfg.slru_protected_pct = 101;
     cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
@@ -460,6 +467,9 @@ Test(policy, config_is_validated)
     cr_assert_eq(d.slru_protected_pct, 80);
     cr_assert_eq(d.s3fifo_small_pct, 10);
     cr_assert_eq(d.s3fifo_ghost_pct, 100);
+    cr_assert_eq(d.cdecay_tau, 0, "0: the default tau");
+    cr_assert_eq(d.cdecay_ghost_pct, 0, "0: the default ghost");
+    cr_assert(!d.count_orphans);
 }
 
 /* kvp_cache_reset drops every cached block under each policy and leaves the ghost as it is. */
