@@ -44,7 +44,10 @@
  * release of block id, its parent's block id and key (the block before it in the released
  * chain); kvp__policy_orphans counts the cached blocks whose recorded parent key is no longer
  * indexed (neither in that block nor re-stored in another: a parent stored again re-adopts its
- * children at once). Chain rule of each policy: see its file (LRU: pool.c).
+ * children at once). Chain rule of each policy: see its file. LRU (pool.c) never orphans a
+ * block by evicting: a request that touches a child touches its parent and releases it after
+ * the child, so a cached child's parent is cached and more recent, or pinned; orphans under
+ * LRU come only from removals outside the order (a verify-mode replacement).
  *
  * Invariants shared by every non-LRU policy (kvp__policy_check, then each policy's own):
  * a block is on a list iff it is cached, and only on a list its policy uses (SLRU, S3-FIFO:

@@ -27,18 +27,20 @@
  * its quota loses its least recently released cached block (quota.c's list, the same rule
  * as under LRU and SLRU; see policy_slru.c for why).
  *
- * Chain rule. A chain released together enters S tail first, so its tail is evicted first
- * while its blocks are all in S; once blocks move to M by their hits, a parent can leave
- * before its child (the child is an orphan: its parent key is not indexed, and no lookup
- * reaches it until the parent is stored again). S3-FIFO does not evict orphans eagerly:
- * nothing tracks them yet (docs/design.md, "Eviction policies").
+ * Chain rule: S3-FIFO orphans blocks and leaves them. A chain released together enters S tail
+ * first, so its tail is evicted first while its blocks are all in S; but frequencies are
+ * per block (a parent shared by many requests gets hits its children do not, and a block
+ * moved to M is reinserted by its own freq), so a parent can leave before its child: the
+ * child is an orphan (its parent key not indexed; no lookup reaches it until the parent is
+ * stored again, which re-adopts it). Orphans are not evicted eagerly (they age out through
+ * the FIFOs); kvp_config.count_orphans counts them (policy.c).
  *
  * Invariants (kvp__policy_s3fifo_check): every cached block's list is its home; freq <= 3;
  * the ghost's own (policy_ghost.c, which holds G's ring and table).
  *
  * Cost: a hit and a release O(1); an eviction O(1) amortised: each block moved from S to M
- * or reinserted into M was paid for by a hit; 32 bytes per block (policy.c) plus 8 bytes per
- * ghost key and 12 per ghost table slot (2 to 4 per key).
+ * or reinserted into M was paid for by a hit; 40 bytes per block (policy.c) plus 8 bytes per
+ * ghost key and 12 per ghost table slot (2 to 4 per key; policy_ghost.c).
  */
 #include "internal.h"
 
