@@ -28,7 +28,8 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "policy_ghost.h"
+#include "policy_list.h"
 
 /* Validate the policy fields of a config: KVP_OK or KVP_EINVAL. */
 int kvp__policy_config_check(const kvp_config *cfg)
@@ -54,16 +55,17 @@ int kvp__policy_config_check(const kvp_config *cfg)
     return KVP_OK;
 }
 
-/* Allocate the ghost of `ghost` keys (with infos under CDECAY). KVP_OK or KVP_ENOMEM. */
-static int ghost_init(kvp_cache *cache, uint64_t ghost, bool info)
+/* Allocate the ghost of `ghost` keys (with infos under CDECAY) in a table at most 1/spread
+ * full. KVP_OK or KVP_ENOMEM. */
+static int ghost_init(kvp_cache *cache, uint64_t ghost, bool info, uint32_t spread)
 {
     kvp__policy *p = &cache->policy;
     if (ghost == 0)
         return KVP_OK;
-    if (ghost > UINT32_MAX / 4)
-        ghost = UINT32_MAX / 4;
+    if (ghost > UINT32_MAX / 8)
+        ghost = UINT32_MAX / 8;
     uint64_t t = 4;
-    while (t < 2 * ghost)
+    while (t < spread * ghost)
         t *= 2;
     p->ghost = kvp__mem_alloc(&cache->mem, ghost * sizeof *p->ghost);
     p->gtab_fp = kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_fp);
@@ -109,12 +111,13 @@ int kvp__policy_init(kvp_cache *cache)
     p->cap_a = (uint32_t)(small ? small : 1);
     int rc = KVP_OK;
     if (cache->cfg.eviction == KVP_EVICT_S3FIFO) {
-        rc = ghost_init(cache, (n - p->cap_a) * cache->cfg.s3fifo_ghost_pct / 100, false);
+        rc = ghost_init(cache, (n - p->cap_a) * cache->cfg.s3fifo_ghost_pct / 100, false, 8);
     } else if (cache->cfg.eviction == KVP_EVICT_CDECAY) {
         uint32_t pct = cache->cfg.cdecay_ghost_pct ? cache->cfg.cdecay_ghost_pct : 1600;
         p->cd_tau = cache->cfg.cdecay_tau ? cache->cfg.cdecay_tau : 20000;
         p->cd_chain_depth = UINT32_MAX;
-        rc = ghost_init(cache, n * pct / 100, true);
+        memset(p->cd_win, 0xff, sizeof p->cd_win);
+        rc = ghost_init(cache, n * pct / 100, true, 4);
     }
     if (rc != KVP_OK)
         kvp__policy_free(cache);
@@ -140,47 +143,6 @@ void kvp__policy_free(kvp_cache *cache)
     p->gtab_n = NULL;
     p->ghost_cap = 0;
     p->gtab_mask = 0;
-}
-
-/* Queue cached block id at the tail of list l and count it cached (pool.n_lru). */
-void kvp__plist_push(kvp_cache *cache, uint8_t l, uint32_t id)
-{
-    kvp__policy *p = &cache->policy;
-    kvp__pblock *b = &p->b[id];
-    kvp__plist *L = &p->list[l];
-    assert(l != KVP__PL_NONE && b->list == KVP__PL_NONE);
-    assert(kvp__block_is_cached(&cache->pool.blocks[id]));
-    b->list = l;
-    b->prev = L->tail;
-    b->next = KVP_NIL;
-    if (L->tail != KVP_NIL)
-        p->b[L->tail].next = id;
-    else
-        L->head = id;
-    L->tail = id;
-    L->n++;
-    cache->pool.n_lru++;
-}
-
-/* Take block id off its list; it no longer counts as cached (pool.n_lru). */
-void kvp__plist_remove(kvp_cache *cache, uint32_t id)
-{
-    kvp__policy *p = &cache->policy;
-    kvp__pblock *b = &p->b[id];
-    assert(b->list != KVP__PL_NONE && cache->pool.n_lru > 0);
-    kvp__plist *L = &p->list[b->list];
-    if (b->prev != KVP_NIL)
-        p->b[b->prev].next = b->next;
-    else
-        L->head = b->next;
-    if (b->next != KVP_NIL)
-        p->b[b->next].prev = b->prev;
-    else
-        L->tail = b->prev;
-    L->n--;
-    b->list = KVP__PL_NONE;
-    b->prev = b->next = KVP_NIL;
-    cache->pool.n_lru--;
 }
 
 /* Block id was just handed out by the pool (free or evicted): a fresh record, on no list
@@ -270,18 +232,22 @@ void kvp__policy_release(kvp_cache *cache, uint32_t id, uint32_t depth)
     kvp__pblock *b = &cache->policy.b[id];
     b->last_use = ++cache->policy.clock;
     b->depth = depth;
-    if (cache->cfg.eviction == KVP_EVICT_CDECAY) {
+    switch (cache->cfg.eviction) {
+    case KVP_EVICT_S3FIFO:
+        if (b->home == KVP__PL_NONE) /* M if G remembers the key (kvp__s3fifo_admit) */
+            b->home = kvp__ghost_find(&cache->policy, cache->pool.blocks[id].key, NULL) ? KVP__PL_B
+                                                                                        : KVP__PL_A;
+        kvp__plist_push(cache, b->home, id);
+        return;
+    case KVP_EVICT_SLRU:
+        if (b->home == KVP__PL_NONE)
+            b->home = KVP__PL_A;
+        kvp__slru_release(cache, id);
+        return;
+    default:
         kvp__cdecay_release(cache, id, depth);
         return;
     }
-    if (b->home == KVP__PL_NONE)
-        b->home = cache->cfg.eviction == KVP_EVICT_S3FIFO
-                      ? kvp__s3fifo_admit(cache, cache->pool.blocks[id].key)
-                      : KVP__PL_A;
-    if (cache->cfg.eviction == KVP_EVICT_SLRU)
-        kvp__slru_release(cache, id);
-    else
-        kvp__plist_push(cache, b->home, id);
 }
 
 /* The policy's victim, off its list, or KVP_NIL when nothing is cached. */

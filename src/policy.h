@@ -139,6 +139,11 @@ typedef struct kvp__policy {
                                           request, or UINT32_MAX */
     int64_t cd_chain_key;              /* its key */
     uint8_t cd_chain_list;             /* its list */
+    uint8_t cd_win[64];                /* tournament over the class FIFOs' heads: node i's
+                                          winning class (0xff: none), children 2i and 2i+1,
+                                          leaf 32 + c for class c; cd_win[1] is the victim's */
+    int64_t cd_hkey[KVP__CD_N_CLS];    /* key of each FIFO's head (valid when nonempty) */
+    uint32_t cd_hdepth[KVP__CD_N_CLS]; /* depth of each FIFO's head */
 } kvp__policy;
 
 #define KVP__S3_FREQ_MAX 3
@@ -160,14 +165,10 @@ void kvp__policy_unlink(kvp_cache *cache, uint32_t id);
 uint32_t kvp__policy_drop_one(kvp_cache *cache);
 int kvp__policy_check(const kvp_cache *cache);
 
-/* Shared list operations (policy.c). Cannot fail. */
-void kvp__plist_push(kvp_cache *cache, uint8_t l, uint32_t id);
-void kvp__plist_remove(kvp_cache *cache, uint32_t id);
+/* Shared list operations: policy_list.h (inline). */
 
-/* The ghost (policy_ghost.c): a FIFO of ghost_cap evicted keys' fingerprints and their
- * multiset; with gtab_info, each key's latest info. Cannot fail. */
-void kvp__ghost_add(kvp__policy *p, kvp_key key, uint16_t info);
-bool kvp__ghost_find(const kvp__policy *p, kvp_key key, uint16_t *info);
+/* The ghost (policy_ghost.c; add and find inline in policy_ghost.h): a FIFO of ghost_cap
+ * evicted keys' fingerprints and their multiset; with gtab_info, each key's latest info. */
 int kvp__ghost_check(const kvp_cache *cache);
 
 /* The policies (policy_slru.c, policy_s3fifo.c, policy_cdecay.c). */
@@ -179,6 +180,7 @@ uint32_t kvp__s3fifo_evict(kvp_cache *cache);
 int kvp__policy_s3fifo_check(const kvp_cache *cache);
 bool kvp__s3fifo_ghost_has(const kvp_cache *cache, kvp_key key);
 void kvp__cdecay_begin(kvp_cache *cache, const uint32_t *ids, uint32_t n);
+void kvp__cdecay_head(kvp_cache *cache, uint32_t c);
 void kvp__cdecay_release(kvp_cache *cache, uint32_t id, uint32_t depth);
 uint32_t kvp__cdecay_evict(kvp_cache *cache);
 int kvp__policy_cdecay_check(const kvp_cache *cache);

@@ -51,12 +51,14 @@
  * class < 27 and a key <= cd_clock; SLRU's and S3-FIFO's lists are empty; every offset is
  * <= 0; the ghost's own (policy_ghost.c).
  *
- * Cost: a release O(1) (27 logarithms per request, not per block), an eviction O(27) (the
- * FIFOs' heads); 40 bytes per block (policy.c) plus the ghost: 8 bytes per key and 14 per
+ * Cost: a release O(1) (27 logarithms per request, not per block); an eviction O(1): a
+ * tournament over the FIFOs' heads (cd_win) gives the victim, and a FIFO whose head changes
+ * replays its 5 matches; 40 bytes per block (policy.c) plus the ghost: 8 bytes per key and 14 per
  * table slot, ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16 per block, about
  * 570 bytes per pool block: small beside a KV block of any model).
  */
-#include "internal.h"
+#include "policy_ghost.h"
+#include "policy_list.h"
 
 /* ln x for x > 0, to about 1e-15 relative: x = m 2^e with m in [sqrt(1/2), sqrt(2)),
  * ln m = 2 atanh((m - 1) / (m + 1)) by its series (the library does not link libm). */
@@ -73,7 +75,7 @@ static double ln(double x)
         e++;
     }
     double s = (m - 1) / (m + 1), s2 = s * s, term = s, sum = 0;
-    for (int k = 1; k < 40; k += 2) {
+    for (int k = 1; k < 25; k += 2) { /* |s| <= 0.172: s^25 / 25 < 1e-20 */
         sum += term / k;
         term *= s2;
     }
@@ -143,26 +145,46 @@ void kvp__cdecay_release(kvp_cache *cache, uint32_t id, uint32_t depth)
     kvp__plist_push(cache, l, id);
 }
 
-/* The victim, off its list (pool.n_lru > 0): the least key among the FIFOs' heads, the
- * deeper block on a tie, then the lower class; its key and history enter G. */
+/* Does class a's head go before class b's (0xff: an empty FIFO, never)? The least key, the
+ * deeper block on a tie, then the lower class. */
+static inline bool goes_first(const kvp__policy *p, uint8_t a, uint8_t b)
+{
+    if (a == 0xff || b == 0xff)
+        return b == 0xff && a != 0xff;
+    if (p->cd_hkey[a] != p->cd_hkey[b])
+        return p->cd_hkey[a] < p->cd_hkey[b];
+    if (p->cd_hdepth[a] != p->cd_hdepth[b])
+        return p->cd_hdepth[a] > p->cd_hdepth[b];
+    return a < b;
+}
+
+/* Class c's FIFO has a new head (or became empty): its leaf and the matches above it. Cannot
+ * fail. */
+void kvp__cdecay_head(kvp_cache *cache, uint32_t c)
+{
+    kvp__policy *p = &cache->policy;
+    uint32_t head = p->list[KVP__PL_C0 + c].head;
+    if (head != KVP_NIL) {
+        p->cd_hkey[c] = p->b[head].key;
+        p->cd_hdepth[c] = p->b[head].depth;
+    }
+    uint32_t i = 32 + c;
+    p->cd_win[i] = head != KVP_NIL ? (uint8_t)c : 0xff;
+    for (i >>= 1; i >= 1; i >>= 1) {
+        uint8_t a = p->cd_win[2 * i], b = p->cd_win[2 * i + 1];
+        p->cd_win[i] = goes_first(p, a, b) ? a : b;
+    }
+}
+
+/* The victim, off its list (pool.n_lru > 0): the head of the tournament's winner, the least
+ * key among the FIFOs' heads (the deeper block on a tie, then the lower class); its key and
+ * history enter G. Taking it off its FIFO replays that FIFO's matches (5 of them). */
 uint32_t kvp__cdecay_evict(kvp_cache *cache)
 {
     kvp__policy *p = &cache->policy;
-    uint32_t v = KVP_NIL;
-    int64_t vk = 0;
-    uint32_t vd = 0;
-    for (int l = KVP__PL_C0; l < KVP__PL_N; l++) {
-        uint32_t id = p->list[l].head;
-        if (id == KVP_NIL)
-            continue;
-        const kvp__pblock *b = &p->b[id];
-        if (v == KVP_NIL || b->key < vk || (b->key == vk && b->depth > vd)) {
-            v = id;
-            vk = b->key;
-            vd = b->depth;
-        }
-    }
-    assert(v != KVP_NIL);
+    uint8_t c = p->cd_win[1];
+    assert(c < KVP__CD_N_CLS);
+    uint32_t v = p->list[KVP__PL_C0 + c].head;
     kvp__plist_remove(cache, v);
     kvp__ghost_add(p, cache->pool.blocks[v].key, (uint16_t)(p->b[v].hist << 8 | p->b[v].cls));
     return v;
@@ -187,6 +209,18 @@ int kvp__policy_cdecay_check(const kvp_cache *cache)
             continue;
         FAIL_IF(b->list < KVP__PL_C0 || b->hist == 0 || b->cls >= KVP__CD_N_CLS);
         FAIL_IF(b->key > (int64_t)p->cd_clock);
+    }
+    for (uint32_t c = 0; c < KVP__CD_N_CLS; c++) {
+        uint32_t head = p->list[KVP__PL_C0 + c].head;
+        FAIL_IF(p->cd_win[32 + c] != (head != KVP_NIL ? c : 0xff));
+        FAIL_IF(head != KVP_NIL &&
+                (p->cd_hkey[c] != p->b[head].key || p->cd_hdepth[c] != p->b[head].depth));
+    }
+    for (uint32_t c = KVP__CD_N_CLS; c < 32; c++)
+        FAIL_IF(p->cd_win[32 + c] != 0xff);
+    for (uint32_t i = 1; i < 32; i++) {
+        uint8_t a = p->cd_win[2 * i], b = p->cd_win[2 * i + 1];
+        FAIL_IF(p->cd_win[i] != (goes_first(p, a, b) ? a : b));
     }
     return kvp__ghost_check(cache);
 }

@@ -42,7 +42,8 @@
  * or reinserted into M was paid for by a hit; 40 bytes per block (policy.c) plus 8 bytes per
  * ghost key and 12 per ghost table slot (2 to 4 per key; policy_ghost.c).
  */
-#include "internal.h"
+#include "policy_ghost.h"
+#include "policy_list.h"
 
 /* Is key remembered in G? Cannot fail. */
 bool kvp__s3fifo_ghost_has(const kvp_cache *cache, kvp_key key)
@@ -65,7 +66,7 @@ uint32_t kvp__s3fifo_evict(kvp_cache *cache)
     if (S->n >= p->cap_a || M->n == 0) {
         while (S->n > 0) {
             uint32_t id = S->head;
-            kvp__plist_remove(cache, id);
+            kvp__plist_remove_in(cache, id, false);
             if (p->b[id].freq > 0) {
                 p->b[id].home = KVP__PL_B;
                 kvp__plist_push(cache, KVP__PL_B, id);
@@ -79,7 +80,7 @@ uint32_t kvp__s3fifo_evict(kvp_cache *cache)
     for (;;) {
         uint32_t id = M->head;
         assert(id != KVP_NIL);
-        kvp__plist_remove(cache, id);
+        kvp__plist_remove_in(cache, id, false);
         if (p->b[id].freq == 0)
             return id;
         p->b[id].freq--;

@@ -32,7 +32,7 @@
  *
  * Cost: release O(1) (one demotion at most), evict O(1), 40 bytes per block (policy.c).
  */
-#include "internal.h"
+#include "policy_list.h"
 
 /* Indexed block id became cached: to its segment's tail, demoting protected's head when
  * protected overflows. Cannot fail. */

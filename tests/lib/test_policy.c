@@ -25,6 +25,7 @@
 #include <criterion/criterion.h>
 
 #include "internal.h"
+#include "policy_list.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------------------------------- */
