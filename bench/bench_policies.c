@@ -33,8 +33,13 @@
  *   decay     learned reuse odds p (see learn_p) times an exponential decay of age
  *   cdecay    decay with chain-closed keys, learning from the whole log's history
  *   cdecay-gK the same with the history an online cache keeps (its blocks and a ghost of the
- *             last K C evicted keys, K = 1, 4, 16); cdecay-g16 is the lab's winner
- *             (docs/replay.md, "Eviction policies against the optimum": definition, figures)
+ *             last K C evicted keys, K = 1, 4, 16) (docs/replay.md, "Eviction policies
+ *             against the optimum": definition, figures)
+ *   cfifo-g16 cdecay-g16 with one FIFO per class, every FIFO ranked by its class's current
+ *             odds (lost 1.2 points to LRU on the synthetic trace: dropped)
+ *   cfifo2-g16 one FIFO per class with each key fixed at its touch: the form the library
+ *             runs (KVP_EVICT_CDECAY, src/policy_cdecay.c, which refreshes the odds once per
+ *             request); better than cdecay-g16 at three of the four target points
  *   o-whether not a policy: LRU told by an oracle whether a block will ever be touched again
  *             (not when); it measures how much of the LRU-to-MIN gap is "which blocks" and
  *             how much is "when"

@@ -54,8 +54,10 @@
  * Cost: a release O(1) (27 logarithms per request, not per block); an eviction O(1): a
  * tournament over the FIFOs' heads (cd_win) gives the victim, and a FIFO whose head changes
  * replays its 5 matches; 40 bytes per block (policy.c) plus the ghost: 8 bytes per key and 14 per
- * table slot, ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16 per block, about
- * 570 bytes per pool block: small beside a KV block of any model).
+ * table slot (4 to 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16
+ * per block: 1.0 to 1.9 KB per pool block, small beside a KV block of any model: 2 MB for
+ * 16 tokens of an 8B model).
+ * bench_core (c): 1.47x LRU's instructions per request (docs/performance.md).
  */
 #include "policy_ghost.h"
 #include "policy_list.h"

@@ -14,10 +14,13 @@
  * fingerprints (each entry's count is its occurrences in the ring, no zero-count entry, every
  * entry reachable from its home slot without crossing an empty one).
  *
- * Cost: add and find O(1) expected (the table is at most a quarter full: at half full the
- * probes and deletion shifts cost S3-FIFO about 8% more instructions per request on
- * bench_core (c)); 8 bytes per ghost key plus 12 (S3-FIFO) or 14 (CDECAY) per table slot,
- * 4 to 8 slots per key.
+ * Cost: add and find O(1) expected: the table is at most 1/8 full under S3-FIFO and 1/4 under
+ * CDECAY (whose ghost is 16 times larger). S3-FIFO's table at half full cost it about 6%
+ * more instructions per request on bench_core (c) than at an eighth (probes and deletion
+ * shifts), which took it from 1.26x to 1.24x LRU's. 8 bytes per ghost key plus 12 (S3-FIFO)
+ * or 14 (CDECAY) per table slot: 8 to 16 slots per key under S3-FIFO (94 to 180 bytes per
+ * pool block at its default ghost of 0.9 pool), 4 to 8 under CDECAY (1.0 to 1.9 KB per pool
+ * block at its default of 16 pools).
  */
 #include "policy_ghost.h"
 

@@ -991,6 +991,10 @@ Test(policy_check, cdecay_lists_keys_and_history)
     p->b[h].key = (int64_t)p->cd_clock + 1; /* a key from the future */
     EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
     p->b[h].key = key;
+    uint8_t w = p->cd_win[1];
+    p->cd_win[1] = 0xff; /* the tournament names no victim */
+    EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
+    p->cd_win[1] = w;
     p->cd_off[3] = 1; /* odds above 1 */
     EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
     p->cd_off[3] = 0;
