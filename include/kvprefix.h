@@ -420,8 +420,8 @@ typedef struct kvp_config {
 /* kvp_config.eviction: the eviction policies. Free blocks are always used first, pinned
  * blocks are never evicted, and per-namespace quotas hold under each. */
 enum {
-    KVP_EVICT_LRU = 0,   /* least recently released first (the default) */
-    KVP_EVICT_SLRU = 1,  /* segmented LRU: probation and protected segments */
+    KVP_EVICT_LRU = 0,    /* least recently released first (the default) */
+    KVP_EVICT_SLRU = 1,   /* segmented LRU: probation and protected segments */
     KVP_EVICT_S3FIFO = 2, /* S3-FIFO (Yang et al., SOSP'23): small, main and ghost FIFOs */
     KVP_EVICT_CDECAY = 3  /* chain-closed decay: learned reuse odds per class of touch, decayed
                              by age, a parent kept at least as long as the child it was

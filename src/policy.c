@@ -234,7 +234,7 @@ void kvp__policy_release(kvp_cache *cache, uint32_t id, uint32_t depth)
     b->depth = depth;
     switch (cache->cfg.eviction) {
     case KVP_EVICT_S3FIFO:
-        if (b->home == KVP__PL_NONE) /* M if G remembers the key (kvp__s3fifo_admit) */
+        if (b->home == KVP__PL_NONE) /* S3-FIFO: M if G remembers the key, else S */
             b->home = kvp__ghost_find(&cache->policy, cache->pool.blocks[id].key, NULL) ? KVP__PL_B
                                                                                         : KVP__PL_A;
         kvp__plist_push(cache, b->home, id);

@@ -46,18 +46,6 @@
 #include "policy_ghost.h"
 #include "policy_list.h"
 
-/* Is key remembered in G? Cannot fail. */
-bool kvp__s3fifo_ghost_has(const kvp_cache *cache, kvp_key key)
-{
-    return kvp__ghost_find(&cache->policy, key, NULL);
-}
-
-/* The list a block with this key is inserted into: M if G remembers the key, else S. */
-uint8_t kvp__s3fifo_admit(kvp_cache *cache, kvp_key key)
-{
-    return kvp__s3fifo_ghost_has(cache, key) ? KVP__PL_B : KVP__PL_A;
-}
-
 /* The victim, off its list (pool.n_lru > 0). Steps as at the top of this file. */
 uint32_t kvp__s3fifo_evict(kvp_cache *cache)
 {

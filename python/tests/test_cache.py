@@ -201,7 +201,7 @@ def test_stats_dataclass_like(cache, ns):
     s = cache.stats()
     assert s.n_requests == 1 and s.n_blocks_stored == 3
     d = kvprefix.stats_dict(s)
-    assert d["n_blocks_stored"] == 3 and len(d) == 15
+    assert d["n_blocks_stored"] == 3 and len(d) == 16  # n_blocks_orphaned appended
     assert "n_blocks_stored=3" in repr(s)
     assert s == cache.stats()
     with pytest.raises(AttributeError):
