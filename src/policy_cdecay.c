@@ -13,11 +13,11 @@
  * block is a touch, in one of 27 classes: min(known earlier touches, 2) x 9 + min(bits(N), 8),
  * where N is the number of the request's blocks that are new (at their first release, the
  * request's chain past its hit) and bits(N) the bit length of N. Known earlier touches: those
- * of a block still cached, or of a key the ghost remembers (its count at its eviction), else
- * none. When a block is touched again, its previous touch's class counts a reuse. At the start
- * of each request's release, every class's offset is set to floor(tau ln p), p = (reused + 1)
- * / (trials + 2) (tau = kvp_config.cdecay_tau, default 20000). Then each block released, last
- * first:
+ * of a block still cached, or of a key the ghost remembers (its count at its eviction, read
+ * once: a second readmission of the key before its next eviction knows none), else none. When a
+ * block is touched again, its previous touch's class counts a reuse. At the start of each request's
+ * release, every class's offset is set to floor(tau ln p), p = (reused + 1) / (trials + 2) (tau =
+ * kvp_config.cdecay_tau, default 20000). Then each block released, last first:
  *  1. its class c is counted a trial (and the class of its previous touch a reuse, if any);
  *  2. its key is cd_clock + off[c] (cd_clock ticks first), and it joins class c's FIFO;
  *  3. chain closure: if the block released just before in this request was its child (one
@@ -118,7 +118,7 @@ void kvp__cdecay_release(kvp_cache *cache, uint32_t id, uint32_t depth)
     if (b->home == KVP__PL_NONE) {
         uint16_t info;
         b->home = KVP__PL_A;
-        if (kvp__ghost_find(p, cache->pool.blocks[id].key, &info)) {
+        if (kvp__ghost_take(p, cache->pool.blocks[id].key, &info)) {
             known = info >> 8;
             prev_cls = info & 0xff;
         }

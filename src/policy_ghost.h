@@ -90,4 +90,19 @@ static inline bool kvp__ghost_find(const kvp__policy *p, kvp_key key, uint16_t *
     return true;
 }
 
+/* As kvp__ghost_find, and key's info is spent: until key is added again, a find gives info
+ * 0, so that the history one eviction left is learned from once (CDECAY). Cannot fail. */
+static inline bool kvp__ghost_take(kvp__policy *p, kvp_key key, uint16_t *info)
+{
+    if (p->ghost_cap == 0)
+        return false;
+    uint32_t s = kvp__gtab_find(p, kvp__ghost_fp(key));
+    if (p->gtab_fp[s] == 0)
+        return false;
+    *info = p->gtab_info ? p->gtab_info[s] : 0;
+    if (p->gtab_info)
+        p->gtab_info[s] = 0;
+    return true;
+}
+
 #endif /* KVP_POLICY_GHOST_H */

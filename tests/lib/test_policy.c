@@ -252,8 +252,8 @@ static uint32_t model_run(const model *m, const uint32_t *t, size_t d)
 /* CDECAY, from its description (include/kvprefix.h and docs/design.md, "Eviction policies"):
  * time counts block releases; a release is a touch of class min(known, 2) * 9 +
  * min(bit length of the request's new blocks, 8), known being the block's earlier touches
- * while cached or remembered by the ghost (the count at its eviction); a touch of a block
- * touched before credits the class of its previous touch with a reuse; at the start of each
+ * while cached or remembered by the ghost (the count at its eviction, read once); a touch of a
+ * block touched before credits the class of its previous touch with a reuse; at the start of each
  * request's release every class's offset is floor(tau ln((reuses + 1) / (trials + 2))); a
  * released block's key is the clock (after its tick) plus its class's offset, and it joins
  * that class's FIFO, unless the block released just before was its child with a greater key:
@@ -360,6 +360,7 @@ static void cd_access(cdmodel *m, const uint32_t *t, size_t d)
                 if (m->ghost[g].x == x) {
                     known = m->ghost[g].hist;
                     prev = m->ghost[g].cls;
+                    m->ghost[g].hist = m->ghost[g].cls = 0; /* read once */
                     break;
                 }
         } else {
