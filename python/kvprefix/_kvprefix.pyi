@@ -202,6 +202,7 @@ class Cache:
         cdecay_tau: int = 0,
         cdecay_ghost_pct: int = 0,
         count_orphans: bool = False,
+        block_bytes: int = 0,
     ) -> None: ...
     @property
     def n_blocks(self) -> int: ...
