@@ -291,6 +291,8 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
         unpin_general(cache, ids, n);
         return;
     }
+    if (cache->policy.link) /* kvp_config.count_orphans (policy.c) */
+        kvp__policy_link(cache, ids, n);
     for (uint32_t i = n; i-- > 0;) {
         if (i >= 8)
             KVP__PREFETCH_W(&cache->pool.blocks[ids[i - 8]]);
@@ -302,6 +304,12 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
  * the pending options are noted on each block). Cannot fail. */
 static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
+    if (kvp__policy_is_lru(cache)) {
+        if (cache->policy.link) /* kvp_config.count_orphans (policy.c) */
+            kvp__policy_link(cache, ids, n);
+    } else {
+        kvp__policy_release_begin(cache, ids, n);
+    }
     if (!kvp__retention_on(cache)) {
         for (uint32_t i = n; i-- > 0;)
             unpin(cache, ids[i], i, false, false);
@@ -319,10 +327,21 @@ static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 void kvp__pool_requeue(kvp_cache *cache, uint32_t id, uint32_t depth)
 {
     assert(kvp__block_is_cached(&cache->pool.blocks[id]));
-    if (kvp__policy_is_lru(cache))
+    if (kvp__policy_is_lru(cache)) {
         lru_push_tail(&cache->pool, id);
-    else
-        kvp__policy_release(cache, id, depth);
+        return;
+    }
+    /* Released alone: CDECAY must not close it into the chain released just before (its
+     * step 3, policy_cdecay.c), nor that chain's next block into it. */
+    kvp__policy *p = &cache->policy;
+    uint32_t chain_depth = p->cd_chain_depth;
+    int64_t chain_key = p->cd_chain_key;
+    uint8_t chain_list = p->cd_chain_list;
+    p->cd_chain_depth = UINT32_MAX;
+    kvp__policy_release(cache, id, depth);
+    p->cd_chain_depth = chain_depth;
+    p->cd_chain_key = chain_key;
+    p->cd_chain_list = chain_list;
 }
 
 /* Evict group g's least recently used cached blocks until it is within its quota. Cannot
