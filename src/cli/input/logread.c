@@ -116,6 +116,9 @@ void log_options_init(log_options *opt)
     opt->tokenizer = TOK_WORDS;
     opt->bpe = NULL;
     opt->tpl = 0;
+    opt->jinja = NULL;
+    opt->jinja_vars = NULL;
+    opt->no_segments = false;
     const char *parser = getenv("KVPREFIX_LOG_PARSER");
     opt->parser =
         parser != NULL && strcmp(parser, "jansson") == 0 ? LOG_PARSER_JANSSON : LOG_PARSER_SCAN;
