@@ -67,6 +67,7 @@ def wait_for(pred, what):
 
 class Daemon:
     def __init__(self, exe, args, log_path):
+        self.exe = exe
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen([exe, "router", "--port", "0"] + args,
@@ -301,7 +302,10 @@ def check_held_uploads(exe, tmp):
         held = d.metric("kvprefix_router_body_budget_bytes")
         grown = d.rss_kib() - rss0
         expect(held <= 24 << 20, f"body budget: {held} bytes held")
-        expect(grown < 64 << 10, f"16 held 8 MiB uploads grew the daemon by {grown} KiB")
+        # AddressSanitizer's allocator keeps freed memory in quarantine and adds redzones, so
+        # the resident size says nothing there; the budget figure above still holds.
+        if not sanitized(d.exe):
+            expect(grown < 64 << 10, f"16 held 8 MiB uploads grew the daemon by {grown} KiB")
         # Step 3: the bodies end: those within the budget are scored, the others get 503.
         statuses = []
         for c in conns:
@@ -321,6 +325,12 @@ def check_held_uploads(exe, tmp):
         for c in conns:
             c.close()
         d.stop()
+
+
+def sanitized(exe):
+    """Whether exe was built with AddressSanitizer (its runtime's entry point is linked in)."""
+    with open(exe, "rb") as f:
+        return b"__asan_init" in f.read()
 
 
 def main():
