@@ -1070,8 +1070,8 @@ Test(fleet_cli, tokenizer_errors)
     cr_expect_not_null(strstr(errs, "--tokenizer-kind needs --tokenizer FILE"), "%s", errs);
     snprintf(args, sizeof args, "--capacity 64 --template jinja '%s'", data("fleet_openai.jsonl"));
     cr_assert_eq(fleet(args), 2);
-    cr_expect_not_null(strstr(errs, "--template: 'jinja' is not one of model, llama3, chatml"), "%s",
-                       errs);
+    cr_expect_not_null(strstr(errs, "--template: 'jinja' is not one of model, llama3, chatml"),
+                       "%s", errs);
 }
 
 /* A run is a pure function of its input and options: the default keyed profile's key comes
