@@ -161,11 +161,7 @@ void kvp__index_del(kvp__index *idx, kvp__block *blk)
 {
     assert(kvp__block_is_indexed(blk) && blk != &idx->sentinel && idx->n_items > 0);
     assert(blk->hh.tbl == idx->head->hh.tbl); /* an entry of this table */
-    UT_hash_table *tbl = idx->head->hh.tbl;
-    HASH_DEL_IN_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], &blk->hh);
-    tbl->num_items--;
-    blk->indexed = 0;
-    idx->n_items--;
+    kvp__index_unlink(idx, idx->head->hh.tbl, blk);
 }
 
 /* Bytes held by the table itself (bucket array and table header). Cannot fail. */

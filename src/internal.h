@@ -213,6 +213,18 @@ kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key);
 kvp__block *kvp__index_find_next(const kvp__index *idx, const kvp__block *prev, kvp_key key);
 void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key);
 void kvp__index_del(kvp__index *idx, kvp__block *blk);
+
+/* kvp__index_del's body, for callers that unlink many blocks in a loop with the table's
+ * bucket array in a register (pool.c's batched eviction): blk leaves its bucket's chain.
+ * Cannot fail. */
+static inline void kvp__index_unlink(kvp__index *idx, UT_hash_table *tbl, kvp__block *blk)
+{
+    assert(blk->indexed && idx->n_items > 0 && tbl == idx->head->hh.tbl);
+    HASH_DEL_IN_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], &blk->hh);
+    tbl->num_items--;
+    blk->indexed = 0;
+    idx->n_items--;
+}
 size_t kvp__index_bucket_bytes(const kvp__index *idx);
 
 /* Prefetch hints for pipelined probes (see match() in lifecycle.c): first the bucket a key

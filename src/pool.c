@@ -382,10 +382,91 @@ uint32_t kvp__pool_take(kvp_cache *cache)
     return KVP__LIKELY(kvp__policy_is_lru(cache)) ? take(cache, true) : take(cache, false);
 }
 
+/* May kvp__pool_take_n evict in batches (take_batch)? Under LRU with no quotas and no
+ * event callback: then nothing can observe the cache between a batch's pops and its
+ * unlinks, and the result is exactly that of one take per block. Cannot fail. */
+static inline bool batch_evictions(const kvp_cache *cache)
+{
+    return kvp__policy_is_lru(cache) && !kvp__quotas_on(cache) && !cache->cfg.on_event;
+}
+
+#define EVICT_BATCH 16 /* victims popped, prefetched and unlinked together */
+
+/* Evict the n least recently used cached blocks into ids[] (the free list is empty, and n
+ * cached blocks exist), pinned once, as n calls of take would, in batches:
+ *   1. pop a batch of live entries from the ring head (their blocks were prefetched by the
+ *      previous batch's step 3, so those misses overlap);
+ *   2. prefetch each victim's bucket and chain neighbours, which its unlink rewrites;
+ *   3. prefetch the blocks of the next batch's ring entries;
+ *   4. unlink the batch from the index and pin each victim.
+ * The index's chains end as with one take at a time (unlinks commute), the ring and its
+ * cleaning pass move exactly as they would, and no event is built (batch_evictions).
+ * Callgrind, bench_core (c): see docs/performance.md ("The pool at memory speed, part 2"). */
+static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
+{
+    kvp__pool *pool = &cache->pool;
+    kvp__block *const blocks = pool->blocks;
+    UT_hash_table *const tbl = cache->index.head->hh.tbl;
+    const bool verifying = kvp__verifying(cache);
+    for (uint32_t i0 = 0; i0 < n; i0 += EVICT_BATCH) {
+        uint32_t m = n - i0 < EVICT_BATCH ? n - i0 : EVICT_BATCH;
+        /* Step 1: pop (outside a cleaning pass with the ring position in registers: the
+         * same entries lru_pop_head would pop, without its gap tests). */
+        if (pool->cleaning) {
+            for (uint32_t k = 0; k < m; k++) {
+                uint32_t id = lru_pop_head(pool);
+                assert(id != KVP_NIL);
+                ids[i0 + k] = id;
+            }
+        } else {
+            const uint32_t *const ring = pool->lru;
+            uint64_t head = pool->lru_head;
+            uint32_t s = ring_slot(pool, head), cap = (uint32_t)pool->lru_cap;
+            for (uint32_t k = 0; k < m;) {
+                assert(head < pool->lru_tail && s == ring_slot(pool, head));
+                uint32_t id = ring[s], at = s;
+                head++;
+                if (++s == cap)
+                    s = 0;
+                if (ring_live(pool, id, at)) {
+                    blocks[id].lru_slot = KVP_NIL;
+                    ids[i0 + k++] = id;
+                }
+            }
+            pool->lru_head = head;
+            pool->n_lru -= m;
+        }
+        /* Step 2: what the unlinks write. */
+        for (uint32_t k = 0; k < m; k++)
+            prefetch_eviction(cache, ids[i0 + k]);
+        /* Step 3: the next victims' blocks (stale entries included: reading ahead of the
+         * liveness test is what lets the misses overlap). */
+        for (uint64_t k = 0; k < EVICT_BATCH; k++) {
+            uint64_t p = ring_ahead(pool, k);
+            if (p >= pool->lru_tail)
+                break;
+            KVP__PREFETCH_W(&blocks[pool->lru[ring_slot(pool, p)]]);
+        }
+        /* Step 4: unlink and pin. */
+        for (uint32_t k = 0; k < m; k++) {
+            uint32_t id = ids[i0 + k];
+            kvp__block *b = &blocks[id];
+            assert(!kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
+            b->ref = 1;
+            kvp__index_unlink(&cache->index, tbl, b);
+            if (verifying)
+                kvp__verify_forget(cache, id);
+        }
+        pool->n_in_use += m;
+        cache->stats.n_evictions += m;
+    }
+}
+
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
- * kvp__pool_available >= n). While evicting, the blocks EVICT_AHEAD entries ahead in the
- * ring are prefetched, and the dependents of those half as far ahead (by then their block
- * has arrived), so the misses of several evictions overlap. Cannot fail. */
+ * kvp__pool_available >= n): free blocks first, then evictions, in batches when
+ * batch_evictions allows. Otherwise, while evicting, the blocks EVICT_AHEAD entries ahead
+ * in the ring are prefetched, and the dependents of those half as far ahead (by then their
+ * block has arrived), so the misses of several evictions overlap. Cannot fail. */
 void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
@@ -393,6 +474,14 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
     if (!KVP__LIKELY(kvp__policy_is_lru(cache))) {
         for (uint32_t i = 0; i < n; i++)
             ids[i] = take(cache, false);
+        return;
+    }
+    if (batch_evictions(cache)) {
+        uint32_t i = 0;
+        for (; i < n && pool->free_head != KVP_NIL; i++)
+            ids[i] = take(cache, true);
+        if (i < n)
+            take_batch(cache, ids + i, n - i);
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
