@@ -9,11 +9,12 @@
  * Entries are linked only into uthash's bucket chains (HASH_ADD_TO_BKT, HASH_DEL_IN_BKT);
  * uthash's insertion-order list (the handle's prev/next and the table's tail), which
  * HASH_ADD and HASH_DELETE maintain, is never written, because the index never iterates
- * in insertion order. That saves an insertion the write to the table's tail entry and a
- * deletion the writes to its two list neighbours: two scattered cache lines per eviction
- * (bench_core (c) under callgrind, docs/performance.md "The block index"). A probe walks
- * the chain and compares the stored hash, the key length and the 16 key bytes of the block
- * itself (kvp__block starts with its handle and continues with its key).
+ * in insertion order (a block's prev, next and tbl bytes hold other fields: internal.h). That saves
+ * an insertion the write to the table's tail entry and a deletion the writes to its two list
+ * neighbours: two scattered cache lines per eviction (bench_core (c) under callgrind,
+ * docs/performance.md "The block index"). A probe walks the chain and compares the stored hash, the
+ * key length and the 16 key bytes of the block itself (kvp__block starts with its handle and
+ * continues with its key).
  *
  * Adding a key never allocates, so it cannot fail:
  *  - a sentinel entry with a 1-byte key is added at init (with HASH_ADD, which makes the
@@ -143,9 +144,9 @@ void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
     assert(idx->n_items < UINT32_MAX);
     UT_hash_table *tbl = idx->head->hh.tbl;
     int oomed = 0; /* HASH_ADD_TO_BKT's expansion branch is never taken (see above) */
+    /* hh.tbl, hh.prev and hh.next are not written: they hold ref, lru_slot and the key
+     * (internal.h), and a block is never on the insertion-order list. */
     blk->key = key;
-    blk->hh.tbl = tbl;
-    blk->hh.prev = blk->hh.next = NULL; /* never on the insertion-order list */
     blk->hh.key = &blk->key;
     blk->hh.keylen = KEY_BYTES;
     blk->hh.hashv = bucket_hash(key);
@@ -160,7 +161,6 @@ void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
 void kvp__index_del(kvp__index *idx, kvp__block *blk)
 {
     assert(kvp__block_is_indexed(blk) && blk != &idx->sentinel && idx->n_items > 0);
-    assert(blk->hh.tbl == idx->head->hh.tbl); /* an entry of this table */
     kvp__index_unlink(idx, idx->head->hh.tbl, blk);
 }
 

@@ -164,14 +164,17 @@ int kvp__pool_init(kvp_cache *cache)
     uint32_t n = cache->cfg.n_blocks;
     memset(pool, 0, sizeof *pool);
     pool->lru_cap = 2 * (uint64_t)n + 16;
-    pool->blocks = kvp__mem_calloc(&cache->mem, n, sizeof(kvp__block));
+    pool->blocks_mem = kvp__mem_calloc(&cache->mem, (size_t)n + 1, sizeof(kvp__block));
+    if (pool->blocks_mem) /* one record per cache line: the array starts on a line */
+        pool->blocks = (kvp__block *)(void *)((char *)pool->blocks_mem +
+                                              (-(uintptr_t)pool->blocks_mem & (KVP__LINE - 1)));
     pool->lru = kvp__mem_alloc(&cache->mem, pool->lru_cap * sizeof(uint32_t));
     if (!pool->blocks || !pool->lru) {
         kvp__pool_free(cache);
         return kvp__fail(
             KVP_ENOMEM,
             "out of memory: the pool of %" PRIu32 " blocks and its LRU ring (%zu bytes)", n,
-            (size_t)n * sizeof(kvp__block) + (size_t)pool->lru_cap * sizeof(uint32_t));
+            ((size_t)n + 1) * sizeof(kvp__block) + (size_t)pool->lru_cap * sizeof(uint32_t));
     }
     pool->n_blocks = n;
     pool->free_head = KVP_NIL;
@@ -184,9 +187,11 @@ int kvp__pool_init(kvp_cache *cache)
 void kvp__pool_free(kvp_cache *cache)
 {
     kvp__pool *pool = &cache->pool;
-    kvp__mem_free(&cache->mem, pool->blocks, (size_t)cache->cfg.n_blocks * sizeof(kvp__block));
+    kvp__mem_free(&cache->mem, pool->blocks_mem,
+                  ((size_t)cache->cfg.n_blocks + 1) * sizeof(kvp__block));
     kvp__mem_free(&cache->mem, pool->lru, pool->lru_cap * sizeof(uint32_t));
     pool->blocks = NULL;
+    pool->blocks_mem = NULL;
     pool->lru = NULL;
 }
 
