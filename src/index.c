@@ -20,14 +20,15 @@
  *  - a sentinel entry with a 1-byte key is added at init (with HASH_ADD, which makes the
  *    table) and stays until kvp__index_free, so uthash never frees or re-creates its table
  *    (a 16-byte lookup never matches it, because the key lengths differ);
- *  - the bucket array is sized once, at init, to the power of two >= n_blocks (the pool
- *    bounds the number of entries, so the load factor stays <= 1), and buckets never
+ *  - the bucket array is sized once, at init, to the power of two >= 2 n_blocks (the pool
+ *    bounds the number of entries, so the load factor stays <= 1/2), and buckets never
  *    double (HASH_BKT_CAPACITY_THRESH is out of reach).
  * That is what lets kvp_commit and kvp_access mutate the cache with no failure path after
- * their allocations are done. Memory: 16 bytes per bucket, 16-32 bytes per pool block.
- * (Buckets at 2x the pool shorten chains but cost 32-64 bytes per block; at 1M blocks that
- * is 128 bytes per cached block, over bench_core (d)'s limit, for a gain this VM could not
- * resolve: docs/performance.md.)
+ * their allocations are done. Memory: 16 bytes per bucket, 32-64 bytes per pool block.
+ * (Buckets at 2x the pool fit bench_core (d)'s 128-byte limit since a block record is 64
+ * bytes: 104 bytes per cached block at 1M blocks. Against 1x they take bench_core (c)'s
+ * missed last-level lines from 6.61 to 6.20 per stored block under callgrind, fewer chain
+ * neighbours to probe and unlink: docs/performance.md.)
  *
  * Several blocks may share one key in collision-proof mode (verify_tokens): the table then
  * resolves a key collision the way any hash table resolves a bucket collision, by keeping
@@ -67,12 +68,12 @@ static inline unsigned bucket_hash(kvp_key key)
     return (unsigned)key.lo;
 }
 
-/* log2 of the bucket count for a pool of n_blocks: of the power of two >= n_blocks, at
+/* log2 of the bucket count for a pool of n_blocks: of the power of two >= 2 n_blocks, at
  * least 32 buckets and at most 2^31. Cannot fail. */
 unsigned kvp__index_log2_buckets(uint32_t n_blocks)
 {
     unsigned log2 = 5;
-    while (((uint64_t)1 << log2) < n_blocks && log2 < 31)
+    while (((uint64_t)1 << log2) < 2 * (uint64_t)n_blocks && log2 < 31)
         log2++;
     return log2;
 }
