@@ -478,7 +478,10 @@ static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
                 head++;
                 if (++s == cap)
                     s = 0;
-                if (ring_live(pool, id, at)) {
+                /* A block's lru_slot names a slot only while it is cached (internal.h),
+                 * so the slot alone tells a live entry from a stale one. */
+                if (id != KVP_NIL && blocks[id].lru_slot == at) {
+                    assert(ring_live(pool, id, at));
                     blocks[id].lru_slot = KVP_NIL;
                     ids[i0 + k++] = id;
                 }
