@@ -916,7 +916,7 @@ static void usage(void)
     printf("usage: bench_core [--quick] [--reps N] [--only abcd] [--no-scramble]\n"
            "                  [--requests N] [--warmup N] [--zipf S] [--seed N]\n"
            "                  [--lookup-pool N] [--mem-pool N] [--hash-tokens N]\n"
-           "                  [--eviction lru|slru|s3fifo]\n"
+           "                  [--eviction lru|slru|s3fifo|cdecay]\n"
            "  --quick        smaller (a) and (c), 3 reps: a few seconds\n"
            "  --reps N       repetitions per figure, 3..63 (default 7)\n"
            "  --only LIST    run only these parts, e.g. --only bc\n"
@@ -963,10 +963,11 @@ int main(int argc, char **argv)
         } else if (v && !strcmp(a, "--eviction")) {
             g_eviction = !strcmp(v, "slru")     ? KVP_EVICT_SLRU
                          : !strcmp(v, "s3fifo") ? KVP_EVICT_S3FIFO
+                         : !strcmp(v, "cdecay") ? KVP_EVICT_CDECAY
                          : !strcmp(v, "lru")    ? KVP_EVICT_LRU
                                                 : -1;
             if (g_eviction < 0) {
-                fprintf(stderr, "bench_core: --eviction takes lru, slru or s3fifo\n");
+                fprintf(stderr, "bench_core: --eviction takes lru, slru, s3fifo or cdecay\n");
                 return 2;
             }
             i++;

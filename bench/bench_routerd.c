@@ -23,12 +23,21 @@
  * /proc/PID/task/TID/schedstat around the run. Reported: the median over RUNS runs of each
  * figure.
  *
+ * With --tokenizer=FILE (a rank file as replay's --tokenizer takes it) the daemon is started
+ * with --tokenizer FILE and a third encoding is measured: prompts as text, a chat body
+ * {"model": "m", "messages": [system, user]} of 48 KB (pseudo-random words; 8k tokens with
+ * Llama 3's tokenizer), whose ids (`kvprefix tokenize` of the same body: replay's path) were
+ * stored on a worker first, so each answer ranks that worker first with every full block
+ * cached, as the JSON answers do; the difference of the daemon's own time is the cost of
+ * parsing, rendering and tokenizing the text.
+ *
  * The daemon's log goes to /dev/null unless BENCH_ROUTERD_LOG is set.
  *
- * Usage: bench_routerd [runs] [--calls=N] [--kvprefix=PATH]
+ * Usage: bench_routerd [runs] [--calls=N] [--kvprefix=PATH] [--tokenizer=FILE]
  *   runs        runs per figure, 1..16 (default 5)
  *   --calls=N   scores per run and encoding (default 2000)
  *   --kvprefix  the binary (default: the one built beside this program)
+ *   --tokenizer a rank file: also measure text prompts
  */
 #define _GNU_SOURCE /* strcasestr */
 #include <dirent.h>
@@ -75,7 +84,7 @@ static uint32_t tok(uint32_t p, uint32_t i)
 static pid_t child;
 static int http_port;
 
-static void start_daemon(const char *exe, const char *ep)
+static void start_daemon(const char *exe, const char *ep, const char *tokenizer)
 {
     int out[2];
     if (pipe(out) != 0)
@@ -88,8 +97,12 @@ static void start_daemon(const char *exe, const char *ep)
         close(out[0]);
         if (getenv("BENCH_ROUTERD_LOG") == NULL && freopen("/dev/null", "w", stderr) == NULL)
             _exit(127);
-        execl(exe, exe, "router", "--engine", engine, "--port", "0", "--http-threads", "2",
-              (char *)NULL);
+        if (tokenizer)
+            execl(exe, exe, "router", "--engine", engine, "--port", "0", "--http-threads", "2",
+                  "--tokenizer", tokenizer, (char *)NULL);
+        else
+            execl(exe, exe, "router", "--engine", engine, "--port", "0", "--http-threads", "2",
+                  (char *)NULL);
         _exit(127);
     }
     close(out[1]);
@@ -233,10 +246,11 @@ static double daemon_cpu_ns(void)
     return sum;
 }
 
-/* Store blocks [from, to) of prompt p on worker w (one event per CHUNK_BLOCKS). */
+/* Store blocks [from, to) of prompt p on worker w (one event per CHUNK_BLOCKS); the tokens
+ * are ids[] when given (to blocks of them), else tok(p, i). */
 static uint64_t seqs[N_WORKERS];
 static double stamp; /* every batch's ts: the wall clock at start */
-static void store(void *pub, int w, uint32_t p, uint32_t to)
+static void store_ids(void *pub, int w, uint32_t p, uint32_t to, const uint32_t *ids)
 {
     static uint32_t tokens[CHUNK_BLOCKS * BS];
     static uint64_t hashes[CHUNK_BLOCKS];
@@ -246,7 +260,7 @@ static void store(void *pub, int w, uint32_t p, uint32_t to)
         for (uint32_t k = 0; k < CHUNK_BLOCKS; k++) {
             hashes[k] = ((uint64_t)(p + 1) << 32) | (b0 + k + 1);
             for (uint32_t t = 0; t < BS; t++)
-                tokens[k * BS + t] = tok(p, (b0 + k) * BS + t);
+                tokens[k * BS + t] = ids ? ids[(b0 + k) * BS + t] : tok(p, (b0 + k) * BS + t);
         }
         kvp_kv_event ev = {.type = KVP_EVENT_STORED,
                            .hashes = hashes,
@@ -259,6 +273,10 @@ static void store(void *pub, int w, uint32_t p, uint32_t to)
                            .medium = "GPU",
                            .group_idx = -1};
         kvp_kv_batch batch = {.ts = stamp, .events = &ev, .n_events = 1};
+        if (to - b0 < CHUNK_BLOCKS) {
+            ev.n_hashes = to - b0;
+            ev.n_tokens = (to - b0) * BS;
+        }
         uint8_t *buf = NULL;
         size_t n = 0;
         check(kvp_kv_encode_alloc(&batch, KVP_KV_FORM_ARRAY, &buf, &n), "encode");
@@ -271,6 +289,11 @@ static void store(void *pub, int w, uint32_t p, uint32_t to)
         zmq_send(pub, buf, n, 0);
         kvp_kv_buf_free(buf);
     }
+}
+
+static void store(void *pub, int w, uint32_t p, uint32_t to)
+{
+    store_ids(pub, w, p, to, NULL);
 }
 
 /* The JSON and binary requests for prompt p (heads and bodies, written once). */
@@ -306,12 +329,64 @@ static void make_reqs(uint32_t p, req *json, req *bin)
                                   bin->body_n);
 }
 
+/* A text request (a chat body of about 8k tokens of pseudo-random words, variant v) and its
+ * ids by `kvprefix tokenize` (replay's path) into *ids / *n_ids (malloc'ed). */
+static void make_text(const char *exe, const char *tokenizer, const char *dir, uint32_t v, req *q,
+                      uint32_t **ids, size_t *n_ids)
+{
+    static const char *const words[] = {
+        "the",     "cache",  "router",  "prefix",  "block",  "token", "model",  "engine", "request",
+        "latency", "worker", "score",   "serve",   "memory", "batch", "prompt", "answer", "load",
+        "index",   "hash",   "quickly", "because", "while",  "every", "other"};
+    size_t cap = 64 << 10, n = 0;
+    q->body = xmalloc(cap + 256);
+    n += (size_t)sprintf(q->body,
+                         "{\"model\":\"m\",\"messages\":[{\"role\":\"system\","
+                         "\"content\":\"You are a helpful assistant.\"},{\"role\":"
+                         "\"user\",\"content\":\"Variant %u:",
+                         v);
+    uint64_t z = 0x9e3779b97f4a7c15u * (v + 1);
+    while (n < 48000) {
+        z ^= z << 13;
+        z ^= z >> 7;
+        z ^= z << 17;
+        n += (size_t)sprintf(q->body + n, " %s%s", words[z % 25], z % 11 == 0 ? "." : "");
+    }
+    n += (size_t)sprintf(q->body + n, "\"}]}");
+    q->body_n = n;
+    q->head = xmalloc(256);
+    q->head_n = (size_t)sprintf(q->head,
+                                "POST /score HTTP/1.1\r\nHost: b\r\nContent-Type: "
+                                "application/json\r\nContent-Length: %zu\r\n\r\n",
+                                n);
+    char path[256], cmd[1024];
+    snprintf(path, sizeof path, "%s/text%u.json", dir, v);
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fwrite(q->body, 1, n, f) != n || fclose(f) != 0)
+        exit(1);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize --tokenizer '%s' '%s'", exe, tokenizer, path);
+    FILE *p = popen(cmd, "r");
+    size_t cap_ids = 1 << 16;
+    *ids = xmalloc(cap_ids * sizeof **ids);
+    *n_ids = 0;
+    unsigned long id;
+    while (p && *n_ids < cap_ids && fscanf(p, "%lu", &id) == 1)
+        (*ids)[(*n_ids)++] = (uint32_t)id;
+    if (p == NULL || pclose(p) != 0 || *n_ids < BS) {
+        fprintf(stderr, "bench_routerd: kvprefix tokenize failed on %s\n", path);
+        exit(1);
+    }
+    unlink(path);
+}
+
 int main(int argc, char **argv)
 {
     int runs = 5, calls = 2000;
-    const char *exe = KVP_BENCH_KVPREFIX;
+    const char *exe = KVP_BENCH_KVPREFIX, *tokenizer = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strncmp(argv[i], "--calls=", 8) == 0)
+        if (strncmp(argv[i], "--tokenizer=", 12) == 0)
+            tokenizer = argv[i] + 12;
+        else if (strncmp(argv[i], "--calls=", 8) == 0)
             calls = atoi(argv[i] + 8);
         else if (strncmp(argv[i], "--kvprefix=", 11) == 0)
             exe = argv[i] + 11;
@@ -319,7 +394,8 @@ int main(int argc, char **argv)
             runs = atoi(argv[i]);
     }
     if (runs < 1 || runs > 16 || calls < 10) {
-        fprintf(stderr, "usage: bench_routerd [runs 1..16] [--calls=N>=10] [--kvprefix=PATH]\n");
+        fprintf(stderr, "usage: bench_routerd [runs 1..16] [--calls=N>=10] [--kvprefix=PATH] "
+                        "[--tokenizer=FILE]\n");
         return 2;
     }
     char dir[] = "/tmp/bench_routerd.XXXXXX";
@@ -327,7 +403,7 @@ int main(int argc, char **argv)
         return 1;
     char ep[128];
     snprintf(ep, sizeof ep, "ipc://%s/ev", dir);
-    start_daemon(exe, ep);
+    start_daemon(exe, ep, tokenizer);
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     stamp = (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9;
@@ -352,6 +428,21 @@ int main(int argc, char **argv)
         store(pub, (int)((p + 17) % N_WORKERS), p, PROMPT_BLOCKS / 2);
     }
     double want = (double)N_PROMPTS * PROMPT_BLOCKS * 3 / 2;
+    enum { N_T = 4 };
+    req tx[N_T];
+    char tx_want[N_T][40];
+    size_t tx_tokens = 0;
+    for (uint32_t v = 0; tokenizer && v < N_T; v++) {
+        uint32_t *ids;
+        size_t n_ids;
+        make_text(exe, tokenizer, dir, v, &tx[v], &ids, &n_ids);
+        uint32_t blocks = (uint32_t)(n_ids / BS);
+        store_ids(pub, (int)(v * 5 % N_WORKERS), N_PROMPTS + v, blocks, ids);
+        want += blocks;
+        tx_tokens += n_ids;
+        snprintf(tx_want[v], sizeof tx_want[v], "\"blocks\":%u,", blocks);
+        free(ids);
+    }
     while (metric(&c, "kvprefix_router_index_holders") < want) {
         if (now_ns() - t0 > 300 * 1000000000ull) {
             fprintf(stderr,
@@ -374,21 +465,21 @@ int main(int argc, char **argv)
     for (int i = 0; i < N_Q; i++)
         make_reqs((uint32_t)(i * 7 % N_PROMPTS), &js[i], &bn[i]);
     double *lat = xmalloc((size_t)calls * sizeof *lat);
-    static const char *const names[] = {"json", "binary"};
-    for (int e = 0; e < 2; e++) {
+    static const char *const names[] = {"json", "binary", "text"};
+    for (int e = 0; e < (tokenizer ? 3 : 2); e++) {
         double p50[16], p99[16], own[16], cpu[16];
         for (int r = 0; r < runs; r++) {
             double s0 = metric(&c, "kvprefix_router_score_seconds_sum");
             double n0 = metric(&c, "kvprefix_router_score_seconds_count");
             double c0 = daemon_cpu_ns();
             for (int k = 0; k < calls; k++) {
-                const req *q = e == 0 ? &js[k % N_Q] : &bn[k % N_Q];
+                const req *q = e == 0 ? &js[k % N_Q] : e == 1 ? &bn[k % N_Q] : &tx[k % N_T];
                 const char *b;
                 size_t bn_;
                 uint64_t a = now_ns();
                 int st = roundtrip(&c, q->head, q->head_n, q->body, q->body_n, &b, &bn_);
                 lat[k] = (double)(now_ns() - a) * 1e-3;
-                if (st != 200 || strstr(b, "\"blocks\":512") == NULL) {
+                if (st != 200 || strstr(b, e == 2 ? tx_want[k % N_T] : "\"blocks\":512") == NULL) {
                     fprintf(stderr, "bench_routerd: unexpected answer %d: %.200s\n", st, b);
                     kill(child, SIGTERM);
                     return 1;
@@ -408,6 +499,9 @@ int main(int argc, char **argv)
                names[e], bench_median(p50, runs), bench_median(p99, runs), bench_median(own, runs),
                bench_median(cpu, runs));
     }
+    if (tokenizer)
+        printf("  (text: chat bodies of %zu tokens on average, %zu bytes)\n", tx_tokens / N_T,
+               tx[0].body_n);
     kill(child, SIGTERM);
     waitpid(child, NULL, 0);
     zmq_close(pub);

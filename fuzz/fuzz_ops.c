@@ -6,11 +6,15 @@
  * An input decodes to a cache shape (1..32 blocks of 1..4, 16, 1021 or 1500 tokens - see
  * fz_block_size -, a random 64-bit seed, verify_tokens on or off, events on or off,
  * re-entrant callback probes on or off, the eviction policy: the shape byte's low two bits,
- * 1 SLRU, 2 S3-FIFO, 3 LRU with retention priorities, else LRU) and up to OPS_MAX_STEPS
- * steps. With retention, every kvp_access and kvp_access_ids is the _retained form and every
- * kvp_release of an active request is preceded by kvp_request_set_retention, with options
- * derived from the call (priority, duration, one range); the model is not consulted then,
- * as under SLRU and S3-FIFO (test_retention.c has the model of the priorities). A
+ * a 3-bit mode, the shape byte's low two bits plus bit 3 of the block-size byte (which
+ * fz_block_size reads mod 8) as bit 2: 0 LRU, 1 SLRU, 2 S3-FIFO, 3 CDECAY (its tau 5 when
+ * the pool's size is a multiple of 3, so that learned odds reorder blocks within a few
+ * requests), 4..7 the same policies with retention priorities (4: LRU with retention); the
+ * orphan count on with the shape's bit 6) and up to OPS_MAX_STEPS steps. With retention,
+ * every kvp_access and kvp_access_ids is the _retained form and every kvp_release of an
+ * active request is preceded by kvp_request_set_retention, with options derived from the
+ * call (priority, duration, one range); the model is not consulted then, as under SLRU,
+ * S3-FIFO and CDECAY (test_retention.c has the model of the priorities). A
  * step is one of: kvp_lookup, kvp_acquire, kvp_grow, kvp_commit, kvp_release, kvp_access,
  * kvp_lookup_ids, kvp_access_ids, kvp_cache_reset; a battery of calls with invalid
  * arguments (NULL cache, NULL pointers, invalid namespaces, bad configs, n_tokens 0, huge
@@ -122,7 +126,7 @@ typedef struct ops_world {
     uint32_t n_blocks, bs;                    /* shape */
     bool verify, events, probes;              /* modes */
     int eviction;                             /* KVP_EVICT_*: the model applies to LRU only */
-    bool retain;                              /* LRU with retention: the model is not used */
+    bool retain;                              /* retention priorities: the model is not used */
     fz_ns ns[OPS_N_NS];                       /* namespaces */
     kvp_namespace bad_ns;                     /* a field with ptr NULL and len 1 */
     fz_keys keys;                             /* the cache's seed */
@@ -603,9 +607,11 @@ static void call_model(ops_world *w, const ops_call *k, ops_res *res)
 /* Comparisons                                                                              */
 /* ---------------------------------------------------------------------------------------- */
 
-/* SLRU and S3-FIFO: what holds whichever blocks the policy evicted. */
+/* SLRU, S3-FIFO and CDECAY: what holds whichever blocks the policy evicted. */
 static void compare_state_unmodelled(ops_world *w, const kvp_stats *s)
 {
+    FZ_ASSERT(s->n_blocks_orphaned <= s->n_blocks_cached, "step %zu %s: %u orphans of %u cached",
+              w->step, w->op, s->n_blocks_orphaned, s->n_blocks_cached);
     FZ_ASSERT(s->n_blocks_free + s->n_blocks_cached + s->n_blocks_in_use == s->n_blocks_total &&
                   s->n_blocks_total == w->n_blocks,
               "step %zu %s: %u free + %u cached + %u in use != %u", w->step, w->op,
@@ -913,17 +919,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_in in = {data, size};
     memset(&w, 0, sizeof w);
     uint8_t shape = fz_u8(&in);
-    w.bs = fz_block_size(&in);
+    uint8_t mode = (uint8_t)((shape & 3) | (in.n > 0 && (in.p[0] & 8) ? 4 : 0));
+    w.bs = fz_block_size(&in);                         /* reads the byte peeked above, mod 8 */
     fz_keys_decode(&in, &w.keys, FZ_PROFILES_NO_VLLM); /* the model knows no KVP_ENOTSUP */
     w.base_len = w.bs <= 4 ? 48 : (size_t)(w.bs <= 16 ? 7 : 4) * w.bs;
     w.max_seq = w.bs <= 4 ? 64 : w.base_len + w.bs;
     w.verify = (shape & 4) != 0;
     w.events = (shape & 0x18) != 0;
     w.probes = w.events && (shape & 0x20) != 0;
-    w.eviction = (shape & 3) == 1   ? KVP_EVICT_SLRU
-                 : (shape & 3) == 2 ? KVP_EVICT_S3FIFO
-                                    : KVP_EVICT_LRU;
-    w.retain = (shape & 3) == 3;
+    w.eviction = (mode & 3) == 1   ? KVP_EVICT_SLRU
+                 : (mode & 3) == 2 ? KVP_EVICT_S3FIFO
+                 : (mode & 3) == 3 ? KVP_EVICT_CDECAY
+                                   : KVP_EVICT_LRU;
+    w.retain = (mode & 4) != 0;
     bool fail_new = (shape & 0xc0) == 0xc0;
     w.n_blocks = 1 + (uint32_t)fz_below(&in, 32);
     fz_ns_decode_set(&in, w.ns, OPS_N_NS);
@@ -944,6 +952,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.block_size = w.bs;
     cfg.verify_tokens = w.verify;
     cfg.eviction = w.eviction;
+    cfg.cdecay_tau = w.n_blocks % 3 == 0 ? 5 : 0;
+    cfg.count_orphans = (shape & 0x40) != 0;
     fz_keys_apply(&w.keys, &cfg);
     cfg.alloc = fz_alloc_hooks(&w.alloc);
     if (w.events) {

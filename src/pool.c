@@ -59,6 +59,13 @@
  * general cases live in functions of their own: a cache whose requests never carry
  * retention runs LRU's code as before (docs/performance.md, "Retention priorities").
  *
+ * Two fast paths skip the per-block hooks above, so each runs only where none applies: on
+ * the plain path (LRU, retention never used), kvp__pool_take_n evicts in batches
+ * (take_batch: also no quota and no event callback, batch_evictions) and
+ * kvp__pool_unpin_tail_first releases in one loop with the ring position in registers
+ * (unpin_run: also no quota and no cleaning pass). count_orphans' parent links are recorded
+ * once per release call, before either loop; lower tiers hook neither take nor unpin.
+ *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
  * ring costs 8 bytes per block.
@@ -337,6 +344,10 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
         unpin_general(cache, ids, n);
         return;
     }
+    /* kvp_config.count_orphans (policy.c): the parent links, recorded before any block is
+     * released, on the fast path (unpin_run) as on the loop below. */
+    if (cache->policy.link)
+        kvp__policy_link(cache, ids, n);
     kvp__pool *pool = &cache->pool;
     if (!kvp__quotas_on(cache) && !pool->cleaning &&
         (pool->lru_tail - pool->lru_head + n) * 4 < pool->lru_cap * 3) {
@@ -354,6 +365,12 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
  * the pending options are noted on each block). Cannot fail. */
 static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
+    if (kvp__policy_is_lru(cache)) {
+        if (cache->policy.link) /* kvp_config.count_orphans (policy.c) */
+            kvp__policy_link(cache, ids, n);
+    } else {
+        kvp__policy_release_begin(cache, ids, n);
+    }
     if (!kvp__retention_on(cache)) {
         for (uint32_t i = n; i-- > 0;)
             unpin(cache, ids[i], i, false, false);
@@ -371,10 +388,21 @@ static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 void kvp__pool_requeue(kvp_cache *cache, uint32_t id, uint32_t depth)
 {
     assert(kvp__block_is_cached(&cache->pool.blocks[id]));
-    if (kvp__policy_is_lru(cache))
+    if (kvp__policy_is_lru(cache)) {
         lru_push_tail(&cache->pool, id);
-    else
-        kvp__policy_release(cache, id, depth);
+        return;
+    }
+    /* Released alone: CDECAY must not close it into the chain released just before (its
+     * step 3, policy_cdecay.c), nor that chain's next block into it. */
+    kvp__policy *p = &cache->policy;
+    uint32_t chain_depth = p->cd_chain_depth;
+    int64_t chain_key = p->cd_chain_key;
+    uint8_t chain_list = p->cd_chain_list;
+    p->cd_chain_depth = UINT32_MAX;
+    kvp__policy_release(cache, id, depth);
+    p->cd_chain_depth = chain_depth;
+    p->cd_chain_key = chain_key;
+    p->cd_chain_list = chain_list;
 }
 
 /* Evict group g's least recently used cached blocks until it is within its quota. Cannot
@@ -533,9 +561,10 @@ uint32_t kvp__pool_take(kvp_cache *cache)
  * no quotas and no event callback: then nothing can observe the cache between a batch's
  * pops and its unlinks, and the result is exactly that of one take per block. Lower tiers
  * add no hook to take (a store order only pins its device block, kvp__pool_pin, and unpins
- * it through kvp__pool_unpin_tail_first), so they need no condition here. A hook added to
- * take() or unindex() must go into take_batch too, or become a condition here. Cannot
- * fail. */
+ * it through kvp__pool_unpin_tail_first), nor does count_orphans (its links are recorded
+ * at release, in kvp__pool_unpin_tail_first, and read on demand), so neither needs a
+ * condition here. A hook added to take() or unindex() must go into take_batch too, or
+ * become a condition here. Cannot fail. */
 static inline bool batch_evictions(const kvp_cache *cache)
 {
     return kvp__pool_plain(cache) && !kvp__quotas_on(cache) && !cache->cfg.on_event;

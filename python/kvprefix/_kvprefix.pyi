@@ -103,6 +103,7 @@ class Stats(Tuple[int, ...]):
     n_blocks_cached: int
     n_blocks_in_use: int
     n_requests_active: int
+    n_blocks_orphaned: int
 
 class Event(Tuple[Any, ...]):
     type: int
@@ -198,6 +199,10 @@ class Cache:
         slru_protected_pct: int = 80,
         s3fifo_small_pct: int = 10,
         s3fifo_ghost_pct: int = 100,
+        cdecay_tau: int = 0,
+        cdecay_ghost_pct: int = 0,
+        count_orphans: bool = False,
+        block_bytes: int = 0,
     ) -> None: ...
     @property
     def n_blocks(self) -> int: ...

@@ -162,7 +162,11 @@ static const kvpy_sig new_sig = {
      {"eviction", KVPY_EVICTION, KVPY_KWONLY, KVP_EVICT_LRU},
      {"slru_protected_pct", KVPY_U32, KVPY_KWONLY, 80},
      {"s3fifo_small_pct", KVPY_U32, KVPY_KWONLY, 10},
-     {"s3fifo_ghost_pct", KVPY_U32, KVPY_KWONLY, 100}}};
+     {"s3fifo_ghost_pct", KVPY_U32, KVPY_KWONLY, 100},
+     {"cdecay_tau", KVPY_U32, KVPY_KWONLY, 0},
+     {"cdecay_ghost_pct", KVPY_U32, KVPY_KWONLY, 0},
+     {"count_orphans", KVPY_BOOL, KVPY_KWONLY, 0},
+     {"block_bytes", KVPY_U64, KVPY_KWONLY, 0}}};
 
 /* Steps: 1. convert and check the arguments; 2. allocate the object and its table lock;
  * 3. create the library cache (its failure frees the object); 4. record the configuration,
@@ -194,6 +198,10 @@ static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     cfg.slru_protected_pct = (uint32_t)a.v[13].u64;
     cfg.s3fifo_small_pct = (uint32_t)a.v[14].u64;
     cfg.s3fifo_ghost_pct = (uint32_t)a.v[15].u64;
+    cfg.cdecay_tau = (uint32_t)a.v[16].u64;
+    cfg.cdecay_ghost_pct = (uint32_t)a.v[17].u64;
+    cfg.count_orphans = a.v[18].flag;
+    cfg.block_bytes = a.v[19].u64;
     if (kvpy_hash_cfg_fill(&cfg, a.v[6].obj, a.v[7].obj, "Cache", "hash_key") != 0) {
         kvpy_wipe(cfg.hash_key, sizeof cfg.hash_key);
         return NULL;
@@ -1223,7 +1231,7 @@ static PyGetSetDef Cache_getset[] = {
      "What one quota counts: 'namespace', 'tenant' (across its salts, adapters and models) or "
      "'model'.",
      (void *)10},
-    {"eviction", (getter)Cache_get, NULL, "The eviction policy's name (lru, slru, s3fifo).",
+    {"eviction", (getter)Cache_get, NULL, "The eviction policy's name (lru, slru, s3fifo, cdecay).",
      (void *)11},
     {NULL, NULL, NULL, NULL, NULL},
 };

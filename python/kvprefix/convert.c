@@ -156,7 +156,7 @@ static int named_choice(PyObject *obj, const char *const *names, int n, const ch
 }
 
 static const char *const scope_names[] = {"namespace", "tenant", "model"}; /* KVP_QUOTA_SCOPE_* */
-static const char *const eviction_names[] = {"lru", "slru", "s3fifo"};     /* KVP_EVICT_* */
+static const char *const eviction_names[] = {"lru", "slru", "s3fifo", "cdecay"}; /* KVP_EVICT_* */
 #define N_NAMES(a) ((int)(sizeof(a) / sizeof(a)[0]))
 
 const char *kvpy_scope_name(int scope)

@@ -136,7 +136,7 @@ typedef enum kvpy_kind {
 #define KVPY_OPT        1u              /* may be omitted: the default applies */
 #define KVPY_KWONLY     (2u | KVPY_OPT) /* keyword-only (and optional) */
 #define KVPY_NONE       4u              /* None counts as omitted */
-#define KVPY_MAX_PARAMS 16
+#define KVPY_MAX_PARAMS 20
 
 typedef struct kvpy_param {
     const char *name; /* as Python names it; NULL ends the list */

@@ -48,15 +48,15 @@ PyObject *kvpy_stats_to_py(const kvp_stats *s)
     PyObject *o = PyStructSequence_New(stats_type);
     if (o == NULL)
         return NULL;
-    const unsigned long long u[15] = {
-        s->n_requests,      s->n_lookups,        s->n_tokens_queried, s->n_tokens_hit,
-        s->n_blocks_hit,    s->n_blocks_missed,  s->n_blocks_stored,  s->n_blocks_deduped,
-        s->n_evictions,     s->n_verify_rejects, s->n_blocks_total,   s->n_blocks_free,
-        s->n_blocks_cached, s->n_blocks_in_use,  s->n_requests_active};
-    PyObject *v[15];
-    for (int i = 0; i < 15; i++)
+    const unsigned long long u[16] = {
+        s->n_requests,      s->n_lookups,        s->n_tokens_queried,  s->n_tokens_hit,
+        s->n_blocks_hit,    s->n_blocks_missed,  s->n_blocks_stored,   s->n_blocks_deduped,
+        s->n_evictions,     s->n_verify_rejects, s->n_blocks_total,    s->n_blocks_free,
+        s->n_blocks_cached, s->n_blocks_in_use,  s->n_requests_active, s->n_blocks_orphaned};
+    PyObject *v[16];
+    for (int i = 0; i < 16; i++)
         v[i] = PyLong_FromUnsignedLongLong(u[i]);
-    return fill(o, v, 15);
+    return fill(o, v, 16);
 }
 
 PyObject *kvpy_event_to_py(const kvp_event *e, PyObject *medium)
@@ -134,6 +134,7 @@ static PyStructSequence_Field stats_fields[] = {
     {"n_blocks_cached", "indexed and unpinned: evictable"},
     {"n_blocks_in_use", "pinned by at least one request"},
     {"n_requests_active", "requests between acquire and release"},
+    {"n_blocks_orphaned", "cached blocks whose parent is not indexed (count_orphans only)"},
     {NULL, NULL},
 };
 
@@ -164,7 +165,7 @@ static PyStructSequence_Field chain_fields[] = {
 static PyStructSequence_Desc match_desc = {"kvprefix.Match", "The result of matching a prompt.",
                                            match_fields, 7};
 static PyStructSequence_Desc stats_desc = {"kvprefix.Stats", "Cache counters and gauges.",
-                                           stats_fields, 15};
+                                           stats_fields, 16};
 static PyStructSequence_Desc event_desc = {"kvprefix.Event", "One cache event.", event_fields, 7};
 static PyStructSequence_Desc chain_desc = {
     "kvprefix.Chain", "A key chain after some blocks (kvp_chain), with its digest.", chain_fields,

@@ -201,7 +201,7 @@ def test_stats_dataclass_like(cache, ns):
     s = cache.stats()
     assert s.n_requests == 1 and s.n_blocks_stored == 3
     d = kvprefix.stats_dict(s)
-    assert d["n_blocks_stored"] == 3 and len(d) == 15
+    assert d["n_blocks_stored"] == 3 and len(d) == 16  # n_blocks_orphaned appended
     assert "n_blocks_stored=3" in repr(s)
     assert s == cache.stats()
     with pytest.raises(AttributeError):
@@ -240,6 +240,15 @@ def test_eviction_policies(ns):
         kept[policy] = sum(c.lookup(ns, [hot, 0]).n_blocks_cached for hot in range(1, 5))
     assert kept == {"lru": 0, "slru": 4, "s3fifo": 4}
     assert kvprefix.Cache(4, eviction=2).eviction == "s3fifo"
+    assert kvprefix.Cache(4, eviction=3).eviction == "cdecay"
+    c = kvprefix.Cache(6, 1, eviction="cdecay", cdecay_tau=50, count_orphans=True)
+    assert c.eviction == "cdecay"
+    for t in range(40):
+        c.access(ns, [t % 3, t % 5, t])
+    c.check()
+    assert 0 <= c.stats().n_blocks_orphaned <= c.stats().n_blocks_cached
+    with pytest.raises(kvprefix.InvalidArgumentError):
+        kvprefix.Cache(4, eviction="cdecay", cdecay_ghost_pct=10001)
     with pytest.raises(ValueError):
         kvprefix.Cache(4, eviction="lfu")
     with pytest.raises(kvprefix.InvalidArgumentError):

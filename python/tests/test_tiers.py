@@ -123,3 +123,21 @@ def test_tier_metrics_parse(ns):
     with pytest.raises(kvprefix.InvalidArgumentError):
         c.metrics({"medium": "x"})
     assert "kvprefix_tier" not in kvprefix.Cache(8, 4).metrics()
+
+
+@pytest.mark.parametrize("block_bytes", [0, 4096])
+def test_block_bytes_scales_the_bytes_counters(ns, block_bytes):
+    c = kvprefix.Cache(16, 4, hash_profile="xxh3", block_bytes=block_bytes)
+    assert c.add_tier("CPU", 32) == 1
+    t = prompt(12)
+    c.acquire_tiers(1, ns, t)
+    c.commit(1, t)
+    c.release(1)
+    stores = c.tier_orders()
+    assert len(stores) == 3
+    for o in stores:
+        c.tier_confirm(o.id, True)
+    st = c.tier_stats(1)
+    assert st.n_stores == 3
+    assert st.n_bytes_stored == 3 * (block_bytes or 1)
+    c.check()

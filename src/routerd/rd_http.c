@@ -5,7 +5,9 @@
  *   POST /score    {"tokens": [ids...], "model": S, "lora": S, "salt": S, "tenant": S,
  *                  "workers": [NAME...], "loads": {NAME: LOAD}}, or the ids as little-endian
  *                  uint32 (Content-Type application/octet-stream) with
- *                  ?model=S&lora=S&salt=S&tenant=S (no workers or loads)
+ *                  ?model=S&lora=S&salt=S&tenant=S (no workers or loads); or, with
+ *                  --tokenizer, "prompt" or "messages" (+ "tools", ...) instead of
+ *                  "tokens": rd_req.c's text mode, then rd_text_tokens (rd_text.h)
  *                  -> {"prompt_tokens": N, "block_size": B, "workers": [{"engine", "dp_rank",
  *                      "blocks", "tokens", "weighted", "state", "load", "over_cap"}, ...],
  *                      "view": V}
@@ -63,6 +65,7 @@
 
 #include "cli.h"
 #include "rd_http.h"
+#include "rd_text.h"
 #include "routerd.h"
 
 /* What the request in progress is. */
@@ -400,9 +403,35 @@ static int rd_score(rd_daemon *d, rd_conn *cn)
     return rd_answer(cn, MHD_HTTP_OK, "application/json");
 }
 
+/* A /score in text mode (rd_req.h): its tokens from the text (rd_text_tokens), then
+ * rd_score; counted in the text families of /metrics. */
+static int rd_score_text(rd_daemon *d, rd_conn *cn)
+{
+    char err[512];
+    rd_text_scratch *ts = cn->txt;
+    unsigned status = rd_text_tokens(d->text, &ts, &cn->req, err, sizeof err);
+    cn->txt = ts;
+    pthread_mutex_lock(&d->lock);
+    if (status != 0)
+        d->n_text_failed++;
+    else {
+        d->n_text_scored++;
+        d->n_text_tokens += cn->req.n_tokens;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (status != 0)
+        return rd_error(d, cn, status, err);
+    return rd_score(d, cn);
+}
+
 /* A scanner result other than RD_REQ_MORE / RD_REQ_DONE as an answer. */
 static int rd_req_refused(rd_daemon *d, rd_conn *cn, int rc)
 {
+    if (cn->req.text) {
+        pthread_mutex_lock(&d->lock);
+        d->n_text_failed++;
+        pthread_mutex_unlock(&d->lock);
+    }
     rd_req_trim(&cn->req, RD_KEEP_TOKEN_BYTES); /* the budget back now, not at the body's end */
     if (rc == RD_REQ_BUSY)
         return rd_error(d, cn, MHD_HTTP_SERVICE_UNAVAILABLE,
@@ -630,7 +659,9 @@ int rd_http_end(rd_daemon *d, rd_conn *cn, int64_t now_ms)
         return rd_load_end(d, cn);
     uint64_t t0 = rd_now_ns();
     int rc = rd_req_finish(&cn->req);
-    int next = rc == RD_REQ_DONE ? rd_score(d, cn) : rd_req_refused(d, cn, rc);
+    int next = rc == RD_REQ_DONE && cn->req.text ? rd_score_text(d, cn)
+               : rc == RD_REQ_DONE               ? rd_score(d, cn)
+                                                 : rd_req_refused(d, cn, rc);
     cn->busy_ns += rd_now_ns() - t0;
     if (cn->status == MHD_HTTP_OK)
         rd_hist_add(&d->score_hist, RD_HIST_SCORE, cn->busy_ns);
@@ -640,6 +671,9 @@ int rd_http_end(rd_daemon *d, rd_conn *cn, int64_t now_ms)
 void rd_http_done(rd_conn *cn)
 {
     rd_req_trim(&cn->req, RD_KEEP_TOKEN_BYTES);
+    rd_text_scratch *ts = cn->txt;
+    rd_text_scratch_trim(&ts, RD_KEEP_OUT_BYTES);
+    cn->txt = ts;
     rd_load_body_free(cn);
     if (cn->out_cap > RD_KEEP_OUT_BYTES) {
         free(cn->out);
@@ -656,6 +690,8 @@ void rd_conn_free(rd_conn *cn)
     if (cn == NULL)
         return;
     rd_req_trim(&cn->req, 0);
+    rd_text_scratch *ts = cn->txt;
+    rd_text_scratch_trim(&ts, 0);
     rd_load_body_free(cn);
     free(cn->out);
     free(cn->rows);

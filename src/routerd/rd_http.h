@@ -56,6 +56,7 @@ typedef struct rd_conn {
     size_t load_n;          /* bytes of load_body */
     size_t load_cap;        /* capacity of load_body (reserved in load_budget) */
     rd_budget *load_budget; /* the budget load_cap is reserved in (the daemon's) */
+    void *txt;              /* text mode's scratch (rd_text_scratch, rd_text.h), owned */
 } rd_conn;
 
 /* A request's head: method, url (the path, no query), the Content-Type and Content-Length

@@ -279,6 +279,15 @@ int rd_metrics_write(rd_daemon *d, FILE *f)
     rd_metrics_sources(d, f);
     rd_family(f, "kvprefix_router_lookups_total", "counter", "/score requests answered.");
     fprintf(f, "kvprefix_router_lookups_total %" PRIu64 "\n", d->n_lookups);
+    rd_family(f, "kvprefix_router_text_requests_total", "counter",
+              "/score requests with a text prompt (prompt or messages), by result.");
+    fprintf(f, "kvprefix_router_text_requests_total{result=\"scored\"} %" PRIu64 "\n",
+            d->n_text_scored);
+    fprintf(f, "kvprefix_router_text_requests_total{result=\"refused\"} %" PRIu64 "\n",
+            d->n_text_failed);
+    rd_family(f, "kvprefix_router_text_tokens_total", "counter",
+              "Prompt tokens the daemon made from text (rendered and tokenized).");
+    fprintf(f, "kvprefix_router_text_tokens_total %" PRIu64 "\n", d->n_text_tokens);
     rd_family(f, "kvprefix_router_lookup_blocks_total", "counter",
               "Full prompt blocks of the /score requests.");
     fprintf(f, "kvprefix_router_lookup_blocks_total %" PRIu64 "\n", d->n_lookup_blocks);

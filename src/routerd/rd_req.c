@@ -16,6 +16,12 @@
  *                                                          '}'-> NEXT
  *   (workers and loads also take null, as strings do)
  *
+ *   text:    KEY (a text member: prompt, messages, tools, add_generation_prompt,
+ *            chat_template_kwargs) -'"'-> TEXT: every later byte is appended to text_buf
+ *            (which starts as '{"KEY"'), bounded by RD_REQ_TEXT_MAX and the budget; at the
+ *            end rd_text_finish parses it with jansson and feeds the members that are not
+ *            text back through the states above as ',"KEY":VALUE' (replay: no positions)
+ *
  * Whitespace (space, tab, CR, LF) is allowed between tokens, as RFC 8259 says. A member's
  * key is looked up when its closing quote arrives: an unknown or repeated key refuses the
  * request there, before its value is read. Strings are UTF-8 checked when they end (no
@@ -34,11 +40,13 @@
  * a time (SWAR digit conversion) was slower, 43 us, the byte loop's branches predicting
  * well. The daemon's figures (bench/bench_routerd.c) are in docs/routing.md.
  *
- * Invariants (rd_req_check): state is one of RD_S_*; key_len <= sizeof key (or the "too long"
+ * Invariants (rd_req_check): state is one of RD_S_* (RD_S_TEXT only in text mode);
+ * text_n <= text_cap; key_len <= sizeof key (or the "too long"
  * mark); s_len <= s_max; n_tokens <= cap_tokens; names_n <= names_cap; n_items <= cap_items
  * and n_items = n_workers + n_loads; nbuf_len < sizeof nbuf; n_carry < 4; the budget's
  * reservation covers rd_req_reserved (it is never below it).
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,11 +80,12 @@ enum {
     RD_S_NEXT,
     RD_S_END,
     RD_S_BINARY,
+    RD_S_TEXT, /* text mode: the rest of the body goes to text_buf */
     RD_S_FAILED,
     RD_S_COUNT
 };
 
-enum { RD_F_TOKENS, RD_F_STRING, RD_F_NAMES, RD_F_LOADS };
+enum { RD_F_TOKENS, RD_F_STRING, RD_F_NAMES, RD_F_LOADS, RD_F_TEXT };
 
 /* The members of a request: name, kind, slot (rd_req.str index for RD_F_STRING). */
 static const struct {
@@ -84,12 +93,21 @@ static const struct {
     int kind;
     int slot;
 } rd_req_fields[] = {
-    {"tokens", RD_F_TOKENS, 0}, {"model", RD_F_STRING, 0},  {"lora", RD_F_STRING, 1},
-    {"salt", RD_F_STRING, 2},   {"tenant", RD_F_STRING, 3}, {"workers", RD_F_NAMES, 0},
+    {"tokens", RD_F_TOKENS, 0},
+    {"model", RD_F_STRING, 0},
+    {"lora", RD_F_STRING, 1},
+    {"salt", RD_F_STRING, 2},
+    {"tenant", RD_F_STRING, 3},
+    {"workers", RD_F_NAMES, 0},
     {"loads", RD_F_LOADS, 0},
+    {"prompt", RD_F_TEXT, 0},
+    {"messages", RD_F_TEXT, 0},
+    {"tools", RD_F_TEXT, 0},
+    {"add_generation_prompt", RD_F_TEXT, 0},
+    {"chat_template_kwargs", RD_F_TEXT, 0},
 };
 #define RD_N_FIELDS   (sizeof rd_req_fields / sizeof rd_req_fields[0])
-#define RD_FIELD_LIST "tokens, model, lora, salt, tenant, workers, loads"
+#define RD_FIELD_LIST "tokens, model, lora, salt, tenant, workers, loads, " RD_REQ_TEXT_LIST
 
 #define RD_MSG_WORKERS "workers must be an array of worker names (ENGINE or ENGINE/RANK)"
 #define RD_MSG_LOADS   "loads must be an object {WORKER: LOAD} (LOAD a number >= 0)"
@@ -102,8 +120,11 @@ static inline bool rd_is_ws(unsigned char c)
 /* Refuse the request at body byte `at` (0-based) with a message. Returns RD_REQ_BAD. */
 static int rd_bad(rd_req *q, uint64_t at, const char *what)
 {
-    snprintf(q->err, sizeof q->err, "invalid body at byte %llu: %s", (unsigned long long)at + 1,
-             what);
+    if (q->replay)
+        snprintf(q->err, sizeof q->err, "invalid body: %s", what);
+    else
+        snprintf(q->err, sizeof q->err, "invalid body at byte %llu: %s", (unsigned long long)at + 1,
+                 what);
     q->state = RD_S_FAILED;
     return RD_REQ_BAD;
 }
@@ -139,6 +160,12 @@ void rd_req_reset(rd_req *q, rd_budget *budget, bool binary)
     q->n_loads = 0;
     q->workers_set = false;
     q->nbuf_len = 0;
+    q->text = false;
+    q->replay = false;
+    q->text_n = 0;
+    q->text_at = 0;
+    json_decref(q->body);
+    q->body = NULL;
 }
 
 /* Reserve add bytes in the budget. Returns RD_REQ_MORE or RD_REQ_BUSY (nothing reserved). */
@@ -162,7 +189,8 @@ static void rd_budget_give(rd_req *q, size_t n)
 
 size_t rd_req_reserved(const rd_req *q)
 {
-    return q->cap_tokens * sizeof(uint32_t) + q->names_cap + q->cap_items * sizeof(rd_req_item);
+    return q->cap_tokens * sizeof(uint32_t) + q->names_cap + q->cap_items * sizeof(rd_req_item) +
+           q->text_cap;
 }
 
 /* Room for one more item and a string of up to RD_REQ_STR_MAX bytes (and its NUL) in names,
@@ -224,8 +252,30 @@ static int rd_grow_tokens(rd_req *q)
     return RD_REQ_MORE;
 }
 
+int rd_req_set_tokens(rd_req *q, const uint32_t *ids, size_t n)
+{
+    q->n_tokens = 0;
+    while (q->cap_tokens < n) {
+        int rc = rd_grow_tokens(q);
+        if (rc != RD_REQ_MORE)
+            return rc;
+    }
+    if (n)
+        memcpy(q->tokens, ids, n * sizeof *ids);
+    q->n_tokens = n;
+    return RD_REQ_MORE;
+}
+
 void rd_req_trim(rd_req *q, size_t keep_bytes)
 {
+    json_decref(q->body);
+    q->body = NULL;
+    if (q->text_cap > keep_bytes || (keep_bytes == 0 && q->text_buf)) {
+        rd_budget_give(q, q->text_cap);
+        free(q->text_buf);
+        q->text_buf = NULL;
+        q->text_cap = q->text_n = 0;
+    }
     size_t extra = q->names_cap + q->cap_items * sizeof(rd_req_item);
     if (extra > keep_bytes || (keep_bytes == 0 && (q->names || q->items))) {
         rd_budget_give(q, extra);
@@ -310,6 +360,59 @@ static bool rd_put_cp(rd_req *q, uint32_t cp)
     return true;
 }
 
+/* Append n bytes to the text buffer, growing it geometrically with the growth reserved in
+ * the budget first. Returns RD_REQ_MORE, RD_REQ_BUSY or RD_REQ_NOMEM. */
+static int rd_text_add(rd_req *q, const char *p, size_t n)
+{
+    if (n > RD_REQ_TEXT_MAX - q->text_n)
+        return rd_bad(q, q->offset, "a text prompt's body is above 4 MiB (send \"tokens\")");
+    if (n > q->text_cap - q->text_n) {
+        size_t cap = q->text_cap ? q->text_cap : 4096;
+        while (cap - q->text_n < n) {
+            if (cap > SIZE_MAX / 4)
+                return RD_REQ_NOMEM;
+            cap *= 2;
+        }
+        size_t add = cap - q->text_cap;
+        int rc = rd_budget_take(q, add);
+        if (rc != RD_REQ_MORE)
+            return rc;
+        char *b = realloc(q->text_buf, cap);
+        if (b == NULL) {
+            rd_budget_give(q, add);
+            return RD_REQ_NOMEM;
+        }
+        q->text_buf = b;
+        q->text_cap = cap;
+    }
+    memcpy(q->text_buf + q->text_n, p, n);
+    q->text_n += n;
+    return RD_REQ_MORE;
+}
+
+/* The first text member's key just closed (its closing quote at at): switch to text mode,
+ * the buffer starting as '{"KEY"'. Returns RD_REQ_MORE, _BAD (tokens given), _BUSY or
+ * _NOMEM. */
+static int rd_text_begin(rd_req *q, uint64_t at)
+{
+    q->text = true; /* also when refused below: a text request, for the counters */
+    if (q->seen & 1u)
+        return rd_bad(q, at, "a request has tokens or a text prompt (prompt, messages), not both");
+    q->text_n = 0;
+    q->text_at = at - q->key_len - 1; /* the key's opening quote */
+    int rc = rd_text_add(q, "{\"", 2);
+    if (rc == RD_REQ_MORE)
+        rc = rd_text_add(q, q->key, q->key_len);
+    if (rc == RD_REQ_MORE)
+        rc = rd_text_add(q, "\"", 1);
+    if (rc != RD_REQ_MORE) {
+        q->state = RD_S_FAILED;
+        return rc;
+    }
+    q->state = RD_S_TEXT;
+    return RD_REQ_MORE;
+}
+
 /* The key just closed: find its row, refuse unknown and repeated ones. */
 static int rd_key_done(rd_req *q, uint64_t at)
 {
@@ -324,6 +427,8 @@ static int rd_key_done(rd_req *q, uint64_t at)
         }
         q->seen |= 1u << i;
         q->field = (int)i;
+        if (rd_req_fields[i].kind == RD_F_TEXT)
+            return rd_text_begin(q, at);
         q->state = RD_S_COLON;
         return RD_REQ_MORE;
     }
@@ -833,6 +938,14 @@ int rd_req_feed(rd_req *q, const char *data, size_t n)
     while (p < end) {
         uint64_t at = q->offset + (uint64_t)(p - data);
         int rc;
+        if (q->state == RD_S_TEXT) {
+            rc = rd_text_add(q, p, (size_t)(end - p));
+            if (rc != RD_REQ_MORE) {
+                q->state = RD_S_FAILED;
+                return rc;
+            }
+            break;
+        }
         if (q->state >= RD_S_ARR0 && q->state <= RD_S_NUM) {
             p = rd_scan_ids(q, p, end, at, &rc);
             if (rc != RD_REQ_MORE) {
@@ -850,6 +963,72 @@ int rd_req_feed(rd_req *q, const char *data, size_t n)
     return RD_REQ_MORE;
 }
 
+/* Feed s[0 .. n) through the structural states (text mode's members fed back; never token
+ * ids, which text mode refuses). Returns RD_REQ_MORE or what the states returned. */
+static int rd_feed_states(rd_req *q, const char *s, size_t n)
+{
+    int rc = RD_REQ_MORE;
+    for (size_t i = 0; i < n && rc == RD_REQ_MORE; i++)
+        rc = rd_step(q, (unsigned char)s[i], 0);
+    return rc;
+}
+
+/* Text mode's end: parse text_buf with jansson, keep the text members in q->body and feed
+ * the others back through the states as ',"KEY":VALUE' (so workers, loads and strings are
+ * checked as in a token request, and a member given twice is refused). Returns
+ * RD_REQ_DONE, RD_REQ_BAD or RD_REQ_NOMEM. */
+static int rd_text_finish(rd_req *q)
+{
+    json_error_t e;
+    json_t *o = json_loadb(q->text_buf, q->text_n, JSON_REJECT_DUPLICATES, &e);
+    if (o == NULL) {
+        /* text_buf[i] is body byte text_at + i - 1 (text_buf[0] is the '{' put first); the
+         * byte jansson stopped at is text_buf[position - 1]. */
+        uint64_t i = e.position > 0 ? (uint64_t)e.position - 1 : 0;
+        char msg[sizeof e.text + 16];
+        snprintf(msg, sizeof msg, "invalid JSON: %s", e.text);
+        return rd_bad(q, i > 0 ? q->text_at + i - 1 : q->text_at, msg);
+    }
+    q->body = o;
+    q->replay = true;
+    q->state = RD_S_NEXT; /* as after a member's value */
+    const char *key;
+    json_t *v;
+    int rc = RD_REQ_MORE;
+    json_object_foreach(o, key, v)
+    {
+        size_t i = 0;
+        while (i < RD_N_FIELDS && strcmp(rd_req_fields[i].name, key) != 0)
+            i++;
+        char msg[200];
+        if (i == RD_N_FIELDS) {
+            snprintf(msg, sizeof msg, "unknown member '%.40s' (" RD_FIELD_LIST ")", key);
+            return rd_bad(q, 0, msg);
+        }
+        if (rd_req_fields[i].kind == RD_F_TEXT)
+            continue;
+        if (rd_req_fields[i].kind == RD_F_TOKENS)
+            return rd_bad(q, 0,
+                          "a request has tokens or a text prompt (prompt, messages), not both");
+        char *val = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        if (val == NULL)
+            return q->state = RD_S_FAILED, RD_REQ_NOMEM;
+        size_t vl = strlen(val);
+        char head[48];
+        int hl = snprintf(head, sizeof head, ",\"%s\":", key);
+        rc = rd_feed_states(q, head, (size_t)hl);
+        if (rc == RD_REQ_MORE)
+            rc = rd_feed_states(q, val, vl);
+        free(val);
+        if (rc != RD_REQ_MORE)
+            return rc;
+    }
+    rc = rd_feed_states(q, "}", 1);
+    if (rc != RD_REQ_MORE)
+        return rc;
+    return q->state == RD_S_END ? RD_REQ_DONE : rd_bad(q, 0, "the body ends inside the object");
+}
+
 int rd_req_finish(rd_req *q)
 {
     if (q->state == RD_S_FAILED)
@@ -859,6 +1038,8 @@ int rd_req_finish(rd_req *q)
             return rd_bad(q, q->offset, "a binary body's length must be a multiple of 4");
         return RD_REQ_DONE;
     }
+    if (q->state == RD_S_TEXT)
+        return rd_text_finish(q);
     if (q->state != RD_S_END)
         return rd_bad(q, q->offset,
                       q->offset ? "the body ends inside the object" : "the body is empty");
@@ -891,7 +1072,11 @@ const char *rd_req_check(const rd_req *q)
         return "binary carry out of range";
     if (q->field >= (int)RD_N_FIELDS)
         return "field out of range";
+    if (q->text_n > q->text_cap || (q->text_cap == 0) != (q->text_buf == NULL))
+        return "text past its buffer";
+    if (q->state == RD_S_TEXT && !q->text)
+        return "text state outside text mode";
     if (q->budget && atomic_load(&q->budget->used) < rd_req_reserved(q))
-        return "budget below the token array's, names' and items' capacity";
+        return "budget below the token array's, names', items' and text's capacity";
     return NULL;
 }

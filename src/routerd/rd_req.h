@@ -10,6 +10,14 @@
  *           (strings, lists and objects or null; every member optional but tokens; unknown
  *           or repeated members refused at their key, before anything after it is read;
  *           a name is "ENGINE" or "ENGINE/RANK", a load a JSON number 0..1e12)
+ *   text    {"prompt": S} or {"messages": [...], "tools": [...], "add_generation_prompt": B,
+ *            "chat_template_kwargs": {...}} with the namespace, workers and loads as above
+ *           and no "tokens": at the first text member the request switches to text mode,
+ *           its bytes from that key on are kept (in rd_req.text, within the budget), and
+ *           rd_req_finish parses them with jansson: the text members go to rd_req.body
+ *           for rd_text.c to render and tokenize, the others are fed back through the
+ *           scanner's own states (same checks, same messages, without byte positions);
+ *           any other member is refused by name
  *   binary  Content-Type application/octet-stream: the token ids as little-endian uint32,
  *           the namespace from the query string (?model=S&lora=S&salt=S&tenant=S); no
  *           workers or loads (those are JSON only)
@@ -43,6 +51,11 @@
 #define RD_REQ_STR_MAX 1024u
 /* String members (slots of rd_req.str). */
 #define RD_REQ_N_STR 4
+
+/* Longest body in text mode, from the first text member on (a text request is parsed whole
+ * by jansson, tens of bytes per byte while it is parsed, and rendered and tokenized: 4 MiB is
+ * about a million tokens, past any context window). */
+#define RD_REQ_TEXT_MAX ((size_t)4 << 20)
 
 /* Most entries of "workers", and of "loads" (the daemon's load table holds as many). */
 #define RD_REQ_MAX_NAMES 4096u
@@ -87,7 +100,7 @@ typedef struct rd_req {
     size_t n_workers;   /* entries of items that are workers */
     size_t n_loads;     /* entries of items that are loads */
     bool workers_set;   /* "workers" was given and not null (an empty list keeps no row) */
-    char err[160];      /* why the body was refused, when RD_REQ_BAD */
+    char err[256];      /* why the body was refused, when RD_REQ_BAD */
     /* Scanner state. */
     rd_budget *budget; /* shared budget, or NULL: none */
     bool binary;       /* application/octet-stream body */
@@ -110,7 +123,19 @@ typedef struct rd_req {
     uint8_t carry[4];  /* binary: bytes of an id split between chunks */
     int n_carry;       /* their count */
     uint64_t offset;   /* body bytes consumed: error positions */
+    /* Text mode (a text member was met). */
+    bool text;           /* the request is in text mode */
+    bool replay;         /* feeding members back from jansson: no byte positions */
+    char *text_buf;      /* the body from the first text key on (as '{"KEY"...'), owned */
+    size_t text_n;       /* bytes in text_buf */
+    size_t text_cap;     /* capacity of text_buf (reserved in budget) */
+    uint64_t text_at;    /* body offset that text_buf[1] stands at (error positions) */
+    struct json_t *body; /* after rd_req_finish in text mode: the text members (owned) */
 } rd_req;
+
+/* Text members: "prompt", "messages", "tools", "add_generation_prompt",
+ * "chat_template_kwargs" (rd_req.c's table). */
+#define RD_REQ_TEXT_LIST "prompt, messages, tools, add_generation_prompt, chat_template_kwargs"
 
 /* Start a request (binary: an octet-stream body) with budget (or NULL). Keeps the token
  * array (its capacity stays reserved). Cannot fail. */
@@ -124,15 +149,21 @@ int rd_req_arg(rd_req *q, const char *key, const char *value);
  * RD_REQ_BUSY or RD_REQ_NOMEM; after anything but RD_REQ_MORE the request is over. */
 int rd_req_feed(rd_req *q, const char *data, size_t n);
 
-/* The body ended. Returns RD_REQ_DONE or RD_REQ_BAD (truncated, no tokens member). */
+/* The body ended. Returns RD_REQ_DONE or RD_REQ_BAD (truncated, no tokens member, in text
+ * mode invalid JSON or a member refused), or RD_REQ_NOMEM. In text mode (q->text) the ids
+ * are not set: q->body holds the text members for rd_text_tokens. */
 int rd_req_finish(rd_req *q);
 
-/* Give back the token array beyond keep_bytes of capacity, and the names and items beyond
- * keep_bytes together (to the allocator and the budget); keep_bytes 0 frees them all.
- * Cannot fail. */
+/* Put ids[0 .. n) as the request's tokens (text mode, after rd_req_finish), growing the
+ * array within the budget. Returns RD_REQ_MORE, RD_REQ_BUSY or RD_REQ_NOMEM. */
+int rd_req_set_tokens(rd_req *q, const uint32_t *ids, size_t n);
+
+/* Give back the token array beyond keep_bytes of capacity, the names and items beyond
+ * keep_bytes together, the text buffer beyond keep_bytes (and the parsed body always) (to the
+ * allocator and the budget); keep_bytes 0 frees them all. Cannot fail. */
 void rd_req_trim(rd_req *q, size_t keep_bytes);
 
-/* Bytes q holds in its budget (token array, names, items). Cannot fail. */
+/* Bytes q holds in its budget (token array, names, items, text). Cannot fail. */
 size_t rd_req_reserved(const rd_req *q);
 
 /* The name of item i (i < n_items), valid until the next rd_req_reset or feed. */

@@ -36,6 +36,7 @@
 #include "flags.h"
 #include "hashopt.h"
 #include "routerd.h"
+#include "rd_text.h"
 
 #define fail(...) cli_fail("router", __VA_ARGS__)
 
@@ -118,6 +119,12 @@ static const char usage_tail[] =
 
 /* The rest of the usage (one string would pass the 4095 bytes C guarantees). */
 static const char usage_text2[] =
+    "Prompts as text (/score with \"prompt\" or \"messages\", docs/routing.md):\n"
+    "  --tokenizer [MODEL=]PATH  the model's tokenizer, as replay's --tokenizer takes it\n"
+    "                       (repeatable; without MODEL= the default for every model)\n"
+    "  --template [MODEL=]NAME   its chat template, as replay's --template (default: the\n"
+    "                       tokenizer's)\n"
+    "\n"
     "Shared index (several routers on one Redis, docs/routing.md):\n"
     "  --redis URL          redis://HOST[:PORT][/DB] (port 6379), HOST:PORT or\n"
     "                       unix:PATH; scores come from Redis, from the local view\n"
@@ -168,7 +175,9 @@ enum {
     RD_OPT_MAX_CONNS,
     RD_OPT_BODY_BUDGET,
     RD_OPT_EP_WORKERS,
-    RD_OPT_EP_BLOCKS
+    RD_OPT_EP_BLOCKS,
+    RD_OPT_TOKENIZER,
+    RD_OPT_TEMPLATE
 };
 
 static const struct option rd_longopts[] = {
@@ -203,6 +212,8 @@ static const struct option rd_longopts[] = {
     {"body-budget", required_argument, NULL, RD_OPT_BODY_BUDGET},
     {"endpoint-workers", required_argument, NULL, RD_OPT_EP_WORKERS},
     {"endpoint-blocks", required_argument, NULL, RD_OPT_EP_BLOCKS},
+    {"tokenizer", required_argument, NULL, RD_OPT_TOKENIZER},
+    {"template", required_argument, NULL, RD_OPT_TEMPLATE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -444,6 +455,10 @@ static int rd_apply_opt(rd_daemon *d, rd_opts *o, int c, const char *arg)
     case RD_OPT_CONFIG:
         o->config = arg;
         return 0;
+    case RD_OPT_TOKENIZER:
+        return rd_text_tokenizer(d->text, arg);
+    case RD_OPT_TEMPLATE:
+        return rd_text_template(d->text, arg);
     case RD_OPT_TIMEOUT:
         if ((rc = cli_flag_uint("router", "--replay-timeout", arg, 1, 600000, &v)) == 0)
             d->replay_timeout_ms = (int)v;
@@ -669,9 +684,12 @@ int rd_main(int argc, char **argv)
     kvp_router_rank_config_init(&d.rank);
     d.scrape_interval_ms = 1000;
     d.load_ttl_ms = 10000;
-    int rc = rd_loads_new(&d) ? fail(CLI_EXIT_INTERNAL, "out of memory") : 0;
+    int rc =
+        rd_loads_new(&d) || rd_text_new(&d.text) ? fail(CLI_EXIT_INTERNAL, "out of memory") : 0;
     if (rc == 0)
         rc = rd_parse_args(argc, argv, &d, &o);
+    if (rc == 0)
+        rc = rd_text_load(d.text);
     char err[512];
     if (rc == 0)
         rc = rd_router_new(&d);
@@ -683,6 +701,7 @@ int rd_main(int argc, char **argv)
     kvp_router_free(d.router);
     rd_spec_free(&d);
     rd_loads_free(d.loads);
+    rd_text_free(d.text);
     pthread_mutex_destroy(&d.lock);
     return rc < 0 ? CLI_EXIT_OK : rc;
 }

@@ -149,6 +149,12 @@ typedef struct rd_daemon {
     rd_hist lag_hist;            /* engine stamp of a batch -> applied (rd_events.c) */
     uint64_t n_http_timeouts;    /* requests cut at their deadline (under lock) */
     uint64_t n_http_busy;        /* /score refused: the body budget was spent (under lock) */
+
+    /* Prompts as text (rd_text.c). */
+    struct rd_text *text;   /* --tokenizer / --template table (written at start only) */
+    uint64_t n_text_scored; /* /score requests in text mode answered 200 (under lock) */
+    uint64_t n_text_failed; /* text requests refused after their body (under lock) */
+    uint64_t n_text_tokens; /* tokens the daemon made from text (under lock) */
 } rd_daemon;
 
 /* What the daemon last said about the shared store (rd_daemon.redis_state). */

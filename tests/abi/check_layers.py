@@ -25,7 +25,11 @@ needs a rule before it gets code):
                               (cmd/fleet/ also kvprefix_events.h: --index drives kvp_router)
   src/cli/main.c              all of src/cli/, src/routerd/ (routerd.h: `kvprefix router`),
                               kvprefix.h, kvprefix_events.h
-  src/routerd/                routerd/, src/cli/common/, kvprefix.h, kvprefix_events.h
+  src/routerd/                routerd/, src/cli/common/, src/cli/tok/, src/cli/input/,
+                              kvprefix.h, kvprefix_events.h (tok/ and input/ for prompts
+                              as text: one tokenizer and one template renderer for replay,
+                              fleet and the router, so the daemon's ids are replay's; never
+                              capacity/ or a command)
 
 "kvprefix.h" alone means the tool reaches include/ for the library's public header only:
 libkvprefix-events' header is for the components that link that library.
@@ -67,8 +71,10 @@ def rule_for(rel, commands):
     if folder.startswith('src/events'):
         return ('events', ['src/events', 'include'], ['src/events', 'include'])
     if folder.startswith('src/routerd'):
-        return ('routerd', ['src/routerd', 'src/cli/common', 'include'],
-                ['src/routerd', 'src/cli/common'] + LIB_HEADER + EVENTS_HEADER)
+        return ('routerd', ['src/routerd', 'src/cli/input', 'src/cli/tok', 'src/cli/common',
+                            'include'],
+                ['src/routerd', 'src/cli/common', 'src/cli/tok', 'src/cli/input'] + LIB_HEADER +
+                EVENTS_HEADER)
     if rel == 'src/cli/main.c':
         return ('main.c', LAYERS + commands + ['src/routerd', 'include'],
                 ['src/cli', 'src/routerd'] + LIB_HEADER + EVENTS_HEADER)

@@ -52,6 +52,12 @@ CASES = [
      'src/routerd/rd_http.c', ['#include "../cli/cmd/plan/plan.h"'], 1,
      'src/routerd/rd_http.c:{line}: "../cli/cmd/plan/plan.h" resolves to '
      'src/cli/cmd/plan/plan.h: routerd may not reach it'),
+    ('the daemon including the tool\'s capacity layer (it may reach tok/ and input/ only)',
+     'src/routerd/rd_text.c', ['#include "../cli/capacity/kvplan.h"'], 1,
+     'src/routerd/rd_text.c:{line}: "../cli/capacity/kvplan.h" resolves to '
+     'src/cli/capacity/kvplan.h: routerd may not reach it'),
+    ('the daemon including input/\'s header (allowed: prompts as text)',
+     'src/routerd/rd_http.c', ['#include "logread.h"'], 0, 'no cycle'),
     ('a cycle: the two public headers including each other',
      'include/kvprefix.h', ['#include "kvprefix_events.h"'], 1,
      'include cycle: include/kvprefix.h -> include/kvprefix_events.h -> include/kvprefix.h'),

@@ -328,8 +328,8 @@ Test(replay_policy, bad_names_exit_2)
 {
     const char *log = example_log();
     cr_assert_eq(replay_into("--policy lru,fifo --capacity 400", log, out, sizeof out), 2);
-    cr_assert(strstr(err, "--policy: 'fifo' is not one of lru, slru, s3fifo, opt") != NULL, "%s",
-              err);
+    cr_assert(strstr(err, "--policy: 'fifo' is not one of lru, slru, s3fifo, cdecay, opt") != NULL,
+              "%s", err);
     cr_assert_eq(replay_into("--policy opt,opt --capacity 400", log, out, sizeof out), 2);
     cr_assert(strstr(err, "'opt' is given twice") != NULL, "%s", err);
     cr_assert_eq(replay_into("--policy lru, --capacity 400", log, out, sizeof out), 2);

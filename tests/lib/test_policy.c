@@ -1,10 +1,12 @@
 /*
- * test_policy.c - the eviction policies other than LRU (kvp_config.eviction): SLRU and
- * S3-FIFO against small reference models, hand cases of each policy's defining behaviour,
- * and the policy checkers catching corruptions.
+ * test_policy.c - the eviction policies other than LRU (kvp_config.eviction): SLRU,
+ * S3-FIFO and CDECAY against small reference models, hand cases of each policy's defining
+ * behaviour, the orphan count (kvp_config.count_orphans) against an index-based oracle under
+ * every policy, and the policy checkers catching corruptions.
  *
  * The models below are written from the published descriptions (segmented LRU; S3-FIFO,
- * Yang et al., SOSP'23, Algorithm 1) plus the two points where the cache must decide what
+ * Yang et al., SOSP'23, Algorithm 1; CDECAY, the project's own, from its description in
+ * docs/design.md) plus the two points where the cache must decide what
  * the papers do not say, as src/policy.h states them: a block is inserted at its first
  * release (a pinned block cannot be evicted, so it joins no queue before), and a block
  * leaves its queue while pinned and re-enters at its queue's tail when released. Every
@@ -16,12 +18,14 @@
  * call compares, for every node of the tree, the cached run kvp_lookup reports for the
  * node's path with the model's, and runs kvp_cache_check.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
 
 #include "internal.h"
+#include "policy_list.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -245,6 +249,147 @@ static uint32_t model_run(const model *m, const uint32_t *t, size_t d)
     return r;
 }
 
+/* CDECAY, from its description (include/kvprefix.h and docs/design.md, "Eviction policies"):
+ * time counts block releases; a release is a touch of class min(known, 2) * 9 +
+ * min(bit length of the request's new blocks, 8), known being the block's earlier touches
+ * while cached or remembered by the ghost (the count at its eviction, read once); a touch of a
+ * block touched before credits the class of its previous touch with a reuse; at the start of each
+ * request's release every class's offset is floor(tau ln((reuses + 1) / (trials + 2))); a
+ * released block's key is the clock (after its tick) plus its class's offset, and it joins
+ * that class's FIFO, unless the block released just before was its child with a greater key:
+ * then it takes that key and the child's FIFO. The victim is the least key among the FIFOs'
+ * oldest blocks, the deeper on a tie, then the lower class; it enters the ghost (a FIFO of
+ * ghost_pct percent of the pool) with its touches and class. This model keeps plain arrays. */
+#define CD_CLS 27
+
+typedef struct cd_ghost {
+    int x, hist, cls;
+} cd_ghost;
+
+typedef struct cdmodel {
+    int n_blocks, cap_ghost;
+    double tau;
+    int where[MAX_NODES];  /* WHERE_NONE, WHERE_PINNED or WHERE_Q1 (cached) */
+    bool fresh[MAX_NODES]; /* taken, not released since */
+    int hist[MAX_NODES], cls[MAX_NODES], fifo[MAX_NODES];
+    long long key[MAX_NODES];
+    queue q[CD_CLS];
+    cd_ghost ghost[2048]; /* oldest first */
+    int n_ghost;
+    double trials[CD_CLS], reused[CD_CLS];
+    long long off[CD_CLS];
+    long long clock;
+    int n_pinned, n_cached;
+} cdmodel;
+
+static void cd_init(cdmodel *m, int n, uint32_t tau, uint32_t ghost_pct)
+{
+    memset(m, 0, sizeof *m);
+    m->n_blocks = n;
+    m->tau = tau ? tau : 20000;
+    m->cap_ghost = n * (int)(ghost_pct ? ghost_pct : 1600) / 100;
+    cr_assert(m->cap_ghost <= 2048);
+}
+
+static int node_depth(int x)
+{
+    uint32_t t[DEPTH];
+    return (int)path_of(x, t) - 1;
+}
+
+static void cd_evict(cdmodel *m)
+{
+    int best = -1;
+    for (int c = 0; c < CD_CLS; c++) {
+        if (m->q[c].n == 0)
+            continue;
+        int x = m->q[c].v[0];
+        if (best < 0 || m->key[x] < m->key[m->q[best].v[0]] ||
+            (m->key[x] == m->key[m->q[best].v[0]] && node_depth(x) > node_depth(m->q[best].v[0])))
+            best = c;
+    }
+    int v = q_pop(&m->q[best]);
+    m->where[v] = WHERE_NONE;
+    m->n_cached--;
+    if (m->cap_ghost > 0) {
+        if (m->n_ghost == m->cap_ghost) {
+            memmove(m->ghost, m->ghost + 1, (size_t)(m->n_ghost - 1) * sizeof m->ghost[0]);
+            m->n_ghost--;
+        }
+        m->ghost[m->n_ghost++] = (cd_ghost){v, m->hist[v], m->cls[v]};
+    }
+}
+
+static void cd_access(cdmodel *m, const uint32_t *t, size_t d)
+{
+    int held[DEPTH];
+    size_t n_held = 0;
+    for (size_t i = 0; i < d; i++) {
+        int x = node_of(t, i + 1);
+        if (m->where[x] == WHERE_Q1) {
+            q_remove(&m->q[m->fifo[x]], x);
+            m->n_cached--;
+        } else {
+            if (m->n_cached + m->n_pinned >= m->n_blocks) {
+                if (m->n_cached == 0)
+                    break;
+                cd_evict(m);
+            }
+            m->fresh[x] = true;
+        }
+        m->where[x] = WHERE_PINNED;
+        m->n_pinned++;
+        held[n_held++] = x;
+    }
+    int n_new = 0;
+    for (size_t i = 0; i < n_held; i++)
+        n_new += m->fresh[held[i]];
+    int col = 0;
+    while (n_new >> col)
+        col++;
+    col = col > 8 ? 8 : col;
+    for (int c = 0; c < CD_CLS; c++)
+        m->off[c] = (long long)floor(m->tau * log((m->reused[c] + 1) / (m->trials[c] + 2)));
+    long long chain_key = 0;
+    int chain_fifo = -1;
+    for (size_t i = n_held; i-- > 0;) {
+        int x = held[i], known = 0, prev = 0;
+        if (m->fresh[x]) {
+            m->fresh[x] = false;
+            for (int g = m->n_ghost; g-- > 0;)
+                if (m->ghost[g].x == x) {
+                    known = m->ghost[g].hist;
+                    prev = m->ghost[g].cls;
+                    m->ghost[g].hist = m->ghost[g].cls = 0; /* read once */
+                    break;
+                }
+        } else {
+            known = m->hist[x];
+            prev = m->cls[x];
+        }
+        if (known > 0)
+            m->reused[prev]++;
+        int c = (known > 2 ? 2 : known) * 9 + col;
+        m->trials[c]++;
+        m->cls[x] = c;
+        m->hist[x] = known < 255 ? known + 1 : 255;
+        long long key = ++m->clock + m->off[c];
+        int f = c;
+        if (i + 1 < n_held && key < chain_key) { /* held[i + 1] is its child, released before */
+            key = chain_key;
+            f = chain_fifo;
+        }
+        chain_key = key;
+        chain_fifo = f;
+        m->key[x] = key;
+        m->fifo[x] = f;
+        q_push(&m->q[f], x);
+        m->where[x] = WHERE_Q1;
+        m->n_pinned--;
+        m->n_cached++;
+    }
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Random operation sequences against the models                                            */
 /* ---------------------------------------------------------------------------------------- */
@@ -314,6 +459,52 @@ Test(policy, s3fifo_matches_model, .timeout = 120)
 {
     for (uint64_t seed = 1; seed <= 40; seed++)
         run_random(KVP_EVICT_S3FIFO, seed, 150);
+}
+
+static void run_random_cdecay(uint64_t seed, int steps)
+{
+    uint64_t rng = seed;
+    uint32_t n = 4 + (uint32_t)(th_rand(&rng) % 28);
+    uint32_t tau = 1 + (uint32_t)(th_rand(&rng) % 40);
+    uint32_t ghost = (uint32_t)(th_rand(&rng) % 8) * 100; /* 0: the default, 1600 */
+    kvp_config cfg = th_config(n, 1, false, NULL, NULL);
+    cfg.eviction = KVP_EVICT_CDECAY;
+    cfg.cdecay_tau = tau;
+    cfg.cdecay_ghost_pct = ghost;
+    kvp_cache *c = th_cache_new(&cfg);
+    static cdmodel m;
+    cd_init(&m, (int)n, tau, ghost);
+    kvp_namespace ns;
+    th_ns(&ns, "policy", NULL, NULL, NULL);
+    for (int s = 0; s < steps; s++) {
+        uint32_t t[DEPTH];
+        size_t d = 1 + th_rand(&rng) % DEPTH;
+        bool hot = th_rand(&rng) % 3 == 0;
+        for (size_t i = 0; i < d; i++)
+            t[i] = hot && i < 2 ? 1 : 1 + (uint32_t)(th_rand(&rng) % FAN);
+        th_access_ok(c, &ns, t, d);
+        cd_access(&m, t, d);
+        for (int x = 0; x < MAX_NODES; x++) {
+            uint32_t p[DEPTH];
+            size_t pd = path_of(x, p);
+            uint32_t got = th_lookup_ok(c, &ns, p, pd).n_blocks_cached;
+            uint32_t want = 0;
+            while (want < pd && m.where[node_of(p, want + 1)] == WHERE_Q1)
+                want++;
+            cr_assert_eq(got, want,
+                         "cdecay seed %llu step %d: node %d (depth %zu) run %u, model %u",
+                         (unsigned long long)seed, s, x, pd, got, want);
+        }
+        cr_assert_eq(th_stats(c).n_blocks_cached, (uint32_t)m.n_cached);
+        TH_CHECK(c);
+    }
+    kvp_cache_free(c);
+}
+
+Test(policy, cdecay_matches_model, .timeout = 120)
+{
+    for (uint64_t seed = 1; seed <= 40; seed++)
+        run_random_cdecay(seed, 150);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -416,7 +607,7 @@ Test(policy, pool_promises_hold)
     kvp_namespace a, b;
     th_ns(&a, "quota", NULL, "a", NULL);
     th_ns(&b, "quota", NULL, "b", NULL);
-    for (int policy = KVP_EVICT_LRU; policy <= KVP_EVICT_S3FIFO; policy++) {
+    for (int policy = KVP_EVICT_LRU; policy <= KVP_EVICT_CDECAY; policy++) {
         kvp_config cfg = th_config(8, 1, false, NULL, NULL);
         cfg.eviction = policy;
         cfg.ns_quota = 3;
@@ -445,8 +636,15 @@ Test(policy, config_is_validated)
 {
     kvp_config cfg = th_config(8, 1, false, NULL, NULL);
     kvp_cache *c = NULL;
-    cfg.eviction = 3;
+    cfg.eviction = 4;
     cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
+    cfg.eviction = KVP_EVICT_CDECAY;
+    cfg.cdecay_tau = 1000000001;
+    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
+    cfg.cdecay_tau = 0;
+    cfg.cdecay_ghost_pct = 10001;
+    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
+    cfg.cdecay_ghost_pct = 0;
     cfg.eviction = KVP_EVICT_SLRU;
     cfg.slru_protected_pct = 101;
     cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL);
@@ -460,6 +658,9 @@ Test(policy, config_is_validated)
     cr_assert_eq(d.slru_protected_pct, 80);
     cr_assert_eq(d.s3fifo_small_pct, 10);
     cr_assert_eq(d.s3fifo_ghost_pct, 100);
+    cr_assert_eq(d.cdecay_tau, 0, "0: the default tau");
+    cr_assert_eq(d.cdecay_ghost_pct, 0, "0: the default ghost");
+    cr_assert(!d.count_orphans);
 }
 
 /* kvp_cache_reset drops every cached block under each policy and leaves the ghost as it is. */
@@ -467,7 +668,7 @@ Test(policy, reset_drops_everything)
 {
     kvp_namespace ns;
     th_ns(&ns, "reset", NULL, NULL, NULL);
-    for (int policy = KVP_EVICT_SLRU; policy <= KVP_EVICT_S3FIFO; policy++) {
+    for (int policy = KVP_EVICT_SLRU; policy <= KVP_EVICT_CDECAY; policy++) {
         kvp_cache *c = policy_cache(policy, 6, 50, 20, 100);
         for (uint32_t t = 1; t < 20; t++)
             th_access_ok(c, &ns, &t, 1);
@@ -478,6 +679,180 @@ Test(policy, reset_drops_everything)
         cr_assert_eq(c->policy.ghost_n, g);
         kvp_cache_free(c);
     }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* CDECAY hand cases                                                                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Blocks touched again and again outlive a stream of one-time blocks once the policy has
+ * learned that first touches are rarely followed by another: rounds of 4 hot blocks and 8
+ * cold ones in a pool of 10 (LRU loses the hot blocks every round). */
+Test(policy, cdecay_learns_that_one_time_blocks_are_not_reused)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "scan", NULL, NULL, NULL);
+    for (int policy = KVP_EVICT_LRU; policy <= KVP_EVICT_CDECAY; policy += KVP_EVICT_CDECAY) {
+        kvp_cache *c = policy_cache(policy, 10, 80, 10, 100);
+        uint32_t cold = 100, hits = 0;
+        for (int round = 0; round < 20; round++) {
+            for (uint32_t hot = 1; hot <= 4; hot++)
+                hits += th_access_ok(c, &ns, &hot, 1).n_blocks_cached;
+            for (int k = 0; k < 8; k++, cold++)
+                th_access_ok(c, &ns, &cold, 1);
+            TH_CHECK(c);
+        }
+        bool kept = true;
+        for (uint32_t hot = 1; hot <= 4; hot++)
+            kept = kept && is_cached(c, &ns, hot);
+        cr_assert_eq(kept, policy == KVP_EVICT_CDECAY, "policy %d: hot blocks kept %d (%u hits)",
+                     policy, kept, hits);
+        cr_assert(policy == KVP_EVICT_LRU ? hits == 0 : hits >= 60, "policy %d: %u hits", policy,
+                  hits);
+        kvp_cache_free(c);
+    }
+}
+
+/* A chain released together: each parent's key is at least its child's, so the tail goes
+ * first and no parent leaves before its child. */
+Test(policy, cdecay_chain_closure)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "closure", NULL, NULL, NULL);
+    kvp_cache *c = policy_cache(KVP_EVICT_CDECAY, 8, 80, 10, 100);
+    uint32_t t[5] = {1, 2, 3, 4, 0};
+    th_access_ok(c, &ns, t, 4);
+    uint32_t cold = 9;
+    th_access_ok(c, &ns, &cold, 1); /* the class of a short new chain: a different offset */
+    th_access_ok(c, &ns, t, 4);
+    uint32_t ids[4];
+    kvp_match m;
+    cr_assert_eq(kvp_lookup(c, &ns, t, 5, ids, 4, &m), KVP_OK);
+    cr_assert_eq(m.n_blocks_cached, 4);
+    for (uint32_t i = 1; i < 4; i++)
+        cr_assert(c->policy.b[ids[i - 1]].key >= c->policy.b[ids[i]].key, "block %u", i);
+    for (uint32_t x = 20; x < 24; x++) { /* four new blocks: the chain leaves tail first */
+        th_access_ok(c, &ns, &x, 1);
+        uint32_t run = th_lookup_ok(c, &ns, t, 5).n_blocks_cached;
+        cr_assert(run == 4 || th_stats(c).n_blocks_cached < 8, "run %u", run);
+    }
+    TH_CHECK(c);
+    kvp_cache_free(c);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Orphans (kvp_config.count_orphans)                                                       */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The index key of node x's block, from the cache's own hasher. */
+static kvp_key node_key(kvp_cache *c, const kvp_namespace *ns, int x)
+{
+    uint32_t t[DEPTH];
+    size_t d = path_of(x, t), n = 0;
+    const kvp_hasher *h = kvp_cache_hasher(c);
+    kvp_chain ch, out[DEPTH];
+    cr_assert_eq(kvp_hasher_root(h, ns, &ch), KVP_OK);
+    cr_assert_eq(kvp_hasher_blocks(h, ns, &ch, t, d, out, DEPTH, &n), KVP_OK);
+    cr_assert_eq(n, d);
+    return out[d - 1].key;
+}
+
+static int parent_of(int x)
+{
+    uint32_t t[DEPTH];
+    size_t d = path_of(x, t);
+    return d > 1 ? node_of(t, d - 1) : -1;
+}
+
+/* Is node x an orphan by the index: its block cached, its parent's key indexed nowhere? */
+static bool oracle_orphan(kvp_cache *c, const kvp_key *keys, int x)
+{
+    const kvp__block *b = kvp__index_find(&c->index, keys[x]);
+    int px = parent_of(x);
+    return px >= 0 && b && kvp__block_is_cached(b) && !kvp__index_find(&c->index, keys[px]);
+}
+
+/* Under every policy, random accesses with the orphan count on: after every step the count
+ * equals the index's; an orphan whose parent is stored again is re-adopted at once (a lookup
+ * reaches it and it no longer counts). S3-FIFO and CDECAY orphan blocks; LRU and SLRU never
+ * do (each release of a child is followed by its parent's, and their orders keep a parent
+ * behind its child; see policy_slru.c). */
+Test(policy, orphans_counted_and_readopted, .timeout = 120)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "orphans", NULL, NULL, NULL);
+    for (int policy = KVP_EVICT_LRU; policy <= KVP_EVICT_CDECAY; policy++) {
+        uint32_t n_orphaned = 0, n_readopted = 0;
+        for (uint64_t seed = 1; seed <= 30; seed++) {
+            uint64_t rng = seed;
+            kvp_config cfg = th_config(4 + (uint32_t)(th_rand(&rng) % 20), 1, false, NULL, NULL);
+            cfg.eviction = policy;
+            cfg.count_orphans = true;
+            cfg.slru_protected_pct = 50;
+            cfg.s3fifo_small_pct = 20;
+            cfg.cdecay_tau = 5 * (uint32_t)(1 + th_rand(&rng) % 200);
+            kvp_cache *c = th_cache_new(&cfg);
+            kvp_key keys[MAX_NODES];
+            for (int x = 0; x < MAX_NODES; x++)
+                keys[x] = node_key(c, &ns, x);
+            for (int s = 0; s < 120; s++) {
+                uint32_t t[DEPTH];
+                size_t d = 1 + th_rand(&rng) % DEPTH;
+                bool hot = th_rand(&rng) % 2 == 0;
+                for (size_t i = 0; i < d; i++)
+                    t[i] = hot && i < 2 ? 1 : 1 + (uint32_t)(th_rand(&rng) % FAN);
+                th_access_ok(c, &ns, t, d);
+                uint32_t want = 0;
+                int orphan = -1;
+                for (int x = 0; x < MAX_NODES; x++)
+                    if (oracle_orphan(c, keys, x)) {
+                        want++;
+                        orphan = x;
+                    }
+                cr_assert_eq(th_stats(c).n_blocks_orphaned, want,
+                             "policy %d seed %llu step %d: %u orphans, the index %u", policy,
+                             (unsigned long long)seed, s, th_stats(c).n_blocks_orphaned, want);
+                n_orphaned += want;
+                if (orphan < 0 || th_rand(&rng) % 2)
+                    continue;
+                /* Store the parent's chain again (it may evict the orphan; then try later). */
+                uint32_t p[DEPTH];
+                size_t pd = path_of(parent_of(orphan), p);
+                th_access_ok(c, &ns, p, pd);
+                if (!oracle_orphan(c, keys, orphan) && kvp__index_find(&c->index, keys[orphan]) &&
+                    kvp__block_is_cached(kvp__index_find(&c->index, keys[orphan]))) {
+                    uint32_t o[DEPTH];
+                    size_t od = path_of(orphan, o);
+                    cr_assert_eq(th_lookup_ok(c, &ns, o, od).n_blocks_cached, (uint32_t)od,
+                                 "a re-adopted block is reachable again");
+                    n_readopted++;
+                }
+                TH_CHECK(c);
+            }
+            kvp_cache_free(c);
+        }
+        if (policy == KVP_EVICT_LRU || policy == KVP_EVICT_SLRU) {
+            cr_assert_eq(n_orphaned, 0, "policy %d orphaned %u blocks", policy, n_orphaned);
+        } else {
+            cr_assert(n_orphaned > 0, "policy %d: no orphan in 30 runs", policy);
+            cr_assert(n_readopted > 0, "policy %d: no re-adoption", policy);
+        }
+    }
+}
+
+/* Without count_orphans the count is 0 and nothing is allocated for it. */
+Test(policy, orphans_off_by_default)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "orphans", NULL, NULL, NULL);
+    kvp_cache *c = policy_cache(KVP_EVICT_SLRU, 4, 50, 10, 100);
+    cr_assert_null(c->policy.link);
+    for (uint32_t t = 1; t < 40; t++) {
+        uint32_t p[3] = {t % 3, t % 5, t};
+        th_access_ok(c, &ns, p, 3);
+    }
+    cr_assert_eq(th_stats(c).n_blocks_orphaned, 0);
+    kvp_cache_free(c);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -589,6 +964,47 @@ Test(policy_check, s3fifo_freq_and_ghost)
     p->ghost_n = p->ghost_cap + 1;
     EXPECT_CORRUPT(c, kvp__policy_s3fifo_check);
     p->ghost_n = p->ghost_cap;
+    kvp_cache_free(c);
+}
+
+Test(policy_check, cdecay_lists_keys_and_history)
+{
+    kvp_namespace ns;
+    th_ns(&ns, "corrupt", NULL, NULL, NULL);
+    kvp_cache *c = policy_cache(KVP_EVICT_CDECAY, 8, 50, 25, 100);
+    for (uint32_t t = 1; t < 20; t++) {
+        uint32_t p[2] = {t % 4, t};
+        th_access_ok(c, &ns, p, 2);
+    }
+    kvp__policy *p = &c->policy;
+    cr_assert_eq(kvp__policy_check(c), KVP_OK);
+    cr_assert(p->ghost_n >= 2);
+    uint32_t h = KVP_NIL;
+    uint8_t l = 0;
+    for (l = KVP__PL_C0; l < KVP__PL_N && h == KVP_NIL; l++)
+        h = p->list[l].head;
+    cr_assert_neq(h, KVP_NIL);
+    uint8_t hist = p->b[h].hist;
+    p->b[h].hist = 0; /* cached without a touch */
+    EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
+    p->b[h].hist = hist;
+    int64_t key = p->b[h].key;
+    p->b[h].key = (int64_t)p->cd_clock + 1; /* a key from the future */
+    EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
+    p->b[h].key = key;
+    uint8_t w = p->cd_win[1];
+    p->cd_win[1] = 0xff; /* the tournament names no victim */
+    EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
+    p->cd_win[1] = w;
+    p->cd_off[3] = 1; /* odds above 1 */
+    EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
+    p->cd_off[3] = 0;
+    /* A cached block moved to SLRU's probation list, which CDECAY does not use. */
+    kvp__plist_remove(c, h);
+    c->pool.n_lru++;
+    kvp__plist_push(c, KVP__PL_A, h);
+    c->pool.n_lru--;
+    EXPECT_CORRUPT(c, kvp__policy_check);
     kvp_cache_free(c);
 }
 

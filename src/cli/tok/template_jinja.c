@@ -291,6 +291,8 @@ int tpl_render_jinja(const jinja_tmpl *t, const json_t *body, const json_t *extr
         out->text[0] = '\0';
     out->n_segs = 0;
     out->limit = limit;
+    if (t == NULL)
+        return cli_errf(err, err_size, "no chat template to render with"), TPL_EINPUT;
     /* Step 1: the context and the full render. */
     json_t *ctx = build_context(body, extra, err, err_size);
     if (!ctx)

@@ -64,7 +64,8 @@ static const char usage_text[] =
     "                       --overlap-weight` does (default 0: most cached blocks first)\n"
     "  --vnodes N           affinity: hash-ring points per replica (default 160)\n"
     "  --affinity-blocks K  affinity: hash the prompt's first K blocks (default 1)\n"
-    "  --eviction P         every replica's eviction policy: lru (default), slru, s3fifo\n"
+    "  --eviction P         every replica's eviction policy: lru (default), slru, s3fifo,\n"
+    "                       cdecay\n"
     "                       (kvprefix replay --policy compares them on one cache)\n"
     "  --random-seed N      random: the stream's seed; also places the ring and, without\n"
     "                       --hash-key, gives the keyed profiles their key (default 1)\n"
@@ -189,8 +190,11 @@ static const cli_choice policy_choices[] = {{"round-robin", FL_ROUND_ROBIN},
                                             {NULL, 0}};
 
 /* --eviction: the library's policies (kvp_config.eviction), by name. */
-static const cli_choice eviction_choices[] = {
-    {"lru", KVP_EVICT_LRU}, {"slru", KVP_EVICT_SLRU}, {"s3fifo", KVP_EVICT_S3FIFO}, {NULL, 0}};
+static const cli_choice eviction_choices[] = {{"lru", KVP_EVICT_LRU},
+                                              {"slru", KVP_EVICT_SLRU},
+                                              {"s3fifo", KVP_EVICT_S3FIFO},
+                                              {"cdecay", KVP_EVICT_CDECAY},
+                                              {NULL, 0}};
 
 static const cli_choice index_choices[] = {
     {"oracle", FL_INDEX_ORACLE}, {"memory", FL_INDEX_MEMORY}, {"redis", FL_INDEX_REDIS}, {NULL, 0}};

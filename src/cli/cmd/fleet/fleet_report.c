@@ -69,6 +69,8 @@ static const char *eviction_name(int eviction)
         return "slru";
     case KVP_EVICT_S3FIFO:
         return "s3fifo";
+    case KVP_EVICT_CDECAY:
+        return "cdecay";
     default:
         return "lru";
     }

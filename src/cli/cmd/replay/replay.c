@@ -72,15 +72,15 @@ static const char usage_text[] =
 static const char usage_text2[] =
     "\n"
     "Eviction policies:\n"
-    "  --policy P,Q,..      compare policies side by side (default lru): lru, slru, s3fifo\n"
-    "                       (the library's, through its pool) and opt (the offline\n"
+    "  --policy P,Q,..      compare policies side by side (default lru): lru, slru, s3fifo,\n"
+    "                       cdecay (the library's, through its pool) and opt (the offline\n"
     "                       optimum); figures per policy at --capacity and each sweep\n"
     "                       point. lru's curve is one pass; every other policy replays the\n"
     "                       log once per capacity (time: policies x points replays);\n"
     "                       retain is LRU with the requests' retention priorities\n"
     "  --retain-prefix T:P  give every request's first T prompt tokens retention priority P\n"
-    "                       (0..100, default 35) in slru, s3fifo and retain, beside the\n"
-    "                       lines' own \"retention\" fields (docs/replay.md)\n"
+    "                       (0..100, default 35) in slru, s3fifo, cdecay and retain,\n"
+    "                       beside the lines' own \"retention\" fields (docs/replay.md)\n"
     "\n"
     "Hashing (figures differ between profiles only through key collisions):\n" CLI_HASH_HELP
     "  --seed N             --hash xxh3: the public 64-bit seed (default 0)\n"
@@ -195,9 +195,13 @@ static int apply_value(rp_options *o, int c, const char *flag, const char *v)
 /* One --policy item (cli_flag_list): a policy name, each at most once. */
 static int policy_item(void *ctx, const char *item, size_t len, size_t index)
 {
-    static const cli_choice choices[] = {{"lru", RP_POL_LRU},       {"slru", RP_POL_SLRU},
-                                         {"s3fifo", RP_POL_S3FIFO}, {"opt", RP_POL_OPT},
-                                         {"retain", RP_POL_RETAIN}, {NULL, 0}};
+    static const cli_choice choices[] = {{"lru", RP_POL_LRU},
+                                         {"slru", RP_POL_SLRU},
+                                         {"s3fifo", RP_POL_S3FIFO},
+                                         {"cdecay", RP_POL_CDECAY},
+                                         {"opt", RP_POL_OPT},
+                                         {"retain", RP_POL_RETAIN},
+                                         {NULL, 0}};
     rp_options *o = ctx;
     char name[64];
     int pol, rc;
@@ -999,13 +1003,15 @@ static int sweep_caps(const rp_options *o, const prep *pp, rp_result *r, uint64_
 /* LRU's figures of metrics m as a policy's. */
 static rp_pol_figs lru_figs(const rp_metrics *m)
 {
-    rp_pol_figs f = {m->capacity, m->n_hit_tokens, m->n_blocks_cached, m->n_blocks_hit,
-                     m->n_evicted};
+    rp_pol_figs f = {m->capacity,     m->n_hit_tokens, m->n_blocks_cached,
+                     m->n_blocks_hit, m->n_evicted,    UINT64_MAX};
     return f;
 }
 
 /* --policy: every policy's figures at the primary capacity and each sweep point, lru's from
- * the engine, the others replayed (replay_pol.c). Returns 0 or the exit status. */
+ * the engine (its orphans, at the primary capacity only, from one replay through the
+ * library's LRU pool), the others replayed (replay_pol.c) with the requests' retention ret
+ * (NULL: none). Returns 0 or the exit status. */
 static int evaluate_policies(const rp_options *o, rp_opt *log, const rp_retain *ret, rp_result *r)
 {
     char err[256];
@@ -1017,10 +1023,16 @@ static int evaluate_policies(const rp_options *o, rp_opt *log, const rp_retain *
                 continue;
             const rp_metrics *m = primary ? &r->primary : &r->curve[i];
             rp_pol_figs *f = primary ? &r->pol_primary[k] : &r->pol_curve[i][k];
-            if (pol == RP_POL_LRU)
+            rp_pol_figs lf;
+            if (pol == RP_POL_LRU) {
                 *f = lru_figs(m);
-            else if (rp_pol_eval_retained(log, ret, r->block_size, pol, m->capacity, f, err,
-                                          sizeof err) != 0)
+                if (primary &&
+                    rp_pol_eval(log, r->block_size, pol, m->capacity, &lf, err, sizeof err) != 0)
+                    return fail(CLI_EXIT_INPUT, "%s", err);
+                if (primary)
+                    f->n_orphaned = lf.n_orphaned;
+            } else if (rp_pol_eval_retained(log, ret, r->block_size, pol, m->capacity, f, err,
+                                            sizeof err) != 0)
                 return fail(CLI_EXIT_INPUT, "%s", err);
         }
     }

@@ -6,8 +6,9 @@
  * output blocks follow them, else the match kvp_access_ids returns); Step 2 every touched
  * block cached through kvp_access_ids, touched from the last to the first, the request's first
  * min(blocks, pool) kept when it is longer than the pool. Evictions are the pool's count at
- * the end. With a retention table (rp_retain), Step 2 passes the request's retention
- * (kvp_access_ids_retained) under slru, s3fifo and retain.
+ * the end, orphans its kvp_stats.n_blocks_orphaned then (kvp_config.count_orphans). With a
+ * retention table (rp_retain), Step 2 passes the request's retention
+ * (kvp_access_ids_retained) under slru, s3fifo, cdecay and retain.
  *
  * rp_retain: per request a flag, priority and duration, and the offset of its ranges in one
  * growing array of all requests' ranges (32 bytes per request, 32 per range).
@@ -22,7 +23,8 @@
 
 const char *rp_pol_name(int pol)
 {
-    static const char *const names[RP_N_POLICIES] = {"lru", "slru", "s3fifo", "opt", "retain"};
+    static const char *const names[RP_N_POLICIES] = {"lru",    "slru", "s3fifo",
+                                                     "cdecay", "opt",  "retain"};
     return pol >= 0 && pol < RP_N_POLICIES ? names[pol] : "?";
 }
 
@@ -34,8 +36,10 @@ static int pool_new(uint32_t block_size, uint32_t n_blocks, int pol, kvp_cache *
     c.block_size = block_size;
     c.n_blocks = n_blocks;
     c.single_threaded = true;
+    c.count_orphans = true;
     c.eviction = pol == RP_POL_SLRU     ? KVP_EVICT_SLRU
                  : pol == RP_POL_S3FIFO ? KVP_EVICT_S3FIFO
+                 : pol == RP_POL_CDECAY ? KVP_EVICT_CDECAY
                                         : KVP_EVICT_LRU;
     return kvp_cache_new(&c, out);
 }
@@ -144,8 +148,10 @@ static int replay_pool(const rp_opt *log, const rp_retain *ret, uint32_t bs, kvp
     }
     kvp_stats st;
     int rc = kvp_cache_stats(pool, &st);
-    if (rc == KVP_OK)
+    if (rc == KVP_OK) {
         f->n_evicted = st.n_evictions;
+        f->n_orphaned = st.n_blocks_orphaned;
+    }
     return rc;
 }
 
@@ -172,6 +178,7 @@ int rp_pol_eval_retained(rp_opt *log, const rp_retain *ret, uint32_t block_size,
         f.n_blocks_cached = res.n_blocks_cached;
         f.n_blocks_hit = res.n_blocks_hit;
         f.n_evicted = res.n_evicted;
+        f.n_orphaned = UINT64_MAX;
         *out = f;
         return 0;
     }

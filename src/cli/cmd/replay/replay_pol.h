@@ -13,11 +13,12 @@
  *
  * Retention priorities (docs/replay.md): with a retention table (rp_retain, one entry per
  * request of the log, from the lines' "retention" fields and --retain-prefix), every policy
- * replayed through the library (slru, s3fifo, and retain: LRU with retention) passes each
+ * replayed through the library (slru, s3fifo, cdecay, and retain: LRU with retention) passes each
  * request's retention to kvp_access_ids_retained; lru (the engine's curve) and opt ignore it.
  *
  * Cost per call: a library policy is one pass over the log, O(A) pool operations for A block
- * touches, plus the pool (about 140 bytes per block with the SLRU or S3-FIFO record); opt is
+ * touches, plus the pool (about 170 bytes per block with a policy record and the parent links
+ * that count orphans, plus CDECAY's ghost of 16 evicted keys per block); opt is
  * rp_opt_eval's O(A log C). A sweep of P points with K policies other than lru makes K x P
  * such passes (LRU comes from the engine's one-pass curve).
  */
@@ -36,9 +37,10 @@ enum {
     RP_POL_LRU = 0,    /* KVP_EVICT_LRU; the report takes its figures from the engine */
     RP_POL_SLRU = 1,   /* KVP_EVICT_SLRU with the library's defaults */
     RP_POL_S3FIFO = 2, /* KVP_EVICT_S3FIFO with the library's defaults */
-    RP_POL_OPT = 3,    /* the offline optimum, replay_opt.c */
-    RP_POL_RETAIN = 4, /* KVP_EVICT_LRU with each request's retention priorities */
-    RP_N_POLICIES = 5
+    RP_POL_CDECAY = 3, /* KVP_EVICT_CDECAY with the library's defaults */
+    RP_POL_OPT = 4,    /* the offline optimum, replay_opt.c */
+    RP_POL_RETAIN = 5, /* KVP_EVICT_LRU with each request's retention priorities */
+    RP_N_POLICIES = 6
 };
 
 /* The figures of one policy at one capacity. */
@@ -48,9 +50,13 @@ typedef struct rp_pol_figs {
     uint64_t n_blocks_cached; /* full prompt blocks in the longest cached prefix (uncapped) */
     uint64_t n_blocks_hit;    /* of those, reused (capped so one token is computed) */
     uint64_t n_evicted;       /* cached blocks evicted to make room */
+    uint64_t n_orphaned;      /* library policies: cached blocks whose parent block is not
+                                 cached at the end of the log (kvp_stats.n_blocks_orphaned);
+                                 UINT64_MAX when not measured (opt; lru along a sweep) */
 } rp_pol_figs;
 
-/* The name of policy pol as --policy spells it ("lru", "slru", "s3fifo", "opt", "retain"). */
+/* The name of policy pol as --policy spells it ("lru", "slru", "s3fifo", "cdecay", "opt",
+ * "retain"). */
 const char *rp_pol_name(int pol);
 
 /* Replay the log with policy pol (RP_POL_*) at capacity blocks (>= 1) into *out. LRU is

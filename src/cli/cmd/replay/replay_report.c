@@ -145,21 +145,24 @@ static void print_policies(FILE *f, const rp_options *o, const rp_result *r)
     const rp_metrics *m = &r->primary;
     const rp_pol_figs *opt = NULL;
     char a[32], b[32], c[32];
+    char d[32];
     fprintf(f,
-            "\nEviction policies at this capacity (lru: the figures above; slru, s3fifo: the "
-            "library's pool;\nopt: the offline optimum%s)\n",
+            "\nEviction policies at this capacity (lru: the figures above; slru, s3fifo, "
+            "cdecay: the library's\npool; opt: the offline optimum%s; orphans: cached blocks "
+            "whose parent is not, at the end)\n",
             rp_policy_shown(o, RP_POL_RETAIN) ? "; retain: LRU with retention priorities" : "");
-    fprintf(f, "  %-8s %10s %16s %16s %14s\n", "policy", "token hit", "hit tokens",
-            "capacity misses", "evicted");
+    fprintf(f, "  %-8s %10s %16s %16s %14s %10s\n", "policy", "token hit", "hit tokens",
+            "capacity misses", "evicted", "orphans");
     for (size_t k = 0; k < o->n_policies; k++) {
         const rp_pol_figs *p = &r->pol_primary[k];
         if (o->policies[k] == RP_POL_OPT)
             opt = p;
-        fprintf(f, "  %-8s %9.1f%% %16s %16s %14s\n", rp_pol_name(o->policies[k]),
+        fprintf(f, "  %-8s %9.1f%% %16s %16s %14s %10s\n", rp_pol_name(o->policies[k]),
                 100.0 * ratio(p->n_hit_tokens, m->n_prompt_tokens),
                 cli_fmt_count(p->n_hit_tokens, a, sizeof a),
                 cli_fmt_count(pol_capacity_misses(m, p), b, sizeof b),
-                cli_fmt_count(p->n_evicted, c, sizeof c));
+                cli_fmt_count(p->n_evicted, c, sizeof c),
+                p->n_orphaned == UINT64_MAX ? "-" : cli_fmt_count(p->n_orphaned, d, sizeof d));
     }
     fprintf(f, "  cold-miss ceiling %.1f%% for every policy (%s cold misses)\n",
             100.0 * ratio(r->ceiling.n_hit_tokens, r->ceiling.n_prompt_tokens),
@@ -371,6 +374,8 @@ static json_t *pol_figs_json(const rp_result *r, const rp_metrics *m, const rp_p
     json_object_set_new(j, "cold_misses", json_integer((json_int_t)m->n_cold_misses));
     json_object_set_new(j, "capacity_misses", json_integer((json_int_t)pol_capacity_misses(m, p)));
     json_object_set_new(j, "blocks_evicted", json_integer((json_int_t)p->n_evicted));
+    if (p->n_orphaned != UINT64_MAX)
+        json_object_set_new(j, "blocks_orphaned", json_integer((json_int_t)p->n_orphaned));
     return j;
 }
 

@@ -1,0 +1,228 @@
+/*
+ * policy_cdecay.c - chain-closed decay eviction (kvp_config.eviction = KVP_EVICT_CDECAY), the
+ * project's prefix-aware policy: it learns from the cache's own history which kinds of
+ * block touches are followed by another touch, decays that by age, and keeps a parent at
+ * least as long as the child it was released with.
+ *
+ *   list[KVP__PL_C0 + c], c < 27:  class c's FIFO, head (oldest) .. tail
+ *   cd_trials[c], cd_reused[c]:    the learned odds of class c
+ *   ghost G:                       the last ghost_cap evicted keys (policy_ghost.c), each with
+ *                                  its block's history (hist << 8 | cls)
+ *
+ * Rules. Time is the count of block releases (cd_clock). Every release of a cached-to-be
+ * block is a touch, in one of 27 classes: min(known earlier touches, 2) x 9 + min(bits(N), 8),
+ * where N is the number of the request's blocks that are new (at their first release, the
+ * request's chain past its hit) and bits(N) the bit length of N. Known earlier touches: those
+ * of a block still cached, or of a key the ghost remembers (its count at its eviction, read
+ * once: a second readmission of the key before its next eviction knows none), else none. When a
+ * block is touched again, its previous touch's class counts a reuse. At the start of each request's
+ * release, every class's offset is set to floor(tau ln p), p = (reused + 1) / (trials + 2) (tau =
+ * kvp_config.cdecay_tau, default 20000). Then each block released, last first:
+ *  1. its class c is counted a trial (and the class of its previous touch a reuse, if any);
+ *  2. its key is cd_clock + off[c] (cd_clock ticks first), and it joins class c's FIFO;
+ *  3. chain closure: if the block released just before in this request was its child (one
+ *     deeper) and that child's key is greater, the block takes the child's key and joins the
+ *     child's FIFO instead, right behind it.
+ * The victim is the least key among the FIFOs' heads, the deeper block on a tie, then the
+ * lower class; its key enters G with its history. A block's key ranks it as p e^(age / tau)
+ * would: a higher learned chance of reuse buys tau ln(p'/p) releases more. Each FIFO is in
+ * key order except where a class's offset moved between requests (the offsets change slowly
+ * once learned), so its head stands for it.
+ *
+ * Why: reuse in LLM request logs comes late (docs/replay.md, "Eviction policies against the
+ * optimum"), so recency alone (LRU) wastes slots on blocks that never return; a block's
+ * history and how far its request extended the chain tell, per class, how likely a touch is
+ * to be followed by another, and the cache learns those odds from its own log. Chain closure
+ * removed every loss to LRU the same scoring had without it (children outranked parents).
+ * Lab figures (bench_policies, "cfifo2-g16"), replay figures: docs/replay.md.
+ *
+ * Chain rule. A request releases its chain tail first and each parent's key is at least its
+ * child's (step 3), so within what a request released together a parent never leaves before
+ * its child. A later request that touches the parent alone gives it a fresh key, which can be
+ * below the key its child keeps from an earlier request (a low-odds class): the parent can then
+ * be evicted first and the child becomes an orphan (its parent key not indexed; no lookup
+ * reaches it until the parent is stored again). Orphans are not evicted eagerly (they age out
+ * by their key); kvp_config.count_orphans counts them (policy.c).
+ *
+ * Quotas: as under the other policies, a scope over its quota loses its least recently
+ * released cached block (quota.c); that eviction does not enter G.
+ *
+ * Invariants (kvp__policy_cdecay_check): a cached block is on a class FIFO with hist >= 1, a
+ * class < 27 and a key <= cd_clock; SLRU's and S3-FIFO's lists are empty; every offset is
+ * <= 0; the ghost's own (policy_ghost.c).
+ *
+ * Cost: a release O(1) (27 logarithms per request, not per block); an eviction O(1): a
+ * tournament over the FIFOs' heads (cd_win) gives the victim, and a FIFO whose head changes
+ * replays its 5 matches; 40 bytes per block (policy.c) plus the ghost: 8 bytes per key and 14 per
+ * table slot (4 to 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16
+ * per block: 1.0 to 1.9 KB per pool block, small beside a KV block of any model: 2 MB for
+ * 16 tokens of an 8B model).
+ * bench_core (c): 1.47x LRU's instructions per request (docs/performance.md).
+ */
+#include "policy_ghost.h"
+#include "policy_list.h"
+
+/* ln x for x > 0, to about 1e-15 relative: x = m 2^e with m in [sqrt(1/2), sqrt(2)),
+ * ln m = 2 atanh((m - 1) / (m + 1)) by its series (the library does not link libm). */
+static double ln(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    int e = (int)((u >> 52) & 0x7ff) - 1023;
+    u = (u & ~(UINT64_C(0x7ff) << 52)) | (UINT64_C(1023) << 52);
+    double m;
+    memcpy(&m, &u, sizeof m);
+    if (m > 1.4142135623730951) {
+        m /= 2;
+        e++;
+    }
+    double s = (m - 1) / (m + 1), s2 = s * s, term = s, sum = 0;
+    for (int k = 1; k < 25; k += 2) { /* |s| <= 0.172: s^25 / 25 < 1e-20 */
+        sum += term / k;
+        term *= s2;
+    }
+    return 2 * sum + e * 0.69314718055994530942;
+}
+
+static inline uint32_t bit_length(uint32_t v)
+{
+    return v ? 32 - (uint32_t)__builtin_clz(v) : 0;
+}
+
+/* The request whose chain is ids[0 .. n) starts releasing: its class column and the
+ * offsets of every class, learned so far. Cannot fail. */
+void kvp__cdecay_begin(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+{
+    kvp__policy *p = &cache->policy;
+    uint32_t n_new = 0;
+    for (uint32_t i = 0; i < n; i++)
+        n_new += p->b[ids[i]].home == KVP__PL_NONE;
+    uint32_t bits = bit_length(n_new);
+    p->cd_col = bits > 8 ? 8 : bits;
+    for (int c = 0; c < KVP__CD_N_CLS; c++) {
+        double odds = ((double)p->cd_reused[c] + 1.0) / ((double)p->cd_trials[c] + 2.0);
+        double off = p->cd_tau * ln(odds);
+        p->cd_off[c] = (int64_t)off - ((double)(int64_t)off > off); /* floor */
+    }
+    p->cd_chain_depth = UINT32_MAX;
+}
+
+/* Indexed block id, block depth of its chain, lost its last pin and is cached: steps 1-3
+ * at the top of this file. Cannot fail. */
+void kvp__cdecay_release(kvp_cache *cache, uint32_t id, uint32_t depth)
+{
+    kvp__policy *p = &cache->policy;
+    kvp__pblock *b = &p->b[id];
+    /* Step 1: the touch's class, and the previous touch's reuse. */
+    uint32_t known = 0, prev_cls = 0;
+    if (b->home == KVP__PL_NONE) {
+        uint16_t info;
+        b->home = KVP__PL_A;
+        if (kvp__ghost_take(p, cache->pool.blocks[id].key, &info)) {
+            known = info >> 8;
+            prev_cls = info & 0xff;
+        }
+    } else {
+        known = b->hist;
+        prev_cls = b->cls;
+    }
+    if (known > 0)
+        p->cd_reused[prev_cls]++;
+    uint32_t c = (known > 2 ? 2 : known) * 9 + p->cd_col;
+    p->cd_trials[c]++;
+    b->cls = (uint8_t)c;
+    b->hist = (uint8_t)(known < 255 ? known + 1 : 255);
+    /* Step 2: the key. */
+    int64_t key = (int64_t)++p->cd_clock + p->cd_off[c];
+    uint8_t l = (uint8_t)(KVP__PL_C0 + c);
+    /* Step 3: chain closure. */
+    if (depth + 1 == p->cd_chain_depth && key < p->cd_chain_key) {
+        key = p->cd_chain_key;
+        l = p->cd_chain_list;
+    }
+    p->cd_chain_depth = depth;
+    p->cd_chain_key = key;
+    p->cd_chain_list = l;
+    b->key = key;
+    kvp__plist_push(cache, l, id);
+}
+
+/* Does class a's head go before class b's (0xff: an empty FIFO, never)? The least key, the
+ * deeper block on a tie, then the lower class. */
+static inline bool goes_first(const kvp__policy *p, uint8_t a, uint8_t b)
+{
+    if (a == 0xff || b == 0xff)
+        return b == 0xff && a != 0xff;
+    if (p->cd_hkey[a] != p->cd_hkey[b])
+        return p->cd_hkey[a] < p->cd_hkey[b];
+    if (p->cd_hdepth[a] != p->cd_hdepth[b])
+        return p->cd_hdepth[a] > p->cd_hdepth[b];
+    return a < b;
+}
+
+/* Class c's FIFO has a new head (or became empty): its leaf and the matches above it. Cannot
+ * fail. */
+void kvp__cdecay_head(kvp_cache *cache, uint32_t c)
+{
+    kvp__policy *p = &cache->policy;
+    uint32_t head = p->list[KVP__PL_C0 + c].head;
+    if (head != KVP_NIL) {
+        p->cd_hkey[c] = p->b[head].key;
+        p->cd_hdepth[c] = p->b[head].depth;
+    }
+    uint32_t i = 32 + c;
+    p->cd_win[i] = head != KVP_NIL ? (uint8_t)c : 0xff;
+    for (i >>= 1; i >= 1; i >>= 1) {
+        uint8_t a = p->cd_win[2 * i], b = p->cd_win[2 * i + 1];
+        p->cd_win[i] = goes_first(p, a, b) ? a : b;
+    }
+}
+
+/* The victim, off its list (pool.n_lru > 0): the head of the tournament's winner, the least
+ * key among the FIFOs' heads (the deeper block on a tie, then the lower class); its key and
+ * history enter G. Taking it off its FIFO replays that FIFO's matches (5 of them). */
+uint32_t kvp__cdecay_evict(kvp_cache *cache)
+{
+    kvp__policy *p = &cache->policy;
+    uint8_t c = p->cd_win[1];
+    assert(c < KVP__CD_N_CLS);
+    uint32_t v = p->list[KVP__PL_C0 + c].head;
+    kvp__plist_remove(cache, v);
+    kvp__ghost_add(p, cache->pool.blocks[v].key, (uint16_t)(p->b[v].hist << 8 | p->b[v].cls));
+    return v;
+}
+
+#define FAIL_IF(cond)                                                                              \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            return kvp__fail(KVP_ECORRUPT, "invariant violated in %s: %s", __func__, #cond);       \
+    } while (0)
+
+/* Invariants above. KVP_OK, KVP_ECORRUPT or KVP_ENOMEM (the ghost checker's scratch). */
+int kvp__policy_cdecay_check(const kvp_cache *cache)
+{
+    const kvp__policy *p = &cache->policy;
+    FAIL_IF(p->list[KVP__PL_A].n || p->list[KVP__PL_B].n);
+    for (int c = 0; c < KVP__CD_N_CLS; c++)
+        FAIL_IF(p->cd_off[c] > 0);
+    for (uint32_t id = 0; id < cache->pool.n_blocks; id++) {
+        const kvp__pblock *b = &p->b[id];
+        if (b->list == KVP__PL_NONE)
+            continue;
+        FAIL_IF(b->list < KVP__PL_C0 || b->hist == 0 || b->cls >= KVP__CD_N_CLS);
+        FAIL_IF(b->key > (int64_t)p->cd_clock);
+    }
+    for (uint32_t c = 0; c < KVP__CD_N_CLS; c++) {
+        uint32_t head = p->list[KVP__PL_C0 + c].head;
+        FAIL_IF(p->cd_win[32 + c] != (head != KVP_NIL ? c : 0xff));
+        FAIL_IF(head != KVP_NIL &&
+                (p->cd_hkey[c] != p->b[head].key || p->cd_hdepth[c] != p->b[head].depth));
+    }
+    for (uint32_t c = KVP__CD_N_CLS; c < 32; c++)
+        FAIL_IF(p->cd_win[32 + c] != 0xff);
+    for (uint32_t i = 1; i < 32; i++) {
+        uint8_t a = p->cd_win[2 * i], b = p->cd_win[2 * i + 1];
+        FAIL_IF(p->cd_win[i] != (goes_first(p, a, b) ? a : b));
+    }
+    return kvp__ghost_check(cache);
+}
