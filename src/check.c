@@ -191,9 +191,9 @@ static bool entry_ok(const kvp_cache *cache, const UT_hash_handle *hh, uint64_t 
         (size_t)(p - lo) % sizeof(kvp__block) != 0)
         return false;
     const kvp__block *b = (const kvp__block *)(const void *)hh;
-    return kvp__block_is_indexed(b) && hh->tbl == tbl && hh->key == &b->key &&
-           hh->keylen == sizeof(kvp_key) && hh->hashv == (unsigned)b->key.lo &&
-           (hh->hashv & (tbl->num_buckets - 1)) == bkt;
+    /* hh->tbl is not compared: a block's handle keeps ref and lru_slot there (internal.h). */
+    return kvp__block_is_indexed(b) && hh->key == &b->key && hh->keylen == sizeof(kvp_key) &&
+           hh->hashv == (unsigned)b->key.lo && (hh->hashv & (tbl->num_buckets - 1)) == bkt;
 }
 
 /* Walk every bucket chain: sound entries (entry_ok) with sound back links, bucket counts

@@ -9,24 +9,26 @@
  * Entries are linked only into uthash's bucket chains (HASH_ADD_TO_BKT, HASH_DEL_IN_BKT);
  * uthash's insertion-order list (the handle's prev/next and the table's tail), which
  * HASH_ADD and HASH_DELETE maintain, is never written, because the index never iterates
- * in insertion order. That saves an insertion the write to the table's tail entry and a
- * deletion the writes to its two list neighbours: two scattered cache lines per eviction
- * (bench_core (c) under callgrind, docs/performance.md "The block index"). A probe walks
- * the chain and compares the stored hash, the key length and the 16 key bytes of the block
- * itself (kvp__block starts with its handle and continues with its key).
+ * in insertion order (a block's prev, next and tbl bytes hold other fields: internal.h). That saves
+ * an insertion the write to the table's tail entry and a deletion the writes to its two list
+ * neighbours: two scattered cache lines per eviction (bench_core (c) under callgrind,
+ * docs/performance.md "The block index"). A probe walks the chain and compares the stored hash, the
+ * key length and the 16 key bytes of the block itself (kvp__block starts with its handle and
+ * continues with its key).
  *
  * Adding a key never allocates, so it cannot fail:
  *  - a sentinel entry with a 1-byte key is added at init (with HASH_ADD, which makes the
  *    table) and stays until kvp__index_free, so uthash never frees or re-creates its table
  *    (a 16-byte lookup never matches it, because the key lengths differ);
- *  - the bucket array is sized once, at init, to the power of two >= n_blocks (the pool
- *    bounds the number of entries, so the load factor stays <= 1), and buckets never
+ *  - the bucket array is sized once, at init, to the power of two >= 2 n_blocks (the pool
+ *    bounds the number of entries, so the load factor stays <= 1/2), and buckets never
  *    double (HASH_BKT_CAPACITY_THRESH is out of reach).
  * That is what lets kvp_commit and kvp_access mutate the cache with no failure path after
- * their allocations are done. Memory: 16 bytes per bucket, 16-32 bytes per pool block.
- * (Buckets at 2x the pool shorten chains but cost 32-64 bytes per block; at 1M blocks that
- * is 128 bytes per cached block, over bench_core (d)'s limit, for a gain this VM could not
- * resolve: docs/performance.md.)
+ * their allocations are done. Memory: 16 bytes per bucket, 32-64 bytes per pool block.
+ * (Buckets at 2x the pool fit bench_core (d)'s 128-byte limit since a block record is 64
+ * bytes: 104 bytes per cached block at 1M blocks. Against 1x they take bench_core (c)'s
+ * missed last-level lines from 6.61 to 6.20 per stored block under callgrind, fewer chain
+ * neighbours to probe and unlink: docs/performance.md.)
  *
  * Several blocks may share one key in collision-proof mode (verify_tokens): the table then
  * resolves a key collision the way any hash table resolves a bucket collision, by keeping
@@ -66,12 +68,12 @@ static inline unsigned bucket_hash(kvp_key key)
     return (unsigned)key.lo;
 }
 
-/* log2 of the bucket count for a pool of n_blocks: of the power of two >= n_blocks, at
+/* log2 of the bucket count for a pool of n_blocks: of the power of two >= 2 n_blocks, at
  * least 32 buckets and at most 2^31. Cannot fail. */
 unsigned kvp__index_log2_buckets(uint32_t n_blocks)
 {
     unsigned log2 = 5;
-    while (((uint64_t)1 << log2) < n_blocks && log2 < 31)
+    while (((uint64_t)1 << log2) < 2 * (uint64_t)n_blocks && log2 < 31)
         log2++;
     return log2;
 }
@@ -143,9 +145,9 @@ void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
     assert(idx->n_items < UINT32_MAX);
     UT_hash_table *tbl = idx->head->hh.tbl;
     int oomed = 0; /* HASH_ADD_TO_BKT's expansion branch is never taken (see above) */
+    /* hh.tbl, hh.prev and hh.next are not written: they hold ref, lru_slot and the key
+     * (internal.h), and a block is never on the insertion-order list. */
     blk->key = key;
-    blk->hh.tbl = tbl;
-    blk->hh.prev = blk->hh.next = NULL; /* never on the insertion-order list */
     blk->hh.key = &blk->key;
     blk->hh.keylen = KEY_BYTES;
     blk->hh.hashv = bucket_hash(key);
@@ -160,12 +162,7 @@ void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
 void kvp__index_del(kvp__index *idx, kvp__block *blk)
 {
     assert(kvp__block_is_indexed(blk) && blk != &idx->sentinel && idx->n_items > 0);
-    assert(blk->hh.tbl == idx->head->hh.tbl); /* an entry of this table */
-    UT_hash_table *tbl = idx->head->hh.tbl;
-    HASH_DEL_IN_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], &blk->hh);
-    tbl->num_items--;
-    blk->indexed = 0;
-    idx->n_items--;
+    kvp__index_unlink(idx, idx->head->hh.tbl, blk);
 }
 
 /* Bytes held by the table itself (bucket array and table header). Cannot fail. */

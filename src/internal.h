@@ -53,7 +53,8 @@
 #include "policy.h"
 #include "retention.h"
 
-#define KVP_NIL UINT32_MAX /* "no block" in 32-bit links */
+#define KVP_NIL   UINT32_MAX /* "no block" in 32-bit links */
+#define KVP__LINE 64u        /* bytes in a cache line: the size of a block record */
 
 /* Cache hints and attributes of GCC and Clang; plain C elsewhere (slower, same results). */
 #if defined(__GNUC__)
@@ -157,14 +158,31 @@ static inline kvp_key kvp__key_truncate(kvp_key k, unsigned bits)
 
 /* ---------------------------------------------------------------- blocks, index, pool */
 
+/* One 64-byte record per block, one cache line (the pool aligns the array): eviction,
+ * release, a probe of the chain and a store each touch one line of the block, not two.
+ * The index links blocks only through uthash's bucket chains (index.c), so of the 56-byte
+ * handle a block uses hh_prev, hh_next, key, keylen and hashv; tbl, prev and next (the
+ * table pointer and the insertion-order list, which uthash reads only for entries added
+ * with HASH_ADD and for a bucket expansion, neither of which happens to a block) hold
+ * ref, lru_slot and the key instead. The index's sentinel is a full uthash entry and uses
+ * none of the overlaid fields. At 88 bytes (handle, key, four u32s) a block straddled two
+ * lines in three cases out of four; bench_core (c) under callgrind: docs/performance.md. */
 typedef struct kvp__block {
-    UT_hash_handle hh; /* index linkage (bucket chain only); valid while indexed */
-    kvp_key key;       /* the block's key; meaningful while indexed */
-    uint32_t ref;      /* number of active requests pinning this block */
-    uint32_t lru_slot; /* cached: slot of its live entry in the LRU ring, else KVP_NIL */
-    uint32_t next;     /* free list: the next free block; KVP_NIL at the end */
-    uint32_t indexed;  /* 1 while the key is in the index, else 0 */
+    union {
+        UT_hash_handle hh; /* index linkage (bucket chains only); valid while indexed */
+        struct {
+            uint32_t ref;      /* number of active requests pinning this block (hh.tbl) */
+            uint32_t lru_slot; /* cached: slot of its live entry in the LRU ring, else KVP_NIL */
+            kvp_key key;       /* the block's key, meaningful while indexed (hh.prev, hh.next) */
+        };
+    };
+    uint32_t next;    /* free list: the next free block; KVP_NIL at the end */
+    uint32_t indexed; /* 1 while the key is in the index, else 0 */
 } kvp__block;
+
+_Static_assert(offsetof(UT_hash_handle, hh_prev) >= 8 + sizeof(kvp_key),
+               "ref, lru_slot and key must overlay only the handle's tbl, prev and next");
+_Static_assert(sizeof(kvp__block) == 64, "a block record is one cache line");
 
 /* The block states (see the top of this file). A block is in exactly one of free, cached
  * and in use; in-use blocks are indexed (shared) or private. Cannot fail. */
@@ -214,6 +232,19 @@ kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key);
 kvp__block *kvp__index_find_next(const kvp__index *idx, const kvp__block *prev, kvp_key key);
 void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key);
 void kvp__index_del(kvp__index *idx, kvp__block *blk);
+
+/* kvp__index_del's body, for callers that unlink many blocks in a loop with the table's
+ * bucket array in a register (pool.c's batched eviction): blk leaves its bucket's chain.
+ * Cannot fail. */
+static inline void kvp__index_unlink(kvp__index *idx, UT_hash_table *tbl, kvp__block *blk)
+{
+    assert(blk->indexed && idx->n_items > 0 && tbl == idx->head->hh.tbl);
+    assert(blk->hh.key == &blk->key); /* an entry of the index (kvp__index_add) */
+    HASH_DEL_IN_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], &blk->hh);
+    tbl->num_items--;
+    blk->indexed = 0;
+    idx->n_items--;
+}
 size_t kvp__index_bucket_bytes(const kvp__index *idx);
 
 /* Prefetch hints for pipelined probes (see match() in lifecycle.c): first the bucket a key
@@ -267,7 +298,8 @@ static inline kvp__block *kvp__index_scan(const UT_hash_handle *hh, kvp_key key)
 }
 
 typedef struct kvp__pool {
-    kvp__block *blocks; /* n_blocks entries, indexed by block id */
+    kvp__block *blocks; /* n_blocks entries, indexed by block id, KVP__LINE-aligned */
+    void *blocks_mem;   /* the allocation holding blocks: n_blocks + 1 records */
     uint32_t n_blocks;  /* pool size */
     uint32_t free_head; /* first free block, KVP_NIL if none */
     uint32_t n_free;    /* blocks on the free list */

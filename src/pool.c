@@ -59,6 +59,13 @@
  * general cases live in functions of their own: a cache whose requests never carry
  * retention runs LRU's code as before (docs/performance.md, "Retention priorities").
  *
+ * Two fast paths skip the per-block hooks above, so each runs only where none applies: on
+ * the plain path (LRU, retention never used), kvp__pool_take_n evicts in batches
+ * (take_batch: also no quota and no event callback, batch_evictions) and
+ * kvp__pool_unpin_tail_first releases in one loop with the ring position in registers
+ * (unpin_run: also no quota and no cleaning pass). count_orphans' parent links are recorded
+ * once per release call, before either loop; lower tiers hook neither take nor unpin.
+ *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
  * ring costs 8 bytes per block.
@@ -172,14 +179,17 @@ int kvp__pool_init(kvp_cache *cache)
     uint32_t n = cache->cfg.n_blocks;
     memset(pool, 0, sizeof *pool);
     pool->lru_cap = 2 * (uint64_t)n + 16;
-    pool->blocks = kvp__mem_calloc(&cache->mem, n, sizeof(kvp__block));
+    pool->blocks_mem = kvp__mem_calloc(&cache->mem, (size_t)n + 1, sizeof(kvp__block));
+    if (pool->blocks_mem) /* one record per cache line: the array starts on a line */
+        pool->blocks = (kvp__block *)(void *)((char *)pool->blocks_mem +
+                                              (-(uintptr_t)pool->blocks_mem & (KVP__LINE - 1)));
     pool->lru = kvp__mem_alloc(&cache->mem, pool->lru_cap * sizeof(uint32_t));
     if (!pool->blocks || !pool->lru) {
         kvp__pool_free(cache);
         return kvp__fail(
             KVP_ENOMEM,
             "out of memory: the pool of %" PRIu32 " blocks and its LRU ring (%zu bytes)", n,
-            (size_t)n * sizeof(kvp__block) + (size_t)pool->lru_cap * sizeof(uint32_t));
+            ((size_t)n + 1) * sizeof(kvp__block) + (size_t)pool->lru_cap * sizeof(uint32_t));
     }
     pool->n_blocks = n;
     pool->free_head = KVP_NIL;
@@ -193,9 +203,11 @@ int kvp__pool_init(kvp_cache *cache)
 void kvp__pool_free(kvp_cache *cache)
 {
     kvp__pool *pool = &cache->pool;
-    kvp__mem_free(&cache->mem, pool->blocks, (size_t)cache->cfg.n_blocks * sizeof(kvp__block));
+    kvp__mem_free(&cache->mem, pool->blocks_mem,
+                  ((size_t)cache->cfg.n_blocks + 1) * sizeof(kvp__block));
     kvp__mem_free(&cache->mem, pool->lru, pool->lru_cap * sizeof(uint32_t));
     pool->blocks = NULL;
+    pool->blocks_mem = NULL;
     pool->lru = NULL;
 }
 
@@ -275,6 +287,47 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
     }
 }
 
+/* kvp__pool_unpin_tail_first on the plain LRU path (retention never used: unpin's
+ * retention hooks are not here) when no quota applies and the n pushes cannot start a
+ * cleaning pass (none runs, and the ring stays under 3/4 full): the same stores as n
+ * unpins, with the ring position and the counts in registers (per block, unpin reloaded
+ * them and tested for a pass). A hook added to unpin() must go here too, or into the gate
+ * in kvp__pool_unpin_tail_first. Cannot fail. */
+static void unpin_run(kvp__pool *pool, const uint32_t *ids, uint32_t n)
+{
+    kvp__block *const blocks = pool->blocks;
+    uint32_t *const ring = pool->lru;
+    const uint32_t cap = (uint32_t)pool->lru_cap;
+    uint64_t tail = pool->lru_tail;
+    uint32_t s = ring_slot(pool, tail), n_unpinned = 0, n_cached = 0;
+    for (uint32_t i = n; i-- > 0;) {
+        if (i >= 8)
+            KVP__PREFETCH_W(&blocks[ids[i - 8]]);
+        uint32_t id = ids[i];
+        assert(id < pool->n_blocks);
+        kvp__block *b = &blocks[id];
+        assert(kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
+        if (--b->ref > 0)
+            continue;
+        n_unpinned++;
+        if (!kvp__block_is_indexed(b)) {
+            free_push(pool, id);
+            continue;
+        }
+        assert(s == ring_slot(pool, tail));
+        ring[s] = id;
+        b->lru_slot = s;
+        tail++;
+        n_cached++;
+        if (++s == cap)
+            s = 0;
+    }
+    assert(pool->n_in_use >= n_unpinned && tail - pool->lru_head < pool->lru_cap);
+    pool->lru_tail = tail;
+    pool->n_in_use -= n_unpinned;
+    pool->n_lru += n_cached;
+}
+
 /* Drop one pin of each of ids[0 .. n), last first, so that a chain's tail becomes less
  * recently used than its parents and is evicted before them. One call per request rather
  * than per block (the call cost 12% of kvp_release in workload (c)); blocks a few steps
@@ -291,8 +344,16 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
         unpin_general(cache, ids, n);
         return;
     }
-    if (cache->policy.link) /* kvp_config.count_orphans (policy.c) */
+    /* kvp_config.count_orphans (policy.c): the parent links, recorded before any block is
+     * released, on the fast path (unpin_run) as on the loop below. */
+    if (cache->policy.link)
         kvp__policy_link(cache, ids, n);
+    kvp__pool *pool = &cache->pool;
+    if (!kvp__quotas_on(cache) && !pool->cleaning &&
+        (pool->lru_tail - pool->lru_head + n) * 4 < pool->lru_cap * 3) {
+        unpin_run(pool, ids, n);
+        return;
+    }
     for (uint32_t i = n; i-- > 0;) {
         if (i >= 8)
             KVP__PREFETCH_W(&cache->pool.blocks[ids[i - 8]]);
@@ -495,10 +556,100 @@ uint32_t kvp__pool_take(kvp_cache *cache)
     return KVP__LIKELY(kvp__pool_plain(cache)) ? take(cache, true, false) : take_general(cache);
 }
 
+/* May kvp__pool_take_n evict in batches (take_batch)? Only on the plain LRU path (LRU, and
+ * retention never used: take_batch has none of take's policy, retention or quota hooks) with
+ * no quotas and no event callback: then nothing can observe the cache between a batch's
+ * pops and its unlinks, and the result is exactly that of one take per block. Lower tiers
+ * add no hook to take (a store order only pins its device block, kvp__pool_pin, and unpins
+ * it through kvp__pool_unpin_tail_first), nor does count_orphans (its links are recorded
+ * at release, in kvp__pool_unpin_tail_first, and read on demand), so neither needs a
+ * condition here. A hook added to take() or unindex() must go into take_batch too, or
+ * become a condition here. Cannot fail. */
+static inline bool batch_evictions(const kvp_cache *cache)
+{
+    return kvp__pool_plain(cache) && !kvp__quotas_on(cache) && !cache->cfg.on_event;
+}
+
+#define EVICT_BATCH 16 /* victims popped, prefetched and unlinked together */
+
+/* Evict the n least recently used cached blocks into ids[] (the free list is empty, and n
+ * cached blocks exist), pinned once, as n calls of take would, in batches:
+ *   1. pop a batch of live entries from the ring head (their blocks were prefetched by the
+ *      previous batch's step 3, so those misses overlap);
+ *   2. prefetch each victim's bucket and chain neighbours, which its unlink rewrites;
+ *   3. prefetch the blocks of the next batch's ring entries;
+ *   4. unlink the batch from the index and pin each victim.
+ * The index's chains end as with one take at a time (unlinks commute), the ring and its
+ * cleaning pass move exactly as they would, and no event is built (batch_evictions).
+ * Callgrind, bench_core (c): see docs/performance.md ("The pool at memory speed, part 2"). */
+static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
+{
+    kvp__pool *pool = &cache->pool;
+    kvp__block *const blocks = pool->blocks;
+    UT_hash_table *const tbl = cache->index.head->hh.tbl;
+    const bool verifying = kvp__verifying(cache);
+    for (uint32_t i0 = 0; i0 < n; i0 += EVICT_BATCH) {
+        uint32_t m = n - i0 < EVICT_BATCH ? n - i0 : EVICT_BATCH;
+        /* Step 1: pop (outside a cleaning pass with the ring position in registers: the
+         * same entries lru_pop_head would pop, without its gap tests). */
+        if (pool->cleaning) {
+            for (uint32_t k = 0; k < m; k++) {
+                uint32_t id = lru_pop_head(pool);
+                assert(id != KVP_NIL);
+                ids[i0 + k] = id;
+            }
+        } else {
+            const uint32_t *const ring = pool->lru;
+            uint64_t head = pool->lru_head;
+            uint32_t s = ring_slot(pool, head), cap = (uint32_t)pool->lru_cap;
+            for (uint32_t k = 0; k < m;) {
+                assert(head < pool->lru_tail && s == ring_slot(pool, head));
+                uint32_t id = ring[s], at = s;
+                head++;
+                if (++s == cap)
+                    s = 0;
+                /* A block's lru_slot names a slot only while it is cached (internal.h),
+                 * so the slot alone tells a live entry from a stale one. */
+                if (id != KVP_NIL && blocks[id].lru_slot == at) {
+                    assert(ring_live(pool, id, at));
+                    blocks[id].lru_slot = KVP_NIL;
+                    ids[i0 + k++] = id;
+                }
+            }
+            pool->lru_head = head;
+            pool->n_lru -= m;
+        }
+        /* Step 2: what the unlinks write. */
+        for (uint32_t k = 0; k < m; k++)
+            prefetch_eviction(cache, ids[i0 + k]);
+        /* Step 3: the next victims' blocks (stale entries included: reading ahead of the
+         * liveness test is what lets the misses overlap). */
+        for (uint64_t k = 0; k < EVICT_BATCH; k++) {
+            uint64_t p = ring_ahead(pool, k);
+            if (p >= pool->lru_tail)
+                break;
+            KVP__PREFETCH_W(&blocks[pool->lru[ring_slot(pool, p)]]);
+        }
+        /* Step 4: unlink and pin. */
+        for (uint32_t k = 0; k < m; k++) {
+            uint32_t id = ids[i0 + k];
+            kvp__block *b = &blocks[id];
+            assert(!kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
+            b->ref = 1;
+            kvp__index_unlink(&cache->index, tbl, b);
+            if (verifying)
+                kvp__verify_forget(cache, id);
+        }
+        pool->n_in_use += m;
+        cache->stats.n_evictions += m;
+    }
+}
+
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
- * kvp__pool_available >= n). While evicting, the blocks EVICT_AHEAD entries ahead in the
- * ring are prefetched, and the dependents of those half as far ahead (by then their block
- * has arrived), so the misses of several evictions overlap. Cannot fail. */
+ * kvp__pool_available >= n): free blocks first, then evictions, in batches when
+ * batch_evictions allows. Otherwise, while evicting, the blocks EVICT_AHEAD entries ahead
+ * in the ring are prefetched, and the dependents of those half as far ahead (by then their
+ * block has arrived), so the misses of several evictions overlap. Cannot fail. */
 void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
@@ -510,6 +661,14 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
         else
             for (uint32_t i = 0; i < n; i++)
                 ids[i] = take(cache, false, false);
+        return;
+    }
+    if (batch_evictions(cache)) {
+        uint32_t i = 0;
+        for (; i < n && pool->free_head != KVP_NIL; i++)
+            ids[i] = take(cache, true, false);
+        if (i < n)
+            take_batch(cache, ids + i, n - i);
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
