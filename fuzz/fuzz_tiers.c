@@ -17,7 +17,8 @@
  *     stored, and nothing overwrote it since), and goes into the request's block
  *     n_blocks_hit + k;
  *   - a store order's device block still holds its key when the copy is made (its pin
- *     held) and its tier block is one the engine holds nothing in (pending or ready);
+ *     held) and its tier block is one the engine holds nothing in (pending or ready) —
+ *     without events, a ready one may be reused, since the engine hears of no eviction;
  *   - kvp_lookup_tiers reports in tier k only blocks whose key the engine's copy of tier k
  *     holds ready (never before the store is confirmed), and a request's device hits hold
  *     their keys;
