@@ -11,6 +11,8 @@
 
 #include <ctype.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -87,6 +89,74 @@ int cli_parse_bytes(const char *s, uint64_t *out)
         {"tib", UINT64_C(1) << 40},
     };
     return parse_scaled(s, units, sizeof units / sizeof units[0], out);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+int cli_parse_sized(const char *s, int *unit_out, uint64_t *amount)
+{
+    char buf[64];
+    size_t n = strlen(s);
+    if (n >= sizeof buf)
+        return CLI_EINVAL;
+    memcpy(buf, s, n + 1);
+    int u = 0, rc;
+    uint64_t x = 0;
+    if (ends_with(buf, "tokens") || ends_with(buf, "tok")) {
+        buf[n - (ends_with(buf, "tokens") ? 6 : 3)] = '\0';
+        u = 1;
+        rc = cli_parse_count(buf, &x);
+    } else if (n > 0 && (buf[n - 1] == 'B' || buf[n - 1] == 'b')) {
+        u = 2;
+        rc = cli_parse_bytes(buf, &x);
+    } else {
+        rc = cli_parse_count(buf, &x);
+    }
+    if (rc != CLI_OK || x == 0)
+        return CLI_EINVAL;
+    *unit_out = u;
+    *amount = x;
+    return CLI_OK;
+}
+
+int cli_parse_seconds(const char *s, double *out)
+{
+    char *end;
+    double x = strtod(s, &end), scale = -1.0;
+    if (end != s && strcmp(end, "s") == 0)
+        scale = 1.0;
+    else if (end != s && strcmp(end, "ms") == 0)
+        scale = 1e-3;
+    else if (end != s && strcmp(end, "us") == 0)
+        scale = 1e-6;
+    else if (end != s && strcmp(end, "ns") == 0)
+        scale = 1e-9;
+    else if (end != s && *end == '\0' && x == 0.0)
+        scale = 1.0;
+    if (scale < 0 || !isfinite(x) || x < 0.0 || x > 3600.0)
+        return CLI_EINVAL;
+    *out = x * scale;
+    return CLI_OK;
+}
+
+int cli_parse_rate(const char *s, double *out)
+{
+    char buf[64];
+    size_t n = strlen(s);
+    if (n >= sizeof buf)
+        return CLI_EINVAL;
+    memcpy(buf, s, n + 1);
+    if (ends_with(buf, "/s"))
+        buf[n - 2] = '\0';
+    uint64_t b;
+    if (cli_parse_bytes(buf, &b) != CLI_OK || b == 0)
+        return CLI_EINVAL;
+    *out = (double)b;
+    return CLI_OK;
 }
 
 int cli_parse_count(const char *s, uint64_t *out)

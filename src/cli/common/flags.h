@@ -41,6 +41,20 @@ int cli_parse_bytes(const char *s, uint64_t *out);
  * "46700M". Returns as cli_parse_bytes. */
 int cli_parse_count(const char *s, uint64_t *out);
 
+/* Parse a tier or cache size with its unit (replay and fleet --tiers): a count of blocks
+ * ("20000", "64K": unit 0), of tokens with a "tok" or "tokens" suffix ("1Mtok": unit 1),
+ * or bytes with a B suffix ("512GiB", cli_parse_bytes: unit 2). Returns CLI_OK, or
+ * CLI_EINVAL when malformed, too long or zero; *unit_out and *amount untouched on failure. */
+int cli_parse_sized(const char *s, int *unit_out, uint64_t *amount);
+
+/* Parse a duration "0.5s", "2ms", "10us", "3ns" or a bare "0" into seconds, 0..3600.
+ * Returns CLI_OK or CLI_EINVAL; *out untouched on failure. */
+int cli_parse_seconds(const char *s, double *out);
+
+/* Parse a bandwidth "50GB/s", "25GiB/s" or "12.5GB" (cli_parse_bytes, "/s" optional) into
+ * bytes per second, above 0. Returns CLI_OK or CLI_EINVAL; *out untouched on failure. */
+int cli_parse_rate(const char *s, double *out);
+
 /* Parse a plain non-negative integer (decimal digits only, no sign, no suffix) up to max.
  * Returns CLI_OK, CLI_EINVAL (malformed), CLI_EOVERFLOW (above max). */
 int cli_parse_uint(const char *s, uint64_t max, uint64_t *out);

@@ -82,30 +82,9 @@ typedef struct size_spec {
     uint64_t amount; /* > 0 */
 } size_spec;
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 static int parse_size(const char *flag, const char *v, size_spec *out)
 {
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", v);
-    size_t n = strlen(buf);
-    int rc;
-    if (ends_with(buf, "tokens") || ends_with(buf, "tok")) {
-        buf[n - (ends_with(buf, "tokens") ? 6 : 3)] = '\0';
-        out->unit = 1;
-        rc = cli_parse_count(buf, &out->amount);
-    } else if (n > 0 && (buf[n - 1] == 'B' || buf[n - 1] == 'b')) {
-        out->unit = 2;
-        rc = cli_parse_bytes(buf, &out->amount);
-    } else {
-        out->unit = 0;
-        rc = cli_parse_count(buf, &out->amount);
-    }
-    if (strlen(v) >= sizeof buf || rc != CLI_OK || out->amount == 0)
+    if (cli_parse_sized(v, &out->unit, &out->amount) != CLI_OK)
         return fail(CLI_EXIT_USAGE,
                     "%s: '%s' is not a positive size (blocks: 20000; tokens: 1Mtok; memory: "
                     "256GiB)",
@@ -115,33 +94,16 @@ static int parse_size(const char *flag, const char *v, size_spec *out)
 
 static int parse_duration(const char *flag, const char *v, double *out)
 {
-    char *end;
-    double x = strtod(v, &end), scale = -1.0;
-    if (end != v && strcmp(end, "s") == 0)
-        scale = 1.0;
-    else if (end != v && strcmp(end, "ms") == 0)
-        scale = 1e-3;
-    else if (end != v && strcmp(end, "us") == 0)
-        scale = 1e-6;
-    else if (end != v && *end == '\0' && x == 0.0)
-        scale = 1.0;
-    if (scale < 0 || !isfinite(x) || x < 0.0 || x > 3600.0)
+    if (cli_parse_seconds(v, out) != CLI_OK)
         return fail(CLI_EXIT_USAGE, "%s: '%s' is not a duration (10us, 2ms, 0.5s)", flag, v);
-    *out = x * scale;
     return 0;
 }
 
 static int parse_rate(const char *flag, const char *v, double *out)
 {
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", v);
-    if (ends_with(buf, "/s"))
-        buf[strlen(buf) - 2] = '\0';
-    uint64_t b;
-    if (strlen(v) >= sizeof buf || cli_parse_bytes(buf, &b) != CLI_OK || b == 0)
+    if (cli_parse_rate(v, out) != CLI_OK)
         return fail(CLI_EXIT_USAGE, "%s: '%s' is not a bandwidth in bytes per second (50GB/s)",
                     flag, v);
-    *out = (double)b;
     return 0;
 }
 
