@@ -266,6 +266,33 @@ int cli_flag_bytes(const char *cmd, const char *flag, const char *v, uint64_t mi
                     " (80GiB, 80GB = 80x10^9, 81920MiB; a bare G is ambiguous)", out);
 }
 
+int cli_flag_sized(const char *cmd, const char *flag, const char *v, int *unit_out,
+                   uint64_t *amount)
+{
+    if (cli_parse_sized(v, unit_out, amount) != CLI_OK)
+        return cli_fail(cmd, CLI_EXIT_USAGE,
+                        "%s: '%s' is not a positive size (blocks: 20000 or 64K; tokens: 1Mtok; "
+                        "memory: 512GiB with --model)",
+                        flag, v);
+    return 0;
+}
+
+int cli_flag_seconds(const char *cmd, const char *flag, const char *v, double *out)
+{
+    if (cli_parse_seconds(v, out) != CLI_OK)
+        return cli_fail(cmd, CLI_EXIT_USAGE, "%s: '%s' is not a duration (10us, 2ms, 0.5s)", flag,
+                        v);
+    return 0;
+}
+
+int cli_flag_rate(const char *cmd, const char *flag, const char *v, double *out)
+{
+    if (cli_parse_rate(v, out) != CLI_OK)
+        return cli_fail(cmd, CLI_EXIT_USAGE,
+                        "%s: '%s' is not a bandwidth in bytes per second (50GB/s)", flag, v);
+    return 0;
+}
+
 int cli_flag_fraction(const char *cmd, const char *flag, const char *v, uint32_t *ppm)
 {
     if (cli_parse_fraction(v, ppm) != CLI_OK)

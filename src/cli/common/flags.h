@@ -81,6 +81,14 @@ int cli_flag_uint(const char *cmd, const char *flag, const char *v, uint64_t min
 int cli_flag_count(const char *cmd, const char *flag, const char *v, uint64_t min, uint64_t max,
                    uint64_t *out);
 
+/* A size in blocks, tokens or bytes (cli_parse_sized), a duration in seconds
+ * (cli_parse_seconds), a bandwidth in bytes per second (cli_parse_rate): replay's and
+ * fleet's --tiers, --tier-bw and --tier-latency items. */
+int cli_flag_sized(const char *cmd, const char *flag, const char *v, int *unit_out,
+                   uint64_t *amount);
+int cli_flag_seconds(const char *cmd, const char *flag, const char *v, double *out);
+int cli_flag_rate(const char *cmd, const char *flag, const char *v, double *out);
+
 /* A size with an optional unit (cli_parse_bytes), in min .. max bytes. */
 int cli_flag_bytes(const char *cmd, const char *flag, const char *v, uint64_t min, uint64_t max,
                    uint64_t *out);

@@ -82,31 +82,6 @@ typedef struct size_spec {
     uint64_t amount; /* > 0 */
 } size_spec;
 
-static int parse_size(const char *flag, const char *v, size_spec *out)
-{
-    if (cli_parse_sized(v, &out->unit, &out->amount) != CLI_OK)
-        return fail(CLI_EXIT_USAGE,
-                    "%s: '%s' is not a positive size (blocks: 20000; tokens: 1Mtok; memory: "
-                    "256GiB)",
-                    flag, v);
-    return 0;
-}
-
-static int parse_duration(const char *flag, const char *v, double *out)
-{
-    if (cli_parse_seconds(v, out) != CLI_OK)
-        return fail(CLI_EXIT_USAGE, "%s: '%s' is not a duration (10us, 2ms, 0.5s)", flag, v);
-    return 0;
-}
-
-static int parse_rate(const char *flag, const char *v, double *out)
-{
-    if (cli_parse_rate(v, out) != CLI_OK)
-        return fail(CLI_EXIT_USAGE, "%s: '%s' is not a bandwidth in bytes per second (50GB/s)",
-                    flag, v);
-    return 0;
-}
-
 /* NAME=VALUE items of --tiers (cpu, disk), --tier-bw and --tier-latency (cpu, disk, shared). */
 typedef struct item_list {
     const char *flag;
@@ -139,9 +114,10 @@ static int list_item(void *ctx, const char *item, size_t len, size_t index)
         return fail(CLI_EXIT_USAGE, "%s: tier '%s' is given twice", l->flag, buf);
     if (l->what == 0 && k < l->last)
         return fail(CLI_EXIT_USAGE, "%s: list the tiers top down (cpu, then disk)", l->flag);
-    int rc = l->what == 0   ? parse_size(l->flag, eq + 1, &l->size[k])
-             : l->what == 1 ? parse_rate(l->flag, eq + 1, &l->value[k])
-                            : parse_duration(l->flag, eq + 1, &l->value[k]);
+    int rc = l->what == 0
+                 ? cli_flag_sized("fleet", l->flag, eq + 1, &l->size[k].unit, &l->size[k].amount)
+             : l->what == 1 ? cli_flag_rate("fleet", l->flag, eq + 1, &l->value[k])
+                            : cli_flag_seconds("fleet", l->flag, eq + 1, &l->value[k]);
     if (rc)
         return rc;
     l->given[k] = true;
@@ -175,7 +151,8 @@ int fl_tiers_check(const fl_tier_opts *t, bool has_model)
         (rc = parse_list("--tier-bw", t->bw, 1, &l)) != 0 ||
         (rc = parse_list("--tier-latency", t->latency, 2, &l)) != 0)
         return rc;
-    if (t->shared && (rc = parse_size("--shared-tier", t->shared, &sh)) != 0)
+    if (t->shared &&
+        (rc = cli_flag_sized("fleet", "--shared-tier", t->shared, &sh.unit, &sh.amount)) != 0)
         return rc;
     return 0;
 }
@@ -217,7 +194,7 @@ int fl_tiers_setup(const fl_tier_opts *t, uint32_t block_size, uint64_t block_by
                     (unsigned long long)s->cap[1], (unsigned long long)s->cap[0]);
     if (t->shared) {
         size_spec sh;
-        if ((rc = parse_size("--shared-tier", t->shared, &sh)) != 0 ||
+        if ((rc = cli_flag_sized("fleet", "--shared-tier", t->shared, &sh.unit, &sh.amount)) != 0 ||
             (rc = to_blocks("--shared-tier", &sh, block_size, block_bytes, &s->cap[2])) != 0)
             return rc;
     }

@@ -128,33 +128,6 @@ typedef struct tier_list {
     size_t n;                     /* items */
 } tier_list;
 
-static int parse_size(const char *flag, const char *v, tier_size *out)
-{
-    if (cli_parse_sized(v, &out->unit, &out->amount) != CLI_OK)
-        return fail(CLI_EXIT_USAGE,
-                    "%s: '%s' is not a positive size (blocks: 20000 or 64K; tokens: 1Mtok; "
-                    "memory: 512GiB with --model)",
-                    flag, v);
-    return 0;
-}
-
-/* "10us", "2ms", "0.5s", "0" into seconds. */
-static int parse_duration(const char *flag, const char *v, double *out)
-{
-    if (cli_parse_seconds(v, out) != CLI_OK)
-        return fail(CLI_EXIT_USAGE, "%s: '%s' is not a duration (10us, 2ms, 0.5s)", flag, v);
-    return 0;
-}
-
-/* "50GB", "12.5GB/s", "25GiB/s" into bytes per second. */
-static int parse_rate(const char *flag, const char *v, double *out)
-{
-    if (cli_parse_rate(v, out) != CLI_OK)
-        return fail(CLI_EXIT_USAGE, "%s: '%s' is not a bandwidth in bytes per second (50GB/s)",
-                    flag, v);
-    return 0;
-}
-
 static int list_item(void *ctx, const char *item, size_t len, size_t index)
 {
     tier_list *l = ctx;
@@ -177,9 +150,10 @@ static int list_item(void *ctx, const char *item, size_t len, size_t index)
     if (l->what != 0 && k == TIER_GPU)
         return fail(CLI_EXIT_USAGE, "%s: the gpu tier loads nothing (its hits are in place)",
                     l->flag);
-    int rc = l->what == 0   ? parse_size(l->flag, eq + 1, &l->size[k])
-             : l->what == 1 ? parse_rate(l->flag, eq + 1, &l->value[k])
-                            : parse_duration(l->flag, eq + 1, &l->value[k]);
+    int rc = l->what == 0
+                 ? cli_flag_sized("replay", l->flag, eq + 1, &l->size[k].unit, &l->size[k].amount)
+             : l->what == 1 ? cli_flag_rate("replay", l->flag, eq + 1, &l->value[k])
+                            : cli_flag_seconds("replay", l->flag, eq + 1, &l->value[k]);
     if (rc)
         return rc;
     if (l->what == 0 && l->n > 0 && l->order[l->n - 1] > k)
