@@ -41,28 +41,8 @@ except ImportError as e:  # pragma: no cover - depends on the machine
     print(f"test_routerd_limits: SKIPPED: {e}")
     sys.exit(77)
 
-DEADLINE = 60.0
-BLOCK = 16
-
-
-class Fail(Exception):
-    pass
-
-
-def expect(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
-def wait_for(pred, what):
-    end = time.monotonic() + DEADLINE
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise Fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_routerd import BLOCK, DEADLINE, Fail, expect, wait_for  # noqa: E402,F401
 
 
 class Daemon:
