@@ -115,19 +115,6 @@ struct bpe {
     size_t heap_cap;       /* elements allocated at heap */
 };
 
-static void errf(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void errf(char *err, size_t size, const char *fmt, ...)
-{
-    if (err == NULL || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-}
-
 int bpe_kind_from_name(const char *name)
 {
     if (name == NULL)
@@ -256,7 +243,7 @@ static int read_file(const char *path, char **buf, size_t *len, char *err, size_
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        cli_errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
         return BPE_EIO;
     }
     int r = cli_read_all(f, MAX_FILE, buf, len);
@@ -266,13 +253,13 @@ static int read_file(const char *path, char **buf, size_t *len, char *err, size_
     case CLI_READ_OK:
         return BPE_OK;
     case CLI_READ_NOMEM:
-        errf(err, err_size, "%s: out of memory reading the rank file", path);
+        cli_errf(err, err_size, "%s: out of memory reading the rank file", path);
         return BPE_ENOMEM;
     case CLI_READ_TOOBIG:
-        errf(err, err_size, "%s: larger than %u bytes: not a rank file", path, MAX_FILE);
+        cli_errf(err, err_size, "%s: larger than %u bytes: not a rank file", path, MAX_FILE);
         return BPE_EINPUT;
     default:
-        errf(err, err_size, "%s: read error: %s", path, strerror(e));
+        cli_errf(err, err_size, "%s: read error: %s", path, strerror(e));
         return BPE_EIO;
     }
 }
@@ -292,21 +279,21 @@ static int parse_line(const char *path, size_t line_no, const char *p, const cha
         e--;
     const char *sp = memchr(p, ' ', (size_t)(e - p));
     if (sp == NULL || sp == p || sp + 1 == e) {
-        errf(err, err_size, "%s:%zu: expected \"BASE64 RANK\"", path, line_no);
+        cli_errf(err, err_size, "%s:%zu: expected \"BASE64 RANK\"", path, line_no);
         return -1;
     }
     uint64_t r = 0;
     for (const char *q = sp + 1; q < e; q++) {
         if (*q < '0' || *q > '9' || r >= BPE_MAX_RANKS) {
-            errf(err, err_size, "%s:%zu: rank '%.*s' is not an integer below %u", path, line_no,
-                 (int)(e - sp - 1 > 20 ? 20 : e - sp - 1), sp + 1, BPE_MAX_RANKS);
+            cli_errf(err, err_size, "%s:%zu: rank '%.*s' is not an integer below %u", path, line_no,
+                     (int)(e - sp - 1 > 20 ? 20 : e - sp - 1), sp + 1, BPE_MAX_RANKS);
             return -1;
         }
         r = r * 10 + (uint64_t)(*q - '0');
     }
     if (r >= BPE_MAX_RANKS) {
-        errf(err, err_size, "%s:%zu: rank %llu is not below %u", path, line_no,
-             (unsigned long long)r, BPE_MAX_RANKS);
+        cli_errf(err, err_size, "%s:%zu: rank %llu is not below %u", path, line_no,
+                 (unsigned long long)r, BPE_MAX_RANKS);
         return -1;
     }
     l->b64 = p;
@@ -327,7 +314,7 @@ static int load_ranks(bpe *t, const char *path, const char *buf, size_t n, char 
     t->arena = malloc(n / 4 * 3 + 1);
     if (lines == NULL || t->arena == NULL) {
         free(lines);
-        errf(err, err_size, "%s: out of memory", path);
+        cli_errf(err, err_size, "%s: out of memory", path);
         return BPE_ENOMEM;
     }
     size_t k = 0, line_no = 0;
@@ -349,7 +336,7 @@ static int load_ranks(bpe *t, const char *path, const char *buf, size_t n, char 
     }
     if (k == 0) {
         free(lines);
-        errf(err, err_size, "%s: no ranks: not a tiktoken rank file", path);
+        cli_errf(err, err_size, "%s: no ranks: not a tiktoken rank file", path);
         return BPE_EINPUT;
     }
     t->n_ids = (size_t)max_rank + 1;
@@ -357,7 +344,7 @@ static int load_ranks(bpe *t, const char *path, const char *buf, size_t n, char 
     t->len = calloc(t->n_ids, sizeof *t->len);
     if (t->off == NULL || t->len == NULL) {
         free(lines);
-        errf(err, err_size, "%s: out of memory", path);
+        cli_errf(err, err_size, "%s: out of memory", path);
         return BPE_ENOMEM;
     }
     size_t at = 0;
@@ -366,8 +353,8 @@ static int load_ranks(bpe *t, const char *path, const char *buf, size_t n, char 
         long m = b64_decode(lines[i].b64, lines[i].b64_len, t->arena + at);
         uint32_t r = lines[i].rank;
         if (m <= 0 || t->len[r] != 0) {
-            errf(err, err_size, "%s: rank %u: %s", path, r,
-                 m <= 0 ? "token bytes are not base64" : "rank given twice");
+            cli_errf(err, err_size, "%s: rank %u: %s", path, r,
+                     m <= 0 ? "token bytes are not base64" : "rank given twice");
             free(lines);
             return BPE_EINPUT;
         }
@@ -388,21 +375,22 @@ static int build_table(bpe *t, const char *path, char *err, size_t err_size)
         cap *= 2;
     t->slots = calloc(cap, sizeof *t->slots);
     if (t->slots == NULL) {
-        errf(err, err_size, "%s: out of memory", path);
+        cli_errf(err, err_size, "%s: out of memory", path);
         return BPE_ENOMEM;
     }
     t->mask = cap - 1;
     for (size_t id = 0; id < t->n_ids; id++) {
         uint32_t dup;
         if (t->len[id] != 0 && !table_insert(t, (uint32_t)id, &dup)) {
-            errf(err, err_size, "%s: ranks %u and %zu have the same bytes", path, dup, id);
+            cli_errf(err, err_size, "%s: ranks %u and %zu have the same bytes", path, dup, id);
             return BPE_EINPUT;
         }
     }
     for (unsigned b = 0; b < 256; b++) {
         unsigned char c = (unsigned char)b;
         if (rank_of(t, &c, 1) == NO_RANK) {
-            errf(err, err_size, "%s: byte 0x%02x is not a token: not a byte-level BPE", path, b);
+            cli_errf(err, err_size, "%s: byte 0x%02x is not a token: not a byte-level BPE", path,
+                     b);
             return BPE_EINPUT;
         }
     }
@@ -510,7 +498,7 @@ static int sidecar_text(const json_t *s, const char *key, char **dst, const char
     if (v == NULL)
         return BPE_OK;
     if (!json_is_string(v) || json_string_length(v) == 0) {
-        errf(err, err_size, "%s: %s must be a non-empty string", name, key);
+        cli_errf(err, err_size, "%s: %s must be a non-empty string", name, key);
         return BPE_EINPUT;
     }
     char *c = strdup(json_string_value(v));
@@ -530,15 +518,15 @@ static int read_sidecar(bpe *t, const char *name, int *kind, json_t **out, char 
     if (f == NULL) {
         if (errno == ENOENT)
             return BPE_OK;
-        errf(err, err_size, "%s: cannot open: %s", name, strerror(errno));
+        cli_errf(err, err_size, "%s: cannot open: %s", name, strerror(errno));
         return BPE_EIO;
     }
     json_error_t je;
     json_t *s = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
     fclose(f);
     if (s == NULL || !json_is_object(s)) {
-        errf(err, err_size, "%s:%d: %s", name, s ? 1 : je.line,
-             s ? "the sidecar must be a JSON object" : je.text);
+        cli_errf(err, err_size, "%s:%d: %s", name, s ? 1 : je.line,
+                 s ? "the sidecar must be a JSON object" : je.text);
         json_decref(s);
         return BPE_EINPUT;
     }
@@ -547,7 +535,7 @@ static int read_sidecar(bpe *t, const char *name, int *kind, json_t **out, char 
     if (k != NULL) {
         int kk = json_is_string(k) ? bpe_kind_from_name(json_string_value(k)) : 0;
         if (kk == 0) {
-            errf(err, err_size, "%s: kind must be \"llama3\", \"cl100k\" or \"o200k\"", name);
+            cli_errf(err, err_size, "%s: kind must be \"llama3\", \"cl100k\" or \"o200k\"", name);
             return BPE_EINPUT;
         }
         if (*kind == 0)
@@ -555,7 +543,7 @@ static int read_sidecar(bpe *t, const char *name, int *kind, json_t **out, char 
     }
     const json_t *sp = json_object_get(s, "special_tokens");
     if (sp != NULL && !json_is_object(sp)) {
-        errf(err, err_size, "%s: special_tokens must be an object {\"text\": id, ...}", name);
+        cli_errf(err, err_size, "%s: special_tokens must be an object {\"text\": id, ...}", name);
         return BPE_EINPUT;
     }
     int rc = sidecar_text(s, "bos_token", &t->bos, name, err, err_size);
@@ -588,14 +576,14 @@ static int sidecar_specials(bpe *t, const json_t *s, const char *name, size_t *c
     {
         json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
         if (id < 0 || id >= (json_int_t)BPE_MAX_RANKS || text[0] == '\0') {
-            errf(err, err_size,
-                 "%s: special_tokens[\"%s\"] must be a non-empty text with an id below %u", name,
-                 cli_quote_prefix(q, sizeof q, text, strlen(text), 60), BPE_MAX_RANKS);
+            cli_errf(err, err_size,
+                     "%s: special_tokens[\"%s\"] must be a non-empty text with an id below %u",
+                     name, cli_quote_prefix(q, sizeof q, text, strlen(text), 60), BPE_MAX_RANKS);
             return BPE_EINPUT;
         }
         if ((size_t)id < t->n_ids && t->len[id] != 0) {
-            errf(err, err_size, "%s: special token \"%s\" takes id %lld of an ordinary token", name,
-                 cli_quote_prefix(q, sizeof q, text, strlen(text), 60), (long long)id);
+            cli_errf(err, err_size, "%s: special token \"%s\" takes id %lld of an ordinary token",
+                     name, cli_quote_prefix(q, sizeof q, text, strlen(text), 60), (long long)id);
             return BPE_EINPUT;
         }
         if (add_special_str(t, text, (uint32_t)id, cap) != BPE_OK)
@@ -604,9 +592,9 @@ static int sidecar_specials(bpe *t, const json_t *s, const char *name, size_t *c
     size_t a, b;
     if (special_ids_clash(t, &a, &b)) {
         const special *x = &t->specials[a], *y = &t->specials[b];
-        errf(err, err_size, "%s: special tokens \"%s\" and \"%s\" both have id %u", name,
-             cli_quote_prefix(q, sizeof q, x->text, x->len, 60),
-             cli_quote_prefix(q2, sizeof q2, y->text, y->len, 60), x->id);
+        cli_errf(err, err_size, "%s: special tokens \"%s\" and \"%s\" both have id %u", name,
+                 cli_quote_prefix(q, sizeof q, x->text, x->len, 60),
+                 cli_quote_prefix(q2, sizeof q2, y->text, y->len, 60), x->id);
         return BPE_EINPUT;
     }
     return BPE_OK;
@@ -631,14 +619,14 @@ static int compile_pattern(bpe *t, char *err, size_t err_size)
     if (t->re == NULL) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        errf(err, err_size, "internal error: the %s expression does not compile at %zu: %s",
-             bpe_kind_name(t->kind), (size_t)eo, (const char *)msg);
+        cli_errf(err, err_size, "internal error: the %s expression does not compile at %zu: %s",
+                 bpe_kind_name(t->kind), (size_t)eo, (const char *)msg);
         return BPE_EINPUT;
     }
     t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
     t->md = pcre2_match_data_create_from_pattern(t->re, NULL);
     if (t->md == NULL) {
-        errf(err, err_size, "out of memory");
+        cli_errf(err, err_size, "out of memory");
         return BPE_ENOMEM;
     }
     return BPE_OK;
@@ -670,10 +658,11 @@ static int load_rest(bpe *t, const char *path, int kind, char *err, size_t err_s
     if (rc == BPE_OK && kind == 0)
         kind = kind_from_size(t->n_ranks);
     if (rc == BPE_OK && kind == 0) {
-        errf(err, err_size,
-             "%s: the tokenizer kind is not known: give --tokenizer-kind llama3|cl100k|o200k or "
-             "\"kind\" in %s",
-             path, name);
+        cli_errf(
+            err, err_size,
+            "%s: the tokenizer kind is not known: give --tokenizer-kind llama3|cl100k|o200k or "
+            "\"kind\" in %s",
+            path, name);
         rc = BPE_EINPUT;
     }
     size_t cap = 0;
@@ -686,7 +675,7 @@ static int load_rest(bpe *t, const char *path, int kind, char *err, size_t err_s
     json_decref(s);
     free(name);
     if (rc == BPE_ENOMEM)
-        errf(err, err_size, "%s: out of memory", path);
+        cli_errf(err, err_size, "%s: out of memory", path);
     if (rc != BPE_OK)
         return rc;
     sort_specials(t);
@@ -695,7 +684,7 @@ static int load_rest(bpe *t, const char *path, int kind, char *err, size_t err_s
     if (t->eos == NULL)
         t->eos = strdup(kind == BPE_LLAMA3 ? "<|eot_id|>" : "");
     if (t->bos == NULL || t->eos == NULL) {
-        errf(err, err_size, "%s: out of memory", path);
+        cli_errf(err, err_size, "%s: out of memory", path);
         return BPE_ENOMEM;
     }
     return compile_pattern(t, err, err_size);
@@ -709,7 +698,7 @@ static int hf_paths(const char *path, char *json, size_t jsize, char *cfg, size_
 {
     struct stat st;
     if (stat(path, &st) != 0) {
-        errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        cli_errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
         return BPE_EIO;
     }
     if (S_ISDIR(st.st_mode)) {
@@ -720,12 +709,12 @@ static int hf_paths(const char *path, char *json, size_t jsize, char *cfg, size_
         snprintf(json, jsize, "%s/tokenizer.model", path);
         if (stat(json, &st) == 0)
             return 2; /* tokenizer.model: a tiktoken file (Llama 3) or SentencePiece */
-        errf(err, err_size, "%s: a folder without tokenizer.json (or tokenizer.model)", path);
+        cli_errf(err, err_size, "%s: a folder without tokenizer.json (or tokenizer.model)", path);
         return BPE_EINPUT;
     }
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        cli_errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
         return BPE_EIO;
     }
     int c;
@@ -745,7 +734,7 @@ static int load_hf(const char *json, const char *cfg, bpe **out, char *err, size
 {
     bpe *t = calloc(1, sizeof *t);
     if (t == NULL) {
-        errf(err, err_size, "%s: out of memory", json);
+        cli_errf(err, err_size, "%s: out of memory", json);
         return BPE_ENOMEM;
     }
     int rc = hf_load(json, cfg, &t->hf, err, err_size);
@@ -763,15 +752,15 @@ static int load_hf(const char *json, const char *cfg, bpe **out, char *err, size
 static int load_spm(const char *path, int kind, bpe **out, char *err, size_t err_size)
 {
     if (kind != 0) {
-        errf(err, err_size,
-             "%s: a SentencePiece model: --tokenizer-kind is for tiktoken rank "
-             "files",
-             path);
+        cli_errf(err, err_size,
+                 "%s: a SentencePiece model: --tokenizer-kind is for tiktoken rank "
+                 "files",
+                 path);
         return BPE_EINPUT;
     }
     bpe *t = calloc(1, sizeof *t);
     if (t == NULL) {
-        errf(err, err_size, "%s: out of memory", path);
+        cli_errf(err, err_size, "%s: out of memory", path);
         return BPE_ENOMEM;
     }
     int rc = spm_load(path, &t->sp, err, err_size);
@@ -790,7 +779,7 @@ static int load_spm(const char *path, int kind, bpe **out, char *err, size_t err
 int bpe_load(const char *path, int kind, bpe **out, char *err, size_t err_size)
 {
     if (kind < 0 || kind > BPE_O200K || path == NULL || out == NULL) {
-        errf(err, err_size, "internal error: bad arguments to bpe_load");
+        cli_errf(err, err_size, "internal error: bad arguments to bpe_load");
         return BPE_EINPUT;
     }
     /* Step 0: */
@@ -800,10 +789,10 @@ int bpe_load(const char *path, int kind, bpe **out, char *err, size_t err_size)
         return hf;
     if (hf == 1) {
         if (kind != 0) {
-            errf(err, err_size,
-                 "%s: a tokenizer.json tokenizer: --tokenizer-kind is for "
-                 "tiktoken rank files",
-                 path);
+            cli_errf(err, err_size,
+                     "%s: a tokenizer.json tokenizer: --tokenizer-kind is for "
+                     "tiktoken rank files",
+                     path);
             return BPE_EINPUT;
         }
         return load_hf(json, cfg, out, err, err_size);
@@ -823,7 +812,7 @@ int bpe_load(const char *path, int kind, bpe **out, char *err, size_t err_size)
     bpe *t = calloc(1, sizeof *t);
     if (t == NULL) {
         free(buf);
-        errf(err, err_size, "%s: out of memory", path);
+        cli_errf(err, err_size, "%s: out of memory", path);
         return BPE_ENOMEM;
     }
     /* Step 1: */
@@ -1176,7 +1165,7 @@ static int encode_stretch(bpe *t, const char *text, size_t from, size_t to, uint
         if (m < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(m, msg, sizeof msg);
-            errf(err, err_size, "pre-tokenizer failed at byte %zu: %s", off, (const char *)msg);
+            cli_errf(err, err_size, "pre-tokenizer failed at byte %zu: %s", off, (const char *)msg);
             return BPE_EINPUT;
         }
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
@@ -1186,7 +1175,7 @@ static int encode_stretch(bpe *t, const char *text, size_t from, size_t to, uint
             continue;
         }
         if (encode_piece(t, u + ms, me - ms, base + (uint32_t)ms, out) != BPE_OK) {
-            errf(err, err_size, "out of memory encoding %zu bytes", to - from);
+            cli_errf(err, err_size, "out of memory encoding %zu bytes", to - from);
             return BPE_ENOMEM;
         }
         off = me;
@@ -1224,7 +1213,7 @@ int bpe_encode_post(bpe *t, const char *text, size_t len, uint32_t base, bpe_out
 {
     size_t bad = utf8_invalid_at((const unsigned char *)text, len);
     if (bad < len) {
-        errf(err, err_size, "the text is not valid UTF-8 at byte %zu", bad);
+        cli_errf(err, err_size, "the text is not valid UTF-8 at byte %zu", bad);
         return BPE_EINPUT;
     }
     if (t->hf)
@@ -1238,7 +1227,7 @@ int bpe_encode(bpe *t, const char *text, size_t len, bool specials, uint32_t bas
     const unsigned char *u = (const unsigned char *)text;
     size_t bad = utf8_invalid_at(u, len);
     if (bad < len) {
-        errf(err, err_size, "the text is not valid UTF-8 at byte %zu", bad);
+        cli_errf(err, err_size, "the text is not valid UTF-8 at byte %zu", bad);
         return BPE_EINPUT;
     }
     if (t->hf)
@@ -1259,7 +1248,7 @@ int bpe_encode(bpe *t, const char *text, size_t len, bool specials, uint32_t bas
         if (rc != BPE_OK)
             return rc;
         if (!out_reserve(out, 1)) {
-            errf(err, err_size, "out of memory encoding %zu bytes", len);
+            cli_errf(err, err_size, "out of memory encoding %zu bytes", len);
             return BPE_ENOMEM;
         }
         out_push(out, s->id, base + (uint32_t)i);
@@ -1279,35 +1268,36 @@ int bpe_check(const bpe *t, char *err, size_t err_size)
     for (size_t i = 0; i <= t->mask; i++)
         used += t->slots[i].id1 != 0;
     if (used != t->n_ranks || 2 * used > t->mask + 1) {
-        errf(err, err_size, "table holds %zu of %zu ranks in %zu slots", used, t->n_ranks,
-             t->mask + 1);
+        cli_errf(err, err_size, "table holds %zu of %zu ranks in %zu slots", used, t->n_ranks,
+                 t->mask + 1);
         return -1;
     }
     for (size_t id = 0; id < t->n_ids; id++)
         if (t->len[id] != 0 && rank_of(t, t->arena + t->off[id], t->len[id]) != id) {
-            errf(err, err_size, "token %zu is not found by its bytes", id);
+            cli_errf(err, err_size, "token %zu is not found by its bytes", id);
             return -1;
         }
     for (unsigned b = 0; b < 256; b++) {
         unsigned char c = (unsigned char)b;
         if (rank_of(t, &c, 1) == NO_RANK) {
-            errf(err, err_size, "byte 0x%02x is not a token", b);
+            cli_errf(err, err_size, "byte 0x%02x is not a token", b);
             return -1;
         }
     }
     for (size_t i = 0; i < t->n_specials; i++) {
         if (i > 0 && cmp_special(&t->specials[i - 1], &t->specials[i]) >= 0) {
-            errf(err, err_size, "specials %zu and %zu are out of order", i - 1, i);
+            cli_errf(err, err_size, "specials %zu and %zu are out of order", i - 1, i);
             return -1;
         }
         if (!t->starts[(unsigned char)t->specials[i].text[0]]) {
-            errf(err, err_size, "special %zu's first byte is not marked", i);
+            cli_errf(err, err_size, "special %zu's first byte is not marked", i);
             return -1;
         }
     }
     size_t a, b;
     if (special_ids_clash(t, &a, &b)) {
-        errf(err, err_size, "specials %zu and %zu have the same id %u", a, b, t->specials[a].id);
+        cli_errf(err, err_size, "specials %zu and %zu have the same id %u", a, b,
+                 t->specials[a].id);
         return -1;
     }
     return 0;

@@ -28,23 +28,10 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "cli.h"
 #include "hftok_int.h"
 
 #define MAX_ID (1u << 24) /* ids at or above are refused */
-
-static void errf(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-#include <stdarg.h>
-static void errf(char *err, size_t size, const char *fmt, ...)
-{
-    if (err == NULL || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-}
 
 static inline uint64_t hash(const void *p, size_t n)
 {
@@ -160,7 +147,7 @@ static int get_id(const json_t *v, uint32_t *id)
 static int load_vocab(hftok *t, const json_t *vocab, char *err, size_t es)
 {
     if (!json_is_object(vocab)) {
-        errf(err, es, "model has no \"vocab\" object");
+        cli_errf(err, es, "model has no \"vocab\" object");
         return -1;
     }
     size_t max = 0;
@@ -170,7 +157,7 @@ static int load_vocab(hftok *t, const json_t *vocab, char *err, size_t es)
     {
         uint32_t id;
         if (get_id(v, &id) != 0) {
-            errf(err, es, "vocab: the id of \"%.40s\" is not an integer in [0, 2^24)", k);
+            cli_errf(err, es, "vocab: the id of \"%.40s\" is not an integer in [0, 2^24)", k);
             return -1;
         }
         if (id + 1 > max)
@@ -187,11 +174,11 @@ static int load_vocab(hftok *t, const json_t *vocab, char *err, size_t es)
         uint32_t id = (uint32_t)json_integer_value(v);
         size_t n = strlen(k);
         if (n == 0) {
-            errf(err, es, "vocab: an empty token (id %u)", id);
+            cli_errf(err, es, "vocab: an empty token (id %u)", id);
             return -1;
         }
         if (t->str_len[id] != 0) {
-            errf(err, es, "vocab: id %u is given to two tokens", id);
+            cli_errf(err, es, "vocab: id %u is given to two tokens", id);
             return -1;
         }
         if (!arena_add(t, k, n, &t->str_off[id]))
@@ -232,7 +219,7 @@ static int load_merges(hftok *t, const json_t *merges, char *err, size_t es)
     if (merges == NULL)
         return 0;
     if (!json_is_array(merges)) {
-        errf(err, es, "model \"merges\" is not an array");
+        cli_errf(err, es, "model \"merges\" is not an array");
         return -1;
     }
     size_t n = json_array_size(merges);
@@ -248,7 +235,7 @@ static int load_merges(hftok *t, const json_t *merges, char *err, size_t es)
         const char *a, *b;
         size_t al, bl;
         if (merge_parts(json_array_get(merges, r), &a, &al, &b, &bl) != 0) {
-            errf(err, es, "merge %zu is neither \"a b\" nor [\"a\", \"b\"]", r);
+            cli_errf(err, es, "merge %zu is neither \"a b\" nor [\"a\", \"b\"]", r);
             rc = -1;
             break;
         }
@@ -266,10 +253,10 @@ static int load_merges(hftok *t, const json_t *merges, char *err, size_t es)
         memcpy(cat + al, b, bl);
         uint32_t ic = hft_vocab_find(t, cat, al + bl);
         if (ia == UINT32_MAX || ib == UINT32_MAX || ic == UINT32_MAX) {
-            errf(err, es, "merge %zu (\"%.30s\" \"%.30s\"): %s is not in the vocab", r, a, b,
-                 ia == UINT32_MAX   ? "the first part"
-                 : ib == UINT32_MAX ? "the second part"
-                                    : "the result");
+            cli_errf(err, es, "merge %zu (\"%.30s\" \"%.30s\"): %s is not in the vocab", r, a, b,
+                     ia == UINT32_MAX   ? "the first part"
+                     : ib == UINT32_MAX ? "the second part"
+                                        : "the result");
             rc = -1;
             break;
         }
@@ -309,7 +296,7 @@ static int load_added(hftok *t, const json_t *arr, char *err, size_t es)
     if (arr == NULL || json_is_null(arr))
         return 0;
     if (!json_is_array(arr)) {
-        errf(err, es, "\"added_tokens\" is not an array");
+        cli_errf(err, es, "\"added_tokens\" is not an array");
         return -1;
     }
     size_t n = json_array_size(arr);
@@ -324,10 +311,10 @@ static int load_added(hftok *t, const json_t *arr, char *err, size_t es)
         uint32_t id;
         if (!json_is_string(c) || json_string_length(c) == 0 ||
             get_id(json_object_get(a, "id"), &id) != 0) {
-            errf(err, es,
-                 "added_tokens[%zu]: needs a non-empty \"content\" and an \"id\" in "
-                 "[0, 2^24)",
-                 i);
+            cli_errf(err, es,
+                     "added_tokens[%zu]: needs a non-empty \"content\" and an \"id\" in "
+                     "[0, 2^24)",
+                     i);
             return -1;
         }
         added *x = &t->add[t->n_add];
@@ -432,23 +419,23 @@ static int load_model(hftok *t, const json_t *m, char *err, size_t es)
 {
     const char *type = json_string_value(json_object_get(m, "type"));
     if (!json_is_object(m)) {
-        errf(err, es, "no \"model\" object");
+        cli_errf(err, es, "no \"model\" object");
         return -1;
     }
     if (type != NULL && strcmp(type, "BPE") != 0) {
-        errf(err, es, "unsupported model \"%.40s\"", type);
+        cli_errf(err, es, "unsupported model \"%.40s\"", type);
         return -1;
     }
     const json_t *d = json_object_get(m, "dropout");
     if (d != NULL && !json_is_null(d) && json_number_value(d) != 0.0) {
-        errf(err, es, "unsupported model option \"dropout\"");
+        cli_errf(err, es, "unsupported model option \"dropout\"");
         return -1;
     }
     const char *fixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
         const char *s = json_string_value(json_object_get(m, fixes[i]));
         if (s != NULL && *s) {
-            errf(err, es, "unsupported model option \"%s\"", fixes[i]);
+            cli_errf(err, es, "unsupported model option \"%s\"", fixes[i]);
             return -1;
         }
     }
@@ -480,7 +467,7 @@ static int load_post(hftok *t, const json_t *p, char *err, size_t es)
         return 0;
     const char *type = json_string_value(json_object_get(p, "type"));
     if (type == NULL) {
-        errf(err, es, "a post_processor without a \"type\"");
+        cli_errf(err, es, "a post_processor without a \"type\"");
         return -1;
     }
     if (strcmp(type, "ByteLevel") == 0)
@@ -498,7 +485,7 @@ static int load_post(hftok *t, const json_t *p, char *err, size_t es)
         return 0;
     }
     if (strcmp(type, "TemplateProcessing") != 0) {
-        errf(err, es, "unsupported post_processor \"%.40s\"", type);
+        cli_errf(err, es, "unsupported post_processor \"%.40s\"", type);
         return -1;
     }
     const json_t *single = json_object_get(p, "single");
@@ -516,7 +503,8 @@ static int load_post(hftok *t, const json_t *p, char *err, size_t es)
         const char *name = json_string_value(json_object_get(st, "id"));
         const json_t *ids = json_object_get(json_object_get(sp, name ? name : ""), "ids");
         if (!json_is_array(ids)) {
-            errf(err, es, "post_processor: special token \"%.40s\" has no ids", name ? name : "?");
+            cli_errf(err, es, "post_processor: special token \"%.40s\" has no ids",
+                     name ? name : "?");
             return -1;
         }
         size_t j;
@@ -525,7 +513,7 @@ static int load_post(hftok *t, const json_t *p, char *err, size_t es)
         {
             uint32_t id;
             if (get_id(y, &id) != 0 || id >= t->n_ids || t->str_len[id] == 0) {
-                errf(err, es, "post_processor: the id of \"%.40s\" is not a token", name);
+                cli_errf(err, es, "post_processor: the id of \"%.40s\" is not a token", name);
                 return -1;
             }
             uint32_t **v = after ? &t->post_ids : &t->pre_ids;
@@ -590,7 +578,7 @@ static bool can_split_space(const hftok *t)
 static int load_tree(hftok *t, const json_t *root, char *err, size_t es)
 {
     if (!json_is_object(root)) {
-        errf(err, es, "not a tokenizer.json object");
+        cli_errf(err, es, "not a tokenizer.json object");
         return -1;
     }
     int rc = load_model(t, json_object_get(root, "model"), err, es);
@@ -623,7 +611,7 @@ static int finish(hftok *t, const char *name, json_t *root, const json_t *cfg, h
     if (rc == 0)
         rc = chat_template(cfg, &t->chat_template);
     if (rc != 0) {
-        errf(err, es, "%s: %s", name, rc == -3 ? "out of memory" : msg);
+        cli_errf(err, es, "%s: %s", name, rc == -3 ? "out of memory" : msg);
         hf_free(t);
         return rc;
     }
@@ -637,14 +625,14 @@ int hf_load_mem(const char *name, const char *buf, size_t len, hftok **out, char
     json_error_t je;
     json_t *root = json_loadb(buf, len, 0, &je);
     if (root == NULL) {
-        errf(err, err_size, "%s:%d: not a tokenizer.json (one JSON object): %s", name, je.line,
-             je.text);
+        cli_errf(err, err_size, "%s:%d: not a tokenizer.json (one JSON object): %s", name, je.line,
+                 je.text);
         return -1;
     }
     hftok *t = calloc(1, sizeof *t);
     if (t == NULL) {
         json_decref(root);
-        errf(err, err_size, "%s: out of memory", name);
+        cli_errf(err, err_size, "%s: out of memory", name);
         return -3;
     }
     int rc = finish(t, name, root, NULL, out, err, err_size);
@@ -656,7 +644,7 @@ static int read_all(const char *path, char **buf, size_t *len, char *err, size_t
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        errf(err, es, "%s: %s", path, strerror(errno));
+        cli_errf(err, es, "%s: %s", path, strerror(errno));
         return -2;
     }
     size_t cap = 1 << 16, n = 0;
@@ -665,7 +653,7 @@ static int read_all(const char *path, char **buf, size_t *len, char *err, size_t
     while (b != NULL) {
         if (n == cap) {
             if (cap >= HF_MAX_FILE) {
-                errf(err, es, "%s: larger than %u MiB", path, HF_MAX_FILE >> 20);
+                cli_errf(err, es, "%s: larger than %u MiB", path, HF_MAX_FILE >> 20);
                 rc = -1;
                 break;
             }
@@ -682,7 +670,7 @@ static int read_all(const char *path, char **buf, size_t *len, char *err, size_t
         n += r;
         if (r == 0) {
             if (ferror(f)) {
-                errf(err, es, "%s: %s", path, strerror(errno));
+                cli_errf(err, es, "%s: %s", path, strerror(errno));
                 rc = -2;
             }
             break;
@@ -690,7 +678,7 @@ static int read_all(const char *path, char **buf, size_t *len, char *err, size_t
     }
     fclose(f);
     if (b == NULL) {
-        errf(err, es, "%s: out of memory", path);
+        cli_errf(err, es, "%s: out of memory", path);
         return -3;
     }
     if (rc != 0) {
@@ -713,8 +701,8 @@ int hf_load(const char *path, const char *cfg_path, hftok **out, char *err, size
     json_t *root = json_loadb(buf, len, 0, &je);
     free(buf);
     if (root == NULL) {
-        errf(err, err_size, "%s:%d: not a tokenizer.json (one JSON object): %s", path, je.line,
-             je.text);
+        cli_errf(err, err_size, "%s:%d: not a tokenizer.json (one JSON object): %s", path, je.line,
+                 je.text);
         return -1;
     }
     json_t *cfg = NULL;
@@ -725,7 +713,7 @@ int hf_load(const char *path, const char *cfg_path, hftok **out, char *err, size
             cfg = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &je);
             if (cfg == NULL) {
                 json_decref(root);
-                errf(err, err_size, "%s:%d: not JSON: %s", cfg_path, je.line, je.text);
+                cli_errf(err, err_size, "%s:%d: not JSON: %s", cfg_path, je.line, je.text);
                 return -1;
             }
         }
@@ -733,7 +721,7 @@ int hf_load(const char *path, const char *cfg_path, hftok **out, char *err, size
     hftok *t = calloc(1, sizeof *t);
     rc = t ? finish(t, path, root, cfg, out, err, err_size) : -3;
     if (t == NULL)
-        errf(err, err_size, "%s: out of memory", path);
+        cli_errf(err, err_size, "%s: out of memory", path);
     json_decref(root);
     json_decref(cfg);
     return rc;
@@ -825,7 +813,7 @@ int hf_check(const hftok *t, char *err, size_t es)
         if (t->str_len[id] == 0 || hft_added_find(t, t->arena + t->str_off[id], t->str_len[id]))
             continue;
         if (hft_vocab_find(t, t->arena + t->str_off[id], t->str_len[id]) != id) {
-            errf(err, es, "vocab id %zu is not found by its text", id);
+            cli_errf(err, es, "vocab id %zu is not found by its text", id);
             return -1;
         }
     }
@@ -839,12 +827,12 @@ int hf_check(const hftok *t, char *err, size_t es)
             memcmp(t->arena + t->str_off[a], t->arena + t->str_off[m->id], t->str_len[a]) != 0 ||
             memcmp(t->arena + t->str_off[b], t->arena + t->str_off[m->id] + t->str_len[a],
                    t->str_len[b]) != 0) {
-            errf(err, es, "merge (%u, %u) -> %u does not join its parts", a, b, m->id);
+            cli_errf(err, es, "merge (%u, %u) -> %u does not join its parts", a, b, m->id);
             return -1;
         }
     }
     if (t->n_vocab * 2 > t->vmask + 1 || t->n_merges * 2 > t->mmask + 1) {
-        errf(err, es, "a table is more than half full");
+        cli_errf(err, es, "a table is more than half full");
         return -1;
     }
     return 0;

@@ -16,20 +16,8 @@
 #include <string.h>
 
 #include "hftok.h"
+#include "cli.h"
 #include "hftok_int.h"
-
-static void errf(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void errf(char *err, size_t size, const char *fmt, ...)
-{
-    if (err == NULL || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-}
 
 typedef struct outv {
     uint32_t **ids, **offs;
@@ -381,6 +369,6 @@ int hf_encode(hftok *t, const char *text, size_t len, bool specials, bool add_sp
         if (!push(&o, t->post_ids[i], base + (uint32_t)len))
             rc = -3;
     if (rc == -3)
-        errf(err, err_size, "out of memory");
+        cli_errf(err, err_size, "out of memory");
     return rc;
 }
