@@ -10,7 +10,6 @@
  * Mistral, whose normalizer leaves a whole stretch as one piece. Scratch arrays live in the
  * hftok and grow to the longest piece (hftok_int.h).
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
