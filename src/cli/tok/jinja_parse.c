@@ -266,6 +266,17 @@ static jnode *parse_subscript(parser *P, jnode *obj)
     return x;
 }
 
+/* A call of callee x after its '(' (at line). */
+static jnode *parse_call(parser *P, jnode *x, int line)
+{
+    jnode *y = node(P, JN_CALL);
+    if (!y)
+        return NULL;
+    y->a = x;
+    y->line = line;
+    return parse_args(P, y) < 0 ? NULL : y;
+}
+
 static jnode *parse_postfix(parser *P, jnode *x)
 {
     for (;;) {
@@ -295,14 +306,8 @@ static jnode *parse_postfix(parser *P, jnode *x)
                 return NULL;
             x->line = line;
         } else if (accept_op(P, "(")) {
-            jnode *y = node(P, JN_CALL);
-            if (!y)
+            if (!(x = parse_call(P, x, line)))
                 return NULL;
-            y->a = x;
-            y->line = line;
-            if (parse_args(P, y) < 0)
-                return NULL;
-            x = y;
         } else {
             return x;
         }
@@ -364,14 +369,8 @@ static jnode *parse_filter_expr(parser *P, jnode *x)
             y->line = line;
             x = y;
         } else if (accept_op(P, "(")) {
-            jnode *y = node(P, JN_CALL);
-            if (!y)
+            if (!(x = parse_call(P, x, line)))
                 return NULL;
-            y->a = x;
-            y->line = line;
-            if (parse_args(P, y) < 0)
-                return NULL;
-            x = y;
         } else {
             return x;
         }
