@@ -4,8 +4,9 @@
  * block, and answers scoring queries and metrics over HTTP (docs/routing.md, "The router
  * daemon").
  *
- * Flow: parse the options (engines from --engine and --config); create the index; open
- * the SUB sockets; block SIGINT and SIGTERM in every thread; start the event thread
+ * Flow: block SIGINT and SIGTERM before any thread exists (every thread inherits the mask);
+ * parse the options (engines from --engine and --config); create the index; open the SUB
+ * sockets; start the event thread
  * (rd_events.c) and the HTTP server (rd_http.c); print "listening on http://ADDR:PORT" on
  * standard output (port 0 picks a free port: scripts and tests read it there); wait for
  * SIGINT or SIGTERM; stop the HTTP server (its threads finish their requests), stop and
@@ -620,12 +621,10 @@ static void rd_notify(const char *state)
  * Returns an exit status. */
 static int rd_serve(rd_daemon *d, const rd_opts *o)
 {
-    sigset_t set;
+    sigset_t set; /* blocked since rd_main began (rd_block_signals) */
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
     pthread_t ev;
     if (pthread_create(&ev, NULL, rd_events_run, d) != 0)
         return fail(CLI_EXIT_INPUT, "cannot start the event thread");
@@ -655,8 +654,23 @@ static int rd_serve(rd_daemon *d, const rd_opts *o)
     return status;
 }
 
+/* Block SIGINT and SIGTERM (sigwait takes them in rd_serve) and ignore SIGPIPE, before any
+ * thread exists: a thread inherits its creator's mask, and ZeroMQ starts its I/O threads
+ * when the event sockets open, before rd_serve; a signal delivered to one of those with the
+ * default action would end the daemon without its shutdown (seen as exit -15 in tests). */
+static void rd_block_signals(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
 int rd_main(int argc, char **argv)
 {
+    rd_block_signals();
     rd_daemon d;
     memset(&d, 0, sizeof d);
     kvp_config_init(&d.hash);
