@@ -4,10 +4,10 @@
  * against a model of what each block holds.
  *
  * An input decodes to a shape (device pool of 2..33 blocks of 1..4 or 16 tokens, one to
- * three lower tiers of 1..64 blocks, events on or off) and up to TR_MAX_STEPS steps: start
- * a request (kvp_acquire_tiers with a cap on its loads), commit it (prompt plus up to 5
- * decoded tokens), release it, take store orders (kvp_tier_orders), confirm an order in
- * flight (ok or failed, chosen by the input, any of them: late ones wait), confirm a bogus
+ * three lower tiers of 1..64 blocks, each with its own eviction policy, events on or off) and up to
+ * TR_MAX_STEPS steps: start a request (kvp_acquire_tiers with a cap on its loads), commit it
+ * (prompt plus up to 5 decoded tokens), release it, take store orders (kvp_tier_orders), confirm an
+ * order in flight (ok or failed, chosen by the input, any of them: late ones wait), confirm a bogus
  * or stale id, look up a prompt (kvp_lookup_tiers), reset, or arm an allocation failure for
  * the next step. Prompts are prefixes of three base sequences, so reuse is common.
  *
@@ -370,7 +370,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         kvp_tier_config tc;
         kvp_tier_config_init(&tc);
         tc.medium = media[k - 1];
-        tc.n_blocks = 1 + (uint32_t)fz_below(&in, TR_MAX_TIER);
+        /* One byte: its low 6 bits the size (as before policies), its top 2 the policy. */
+        size_t v = fz_below(&in, 256);
+        static const int policy[] = {KVP_EVICT_LRU, KVP_EVICT_SLRU, KVP_EVICT_S3FIFO,
+                                     KVP_EVICT_CDECAY};
+        tc.n_blocks = 1 + (uint32_t)(v % TR_MAX_TIER);
+        tc.eviction = policy[v / TR_MAX_TIER];
         int t = 0;
         FZ_ASSERT(kvp_cache_add_tier(w.cache, &tc, &t) == KVP_OK && t == k, "add_tier");
         w.tier_blocks[k] = tc.n_blocks;

@@ -830,13 +830,13 @@ KVP_NODISCARD KVP_EXPORT int kvp_block_retention(const kvp_cache *cache, uint32_
 /* A cache may have up to KVP_MAX_TIERS tiers: tier 0 is the device pool above, tiers 1 ..
  * KVP_MAX_TIERS - 1 are lower tiers the engine adds (host memory, then disk, then a remote
  * store: lower numbers are tried first). Each lower tier has its own block ids (0 ..
- * n_blocks - 1 of that tier), its own capacity and LRU eviction, and a medium name
+ * n_blocks - 1 of that tier), its own capacity and eviction policy, and a medium name
  * (vLLM's "CPU", "DISK", ...). The engine owns the memory of every tier and moves the
  * bytes; the cache says what to move, where, and when a copy may be relied on.
  *
  * Write policy: write-through. When kvp_commit indexes a block in tier 0, the cache issues
  * one store order per lower tier that does not hold the block's key yet (device block ->
- * a block of that tier, evicting that tier's least recently used block if needed). Tiers
+ * a block of that tier, evicting the block that tier's policy picks if needed). Tiers
  * are therefore inclusive only loosely: a block is written to every tier as it is
  * committed, but each tier evicts on its own, so a lower tier may hold blocks the device
  * pool has evicted (that is the point) and the device pool may hold blocks a lower tier
@@ -873,18 +873,28 @@ typedef struct kvp_tier_config {
     const char *medium; /* its name as events carry it, 1 .. KVP_TIER_MEDIUM_MAX bytes of
                            [A-Za-z0-9_.-] (default "CPU"); copied by kvp_cache_add_tier */
     uint32_t n_blocks;  /* its capacity in blocks, 1 .. 2^31 (no default: 0) */
-    int eviction;       /* KVP_EVICT_LRU (the only policy lower tiers have so far) */
+    int eviction;       /* KVP_EVICT_* (default KVP_EVICT_LRU): the tier's own policy, which
+                           READY block a new store replaces; any of the device pool's */
+    uint32_t slru_protected_pct; /* the policy's parameters for this tier, with kvp_config's */
+    uint32_t s3fifo_small_pct;   /*   meanings, ranges and defaults (80, 10, 100, 0, 0); a */
+    uint32_t s3fifo_ghost_pct;   /*   tier's policy is its own: it does not read the cache's */
+    uint32_t cdecay_tau;
+    uint32_t cdecay_ghost_pct;
 } kvp_tier_config;
 
 /* Fill *tc with the defaults above. Cannot fail (does nothing if tc is NULL). */
 KVP_EXPORT void kvp_tier_config_init(kvp_tier_config *tc);
 
 /* Add a lower tier below the existing ones; *tier (may be NULL) receives its number (1 for
- * the first). The tier starts empty. Returns KVP_OK, KVP_EINVAL (NULL cache or tc, bad
- * medium, n_blocks 0 or above 2^31, a medium already used, requests active: add tiers
- * before the first kvp_acquire), KVP_ENOTSUP (a verify_tokens cache, an eviction policy
- * other than LRU), KVP_ENOSPC (already KVP_MAX_TIERS tiers), KVP_ENOMEM, KVP_EBUSY.
- * Nothing changes on failure. */
+ * the first). The tier starts empty. Its eviction policy sees the tier's own history: a
+ * confirmed store is a block's first release, a load order's pin a hit (counted when the
+ * order is issued, as a device hit is counted when the lookup pins it), the load's
+ * confirmation (ok or failed) the release; a block is released alone (CDECAY: a chain of
+ * one, so no chain closure across a tier's blocks). Returns KVP_OK, KVP_EINVAL (NULL cache
+ * or tc, bad medium, n_blocks 0 or above 2^31, a medium already used, an unknown policy or a
+ * parameter out of range, requests active: add tiers before the first kvp_acquire),
+ * KVP_ENOTSUP (a verify_tokens cache), KVP_ENOSPC (already KVP_MAX_TIERS tiers), KVP_ENOMEM,
+ * KVP_EBUSY. Nothing changes on failure. */
 KVP_NODISCARD KVP_EXPORT int kvp_cache_add_tier(kvp_cache *cache, const kvp_tier_config *tc,
                                                 int *tier);
 
@@ -923,9 +933,11 @@ KVP_NODISCARD KVP_EXPORT int kvp_tier_orders(kvp_cache *cache, kvp_tier_order *o
  * when it failed or was cancelled. STORE ok: the tier block becomes hit-able (STORED event
  * with the tier's medium; its parent is the key before it, or the namespace root); STORE
  * failed: the tier block is freed, as if the order had never been. LOAD ok: the tier block
- * becomes the tier's most recently used; LOAD failed: nothing changes. Both unpin what the
- * order pinned. Returns KVP_OK, KVP_ENOENT (no live order has this id: unknown, already
- * confirmed, or a store order not handed out yet), KVP_EINVAL (NULL cache), KVP_EBUSY. */
+ * becomes the tier's most recently used (under LRU; another policy is told of the release);
+ * LOAD failed: nothing changes under LRU (another policy has counted the pin as a hit when
+ * the order was issued and is told of the release). Both unpin what the order pinned. Returns
+ * KVP_OK, KVP_ENOENT (no live order has this id: unknown, already confirmed, or a store order not
+ * handed out yet), KVP_EINVAL (NULL cache), KVP_EBUSY. */
 KVP_NODISCARD KVP_EXPORT int kvp_tier_confirm(kvp_cache *cache, uint64_t order_id, bool ok);
 
 /* Where the longest prefix lives, block by block. */

@@ -46,7 +46,8 @@ void kvp__cache_destroy(kvp_cache *cache)
         kvp__verify_free(cache);
     kvp__quota_free(cache);
     kvp__retention_free(cache);
-    kvp__policy_free(cache);
+    kvp__policy_free(&cache->policy);
+    kvp__policy_links_free(cache);
     kvp__tiers_free(cache);
     kvp__index_free(&cache->index, &cache->mem);
     kvp__pool_free(cache);
@@ -79,8 +80,9 @@ static int cache_new(const kvp_config *cfg, kvp_cache **out)
     if (cfg->quota_scope != KVP_QUOTA_SCOPE_NAMESPACE && cfg->ns_quota == 0)
         return kvp__fail(KVP_EINVAL, "quota_scope is %u but quotas are off (ns_quota 0)",
                          (unsigned)cfg->quota_scope);
-    int rc0;
-    rc0 = kvp__policy_config_check(cfg);
+    kvp__pparams pp;
+    kvp__policy_params_of(cfg, &pp);
+    int rc0 = kvp__policy_params_check(&pp);
     if (rc0 != KVP_OK)
         return rc0;
     kvp__mem mem;
@@ -108,7 +110,10 @@ static int cache_new(const kvp_config *cfg, kvp_cache **out)
     if (rc == KVP_OK)
         rc = kvp__quota_init(cache);
     if (rc == KVP_OK)
-        rc = kvp__policy_init(cache);
+        rc = kvp__policy_init(&cache->policy, &pp, cfg->n_blocks, &cache->mem,
+                              &cache->pool.blocks[0].key, sizeof(kvp__block), &cache->pool.n_lru);
+    if (rc == KVP_OK)
+        rc = kvp__policy_links_init(cache);
     if (rc != KVP_OK) {
         if (cfg->verify_tokens && cache->verify.meta)
             kvp__verify_free(cache);

@@ -132,6 +132,21 @@ static uint32_t count_cached(const kvp__pool *pool)
     return n;
 }
 
+/* kvp__policy_check's predicate for the device pool: block id is cached and on the
+ * policy's lists (not on a retention queue). */
+static bool pool_block_listed(const void *ctx, uint32_t id)
+{
+    const kvp__pool *pool = ctx;
+    const kvp__block *b = &pool->blocks[id];
+    return kvp__block_is_cached(b) && b->lru_slot != KVP__SLOT_RETAINED;
+}
+
+/* Invariant 7: the device pool's policy (policy.h), its blocks judged by the pool. */
+int kvp__pool_policy_check(const kvp_cache *cache)
+{
+    return kvp__policy_check(&cache->policy, pool_block_listed, &cache->pool);
+}
+
 /* Invariant 1 (pool): block states, the free list and the LRU ring agree with the counts. */
 int kvp__pool_check(const kvp_cache *cache)
 {
@@ -338,7 +353,7 @@ int kvp__cache_check(const kvp_cache *cache)
     if (rc == KVP_OK)
         rc = kvp__quota_check(cache);
     if (rc == KVP_OK)
-        rc = kvp__policy_check(cache);
+        rc = kvp__pool_policy_check(cache);
     if (rc == KVP_OK)
         rc = kvp__retention_check(cache);
     if (rc == KVP_OK)

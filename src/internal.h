@@ -623,6 +623,7 @@ int kvp__ns_valid(const kvp_namespace *ns);
 /* Invariant checkers (check.c), one per stateful module, and all of them in turn: each
  * returns KVP_OK, KVP_ECORRUPT, or KVP_ENOMEM when its counters cannot be allocated. */
 int kvp__pool_check(const kvp_cache *cache);
+int kvp__pool_policy_check(const kvp_cache *cache);
 int kvp__index_check(const kvp_cache *cache);
 int kvp__requests_check(const kvp_cache *cache);
 int kvp__verify_check(const kvp_cache *cache);

@@ -31,35 +31,45 @@
 #include "policy_ghost.h"
 #include "policy_list.h"
 
-/* Validate the policy fields of a config: KVP_OK or KVP_EINVAL. */
-int kvp__policy_config_check(const kvp_config *cfg)
+/* Validate a policy's parameters: KVP_OK or KVP_EINVAL. */
+int kvp__policy_params_check(const kvp__pparams *pp)
 {
-    if (cfg->eviction != KVP_EVICT_LRU && cfg->eviction != KVP_EVICT_SLRU &&
-        cfg->eviction != KVP_EVICT_S3FIFO && cfg->eviction != KVP_EVICT_CDECAY)
-        return kvp__fail(KVP_EINVAL, "eviction is %d: not a KVP_EVICT_* policy", cfg->eviction);
-    if (cfg->slru_protected_pct > 100)
+    if (pp->eviction != KVP_EVICT_LRU && pp->eviction != KVP_EVICT_SLRU &&
+        pp->eviction != KVP_EVICT_S3FIFO && pp->eviction != KVP_EVICT_CDECAY)
+        return kvp__fail(KVP_EINVAL, "eviction is %d: not a KVP_EVICT_* policy", pp->eviction);
+    if (pp->slru_protected_pct > 100)
         return kvp__fail(KVP_EINVAL, "slru_protected_pct is %" PRIu32 ", outside 0..100",
-                         cfg->slru_protected_pct);
-    if (cfg->s3fifo_small_pct < 1 || cfg->s3fifo_small_pct > 100)
+                         pp->slru_protected_pct);
+    if (pp->s3fifo_small_pct < 1 || pp->s3fifo_small_pct > 100)
         return kvp__fail(KVP_EINVAL, "s3fifo_small_pct is %" PRIu32 ", outside 1..100",
-                         cfg->s3fifo_small_pct);
-    if (cfg->s3fifo_ghost_pct > 1000)
+                         pp->s3fifo_small_pct);
+    if (pp->s3fifo_ghost_pct > 1000)
         return kvp__fail(KVP_EINVAL, "s3fifo_ghost_pct is %" PRIu32 ", outside 0..1000",
-                         cfg->s3fifo_ghost_pct);
-    if (cfg->cdecay_tau > 1000000000)
+                         pp->s3fifo_ghost_pct);
+    if (pp->cdecay_tau > 1000000000)
         return kvp__fail(KVP_EINVAL, "cdecay_tau is %" PRIu32 ", outside 0..10^9 (0: 20000)",
-                         cfg->cdecay_tau);
-    if (cfg->cdecay_ghost_pct > 10000)
+                         pp->cdecay_tau);
+    if (pp->cdecay_ghost_pct > 10000)
         return kvp__fail(KVP_EINVAL, "cdecay_ghost_pct is %" PRIu32 ", outside 0..10000 (0: 1600)",
-                         cfg->cdecay_ghost_pct);
+                         pp->cdecay_ghost_pct);
     return KVP_OK;
+}
+
+/* The policy parameters of a cache's config. Cannot fail. */
+void kvp__policy_params_of(const kvp_config *cfg, kvp__pparams *pp)
+{
+    pp->eviction = cfg->eviction;
+    pp->slru_protected_pct = cfg->slru_protected_pct;
+    pp->s3fifo_small_pct = cfg->s3fifo_small_pct;
+    pp->s3fifo_ghost_pct = cfg->s3fifo_ghost_pct;
+    pp->cdecay_tau = cfg->cdecay_tau;
+    pp->cdecay_ghost_pct = cfg->cdecay_ghost_pct;
 }
 
 /* Allocate the ghost of `ghost` keys (with infos under CDECAY) in a table at most 1/spread
  * full. KVP_OK or KVP_ENOMEM. */
-static int ghost_init(kvp_cache *cache, uint64_t ghost, bool info, uint32_t spread)
+static int ghost_init(kvp__policy *p, uint64_t ghost, bool info, uint32_t spread)
 {
-    kvp__policy *p = &cache->policy;
     if (ghost == 0)
         return KVP_OK;
     if (ghost > UINT32_MAX / 8)
@@ -67,10 +77,10 @@ static int ghost_init(kvp_cache *cache, uint64_t ghost, bool info, uint32_t spre
     uint64_t t = 4;
     while (t < spread * ghost)
         t *= 2;
-    p->ghost = kvp__mem_alloc(&cache->mem, ghost * sizeof *p->ghost);
-    p->gtab_fp = kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_fp);
-    p->gtab_n = kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_n);
-    p->gtab_info = info ? kvp__mem_calloc(&cache->mem, t, sizeof *p->gtab_info) : NULL;
+    p->ghost = kvp__mem_alloc(p->mem, ghost * sizeof *p->ghost);
+    p->gtab_fp = kvp__mem_calloc(p->mem, t, sizeof *p->gtab_fp);
+    p->gtab_n = kvp__mem_calloc(p->mem, t, sizeof *p->gtab_n);
+    p->gtab_info = info ? kvp__mem_calloc(p->mem, t, sizeof *p->gtab_info) : NULL;
     p->ghost_cap = (uint32_t)ghost;
     p->gtab_mask = (uint32_t)(t - 1);
     if (!p->ghost || !p->gtab_fp || !p->gtab_n || (info && !p->gtab_info))
@@ -78,66 +88,66 @@ static int ghost_init(kvp_cache *cache, uint64_t ghost, bool info, uint32_t spre
     return KVP_OK;
 }
 
-/* Allocate the per-block records (and the ghost) unless the policy is LRU, and the parent
- * links with count_orphans; size the segments. KVP_OK or KVP_ENOMEM (nothing kept). */
-int kvp__policy_init(kvp_cache *cache)
+/* Bind *p to a pool of n_blocks blocks (keys and n_cached as in kvp__policy, owned by the
+ * pool; mem allocates) under parameters pp (checked), and allocate the per-block records and
+ * the ghost unless the policy is LRU; size the segments. KVP_OK or KVP_ENOMEM (nothing
+ * kept: *p is then as after kvp__policy_free). */
+int kvp__policy_init(kvp__policy *p, const kvp__pparams *pp, uint32_t n_blocks, kvp__mem *mem,
+                     const void *keys, size_t key_stride, uint32_t *n_cached)
 {
-    kvp__policy *p = &cache->policy;
-    uint64_t n = cache->cfg.n_blocks;
+    uint64_t n = n_blocks;
     memset(p, 0, sizeof *p);
     for (int l = 0; l < KVP__PL_N; l++)
         p->list[l].head = p->list[l].tail = KVP_NIL;
-    if (cache->cfg.count_orphans) {
-        p->link = kvp__mem_alloc(&cache->mem, n * sizeof *p->link);
-        if (!p->link)
-            return kvp__fail(KVP_ENOMEM, "out of memory: the parent links of %" PRIu64 " blocks",
-                             n);
-        for (uint64_t i = 0; i < n; i++)
-            p->link[i] = (kvp__plink){{0, 0}, KVP_NIL, 0};
-    }
-    if (kvp__policy_is_lru(cache))
+    p->eviction = pp->eviction;
+    p->n_blocks = n_blocks;
+    p->mem = mem;
+    if (pp->eviction == KVP_EVICT_LRU)
         return KVP_OK;
-    p->b = kvp__mem_alloc(&cache->mem, n * sizeof *p->b);
+    p->keys = keys;
+    p->key_stride = key_stride;
+    p->n_cached = n_cached;
+    p->b = kvp__mem_alloc(mem, n * sizeof *p->b);
     if (!p->b) {
-        kvp__policy_free(cache);
+        kvp__policy_free(p);
         return kvp__fail(KVP_ENOMEM, "out of memory: the policy records of %" PRIu64 " blocks", n);
     }
     for (uint64_t i = 0; i < n; i++) {
         memset(&p->b[i], 0, sizeof p->b[i]);
         p->b[i].prev = p->b[i].next = KVP_NIL;
     }
-    p->cap_b = (uint32_t)(n * cache->cfg.slru_protected_pct / 100);
-    uint64_t small = n * cache->cfg.s3fifo_small_pct / 100;
+    p->cap_b = (uint32_t)(n * pp->slru_protected_pct / 100);
+    uint64_t small = n * pp->s3fifo_small_pct / 100;
     p->cap_a = (uint32_t)(small ? small : 1);
     int rc = KVP_OK;
-    if (cache->cfg.eviction == KVP_EVICT_S3FIFO) {
-        rc = ghost_init(cache, (n - p->cap_a) * cache->cfg.s3fifo_ghost_pct / 100, false, 8);
-    } else if (cache->cfg.eviction == KVP_EVICT_CDECAY) {
-        uint32_t pct = cache->cfg.cdecay_ghost_pct ? cache->cfg.cdecay_ghost_pct : 1600;
-        p->cd_tau = cache->cfg.cdecay_tau ? cache->cfg.cdecay_tau : 20000;
+    if (pp->eviction == KVP_EVICT_S3FIFO) {
+        rc = ghost_init(p, (n - p->cap_a) * pp->s3fifo_ghost_pct / 100, false, 8);
+    } else if (pp->eviction == KVP_EVICT_CDECAY) {
+        uint32_t pct = pp->cdecay_ghost_pct ? pp->cdecay_ghost_pct : 1600;
+        p->cd_tau = pp->cdecay_tau ? pp->cdecay_tau : 20000;
         p->cd_chain_depth = UINT32_MAX;
         memset(p->cd_win, 0xff, sizeof p->cd_win);
-        rc = ghost_init(cache, n * pct / 100, true, 4);
+        rc = ghost_init(p, n * pct / 100, true, 4);
     }
     if (rc != KVP_OK)
-        kvp__policy_free(cache);
+        kvp__policy_free(p);
     return rc;
 }
 
-/* Free the records and the ghost (any may be NULL). Cannot fail. */
-void kvp__policy_free(kvp_cache *cache)
+/* Free the records and the ghost (any may be NULL). The parent links are the pool's
+ * (kvp__policy_links_free). Cannot fail. */
+void kvp__policy_free(kvp__policy *p)
 {
-    kvp__policy *p = &cache->policy;
-    size_t n = cache->cfg.n_blocks, t = p->ghost_cap ? (size_t)p->gtab_mask + 1 : 0;
-    kvp__mem_free(&cache->mem, p->b, p->b ? n * sizeof *p->b : 0);
-    kvp__mem_free(&cache->mem, p->ghost, p->ghost ? p->ghost_cap * sizeof *p->ghost : 0);
-    kvp__mem_free(&cache->mem, p->gtab_fp, p->gtab_fp ? t * sizeof *p->gtab_fp : 0);
-    kvp__mem_free(&cache->mem, p->gtab_n, p->gtab_n ? t * sizeof *p->gtab_n : 0);
-    kvp__mem_free(&cache->mem, p->gtab_info, p->gtab_info ? t * sizeof *p->gtab_info : 0);
-    kvp__mem_free(&cache->mem, p->link, p->link ? n * sizeof *p->link : 0);
+    size_t n = p->n_blocks, t = p->ghost_cap ? (size_t)p->gtab_mask + 1 : 0;
+    if (!p->mem)
+        return;
+    kvp__mem_free(p->mem, p->b, p->b ? n * sizeof *p->b : 0);
+    kvp__mem_free(p->mem, p->ghost, p->ghost ? p->ghost_cap * sizeof *p->ghost : 0);
+    kvp__mem_free(p->mem, p->gtab_fp, p->gtab_fp ? t * sizeof *p->gtab_fp : 0);
+    kvp__mem_free(p->mem, p->gtab_n, p->gtab_n ? t * sizeof *p->gtab_n : 0);
+    kvp__mem_free(p->mem, p->gtab_info, p->gtab_info ? t * sizeof *p->gtab_info : 0);
     p->b = NULL;
     p->gtab_info = NULL;
-    p->link = NULL;
     p->ghost = NULL;
     p->gtab_fp = NULL;
     p->gtab_n = NULL;
@@ -145,11 +155,35 @@ void kvp__policy_free(kvp_cache *cache)
     p->gtab_mask = 0;
 }
 
+/* The device pool's parent links, with kvp_config.count_orphans (else nothing). KVP_OK or
+ * KVP_ENOMEM. */
+int kvp__policy_links_init(kvp_cache *cache)
+{
+    kvp__policy *p = &cache->policy;
+    uint64_t n = cache->cfg.n_blocks;
+    if (!cache->cfg.count_orphans)
+        return KVP_OK;
+    p->link = kvp__mem_alloc(&cache->mem, n * sizeof *p->link);
+    if (!p->link)
+        return kvp__fail(KVP_ENOMEM, "out of memory: the parent links of %" PRIu64 " blocks", n);
+    for (uint64_t i = 0; i < n; i++)
+        p->link[i] = (kvp__plink){{0, 0}, KVP_NIL, 0};
+    return KVP_OK;
+}
+
+/* Free the parent links (may be NULL). Cannot fail. */
+void kvp__policy_links_free(kvp_cache *cache)
+{
+    kvp__policy *p = &cache->policy;
+    kvp__mem_free(&cache->mem, p->link, p->link ? cache->cfg.n_blocks * sizeof *p->link : 0);
+    p->link = NULL;
+}
+
 /* Block id was just handed out by the pool (free or evicted): a fresh record, on no list
  * and with no home until its first release as an indexed block. Cannot fail. */
-void kvp__policy_taken(kvp_cache *cache, uint32_t id)
+void kvp__policy_taken(kvp__policy *p, uint32_t id)
 {
-    kvp__pblock *b = &cache->policy.b[id];
+    kvp__pblock *b = &p->b[id];
     assert(b->list == KVP__PL_NONE);
     b->depth = 0;
     b->n_hits = 0;
@@ -158,22 +192,22 @@ void kvp__policy_taken(kvp_cache *cache, uint32_t id)
     b->cls = 0;
     b->key = 0;
     b->home = KVP__PL_NONE;
-    b->last_use = ++cache->policy.clock;
+    b->last_use = ++p->clock;
 }
 
 /* Block id is pinned by a hit (before the pool counts the pin): off its list if it was
  * cached; SLRU sends it to protected at its release, S3-FIFO counts it (freq, capped),
  * CDECAY learns at the release. Cannot fail. */
-void kvp__policy_hit(kvp_cache *cache, uint32_t id)
+void kvp__policy_hit(kvp__policy *p, uint32_t id)
 {
-    kvp__pblock *b = &cache->policy.b[id];
+    kvp__pblock *b = &p->b[id];
     if (b->list != KVP__PL_NONE)
-        kvp__plist_remove(cache, id);
+        kvp__plist_remove(p, id);
     b->n_hits++;
-    b->last_use = ++cache->policy.clock;
-    if (cache->cfg.eviction == KVP_EVICT_SLRU)
+    b->last_use = ++p->clock;
+    if (p->eviction == KVP_EVICT_SLRU)
         b->home = KVP__PL_B;
-    else if (cache->cfg.eviction == KVP_EVICT_S3FIFO && b->freq < KVP__S3_FREQ_MAX)
+    else if (p->eviction == KVP_EVICT_S3FIFO && b->freq < KVP__S3_FREQ_MAX)
         b->freq++;
 }
 
@@ -195,13 +229,11 @@ void kvp__policy_link(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 }
 
 /* The chain ids[0 .. n) is about to be released, last block first (before any release
- * hook): the parent links, and CDECAY's per-request state. Cannot fail. */
-void kvp__policy_release_begin(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+ * hook): CDECAY's per-request state. Cannot fail. */
+void kvp__policy_release_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
 {
-    if (cache->policy.link)
-        kvp__policy_link(cache, ids, n);
-    if (cache->cfg.eviction == KVP_EVICT_CDECAY)
-        kvp__cdecay_begin(cache, ids, n);
+    if (p->eviction == KVP_EVICT_CDECAY)
+        kvp__cdecay_begin(p, ids, n);
 }
 
 /* Cached blocks whose recorded parent key is indexed nowhere (count_orphans; else 0).
@@ -227,59 +259,57 @@ uint32_t kvp__policy_orphans(const kvp_cache *cache)
 /* Indexed block id, block depth of its chain, lost its last pin and is cached. At its first
  * release it is admitted (SLRU: probation unless a hit already sent it to protected;
  * S3-FIFO: main if the ghost remembers its key, else small). Cannot fail. */
-void kvp__policy_release(kvp_cache *cache, uint32_t id, uint32_t depth)
+void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    kvp__pblock *b = &cache->policy.b[id];
-    b->last_use = ++cache->policy.clock;
+    kvp__pblock *b = &p->b[id];
+    b->last_use = ++p->clock;
     b->depth = depth;
-    switch (cache->cfg.eviction) {
+    switch (p->eviction) {
     case KVP_EVICT_S3FIFO:
         if (b->home == KVP__PL_NONE) /* S3-FIFO: M if G remembers the key, else S */
-            b->home = kvp__ghost_find(&cache->policy, cache->pool.blocks[id].key, NULL) ? KVP__PL_B
-                                                                                        : KVP__PL_A;
-        kvp__plist_push(cache, b->home, id);
+            b->home = kvp__ghost_find(p, kvp__policy_key(p, id), NULL) ? KVP__PL_B : KVP__PL_A;
+        kvp__plist_push(p, b->home, id);
         return;
     case KVP_EVICT_SLRU:
         if (b->home == KVP__PL_NONE)
             b->home = KVP__PL_A;
-        kvp__slru_release(cache, id);
+        kvp__slru_release(p, id);
         return;
     default:
-        kvp__cdecay_release(cache, id, depth);
+        kvp__cdecay_release(p, id, depth);
         return;
     }
 }
 
 /* The policy's victim, off its list, or KVP_NIL when nothing is cached. */
-uint32_t kvp__policy_evict(kvp_cache *cache)
+uint32_t kvp__policy_evict(kvp__policy *p)
 {
-    if (cache->pool.n_lru == 0)
+    if (*p->n_cached == 0)
         return KVP_NIL;
-    switch (cache->cfg.eviction) {
+    switch (p->eviction) {
     case KVP_EVICT_SLRU:
-        return kvp__slru_evict(cache);
+        return kvp__slru_evict(p);
     case KVP_EVICT_S3FIFO:
-        return kvp__s3fifo_evict(cache);
+        return kvp__s3fifo_evict(p);
     default:
-        return kvp__cdecay_evict(cache);
+        return kvp__cdecay_evict(p);
     }
 }
 
 /* Cached block id leaves the order (evicted for a quota, or replaced). Cannot fail. */
-void kvp__policy_unlink(kvp_cache *cache, uint32_t id)
+void kvp__policy_unlink(kvp__policy *p, uint32_t id)
 {
-    kvp__plist_remove(cache, id);
+    kvp__plist_remove(p, id);
 }
 
 /* Any cached block, off its list, for kvp_cache_reset: the head of the first nonempty list
  * (A, B, then CDECAY's), else KVP_NIL. No ghost entry, no freq change. Cannot fail. */
-uint32_t kvp__policy_drop_one(kvp_cache *cache)
+uint32_t kvp__policy_drop_one(kvp__policy *p)
 {
-    kvp__policy *p = &cache->policy;
     for (int l = KVP__PL_A; l < KVP__PL_N; l++) {
         uint32_t id = p->list[l].head;
         if (id != KVP_NIL) {
-            kvp__plist_remove(cache, id);
+            kvp__plist_remove(p, id);
             return id;
         }
     }
@@ -288,16 +318,16 @@ uint32_t kvp__policy_drop_one(kvp_cache *cache)
 
 /* Walk list l: its length, or UINT32_MAX on a bad link, a cycle or a block that is not
  * cached or names another list. */
-static uint32_t walk_list(const kvp_cache *cache, uint8_t l)
+static uint32_t walk_list(const kvp__policy *p, uint8_t l,
+                          bool (*cached)(const void *ctx, uint32_t id), const void *ctx)
 {
-    const kvp__policy *p = &cache->policy;
     const kvp__plist *L = &p->list[l];
     uint32_t n = 0, prev = KVP_NIL;
     for (uint32_t id = L->head; id != KVP_NIL; id = p->b[id].next) {
-        if (id >= cache->pool.n_blocks || n >= cache->pool.n_blocks)
+        if (id >= p->n_blocks || n >= p->n_blocks)
             return UINT32_MAX;
         const kvp__pblock *b = &p->b[id];
-        if (b->list != l || b->prev != prev || !kvp__block_is_cached(&cache->pool.blocks[id]))
+        if (b->list != l || b->prev != prev || !cached(ctx, id))
             return UINT32_MAX;
         prev = id;
         n++;
@@ -311,43 +341,41 @@ static uint32_t walk_list(const kvp_cache *cache, uint8_t l)
             return kvp__fail(KVP_ECORRUPT, "invariant violated in %s: %s", __func__, #cond);       \
     } while (0)
 
-/* The shared invariants (top of this file), then the policy's own checker. KVP_OK or
- * KVP_ECORRUPT. */
-int kvp__policy_check(const kvp_cache *cache)
+/* The shared invariants (top of this file), then the policy's own checker; cached(ctx, id)
+ * says whether the pool counts block id cached. KVP_OK, KVP_ECORRUPT or KVP_ENOMEM. */
+int kvp__policy_check(const kvp__policy *p, bool (*cached)(const void *ctx, uint32_t id),
+                      const void *ctx)
 {
-    const kvp__policy *p = &cache->policy;
-    const kvp__pool *pool = &cache->pool;
-    if (kvp__policy_is_lru(cache)) {
+    if (p->eviction == KVP_EVICT_LRU) {
         for (int l = KVP__PL_A; l < KVP__PL_N; l++)
             FAIL_IF(p->list[l].n != 0);
         FAIL_IF(p->b != NULL);
         return KVP_OK;
     }
-    FAIL_IF(!p->b || pool->lru_head != pool->lru_tail);
+    FAIL_IF(!p->b || !p->n_cached);
     uint64_t n_listed = 0;
     for (int l = KVP__PL_A; l < KVP__PL_N; l++) {
-        uint32_t nl = walk_list(cache, (uint8_t)l);
+        uint32_t nl = walk_list(p, (uint8_t)l, cached, ctx);
         FAIL_IF(nl == UINT32_MAX || nl != p->list[l].n);
         n_listed += nl;
     }
-    FAIL_IF(n_listed != pool->n_lru);
-    bool cdecay = cache->cfg.eviction == KVP_EVICT_CDECAY;
-    for (uint32_t id = 0; id < pool->n_blocks; id++) {
+    FAIL_IF(n_listed != *p->n_cached);
+    bool cdecay = p->eviction == KVP_EVICT_CDECAY;
+    for (uint32_t id = 0; id < p->n_blocks; id++) {
         const kvp__pblock *b = &p->b[id];
-        bool cached = kvp__block_is_cached(&pool->blocks[id]) &&
-                      pool->blocks[id].lru_slot != KVP__SLOT_RETAINED; /* not retention's */
-        FAIL_IF(cached != (b->list != KVP__PL_NONE));
+        bool is_cached = cached(ctx, id);
+        FAIL_IF(is_cached != (b->list != KVP__PL_NONE));
         FAIL_IF(b->list >= KVP__PL_N ||
                 (b->list != KVP__PL_NONE && cdecay != (b->list >= KVP__PL_C0)));
         FAIL_IF(b->last_use > p->clock);
-        FAIL_IF(b->home > KVP__PL_B || (cached && b->home == KVP__PL_NONE));
+        FAIL_IF(b->home > KVP__PL_B || (is_cached && b->home == KVP__PL_NONE));
     }
-    switch (cache->cfg.eviction) {
+    switch (p->eviction) {
     case KVP_EVICT_SLRU:
-        return kvp__policy_slru_check(cache);
+        return kvp__policy_slru_check(p);
     case KVP_EVICT_S3FIFO:
-        return kvp__policy_s3fifo_check(cache);
+        return kvp__policy_s3fifo_check(p);
     default:
-        return kvp__policy_cdecay_check(cache);
+        return kvp__policy_cdecay_check(p);
     }
 }

@@ -1,25 +1,31 @@
 /*
- * policy.h - the eviction-policy interface: which cached block the pool recycles when no
- * free block is left (kvp_config.eviction).
+ * policy.h - the eviction-policy interface: which cached block a block pool recycles when no
+ * free block is left. Two kinds of pool run a policy: the device pool (pool.c, policy from
+ * kvp_config.eviction) and each lower tier (tier.c, from kvp_tier_config.eviction). A policy
+ * is a kvp__policy value bound at kvp__policy_init to its pool's block count, its blocks'
+ * keys (read at keys + id * key_stride) and its count of cached blocks; it knows nothing
+ * else of the pool, so one implementation serves both.
  *
- * The pool (pool.c) owns the block states and the free list; a policy owns the order of the
- * cached (indexed, unpinned) blocks. The pool calls it at five points:
+ * The pool owns the block states and the free list; a policy owns the order of the cached
+ * (unpinned, evictable) blocks. The pool calls it at these points:
  *
  *   taken(id)                block id was handed out (free or evicted): a fresh record
- *   hit(id)                  block id is pinned by a lookup hit (every pin is one), cached
- *                            (it leaves its list) or held by other requests
- *   release(id, depth)       indexed block id, block `depth` of its chain, lost its last
- *                            pin: it becomes cached; at its first release it is admitted
+ *   hit(id)                  block id is pinned by a hit (every pin is one), cached (it
+ *                            leaves its list) or held by other requests
+ *   release(id, depth)       block id, block `depth` of its chain, lost its last pin: it
+ *                            becomes cached; at its first release it is admitted
  *   evict()                  the victim: a cached block, taken out of the order, or KVP_NIL
- *   unlink(id)               cached block id leaves the order (evicted by a quota,
- *                            replaced)
+ *   unlink(id)               cached block id leaves the order (evicted by a quota, replaced)
  *   drop_one()               any cached block, off its list, with no side effect (reset)
  *
- * Dispatch is a switch on cfg.eviction, not a table of function pointers, and LRU is not
- * behind it at all: pool.c tests kvp__policy_is_lru() (one load and compare of a field on
- * the cache's first line) and, when true, runs exactly the code it ran before policies
- * existed (its LRU ring, unchanged). The other policies' calls are out of line. bench_core
- * workload (c) under callgrind: see docs/performance.md ("Eviction policies").
+ * The device pool: dispatch is a switch on the policy's eviction field, not a table of
+ * function pointers, and LRU is not behind it at all: pool.c tests kvp__policy_is_lru()
+ * (one load and compare of a field on the cache's first line) and, when true, runs exactly
+ * the code it ran before policies existed (its LRU ring, unchanged). The other policies'
+ * calls are out of line. bench_core workload (c) under callgrind: see docs/performance.md
+ * ("Eviction policies"). A lower tier likewise keeps its own LRU list and uses a kvp__policy
+ * only for another policy (tier.c: a pin by a load order is a hit, the load's confirmation
+ * or failure the release, a confirmed store the first release).
  *
  * Every non-LRU policy keeps one kvp__pblock per pool block (40 bytes, allocated only when
  * the policy is not LRU) and doubly linked lists through it, least recently queued at the
@@ -33,30 +39,32 @@
  *
  * Every non-LRU policy is also told, before a request's blocks are released, the whole
  * chain (release_begin(ids, n): block i of the chain is ids[i]); CDECAY uses it to see how
- * many of the request's blocks are new and which block is whose parent.
+ * many of the request's blocks are new and which block is whose parent. (A lower tier
+ * releases its blocks one confirmation at a time: a chain of one.)
  *
  * Each kvp__pblock carries the block's chain depth, its hit count since it was taken and the
  * policy clock (one tick per take, hit or release) of its last use; CDECAY adds its eviction
  * key, its known touches and its class. Whether a block has cached children is not tracked
  * (it needs a reverse map from a key to the indexed blocks whose parent key it is).
  *
- * Orphans (kvp_config.count_orphans, any policy, LRU included): link[id] records, at each
- * release of block id, its parent's block id and key (the block before it in the released
- * chain); kvp__policy_orphans counts the cached blocks whose recorded parent key is no longer
- * indexed (neither in that block nor re-stored in another: a parent stored again re-adopts its
- * children at once). Chain rule of each policy: see its file. LRU (pool.c) never orphans a
- * block by evicting: a request that touches a child touches its parent and releases it after
- * the child, so a cached child's parent is cached and more recent, or pinned; orphans under
- * LRU come only from removals outside the order (a verify-mode replacement).
+ * Orphans (kvp_config.count_orphans, device pool only, any policy, LRU included): link[id]
+ * records, at each release of block id, its parent's block id and key (the block before it
+ * in the released chain); kvp__policy_orphans counts the cached blocks whose recorded parent
+ * key is no longer indexed (neither in that block nor re-stored in another: a parent stored
+ * again re-adopts its children at once). Chain rule of each policy: see its file. LRU
+ * (pool.c) never orphans a block by evicting: a request that touches a child touches its
+ * parent and releases it after the child, so a cached child's parent is cached and more
+ * recent, or pinned; orphans under LRU come only from removals outside the order (a
+ * verify-mode replacement).
  *
  * Invariants shared by every non-LRU policy (kvp__policy_check, then each policy's own):
- * a block is on a list iff it is cached, and only on a list its policy uses (SLRU, S3-FIFO:
- * A and B; CDECAY: the class FIFOs); each list is doubly linked without a cycle, its
- * count is its length, and the lists' counts sum to pool.n_lru; the LRU ring is empty.
+ * a block is on a list iff its pool says it is cached (the pool's predicate), and only on a
+ * list its policy uses (SLRU, S3-FIFO: A and B; CDECAY: the class FIFOs); each list is doubly
+ * linked without a cycle, its count is its length, and the lists' counts sum to *n_cached.
  *
  * Files: policy.c (allocation, the shared lists, the dispatch and the shared checker),
  * policy_ghost.c (the ghost of evicted keys: S3-FIFO's and CDECAY's), policy_slru.c,
- * policy_s3fifo.c, policy_cdecay.c. LRU stays in pool.c.
+ * policy_s3fifo.c, policy_cdecay.c. The device pool's LRU stays in pool.c, a tier's in tier.c.
  */
 #ifndef KVP_POLICY_H
 #define KVP_POLICY_H
@@ -64,9 +72,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <stddef.h>
+#include <string.h>
+
 #include "kvprefix.h"
 
 typedef struct kvp_cache kvp_cache;
+typedef struct kvp__mem kvp__mem;
 
 #define KVP__CD_N_CLS 27 /* CDECAY's classes: 3 levels of known touches x 9 of new blocks */
 
@@ -110,8 +122,26 @@ typedef struct kvp__plist {
     uint32_t n;    /* blocks on the list */
 } kvp__plist;
 
+/* A policy's parameters (from kvp_config or kvp_tier_config, same meanings and ranges). */
+typedef struct kvp__pparams {
+    int eviction;                /* KVP_EVICT_* */
+    uint32_t slru_protected_pct; /* 0..100 */
+    uint32_t s3fifo_small_pct;   /* 1..100 */
+    uint32_t s3fifo_ghost_pct;   /* 0..1000 */
+    uint32_t cdecay_tau;         /* 0 (default 20000) .. 10^9 */
+    uint32_t cdecay_ghost_pct;   /* 0 (default 1600) .. 10000 */
+} kvp__pparams;
+
 typedef struct kvp__policy {
     kvp__pblock *b;             /* n_blocks entries; NULL under LRU */
+    int eviction;               /* KVP_EVICT_* */
+    uint32_t n_blocks;          /* the pool's blocks */
+    uint32_t *n_cached;         /* the pool's count of listed blocks (pool.n_lru, a tier's
+                                   n_listed): the lists keep it; NULL under LRU */
+    const unsigned char *keys;  /* block id's kvp_key is at keys + id * key_stride (the pool's
+                                   records, owned by the pool) */
+    size_t key_stride;          /* bytes between two blocks' keys */
+    kvp__mem *mem;              /* the allocator of b, the ghost and the checkers' scratch */
     kvp__plist list[KVP__PL_N]; /* list[KVP__PL_A] ...; list[0] unused */
     uint32_t cap_a;             /* S3-FIFO: the small FIFO's target size */
     uint32_t cap_b;             /* SLRU: the protected segment's capacity */
@@ -148,39 +178,54 @@ typedef struct kvp__policy {
 
 #define KVP__S3_FREQ_MAX 3
 
-int kvp__policy_config_check(const kvp_config *cfg);
-int kvp__policy_init(kvp_cache *cache);
-void kvp__policy_free(kvp_cache *cache);
+/* Block id's key in the pool's records. Cannot fail. */
+static inline kvp_key kvp__policy_key(const kvp__policy *p, uint32_t id)
+{
+    kvp_key k;
+    memcpy(&k, p->keys + (size_t)id * p->key_stride, sizeof k);
+    return k;
+}
 
-/* The hooks (policy.c dispatches on cfg.eviction; never called under LRU, except
- * kvp__policy_link, called when link is allocated). */
-void kvp__policy_release_begin(kvp_cache *cache, const uint32_t *ids, uint32_t n);
+int kvp__policy_params_check(const kvp__pparams *pp);
+void kvp__policy_params_of(const kvp_config *cfg, kvp__pparams *pp);
+int kvp__policy_init(kvp__policy *p, const kvp__pparams *pp, uint32_t n_blocks, kvp__mem *mem,
+                     const void *keys, size_t key_stride, uint32_t *n_cached);
+void kvp__policy_free(kvp__policy *p);
+/* The device pool's parts: the parent links (count_orphans) and the orphan count. */
+int kvp__policy_links_init(kvp_cache *cache);
+void kvp__policy_links_free(kvp_cache *cache);
 void kvp__policy_link(kvp_cache *cache, const uint32_t *ids, uint32_t n);
 uint32_t kvp__policy_orphans(const kvp_cache *cache);
-void kvp__policy_taken(kvp_cache *cache, uint32_t id);
-void kvp__policy_hit(kvp_cache *cache, uint32_t id);
-void kvp__policy_release(kvp_cache *cache, uint32_t id, uint32_t depth);
-uint32_t kvp__policy_evict(kvp_cache *cache);
-void kvp__policy_unlink(kvp_cache *cache, uint32_t id);
-uint32_t kvp__policy_drop_one(kvp_cache *cache);
-int kvp__policy_check(const kvp_cache *cache);
+
+/* The hooks (policy.c dispatches on p->eviction; never called under LRU). */
+void kvp__policy_release_begin(kvp__policy *p, const uint32_t *ids, uint32_t n);
+void kvp__policy_taken(kvp__policy *p, uint32_t id);
+void kvp__policy_hit(kvp__policy *p, uint32_t id);
+void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth);
+uint32_t kvp__policy_evict(kvp__policy *p);
+void kvp__policy_unlink(kvp__policy *p, uint32_t id);
+uint32_t kvp__policy_drop_one(kvp__policy *p);
+/* The checker: cached(ctx, id) is the pool's word on whether block id is cached (on the
+ * policy's lists). KVP_OK, KVP_ECORRUPT or KVP_ENOMEM. */
+int kvp__policy_check(const kvp__policy *p, bool (*cached)(const void *ctx, uint32_t id),
+                      const void *ctx);
 
 /* Shared list operations: policy_list.h (inline). */
 
 /* The ghost (policy_ghost.c; add and find inline in policy_ghost.h): a FIFO of ghost_cap
  * evicted keys' fingerprints and their multiset; with gtab_info, each key's latest info. */
-int kvp__ghost_check(const kvp_cache *cache);
+int kvp__ghost_check(const kvp__policy *p);
 
 /* The policies (policy_slru.c, policy_s3fifo.c, policy_cdecay.c). */
-void kvp__slru_release(kvp_cache *cache, uint32_t id);
-uint32_t kvp__slru_evict(kvp_cache *cache);
-int kvp__policy_slru_check(const kvp_cache *cache);
-uint32_t kvp__s3fifo_evict(kvp_cache *cache);
-int kvp__policy_s3fifo_check(const kvp_cache *cache);
-void kvp__cdecay_begin(kvp_cache *cache, const uint32_t *ids, uint32_t n);
-void kvp__cdecay_head(kvp_cache *cache, uint32_t c);
-void kvp__cdecay_release(kvp_cache *cache, uint32_t id, uint32_t depth);
-uint32_t kvp__cdecay_evict(kvp_cache *cache);
-int kvp__policy_cdecay_check(const kvp_cache *cache);
+void kvp__slru_release(kvp__policy *p, uint32_t id);
+uint32_t kvp__slru_evict(kvp__policy *p);
+int kvp__policy_slru_check(const kvp__policy *p);
+uint32_t kvp__s3fifo_evict(kvp__policy *p);
+int kvp__policy_s3fifo_check(const kvp__policy *p);
+void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n);
+void kvp__cdecay_head(kvp__policy *p, uint32_t c);
+void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth);
+uint32_t kvp__cdecay_evict(kvp__policy *p);
+int kvp__policy_cdecay_check(const kvp__policy *p);
 
 #endif /* KVP_POLICY_H */

@@ -91,9 +91,8 @@ static inline uint32_t bit_length(uint32_t v)
 
 /* The request whose chain is ids[0 .. n) starts releasing: its class column and the
  * offsets of every class, learned so far. Cannot fail. */
-void kvp__cdecay_begin(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
 {
-    kvp__policy *p = &cache->policy;
     uint32_t n_new = 0;
     for (uint32_t i = 0; i < n; i++)
         n_new += p->b[ids[i]].home == KVP__PL_NONE;
@@ -109,16 +108,15 @@ void kvp__cdecay_begin(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 
 /* Indexed block id, block depth of its chain, lost its last pin and is cached: steps 1-3
  * at the top of this file. Cannot fail. */
-void kvp__cdecay_release(kvp_cache *cache, uint32_t id, uint32_t depth)
+void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    kvp__policy *p = &cache->policy;
     kvp__pblock *b = &p->b[id];
     /* Step 1: the touch's class, and the previous touch's reuse. */
     uint32_t known = 0, prev_cls = 0;
     if (b->home == KVP__PL_NONE) {
         uint16_t info;
         b->home = KVP__PL_A;
-        if (kvp__ghost_take(p, cache->pool.blocks[id].key, &info)) {
+        if (kvp__ghost_take(p, kvp__policy_key(p, id), &info)) {
             known = info >> 8;
             prev_cls = info & 0xff;
         }
@@ -144,7 +142,7 @@ void kvp__cdecay_release(kvp_cache *cache, uint32_t id, uint32_t depth)
     p->cd_chain_key = key;
     p->cd_chain_list = l;
     b->key = key;
-    kvp__plist_push(cache, l, id);
+    kvp__plist_push(p, l, id);
 }
 
 /* Does class a's head go before class b's (0xff: an empty FIFO, never)? The least key, the
@@ -162,9 +160,8 @@ static inline bool goes_first(const kvp__policy *p, uint8_t a, uint8_t b)
 
 /* Class c's FIFO has a new head (or became empty): its leaf and the matches above it. Cannot
  * fail. */
-void kvp__cdecay_head(kvp_cache *cache, uint32_t c)
+void kvp__cdecay_head(kvp__policy *p, uint32_t c)
 {
-    kvp__policy *p = &cache->policy;
     uint32_t head = p->list[KVP__PL_C0 + c].head;
     if (head != KVP_NIL) {
         p->cd_hkey[c] = p->b[head].key;
@@ -181,14 +178,13 @@ void kvp__cdecay_head(kvp_cache *cache, uint32_t c)
 /* The victim, off its list (pool.n_lru > 0): the head of the tournament's winner, the least
  * key among the FIFOs' heads (the deeper block on a tie, then the lower class); its key and
  * history enter G. Taking it off its FIFO replays that FIFO's matches (5 of them). */
-uint32_t kvp__cdecay_evict(kvp_cache *cache)
+uint32_t kvp__cdecay_evict(kvp__policy *p)
 {
-    kvp__policy *p = &cache->policy;
     uint8_t c = p->cd_win[1];
     assert(c < KVP__CD_N_CLS);
     uint32_t v = p->list[KVP__PL_C0 + c].head;
-    kvp__plist_remove(cache, v);
-    kvp__ghost_add(p, cache->pool.blocks[v].key, (uint16_t)(p->b[v].hist << 8 | p->b[v].cls));
+    kvp__plist_remove(p, v);
+    kvp__ghost_add(p, kvp__policy_key(p, v), (uint16_t)(p->b[v].hist << 8 | p->b[v].cls));
     return v;
 }
 
@@ -199,13 +195,12 @@ uint32_t kvp__cdecay_evict(kvp_cache *cache)
     } while (0)
 
 /* Invariants above. KVP_OK, KVP_ECORRUPT or KVP_ENOMEM (the ghost checker's scratch). */
-int kvp__policy_cdecay_check(const kvp_cache *cache)
+int kvp__policy_cdecay_check(const kvp__policy *p)
 {
-    const kvp__policy *p = &cache->policy;
     FAIL_IF(p->list[KVP__PL_A].n || p->list[KVP__PL_B].n);
     for (int c = 0; c < KVP__CD_N_CLS; c++)
         FAIL_IF(p->cd_off[c] > 0);
-    for (uint32_t id = 0; id < cache->pool.n_blocks; id++) {
+    for (uint32_t id = 0; id < p->n_blocks; id++) {
         const kvp__pblock *b = &p->b[id];
         if (b->list == KVP__PL_NONE)
             continue;
@@ -224,5 +219,5 @@ int kvp__policy_cdecay_check(const kvp_cache *cache)
         uint8_t a = p->cd_win[2 * i], b = p->cd_win[2 * i + 1];
         FAIL_IF(p->cd_win[i] != (goes_first(p, a, b) ? a : b));
     }
-    return kvp__ghost_check(cache);
+    return kvp__ghost_check(p);
 }

@@ -31,13 +31,12 @@
     } while (0)
 
 /* Invariants above. KVP_OK, KVP_ECORRUPT or KVP_ENOMEM (the checker's scratch). */
-int kvp__ghost_check(const kvp_cache *cache)
+int kvp__ghost_check(const kvp__policy *p)
 {
-    const kvp__policy *p = &cache->policy;
     FAIL_IF(p->ghost_n > p->ghost_cap || (p->ghost_cap && p->ghost_head >= p->ghost_cap));
     if (p->ghost_cap == 0)
         return KVP_OK;
-    kvp__mem *mem = (kvp__mem *)&cache->mem; /* scratch only: back to its count on return */
+    kvp__mem *mem = p->mem; /* scratch only: back to its count on return */
     size_t t = (size_t)p->gtab_mask + 1;
     uint32_t *occ = kvp__mem_calloc(mem, t, sizeof *occ);
     if (!occ)

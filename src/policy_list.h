@@ -9,15 +9,13 @@
 
 #include "internal.h"
 
-/* Queue cached block id at the tail of list l and count it cached (pool.n_lru). A new head of
- * a CDECAY FIFO replays its tournament (kvp__cdecay_head). */
-static inline void kvp__plist_push(kvp_cache *cache, uint8_t l, uint32_t id)
+/* Queue cached block id at the tail of list l and count it cached (*n_cached: pool.n_lru or a
+ * tier's n_listed). A new head of a CDECAY FIFO replays its tournament (kvp__cdecay_head). */
+static inline void kvp__plist_push(kvp__policy *p, uint8_t l, uint32_t id)
 {
-    kvp__policy *p = &cache->policy;
     kvp__pblock *b = &p->b[id];
     kvp__plist *L = &p->list[l];
     assert(l != KVP__PL_NONE && b->list == KVP__PL_NONE);
-    assert(kvp__block_is_cached(&cache->pool.blocks[id]));
     b->list = l;
     b->prev = L->tail;
     b->next = KVP_NIL;
@@ -27,19 +25,18 @@ static inline void kvp__plist_push(kvp_cache *cache, uint8_t l, uint32_t id)
         L->head = id;
     L->tail = id;
     L->n++;
-    cache->pool.n_lru++;
+    (*p->n_cached)++;
     if (l >= KVP__PL_C0 && L->head == id)
-        kvp__cdecay_head(cache, l - KVP__PL_C0);
+        kvp__cdecay_head(p, l - KVP__PL_C0);
 }
 
-/* Take block id off its list; it no longer counts as cached (pool.n_lru) (cdecay: the policy
+/* Take block id off its list; it no longer counts as cached (*n_cached) (cdecay: the policy
  * may be CDECAY; false skips the test). A CDECAY FIFO
  * that loses its head replays its tournament. */
-static inline void kvp__plist_remove_in(kvp_cache *cache, uint32_t id, bool cdecay)
+static inline void kvp__plist_remove_in(kvp__policy *p, uint32_t id, bool cdecay)
 {
-    kvp__policy *p = &cache->policy;
     kvp__pblock *b = &p->b[id];
-    assert(b->list != KVP__PL_NONE && cache->pool.n_lru > 0);
+    assert(b->list != KVP__PL_NONE && *p->n_cached > 0);
     uint8_t l = b->list;
     kvp__plist *L = &p->list[l];
     bool was_head = L->head == id;
@@ -54,14 +51,14 @@ static inline void kvp__plist_remove_in(kvp_cache *cache, uint32_t id, bool cdec
     L->n--;
     b->list = KVP__PL_NONE;
     b->prev = b->next = KVP_NIL;
-    cache->pool.n_lru--;
+    (*p->n_cached)--;
     if (cdecay && l >= KVP__PL_C0 && was_head)
-        kvp__cdecay_head(cache, l - KVP__PL_C0);
+        kvp__cdecay_head(p, l - KVP__PL_C0);
 }
 
-static inline void kvp__plist_remove(kvp_cache *cache, uint32_t id)
+static inline void kvp__plist_remove(kvp__policy *p, uint32_t id)
 {
-    kvp__plist_remove_in(cache, id, true);
+    kvp__plist_remove_in(p, id, true);
 }
 
 #endif /* KVP_POLICY_LIST_H */

@@ -47,21 +47,20 @@
 #include "policy_list.h"
 
 /* The victim, off its list (pool.n_lru > 0). Steps as at the top of this file. */
-uint32_t kvp__s3fifo_evict(kvp_cache *cache)
+uint32_t kvp__s3fifo_evict(kvp__policy *p)
 {
-    kvp__policy *p = &cache->policy;
     kvp__plist *S = &p->list[KVP__PL_A], *M = &p->list[KVP__PL_B];
     /* Step 1: from S while it is at its target size (or M is empty). */
     if (S->n >= p->cap_a || M->n == 0) {
         while (S->n > 0) {
             uint32_t id = S->head;
-            kvp__plist_remove_in(cache, id, false);
+            kvp__plist_remove_in(p, id, false);
             if (p->b[id].freq > 0) {
                 p->b[id].home = KVP__PL_B;
-                kvp__plist_push(cache, KVP__PL_B, id);
+                kvp__plist_push(p, KVP__PL_B, id);
                 continue;
             }
-            kvp__ghost_add(p, cache->pool.blocks[id].key, 0);
+            kvp__ghost_add(p, kvp__policy_key(p, id), 0);
             return id;
         }
     }
@@ -69,11 +68,11 @@ uint32_t kvp__s3fifo_evict(kvp_cache *cache)
     for (;;) {
         uint32_t id = M->head;
         assert(id != KVP_NIL);
-        kvp__plist_remove_in(cache, id, false);
+        kvp__plist_remove_in(p, id, false);
         if (p->b[id].freq == 0)
             return id;
         p->b[id].freq--;
-        kvp__plist_push(cache, KVP__PL_B, id);
+        kvp__plist_push(p, KVP__PL_B, id);
     }
 }
 
@@ -84,13 +83,12 @@ uint32_t kvp__s3fifo_evict(kvp_cache *cache)
     } while (0)
 
 /* Invariants above. KVP_OK or KVP_ECORRUPT. */
-int kvp__policy_s3fifo_check(const kvp_cache *cache)
+int kvp__policy_s3fifo_check(const kvp__policy *p)
 {
-    const kvp__policy *p = &cache->policy;
-    for (uint32_t id = 0; id < cache->pool.n_blocks; id++) {
+    for (uint32_t id = 0; id < p->n_blocks; id++) {
         const kvp__pblock *b = &p->b[id];
         FAIL_IF(b->list != KVP__PL_NONE && b->list != b->home);
         FAIL_IF(b->freq > KVP__S3_FREQ_MAX);
     }
-    return kvp__ghost_check(cache);
+    return kvp__ghost_check(p);
 }

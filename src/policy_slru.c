@@ -36,38 +36,35 @@
 
 /* Indexed block id became cached: to its segment's tail, demoting protected's head when
  * protected overflows. Cannot fail. */
-void kvp__slru_release(kvp_cache *cache, uint32_t id)
+void kvp__slru_release(kvp__policy *p, uint32_t id)
 {
-    kvp__policy *p = &cache->policy;
-    kvp__plist_push(cache, p->b[id].home, id);
+    kvp__plist_push(p, p->b[id].home, id);
     if (p->list[KVP__PL_B].n > p->cap_b) {
         uint32_t d = p->list[KVP__PL_B].head;
-        kvp__plist_remove(cache, d);
+        kvp__plist_remove(p, d);
         p->b[d].home = KVP__PL_A;
-        kvp__plist_push(cache, KVP__PL_A, d);
+        kvp__plist_push(p, KVP__PL_A, d);
     }
 }
 
 /* Probation's head, else protected's head, off its list (pool.n_lru > 0). */
-uint32_t kvp__slru_evict(kvp_cache *cache)
+uint32_t kvp__slru_evict(kvp__policy *p)
 {
-    kvp__policy *p = &cache->policy;
     uint32_t id = p->list[KVP__PL_A].n ? p->list[KVP__PL_A].head : p->list[KVP__PL_B].head;
     assert(id != KVP_NIL);
-    kvp__plist_remove(cache, id);
+    kvp__plist_remove(p, id);
     return id;
 }
 
 /* Invariants above. KVP_OK or KVP_ECORRUPT. */
-int kvp__policy_slru_check(const kvp_cache *cache)
+int kvp__policy_slru_check(const kvp__policy *p)
 {
-    const kvp__policy *p = &cache->policy;
     if (p->list[KVP__PL_B].n > p->cap_b)
         return kvp__fail(KVP_ECORRUPT,
                          "invariant violated in %s: protected holds %" PRIu32
                          " blocks, above its capacity %" PRIu32,
                          __func__, p->list[KVP__PL_B].n, p->cap_b);
-    for (uint32_t id = 0; id < cache->pool.n_blocks; id++) {
+    for (uint32_t id = 0; id < p->n_blocks; id++) {
         const kvp__pblock *b = &p->b[id];
         if (b->list != KVP__PL_NONE && b->list != b->home)
             return kvp__fail(KVP_ECORRUPT,

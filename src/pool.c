@@ -224,7 +224,7 @@ static inline void pin_general(kvp_cache *cache, uint32_t id)
     else if (kvp__policy_is_lru(cache))
         lru_remove(&cache->pool, id);
     if (!kvp__policy_is_lru(cache))
-        kvp__policy_hit(cache, id);
+        kvp__policy_hit(&cache->policy, id);
 }
 
 /* Add a pin to block id. A cached block leaves the LRU order. Only indexed or already
@@ -245,7 +245,7 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
             pin_general(cache, id);
         pool->n_in_use++;
     } else if (!kvp__policy_is_lru(cache)) {
-        kvp__policy_hit(cache, id);
+        kvp__policy_hit(&cache->policy, id);
     }
 }
 
@@ -278,7 +278,7 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
     else if (lru)
         lru_push_tail(pool, id);
     else
-        kvp__policy_release(cache, id, depth);
+        kvp__policy_release(&cache->policy, id, depth);
     if (kvp__quotas_on(cache)) {
         kvp__quota_link(cache, id);
         uint32_t victim = kvp__quota_victim(cache, id);
@@ -365,12 +365,10 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
  * the pending options are noted on each block). Cannot fail. */
 static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
-    if (kvp__policy_is_lru(cache)) {
-        if (cache->policy.link) /* kvp_config.count_orphans (policy.c) */
-            kvp__policy_link(cache, ids, n);
-    } else {
-        kvp__policy_release_begin(cache, ids, n);
-    }
+    if (cache->policy.link) /* kvp_config.count_orphans (policy.c) */
+        kvp__policy_link(cache, ids, n);
+    if (!kvp__policy_is_lru(cache))
+        kvp__policy_release_begin(&cache->policy, ids, n);
     if (!kvp__retention_on(cache)) {
         for (uint32_t i = n; i-- > 0;)
             unpin(cache, ids[i], i, false, false);
@@ -399,7 +397,7 @@ void kvp__pool_requeue(kvp_cache *cache, uint32_t id, uint32_t depth)
     int64_t chain_key = p->cd_chain_key;
     uint8_t chain_list = p->cd_chain_list;
     p->cd_chain_depth = UINT32_MAX;
-    kvp__policy_release(cache, id, depth);
+    kvp__policy_release(&cache->policy, id, depth);
     p->cd_chain_depth = chain_depth;
     p->cd_chain_key = chain_key;
     p->cd_chain_list = chain_list;
@@ -446,7 +444,7 @@ static void uncache(kvp_cache *cache, uint32_t id, int reason)
     else if (kvp__policy_is_lru(cache))
         lru_remove(&cache->pool, id);
     else
-        kvp__policy_unlink(cache, id);
+        kvp__policy_unlink(&cache->policy, id);
     if (!KVP__LIKELY(!kvp__retention_on(cache)))
         kvp__retention_forget(cache, id);
     unindex(cache, id, reason);
@@ -508,11 +506,11 @@ static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru, bool retain)
         pool->blocks[id].next = KVP_NIL;
     } else if ((id = retain ? retained_victim(cache, lru)
                      : lru  ? lru_pop_head(pool)
-                            : kvp__policy_evict(cache)) == KVP_NIL) {
+                            : kvp__policy_evict(&cache->policy)) == KVP_NIL) {
         return KVP_NIL;
     }
     if (!lru)
-        kvp__policy_taken(cache, id);
+        kvp__policy_taken(&cache->policy, id);
     assert(!kvp__block_is_in_use(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
     pool->blocks[id].ref = 1;
     pool->n_in_use++;
@@ -531,7 +529,7 @@ static uint32_t retained_victim(kvp_cache *cache, bool lru)
     kvp__retention_refresh(cache);
     uint32_t id = kvp__retention_pop(cache, true);
     if (id == KVP_NIL)
-        id = lru ? lru_pop_head(&cache->pool) : kvp__policy_evict(cache);
+        id = lru ? lru_pop_head(&cache->pool) : kvp__policy_evict(&cache->policy);
     if (id == KVP_NIL)
         id = kvp__retention_pop(cache, false);
     if (id != KVP_NIL)
@@ -709,7 +707,8 @@ void kvp__pool_drop_cached(kvp_cache *cache, int reason)
 {
     uint32_t id;
     bool lru = kvp__policy_is_lru(cache);
-    while ((id = lru ? lru_pop_head(&cache->pool) : kvp__policy_drop_one(cache)) != KVP_NIL) {
+    while ((id = lru ? lru_pop_head(&cache->pool) : kvp__policy_drop_one(&cache->policy)) !=
+           KVP_NIL) {
         if (kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
         if (kvp__retention_on(cache))

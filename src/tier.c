@@ -8,10 +8,16 @@
  * refused on verify_tokens caches). Its key slots are an open-addressing table of block
  * ids, sized once at 2 to 4 slots per block, probed linearly from the key's low bits and
  * emptied by backward shift, so nothing allocates after kvp_cache_add_tier and every
- * change is O(1) expected. Eviction is LRU: a confirmed store or load makes the block the
+ * change is O(1) expected. Eviction is the tier's own policy (kvp_tier_config.eviction).
+ * LRU, the default, is this file's list: a confirmed store or load makes the block the
  * newest; a block pinned by a load in flight stays in the list and is skipped by the
  * victim search (loads are short-lived and few next to a tier's size, so the skip is
- * cheap), so a failed load leaves the order exactly as it was.
+ * cheap), so a failed load leaves the order exactly as it was. Any other policy runs
+ * through the policy interface (policy.h), as the device pool's does, over the tier's own
+ * block ids: a reserved block is taken, a confirmed store its first release, a load's pin
+ * a hit (the block leaves the policy's lists, so it cannot be the victim), the load's
+ * confirmation, ok or failed, its release. Each block is released alone, at the depth its
+ * order names (CDECAY sees a chain of one per release: no chain closure in a tier).
  */
 #include <string.h>
 
@@ -127,7 +133,8 @@ static void evict(kvp_cache *cache, int k, uint32_t id)
     kvp__tblock *b = &t->blocks[id];
     assert(b->state == KVP__TB_READY && b->ref == 0);
     kvp_key key = b->key;
-    lru_unlink(t, id);
+    if (t->pol.eviction == KVP_EVICT_LRU)
+        lru_unlink(t, id); /* another policy took it off its lists (kvp__policy_evict) */
     slot_remove(t, id);
     t->n_ready--;
     free_push(t, id);
@@ -152,9 +159,14 @@ uint32_t kvp__tier_reserve_block(kvp_cache *cache, int k, kvp_key key)
     kvp__tier *t = &cache->tiers->tier[k];
     assert(kvp__tier_find(t, key) == KVP_NIL);
     if (t->free_head == KVP_NIL) {
-        uint32_t v = t->lru_head;
-        while (v != KVP_NIL && t->blocks[v].ref > 0)
-            v = t->blocks[v].next;
+        uint32_t v;
+        if (t->pol.eviction == KVP_EVICT_LRU) {
+            v = t->lru_head;
+            while (v != KVP_NIL && t->blocks[v].ref > 0)
+                v = t->blocks[v].next;
+        } else {
+            v = kvp__policy_evict(&t->pol); /* pinned blocks are on none of its lists */
+        }
         if (v == KVP_NIL)
             return KVP_NIL;
         evict(cache, k, v);
@@ -168,17 +180,30 @@ uint32_t kvp__tier_reserve_block(kvp_cache *cache, int k, kvp_key key)
     b->prev = b->next = KVP_NIL;
     slot_insert(t, id);
     t->n_pending++;
+    if (t->pol.eviction != KVP_EVICT_LRU)
+        kvp__policy_taken(&t->pol, id);
     return id;
 }
 
-/* PENDING block id has been copied: make it READY and the newest. Cannot fail. */
-void kvp__tier_ready(kvp__tier *t, uint32_t id)
+/* The policy's release of block id, block depth of its chain, alone (a chain of one). */
+static void policy_release(kvp__tier *t, uint32_t id, uint32_t depth)
+{
+    kvp__policy_release_begin(&t->pol, &id, 1);
+    kvp__policy_release(&t->pol, id, depth);
+}
+
+/* PENDING block id, block depth of its chain, has been copied: make it READY, the newest
+ * under LRU, released (admitted) under another policy. Cannot fail. */
+void kvp__tier_ready(kvp__tier *t, uint32_t id, uint32_t depth)
 {
     assert(t->blocks[id].state == KVP__TB_PENDING);
     t->blocks[id].state = KVP__TB_READY;
     t->n_pending--;
     t->n_ready++;
-    lru_append(t, id);
+    if (t->pol.eviction == KVP_EVICT_LRU)
+        lru_append(t, id);
+    else
+        policy_release(t, id, depth);
 }
 
 /* PENDING block id's copy failed: free it, as if it had never been reserved. */
@@ -190,12 +215,35 @@ void kvp__tier_drop(kvp__tier *t, uint32_t id)
     free_push(t, id);
 }
 
-/* READY block id was used: make it the newest. Cannot fail. */
-void kvp__tier_touch(kvp__tier *t, uint32_t id)
+/* READY block id is pinned by a load order: under another policy than LRU every pin is a
+ * hit (as in the device pool), and the first takes it off the policy's lists. Cannot
+ * fail. */
+void kvp__tier_pin(kvp__tier *t, uint32_t id)
 {
-    assert(t->blocks[id].state == KVP__TB_READY);
-    lru_unlink(t, id);
-    lru_append(t, id);
+    kvp__tblock *b = &t->blocks[id];
+    assert(b->state == KVP__TB_READY);
+    t->n_loading += b->ref++ == 0;
+    if (t->pol.eviction != KVP_EVICT_LRU)
+        kvp__policy_hit(&t->pol, id);
+}
+
+/* A load order of READY block id (block depth of its chain) is confirmed (ok: the copy was
+ * made): its pin goes; under LRU a confirmed load makes the block the newest (a failed one
+ * changes nothing), under another policy the last pin's going is the block's release.
+ * Cannot fail. */
+void kvp__tier_unpin(kvp__tier *t, uint32_t id, uint32_t depth, bool ok)
+{
+    kvp__tblock *b = &t->blocks[id];
+    assert(b->state == KVP__TB_READY && b->ref > 0);
+    bool last = --b->ref == 0;
+    t->n_loading -= last;
+    if (t->pol.eviction != KVP_EVICT_LRU) {
+        if (last)
+            policy_release(t, id, depth);
+    } else if (ok) {
+        lru_unlink(t, id);
+        lru_append(t, id);
+    }
 }
 
 /* A medium name: 1 .. KVP_TIER_MEDIUM_MAX bytes of [A-Za-z0-9_.-]. */
@@ -214,6 +262,7 @@ static bool medium_ok(const char *m)
 
 static void tier_free(kvp_cache *cache, kvp__tier *t)
 {
+    kvp__policy_free(&t->pol);
     kvp__mem_free(&cache->mem, t->blocks, (size_t)t->n_blocks * sizeof *t->blocks);
     kvp__mem_free(&cache->mem, t->slots, ((size_t)t->mask + 1) * sizeof *t->slots);
     t->blocks = NULL;
@@ -227,6 +276,24 @@ KVP_EXPORT void kvp_tier_config_init(kvp_tier_config *tc)
     memset(tc, 0, sizeof *tc);
     tc->medium = "CPU";
     tc->eviction = KVP_EVICT_LRU;
+    kvp_config cfg;
+    kvp_config_init(&cfg);
+    tc->slru_protected_pct = cfg.slru_protected_pct;
+    tc->s3fifo_small_pct = cfg.s3fifo_small_pct;
+    tc->s3fifo_ghost_pct = cfg.s3fifo_ghost_pct;
+    tc->cdecay_tau = cfg.cdecay_tau;
+    tc->cdecay_ghost_pct = cfg.cdecay_ghost_pct;
+}
+
+/* A tier config's policy parameters. Cannot fail. */
+static void tier_params(const kvp_tier_config *tc, kvp__pparams *pp)
+{
+    pp->eviction = tc->eviction;
+    pp->slru_protected_pct = tc->slru_protected_pct;
+    pp->s3fifo_small_pct = tc->s3fifo_small_pct;
+    pp->s3fifo_ghost_pct = tc->s3fifo_ghost_pct;
+    pp->cdecay_tau = tc->cdecay_tau;
+    pp->cdecay_ghost_pct = tc->cdecay_ghost_pct;
 }
 
 /* The body of kvp_cache_add_tier: 1. validate; 2. allocate the tier set (first tier) and
@@ -239,9 +306,11 @@ int kvp__tier_add_locked(kvp_cache *cache, const kvp_tier_config *tc, int *tier)
     if (kvp__verifying(cache))
         return kvp__fail(KVP_ENOTSUP, "a verify_tokens cache cannot have lower tiers: they keep "
                                       "keys, not the tokens to verify");
-    if (tc->eviction != KVP_EVICT_LRU)
-        return kvp__fail(KVP_ENOTSUP, "eviction %d: lower tiers only have LRU (%d)", tc->eviction,
-                         KVP_EVICT_LRU);
+    kvp__pparams pp;
+    tier_params(tc, &pp);
+    int rc = kvp__policy_params_check(&pp);
+    if (rc != KVP_OK)
+        return rc;
     if (!tc->medium || !medium_ok(tc->medium))
         return kvp__fail(KVP_EINVAL,
                          "medium must be 1 to %u bytes of letters, digits, '_', '.' or '-'",
@@ -278,11 +347,15 @@ int kvp__tier_add_locked(kvp_cache *cache, const kvp_tier_config *tc, int *tier)
     t->mask = (uint32_t)(n_slots - 1);
     t->blocks = kvp__mem_alloc(&cache->mem, (size_t)tc->n_blocks * sizeof *t->blocks);
     t->slots = kvp__mem_alloc(&cache->mem, (size_t)n_slots * sizeof *t->slots);
-    if (!t->blocks || !t->slots) {
+    rc = !t->blocks || !t->slots
+             ? kvp__fail(KVP_ENOMEM, "out of memory: a tier of %" PRIu32 " blocks", tc->n_blocks)
+             : kvp__policy_init(&t->pol, &pp, tc->n_blocks, &cache->mem, &t->blocks[0].key,
+                                sizeof *t->blocks, &t->n_listed);
+    if (rc != KVP_OK) {
         tier_free(cache, t);
         if (made)
             kvp__mem_free(&cache->mem, ts, sizeof *ts);
-        return kvp__fail(KVP_ENOMEM, "out of memory: a tier of %" PRIu32 " blocks", tc->n_blocks);
+        return rc;
     }
 
     /* Step 3: fill and link in. */
@@ -385,8 +458,16 @@ int kvp__lookup_tiers_locked(kvp_cache *cache, const kvp_namespace *ns, const ui
                              __LINE__);                                                            \
     } while (0)
 
-/* One tier's table: states and counts, free list, LRU list, slots. */
-static int check_tier(const kvp__tier *t)
+/* kvp__policy_check's predicate for a tier: block id is READY and no load pins it. */
+static bool tier_block_listed(const void *ctx, uint32_t id)
+{
+    const kvp__tblock *b = &((const kvp__tier *)ctx)->blocks[id];
+    return b->state == KVP__TB_READY && b->ref == 0;
+}
+
+/* One tier's table: states and counts, free list, LRU list or policy, slots (without the
+ * orders: kvp__tier_check adds them). KVP_OK, KVP_ECORRUPT or KVP_ENOMEM. */
+int kvp__tier_table_check(const kvp__tier *t)
 {
     uint32_t n[3] = {0, 0, 0}, n_loading = 0;
     for (uint32_t id = 0; id < t->n_blocks; id++) {
@@ -412,7 +493,15 @@ static int check_tier(const kvp__tier *t)
         FAIL_IF(t->blocks[id].prev != prev);
         prev = id;
     }
-    FAIL_IF(c != t->n_ready || prev != t->lru_tail);
+    bool lru = t->pol.eviction == KVP_EVICT_LRU;
+    FAIL_IF(c != (lru ? t->n_ready : 0) || prev != t->lru_tail);
+    FAIL_IF(t->pol.n_blocks != t->n_blocks);
+    if (!lru) {
+        FAIL_IF(t->n_listed != t->n_ready - t->n_loading);
+        int rc = kvp__policy_check(&t->pol, tier_block_listed, t);
+        if (rc != KVP_OK)
+            return rc;
+    }
     c = 0;
     for (uint32_t s = 0; s <= t->mask; s++) {
         uint32_t id = t->slots[s];
@@ -461,7 +550,7 @@ int kvp__tier_check(const kvp_cache *cache)
         return KVP_OK;
     FAIL_IF(ts->n_tiers < 2 || ts->n_tiers > (int)KVP_MAX_TIERS);
     for (int k = 1; k < ts->n_tiers; k++) {
-        int rc = check_tier(&ts->tier[k]);
+        int rc = kvp__tier_table_check(&ts->tier[k]);
         if (rc != KVP_OK)
             return rc;
     }

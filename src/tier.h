@@ -8,8 +8,12 @@
  *    |     slots[0 .. mask]       open addressing, key -> block id (linear probing,
  *    |                            backward-shift deletion): every PENDING and READY block
  *    |     free list              FREE blocks, singly linked through next
- *    |     LRU list               READY blocks, oldest first, doubly linked (prev/next);
- *    |                            blocks pinned by loads stay in it and are skipped
+ *    |     LRU list               under LRU: READY blocks, oldest first, doubly linked
+ *    |                            (prev/next); blocks pinned by loads stay in it and are
+ *    |                            skipped
+ *    |     pol                    under another policy (policy.h): its order of the READY
+ *    |                            blocks no load pins (n_listed of them); the LRU list
+ *    |                            stays empty
  *    `- orders[0 .. cap_orders)  live orders by slot (an order id is serial << 32 | slot);
  *          free slots linked through next; STORE orders not handed out yet form a FIFO
  *          (new_head .. new_tail through next)
@@ -18,7 +22,9 @@
  * which pins that order's device block once (ref counted in kvp__requests_check through
  * kvp__tier_count_pins); a READY block's ref is the number of live LOAD orders naming it;
  * a FREE block is on the free list and in no slot; n_free + n_pending + n_ready ==
- * n_blocks; every key is in at most one slot of a tier.
+ * n_blocks; every key is in at most one slot of a tier. Under LRU the LRU list holds the
+ * READY blocks; under another policy its lists hold exactly the READY blocks with ref 0
+ * (kvp__policy_check) and the LRU list is empty.
  *
  * Files: tier.c (the tier table: blocks, key slots, LRU, add_tier, lookups, the checker),
  * tier_orders.c (orders: acquire's loads, commit's stores, hand-out, confirmation, stats).
@@ -47,7 +53,11 @@ typedef struct kvp__tier {
     uint32_t free_head;                   /* first FREE block, KVP_NIL if none */
     uint32_t n_free, n_pending, n_ready;  /* blocks per state */
     uint32_t n_loading;                   /* READY blocks with ref > 0 */
-    uint32_t lru_head, lru_tail;          /* oldest and newest READY block, KVP_NIL if none */
+    uint32_t lru_head, lru_tail;          /* LRU: oldest and newest READY block, KVP_NIL if
+                                             none (always, under another policy) */
+    uint32_t n_listed;                    /* another policy: blocks on its lists */
+    kvp__policy pol;                      /* the tier's policy (policy.h; no records under
+                                             LRU), bound to blocks[].key and n_listed */
     kvp_tier_stats stats;                 /* counters (gauges filled in on read) */
 } kvp__tier;
 
@@ -93,10 +103,12 @@ const char *kvp__tier_medium(const kvp_cache *cache, int k);
 uint32_t kvp__tier_find(const kvp__tier *t, kvp_key key); /* block id or KVP_NIL */
 uint32_t kvp__tier_find_ready(const kvp__tiers *ts, kvp_key key, int *tier);
 uint32_t kvp__tier_reserve_block(kvp_cache *cache, int tier, kvp_key key);
-void kvp__tier_ready(kvp__tier *t, uint32_t id);
+void kvp__tier_ready(kvp__tier *t, uint32_t id, uint32_t depth);
 void kvp__tier_drop(kvp__tier *t, uint32_t id);
-void kvp__tier_touch(kvp__tier *t, uint32_t id);
+void kvp__tier_pin(kvp__tier *t, uint32_t id);
+void kvp__tier_unpin(kvp__tier *t, uint32_t id, uint32_t depth, bool ok);
 int kvp__tier_check(const kvp_cache *cache);
+int kvp__tier_table_check(const kvp__tier *t);
 void kvp__tier_count_pins(const kvp_cache *cache, uint32_t *refs);
 int kvp__lookup_tiers_locked(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
                              size_t n_tokens, uint8_t *where, size_t cap, kvp_tier_match *out);

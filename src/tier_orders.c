@@ -235,8 +235,7 @@ int kvp__acquire_tiers_locked(kvp_cache *cache, uint64_t req_id, const kvp_names
             if (tb == KVP_NIL)
                 break;
             kvp__tier *t = &ts->tier[k];
-            if (t->blocks[tb].ref++ == 0)
-                t->n_loading++;
+            kvp__tier_pin(t, tb);
             t->stats.n_hits++;
             kvp__order *o = order_new(ts);
             o->req_id = req_id;
@@ -309,7 +308,7 @@ int kvp__tier_confirm_locked(kvp_cache *cache, uint64_t order_id, bool ok)
     if (o->kind == KVP_ORDER_STORE) {
         uint32_t dev = o->device_block;
         if (ok) {
-            kvp__tier_ready(t, o->tier_block);
+            kvp__tier_ready(t, o->tier_block, o->block_index);
             t->stats.n_stores++;
             t->stats.n_bytes_stored += moved(cache, 1);
         } else {
@@ -323,12 +322,8 @@ int kvp__tier_confirm_locked(kvp_cache *cache, uint64_t order_id, bool ok)
             emit_tier_stored(cache, &copy);
         return KVP_OK;
     }
-    kvp__tblock *b = &t->blocks[o->tier_block];
-    assert(b->state == KVP__TB_READY && b->ref > 0);
-    if (--b->ref == 0)
-        t->n_loading--;
+    kvp__tier_unpin(t, o->tier_block, o->block_index, ok);
     if (ok) {
-        kvp__tier_touch(t, o->tier_block);
         t->stats.n_loads++;
         t->stats.n_bytes_loaded += moved(cache, 1);
     } else {

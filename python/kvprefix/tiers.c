@@ -112,7 +112,14 @@ static PyObject *orders_to_list(const kvp_tier_order *o, size_t n)
 /* ---------------------------------------------------------------------------------------- */
 
 const kvpy_sig kvpy_add_tier_sig = {"add_tier",
-                                    {{"medium", KVPY_OBJECT, 0, 0}, {"n_blocks", KVPY_U32, 0, 0}}};
+                                    {{"medium", KVPY_OBJECT, 0, 0},
+                                     {"n_blocks", KVPY_U32, 0, 0},
+                                     {"eviction", KVPY_EVICTION, KVPY_KWONLY, KVP_EVICT_LRU},
+                                     {"slru_protected_pct", KVPY_U32, KVPY_KWONLY, 80},
+                                     {"s3fifo_small_pct", KVPY_U32, KVPY_KWONLY, 10},
+                                     {"s3fifo_ghost_pct", KVPY_U32, KVPY_KWONLY, 100},
+                                     {"cdecay_tau", KVPY_U32, KVPY_KWONLY, 0},
+                                     {"cdecay_ghost_pct", KVPY_U32, KVPY_KWONLY, 0}}};
 
 PyObject *kvpy_cache_add_tier(CacheObject *self, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames)
@@ -135,6 +142,12 @@ PyObject *kvpy_cache_add_tier(CacheObject *self, PyObject *const *args, Py_ssize
     kvp_tier_config_init(&tc);
     tc.medium = name;
     tc.n_blocks = (uint32_t)a.v[1].u64;
+    tc.eviction = a.v[2].profile;
+    tc.slru_protected_pct = (uint32_t)a.v[3].u64;
+    tc.s3fifo_small_pct = (uint32_t)a.v[4].u64;
+    tc.s3fifo_ghost_pct = (uint32_t)a.v[5].u64;
+    tc.cdecay_tau = (uint32_t)a.v[6].u64;
+    tc.cdecay_ghost_pct = (uint32_t)a.v[7].u64;
     int tier = 0;
     evbatch b;
     int rc = 0;

@@ -92,6 +92,50 @@ def test_errors(ns):
         v.add_tier("CPU", 8)
 
 
+def _serve(c, req, ns, t):
+    """One request as an engine runs it: loads confirmed, prefill committed, stores confirmed."""
+    _, loads = c.acquire_tiers(req, ns, t)
+    for o in loads:
+        c.tier_confirm(o.id, True)
+    c.commit(req, t)
+    c.release(req)
+    for o in c.tier_orders():
+        c.tier_confirm(o.id, True)
+
+
+@pytest.mark.parametrize("eviction,kept", [("lru", 0), ("slru", 2), ("s3fifo", 2)])
+def test_tier_policy_keeps_a_reloaded_prefix_through_a_scan(ns, eviction, kept):
+    """A tier's own policy: a prefix loaded back once survives a scan of one-time prompts in
+    an SLRU or S3-FIFO CPU tier, and is flushed from an LRU one."""
+    c = kvprefix.Cache(16, 4, hash_profile="xxh3")
+    assert c.add_tier("CPU", 8, eviction=eviction) == 1
+    hot, filler = prompt(9), prompt(15 * 4, seed=9)
+    _serve(c, 1, ns, hot)
+    c.acquire(2, ns, filler)  # not committed: the device copies go, nothing is stored
+    c.release(2)
+    _, loads = c.acquire_tiers(3, ns, hot)
+    assert len(loads) == 2
+    for o in loads:  # loaded back: a hit in the tier
+        c.tier_confirm(o.id, True)
+    c.commit(3, hot)
+    c.release(3)
+    for k in range(6):  # a scan: 12 blocks stored once each into the 8-block tier
+        _serve(c, 10 + k, ns, prompt(9, seed=100 + k))
+    c.acquire(20, ns, filler)  # the device copies go again
+    c.release(20)
+    assert c.lookup_tiers(ns, hot).blocks_per_tier[1] == kept
+    c.check()
+
+
+def test_tier_policy_errors():
+    c = kvprefix.Cache(16, 4)
+    with pytest.raises(ValueError):
+        c.add_tier("CPU", 8, eviction="mru")
+    with pytest.raises(kvprefix.InvalidArgumentError):
+        c.add_tier("CPU", 8, eviction="s3fifo", s3fifo_small_pct=0)
+    assert c.add_tier("CPU", 8, eviction="cdecay", cdecay_tau=1000) == 1
+
+
 def test_tiers_example_runs():
     """examples/python/tiers.py: its own checks (loaded KV equals computed KV) hold."""
     import os

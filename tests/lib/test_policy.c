@@ -26,6 +26,7 @@
 
 #include "internal.h"
 #include "policy_list.h"
+#include "tier.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -121,7 +122,8 @@ typedef struct model {
     int where[MAX_NODES];
     int home[MAX_NODES]; /* queue to join at release: WHERE_Q1/Q2, or WHERE_NONE if new */
     int freq[MAX_NODES];
-    int n_pinned;
+    int pins[MAX_NODES]; /* pins held on a pinned node (a lower tier's loads may overlap) */
+    int n_pinned;        /* pinned nodes */
 } model;
 
 static void model_init(model *m, int policy, int n, int prot_pct, int small_pct, int ghost_pct)
@@ -174,15 +176,16 @@ static int s3_victim(model *m)
     }
 }
 
-/* One pin by a hit: off its queue; the policy's hit rule. */
+/* One pin by a hit: off its queue (unless pinned already); the policy's hit rule. */
 static void model_hit(model *m, int x)
 {
     if (m->where[x] == WHERE_Q1)
         q_remove(&m->q1, x);
     else if (m->where[x] == WHERE_Q2)
         q_remove(&m->q2, x);
+    if (m->pins[x]++ == 0)
+        m->n_pinned++;
     m->where[x] = WHERE_PINNED;
-    m->n_pinned++;
     if (m->policy == KVP_EVICT_SLRU)
         m->home[x] = WHERE_Q2;
     else if (m->freq[x] < 3)
@@ -202,13 +205,16 @@ static bool model_take(model *m, int x)
     m->where[x] = WHERE_PINNED;
     m->home[x] = WHERE_NONE;
     m->freq[x] = 0;
+    m->pins[x] = 1;
     m->n_pinned++;
     return true;
 }
 
-/* Last pin of node x dropped. */
+/* A pin of node x dropped; the last one releases it. */
 static void model_release(model *m, int x)
 {
+    if (--m->pins[x] > 0)
+        return;
     m->n_pinned--;
     if (m->home[x] == WHERE_NONE)
         m->home[x] = m->policy == KVP_EVICT_S3FIFO && q_has(&m->ghost, x) ? WHERE_Q2 : WHERE_Q1;
@@ -859,6 +865,22 @@ Test(policy, orphans_off_by_default)
 /* The checkers catch corruptions                                                           */
 /* ---------------------------------------------------------------------------------------- */
 
+/* Each policy's own checker, on the cache's device-pool policy. */
+static int slru_check(const kvp_cache *c)
+{
+    return kvp__policy_slru_check(&c->policy);
+}
+
+static int s3fifo_check(const kvp_cache *c)
+{
+    return kvp__policy_s3fifo_check(&c->policy);
+}
+
+static int cdecay_check(const kvp_cache *c)
+{
+    return kvp__policy_cdecay_check(&c->policy);
+}
+
 #define EXPECT_CORRUPT(c, check)                                                                   \
     do {                                                                                           \
         cr_assert_eq(check(c), KVP_ECORRUPT, #check " missed the corruption");                     \
@@ -876,7 +898,7 @@ static kvp_cache *busy_cache(int policy, kvp_namespace *ns)
     }
     for (uint32_t t = 10; t < 20; t++)
         th_access_ok(c, ns, &t, 1);
-    cr_assert_eq(kvp__policy_check(c), KVP_OK);
+    cr_assert_eq(kvp__pool_policy_check(c), KVP_OK);
     cr_assert(c->policy.list[KVP__PL_A].n >= 2 && c->policy.list[KVP__PL_B].n >= 2);
     return c;
 }
@@ -889,10 +911,10 @@ Test(policy_check, broken_link)
         kvp__policy *p = &c->policy;
         uint32_t h = p->list[KVP__PL_B].head, nx = p->b[h].next;
         p->b[nx].prev = KVP_NIL;
-        EXPECT_CORRUPT(c, kvp__policy_check);
+        EXPECT_CORRUPT(c, kvp__pool_policy_check);
         p->b[nx].prev = h;
         p->b[h].next = h; /* a cycle */
-        EXPECT_CORRUPT(c, kvp__policy_check);
+        EXPECT_CORRUPT(c, kvp__pool_policy_check);
         p->b[h].next = nx;
         cr_assert_eq(kvp_cache_check(c), KVP_OK);
         kvp_cache_free(c);
@@ -906,18 +928,18 @@ Test(policy_check, counts_and_membership)
         kvp_cache *c = busy_cache(policy, &ns);
         kvp__policy *p = &c->policy;
         p->list[KVP__PL_A].n++;
-        EXPECT_CORRUPT(c, kvp__policy_check);
+        EXPECT_CORRUPT(c, kvp__pool_policy_check);
         p->list[KVP__PL_A].n--;
         uint32_t h = p->list[KVP__PL_A].head;
         p->b[h].list = KVP__PL_B; /* says protected / main, sits on A */
-        EXPECT_CORRUPT(c, kvp__policy_check);
+        EXPECT_CORRUPT(c, kvp__pool_policy_check);
         p->b[h].list = KVP__PL_A;
         p->b[h].home = KVP__PL_B; /* on A, but its history sends it to B */
-        EXPECT_CORRUPT(c, kvp__policy_check);
+        EXPECT_CORRUPT(c, kvp__pool_policy_check);
         p->b[h].home = KVP__PL_A;
         uint64_t last = p->b[h].last_use;
         p->b[h].last_use = p->clock + 1; /* from the future */
-        EXPECT_CORRUPT(c, kvp__policy_check);
+        EXPECT_CORRUPT(c, kvp__pool_policy_check);
         p->b[h].last_use = last;
         cr_assert_eq(kvp_cache_check(c), KVP_OK);
         kvp_cache_free(c);
@@ -930,7 +952,7 @@ Test(policy_check, slru_protected_overflow)
     kvp_cache *c = busy_cache(KVP_EVICT_SLRU, &ns);
     uint32_t cap = c->policy.cap_b;
     c->policy.cap_b = c->policy.list[KVP__PL_B].n - 1;
-    EXPECT_CORRUPT(c, kvp__policy_slru_check);
+    EXPECT_CORRUPT(c, slru_check);
     c->policy.cap_b = cap;
     cr_assert_eq(kvp_cache_check(c), KVP_OK);
     kvp_cache_free(c);
@@ -945,24 +967,24 @@ Test(policy_check, s3fifo_freq_and_ghost)
     uint32_t h = p->list[KVP__PL_B].head;
     uint8_t f = p->b[h].freq;
     p->b[h].freq = KVP__S3_FREQ_MAX + 1;
-    EXPECT_CORRUPT(c, kvp__policy_s3fifo_check);
+    EXPECT_CORRUPT(c, s3fifo_check);
     p->b[h].freq = f;
 
     uint64_t *slot = &p->ghost[p->ghost_head];
     uint64_t fp = *slot;
     *slot ^= 0x5a5a; /* a ring entry the table does not hold */
-    EXPECT_CORRUPT(c, kvp__policy_s3fifo_check);
+    EXPECT_CORRUPT(c, s3fifo_check);
     *slot = fp;
 
     uint32_t s = 0;
     while (p->gtab_fp[s] != fp)
         s++;
     p->gtab_n[s]++; /* the table counts one occurrence too many */
-    EXPECT_CORRUPT(c, kvp__policy_s3fifo_check);
+    EXPECT_CORRUPT(c, s3fifo_check);
     p->gtab_n[s]--;
 
     p->ghost_n = p->ghost_cap + 1;
-    EXPECT_CORRUPT(c, kvp__policy_s3fifo_check);
+    EXPECT_CORRUPT(c, s3fifo_check);
     p->ghost_n = p->ghost_cap;
     kvp_cache_free(c);
 }
@@ -977,7 +999,7 @@ Test(policy_check, cdecay_lists_keys_and_history)
         th_access_ok(c, &ns, p, 2);
     }
     kvp__policy *p = &c->policy;
-    cr_assert_eq(kvp__policy_check(c), KVP_OK);
+    cr_assert_eq(kvp__pool_policy_check(c), KVP_OK);
     cr_assert(p->ghost_n >= 2);
     uint32_t h = KVP_NIL;
     uint8_t l = 0;
@@ -986,25 +1008,25 @@ Test(policy_check, cdecay_lists_keys_and_history)
     cr_assert_neq(h, KVP_NIL);
     uint8_t hist = p->b[h].hist;
     p->b[h].hist = 0; /* cached without a touch */
-    EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
+    EXPECT_CORRUPT(c, cdecay_check);
     p->b[h].hist = hist;
     int64_t key = p->b[h].key;
     p->b[h].key = (int64_t)p->cd_clock + 1; /* a key from the future */
-    EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
+    EXPECT_CORRUPT(c, cdecay_check);
     p->b[h].key = key;
     uint8_t w = p->cd_win[1];
     p->cd_win[1] = 0xff; /* the tournament names no victim */
-    EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
+    EXPECT_CORRUPT(c, cdecay_check);
     p->cd_win[1] = w;
     p->cd_off[3] = 1; /* odds above 1 */
-    EXPECT_CORRUPT(c, kvp__policy_cdecay_check);
+    EXPECT_CORRUPT(c, cdecay_check);
     p->cd_off[3] = 0;
     /* A cached block moved to SLRU's probation list, which CDECAY does not use. */
-    kvp__plist_remove(c, h);
+    kvp__plist_remove(&c->policy, h);
     c->pool.n_lru++;
-    kvp__plist_push(c, KVP__PL_A, h);
+    kvp__plist_push(&c->policy, KVP__PL_A, h);
     c->pool.n_lru--;
-    EXPECT_CORRUPT(c, kvp__policy_check);
+    EXPECT_CORRUPT(c, kvp__pool_policy_check);
     kvp_cache_free(c);
 }
 
@@ -1043,4 +1065,127 @@ Test(policy, records_depth_hits_and_clock)
             cr_assert(b->last_use < c->policy.b[ids[i - 1]].last_use, "released tail first");
     }
     kvp_cache_free(c);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* A lower tier's policy (kvp_tier_config.eviction)                                         */
+/* ---------------------------------------------------------------------------------------- */
+
+/* tier.c's policy surface driven directly, against the models above: a store's reservation
+ * is a take, its confirmation the first release, its failure a drop (the block goes without
+ * ever being cached), a load order's pin a hit (every pin), its confirmation a release on
+ * the last pin. After every step each node's state in the tier (free, pending or pinned,
+ * cached) must be the model's, and the tier's checker must pass (the table's: no orders
+ * exist here, so kvp_cache_check's order invariants do not hold). */
+typedef struct tier_rig {
+    kvp_cache *c;
+    kvp__tier *t;
+    uint32_t id[MAX_NODES]; /* the node's tier block, KVP_NIL when the tier has none */
+    bool pending[MAX_NODES];
+} tier_rig;
+
+static kvp_key tier_node_key(int x)
+{
+    kvp_key k = {UINT64_C(0x9e3779b97f4a7c15) * (uint64_t)(x + 1), (uint64_t)x};
+    return k;
+}
+
+static void model_drop(model *m, int x)
+{
+    m->pins[x] = 0;
+    m->n_pinned--;
+    m->where[x] = WHERE_NONE;
+}
+
+static void tier_rig_compare(tier_rig *r, const model *m, int policy, uint64_t seed, int step)
+{
+    for (int x = 0; x < MAX_NODES; x++) {
+        uint32_t id = kvp__tier_find(r->t, tier_node_key(x));
+        int got = WHERE_NONE;
+        if (id != KVP_NIL) {
+            const kvp__tblock *b = &r->t->blocks[id];
+            got = b->state == KVP__TB_PENDING || b->ref > 0 ? WHERE_PINNED : WHERE_Q1;
+        }
+        int want = m->where[x] == WHERE_Q2 ? WHERE_Q1 : m->where[x];
+        cr_assert_eq(got, want,
+                     "policy %d seed %llu step %d: node %d is %d in the tier, %d in "
+                     "the model",
+                     policy, (unsigned long long)seed, step, x, got, want);
+        cr_assert_eq(id, r->id[x]);
+    }
+    cr_assert_eq(kvp__tier_table_check(r->t), KVP_OK, "seed %llu step %d", (unsigned long long)seed,
+                 step);
+}
+
+static void run_tier_random(int policy, uint64_t seed, int steps)
+{
+    uint64_t rng = seed;
+    uint32_t n = 2 + (uint32_t)(th_rand(&rng) % 14);
+    uint32_t prot = (uint32_t)(th_rand(&rng) % 101), small = 1 + (uint32_t)(th_rand(&rng) % 60);
+    uint32_t ghost = (uint32_t)(th_rand(&rng) % 201);
+    int n_nodes = 3 * (int)n < MAX_NODES ? 3 * (int)n : MAX_NODES;
+    tier_rig r;
+    memset(&r, 0, sizeof r);
+    r.c = th_cache(8, 1, false, NULL, NULL);
+    kvp_tier_config tc;
+    kvp_tier_config_init(&tc);
+    tc.n_blocks = n;
+    tc.eviction = policy;
+    tc.slru_protected_pct = prot;
+    tc.s3fifo_small_pct = small;
+    tc.s3fifo_ghost_pct = ghost;
+    cr_assert_eq(kvp_cache_add_tier(r.c, &tc, NULL), KVP_OK);
+    r.t = &r.c->tiers->tier[1];
+    for (int x = 0; x < MAX_NODES; x++)
+        r.id[x] = KVP_NIL;
+    static model m;
+    model_init(&m, policy, (int)n, (int)prot, (int)small, (int)ghost);
+    for (int s = 0; s < steps; s++) {
+        int x = (int)(th_rand(&rng) % (uint64_t)n_nodes);
+        if (th_rand(&rng) % 4 == 0)
+            x = (int)(th_rand(&rng) % 3); /* a few hot nodes */
+        bool ok = th_rand(&rng) % 5 != 0;
+        if (r.id[x] == KVP_NIL) { /* a store order: reserve */
+            uint32_t id = kvp__tier_reserve_block(r.c, 1, tier_node_key(x));
+            bool took = model_take(&m, x);
+            cr_assert_eq(id != KVP_NIL, took, "seed %llu step %d: reserve",
+                         (unsigned long long)seed, s);
+            for (int y = 0; y < MAX_NODES; y++) /* a victim's node lost its block */
+                if (y != x && r.id[y] != KVP_NIL &&
+                    kvp__tier_find(r.t, tier_node_key(y)) == KVP_NIL)
+                    r.id[y] = KVP_NIL;
+            r.id[x] = id;
+            r.pending[x] = id != KVP_NIL;
+        } else if (r.pending[x]) { /* the store's confirmation */
+            r.pending[x] = false;
+            if (ok) {
+                kvp__tier_ready(r.t, r.id[x], (uint32_t)(x % 4));
+                model_release(&m, x);
+            } else {
+                kvp__tier_drop(r.t, r.id[x]);
+                model_drop(&m, x);
+                r.id[x] = KVP_NIL;
+            }
+        } else if (r.t->blocks[r.id[x]].ref > 0 && th_rand(&rng) % 2) { /* a load confirmed */
+            kvp__tier_unpin(r.t, r.id[x], (uint32_t)(x % 4), ok);
+            model_release(&m, x);
+        } else { /* a load order: pin */
+            kvp__tier_pin(r.t, r.id[x]);
+            model_hit(&m, x);
+        }
+        tier_rig_compare(&r, &m, policy, seed, s);
+    }
+    kvp_cache_free(r.c);
+}
+
+Test(tier_policy, slru_matches_model, .timeout = 120)
+{
+    for (uint64_t seed = 1; seed <= 100; seed++)
+        run_tier_random(KVP_EVICT_SLRU, seed, 600);
+}
+
+Test(tier_policy, s3fifo_matches_model, .timeout = 120)
+{
+    for (uint64_t seed = 1; seed <= 100; seed++)
+        run_tier_random(KVP_EVICT_S3FIFO, seed, 600);
 }

@@ -85,7 +85,9 @@ static void on_event(void *ud, const kvp_event *ev)
     }
 }
 
-static kvp_cache *tier_cache(model *m, uint32_t n_cpu, uint32_t n_disk)
+/* A cache with a CPU tier (eviction policy ev_cpu) and, when n_disk > 0, a DISK tier
+ * (ev_disk). */
+static kvp_cache *tier_cache_ev(model *m, uint32_t n_cpu, uint32_t n_disk, int ev_cpu, int ev_disk)
 {
     memset(m, 0, sizeof *m);
     kvp_config cfg = th_config(N_DEV, BS, false, on_event, m);
@@ -95,6 +97,7 @@ static kvp_cache *tier_cache(model *m, uint32_t n_cpu, uint32_t n_disk)
     kvp_tier_config tc;
     kvp_tier_config_init(&tc);
     tc.n_blocks = n_cpu;
+    tc.eviction = ev_cpu;
     int t = -1;
     cr_assert_eq(kvp_cache_add_tier(c, &tc, &t), KVP_OK, "%s", kvp_errmsg());
     cr_assert_eq(t, 1);
@@ -102,11 +105,17 @@ static kvp_cache *tier_cache(model *m, uint32_t n_cpu, uint32_t n_disk)
     if (n_disk) {
         tc.medium = "DISK";
         tc.n_blocks = n_disk;
+        tc.eviction = ev_disk;
         cr_assert_eq(kvp_cache_add_tier(c, &tc, &t), KVP_OK, "%s", kvp_errmsg());
         cr_assert_eq(t, 2);
         m->n_tier[2] = n_disk;
     }
     return c;
+}
+
+static kvp_cache *tier_cache(model *m, uint32_t n_cpu, uint32_t n_disk)
+{
+    return tier_cache_ev(m, n_cpu, n_disk, KVP_EVICT_LRU, KVP_EVICT_LRU);
 }
 
 static void keys_of(kvp_cache *c, const kvp_namespace *ns, const uint32_t *t, size_t n,
@@ -211,8 +220,13 @@ Test(tiers, add_tier_errors)
     tc.medium = "a b";
     cr_assert_eq(kvp_cache_add_tier(c, &tc, NULL), KVP_EINVAL, "space in medium");
     tc.medium = "CPU";
-    tc.eviction = KVP_EVICT_SLRU;
-    cr_assert_eq(kvp_cache_add_tier(c, &tc, NULL), KVP_ENOTSUP);
+    tc.eviction = 99;
+    cr_assert_eq(kvp_cache_add_tier(c, &tc, NULL), KVP_EINVAL, "no such policy");
+    tc.eviction = KVP_EVICT_S3FIFO;
+    tc.s3fifo_small_pct = 0;
+    cr_assert_eq(kvp_cache_add_tier(c, &tc, NULL), KVP_EINVAL, "s3fifo_small_pct 0");
+    cr_assert_str_eq(kvp_errmsg(), "s3fifo_small_pct is 0, outside 1..100");
+    tc.s3fifo_small_pct = 10;
     tc.eviction = KVP_EVICT_LRU;
     cr_assert_eq(kvp_cache_add_tier(NULL, &tc, NULL), KVP_EINVAL);
     cr_assert_eq(kvp_cache_add_tier(c, NULL, NULL), KVP_EINVAL);
@@ -425,13 +439,14 @@ static uint32_t make_prompt(uint64_t *rng, uint32_t *t)
     return n;
 }
 
-static void run_random(uint64_t seed, uint32_t n_cpu, uint32_t n_disk, int steps)
+static void run_random_ev(uint64_t seed, uint32_t n_cpu, uint32_t n_disk, int steps, int ev_cpu,
+                          int ev_disk)
 {
     model *m = calloc(1, sizeof *m);
     held *h = calloc(MAX_ORD, sizeof *h);
     sreq *rq = calloc(MAX_REQ, sizeof *rq);
     cr_assert(m && h && rq);
-    kvp_cache *c = tier_cache(m, n_cpu, n_disk);
+    kvp_cache *c = tier_cache_ev(m, n_cpu, n_disk, ev_cpu, ev_disk);
     const kvp_namespace *ns = test_ns();
     uint64_t rng = seed, next_id = 1;
     size_t n_held = 0;
@@ -577,6 +592,11 @@ static void run_random(uint64_t seed, uint32_t n_cpu, uint32_t n_disk, int steps
     free(rq);
 }
 
+static void run_random(uint64_t seed, uint32_t n_cpu, uint32_t n_disk, int steps)
+{
+    run_random_ev(seed, n_cpu, n_disk, steps, KVP_EVICT_LRU, KVP_EVICT_LRU);
+}
+
 Test(tiers, random_two_tiers)
 {
     for (uint64_t seed = 1; seed <= 12; seed++)
@@ -587,6 +607,18 @@ Test(tiers, random_three_tiers)
 {
     for (uint64_t seed = 100; seed <= 110; seed++)
         run_random(seed, 12, N_DISK, 3000);
+}
+
+/* The same engine model with lower tiers under every other policy (each tier its own):
+ * no block is hit before its copy is confirmed, none is lost, every load reads what its
+ * store wrote, kvp_cache_check after every step. */
+Test(tiers, random_tier_policies)
+{
+    static const int ev[] = {KVP_EVICT_SLRU, KVP_EVICT_S3FIFO, KVP_EVICT_CDECAY, KVP_EVICT_LRU};
+    for (uint64_t seed = 200; seed < 209; seed++) {
+        int a = ev[seed % 3], b = ev[(seed / 3 + seed) % 4];
+        run_random_ev(seed, seed % 2 ? 12 : N_CPU, seed % 2 ? N_DISK : 0, 2000, a, b);
+    }
 }
 
 /* The checker catches a corrupted tier. */
