@@ -549,6 +549,8 @@ void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason);
 void kvp__pool_drop_cached(kvp_cache *cache, int reason);
 void kvp__pool_enforce_quota(kvp_cache *cache, kvp__qgroup *g);
 void kvp__pool_requeue(kvp_cache *cache, uint32_t id, uint32_t depth);
+void kvp__pool_hold(kvp_cache *cache, uint32_t id);
+void kvp__pool_unhold(kvp_cache *cache, uint32_t id, uint32_t depth);
 
 /* Is the eviction policy LRU (the pool's own ring, pool.c)? Cannot fail. */
 static inline bool kvp__policy_is_lru(const kvp_cache *cache)

@@ -249,6 +249,16 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
     }
 }
 
+/* Add a pin that is not a use to block id, which a request holds (ref > 0): a tier store
+ * order's (tier_orders.c), so that the block is neither evicted nor reused under the copy.
+ * The policy counts no hit. Cannot fail. */
+void kvp__pool_hold(kvp_cache *cache, uint32_t id)
+{
+    kvp__block *b = &cache->pool.blocks[id];
+    assert(id < cache->pool.n_blocks && kvp__block_is_in_use(b) && b->ref < KVP_NIL - 1);
+    b->ref++;
+}
+
 /* Drop one pin of block id, block depth of its chain. At zero, an indexed block becomes the
  * most recently used cached block (lru: the constant kvp__policy_is_lru, so that each
  * caller's loop is compiled once per case) and a private one returns to the free list. With
@@ -379,6 +389,23 @@ static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
         for (uint32_t i = n; i-- > 0;)
             unpin(cache, ids[i], i, false, true);
     }
+}
+
+/* Drop a pin that no request's release accounts for (kvp__pool_hold's) from block id,
+ * block depth of its chain. When it was the last pin the block is released alone at its
+ * own depth: its parent link (count_orphans) stays as its request's release recorded it,
+ * a retention the request set was noted then, and CDECAY sees a chain of one. Cannot
+ * fail. */
+void kvp__pool_unhold(kvp_cache *cache, uint32_t id, uint32_t depth)
+{
+    if (KVP__LIKELY(kvp__pool_plain(cache))) {
+        unpin(cache, id, depth, true, false);
+        return;
+    }
+    bool lru = kvp__policy_is_lru(cache);
+    if (!lru && cache->pool.blocks[id].ref == 1)
+        kvp__policy_release_begin(&cache->policy, &id, 1);
+    unpin(cache, id, depth, lru, kvp__retention_on(cache));
 }
 
 /* Cached block id, whose retention lapsed (retention.c), joins the policy's order as a

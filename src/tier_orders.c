@@ -157,7 +157,7 @@ static void tier_committed(kvp_cache *cache, const kvp__request *req, uint32_t f
                 ts->new_head = s;
             ts->new_tail = s;
             ts->n_new++;
-            kvp__pool_pin(cache, dev);
+            kvp__pool_hold(cache, dev); /* not a hit: the request holds it */
         }
         parent = b->key;
         parent_known = true;
@@ -317,7 +317,7 @@ int kvp__tier_confirm_locked(kvp_cache *cache, uint64_t order_id, bool ok)
         }
         kvp__order copy = *o;
         order_free(ts, o);
-        kvp__pool_unpin_tail_first(cache, &dev, 1);
+        kvp__pool_unhold(cache, dev, copy.block_index);
         if (ok && cache->cfg.on_event)
             emit_tier_stored(cache, &copy);
         return KVP_OK;

@@ -621,6 +621,55 @@ Test(tiers, random_tier_policies)
     }
 }
 
+/* A store order's pin of its device block is not a use: under a device policy other than
+ * LRU, writing a block through to a tier counts no hit (SLRU would promote every stored
+ * block to protected, S3-FIFO would send every one to its main FIFO), and the block's
+ * release, when the store is answered after the request's, is at its own chain depth. */
+Test(tiers, store_pins_are_not_hits)
+{
+    static const int ev[] = {KVP_EVICT_SLRU, KVP_EVICT_S3FIFO, KVP_EVICT_CDECAY};
+    for (int e = 0; e < 3; e++) {
+        kvp_config cfg = th_config(N_DEV, BS, false, NULL, NULL);
+        cfg.eviction = ev[e];
+        kvp_cache *c = th_cache_new(&cfg);
+        kvp_tier_config tc;
+        kvp_tier_config_init(&tc);
+        tc.n_blocks = 16;
+        cr_assert_eq(kvp_cache_add_tier(c, &tc, NULL), KVP_OK);
+        uint32_t p[17];
+        for (uint32_t i = 0; i < 17; i++)
+            p[i] = 500 + i;
+        kvp_match mm;
+        size_t n_loads, n_stored, n;
+        cr_assert_eq(kvp_acquire_tiers(c, 1, test_ns(), p, 17, 0, &mm, NULL, 0, &n_loads), KVP_OK);
+        cr_assert_eq(kvp_commit(c, 1, p, 17, &n_stored), KVP_OK);
+        const uint32_t *ids;
+        size_t n_ids;
+        cr_assert_eq(kvp_request_blocks(c, 1, &ids, &n_ids), KVP_OK);
+        uint32_t dev[4];
+        memcpy(dev, ids, sizeof dev);
+        cr_assert_eq(kvp_release(c, 1), KVP_OK); /* before the stores are answered */
+        kvp_tier_order st[4];
+        cr_assert_eq(kvp_tier_orders(c, st, 4, &n, NULL), KVP_OK);
+        cr_assert_eq(n, 4);
+        for (int i = 3; i >= 0; i--)
+            cr_assert_eq(kvp_tier_confirm(c, st[i].id, true), KVP_OK);
+        for (uint32_t i = 0; i < 4; i++) {
+            const kvp__pblock *b = &c->policy.b[dev[i]];
+            cr_assert_eq(b->n_hits, 0, "policy %d block %u: the store's pin counted a hit", ev[e],
+                         i);
+            cr_assert_eq(b->depth, i, "policy %d block %u released at depth %u", ev[e], i,
+                         b->depth);
+            if (ev[e] == KVP_EVICT_SLRU)
+                cr_assert_eq(b->list, KVP__PL_A, "SLRU: a stored block stays on probation");
+            if (ev[e] == KVP_EVICT_S3FIFO)
+                cr_assert(b->list == KVP__PL_A && b->freq == 0, "S3-FIFO: in S, freq 0");
+        }
+        cr_assert_eq(kvp_cache_check(c), KVP_OK);
+        kvp_cache_free(c);
+    }
+}
+
 /* The checker catches a corrupted tier. */
 Test(tiers, checker_catches)
 {
