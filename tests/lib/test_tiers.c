@@ -670,6 +670,54 @@ Test(tiers, store_pins_are_not_hits)
     }
 }
 
+/* Retention priorities with tiers: a request's retention is noted at its release even when
+ * a store order still holds its blocks, and the blocks join their priority's queue when the
+ * store is answered (a store's hold carries no retention of its own). */
+Test(tiers, retention_survives_store_holds)
+{
+    for (int ev = KVP_EVICT_LRU; ev <= KVP_EVICT_S3FIFO; ev += KVP_EVICT_S3FIFO - KVP_EVICT_LRU) {
+        kvp_config cfg = th_config(N_DEV, BS, false, NULL, NULL);
+        cfg.eviction = ev;
+        kvp_cache *c = th_cache_new(&cfg);
+        kvp_tier_config tc;
+        kvp_tier_config_init(&tc);
+        tc.n_blocks = 16;
+        cr_assert_eq(kvp_cache_add_tier(c, &tc, NULL), KVP_OK);
+        uint32_t p[17];
+        for (uint32_t i = 0; i < 17; i++)
+            p[i] = 700 + i;
+        kvp_match mm;
+        size_t n_loads, n_stored, n;
+        cr_assert_eq(kvp_acquire_tiers(c, 1, test_ns(), p, 17, 0, &mm, NULL, 0, &n_loads), KVP_OK);
+        kvp_retention_range rr = {0, 8, 90, 0};
+        kvp_retention r;
+        kvp_retention_init(&r);
+        r.ranges = &rr;
+        r.n_ranges = 1;
+        cr_assert_eq(kvp_request_set_retention(c, 1, &r), KVP_OK);
+        cr_assert_eq(kvp_commit(c, 1, p, 17, &n_stored), KVP_OK);
+        const uint32_t *ids;
+        size_t n_ids;
+        cr_assert_eq(kvp_request_blocks(c, 1, &ids, &n_ids), KVP_OK);
+        uint32_t dev[4];
+        memcpy(dev, ids, sizeof dev);
+        cr_assert_eq(kvp_release(c, 1), KVP_OK);
+        kvp_tier_order st[4];
+        cr_assert_eq(kvp_tier_orders(c, st, 4, &n, NULL), KVP_OK);
+        cr_assert_eq(n, 4);
+        for (int i = 0; i < 4; i++)
+            cr_assert_eq(kvp_tier_confirm(c, st[i].id, true), KVP_OK);
+        for (uint32_t i = 0; i < 4; i++) {
+            int prio = -1;
+            cr_assert_eq(kvp_block_retention(c, dev[i], &prio), KVP_OK);
+            cr_assert_eq(prio, i < 2 ? 90 : 35, "policy %d block %u: priority %d", ev, i, prio);
+            cr_assert_eq(c->pool.blocks[dev[i]].lru_slot == KVP__SLOT_RETAINED, i < 2);
+        }
+        cr_assert_eq(kvp_cache_check(c), KVP_OK);
+        kvp_cache_free(c);
+    }
+}
+
 /* The checker catches a corrupted tier. */
 Test(tiers, checker_catches)
 {
