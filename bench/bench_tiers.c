@@ -4,7 +4,8 @@
  *
  * Requests of 512..4096 tokens each start with one of 200 shared system prompts (256..2048
  * tokens, Zipf 0.4 popularity) followed by random tokens; a 20k-block device pool, a CPU
- * tier of --cpu blocks (default 100k; 0: no tier, for comparison); 32 requests in flight.
+ * tier of --cpu blocks (default 100k; 0: no tier, for comparison) under the eviction policy
+ * --tier-eviction (lru, slru, s3fifo, cdecay; default lru); 32 requests in flight.
  * Each request: kvp_acquire_tiers, confirm its loads (all succeed), kvp_commit of the whole
  * prompt, take every store order (kvp_tier_orders) and confirm it, release the oldest
  * request. No bytes move: the figure is the cache's own work. Run it under callgrind and
@@ -50,13 +51,26 @@ static int die(const char *what, int rc)
 int main(int argc, char **argv)
 {
     uint32_t n_requests = 5000, n_cpu = 100000;
+    int eviction = KVP_EVICT_LRU;
+    static const char *const policies[] = {"lru", "slru", "s3fifo", "cdecay"};
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--requests"))
+        if (!strcmp(argv[i], "--requests")) {
             n_requests = (uint32_t)strtoul(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--cpu"))
+        } else if (!strcmp(argv[i], "--cpu")) {
             n_cpu = (uint32_t)strtoul(argv[i + 1], NULL, 10);
-        else {
-            fprintf(stderr, "usage: bench_tiers [--requests N] [--cpu BLOCKS]\n");
+        } else if (!strcmp(argv[i], "--tier-eviction")) {
+            eviction = -1;
+            for (int p = 0; p < 4; p++)
+                if (!strcmp(argv[i + 1], policies[p]))
+                    eviction = (int[]){KVP_EVICT_LRU, KVP_EVICT_SLRU, KVP_EVICT_S3FIFO,
+                                       KVP_EVICT_CDECAY}[p];
+            if (eviction < 0) {
+                fprintf(stderr, "bench_tiers: --tier-eviction: lru, slru, s3fifo or cdecay\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: bench_tiers [--requests N] [--cpu BLOCKS] "
+                            "[--tier-eviction lru|slru|s3fifo|cdecay]\n");
             return 2;
         }
     }
@@ -82,6 +96,7 @@ int main(int argc, char **argv)
         kvp_tier_config tc;
         kvp_tier_config_init(&tc);
         tc.n_blocks = n_cpu;
+        tc.eviction = eviction;
         if ((rc = kvp_cache_add_tier(c, &tc, NULL)))
             die("kvp_cache_add_tier", rc);
     }
