@@ -415,6 +415,9 @@ typedef struct kvp__request {
                              allocation, after the fingerprints), or NULL: kvp_commit takes
                              them instead of hashing those blocks again */
     uint32_t n_ahead;     /* entries in ahead; 0 when ahead is NULL */
+    uint64_t fp_last;     /* once only the prompt's partial last block is uncommitted: its
+                             fingerprint, which prompt_fp then points to (a one-entry array
+                             from prompt_start on; kvp__request_narrow_prompt) */
     kvp_key last_high;    /* vllm-sha256: high half of the chain value after last_key */
     kvp__vctx vx;         /* vllm-*: extra keys, pointing into vx_mem */
     void *vx_mem;         /* vllm-*: copy of the adapter and salt bytes, or NULL */
@@ -584,6 +587,7 @@ void kvp__request_delete(kvp_cache *cache, kvp__request *req);
 int kvp__request_keep_prompt(kvp_cache *cache, kvp__request *req, const uint32_t *tokens,
                              size_t n_tokens, size_t start, const kvp_key *ahead, uint32_t n_ahead);
 void kvp__request_drop_prompt(kvp_cache *cache, kvp__request *req);
+void kvp__request_narrow_prompt(kvp_cache *cache, kvp__request *req);
 
 /* Verify mode (verify.c). */
 int kvp__verify_init(kvp_cache *cache);

@@ -917,6 +917,9 @@ int kvp__commit_body(kvp_cache *cache, uint64_t req_id, const kvp_key *keys,
     assert(req->n_committed == n_full && kvp__request_counts_ok(req));
     if (req->prompt_fp && (size_t)req->n_committed * bs >= req->n_prompt)
         kvp__request_drop_prompt(cache, req);
+    else if (req->prompt_fp && req->prompt_fp != &req->fp_last &&
+             req->n_prompt - (size_t)req->n_committed * bs < bs)
+        kvp__request_narrow_prompt(cache, req);
     if (n_stored)
         *n_stored = stored;
     return KVP_OK;
