@@ -683,6 +683,301 @@ static void cf_reset(sim *s)
 static const policy pol_cfifo = {"cfifo-g16", cf_reset, cf_touch, cf_touch, cf_victim};
 static const policy pol_cfifo2 = {"cfifo2-g16", cf_reset, cf_touch, cf_touch, cf_victim};
 
+/* ---- hit density (after LHD, Beckmann, Chen, Cidon, NSDI 2018) ---------------------------- */
+
+#define LHD_NB 128 /* age bins */
+static double lhd_hits[N_CLS][LHD_NB], lhd_ends[N_CLS][LHD_NB];
+static double lhd_dens[N_CLS][LHD_NB]; /* the table the victim choice reads */
+static int lhd_bpo = 4;                /* bins per octave of age */
+static int lhd_mode;                   /* 0: lhd (own lifetimes), 1: lhdg (ghost reuse) */
+static size_t lhd_sample = 64;
+static double lhd_decay = 1.0;
+static uint64_t lhd_recomp = 1000, lhd_next;
+static uint32_t *lhd_ncc;     /* per block: cached children */
+static uint32_t *lhd_leaves;  /* cached blocks without a cached child */
+static uint32_t *lhd_lpos;    /* per block: position in lhd_leaves + 1, or 0 */
+static size_t lhd_n_leaves;
+static uint64_t lhd_rng;
+static uint32_t *lhd_ring;    /* ghost FIFO: evicted blocks */
+static uint64_t *lhd_rstamp;  /* their ghost stamps */
+static size_t lhd_ring_n;
+
+static int lhd_bin(uint64_t age)
+{
+    int i = (int)floor(lhd_bpo * log2((double)age + 1.0));
+    return i < LHD_NB ? i : LHD_NB - 1;
+}
+
+static double lhd_lo(int i)
+{
+    return exp2((double)i / lhd_bpo) - 1.0;
+}
+
+static double lhd_mid(int i)
+{
+    return exp2((i + 0.5) / lhd_bpo) - 1.0;
+}
+
+static void lhd_leaf_add(uint32_t b)
+{
+    if (!lhd_lpos[b]) {
+        lhd_leaves[lhd_n_leaves++] = b;
+        lhd_lpos[b] = (uint32_t)lhd_n_leaves;
+    }
+}
+
+static void lhd_leaf_del(uint32_t b)
+{
+    if (lhd_lpos[b]) {
+        uint32_t last = lhd_leaves[--lhd_n_leaves];
+        lhd_leaves[lhd_lpos[b] - 1] = last;
+        lhd_lpos[last] = lhd_lpos[b];
+        lhd_lpos[b] = 0;
+    }
+}
+
+static double lhd_risk[N_CLS][LHD_NB]; /* trials at risk at each age bin */
+static double lhd_hz_all[LHD_NB];        /* the hazard over all classes */
+static double lhd_w = 10;                /* pseudo-trials of the pooled hazard per class */
+static uint32_t *lhd_cset;               /* the cached blocks */
+static uint32_t *lhd_cpos;               /* per block: position in lhd_cset + 1, or 0 */
+static size_t lhd_n_cset;
+
+static bool lhd_in_ghost(const sim *s, uint32_t b);
+
+/* The trials at risk per class and age bin: those resolved (a reuse or the ghost's expiry at
+ * age x was at risk in every bin up to x's) and those in progress (cached or ghost keys: at
+ * risk up to their current age). Also the pooled hazard. */
+static void lhd_census(sim *s)
+{
+    static double endat[N_CLS][LHD_NB];
+    memset(endat, 0, sizeof endat);
+    for (int c = 0; c < N_CLS; c++)
+        for (int i = 0; i < LHD_NB; i++)
+            endat[c][i] = lhd_hits[c][i] + lhd_ends[c][i];
+    for (size_t k = 0; k < lhd_n_cset; k++) {
+        uint32_t b = lhd_cset[k];
+        endat[s->cls[b]][lhd_bin(s->now - s->last[b])] += 1;
+    }
+    for (size_t k = 0; k < lhd_ring_n; k++) {
+        uint32_t b = lhd_ring[k];
+        if (b != NONE && !s->cached[b] && s->ghost[b] == lhd_rstamp[k] && lhd_in_ghost(s, b))
+            endat[s->cls[b]][lhd_bin(s->now - s->last[b])] += 1;
+    }
+    double all_h[LHD_NB] = {0}, all_r[LHD_NB] = {0};
+    for (int c = 0; c < N_CLS; c++) {
+        double r = 0;
+        for (int i = LHD_NB; i-- > 0;) {
+            r += endat[c][i];
+            lhd_risk[c][i] = r;
+            all_r[i] += r;
+            all_h[i] += lhd_hits[c][i];
+        }
+    }
+    for (int i = 0; i < LHD_NB; i++)
+        lhd_hz_all[i] = all_r[i] > 0 ? all_h[i] / all_r[i] : 0;
+}
+
+/* Recompute the density table from the histograms. */
+static void lhd_recompute(void)
+{
+    for (int c = 0; c < N_CLS; c++) {
+        double *H = lhd_hits[c], *E = lhd_ends[c];
+        if (lhd_mode == 0) {
+            /* density(a) = hits beyond a / expected lifetime left beyond a */
+            double sh = 0, sn = 0, sm = 0;
+            for (int i = LHD_NB; i-- > 0;) {
+                sh += H[i];
+                sn += H[i] + E[i];
+                sm += lhd_mid(i) * (H[i] + E[i]);
+                double life = sm - lhd_lo(i) * sn;
+                lhd_dens[c][i] = life > 0 ? (sh + 1e-3) / (life + 1.0) : 0;
+            }
+        } else {
+            /* Kaplan-Meier: the reuse hazard per age bin over the trials at risk (resolved
+             * ones, plus those in progress, counted by lhd_census), pooled with all classes
+             * for w pseudo-trials; then the best rate over a horizon T: reuses in (a, T] /
+             * the time spent until the reuse or T */
+            double surv[LHD_NB + 1], f[LHD_NB];
+            surv[0] = 1;
+            for (int i = 0; i < LHD_NB; i++) {
+                double h = (H[i] + lhd_w * lhd_hz_all[i]) / (lhd_risk[c][i] + lhd_w);
+                if (h > 1)
+                    h = 1;
+                f[i] = surv[i] * h;
+                surv[i + 1] = surv[i] - f[i];
+            }
+            for (int i = 0; i < LHD_NB; i++) {
+                double a = lhd_lo(i), hits = 0, cost = 0, best = 0;
+                for (int j = i; j < LHD_NB; j++) {
+                    hits += f[j];
+                    cost += (lhd_mid(j) - a) * f[j];
+                    double r = hits / (cost + (lhd_lo(j + 1) - a) * surv[j + 1] + 1e-300);
+                    if (r > best)
+                        best = r;
+                }
+                lhd_dens[c][i] = surv[i] > 0 ? best : 0;
+            }
+        }
+    }
+}
+
+static void lhd_maybe_recompute(sim *s)
+{
+    if (s->now < lhd_next)
+        return;
+    lhd_next = s->now + lhd_recomp;
+    if (lhd_decay < 1.0)
+        for (int c = 0; c < N_CLS; c++)
+            for (int i = 0; i < LHD_NB; i++) {
+                lhd_hits[c][i] *= lhd_decay;
+                lhd_ends[c][i] *= lhd_decay;
+            }
+    if (lhd_mode == 1)
+        lhd_census(s);
+    lhd_recompute();
+}
+
+static bool lhd_in_ghost(const sim *s, uint32_t b)
+{
+    return s->ghost[b] != 0 &&
+           s->ghost_in - (s->ghost[b] - 1) <= (uint64_t)(s->ghost_mult * (double)s->cap);
+}
+
+static void lhd_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    (void)depth;
+    bool was = s->cached[b];
+    if (s->ever[b] > 0 && (was || (lhd_mode == 1 && lhd_in_ghost(s, b))))
+        lhd_hits[s->cls[b]][lhd_bin(s->now - s->last[b])] += 1;
+    (void)learn_p(s, b); /* the class (and cdecay's counters, unused) */
+    if (!was) {
+        uint32_t p = s->lg->parent[b];
+        if (p != NONE) {
+            if (lhd_ncc[p]++ == 0)
+                lhd_leaf_del(p);
+        }
+        if (lhd_ncc[b] == 0)
+            lhd_leaf_add(b);
+        lhd_cset[lhd_n_cset++] = b;
+        lhd_cpos[b] = (uint32_t)lhd_n_cset;
+    }
+    lhd_maybe_recompute(s);
+}
+
+static double lhd_density(const sim *s, uint32_t b)
+{
+    return lhd_dens[s->cls[b]][lhd_bin(s->now - s->last[b])];
+}
+
+static uint64_t lhd_rand(void)
+{
+    lhd_rng ^= lhd_rng << 13;
+    lhd_rng ^= lhd_rng >> 7;
+    lhd_rng ^= lhd_rng << 17;
+    return lhd_rng;
+}
+
+static uint32_t lhd_victim(sim *s)
+{
+    uint32_t v = NONE;
+    double vd = 0;
+    bool exact = lhd_sample == 0 || lhd_sample >= lhd_n_leaves;
+    size_t n = exact ? lhd_n_leaves : lhd_sample;
+    for (int pass = 0; pass < 2 && v == NONE; pass++) {
+        for (size_t k = 0; k < n; k++) {
+            uint32_t b = exact ? lhd_leaves[k] : lhd_leaves[lhd_rand() % lhd_n_leaves];
+            if (is_pinned(s, b))
+                continue;
+            double d = lhd_density(s, b);
+            if (v == NONE || d < vd || (d == vd && s->last[b] < s->last[v])) {
+                v = b;
+                vd = d;
+            }
+        }
+        exact = true;
+        n = lhd_n_leaves;
+    }
+    if (v == NONE)
+        return NONE;
+    lhd_leaf_del(v);
+    uint32_t last = lhd_cset[--lhd_n_cset];
+    lhd_cset[lhd_cpos[v] - 1] = last;
+    lhd_cpos[last] = lhd_cpos[v];
+    lhd_cpos[v] = 0;
+    uint32_t p = s->lg->parent[v];
+    if (p != NONE && --lhd_ncc[p] == 0 && s->cached[p])
+        lhd_leaf_add(p);
+    /* the ghost: a FIFO of ghost_mult * C keys; a key leaving it unreused ends its trial */
+    s->ghost[v] = ++s->ghost_in;
+    if (lhd_ring_n) {
+        size_t at = s->ghost_in % lhd_ring_n;
+        uint32_t o = lhd_ring[at];
+        if (o != NONE && lhd_mode == 1 && !s->cached[o] && s->ghost[o] == lhd_rstamp[at])
+            lhd_ends[s->cls[o]][lhd_bin(s->now - s->last[o])] += 1;
+        lhd_ring[at] = v;
+        lhd_rstamp[at] = s->ghost_in;
+    }
+    if (lhd_mode == 0)
+        lhd_ends[s->cls[v]][lhd_bin(s->now - s->last[v])] += 1;
+    return v;
+}
+
+static double env_or(const char *name, double dflt)
+{
+    const char *v = getenv(name);
+    return v ? atof(v) : dflt;
+}
+
+static const policy pol_lhdg;
+static void lhd_reset(sim *s)
+{
+    g16_reset(s);
+    size_t nb = s->lg->n_blocks + 1;
+    if (!lhd_ncc) {
+        lhd_ncc = calloc(nb, sizeof *lhd_ncc);
+        lhd_leaves = calloc(nb, sizeof *lhd_leaves);
+        lhd_lpos = calloc(nb, sizeof *lhd_lpos);
+        lhd_cset = calloc(nb, sizeof *lhd_cset);
+        lhd_cpos = calloc(nb, sizeof *lhd_cpos);
+        if (!lhd_ncc || !lhd_leaves || !lhd_lpos || !lhd_cset || !lhd_cpos) {
+            fprintf(stderr, "bench_policies: out of memory\n");
+            exit(1);
+        }
+    }
+    memset(lhd_ncc, 0, nb * sizeof *lhd_ncc);
+    memset(lhd_lpos, 0, nb * sizeof *lhd_lpos);
+    lhd_n_leaves = 0;
+    memset(lhd_cpos, 0, nb * sizeof *lhd_cpos);
+    lhd_n_cset = 0;
+    lhd_w = env_or("LHD_W", 10);
+    memset(lhd_hits, 0, sizeof lhd_hits);
+    memset(lhd_ends, 0, sizeof lhd_ends);
+    memset(lhd_dens, 0, sizeof lhd_dens);
+    lhd_mode = s->pol == &pol_lhdg ? 1 : 0;
+    lhd_bpo = (int)env_or("LHD_BPO", 4);
+    lhd_sample = (size_t)env_or("LHD_SAMPLE", 64);
+    lhd_decay = env_or("LHD_DECAY", 1.0);
+    lhd_recomp = (uint64_t)env_or("LHD_RECOMP", 1000);
+    s->ghost_mult = env_or("LHD_GHOST", 16);
+    lhd_next = 0;
+    lhd_rng = 0x9e3779b97f4a7c15ull;
+    free(lhd_ring);
+    free(lhd_rstamp);
+    lhd_ring_n = (size_t)(s->ghost_mult * (double)s->cap);
+    lhd_ring = malloc((lhd_ring_n + 1) * sizeof *lhd_ring);
+    lhd_rstamp = calloc(lhd_ring_n + 1, sizeof *lhd_rstamp);
+    if (!lhd_ring || !lhd_rstamp) {
+        fprintf(stderr, "bench_policies: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i <= lhd_ring_n; i++)
+        lhd_ring[i] = NONE;
+}
+
+static const policy pol_lhd = {"lhd-own", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+static const policy pol_lhdg = {"lhdg", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+
 /* ---- driver -------------------------------------------------------------------------------- */
 
 /* Replay the log under policy pol at capacity cap; returns the hit tokens. */
@@ -852,7 +1147,7 @@ static int load_log(const char *path, lab_log *lg)
 static const policy *all_policies[] = {&pol_lru,       &pol_slru,      &pol_s3fifo,     &pol_lfuda,
                                        &pol_freq2,     &pol_h2q,       &pol_decay,      &pol_cdecay,
                                        &pol_cdecay_g1, &pol_cdecay_g4, &pol_cdecay_g16, &pol_cfifo,
-                                       &pol_cfifo2,    &pol_owhether};
+                                       &pol_cfifo2,    &pol_owhether, &pol_lhd, &pol_lhdg};
 
 int main(int argc, char **argv)
 {
