@@ -686,8 +686,9 @@ static const policy pol_cfifo2 = {"cfifo2-g16", cf_reset, cf_touch, cf_touch, cf
 /* ---- hit density (after LHD, Beckmann, Chen, Cidon, NSDI 2018) ---------------------------- */
 
 #define LHD_NB 128 /* age bins */
-static double lhd_hits[N_CLS][LHD_NB], lhd_ends[N_CLS][LHD_NB];
-static double lhd_dens[N_CLS][LHD_NB]; /* the table the victim choice reads */
+#define LHD_NC 256 /* classes at most */
+static double lhd_hits[LHD_NC][LHD_NB], lhd_ends[LHD_NC][LHD_NB];
+static double lhd_dens[LHD_NC][LHD_NB]; /* the table the victim choice reads */
 static int lhd_bpo = 4;                /* bins per octave of age */
 static int lhd_mode;                   /* 0: lhd (own lifetimes), 1: lhdg (ghost reuse) */
 static size_t lhd_sample = 64;
@@ -736,7 +737,7 @@ static void lhd_leaf_del(uint32_t b)
     }
 }
 
-static double lhd_risk[N_CLS][LHD_NB]; /* trials at risk at each age bin */
+static double lhd_risk[LHD_NC][LHD_NB]; /* trials at risk at each age bin */
 static double lhd_hz_all[LHD_NB];        /* the hazard over all classes */
 static double lhd_w = 10;                /* pseudo-trials of the pooled hazard per class */
 static uint32_t *lhd_cset;               /* the cached blocks */
@@ -744,28 +745,37 @@ static uint32_t *lhd_cpos;               /* per block: position in lhd_cset + 1,
 static size_t lhd_n_cset;
 
 static bool lhd_in_ghost(const sim *s, uint32_t b);
+static int lhd_clock;         /* ages in 0: block touches, 1: requests */
+static uint32_t *lhd_lastreq; /* per block: the request of its last touch */
+
+static uint64_t lhd_age(const sim *s, uint32_t b)
+{
+    return lhd_clock ? (uint64_t)(s->req - lhd_lastreq[b]) : s->now - s->last[b];
+}
+static int lhd_class(sim *s, uint32_t b);
+static uint8_t *lhd_cls; /* per block: the class of its last touch */
 
 /* The trials at risk per class and age bin: those resolved (a reuse or the ghost's expiry at
  * age x was at risk in every bin up to x's) and those in progress (cached or ghost keys: at
  * risk up to their current age). Also the pooled hazard. */
 static void lhd_census(sim *s)
 {
-    static double endat[N_CLS][LHD_NB];
+    static double endat[LHD_NC][LHD_NB];
     memset(endat, 0, sizeof endat);
-    for (int c = 0; c < N_CLS; c++)
+    for (int c = 0; c < LHD_NC; c++)
         for (int i = 0; i < LHD_NB; i++)
             endat[c][i] = lhd_hits[c][i] + lhd_ends[c][i];
     for (size_t k = 0; k < lhd_n_cset; k++) {
         uint32_t b = lhd_cset[k];
-        endat[s->cls[b]][lhd_bin(s->now - s->last[b])] += 1;
+        endat[lhd_cls[b]][lhd_bin(lhd_age(s, b))] += 1;
     }
     for (size_t k = 0; k < lhd_ring_n; k++) {
         uint32_t b = lhd_ring[k];
         if (b != NONE && !s->cached[b] && s->ghost[b] == lhd_rstamp[k] && lhd_in_ghost(s, b))
-            endat[s->cls[b]][lhd_bin(s->now - s->last[b])] += 1;
+            endat[lhd_cls[b]][lhd_bin(lhd_age(s, b))] += 1;
     }
     double all_h[LHD_NB] = {0}, all_r[LHD_NB] = {0};
-    for (int c = 0; c < N_CLS; c++) {
+    for (int c = 0; c < LHD_NC; c++) {
         double r = 0;
         for (int i = LHD_NB; i-- > 0;) {
             r += endat[c][i];
@@ -781,7 +791,7 @@ static void lhd_census(sim *s)
 /* Recompute the density table from the histograms. */
 static void lhd_recompute(void)
 {
-    for (int c = 0; c < N_CLS; c++) {
+    for (int c = 0; c < LHD_NC; c++) {
         double *H = lhd_hits[c], *E = lhd_ends[c];
         if (lhd_mode == 0) {
             /* density(a) = hits beyond a / expected lifetime left beyond a */
@@ -828,7 +838,7 @@ static void lhd_maybe_recompute(sim *s)
         return;
     lhd_next = s->now + lhd_recomp;
     if (lhd_decay < 1.0)
-        for (int c = 0; c < N_CLS; c++)
+        for (int c = 0; c < LHD_NC; c++)
             for (int i = 0; i < LHD_NB; i++) {
                 lhd_hits[c][i] *= lhd_decay;
                 lhd_ends[c][i] *= lhd_decay;
@@ -849,8 +859,9 @@ static void lhd_touch(sim *s, uint32_t b, uint32_t depth)
     (void)depth;
     bool was = s->cached[b];
     if (s->ever[b] > 0 && (was || (lhd_mode == 1 && lhd_in_ghost(s, b))))
-        lhd_hits[s->cls[b]][lhd_bin(s->now - s->last[b])] += 1;
-    (void)learn_p(s, b); /* the class (and cdecay's counters, unused) */
+        lhd_hits[lhd_cls[b]][lhd_bin(lhd_age(s, b))] += 1;
+    lhd_cls[b] = (uint8_t)lhd_class(s, b);
+    lhd_lastreq[b] = (uint32_t)s->req;
     if (!was) {
         uint32_t p = s->lg->parent[b];
         if (p != NONE) {
@@ -865,9 +876,84 @@ static void lhd_touch(sim *s, uint32_t b, uint32_t depth)
     lhd_maybe_recompute(s);
 }
 
+static int lhd_scheme; /* the classes: 0 cdecay's, 1 earlier touches x the request's gap,
+                          2 the same x new blocks */
+static size_t lhd_req = SIZE_MAX;
+static int lhd_gapb; /* the request's gap bucket */
+static int lhd_rg6;   /* the request's gap in requests, buckets 0 (none) .. 5 */
+static int lhd_rturn; /* the request's turn: 1 + the turn of its deepest known block */
+static uint8_t *lhd_turn; /* per block: the turn of the request that last touched it */
+
+/* The request's gap: the age of its deepest block with a known history (cached or in the
+ * ghost), in log2 buckets 1 .. 12, or 0 when it has none. */
+static int lhd_request_gap(sim *s)
+{
+    const uint32_t *blk;
+    uint64_t t;
+    uint32_t f;
+    rp_opt_request(s->lg->opt, s->req, &blk, &t, &f);
+    size_t n = s->req_n;
+    for (size_t i = n; i-- > 0;) {
+        uint32_t b = blk[i];
+        if (s->ever[b] > 0 && (s->cached[b] || lhd_in_ghost(s, b))) {
+            lhd_rturn = lhd_turn[b] < 255 ? lhd_turn[b] + 1 : 255;
+            int rb = bits_of((uint32_t)(s->req - lhd_lastreq[b]));
+            lhd_rg6 = rb <= 6 ? 1 : rb >= 10 ? 5 : rb - 5;
+            int g = bits_of((uint32_t)(s->now - s->last[b])) - 6;
+            return g < 1 ? 1 : g > 12 ? 12 : g;
+        }
+    }
+    lhd_rturn = 1;
+    lhd_rg6 = 0;
+    return 0;
+}
+
+static int lhd_class(sim *s, uint32_t b)
+{
+    int nb = bits_of(s->req_n - s->req_hit);
+    if (nb > 8)
+        nb = 8;
+    uint32_t e = known_touches(s, b);
+    int ec = e >= 2 ? 2 : (int)e;
+    if (lhd_scheme == 0)
+        return ec * 9 + nb;
+    if (s->req != lhd_req) {
+        lhd_req = s->req;
+        lhd_gapb = lhd_request_gap(s);
+    }
+    lhd_turn[b] = (uint8_t)lhd_rturn;
+    int tc = lhd_rturn > 8 ? 7 : lhd_rturn - 1;
+    int n3 = nb < 2 ? 0 : nb < 5 ? 1 : 2;
+    switch (lhd_scheme) {
+    case 1:
+        return ec * 13 + lhd_gapb;
+    case 2:
+        return (ec * 13 + lhd_gapb) * 3 + n3;
+    case 3:
+        return (tc * 3 + ec) * 3 + n3;
+    case 4:
+        return tc * 9 + nb;
+    case 6:
+        return (ec * 9 + nb) * 6 + lhd_rg6;
+    case 7: {
+        int lb = bits_of(s->req_n);
+        return (ec * 9 + nb) * 4 + (lb <= 3 ? 0 : lb >= 6 ? 3 : lb - 3);
+    }
+    case 8: {
+        int lb = bits_of(s->req_n);
+        return ((ec * 9 + nb) * 3 + (lb <= 4 ? 0 : lb >= 6 ? 2 : lb - 4)) * 3 +
+               (lhd_rg6 == 0 ? 0 : lhd_rg6 < 4 ? 1 : 2);
+    }
+    case 9: /* an oracle, for calibration: whether the block is touched again */
+        return ((tc * 3 + ec) * 3 + n3) * 2 + s->lg->reused[s->touch_at];
+    default:
+        return (tc * 3 + ec) * 9 + nb;
+    }
+}
+
 static double lhd_density(const sim *s, uint32_t b)
 {
-    return lhd_dens[s->cls[b]][lhd_bin(s->now - s->last[b])];
+    return lhd_dens[lhd_cls[b]][lhd_bin(lhd_age(s, b))];
 }
 
 static uint64_t lhd_rand(void)
@@ -914,12 +1000,12 @@ static uint32_t lhd_victim(sim *s)
         size_t at = s->ghost_in % lhd_ring_n;
         uint32_t o = lhd_ring[at];
         if (o != NONE && lhd_mode == 1 && !s->cached[o] && s->ghost[o] == lhd_rstamp[at])
-            lhd_ends[s->cls[o]][lhd_bin(s->now - s->last[o])] += 1;
+            lhd_ends[lhd_cls[o]][lhd_bin(lhd_age(s, o))] += 1;
         lhd_ring[at] = v;
         lhd_rstamp[at] = s->ghost_in;
     }
     if (lhd_mode == 0)
-        lhd_ends[s->cls[v]][lhd_bin(s->now - s->last[v])] += 1;
+        lhd_ends[lhd_cls[v]][lhd_bin(lhd_age(s, v))] += 1;
     return v;
 }
 
@@ -940,6 +1026,9 @@ static void lhd_reset(sim *s)
         lhd_lpos = calloc(nb, sizeof *lhd_lpos);
         lhd_cset = calloc(nb, sizeof *lhd_cset);
         lhd_cpos = calloc(nb, sizeof *lhd_cpos);
+        lhd_cls = calloc(nb, 1);
+        lhd_turn = calloc(nb, 1);
+        lhd_lastreq = calloc(nb, sizeof *lhd_lastreq);
         if (!lhd_ncc || !lhd_leaves || !lhd_lpos || !lhd_cset || !lhd_cpos) {
             fprintf(stderr, "bench_policies: out of memory\n");
             exit(1);
@@ -951,6 +1040,9 @@ static void lhd_reset(sim *s)
     memset(lhd_cpos, 0, nb * sizeof *lhd_cpos);
     lhd_n_cset = 0;
     lhd_w = env_or("LHD_W", 10);
+    lhd_scheme = (int)env_or("LHD_CLS", 0);
+    lhd_clock = (int)env_or("LHD_CLOCK", 0);
+    lhd_req = SIZE_MAX;
     memset(lhd_hits, 0, sizeof lhd_hits);
     memset(lhd_ends, 0, sizeof lhd_ends);
     memset(lhd_dens, 0, sizeof lhd_dens);
