@@ -737,6 +737,9 @@ static void lhd_leaf_del(uint32_t b)
     }
 }
 
+static bool lhd_eva;   /* rank by EVA (hits - rho * space-time) instead of density */
+static double lhd_rho; /* EVA's price of space: hits per block touch per cached block */
+static double lhd_rho_hits, lhd_rho_touches;
 static double lhd_risk[LHD_NC][LHD_NB]; /* trials at risk at each age bin */
 static double lhd_hz_all[LHD_NB];        /* the hazard over all classes */
 static double lhd_w = 10;                /* pseudo-trials of the pooled hazard per class */
@@ -745,6 +748,7 @@ static uint32_t *lhd_cpos;               /* per block: position in lhd_cset + 1,
 static size_t lhd_n_cset;
 
 static bool lhd_in_ghost(const sim *s, uint32_t b);
+static uint32_t lhd_depth; /* the depth of the block being touched */
 static int lhd_clock;         /* ages in 0: block touches, 1: requests */
 static uint32_t *lhd_lastreq; /* per block: the request of its last touch */
 
@@ -818,22 +822,36 @@ static void lhd_recompute(void)
                 surv[i + 1] = surv[i] - f[i];
             }
             for (int i = 0; i < LHD_NB; i++) {
-                double a = lhd_lo(i), hits = 0, cost = 0, best = 0;
+                double a = lhd_lo(i), hits = 0, cost = 0, best = 0, eva = 0;
                 for (int j = i; j < LHD_NB; j++) {
                     hits += f[j];
                     cost += (lhd_mid(j) - a) * f[j];
-                    double r = hits / (cost + (lhd_lo(j + 1) - a) * surv[j + 1] + 1e-300);
+                    double t = cost + (lhd_lo(j + 1) - a) * surv[j + 1];
+                    double r = hits / (t + 1e-300);
                     if (r > best)
                         best = r;
+                    if (hits - lhd_rho * t > eva)
+                        eva = hits - lhd_rho * t;
                 }
+                if (lhd_eva)
+                    best = surv[i] > 0 ? eva / surv[i] + 1e-9 * best : 0;
                 lhd_dens[c][i] = surv[i] > 0 ? best : 0;
             }
         }
     }
 }
 
+static bool lhd_frozen; /* lhdx: the table learned by a whole lhdg run, kept fixed */
+static double lhd_frozen_dens[LHD_NC][LHD_NB];
+static double lhd_snap_at; /* lhdx: the table at this fraction of the log (0: the end) */
+static bool lhd_snapped;
+
 static void lhd_maybe_recompute(sim *s)
 {
+    if (lhd_frozen) {
+        memcpy(lhd_dens, lhd_frozen_dens, sizeof lhd_dens);
+        return;
+    }
     if (s->now < lhd_next)
         return;
     lhd_next = s->now + lhd_recomp;
@@ -845,7 +863,15 @@ static void lhd_maybe_recompute(sim *s)
             }
     if (lhd_mode == 1)
         lhd_census(s);
+    lhd_rho = lhd_rho_touches > 0 ? lhd_rho_hits / lhd_rho_touches / (double)s->cap : 0;
+    lhd_rho_hits *= 0.9;
+    lhd_rho_touches *= 0.9;
     lhd_recompute();
+    if (lhd_snap_at > 0 && !lhd_snapped &&
+        (double)s->req >= lhd_snap_at * (double)rp_opt_n_requests(s->lg->opt)) {
+        memcpy(lhd_frozen_dens, lhd_dens, sizeof lhd_dens);
+        lhd_snapped = true;
+    }
 }
 
 static bool lhd_in_ghost(const sim *s, uint32_t b)
@@ -856,8 +882,10 @@ static bool lhd_in_ghost(const sim *s, uint32_t b)
 
 static void lhd_touch(sim *s, uint32_t b, uint32_t depth)
 {
-    (void)depth;
+    lhd_depth = depth;
     bool was = s->cached[b];
+    lhd_rho_hits += was;
+    lhd_rho_touches += 1;
     if (s->ever[b] > 0 && (was || (lhd_mode == 1 && lhd_in_ghost(s, b))))
         lhd_hits[lhd_cls[b]][lhd_bin(lhd_age(s, b))] += 1;
     lhd_cls[b] = (uint8_t)lhd_class(s, b);
@@ -908,6 +936,63 @@ static int lhd_request_gap(sim *s)
     return 0;
 }
 
+/* Scheme 10: classes from a feature list, LHD_FEAT="e3,nb9,og4" (name and levels). */
+static int lhd_nfeat;
+static char lhd_fname[8][8];
+static int lhd_flev[8];
+static uint8_t *lhd_fan; /* per block: children first seen under it */
+
+static void lhd_parse_feat(void)
+{
+    const char *f = getenv("LHD_FEAT");
+    lhd_nfeat = 0;
+    while (f && *f && lhd_nfeat < 8) {
+        int k = 0;
+        while (*f >= 'a' && *f <= 'z' && k < 7)
+            lhd_fname[lhd_nfeat][k++] = *f++;
+        lhd_fname[lhd_nfeat][k] = 0;
+        lhd_flev[lhd_nfeat++] = (int)strtol(f, (char **)&f, 10);
+        if (*f == ',')
+            f++;
+    }
+}
+
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static int lhd_feat_class(sim *s, uint32_t b, uint32_t e, uint32_t depth)
+{
+    int c = 0;
+    for (int i = 0; i < lhd_nfeat; i++) {
+        const char *n = lhd_fname[i];
+        int L = lhd_flev[i], v = 0;
+        if (!strcmp(n, "e"))
+            v = (int)(e > 100 ? 100 : e);
+        else if (!strcmp(n, "nb"))
+            v = bits_of(s->req_n - s->req_hit);
+        else if (!strcmp(n, "og"))
+            v = e == 0 ? 0 : 1 + clampi(bits_of((uint32_t)(s->req - lhd_lastreq[b])) - 6, 0, L);
+        else if (!strcmp(n, "rg"))
+            v = lhd_rg6 == 0 ? 0 : lhd_rg6;
+        else if (!strcmp(n, "len"))
+            v = clampi(bits_of(s->req_n) - 3, 0, L);
+        else if (!strcmp(n, "fan"))
+            v = lhd_fan[b];
+        else if (!strcmp(n, "dep"))
+            v = bits_of(depth);
+        else if (!strcmp(n, "turn"))
+            v = lhd_rturn - 1;
+        else if (!strcmp(n, "last"))
+            v = depth + 1 == s->req_n;
+        else if (!strcmp(n, "hit"))
+            v = depth < s->req_hit;
+        c = c * L + clampi(v, 0, L - 1);
+    }
+    return c < LHD_NC ? c : LHD_NC - 1;
+}
+
 static int lhd_class(sim *s, uint32_t b)
 {
     int nb = bits_of(s->req_n - s->req_hit);
@@ -922,6 +1007,12 @@ static int lhd_class(sim *s, uint32_t b)
         lhd_gapb = lhd_request_gap(s);
     }
     lhd_turn[b] = (uint8_t)lhd_rturn;
+    if (lhd_scheme == 10) {
+        uint32_t p = s->lg->parent[b];
+        if (e == 0 && p != NONE && lhd_fan[p] < 255)
+            lhd_fan[p]++;
+        return lhd_feat_class(s, b, e, lhd_depth);
+    }
     int tc = lhd_rturn > 8 ? 7 : lhd_rturn - 1;
     int n3 = nb < 2 ? 0 : nb < 5 ? 1 : 2;
     switch (lhd_scheme) {
@@ -1015,7 +1106,7 @@ static double env_or(const char *name, double dflt)
     return v ? atof(v) : dflt;
 }
 
-static const policy pol_lhdg;
+static const policy pol_lhd, pol_lhdg, pol_lhdx;
 static void lhd_reset(sim *s)
 {
     g16_reset(s);
@@ -1028,6 +1119,7 @@ static void lhd_reset(sim *s)
         lhd_cpos = calloc(nb, sizeof *lhd_cpos);
         lhd_cls = calloc(nb, 1);
         lhd_turn = calloc(nb, 1);
+        lhd_fan = calloc(nb, 1);
         lhd_lastreq = calloc(nb, sizeof *lhd_lastreq);
         if (!lhd_ncc || !lhd_leaves || !lhd_lpos || !lhd_cset || !lhd_cpos) {
             fprintf(stderr, "bench_policies: out of memory\n");
@@ -1042,11 +1134,16 @@ static void lhd_reset(sim *s)
     lhd_w = env_or("LHD_W", 10);
     lhd_scheme = (int)env_or("LHD_CLS", 0);
     lhd_clock = (int)env_or("LHD_CLOCK", 0);
+    lhd_parse_feat();
+    lhd_eva = env_or("LHD_EVA", 0) != 0;
+    lhd_rho = lhd_rho_hits = lhd_rho_touches = 0;
+    memset(lhd_fan, 0, nb);
     lhd_req = SIZE_MAX;
     memset(lhd_hits, 0, sizeof lhd_hits);
     memset(lhd_ends, 0, sizeof lhd_ends);
     memset(lhd_dens, 0, sizeof lhd_dens);
-    lhd_mode = s->pol == &pol_lhdg ? 1 : 0;
+    lhd_mode = s->pol == &pol_lhd ? 0 : 1;
+    lhd_frozen = s->pol == &pol_lhdx;
     lhd_bpo = (int)env_or("LHD_BPO", 4);
     lhd_sample = (size_t)env_or("LHD_SAMPLE", 64);
     lhd_decay = env_or("LHD_DECAY", 1.0);
@@ -1069,6 +1166,23 @@ static void lhd_reset(sim *s)
 
 static const policy pol_lhd = {"lhd-own", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
 static const policy pol_lhdg = {"lhdg", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+static const policy pol_lhdx = {"lhdx", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+
+/* lhdx, a calibration and not a policy: an lhdg run first, whose final histograms (the whole
+ * log's) give a table then kept fixed for the run measured. */
+static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap);
+static void lhdx_learn(sim *s, uint64_t cap)
+{
+    lhd_snapped = false;
+    lhd_snap_at = env_or("LHDX_AT", 0);
+    run_policy(s, &pol_lhdg, cap);
+    lhd_snap_at = 0;
+    if (lhd_snapped)
+        return;
+    lhd_census(s);
+    lhd_recompute();
+    memcpy(lhd_frozen_dens, lhd_dens, sizeof lhd_dens);
+}
 
 /* ---- driver -------------------------------------------------------------------------------- */
 
@@ -1111,6 +1225,9 @@ static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap)
         hit_tokens += (h < lim ? h : lim) * lg->bs;
         s->req_hit = (uint32_t)h;
         s->req_n = (uint32_t)n;
+        if (r == n_req / 2 && getenv("LAB_HALF"))
+            fprintf(stderr, "%s %llu: first half %llu\n", pol->name, (unsigned long long)cap,
+                    (unsigned long long)hit_tokens);
 
         /* Step 2: touch from the last block to the first, pinned. */
         for (size_t i = n; i-- > 0;) {
@@ -1239,7 +1356,7 @@ static int load_log(const char *path, lab_log *lg)
 static const policy *all_policies[] = {&pol_lru,       &pol_slru,      &pol_s3fifo,     &pol_lfuda,
                                        &pol_freq2,     &pol_h2q,       &pol_decay,      &pol_cdecay,
                                        &pol_cdecay_g1, &pol_cdecay_g4, &pol_cdecay_g16, &pol_cfifo,
-                                       &pol_cfifo2,    &pol_owhether, &pol_lhd, &pol_lhdg};
+                                       &pol_cfifo2,    &pol_owhether, &pol_lhd, &pol_lhdg, &pol_lhdx};
 
 int main(int argc, char **argv)
 {
@@ -1334,6 +1451,8 @@ int main(int argc, char **argv)
             const char *name = pol ? pol->name : "min";
             if (pols && !strstr(pols, name) && strcmp(name, "lru") != 0 && strcmp(name, "min"))
                 continue;
+            if (pol == &pol_lhdx)
+                lhdx_learn(&s, caps[c]);
             uint64_t hit =
                 pol ? (pol == &pol_lru ? lru : run_policy(&s, pol, caps[c])) : o.n_hit_tokens;
             double rate = (double)hit / (double)lg.n_tok;
