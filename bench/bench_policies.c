@@ -740,7 +740,9 @@ static void lhd_leaf_del(uint32_t b)
 static bool lhd_eva;   /* rank by EVA (hits - rho * space-time) instead of density */
 static double lhd_rho; /* EVA's price of space: hits per block touch per cached block */
 static double lhd_rho_hits, lhd_rho_touches;
-static double lhd_risk[LHD_NC][LHD_NB]; /* trials at risk at each age bin */
+static double lhd_risk[LHD_NC][LHD_NB];
+static bool lhd_death;             /* a key leaving the ghost unreused is never reused */
+static double lhd_never[LHD_NC];   /* such keys per class */ /* trials at risk at each age bin */
 static double lhd_hz_all[LHD_NB];        /* the hazard over all classes */
 static double lhd_w = 10;                /* pseudo-trials of the pooled hazard per class */
 static uint32_t *lhd_cset;               /* the cached blocks */
@@ -782,9 +784,9 @@ static void lhd_census(sim *s)
     for (int c = 0; c < LHD_NC; c++) {
         double r = 0;
         for (int i = LHD_NB; i-- > 0;) {
-            r += endat[c][i];
-            lhd_risk[c][i] = r;
-            all_r[i] += r;
+            r += lhd_death ? endat[c][i] - lhd_ends[c][i] : endat[c][i];
+            lhd_risk[c][i] = r + (lhd_death ? lhd_never[c] : 0);
+            all_r[i] += lhd_risk[c][i];
             all_h[i] += lhd_hits[c][i];
         }
     }
@@ -1091,7 +1093,10 @@ static uint32_t lhd_victim(sim *s)
         size_t at = s->ghost_in % lhd_ring_n;
         uint32_t o = lhd_ring[at];
         if (o != NONE && lhd_mode == 1 && !s->cached[o] && s->ghost[o] == lhd_rstamp[at])
+        {
             lhd_ends[lhd_cls[o]][lhd_bin(lhd_age(s, o))] += 1;
+            lhd_never[lhd_cls[o]] += 1;
+        }
         lhd_ring[at] = v;
         lhd_rstamp[at] = s->ghost_in;
     }
@@ -1136,6 +1141,8 @@ static void lhd_reset(sim *s)
     lhd_clock = (int)env_or("LHD_CLOCK", 0);
     lhd_parse_feat();
     lhd_eva = env_or("LHD_EVA", 0) != 0;
+    lhd_death = env_or("LHD_DEATH", 0) != 0;
+    memset(lhd_never, 0, sizeof lhd_never);
     lhd_rho = lhd_rho_hits = lhd_rho_touches = 0;
     memset(lhd_fan, 0, nb);
     lhd_req = SIZE_MAX;
