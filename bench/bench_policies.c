@@ -683,25 +683,82 @@ static void cf_reset(sim *s)
 static const policy pol_cfifo = {"cfifo-g16", cf_reset, cf_touch, cf_touch, cf_victim};
 static const policy pol_cfifo2 = {"cfifo2-g16", cf_reset, cf_touch, cf_touch, cf_victim};
 
-/* ---- hit density (after LHD, Beckmann, Chen, Cidon, NSDI 2018) ---------------------------- */
-
+/* ---- hit density (after LHD: Beckmann, Chen, Cidon, NSDI 2018) -----------------------------
+ *
+ * Every touch of a block starts a trial in a class (lhd_class: features of the block and the
+ * request, LHD_FEAT); the trial ends with a reuse at age x (the block's next touch while it is
+ * cached or in the ghost: hits[c][bin(x)]), or is censored at age x when its key leaves the
+ * ghost unreused (ends[c][bin(x)]), or is still running (cached or ghost keys, counted by
+ * lhd_census at each recompute). Ages are in block touches, in LHD_BPO log-spaced bins per
+ * octave. Every LHD_RECOMP touches the density table is rebuilt:
+ *
+ *   lhdg    Kaplan-Meier: the reuse hazard of bin i is hits[c][i] / trials of c at risk at
+ *           bin i (ended or running at an age in bin i or later), pooled with the hazard of
+ *           all classes for LHD_W pseudo-trials; with f the reuse distribution and S the
+ *           survival it gives, the density of a block of class c at age a (bin i, a its lower
+ *           edge) is the best rate over a horizon T (the end of bin j >= i):
+ *             max_j  sum_{i..j} f  /  (sum_{i..j} (mid - a) f + (T - a) S(T))
+ *           reuses per slot-touch if it is kept until its reuse or T, whichever is first.
+ *   lhd-own the published form: hits and evictions of the cache's own blocks at their age,
+ *           density = hits beyond a / expected lifetime left beyond a; blind to reuses after
+ *           eviction, it learns only what the cache already keeps (dropped).
+ *
+ * Victims: cached blocks without a cached child (leaves; the set is kept exactly), so a chain
+ * is cut from its tail and a parent never leaves before its child; the least dense of
+ * LHD_SAMPLE random unpinned leaves (lhdg: 64, as LHD; elhdg: all of them), the least recent
+ * among equals. The ghost is a FIFO of the last LHD_GHOST * C evicted keys (default 8), each
+ * with its class, last touch and touch count (a cache would keep 16 bytes a key).
+ *
+ * o-lhdg is a calibration, not a policy: elhdg run once to the end, then again with the
+ * table of the whole log (all its trials) kept fixed: what this family could reach if it knew
+ * the log's statistics in advance.
+ */
 #define LHD_NB 128 /* age bins */
 #define LHD_NC 256 /* classes at most */
+
 static double lhd_hits[LHD_NC][LHD_NB], lhd_ends[LHD_NC][LHD_NB];
+static double lhd_risk[LHD_NC][LHD_NB]; /* trials at risk in each age bin */
+static double lhd_hz_all[LHD_NB];       /* the hazard over all classes */
 static double lhd_dens[LHD_NC][LHD_NB]; /* the table the victim choice reads */
-static int lhd_bpo = 4;                /* bins per octave of age */
-static int lhd_mode;                   /* 0: lhd (own lifetimes), 1: lhdg (ghost reuse) */
-static size_t lhd_sample = 64;
-static double lhd_decay = 1.0;
-static uint64_t lhd_recomp = 1000, lhd_next;
-static uint32_t *lhd_ncc;     /* per block: cached children */
-static uint32_t *lhd_leaves;  /* cached blocks without a cached child */
-static uint32_t *lhd_lpos;    /* per block: position in lhd_leaves + 1, or 0 */
+static double lhd_frozen_dens[LHD_NC][LHD_NB];
+static bool lhd_frozen;               /* o-lhdg: the table is lhd_frozen_dens */
+static int lhd_own;                   /* lhd-own: learn from the cache's own lifetimes */
+static int lhd_bpo;                   /* bins per octave of age */
+static size_t lhd_sample;             /* leaves sampled per victim (0: all) */
+static double lhd_w;                  /* pseudo-trials of the pooled hazard per class */
+static uint64_t lhd_recomp, lhd_next; /* touches between recomputes; the next one */
+static uint8_t *lhd_cls;              /* per block: the class of its last touch */
+static uint32_t *lhd_lastreq;         /* per block: the request of its last touch */
+static uint8_t *lhd_turn;             /* per block: the turn of the request that last touched it */
+static uint8_t *lhd_fan;              /* per block: children first seen under it */
+static uint32_t *lhd_ncc;             /* per block: cached children */
+static uint32_t *lhd_leaves;          /* cached blocks without a cached child */
+static uint32_t *lhd_lpos;            /* per block: position in lhd_leaves + 1, or 0 */
 static size_t lhd_n_leaves;
-static uint64_t lhd_rng;
-static uint32_t *lhd_ring;    /* ghost FIFO: evicted blocks */
-static uint64_t *lhd_rstamp;  /* their ghost stamps */
+static uint32_t *lhd_cset; /* the cached blocks */
+static uint32_t *lhd_cpos; /* per block: position in lhd_cset + 1, or 0 */
+static size_t lhd_n_cset;
+static uint32_t *lhd_ring;   /* the ghost FIFO: evicted blocks */
+static uint64_t *lhd_rstamp; /* their ghost stamps */
 static size_t lhd_ring_n;
+static uint64_t lhd_rng;
+static uint32_t lhd_depth;        /* the depth of the block being touched */
+static size_t lhd_req = SIZE_MAX; /* the request lhd_rturn and lhd_rgap describe */
+static int lhd_rturn, lhd_rgap;   /* its turn, its gap bucket (lhd_request_scan) */
+static int lhd_nfeat;             /* the class features: names and levels */
+static char lhd_fname[8][8];
+static int lhd_flev[8];
+
+static double env_or(const char *name, double dflt)
+{
+    const char *v = getenv(name);
+    return v ? atof(v) : dflt;
+}
+
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
 
 static int lhd_bin(uint64_t age)
 {
@@ -719,55 +776,127 @@ static double lhd_mid(int i)
     return exp2((i + 0.5) / lhd_bpo) - 1.0;
 }
 
-static void lhd_leaf_add(uint32_t b)
-{
-    if (!lhd_lpos[b]) {
-        lhd_leaves[lhd_n_leaves++] = b;
-        lhd_lpos[b] = (uint32_t)lhd_n_leaves;
-    }
-}
-
-static void lhd_leaf_del(uint32_t b)
-{
-    if (lhd_lpos[b]) {
-        uint32_t last = lhd_leaves[--lhd_n_leaves];
-        lhd_leaves[lhd_lpos[b] - 1] = last;
-        lhd_lpos[last] = lhd_lpos[b];
-        lhd_lpos[b] = 0;
-    }
-}
-
-static bool lhd_eva;   /* rank by EVA (hits - rho * space-time) instead of density */
-static double lhd_rho; /* EVA's price of space: hits per block touch per cached block */
-static double lhd_rho_hits, lhd_rho_touches;
-static double lhd_risk[LHD_NC][LHD_NB];
-static bool lhd_death;             /* a key leaving the ghost unreused is never reused */
-static double lhd_never[LHD_NC];   /* such keys per class */ /* trials at risk at each age bin */
-static double lhd_hz_all[LHD_NB];        /* the hazard over all classes */
-static double lhd_w = 10;                /* pseudo-trials of the pooled hazard per class */
-static uint32_t *lhd_cset;               /* the cached blocks */
-static uint32_t *lhd_cpos;               /* per block: position in lhd_cset + 1, or 0 */
-static size_t lhd_n_cset;
-
-static bool lhd_in_ghost(const sim *s, uint32_t b);
-static uint32_t lhd_depth; /* the depth of the block being touched */
-static int lhd_clock;         /* ages in 0: block touches, 1: requests */
-static uint32_t *lhd_lastreq; /* per block: the request of its last touch */
-
 static uint64_t lhd_age(const sim *s, uint32_t b)
 {
-    return lhd_clock ? (uint64_t)(s->req - lhd_lastreq[b]) : s->now - s->last[b];
+    return s->now - s->last[b];
 }
-static int lhd_class(sim *s, uint32_t b);
-static uint8_t *lhd_cls; /* per block: the class of its last touch */
 
-/* The trials at risk per class and age bin: those resolved (a reuse or the ghost's expiry at
- * age x was at risk in every bin up to x's) and those in progress (cached or ghost keys: at
- * risk up to their current age). Also the pooled hazard. */
+static bool lhd_in_ghost(const sim *s, uint32_t b)
+{
+    return s->ghost[b] != 0 &&
+           s->ghost_in - (s->ghost[b] - 1) <= (uint64_t)(s->ghost_mult * (double)s->cap);
+}
+
+static void set_add(uint32_t *set, uint32_t *pos, size_t *n, uint32_t b)
+{
+    if (!pos[b]) {
+        set[(*n)++] = b;
+        pos[b] = (uint32_t)*n;
+    }
+}
+
+static void set_del(uint32_t *set, uint32_t *pos, size_t *n, uint32_t b)
+{
+    if (pos[b]) {
+        uint32_t last = set[--*n];
+        set[pos[b] - 1] = last;
+        pos[last] = pos[b];
+        pos[b] = 0;
+    }
+}
+
+/* LHD_FEAT: comma-separated features with their levels, e.g. "e3,nb5,last2" (the default):
+ *   e     earlier touches known (cached or ghost)     nb    bitlen of the request's new blocks
+ *   last  the request's deepest stored block          hit   within the request's hit
+ *   dep   bitlen of the depth                         len   bitlen of the request's blocks - 3
+ *   og    the block's gap since its last touch (requests, log2 buckets from 64; 0: unknown)
+ *   rg    the same for the request's deepest known block      fan   children first seen under it
+ *   turn  1 + the turn of the request's deepest known block (a conversation's turn)
+ *   or    an oracle, for calibration only: whether the block will be touched again
+ * (values past the last level count as the last). e3,nb9 is cdecay's 27 classes. */
+static void lhd_parse_feat(void)
+{
+    const char *f = getenv("LHD_FEAT");
+    if (!f)
+        f = "e3,nb5,last2";
+    lhd_nfeat = 0;
+    while (*f && lhd_nfeat < 8) {
+        int k = 0;
+        while (*f >= 'a' && *f <= 'z' && k < 7)
+            lhd_fname[lhd_nfeat][k++] = *f++;
+        lhd_fname[lhd_nfeat][k] = 0;
+        char *end;
+        lhd_flev[lhd_nfeat++] = (int)strtol(f, &end, 10);
+        f = *end == ',' ? end + 1 : end;
+    }
+}
+
+/* The request's turn and gap bucket, from its deepest block with a known history. */
+static void lhd_request_scan(sim *s)
+{
+    const uint32_t *blk;
+    uint64_t t;
+    uint32_t f;
+    rp_opt_request(s->lg->opt, s->req, &blk, &t, &f);
+    lhd_req = s->req;
+    lhd_rturn = 1;
+    lhd_rgap = 0;
+    for (size_t i = s->req_n; i-- > 0;) {
+        uint32_t b = blk[i];
+        if (s->ever[b] > 0 && (s->cached[b] || lhd_in_ghost(s, b))) {
+            lhd_rturn = lhd_turn[b] < 255 ? lhd_turn[b] + 1 : 255;
+            lhd_rgap = 1 + clampi(bits_of((uint32_t)(s->req - lhd_lastreq[b])) - 6, 0, 30);
+            return;
+        }
+    }
+}
+
+static int lhd_class(sim *s, uint32_t b)
+{
+    uint32_t e = known_touches(s, b);
+    if (s->req != lhd_req)
+        lhd_request_scan(s);
+    lhd_turn[b] = (uint8_t)lhd_rturn;
+    uint32_t p = s->lg->parent[b];
+    if (e == 0 && p != NONE && lhd_fan[p] < 255)
+        lhd_fan[p]++;
+    int c = 0;
+    for (int i = 0; i < lhd_nfeat; i++) {
+        const char *n = lhd_fname[i];
+        int v = 0;
+        if (!strcmp(n, "e"))
+            v = (int)(e > 255 ? 255 : e);
+        else if (!strcmp(n, "nb"))
+            v = bits_of(s->req_n - s->req_hit);
+        else if (!strcmp(n, "last"))
+            v = lhd_depth + 1 == s->req_n;
+        else if (!strcmp(n, "hit"))
+            v = lhd_depth < s->req_hit;
+        else if (!strcmp(n, "dep"))
+            v = bits_of(lhd_depth);
+        else if (!strcmp(n, "len"))
+            v = bits_of(s->req_n) - 3;
+        else if (!strcmp(n, "og"))
+            v = e == 0 ? 0 : 1 + clampi(bits_of((uint32_t)(s->req - lhd_lastreq[b])) - 6, 0, 30);
+        else if (!strcmp(n, "rg"))
+            v = lhd_rgap;
+        else if (!strcmp(n, "fan"))
+            v = lhd_fan[b];
+        else if (!strcmp(n, "turn"))
+            v = lhd_rturn - 1;
+        else if (!strcmp(n, "or"))
+            v = s->lg->reused[s->touch_at];
+        c = c * lhd_flev[i] + clampi(v, 0, lhd_flev[i] - 1);
+    }
+    return c < LHD_NC ? c : LHD_NC - 1;
+}
+
+/* The trials at risk per class and age bin: the ended ones (a reuse or a censoring at age x
+ * was at risk in every bin up to x's) and the running ones (cached or ghost keys: at risk up
+ * to their current age); and the pooled hazard. O(C + ghost) per recompute. */
 static void lhd_census(sim *s)
 {
     static double endat[LHD_NC][LHD_NB];
-    memset(endat, 0, sizeof endat);
     for (int c = 0; c < LHD_NC; c++)
         for (int i = 0; i < LHD_NB; i++)
             endat[c][i] = lhd_hits[c][i] + lhd_ends[c][i];
@@ -784,9 +913,9 @@ static void lhd_census(sim *s)
     for (int c = 0; c < LHD_NC; c++) {
         double r = 0;
         for (int i = LHD_NB; i-- > 0;) {
-            r += lhd_death ? endat[c][i] - lhd_ends[c][i] : endat[c][i];
-            lhd_risk[c][i] = r + (lhd_death ? lhd_never[c] : 0);
-            all_r[i] += lhd_risk[c][i];
+            r += endat[c][i];
+            lhd_risk[c][i] = r;
+            all_r[i] += r;
             all_h[i] += lhd_hits[c][i];
         }
     }
@@ -794,13 +923,12 @@ static void lhd_census(sim *s)
         lhd_hz_all[i] = all_r[i] > 0 ? all_h[i] / all_r[i] : 0;
 }
 
-/* Recompute the density table from the histograms. */
+/* Rebuild the density table from the histograms (see the section's opening comment). */
 static void lhd_recompute(void)
 {
     for (int c = 0; c < LHD_NC; c++) {
         double *H = lhd_hits[c], *E = lhd_ends[c];
-        if (lhd_mode == 0) {
-            /* density(a) = hits beyond a / expected lifetime left beyond a */
+        if (lhd_own) {
             double sh = 0, sn = 0, sm = 0;
             for (int i = LHD_NB; i-- > 0;) {
                 sh += H[i];
@@ -809,44 +937,28 @@ static void lhd_recompute(void)
                 double life = sm - lhd_lo(i) * sn;
                 lhd_dens[c][i] = life > 0 ? (sh + 1e-3) / (life + 1.0) : 0;
             }
-        } else {
-            /* Kaplan-Meier: the reuse hazard per age bin over the trials at risk (resolved
-             * ones, plus those in progress, counted by lhd_census), pooled with all classes
-             * for w pseudo-trials; then the best rate over a horizon T: reuses in (a, T] /
-             * the time spent until the reuse or T */
-            double surv[LHD_NB + 1], f[LHD_NB];
-            surv[0] = 1;
-            for (int i = 0; i < LHD_NB; i++) {
-                double h = (H[i] + lhd_w * lhd_hz_all[i]) / (lhd_risk[c][i] + lhd_w);
-                if (h > 1)
-                    h = 1;
-                f[i] = surv[i] * h;
-                surv[i + 1] = surv[i] - f[i];
+            continue;
+        }
+        double surv[LHD_NB + 1], f[LHD_NB];
+        surv[0] = 1;
+        for (int i = 0; i < LHD_NB; i++) {
+            double h = (H[i] + lhd_w * lhd_hz_all[i]) / (lhd_risk[c][i] + lhd_w);
+            f[i] = surv[i] * (h > 1 ? 1 : h);
+            surv[i + 1] = surv[i] - f[i];
+        }
+        for (int i = 0; i < LHD_NB; i++) {
+            double a = lhd_lo(i), hits = 0, cost = 0, best = 0;
+            for (int j = i; j < LHD_NB; j++) {
+                hits += f[j];
+                cost += (lhd_mid(j) - a) * f[j];
+                double r = hits / (cost + (lhd_lo(j + 1) - a) * surv[j + 1] + 1e-300);
+                if (r > best)
+                    best = r;
             }
-            for (int i = 0; i < LHD_NB; i++) {
-                double a = lhd_lo(i), hits = 0, cost = 0, best = 0, eva = 0;
-                for (int j = i; j < LHD_NB; j++) {
-                    hits += f[j];
-                    cost += (lhd_mid(j) - a) * f[j];
-                    double t = cost + (lhd_lo(j + 1) - a) * surv[j + 1];
-                    double r = hits / (t + 1e-300);
-                    if (r > best)
-                        best = r;
-                    if (hits - lhd_rho * t > eva)
-                        eva = hits - lhd_rho * t;
-                }
-                if (lhd_eva)
-                    best = surv[i] > 0 ? eva / surv[i] + 1e-9 * best : 0;
-                lhd_dens[c][i] = surv[i] > 0 ? best : 0;
-            }
+            lhd_dens[c][i] = surv[i] > 0 ? best : 0;
         }
     }
 }
-
-static bool lhd_frozen; /* lhdx: the table learned by a whole lhdg run, kept fixed */
-static double lhd_frozen_dens[LHD_NC][LHD_NB];
-static double lhd_snap_at; /* lhdx: the table at this fraction of the log (0: the end) */
-static bool lhd_snapped;
 
 static void lhd_maybe_recompute(sim *s)
 {
@@ -857,196 +969,28 @@ static void lhd_maybe_recompute(sim *s)
     if (s->now < lhd_next)
         return;
     lhd_next = s->now + lhd_recomp;
-    if (lhd_decay < 1.0)
-        for (int c = 0; c < LHD_NC; c++)
-            for (int i = 0; i < LHD_NB; i++) {
-                lhd_hits[c][i] *= lhd_decay;
-                lhd_ends[c][i] *= lhd_decay;
-            }
-    if (lhd_mode == 1)
+    if (!lhd_own)
         lhd_census(s);
-    lhd_rho = lhd_rho_touches > 0 ? lhd_rho_hits / lhd_rho_touches / (double)s->cap : 0;
-    lhd_rho_hits *= 0.9;
-    lhd_rho_touches *= 0.9;
     lhd_recompute();
-    if (lhd_snap_at > 0 && !lhd_snapped &&
-        (double)s->req >= lhd_snap_at * (double)rp_opt_n_requests(s->lg->opt)) {
-        memcpy(lhd_frozen_dens, lhd_dens, sizeof lhd_dens);
-        lhd_snapped = true;
-    }
-}
-
-static bool lhd_in_ghost(const sim *s, uint32_t b)
-{
-    return s->ghost[b] != 0 &&
-           s->ghost_in - (s->ghost[b] - 1) <= (uint64_t)(s->ghost_mult * (double)s->cap);
 }
 
 static void lhd_touch(sim *s, uint32_t b, uint32_t depth)
 {
     lhd_depth = depth;
     bool was = s->cached[b];
-    lhd_rho_hits += was;
-    lhd_rho_touches += 1;
-    if (s->ever[b] > 0 && (was || (lhd_mode == 1 && lhd_in_ghost(s, b))))
+    if (s->ever[b] > 0 && (was || (!lhd_own && lhd_in_ghost(s, b))))
         lhd_hits[lhd_cls[b]][lhd_bin(lhd_age(s, b))] += 1;
     lhd_cls[b] = (uint8_t)lhd_class(s, b);
     lhd_lastreq[b] = (uint32_t)s->req;
     if (!was) {
         uint32_t p = s->lg->parent[b];
-        if (p != NONE) {
-            if (lhd_ncc[p]++ == 0)
-                lhd_leaf_del(p);
-        }
+        if (p != NONE && lhd_ncc[p]++ == 0)
+            set_del(lhd_leaves, lhd_lpos, &lhd_n_leaves, p);
         if (lhd_ncc[b] == 0)
-            lhd_leaf_add(b);
-        lhd_cset[lhd_n_cset++] = b;
-        lhd_cpos[b] = (uint32_t)lhd_n_cset;
+            set_add(lhd_leaves, lhd_lpos, &lhd_n_leaves, b);
+        set_add(lhd_cset, lhd_cpos, &lhd_n_cset, b);
     }
     lhd_maybe_recompute(s);
-}
-
-static int lhd_scheme; /* the classes: 0 cdecay's, 1 earlier touches x the request's gap,
-                          2 the same x new blocks */
-static size_t lhd_req = SIZE_MAX;
-static int lhd_gapb; /* the request's gap bucket */
-static int lhd_rg6;   /* the request's gap in requests, buckets 0 (none) .. 5 */
-static int lhd_rturn; /* the request's turn: 1 + the turn of its deepest known block */
-static uint8_t *lhd_turn; /* per block: the turn of the request that last touched it */
-
-/* The request's gap: the age of its deepest block with a known history (cached or in the
- * ghost), in log2 buckets 1 .. 12, or 0 when it has none. */
-static int lhd_request_gap(sim *s)
-{
-    const uint32_t *blk;
-    uint64_t t;
-    uint32_t f;
-    rp_opt_request(s->lg->opt, s->req, &blk, &t, &f);
-    size_t n = s->req_n;
-    for (size_t i = n; i-- > 0;) {
-        uint32_t b = blk[i];
-        if (s->ever[b] > 0 && (s->cached[b] || lhd_in_ghost(s, b))) {
-            lhd_rturn = lhd_turn[b] < 255 ? lhd_turn[b] + 1 : 255;
-            int rb = bits_of((uint32_t)(s->req - lhd_lastreq[b]));
-            lhd_rg6 = rb <= 6 ? 1 : rb >= 10 ? 5 : rb - 5;
-            int g = bits_of((uint32_t)(s->now - s->last[b])) - 6;
-            return g < 1 ? 1 : g > 12 ? 12 : g;
-        }
-    }
-    lhd_rturn = 1;
-    lhd_rg6 = 0;
-    return 0;
-}
-
-/* Scheme 10: classes from a feature list, LHD_FEAT="e3,nb9,og4" (name and levels). */
-static int lhd_nfeat;
-static char lhd_fname[8][8];
-static int lhd_flev[8];
-static uint8_t *lhd_fan; /* per block: children first seen under it */
-
-static void lhd_parse_feat(void)
-{
-    const char *f = getenv("LHD_FEAT");
-    lhd_nfeat = 0;
-    while (f && *f && lhd_nfeat < 8) {
-        int k = 0;
-        while (*f >= 'a' && *f <= 'z' && k < 7)
-            lhd_fname[lhd_nfeat][k++] = *f++;
-        lhd_fname[lhd_nfeat][k] = 0;
-        lhd_flev[lhd_nfeat++] = (int)strtol(f, (char **)&f, 10);
-        if (*f == ',')
-            f++;
-    }
-}
-
-static int clampi(int v, int lo, int hi)
-{
-    return v < lo ? lo : v > hi ? hi : v;
-}
-
-static int lhd_feat_class(sim *s, uint32_t b, uint32_t e, uint32_t depth)
-{
-    int c = 0;
-    for (int i = 0; i < lhd_nfeat; i++) {
-        const char *n = lhd_fname[i];
-        int L = lhd_flev[i], v = 0;
-        if (!strcmp(n, "e"))
-            v = (int)(e > 100 ? 100 : e);
-        else if (!strcmp(n, "nb"))
-            v = bits_of(s->req_n - s->req_hit);
-        else if (!strcmp(n, "og"))
-            v = e == 0 ? 0 : 1 + clampi(bits_of((uint32_t)(s->req - lhd_lastreq[b])) - 6, 0, L);
-        else if (!strcmp(n, "rg"))
-            v = lhd_rg6 == 0 ? 0 : lhd_rg6;
-        else if (!strcmp(n, "len"))
-            v = clampi(bits_of(s->req_n) - 3, 0, L);
-        else if (!strcmp(n, "fan"))
-            v = lhd_fan[b];
-        else if (!strcmp(n, "dep"))
-            v = bits_of(depth);
-        else if (!strcmp(n, "turn"))
-            v = lhd_rturn - 1;
-        else if (!strcmp(n, "last"))
-            v = depth + 1 == s->req_n;
-        else if (!strcmp(n, "hit"))
-            v = depth < s->req_hit;
-        c = c * L + clampi(v, 0, L - 1);
-    }
-    return c < LHD_NC ? c : LHD_NC - 1;
-}
-
-static int lhd_class(sim *s, uint32_t b)
-{
-    int nb = bits_of(s->req_n - s->req_hit);
-    if (nb > 8)
-        nb = 8;
-    uint32_t e = known_touches(s, b);
-    int ec = e >= 2 ? 2 : (int)e;
-    if (lhd_scheme == 0)
-        return ec * 9 + nb;
-    if (s->req != lhd_req) {
-        lhd_req = s->req;
-        lhd_gapb = lhd_request_gap(s);
-    }
-    lhd_turn[b] = (uint8_t)lhd_rturn;
-    if (lhd_scheme == 10) {
-        uint32_t p = s->lg->parent[b];
-        if (e == 0 && p != NONE && lhd_fan[p] < 255)
-            lhd_fan[p]++;
-        return lhd_feat_class(s, b, e, lhd_depth);
-    }
-    int tc = lhd_rturn > 8 ? 7 : lhd_rturn - 1;
-    int n3 = nb < 2 ? 0 : nb < 5 ? 1 : 2;
-    switch (lhd_scheme) {
-    case 1:
-        return ec * 13 + lhd_gapb;
-    case 2:
-        return (ec * 13 + lhd_gapb) * 3 + n3;
-    case 3:
-        return (tc * 3 + ec) * 3 + n3;
-    case 4:
-        return tc * 9 + nb;
-    case 6:
-        return (ec * 9 + nb) * 6 + lhd_rg6;
-    case 7: {
-        int lb = bits_of(s->req_n);
-        return (ec * 9 + nb) * 4 + (lb <= 3 ? 0 : lb >= 6 ? 3 : lb - 3);
-    }
-    case 8: {
-        int lb = bits_of(s->req_n);
-        return ((ec * 9 + nb) * 3 + (lb <= 4 ? 0 : lb >= 6 ? 2 : lb - 4)) * 3 +
-               (lhd_rg6 == 0 ? 0 : lhd_rg6 < 4 ? 1 : 2);
-    }
-    case 9: /* an oracle, for calibration: whether the block is touched again */
-        return ((tc * 3 + ec) * 3 + n3) * 2 + s->lg->reused[s->touch_at];
-    default:
-        return (tc * 3 + ec) * 9 + nb;
-    }
-}
-
-static double lhd_density(const sim *s, uint32_t b)
-{
-    return lhd_dens[lhd_cls[b]][lhd_bin(lhd_age(s, b))];
 }
 
 static uint64_t lhd_rand(void)
@@ -1061,131 +1005,103 @@ static uint32_t lhd_victim(sim *s)
 {
     uint32_t v = NONE;
     double vd = 0;
-    bool exact = lhd_sample == 0 || lhd_sample >= lhd_n_leaves;
-    size_t n = exact ? lhd_n_leaves : lhd_sample;
-    for (int pass = 0; pass < 2 && v == NONE; pass++) {
+    bool all = lhd_sample == 0 || lhd_sample >= lhd_n_leaves;
+    size_t n = all ? lhd_n_leaves : lhd_sample;
+    for (int pass = 0; pass < 2 && v == NONE;
+         pass++) { /* all leaves if every one drawn is pinned */
         for (size_t k = 0; k < n; k++) {
-            uint32_t b = exact ? lhd_leaves[k] : lhd_leaves[lhd_rand() % lhd_n_leaves];
+            uint32_t b = all ? lhd_leaves[k] : lhd_leaves[lhd_rand() % lhd_n_leaves];
             if (is_pinned(s, b))
                 continue;
-            double d = lhd_density(s, b);
+            double d = lhd_dens[lhd_cls[b]][lhd_bin(lhd_age(s, b))];
             if (v == NONE || d < vd || (d == vd && s->last[b] < s->last[v])) {
                 v = b;
                 vd = d;
             }
         }
-        exact = true;
+        all = true;
         n = lhd_n_leaves;
     }
     if (v == NONE)
         return NONE;
-    lhd_leaf_del(v);
-    uint32_t last = lhd_cset[--lhd_n_cset];
-    lhd_cset[lhd_cpos[v] - 1] = last;
-    lhd_cpos[last] = lhd_cpos[v];
-    lhd_cpos[v] = 0;
+    set_del(lhd_leaves, lhd_lpos, &lhd_n_leaves, v);
+    set_del(lhd_cset, lhd_cpos, &lhd_n_cset, v);
     uint32_t p = s->lg->parent[v];
     if (p != NONE && --lhd_ncc[p] == 0 && s->cached[p])
-        lhd_leaf_add(p);
-    /* the ghost: a FIFO of ghost_mult * C keys; a key leaving it unreused ends its trial */
+        set_add(lhd_leaves, lhd_lpos, &lhd_n_leaves, p);
+    if (lhd_own)
+        lhd_ends[lhd_cls[v]][lhd_bin(lhd_age(s, v))] += 1;
+    /* the ghost: a key leaving it unreused censors its trial */
     s->ghost[v] = ++s->ghost_in;
     if (lhd_ring_n) {
         size_t at = s->ghost_in % lhd_ring_n;
         uint32_t o = lhd_ring[at];
-        if (o != NONE && lhd_mode == 1 && !s->cached[o] && s->ghost[o] == lhd_rstamp[at])
-        {
+        if (o != NONE && !lhd_own && !s->cached[o] && s->ghost[o] == lhd_rstamp[at])
             lhd_ends[lhd_cls[o]][lhd_bin(lhd_age(s, o))] += 1;
-            lhd_never[lhd_cls[o]] += 1;
-        }
         lhd_ring[at] = v;
         lhd_rstamp[at] = s->ghost_in;
     }
-    if (lhd_mode == 0)
-        lhd_ends[lhd_cls[v]][lhd_bin(lhd_age(s, v))] += 1;
     return v;
 }
 
-static double env_or(const char *name, double dflt)
+static void *lhd_alloc(void *p, size_t n, size_t size)
 {
-    const char *v = getenv(name);
-    return v ? atof(v) : dflt;
+    free(p);
+    p = calloc(n, size);
+    if (!p) {
+        fprintf(stderr, "bench_policies: out of memory\n");
+        exit(1);
+    }
+    return p;
 }
 
-static const policy pol_lhd, pol_lhdg, pol_lhdx;
+static const policy pol_lhd_own, pol_elhdg, pol_olhdg;
 static void lhd_reset(sim *s)
 {
     g16_reset(s);
     size_t nb = s->lg->n_blocks + 1;
-    if (!lhd_ncc) {
-        lhd_ncc = calloc(nb, sizeof *lhd_ncc);
-        lhd_leaves = calloc(nb, sizeof *lhd_leaves);
-        lhd_lpos = calloc(nb, sizeof *lhd_lpos);
-        lhd_cset = calloc(nb, sizeof *lhd_cset);
-        lhd_cpos = calloc(nb, sizeof *lhd_cpos);
-        lhd_cls = calloc(nb, 1);
-        lhd_turn = calloc(nb, 1);
-        lhd_fan = calloc(nb, 1);
-        lhd_lastreq = calloc(nb, sizeof *lhd_lastreq);
-        if (!lhd_ncc || !lhd_leaves || !lhd_lpos || !lhd_cset || !lhd_cpos) {
-            fprintf(stderr, "bench_policies: out of memory\n");
-            exit(1);
-        }
-    }
-    memset(lhd_ncc, 0, nb * sizeof *lhd_ncc);
-    memset(lhd_lpos, 0, nb * sizeof *lhd_lpos);
-    lhd_n_leaves = 0;
-    memset(lhd_cpos, 0, nb * sizeof *lhd_cpos);
-    lhd_n_cset = 0;
-    lhd_w = env_or("LHD_W", 10);
-    lhd_scheme = (int)env_or("LHD_CLS", 0);
-    lhd_clock = (int)env_or("LHD_CLOCK", 0);
-    lhd_parse_feat();
-    lhd_eva = env_or("LHD_EVA", 0) != 0;
-    lhd_death = env_or("LHD_DEATH", 0) != 0;
-    memset(lhd_never, 0, sizeof lhd_never);
-    lhd_rho = lhd_rho_hits = lhd_rho_touches = 0;
-    memset(lhd_fan, 0, nb);
-    lhd_req = SIZE_MAX;
+    lhd_cls = lhd_alloc(lhd_cls, nb, 1);
+    lhd_lastreq = lhd_alloc(lhd_lastreq, nb, sizeof *lhd_lastreq);
+    lhd_turn = lhd_alloc(lhd_turn, nb, 1);
+    lhd_fan = lhd_alloc(lhd_fan, nb, 1);
+    lhd_ncc = lhd_alloc(lhd_ncc, nb, sizeof *lhd_ncc);
+    lhd_leaves = lhd_alloc(lhd_leaves, nb, sizeof *lhd_leaves);
+    lhd_lpos = lhd_alloc(lhd_lpos, nb, sizeof *lhd_lpos);
+    lhd_cset = lhd_alloc(lhd_cset, nb, sizeof *lhd_cset);
+    lhd_cpos = lhd_alloc(lhd_cpos, nb, sizeof *lhd_cpos);
+    lhd_n_leaves = lhd_n_cset = 0;
     memset(lhd_hits, 0, sizeof lhd_hits);
     memset(lhd_ends, 0, sizeof lhd_ends);
+    memset(lhd_risk, 0, sizeof lhd_risk);
     memset(lhd_dens, 0, sizeof lhd_dens);
-    lhd_mode = s->pol == &pol_lhd ? 0 : 1;
-    lhd_frozen = s->pol == &pol_lhdx;
+    lhd_own = s->pol == &pol_lhd_own;
+    lhd_frozen = s->pol == &pol_olhdg;
     lhd_bpo = (int)env_or("LHD_BPO", 4);
-    lhd_sample = (size_t)env_or("LHD_SAMPLE", 64);
-    lhd_decay = env_or("LHD_DECAY", 1.0);
+    lhd_sample = s->pol == &pol_elhdg || lhd_frozen ? 0 : (size_t)env_or("LHD_SAMPLE", 64);
+    lhd_w = env_or("LHD_W", 10);
     lhd_recomp = (uint64_t)env_or("LHD_RECOMP", 1000);
-    s->ghost_mult = env_or("LHD_GHOST", 16);
+    lhd_parse_feat();
+    s->ghost_mult = env_or("LHD_GHOST", 8);
     lhd_next = 0;
+    lhd_req = SIZE_MAX;
     lhd_rng = 0x9e3779b97f4a7c15ull;
-    free(lhd_ring);
-    free(lhd_rstamp);
     lhd_ring_n = (size_t)(s->ghost_mult * (double)s->cap);
-    lhd_ring = malloc((lhd_ring_n + 1) * sizeof *lhd_ring);
-    lhd_rstamp = calloc(lhd_ring_n + 1, sizeof *lhd_rstamp);
-    if (!lhd_ring || !lhd_rstamp) {
-        fprintf(stderr, "bench_policies: out of memory\n");
-        exit(1);
-    }
+    lhd_ring = lhd_alloc(lhd_ring, lhd_ring_n + 1, sizeof *lhd_ring);
+    lhd_rstamp = lhd_alloc(lhd_rstamp, lhd_ring_n + 1, sizeof *lhd_rstamp);
     for (size_t i = 0; i <= lhd_ring_n; i++)
         lhd_ring[i] = NONE;
 }
 
-static const policy pol_lhd = {"lhd-own", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+static const policy pol_lhd_own = {"lhd-own", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
 static const policy pol_lhdg = {"lhdg", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
-static const policy pol_lhdx = {"lhdx", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+static const policy pol_elhdg = {"elhdg", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+static const policy pol_olhdg = {"o-lhdg", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
 
-/* lhdx, a calibration and not a policy: an lhdg run first, whose final histograms (the whole
- * log's) give a table then kept fixed for the run measured. */
+/* o-lhdg: an elhdg run to the end, whose table (the whole log's trials) is then kept fixed. */
 static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap);
-static void lhdx_learn(sim *s, uint64_t cap)
+static void olhdg_learn(sim *s, uint64_t cap)
 {
-    lhd_snapped = false;
-    lhd_snap_at = env_or("LHDX_AT", 0);
-    run_policy(s, &pol_lhdg, cap);
-    lhd_snap_at = 0;
-    if (lhd_snapped)
-        return;
+    run_policy(s, &pol_elhdg, cap);
     lhd_census(s);
     lhd_recompute();
     memcpy(lhd_frozen_dens, lhd_dens, sizeof lhd_dens);
@@ -1232,9 +1148,6 @@ static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap)
         hit_tokens += (h < lim ? h : lim) * lg->bs;
         s->req_hit = (uint32_t)h;
         s->req_n = (uint32_t)n;
-        if (r == n_req / 2 && getenv("LAB_HALF"))
-            fprintf(stderr, "%s %llu: first half %llu\n", pol->name, (unsigned long long)cap,
-                    (unsigned long long)hit_tokens);
 
         /* Step 2: touch from the last block to the first, pinned. */
         for (size_t i = n; i-- > 0;) {
@@ -1360,10 +1273,10 @@ static int load_log(const char *path, lab_log *lg)
     return 0;
 }
 
-static const policy *all_policies[] = {&pol_lru,       &pol_slru,      &pol_s3fifo,     &pol_lfuda,
-                                       &pol_freq2,     &pol_h2q,       &pol_decay,      &pol_cdecay,
-                                       &pol_cdecay_g1, &pol_cdecay_g4, &pol_cdecay_g16, &pol_cfifo,
-                                       &pol_cfifo2,    &pol_owhether, &pol_lhd, &pol_lhdg, &pol_lhdx};
+static const policy *all_policies[] = {
+    &pol_lru,    &pol_slru,     &pol_s3fifo,    &pol_lfuda,     &pol_freq2,      &pol_h2q,
+    &pol_decay,  &pol_cdecay,   &pol_cdecay_g1, &pol_cdecay_g4, &pol_cdecay_g16, &pol_cfifo,
+    &pol_cfifo2, &pol_owhether, &pol_lhd_own,   &pol_lhdg,      &pol_elhdg,      &pol_olhdg};
 
 int main(int argc, char **argv)
 {
@@ -1458,8 +1371,8 @@ int main(int argc, char **argv)
             const char *name = pol ? pol->name : "min";
             if (pols && !strstr(pols, name) && strcmp(name, "lru") != 0 && strcmp(name, "min"))
                 continue;
-            if (pol == &pol_lhdx)
-                lhdx_learn(&s, caps[c]);
+            if (pol == &pol_olhdg)
+                olhdg_learn(&s, caps[c]);
             uint64_t hit =
                 pol ? (pol == &pol_lru ? lru : run_policy(&s, pol, caps[c])) : o.n_hit_tokens;
             double rate = (double)hit / (double)lg.n_tok;
