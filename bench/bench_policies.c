@@ -745,6 +745,7 @@ static uint64_t lhd_rng;
 static uint32_t lhd_depth;        /* the depth of the block being touched */
 static size_t lhd_req = SIZE_MAX; /* the request lhd_rturn and lhd_rgap describe */
 static int lhd_rturn, lhd_rgap;   /* its turn, its gap bucket (lhd_request_scan) */
+static int lhd_nc;                /* classes in use: the product of the levels */
 static int lhd_nfeat;             /* the class features: names and levels */
 static char lhd_fname[8][8];
 static int lhd_flev[8];
@@ -829,6 +830,9 @@ static void lhd_parse_feat(void)
         lhd_flev[lhd_nfeat++] = (int)strtol(f, &end, 10);
         f = *end == ',' ? end + 1 : end;
     }
+    lhd_nc = 1;
+    for (int i = 0; i < lhd_nfeat; i++)
+        lhd_nc = lhd_nc * lhd_flev[i] > LHD_NC ? LHD_NC : lhd_nc * lhd_flev[i];
 }
 
 /* The request's turn and gap bucket, from its deepest block with a known history. */
@@ -926,7 +930,7 @@ static void lhd_census(sim *s)
 /* Rebuild the density table from the histograms (see the section's opening comment). */
 static void lhd_recompute(void)
 {
-    for (int c = 0; c < LHD_NC; c++) {
+    for (int c = 0; c < lhd_nc; c++) {
         double *H = lhd_hits[c], *E = lhd_ends[c];
         if (lhd_own) {
             double sh = 0, sn = 0, sm = 0;
@@ -1084,7 +1088,7 @@ static void lhd_reset(sim *s)
     s->ghost_mult = env_or("LHD_GHOST", 8);
     lhd_next = 0;
     lhd_req = SIZE_MAX;
-    lhd_rng = 0x9e3779b97f4a7c15ull;
+    lhd_rng = 0x9e3779b97f4a7c15ull * (uint64_t)env_or("LHD_SEED", 1);
     lhd_ring_n = (size_t)(s->ghost_mult * (double)s->cap);
     lhd_ring = lhd_alloc(lhd_ring, lhd_ring_n + 1, sizeof *lhd_ring);
     lhd_rstamp = lhd_alloc(lhd_rstamp, lhd_ring_n + 1, sizeof *lhd_rstamp);
