@@ -43,6 +43,31 @@
  *   o-whether not a policy: LRU told by an oracle whether a block will ever be touched again
  *             (not when); it measures how much of the LRU-to-MIN gap is "which blocks" and
  *             how much is "when"
+ *   lhdg      hit density after LHD (Beckmann, Chen, Cidon, NSDI 2018): per class (earlier
+ *             touches x new blocks x deepest block) a reuse-age distribution learned online
+ *             from the blocks' next touches, cached or in a ghost of 8 C keys (Kaplan-Meier,
+ *             running trials counted); a block's density is its best reuses per slot-touch
+ *             over a horizon; victim: the least dense of 64 random cached leaves. Better than
+ *             cdecay-g16 at all four target points, within 0.1 point of LRU everywhere
+ *             (docs/replay.md, "lhdg": definition, figures)
+ *   elhdg     lhdg choosing among all cached leaves (exact) instead of 64 random ones
+ *   lhd-own   LHD as published: densities from the cache's own hits and evictions (blind to
+ *             reuses after eviction; lost 5.1 points to LRU on the synthetic trace: dropped)
+ *   o-lhdg    not a policy: elhdg with the table of the whole log kept fixed (learned by a
+ *             first elhdg run): what this family reaches if it knew the log's statistics
+ *
+ * The hit-density policies read knobs from the environment (the defaults are the measured
+ * form): LHD_FEAT (class features, see lhd_parse_feat; default e3,nb5,last2), LHD_GHOST (8),
+ * LHD_SAMPLE (64), LHD_BPO (age bins per octave, 4), LHD_W (pooling, 10), LHD_RECOMP (1000
+ * touches), LHD_SEED (1). Tried with them and dropped (within the noise of a different
+ * sampling seed, about 1 point of gap, or worse): cdecay's 27 classes (26.2% / 10.9% / 2.0% /
+ * 0.6% of the gap at the four target points), the features turn, og, rg, len, fan, dep, hit
+ * (up to 256 classes; even with the whole log's table, at a ghost of 16 C, they raise o-lhdg by at
+ * most 2 points of the gap),
+ * ghosts of 4, 12, 16 and 32 C, 2, 3, 6 and 8 bins per octave, pooling of 1 to 300
+ * pseudo-trials, ages in requests, histograms decayed by 0.95-0.997 per recompute, a key
+ * leaving the ghost taken as never reused rather than censored, and EVA's ranking (reuses
+ * minus the cache's reuse rate times the slot-time, Beckmann and Sanchez) instead of density.
  *
  * --param X overrides the knob of the policies selected (freq2: bonus in C; h2q: probation
  * share; decay, cdecay: tau in touches). Tried and dropped (none both better than cdecay at
@@ -55,8 +80,10 @@
  * Cost: the log's touches are held (9 bytes each: the block, MIN's next touch, the oracle's
  * bit) plus about 150 bytes per distinct block (the lab's arrays and the replay engine's); a
  * policy at one capacity is O(A) for A touches (the lists) or O(A log A) (the lazy heaps,
- * whose stale entries are dropped when popped). The conversation trace's full table (7
- * capacities, 13 policies) takes about 20 s.
+ * whose stale entries are dropped when popped); the hit-density policies are O(1) per touch
+ * plus a census and table rebuild every 1,000 touches (O(C + ghost) and O(classes x 128^2))
+ * and O(64) per victim (elhdg: O(cached leaves)). The conversation trace's full table (7
+ * capacities, 17 policies) takes about 2 minutes, most of it elhdg's and o-lhdg's exact scans.
  */
 #include <math.h>
 #include <stdbool.h>
