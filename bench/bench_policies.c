@@ -68,6 +68,10 @@
  * pseudo-trials, ages in requests, histograms decayed by 0.95-0.997 per recompute, a key
  * leaving the ghost taken as never reused rather than censored, and EVA's ranking (reuses
  * minus the cache's reuse rate times the slot-time, Beckmann and Sanchez) instead of density.
+ * LHD_HEADS=1 takes as candidates the least recent unpinned leaf of one list per class (in
+ * touch order, as CDECAY's FIFOs) instead of 64 random leaves: 26.9% / 12.1% / 3.4% / 3.5%,
+ * 0.42 points below LRU at the synthetic trace's 500 blocks (the density is not monotone in
+ * age, so a list's tail is not its least dense block).
  *
  * --param X overrides the knob of the policies selected (freq2: bonus in C; h2q: probation
  * share; decay, cdecay: tau in touches). Tried and dropped (none both better than cdecay at
@@ -772,6 +776,7 @@ static uint64_t lhd_rng;
 static uint32_t lhd_depth;        /* the depth of the block being touched */
 static size_t lhd_req = SIZE_MAX; /* the request lhd_rturn and lhd_rgap describe */
 static int lhd_rturn, lhd_rgap;   /* its turn, its gap bucket (lhd_request_scan) */
+static bool lhd_heads;            /* lhdf: candidates from one list per class */
 static int lhd_nc;                /* classes in use: the product of the levels */
 static int lhd_nfeat;             /* the class features: names and levels */
 static char lhd_fname[8][8];
@@ -1011,8 +1016,12 @@ static void lhd_touch(sim *s, uint32_t b, uint32_t depth)
     bool was = s->cached[b];
     if (s->ever[b] > 0 && (was || (!lhd_own && lhd_in_ghost(s, b))))
         lhd_hits[lhd_cls[b]][lhd_bin(lhd_age(s, b))] += 1;
+    if (lhd_heads && was)
+        list_remove(s, b);
     lhd_cls[b] = (uint8_t)lhd_class(s, b);
     lhd_lastreq[b] = (uint32_t)s->req;
+    if (lhd_heads)
+        list_push_front(s, lhd_cls[b], b);
     if (!was) {
         uint32_t p = s->lg->parent[b];
         if (p != NONE && lhd_ncc[p]++ == 0)
@@ -1036,10 +1045,26 @@ static uint32_t lhd_victim(sim *s)
 {
     uint32_t v = NONE;
     double vd = 0;
+    if (lhd_heads) {
+        /* lhdf: the least recent unpinned leaf of each class's list (at most 16 steps from
+         * its tail), the least dense of them */
+        for (int l = 0; l < lhd_nc; l++) {
+            uint32_t b = s->tail[l];
+            for (int k = 0; b != NONE && k < 16 && (is_pinned(s, b) || lhd_ncc[b]); k++)
+                b = s->prev[b];
+            if (b == NONE || is_pinned(s, b) || lhd_ncc[b])
+                continue;
+            double d = lhd_dens[lhd_cls[b]][lhd_bin(lhd_age(s, b))];
+            if (v == NONE || d < vd || (d == vd && s->last[b] < s->last[v])) {
+                v = b;
+                vd = d;
+            }
+        }
+    }
     bool all = lhd_sample == 0 || lhd_sample >= lhd_n_leaves;
     size_t n = all ? lhd_n_leaves : lhd_sample;
-    for (int pass = 0; pass < 2 && v == NONE;
-         pass++) { /* all leaves if every one drawn is pinned */
+    /* all leaves if every one drawn is pinned */
+    for (int pass = lhd_heads ? 1 : 0; pass < 2 && v == NONE; pass++) {
         for (size_t k = 0; k < n; k++) {
             uint32_t b = all ? lhd_leaves[k] : lhd_leaves[lhd_rand() % lhd_n_leaves];
             if (is_pinned(s, b))
@@ -1057,6 +1082,8 @@ static uint32_t lhd_victim(sim *s)
         return NONE;
     set_del(lhd_leaves, lhd_lpos, &lhd_n_leaves, v);
     set_del(lhd_cset, lhd_cpos, &lhd_n_cset, v);
+    if (lhd_heads)
+        list_remove(s, v);
     uint32_t p = s->lg->parent[v];
     if (p != NONE && --lhd_ncc[p] == 0 && s->cached[p])
         set_add(lhd_leaves, lhd_lpos, &lhd_n_leaves, p);
@@ -1112,6 +1139,8 @@ static void lhd_reset(sim *s)
     lhd_w = env_or("LHD_W", 10);
     lhd_recomp = (uint64_t)env_or("LHD_RECOMP", 1000);
     lhd_parse_feat();
+    lhd_heads = env_or("LHD_HEADS", 0) != 0 && lhd_nc <= 32;
+    lists_reset(s);
     s->ghost_mult = env_or("LHD_GHOST", 8);
     lhd_next = 0;
     lhd_req = SIZE_MAX;
