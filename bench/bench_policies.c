@@ -43,6 +43,35 @@
  *   o-whether not a policy: LRU told by an oracle whether a block will ever be touched again
  *             (not when); it measures how much of the LRU-to-MIN gap is "which blocks" and
  *             how much is "when"
+ *   lhdg      hit density after LHD (Beckmann, Chen, Cidon, NSDI 2018): per class (earlier
+ *             touches x new blocks x deepest block) a reuse-age distribution learned online
+ *             from the blocks' next touches, cached or in a ghost of 8 C keys (Kaplan-Meier,
+ *             running trials counted); a block's density is its best reuses per slot-touch
+ *             over a horizon; victim: the least dense of 64 random cached leaves. Better than
+ *             cdecay-g16 at all four target points, within 0.1 point of LRU everywhere
+ *             (docs/replay.md, "lhdg": definition, figures)
+ *   elhdg     lhdg choosing among all cached leaves (exact) instead of 64 random ones
+ *   lhd-own   LHD as published: densities from the cache's own hits and evictions (blind to
+ *             reuses after eviction; lost 5.1 points to LRU on the synthetic trace: dropped)
+ *   o-lhdg    not a policy: elhdg with the table of the whole log kept fixed (learned by a
+ *             first elhdg run): what this family reaches if it knew the log's statistics
+ *
+ * The hit-density policies read knobs from the environment (the defaults are the measured
+ * form): LHD_FEAT (class features, see lhd_parse_feat; default e3,nb5,last2), LHD_GHOST (8),
+ * LHD_SAMPLE (64), LHD_BPO (age bins per octave, 4), LHD_W (pooling, 10), LHD_RECOMP (1000
+ * touches), LHD_SEED (1). Tried with them and dropped (within the noise of a different
+ * sampling seed, about 1 point of gap, or worse): cdecay's 27 classes (26.2% / 10.9% / 2.0% /
+ * 0.6% of the gap at the four target points), the features turn, og, rg, len, fan, dep, hit
+ * (up to 256 classes; even with the whole log's table, at a ghost of 16 C, they raise o-lhdg by at
+ * most 2 points of the gap),
+ * ghosts of 4, 12, 16 and 32 C, 2, 3, 6 and 8 bins per octave, pooling of 1 to 300
+ * pseudo-trials, ages in requests, histograms decayed by 0.95-0.997 per recompute, a key
+ * leaving the ghost taken as never reused rather than censored, and EVA's ranking (reuses
+ * minus the cache's reuse rate times the slot-time, Beckmann and Sanchez) instead of density.
+ * LHD_HEADS=1 takes as candidates the least recent unpinned leaf of one list per class (in
+ * touch order, as CDECAY's FIFOs) instead of 64 random leaves: 26.9% / 12.1% / 3.4% / 3.5%,
+ * 0.42 points below LRU at the synthetic trace's 500 blocks (the density is not monotone in
+ * age, so a list's tail is not its least dense block).
  *
  * --param X overrides the knob of the policies selected (freq2: bonus in C; h2q: probation
  * share; decay, cdecay: tau in touches). Tried and dropped (none both better than cdecay at
@@ -55,8 +84,10 @@
  * Cost: the log's touches are held (9 bytes each: the block, MIN's next touch, the oracle's
  * bit) plus about 150 bytes per distinct block (the lab's arrays and the replay engine's); a
  * policy at one capacity is O(A) for A touches (the lists) or O(A log A) (the lazy heaps,
- * whose stale entries are dropped when popped). The conversation trace's full table (7
- * capacities, 13 policies) takes about 20 s.
+ * whose stale entries are dropped when popped); the hit-density policies are O(1) per touch
+ * plus a census and table rebuild every 1,000 touches (O(C + ghost) and O(classes x 128^2))
+ * and O(64) per victim (elhdg: O(cached leaves)). The conversation trace's full table (7
+ * capacities, 17 policies) takes about 2 minutes, most of it elhdg's and o-lhdg's exact scans.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -683,6 +714,459 @@ static void cf_reset(sim *s)
 static const policy pol_cfifo = {"cfifo-g16", cf_reset, cf_touch, cf_touch, cf_victim};
 static const policy pol_cfifo2 = {"cfifo2-g16", cf_reset, cf_touch, cf_touch, cf_victim};
 
+/* ---- hit density (after LHD: Beckmann, Chen, Cidon, NSDI 2018) -----------------------------
+ *
+ * Every touch of a block starts a trial in a class (lhd_class: features of the block and the
+ * request, LHD_FEAT); the trial ends with a reuse at age x (the block's next touch while it is
+ * cached or in the ghost: hits[c][bin(x)]), or is censored at age x when its key leaves the
+ * ghost unreused (ends[c][bin(x)]), or is still running (cached or ghost keys, counted by
+ * lhd_census at each recompute). Ages are in block touches, in LHD_BPO log-spaced bins per
+ * octave. Every LHD_RECOMP touches the density table is rebuilt:
+ *
+ *   lhdg    Kaplan-Meier: the reuse hazard of bin i is hits[c][i] / trials of c at risk at
+ *           bin i (ended or running at an age in bin i or later), pooled with the hazard of
+ *           all classes for LHD_W pseudo-trials; with f the reuse distribution and S the
+ *           survival it gives, the density of a block of class c at age a (bin i, a its lower
+ *           edge) is the best rate over a horizon T (the end of bin j >= i):
+ *             max_j  sum_{i..j} f  /  (sum_{i..j} (mid - a) f + (T - a) S(T))
+ *           reuses per slot-touch if it is kept until its reuse or T, whichever is first.
+ *   lhd-own the published form: hits and evictions of the cache's own blocks at their age,
+ *           density = hits beyond a / expected lifetime left beyond a; blind to reuses after
+ *           eviction, it learns only what the cache already keeps (dropped).
+ *
+ * Victims: cached blocks without a cached child (leaves; the set is kept exactly), so a chain
+ * is cut from its tail and a parent never leaves before its child; the least dense of
+ * LHD_SAMPLE random unpinned leaves (lhdg: 64, as LHD; elhdg: all of them), the least recent
+ * among equals. The ghost is a FIFO of the last LHD_GHOST * C evicted keys (default 8), each
+ * with its class, last touch and touch count (a cache would keep 16 bytes a key).
+ *
+ * o-lhdg is a calibration, not a policy: elhdg run once to the end, then again with the
+ * table of the whole log (all its trials) kept fixed: what this family could reach if it knew
+ * the log's statistics in advance.
+ */
+#define LHD_NB 128 /* age bins */
+#define LHD_NC 256 /* classes at most */
+
+static double lhd_hits[LHD_NC][LHD_NB], lhd_ends[LHD_NC][LHD_NB];
+static double lhd_risk[LHD_NC][LHD_NB]; /* trials at risk in each age bin */
+static double lhd_hz_all[LHD_NB];       /* the hazard over all classes */
+static double lhd_dens[LHD_NC][LHD_NB]; /* the table the victim choice reads */
+static double lhd_frozen_dens[LHD_NC][LHD_NB];
+static bool lhd_frozen;               /* o-lhdg: the table is lhd_frozen_dens */
+static int lhd_own;                   /* lhd-own: learn from the cache's own lifetimes */
+static int lhd_bpo;                   /* bins per octave of age */
+static size_t lhd_sample;             /* leaves sampled per victim (0: all) */
+static double lhd_w;                  /* pseudo-trials of the pooled hazard per class */
+static uint64_t lhd_recomp, lhd_next; /* touches between recomputes; the next one */
+static uint8_t *lhd_cls;              /* per block: the class of its last touch */
+static uint32_t *lhd_lastreq;         /* per block: the request of its last touch */
+static uint8_t *lhd_turn;             /* per block: the turn of the request that last touched it */
+static uint8_t *lhd_fan;              /* per block: children first seen under it */
+static uint32_t *lhd_ncc;             /* per block: cached children */
+static uint32_t *lhd_leaves;          /* cached blocks without a cached child */
+static uint32_t *lhd_lpos;            /* per block: position in lhd_leaves + 1, or 0 */
+static size_t lhd_n_leaves;
+static uint32_t *lhd_cset; /* the cached blocks */
+static uint32_t *lhd_cpos; /* per block: position in lhd_cset + 1, or 0 */
+static size_t lhd_n_cset;
+static uint32_t *lhd_ring;   /* the ghost FIFO: evicted blocks */
+static uint64_t *lhd_rstamp; /* their ghost stamps */
+static size_t lhd_ring_n;
+static uint64_t lhd_rng;
+static uint32_t lhd_depth;        /* the depth of the block being touched */
+static size_t lhd_req = SIZE_MAX; /* the request lhd_rturn and lhd_rgap describe */
+static int lhd_rturn, lhd_rgap;   /* its turn, its gap bucket (lhd_request_scan) */
+static bool lhd_heads;            /* lhdf: candidates from one list per class */
+static int lhd_nc;                /* classes in use: the product of the levels */
+static int lhd_nfeat;             /* the class features: names and levels */
+static char lhd_fname[8][8];
+static int lhd_flev[8];
+
+static double env_or(const char *name, double dflt)
+{
+    const char *v = getenv(name);
+    return v ? atof(v) : dflt;
+}
+
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static int lhd_bin(uint64_t age)
+{
+    int i = (int)floor(lhd_bpo * log2((double)age + 1.0));
+    return i < LHD_NB ? i : LHD_NB - 1;
+}
+
+static double lhd_lo(int i)
+{
+    return exp2((double)i / lhd_bpo) - 1.0;
+}
+
+static double lhd_mid(int i)
+{
+    return exp2((i + 0.5) / lhd_bpo) - 1.0;
+}
+
+static uint64_t lhd_age(const sim *s, uint32_t b)
+{
+    return s->now - s->last[b];
+}
+
+static bool lhd_in_ghost(const sim *s, uint32_t b)
+{
+    return s->ghost[b] != 0 &&
+           s->ghost_in - (s->ghost[b] - 1) <= (uint64_t)(s->ghost_mult * (double)s->cap);
+}
+
+static void set_add(uint32_t *set, uint32_t *pos, size_t *n, uint32_t b)
+{
+    if (!pos[b]) {
+        set[(*n)++] = b;
+        pos[b] = (uint32_t)*n;
+    }
+}
+
+static void set_del(uint32_t *set, uint32_t *pos, size_t *n, uint32_t b)
+{
+    if (pos[b]) {
+        uint32_t last = set[--*n];
+        set[pos[b] - 1] = last;
+        pos[last] = pos[b];
+        pos[b] = 0;
+    }
+}
+
+/* LHD_FEAT: comma-separated features with their levels, e.g. "e3,nb5,last2" (the default):
+ *   e     earlier touches known (cached or ghost)     nb    bitlen of the request's new blocks
+ *   last  the request's deepest stored block          hit   within the request's hit
+ *   dep   bitlen of the depth                         len   bitlen of the request's blocks - 3
+ *   og    the block's gap since its last touch (requests, log2 buckets from 64; 0: unknown)
+ *   rg    the same for the request's deepest known block      fan   children first seen under it
+ *   turn  1 + the turn of the request's deepest known block (a conversation's turn)
+ *   or    an oracle, for calibration only: whether the block will be touched again
+ * (values past the last level count as the last). e3,nb9 is cdecay's 27 classes. */
+static void lhd_parse_feat(void)
+{
+    const char *f = getenv("LHD_FEAT");
+    if (!f)
+        f = "e3,nb5,last2";
+    lhd_nfeat = 0;
+    while (*f && lhd_nfeat < 8) {
+        int k = 0;
+        while (*f >= 'a' && *f <= 'z' && k < 7)
+            lhd_fname[lhd_nfeat][k++] = *f++;
+        lhd_fname[lhd_nfeat][k] = 0;
+        char *end;
+        lhd_flev[lhd_nfeat++] = (int)strtol(f, &end, 10);
+        f = *end == ',' ? end + 1 : end;
+    }
+    lhd_nc = 1;
+    for (int i = 0; i < lhd_nfeat; i++)
+        lhd_nc = lhd_nc * lhd_flev[i] > LHD_NC ? LHD_NC : lhd_nc * lhd_flev[i];
+}
+
+/* The request's turn and gap bucket, from its deepest block with a known history. */
+static void lhd_request_scan(sim *s)
+{
+    const uint32_t *blk;
+    uint64_t t;
+    uint32_t f;
+    rp_opt_request(s->lg->opt, s->req, &blk, &t, &f);
+    lhd_req = s->req;
+    lhd_rturn = 1;
+    lhd_rgap = 0;
+    for (size_t i = s->req_n; i-- > 0;) {
+        uint32_t b = blk[i];
+        if (s->ever[b] > 0 && (s->cached[b] || lhd_in_ghost(s, b))) {
+            lhd_rturn = lhd_turn[b] < 255 ? lhd_turn[b] + 1 : 255;
+            lhd_rgap = 1 + clampi(bits_of((uint32_t)(s->req - lhd_lastreq[b])) - 6, 0, 30);
+            return;
+        }
+    }
+}
+
+static int lhd_class(sim *s, uint32_t b)
+{
+    uint32_t e = known_touches(s, b);
+    if (s->req != lhd_req)
+        lhd_request_scan(s);
+    lhd_turn[b] = (uint8_t)lhd_rturn;
+    uint32_t p = s->lg->parent[b];
+    if (e == 0 && p != NONE && lhd_fan[p] < 255)
+        lhd_fan[p]++;
+    int c = 0;
+    for (int i = 0; i < lhd_nfeat; i++) {
+        const char *n = lhd_fname[i];
+        int v = 0;
+        if (!strcmp(n, "e"))
+            v = (int)(e > 255 ? 255 : e);
+        else if (!strcmp(n, "nb"))
+            v = bits_of(s->req_n - s->req_hit);
+        else if (!strcmp(n, "last"))
+            v = lhd_depth + 1 == s->req_n;
+        else if (!strcmp(n, "hit"))
+            v = lhd_depth < s->req_hit;
+        else if (!strcmp(n, "dep"))
+            v = bits_of(lhd_depth);
+        else if (!strcmp(n, "len"))
+            v = bits_of(s->req_n) - 3;
+        else if (!strcmp(n, "og"))
+            v = e == 0 ? 0 : 1 + clampi(bits_of((uint32_t)(s->req - lhd_lastreq[b])) - 6, 0, 30);
+        else if (!strcmp(n, "rg"))
+            v = lhd_rgap;
+        else if (!strcmp(n, "fan"))
+            v = lhd_fan[b];
+        else if (!strcmp(n, "turn"))
+            v = lhd_rturn - 1;
+        else if (!strcmp(n, "or"))
+            v = s->lg->reused[s->touch_at];
+        c = c * lhd_flev[i] + clampi(v, 0, lhd_flev[i] - 1);
+    }
+    return c < LHD_NC ? c : LHD_NC - 1;
+}
+
+/* The trials at risk per class and age bin: the ended ones (a reuse or a censoring at age x
+ * was at risk in every bin up to x's) and the running ones (cached or ghost keys: at risk up
+ * to their current age); and the pooled hazard. O(C + ghost) per recompute. */
+static void lhd_census(sim *s)
+{
+    static double endat[LHD_NC][LHD_NB];
+    for (int c = 0; c < LHD_NC; c++)
+        for (int i = 0; i < LHD_NB; i++)
+            endat[c][i] = lhd_hits[c][i] + lhd_ends[c][i];
+    for (size_t k = 0; k < lhd_n_cset; k++) {
+        uint32_t b = lhd_cset[k];
+        endat[lhd_cls[b]][lhd_bin(lhd_age(s, b))] += 1;
+    }
+    for (size_t k = 0; k < lhd_ring_n; k++) {
+        uint32_t b = lhd_ring[k];
+        if (b != NONE && !s->cached[b] && s->ghost[b] == lhd_rstamp[k] && lhd_in_ghost(s, b))
+            endat[lhd_cls[b]][lhd_bin(lhd_age(s, b))] += 1;
+    }
+    double all_h[LHD_NB] = {0}, all_r[LHD_NB] = {0};
+    for (int c = 0; c < LHD_NC; c++) {
+        double r = 0;
+        for (int i = LHD_NB; i-- > 0;) {
+            r += endat[c][i];
+            lhd_risk[c][i] = r;
+            all_r[i] += r;
+            all_h[i] += lhd_hits[c][i];
+        }
+    }
+    for (int i = 0; i < LHD_NB; i++)
+        lhd_hz_all[i] = all_r[i] > 0 ? all_h[i] / all_r[i] : 0;
+}
+
+/* Rebuild the density table from the histograms (see the section's opening comment). */
+static void lhd_recompute(void)
+{
+    for (int c = 0; c < lhd_nc; c++) {
+        double *H = lhd_hits[c], *E = lhd_ends[c];
+        if (lhd_own) {
+            double sh = 0, sn = 0, sm = 0;
+            for (int i = LHD_NB; i-- > 0;) {
+                sh += H[i];
+                sn += H[i] + E[i];
+                sm += lhd_mid(i) * (H[i] + E[i]);
+                double life = sm - lhd_lo(i) * sn;
+                lhd_dens[c][i] = life > 0 ? (sh + 1e-3) / (life + 1.0) : 0;
+            }
+            continue;
+        }
+        double surv[LHD_NB + 1], f[LHD_NB];
+        surv[0] = 1;
+        for (int i = 0; i < LHD_NB; i++) {
+            double h = (H[i] + lhd_w * lhd_hz_all[i]) / (lhd_risk[c][i] + lhd_w);
+            f[i] = surv[i] * (h > 1 ? 1 : h);
+            surv[i + 1] = surv[i] - f[i];
+        }
+        for (int i = 0; i < LHD_NB; i++) {
+            double a = lhd_lo(i), hits = 0, cost = 0, best = 0;
+            for (int j = i; j < LHD_NB; j++) {
+                hits += f[j];
+                cost += (lhd_mid(j) - a) * f[j];
+                double r = hits / (cost + (lhd_lo(j + 1) - a) * surv[j + 1] + 1e-300);
+                if (r > best)
+                    best = r;
+            }
+            lhd_dens[c][i] = surv[i] > 0 ? best : 0;
+        }
+    }
+}
+
+static void lhd_maybe_recompute(sim *s)
+{
+    if (lhd_frozen) {
+        memcpy(lhd_dens, lhd_frozen_dens, sizeof lhd_dens);
+        return;
+    }
+    if (s->now < lhd_next)
+        return;
+    lhd_next = s->now + lhd_recomp;
+    if (!lhd_own)
+        lhd_census(s);
+    lhd_recompute();
+}
+
+static void lhd_touch(sim *s, uint32_t b, uint32_t depth)
+{
+    lhd_depth = depth;
+    bool was = s->cached[b];
+    if (s->ever[b] > 0 && (was || (!lhd_own && lhd_in_ghost(s, b))))
+        lhd_hits[lhd_cls[b]][lhd_bin(lhd_age(s, b))] += 1;
+    if (lhd_heads && was)
+        list_remove(s, b);
+    lhd_cls[b] = (uint8_t)lhd_class(s, b);
+    lhd_lastreq[b] = (uint32_t)s->req;
+    if (lhd_heads)
+        list_push_front(s, lhd_cls[b], b);
+    if (!was) {
+        uint32_t p = s->lg->parent[b];
+        if (p != NONE && lhd_ncc[p]++ == 0)
+            set_del(lhd_leaves, lhd_lpos, &lhd_n_leaves, p);
+        if (lhd_ncc[b] == 0)
+            set_add(lhd_leaves, lhd_lpos, &lhd_n_leaves, b);
+        set_add(lhd_cset, lhd_cpos, &lhd_n_cset, b);
+    }
+    lhd_maybe_recompute(s);
+}
+
+static uint64_t lhd_rand(void)
+{
+    lhd_rng ^= lhd_rng << 13;
+    lhd_rng ^= lhd_rng >> 7;
+    lhd_rng ^= lhd_rng << 17;
+    return lhd_rng;
+}
+
+static uint32_t lhd_victim(sim *s)
+{
+    uint32_t v = NONE;
+    double vd = 0;
+    if (lhd_heads) {
+        /* lhdf: the least recent unpinned leaf of each class's list (at most 16 steps from
+         * its tail), the least dense of them */
+        for (int l = 0; l < lhd_nc; l++) {
+            uint32_t b = s->tail[l];
+            for (int k = 0; b != NONE && k < 16 && (is_pinned(s, b) || lhd_ncc[b]); k++)
+                b = s->prev[b];
+            if (b == NONE || is_pinned(s, b) || lhd_ncc[b])
+                continue;
+            double d = lhd_dens[lhd_cls[b]][lhd_bin(lhd_age(s, b))];
+            if (v == NONE || d < vd || (d == vd && s->last[b] < s->last[v])) {
+                v = b;
+                vd = d;
+            }
+        }
+    }
+    bool all = lhd_sample == 0 || lhd_sample >= lhd_n_leaves;
+    size_t n = all ? lhd_n_leaves : lhd_sample;
+    /* all leaves if every one drawn is pinned */
+    for (int pass = lhd_heads ? 1 : 0; pass < 2 && v == NONE; pass++) {
+        for (size_t k = 0; k < n; k++) {
+            uint32_t b = all ? lhd_leaves[k] : lhd_leaves[lhd_rand() % lhd_n_leaves];
+            if (is_pinned(s, b))
+                continue;
+            double d = lhd_dens[lhd_cls[b]][lhd_bin(lhd_age(s, b))];
+            if (v == NONE || d < vd || (d == vd && s->last[b] < s->last[v])) {
+                v = b;
+                vd = d;
+            }
+        }
+        all = true;
+        n = lhd_n_leaves;
+    }
+    if (v == NONE)
+        return NONE;
+    set_del(lhd_leaves, lhd_lpos, &lhd_n_leaves, v);
+    set_del(lhd_cset, lhd_cpos, &lhd_n_cset, v);
+    if (lhd_heads)
+        list_remove(s, v);
+    uint32_t p = s->lg->parent[v];
+    if (p != NONE && --lhd_ncc[p] == 0 && s->cached[p])
+        set_add(lhd_leaves, lhd_lpos, &lhd_n_leaves, p);
+    if (lhd_own)
+        lhd_ends[lhd_cls[v]][lhd_bin(lhd_age(s, v))] += 1;
+    /* the ghost: a key leaving it unreused censors its trial */
+    s->ghost[v] = ++s->ghost_in;
+    if (lhd_ring_n) {
+        size_t at = s->ghost_in % lhd_ring_n;
+        uint32_t o = lhd_ring[at];
+        if (o != NONE && !lhd_own && !s->cached[o] && s->ghost[o] == lhd_rstamp[at])
+            lhd_ends[lhd_cls[o]][lhd_bin(lhd_age(s, o))] += 1;
+        lhd_ring[at] = v;
+        lhd_rstamp[at] = s->ghost_in;
+    }
+    return v;
+}
+
+static void *lhd_alloc(void *p, size_t n, size_t size)
+{
+    free(p);
+    p = calloc(n, size);
+    if (!p) {
+        fprintf(stderr, "bench_policies: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static const policy pol_lhd_own, pol_elhdg, pol_olhdg;
+static void lhd_reset(sim *s)
+{
+    g16_reset(s);
+    size_t nb = s->lg->n_blocks + 1;
+    lhd_cls = lhd_alloc(lhd_cls, nb, 1);
+    lhd_lastreq = lhd_alloc(lhd_lastreq, nb, sizeof *lhd_lastreq);
+    lhd_turn = lhd_alloc(lhd_turn, nb, 1);
+    lhd_fan = lhd_alloc(lhd_fan, nb, 1);
+    lhd_ncc = lhd_alloc(lhd_ncc, nb, sizeof *lhd_ncc);
+    lhd_leaves = lhd_alloc(lhd_leaves, nb, sizeof *lhd_leaves);
+    lhd_lpos = lhd_alloc(lhd_lpos, nb, sizeof *lhd_lpos);
+    lhd_cset = lhd_alloc(lhd_cset, nb, sizeof *lhd_cset);
+    lhd_cpos = lhd_alloc(lhd_cpos, nb, sizeof *lhd_cpos);
+    lhd_n_leaves = lhd_n_cset = 0;
+    memset(lhd_hits, 0, sizeof lhd_hits);
+    memset(lhd_ends, 0, sizeof lhd_ends);
+    memset(lhd_risk, 0, sizeof lhd_risk);
+    memset(lhd_dens, 0, sizeof lhd_dens);
+    lhd_own = s->pol == &pol_lhd_own;
+    lhd_frozen = s->pol == &pol_olhdg;
+    lhd_bpo = (int)env_or("LHD_BPO", 4);
+    lhd_sample = s->pol == &pol_elhdg || lhd_frozen ? 0 : (size_t)env_or("LHD_SAMPLE", 64);
+    lhd_w = env_or("LHD_W", 10);
+    lhd_recomp = (uint64_t)env_or("LHD_RECOMP", 1000);
+    lhd_parse_feat();
+    lhd_heads = env_or("LHD_HEADS", 0) != 0 && lhd_nc <= 32;
+    lists_reset(s);
+    s->ghost_mult = env_or("LHD_GHOST", 8);
+    lhd_next = 0;
+    lhd_req = SIZE_MAX;
+    lhd_rng = 0x9e3779b97f4a7c15ull * (uint64_t)env_or("LHD_SEED", 1);
+    lhd_ring_n = (size_t)(s->ghost_mult * (double)s->cap);
+    lhd_ring = lhd_alloc(lhd_ring, lhd_ring_n + 1, sizeof *lhd_ring);
+    lhd_rstamp = lhd_alloc(lhd_rstamp, lhd_ring_n + 1, sizeof *lhd_rstamp);
+    for (size_t i = 0; i <= lhd_ring_n; i++)
+        lhd_ring[i] = NONE;
+}
+
+static const policy pol_lhd_own = {"lhd-own", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+static const policy pol_lhdg = {"lhdg", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+static const policy pol_elhdg = {"elhdg", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+static const policy pol_olhdg = {"o-lhdg", lhd_reset, lhd_touch, lhd_touch, lhd_victim};
+
+/* o-lhdg: an elhdg run to the end, whose table (the whole log's trials) is then kept fixed. */
+static uint64_t run_policy(sim *s, const policy *pol, uint64_t cap);
+static void olhdg_learn(sim *s, uint64_t cap)
+{
+    run_policy(s, &pol_elhdg, cap);
+    lhd_census(s);
+    lhd_recompute();
+    memcpy(lhd_frozen_dens, lhd_dens, sizeof lhd_dens);
+}
+
 /* ---- driver -------------------------------------------------------------------------------- */
 
 /* Replay the log under policy pol at capacity cap; returns the hit tokens. */
@@ -849,10 +1333,10 @@ static int load_log(const char *path, lab_log *lg)
     return 0;
 }
 
-static const policy *all_policies[] = {&pol_lru,       &pol_slru,      &pol_s3fifo,     &pol_lfuda,
-                                       &pol_freq2,     &pol_h2q,       &pol_decay,      &pol_cdecay,
-                                       &pol_cdecay_g1, &pol_cdecay_g4, &pol_cdecay_g16, &pol_cfifo,
-                                       &pol_cfifo2,    &pol_owhether};
+static const policy *all_policies[] = {
+    &pol_lru,    &pol_slru,     &pol_s3fifo,    &pol_lfuda,     &pol_freq2,      &pol_h2q,
+    &pol_decay,  &pol_cdecay,   &pol_cdecay_g1, &pol_cdecay_g4, &pol_cdecay_g16, &pol_cfifo,
+    &pol_cfifo2, &pol_owhether, &pol_lhd_own,   &pol_lhdg,      &pol_elhdg,      &pol_olhdg};
 
 int main(int argc, char **argv)
 {
@@ -947,6 +1431,8 @@ int main(int argc, char **argv)
             const char *name = pol ? pol->name : "min";
             if (pols && !strstr(pols, name) && strcmp(name, "lru") != 0 && strcmp(name, "min"))
                 continue;
+            if (pol == &pol_olhdg)
+                olhdg_learn(&s, caps[c]);
             uint64_t hit =
                 pol ? (pol == &pol_lru ? lru : run_policy(&s, pol, caps[c])) : o.n_hit_tokens;
             double rate = (double)hit / (double)lg.n_tok;
