@@ -127,6 +127,9 @@ int kvp__policy_init(kvp__policy *p, const kvp__pparams *pp, uint32_t n_blocks, 
         p->cd_tau = pp->cdecay_tau ? pp->cdecay_tau : 20000;
         p->cd_chain_depth = UINT32_MAX;
         memset(p->cd_win, 0xff, sizeof p->cd_win);
+        memset(p->cd_rank, 0xff, sizeof p->cd_rank);
+        memset(p->cd_snap_trials, 0xff, sizeof p->cd_snap_trials);
+        memset(p->cd_snap_reused, 0xff, sizeof p->cd_snap_reused);
         rc = ghost_init(p, n * pct / 100, true, 4);
     }
     if (rc != KVP_OK)
@@ -183,16 +186,7 @@ void kvp__policy_links_free(kvp_cache *cache)
  * and with no home until its first release as an indexed block. Cannot fail. */
 void kvp__policy_taken(kvp__policy *p, uint32_t id)
 {
-    kvp__pblock *b = &p->b[id];
-    assert(b->list == KVP__PL_NONE);
-    b->depth = 0;
-    b->n_hits = 0;
-    b->freq = 0;
-    b->hist = 0;
-    b->cls = 0;
-    b->key = 0;
-    b->home = KVP__PL_NONE;
-    b->last_use = ++p->clock;
+    kvp__pblock_taken(p, id);
 }
 
 /* Block id is pinned by a hit (before the pool counts the pin): off its list if it was
@@ -293,6 +287,25 @@ uint32_t kvp__policy_evict(kvp__policy *p)
         return kvp__s3fifo_evict(p);
     default:
         return kvp__cdecay_evict(p);
+    }
+}
+
+/* n victims into ids[0 .. n) (the caller knows n blocks are cached), each taken: the same
+ * victims, in the same order and with the same records, as n rounds of kvp__policy_evict
+ * then kvp__policy_taken, in one call (the policy's loop inlines both). Cannot fail. */
+void kvp__policy_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n)
+{
+    assert(*p->n_cached >= n);
+    switch (p->eviction) {
+    case KVP_EVICT_SLRU:
+        kvp__slru_evict_n(p, ids, n);
+        return;
+    case KVP_EVICT_S3FIFO:
+        kvp__s3fifo_evict_n(p, ids, n);
+        return;
+    default:
+        kvp__cdecay_evict_n(p, ids, n);
+        return;
     }
 }
 

@@ -132,6 +132,15 @@ typedef struct kvp__pparams {
     uint32_t cdecay_ghost_pct;   /* 0 (default 1600) .. 10000 */
 } kvp__pparams;
 
+/* CDECAY's rank of a class FIFO's head, least first: the key, then the deeper block, then the
+ * lower class, as one 128-bit number compared word by word: hi = key with its sign bit
+ * flipped, lo = (UINT32_MAX - depth) << 32 | class. An empty FIFO ranks all ones (after every
+ * head: a head's lo ends in its class, < 27). */
+typedef struct kvp__cdrank {
+    uint64_t hi;
+    uint64_t lo;
+} kvp__cdrank;
+
 typedef struct kvp__policy {
     kvp__pblock *b;             /* n_blocks entries; NULL under LRU */
     int eviction;               /* KVP_EVICT_* */
@@ -172,8 +181,11 @@ typedef struct kvp__policy {
     uint8_t cd_win[64];                /* tournament over the class FIFOs' heads: node i's
                                           winning class (0xff: none), children 2i and 2i+1,
                                           leaf 32 + c for class c; cd_win[1] is the victim's */
-    int64_t cd_hkey[KVP__CD_N_CLS];    /* key of each FIFO's head (valid when nonempty) */
-    uint32_t cd_hdepth[KVP__CD_N_CLS]; /* depth of each FIFO's head */
+    kvp__cdrank cd_rank[64];           /* node i's winner's rank (kvp__cdrank; all ones: none) */
+    uint64_t cd_snap_trials[KVP__CD_N_CLS]; /* cd_trials and cd_reused when cd_off was last */
+    uint64_t cd_snap_reused[KVP__CD_N_CLS]; /* computed (an offset is recomputed only when
+                                               its counts moved: the same formula, the same
+                                               inputs, the same value) */
 } kvp__policy;
 
 #define KVP__S3_FREQ_MAX 3
@@ -203,6 +215,7 @@ void kvp__policy_taken(kvp__policy *p, uint32_t id);
 void kvp__policy_hit(kvp__policy *p, uint32_t id);
 void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth);
 uint32_t kvp__policy_evict(kvp__policy *p);
+void kvp__policy_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 void kvp__policy_unlink(kvp__policy *p, uint32_t id);
 uint32_t kvp__policy_drop_one(kvp__policy *p);
 /* The checker: cached(ctx, id) is the pool's word on whether block id is cached (on the
@@ -219,13 +232,16 @@ int kvp__ghost_check(const kvp__policy *p);
 /* The policies (policy_slru.c, policy_s3fifo.c, policy_cdecay.c). */
 void kvp__slru_release(kvp__policy *p, uint32_t id);
 uint32_t kvp__slru_evict(kvp__policy *p);
+void kvp__slru_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_slru_check(const kvp__policy *p);
 uint32_t kvp__s3fifo_evict(kvp__policy *p);
+void kvp__s3fifo_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_s3fifo_check(const kvp__policy *p);
 void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n);
 void kvp__cdecay_head(kvp__policy *p, uint32_t c);
 void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth);
 uint32_t kvp__cdecay_evict(kvp__policy *p);
+void kvp__cdecay_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_cdecay_check(const kvp__policy *p);
 
 #endif /* KVP_POLICY_H */

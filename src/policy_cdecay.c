@@ -99,6 +99,12 @@ void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
     uint32_t bits = bit_length(n_new);
     p->cd_col = bits > 8 ? 8 : bits;
     for (int c = 0; c < KVP__CD_N_CLS; c++) {
+        /* Unchanged counts give the offset already there (the snapshot starts at all ones,
+         * which no count reaches, so the first request computes every class). */
+        if (p->cd_trials[c] == p->cd_snap_trials[c] && p->cd_reused[c] == p->cd_snap_reused[c])
+            continue;
+        p->cd_snap_trials[c] = p->cd_trials[c];
+        p->cd_snap_reused[c] = p->cd_reused[c];
         double odds = ((double)p->cd_reused[c] + 1.0) / ((double)p->cd_trials[c] + 2.0);
         double off = p->cd_tau * ln(odds);
         p->cd_off[c] = (int64_t)off - ((double)(int64_t)off > off); /* floor */
@@ -145,47 +151,89 @@ void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
     kvp__plist_push(p, l, id);
 }
 
-/* Does class a's head go before class b's (0xff: an empty FIFO, never)? The least key, the
- * deeper block on a tie, then the lower class. */
-static inline bool goes_first(const kvp__policy *p, uint8_t a, uint8_t b)
+/* The rank of a head with this key and depth in class c (policy.h, kvp__cdrank). */
+static inline kvp__cdrank rank_of(int64_t key, uint32_t depth, uint32_t c)
 {
-    if (a == 0xff || b == 0xff)
-        return b == 0xff && a != 0xff;
-    if (p->cd_hkey[a] != p->cd_hkey[b])
-        return p->cd_hkey[a] < p->cd_hkey[b];
-    if (p->cd_hdepth[a] != p->cd_hdepth[b])
-        return p->cd_hdepth[a] > p->cd_hdepth[b];
-    return a < b;
+    kvp__cdrank r = {(uint64_t)key ^ (UINT64_C(1) << 63), (uint64_t)(UINT32_MAX - depth) << 32 | c};
+    return r;
 }
+
+static inline bool rank_less(kvp__cdrank a, kvp__cdrank b)
+{
+    return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo);
+}
+
+/* Class c's leaf now ranks r: replay the 5 matches above it (each node keeps its winner's
+ * rank, so a match reads only the sibling). Ranks of nonempty FIFOs are distinct (their lo
+ * ends in the class), so the least rank is the victim the rules name. Cannot fail. */
+static inline void replay(kvp__policy *p, uint32_t c, kvp__cdrank r)
+{
+    uint32_t i = 32 + c;
+    p->cd_rank[i] = r;
+    p->cd_win[i] = (uint8_t)r.lo;
+    for (; i > 1; i >>= 1) {
+        kvp__cdrank s = p->cd_rank[i ^ 1];
+        if (rank_less(s, r))
+            r = s;
+        p->cd_rank[i >> 1] = r;
+        p->cd_win[i >> 1] = (uint8_t)r.lo;
+    }
+}
+
+static const kvp__cdrank no_rank = {UINT64_MAX, UINT64_MAX};
 
 /* Class c's FIFO has a new head (or became empty): its leaf and the matches above it. Cannot
  * fail. */
 void kvp__cdecay_head(kvp__policy *p, uint32_t c)
 {
     uint32_t head = p->list[KVP__PL_C0 + c].head;
-    if (head != KVP_NIL) {
-        p->cd_hkey[c] = p->b[head].key;
-        p->cd_hdepth[c] = p->b[head].depth;
-    }
-    uint32_t i = 32 + c;
-    p->cd_win[i] = head != KVP_NIL ? (uint8_t)c : 0xff;
-    for (i >>= 1; i >= 1; i >>= 1) {
-        uint8_t a = p->cd_win[2 * i], b = p->cd_win[2 * i + 1];
-        p->cd_win[i] = goes_first(p, a, b) ? a : b;
-    }
+    replay(p, c, head != KVP_NIL ? rank_of(p->b[head].key, p->b[head].depth, c) : no_rank);
 }
 
 /* The victim, off its list (pool.n_lru > 0): the head of the tournament's winner, the least
  * key among the FIFOs' heads (the deeper block on a tie, then the lower class); its key and
  * history enter G. Taking it off its FIFO replays that FIFO's matches (5 of them). */
-uint32_t kvp__cdecay_evict(kvp__policy *p)
+static inline uint32_t evict_one(kvp__policy *p)
 {
     uint8_t c = p->cd_win[1];
     assert(c < KVP__CD_N_CLS);
-    uint32_t v = p->list[KVP__PL_C0 + c].head;
-    kvp__plist_remove(p, v);
-    kvp__ghost_add(p, kvp__policy_key(p, v), (uint16_t)(p->b[v].hist << 8 | p->b[v].cls));
+    kvp__plist *L = &p->list[KVP__PL_C0 + c];
+    uint32_t v = L->head;
+    kvp__pblock *b = &p->b[v];
+    assert(b->list == KVP__PL_C0 + c && b->prev == KVP_NIL && *p->n_cached > 0);
+    uint32_t next = b->next;
+    L->head = next;
+    L->n--;
+    (*p->n_cached)--;
+    if (next != KVP_NIL) { /* kvp__plist_remove, knowing the block is its FIFO's head */
+        kvp__pblock *nb = &p->b[next];
+        nb->prev = KVP_NIL;
+        replay(p, c, rank_of(nb->key, nb->depth, c));
+    } else {
+        L->tail = KVP_NIL;
+        replay(p, c, no_rank);
+    }
+    b->list = KVP__PL_NONE;
+    b->next = KVP_NIL;
+    kvp__ghost_add(p, kvp__policy_key(p, v), (uint16_t)(b->hist << 8 | b->cls));
     return v;
+}
+
+uint32_t kvp__cdecay_evict(kvp__policy *p)
+{
+    return evict_one(p);
+}
+
+/* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
+ * same victims in the same order as n calls of kvp__cdecay_evict, each followed by
+ * kvp__policy_taken (a take does not touch the lists, the tournament or the ghost). */
+void kvp__cdecay_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t v = evict_one(p);
+        kvp__pblock_taken(p, v);
+        ids[k] = v;
+    }
 }
 
 #define FAIL_IF(cond)                                                                              \
@@ -207,17 +255,17 @@ int kvp__policy_cdecay_check(const kvp__policy *p)
         FAIL_IF(b->list < KVP__PL_C0 || b->hist == 0 || b->cls >= KVP__CD_N_CLS);
         FAIL_IF(b->key > (int64_t)p->cd_clock);
     }
-    for (uint32_t c = 0; c < KVP__CD_N_CLS; c++) {
-        uint32_t head = p->list[KVP__PL_C0 + c].head;
+    for (uint32_t c = 0; c < 32; c++) {
+        uint32_t head = c < KVP__CD_N_CLS ? p->list[KVP__PL_C0 + c].head : KVP_NIL;
+        kvp__cdrank r = head != KVP_NIL ? rank_of(p->b[head].key, p->b[head].depth, c) : no_rank;
         FAIL_IF(p->cd_win[32 + c] != (head != KVP_NIL ? c : 0xff));
-        FAIL_IF(head != KVP_NIL &&
-                (p->cd_hkey[c] != p->b[head].key || p->cd_hdepth[c] != p->b[head].depth));
+        FAIL_IF(p->cd_rank[32 + c].hi != r.hi || p->cd_rank[32 + c].lo != r.lo);
     }
-    for (uint32_t c = KVP__CD_N_CLS; c < 32; c++)
-        FAIL_IF(p->cd_win[32 + c] != 0xff);
     for (uint32_t i = 1; i < 32; i++) {
-        uint8_t a = p->cd_win[2 * i], b = p->cd_win[2 * i + 1];
-        FAIL_IF(p->cd_win[i] != (goes_first(p, a, b) ? a : b));
+        kvp__cdrank a = p->cd_rank[2 * i], b = p->cd_rank[2 * i + 1];
+        kvp__cdrank w = rank_less(a, b) ? a : b;
+        FAIL_IF(p->cd_rank[i].hi != w.hi || p->cd_rank[i].lo != w.lo);
+        FAIL_IF(p->cd_win[i] != (rank_less(a, b) ? p->cd_win[2 * i] : p->cd_win[2 * i + 1]));
     }
     return kvp__ghost_check(p);
 }

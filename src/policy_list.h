@@ -9,6 +9,23 @@
 
 #include "internal.h"
 
+/* Block id was just handed out by the pool (free or evicted): a fresh record, on no list
+ * and with no home until its first release as an indexed block (kvp__policy_taken, and the
+ * policies' batched evictions). Cannot fail. */
+static inline void kvp__pblock_taken(kvp__policy *p, uint32_t id)
+{
+    kvp__pblock *b = &p->b[id];
+    assert(b->list == KVP__PL_NONE);
+    b->depth = 0;
+    b->n_hits = 0;
+    b->freq = 0;
+    b->hist = 0;
+    b->cls = 0;
+    b->key = 0;
+    b->home = KVP__PL_NONE;
+    b->last_use = ++p->clock;
+}
+
 /* Queue cached block id at the tail of list l and count it cached (*n_cached: pool.n_lru or a
  * tier's n_listed). A new head of a CDECAY FIFO replays its tournament (kvp__cdecay_head). */
 static inline void kvp__plist_push(kvp__policy *p, uint8_t l, uint32_t id)

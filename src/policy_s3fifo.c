@@ -47,7 +47,7 @@
 #include "policy_list.h"
 
 /* The victim, off its list (pool.n_lru > 0). Steps as at the top of this file. */
-uint32_t kvp__s3fifo_evict(kvp__policy *p)
+static inline uint32_t evict_one(kvp__policy *p)
 {
     kvp__plist *S = &p->list[KVP__PL_A], *M = &p->list[KVP__PL_B];
     /* Step 1: from S while it is at its target size (or M is empty). */
@@ -73,6 +73,23 @@ uint32_t kvp__s3fifo_evict(kvp__policy *p)
             return id;
         p->b[id].freq--;
         kvp__plist_push(p, KVP__PL_B, id);
+    }
+}
+
+uint32_t kvp__s3fifo_evict(kvp__policy *p)
+{
+    return evict_one(p);
+}
+
+/* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
+ * same victims in the same order as n calls of kvp__s3fifo_evict, each followed by
+ * kvp__policy_taken (a take does not touch the FIFOs or the ghost). */
+void kvp__s3fifo_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t v = evict_one(p);
+        kvp__pblock_taken(p, v);
+        ids[k] = v;
     }
 }
 

@@ -48,12 +48,29 @@ void kvp__slru_release(kvp__policy *p, uint32_t id)
 }
 
 /* Probation's head, else protected's head, off its list (pool.n_lru > 0). */
-uint32_t kvp__slru_evict(kvp__policy *p)
+static inline uint32_t evict_one(kvp__policy *p)
 {
     uint32_t id = p->list[KVP__PL_A].n ? p->list[KVP__PL_A].head : p->list[KVP__PL_B].head;
     assert(id != KVP_NIL);
-    kvp__plist_remove(p, id);
+    kvp__plist_remove_in(p, id, false);
     return id;
+}
+
+uint32_t kvp__slru_evict(kvp__policy *p)
+{
+    return evict_one(p);
+}
+
+/* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
+ * same victims in the same order as n calls of kvp__slru_evict, each followed by
+ * kvp__policy_taken. */
+void kvp__slru_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t v = evict_one(p);
+        kvp__pblock_taken(p, v);
+        ids[k] = v;
+    }
 }
 
 /* Invariants above. KVP_OK or KVP_ECORRUPT. */

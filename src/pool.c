@@ -670,6 +670,34 @@ static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
     }
 }
 
+/* Evict n cached blocks into ids[] under a policy other than LRU (the free list is empty, n
+ * cached blocks exist, retention was never used, no quota, no event callback), pinned once,
+ * as n calls of take would: the policy hands out its n victims in one call
+ * (kvp__policy_evict_n: the same victims in the same order, its records as taken leaves
+ * them), then each leaves the index. Nothing can observe the cache in between (no callback),
+ * and the policy reads no pool state but the victims' keys, which leaving the index keeps.
+ * A hook added to take() or unindex() must go here too, or become a condition in
+ * kvp__pool_take_n. Cannot fail. */
+static void take_policy_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
+{
+    kvp__pool *pool = &cache->pool;
+    kvp__block *const blocks = pool->blocks;
+    UT_hash_table *const tbl = cache->index.head->hh.tbl;
+    const bool verifying = kvp__verifying(cache);
+    kvp__policy_evict_n(&cache->policy, ids, n);
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t id = ids[k];
+        kvp__block *b = &blocks[id];
+        assert(!kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL && kvp__block_is_indexed(b));
+        b->ref = 1;
+        kvp__index_unlink(&cache->index, tbl, b);
+        if (verifying)
+            kvp__verify_forget(cache, id);
+    }
+    pool->n_in_use += n;
+    cache->stats.n_evictions += n;
+}
+
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
  * kvp__pool_available >= n): free blocks first, then evictions, in batches when
  * batch_evictions allows. Otherwise, while evicting, the blocks EVICT_AHEAD entries ahead
@@ -680,12 +708,19 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
     kvp__pool *pool = &cache->pool;
     assert(kvp__pool_available(pool) >= n);
     if (!KVP__LIKELY(kvp__pool_plain(cache))) {
-        if (kvp__retention_on(cache))
+        if (kvp__retention_on(cache)) {
             for (uint32_t i = 0; i < n; i++)
                 ids[i] = take_general(cache);
-        else
+        } else if (!kvp__quotas_on(cache) && !cache->cfg.on_event) {
+            uint32_t i = 0;
+            for (; i < n && pool->free_head != KVP_NIL; i++)
+                ids[i] = take(cache, false, false);
+            if (i < n)
+                take_policy_batch(cache, ids + i, n - i);
+        } else {
             for (uint32_t i = 0; i < n; i++)
                 ids[i] = take(cache, false, false);
+        }
         return;
     }
     if (batch_evictions(cache)) {
