@@ -163,18 +163,35 @@ static inline bool rank_less(kvp__cdrank a, kvp__cdrank b)
     return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo);
 }
 
+#if defined(__SIZEOF_INT128__)
+__extension__ typedef unsigned __int128 rank_word; /* a rank as one number: compares in 2 */
+static inline rank_word rank_word_of(kvp__cdrank r)
+{
+    return (rank_word)r.hi << 64 | r.lo;
+}
+static inline kvp__cdrank rank_min(kvp__cdrank a, kvp__cdrank b)
+{
+    rank_word x = rank_word_of(a), y = rank_word_of(b), m = y < x ? y : x;
+    kvp__cdrank r = {(uint64_t)(m >> 64), (uint64_t)m};
+    return r;
+}
+#else
+static inline kvp__cdrank rank_min(kvp__cdrank a, kvp__cdrank b)
+{
+    return rank_less(b, a) ? b : a;
+}
+#endif
+
 /* Class c's leaf now ranks r: replay the 5 matches above it (each node keeps its winner's
  * rank, so a match reads only the sibling). Ranks of nonempty FIFOs are distinct (their lo
  * ends in the class), so the least rank is the victim the rules name. Cannot fail. */
-static inline void replay(kvp__policy *p, uint32_t c, kvp__cdrank r)
+static KVP__ALWAYS_INLINE void replay(kvp__policy *p, uint32_t c, kvp__cdrank r)
 {
     uint32_t i = 32 + c;
     p->cd_rank[i] = r;
     p->cd_win[i] = (uint8_t)r.lo;
     for (; i > 1; i >>= 1) {
-        kvp__cdrank s = p->cd_rank[i ^ 1];
-        if (rank_less(s, r))
-            r = s;
+        r = rank_min(r, p->cd_rank[i ^ 1]);
         p->cd_rank[i >> 1] = r;
         p->cd_win[i >> 1] = (uint8_t)r.lo;
     }
@@ -182,57 +199,79 @@ static inline void replay(kvp__policy *p, uint32_t c, kvp__cdrank r)
 
 static const kvp__cdrank no_rank = {UINT64_MAX, UINT64_MAX};
 
+/* The rank of class c's FIFO head `head` (KVP_NIL: the FIFO is empty). */
+static inline kvp__cdrank head_rank(const kvp__policy *p, uint32_t c, uint32_t head)
+{
+    return head != KVP_NIL ? rank_of(p->b[head].key, p->b[head].depth, c) : no_rank;
+}
+
 /* Class c's FIFO has a new head (or became empty): its leaf and the matches above it. Cannot
  * fail. */
 void kvp__cdecay_head(kvp__policy *p, uint32_t c)
 {
-    uint32_t head = p->list[KVP__PL_C0 + c].head;
-    replay(p, c, head != KVP_NIL ? rank_of(p->b[head].key, p->b[head].depth, c) : no_rank);
+    replay(p, c, head_rank(p, c, p->list[KVP__PL_C0 + c].head));
+}
+
+/* Take class c's head v off its FIFO (its list, *n_cached) without replaying the tournament,
+ * and remember its key and history in G: the new head of the FIFO, or KVP_NIL. */
+static KVP__ALWAYS_INLINE uint32_t pop_head(kvp__policy *p, uint32_t c, uint32_t v)
+{
+    kvp__plist *L = &p->list[KVP__PL_C0 + c];
+    kvp__pblock *b = &p->b[v];
+    assert(L->head == v && b->list == KVP__PL_C0 + c && b->prev == KVP_NIL && *p->n_cached > 0);
+    uint32_t next = b->next;
+    L->head = next;
+    L->n--;
+    (*p->n_cached)--;
+    if (next != KVP_NIL)
+        p->b[next].prev = KVP_NIL;
+    else
+        L->tail = KVP_NIL;
+    b->list = KVP__PL_NONE;
+    b->next = KVP_NIL;
+    kvp__ghost_add(p, kvp__policy_key(p, v), (uint16_t)(b->hist << 8 | b->cls));
+    return next;
 }
 
 /* The victim, off its list (pool.n_lru > 0): the head of the tournament's winner, the least
  * key among the FIFOs' heads (the deeper block on a tie, then the lower class); its key and
  * history enter G. Taking it off its FIFO replays that FIFO's matches (5 of them). */
-static inline uint32_t evict_one(kvp__policy *p)
+uint32_t kvp__cdecay_evict(kvp__policy *p)
 {
     uint8_t c = p->cd_win[1];
     assert(c < KVP__CD_N_CLS);
-    kvp__plist *L = &p->list[KVP__PL_C0 + c];
-    uint32_t v = L->head;
-    kvp__pblock *b = &p->b[v];
-    assert(b->list == KVP__PL_C0 + c && b->prev == KVP_NIL && *p->n_cached > 0);
-    uint32_t next = b->next;
-    L->head = next;
-    L->n--;
-    (*p->n_cached)--;
-    if (next != KVP_NIL) { /* kvp__plist_remove, knowing the block is its FIFO's head */
-        kvp__pblock *nb = &p->b[next];
-        nb->prev = KVP_NIL;
-        replay(p, c, rank_of(nb->key, nb->depth, c));
-    } else {
-        L->tail = KVP_NIL;
-        replay(p, c, no_rank);
-    }
-    b->list = KVP__PL_NONE;
-    b->next = KVP_NIL;
-    kvp__ghost_add(p, kvp__policy_key(p, v), (uint16_t)(b->hist << 8 | b->cls));
+    uint32_t v = p->list[KVP__PL_C0 + c].head;
+    replay(p, c, head_rank(p, c, pop_head(p, c, v)));
     return v;
-}
-
-uint32_t kvp__cdecay_evict(kvp__policy *p)
-{
-    return evict_one(p);
 }
 
 /* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
  * same victims in the same order as n calls of kvp__cdecay_evict, each followed by
- * kvp__policy_taken (a take does not touch the lists, the tournament or the ghost). */
+ * kvp__policy_taken (a take does not touch the lists, the tournament or the ghost). While the
+ * winning FIFO's new head still ranks below every other FIFO's head (the least rank of the
+ * siblings on its path, computed once per run), it is the next victim: the tournament is
+ * replayed once per run of victims from one FIFO instead of once per victim. */
 void kvp__cdecay_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n)
 {
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t v = evict_one(p);
-        kvp__pblock_taken(p, v);
-        ids[k] = v;
+    uint32_t k = 0;
+    while (k < n) {
+        uint8_t c = p->cd_win[1];
+        assert(c < KVP__CD_N_CLS);
+        kvp__cdrank other = no_rank;
+        for (uint32_t i = 32 + c; i > 1; i >>= 1)
+            other = rank_min(other, p->cd_rank[i ^ 1]);
+        uint32_t v = p->list[KVP__PL_C0 + c].head;
+        kvp__cdrank r;
+        for (;;) {
+            uint32_t next = pop_head(p, c, v);
+            kvp__pblock_taken(p, v);
+            ids[k++] = v;
+            r = head_rank(p, c, next);
+            if (k == n || !rank_less(r, other))
+                break;
+            v = next;
+        }
+        replay(p, c, r);
     }
 }
 
