@@ -28,7 +28,6 @@
  */
 #include <string.h>
 
-#include "policy_ghost.h"
 #include "policy_list.h"
 
 /* Validate a policy's parameters: KVP_OK or KVP_EINVAL. */
@@ -255,22 +254,23 @@ uint32_t kvp__policy_orphans(const kvp_cache *cache)
  * S3-FIFO: main if the ghost remembers its key, else small). Cannot fail. */
 void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    kvp__pblock *b = &p->b[id];
-    b->last_use = ++p->clock;
-    b->depth = depth;
+    kvp__policy_release_n(p, &id, &depth, 1);
+}
+
+/* Blocks ids[at[j]], j < m, each block at[j] of its chain (at[] descending: a chain's tail
+ * first), lost their last pin and are cached: the same as m calls of kvp__policy_release in
+ * that order, in one call (each policy's loop inlines its release). Cannot fail. */
+void kvp__policy_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m)
+{
     switch (p->eviction) {
     case KVP_EVICT_S3FIFO:
-        if (b->home == KVP__PL_NONE) /* S3-FIFO: M if G remembers the key, else S */
-            b->home = kvp__ghost_find(p, kvp__policy_key(p, id), NULL) ? KVP__PL_B : KVP__PL_A;
-        kvp__plist_push(p, b->home, id);
+        kvp__s3fifo_release_n(p, ids, at, m);
         return;
     case KVP_EVICT_SLRU:
-        if (b->home == KVP__PL_NONE)
-            b->home = KVP__PL_A;
-        kvp__slru_release(p, id);
+        kvp__slru_release_n(p, ids, at, m);
         return;
     default:
-        kvp__cdecay_release(p, id, depth);
+        kvp__cdecay_release_n(p, ids, at, m);
         return;
     }
 }

@@ -114,9 +114,9 @@ void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
 
 /* Indexed block id, block depth of its chain, lost its last pin and is cached: steps 1-3
  * at the top of this file. Cannot fail. */
-void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
+static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    kvp__pblock *b = &p->b[id];
+    kvp__pblock *b = kvp__pblock_released(p, id, depth);
     /* Step 1: the touch's class, and the previous touch's reuse. */
     uint32_t known = 0, prev_cls = 0;
     if (b->home == KVP__PL_NONE) {
@@ -149,6 +149,13 @@ void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
     p->cd_chain_list = l;
     b->key = key;
     kvp__plist_push(p, l, id);
+}
+
+/* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
+void kvp__cdecay_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m)
+{
+    for (uint32_t j = 0; j < m; j++)
+        release_one(p, ids[at[j]], at[j]);
 }
 
 /* The rank of a head with this key and depth in class c (policy.h, kvp__cdrank). */

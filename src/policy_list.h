@@ -26,6 +26,15 @@ static inline void kvp__pblock_taken(kvp__policy *p, uint32_t id)
     b->last_use = ++p->clock;
 }
 
+/* The shared part of a release (kvp__policy_release): block id's clock and depth. */
+static inline kvp__pblock *kvp__pblock_released(kvp__policy *p, uint32_t id, uint32_t depth)
+{
+    kvp__pblock *b = &p->b[id];
+    b->last_use = ++p->clock;
+    b->depth = depth;
+    return b;
+}
+
 /* Queue cached block id at the tail of list l and count it cached (*n_cached: pool.n_lru or a
  * tier's n_listed). A new head of a CDECAY FIFO replays its tournament (kvp__cdecay_head). */
 static inline void kvp__plist_push(kvp__policy *p, uint8_t l, uint32_t id)

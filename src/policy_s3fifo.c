@@ -46,6 +46,23 @@
 #include "policy_ghost.h"
 #include "policy_list.h"
 
+/* Indexed block id, block depth of its chain, became cached: to its home's tail; at its
+ * first release its home is M if G remembers its key, else S. Cannot fail. */
+static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
+{
+    kvp__pblock *b = kvp__pblock_released(p, id, depth);
+    if (b->home == KVP__PL_NONE)
+        b->home = kvp__ghost_find(p, kvp__policy_key(p, id), NULL) ? KVP__PL_B : KVP__PL_A;
+    kvp__plist_push(p, b->home, id);
+}
+
+/* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
+void kvp__s3fifo_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m)
+{
+    for (uint32_t j = 0; j < m; j++)
+        release_one(p, ids[at[j]], at[j]);
+}
+
 /* The victim, off its list (pool.n_lru > 0). Steps as at the top of this file. */
 static inline uint32_t evict_one(kvp__policy *p)
 {

@@ -34,17 +34,28 @@
  */
 #include "policy_list.h"
 
-/* Indexed block id became cached: to its segment's tail, demoting protected's head when
- * protected overflows. Cannot fail. */
-void kvp__slru_release(kvp__policy *p, uint32_t id)
+/* Indexed block id, block depth of its chain, became cached: to its segment's tail (at its
+ * first release probation, unless a hit already sent it to protected), demoting protected's
+ * head when protected overflows. Cannot fail. */
+static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    kvp__plist_push(p, p->b[id].home, id);
+    kvp__pblock *b = kvp__pblock_released(p, id, depth);
+    if (b->home == KVP__PL_NONE)
+        b->home = KVP__PL_A;
+    kvp__plist_push(p, b->home, id);
     if (p->list[KVP__PL_B].n > p->cap_b) {
         uint32_t d = p->list[KVP__PL_B].head;
-        kvp__plist_remove(p, d);
+        kvp__plist_remove_in(p, d, false);
         p->b[d].home = KVP__PL_A;
         kvp__plist_push(p, KVP__PL_A, d);
     }
+}
+
+/* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
+void kvp__slru_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m)
+{
+    for (uint32_t j = 0; j < m; j++)
+        release_one(p, ids[at[j]], at[j]);
 }
 
 /* Probation's head, else protected's head, off its list (pool.n_lru > 0). */

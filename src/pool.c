@@ -371,6 +371,43 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
     }
 }
 
+#define RELEASE_BATCH 64 /* blocks handed to the policy per kvp__policy_release_n */
+
+/* n unpins under a policy other than LRU with no quota and retention never used: the pins
+ * are dropped here, and the blocks that become cached are handed to the policy in batches, in
+ * the same order (kvp__policy_release_n: the same as one kvp__policy_release each). Nothing
+ * else happens between two releases (no quota eviction), and the free list and pin counts
+ * that the pool updates in between are not the policy's, so the result is that of n unpins.
+ * A hook added to unpin() must go here too, or into the gate in unpin_general. Cannot
+ * fail. */
+static void unpin_policy_run(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+{
+    kvp__pool *pool = &cache->pool;
+    uint32_t at[RELEASE_BATCH], m = 0, n_unpinned = 0;
+    for (uint32_t i = n; i-- > 0;) {
+        uint32_t id = ids[i];
+        assert(id < pool->n_blocks);
+        kvp__block *b = &pool->blocks[id];
+        assert(kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
+        if (--b->ref > 0)
+            continue;
+        n_unpinned++;
+        if (!kvp__block_is_indexed(b)) {
+            free_push(pool, id);
+            continue;
+        }
+        at[m++] = i;
+        if (m == RELEASE_BATCH) {
+            kvp__policy_release_n(&cache->policy, ids, at, m);
+            m = 0;
+        }
+    }
+    if (m > 0)
+        kvp__policy_release_n(&cache->policy, ids, at, m);
+    assert(pool->n_in_use >= n_unpinned);
+    pool->n_in_use -= n_unpinned;
+}
+
 /* kvp__pool_unpin_tail_first off the plain LRU path: another policy, or retention on (then
  * the pending options are noted on each block). Cannot fail. */
 static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
@@ -379,7 +416,9 @@ static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
         kvp__policy_link(cache, ids, n);
     if (!kvp__policy_is_lru(cache))
         kvp__policy_release_begin(&cache->policy, ids, n);
-    if (!kvp__retention_on(cache)) {
+    if (!kvp__retention_on(cache) && !kvp__quotas_on(cache)) {
+        unpin_policy_run(cache, ids, n);
+    } else if (!kvp__retention_on(cache)) {
         for (uint32_t i = n; i-- > 0;)
             unpin(cache, ids[i], i, false, false);
     } else if (kvp__policy_is_lru(cache)) {
