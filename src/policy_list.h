@@ -82,6 +82,28 @@ static inline void kvp__plist_remove_in(kvp__policy *p, uint32_t id, bool cdecay
         kvp__cdecay_head(p, l - KVP__PL_C0);
 }
 
+/* Take the head of nonempty list l, which is not a CDECAY FIFO, off it: kvp__plist_remove
+ * knowing the block has no predecessor. Cannot fail. */
+static inline uint32_t kvp__plist_pop(kvp__policy *p, uint8_t l)
+{
+    kvp__plist *L = &p->list[l];
+    uint32_t id = L->head;
+    kvp__pblock *b = &p->b[id];
+    assert(l < KVP__PL_C0 && id != KVP_NIL && b->list == l && b->prev == KVP_NIL);
+    assert(*p->n_cached > 0);
+    uint32_t next = b->next;
+    L->head = next;
+    if (next != KVP_NIL)
+        p->b[next].prev = KVP_NIL;
+    else
+        L->tail = KVP_NIL;
+    L->n--;
+    b->list = KVP__PL_NONE;
+    b->next = KVP_NIL;
+    (*p->n_cached)--;
+    return id;
+}
+
 static inline void kvp__plist_remove(kvp__policy *p, uint32_t id)
 {
     kvp__plist_remove_in(p, id, true);

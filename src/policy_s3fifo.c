@@ -70,8 +70,7 @@ static inline uint32_t evict_one(kvp__policy *p)
     /* Step 1: from S while it is at its target size (or M is empty). */
     if (S->n >= p->cap_a || M->n == 0) {
         while (S->n > 0) {
-            uint32_t id = S->head;
-            kvp__plist_remove_in(p, id, false);
+            uint32_t id = kvp__plist_pop(p, KVP__PL_A);
             if (p->b[id].freq > 0) {
                 p->b[id].home = KVP__PL_B;
                 kvp__plist_push(p, KVP__PL_B, id);
@@ -83,9 +82,8 @@ static inline uint32_t evict_one(kvp__policy *p)
     }
     /* Step 2: from M, giving each block with freq > 0 another round. */
     for (;;) {
-        uint32_t id = M->head;
-        assert(id != KVP_NIL);
-        kvp__plist_remove_in(p, id, false);
+        assert(M->head != KVP_NIL);
+        uint32_t id = kvp__plist_pop(p, KVP__PL_B);
         if (p->b[id].freq == 0)
             return id;
         p->b[id].freq--;

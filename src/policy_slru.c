@@ -44,8 +44,7 @@ static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
         b->home = KVP__PL_A;
     kvp__plist_push(p, b->home, id);
     if (p->list[KVP__PL_B].n > p->cap_b) {
-        uint32_t d = p->list[KVP__PL_B].head;
-        kvp__plist_remove_in(p, d, false);
+        uint32_t d = kvp__plist_pop(p, KVP__PL_B);
         p->b[d].home = KVP__PL_A;
         kvp__plist_push(p, KVP__PL_A, d);
     }
@@ -61,10 +60,7 @@ void kvp__slru_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at
 /* Probation's head, else protected's head, off its list (pool.n_lru > 0). */
 static inline uint32_t evict_one(kvp__policy *p)
 {
-    uint32_t id = p->list[KVP__PL_A].n ? p->list[KVP__PL_A].head : p->list[KVP__PL_B].head;
-    assert(id != KVP_NIL);
-    kvp__plist_remove_in(p, id, false);
-    return id;
+    return kvp__plist_pop(p, p->list[KVP__PL_A].n ? KVP__PL_A : KVP__PL_B);
 }
 
 uint32_t kvp__slru_evict(kvp__policy *p)
