@@ -93,10 +93,12 @@ static inline unsigned kvp__uthash_fn(const void *key, size_t len)
 
 #if defined(__GNUC__)
 #define KVP__COLD            __attribute__((cold, noinline))
+#define KVP__NOINLINE        __attribute__((noinline))
 #define KVP__PRINTF(fmt, va) __attribute__((format(printf, fmt, va)))
 #define KVP__LIKELY(x)       __builtin_expect(!!(x), 1)
 #else
 #define KVP__COLD
+#define KVP__NOINLINE
 #define KVP__PRINTF(fmt, va)
 #define KVP__LIKELY(x) (x)
 #endif

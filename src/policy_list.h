@@ -36,12 +36,13 @@ static inline kvp__pblock *kvp__pblock_released(kvp__policy *p, uint32_t id, uin
 }
 
 /* Queue cached block id at the tail of list l and count it cached (*n_cached: pool.n_lru or a
- * tier's n_listed). A new head of a CDECAY FIFO replays its tournament (kvp__cdecay_head). */
-static inline void kvp__plist_push(kvp__policy *p, uint8_t l, uint32_t id)
+ * tier's n_listed). A new head of a CDECAY FIFO replays its tournament (kvp__cdecay_head;
+ * cdecay: l may be a CDECAY FIFO, false skips the test). */
+static inline void kvp__plist_push_in(kvp__policy *p, uint8_t l, uint32_t id, bool cdecay)
 {
     kvp__pblock *b = &p->b[id];
     kvp__plist *L = &p->list[l];
-    assert(l != KVP__PL_NONE && b->list == KVP__PL_NONE);
+    assert(l != KVP__PL_NONE && b->list == KVP__PL_NONE && (cdecay || l < KVP__PL_C0));
     b->list = l;
     b->prev = L->tail;
     b->next = KVP_NIL;
@@ -52,8 +53,13 @@ static inline void kvp__plist_push(kvp__policy *p, uint8_t l, uint32_t id)
     L->tail = id;
     L->n++;
     (*p->n_cached)++;
-    if (l >= KVP__PL_C0 && L->head == id)
+    if (cdecay && l >= KVP__PL_C0 && L->head == id)
         kvp__cdecay_head(p, l - KVP__PL_C0);
+}
+
+static inline void kvp__plist_push(kvp__policy *p, uint8_t l, uint32_t id)
+{
+    kvp__plist_push_in(p, l, id, true);
 }
 
 /* Take block id off its list; it no longer counts as cached (*n_cached) (cdecay: the policy

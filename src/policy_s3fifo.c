@@ -53,7 +53,7 @@ static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
     kvp__pblock *b = kvp__pblock_released(p, id, depth);
     if (b->home == KVP__PL_NONE)
         b->home = kvp__ghost_find(p, kvp__policy_key(p, id), NULL) ? KVP__PL_B : KVP__PL_A;
-    kvp__plist_push(p, b->home, id);
+    kvp__plist_push_in(p, b->home, id, false);
 }
 
 /* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
@@ -73,7 +73,7 @@ static inline uint32_t evict_one(kvp__policy *p)
             uint32_t id = kvp__plist_pop(p, KVP__PL_A);
             if (p->b[id].freq > 0) {
                 p->b[id].home = KVP__PL_B;
-                kvp__plist_push(p, KVP__PL_B, id);
+                kvp__plist_push_in(p, KVP__PL_B, id, false);
                 continue;
             }
             kvp__ghost_add(p, kvp__policy_key(p, id), 0);
@@ -87,7 +87,7 @@ static inline uint32_t evict_one(kvp__policy *p)
         if (p->b[id].freq == 0)
             return id;
         p->b[id].freq--;
-        kvp__plist_push(p, KVP__PL_B, id);
+        kvp__plist_push_in(p, KVP__PL_B, id, false);
     }
 }
 

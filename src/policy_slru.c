@@ -42,7 +42,7 @@ static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
     kvp__pblock *b = kvp__pblock_released(p, id, depth);
     if (b->home == KVP__PL_NONE)
         b->home = KVP__PL_A;
-    kvp__plist_push(p, b->home, id);
+    kvp__plist_push_in(p, b->home, id, false);
     if (p->list[KVP__PL_B].n > p->cap_b) {
         uint32_t d = kvp__plist_pop(p, KVP__PL_B);
         p->b[d].home = KVP__PL_A;

@@ -717,7 +717,7 @@ static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
  * and the policy reads no pool state but the victims' keys, which leaving the index keeps.
  * A hook added to take() or unindex() must go here too, or become a condition in
  * kvp__pool_take_n. Cannot fail. */
-static void take_policy_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
+static KVP__NOINLINE void take_policy_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
     kvp__block *const blocks = pool->blocks;
