@@ -254,7 +254,17 @@ uint32_t kvp__policy_orphans(const kvp_cache *cache)
  * S3-FIFO: main if the ghost remembers its key, else small). Cannot fail. */
 void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    kvp__policy_release_n(p, &id, &depth, 1);
+    switch (p->eviction) {
+    case KVP_EVICT_S3FIFO:
+        kvp__s3fifo_release(p, id, depth);
+        return;
+    case KVP_EVICT_SLRU:
+        kvp__slru_release(p, id, depth);
+        return;
+    default:
+        kvp__cdecay_release(p, id, depth);
+        return;
+    }
 }
 
 /* Blocks ids[at[j]], j < m, each block at[j] of its chain (at[] descending: a chain's tail

@@ -231,16 +231,19 @@ int kvp__policy_check(const kvp__policy *p, bool (*cached)(const void *ctx, uint
 int kvp__ghost_check(const kvp__policy *p);
 
 /* The policies (policy_slru.c, policy_s3fifo.c, policy_cdecay.c). */
+void kvp__slru_release(kvp__policy *p, uint32_t id, uint32_t depth);
 void kvp__slru_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__slru_evict(kvp__policy *p);
 void kvp__slru_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_slru_check(const kvp__policy *p);
+void kvp__s3fifo_release(kvp__policy *p, uint32_t id, uint32_t depth);
 void kvp__s3fifo_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__s3fifo_evict(kvp__policy *p);
 void kvp__s3fifo_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_s3fifo_check(const kvp__policy *p);
 void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n);
 void kvp__cdecay_head(kvp__policy *p, uint32_t c);
+void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth);
 void kvp__cdecay_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__cdecay_evict(kvp__policy *p);
 void kvp__cdecay_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);

@@ -151,6 +151,12 @@ static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
     kvp__plist_push(p, l, id);
 }
 
+/* One block (kvp__policy_release). Cannot fail. */
+void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
+{
+    release_one(p, id, depth);
+}
+
 /* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
 void kvp__cdecay_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m)
 {
