@@ -51,13 +51,14 @@
  * class < 27 and a key <= cd_clock; SLRU's and S3-FIFO's lists are empty; every offset is
  * <= 0; the ghost's own (policy_ghost.c).
  *
- * Cost: a release O(1) (27 logarithms per request, not per block); an eviction O(1): a
- * tournament over the FIFOs' heads (cd_win) gives the victim, and a FIFO whose head changes
- * replays its 5 matches; 40 bytes per block (policy.c) plus the ghost: 8 bytes per key and 14 per
- * table slot (4 to 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16
- * per block: 1.0 to 1.9 KB per pool block, small beside a KV block of any model: 2 MB for
- * 16 tokens of an 8B model).
- * bench_core (c): 1.47x LRU's instructions per request (docs/performance.md).
+ * Cost: a release O(1) (at most 27 logarithms per request, not per block: a class's offset is
+ * recomputed only when its counts moved); an eviction O(1): a tournament over the FIFOs'
+ * heads (cd_win, cd_rank) gives the victim, and a FIFO whose head changes replays its 5
+ * matches (a batched eviction once per run of victims from one FIFO); 40 bytes per block (policy.c)
+ * plus the ghost: 8 bytes per key and 14 per table slot (4 to 8 per key), ghost_cap = n_blocks *
+ * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to 1.9 KB per pool block, small beside a
+ * KV block of any model: 2 MB for 16 tokens of an 8B model). bench_core (c): 1.40x LRU's
+ * instructions per request (167.8k against 119.9k; docs/performance.md, "Eviction policies").
  */
 #include "policy_ghost.h"
 #include "policy_list.h"
