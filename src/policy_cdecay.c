@@ -159,7 +159,8 @@ void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
 }
 
 /* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
-void kvp__cdecay_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m)
+void kvp__cdecay_release_n(kvp__policy *restrict p, const uint32_t *ids, const uint32_t *at,
+                           uint32_t m)
 {
     for (uint32_t j = 0; j < m; j++)
         release_one(p, ids[at[j]], at[j]);
@@ -243,7 +244,7 @@ static KVP__ALWAYS_INLINE uint32_t pop_head(kvp__policy *p, uint32_t c, uint32_t
         L->tail = KVP_NIL;
     b->list = KVP__PL_NONE;
     b->next = KVP_NIL;
-    kvp__ghost_add(p, kvp__policy_key(p, v), (uint16_t)(b->hist << 8 | b->cls));
+    kvp__ghost_add(p, kvp__policy_key(p, v), (uint16_t)(b->hist << 8 | b->cls), true);
     return next;
 }
 
@@ -265,7 +266,7 @@ uint32_t kvp__cdecay_evict(kvp__policy *p)
  * winning FIFO's new head still ranks below every other FIFO's head (the least rank of the
  * siblings on its path, computed once per run), it is the next victim: the tournament is
  * replayed once per run of victims from one FIFO instead of once per victim. */
-void kvp__cdecay_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n)
+void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
 {
     uint32_t k = 0;
     while (k < n) {

@@ -64,7 +64,8 @@ void kvp__s3fifo_release(kvp__policy *p, uint32_t id, uint32_t depth)
 }
 
 /* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
-void kvp__s3fifo_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m)
+void kvp__s3fifo_release_n(kvp__policy *restrict p, const uint32_t *ids, const uint32_t *at,
+                           uint32_t m)
 {
     for (uint32_t j = 0; j < m; j++)
         release_one(p, ids[at[j]], at[j]);
@@ -83,7 +84,7 @@ static inline uint32_t evict_one(kvp__policy *p)
                 kvp__plist_push_in(p, KVP__PL_B, id, false);
                 continue;
             }
-            kvp__ghost_add(p, kvp__policy_key(p, id), 0);
+            kvp__ghost_add(p, kvp__policy_key(p, id), 0, false);
             return id;
         }
     }
@@ -106,7 +107,7 @@ uint32_t kvp__s3fifo_evict(kvp__policy *p)
 /* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
  * same victims in the same order as n calls of kvp__s3fifo_evict, each followed by
  * kvp__policy_taken (a take does not touch the FIFOs or the ghost). */
-void kvp__s3fifo_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n)
+void kvp__s3fifo_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
 {
     for (uint32_t k = 0; k < n; k++) {
         uint32_t v = evict_one(p);

@@ -59,7 +59,8 @@ void kvp__slru_release(kvp__policy *p, uint32_t id, uint32_t depth)
 }
 
 /* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
-void kvp__slru_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m)
+void kvp__slru_release_n(kvp__policy *restrict p, const uint32_t *ids, const uint32_t *at,
+                         uint32_t m)
 {
     for (uint32_t j = 0; j < m; j++)
         release_one(p, ids[at[j]], at[j]);
@@ -79,7 +80,7 @@ uint32_t kvp__slru_evict(kvp__policy *p)
 /* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
  * same victims in the same order as n calls of kvp__slru_evict, each followed by
  * kvp__policy_taken. */
-void kvp__slru_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n)
+void kvp__slru_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
 {
     for (uint32_t k = 0; k < n; k++) {
         uint32_t v = evict_one(p);
