@@ -115,6 +115,8 @@ void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
 
 /* Indexed block id, block depth of its chain, lost its last pin and is cached: steps 1-3
  * at the top of this file. Cannot fail. */
+static inline void cdecay_head(kvp__policy *p, uint32_t c);
+
 static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
 {
     kvp__pblock *b = kvp__pblock_released(p, id, depth);
@@ -149,7 +151,9 @@ static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
     p->cd_chain_key = key;
     p->cd_chain_list = l;
     b->key = key;
-    kvp__plist_push(p, l, id);
+    kvp__plist_push_in(p, l, id, false);
+    if (p->list[l].head == id) /* the FIFO was empty: its new head plays (kvp__plist_push) */
+        cdecay_head(p, l - KVP__PL_C0);
 }
 
 /* One block (kvp__policy_release). Cannot fail. */
@@ -222,9 +226,14 @@ static inline kvp__cdrank head_rank(const kvp__policy *p, uint32_t c, uint32_t h
 
 /* Class c's FIFO has a new head (or became empty): its leaf and the matches above it. Cannot
  * fail. */
-void kvp__cdecay_head(kvp__policy *p, uint32_t c)
+static inline void cdecay_head(kvp__policy *p, uint32_t c)
 {
     replay(p, c, head_rank(p, c, p->list[KVP__PL_C0 + c].head));
+}
+
+void kvp__cdecay_head(kvp__policy *p, uint32_t c)
+{
+    cdecay_head(p, c);
 }
 
 /* Take class c's head v off its FIFO (its list, *n_cached) without replaying the tournament,
