@@ -126,7 +126,7 @@ int kvp__policy_init(kvp__policy *p, const kvp__pparams *pp, uint32_t n_blocks, 
         p->cd_tau = pp->cdecay_tau ? pp->cdecay_tau : 20000;
         p->cd_chain_depth = UINT32_MAX;
         memset(p->cd_win, 0xff, sizeof p->cd_win);
-        memset(p->cd_rank, 0xff, sizeof p->cd_rank);
+        memset(p->cd_pos, 0xff, sizeof p->cd_pos);
         memset(p->cd_snap_trials, 0xff, sizeof p->cd_snap_trials);
         memset(p->cd_snap_reused, 0xff, sizeof p->cd_snap_reused);
         rc = ghost_init(p, n * pct / 100, true, 4);

@@ -134,8 +134,8 @@ typedef struct kvp__pparams {
 
 /* CDECAY's rank of a class FIFO's head, least first: the key, then the deeper block, then the
  * lower class, as one 128-bit number compared word by word: hi = key with its sign bit
- * flipped, lo = (UINT32_MAX - depth) << 32 | class. An empty FIFO ranks all ones (after every
- * head: a head's lo ends in its class, < 27). */
+ * flipped, lo = (UINT32_MAX - depth) << 32 | class (distinct for distinct classes). All ones
+ * stands for an empty FIFO (no head's lo is all ones: it ends in its class, < 27). */
 typedef struct kvp__cdrank {
     uint64_t hi;
     uint64_t lo;
@@ -166,22 +166,24 @@ typedef struct kvp__policy {
     uint32_t gtab_mask;         /* table size - 1 (a power of two >= 2 ghost_cap) */
     kvp__plink *link;           /* kvp_config.count_orphans: n_blocks parent links, else NULL */
     /* CDECAY (policy_cdecay.c) */
-    uint64_t cd_trials[KVP__CD_N_CLS]; /* releases of each class so far */
-    uint64_t cd_reused[KVP__CD_N_CLS]; /* ... that a later release of the block followed */
-    int64_t cd_off[KVP__CD_N_CLS];     /* floor(tau ln p) per class, p = (reused + 1) /
-                                          (trials + 2) as of the current request's start */
-    uint64_t cd_clock;                 /* releases so far (the keys' time) */
-    double cd_tau;                     /* kvp_config.cdecay_tau or its default */
-    uint32_t cd_col;                   /* the current request's class column: bits of its
-                                          new blocks' count, at most 8 */
-    uint32_t cd_chain_depth;           /* depth of the block released just before in this
-                                          request, or UINT32_MAX */
-    int64_t cd_chain_key;              /* its key */
-    uint8_t cd_chain_list;             /* its list */
-    uint8_t cd_win[64];                /* tournament over the class FIFOs' heads: node i's
-                                          winning class (0xff: none), children 2i and 2i+1,
-                                          leaf 32 + c for class c; cd_win[1] is the victim's */
-    kvp__cdrank cd_rank[64];           /* node i's winner's rank (kvp__cdrank; all ones: none) */
+    uint64_t cd_trials[KVP__CD_N_CLS];      /* releases of each class so far */
+    uint64_t cd_reused[KVP__CD_N_CLS];      /* ... that a later release of the block followed */
+    int64_t cd_off[KVP__CD_N_CLS];          /* floor(tau ln p) per class, p = (reused + 1) /
+                                               (trials + 2) as of the current request's start */
+    uint64_t cd_clock;                      /* releases so far (the keys' time) */
+    double cd_tau;                          /* kvp_config.cdecay_tau or its default */
+    uint32_t cd_col;                        /* the current request's class column: bits of its
+                                               new blocks' count, at most 8 */
+    uint32_t cd_chain_depth;                /* depth of the block released just before in this
+                                               request, or UINT32_MAX */
+    int64_t cd_chain_key;                   /* its key */
+    uint8_t cd_chain_list;                  /* its list */
+    uint8_t cd_win[KVP__CD_N_CLS + 1];      /* the nonempty class FIFOs by their heads' ranks,
+                                               least first: cd_win[1 + k], k < cd_n_win (cd_win[1]
+                                               is the victim's); 0xff past them and at [0] */
+    uint8_t cd_n_win;                       /* nonempty class FIFOs */
+    uint8_t cd_pos[KVP__CD_N_CLS];          /* class c is cd_win[1 + cd_pos[c]] (0xff: empty) */
+    kvp__cdrank cd_hrank[KVP__CD_N_CLS];    /* rank of each nonempty FIFO's head */
     uint64_t cd_snap_trials[KVP__CD_N_CLS]; /* cd_trials and cd_reused when cd_off was last */
     uint64_t cd_snap_reused[KVP__CD_N_CLS]; /* computed (an offset is recomputed only when
                                                its counts moved: the same formula, the same

@@ -52,9 +52,10 @@
  * <= 0; the ghost's own (policy_ghost.c).
  *
  * Cost: a release O(1) (at most 27 logarithms per request, not per block: a class's offset is
- * recomputed only when its counts moved); an eviction O(1): a tournament over the FIFOs'
- * heads (cd_win, cd_rank) gives the victim, and a FIFO whose head changes replays its 5
- * matches (a batched eviction once per run of victims from one FIFO); 40 bytes per block (policy.c)
+ * recomputed only when its counts moved); an eviction O(1): the nonempty FIFOs are kept in
+ * the order of their heads' ranks (cd_win), the first FIFO's head is the victim, and a FIFO
+ * whose head changes moves to its new place (at most 27, usually a place or two: an evicted
+ * head's successor is next in key order; none while it stays first); 40 bytes per block (policy.c)
  * plus the ghost: 8 bytes per key and 14 per table slot (4 to 8 per key), ghost_cap = n_blocks *
  * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to 1.9 KB per pool block, small beside a
  * KV block of any model: 2 MB for 16 tokens of an 8B model). bench_core (c): 1.40x LRU's
@@ -182,41 +183,51 @@ static inline bool rank_less(kvp__cdrank a, kvp__cdrank b)
     return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo);
 }
 
-#if defined(__SIZEOF_INT128__)
-__extension__ typedef unsigned __int128 rank_word; /* a rank as one number: compares in 2 */
-static inline rank_word rank_word_of(kvp__cdrank r)
-{
-    return (rank_word)r.hi << 64 | r.lo;
-}
-static inline kvp__cdrank rank_min(kvp__cdrank a, kvp__cdrank b)
-{
-    rank_word x = rank_word_of(a), y = rank_word_of(b), m = y < x ? y : x;
-    kvp__cdrank r = {(uint64_t)(m >> 64), (uint64_t)m};
-    return r;
-}
-#else
-static inline kvp__cdrank rank_min(kvp__cdrank a, kvp__cdrank b)
-{
-    return rank_less(b, a) ? b : a;
-}
-#endif
-
-/* Class c's leaf now ranks r: replay the 5 matches above it (each node keeps its winner's
- * rank, so a match reads only the sibling). Ranks of nonempty FIFOs are distinct (their lo
- * ends in the class), so the least rank is the victim the rules name. Cannot fail. */
-static KVP__ALWAYS_INLINE void replay(kvp__policy *p, uint32_t c, kvp__cdrank r)
-{
-    uint32_t i = 32 + c;
-    p->cd_rank[i] = r;
-    p->cd_win[i] = (uint8_t)r.lo;
-    for (; i > 1; i >>= 1) {
-        r = rank_min(r, p->cd_rank[i ^ 1]);
-        p->cd_rank[i >> 1] = r;
-        p->cd_win[i >> 1] = (uint8_t)r.lo;
-    }
-}
-
 static const kvp__cdrank no_rank = {UINT64_MAX, UINT64_MAX};
+
+/* Class c's FIFO head now ranks r (no_rank: the FIFO is empty): move c to its place in the
+ * order of the nonempty FIFOs (cd_win), shifting the classes it passes. A head usually moves
+ * a few places at most (an evicted head's successor comes soon after it in key order), so
+ * this costs less than replaying a tournament. Cannot fail. */
+static inline void set_head(kvp__policy *p, uint32_t c, kvp__cdrank r)
+{
+    assert(c < KVP__CD_N_CLS && p->cd_n_win <= KVP__CD_N_CLS);
+    if (c >= KVP__CD_N_CLS) /* never: tells the compiler the arrays' bounds hold */
+        return;
+    uint32_t k = p->cd_pos[c], n = p->cd_n_win;
+    bool empty = r.hi == UINT64_MAX && r.lo == UINT64_MAX;
+    if (k == 0xff) { /* was empty */
+        if (empty)
+            return;
+        k = n++;
+        p->cd_n_win = (uint8_t)n;
+    } else if (empty) { /* leaves the order */
+        for (; k + 1 < n; k++) {
+            uint8_t d = p->cd_win[2 + k];
+            p->cd_win[1 + k] = d;
+            p->cd_pos[d] = (uint8_t)k;
+        }
+        p->cd_win[n] = 0xff;
+        p->cd_n_win = (uint8_t)(n - 1);
+        p->cd_pos[c] = 0xff;
+        return;
+    }
+    p->cd_hrank[c] = r;
+    while (k > 0 && rank_less(r, p->cd_hrank[p->cd_win[k]])) { /* up, past a greater head */
+        uint8_t d = p->cd_win[k];
+        p->cd_win[1 + k] = d;
+        p->cd_pos[d] = (uint8_t)k;
+        k--;
+    }
+    while (k + 1 < n && rank_less(p->cd_hrank[p->cd_win[2 + k]], r)) { /* down */
+        uint8_t d = p->cd_win[2 + k];
+        p->cd_win[1 + k] = d;
+        p->cd_pos[d] = (uint8_t)k;
+        k++;
+    }
+    p->cd_win[1 + k] = (uint8_t)c;
+    p->cd_pos[c] = (uint8_t)k;
+}
 
 /* The rank of class c's FIFO head `head` (KVP_NIL: the FIFO is empty). */
 static inline kvp__cdrank head_rank(const kvp__policy *p, uint32_t c, uint32_t head)
@@ -228,7 +239,7 @@ static inline kvp__cdrank head_rank(const kvp__policy *p, uint32_t c, uint32_t h
  * fail. */
 static inline void cdecay_head(kvp__policy *p, uint32_t c)
 {
-    replay(p, c, head_rank(p, c, p->list[KVP__PL_C0 + c].head));
+    set_head(p, c, head_rank(p, c, p->list[KVP__PL_C0 + c].head));
 }
 
 void kvp__cdecay_head(kvp__policy *p, uint32_t c)
@@ -236,7 +247,7 @@ void kvp__cdecay_head(kvp__policy *p, uint32_t c)
     cdecay_head(p, c);
 }
 
-/* Take class c's head v off its FIFO (its list, *n_cached) without replaying the tournament,
+/* Take class c's head v off its FIFO (its list, *n_cached) without reordering the FIFOs,
  * and remember its key and history in G: the new head of the FIFO, or KVP_NIL. */
 static KVP__ALWAYS_INLINE uint32_t pop_head(kvp__policy *p, uint32_t c, uint32_t v)
 {
@@ -257,45 +268,35 @@ static KVP__ALWAYS_INLINE uint32_t pop_head(kvp__policy *p, uint32_t c, uint32_t
     return next;
 }
 
-/* The victim, off its list (pool.n_lru > 0): the head of the tournament's winner, the least
- * key among the FIFOs' heads (the deeper block on a tie, then the lower class); its key and
- * history enter G. Taking it off its FIFO replays that FIFO's matches (5 of them). */
+/* The victim, off its list (pool.n_lru > 0): the head of the first FIFO in cd_win's order,
+ * the least key among the FIFOs' heads (the deeper block on a tie, then the lower class); its
+ * key and history enter G. Its FIFO's new head takes its place in the order (set_head). */
 uint32_t kvp__cdecay_evict(kvp__policy *p)
 {
     uint8_t c = p->cd_win[1];
     assert(c < KVP__CD_N_CLS);
     uint32_t v = p->list[KVP__PL_C0 + c].head;
-    replay(p, c, head_rank(p, c, pop_head(p, c, v)));
+    set_head(p, c, head_rank(p, c, pop_head(p, c, v)));
     return v;
 }
 
 /* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
  * same victims in the same order as n calls of kvp__cdecay_evict, each followed by
- * kvp__policy_taken (a take does not touch the lists, the tournament or the ghost). While the
- * winning FIFO's new head still ranks below every other FIFO's head (the least rank of the
- * siblings on its path, computed once per run), it is the next victim: the tournament is
- * replayed once per run of victims from one FIFO instead of once per victim. */
+ * kvp__policy_taken (a take does not touch the lists, the order or the ghost). */
 void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
 {
-    uint32_t k = 0;
-    while (k < n) {
+    for (uint32_t k = 0; k < n; k++) {
         uint8_t c = p->cd_win[1];
         assert(c < KVP__CD_N_CLS);
-        kvp__cdrank other = no_rank;
-        for (uint32_t i = 32 + c; i > 1; i >>= 1)
-            other = rank_min(other, p->cd_rank[i ^ 1]);
-        uint32_t v = p->list[KVP__PL_C0 + c].head;
-        kvp__cdrank r;
-        for (;;) {
-            uint32_t next = pop_head(p, c, v);
-            kvp__pblock_taken(p, v);
-            ids[k++] = v;
-            r = head_rank(p, c, next);
-            if (k == n || !rank_less(r, other))
-                break;
-            v = next;
-        }
-        replay(p, c, r);
+        uint32_t v = p->list[KVP__PL_C0 + c].head, next = pop_head(p, c, v);
+        kvp__pblock_taken(p, v);
+        ids[k] = v;
+        kvp__cdrank r = head_rank(p, c, next);
+        /* Still ahead of the second FIFO's head: still first, nothing moves. */
+        if (next != KVP_NIL && (p->cd_n_win == 1 || rank_less(r, p->cd_hrank[p->cd_win[2]])))
+            p->cd_hrank[c] = r;
+        else
+            set_head(p, c, r);
     }
 }
 
@@ -318,17 +319,22 @@ int kvp__policy_cdecay_check(const kvp__policy *p)
         FAIL_IF(b->list < KVP__PL_C0 || b->hist == 0 || b->cls >= KVP__CD_N_CLS);
         FAIL_IF(b->key > (int64_t)p->cd_clock);
     }
-    for (uint32_t c = 0; c < 32; c++) {
-        uint32_t head = c < KVP__CD_N_CLS ? p->list[KVP__PL_C0 + c].head : KVP_NIL;
-        kvp__cdrank r = head != KVP_NIL ? rank_of(p->b[head].key, p->b[head].depth, c) : no_rank;
-        FAIL_IF(p->cd_win[32 + c] != (head != KVP_NIL ? c : 0xff));
-        FAIL_IF(p->cd_rank[32 + c].hi != r.hi || p->cd_rank[32 + c].lo != r.lo);
+    uint32_t n = 0;
+    for (uint32_t c = 0; c < KVP__CD_N_CLS; c++) {
+        uint32_t head = p->list[KVP__PL_C0 + c].head;
+        if (head == KVP_NIL) {
+            FAIL_IF(p->cd_pos[c] != 0xff);
+            continue;
+        }
+        n++;
+        kvp__cdrank r = rank_of(p->b[head].key, p->b[head].depth, c);
+        FAIL_IF(p->cd_pos[c] >= p->cd_n_win || p->cd_win[1 + p->cd_pos[c]] != c);
+        FAIL_IF(p->cd_hrank[c].hi != r.hi || p->cd_hrank[c].lo != r.lo);
     }
-    for (uint32_t i = 1; i < 32; i++) {
-        kvp__cdrank a = p->cd_rank[2 * i], b = p->cd_rank[2 * i + 1];
-        kvp__cdrank w = rank_less(a, b) ? a : b;
-        FAIL_IF(p->cd_rank[i].hi != w.hi || p->cd_rank[i].lo != w.lo);
-        FAIL_IF(p->cd_win[i] != (rank_less(a, b) ? p->cd_win[2 * i] : p->cd_win[2 * i + 1]));
-    }
+    FAIL_IF(n != p->cd_n_win || p->cd_win[0] != 0xff);
+    for (uint32_t k = 0; k + 1 < n; k++) /* every class listed once (above): ranks ascend */
+        FAIL_IF(!rank_less(p->cd_hrank[p->cd_win[1 + k]], p->cd_hrank[p->cd_win[2 + k]]));
+    for (uint32_t k = n; k < KVP__CD_N_CLS; k++)
+        FAIL_IF(p->cd_win[1 + k] != 0xff);
     return kvp__ghost_check(p);
 }

@@ -36,13 +36,14 @@ static inline kvp__pblock *kvp__pblock_released(kvp__policy *p, uint32_t id, uin
 }
 
 /* Queue cached block id at the tail of list l and count it cached (*n_cached: pool.n_lru or a
- * tier's n_listed). A new head of a CDECAY FIFO replays its tournament (kvp__cdecay_head;
- * cdecay: l may be a CDECAY FIFO, false skips the test). */
+ * tier's n_listed). A new head of a CDECAY FIFO takes its place in CDECAY's order of the
+ * FIFOs (kvp__cdecay_head) unless cdecay is false (l is not a CDECAY FIFO, or the caller
+ * places the head itself). */
 static inline void kvp__plist_push_in(kvp__policy *p, uint8_t l, uint32_t id, bool cdecay)
 {
     kvp__pblock *b = &p->b[id];
     kvp__plist *L = &p->list[l];
-    assert(l != KVP__PL_NONE && b->list == KVP__PL_NONE && (cdecay || l < KVP__PL_C0));
+    assert(l != KVP__PL_NONE && b->list == KVP__PL_NONE);
     b->list = l;
     b->prev = L->tail;
     b->next = KVP_NIL;
@@ -64,7 +65,7 @@ static inline void kvp__plist_push(kvp__policy *p, uint8_t l, uint32_t id)
 
 /* Take block id off its list; it no longer counts as cached (*n_cached) (cdecay: the policy
  * may be CDECAY; false skips the test). A CDECAY FIFO
- * that loses its head replays its tournament. */
+ * that loses its head moves in CDECAY's order of the FIFOs. */
 static inline void kvp__plist_remove_in(kvp__policy *p, uint32_t id, bool cdecay)
 {
     kvp__pblock *b = &p->b[id];
