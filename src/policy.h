@@ -18,6 +18,12 @@
  *   unlink(id)               cached block id leaves the order (evicted by a quota, replaced)
  *   drop_one()               any cached block, off its list, with no side effect (reset)
  *
+ * and, where nothing can observe the pool in between (no quota, no retention, and for
+ * evictions no event callback), in batches with the same effect: evict_n(ids, n) is n rounds
+ * of evict then taken, release_n(ids, at, m) the releases of blocks ids[at[j]] at depths at[j]
+ * in order (pool.c's take_policy_batch and unpin_policy_run; each policy's loop inlines the
+ * single step).
+ *
  * The device pool: dispatch is a switch on the policy's eviction field, not a table of
  * function pointers, and LRU is not behind it at all: pool.c tests kvp__policy_is_lru()
  * (one load and compare of a field on the cache's first line) and, when true, runs exactly

@@ -58,8 +58,8 @@
  * head's successor is next in key order; none while it stays first); 40 bytes per block (policy.c)
  * plus the ghost: 8 bytes per key and 14 per table slot (4 to 8 per key), ghost_cap = n_blocks *
  * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to 1.9 KB per pool block, small beside a
- * KV block of any model: 2 MB for 16 tokens of an 8B model). bench_core (c): 1.40x LRU's
- * instructions per request (167.8k against 119.9k; docs/performance.md, "Eviction policies").
+ * KV block of any model: 2 MB for 16 tokens of an 8B model). bench_core (c): 1.36x LRU's
+ * instructions per request (163.0k against 119.9k; docs/performance.md, "Eviction policies").
  */
 #include "policy_ghost.h"
 #include "policy_list.h"

@@ -31,7 +31,7 @@
  * block's list is its home (a released block sits where its history sends it).
  *
  * Cost: release O(1) (one demotion at most), evict O(1), 40 bytes per block (policy.c).
- * bench_core (c): 1.12x LRU's instructions per request (133.9k against 119.9k;
+ * bench_core (c): 1.09x LRU's instructions per request (130.2k against 119.9k;
  * docs/performance.md, "Eviction policies").
  */
 #include "policy_list.h"

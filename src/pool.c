@@ -64,7 +64,10 @@
  * (take_batch: also no quota and no event callback, batch_evictions) and
  * kvp__pool_unpin_tail_first releases in one loop with the ring position in registers
  * (unpin_run: also no quota and no cleaning pass). count_orphans' parent links are recorded
- * once per release call, before either loop; lower tiers hook neither take nor unpin.
+ * once per release call, before either loop; lower tiers hook neither take nor unpin. Under
+ * another policy, with no quota and retention never used, takes and unpins call the policy
+ * once per batch rather than per block (take_policy_batch, also with no event callback;
+ * unpin_policy_run): the same victims and the same order of releases.
  *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
