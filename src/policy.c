@@ -28,7 +28,6 @@
  */
 #include <string.h>
 
-#include "policy_ghost.h"
 #include "policy_list.h"
 
 /* Validate a policy's parameters: KVP_OK or KVP_EINVAL. */
@@ -127,6 +126,9 @@ int kvp__policy_init(kvp__policy *p, const kvp__pparams *pp, uint32_t n_blocks, 
         p->cd_tau = pp->cdecay_tau ? pp->cdecay_tau : 20000;
         p->cd_chain_depth = UINT32_MAX;
         memset(p->cd_win, 0xff, sizeof p->cd_win);
+        memset(p->cd_pos, 0xff, sizeof p->cd_pos);
+        memset(p->cd_snap_trials, 0xff, sizeof p->cd_snap_trials);
+        memset(p->cd_snap_reused, 0xff, sizeof p->cd_snap_reused);
         rc = ghost_init(p, n * pct / 100, true, 4);
     }
     if (rc != KVP_OK)
@@ -183,16 +185,7 @@ void kvp__policy_links_free(kvp_cache *cache)
  * and with no home until its first release as an indexed block. Cannot fail. */
 void kvp__policy_taken(kvp__policy *p, uint32_t id)
 {
-    kvp__pblock *b = &p->b[id];
-    assert(b->list == KVP__PL_NONE);
-    b->depth = 0;
-    b->n_hits = 0;
-    b->freq = 0;
-    b->hist = 0;
-    b->cls = 0;
-    b->key = 0;
-    b->home = KVP__PL_NONE;
-    b->last_use = ++p->clock;
+    kvp__pblock_taken(p, id);
 }
 
 /* Block id is pinned by a hit (before the pool counts the pin): off its list if it was
@@ -261,22 +254,33 @@ uint32_t kvp__policy_orphans(const kvp_cache *cache)
  * S3-FIFO: main if the ghost remembers its key, else small). Cannot fail. */
 void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    kvp__pblock *b = &p->b[id];
-    b->last_use = ++p->clock;
-    b->depth = depth;
     switch (p->eviction) {
     case KVP_EVICT_S3FIFO:
-        if (b->home == KVP__PL_NONE) /* S3-FIFO: M if G remembers the key, else S */
-            b->home = kvp__ghost_find(p, kvp__policy_key(p, id), NULL) ? KVP__PL_B : KVP__PL_A;
-        kvp__plist_push(p, b->home, id);
+        kvp__s3fifo_release(p, id, depth);
         return;
     case KVP_EVICT_SLRU:
-        if (b->home == KVP__PL_NONE)
-            b->home = KVP__PL_A;
-        kvp__slru_release(p, id);
+        kvp__slru_release(p, id, depth);
         return;
     default:
         kvp__cdecay_release(p, id, depth);
+        return;
+    }
+}
+
+/* Blocks ids[at[j]], j < m, each block at[j] of its chain (at[] descending: a chain's tail
+ * first), lost their last pin and are cached: the same as m calls of kvp__policy_release in
+ * that order, in one call (each policy's loop inlines its release). Cannot fail. */
+void kvp__policy_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m)
+{
+    switch (p->eviction) {
+    case KVP_EVICT_S3FIFO:
+        kvp__s3fifo_release_n(p, ids, at, m);
+        return;
+    case KVP_EVICT_SLRU:
+        kvp__slru_release_n(p, ids, at, m);
+        return;
+    default:
+        kvp__cdecay_release_n(p, ids, at, m);
         return;
     }
 }
@@ -293,6 +297,25 @@ uint32_t kvp__policy_evict(kvp__policy *p)
         return kvp__s3fifo_evict(p);
     default:
         return kvp__cdecay_evict(p);
+    }
+}
+
+/* n victims into ids[0 .. n) (the caller knows n blocks are cached), each taken: the same
+ * victims, in the same order and with the same records, as n rounds of kvp__policy_evict
+ * then kvp__policy_taken, in one call (the policy's loop inlines both). Cannot fail. */
+void kvp__policy_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n)
+{
+    assert(*p->n_cached >= n);
+    switch (p->eviction) {
+    case KVP_EVICT_SLRU:
+        kvp__slru_evict_n(p, ids, n);
+        return;
+    case KVP_EVICT_S3FIFO:
+        kvp__s3fifo_evict_n(p, ids, n);
+        return;
+    default:
+        kvp__cdecay_evict_n(p, ids, n);
+        return;
     }
 }
 

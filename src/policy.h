@@ -18,6 +18,12 @@
  *   unlink(id)               cached block id leaves the order (evicted by a quota, replaced)
  *   drop_one()               any cached block, off its list, with no side effect (reset)
  *
+ * and, where nothing can observe the pool in between (no quota, no retention, and for
+ * evictions no event callback), in batches with the same effect: evict_n(ids, n) is n rounds
+ * of evict then taken, release_n(ids, at, m) the releases of blocks ids[at[j]] at depths at[j]
+ * in order (pool.c's take_policy_batch and unpin_policy_run; each policy's loop inlines the
+ * single step).
+ *
  * The device pool: dispatch is a switch on the policy's eviction field, not a table of
  * function pointers, and LRU is not behind it at all: pool.c tests kvp__policy_is_lru()
  * (one load and compare of a field on the cache's first line) and, when true, runs exactly
@@ -132,6 +138,15 @@ typedef struct kvp__pparams {
     uint32_t cdecay_ghost_pct;   /* 0 (default 1600) .. 10000 */
 } kvp__pparams;
 
+/* CDECAY's rank of a class FIFO's head, least first: the key, then the deeper block, then the
+ * lower class, as one 128-bit number compared word by word: hi = key with its sign bit
+ * flipped, lo = (UINT32_MAX - depth) << 32 | class (distinct for distinct classes). All ones
+ * stands for an empty FIFO (no head's lo is all ones: it ends in its class, < 27). */
+typedef struct kvp__cdrank {
+    uint64_t hi;
+    uint64_t lo;
+} kvp__cdrank;
+
 typedef struct kvp__policy {
     kvp__pblock *b;             /* n_blocks entries; NULL under LRU */
     int eviction;               /* KVP_EVICT_* */
@@ -157,23 +172,28 @@ typedef struct kvp__policy {
     uint32_t gtab_mask;         /* table size - 1 (a power of two >= 2 ghost_cap) */
     kvp__plink *link;           /* kvp_config.count_orphans: n_blocks parent links, else NULL */
     /* CDECAY (policy_cdecay.c) */
-    uint64_t cd_trials[KVP__CD_N_CLS]; /* releases of each class so far */
-    uint64_t cd_reused[KVP__CD_N_CLS]; /* ... that a later release of the block followed */
-    int64_t cd_off[KVP__CD_N_CLS];     /* floor(tau ln p) per class, p = (reused + 1) /
-                                          (trials + 2) as of the current request's start */
-    uint64_t cd_clock;                 /* releases so far (the keys' time) */
-    double cd_tau;                     /* kvp_config.cdecay_tau or its default */
-    uint32_t cd_col;                   /* the current request's class column: bits of its
-                                          new blocks' count, at most 8 */
-    uint32_t cd_chain_depth;           /* depth of the block released just before in this
-                                          request, or UINT32_MAX */
-    int64_t cd_chain_key;              /* its key */
-    uint8_t cd_chain_list;             /* its list */
-    uint8_t cd_win[64];                /* tournament over the class FIFOs' heads: node i's
-                                          winning class (0xff: none), children 2i and 2i+1,
-                                          leaf 32 + c for class c; cd_win[1] is the victim's */
-    int64_t cd_hkey[KVP__CD_N_CLS];    /* key of each FIFO's head (valid when nonempty) */
-    uint32_t cd_hdepth[KVP__CD_N_CLS]; /* depth of each FIFO's head */
+    uint64_t cd_trials[KVP__CD_N_CLS];      /* releases of each class so far */
+    uint64_t cd_reused[KVP__CD_N_CLS];      /* ... that a later release of the block followed */
+    int64_t cd_off[KVP__CD_N_CLS];          /* floor(tau ln p) per class, p = (reused + 1) /
+                                               (trials + 2) as of the current request's start */
+    uint64_t cd_clock;                      /* releases so far (the keys' time) */
+    double cd_tau;                          /* kvp_config.cdecay_tau or its default */
+    uint32_t cd_col;                        /* the current request's class column: bits of its
+                                               new blocks' count, at most 8 */
+    uint32_t cd_chain_depth;                /* depth of the block released just before in this
+                                               request, or UINT32_MAX */
+    int64_t cd_chain_key;                   /* its key */
+    uint8_t cd_chain_list;                  /* its list */
+    uint8_t cd_win[KVP__CD_N_CLS + 1];      /* the nonempty class FIFOs by their heads' ranks,
+                                               least first: cd_win[1 + k], k < cd_n_win (cd_win[1]
+                                               is the victim's); 0xff past them and at [0] */
+    uint8_t cd_n_win;                       /* nonempty class FIFOs */
+    uint8_t cd_pos[KVP__CD_N_CLS];          /* class c is cd_win[1 + cd_pos[c]] (0xff: empty) */
+    kvp__cdrank cd_hrank[KVP__CD_N_CLS];    /* rank of each nonempty FIFO's head */
+    uint64_t cd_snap_trials[KVP__CD_N_CLS]; /* cd_trials and cd_reused when cd_off was last */
+    uint64_t cd_snap_reused[KVP__CD_N_CLS]; /* computed (an offset is recomputed only when
+                                               its counts moved: the same formula, the same
+                                               inputs, the same value) */
 } kvp__policy;
 
 #define KVP__S3_FREQ_MAX 3
@@ -202,7 +222,9 @@ void kvp__policy_release_begin(kvp__policy *p, const uint32_t *ids, uint32_t n);
 void kvp__policy_taken(kvp__policy *p, uint32_t id);
 void kvp__policy_hit(kvp__policy *p, uint32_t id);
 void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth);
+void kvp__policy_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__policy_evict(kvp__policy *p);
+void kvp__policy_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 void kvp__policy_unlink(kvp__policy *p, uint32_t id);
 uint32_t kvp__policy_drop_one(kvp__policy *p);
 /* The checker: cached(ctx, id) is the pool's word on whether block id is cached (on the
@@ -217,15 +239,22 @@ int kvp__policy_check(const kvp__policy *p, bool (*cached)(const void *ctx, uint
 int kvp__ghost_check(const kvp__policy *p);
 
 /* The policies (policy_slru.c, policy_s3fifo.c, policy_cdecay.c). */
-void kvp__slru_release(kvp__policy *p, uint32_t id);
+void kvp__slru_release(kvp__policy *p, uint32_t id, uint32_t depth);
+void kvp__slru_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__slru_evict(kvp__policy *p);
+void kvp__slru_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_slru_check(const kvp__policy *p);
+void kvp__s3fifo_release(kvp__policy *p, uint32_t id, uint32_t depth);
+void kvp__s3fifo_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__s3fifo_evict(kvp__policy *p);
+void kvp__s3fifo_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_s3fifo_check(const kvp__policy *p);
 void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n);
 void kvp__cdecay_head(kvp__policy *p, uint32_t c);
 void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth);
+void kvp__cdecay_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__cdecay_evict(kvp__policy *p);
+void kvp__cdecay_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_cdecay_check(const kvp__policy *p);
 
 #endif /* KVP_POLICY_H */

@@ -51,13 +51,15 @@
  * class < 27 and a key <= cd_clock; SLRU's and S3-FIFO's lists are empty; every offset is
  * <= 0; the ghost's own (policy_ghost.c).
  *
- * Cost: a release O(1) (27 logarithms per request, not per block); an eviction O(1): a
- * tournament over the FIFOs' heads (cd_win) gives the victim, and a FIFO whose head changes
- * replays its 5 matches; 40 bytes per block (policy.c) plus the ghost: 8 bytes per key and 14 per
- * table slot (4 to 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16
- * per block: 1.0 to 1.9 KB per pool block, small beside a KV block of any model: 2 MB for
- * 16 tokens of an 8B model).
- * bench_core (c): 1.47x LRU's instructions per request (docs/performance.md).
+ * Cost: a release O(1) (at most 27 logarithms per request, not per block: a class's offset is
+ * recomputed only when its counts moved); an eviction O(1): the nonempty FIFOs are kept in
+ * the order of their heads' ranks (cd_win), the first FIFO's head is the victim, and a FIFO
+ * whose head changes moves to its new place (at most 27, usually a place or two: an evicted
+ * head's successor is next in key order; none while it stays first); 40 bytes per block (policy.c)
+ * plus the ghost: 8 bytes per key and 14 per table slot (4 to 8 per key), ghost_cap = n_blocks *
+ * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to 1.9 KB per pool block, small beside a
+ * KV block of any model: 2 MB for 16 tokens of an 8B model). bench_core (c): 1.36x LRU's
+ * instructions per request (163.0k against 119.9k; docs/performance.md, "Eviction policies").
  */
 #include "policy_ghost.h"
 #include "policy_list.h"
@@ -99,6 +101,12 @@ void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
     uint32_t bits = bit_length(n_new);
     p->cd_col = bits > 8 ? 8 : bits;
     for (int c = 0; c < KVP__CD_N_CLS; c++) {
+        /* Unchanged counts give the offset already there (the snapshot starts at all ones,
+         * which no count reaches, so the first request computes every class). */
+        if (p->cd_trials[c] == p->cd_snap_trials[c] && p->cd_reused[c] == p->cd_snap_reused[c])
+            continue;
+        p->cd_snap_trials[c] = p->cd_trials[c];
+        p->cd_snap_reused[c] = p->cd_reused[c];
         double odds = ((double)p->cd_reused[c] + 1.0) / ((double)p->cd_trials[c] + 2.0);
         double off = p->cd_tau * ln(odds);
         p->cd_off[c] = (int64_t)off - ((double)(int64_t)off > off); /* floor */
@@ -108,9 +116,11 @@ void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
 
 /* Indexed block id, block depth of its chain, lost its last pin and is cached: steps 1-3
  * at the top of this file. Cannot fail. */
-void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
+static inline void cdecay_head(kvp__policy *p, uint32_t c);
+
+static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    kvp__pblock *b = &p->b[id];
+    kvp__pblock *b = kvp__pblock_released(p, id, depth);
     /* Step 1: the touch's class, and the previous touch's reuse. */
     uint32_t known = 0, prev_cls = 0;
     if (b->home == KVP__PL_NONE) {
@@ -142,50 +152,152 @@ void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
     p->cd_chain_key = key;
     p->cd_chain_list = l;
     b->key = key;
-    kvp__plist_push(p, l, id);
+    kvp__plist_push_in(p, l, id, false);
+    if (p->list[l].head == id) /* the FIFO was empty: its new head plays (kvp__plist_push) */
+        cdecay_head(p, l - KVP__PL_C0);
 }
 
-/* Does class a's head go before class b's (0xff: an empty FIFO, never)? The least key, the
- * deeper block on a tie, then the lower class. */
-static inline bool goes_first(const kvp__policy *p, uint8_t a, uint8_t b)
+/* One block (kvp__policy_release). Cannot fail. */
+void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    if (a == 0xff || b == 0xff)
-        return b == 0xff && a != 0xff;
-    if (p->cd_hkey[a] != p->cd_hkey[b])
-        return p->cd_hkey[a] < p->cd_hkey[b];
-    if (p->cd_hdepth[a] != p->cd_hdepth[b])
-        return p->cd_hdepth[a] > p->cd_hdepth[b];
-    return a < b;
+    release_one(p, id, depth);
+}
+
+/* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
+void kvp__cdecay_release_n(kvp__policy *restrict p, const uint32_t *ids, const uint32_t *at,
+                           uint32_t m)
+{
+    for (uint32_t j = 0; j < m; j++)
+        release_one(p, ids[at[j]], at[j]);
+}
+
+/* The rank of a head with this key and depth in class c (policy.h, kvp__cdrank). */
+static inline kvp__cdrank rank_of(int64_t key, uint32_t depth, uint32_t c)
+{
+    kvp__cdrank r = {(uint64_t)key ^ (UINT64_C(1) << 63), (uint64_t)(UINT32_MAX - depth) << 32 | c};
+    return r;
+}
+
+static inline bool rank_less(kvp__cdrank a, kvp__cdrank b)
+{
+    return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo);
+}
+
+static const kvp__cdrank no_rank = {UINT64_MAX, UINT64_MAX};
+
+/* Class c's FIFO head now ranks r (no_rank: the FIFO is empty): move c to its place in the
+ * order of the nonempty FIFOs (cd_win), shifting the classes it passes. A head usually moves
+ * a few places at most (an evicted head's successor comes soon after it in key order), so
+ * this costs less than replaying a tournament. Cannot fail. */
+static inline void set_head(kvp__policy *p, uint32_t c, kvp__cdrank r)
+{
+    assert(c < KVP__CD_N_CLS && p->cd_n_win <= KVP__CD_N_CLS);
+    if (c >= KVP__CD_N_CLS) /* never: tells the compiler the arrays' bounds hold */
+        return;
+    uint32_t k = p->cd_pos[c], n = p->cd_n_win;
+    bool empty = r.hi == UINT64_MAX && r.lo == UINT64_MAX;
+    if (k == 0xff) { /* was empty */
+        if (empty)
+            return;
+        k = n++;
+        p->cd_n_win = (uint8_t)n;
+    } else if (empty) { /* leaves the order */
+        for (; k + 1 < n; k++) {
+            uint8_t d = p->cd_win[2 + k];
+            p->cd_win[1 + k] = d;
+            p->cd_pos[d] = (uint8_t)k;
+        }
+        p->cd_win[n] = 0xff;
+        p->cd_n_win = (uint8_t)(n - 1);
+        p->cd_pos[c] = 0xff;
+        return;
+    }
+    p->cd_hrank[c] = r;
+    while (k > 0 && rank_less(r, p->cd_hrank[p->cd_win[k]])) { /* up, past a greater head */
+        uint8_t d = p->cd_win[k];
+        p->cd_win[1 + k] = d;
+        p->cd_pos[d] = (uint8_t)k;
+        k--;
+    }
+    while (k + 1 < n && rank_less(p->cd_hrank[p->cd_win[2 + k]], r)) { /* down */
+        uint8_t d = p->cd_win[2 + k];
+        p->cd_win[1 + k] = d;
+        p->cd_pos[d] = (uint8_t)k;
+        k++;
+    }
+    p->cd_win[1 + k] = (uint8_t)c;
+    p->cd_pos[c] = (uint8_t)k;
+}
+
+/* The rank of class c's FIFO head `head` (KVP_NIL: the FIFO is empty). */
+static inline kvp__cdrank head_rank(const kvp__policy *p, uint32_t c, uint32_t head)
+{
+    return head != KVP_NIL ? rank_of(p->b[head].key, p->b[head].depth, c) : no_rank;
 }
 
 /* Class c's FIFO has a new head (or became empty): its leaf and the matches above it. Cannot
  * fail. */
-void kvp__cdecay_head(kvp__policy *p, uint32_t c)
+static inline void cdecay_head(kvp__policy *p, uint32_t c)
 {
-    uint32_t head = p->list[KVP__PL_C0 + c].head;
-    if (head != KVP_NIL) {
-        p->cd_hkey[c] = p->b[head].key;
-        p->cd_hdepth[c] = p->b[head].depth;
-    }
-    uint32_t i = 32 + c;
-    p->cd_win[i] = head != KVP_NIL ? (uint8_t)c : 0xff;
-    for (i >>= 1; i >= 1; i >>= 1) {
-        uint8_t a = p->cd_win[2 * i], b = p->cd_win[2 * i + 1];
-        p->cd_win[i] = goes_first(p, a, b) ? a : b;
-    }
+    set_head(p, c, head_rank(p, c, p->list[KVP__PL_C0 + c].head));
 }
 
-/* The victim, off its list (pool.n_lru > 0): the head of the tournament's winner, the least
- * key among the FIFOs' heads (the deeper block on a tie, then the lower class); its key and
- * history enter G. Taking it off its FIFO replays that FIFO's matches (5 of them). */
+void kvp__cdecay_head(kvp__policy *p, uint32_t c)
+{
+    cdecay_head(p, c);
+}
+
+/* Take class c's head v off its FIFO (its list, *n_cached) without reordering the FIFOs,
+ * and remember its key and history in G: the new head of the FIFO, or KVP_NIL. */
+static KVP__ALWAYS_INLINE uint32_t pop_head(kvp__policy *p, uint32_t c, uint32_t v)
+{
+    kvp__plist *L = &p->list[KVP__PL_C0 + c];
+    kvp__pblock *b = &p->b[v];
+    assert(L->head == v && b->list == KVP__PL_C0 + c && b->prev == KVP_NIL && *p->n_cached > 0);
+    uint32_t next = b->next;
+    L->head = next;
+    L->n--;
+    (*p->n_cached)--;
+    if (next != KVP_NIL)
+        p->b[next].prev = KVP_NIL;
+    else
+        L->tail = KVP_NIL;
+    b->list = KVP__PL_NONE;
+    b->next = KVP_NIL;
+    kvp__ghost_add(p, kvp__policy_key(p, v), (uint16_t)(b->hist << 8 | b->cls), true);
+    return next;
+}
+
+/* The victim, off its list (pool.n_lru > 0): the head of the first FIFO in cd_win's order,
+ * the least key among the FIFOs' heads (the deeper block on a tie, then the lower class); its
+ * key and history enter G. Its FIFO's new head takes its place in the order (set_head). */
 uint32_t kvp__cdecay_evict(kvp__policy *p)
 {
     uint8_t c = p->cd_win[1];
     assert(c < KVP__CD_N_CLS);
     uint32_t v = p->list[KVP__PL_C0 + c].head;
-    kvp__plist_remove(p, v);
-    kvp__ghost_add(p, kvp__policy_key(p, v), (uint16_t)(p->b[v].hist << 8 | p->b[v].cls));
+    set_head(p, c, head_rank(p, c, pop_head(p, c, v)));
     return v;
+}
+
+/* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
+ * same victims in the same order as n calls of kvp__cdecay_evict, each followed by
+ * kvp__policy_taken (a take does not touch the lists, the order or the ghost). */
+void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint8_t c = p->cd_win[1];
+        assert(c < KVP__CD_N_CLS);
+        uint32_t v = p->list[KVP__PL_C0 + c].head, next = pop_head(p, c, v);
+        kvp__pblock_taken(p, v);
+        ids[k] = v;
+        kvp__cdrank r = head_rank(p, c, next);
+        /* Still ahead of the second FIFO's head: still first, nothing moves. */
+        if (next != KVP_NIL && (p->cd_n_win == 1 || rank_less(r, p->cd_hrank[p->cd_win[2]])))
+            p->cd_hrank[c] = r;
+        else
+            set_head(p, c, r);
+    }
 }
 
 #define FAIL_IF(cond)                                                                              \
@@ -207,17 +319,22 @@ int kvp__policy_cdecay_check(const kvp__policy *p)
         FAIL_IF(b->list < KVP__PL_C0 || b->hist == 0 || b->cls >= KVP__CD_N_CLS);
         FAIL_IF(b->key > (int64_t)p->cd_clock);
     }
+    uint32_t n = 0;
     for (uint32_t c = 0; c < KVP__CD_N_CLS; c++) {
         uint32_t head = p->list[KVP__PL_C0 + c].head;
-        FAIL_IF(p->cd_win[32 + c] != (head != KVP_NIL ? c : 0xff));
-        FAIL_IF(head != KVP_NIL &&
-                (p->cd_hkey[c] != p->b[head].key || p->cd_hdepth[c] != p->b[head].depth));
+        if (head == KVP_NIL) {
+            FAIL_IF(p->cd_pos[c] != 0xff);
+            continue;
+        }
+        n++;
+        kvp__cdrank r = rank_of(p->b[head].key, p->b[head].depth, c);
+        FAIL_IF(p->cd_pos[c] >= p->cd_n_win || p->cd_win[1 + p->cd_pos[c]] != c);
+        FAIL_IF(p->cd_hrank[c].hi != r.hi || p->cd_hrank[c].lo != r.lo);
     }
-    for (uint32_t c = KVP__CD_N_CLS; c < 32; c++)
-        FAIL_IF(p->cd_win[32 + c] != 0xff);
-    for (uint32_t i = 1; i < 32; i++) {
-        uint8_t a = p->cd_win[2 * i], b = p->cd_win[2 * i + 1];
-        FAIL_IF(p->cd_win[i] != (goes_first(p, a, b) ? a : b));
-    }
+    FAIL_IF(n != p->cd_n_win || p->cd_win[0] != 0xff);
+    for (uint32_t k = 0; k + 1 < n; k++) /* every class listed once (above): ranks ascend */
+        FAIL_IF(!rank_less(p->cd_hrank[p->cd_win[1 + k]], p->cd_hrank[p->cd_win[2 + k]]));
+    for (uint32_t k = n; k < KVP__CD_N_CLS; k++)
+        FAIL_IF(p->cd_win[1 + k] != 0xff);
     return kvp__ghost_check(p);
 }

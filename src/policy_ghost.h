@@ -30,8 +30,9 @@ static inline uint32_t kvp__gtab_find(const kvp__policy *p, uint64_t f)
     return s;
 }
 
-/* Remove one occurrence of f (present) from the multiset: backward-shift deletion. */
-static inline void kvp__gtab_drop(kvp__policy *p, uint64_t f)
+/* Remove one occurrence of f (present) from the multiset: backward-shift deletion (infos:
+ * the table keeps infos, gtab_info; a constant in each policy's copy). */
+static inline void kvp__gtab_drop(kvp__policy *p, uint64_t f, bool infos)
 {
     uint32_t s = kvp__gtab_find(p, f);
     assert(p->gtab_fp[s] == f && p->gtab_n[s] > 0);
@@ -45,7 +46,7 @@ static inline void kvp__gtab_drop(kvp__policy *p, uint64_t f)
         if (((j - h) & p->gtab_mask) >= ((j - s) & p->gtab_mask)) {
             p->gtab_fp[s] = p->gtab_fp[j];
             p->gtab_n[s] = p->gtab_n[j];
-            if (p->gtab_info)
+            if (infos)
                 p->gtab_info[s] = p->gtab_info[j];
             s = j;
         }
@@ -54,25 +55,30 @@ static inline void kvp__gtab_drop(kvp__policy *p, uint64_t f)
     p->gtab_n[s] = 0;
 }
 
-/* Remember key in G (with info, kept if gtab_info exists), forgetting G's oldest key when G
- * is full. Cannot fail. */
-static inline void kvp__ghost_add(kvp__policy *p, kvp_key key, uint16_t info)
+/* Remember key in G (with info, kept if infos: the table keeps them, gtab_info, as CDECAY's
+ * does and S3-FIFO's does not), forgetting G's oldest key when G is full. Cannot fail. */
+static inline void kvp__ghost_add(kvp__policy *p, kvp_key key, uint16_t info, bool infos)
 {
     if (p->ghost_cap == 0)
         return;
+    assert(infos == (p->gtab_info != NULL));
     uint64_t f = kvp__ghost_fp(key);
     if (p->ghost_n == p->ghost_cap) {
-        kvp__gtab_drop(p, p->ghost[p->ghost_head]);
-        p->ghost_head = p->ghost_head + 1 == p->ghost_cap ? 0 : p->ghost_head + 1;
-        p->ghost_n--;
+        /* Full: the oldest key leaves, and the new one takes its ring slot (the slot after
+         * the newest), which becomes the newest; the oldest is then the next slot. */
+        uint32_t h = p->ghost_head;
+        kvp__gtab_drop(p, p->ghost[h], infos);
+        p->ghost[h] = f;
+        p->ghost_head = h + 1 == p->ghost_cap ? 0 : h + 1;
+    } else {
+        uint32_t at = p->ghost_head + p->ghost_n;
+        p->ghost[at >= p->ghost_cap ? at - p->ghost_cap : at] = f;
+        p->ghost_n++;
     }
-    uint32_t at = p->ghost_head + p->ghost_n;
-    p->ghost[at >= p->ghost_cap ? at - p->ghost_cap : at] = f;
-    p->ghost_n++;
     uint32_t s = kvp__gtab_find(p, f);
     p->gtab_fp[s] = f;
     p->gtab_n[s]++;
-    if (p->gtab_info)
+    if (infos)
         p->gtab_info[s] = info;
 }
 

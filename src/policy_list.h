@@ -9,9 +9,37 @@
 
 #include "internal.h"
 
+/* Block id was just handed out by the pool (free or evicted): a fresh record, on no list
+ * and with no home until its first release as an indexed block (kvp__policy_taken, and the
+ * policies' batched evictions). Cannot fail. */
+static inline void kvp__pblock_taken(kvp__policy *p, uint32_t id)
+{
+    kvp__pblock *b = &p->b[id];
+    assert(b->list == KVP__PL_NONE);
+    b->depth = 0;
+    b->n_hits = 0;
+    b->freq = 0;
+    b->hist = 0;
+    b->cls = 0;
+    b->key = 0;
+    b->home = KVP__PL_NONE;
+    b->last_use = ++p->clock;
+}
+
+/* The shared part of a release (kvp__policy_release): block id's clock and depth. */
+static inline kvp__pblock *kvp__pblock_released(kvp__policy *p, uint32_t id, uint32_t depth)
+{
+    kvp__pblock *b = &p->b[id];
+    b->last_use = ++p->clock;
+    b->depth = depth;
+    return b;
+}
+
 /* Queue cached block id at the tail of list l and count it cached (*n_cached: pool.n_lru or a
- * tier's n_listed). A new head of a CDECAY FIFO replays its tournament (kvp__cdecay_head). */
-static inline void kvp__plist_push(kvp__policy *p, uint8_t l, uint32_t id)
+ * tier's n_listed). A new head of a CDECAY FIFO takes its place in CDECAY's order of the
+ * FIFOs (kvp__cdecay_head) unless cdecay is false (l is not a CDECAY FIFO, or the caller
+ * places the head itself). */
+static inline void kvp__plist_push_in(kvp__policy *p, uint8_t l, uint32_t id, bool cdecay)
 {
     kvp__pblock *b = &p->b[id];
     kvp__plist *L = &p->list[l];
@@ -26,13 +54,18 @@ static inline void kvp__plist_push(kvp__policy *p, uint8_t l, uint32_t id)
     L->tail = id;
     L->n++;
     (*p->n_cached)++;
-    if (l >= KVP__PL_C0 && L->head == id)
+    if (cdecay && l >= KVP__PL_C0 && L->head == id)
         kvp__cdecay_head(p, l - KVP__PL_C0);
+}
+
+static inline void kvp__plist_push(kvp__policy *p, uint8_t l, uint32_t id)
+{
+    kvp__plist_push_in(p, l, id, true);
 }
 
 /* Take block id off its list; it no longer counts as cached (*n_cached) (cdecay: the policy
  * may be CDECAY; false skips the test). A CDECAY FIFO
- * that loses its head replays its tournament. */
+ * that loses its head moves in CDECAY's order of the FIFOs. */
 static inline void kvp__plist_remove_in(kvp__policy *p, uint32_t id, bool cdecay)
 {
     kvp__pblock *b = &p->b[id];
@@ -54,6 +87,28 @@ static inline void kvp__plist_remove_in(kvp__policy *p, uint32_t id, bool cdecay
     (*p->n_cached)--;
     if (cdecay && l >= KVP__PL_C0 && was_head)
         kvp__cdecay_head(p, l - KVP__PL_C0);
+}
+
+/* Take the head of nonempty list l, which is not a CDECAY FIFO, off it: kvp__plist_remove
+ * knowing the block has no predecessor. Cannot fail. */
+static inline uint32_t kvp__plist_pop(kvp__policy *p, uint8_t l)
+{
+    kvp__plist *L = &p->list[l];
+    uint32_t id = L->head;
+    kvp__pblock *b = &p->b[id];
+    assert(l < KVP__PL_C0 && id != KVP_NIL && b->list == l && b->prev == KVP_NIL);
+    assert(*p->n_cached > 0);
+    uint32_t next = b->next;
+    L->head = next;
+    if (next != KVP_NIL)
+        p->b[next].prev = KVP_NIL;
+    else
+        L->tail = KVP_NIL;
+    L->n--;
+    b->list = KVP__PL_NONE;
+    b->next = KVP_NIL;
+    (*p->n_cached)--;
+    return id;
 }
 
 static inline void kvp__plist_remove(kvp__policy *p, uint32_t id)

@@ -41,38 +41,78 @@
  * Cost: a hit and a release O(1); an eviction O(1) amortised: each block moved from S to M
  * or reinserted into M was paid for by a hit; 40 bytes per block (policy.c) plus 8 bytes per
  * ghost key and 12 per ghost table slot (8 to 16 per key; policy_ghost.c). bench_core (c):
- * 1.24x LRU's instructions per request (docs/performance.md, "Eviction policies").
+ * 1.24x LRU's instructions per request (149.1k against 119.9k; docs/performance.md,
+ * "Eviction policies"), evictions and releases batched (kvp__s3fifo_evict_n, _release_n).
  */
 #include "policy_ghost.h"
 #include "policy_list.h"
 
+/* Indexed block id, block depth of its chain, became cached: to its home's tail; at its
+ * first release its home is M if G remembers its key, else S. Cannot fail. */
+static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
+{
+    kvp__pblock *b = kvp__pblock_released(p, id, depth);
+    if (b->home == KVP__PL_NONE)
+        b->home = kvp__ghost_find(p, kvp__policy_key(p, id), NULL) ? KVP__PL_B : KVP__PL_A;
+    kvp__plist_push_in(p, b->home, id, false);
+}
+
+/* One block (kvp__policy_release). Cannot fail. */
+void kvp__s3fifo_release(kvp__policy *p, uint32_t id, uint32_t depth)
+{
+    release_one(p, id, depth);
+}
+
+/* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
+void kvp__s3fifo_release_n(kvp__policy *restrict p, const uint32_t *ids, const uint32_t *at,
+                           uint32_t m)
+{
+    for (uint32_t j = 0; j < m; j++)
+        release_one(p, ids[at[j]], at[j]);
+}
+
 /* The victim, off its list (pool.n_lru > 0). Steps as at the top of this file. */
-uint32_t kvp__s3fifo_evict(kvp__policy *p)
+static inline uint32_t evict_one(kvp__policy *p)
 {
     kvp__plist *S = &p->list[KVP__PL_A], *M = &p->list[KVP__PL_B];
     /* Step 1: from S while it is at its target size (or M is empty). */
     if (S->n >= p->cap_a || M->n == 0) {
         while (S->n > 0) {
-            uint32_t id = S->head;
-            kvp__plist_remove_in(p, id, false);
+            uint32_t id = kvp__plist_pop(p, KVP__PL_A);
             if (p->b[id].freq > 0) {
                 p->b[id].home = KVP__PL_B;
-                kvp__plist_push(p, KVP__PL_B, id);
+                kvp__plist_push_in(p, KVP__PL_B, id, false);
                 continue;
             }
-            kvp__ghost_add(p, kvp__policy_key(p, id), 0);
+            kvp__ghost_add(p, kvp__policy_key(p, id), 0, false);
             return id;
         }
     }
     /* Step 2: from M, giving each block with freq > 0 another round. */
     for (;;) {
-        uint32_t id = M->head;
-        assert(id != KVP_NIL);
-        kvp__plist_remove_in(p, id, false);
+        assert(M->head != KVP_NIL);
+        uint32_t id = kvp__plist_pop(p, KVP__PL_B);
         if (p->b[id].freq == 0)
             return id;
         p->b[id].freq--;
-        kvp__plist_push(p, KVP__PL_B, id);
+        kvp__plist_push_in(p, KVP__PL_B, id, false);
+    }
+}
+
+uint32_t kvp__s3fifo_evict(kvp__policy *p)
+{
+    return evict_one(p);
+}
+
+/* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
+ * same victims in the same order as n calls of kvp__s3fifo_evict, each followed by
+ * kvp__policy_taken (a take does not touch the FIFOs or the ghost). */
+void kvp__s3fifo_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t v = evict_one(p);
+        kvp__pblock_taken(p, v);
+        ids[k] = v;
     }
 }
 

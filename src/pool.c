@@ -64,7 +64,10 @@
  * (take_batch: also no quota and no event callback, batch_evictions) and
  * kvp__pool_unpin_tail_first releases in one loop with the ring position in registers
  * (unpin_run: also no quota and no cleaning pass). count_orphans' parent links are recorded
- * once per release call, before either loop; lower tiers hook neither take nor unpin.
+ * once per release call, before either loop; lower tiers hook neither take nor unpin. Under
+ * another policy, with no quota and retention never used, takes and unpins call the policy
+ * once per batch rather than per block (take_policy_batch, also with no event callback;
+ * unpin_policy_run): the same victims and the same order of releases.
  *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
@@ -379,6 +382,43 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
     }
 }
 
+#define RELEASE_BATCH 64 /* blocks handed to the policy per kvp__policy_release_n */
+
+/* n unpins under a policy other than LRU with no quota and retention never used: the pins
+ * are dropped here, and the blocks that become cached are handed to the policy in batches, in
+ * the same order (kvp__policy_release_n: the same as one kvp__policy_release each). Nothing
+ * else happens between two releases (no quota eviction), and the free list and pin counts
+ * that the pool updates in between are not the policy's, so the result is that of n unpins.
+ * A hook added to unpin() must go here too, or into the gate in unpin_general. Cannot
+ * fail. */
+static void unpin_policy_run(kvp_cache *cache, const uint32_t *ids, uint32_t n)
+{
+    kvp__pool *pool = &cache->pool;
+    uint32_t at[RELEASE_BATCH], m = 0, n_unpinned = 0;
+    for (uint32_t i = n; i-- > 0;) {
+        uint32_t id = ids[i];
+        assert(id < pool->n_blocks);
+        kvp__block *b = &pool->blocks[id];
+        assert(kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
+        if (--b->ref > 0)
+            continue;
+        n_unpinned++;
+        if (!kvp__block_is_indexed(b)) {
+            free_push(pool, id);
+            continue;
+        }
+        at[m++] = i;
+        if (m == RELEASE_BATCH) {
+            kvp__policy_release_n(&cache->policy, ids, at, m);
+            m = 0;
+        }
+    }
+    if (m > 0)
+        kvp__policy_release_n(&cache->policy, ids, at, m);
+    assert(pool->n_in_use >= n_unpinned);
+    pool->n_in_use -= n_unpinned;
+}
+
 /* kvp__pool_unpin_tail_first off the plain LRU path: another policy, or retention on (then
  * the pending options are noted on each block). Cannot fail. */
 static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
@@ -387,7 +427,9 @@ static void unpin_general(kvp_cache *cache, const uint32_t *ids, uint32_t n)
         kvp__policy_link(cache, ids, n);
     if (!kvp__policy_is_lru(cache))
         kvp__policy_release_begin(&cache->policy, ids, n);
-    if (!kvp__retention_on(cache)) {
+    if (!kvp__retention_on(cache) && !kvp__quotas_on(cache)) {
+        unpin_policy_run(cache, ids, n);
+    } else if (!kvp__retention_on(cache)) {
         for (uint32_t i = n; i-- > 0;)
             unpin(cache, ids[i], i, false, false);
     } else if (kvp__policy_is_lru(cache)) {
@@ -678,6 +720,34 @@ static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
     }
 }
 
+/* Evict n cached blocks into ids[] under a policy other than LRU (the free list is empty, n
+ * cached blocks exist, retention was never used, no quota, no event callback), pinned once,
+ * as n calls of take would: the policy hands out its n victims in one call
+ * (kvp__policy_evict_n: the same victims in the same order, its records as taken leaves
+ * them), then each leaves the index. Nothing can observe the cache in between (no callback),
+ * and the policy reads no pool state but the victims' keys, which leaving the index keeps.
+ * A hook added to take() or unindex() must go here too, or become a condition in
+ * kvp__pool_take_n. Cannot fail. */
+static KVP__NOINLINE void take_policy_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
+{
+    kvp__pool *pool = &cache->pool;
+    kvp__block *const blocks = pool->blocks;
+    UT_hash_table *const tbl = cache->index.head->hh.tbl;
+    const bool verifying = kvp__verifying(cache);
+    kvp__policy_evict_n(&cache->policy, ids, n);
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t id = ids[k];
+        kvp__block *b = &blocks[id];
+        assert(!kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL && kvp__block_is_indexed(b));
+        b->ref = 1;
+        kvp__index_unlink(&cache->index, tbl, b);
+        if (verifying)
+            kvp__verify_forget(cache, id);
+    }
+    pool->n_in_use += n;
+    cache->stats.n_evictions += n;
+}
+
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
  * kvp__pool_available >= n): free blocks first, then evictions, in batches when
  * batch_evictions allows. Otherwise, while evicting, the blocks EVICT_AHEAD entries ahead
@@ -688,12 +758,19 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
     kvp__pool *pool = &cache->pool;
     assert(kvp__pool_available(pool) >= n);
     if (!KVP__LIKELY(kvp__pool_plain(cache))) {
-        if (kvp__retention_on(cache))
+        if (kvp__retention_on(cache)) {
             for (uint32_t i = 0; i < n; i++)
                 ids[i] = take_general(cache);
-        else
+        } else if (!kvp__quotas_on(cache) && !cache->cfg.on_event) {
+            uint32_t i = 0;
+            for (; i < n && pool->free_head != KVP_NIL; i++)
+                ids[i] = take(cache, false, false);
+            if (i < n)
+                take_policy_batch(cache, ids + i, n - i);
+        } else {
             for (uint32_t i = 0; i < n; i++)
                 ids[i] = take(cache, false, false);
+        }
         return;
     }
     if (batch_evictions(cache)) {
