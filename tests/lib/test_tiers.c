@@ -621,6 +621,37 @@ Test(tiers, random_tier_policies)
     }
 }
 
+/* A cache (device policy eviction) with a 16-block CPU tier, after one request of 17 tokens
+ * (base, base + 1, ...; retention r unless NULL) acquired, committed and released before its
+ * 4 store orders, handed out into st[], are answered; dev[] its device blocks. */
+static kvp_cache *stored_request(int eviction, uint32_t base, const kvp_retention *r,
+                                 uint32_t dev[4], kvp_tier_order st[4])
+{
+    kvp_config cfg = th_config(N_DEV, BS, false, NULL, NULL);
+    cfg.eviction = eviction;
+    kvp_cache *c = th_cache_new(&cfg);
+    kvp_tier_config tc;
+    kvp_tier_config_init(&tc);
+    tc.n_blocks = 16;
+    cr_assert_eq(kvp_cache_add_tier(c, &tc, NULL), KVP_OK);
+    uint32_t p[17];
+    for (uint32_t i = 0; i < 17; i++)
+        p[i] = base + i;
+    kvp_match mm;
+    size_t n_loads, n_stored, n, n_ids;
+    cr_assert_eq(kvp_acquire_tiers(c, 1, test_ns(), p, 17, 0, &mm, NULL, 0, &n_loads), KVP_OK);
+    if (r)
+        cr_assert_eq(kvp_request_set_retention(c, 1, r), KVP_OK);
+    cr_assert_eq(kvp_commit(c, 1, p, 17, &n_stored), KVP_OK);
+    const uint32_t *ids;
+    cr_assert_eq(kvp_request_blocks(c, 1, &ids, &n_ids), KVP_OK);
+    memcpy(dev, ids, 4 * sizeof *dev);
+    cr_assert_eq(kvp_release(c, 1), KVP_OK); /* before the stores are answered */
+    cr_assert_eq(kvp_tier_orders(c, st, 4, &n, NULL), KVP_OK);
+    cr_assert_eq(n, 4);
+    return c;
+}
+
 /* A store order's pin of its device block is not a use: under a device policy other than
  * LRU, writing a block through to a tier counts no hit (SLRU would promote every stored
  * block to protected, S3-FIFO would send every one to its main FIFO), and the block's
@@ -629,29 +660,9 @@ Test(tiers, store_pins_are_not_hits)
 {
     static const int ev[] = {KVP_EVICT_SLRU, KVP_EVICT_S3FIFO, KVP_EVICT_CDECAY};
     for (int e = 0; e < 3; e++) {
-        kvp_config cfg = th_config(N_DEV, BS, false, NULL, NULL);
-        cfg.eviction = ev[e];
-        kvp_cache *c = th_cache_new(&cfg);
-        kvp_tier_config tc;
-        kvp_tier_config_init(&tc);
-        tc.n_blocks = 16;
-        cr_assert_eq(kvp_cache_add_tier(c, &tc, NULL), KVP_OK);
-        uint32_t p[17];
-        for (uint32_t i = 0; i < 17; i++)
-            p[i] = 500 + i;
-        kvp_match mm;
-        size_t n_loads, n_stored, n;
-        cr_assert_eq(kvp_acquire_tiers(c, 1, test_ns(), p, 17, 0, &mm, NULL, 0, &n_loads), KVP_OK);
-        cr_assert_eq(kvp_commit(c, 1, p, 17, &n_stored), KVP_OK);
-        const uint32_t *ids;
-        size_t n_ids;
-        cr_assert_eq(kvp_request_blocks(c, 1, &ids, &n_ids), KVP_OK);
         uint32_t dev[4];
-        memcpy(dev, ids, sizeof dev);
-        cr_assert_eq(kvp_release(c, 1), KVP_OK); /* before the stores are answered */
         kvp_tier_order st[4];
-        cr_assert_eq(kvp_tier_orders(c, st, 4, &n, NULL), KVP_OK);
-        cr_assert_eq(n, 4);
+        kvp_cache *c = stored_request(ev[e], 500, NULL, dev, st);
         for (int i = 3; i >= 0; i--)
             cr_assert_eq(kvp_tier_confirm(c, st[i].id, true), KVP_OK);
         for (uint32_t i = 0; i < 4; i++) {
@@ -676,35 +687,14 @@ Test(tiers, store_pins_are_not_hits)
 Test(tiers, retention_survives_store_holds)
 {
     for (int ev = KVP_EVICT_LRU; ev <= KVP_EVICT_S3FIFO; ev += KVP_EVICT_S3FIFO - KVP_EVICT_LRU) {
-        kvp_config cfg = th_config(N_DEV, BS, false, NULL, NULL);
-        cfg.eviction = ev;
-        kvp_cache *c = th_cache_new(&cfg);
-        kvp_tier_config tc;
-        kvp_tier_config_init(&tc);
-        tc.n_blocks = 16;
-        cr_assert_eq(kvp_cache_add_tier(c, &tc, NULL), KVP_OK);
-        uint32_t p[17];
-        for (uint32_t i = 0; i < 17; i++)
-            p[i] = 700 + i;
-        kvp_match mm;
-        size_t n_loads, n_stored, n;
-        cr_assert_eq(kvp_acquire_tiers(c, 1, test_ns(), p, 17, 0, &mm, NULL, 0, &n_loads), KVP_OK);
         kvp_retention_range rr = {0, 8, 90, 0};
         kvp_retention r;
         kvp_retention_init(&r);
         r.ranges = &rr;
         r.n_ranges = 1;
-        cr_assert_eq(kvp_request_set_retention(c, 1, &r), KVP_OK);
-        cr_assert_eq(kvp_commit(c, 1, p, 17, &n_stored), KVP_OK);
-        const uint32_t *ids;
-        size_t n_ids;
-        cr_assert_eq(kvp_request_blocks(c, 1, &ids, &n_ids), KVP_OK);
         uint32_t dev[4];
-        memcpy(dev, ids, sizeof dev);
-        cr_assert_eq(kvp_release(c, 1), KVP_OK);
         kvp_tier_order st[4];
-        cr_assert_eq(kvp_tier_orders(c, st, 4, &n, NULL), KVP_OK);
-        cr_assert_eq(n, 4);
+        kvp_cache *c = stored_request(ev, 700, &r, dev, st);
         for (int i = 0; i < 4; i++)
             cr_assert_eq(kvp_tier_confirm(c, st[i].id, true), KVP_OK);
         for (uint32_t i = 0; i < 4; i++) {
