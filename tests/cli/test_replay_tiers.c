@@ -403,6 +403,80 @@ Test(replay_tiers, binary_tiers_add_up_to_single_capacities)
     json_decref(two);
 }
 
+/* The CSV field of row (0: the header) and column col, copied into buf (no quoting occurs in
+ * these rows); the count of fields of that row in *n_fields. */
+static const char *csv_field(const char *csv, int row, int col, char *buf, size_t size,
+                             int *n_fields)
+{
+    const char *p = csv;
+    for (int r = 0; r < row && p; r++)
+        p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL;
+    cr_assert(p && *p, "no row %d", row);
+    const char *end = strchr(p, '\n');
+    int c = 0;
+    buf[0] = '\0';
+    for (const char *q = p; q <= end; q++) {
+        const char *e = q;
+        while (e < end && *e != ',')
+            e++;
+        if (c == col)
+            snprintf(buf, size, "%.*s", (int)(e - q), q);
+        c++;
+        q = e;
+    }
+    *n_fields = c;
+    return buf;
+}
+
+/* --tiers with --csv: the tier rows carry the JSON report's figures, and every row of the
+ * table has the header's columns. */
+Test(replay_tiers, binary_csv_has_the_tier_rows)
+{
+    const char *a = "--model Llama-3.1-8B --trace-block-size 4 --tiers gpu=1,cpu=2,disk=3";
+    json_t *j = run_json(a);
+    char full[1024];
+    snprintf(full, sizeof full, "%s --csv %s", a, cli_data("replay_trace.jsonl"));
+    cr_assert_eq(cli_run("replay", full, errs, sizeof errs, out, sizeof out), 0, "%s", errs);
+    char buf[128];
+    int n_head, n;
+    csv_field(out, 0, 0, buf, sizeof buf, &n_head);
+    cr_assert_eq(n_head, 19 + 21, "replay's 19 columns and the tiers' 21");
+    int rows = 0, col_cpu_hit = -1, col_cpu_blocks = -1, col_ttft = -1;
+    for (int c = 0; c < n_head; c++) {
+        csv_field(out, 0, c, buf, sizeof buf, &n);
+        col_cpu_hit = strcmp(buf, "cpu_hit_tokens") == 0 ? c : col_cpu_hit;
+        col_cpu_blocks = strcmp(buf, "cpu_blocks") == 0 ? c : col_cpu_blocks;
+        col_ttft = strcmp(buf, "ttft_mean_s") == 0 ? c : col_ttft;
+    }
+    cr_assert(col_cpu_hit > 0 && col_cpu_blocks > 0 && col_ttft > 0);
+    json_t *ladder = json_object_get(json_object_get(j, "tiers"), "ladder");
+    bool seen_knee = false;
+    for (const char *p = out; *p; p = strchr(p, '\n') + 1, rows++) {
+        csv_field(out, rows, 0, buf, sizeof buf, &n);
+        cr_assert_eq(n, n_head, "row %d has %d fields, the header %d", rows, n, n_head);
+        if (strcmp(buf, "tiers:ladder") == 0) {
+            csv_field(out, rows, 1, buf, sizeof buf, &n);
+            size_t k = strcmp(buf, "gpu") == 0 ? 0 : strcmp(buf, "gpu+cpu") == 0 ? 1 : 2;
+            json_t *x = json_array_get(ladder, k);
+            csv_field(out, rows, 7, buf, sizeof buf, &n);
+            cr_assert_eq(strtoull(buf, NULL, 10),
+                         (unsigned long long)json_integer_value(json_object_get(x, "hit_tokens")));
+            if (k >= 1) {
+                csv_field(out, rows, col_cpu_hit, buf, sizeof buf, &n);
+                cr_assert_eq(strtoull(buf, NULL, 10), jint(x, "tiers", 1, "hit_tokens"));
+                csv_field(out, rows, col_cpu_blocks, buf, sizeof buf, &n);
+                cr_assert_str_eq(buf, "2");
+            }
+            csv_field(out, rows, col_ttft, buf, sizeof buf, &n);
+            cr_assert_float_eq(strtod(buf, NULL),
+                               json_real_value(json_object_get(x, "ttft_mean_s")), 1e-6);
+        }
+        seen_knee |= strcmp(buf, "tiers:knee") == 0;
+    }
+    cr_assert(seen_knee, "%s", out);
+    json_decref(j);
+}
+
 Test(replay_tiers, binary_done_when_command)
 {
     char args[1024], plot[512];

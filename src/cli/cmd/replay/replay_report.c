@@ -494,6 +494,17 @@ static int print_json(FILE *f, const rp_options *o, const rp_result *r)
 
 /* ---- CSV ----------------------------------------------------------------------------------- */
 
+/* Replay's own columns; --tiers adds its own after them (rp_tiers_csv_header). */
+#define CSV_N_COLS 19
+
+/* End a row that is not a tier row: the tier columns empty when there are any. */
+static void row_end(FILE *f, const rp_result *r)
+{
+    if (r->tiers)
+        rp_tiers_csv_empty(f);
+    fputc('\n', f);
+}
+
 static void csv_metrics(FILE *f, const rp_result *r, const char *kind, const rp_metrics *m)
 {
     fprintf(f, "all,%s,", kind);
@@ -506,13 +517,14 @@ static void csv_metrics(FILE *f, const rp_result *r, const char *kind, const rp_
     else
         fprintf(f, "%llu,%llu,", (unsigned long long)m->capacity,
                 (unsigned long long)(m->capacity * r->block_size));
-    fprintf(f, ",%llu,%llu,%llu,%.6f,%llu,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%llu,%llu,%llu\n",
+    fprintf(f, ",%llu,%llu,%llu,%.6f,%llu,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%llu,%llu,%llu",
             (unsigned long long)m->n_requests, (unsigned long long)m->n_prompt_tokens,
             (unsigned long long)m->n_hit_tokens, ratio(m->n_hit_tokens, m->n_prompt_tokens),
             (unsigned long long)m->n_blocks_full, (unsigned long long)m->n_blocks_cached,
             ratio(m->n_blocks_cached, m->n_blocks_full), m->mean_hit, m->p50_hit, m->p90_hit,
             m->p99_hit, (unsigned long long)m->n_cold_misses,
             (unsigned long long)m->n_capacity_misses, (unsigned long long)m->n_evicted);
+    row_end(f, r);
 }
 
 /* A --policy row: its kind ("capacity" or "sweep"), the policy's figures p over metrics m. */
@@ -523,12 +535,13 @@ static void csv_policy(FILE *f, const rp_result *r, const char *kind, int pol, c
             (unsigned long long)(p->capacity * r->block_size));
     if (r->block_bytes)
         fprintf(f, "%llu", (unsigned long long)(p->capacity * r->block_bytes));
-    fprintf(f, ",%llu,%llu,%llu,%.6f,%llu,%llu,%.6f,,,,,%llu,%llu,%llu\n",
+    fprintf(f, ",%llu,%llu,%llu,%.6f,%llu,%llu,%.6f,,,,,%llu,%llu,%llu",
             (unsigned long long)m->n_requests, (unsigned long long)m->n_prompt_tokens,
             (unsigned long long)p->n_hit_tokens, ratio(p->n_hit_tokens, m->n_prompt_tokens),
             (unsigned long long)m->n_blocks_full, (unsigned long long)p->n_blocks_cached,
             ratio(p->n_blocks_cached, m->n_blocks_full), (unsigned long long)m->n_cold_misses,
             (unsigned long long)pol_capacity_misses(m, p), (unsigned long long)p->n_evicted);
+    row_end(f, r);
 }
 
 static int print_csv(FILE *f, const rp_options *o, const rp_result *r)
@@ -536,8 +549,11 @@ static int print_csv(FILE *f, const rp_options *o, const rp_result *r)
     fputs("dimension,value,capacity_blocks,capacity_tokens,capacity_bytes,requests,"
           "prompt_tokens,hit_tokens,token_hit_rate,blocks_full,blocks_cached,block_hit_rate,"
           "mean_request_hit,p50_request_hit,p90_request_hit,p99_request_hit,cold_misses,"
-          "capacity_misses,blocks_evicted\n",
+          "capacity_misses,blocks_evicted",
           f);
+    if (r->tiers)
+        rp_tiers_csv_header(f);
+    fputc('\n', f);
     if (r->has_primary)
         csv_metrics(f, r, "capacity", &r->primary);
     csv_metrics(f, r, "ceiling", &r->ceiling);
@@ -566,14 +582,17 @@ static int print_csv(FILE *f, const rp_options *o, const rp_result *r)
                 fputs(",,,", f);
             if (r->has_primary && r->block_bytes)
                 fprintf(f, "%llu", (unsigned long long)(r->primary.capacity * r->block_bytes));
-            fprintf(f, ",%llu,%llu,%llu,%.6f,%llu,%llu,%.6f,,,,,%llu,,\n",
+            fprintf(f, ",%llu,%llu,%llu,%.6f,%llu,%llu,%.6f,,,,,%llu,,",
                     (unsigned long long)g->n_requests, (unsigned long long)g->n_prompt_tokens,
                     (unsigned long long)g->n_hit_tokens, ratio(g->n_hit_tokens, g->n_prompt_tokens),
                     (unsigned long long)g->n_blocks_full, (unsigned long long)g->n_blocks_cached,
                     ratio(g->n_blocks_cached, g->n_blocks_full),
                     (unsigned long long)g->n_cold_misses);
+            row_end(f, r);
         }
     }
+    if (r->tiers && rp_tiers_csv(f, r->tiers, CSV_N_COLS) != 0)
+        return -1;
     return ferror(f) ? -1 : 0;
 }
 

@@ -700,6 +700,94 @@ static json_t *figs_json(const rp_tiers_result *r, const rp_tier_figs *x)
     return j;
 }
 
+/* ---- CSV: the tier rows and their columns ------------------------------------------------ */
+
+/* The CSV columns --tiers adds after replay's own: per tier kind (gpu, cpu, disk, remote) its
+ * capacity in blocks and in bytes, the prompt tokens it served and, below gpu, loaded; then
+ * the modelled TTFT. */
+void rp_tiers_csv_header(FILE *f)
+{
+    static const char *const what[] = {"blocks", "bytes", "hit_tokens", "loaded_tokens"};
+    for (size_t w = 0; w < 4; w++)
+        for (int k = 0; k < RP_MAX_TIERS; k++)
+            fprintf(f, ",%s_%s", rp_tier_name(k), what[w]);
+    fputs(",ttft_mean_s,ttft_p50_s,ttft_p90_s,ttft_p99_s,ttft_nocache_mean_s", f);
+}
+
+/* The columns of rp_tiers_csv_header left empty (a row that is not a tier row). */
+void rp_tiers_csv_empty(FILE *f)
+{
+    for (int c = 0; c < 4 * RP_MAX_TIERS + 5; c++)
+        fputc(',', f);
+}
+
+/* One configuration's row: replay's columns (dimension kind, value label, capacities empty:
+ * they are per tier, in the added columns; requests, prompt and hit tokens, token hit rate;
+ * the rest empty), then the tier columns. */
+static void figs_csv(FILE *f, const rp_tiers_result *r, const char *kind, const rp_tier_figs *x,
+                     size_t n_std)
+{
+    uint64_t hit = 0, cap[RP_MAX_TIERS] = {0}, served[RP_MAX_TIERS] = {0},
+             loaded[RP_MAX_TIERS] = {0};
+    bool has[RP_MAX_TIERS] = {false};
+    fprintf(f, "tiers:%s,", kind);
+    for (size_t k = 0; k < x->n_tiers; k++) {
+        fprintf(f, "%s%s", k ? "+" : "", rp_tier_name(r->kind[k]));
+        hit += x->hit_tokens[k];
+        has[r->kind[k]] = true;
+        cap[r->kind[k]] = x->cap[k];
+        served[r->kind[k]] = x->hit_tokens[k];
+        loaded[r->kind[k]] = x->loaded_tokens[k];
+    }
+    fprintf(f, ",,,,%llu,%llu,%llu,%.6f", (unsigned long long)x->n_requests,
+            (unsigned long long)x->n_prompt_tokens, (unsigned long long)hit,
+            x->n_prompt_tokens ? (double)hit / (double)x->n_prompt_tokens : 0.0);
+    for (size_t c = 9; c < n_std; c++) /* replay's columns after token_hit_rate */
+        fputc(',', f);
+    const uint64_t *col[4] = {cap, NULL, served, loaded};
+    for (size_t w = 0; w < 4; w++)
+        for (int k = 0; k < RP_MAX_TIERS; k++) {
+            fputc(',', f);
+            if (!has[k])
+                continue;
+            if (w == 1) {
+                if (r->block_bytes && cap[k] <= UINT64_MAX / r->block_bytes)
+                    fprintf(f, "%llu", (unsigned long long)(cap[k] * r->block_bytes));
+            } else if (w != 3 || k != 0) {
+                fprintf(f, "%llu", (unsigned long long)col[w][k]);
+            }
+        }
+    fprintf(f, ",%.6f,%.6f,%.6f,%.6f,%.6f\n", x->ttft_mean, x->ttft_p50, x->ttft_p90, x->ttft_p99,
+            r->ttft_nocache_mean);
+}
+
+int rp_tiers_csv(FILE *f, const rp_tiers_result *r, size_t n_std)
+{
+    for (size_t i = 0; i < r->n_tiers; i++)
+        figs_csv(f, r, "ladder", &r->ladder[i], n_std);
+    for (size_t i = 0; i < r->n_sweep; i++)
+        figs_csv(f, r, "sweep", &r->sweep[i], n_std);
+    /* The knee: the last tier's capacity within one point of the ceiling. */
+    int last = r->kind[r->n_tiers - 1];
+    fprintf(f, "tiers:knee,%s", rp_tier_name(last));
+    for (size_t c = 2; c < n_std; c++)
+        fputc(',', f);
+    for (size_t w = 0; w < 2; w++)
+        for (int k = 0; k < RP_MAX_TIERS; k++) {
+            fputc(',', f);
+            if (k != last)
+                continue;
+            if (w == 0)
+                fprintf(f, "%llu", (unsigned long long)r->knee_blocks);
+            else if (r->block_bytes && r->knee_blocks <= UINT64_MAX / r->block_bytes)
+                fprintf(f, "%llu", (unsigned long long)(r->knee_blocks * r->block_bytes));
+        }
+    for (int c = 0; c < 2 * RP_MAX_TIERS + 5; c++)
+        fputc(',', f);
+    fputc('\n', f);
+    return ferror(f) ? -1 : 0;
+}
+
 json_t *rp_tiers_json(const rp_tiers_result *r)
 {
     json_t *j = json_object(), *ladder = json_array(), *sweep = json_array(), *model = json_array();

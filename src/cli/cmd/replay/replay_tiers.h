@@ -141,6 +141,15 @@ int rp_tiers_figs(const rp_sim *sim, const rp_time_model *tm, const uint64_t *ca
 /* The tier section of the table report. Returns 0 or -1 on a write error. */
 int rp_tiers_print(FILE *f, const rp_tiers_result *r);
 
+/* --csv with --tiers: the columns the tier rows add (printed after replay's header, before
+ * its newline), those columns left empty (after every other row), and the tier rows (n_std:
+ * replay's own column count): "tiers:ladder" per configuration of the ladder (gpu, gpu+cpu,
+ * ...), "tiers:sweep" per sweep point, "tiers:knee" (the last tier's capacity within one point
+ * of the ceiling). Returns 0 or -1 on a write error. */
+void rp_tiers_csv_header(FILE *f);
+void rp_tiers_csv_empty(FILE *f);
+int rp_tiers_csv(FILE *f, const rp_tiers_result *r, size_t n_std);
+
 /* The tier section as a new JSON object (the caller owns it), or NULL on out of memory. */
 struct json_t *rp_tiers_json(const rp_tiers_result *r);
 
