@@ -57,12 +57,7 @@ int kvp__policy_params_check(const kvp__pparams *pp)
 /* The policy parameters of a cache's config. Cannot fail. */
 void kvp__policy_params_of(const kvp_config *cfg, kvp__pparams *pp)
 {
-    pp->eviction = cfg->eviction;
-    pp->slru_protected_pct = cfg->slru_protected_pct;
-    pp->s3fifo_small_pct = cfg->s3fifo_small_pct;
-    pp->s3fifo_ghost_pct = cfg->s3fifo_ghost_pct;
-    pp->cdecay_tau = cfg->cdecay_tau;
-    pp->cdecay_ghost_pct = cfg->cdecay_ghost_pct;
+    KVP__PPARAMS_FROM(pp, cfg);
 }
 
 /* Allocate the ghost of `ghost` keys (with infos under CDECAY) in a table at most 1/spread

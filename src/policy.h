@@ -138,6 +138,18 @@ typedef struct kvp__pparams {
     uint32_t cdecay_ghost_pct;   /* 0 (default 1600) .. 10000 */
 } kvp__pparams;
 
+/* Fill kvp__pparams *pp from *src, any config with the same field names (kvp_config,
+ * kvp_tier_config). */
+#define KVP__PPARAMS_FROM(pp, src)                                                                 \
+    do {                                                                                           \
+        (pp)->eviction = (src)->eviction;                                                          \
+        (pp)->slru_protected_pct = (src)->slru_protected_pct;                                      \
+        (pp)->s3fifo_small_pct = (src)->s3fifo_small_pct;                                          \
+        (pp)->s3fifo_ghost_pct = (src)->s3fifo_ghost_pct;                                          \
+        (pp)->cdecay_tau = (src)->cdecay_tau;                                                      \
+        (pp)->cdecay_ghost_pct = (src)->cdecay_ghost_pct;                                          \
+    } while (0)
+
 /* CDECAY's rank of a class FIFO's head, least first: the key, then the deeper block, then the
  * lower class, as one 128-bit number compared word by word: hi = key with its sign bit
  * flipped, lo = (UINT32_MAX - depth) << 32 | class (distinct for distinct classes). All ones

@@ -288,14 +288,8 @@ KVP_EXPORT void kvp_tier_config_init(kvp_tier_config *tc)
 /* A tier config's policy parameters. Cannot fail. */
 static void tier_params(const kvp_tier_config *tc, kvp__pparams *pp)
 {
-    pp->eviction = tc->eviction;
-    pp->slru_protected_pct = tc->slru_protected_pct;
-    pp->s3fifo_small_pct = tc->s3fifo_small_pct;
-    pp->s3fifo_ghost_pct = tc->s3fifo_ghost_pct;
-    pp->cdecay_tau = tc->cdecay_tau;
-    pp->cdecay_ghost_pct = tc->cdecay_ghost_pct;
+    KVP__PPARAMS_FROM(pp, tc);
 }
-
 /* The body of kvp_cache_add_tier: 1. validate; 2. allocate the tier set (first tier) and
  * the tier's arrays; 3. fill them and link the tier in (cannot fail). */
 int kvp__tier_add_locked(kvp_cache *cache, const kvp_tier_config *tc, int *tier)
