@@ -4,8 +4,9 @@
  *
  *   bench_policies [--capacities A,B,...] [--policies P,Q,...] [--param X] [--csv] LOG
  *
- * (default capacities 500,1000,2000,5000,10000,20000,50000; every policy, or those whose
- * name occurs in the --policies text; lru and min always).
+ * (default capacities 500,1000,2000,5000,10000,20000,50000, at most 32, each a positive
+ * integer; every policy, or those named exactly in the --policies list; lru and min always;
+ * an unknown name or a bad capacity is an error, exit status 2).
  *
  * LOG is a Mooncake trace or a token-id log (path argument; the tool's reader, block size 512
  * for traces, 16 for token logs, the namespace of each line). Every request is replayed once
@@ -89,6 +90,7 @@
  * and O(64) per victim (elhdg: O(cached leaves)). The conversation trace's full table (7
  * capacities, 17 policies) takes about 2 minutes, most of it elhdg's and o-lhdg's exact scans.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1338,6 +1340,72 @@ static const policy *all_policies[] = {
     &pol_decay,  &pol_cdecay,   &pol_cdecay_g1, &pol_cdecay_g4, &pol_cdecay_g16, &pol_cfifo,
     &pol_cfifo2, &pol_owhether, &pol_lhd_own,   &pol_lhdg,      &pol_elhdg,      &pol_olhdg};
 
+/* 1 if NAME is one of the comma-separated names of LIST (exactly), else 0. */
+static int in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n))
+            return 1;
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+/* Every name of LIST must be a policy of all_policies or "min"; 0, or -1 with a message. */
+static int check_policy_list(const char *list, const policy *const *pols, size_t n_pol)
+{
+    for (const char *p = list;;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        int known = len == 3 && !strncmp(p, "min", 3);
+        for (size_t i = 0; i < n_pol && !known; i++)
+            known = strlen(pols[i]->name) == len && !strncmp(p, pols[i]->name, len);
+        if (!known) {
+            fprintf(stderr, "bench_policies: --policies: unknown policy '%.*s'; known:", (int)len,
+                    p);
+            for (size_t i = 0; i < n_pol; i++)
+                fprintf(stderr, " %s", pols[i]->name);
+            fprintf(stderr, " min\n");
+            return -1;
+        }
+        if (!e)
+            return 0;
+        p = e + 1;
+    }
+}
+
+/* Parses "A,B,..." into caps (each a positive integer, at most MAX_CAPS); 0, or -1 with a
+ * message. */
+static int parse_capacities(const char *text, uint64_t *caps, size_t *n_caps)
+{
+    *n_caps = 0;
+    for (const char *p = text;;) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p || *p == '-' || errno || v == 0 || (*end != ',' && *end != '\0')) {
+            fprintf(stderr,
+                    "bench_policies: --capacities: '%s' is not a list of positive "
+                    "integers (A,B,...)\n",
+                    text);
+            return -1;
+        }
+        if (*n_caps == MAX_CAPS) {
+            fprintf(stderr, "bench_policies: --capacities: at most %d capacities\n", MAX_CAPS);
+            return -1;
+        }
+        caps[(*n_caps)++] = v;
+        if (*end == '\0')
+            return 0;
+        p = end + 1;
+    }
+}
+
 int main(int argc, char **argv)
 {
     uint64_t caps[MAX_CAPS];
@@ -1347,11 +1415,8 @@ int main(int argc, char **argv)
     double param = NAN;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--capacities") && i + 1 < argc) {
-            for (char *p = argv[++i]; *p && n_caps < MAX_CAPS;) {
-                caps[n_caps++] = strtoull(p, &p, 10);
-                if (*p == ',')
-                    p++;
-            }
+            if (parse_capacities(argv[++i], caps, &n_caps) != 0)
+                return 2;
         } else if (!strcmp(argv[i], "--policies") && i + 1 < argc) {
             pols = argv[++i];
         } else if (!strcmp(argv[i], "--param") && i + 1 < argc) {
@@ -1370,6 +1435,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_policies: a log is needed (a path argument)\n");
         return 2;
     }
+    if (pols &&
+        check_policy_list(pols, all_policies, sizeof all_policies / sizeof all_policies[0]) != 0)
+        return 2;
     if (n_caps == 0) {
         const uint64_t d[] = {500, 1000, 2000, 5000, 10000, 20000, 50000};
         n_caps = sizeof d / sizeof d[0];
@@ -1429,7 +1497,7 @@ int main(int argc, char **argv)
         for (size_t p = 0; p <= n_pol; p++) {
             const policy *pol = p < n_pol ? all_policies[p] : NULL;
             const char *name = pol ? pol->name : "min";
-            if (pols && !strstr(pols, name) && strcmp(name, "lru") != 0 && strcmp(name, "min"))
+            if (pols && !in_list(pols, name) && strcmp(name, "lru") != 0 && strcmp(name, "min"))
                 continue;
             if (pol == &pol_olhdg)
                 olhdg_learn(&s, caps[c]);
