@@ -42,8 +42,9 @@
  * colliding candidate probed first, against 1.23x with none; docs/security.md).
  *
  * Invariant (checked by kvp__index_check in check.c): the bucket chains hold the sentinel
- * and exactly the blocks with indexed == 1, n_items of them, each once, each in the bucket
- * of its own key with a handle that names that key; tbl->num_items counts them all.
+ * and exactly the blocks whose state word says indexed (internal.h), n_items of them, each once,
+ * each in the bucket of its own key with a handle that names that key; tbl->num_items counts them
+ * all.
  */
 #include <string.h>
 
@@ -127,13 +128,14 @@ kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key)
 kvp__block *kvp__index_find_next(const kvp__index *idx, const kvp__block *prev, kvp_key key)
 {
     (void)idx;
-    assert(kvp__block_is_indexed(prev) && kvp__key_eq(prev->key, key));
+    assert(prev->hh.key == &prev->key && kvp__key_eq(prev->key, key));
     return scan(prev->hh.hh_next, key);
 }
 
-/* Index blk under key, at the head of its bucket's chain. Outside collision-proof mode the
- * key must not be indexed yet; in it, other blocks may already be indexed under the same
- * key. Cannot fail (see above). */
+/* Index blk, which is not indexed, under key, at the head of its bucket's chain. Outside
+ * collision-proof mode the key must not be indexed yet; in it, other blocks may already be
+ * indexed under the same key. The caller marks the block indexed in its state word (pool.c,
+ * lifecycle.c). Cannot fail (see above). */
 void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
 {
     kvp__mem *mem = NULL; /* never used: the table exists and never expands */
@@ -141,11 +143,11 @@ void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
     /* A second block under the same key is not asserted here (that costs a probe per store
      * in every build with asserts): callers add only after a find missed or unindexed the
      * holder, and kvp__index_check finds any block not reachable under its own key. */
-    assert(!kvp__block_is_indexed(blk) && blk != &idx->sentinel);
+    assert(blk != &idx->sentinel && blk->hh.key != &blk->key); /* not indexed yet */
     assert(idx->n_items < UINT32_MAX);
     UT_hash_table *tbl = idx->head->hh.tbl;
     int oomed = 0; /* HASH_ADD_TO_BKT's expansion branch is never taken (see above) */
-    /* hh.tbl, hh.prev and hh.next are not written: they hold ref, lru_slot and the key
+    /* hh.tbl, hh.prev and hh.next are not written: they hold ref_ext and the key
      * (internal.h), and a block is never on the insertion-order list. */
     blk->key = key;
     blk->hh.key = &blk->key;
@@ -154,14 +156,14 @@ void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
     HASH_ADD_TO_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], hh, &blk->hh, oomed);
     (void)oomed;
     tbl->num_items++;
-    blk->indexed = 1;
     idx->n_items++;
 }
 
-/* Remove an indexed block from its bucket's chain. Cannot fail; never frees the table. */
+/* Remove an indexed block from its bucket's chain (the caller updates its state word).
+ * Cannot fail; never frees the table. */
 void kvp__index_del(kvp__index *idx, kvp__block *blk)
 {
-    assert(kvp__block_is_indexed(blk) && blk != &idx->sentinel && idx->n_items > 0);
+    assert(blk != &idx->sentinel && idx->n_items > 0);
     kvp__index_unlink(idx, idx->head->hh.tbl, blk);
 }
 
