@@ -208,9 +208,9 @@ _Static_assert(sizeof(kvp__block) == 64, "a block record is one cache line");
 #define KVP__ST_REFS    UINT32_C(0x3fffffff) /* in use: the pin count, 1 .. REF_SAT */
 #define KVP__ST_REF_SAT KVP__ST_REFS         /* the count is the record's ref_ext */
 #define KVP__ST_FREE    UINT32_C(0x7fffffff) /* on the free list */
-#define KVP__ST_CACHED  UINT32_C(0x7ffffffe) /* cached, on no ring slot */
-/* KVP__SLOT_RETAINED, 0x7ffffffd (retention.h): cached, on a retention queue */
-#define KVP__ST_MARK    UINT32_C(0x7ffffffc) /* count_unpinned's mark (lifecycle.c) */
+#define KVP__ST_MARK    UINT32_C(0x7ffffffe) /* count_unpinned's mark (lifecycle.c) */
+#define KVP__ST_CACHED  UINT32_C(0x7ffffffd) /* cached, on no ring slot */
+/* KVP__SLOT_RETAINED, 0x7ffffffc (retention.h): cached, on a retention queue */
 #define KVP__SLOT_LIMIT UINT32_C(0x7ffffff0) /* ring slots are below this */
 #define KVP__POOL_MAX   (UINT32_C(1) << 30)  /* the largest pool, in blocks */
 

@@ -453,7 +453,8 @@ static uint32_t count_unpinned(kvp_cache *cache, const uint32_t *ids, uint32_t n
     for (uint32_t i = 0; i < n; i++) {
         uint32_t id = ids[i], w = state[id];
         assert(w == KVP__ST_MARK || kvp__st_is_indexed(w));
-        if (w != KVP__ST_MARK && kvp__st_is_cached(w)) {
+        /* Indexed, so not free: below the mark is cached and not marked yet. */
+        if (w < KVP__ST_MARK) {
             cache->pool.blocks[id].ref_ext = w;
             state[id] = KVP__ST_MARK;
             count++;

@@ -360,13 +360,13 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
     assert(id < pool->n_blocks);
     uint32_t w = pool->state[id];
     assert(kvp__st_is_in_use(w));
-    if (retain && kvp__st_is_indexed(w))
+    if (retain && (w & KVP__ST_INDEXED))
         kvp__retention_note(cache, id, depth);
     if (!drop_pin(pool, id, w))
         return;
     assert(pool->n_in_use > 0);
     pool->n_in_use--;
-    if (!kvp__st_is_indexed(w)) {
+    if (!(w & KVP__ST_INDEXED)) { /* in use: the bit says */
         free_push(pool, id);
         return;
     }
@@ -404,21 +404,24 @@ static void unpin_run(kvp__pool *pool, const uint32_t *ids, uint32_t n)
         uint32_t id = ids[i];
         assert(id < pool->n_blocks);
         uint32_t w = state[id];
-        if (!drop_pin(pool, id, w))
-            continue;
-        n_unpinned++;
-        if (!kvp__st_is_indexed(w)) {
+        if (KVP__LIKELY(w == (KVP__ST_IN_USE | KVP__ST_INDEXED | 1))) { /* its last pin */
+            assert(s == ring_slot(pool, tail + n_cached));
+            ring[s] = id;
+            state[id] = s;
+            n_cached++;
+            if (++s == cap)
+                s = 0;
+        } else if (w == (KVP__ST_IN_USE | 1)) { /* a private block's last pin */
+            n_unpinned++;
             free_push(pool, id);
-            continue;
+        } else {
+            bool last = drop_pin(pool, id, w);
+            assert(!last);
+            (void)last;
         }
-        assert(s == ring_slot(pool, tail));
-        ring[s] = id;
-        state[id] = s;
-        tail++;
-        n_cached++;
-        if (++s == cap)
-            s = 0;
     }
+    n_unpinned += n_cached;
+    tail += n_cached;
     assert(pool->n_in_use >= n_unpinned && tail - pool->lru_head < pool->lru_cap);
     pool->lru_tail = tail;
     pool->n_in_use -= n_unpinned;
@@ -478,7 +481,7 @@ static void unpin_policy_run(kvp_cache *cache, const uint32_t *ids, uint32_t n)
         if (!drop_pin(pool, id, w))
             continue;
         n_unpinned++;
-        if (!kvp__st_is_indexed(w)) {
+        if (!(w & KVP__ST_INDEXED)) { /* in use: the bit says */
             free_push(pool, id);
             continue;
         }

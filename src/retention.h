@@ -27,7 +27,7 @@ typedef struct kvp__request kvp__request;
 typedef struct kvp__qgroup kvp__qgroup;
 
 #define KVP__SLOT_RETAINED                                                                         \
-    UINT32_C(0x7ffffffd)      /* the state word of a block on a retention queue                    \
+    UINT32_C(0x7ffffffc)      /* the state word of a block on a retention queue                    \
                                  (internal.h) */
 #define KVP__PRIO_UNSET 0xFFu /* record of a block no request set */
 #define KVP__N_PRIO     (KVP_RETENTION_PRIORITY_MAX + 1)
