@@ -265,12 +265,20 @@ void kvp__index_del(kvp__index *idx, kvp__block *blk);
 
 /* kvp__index_del's body, for callers that unlink many blocks in a loop with the table's
  * bucket array in a register (pool.c's batched eviction): blk leaves its bucket's chain.
- * Cannot fail. */
+ * HASH_DEL_IN_BKT without its bucket count (index.c: the counts are not kept), so that a
+ * block which does not head its chain (hh_prev set) is unlinked without reading its
+ * bucket. Cannot fail. */
 static inline void kvp__index_unlink(kvp__index *idx, UT_hash_table *tbl, kvp__block *blk)
 {
     assert(idx->n_items > 0 && tbl == idx->head->hh.tbl);
     assert(blk->hh.key == &blk->key); /* an entry of the index (kvp__index_add) */
-    HASH_DEL_IN_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], &blk->hh);
+    UT_hash_handle *hh = &blk->hh;
+    if (hh->hh_prev)
+        hh->hh_prev->hh_next = hh->hh_next;
+    else
+        tbl->buckets[hh->hashv & (tbl->num_buckets - 1)].hh_head = hh->hh_next;
+    if (hh->hh_next)
+        hh->hh_next->hh_prev = hh->hh_prev;
     tbl->num_items--;
     idx->n_items--;
 #ifndef NDEBUG

@@ -618,16 +618,18 @@ static void evict_to_free(kvp_cache *cache, uint32_t id)
     free_push(&cache->pool, id);
 }
 
-/* Prefetch what evicting cached block id will touch: its bucket and its neighbours in the
- * bucket chain (HASH_DEL_IN_BKT rewrites their links; the index keeps no other list).
+/* Prefetch what evicting cached block id will touch: its neighbours in the bucket chain,
+ * whose links kvp__index_unlink rewrites (the index keeps no other list), and its bucket
+ * when it heads the chain (no other unlink touches the bucket: index.c).
  * Reads block id itself, which should have been prefetched a few evictions earlier. */
 static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
 {
     const kvp__block *b = &cache->pool.blocks[id];
     const UT_hash_table *tbl = cache->index.head->hh.tbl;
-    KVP__PREFETCH_W(&tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)]);
     if (b->hh.hh_prev)
         KVP__PREFETCH_W(b->hh.hh_prev);
+    else
+        KVP__PREFETCH_W(&tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)]);
     if (b->hh.hh_next)
         KVP__PREFETCH_W(b->hh.hh_next);
 }

@@ -448,7 +448,8 @@ Test(check, index_chain_back_link)
 Test(check, index_bucket_counts)
 {
     /* The chain holding the cached block is cut off at its bucket; then the bucket's count
-     * and the table's item count disagree with the chains. */
+     * is not the one init left (the counts are not kept: index.c), and the table's item
+     * count disagrees with the chains. */
     scene s = scene_new(false);
     UT_hash_table *tbl = s.c->index.head->hh.tbl;
     kvp__block *b = &s.c->pool.blocks[s.cached_id];
