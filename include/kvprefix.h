@@ -376,7 +376,7 @@ typedef void (*kvp_event_fn)(void *ud, const kvp_event *ev);
 
 /* Cache parameters; fill with kvp_config_init() first, then set what you need. */
 typedef struct kvp_config {
-    uint32_t n_blocks;     /* physical KV blocks in the pool; 1 .. 2^31 (no default: 0) */
+    uint32_t n_blocks;     /* physical KV blocks in the pool; 1 .. 2^30 (no default: 0) */
     uint32_t block_size;   /* tokens per block; 1 .. KVP_MAX_BLOCK_SIZE (default 16) */
     uint64_t seed;         /* xxh3 hash seed (default KVP_DEFAULT_SEED); unused by keyed */
     bool verify_tokens;    /* collision-proof mode: keep tokens, compare on every hit.

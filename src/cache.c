@@ -68,8 +68,8 @@ static int cache_new(const kvp_config *cfg, kvp_cache **out)
         return kvp__fail(KVP_EINVAL, "out is NULL");
     if (cfg->n_blocks == 0)
         return kvp__fail(KVP_EINVAL, "n_blocks must be at least 1");
-    if (cfg->n_blocks > (UINT32_C(1) << 31))
-        return kvp__fail(KVP_EINVAL, "n_blocks is %" PRIu32 ", above the largest pool, 2^31",
+    if (cfg->n_blocks > KVP__POOL_MAX)
+        return kvp__fail(KVP_EINVAL, "n_blocks is %" PRIu32 ", above the largest pool, 2^30",
                          cfg->n_blocks);
     if (cfg->block_size == 0 || cfg->block_size > KVP_MAX_BLOCK_SIZE)
         return kvp__fail(KVP_EINVAL, "block_size is %" PRIu32 ", outside 1..%u", cfg->block_size,

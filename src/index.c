@@ -6,7 +6,8 @@
  * Keys are already digests (keyed XXH3, XXH3 or SHA-256), so the table never hashes them
  * again: the bucket hash is the key's low 32 bits.
  *
- * Entries are linked only into uthash's bucket chains (HASH_ADD_TO_BKT, HASH_DEL_IN_BKT);
+ * Entries are linked only into uthash's bucket chains (what HASH_ADD_TO_BKT and
+ * HASH_DEL_IN_BKT do, less the bucket counts: below);
  * uthash's insertion-order list (the handle's prev/next and the table's tail), which
  * HASH_ADD and HASH_DELETE maintain, is never written, because the index never iterates
  * in insertion order (a block's prev, next and tbl bytes hold other fields: internal.h). That saves
@@ -23,6 +24,13 @@
  *  - the bucket array is sized once, at init, to the power of two >= 2 n_blocks (the pool
  *    bounds the number of entries, so the load factor stays <= 1/2), and buckets never
  *    double (HASH_BKT_CAPACITY_THRESH is out of reach).
+ *  - so the buckets' counts, which uthash keeps only to decide when to double the buckets,
+ *    are not kept: a block is linked and unlinked by the two macros' pointer updates alone,
+ *    and every bucket's count stays what init left (1 in bucket 0, the sentinel's; 0 in
+ *    every other). An eviction then reads and writes the victim's bucket only when the
+ *    victim heads its chain: with the count kept, HASH_DEL_IN_BKT touched it for every
+ *    victim, and bench_core (c) missed 5.05 last-level lines per stored block instead of
+ *    4.85 (docs/performance.md, "The pool at memory speed, part 4").
  * That is what lets kvp_commit and kvp_access mutate the cache with no failure path after
  * their allocations are done. Memory: 16 bytes per bucket, 32-64 bytes per pool block.
  * (Buckets at 2x the pool fit bench_core (d)'s 128-byte limit since a block record is 64
@@ -42,8 +50,9 @@
  * colliding candidate probed first, against 1.23x with none; docs/security.md).
  *
  * Invariant (checked by kvp__index_check in check.c): the bucket chains hold the sentinel
- * and exactly the blocks with indexed == 1, n_items of them, each once, each in the bucket
- * of its own key with a handle that names that key; tbl->num_items counts them all.
+ * and exactly the blocks whose state word says indexed (internal.h), n_items of them, each once,
+ * each in the bucket of its own key with a handle that names that key; tbl->num_items counts them
+ * all.
  */
 #include <string.h>
 
@@ -127,41 +136,44 @@ kvp__block *kvp__index_find(const kvp__index *idx, kvp_key key)
 kvp__block *kvp__index_find_next(const kvp__index *idx, const kvp__block *prev, kvp_key key)
 {
     (void)idx;
-    assert(kvp__block_is_indexed(prev) && kvp__key_eq(prev->key, key));
+    assert(prev->hh.key == &prev->key && kvp__key_eq(prev->key, key));
     return scan(prev->hh.hh_next, key);
 }
 
-/* Index blk under key, at the head of its bucket's chain. Outside collision-proof mode the
- * key must not be indexed yet; in it, other blocks may already be indexed under the same
- * key. Cannot fail (see above). */
+/* Index blk, which is not indexed, under key, at the head of its bucket's chain. Outside
+ * collision-proof mode the key must not be indexed yet; in it, other blocks may already be
+ * indexed under the same key. The caller marks the block indexed in its state word (pool.c,
+ * lifecycle.c). Cannot fail (see above). */
 void kvp__index_add(kvp__index *idx, kvp__block *blk, kvp_key key)
 {
-    kvp__mem *mem = NULL; /* never used: the table exists and never expands */
-    (void)mem;
     /* A second block under the same key is not asserted here (that costs a probe per store
      * in every build with asserts): callers add only after a find missed or unindexed the
      * holder, and kvp__index_check finds any block not reachable under its own key. */
-    assert(!kvp__block_is_indexed(blk) && blk != &idx->sentinel);
+    assert(blk != &idx->sentinel && blk->hh.key != &blk->key); /* not indexed yet */
     assert(idx->n_items < UINT32_MAX);
     UT_hash_table *tbl = idx->head->hh.tbl;
-    int oomed = 0; /* HASH_ADD_TO_BKT's expansion branch is never taken (see above) */
-    /* hh.tbl, hh.prev and hh.next are not written: they hold ref, lru_slot and the key
+    /* hh.tbl, hh.prev and hh.next are not written: they hold ref_ext and the key
      * (internal.h), and a block is never on the insertion-order list. */
     blk->key = key;
     blk->hh.key = &blk->key;
     blk->hh.keylen = KEY_BYTES;
     blk->hh.hashv = bucket_hash(key);
-    HASH_ADD_TO_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], hh, &blk->hh, oomed);
-    (void)oomed;
+    /* HASH_ADD_TO_BKT's links, without its count and expansion test (see above). */
+    UT_hash_bucket *bkt = &tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)];
+    blk->hh.hh_prev = NULL;
+    blk->hh.hh_next = bkt->hh_head;
+    if (bkt->hh_head)
+        bkt->hh_head->hh_prev = &blk->hh;
+    bkt->hh_head = &blk->hh;
     tbl->num_items++;
-    blk->indexed = 1;
     idx->n_items++;
 }
 
-/* Remove an indexed block from its bucket's chain. Cannot fail; never frees the table. */
+/* Remove an indexed block from its bucket's chain (the caller updates its state word).
+ * Cannot fail; never frees the table. */
 void kvp__index_del(kvp__index *idx, kvp__block *blk)
 {
-    assert(kvp__block_is_indexed(blk) && blk != &idx->sentinel && idx->n_items > 0);
+    assert(blk != &idx->sentinel && idx->n_items > 0);
     kvp__index_unlink(idx, idx->head->hh.tbl, blk);
 }
 

@@ -5,25 +5,37 @@
  * Layout of one cache:
  *
  *   kvp_cache
- *    |- pool: blocks[0 .. n_blocks)      one kvp__block per physical KV block id
+ *    |- pool: blocks[0 .. n_blocks)      one kvp__block record per physical KV block id
+ *    |        state[0 .. n_blocks)       one 32-bit state word per block (below)
  *    |     free list: free_head -> b -> b -> NIL (singly linked via next), never-used or
  *    |                holding nothing reusable
  *    |     LRU ring:  lru[head % cap] .. lru[(tail - 1) % cap], block ids oldest first;
- *    |                an entry is live iff its block is cached and its lru_slot names the
- *    |                entry's slot (pinning only clears lru_slot: lazy deletion, pool.c)
- *    |- index: uthash table key -> block  every block with indexed == 1, plus a sentinel
+ *    |                an entry is live iff its block's state word is the entry's slot
+ *    |                (pinning only rewrites the word: lazy deletion, pool.c)
+ *    |- index: uthash table key -> block  every indexed block, plus a sentinel
  *    |                                    (in verify mode several blocks may share a key)
  *    |- requests: uthash table id -> kvp__request (block table, chain state)
  *    |- verify (optional): tokens per block, parent links, interned namespaces
  *    `- quota (optional): one group per quota scope (namespace, tenant or model), each
  *                         with its cached blocks in LRU order
  *
- * Each block is in exactly one of three states, derived from (ref, indexed) and named by
- * the predicates kvp__block_is_free / _cached / _in_use below:
- *   free    ref == 0, !indexed   on the free list, lru_slot == KVP_NIL
- *   cached  ref == 0,  indexed   in the index, with exactly one live entry in the LRU ring
- *   in use  ref  > 0             pinned by requests; indexed, or private (not indexed);
- *                                lru_slot == KVP_NIL
+ * Each block is in exactly one of three states, kept in its state word (pool.state[id],
+ * not in the record: release and the ring's liveness test touch 4 dense bytes, not the
+ * block's 64-byte line) and named by the predicates kvp__st_is_free / _cached / _in_use
+ * below:
+ *   free    KVP__ST_FREE                on the free list
+ *   cached  a ring slot s < lru_cap     in the index, with exactly one live entry in the
+ *                                       LRU ring, in slot s (plain LRU);
+ *           KVP__ST_CACHED              in the index, on no ring slot: on a policy's lists
+ *                                       (or popped by an eviction under way);
+ *           KVP__SLOT_RETAINED          in the index, on a retention queue (retention.h)
+ *   in use  KVP__ST_IN_USE | c          pinned by requests (pin count c, bits 0..29; the
+ *           [| KVP__ST_INDEXED]         value KVP__ST_REF_SAT says the count is in the
+ *                                       record's ref_ext); indexed (shared, bit 30) or
+ *                                       private (not indexed)
+ * Ring slots stay below KVP__SLOT_LIMIT (2^31 - 16: the pool holds at most 2^30 blocks and
+ * its ring min(2 n_blocks + 16, KVP__SLOT_LIMIT) entries), so neither the in-use bit nor a
+ * special value is ever a slot.
  * kvp__cache_check() verifies this and every count; tests call it after each mutation.
  * Internal preconditions are assert()ed (compiled in unless NDEBUG: meson's b_ndebug is
  * if-release, so the debugoptimized test, sanitizer and fuzz builds keep them). Asserts are
@@ -160,59 +172,75 @@ static inline kvp_key kvp__key_truncate(kvp_key k, unsigned bits)
 
 /* ---------------------------------------------------------------- blocks, index, pool */
 
-/* One 64-byte record per block, one cache line (the pool aligns the array): eviction,
- * release, a probe of the chain and a store each touch one line of the block, not two.
- * The index links blocks only through uthash's bucket chains (index.c), so of the 56-byte
- * handle a block uses hh_prev, hh_next, key, keylen and hashv; tbl, prev and next (the
- * table pointer and the insertion-order list, which uthash reads only for entries added
- * with HASH_ADD and for a bucket expansion, neither of which happens to a block) hold
- * ref, lru_slot and the key instead. The index's sentinel is a full uthash entry and uses
- * none of the overlaid fields. At 88 bytes (handle, key, four u32s) a block straddled two
- * lines in three cases out of four; bench_core (c) under callgrind: docs/performance.md. */
+/* One 64-byte record per block, one cache line (the pool aligns the array): eviction, a
+ * probe of the chain and a store each touch one line of the block, not two. The index
+ * links blocks only through uthash's bucket chains (index.c), so of the 56-byte handle a
+ * block uses hh_prev, hh_next, key, keylen and hashv; tbl, prev and next (the table
+ * pointer and the insertion-order list, which uthash reads only for entries added with
+ * HASH_ADD and for a bucket expansion, neither of which happens to a block) hold ref_ext
+ * and the key instead. The index's sentinel is a full uthash entry and uses none of the
+ * overlaid fields. At 88 bytes (handle, key, four u32s) a block straddled two lines in
+ * three cases out of four; bench_core (c) under callgrind: docs/performance.md. The
+ * block's state (pin count, ring slot, indexed) is not here but in pool.state (top of this
+ * file): a release then does not touch the record, which has usually left the CPU cache
+ * by the time a request ends ("The pool at memory speed, part 4" in docs/performance.md). */
 typedef struct kvp__block {
     union {
         UT_hash_handle hh; /* index linkage (bucket chains only); valid while indexed */
         struct {
-            uint32_t ref;      /* number of active requests pinning this block (hh.tbl) */
-            uint32_t lru_slot; /* cached: slot of its live entry in the LRU ring, else KVP_NIL */
-            kvp_key key;       /* the block's key, meaningful while indexed (hh.prev, hh.next) */
+            uint32_t ref_ext; /* in use with the state word's count at KVP__ST_REF_SAT: the
+                                 pin count (hh.tbl); count_unpinned's saved state word */
+            uint32_t spare;   /* unused (hh.tbl) */
+            kvp_key key;      /* the block's key, meaningful while indexed (hh.prev, hh.next) */
         };
     };
-    uint32_t next;    /* free list: the next free block; KVP_NIL at the end */
-    uint32_t indexed; /* 1 while the key is in the index, else 0 */
+    uint32_t next; /* free list: the next free block; KVP_NIL at the end */
+    uint32_t pad;  /* unused */
 } kvp__block;
 
 _Static_assert(offsetof(UT_hash_handle, hh_prev) >= 8 + sizeof(kvp_key),
-               "ref, lru_slot and key must overlay only the handle's tbl, prev and next");
+               "ref_ext and key must overlay only the handle's tbl, prev and next");
 _Static_assert(sizeof(kvp__block) == 64, "a block record is one cache line");
 
-/* The block states (see the top of this file). A block is in exactly one of free, cached
- * and in use; in-use blocks are indexed (shared) or private. Cannot fail. */
-static inline bool kvp__block_is_indexed(const kvp__block *b)
+/* The state word (top of this file). */
+#define KVP__ST_IN_USE  UINT32_C(0x80000000) /* pinned; the pin count in KVP__ST_REFS */
+#define KVP__ST_INDEXED UINT32_C(0x40000000) /* in use and indexed (shared) */
+#define KVP__ST_REFS    UINT32_C(0x3fffffff) /* in use: the pin count, 1 .. REF_SAT */
+#define KVP__ST_REF_SAT KVP__ST_REFS         /* the count is the record's ref_ext */
+#define KVP__ST_FREE    UINT32_C(0x7fffffff) /* on the free list */
+#define KVP__ST_MARK    UINT32_C(0x7ffffffe) /* count_unpinned's mark (lifecycle.c) */
+#define KVP__ST_CACHED  UINT32_C(0x7ffffffd) /* cached, on no ring slot */
+/* KVP__SLOT_RETAINED, 0x7ffffffc (retention.h): cached, on a retention queue */
+#define KVP__SLOT_LIMIT UINT32_C(0x7ffffff0) /* ring slots are below this */
+#define KVP__POOL_MAX   (UINT32_C(1) << 30)  /* the largest pool, in blocks */
+
+/* The block states of a state word w (see the top of this file). A block is in exactly one
+ * of free, cached and in use; in-use blocks are indexed (shared) or private. Cannot fail. */
+static inline bool kvp__st_is_in_use(uint32_t w)
 {
-    return b->indexed != 0;
+    return w >= KVP__ST_IN_USE;
 }
 
-static inline bool kvp__block_is_in_use(const kvp__block *b)
+static inline bool kvp__st_is_free(uint32_t w)
 {
-    return b->ref > 0;
+    return w == KVP__ST_FREE;
 }
 
-static inline bool kvp__block_is_free(const kvp__block *b)
+static inline bool kvp__st_is_cached(uint32_t w)
 {
-    return b->ref == 0 && !kvp__block_is_indexed(b);
+    return w < KVP__ST_IN_USE && w != KVP__ST_FREE;
 }
 
-static inline bool kvp__block_is_cached(const kvp__block *b)
+static inline bool kvp__st_is_indexed(uint32_t w)
 {
-    return b->ref == 0 && kvp__block_is_indexed(b);
+    return kvp__st_is_in_use(w) ? (w & KVP__ST_INDEXED) != 0 : w != KVP__ST_FREE;
 }
 
 /* In use but not indexed: a partial tail, a deduplicated copy or a replaced block; it
  * returns to the free list on its last unpin. */
-static inline bool kvp__block_is_private(const kvp__block *b)
+static inline bool kvp__st_is_private(uint32_t w)
 {
-    return kvp__block_is_in_use(b) && !kvp__block_is_indexed(b);
+    return (w & (KVP__ST_IN_USE | KVP__ST_INDEXED)) == KVP__ST_IN_USE;
 }
 
 /* The key -> block table: uthash buckets whose chains link the indexed blocks (never
@@ -237,15 +265,25 @@ void kvp__index_del(kvp__index *idx, kvp__block *blk);
 
 /* kvp__index_del's body, for callers that unlink many blocks in a loop with the table's
  * bucket array in a register (pool.c's batched eviction): blk leaves its bucket's chain.
- * Cannot fail. */
+ * HASH_DEL_IN_BKT without its bucket count (index.c: the counts are not kept), so that a
+ * block which does not head its chain (hh_prev set) is unlinked without reading its
+ * bucket. Cannot fail. */
 static inline void kvp__index_unlink(kvp__index *idx, UT_hash_table *tbl, kvp__block *blk)
 {
-    assert(blk->indexed && idx->n_items > 0 && tbl == idx->head->hh.tbl);
+    assert(idx->n_items > 0 && tbl == idx->head->hh.tbl);
     assert(blk->hh.key == &blk->key); /* an entry of the index (kvp__index_add) */
-    HASH_DEL_IN_BKT(tbl->buckets[blk->hh.hashv & (tbl->num_buckets - 1)], &blk->hh);
+    UT_hash_handle *hh = &blk->hh;
+    if (hh->hh_prev)
+        hh->hh_prev->hh_next = hh->hh_next;
+    else
+        tbl->buckets[hh->hashv & (tbl->num_buckets - 1)].hh_head = hh->hh_next;
+    if (hh->hh_next)
+        hh->hh_next->hh_prev = hh->hh_prev;
     tbl->num_items--;
-    blk->indexed = 0;
     idx->n_items--;
+#ifndef NDEBUG
+    blk->hh.key = NULL; /* out of the index, for kvp__index_add's assert */
+#endif
 }
 size_t kvp__index_bucket_bytes(const kvp__index *idx);
 
@@ -302,13 +340,14 @@ static inline kvp__block *kvp__index_scan(const UT_hash_handle *hh, kvp_key key)
 typedef struct kvp__pool {
     kvp__block *blocks; /* n_blocks entries, indexed by block id, KVP__LINE-aligned */
     void *blocks_mem;   /* the allocation holding blocks: n_blocks + 1 records */
+    uint32_t *state;    /* n_blocks state words, indexed by block id (top of this file) */
     uint32_t n_blocks;  /* pool size */
     uint32_t free_head; /* first free block, KVP_NIL if none */
     uint32_t n_free;    /* blocks on the free list */
     uint32_t n_lru;     /* cached blocks: live entries in the LRU ring */
-    uint32_t n_in_use;  /* blocks with ref > 0 */
+    uint32_t n_in_use;  /* blocks in use (pinned) */
     uint32_t *lru;      /* the LRU ring: lru_cap block ids, live and stale (see pool.c) */
-    uint64_t lru_cap;   /* entries in the ring: 2 n_blocks + 16 */
+    uint64_t lru_cap;   /* entries in the ring: kvp__pool_ring_cap(n_blocks) */
     uint64_t lru_head;  /* absolute position of the oldest entry (evicted first) */
     uint64_t lru_tail;  /* absolute position after the newest entry; tail - head < cap */
     uint64_t clean_w;   /* while cleaning: [head, clean_w) cleaned, [clean_w, clean_r) a gap */
@@ -319,12 +358,67 @@ typedef struct kvp__pool {
     bool general;        /* not the plain LRU path: the policy is not LRU, or retention is on */
 } kvp__pool;
 
-/* Is the ring entry in slot s, naming block id, that block's live LRU entry? The block must
- * be cached and point back at the slot (see pool.c). Cannot fail. */
+/* The ring's size for a pool of n blocks: 2 n + 16, within KVP__SLOT_LIMIT (a 2^30-block
+ * pool gets 2 n - 16, still enough for the cleaning passes of pool.c). Cannot fail. */
+static inline uint64_t kvp__pool_ring_cap(uint32_t n)
+{
+    uint64_t cap = 2 * (uint64_t)n + 16;
+    return cap < KVP__SLOT_LIMIT ? cap : KVP__SLOT_LIMIT;
+}
+
+/* Block id's state word, and the predicates of the top of this file on it. Cannot fail. */
+static inline uint32_t kvp__block_state(const kvp__pool *pool, uint32_t id)
+{
+    assert(id < pool->n_blocks);
+    return pool->state[id];
+}
+
+static inline bool kvp__block_is_in_use(const kvp__pool *pool, uint32_t id)
+{
+    return kvp__st_is_in_use(kvp__block_state(pool, id));
+}
+
+static inline bool kvp__block_is_free(const kvp__pool *pool, uint32_t id)
+{
+    return kvp__st_is_free(kvp__block_state(pool, id));
+}
+
+static inline bool kvp__block_is_cached(const kvp__pool *pool, uint32_t id)
+{
+    return kvp__st_is_cached(kvp__block_state(pool, id));
+}
+
+static inline bool kvp__block_is_indexed(const kvp__pool *pool, uint32_t id)
+{
+    return kvp__st_is_indexed(kvp__block_state(pool, id));
+}
+
+static inline bool kvp__block_is_private(const kvp__pool *pool, uint32_t id)
+{
+    return kvp__st_is_private(kvp__block_state(pool, id));
+}
+
+/* Block id's pin count (0 unless in use). Cannot fail. */
+static inline uint32_t kvp__block_ref(const kvp__pool *pool, uint32_t id)
+{
+    uint32_t w = kvp__block_state(pool, id);
+    if (!kvp__st_is_in_use(w))
+        return 0;
+    return (w & KVP__ST_REFS) == KVP__ST_REF_SAT ? pool->blocks[id].ref_ext : w & KVP__ST_REFS;
+}
+
+/* The id of pool block b. Cannot fail. */
+static inline uint32_t kvp__block_id(const kvp__pool *pool, const kvp__block *b)
+{
+    assert(b >= pool->blocks && b < pool->blocks + pool->n_blocks);
+    return (uint32_t)(b - pool->blocks);
+}
+
+/* Is the ring entry in slot s, naming block id, that block's live LRU entry? The block's
+ * state word is the slot exactly when it is cached there (see pool.c). Cannot fail. */
 static inline bool kvp__lru_entry_live(const kvp__pool *pool, uint32_t id, uint32_t s)
 {
-    const kvp__block *b = &pool->blocks[id];
-    return b->lru_slot == s && kvp__block_is_cached(b);
+    return kvp__block_state(pool, id) == s;
 }
 
 /* ---------------------------------------------------------------- verify (verify.c) */

@@ -444,23 +444,26 @@ static void pin_and_take(kvp_cache *cache, kvp__request *req, uint32_t n_hit, ui
 
 /* How many distinct blocks among ids[0 .. n) are unpinned (they leave the LRU list when
  * pinned, so fresh blocks cannot come from them). An id can repeat only after a key
- * collision, but then it must be counted once: repeats are found by marking ref with
- * KVP_NIL during the walk and restoring it after. Changes nothing in the end. */
+ * collision, but then it must be counted once: repeats are found by marking the state word
+ * KVP__ST_MARK during the walk (the cached state saved in the record's ref_ext, unused while
+ * a block is not in use) and restoring it after. Changes nothing in the end. */
 static uint32_t count_unpinned(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
-    uint32_t count = 0;
+    uint32_t count = 0, *const state = cache->pool.state;
     for (uint32_t i = 0; i < n; i++) {
-        kvp__block *b = &cache->pool.blocks[ids[i]];
-        assert(kvp__block_is_indexed(b));
-        if (kvp__block_is_cached(b)) {
-            b->ref = KVP_NIL;
+        uint32_t id = ids[i], w = state[id];
+        assert(w == KVP__ST_MARK || kvp__st_is_indexed(w));
+        /* Indexed, so not free: below the mark is cached and not marked yet. */
+        if (w < KVP__ST_MARK) {
+            cache->pool.blocks[id].ref_ext = w;
+            state[id] = KVP__ST_MARK;
             count++;
         }
     }
     for (uint32_t i = 0; i < n; i++) {
-        kvp__block *b = &cache->pool.blocks[ids[i]];
-        if (b->ref == KVP_NIL)
-            b->ref = 0;
+        uint32_t id = ids[i];
+        if (state[id] == KVP__ST_MARK)
+            state[id] = cache->pool.blocks[id].ref_ext;
     }
     return count;
 }
@@ -707,9 +710,10 @@ static KVP__ALWAYS_INLINE void store_block(kvp_cache *cache, uint32_t id, kvp_ke
                                            kvp__vref canon, uint32_t ns, kvp__qgroup *qg)
 {
     /* Only a block held by the caller is stored: one of its request's or a fresh one. */
-    assert(id < cache->pool.n_blocks && kvp__block_is_private(&cache->pool.blocks[id]));
+    assert(id < cache->pool.n_blocks && kvp__block_is_private(&cache->pool, id));
     assert(!kvp__verifying(cache) || tokens);
     kvp__index_add(&cache->index, &cache->pool.blocks[id], key);
+    cache->pool.state[id] |= KVP__ST_INDEXED;
     if (kvp__verifying(cache))
         kvp__verify_store(cache, id, tokens, canon, i == 0 ? ns : KVP_NIL);
     if (qg)

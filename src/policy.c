@@ -207,7 +207,7 @@ void kvp__policy_link(kvp_cache *cache, const uint32_t *ids, uint32_t n)
     for (uint32_t i = 0; i < n; i++) {
         kvp__plink *k = &link[ids[i]];
         const kvp__block *pb = i ? &blocks[ids[i - 1]] : NULL;
-        if (pb && kvp__block_is_indexed(pb)) {
+        if (pb && kvp__block_is_indexed(&cache->pool, ids[i - 1])) {
             k->parent = pb->key;
             k->parent_id = ids[i - 1];
         } else {
@@ -234,10 +234,11 @@ uint32_t kvp__policy_orphans(const kvp_cache *cache)
     if (!link)
         return 0;
     for (uint32_t id = 0; id < cache->pool.n_blocks; id++) {
-        if (!kvp__block_is_cached(&blocks[id]) || link[id].parent_id == KVP_NIL)
+        if (!kvp__block_is_cached(&cache->pool, id) || link[id].parent_id == KVP_NIL)
             continue;
         const kvp__block *pb = &blocks[link[id].parent_id];
-        if (kvp__block_is_indexed(pb) && kvp__key_eq(pb->key, link[id].parent))
+        if (kvp__block_is_indexed(&cache->pool, link[id].parent_id) &&
+            kvp__key_eq(pb->key, link[id].parent))
             continue;
         n += kvp__index_find(&cache->index, link[id].parent) == NULL;
     }

@@ -11,9 +11,18 @@
  * least recently used cached block, so a cached prefix is never dropped while never-used
  * space remains.
  *
+ * Block states live in pool.state, one 32-bit word per block (internal.h): free, cached
+ * (a cached block on the ring holds its slot there), or in use with its pin count and
+ * whether it is indexed. Release and the ring's liveness test read and write only that
+ * word and the ring, never the block's 64-byte record: the record of a block released 32
+ * requests after its commit has usually left a 2 MiB cache, while the state words of a
+ * 200,000-block pool (800 KB, 16 blocks a line) mostly stay (docs/performance.md, "The
+ * pool at memory speed, part 4"). The record is touched when the block is stored (its key
+ * and chain links), found by a probe, and unlinked at its eviction.
+ *
  * The LRU order is a ring of ids with lazy deletion rather than a linked list: pinning a
- * cached block only clears its lru_slot, leaving a stale entry behind; an entry is live iff
- * its block's lru_slot names that entry's slot (then the block is cached). Eviction pops
+ * cached block only rewrites its state word, leaving a stale entry behind; an entry is live
+ * iff its block's state word is that entry's slot (then the block is cached). Eviction pops
  * entries from the head and skips stale ones. (Writing a dead mark into the ring at every
  * pin instead, so that skips need not read the block, cost 15% of bench_latency's median
  * call: a pin of a cached block would touch a random ring line as well.) The reason is
@@ -53,7 +62,7 @@
  *
  * Retention priorities (retention.c): once a request has carried a kvp_retention, a cached
  * block whose priority is not the default waits on a retention queue instead of the ring
- * (or the policy's lists), marked by lru_slot == KVP__SLOT_RETAINED, and eviction asks
+ * (or the policy's lists), marked by the state word KVP__SLOT_RETAINED, and eviction asks
  * retention first (retained_victim). The hot paths test one flag, pool.general (the policy
  * is not LRU, or retention is on), where they tested kvp__policy_is_lru before, and the
  * general cases live in functions of their own: a cache whose requests never carry
@@ -71,7 +80,7 @@
  *
  * Costs: pin, unpin and unindex are O(1) (an unpin cleans at most CLEAN_STEP entries);
  * take is O(1) amortized (each stale entry is skipped once); none allocates. The
- * ring costs 8 bytes per block.
+ * ring costs 8 bytes per block, the state words 4.
  */
 #include <assert.h>
 #include <string.h>
@@ -108,26 +117,28 @@ static KVP__ALWAYS_INLINE void ring_clean_step(kvp__pool *pool)
             continue;
         uint32_t ws = ring_slot(pool, pool->clean_w++);
         pool->lru[ws] = id;
-        pool->blocks[id].lru_slot = ws;
+        pool->state[id] = ws;
     }
 }
 
-/* Cached block id leaves the LRU order (pinned or uncached): its entry becomes stale. */
+/* Cached block id leaves the LRU order (pinned or uncached): its entry becomes stale, and
+ * the block is cached on no slot (KVP__ST_CACHED) until the caller gives it its new state. */
 static void lru_remove(kvp__pool *pool, uint32_t id)
 {
-    kvp__block *b = &pool->blocks[id];
-    /* Cached until now (kvp__pool_pin has already counted its new pin). */
-    assert(kvp__block_is_indexed(b) && pool->n_lru > 0);
-    assert(b->lru_slot < pool->lru_cap && pool->lru[b->lru_slot] == id);
-    b->lru_slot = KVP_NIL;
+    uint32_t s = pool->state[id];
+    assert(s < pool->lru_cap && pool->lru[s] == id && pool->n_lru > 0);
+    (void)s;
+    pool->state[id] = KVP__ST_CACHED;
     pool->n_lru--;
 }
 
-/* Make indexed, unpinned block id the most recently used. Cleans first: a pass starts at
- * 3/4 of the ring and always ends before the ring is full. */
+/* Make indexed, unpinned block id (its state KVP__ST_CACHED, or in use with its last pin
+ * being dropped) the most recently used. Cleans first: a pass starts at 3/4 of the ring and
+ * always ends before the ring is full. */
 static KVP__ALWAYS_INLINE void lru_push_tail(kvp__pool *pool, uint32_t id)
 {
-    assert(kvp__block_is_cached(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
+    assert(pool->state[id] == KVP__ST_CACHED ||
+           pool->state[id] == (KVP__ST_IN_USE | KVP__ST_INDEXED | 1));
     assert(pool->n_lru < pool->n_blocks);
     if (!pool->cleaning && (pool->lru_tail - pool->lru_head) * 4 >= pool->lru_cap * 3) {
         pool->clean_w = pool->clean_r = pool->lru_head;
@@ -138,11 +149,12 @@ static KVP__ALWAYS_INLINE void lru_push_tail(kvp__pool *pool, uint32_t id)
     assert(pool->lru_tail - pool->lru_head < pool->lru_cap);
     uint32_t s = ring_slot(pool, pool->lru_tail++);
     pool->lru[s] = id;
-    pool->blocks[id].lru_slot = s;
+    pool->state[id] = s;
     pool->n_lru++;
 }
 
-/* The least recently used cached block, removed from the LRU order, or KVP_NIL. Inlined:
+/* The least recently used cached block, removed from the LRU order (its state
+ * KVP__ST_CACHED), or KVP_NIL. Inlined:
  * out of line (it has three callers since policies came) it cost 4% of kvp_acquire in
  * workload (c). */
 static KVP__ALWAYS_INLINE uint32_t lru_pop_head(kvp__pool *pool)
@@ -156,7 +168,7 @@ static KVP__ALWAYS_INLINE uint32_t lru_pop_head(kvp__pool *pool)
         if (pool->cleaning && pool->clean_r < pool->lru_head)
             pool->clean_w = pool->clean_r = pool->lru_head; /* popped past the gap */
         if (ring_live(pool, id, s)) {
-            pool->blocks[id].lru_slot = KVP_NIL;
+            pool->state[id] = KVP__ST_CACHED;
             pool->n_lru--;
             return id;
         }
@@ -164,11 +176,14 @@ static KVP__ALWAYS_INLINE uint32_t lru_pop_head(kvp__pool *pool)
     return KVP_NIL;
 }
 
+/* Block id, just out of the index (its state KVP__ST_FREE: unindex) or a private block
+ * losing its last pin, goes on the free list. */
 static void free_push(kvp__pool *pool, uint32_t id)
 {
+    assert(pool->state[id] == KVP__ST_FREE || pool->state[id] == (KVP__ST_IN_USE | 1));
+    assert(pool->n_free < pool->n_blocks);
+    pool->state[id] = KVP__ST_FREE;
     kvp__block *b = &pool->blocks[id];
-    assert(kvp__block_is_free(b) && pool->n_free < pool->n_blocks);
-    b->lru_slot = KVP_NIL;
     b->next = pool->free_head;
     pool->free_head = id;
     pool->n_free++;
@@ -181,36 +196,44 @@ int kvp__pool_init(kvp_cache *cache)
     kvp__pool *pool = &cache->pool;
     uint32_t n = cache->cfg.n_blocks;
     memset(pool, 0, sizeof *pool);
-    pool->lru_cap = 2 * (uint64_t)n + 16;
+    assert(n >= 1 && n <= KVP__POOL_MAX);
+    pool->lru_cap = kvp__pool_ring_cap(n);
     pool->blocks_mem = kvp__mem_calloc(&cache->mem, (size_t)n + 1, sizeof(kvp__block));
+    pool->state = kvp__mem_alloc(&cache->mem, (size_t)n * sizeof(uint32_t));
     if (pool->blocks_mem) /* one record per cache line: the array starts on a line */
         pool->blocks = (kvp__block *)(void *)((char *)pool->blocks_mem +
                                               (-(uintptr_t)pool->blocks_mem & (KVP__LINE - 1)));
     pool->lru = kvp__mem_alloc(&cache->mem, pool->lru_cap * sizeof(uint32_t));
-    if (!pool->blocks || !pool->lru) {
+    if (!pool->blocks || !pool->state || !pool->lru) {
         kvp__pool_free(cache);
-        return kvp__fail(
-            KVP_ENOMEM,
-            "out of memory: the pool of %" PRIu32 " blocks and its LRU ring (%zu bytes)", n,
-            ((size_t)n + 1) * sizeof(kvp__block) + (size_t)pool->lru_cap * sizeof(uint32_t));
+        return kvp__fail(KVP_ENOMEM,
+                         "out of memory: the pool of %" PRIu32
+                         " blocks, their states and its LRU ring (%zu bytes)",
+                         n,
+                         ((size_t)n + 1) * sizeof(kvp__block) + (size_t)n * sizeof(uint32_t) +
+                             (size_t)pool->lru_cap * sizeof(uint32_t));
     }
     pool->n_blocks = n;
     pool->free_head = KVP_NIL;
     pool->general = !kvp__policy_is_lru(cache);
-    for (uint32_t i = n; i-- > 0;)
+    for (uint32_t i = n; i-- > 0;) {
+        pool->state[i] = KVP__ST_FREE;
         free_push(pool, i);
+    }
     return KVP_OK;
 }
 
-/* Free the block array and the ring (either may be NULL). Cannot fail. */
+/* Free the block array, the states and the ring (any may be NULL). Cannot fail. */
 void kvp__pool_free(kvp_cache *cache)
 {
     kvp__pool *pool = &cache->pool;
     kvp__mem_free(&cache->mem, pool->blocks_mem,
                   ((size_t)cache->cfg.n_blocks + 1) * sizeof(kvp__block));
+    kvp__mem_free(&cache->mem, pool->state, (size_t)cache->cfg.n_blocks * sizeof(uint32_t));
     kvp__mem_free(&cache->mem, pool->lru, pool->lru_cap * sizeof(uint32_t));
     pool->blocks = NULL;
     pool->blocks_mem = NULL;
+    pool->state = NULL;
     pool->lru = NULL;
 }
 
@@ -230,12 +253,64 @@ static KVP__NOINLINE void policy_hit(kvp_cache *cache, uint32_t id)
  * ring or the policy's lists (the policy counts the hit). Cannot fail. */
 static inline void pin_general(kvp_cache *cache, uint32_t id)
 {
-    if (cache->pool.blocks[id].lru_slot == KVP__SLOT_RETAINED)
+    if (cache->pool.state[id] == KVP__SLOT_RETAINED)
         kvp__retention_unlink(cache, id);
     else if (kvp__policy_is_lru(cache))
         lru_remove(&cache->pool, id);
     if (!kvp__policy_is_lru(cache))
         policy_hit(cache, id);
+}
+
+/* Pin counts past the state word's (KVP__ST_REF_SAT - 1, about 2^30) live in the record's
+ * ref_ext, up to UINT32_MAX - 1 as before the state word (asserted: each pin is a request's
+ * block-table entry or a store order, so reaching it takes 2^32 of them). Out of line: only
+ * a block pinned 2^30 times gets here. Cannot fail. */
+static KVP__NOINLINE void add_pin_saturated(kvp__pool *pool, uint32_t id)
+{
+    uint32_t w = pool->state[id];
+    kvp__block *b = &pool->blocks[id];
+    if ((w & KVP__ST_REFS) != KVP__ST_REF_SAT) {
+        assert((w & KVP__ST_REFS) == KVP__ST_REF_SAT - 1);
+        b->ref_ext = KVP__ST_REF_SAT;
+        pool->state[id] = w | KVP__ST_REF_SAT;
+        return;
+    }
+    assert(b->ref_ext >= KVP__ST_REF_SAT && b->ref_ext < UINT32_MAX - 1);
+    b->ref_ext++;
+}
+
+static KVP__NOINLINE void drop_pin_saturated(kvp__pool *pool, uint32_t id)
+{
+    kvp__block *b = &pool->blocks[id];
+    assert((pool->state[id] & KVP__ST_REFS) == KVP__ST_REF_SAT && b->ref_ext >= KVP__ST_REF_SAT);
+    if (--b->ref_ext < KVP__ST_REF_SAT)
+        pool->state[id] = (pool->state[id] & ~KVP__ST_REFS) | b->ref_ext;
+}
+
+/* One more pin of in-use block id, whose state word is w. Cannot fail. */
+static inline void add_pin(kvp__pool *pool, uint32_t id, uint32_t w)
+{
+    assert(kvp__st_is_in_use(w) && pool->state[id] == w);
+    if (KVP__LIKELY((w & KVP__ST_REFS) < KVP__ST_REF_SAT - 1))
+        pool->state[id] = w + 1;
+    else
+        add_pin_saturated(pool, id);
+}
+
+/* Drop one pin of in-use block id, whose state word is w; true when it was the last one
+ * (the word is then left as it was, for the caller to give the block its next state).
+ * Cannot fail. */
+static inline bool drop_pin(kvp__pool *pool, uint32_t id, uint32_t w)
+{
+    assert(kvp__st_is_in_use(w) && pool->state[id] == w);
+    uint32_t c = w & KVP__ST_REFS;
+    if (c == 1)
+        return true;
+    if (KVP__LIKELY(c != KVP__ST_REF_SAT))
+        pool->state[id] = w - 1;
+    else
+        drop_pin_saturated(pool, id);
+    return false;
 }
 
 /* Add a pin to block id. A cached block leaves the LRU order. Only indexed or already
@@ -244,30 +319,31 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
 {
     kvp__pool *pool = &cache->pool;
     assert(id < pool->n_blocks);
-    kvp__block *b = &pool->blocks[id];
-    assert(kvp__block_is_indexed(b) || kvp__block_is_in_use(b));
-    assert(b->ref < KVP_NIL - 1); /* KVP_NIL is the marker of count_unpinned (lifecycle.c) */
-    if (b->ref++ == 0) {
-        if (b->indexed && kvp__quotas_on(cache))
+    uint32_t w = pool->state[id];
+    assert(kvp__st_is_indexed(w) || kvp__st_is_in_use(w));
+    if (!kvp__st_is_in_use(w)) {
+        if (kvp__quotas_on(cache))
             kvp__quota_unlink(cache, id);
         if (KVP__LIKELY(kvp__pool_plain(cache)))
             lru_remove(pool, id);
         else
             pin_general(cache, id);
+        pool->state[id] = KVP__ST_IN_USE | KVP__ST_INDEXED | 1;
         pool->n_in_use++;
-    } else if (!kvp__policy_is_lru(cache)) {
-        policy_hit(cache, id);
+    } else {
+        add_pin(pool, id, w);
+        if (!kvp__policy_is_lru(cache))
+            policy_hit(cache, id);
     }
 }
 
-/* Add a pin that is not a use to block id, which a request holds (ref > 0): a tier store
+/* Add a pin that is not a use to block id, which a request holds (in use): a tier store
  * order's (tier_orders.c), so that the block is neither evicted nor reused under the copy.
  * The policy counts no hit. Cannot fail. */
 void kvp__pool_hold(kvp_cache *cache, uint32_t id)
 {
-    kvp__block *b = &cache->pool.blocks[id];
-    assert(id < cache->pool.n_blocks && kvp__block_is_in_use(b) && b->ref < KVP_NIL - 1);
-    b->ref++;
+    assert(id < cache->pool.n_blocks && kvp__block_is_in_use(&cache->pool, id));
+    add_pin(&cache->pool, id, cache->pool.state[id]);
 }
 
 /* Drop one pin of block id, block depth of its chain. At zero, an indexed block becomes the
@@ -282,18 +358,19 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
 {
     kvp__pool *pool = &cache->pool;
     assert(id < pool->n_blocks);
-    kvp__block *b = &pool->blocks[id];
-    assert(kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
-    if (retain && kvp__block_is_indexed(b))
+    uint32_t w = pool->state[id];
+    assert(kvp__st_is_in_use(w));
+    if (retain && (w & KVP__ST_INDEXED))
         kvp__retention_note(cache, id, depth);
-    if (--b->ref > 0)
+    if (!drop_pin(pool, id, w))
         return;
     assert(pool->n_in_use > 0);
     pool->n_in_use--;
-    if (!kvp__block_is_indexed(b)) {
+    if (!(w & KVP__ST_INDEXED)) { /* in use: the bit says */
         free_push(pool, id);
         return;
     }
+    pool->state[id] = KVP__ST_CACHED;
     if (retain && kvp__retention_queue(cache, id, depth))
         ; /* on its retention queue */
     else if (lru)
@@ -316,33 +393,35 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
  * in kvp__pool_unpin_tail_first. Cannot fail. */
 static void unpin_run(kvp__pool *pool, const uint32_t *ids, uint32_t n)
 {
-    kvp__block *const blocks = pool->blocks;
+    uint32_t *const state = pool->state;
     uint32_t *const ring = pool->lru;
     const uint32_t cap = (uint32_t)pool->lru_cap;
     uint64_t tail = pool->lru_tail;
     uint32_t s = ring_slot(pool, tail), n_unpinned = 0, n_cached = 0;
     for (uint32_t i = n; i-- > 0;) {
         if (i >= 8)
-            KVP__PREFETCH_W(&blocks[ids[i - 8]]);
+            KVP__PREFETCH_W(&state[ids[i - 8]]);
         uint32_t id = ids[i];
         assert(id < pool->n_blocks);
-        kvp__block *b = &blocks[id];
-        assert(kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
-        if (--b->ref > 0)
-            continue;
-        n_unpinned++;
-        if (!kvp__block_is_indexed(b)) {
+        uint32_t w = state[id];
+        if (KVP__LIKELY(w == (KVP__ST_IN_USE | KVP__ST_INDEXED | 1))) { /* its last pin */
+            assert(s == ring_slot(pool, tail + n_cached));
+            ring[s] = id;
+            state[id] = s;
+            n_cached++;
+            if (++s == cap)
+                s = 0;
+        } else if (w == (KVP__ST_IN_USE | 1)) { /* a private block's last pin */
+            n_unpinned++;
             free_push(pool, id);
-            continue;
+        } else {
+            bool last = drop_pin(pool, id, w);
+            assert(!last);
+            (void)last;
         }
-        assert(s == ring_slot(pool, tail));
-        ring[s] = id;
-        b->lru_slot = s;
-        tail++;
-        n_cached++;
-        if (++s == cap)
-            s = 0;
     }
+    n_unpinned += n_cached;
+    tail += n_cached;
     assert(pool->n_in_use >= n_unpinned && tail - pool->lru_head < pool->lru_cap);
     pool->lru_tail = tail;
     pool->n_in_use -= n_unpinned;
@@ -377,7 +456,7 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
     }
     for (uint32_t i = n; i-- > 0;) {
         if (i >= 8)
-            KVP__PREFETCH_W(&cache->pool.blocks[ids[i - 8]]);
+            KVP__PREFETCH_W(&cache->pool.state[ids[i - 8]]);
         unpin(cache, ids[i], i, true, false);
     }
 }
@@ -398,15 +477,15 @@ static void unpin_policy_run(kvp_cache *cache, const uint32_t *ids, uint32_t n)
     for (uint32_t i = n; i-- > 0;) {
         uint32_t id = ids[i];
         assert(id < pool->n_blocks);
-        kvp__block *b = &pool->blocks[id];
-        assert(kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
-        if (--b->ref > 0)
+        uint32_t w = pool->state[id];
+        if (!drop_pin(pool, id, w))
             continue;
         n_unpinned++;
-        if (!kvp__block_is_indexed(b)) {
+        if (!(w & KVP__ST_INDEXED)) { /* in use: the bit says */
             free_push(pool, id);
             continue;
         }
+        pool->state[id] = KVP__ST_CACHED;
         at[m++] = i;
         if (m == RELEASE_BATCH) {
             kvp__policy_release_n(&cache->policy, ids, at, m);
@@ -453,7 +532,7 @@ void kvp__pool_unhold(kvp_cache *cache, uint32_t id, uint32_t depth)
         return;
     }
     bool lru = kvp__policy_is_lru(cache);
-    if (!lru && cache->pool.blocks[id].ref == 1)
+    if (!lru && kvp__block_ref(&cache->pool, id) == 1)
         kvp__policy_release_begin(&cache->policy, &id, 1);
     unpin(cache, id, depth, lru, kvp__retention_on(cache));
 }
@@ -462,7 +541,7 @@ void kvp__pool_unhold(kvp_cache *cache, uint32_t id, uint32_t depth)
  * block of default priority released now, at chain depth depth. Cannot fail. */
 void kvp__pool_requeue(kvp_cache *cache, uint32_t id, uint32_t depth)
 {
-    assert(kvp__block_is_cached(&cache->pool.blocks[id]));
+    assert(cache->pool.state[id] == KVP__ST_CACHED);
     if (kvp__policy_is_lru(cache)) {
         lru_push_tail(&cache->pool, id);
         return;
@@ -489,11 +568,15 @@ void kvp__pool_enforce_quota(kvp_cache *cache, kvp__qgroup *g)
                       kvp__retention_on(cache) ? kvp__retention_group_victim(cache, g) : g->head);
 }
 
-/* Remove indexed block id from the index and emit KVP_EVENT_REMOVED with reason. */
+/* Remove block id from the index and emit KVP_EVENT_REMOVED with reason. The block was
+ * indexed: in use (it stays in use, private), or cached and off its list (it becomes
+ * KVP__ST_FREE, for free_push), or just taken by an eviction (in use, private already). */
 static void unindex(kvp_cache *cache, uint32_t id, int reason)
 {
     kvp__block *b = &cache->pool.blocks[id];
-    assert(kvp__block_is_indexed(b));
+    uint32_t w = cache->pool.state[id];
+    assert(kvp__st_is_in_use(w) || w == KVP__ST_CACHED);
+    cache->pool.state[id] = kvp__st_is_in_use(w) ? w & ~KVP__ST_INDEXED : KVP__ST_FREE;
     kvp_event ev = {0};
     ev.type = KVP_EVENT_REMOVED;
     ev.reason = reason;
@@ -511,17 +594,18 @@ static void unindex(kvp_cache *cache, uint32_t id, int reason)
  * unlinked and unpinned (the caller pins it or puts it on the free list). Cannot fail. */
 static void uncache(kvp_cache *cache, uint32_t id, int reason)
 {
-    assert(kvp__block_is_cached(&cache->pool.blocks[id]));
+    assert(kvp__block_is_cached(&cache->pool, id));
     if (kvp__quotas_on(cache))
         kvp__quota_unlink(cache, id);
     if (KVP__LIKELY(kvp__pool_plain(cache)))
         lru_remove(&cache->pool, id);
-    else if (cache->pool.blocks[id].lru_slot == KVP__SLOT_RETAINED)
+    else if (cache->pool.state[id] == KVP__SLOT_RETAINED)
         kvp__retention_unlink(cache, id);
     else if (kvp__policy_is_lru(cache))
         lru_remove(&cache->pool, id);
     else
         kvp__policy_unlink(&cache->policy, id);
+    assert(cache->pool.state[id] == KVP__ST_CACHED);
     if (!KVP__LIKELY(!kvp__retention_on(cache)))
         kvp__retention_forget(cache, id);
     unindex(cache, id, reason);
@@ -534,16 +618,18 @@ static void evict_to_free(kvp_cache *cache, uint32_t id)
     free_push(&cache->pool, id);
 }
 
-/* Prefetch what evicting cached block id will touch: its bucket and its neighbours in the
- * bucket chain (HASH_DEL_IN_BKT rewrites their links; the index keeps no other list).
+/* Prefetch what evicting cached block id will touch: its neighbours in the bucket chain,
+ * whose links kvp__index_unlink rewrites (the index keeps no other list), and its bucket
+ * when it heads the chain (no other unlink touches the bucket: index.c).
  * Reads block id itself, which should have been prefetched a few evictions earlier. */
 static void prefetch_eviction(const kvp_cache *cache, uint32_t id)
 {
     const kvp__block *b = &cache->pool.blocks[id];
     const UT_hash_table *tbl = cache->index.head->hh.tbl;
-    KVP__PREFETCH_W(&tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)]);
     if (b->hh.hh_prev)
         KVP__PREFETCH_W(b->hh.hh_prev);
+    else
+        KVP__PREFETCH_W(&tbl->buckets[b->hh.hashv & (tbl->num_buckets - 1)]);
     if (b->hh.hh_next)
         KVP__PREFETCH_W(b->hh.hh_next);
 }
@@ -577,7 +663,7 @@ static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru, bool retain)
     bool evicted = id == KVP_NIL;
     if (!evicted) {
         assert(id < pool->n_blocks && pool->n_free > 0);
-        assert(kvp__block_is_free(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
+        assert(kvp__block_is_free(pool, id));
         pool->free_head = pool->blocks[id].next;
         pool->n_free--;
         pool->blocks[id].next = KVP_NIL;
@@ -588,8 +674,8 @@ static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru, bool retain)
     }
     if (!lru)
         kvp__policy_taken(&cache->policy, id);
-    assert(!kvp__block_is_in_use(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
-    pool->blocks[id].ref = 1;
+    assert(evicted ? pool->state[id] == KVP__ST_CACHED : kvp__block_is_free(pool, id));
+    pool->state[id] = KVP__ST_IN_USE | 1;
     pool->n_in_use++;
     if (evicted && kvp__quotas_on(cache))
         kvp__quota_unlink(cache, id);
@@ -661,6 +747,7 @@ static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
     kvp__block *const blocks = pool->blocks;
+    uint32_t *const state = pool->state;
     UT_hash_table *const tbl = cache->index.head->hh.tbl;
     const bool verifying = kvp__verifying(cache);
     for (uint32_t i0 = 0; i0 < n; i0 += EVICT_BATCH) {
@@ -671,6 +758,7 @@ static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
             for (uint32_t k = 0; k < m; k++) {
                 uint32_t id = lru_pop_head(pool);
                 assert(id != KVP_NIL);
+                state[id] = KVP__ST_IN_USE | 1;
                 ids[i0 + k] = id;
             }
         } else {
@@ -683,11 +771,12 @@ static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
                 head++;
                 if (++s == cap)
                     s = 0;
-                /* A block's lru_slot names a slot only while it is cached (internal.h),
-                 * so the slot alone tells a live entry from a stale one. */
-                if (id != KVP_NIL && blocks[id].lru_slot == at) {
-                    assert(ring_live(pool, id, at));
-                    blocks[id].lru_slot = KVP_NIL;
+                /* A block's state word is a slot only while it is cached there
+                 * (internal.h): the word alone tells a live entry from a stale one,
+                 * without reading the block's record. The victim is taken at once
+                 * (in use, private: nothing observes it before its unlink below). */
+                if (id != KVP_NIL && state[id] == at) {
+                    state[id] = KVP__ST_IN_USE | 1;
                     ids[i0 + k++] = id;
                 }
             }
@@ -698,7 +787,8 @@ static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
         for (uint32_t k = 0; k < m; k++)
             prefetch_eviction(cache, ids[i0 + k]);
         /* Step 3: the next victims' blocks (stale entries included: reading ahead of the
-         * liveness test is what lets the misses overlap). */
+         * liveness test is what lets the misses overlap; the test itself reads only the
+         * state word). */
         for (uint64_t k = 0; k < EVICT_BATCH; k++) {
             uint64_t p = ring_ahead(pool, k);
             if (p >= pool->lru_tail)
@@ -709,8 +799,7 @@ static void take_batch(kvp_cache *cache, uint32_t *ids, uint32_t n)
         for (uint32_t k = 0; k < m; k++) {
             uint32_t id = ids[i0 + k];
             kvp__block *b = &blocks[id];
-            assert(!kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL);
-            b->ref = 1;
+            assert(state[id] == (KVP__ST_IN_USE | 1));
             kvp__index_unlink(&cache->index, tbl, b);
             if (verifying)
                 kvp__verify_forget(cache, id);
@@ -738,8 +827,8 @@ static KVP__NOINLINE void take_policy_batch(kvp_cache *cache, uint32_t *ids, uin
     for (uint32_t k = 0; k < n; k++) {
         uint32_t id = ids[k];
         kvp__block *b = &blocks[id];
-        assert(!kvp__block_is_in_use(b) && b->lru_slot == KVP_NIL && kvp__block_is_indexed(b));
-        b->ref = 1;
+        assert(pool->state[id] == KVP__ST_CACHED);
+        pool->state[id] = KVP__ST_IN_USE | 1;
         kvp__index_unlink(&cache->index, tbl, b);
         if (verifying)
             kvp__verify_forget(cache, id);
@@ -801,8 +890,8 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
  * Cannot fail. */
 void kvp__pool_unindex(kvp_cache *cache, uint32_t id, int reason)
 {
-    assert(id < cache->pool.n_blocks && kvp__block_is_indexed(&cache->pool.blocks[id]));
-    if (kvp__block_is_cached(&cache->pool.blocks[id])) {
+    assert(id < cache->pool.n_blocks && kvp__block_is_indexed(&cache->pool, id));
+    if (kvp__block_is_cached(&cache->pool, id)) {
         uncache(cache, id, reason);
         free_push(&cache->pool, id);
         return;

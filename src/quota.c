@@ -269,12 +269,12 @@ int kvp__quota_check(const kvp_cache *cache)
     const kvp__pool *pool = &cache->pool;
     uint32_t n_tagged_cached = 0, n_listed = 0;
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
-        const kvp__block *b = &pool->blocks[id];
-        if (!b->indexed && q->group[id])
+        uint32_t w = kvp__block_state(pool, id);
+        if (!kvp__st_is_indexed(w) && q->group[id])
             return kvp__fail(KVP_ECORRUPT,
                              "invariant violated in %s: block %" PRIu32 " has a group, not indexed",
                              __func__, id);
-        n_tagged_cached += q->group[id] && b->indexed && b->ref == 0;
+        n_tagged_cached += q->group[id] && kvp__st_is_cached(w);
     }
     const kvp__qgroup *g, *tmp;
     HASH_ITER(hh, q->by_root, g, tmp)
@@ -288,7 +288,7 @@ int kvp__quota_check(const kvp_cache *cache)
         uint32_t n = 0, prev = KVP_NIL;
         for (uint32_t id = g->head; id != KVP_NIL; prev = id, id = q->next[id]) {
             if (id >= pool->n_blocks || n >= pool->n_blocks || q->group[id] != g ||
-                q->prev[id] != prev || pool->blocks[id].ref || !pool->blocks[id].indexed)
+                q->prev[id] != prev || !kvp__block_is_cached(pool, id))
                 return kvp__fail(
                     KVP_ECORRUPT,
                     "invariant violated in %s: a group's list is broken at block %" PRIu32,
@@ -331,7 +331,7 @@ int kvp__quota_check(const kvp_cache *cache)
                            __func__, id);
         else {
             c->n_tagged++;
-            c->n_cached += pool->blocks[id].ref == 0;
+            c->n_cached += !kvp__block_is_in_use(pool, id);
         }
     }
     const kvp__request *req, *rtmp;

@@ -30,7 +30,7 @@
  * queue; the quota victim and kvp_block_retention read effective priorities directly.
  *
  * Invariants (kvp__retention_check): off, nothing is allocated, no block is marked and
- * pool.n_retained is 0. On: a block is on a queue iff its lru_slot is KVP__SLOT_RETAINED;
+ * pool.n_retained is 0. On: a block is on a queue iff its state word is KVP__SLOT_RETAINED;
  * queued blocks are cached, their record set and not 35, on queue q[prio[b]]; each queue is
  * doubly linked without a cycle, its n is its length, its nonempty bit says n > 0, and the
  * lengths sum to pool.n_retained; an unindexed block has no record; the heap holds exactly
@@ -416,7 +416,7 @@ bool kvp__retention_queue(kvp_cache *cache, uint32_t id, uint32_t depth)
     kvp__retention *r = &cache->retention;
     kvp__pool *pool = &cache->pool;
     uint64_t now = clock_now(cache);
-    assert(kvp__block_is_cached(&pool->blocks[id]) && pool->blocks[id].lru_slot == KVP_NIL);
+    assert(pool->state[id] == KVP__ST_CACHED);
     if (!is_set(r, id, now)) {
         r->prio[id] = KVP__PRIO_UNSET;
         r->expire[id] = 0;
@@ -442,7 +442,7 @@ bool kvp__retention_queue(kvp_cache *cache, uint32_t id, uint32_t depth)
         r->hpos[id] = r->n_heap++;
         heap_up(r, r->hpos[id]);
     }
-    pool->blocks[id].lru_slot = KVP__SLOT_RETAINED;
+    pool->state[id] = KVP__SLOT_RETAINED;
     pool->n_retained++;
     return true;
 }
@@ -453,7 +453,7 @@ void kvp__retention_unlink(kvp_cache *cache, uint32_t id)
 {
     kvp__retention *r = &cache->retention;
     kvp__pool *pool = &cache->pool;
-    assert(r->on && pool->blocks[id].lru_slot == KVP__SLOT_RETAINED && pool->n_retained > 0);
+    assert(r->on && pool->state[id] == KVP__SLOT_RETAINED && pool->n_retained > 0);
     uint32_t p = r->prio[id];
     assert(p < KVP__N_PRIO && p != DEFAULT_PRIO);
     kvp__rqueue *Q = &r->q[p];
@@ -470,7 +470,7 @@ void kvp__retention_unlink(kvp_cache *cache, uint32_t id)
     r->prev[id] = r->next[id] = KVP_NIL;
     if (r->hpos[id] != KVP_NIL)
         heap_remove(r, id);
-    pool->blocks[id].lru_slot = KVP_NIL;
+    pool->state[id] = KVP__ST_CACHED;
     pool->n_retained--;
 }
 
@@ -478,7 +478,7 @@ void kvp__retention_unlink(kvp_cache *cache, uint32_t id)
 void kvp__retention_forget(kvp_cache *cache, uint32_t id)
 {
     kvp__retention *r = &cache->retention;
-    assert(cache->pool.blocks[id].lru_slot != KVP__SLOT_RETAINED);
+    assert(cache->pool.state[id] != KVP__SLOT_RETAINED);
     r->prio[id] = KVP__PRIO_UNSET;
     r->expire[id] = 0;
 }
@@ -570,7 +570,7 @@ int kvp__retention_check(const kvp_cache *cache)
     if (!r->on) {
         FAIL_IF(r->prio || r->heap || r->by_req || pool->n_retained != 0);
         for (uint32_t id = 0; id < pool->n_blocks; id++)
-            FAIL_IF(pool->blocks[id].lru_slot == KVP__SLOT_RETAINED);
+            FAIL_IF(pool->state[id] == KVP__SLOT_RETAINED);
         return KVP_OK;
     }
     uint64_t total = 0;
@@ -583,7 +583,7 @@ int kvp__retention_check(const kvp_cache *cache)
         for (uint32_t id = Q->head; id != KVP_NIL; prev = id, id = r->next[id]) {
             FAIL_IF(id >= pool->n_blocks || n >= pool->n_blocks);
             FAIL_IF(r->prio[id] != p || r->prev[id] != prev);
-            FAIL_IF(pool->blocks[id].lru_slot != KVP__SLOT_RETAINED);
+            FAIL_IF(pool->state[id] != KVP__SLOT_RETAINED);
             n++;
         }
         FAIL_IF(prev != Q->tail || n != Q->n);
@@ -593,11 +593,11 @@ int kvp__retention_check(const kvp_cache *cache)
     FAIL_IF(total != pool->n_retained);
     uint32_t n_finite = 0;
     for (uint32_t id = 0; id < pool->n_blocks; id++) {
-        const kvp__block *b = &pool->blocks[id];
-        bool queued = b->lru_slot == KVP__SLOT_RETAINED;
+        uint32_t w = pool->state[id];
+        bool queued = w == KVP__SLOT_RETAINED;
         FAIL_IF(r->prio[id] != KVP__PRIO_UNSET && r->prio[id] > KVP_RETENTION_PRIORITY_MAX);
-        FAIL_IF(!kvp__block_is_indexed(b) && (r->prio[id] != KVP__PRIO_UNSET || r->expire[id]));
-        FAIL_IF(queued && (!kvp__block_is_cached(b) || r->prio[id] == KVP__PRIO_UNSET ||
+        FAIL_IF(!kvp__st_is_indexed(w) && (r->prio[id] != KVP__PRIO_UNSET || r->expire[id]));
+        FAIL_IF(queued && (!kvp__st_is_cached(w) || r->prio[id] == KVP__PRIO_UNSET ||
                            r->prio[id] == DEFAULT_PRIO));
         FAIL_IF(!queued && r->hpos[id] != KVP_NIL);
         if (queued && r->expire[id] != 0) {

@@ -11,7 +11,7 @@
  *   heap       queued blocks with a finite expiry, min (expire, seq) on top
  *   by_req     uthash req id -> kvp__ropts (the options kvp_request_set_retention gave)
  *
- * A queued block is marked in the pool by lru_slot == KVP__SLOT_RETAINED and counted in
+ * A queued block is marked in the pool by its state word == KVP__SLOT_RETAINED and counted in
  * pool.n_retained (not in pool.n_lru, which stays the policy's count).
  */
 #ifndef KVP_RETENTION_H
@@ -26,9 +26,11 @@ typedef struct kvp_cache kvp_cache;
 typedef struct kvp__request kvp__request;
 typedef struct kvp__qgroup kvp__qgroup;
 
-#define KVP__SLOT_RETAINED (UINT32_MAX - 1) /* lru_slot of a block on a retention queue */
-#define KVP__PRIO_UNSET    0xFFu            /* record of a block no request set */
-#define KVP__N_PRIO        (KVP_RETENTION_PRIORITY_MAX + 1)
+#define KVP__SLOT_RETAINED                                                                         \
+    UINT32_C(0x7ffffffc)      /* the state word of a block on a retention queue                    \
+                                 (internal.h) */
+#define KVP__PRIO_UNSET 0xFFu /* record of a block no request set */
+#define KVP__N_PRIO     (KVP_RETENTION_PRIORITY_MAX + 1)
 
 typedef struct kvp__rqueue {
     uint32_t head; /* first block (evicted first), KVP_NIL when empty */

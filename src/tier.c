@@ -563,7 +563,7 @@ int kvp__tier_check(const kvp_cache *cache)
         FAIL_IF(!kvp__key_eq(b->key, o->key));
         if (o->kind == KVP_ORDER_STORE) {
             FAIL_IF(b->state != KVP__TB_PENDING);
-            FAIL_IF(!kvp__block_is_in_use(&cache->pool.blocks[o->device_block]));
+            FAIL_IF(!kvp__block_is_in_use(&cache->pool, o->device_block));
             n_stores[o->tier]++;
             n_new += !o->handed_out;
         } else {

@@ -119,13 +119,13 @@ static void tier_committed(kvp_cache *cache, const kvp__request *req, uint32_t f
     bool parent_known = first == 0;
     if (first > 0) {
         const kvp__block *pb = &cache->pool.blocks[req->blocks[first - 1]];
-        parent_known = kvp__block_is_indexed(pb);
+        parent_known = kvp__block_is_indexed(&cache->pool, req->blocks[first - 1]);
         parent = parent_known ? pb->key : parent;
     }
     for (uint32_t i = first; i < req->n_committed; i++) {
         uint32_t dev = req->blocks[i];
         const kvp__block *b = &cache->pool.blocks[dev];
-        if (!kvp__block_is_indexed(b)) {
+        if (!kvp__block_is_indexed(&cache->pool, dev)) {
             parent_known = false;
             continue;
         }

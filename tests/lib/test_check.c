@@ -45,18 +45,19 @@ typedef struct scene {
 } scene;
 
 /* The first block satisfying pred, or fail the test. */
-static uint32_t find_block(const kvp_cache *c, bool (*pred)(const kvp__block *), const char *what)
+static uint32_t find_block(const kvp_cache *c, bool (*pred)(const kvp__pool *, uint32_t),
+                           const char *what)
 {
     for (uint32_t id = 0; id < c->pool.n_blocks; id++)
-        if (pred(&c->pool.blocks[id]))
+        if (pred(&c->pool, id))
             return id;
     cr_assert_fail("the scene has no %s block", what);
     return KVP_NIL;
 }
 
-static bool is_pinned_indexed(const kvp__block *b)
+static bool is_pinned_indexed(const kvp__pool *pool, uint32_t id)
 {
-    return kvp__block_is_in_use(b) && kvp__block_is_indexed(b);
+    return kvp__block_is_in_use(pool, id) && kvp__block_is_indexed(pool, id);
 }
 
 /* Build the scene:
@@ -104,10 +105,10 @@ static scene scene_new(bool verify)
     s.private_id = s.req->blocks[3];
     s.first_id = s.req->blocks[0];
     s.later_id = s.req->blocks[1];
-    cr_assert(is_pinned_indexed(&s.c->pool.blocks[s.pinned_id]));
-    cr_assert(kvp__block_is_private(&s.c->pool.blocks[s.private_id]));
+    cr_assert(is_pinned_indexed(&s.c->pool, s.pinned_id));
+    cr_assert(kvp__block_is_private(&s.c->pool, s.private_id));
     cr_assert_eq(find_block(s.c, kvp__block_is_private, "private"), s.private_id);
-    cr_assert(kvp__block_is_free(&s.c->pool.blocks[s.free_id]));
+    cr_assert(kvp__block_is_free(&s.c->pool, s.free_id));
     cr_assert_eq(kvp__pool_check(s.c), KVP_OK);
     cr_assert_eq(kvp__index_check(s.c), KVP_OK);
     cr_assert_eq(kvp__requests_check(s.c), KVP_OK);
@@ -147,9 +148,11 @@ Test(check, scene_is_sound)
 Test(check, refcount_on_cached_block)
 {
     scene s = scene_new(false);
-    s.c->pool.blocks[s.cached_id].ref = 1; /* pinned, yet still on the LRU ring */
+    uint32_t saved = s.c->pool.state[s.cached_id];
+    /* pinned, yet still on the LRU ring */
+    s.c->pool.state[s.cached_id] = KVP__ST_IN_USE | KVP__ST_INDEXED | 1;
     EXPECT_CORRUPT(s.c, kvp__pool_check);
-    s.c->pool.blocks[s.cached_id].ref = 0;
+    s.c->pool.state[s.cached_id] = saved;
     scene_end(&s);
 }
 
@@ -158,35 +161,69 @@ Test(check, refcount_against_block_tables)
     /* One pin too many on an in-use block: every state and count still agrees, only the
      * requests' block tables tell. */
     scene s = scene_new(false);
-    s.c->pool.blocks[s.pinned_id].ref++;
+    s.c->pool.state[s.pinned_id]++;
     cr_assert_eq(kvp__pool_check(s.c), KVP_OK);
     cr_assert_eq(kvp__index_check(s.c), KVP_OK);
     EXPECT_CORRUPT(s.c, kvp__requests_check);
-    s.c->pool.blocks[s.pinned_id].ref--;
+    s.c->pool.state[s.pinned_id]--;
 
-    s.c->pool.blocks[s.private_id].ref++;
+    s.c->pool.state[s.private_id]++;
     EXPECT_CORRUPT(s.c, kvp__requests_check);
-    s.c->pool.blocks[s.private_id].ref--;
+    s.c->pool.state[s.private_id]--;
     scene_end(&s);
 }
 
 Test(check, refcount_marker_left_behind)
 {
-    /* count_unpinned (lifecycle.c) marks blocks with ref == KVP_NIL and must restore them. */
+    /* count_unpinned (lifecycle.c) marks cached blocks' state words with KVP__ST_MARK and
+     * must restore them. */
     scene s = scene_new(false);
-    uint32_t saved = s.c->pool.blocks[s.pinned_id].ref;
-    s.c->pool.blocks[s.pinned_id].ref = KVP_NIL;
+    uint32_t saved = s.c->pool.state[s.cached_id];
+    s.c->pool.blocks[s.cached_id].ref_ext = saved;
+    s.c->pool.state[s.cached_id] = KVP__ST_MARK;
     EXPECT_CORRUPT(s.c, kvp__pool_check);
-    s.c->pool.blocks[s.pinned_id].ref = saved;
+    s.c->pool.state[s.cached_id] = saved;
     scene_end(&s);
 }
 
-Test(check, indexed_flag_not_boolean)
+Test(check, state_word_malformed)
 {
+    /* In use with a pin count of 0; a saturated count whose record holds too few pins. */
     scene s = scene_new(false);
-    s.c->pool.blocks[s.pinned_id].indexed = 2;
+    uint32_t saved = s.c->pool.state[s.pinned_id];
+    s.c->pool.state[s.pinned_id] = KVP__ST_IN_USE | KVP__ST_INDEXED;
     EXPECT_CORRUPT(s.c, kvp__pool_check);
-    s.c->pool.blocks[s.pinned_id].indexed = 1;
+    s.c->pool.state[s.pinned_id] = KVP__ST_IN_USE | KVP__ST_INDEXED | KVP__ST_REF_SAT;
+    s.c->pool.blocks[s.pinned_id].ref_ext = 1;
+    EXPECT_CORRUPT(s.c, kvp__pool_check);
+    s.c->pool.state[s.pinned_id] = saved;
+    scene_end(&s);
+}
+
+Test(check, pin_count_past_the_state_word)
+{
+    /* A pin count past the state word's 30 bits moves to the record's ref_ext and back:
+     * the pool stays consistent and the count exact at each step (the block tables are not
+     * consulted: only kvp__requests_check would count pins). */
+    scene s = scene_new(false);
+    kvp__pool *pool = &s.c->pool;
+    uint32_t id = s.pinned_id, saved = pool->state[id];
+    cr_assert_eq(kvp__block_ref(pool, id), 1);
+    pool->state[id] = KVP__ST_IN_USE | KVP__ST_INDEXED | (KVP__ST_REF_SAT - 2);
+    kvp__pool_pin(s.c, id); /* SAT - 1: still in the word */
+    cr_assert_eq(pool->state[id] & KVP__ST_REFS, KVP__ST_REF_SAT - 1);
+    kvp__pool_pin(s.c, id); /* SAT: in the record */
+    cr_assert_eq(pool->state[id] & KVP__ST_REFS, KVP__ST_REF_SAT);
+    cr_assert_eq(kvp__block_ref(pool, id), KVP__ST_REF_SAT);
+    kvp__pool_hold(s.c, id);
+    cr_assert_eq(kvp__block_ref(pool, id), KVP__ST_REF_SAT + 1);
+    cr_assert_eq(kvp__pool_check(s.c), KVP_OK);
+    kvp__pool_unhold(s.c, id, 0);
+    kvp__pool_unhold(s.c, id, 0);
+    cr_assert_eq(pool->state[id], KVP__ST_IN_USE | KVP__ST_INDEXED | (KVP__ST_REF_SAT - 1));
+    cr_assert_eq(kvp__block_ref(pool, id), KVP__ST_REF_SAT - 1);
+    cr_assert_eq(kvp__pool_check(s.c), KVP_OK);
+    pool->state[id] = saved;
     scene_end(&s);
 }
 
@@ -258,9 +295,9 @@ Test(check, free_list_loses_block)
 Test(check, free_block_claims_lru_slot)
 {
     scene s = scene_new(false);
-    s.c->pool.blocks[s.free_id].lru_slot = 0;
+    s.c->pool.state[s.free_id] = 0; /* cached in slot 0, yet on the free list */
     EXPECT_CORRUPT(s.c, kvp__pool_check);
-    s.c->pool.blocks[s.free_id].lru_slot = KVP_NIL;
+    s.c->pool.state[s.free_id] = KVP__ST_FREE;
     scene_end(&s);
 }
 
@@ -271,20 +308,22 @@ Test(check, free_block_claims_lru_slot)
 Test(check, lru_slot_points_elsewhere)
 {
     scene s = scene_new(false);
-    kvp__block *b = &s.c->pool.blocks[s.cached_id];
-    uint32_t saved = b->lru_slot;
-    b->lru_slot = (uint32_t)((saved + 1) % s.c->pool.lru_cap);
+    uint32_t *w = &s.c->pool.state[s.cached_id];
+    uint32_t saved = *w;
+    *w = (uint32_t)((saved + 1) % s.c->pool.lru_cap);
     EXPECT_CORRUPT(s.c, kvp__pool_check);
-    b->lru_slot = KVP_NIL; /* cached with no entry at all */
+    *w = KVP__ST_CACHED; /* cached with no entry at all */
     EXPECT_CORRUPT(s.c, kvp__pool_check);
-    b->lru_slot = saved;
+    *w = (uint32_t)s.c->pool.lru_cap; /* past the ring */
+    EXPECT_CORRUPT(s.c, kvp__pool_check);
+    *w = saved;
     scene_end(&s);
 }
 
 Test(check, lru_entry_names_another_block)
 {
     scene s = scene_new(false);
-    uint32_t slot = s.c->pool.blocks[s.cached_id].lru_slot;
+    uint32_t slot = s.c->pool.state[s.cached_id];
     s.c->pool.lru[slot] = s.free_id;
     EXPECT_CORRUPT(s.c, kvp__pool_check);
     s.c->pool.lru[slot] = N_BLOCKS; /* no such block */
@@ -295,12 +334,13 @@ Test(check, lru_entry_names_another_block)
 
 Test(check, lru_slot_on_pinned_block)
 {
-    /* A pinned block left pointing at a ring entry would be evicted from under its request. */
+    /* A pinned block whose state word names a ring entry (so cached there: the pin is
+     * lost) would be evicted from under its request. */
     scene s = scene_new(false);
-    uint32_t slot = s.c->pool.blocks[s.cached_id].lru_slot;
-    s.c->pool.blocks[s.private_id].lru_slot = slot;
+    uint32_t slot = s.c->pool.state[s.cached_id], saved = s.c->pool.state[s.private_id];
+    s.c->pool.state[s.private_id] = slot;
     EXPECT_CORRUPT(s.c, kvp__pool_check);
-    s.c->pool.blocks[s.private_id].lru_slot = KVP_NIL;
+    s.c->pool.state[s.private_id] = saved;
     scene_end(&s);
 }
 
@@ -408,7 +448,8 @@ Test(check, index_chain_back_link)
 Test(check, index_bucket_counts)
 {
     /* The chain holding the cached block is cut off at its bucket; then the bucket's count
-     * and the table's item count disagree with the chains. */
+     * is not the one init left (the counts are not kept: index.c), and the table's item
+     * count disagrees with the chains. */
     scene s = scene_new(false);
     UT_hash_table *tbl = s.c->index.head->hh.tbl;
     kvp__block *b = &s.c->pool.blocks[s.cached_id];
@@ -431,20 +472,20 @@ Test(check, indexed_flag_cleared)
     /* An in-use block forgets it is indexed: the pool cannot tell (it looks private), the
      * index can (its entry count no longer matches). */
     scene s = scene_new(false);
-    s.c->pool.blocks[s.pinned_id].indexed = 0;
+    s.c->pool.state[s.pinned_id] &= ~KVP__ST_INDEXED;
     cr_assert_eq(kvp__pool_check(s.c), KVP_OK);
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    s.c->pool.blocks[s.pinned_id].indexed = 1;
+    s.c->pool.state[s.pinned_id] |= KVP__ST_INDEXED;
     scene_end(&s);
 }
 
 Test(check, indexed_flag_set_without_entry)
 {
     scene s = scene_new(false);
-    s.c->pool.blocks[s.private_id].indexed = 1;
+    s.c->pool.state[s.private_id] |= KVP__ST_INDEXED;
     cr_assert_eq(kvp__pool_check(s.c), KVP_OK);
     EXPECT_CORRUPT(s.c, kvp__index_check);
-    s.c->pool.blocks[s.private_id].indexed = 0;
+    s.c->pool.state[s.private_id] &= ~KVP__ST_INDEXED;
     scene_end(&s);
 }
 
@@ -647,7 +688,7 @@ Test(check_asserts, pin_free_block, .signal = SIGABRT)
 Test(check_asserts, unpin_block_with_lru_slot, .signal = SIGABRT)
 {
     scene s = scene_new(false);
-    s.c->pool.blocks[s.pinned_id].lru_slot = 0;
+    s.c->pool.state[s.pinned_id] = 0; /* a ring slot: cached, not in use */
     kvp__pool_unpin_tail_first(s.c, &s.pinned_id, 1);
 }
 

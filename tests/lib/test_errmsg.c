@@ -114,9 +114,9 @@ Test(errmsg, cache_new_arguments)
     kvp_cache *c = NULL;
     EXPECT_MSG(kvp_cache_new(NULL, &c), KVP_EINVAL, "cfg is NULL");
     EXPECT_MSG(kvp_cache_new(&cfg, NULL), KVP_EINVAL, "out is NULL");
-    cfg.n_blocks = UINT32_C(0x80000001);
+    cfg.n_blocks = UINT32_C(0x40000001);
     EXPECT_MSG(kvp_cache_new(&cfg, &c), KVP_EINVAL,
-               "n_blocks is 2147483649, above the largest pool, 2^31");
+               "n_blocks is 1073741825, above the largest pool, 2^30");
     cfg.n_blocks = 8;
     cfg.block_size = 0;
     EXPECT_MSG(kvp_cache_new(&cfg, &c), KVP_EINVAL, "block_size is 0, outside 1..65536");

@@ -155,8 +155,8 @@ Test(errors, cache_new_arguments)
     cfg.block_size = KVP_MAX_BLOCK_SIZE + 1;
     cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL, "block_size too large");
     cfg.block_size = 4;
-    cfg.n_blocks = UINT32_C(0x80000001);
-    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL, "n_blocks above 2^31");
+    cfg.n_blocks = UINT32_C(0x40000001);
+    cr_assert_eq(kvp_cache_new(&cfg, &c), KVP_EINVAL, "n_blocks above 2^30");
     cr_assert_eq(c, sentinel, "out written on failure");
     cfg.n_blocks = 1;
     cfg.block_size = KVP_MAX_BLOCK_SIZE;

@@ -332,7 +332,8 @@ Test(checker, quota_and_index_corruption)
      * verification could tell apart. */
     kvp__block *b = &c->pool.blocks[head];
     kvp__index_add(&c->index, &c->pool.blocks[free_id], b->key);
-    c->pool.blocks[free_id].ref = 1; /* pinned, so the pool's lists stay consistent */
+    /* pinned, so the pool's lists stay consistent */
+    c->pool.state[free_id] = KVP__ST_IN_USE | KVP__ST_INDEXED | 1;
     c->pool.n_free--;
     c->pool.n_in_use++;
     c->pool.free_head = c->pool.blocks[free_id].next;

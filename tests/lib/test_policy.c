@@ -775,7 +775,8 @@ static bool oracle_orphan(kvp_cache *c, const kvp_key *keys, int x)
 {
     const kvp__block *b = kvp__index_find(&c->index, keys[x]);
     int px = parent_of(x);
-    return px >= 0 && b && kvp__block_is_cached(b) && !kvp__index_find(&c->index, keys[px]);
+    return px >= 0 && b && kvp__block_is_cached(&c->pool, kvp__block_id(&c->pool, b)) &&
+           !kvp__index_find(&c->index, keys[px]);
 }
 
 /* Under every policy, random accesses with the orphan count on: after every step the count
@@ -826,7 +827,9 @@ Test(policy, orphans_counted_and_readopted, .timeout = 120)
                 size_t pd = path_of(parent_of(orphan), p);
                 th_access_ok(c, &ns, p, pd);
                 if (!oracle_orphan(c, keys, orphan) && kvp__index_find(&c->index, keys[orphan]) &&
-                    kvp__block_is_cached(kvp__index_find(&c->index, keys[orphan]))) {
+                    kvp__block_is_cached(
+                        &c->pool,
+                        kvp__block_id(&c->pool, kvp__index_find(&c->index, keys[orphan])))) {
                     uint32_t o[DEPTH];
                     size_t od = path_of(orphan, o);
                     cr_assert_eq(th_lookup_ok(c, &ns, o, od).n_blocks_cached, (uint32_t)od,
@@ -1036,9 +1039,9 @@ Test(policy_check, ring_unused)
     kvp_namespace ns;
     kvp_cache *c = busy_cache(KVP_EVICT_SLRU, &ns);
     uint32_t id = c->policy.list[KVP__PL_A].head;
-    c->pool.blocks[id].lru_slot = 0;
+    c->pool.state[id] = 0; /* a ring slot */
     EXPECT_CORRUPT(c, kvp__pool_check);
-    c->pool.blocks[id].lru_slot = KVP_NIL;
+    c->pool.state[id] = KVP__ST_CACHED;
     cr_assert_eq(kvp_cache_check(c), KVP_OK);
     kvp_cache_free(c);
 }

@@ -727,9 +727,9 @@ Test(retention, checker_catches)
     rt->prio[id] = 60; /* on queue 70 with priority 60 */
     cr_assert_eq(kvp__retention_check(c), KVP_ECORRUPT);
     rt->prio[id] = 70;
-    c->pool.blocks[id].lru_slot = KVP_NIL; /* queued but unmarked */
+    c->pool.state[id] = KVP__ST_CACHED; /* queued but unmarked */
     cr_assert_eq(kvp__retention_check(c), KVP_ECORRUPT);
-    c->pool.blocks[id].lru_slot = KVP__SLOT_RETAINED;
+    c->pool.state[id] = KVP__SLOT_RETAINED;
     uint32_t h = rt->hpos[id];
     rt->hpos[id] = KVP_NIL; /* finite expiry, not in the heap */
     cr_assert_eq(kvp__retention_check(c), KVP_ECORRUPT);
@@ -741,7 +741,7 @@ Test(retention, checker_catches)
     cr_assert_eq(kvp__retention_check(c), KVP_ECORRUPT);
     c->pool.n_retained--;
     uint32_t free_id = 7;
-    cr_assert(!c->pool.blocks[free_id].indexed);
+    cr_assert(!kvp__block_is_indexed(&c->pool, free_id));
     rt->prio[free_id] = 50; /* a record on an unindexed block */
     cr_assert_eq(kvp__retention_check(c), KVP_ECORRUPT);
     rt->prio[free_id] = KVP__PRIO_UNSET;

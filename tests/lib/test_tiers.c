@@ -701,7 +701,7 @@ Test(tiers, retention_survives_store_holds)
             int prio = -1;
             cr_assert_eq(kvp_block_retention(c, dev[i], &prio), KVP_OK);
             cr_assert_eq(prio, i < 2 ? 90 : 35, "policy %d block %u: priority %d", ev, i, prio);
-            cr_assert_eq(c->pool.blocks[dev[i]].lru_slot == KVP__SLOT_RETAINED, i < 2);
+            cr_assert_eq(c->pool.state[dev[i]] == KVP__SLOT_RETAINED, i < 2);
         }
         cr_assert_eq(kvp_cache_check(c), KVP_OK);
         kvp_cache_free(c);
@@ -735,9 +735,9 @@ Test(tiers, checker_catches)
     t->blocks[st[0].tier_block].ref = 0;
     t->n_loading = 0;
     /* A device pin the store order does not account for. */
-    c->pool.blocks[st[1].device_block].ref++;
+    c->pool.state[st[1].device_block]++;
     cr_assert_eq(kvp_cache_check(c), KVP_ECORRUPT);
-    c->pool.blocks[st[1].device_block].ref--;
+    c->pool.state[st[1].device_block]--;
     /* A wrong key under a slot. */
     t->blocks[st[0].tier_block].key.lo ^= 1;
     cr_assert_eq(kvp_cache_check(c), KVP_ECORRUPT);
