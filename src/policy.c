@@ -188,15 +188,7 @@ void kvp__policy_taken(kvp__policy *p, uint32_t id)
  * CDECAY learns at the release. Cannot fail. */
 void kvp__policy_hit(kvp__policy *p, uint32_t id)
 {
-    kvp__pblock *b = &p->b[id];
-    if (b->list != KVP__PL_NONE)
-        kvp__plist_remove(p, id);
-    b->n_hits++;
-    b->last_use = ++p->clock;
-    if (p->eviction == KVP_EVICT_SLRU)
-        b->home = KVP__PL_B;
-    else if (p->eviction == KVP_EVICT_S3FIFO && b->freq < KVP__S3_FREQ_MAX)
-        b->freq++;
+    kvp__pblock_hit(p, id);
 }
 
 /* Record each block's parent (ids[i - 1], when indexed) for the orphan count. Cannot fail. */

@@ -116,4 +116,21 @@ static inline void kvp__plist_remove(kvp__policy *p, uint32_t id)
     kvp__plist_remove_in(p, id, true);
 }
 
+/* Block id is pinned by a hit (kvp__policy_hit, and the device pool's pin, which inlines it):
+ * off its list if it was cached; SLRU sends it to protected at its release, S3-FIFO counts
+ * it (freq, capped), CDECAY learns at the release. Cannot fail. */
+static inline void kvp__pblock_hit(kvp__policy *p, uint32_t id)
+{
+    kvp__pblock *b = &p->b[id];
+    int ev = p->eviction;
+    if (b->list != KVP__PL_NONE)
+        kvp__plist_remove(p, id);
+    b->n_hits++;
+    b->last_use = ++p->clock;
+    if (ev == KVP_EVICT_SLRU)
+        b->home = KVP__PL_B;
+    else if (ev == KVP_EVICT_S3FIFO && b->freq < KVP__S3_FREQ_MAX)
+        b->freq++;
+}
+
 #endif /* KVP_POLICY_LIST_H */

@@ -85,7 +85,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "internal.h"
+#include "policy_list.h" /* internal.h, and the policies' inline record updates */
 
 #define CLEAN_STEP 8u /* ring entries cleaned per push during a pass */
 
@@ -241,24 +241,29 @@ void kvp__pool_free(kvp_cache *cache)
  * pinning (n_evictions++, KVP_EVENT_REMOVED with KVP_REMOVED_EVICTED). Cannot fail. */
 static void evict_to_free(kvp_cache *cache, uint32_t id);
 
-/* A pin of block id under a policy other than LRU: the policy counts the hit. Out of line,
- * taking the cache, so that kvp__pool_pin's LRU path keeps its registers (computing
- * &cache->policy inline cost every pin two instructions on bench_core (c)). */
+/* A pin of in-use block id under a policy other than LRU: the policy counts the hit (its
+ * record update inlined: kvp__pblock_hit). Out of line, taking the cache, so that
+ * kvp__pool_pin's LRU path keeps its registers (computing &cache->policy inline cost every
+ * pin two instructions on bench_core (c)). */
 static KVP__NOINLINE void policy_hit(kvp_cache *cache, uint32_t id)
 {
-    kvp__policy_hit(&cache->policy, id);
+    kvp__pblock_hit(&cache->policy, id);
 }
 
-/* The first pin of cached block id off the plain LRU path: off its retention queue, the
- * ring or the policy's lists (the policy counts the hit). Cannot fail. */
-static inline void pin_general(kvp_cache *cache, uint32_t id)
+/* The first pin of cached block id, whose state word is w, off the plain LRU path: off its
+ * retention queue, the ring or the policy's lists (the policy counts the hit). Out of line
+ * for the same reason as policy_hit, and one call rather than two. Cannot fail. */
+static KVP__NOINLINE void pin_general(kvp_cache *cache, uint32_t id, uint32_t w)
 {
-    if (cache->pool.state[id] == KVP__SLOT_RETAINED)
+    if (!kvp__policy_is_lru(cache)) {
+        if (w == KVP__SLOT_RETAINED)
+            kvp__retention_unlink(cache, id);
+        kvp__pblock_hit(&cache->policy, id);
+    } else if (w == KVP__SLOT_RETAINED) {
         kvp__retention_unlink(cache, id);
-    else if (kvp__policy_is_lru(cache))
+    } else {
         lru_remove(&cache->pool, id);
-    if (!kvp__policy_is_lru(cache))
-        policy_hit(cache, id);
+    }
 }
 
 /* Pin counts past the state word's (KVP__ST_REF_SAT - 1, about 2^30) live in the record's
@@ -327,7 +332,7 @@ void kvp__pool_pin(kvp_cache *cache, uint32_t id)
         if (KVP__LIKELY(kvp__pool_plain(cache)))
             lru_remove(pool, id);
         else
-            pin_general(cache, id);
+            pin_general(cache, id, w);
         pool->state[id] = KVP__ST_IN_USE | KVP__ST_INDEXED | 1;
         pool->n_in_use++;
     } else {
@@ -461,39 +466,45 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
     }
 }
 
-#define RELEASE_BATCH 64 /* blocks handed to the policy per kvp__policy_release_n */
+#define RELEASE_BATCH 128 /* chain positions scanned per kvp__policy_release_n */
 
 /* n unpins under a policy other than LRU with no quota and retention never used: the pins
  * are dropped here, and the blocks that become cached are handed to the policy in batches, in
  * the same order (kvp__policy_release_n: the same as one kvp__policy_release each). Nothing
  * else happens between two releases (no quota eviction), and the free list and pin counts
  * that the pool updates in between are not the policy's, so the result is that of n unpins.
- * A hook added to unpin() must go here too, or into the gate in unpin_general. Cannot
- * fail. */
+ * Per block, the same tests as unpin_run (one compare of the state word for a block's last
+ * pin), the chain scanned RELEASE_BATCH positions at a time so that no count is tested per
+ * block. A hook added to unpin() must go here too, or into the gate in unpin_general.
+ * Cannot fail. */
 static void unpin_policy_run(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
-    uint32_t at[RELEASE_BATCH], m = 0, n_unpinned = 0;
-    for (uint32_t i = n; i-- > 0;) {
-        uint32_t id = ids[i];
-        assert(id < pool->n_blocks);
-        uint32_t w = pool->state[id];
-        if (!drop_pin(pool, id, w))
-            continue;
-        n_unpinned++;
-        if (!(w & KVP__ST_INDEXED)) { /* in use: the bit says */
-            free_push(pool, id);
-            continue;
+    uint32_t *const state = pool->state;
+    uint32_t at[RELEASE_BATCH], n_unpinned = 0;
+    for (uint32_t hi = n; hi > 0;) {
+        uint32_t lo = hi > RELEASE_BATCH ? hi - RELEASE_BATCH : 0, m = 0;
+        for (uint32_t i = hi; i-- > lo;) {
+            uint32_t id = ids[i];
+            assert(id < pool->n_blocks);
+            uint32_t w = state[id];
+            if (KVP__LIKELY(w == (KVP__ST_IN_USE | KVP__ST_INDEXED | 1))) { /* its last pin */
+                state[id] = KVP__ST_CACHED;
+                at[m++] = i;
+            } else if (w == (KVP__ST_IN_USE | 1)) { /* a private block's last pin */
+                n_unpinned++;
+                free_push(pool, id);
+            } else {
+                bool last = drop_pin(pool, id, w);
+                assert(!last);
+                (void)last;
+            }
         }
-        pool->state[id] = KVP__ST_CACHED;
-        at[m++] = i;
-        if (m == RELEASE_BATCH) {
+        if (m > 0)
             kvp__policy_release_n(&cache->policy, ids, at, m);
-            m = 0;
-        }
+        n_unpinned += m;
+        hi = lo;
     }
-    if (m > 0)
-        kvp__policy_release_n(&cache->policy, ids, at, m);
     assert(pool->n_in_use >= n_unpinned);
     pool->n_in_use -= n_unpinned;
 }
@@ -673,7 +684,7 @@ static KVP__ALWAYS_INLINE uint32_t take(kvp_cache *cache, bool lru, bool retain)
         return KVP_NIL;
     }
     if (!lru)
-        kvp__policy_taken(&cache->policy, id);
+        kvp__pblock_taken(&cache->policy, id);
     assert(evicted ? pool->state[id] == KVP__ST_CACHED : kvp__block_is_free(pool, id));
     pool->state[id] = KVP__ST_IN_USE | 1;
     pool->n_in_use++;
@@ -823,16 +834,17 @@ static KVP__NOINLINE void take_policy_batch(kvp_cache *cache, uint32_t *ids, uin
     kvp__block *const blocks = pool->blocks;
     UT_hash_table *const tbl = cache->index.head->hh.tbl;
     const bool verifying = kvp__verifying(cache);
+    uint32_t *const state = pool->state;
     kvp__policy_evict_n(&cache->policy, ids, n);
     for (uint32_t k = 0; k < n; k++) {
         uint32_t id = ids[k];
-        kvp__block *b = &blocks[id];
-        assert(pool->state[id] == KVP__ST_CACHED);
-        pool->state[id] = KVP__ST_IN_USE | 1;
-        kvp__index_unlink(&cache->index, tbl, b);
-        if (verifying)
-            kvp__verify_forget(cache, id);
+        assert(state[id] == KVP__ST_CACHED);
+        state[id] = KVP__ST_IN_USE | 1;
+        kvp__index_unlink(&cache->index, tbl, &blocks[id]);
     }
+    if (verifying) /* after the unlinks: verify's forget reads neither the index nor the state */
+        for (uint32_t k = 0; k < n; k++)
+            kvp__verify_forget(cache, ids[k]);
     pool->n_in_use += n;
     cache->stats.n_evictions += n;
 }
