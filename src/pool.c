@@ -849,6 +849,32 @@ static KVP__NOINLINE void take_policy_batch(kvp_cache *cache, uint32_t *ids, uin
     cache->stats.n_evictions += n;
 }
 
+/* Hand out up to n free blocks into ids[] under a policy other than LRU, each pinned once
+ * and taken by the policy (its record fresh: kvp__pblock_taken), as take would, with the
+ * counts updated once: the number handed out (n, or fewer when the free list runs out).
+ * Cannot fail. */
+static uint32_t take_policy_free(kvp_cache *cache, uint32_t *ids, uint32_t n)
+{
+    kvp__pool *pool = &cache->pool;
+    kvp__block *const blocks = pool->blocks;
+    uint32_t *const state = pool->state;
+    uint32_t i = 0, id = pool->free_head;
+    for (; i < n && id != KVP_NIL; i++) {
+        assert(id < pool->n_blocks && kvp__block_is_free(pool, id));
+        uint32_t next = blocks[id].next;
+        blocks[id].next = KVP_NIL;
+        kvp__pblock_taken(&cache->policy, id);
+        state[id] = KVP__ST_IN_USE | 1;
+        ids[i] = id;
+        id = next;
+    }
+    assert(pool->n_free >= i);
+    pool->free_head = id;
+    pool->n_free -= i;
+    pool->n_in_use += i;
+    return i;
+}
+
 /* Hand out n blocks into ids[], like n calls of kvp__pool_take (the caller checked that
  * kvp__pool_available >= n): free blocks first, then evictions, in batches when
  * batch_evictions allows. Otherwise, while evicting, the blocks EVICT_AHEAD entries ahead
@@ -863,9 +889,7 @@ void kvp__pool_take_n(kvp_cache *cache, uint32_t *ids, uint32_t n)
             for (uint32_t i = 0; i < n; i++)
                 ids[i] = take_general(cache);
         } else if (!kvp__quotas_on(cache) && !cache->cfg.on_event) {
-            uint32_t i = 0;
-            for (; i < n && pool->free_head != KVP_NIL; i++)
-                ids[i] = take(cache, false, false);
+            uint32_t i = take_policy_free(cache, ids, n);
             if (i < n)
                 take_policy_batch(cache, ids + i, n - i);
         } else {
