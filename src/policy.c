@@ -273,6 +273,18 @@ void kvp__policy_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *
     }
 }
 
+/* The device pool's unpin run, for a policy that defines one (kvp__policy_unpins; pool.c,
+ * unpin_policy_run; state is pool.state): from the top of the chain ids[0 .. hi) down, while
+ * block ids[i]'s pin being dropped is the last of an indexed block, make it cached (its word
+ * KVP__ST_CACHED) and release it at depth i, in one walk of the blocks; return lo, the last
+ * position released (ids[lo .. hi) were, and lo == 0 or ids[lo - 1] does not become cached).
+ * Cannot fail. */
+uint32_t kvp__policy_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi)
+{
+    assert(kvp__policy_unpins(p));
+    return kvp__slru_unpin_run(p, state, ids, hi);
+}
+
 /* The policy's victim, off its list, or KVP_NIL when nothing is cached. */
 uint32_t kvp__policy_evict(kvp__policy *p)
 {

@@ -235,6 +235,15 @@ void kvp__policy_taken(kvp__policy *p, uint32_t id);
 void kvp__policy_hit(kvp__policy *p, uint32_t id);
 void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth);
 void kvp__policy_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
+uint32_t kvp__policy_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi);
+/* Does the policy walk the device pool's released chains itself (kvp__policy_unpin_run, its
+ * body KVP__POLICY_DEFINE_UNPIN_RUN in policy_list.h), rather than being handed the blocks
+ * that become cached (kvp__policy_release_n)? SLRU does; S3-FIFO and CDECAY adopt it with
+ * one line each in their files, a case in kvp__policy_unpin_run and a test here. */
+static inline bool kvp__policy_unpins(const kvp__policy *p)
+{
+    return p->eviction == KVP_EVICT_SLRU;
+}
 uint32_t kvp__policy_evict(kvp__policy *p);
 void kvp__policy_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 void kvp__policy_unlink(kvp__policy *p, uint32_t id);
@@ -253,6 +262,7 @@ int kvp__ghost_check(const kvp__policy *p);
 /* The policies (policy_slru.c, policy_s3fifo.c, policy_cdecay.c). */
 void kvp__slru_release(kvp__policy *p, uint32_t id, uint32_t depth);
 void kvp__slru_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
+uint32_t kvp__slru_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi);
 uint32_t kvp__slru_evict(kvp__policy *p);
 void kvp__slru_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_slru_check(const kvp__policy *p);

@@ -133,4 +133,27 @@ static inline void kvp__pblock_hit(kvp__policy *p, uint32_t id)
         b->freq++;
 }
 
+/* Define a policy's unpin run, uint32_t name(p, state, ids, hi) (kvp__policy_unpin_run's
+ * case for it), with release_one(p, id, depth) its inline single release: walk ids[hi - 1],
+ * ids[hi - 2], ... while the block's state word (the device pool's, internal.h) says the pin
+ * being dropped is the last of an indexed block, make each cached (KVP__ST_CACHED) and
+ * release it at its depth; return lo, the last position released (ids[lo .. hi) were;
+ * lo == 0, or block ids[lo - 1] does not become cached: the pool drops its pin and walks on
+ * below it). The same releases in the same order as the pool's drops then
+ * kvp__policy_release_n, in one walk of the blocks (pool.c, unpin_policy_run). */
+#define KVP__POLICY_DEFINE_UNPIN_RUN(name, release_one)                                            \
+    uint32_t name(kvp__policy *restrict p, uint32_t *restrict state, const uint32_t *ids,          \
+                  uint32_t hi)                                                                     \
+    {                                                                                              \
+        while (hi > 0) {                                                                           \
+            uint32_t id = ids[hi - 1];                                                             \
+            if (!KVP__LIKELY(state[id] == (KVP__ST_IN_USE | KVP__ST_INDEXED | 1)))                 \
+                break;                                                                             \
+            state[id] = KVP__ST_CACHED;                                                            \
+            hi--;                                                                                  \
+            release_one(p, id, hi);                                                                \
+        }                                                                                          \
+        return hi;                                                                                 \
+    }
+
 #endif /* KVP_POLICY_LIST_H */

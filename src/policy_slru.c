@@ -66,6 +66,9 @@ void kvp__slru_release_n(kvp__policy *restrict p, const uint32_t *ids, const uin
         release_one(p, ids[at[j]], at[j]);
 }
 
+/* Blocks becoming cached from the top of a released chain (kvp__policy_unpin_run). */
+KVP__POLICY_DEFINE_UNPIN_RUN(kvp__slru_unpin_run, release_one)
+
 /* Probation's head, else protected's head, off its list (pool.n_lru > 0). */
 static inline uint32_t evict_one(kvp__policy *p)
 {
