@@ -22,7 +22,9 @@
  * evictions no event callback), in batches with the same effect: evict_n(ids, n) is n rounds
  * of evict then taken, release_n(ids, at, m) the releases of blocks ids[at[j]] at depths at[j]
  * in order (pool.c's take_policy_batch and unpin_policy_run; each policy's loop inlines the
- * single step).
+ * single step). A policy may instead walk the device pool's released chain itself
+ * (kvp__policy_unpins, kvp__policy_unpin_run: it tests and writes the blocks' state words,
+ * pool.state, as it releases them; SLRU does), so that the blocks are walked once.
  *
  * The device pool: dispatch is a switch on the policy's eviction field, not a table of
  * function pointers, and LRU is not behind it at all: pool.c tests kvp__policy_is_lru()
