@@ -114,19 +114,77 @@ void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
     p->cd_chain_depth = UINT32_MAX;
 }
 
-/* Indexed block id, block depth of its chain, lost its last pin and is cached: steps 1-3
- * at the top of this file. Cannot fail. */
 static inline void cdecay_head(kvp__policy *p, uint32_t c);
 
-static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
+/* What a run of releases keeps in locals, read once (run_load) and written back once
+ * (run_store): the fields the releases read (the per-block records' byte-wide fields may
+ * alias anything, so after a store to one the compiler would reload every field of *p), the
+ * clocks, the chain closure's last block, and the releases of class cd_col (a touch with no
+ * known history, the usual one) not yet added to cd_trials. Nothing that runs in between
+ * needs them in *p: a FIFO's new head (cdecay_head) reads only the records and the order. */
+typedef struct cd_run {
+    kvp__pblock *b;            /* p->b */
+    const unsigned char *keys; /* p->keys */
+    size_t key_stride;         /* p->key_stride */
+    kvp__gview g;              /* the ghost (only its infos change in a release) */
+    uint64_t clock;            /* p->clock */
+    uint64_t cd_clock;         /* p->cd_clock */
+    int64_t chain_key;         /* p->cd_chain_key */
+    uint32_t chain_depth;      /* p->cd_chain_depth */
+    uint32_t col;              /* p->cd_col */
+    uint32_t fresh;            /* releases of class cd_col to add to cd_trials[cd_col] */
+    uint8_t chain_list;        /* p->cd_chain_list */
+} cd_run;
+
+static KVP__ALWAYS_INLINE void run_load(const kvp__policy *p, cd_run *r)
 {
-    kvp__pblock *b = kvp__pblock_released(p, id, depth);
+    r->b = p->b;
+    r->keys = p->keys;
+    r->key_stride = p->key_stride;
+    kvp__gview_load(p, &r->g);
+    r->clock = p->clock;
+    r->cd_clock = p->cd_clock;
+    r->chain_key = p->cd_chain_key;
+    r->chain_depth = p->cd_chain_depth;
+    r->col = p->cd_col;
+    r->fresh = 0;
+    r->chain_list = p->cd_chain_list;
+}
+
+/* Write back run r of m releases. */
+static KVP__ALWAYS_INLINE void run_store(kvp__policy *p, const cd_run *r, uint32_t m)
+{
+    p->clock = r->clock;
+    p->cd_clock = r->cd_clock;
+    p->cd_chain_key = r->chain_key;
+    p->cd_chain_depth = r->chain_depth;
+    p->cd_chain_list = r->chain_list;
+    p->cd_trials[r->col] += r->fresh;
+    *p->n_cached += m;
+}
+
+/* Block id's key (kvp__policy_key). */
+static KVP__ALWAYS_INLINE kvp_key run_key(const cd_run *r, uint32_t id)
+{
+    kvp_key k;
+    memcpy(&k, r->keys + (size_t)id * r->key_stride, sizeof k);
+    return k;
+}
+
+/* Indexed block id, block depth of its chain, lost its last pin and is cached: steps 1-3
+ * at the top of this file, in run r (*n_cached is counted by run_store). Cannot fail. */
+static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, uint32_t id,
+                                           uint32_t depth)
+{
+    kvp__pblock *const B = r->b, *b = &B[id];
+    b->last_use = ++r->clock;
+    b->depth = depth;
     /* Step 1: the touch's class, and the previous touch's reuse. */
     uint32_t known = 0, prev_cls = 0;
     if (b->home == KVP__PL_NONE) {
         uint16_t info;
         b->home = KVP__PL_A;
-        if (kvp__ghost_take(p, kvp__policy_key(p, id), &info)) {
+        if (kvp__gview_take(&r->g, run_key(r, id), &info)) {
             known = info >> 8;
             prev_cls = info & 0xff;
         }
@@ -134,41 +192,62 @@ static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
         known = b->hist;
         prev_cls = b->cls;
     }
-    if (known > 0)
+    uint32_t c = r->col;
+    if (known == 0) {
+        r->fresh++;
+    } else {
         p->cd_reused[prev_cls]++;
-    uint32_t c = (known > 2 ? 2 : known) * 9 + p->cd_col;
-    p->cd_trials[c]++;
+        c += (known > 2 ? 2 : known) * 9;
+        p->cd_trials[c]++;
+    }
     b->cls = (uint8_t)c;
     b->hist = (uint8_t)(known < 255 ? known + 1 : 255);
     /* Step 2: the key. */
-    int64_t key = (int64_t)++p->cd_clock + p->cd_off[c];
+    int64_t key = (int64_t)++r->cd_clock + p->cd_off[c];
     uint8_t l = (uint8_t)(KVP__PL_C0 + c);
     /* Step 3: chain closure. */
-    if (depth + 1 == p->cd_chain_depth && key < p->cd_chain_key) {
-        key = p->cd_chain_key;
-        l = p->cd_chain_list;
+    if (depth + 1 == r->chain_depth && key < r->chain_key) {
+        key = r->chain_key;
+        l = r->chain_list;
     }
-    p->cd_chain_depth = depth;
-    p->cd_chain_key = key;
-    p->cd_chain_list = l;
+    r->chain_depth = depth;
+    r->chain_key = key;
+    r->chain_list = l;
     b->key = key;
-    kvp__plist_push_in(p, l, id, false);
-    if (p->list[l].head == id) /* the FIFO was empty: its new head plays (kvp__plist_push) */
+    /* At the tail of FIFO l (kvp__plist_push_in, but for *n_cached). */
+    kvp__plist *L = &p->list[l];
+    uint32_t tail = L->tail;
+    b->list = l;
+    b->prev = tail;
+    b->next = KVP_NIL;
+    L->tail = id;
+    L->n++;
+    if (tail != KVP_NIL) {
+        B[tail].next = id;
+    } else { /* the FIFO was empty: its new head plays (kvp__plist_push) */
+        L->head = id;
         cdecay_head(p, l - KVP__PL_C0);
+    }
 }
 
 /* One block (kvp__policy_release). Cannot fail. */
 void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    release_one(p, id, depth);
+    cd_run r;
+    run_load(p, &r);
+    release_one(p, &r, id, depth);
+    run_store(p, &r, 1);
 }
 
 /* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
 void kvp__cdecay_release_n(kvp__policy *restrict p, const uint32_t *ids, const uint32_t *at,
                            uint32_t m)
 {
+    cd_run r;
+    run_load(p, &r);
     for (uint32_t j = 0; j < m; j++)
-        release_one(p, ids[at[j]], at[j]);
+        release_one(p, &r, ids[at[j]], at[j]);
+    run_store(p, &r, m);
 }
 
 /* The rank of a head with this key and depth in class c (policy.h, kvp__cdrank). */
@@ -282,22 +361,79 @@ uint32_t kvp__cdecay_evict(kvp__policy *p)
 
 /* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
  * same victims in the same order as n calls of kvp__cdecay_evict, each followed by
- * kvp__policy_taken (a take does not touch the lists, the order or the ghost). */
+ * kvp__policy_taken. In two passes, each with fewer values to keep in registers than one:
+ * first the victims come off their FIFOs (the first FIFO's class and the second FIFO's head
+ * rank in locals until the order changes), then, in the same order, each enters G and its
+ * record is reset. The first pass reads no victim's record but its link to the next block
+ * (a head's rank is read while it is listed), the second no list, and neither the ghost's
+ * adds nor the resets touch the lists, the order or the ghost's membership as the first pass
+ * sees it: the same as one pass. */
 void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
 {
-    for (uint32_t k = 0; k < n; k++) {
-        uint8_t c = p->cd_win[1];
+    kvp__pblock *const B = p->b;
+    /* Pass 1, by runs: the first FIFO gives its heads while each next head still ranks
+     * ahead of the second FIFO's head (any, when there is none; the key decides unless the
+     * keys tie), then its head takes its place in the order once. */
+    for (uint32_t k = 0; k < n;) {
+        uint32_t c = p->cd_win[1], first = k;
         assert(c < KVP__CD_N_CLS);
-        uint32_t v = p->list[KVP__PL_C0 + c].head, next = pop_head(p, c, v);
-        kvp__pblock_taken(p, v);
-        ids[k] = v;
-        kvp__cdrank r = head_rank(p, c, next);
-        /* Still ahead of the second FIFO's head: still first, nothing moves. */
-        if (next != KVP_NIL && (p->cd_n_win == 1 || rank_less(r, p->cd_hrank[p->cd_win[2]])))
-            p->cd_hrank[c] = r;
+        kvp__plist *L = &p->list[KVP__PL_C0 + c];
+        kvp__cdrank second = p->cd_n_win > 1 ? p->cd_hrank[p->cd_win[2]] : no_rank;
+        kvp__cdrank r;
+        uint32_t v = L->head;
+        for (;;) {
+            assert(v != KVP_NIL && B[v].list == KVP__PL_C0 + c);
+            ids[k++] = v;
+            v = B[v].next;
+            if (v == KVP_NIL) {
+                r = no_rank;
+                break;
+            }
+            r.hi = (uint64_t)B[v].key ^ (UINT64_C(1) << 63);
+            if (k == n || r.hi > second.hi) {
+                r = rank_of(B[v].key, B[v].depth, c);
+                break;
+            }
+            if (r.hi == second.hi) {
+                r = rank_of(B[v].key, B[v].depth, c);
+                if (!rank_less(r, second))
+                    break;
+            }
+        }
+        /* The victims ids[first .. k) left from the head: v heads what remains. Their own
+         * links are reset in pass 2. */
+        L->head = v;
+        L->n -= k - first;
+        if (v != KVP_NIL)
+            B[v].prev = KVP_NIL;
         else
-            set_head(p, c, r);
+            L->tail = KVP_NIL;
+        set_head(p, c, r);
     }
+    /* Pass 2. */
+    cd_run run;
+    run_load(p, &run);
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t v = ids[k];
+        kvp__pblock *b = &B[v];
+        uint16_t info = (uint16_t)(b->hist << 8 | b->cls);
+        /* Off its list (it was a head: no predecessor), then as kvp__pblock_taken leaves it. */
+        b->prev = KVP_NIL;
+        b->next = KVP_NIL;
+        b->list = KVP__PL_NONE;
+        b->depth = 0;
+        b->n_hits = 0;
+        b->freq = 0;
+        b->hist = 0;
+        b->cls = 0;
+        b->key = 0;
+        b->home = KVP__PL_NONE;
+        b->last_use = ++run.clock;
+        kvp__gview_add(&run.g, run_key(&run, v), info, true);
+    }
+    p->clock = run.clock;
+    kvp__gview_store(p, &run.g);
+    *p->n_cached -= n;
 }
 
 #define FAIL_IF(cond)                                                                              \
