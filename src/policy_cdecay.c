@@ -119,9 +119,11 @@ static inline void cdecay_head(kvp__policy *p, uint32_t c);
 /* What a run of releases keeps in locals, read once (run_load) and written back once
  * (run_store): the fields the releases read (the per-block records' byte-wide fields may
  * alias anything, so after a store to one the compiler would reload every field of *p), the
- * clocks, the chain closure's last block, and the releases of class cd_col (a touch with no
- * known history, the usual one) not yet added to cd_trials. Nothing that runs in between
- * needs them in *p: a FIFO's new head (cdecay_head) reads only the records and the order. */
+ * clocks, and the releases of a class other than cd_col (a touch with a known history: the
+ * others add to cd_trials[cd_col] at the end). The chain closure's last block is its record,
+ * whose depth, key and list are cd_chain_depth, cd_chain_key and cd_chain_list (at the start,
+ * *seed: a copy of those, a local of the caller's). Nothing that runs in between needs them in *p:
+ * a FIFO's new head (cdecay_head) reads only the records and the order. */
 typedef struct cd_run {
     kvp__pblock *b;            /* p->b */
     const unsigned char *keys; /* p->keys */
@@ -129,26 +131,33 @@ typedef struct cd_run {
     kvp__gview g;              /* the ghost (only its infos change in a release) */
     uint64_t clock;            /* p->clock */
     uint64_t cd_clock;         /* p->cd_clock */
-    int64_t chain_key;         /* p->cd_chain_key */
-    uint32_t chain_depth;      /* p->cd_chain_depth */
+    const kvp__pblock *chain;  /* the block released just before (or seed) */
     uint32_t col;              /* p->cd_col */
-    uint32_t fresh;            /* releases of class cd_col to add to cd_trials[cd_col] */
-    uint8_t chain_list;        /* p->cd_chain_list */
+    uint32_t known;            /* releases of a block with a known history */
 } cd_run;
 
-static KVP__ALWAYS_INLINE void run_load(const kvp__policy *p, cd_run *r)
+/* A ghost table of one empty slot: a probe finds nothing (kvp__gview_take), so that a
+ * release need not test for a ghost. Never written. */
+static uint64_t no_ghost_fp[1];
+
+static KVP__ALWAYS_INLINE void run_load(const kvp__policy *p, cd_run *r, kvp__pblock *seed)
 {
     r->b = p->b;
     r->keys = p->keys;
     r->key_stride = p->key_stride;
     kvp__gview_load(p, &r->g);
+    if (r->g.cap == 0) {
+        r->g.fp = no_ghost_fp;
+        r->g.mask = 0;
+    }
     r->clock = p->clock;
     r->cd_clock = p->cd_clock;
-    r->chain_key = p->cd_chain_key;
-    r->chain_depth = p->cd_chain_depth;
     r->col = p->cd_col;
-    r->fresh = 0;
-    r->chain_list = p->cd_chain_list;
+    r->known = 0;
+    seed->depth = p->cd_chain_depth;
+    seed->key = p->cd_chain_key;
+    seed->list = p->cd_chain_list;
+    r->chain = seed;
 }
 
 /* Write back run r of m releases. */
@@ -156,10 +165,10 @@ static KVP__ALWAYS_INLINE void run_store(kvp__policy *p, const cd_run *r, uint32
 {
     p->clock = r->clock;
     p->cd_clock = r->cd_clock;
-    p->cd_chain_key = r->chain_key;
-    p->cd_chain_depth = r->chain_depth;
-    p->cd_chain_list = r->chain_list;
-    p->cd_trials[r->col] += r->fresh;
+    p->cd_chain_key = r->chain->key;
+    p->cd_chain_depth = r->chain->depth;
+    p->cd_chain_list = r->chain->list;
+    p->cd_trials[r->col] += m - r->known;
     *p->n_cached += m;
 }
 
@@ -169,6 +178,18 @@ static KVP__ALWAYS_INLINE kvp_key run_key(const cd_run *r, uint32_t id)
     kvp_key k;
     memcpy(&k, r->keys + (size_t)id * r->key_stride, sizeof k);
     return k;
+}
+
+/* Is key in G? Then *info is its history, spent there (kvp__gview_take, with no test for a
+ * ghost: run_load's stands in for none). */
+static KVP__ALWAYS_INLINE bool run_take(cd_run *r, kvp_key key, uint16_t *info)
+{
+    uint32_t s = kvp__gview_find(&r->g, kvp__ghost_fp(key));
+    if (r->g.fp[s] == 0)
+        return false;
+    *info = r->g.info[s];
+    r->g.info[s] = 0;
+    return true;
 }
 
 /* Indexed block id, block depth of its chain, lost its last pin and is cached: steps 1-3
@@ -184,7 +205,7 @@ static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, u
     if (b->home == KVP__PL_NONE) {
         uint16_t info;
         b->home = KVP__PL_A;
-        if (kvp__gview_take(&r->g, run_key(r, id), &info)) {
+        if (run_take(r, run_key(r, id), &info)) {
             known = info >> 8;
             prev_cls = info & 0xff;
         }
@@ -193,9 +214,8 @@ static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, u
         prev_cls = b->cls;
     }
     uint32_t c = r->col;
-    if (known == 0) {
-        r->fresh++;
-    } else {
+    if (known != 0) {
+        r->known++;
         p->cd_reused[prev_cls]++;
         c += (known > 2 ? 2 : known) * 9;
         p->cd_trials[c]++;
@@ -206,13 +226,12 @@ static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, u
     int64_t key = (int64_t)++r->cd_clock + p->cd_off[c];
     uint8_t l = (uint8_t)(KVP__PL_C0 + c);
     /* Step 3: chain closure. */
-    if (depth + 1 == r->chain_depth && key < r->chain_key) {
-        key = r->chain_key;
-        l = r->chain_list;
+    const kvp__pblock *ch = r->chain;
+    if (depth + 1 == ch->depth && key < ch->key) {
+        key = ch->key;
+        l = ch->list;
     }
-    r->chain_depth = depth;
-    r->chain_key = key;
-    r->chain_list = l;
+    r->chain = b;
     b->key = key;
     /* At the tail of FIFO l (kvp__plist_push_in, but for *n_cached). */
     kvp__plist *L = &p->list[l];
@@ -220,12 +239,13 @@ static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, u
     b->list = l;
     b->prev = tail;
     b->next = KVP_NIL;
-    L->tail = id;
     L->n++;
     if (tail != KVP_NIL) {
         B[tail].next = id;
+        L->tail = id;
     } else { /* the FIFO was empty: its new head plays (kvp__plist_push) */
         L->head = id;
+        L->tail = id;
         cdecay_head(p, l - KVP__PL_C0);
     }
 }
@@ -234,7 +254,8 @@ static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, u
 void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
 {
     cd_run r;
-    run_load(p, &r);
+    kvp__pblock seed;
+    run_load(p, &r, &seed);
     release_one(p, &r, id, depth);
     run_store(p, &r, 1);
 }
@@ -244,7 +265,8 @@ void kvp__cdecay_release_n(kvp__policy *restrict p, const uint32_t *ids, const u
                            uint32_t m)
 {
     cd_run r;
-    run_load(p, &r);
+    kvp__pblock seed;
+    run_load(p, &r, &seed);
     for (uint32_t j = 0; j < m; j++)
         release_one(p, &r, ids[at[j]], at[j]);
     run_store(p, &r, m);
@@ -412,7 +434,8 @@ void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
     }
     /* Pass 2. */
     cd_run run;
-    run_load(p, &run);
+    kvp__pblock seed;
+    run_load(p, &run, &seed);
     for (uint32_t k = 0; k < n; k++) {
         uint32_t v = ids[k];
         kvp__pblock *b = &B[v];
