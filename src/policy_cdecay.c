@@ -95,9 +95,14 @@ static inline uint32_t bit_length(uint32_t v)
  * offsets of every class, learned so far. Cannot fail. */
 void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
 {
+    const kvp__pblock *B = p->b;
+    const uint32_t *q = ids, *end = ids + n;
     uint32_t n_new = 0;
-    for (uint32_t i = 0; i < n; i++)
-        n_new += p->b[ids[i]].home == KVP__PL_NONE;
+    for (; end - q >= 4; q += 4) /* four at a time: a quarter of the loop's tests */
+        n_new += (uint32_t)(B[q[0]].home == KVP__PL_NONE) + (B[q[1]].home == KVP__PL_NONE) +
+                 (B[q[2]].home == KVP__PL_NONE) + (B[q[3]].home == KVP__PL_NONE);
+    for (; q < end; q++)
+        n_new += B[*q].home == KVP__PL_NONE;
     uint32_t bits = bit_length(n_new);
     p->cd_col = bits > 8 ? 8 : bits;
     for (int c = 0; c < KVP__CD_N_CLS; c++) {
