@@ -24,6 +24,13 @@
  */
 #include "policy_ghost.h"
 
+void kvp__gtab_drop_out(uint64_t *fp, uint32_t *n, uint16_t *info, uint32_t mask, uint64_t f,
+                        bool infos)
+{
+    kvp__gview g = {.fp = fp, .n = n, .info = info, .mask = mask};
+    kvp__gview_drop(&g, f, infos);
+}
+
 #define FAIL_IF(cond)                                                                              \
     do {                                                                                           \
         if (cond)                                                                                  \

@@ -94,6 +94,11 @@ static inline void kvp__gview_drop(kvp__gview *g, uint64_t f, bool infos)
     g->n[s] = 0;
 }
 
+/* kvp__gview_drop out of line (policy_ghost.c), for an add to a full ghost: the rare path
+ * keeps its registers to itself (inline, it made CDECAY's batched evictions spill values). */
+void kvp__gtab_drop_out(uint64_t *fp, uint32_t *n, uint16_t *info, uint32_t mask, uint64_t f,
+                        bool infos);
+
 /* Remember key in G (with info, kept if infos: the table keeps them, gtab_info, as CDECAY's
  * does and S3-FIFO's does not), forgetting G's oldest key when G is full. Cannot fail. */
 static inline void kvp__gview_add(kvp__gview *g, kvp_key key, uint16_t info, bool infos)
@@ -106,7 +111,10 @@ static inline void kvp__gview_add(kvp__gview *g, kvp_key key, uint16_t info, boo
         /* Full: the oldest key leaves, and the new one takes its ring slot (the slot after
          * the newest), which becomes the newest; the oldest is then the next slot. */
         uint32_t h = g->head;
-        kvp__gview_drop(g, g->ring[h], infos);
+        if (infos) /* CDECAY's: out of line */
+            kvp__gtab_drop_out(g->fp, g->n, g->info, g->mask, g->ring[h], infos);
+        else
+            kvp__gview_drop(g, g->ring[h], infos);
         g->ring[h] = f;
         g->head = h + 1 == g->cap ? 0 : h + 1;
     } else {

@@ -72,7 +72,7 @@ void kvp__s3fifo_release_n(kvp__policy *restrict p, const uint32_t *ids, const u
 }
 
 /* The victim, off its list (pool.n_lru > 0). Steps as at the top of this file. */
-static inline uint32_t evict_one(kvp__policy *p)
+static KVP__ALWAYS_INLINE uint32_t evict_one(kvp__policy *p)
 {
     kvp__plist *S = &p->list[KVP__PL_A], *M = &p->list[KVP__PL_B];
     /* Step 1: from S while it is at its target size (or M is empty). */
