@@ -138,6 +138,7 @@ typedef struct cd_run {
     uint64_t cd_clock;         /* p->cd_clock */
     const kvp__pblock *chain;  /* the block released just before (or seed) */
     uint32_t col;              /* p->cd_col */
+    int64_t off_col;           /* p->cd_off[p->cd_col] */
     uint32_t known;            /* releases of a block with a known history */
 } cd_run;
 
@@ -158,6 +159,7 @@ static KVP__ALWAYS_INLINE void run_load(const kvp__policy *p, cd_run *r, kvp__pb
     r->clock = p->clock;
     r->cd_clock = p->cd_clock;
     r->col = p->cd_col;
+    r->off_col = p->cd_off[p->cd_col];
     r->known = 0;
     seed->depth = p->cd_chain_depth;
     seed->key = p->cd_chain_key;
@@ -219,16 +221,18 @@ static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, u
         prev_cls = b->cls;
     }
     uint32_t c = r->col;
+    int64_t off = r->off_col;
     if (known != 0) {
         r->known++;
         p->cd_reused[prev_cls]++;
         c += (known > 2 ? 2 : known) * 9;
         p->cd_trials[c]++;
+        off = p->cd_off[c];
     }
     b->cls = (uint8_t)c;
     b->hist = (uint8_t)(known < 255 ? known + 1 : 255);
     /* Step 2: the key. */
-    int64_t key = (int64_t)++r->cd_clock + p->cd_off[c];
+    int64_t key = (int64_t)++r->cd_clock + off;
     uint8_t l = (uint8_t)(KVP__PL_C0 + c);
     /* Step 3: chain closure. */
     const kvp__pblock *ch = r->chain;
@@ -272,8 +276,8 @@ void kvp__cdecay_release_n(kvp__policy *restrict p, const uint32_t *ids, const u
     cd_run r;
     kvp__pblock seed;
     run_load(p, &r, &seed);
-    for (uint32_t j = 0; j < m; j++)
-        release_one(p, &r, ids[at[j]], at[j]);
+    for (const uint32_t *a = at, *end = at + m; a < end; a++)
+        release_one(p, &r, ids[*a], *a);
     run_store(p, &r, m);
 }
 
