@@ -139,6 +139,7 @@ typedef struct cd_run {
     const kvp__pblock *chain;  /* the block released just before (or seed) */
     uint32_t col;              /* p->cd_col */
     int64_t off_col;           /* p->cd_off[p->cd_col] */
+    kvp__plist *list_col;      /* &p->list[KVP__PL_C0 + p->cd_col] */
     uint32_t known;            /* releases of a block with a known history */
 } cd_run;
 
@@ -146,7 +147,7 @@ typedef struct cd_run {
  * release need not test for a ghost. Never written. */
 static uint64_t no_ghost_fp[1];
 
-static KVP__ALWAYS_INLINE void run_load(const kvp__policy *p, cd_run *r, kvp__pblock *seed)
+static KVP__ALWAYS_INLINE void run_load(kvp__policy *p, cd_run *r, kvp__pblock *seed)
 {
     r->b = p->b;
     r->keys = p->keys;
@@ -160,6 +161,7 @@ static KVP__ALWAYS_INLINE void run_load(const kvp__policy *p, cd_run *r, kvp__pb
     r->cd_clock = p->cd_clock;
     r->col = p->cd_col;
     r->off_col = p->cd_off[p->cd_col];
+    r->list_col = &p->list[KVP__PL_C0 + p->cd_col];
     r->known = 0;
     seed->depth = p->cd_chain_depth;
     seed->key = p->cd_chain_key;
@@ -222,12 +224,14 @@ static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, u
     }
     uint32_t c = r->col;
     int64_t off = r->off_col;
+    kvp__plist *L = r->list_col;
     if (known != 0) {
         r->known++;
         p->cd_reused[prev_cls]++;
         c += (known > 2 ? 2 : known) * 9;
         p->cd_trials[c]++;
         off = p->cd_off[c];
+        L = &p->list[KVP__PL_C0 + c];
     }
     b->cls = (uint8_t)c;
     b->hist = (uint8_t)(known < 255 ? known + 1 : 255);
@@ -239,11 +243,11 @@ static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, u
     if (depth + 1 == ch->depth && key < ch->key) {
         key = ch->key;
         l = ch->list;
+        L = &p->list[l];
     }
     r->chain = b;
     b->key = key;
     /* At the tail of FIFO l (kvp__plist_push_in, but for *n_cached). */
-    kvp__plist *L = &p->list[l];
     uint32_t tail = L->tail;
     b->list = l;
     b->prev = tail;
