@@ -408,22 +408,25 @@ void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
     kvp__pblock *const B = p->b;
     /* Pass 1, by runs: the first FIFO gives its heads while each next head still ranks
      * ahead of the second FIFO's head (any, when there is none; the key decides unless the
-     * keys tie), then its head takes its place in the order once. */
+     * keys tie), then its head sinks to its place in the order (set_head, knowing it starts
+     * first and moves only down), or the FIFO leaves the order. */
+    uint8_t *const win = p->cd_win + 1, *const pos = p->cd_pos; /* win[j]: position j */
+    kvp__cdrank *const hr = p->cd_hrank;
+    uint32_t nw = p->cd_n_win;
     for (uint32_t k = 0; k < n;) {
-        uint32_t c = p->cd_win[1], first = k;
-        assert(c < KVP__CD_N_CLS);
+        uint32_t c = win[0], first = k;
+        if (c >= KVP__CD_N_CLS) /* never (n blocks are cached): the arrays' bounds hold */
+            break;
         kvp__plist *L = &p->list[KVP__PL_C0 + c];
-        kvp__cdrank second = p->cd_n_win > 1 ? p->cd_hrank[p->cd_win[2]] : no_rank;
+        kvp__cdrank second = nw > 1 ? hr[win[1]] : no_rank;
         kvp__cdrank r;
         uint32_t v = L->head;
         for (;;) {
             assert(v != KVP_NIL && B[v].list == KVP__PL_C0 + c);
             ids[k++] = v;
             v = B[v].next;
-            if (v == KVP_NIL) {
-                r = no_rank;
+            if (v == KVP_NIL)
                 break;
-            }
             r.hi = (uint64_t)B[v].key ^ (UINT64_C(1) << 63);
             if (k == n || r.hi > second.hi) {
                 r = rank_of(B[v].key, B[v].depth, c);
@@ -439,12 +442,31 @@ void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
          * links are reset in pass 2. */
         L->head = v;
         L->n -= k - first;
-        if (v != KVP_NIL)
-            B[v].prev = KVP_NIL;
-        else
+        if (v == KVP_NIL) { /* c leaves the order */
             L->tail = KVP_NIL;
-        set_head(p, c, r);
+            for (uint32_t j = 1; j < nw; j++) {
+                uint8_t d = win[j];
+                win[j - 1] = d;
+                pos[d] = (uint8_t)(j - 1);
+            }
+            win[--nw] = 0xff;
+            pos[c] = 0xff;
+            continue;
+        }
+        B[v].prev = KVP_NIL;
+        hr[c] = r;
+        uint32_t j = 0;
+        for (; j + 1 < nw; j++) {
+            uint8_t d = win[j + 1];
+            if (d >= KVP__CD_N_CLS || !rank_less(hr[d], r))
+                break;
+            win[j] = d;
+            pos[d] = (uint8_t)j;
+        }
+        win[j] = (uint8_t)c;
+        pos[c] = (uint8_t)j;
     }
+    p->cd_n_win = (uint8_t)nw;
     /* Pass 2. */
     cd_run run;
     kvp__pblock seed;
