@@ -124,7 +124,10 @@ int kvp__policy_init(kvp__policy *p, const kvp__pparams *pp, uint32_t n_blocks, 
         memset(p->cd_pos, 0xff, sizeof p->cd_pos);
         memset(p->cd_snap_trials, 0xff, sizeof p->cd_snap_trials);
         memset(p->cd_snap_reused, 0xff, sizeof p->cd_snap_reused);
-        rc = ghost_init(p, n * pct / 100, true, 4);
+        p->cd_fp = kvp__mem_calloc(mem, n, sizeof *p->cd_fp);
+        rc = p->cd_fp ? ghost_init(p, n * pct / 100, true, 4)
+                      : kvp__fail(KVP_ENOMEM,
+                                  "out of memory: the fingerprints of %" PRIu64 " blocks", n);
     }
     if (rc != KVP_OK)
         kvp__policy_free(p);
@@ -139,11 +142,13 @@ void kvp__policy_free(kvp__policy *p)
     if (!p->mem)
         return;
     kvp__mem_free(p->mem, p->b, p->b ? n * sizeof *p->b : 0);
+    kvp__mem_free(p->mem, p->cd_fp, p->cd_fp ? n * sizeof *p->cd_fp : 0);
     kvp__mem_free(p->mem, p->ghost, p->ghost ? p->ghost_cap * sizeof *p->ghost : 0);
     kvp__mem_free(p->mem, p->gtab_fp, p->gtab_fp ? t * sizeof *p->gtab_fp : 0);
     kvp__mem_free(p->mem, p->gtab_n, p->gtab_n ? t * sizeof *p->gtab_n : 0);
     kvp__mem_free(p->mem, p->gtab_info, p->gtab_info ? t * sizeof *p->gtab_info : 0);
     p->b = NULL;
+    p->cd_fp = NULL;
     p->gtab_info = NULL;
     p->ghost = NULL;
     p->gtab_fp = NULL;

@@ -183,6 +183,10 @@ typedef struct kvp__policy {
                                    (hist << 8 | cls); NULL under S3-FIFO */
     uint32_t gtab_mask;         /* table size - 1 (a power of two >= 2 ghost_cap) */
     kvp__plink *link;           /* kvp_config.count_orphans: n_blocks parent links, else NULL */
+    uint64_t *cd_fp;            /* CDECAY: per block, its key's ghost fingerprint (kvp__ghost_fp),
+                                   set at its first release (valid while it is cached): its
+                                   eviction adds it to G without reading the key again; else
+                                   NULL */
     /* CDECAY (policy_cdecay.c) */
     uint64_t cd_trials[KVP__CD_N_CLS];      /* releases of each class so far */
     uint64_t cd_reused[KVP__CD_N_CLS];      /* ... that a later release of the block followed */

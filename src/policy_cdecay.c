@@ -48,8 +48,9 @@
  * released cached block (quota.c); that eviction does not enter G.
  *
  * Invariants (kvp__policy_cdecay_check): a cached block is on a class FIFO with hist >= 1, a
- * class < 27 and a key <= cd_clock; SLRU's and S3-FIFO's lists are empty; every offset is
- * <= 0; the ghost's own (policy_ghost.c).
+ * class < 27, a key <= cd_clock and its key's fingerprint in cd_fp (a block's key does not
+ * change while it is indexed); SLRU's and S3-FIFO's lists are empty; every offset is <= 0;
+ * the ghost's own (policy_ghost.c).
  *
  * Cost: a release O(1) (at most 27 logarithms per request, not per block: a class's offset is
  * recomputed only when its counts moved); an eviction O(1): the nonempty FIFOs are kept in
@@ -131,6 +132,7 @@ static inline void cdecay_head(kvp__policy *p, uint32_t c);
  * a FIFO's new head (cdecay_head) reads only the records and the order. */
 typedef struct cd_run {
     kvp__pblock *b;            /* p->b */
+    uint64_t *fp;              /* p->cd_fp */
     const unsigned char *keys; /* p->keys */
     size_t key_stride;         /* p->key_stride */
     kvp__gview g;              /* the ghost (only its infos change in a release) */
@@ -150,6 +152,7 @@ static uint64_t no_ghost_fp[1];
 static KVP__ALWAYS_INLINE void run_load(kvp__policy *p, cd_run *r, kvp__pblock *seed)
 {
     r->b = p->b;
+    r->fp = p->cd_fp;
     r->keys = p->keys;
     r->key_stride = p->key_stride;
     kvp__gview_load(p, &r->g);
@@ -191,9 +194,9 @@ static KVP__ALWAYS_INLINE kvp_key run_key(const cd_run *r, uint32_t id)
 
 /* Is key in G? Then *info is its history, spent there (kvp__gview_take, with no test for a
  * ghost: run_load's stands in for none). */
-static KVP__ALWAYS_INLINE bool run_take(cd_run *r, kvp_key key, uint16_t *info)
+static KVP__ALWAYS_INLINE bool run_take(cd_run *r, uint64_t f, uint16_t *info)
 {
-    uint32_t s = kvp__gview_find(&r->g, kvp__ghost_fp(key));
+    uint32_t s = kvp__gview_find(&r->g, f);
     if (r->g.fp[s] == 0)
         return false;
     *info = r->g.info[s];
@@ -214,7 +217,9 @@ static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, u
     if (b->home == KVP__PL_NONE) {
         uint16_t info;
         b->home = KVP__PL_A;
-        if (run_take(r, run_key(r, id), &info)) {
+        uint64_t f = kvp__ghost_fp(run_key(r, id));
+        r->fp[id] = f;
+        if (run_take(r, f, &info)) {
             known = info >> 8;
             prev_cls = info & 0xff;
         }
@@ -487,7 +492,7 @@ void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
         b->key = 0;
         b->home = KVP__PL_NONE;
         b->last_use = ++run.clock;
-        kvp__gview_add(&run.g, run_key(&run, v), info, true);
+        kvp__gview_add_fp(&run.g, run.fp[v], info, true);
     }
     p->clock = run.clock;
     kvp__gview_store(p, &run.g);
@@ -512,6 +517,7 @@ int kvp__policy_cdecay_check(const kvp__policy *p)
             continue;
         FAIL_IF(b->list < KVP__PL_C0 || b->hist == 0 || b->cls >= KVP__CD_N_CLS);
         FAIL_IF(b->key > (int64_t)p->cd_clock);
+        FAIL_IF(p->cd_fp[id] != kvp__ghost_fp(kvp__policy_key(p, id)));
     }
     uint32_t n = 0;
     for (uint32_t c = 0; c < KVP__CD_N_CLS; c++) {

@@ -101,6 +101,33 @@ void kvp__gtab_drop_out(uint64_t *fp, uint32_t *n, uint16_t *info, uint32_t mask
 
 /* Remember key in G (with info, kept if infos: the table keeps them, gtab_info, as CDECAY's
  * does and S3-FIFO's does not), forgetting G's oldest key when G is full. Cannot fail. */
+static inline void kvp__gview_add_fp(kvp__gview *g, uint64_t f, uint16_t info, bool infos)
+{
+    if (g->cap == 0)
+        return;
+    assert(infos == (g->info != NULL) && f != 0);
+    if (g->count == g->cap) {
+        /* Full: the oldest key leaves, and the new one takes its ring slot (the slot after
+         * the newest), which becomes the newest; the oldest is then the next slot. */
+        uint32_t h = g->head;
+        if (infos) /* CDECAY's: out of line */
+            kvp__gtab_drop_out(g->fp, g->n, g->info, g->mask, g->ring[h], infos);
+        else
+            kvp__gview_drop(g, g->ring[h], infos);
+        g->ring[h] = f;
+        g->head = h + 1 == g->cap ? 0 : h + 1;
+    } else {
+        uint32_t at = g->head + g->count;
+        g->ring[at >= g->cap ? at - g->cap : at] = f;
+        g->count++;
+    }
+    uint32_t s = kvp__gview_find(g, f);
+    g->fp[s] = f;
+    g->n[s]++;
+    if (infos)
+        g->info[s] = info;
+}
+
 static inline void kvp__gview_add(kvp__gview *g, kvp_key key, uint16_t info, bool infos)
 {
     if (g->cap == 0)
