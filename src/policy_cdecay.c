@@ -413,18 +413,17 @@ void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
     kvp__pblock *const B = p->b;
     /* Pass 1, by runs: the first FIFO gives its heads while each next head still ranks
      * ahead of the second FIFO's head (any, when there is none; the key decides unless the
-     * keys tie), then its head sinks to its place in the order (set_head, knowing it starts
+     * keys tie: a rank's hi word is its key, sign flipped, and no key is INT64_MAX, the key of
+     * no_rank's), then its head sinks to its place in the order (set_head, knowing it starts
      * first and moves only down), or the FIFO leaves the order. */
-    uint8_t *const win = p->cd_win + 1, *const pos = p->cd_pos; /* win[j]: position j */
-    kvp__cdrank *const hr = p->cd_hrank;
     uint32_t nw = p->cd_n_win;
     for (uint32_t k = 0; k < n;) {
-        uint32_t c = win[0], first = k;
+        uint32_t c = p->cd_win[1], first = k;
         if (c >= KVP__CD_N_CLS) /* never (n blocks are cached): the arrays' bounds hold */
             break;
         kvp__plist *L = &p->list[KVP__PL_C0 + c];
-        kvp__cdrank second = nw > 1 ? hr[win[1]] : no_rank;
-        kvp__cdrank r;
+        kvp__cdrank second = nw > 1 ? p->cd_hrank[p->cd_win[2]] : no_rank, r = no_rank;
+        int64_t second_key = (int64_t)(second.hi ^ (UINT64_C(1) << 63));
         uint32_t v = L->head;
         for (;;) {
             assert(v != KVP_NIL && B[v].list == KVP__PL_C0 + c);
@@ -432,16 +431,13 @@ void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
             v = B[v].next;
             if (v == KVP_NIL)
                 break;
-            r.hi = (uint64_t)B[v].key ^ (UINT64_C(1) << 63);
-            if (k == n || r.hi > second.hi) {
-                r = rank_of(B[v].key, B[v].depth, c);
+            int64_t key = B[v].key;
+            assert(key < INT64_MAX);
+            if (key < second_key && k < n)
+                continue;
+            r = rank_of(key, B[v].depth, c);
+            if (k == n || !rank_less(r, second))
                 break;
-            }
-            if (r.hi == second.hi) {
-                r = rank_of(B[v].key, B[v].depth, c);
-                if (!rank_less(r, second))
-                    break;
-            }
         }
         /* The victims ids[first .. k) left from the head: v heads what remains. Their own
          * links are reset in pass 2. */
@@ -450,26 +446,26 @@ void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
         if (v == KVP_NIL) { /* c leaves the order */
             L->tail = KVP_NIL;
             for (uint32_t j = 1; j < nw; j++) {
-                uint8_t d = win[j];
-                win[j - 1] = d;
-                pos[d] = (uint8_t)(j - 1);
+                uint8_t d = p->cd_win[1 + j];
+                p->cd_win[j] = d;
+                p->cd_pos[d] = (uint8_t)(j - 1);
             }
-            win[--nw] = 0xff;
-            pos[c] = 0xff;
+            p->cd_win[nw--] = 0xff;
+            p->cd_pos[c] = 0xff;
             continue;
         }
         B[v].prev = KVP_NIL;
-        hr[c] = r;
+        p->cd_hrank[c] = r;
         uint32_t j = 0;
         for (; j + 1 < nw; j++) {
-            uint8_t d = win[j + 1];
-            if (d >= KVP__CD_N_CLS || !rank_less(hr[d], r))
+            uint8_t d = p->cd_win[2 + j];
+            if (d >= KVP__CD_N_CLS || !rank_less(p->cd_hrank[d], r))
                 break;
-            win[j] = d;
-            pos[d] = (uint8_t)j;
+            p->cd_win[1 + j] = d;
+            p->cd_pos[d] = (uint8_t)j;
         }
-        win[j] = (uint8_t)c;
-        pos[c] = (uint8_t)j;
+        p->cd_win[1 + j] = (uint8_t)c;
+        p->cd_pos[c] = (uint8_t)j;
     }
     p->cd_n_win = (uint8_t)nw;
     /* Pass 2. */
