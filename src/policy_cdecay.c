@@ -48,7 +48,7 @@
  * released cached block (quota.c); that eviction does not enter G.
  *
  * Invariants (kvp__policy_cdecay_check): a cached block is on a class FIFO with hist >= 1, a
- * class < 27, a key <= cd_clock and its key's fingerprint in cd_fp (a block's key does not
+ * class < 27, a key <= cd_clock and its key's fingerprint in fp_of (a block's key does not
  * change while it is indexed); SLRU's and S3-FIFO's lists are empty; every offset is <= 0;
  * the ghost's own (policy_ghost.c).
  *
@@ -134,7 +134,7 @@ static inline void cdecay_head(kvp__policy *p, uint32_t c);
  * a FIFO's new head (cdecay_head) reads only the records and the order. */
 typedef struct cd_run {
     kvp__pblock *b;            /* p->b */
-    uint64_t *fp;              /* p->cd_fp */
+    uint64_t *fp;              /* p->fp_of */
     const unsigned char *keys; /* p->keys */
     size_t key_stride;         /* p->key_stride */
     kvp__gview g;              /* the ghost (only its infos change in a release) */
@@ -154,7 +154,7 @@ static uint64_t no_ghost_fp[1];
 static KVP__ALWAYS_INLINE void run_load(kvp__policy *p, cd_run *r, kvp__pblock *seed)
 {
     r->b = p->b;
-    r->fp = p->cd_fp;
+    r->fp = p->fp_of;
     r->keys = p->keys;
     r->key_stride = p->key_stride;
     kvp__gview_load(p, &r->g);
@@ -515,7 +515,7 @@ int kvp__policy_cdecay_check(const kvp__policy *p)
             continue;
         FAIL_IF(b->list < KVP__PL_C0 || b->hist == 0 || b->cls >= KVP__CD_N_CLS);
         FAIL_IF(b->key > (int64_t)p->cd_clock);
-        FAIL_IF(p->cd_fp[id] != kvp__ghost_fp(kvp__policy_key(p, id)));
+        FAIL_IF(p->fp_of[id] != kvp__ghost_fp(kvp__policy_key(p, id)));
     }
     uint32_t n = 0;
     for (uint32_t c = 0; c < KVP__CD_N_CLS; c++) {

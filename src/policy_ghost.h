@@ -202,6 +202,20 @@ static inline void kvp__ghost_add(kvp__policy *p, kvp_key key, uint16_t info, bo
     kvp__gview_store(p, &g);
 }
 
+static inline void kvp__ghost_add_fp(kvp__policy *p, uint64_t f, uint16_t info, bool infos)
+{
+    kvp__gview g;
+    kvp__gview_load(p, &g);
+    kvp__gview_add_fp(&g, f, info, infos);
+    kvp__gview_store(p, &g);
+}
+
+/* Is fingerprint f in G? */
+static inline bool kvp__ghost_has_fp(const kvp__policy *p, uint64_t f)
+{
+    return p->ghost_cap != 0 && p->gtab_fp[kvp__gtab_find(p, f)] != 0;
+}
+
 static inline bool kvp__ghost_find(const kvp__policy *p, kvp_key key, uint16_t *info)
 {
     kvp__gview g;
