@@ -53,14 +53,19 @@
  * the ghost's own (policy_ghost.c).
  *
  * Cost: a release O(1) (at most 27 logarithms per request, not per block: a class's offset is
- * recomputed only when its counts moved); an eviction O(1): the nonempty FIFOs are kept in
- * the order of their heads' ranks (cd_win), the first FIFO's head is the victim, and a FIFO
- * whose head changes moves to its new place (at most 27, usually a place or two: an evicted
- * head's successor is next in key order; none while it stays first); 40 bytes per block (policy.c)
- * plus the ghost: 8 bytes per key and 14 per table slot (4 to 8 per key), ghost_cap = n_blocks *
- * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to 1.9 KB per pool block, small beside a
- * KV block of any model: 2 MB for 16 tokens of an 8B model). bench_core (c): 1.36x LRU's
- * instructions per request (163.0k against 119.9k; docs/performance.md, "Eviction policies").
+ * recomputed only when its counts moved; the count of a request's new blocks stops at 128,
+ * where the column is 8); an eviction O(1): the nonempty FIFOs are kept in the order of their
+ * heads' ranks (cd_win), the first FIFO's head is the victim, and a FIFO whose head changes
+ * moves to its new place (at most 27, usually a place or two: an evicted head's successor is
+ * next in key order; none while it stays first). The batched paths (kvp__cdecay_release_n,
+ * _evict_n) keep the policy's fields in locals (cd_run), evict by runs of one FIFO and then
+ * add the victims to G in a second pass, and read each victim's key fingerprint from fp_of
+ * (set at its first release) rather than hashing its key again. Memory: 48 bytes per block
+ * (policy.c: the record and fp_of) plus the ghost: 8 bytes per key and 14 per table slot (4 to
+ * 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to
+ * 1.9 KB per pool block, small beside a KV block of any model: 2 MB for 16 tokens of an 8B
+ * model). bench_core (c): 1.236x LRU's instructions per request (146.0k against 118.2k; about
+ * 70 per release, 76 per eviction; docs/performance.md, "CDECAY within 1.25x").
  */
 #include "policy_ghost.h"
 #include "policy_list.h"

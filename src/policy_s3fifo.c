@@ -42,8 +42,8 @@
  * Cost: a hit and a release O(1); an eviction O(1) amortised: each block moved from S to M
  * or reinserted into M was paid for by a hit; 48 bytes per block (policy.c) plus 8 bytes per
  * ghost key and 12 per ghost table slot (8 to 16 per key; policy_ghost.c). bench_core (c):
- * 1.24x LRU's instructions per request (149.1k against 119.9k; docs/performance.md,
- * "Eviction policies"), evictions and releases batched (kvp__s3fifo_evict_n, _release_n).
+ * 1.247x LRU's instructions per request (147.3k against 118.2k; docs/performance.md,
+ * "CDECAY within 1.25x"), evictions and releases batched (kvp__s3fifo_evict_n, _release_n).
  */
 #include "policy_ghost.h"
 #include "policy_list.h"
