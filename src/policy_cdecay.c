@@ -104,13 +104,13 @@ void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
     /* The column is min(bits(N), 8), 8 for any N >= 128: the count stops there. New blocks
      * are mostly the chain's tail (past its hit), so it runs from the tail, four at a time. */
     const kvp__pblock *B = p->b;
-    const uint32_t *q = ids + n;
-    uint32_t n_new = 0;
-    for (; q - ids >= 4 && n_new < 128; q -= 4)
-        n_new += (uint32_t)(B[q[-1]].home == KVP__PL_NONE) + (B[q[-2]].home == KVP__PL_NONE) +
-                 (B[q[-3]].home == KVP__PL_NONE) + (B[q[-4]].home == KVP__PL_NONE);
-    for (; q > ids && n_new < 128; q--)
-        n_new += B[q[-1]].home == KVP__PL_NONE;
+    uint32_t n_new = 0, i = n; /* ids may be NULL when n is 0 */
+    for (; i >= 4 && n_new < 128; i -= 4)
+        n_new += (uint32_t)(B[ids[i - 1]].home == KVP__PL_NONE) +
+                 (B[ids[i - 2]].home == KVP__PL_NONE) + (B[ids[i - 3]].home == KVP__PL_NONE) +
+                 (B[ids[i - 4]].home == KVP__PL_NONE);
+    for (; i > 0 && n_new < 128; i--)
+        n_new += B[ids[i - 1]].home == KVP__PL_NONE;
     uint32_t bits = bit_length(n_new);
     p->cd_col = bits > 8 ? 8 : bits;
     for (int c = 0; c < KVP__CD_N_CLS; c++) {
