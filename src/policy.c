@@ -5,6 +5,7 @@
  *
  *   policy.b[id]  {prev, next, depth, n_hits, last_use, key, list, home, freq, hist, cls}
  *                 40 bytes
+ *   policy.fp_of[id]  its key's ghost fingerprint, 8 bytes, S3-FIFO and CDECAY only
  *   policy.list[l]: head -> .. -> tail, for l = A, B (SLRU, S3-FIFO), C0 .. C0+26 (CDECAY)
  *   policy.link[id] {parent key, parent id}   24 bytes, with kvp_config.count_orphans only
  *
@@ -23,8 +24,8 @@
  * every eviction for a figure read rarely. Under LRU without count_orphans the pool's only
  * cost is one test of link per release call (not per block).
  *
- * Cost: 40 bytes per block; every hook O(1) except evict, which is O(1) amortised (see the
- * policies). Nothing allocates after kvp__policy_init.
+ * Cost: 40 bytes per block (48 under S3-FIFO and CDECAY); every hook O(1) except evict, which is
+ * O(1) amortised (see the policies). Nothing allocates after kvp__policy_init.
  */
 #include <string.h>
 
@@ -114,6 +115,14 @@ int kvp__policy_init(kvp__policy *p, const kvp__pparams *pp, uint32_t n_blocks, 
     uint64_t small = n * pp->s3fifo_small_pct / 100;
     p->cap_a = (uint32_t)(small ? small : 1);
     int rc = KVP_OK;
+    if (pp->eviction == KVP_EVICT_S3FIFO || pp->eviction == KVP_EVICT_CDECAY) {
+        p->fp_of = kvp__mem_calloc(mem, n, sizeof *p->fp_of);
+        if (!p->fp_of) {
+            kvp__policy_free(p);
+            return kvp__fail(KVP_ENOMEM, "out of memory: the fingerprints of %" PRIu64 " blocks",
+                             n);
+        }
+    }
     if (pp->eviction == KVP_EVICT_S3FIFO) {
         rc = ghost_init(p, (n - p->cap_a) * pp->s3fifo_ghost_pct / 100, false, 8);
     } else if (pp->eviction == KVP_EVICT_CDECAY) {
@@ -139,11 +148,13 @@ void kvp__policy_free(kvp__policy *p)
     if (!p->mem)
         return;
     kvp__mem_free(p->mem, p->b, p->b ? n * sizeof *p->b : 0);
+    kvp__mem_free(p->mem, p->fp_of, p->fp_of ? n * sizeof *p->fp_of : 0);
     kvp__mem_free(p->mem, p->ghost, p->ghost ? p->ghost_cap * sizeof *p->ghost : 0);
     kvp__mem_free(p->mem, p->gtab_fp, p->gtab_fp ? t * sizeof *p->gtab_fp : 0);
     kvp__mem_free(p->mem, p->gtab_n, p->gtab_n ? t * sizeof *p->gtab_n : 0);
     kvp__mem_free(p->mem, p->gtab_info, p->gtab_info ? t * sizeof *p->gtab_info : 0);
     p->b = NULL;
+    p->fp_of = NULL;
     p->gtab_info = NULL;
     p->ghost = NULL;
     p->gtab_fp = NULL;

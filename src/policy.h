@@ -43,7 +43,10 @@
  *   list[KVP__PL_B]:  SLRU protected      S3-FIFO main FIFO M
  *   list[KVP__PL_C0 + c], c < 27:                                  CDECAY class c's FIFO
  *   ghost G:          S3-FIFO's and CDECAY's: a FIFO ring of key fingerprints + an
- *                     open-addressing multiset of them (CDECAY: with each key's history)
+ *                     open-addressing multiset of them (CDECAY: with each key's history);
+ *                     each cached block's fingerprint is kept from its first release
+ *                     (fp_of, 8 bytes per block), so that its eviction need not read and
+ *                     hash its key again
  *
  * Every non-LRU policy is also told, before a request's blocks are released, the whole
  * chain (release_begin(ids, n): block i of the chain is ids[i]); CDECAY uses it to see how
@@ -185,6 +188,10 @@ typedef struct kvp__policy {
                                    (hist << 8 | cls); NULL under S3-FIFO */
     uint32_t gtab_mask;         /* table size - 1 (a power of two >= 2 ghost_cap) */
     kvp__plink *link;           /* kvp_config.count_orphans: n_blocks parent links, else NULL */
+    uint64_t *fp_of;            /* S3-FIFO, CDECAY: per block, its key's ghost fingerprint
+                                   (kvp__ghost_fp), set at its first release (valid while it is
+                                   cached): its eviction adds it to G without reading the key
+                                   again; else NULL */
     /* CDECAY (policy_cdecay.c) */
     uint64_t cd_trials[KVP__CD_N_CLS];      /* releases of each class so far */
     uint64_t cd_reused[KVP__CD_N_CLS];      /* ... that a later release of the block followed */

@@ -48,18 +48,24 @@
  * released cached block (quota.c); that eviction does not enter G.
  *
  * Invariants (kvp__policy_cdecay_check): a cached block is on a class FIFO with hist >= 1, a
- * class < 27 and a key <= cd_clock; SLRU's and S3-FIFO's lists are empty; every offset is
- * <= 0; the ghost's own (policy_ghost.c).
+ * class < 27, a key <= cd_clock and its key's fingerprint in fp_of (a block's key does not
+ * change while it is indexed); SLRU's and S3-FIFO's lists are empty; every offset is <= 0;
+ * the ghost's own (policy_ghost.c).
  *
  * Cost: a release O(1) (at most 27 logarithms per request, not per block: a class's offset is
- * recomputed only when its counts moved); an eviction O(1): the nonempty FIFOs are kept in
- * the order of their heads' ranks (cd_win), the first FIFO's head is the victim, and a FIFO
- * whose head changes moves to its new place (at most 27, usually a place or two: an evicted
- * head's successor is next in key order; none while it stays first); 40 bytes per block (policy.c)
- * plus the ghost: 8 bytes per key and 14 per table slot (4 to 8 per key), ghost_cap = n_blocks *
- * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to 1.9 KB per pool block, small beside a
- * KV block of any model: 2 MB for 16 tokens of an 8B model). bench_core (c): 1.36x LRU's
- * instructions per request (163.0k against 119.9k; docs/performance.md, "Eviction policies").
+ * recomputed only when its counts moved; the count of a request's new blocks stops at 128,
+ * where the column is 8); an eviction O(1): the nonempty FIFOs are kept in the order of their
+ * heads' ranks (cd_win), the first FIFO's head is the victim, and a FIFO whose head changes
+ * moves to its new place (at most 27, usually a place or two: an evicted head's successor is
+ * next in key order; none while it stays first). The batched paths (kvp__cdecay_release_n,
+ * _evict_n) keep the policy's fields in locals (cd_run), evict by runs of one FIFO and then
+ * add the victims to G in a second pass, and read each victim's key fingerprint from fp_of
+ * (set at its first release) rather than hashing its key again. Memory: 48 bytes per block
+ * (policy.c: the record and fp_of) plus the ghost: 8 bytes per key and 14 per table slot (4 to
+ * 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to
+ * 1.9 KB per pool block, small beside a KV block of any model: 2 MB for 16 tokens of an 8B
+ * model). bench_core (c): 1.236x LRU's instructions per request (146.1k against 118.2k; about
+ * 70 per release, 76 per eviction; docs/performance.md, "CDECAY within 1.25x").
  */
 #include "policy_ghost.h"
 #include "policy_list.h"
@@ -95,9 +101,16 @@ static inline uint32_t bit_length(uint32_t v)
  * offsets of every class, learned so far. Cannot fail. */
 void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
 {
-    uint32_t n_new = 0;
-    for (uint32_t i = 0; i < n; i++)
-        n_new += p->b[ids[i]].home == KVP__PL_NONE;
+    /* The column is min(bits(N), 8), 8 for any N >= 128: the count stops there. New blocks
+     * are mostly the chain's tail (past its hit), so it runs from the tail, four at a time. */
+    const kvp__pblock *B = p->b;
+    uint32_t n_new = 0, i = n; /* ids may be NULL when n is 0 */
+    for (; i >= 4 && n_new < 128; i -= 4)
+        n_new += (uint32_t)(B[ids[i - 1]].home == KVP__PL_NONE) +
+                 (B[ids[i - 2]].home == KVP__PL_NONE) + (B[ids[i - 3]].home == KVP__PL_NONE) +
+                 (B[ids[i - 4]].home == KVP__PL_NONE);
+    for (; i > 0 && n_new < 128; i--)
+        n_new += B[ids[i - 1]].home == KVP__PL_NONE;
     uint32_t bits = bit_length(n_new);
     p->cd_col = bits > 8 ? 8 : bits;
     for (int c = 0; c < KVP__CD_N_CLS; c++) {
@@ -114,19 +127,106 @@ void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n)
     p->cd_chain_depth = UINT32_MAX;
 }
 
-/* Indexed block id, block depth of its chain, lost its last pin and is cached: steps 1-3
- * at the top of this file. Cannot fail. */
 static inline void cdecay_head(kvp__policy *p, uint32_t c);
 
-static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
+/* What a run of releases keeps in locals, read once (run_load) and written back once
+ * (run_store): the fields the releases read (the per-block records' byte-wide fields may
+ * alias anything, so after a store to one the compiler would reload every field of *p), the
+ * clocks, and the releases of a class other than cd_col (a touch with a known history: the
+ * others add to cd_trials[cd_col] at the end). The chain closure's last block is its record,
+ * whose depth, key and list are cd_chain_depth, cd_chain_key and cd_chain_list (at the start,
+ * *seed: a copy of those, a local of the caller's). Nothing that runs in between needs them in *p:
+ * a FIFO's new head (cdecay_head) reads only the records and the order. */
+typedef struct cd_run {
+    kvp__pblock *b;            /* p->b */
+    uint64_t *fp;              /* p->fp_of */
+    const unsigned char *keys; /* p->keys */
+    size_t key_stride;         /* p->key_stride */
+    kvp__gview g;              /* the ghost (only its infos change in a release) */
+    uint64_t clock;            /* p->clock */
+    uint64_t cd_clock;         /* p->cd_clock */
+    const kvp__pblock *chain;  /* the block released just before (or seed) */
+    uint32_t col;              /* p->cd_col */
+    int64_t off_col;           /* p->cd_off[p->cd_col] */
+    kvp__plist *list_col;      /* &p->list[KVP__PL_C0 + p->cd_col] */
+    uint32_t known;            /* releases of a block with a known history */
+} cd_run;
+
+/* A ghost table of one empty slot: a probe finds nothing (kvp__gview_take), so that a
+ * release need not test for a ghost. Never written. */
+static uint64_t no_ghost_fp[1];
+
+static KVP__ALWAYS_INLINE void run_load(kvp__policy *p, cd_run *r, kvp__pblock *seed)
 {
-    kvp__pblock *b = kvp__pblock_released(p, id, depth);
+    r->b = p->b;
+    r->fp = p->fp_of;
+    r->keys = p->keys;
+    r->key_stride = p->key_stride;
+    kvp__gview_load(p, &r->g);
+    if (r->g.cap == 0) {
+        r->g.fp = no_ghost_fp;
+        r->g.mask = 0;
+    }
+    r->clock = p->clock;
+    r->cd_clock = p->cd_clock;
+    r->col = p->cd_col;
+    r->off_col = p->cd_off[p->cd_col];
+    r->list_col = &p->list[KVP__PL_C0 + p->cd_col];
+    r->known = 0;
+    seed->depth = p->cd_chain_depth;
+    seed->key = p->cd_chain_key;
+    seed->list = p->cd_chain_list;
+    r->chain = seed;
+}
+
+/* Write back run r of m releases. */
+static KVP__ALWAYS_INLINE void run_store(kvp__policy *p, const cd_run *r, uint32_t m)
+{
+    p->clock = r->clock;
+    p->cd_clock = r->cd_clock;
+    p->cd_chain_key = r->chain->key;
+    p->cd_chain_depth = r->chain->depth;
+    p->cd_chain_list = r->chain->list;
+    p->cd_trials[r->col] += m - r->known;
+    *p->n_cached += m;
+}
+
+/* Block id's key (kvp__policy_key). */
+static KVP__ALWAYS_INLINE kvp_key run_key(const cd_run *r, uint32_t id)
+{
+    kvp_key k;
+    memcpy(&k, r->keys + (size_t)id * r->key_stride, sizeof k);
+    return k;
+}
+
+/* Is key in G? Then *info is its history, spent there (kvp__gview_take, with no test for a
+ * ghost: run_load's stands in for none). */
+static KVP__ALWAYS_INLINE bool run_take(cd_run *r, uint64_t f, uint16_t *info)
+{
+    uint32_t s = kvp__gview_find(&r->g, f);
+    if (r->g.fp[s] == 0)
+        return false;
+    *info = r->g.info[s];
+    r->g.info[s] = 0;
+    return true;
+}
+
+/* Indexed block id, block depth of its chain, lost its last pin and is cached: steps 1-3
+ * at the top of this file, in run r (*n_cached is counted by run_store). Cannot fail. */
+static KVP__ALWAYS_INLINE void release_one(kvp__policy *restrict p, cd_run *r, uint32_t id,
+                                           uint32_t depth)
+{
+    kvp__pblock *const B = r->b, *b = &B[id];
+    b->last_use = ++r->clock;
+    b->depth = depth;
     /* Step 1: the touch's class, and the previous touch's reuse. */
     uint32_t known = 0, prev_cls = 0;
     if (b->home == KVP__PL_NONE) {
         uint16_t info;
         b->home = KVP__PL_A;
-        if (kvp__ghost_take(p, kvp__policy_key(p, id), &info)) {
+        uint64_t f = kvp__ghost_fp(run_key(r, id));
+        r->fp[id] = f;
+        if (run_take(r, f, &info)) {
             known = info >> 8;
             prev_cls = info & 0xff;
         }
@@ -134,41 +234,67 @@ static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
         known = b->hist;
         prev_cls = b->cls;
     }
-    if (known > 0)
+    uint32_t c = r->col;
+    int64_t off = r->off_col;
+    kvp__plist *L = r->list_col;
+    if (known != 0) {
+        r->known++;
         p->cd_reused[prev_cls]++;
-    uint32_t c = (known > 2 ? 2 : known) * 9 + p->cd_col;
-    p->cd_trials[c]++;
+        c += (known > 2 ? 2 : known) * 9;
+        p->cd_trials[c]++;
+        off = p->cd_off[c];
+        L = &p->list[KVP__PL_C0 + c];
+    }
     b->cls = (uint8_t)c;
     b->hist = (uint8_t)(known < 255 ? known + 1 : 255);
     /* Step 2: the key. */
-    int64_t key = (int64_t)++p->cd_clock + p->cd_off[c];
+    int64_t key = (int64_t)++r->cd_clock + off;
     uint8_t l = (uint8_t)(KVP__PL_C0 + c);
     /* Step 3: chain closure. */
-    if (depth + 1 == p->cd_chain_depth && key < p->cd_chain_key) {
-        key = p->cd_chain_key;
-        l = p->cd_chain_list;
+    const kvp__pblock *ch = r->chain;
+    if (depth + 1 == ch->depth && key < ch->key) {
+        key = ch->key;
+        l = ch->list;
+        L = &p->list[l];
     }
-    p->cd_chain_depth = depth;
-    p->cd_chain_key = key;
-    p->cd_chain_list = l;
+    r->chain = b;
     b->key = key;
-    kvp__plist_push_in(p, l, id, false);
-    if (p->list[l].head == id) /* the FIFO was empty: its new head plays (kvp__plist_push) */
+    /* At the tail of FIFO l (kvp__plist_push_in, but for *n_cached). */
+    uint32_t tail = L->tail;
+    b->list = l;
+    b->prev = tail;
+    b->next = KVP_NIL;
+    L->n++;
+    if (tail != KVP_NIL) {
+        B[tail].next = id;
+        L->tail = id;
+    } else { /* the FIFO was empty: its new head plays (kvp__plist_push) */
+        L->head = id;
+        L->tail = id;
         cdecay_head(p, l - KVP__PL_C0);
+    }
 }
 
 /* One block (kvp__policy_release). Cannot fail. */
 void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
 {
-    release_one(p, id, depth);
+    cd_run r;
+    kvp__pblock seed;
+    run_load(p, &r, &seed);
+    release_one(p, &r, id, depth);
+    run_store(p, &r, 1);
 }
 
 /* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
 void kvp__cdecay_release_n(kvp__policy *restrict p, const uint32_t *ids, const uint32_t *at,
                            uint32_t m)
 {
-    for (uint32_t j = 0; j < m; j++)
-        release_one(p, ids[at[j]], at[j]);
+    cd_run r;
+    kvp__pblock seed;
+    run_load(p, &r, &seed);
+    for (const uint32_t *a = at, *end = at + m; a < end; a++)
+        release_one(p, &r, ids[*a], *a);
+    run_store(p, &r, m);
 }
 
 /* The rank of a head with this key and depth in class c (policy.h, kvp__cdrank). */
@@ -282,22 +408,98 @@ uint32_t kvp__cdecay_evict(kvp__policy *p)
 
 /* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
  * same victims in the same order as n calls of kvp__cdecay_evict, each followed by
- * kvp__policy_taken (a take does not touch the lists, the order or the ghost). */
+ * kvp__policy_taken. In two passes, each with fewer values to keep in registers than one:
+ * first the victims come off their FIFOs (the first FIFO's class and the second FIFO's head
+ * rank in locals until the order changes), then, in the same order, each enters G and its
+ * record is reset. The first pass reads no victim's record but its link to the next block
+ * (a head's rank is read while it is listed), the second no list, and neither the ghost's
+ * adds nor the resets touch the lists, the order or the ghost's membership as the first pass
+ * sees it: the same as one pass. */
 void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
 {
-    for (uint32_t k = 0; k < n; k++) {
-        uint8_t c = p->cd_win[1];
-        assert(c < KVP__CD_N_CLS);
-        uint32_t v = p->list[KVP__PL_C0 + c].head, next = pop_head(p, c, v);
-        kvp__pblock_taken(p, v);
-        ids[k] = v;
-        kvp__cdrank r = head_rank(p, c, next);
-        /* Still ahead of the second FIFO's head: still first, nothing moves. */
-        if (next != KVP_NIL && (p->cd_n_win == 1 || rank_less(r, p->cd_hrank[p->cd_win[2]])))
-            p->cd_hrank[c] = r;
-        else
-            set_head(p, c, r);
+    kvp__pblock *const B = p->b;
+    /* Pass 1, by runs: the first FIFO gives its heads while each next head still ranks
+     * ahead of the second FIFO's head (any, when there is none; the key decides unless the
+     * keys tie: a rank's hi word is its key, sign flipped, and no key is INT64_MAX, the key of
+     * no_rank's), then its head sinks to its place in the order (set_head, knowing it starts
+     * first and moves only down), or the FIFO leaves the order. */
+    uint32_t nw = p->cd_n_win;
+    for (uint32_t k = 0; k < n;) {
+        uint32_t c = p->cd_win[1], first = k;
+        if (c >= KVP__CD_N_CLS) /* never (n blocks are cached): the arrays' bounds hold */
+            break;
+        kvp__plist *L = &p->list[KVP__PL_C0 + c];
+        kvp__cdrank second = nw > 1 ? p->cd_hrank[p->cd_win[2]] : no_rank, r = no_rank;
+        int64_t second_key = (int64_t)(second.hi ^ (UINT64_C(1) << 63));
+        uint32_t v = L->head;
+        for (;;) {
+            assert(v != KVP_NIL && B[v].list == KVP__PL_C0 + c);
+            ids[k++] = v;
+            v = B[v].next;
+            if (v == KVP_NIL)
+                break;
+            int64_t key = B[v].key;
+            assert(key < INT64_MAX);
+            if (key < second_key && k < n)
+                continue;
+            r = rank_of(key, B[v].depth, c);
+            if (k == n || !rank_less(r, second))
+                break;
+        }
+        /* The victims ids[first .. k) left from the head: v heads what remains. Their own
+         * links are reset in pass 2. */
+        L->head = v;
+        L->n -= k - first;
+        if (v == KVP_NIL) { /* c leaves the order */
+            L->tail = KVP_NIL;
+            for (uint32_t j = 1; j < nw; j++) {
+                uint8_t d = p->cd_win[1 + j];
+                p->cd_win[j] = d;
+                p->cd_pos[d] = (uint8_t)(j - 1);
+            }
+            p->cd_win[nw--] = 0xff;
+            p->cd_pos[c] = 0xff;
+            continue;
+        }
+        B[v].prev = KVP_NIL;
+        p->cd_hrank[c] = r;
+        uint32_t j = 0;
+        for (; j + 1 < nw; j++) {
+            uint8_t d = p->cd_win[2 + j];
+            if (d >= KVP__CD_N_CLS || !rank_less(p->cd_hrank[d], r))
+                break;
+            p->cd_win[1 + j] = d;
+            p->cd_pos[d] = (uint8_t)j;
+        }
+        p->cd_win[1 + j] = (uint8_t)c;
+        p->cd_pos[c] = (uint8_t)j;
     }
+    p->cd_n_win = (uint8_t)nw;
+    /* Pass 2. */
+    cd_run run;
+    kvp__pblock seed;
+    run_load(p, &run, &seed);
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t v = ids[k];
+        kvp__pblock *b = &B[v];
+        uint16_t info = (uint16_t)(b->hist << 8 | b->cls);
+        /* Off its list (it was a head: no predecessor), then as kvp__pblock_taken leaves it. */
+        b->prev = KVP_NIL;
+        b->next = KVP_NIL;
+        b->list = KVP__PL_NONE;
+        b->depth = 0;
+        b->n_hits = 0;
+        b->freq = 0;
+        b->hist = 0;
+        b->cls = 0;
+        b->key = 0;
+        b->home = KVP__PL_NONE;
+        b->last_use = ++run.clock;
+        kvp__gview_add_fp(&run.g, run.fp[v], info, true);
+    }
+    p->clock = run.clock;
+    kvp__gview_store(p, &run.g);
+    *p->n_cached -= n;
 }
 
 #define FAIL_IF(cond)                                                                              \
@@ -318,6 +520,7 @@ int kvp__policy_cdecay_check(const kvp__policy *p)
             continue;
         FAIL_IF(b->list < KVP__PL_C0 || b->hist == 0 || b->cls >= KVP__CD_N_CLS);
         FAIL_IF(b->key > (int64_t)p->cd_clock);
+        FAIL_IF(p->fp_of[id] != kvp__ghost_fp(kvp__policy_key(p, id)));
     }
     uint32_t n = 0;
     for (uint32_t c = 0; c < KVP__CD_N_CLS; c++) {

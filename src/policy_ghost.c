@@ -20,9 +20,19 @@
  * shifts), which took it from 1.26x to 1.24x LRU's. 8 bytes per ghost key plus 12 (S3-FIFO)
  * or 14 (CDECAY) per table slot: 8 to 16 slots per key under S3-FIFO (94 to 180 bytes per
  * pool block at its default ghost of 0.9 pool), 4 to 8 under CDECAY (1.0 to 1.9 KB per pool
- * block at its default of 16 pools).
+ * block at its default of 16 pools). The loops of CDECAY's batched evictions work on a copy of
+ * the ghost's fields (kvp__gview, policy_ghost.h), and its deletion when the ghost is full is
+ * out of line for CDECAY (kvp__gtab_drop_out: inline, its registers made the loop spill) and
+ * inline for S3-FIFO (whose ghost is full in steady state: a call per eviction cost it more).
  */
 #include "policy_ghost.h"
+
+void kvp__gtab_drop_out(uint64_t *fp, uint32_t *n, uint16_t *info, uint32_t mask, uint64_t f,
+                        bool infos)
+{
+    kvp__gview g = {.fp = fp, .n = n, .info = info, .mask = mask};
+    kvp__gview_drop(&g, f, infos);
+}
 
 #define FAIL_IF(cond)                                                                              \
     do {                                                                                           \

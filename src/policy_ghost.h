@@ -1,12 +1,51 @@
 /*
- * policy_ghost.h - the ghost's hot operations (add, find), inline in the policies that use
- * them (policy_s3fifo.c, policy_cdecay.c): what policy_ghost.c describes. Out-of-line calls
- * through a second file cost S3-FIFO 4% of its instructions per request on bench_core (c).
+ * policy_ghost.h - the ghost's hot operations (add, find, take), inline in the policies that
+ * use them (policy_s3fifo.c, policy_cdecay.c): what policy_ghost.c describes. Out-of-line
+ * calls through a second file cost S3-FIFO 4% of its instructions per request on bench_core
+ * (c).
+ *
+ * Each operation works on a kvp__gview, a copy of the ghost's fields that a loop keeps in
+ * locals (kvp__gview_load before it, kvp__gview_store after it: only the ring's head and count
+ * change): the per-block records' byte-wide fields may alias anything, so a store to one makes
+ * the compiler reload every field of *p that the next operation reads (CDECAY's batched
+ * evictions: about 15 instructions each). The kvp__ghost_* forms take the policy itself.
  */
 #ifndef KVP_POLICY_GHOST_H
 #define KVP_POLICY_GHOST_H
 
 #include "internal.h"
+
+/* The ghost's fields (kvp__policy: ghost, gtab_fp, gtab_n, gtab_info, ghost_cap,
+ * ghost_head, ghost_n, gtab_mask), borrowed by a loop. */
+typedef struct kvp__gview {
+    uint64_t *ring; /* ghost */
+    uint64_t *fp;   /* gtab_fp */
+    uint32_t *n;    /* gtab_n */
+    uint16_t *info; /* gtab_info (NULL under S3-FIFO) */
+    uint32_t cap;   /* ghost_cap (0: no ghost) */
+    uint32_t head;  /* ghost_head */
+    uint32_t count; /* ghost_n */
+    uint32_t mask;  /* gtab_mask */
+} kvp__gview;
+
+static inline void kvp__gview_load(const kvp__policy *p, kvp__gview *g)
+{
+    g->ring = p->ghost;
+    g->fp = p->gtab_fp;
+    g->n = p->gtab_n;
+    g->info = p->gtab_info;
+    g->cap = p->ghost_cap;
+    g->head = p->ghost_head;
+    g->count = p->ghost_n;
+    g->mask = p->gtab_mask;
+}
+
+/* Write back what an add changes. */
+static inline void kvp__gview_store(kvp__policy *p, const kvp__gview *g)
+{
+    p->ghost_head = g->head;
+    p->ghost_n = g->count;
+}
 
 /* A key's nonzero 64-bit fingerprint (keys are uniform hashes: the low word, mixed with
  * the high one so that the test-only truncation still tells keys apart). */
@@ -16,99 +55,172 @@ static inline uint64_t kvp__ghost_fp(kvp_key key)
     return f ? f : 1;
 }
 
-static inline uint32_t kvp__ghost_home(const kvp__policy *p, uint64_t f)
+static inline uint32_t kvp__gview_home(const kvp__gview *g, uint64_t f)
 {
-    return (uint32_t)(f ^ (f >> 32)) & p->gtab_mask;
+    return (uint32_t)(f ^ (f >> 32)) & g->mask;
 }
 
 /* The table slot holding fingerprint f, or the empty slot where it would go. */
-static inline uint32_t kvp__gtab_find(const kvp__policy *p, uint64_t f)
+static inline uint32_t kvp__gview_find(const kvp__gview *g, uint64_t f)
 {
-    uint32_t s = kvp__ghost_home(p, f);
-    while (p->gtab_fp[s] != 0 && p->gtab_fp[s] != f)
-        s = (s + 1) & p->gtab_mask;
+    uint32_t s = kvp__gview_home(g, f);
+    while (g->fp[s] != 0 && g->fp[s] != f)
+        s = (s + 1) & g->mask;
     return s;
 }
 
 /* Remove one occurrence of f (present) from the multiset: backward-shift deletion (infos:
  * the table keeps infos, gtab_info; a constant in each policy's copy). */
-static inline void kvp__gtab_drop(kvp__policy *p, uint64_t f, bool infos)
+static inline void kvp__gview_drop(kvp__gview *g, uint64_t f, bool infos)
 {
-    uint32_t s = kvp__gtab_find(p, f);
-    assert(p->gtab_fp[s] == f && p->gtab_n[s] > 0);
-    if (--p->gtab_n[s] > 0)
+    uint32_t s = kvp__gview_find(g, f);
+    assert(g->fp[s] == f && g->n[s] > 0);
+    if (--g->n[s] > 0)
         return;
-    for (uint32_t j = (s + 1) & p->gtab_mask;; j = (j + 1) & p->gtab_mask) {
-        if (p->gtab_fp[j] == 0)
+    for (uint32_t j = (s + 1) & g->mask;; j = (j + 1) & g->mask) {
+        if (g->fp[j] == 0)
             break;
-        uint32_t h = kvp__ghost_home(p, p->gtab_fp[j]);
+        uint32_t h = kvp__gview_home(g, g->fp[j]);
         /* Entry j may move to s iff its home is not in (s, j] cyclically. */
-        if (((j - h) & p->gtab_mask) >= ((j - s) & p->gtab_mask)) {
-            p->gtab_fp[s] = p->gtab_fp[j];
-            p->gtab_n[s] = p->gtab_n[j];
+        if (((j - h) & g->mask) >= ((j - s) & g->mask)) {
+            g->fp[s] = g->fp[j];
+            g->n[s] = g->n[j];
             if (infos)
-                p->gtab_info[s] = p->gtab_info[j];
+                g->info[s] = g->info[j];
             s = j;
         }
     }
-    p->gtab_fp[s] = 0;
-    p->gtab_n[s] = 0;
+    g->fp[s] = 0;
+    g->n[s] = 0;
 }
+
+/* kvp__gview_drop out of line (policy_ghost.c), for an add to a full ghost: the rare path
+ * keeps its registers to itself (inline, it made CDECAY's batched evictions spill values). */
+void kvp__gtab_drop_out(uint64_t *fp, uint32_t *n, uint16_t *info, uint32_t mask, uint64_t f,
+                        bool infos);
 
 /* Remember key in G (with info, kept if infos: the table keeps them, gtab_info, as CDECAY's
  * does and S3-FIFO's does not), forgetting G's oldest key when G is full. Cannot fail. */
-static inline void kvp__ghost_add(kvp__policy *p, kvp_key key, uint16_t info, bool infos)
+static inline void kvp__gview_add_fp(kvp__gview *g, uint64_t f, uint16_t info, bool infos)
 {
-    if (p->ghost_cap == 0)
+    if (g->cap == 0)
         return;
-    assert(infos == (p->gtab_info != NULL));
-    uint64_t f = kvp__ghost_fp(key);
-    if (p->ghost_n == p->ghost_cap) {
+    assert(infos == (g->info != NULL) && f != 0);
+    if (g->count == g->cap) {
         /* Full: the oldest key leaves, and the new one takes its ring slot (the slot after
          * the newest), which becomes the newest; the oldest is then the next slot. */
-        uint32_t h = p->ghost_head;
-        kvp__gtab_drop(p, p->ghost[h], infos);
-        p->ghost[h] = f;
-        p->ghost_head = h + 1 == p->ghost_cap ? 0 : h + 1;
+        uint32_t h = g->head;
+        if (infos) /* CDECAY's: out of line */
+            kvp__gtab_drop_out(g->fp, g->n, g->info, g->mask, g->ring[h], infos);
+        else
+            kvp__gview_drop(g, g->ring[h], infos);
+        g->ring[h] = f;
+        g->head = h + 1 == g->cap ? 0 : h + 1;
     } else {
-        uint32_t at = p->ghost_head + p->ghost_n;
-        p->ghost[at >= p->ghost_cap ? at - p->ghost_cap : at] = f;
-        p->ghost_n++;
+        uint32_t at = g->head + g->count;
+        g->ring[at >= g->cap ? at - g->cap : at] = f;
+        g->count++;
     }
-    uint32_t s = kvp__gtab_find(p, f);
-    p->gtab_fp[s] = f;
-    p->gtab_n[s]++;
+    uint32_t s = kvp__gview_find(g, f);
+    g->fp[s] = f;
+    g->n[s]++;
     if (infos)
-        p->gtab_info[s] = info;
+        g->info[s] = info;
+}
+
+static inline void kvp__gview_add(kvp__gview *g, kvp_key key, uint16_t info, bool infos)
+{
+    if (g->cap == 0)
+        return;
+    assert(infos == (g->info != NULL));
+    uint64_t f = kvp__ghost_fp(key);
+    if (g->count == g->cap) {
+        /* Full: the oldest key leaves, and the new one takes its ring slot (the slot after
+         * the newest), which becomes the newest; the oldest is then the next slot. */
+        uint32_t h = g->head;
+        if (infos) /* CDECAY's: out of line */
+            kvp__gtab_drop_out(g->fp, g->n, g->info, g->mask, g->ring[h], infos);
+        else
+            kvp__gview_drop(g, g->ring[h], infos);
+        g->ring[h] = f;
+        g->head = h + 1 == g->cap ? 0 : h + 1;
+    } else {
+        uint32_t at = g->head + g->count;
+        g->ring[at >= g->cap ? at - g->cap : at] = f;
+        g->count++;
+    }
+    uint32_t s = kvp__gview_find(g, f);
+    g->fp[s] = f;
+    g->n[s]++;
+    if (infos)
+        g->info[s] = info;
 }
 
 /* Is key remembered in G? If so and info is not NULL, *info is the info of its latest
  * addition (0 without gtab_info). Cannot fail. */
-static inline bool kvp__ghost_find(const kvp__policy *p, kvp_key key, uint16_t *info)
+static inline bool kvp__gview_find_key(const kvp__gview *g, kvp_key key, uint16_t *info)
 {
-    if (p->ghost_cap == 0)
+    if (g->cap == 0)
         return false;
-    uint32_t s = kvp__gtab_find(p, kvp__ghost_fp(key));
-    if (p->gtab_fp[s] == 0)
+    uint32_t s = kvp__gview_find(g, kvp__ghost_fp(key));
+    if (g->fp[s] == 0)
         return false;
     if (info)
-        *info = p->gtab_info ? p->gtab_info[s] : 0;
+        *info = g->info ? g->info[s] : 0;
     return true;
 }
 
-/* As kvp__ghost_find, and key's info is spent: until key is added again, a find gives info
- * 0, so that the history one eviction left is learned from once (CDECAY). Cannot fail. */
-static inline bool kvp__ghost_take(kvp__policy *p, kvp_key key, uint16_t *info)
+/* As kvp__gview_find_key, and key's info is spent: until key is added again, a find gives
+ * info 0, so that the history one eviction left is learned from once (CDECAY: infos kept).
+ * Cannot fail. */
+static inline bool kvp__gview_take(const kvp__gview *g, kvp_key key, uint16_t *info)
 {
-    if (p->ghost_cap == 0)
+    if (g->cap == 0)
         return false;
-    uint32_t s = kvp__gtab_find(p, kvp__ghost_fp(key));
-    if (p->gtab_fp[s] == 0)
+    assert(g->info != NULL);
+    uint32_t s = kvp__gview_find(g, kvp__ghost_fp(key));
+    if (g->fp[s] == 0)
         return false;
-    *info = p->gtab_info ? p->gtab_info[s] : 0;
-    if (p->gtab_info)
-        p->gtab_info[s] = 0;
+    *info = g->info[s];
+    g->info[s] = 0;
     return true;
+}
+
+/* The same on the policy's own fields, one operation at a time. */
+static inline uint32_t kvp__gtab_find(const kvp__policy *p, uint64_t f)
+{
+    kvp__gview g;
+    kvp__gview_load(p, &g);
+    return kvp__gview_find(&g, f);
+}
+
+static inline void kvp__ghost_add(kvp__policy *p, kvp_key key, uint16_t info, bool infos)
+{
+    kvp__gview g;
+    kvp__gview_load(p, &g);
+    kvp__gview_add(&g, key, info, infos);
+    kvp__gview_store(p, &g);
+}
+
+static inline void kvp__ghost_add_fp(kvp__policy *p, uint64_t f, uint16_t info, bool infos)
+{
+    kvp__gview g;
+    kvp__gview_load(p, &g);
+    kvp__gview_add_fp(&g, f, info, infos);
+    kvp__gview_store(p, &g);
+}
+
+/* Is fingerprint f in G? */
+static inline bool kvp__ghost_has_fp(const kvp__policy *p, uint64_t f)
+{
+    return p->ghost_cap != 0 && p->gtab_fp[kvp__gtab_find(p, f)] != 0;
+}
+
+static inline bool kvp__ghost_find(const kvp__policy *p, kvp_key key, uint16_t *info)
+{
+    kvp__gview g;
+    kvp__gview_load(p, &g);
+    return kvp__gview_find_key(&g, key, info);
 }
 
 #endif /* KVP_POLICY_GHOST_H */

@@ -36,13 +36,14 @@
  * the FIFOs); kvp_config.count_orphans counts them (policy.c).
  *
  * Invariants (kvp__policy_s3fifo_check): every cached block's list is its home; freq <= 3;
+ * its key's fingerprint is in fp_of (a block's key does not change while it is indexed);
  * the ghost's own (policy_ghost.c, which holds G's ring and table).
  *
  * Cost: a hit and a release O(1); an eviction O(1) amortised: each block moved from S to M
- * or reinserted into M was paid for by a hit; 40 bytes per block (policy.c) plus 8 bytes per
+ * or reinserted into M was paid for by a hit; 48 bytes per block (policy.c) plus 8 bytes per
  * ghost key and 12 per ghost table slot (8 to 16 per key; policy_ghost.c). bench_core (c):
- * 1.24x LRU's instructions per request (149.1k against 119.9k; docs/performance.md,
- * "Eviction policies"), evictions and releases batched (kvp__s3fifo_evict_n, _release_n).
+ * 1.247x LRU's instructions per request (147.3k against 118.2k; docs/performance.md,
+ * "CDECAY within 1.25x"), evictions and releases batched (kvp__s3fifo_evict_n, _release_n).
  */
 #include "policy_ghost.h"
 #include "policy_list.h"
@@ -52,8 +53,11 @@
 static inline void release_one(kvp__policy *p, uint32_t id, uint32_t depth)
 {
     kvp__pblock *b = kvp__pblock_released(p, id, depth);
-    if (b->home == KVP__PL_NONE)
-        b->home = kvp__ghost_find(p, kvp__policy_key(p, id), NULL) ? KVP__PL_B : KVP__PL_A;
+    if (b->home == KVP__PL_NONE) {
+        uint64_t f = kvp__ghost_fp(kvp__policy_key(p, id));
+        p->fp_of[id] = f;
+        b->home = kvp__ghost_has_fp(p, f) ? KVP__PL_B : KVP__PL_A;
+    }
     kvp__plist_push_in(p, b->home, id, false);
 }
 
@@ -72,7 +76,7 @@ void kvp__s3fifo_release_n(kvp__policy *restrict p, const uint32_t *ids, const u
 }
 
 /* The victim, off its list (pool.n_lru > 0). Steps as at the top of this file. */
-static inline uint32_t evict_one(kvp__policy *p)
+static KVP__ALWAYS_INLINE uint32_t evict_one(kvp__policy *p)
 {
     kvp__plist *S = &p->list[KVP__PL_A], *M = &p->list[KVP__PL_B];
     /* Step 1: from S while it is at its target size (or M is empty). */
@@ -84,7 +88,7 @@ static inline uint32_t evict_one(kvp__policy *p)
                 kvp__plist_push_in(p, KVP__PL_B, id, false);
                 continue;
             }
-            kvp__ghost_add(p, kvp__policy_key(p, id), 0, false);
+            kvp__ghost_add_fp(p, p->fp_of[id], 0, false);
             return id;
         }
     }
@@ -129,6 +133,7 @@ int kvp__policy_s3fifo_check(const kvp__policy *p)
         const kvp__pblock *b = &p->b[id];
         FAIL_IF(b->list != KVP__PL_NONE && b->list != b->home);
         FAIL_IF(b->freq > KVP__S3_FREQ_MAX);
+        FAIL_IF(b->list != KVP__PL_NONE && p->fp_of[id] != kvp__ghost_fp(kvp__policy_key(p, id)));
     }
     return kvp__ghost_check(p);
 }
