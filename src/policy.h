@@ -251,7 +251,7 @@ uint32_t kvp__policy_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *
  * one line each in their files, a case in kvp__policy_unpin_run and a test here. */
 static inline bool kvp__policy_unpins(const kvp__policy *p)
 {
-    return p->eviction == KVP_EVICT_SLRU;
+    return p->eviction == KVP_EVICT_SLRU || p->eviction == KVP_EVICT_S3FIFO;
 }
 uint32_t kvp__policy_evict(kvp__policy *p);
 void kvp__policy_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
@@ -277,6 +277,7 @@ void kvp__slru_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_slru_check(const kvp__policy *p);
 void kvp__s3fifo_release(kvp__policy *p, uint32_t id, uint32_t depth);
 void kvp__s3fifo_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
+uint32_t kvp__s3fifo_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi);
 uint32_t kvp__s3fifo_evict(kvp__policy *p);
 void kvp__s3fifo_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_s3fifo_check(const kvp__policy *p);

@@ -75,6 +75,9 @@ void kvp__s3fifo_release_n(kvp__policy *restrict p, const uint32_t *ids, const u
         release_one(p, ids[at[j]], at[j]);
 }
 
+/* Blocks becoming cached from the top of a released chain (kvp__policy_unpin_run). */
+KVP__POLICY_DEFINE_UNPIN_RUN(kvp__s3fifo_unpin_run, release_one)
+
 /* The victim, off its list (pool.n_lru > 0). Steps as at the top of this file. */
 static KVP__ALWAYS_INLINE uint32_t evict_one(kvp__policy *p)
 {
