@@ -75,8 +75,68 @@ void kvp__s3fifo_release_n(kvp__policy *restrict p, const uint32_t *ids, const u
         release_one(p, ids[at[j]], at[j]);
 }
 
-/* Blocks becoming cached from the top of a released chain (kvp__policy_unpin_run). */
-KVP__POLICY_DEFINE_UNPIN_RUN(kvp__s3fifo_unpin_run, release_one)
+/* Blocks becoming cached from the top of a released chain (kvp__policy_unpin_run): the walk
+ * of KVP__POLICY_DEFINE_UNPIN_RUN (policy_list.h) with release_one written out on locals. A
+ * store to a per-block record may alias any field of *p, so release_one on *p reloads the
+ * records' base, the clock, the lists' tails and counts and the ghost's table at every block
+ * and stores them back; here they live in locals and go back once, at the end (the lists'
+ * heads are written at once: only an empty list's changes). The same releases, in the same
+ * order, with the same result. Cannot fail. */
+uint32_t kvp__s3fifo_unpin_run(kvp__policy *restrict p, uint32_t *restrict state,
+                               const uint32_t *ids, uint32_t hi)
+{
+    kvp__pblock *const B = p->b;
+    uint64_t *const fp_of = p->fp_of;
+    kvp__gview g;
+    kvp__gview_load(p, &g);
+    uint64_t clock = p->clock;
+    uint32_t s_tail = p->list[KVP__PL_A].tail, s_n = p->list[KVP__PL_A].n;
+    uint32_t m_tail = p->list[KVP__PL_B].tail, m_n = p->list[KVP__PL_B].n;
+    uint32_t n_pushed = 0;
+    while (hi > 0) {
+        uint32_t id = ids[hi - 1];
+        if (!KVP__LIKELY(state[id] == (KVP__ST_IN_USE | KVP__ST_INDEXED | 1)))
+            break;
+        state[id] = KVP__ST_CACHED;
+        hi--;
+        kvp__pblock *b = &B[id];
+        b->last_use = ++clock;
+        b->depth = hi;
+        uint8_t h = b->home;
+        if (h == KVP__PL_NONE) {
+            uint64_t f = kvp__ghost_fp(kvp__policy_key(p, id));
+            fp_of[id] = f;
+            h = g.cap != 0 && g.fp[kvp__gview_find(&g, f)] != 0 ? KVP__PL_B : KVP__PL_A;
+            b->home = h;
+        }
+        assert(b->list == KVP__PL_NONE);
+        b->list = h;
+        b->next = KVP_NIL;
+        uint32_t t;
+        if (h == KVP__PL_A) {
+            t = s_tail;
+            s_tail = id;
+            s_n++;
+        } else {
+            t = m_tail;
+            m_tail = id;
+            m_n++;
+        }
+        b->prev = t;
+        if (t != KVP_NIL)
+            B[t].next = id;
+        else
+            p->list[h].head = id;
+        n_pushed++;
+    }
+    p->clock = clock;
+    p->list[KVP__PL_A].tail = s_tail;
+    p->list[KVP__PL_A].n = s_n;
+    p->list[KVP__PL_B].tail = m_tail;
+    p->list[KVP__PL_B].n = m_n;
+    *p->n_cached += n_pushed;
+    return hi;
+}
 
 /* The victim, off its list (pool.n_lru > 0). Steps as at the top of this file. */
 static KVP__ALWAYS_INLINE uint32_t evict_one(kvp__policy *p)
