@@ -173,14 +173,102 @@ uint32_t kvp__s3fifo_evict(kvp__policy *p)
 
 /* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
  * same victims in the same order as n calls of kvp__s3fifo_evict, each followed by
- * kvp__policy_taken (a take does not touch the FIFOs or the ghost). */
+ * kvp__policy_taken (a take does not touch the FIFOs or the ghost). evict_one's steps written
+ * out on locals, as in kvp__s3fifo_unpin_run: the records' base, the clock, the FIFOs' ends
+ * and counts and the ghost's fields, written back once (S's tail at once: it changes only
+ * when S empties); n_cached loses n (a move from S to M leaves it as it was). Cannot fail. */
 void kvp__s3fifo_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
 {
+    kvp__pblock *const B = p->b;
+    const uint64_t *const fp_of = p->fp_of;
+    const uint32_t cap_a = p->cap_a;
+    kvp__gview g;
+    kvp__gview_load(p, &g);
+    uint64_t clock = p->clock;
+    uint32_t s_head = p->list[KVP__PL_A].head, s_n = p->list[KVP__PL_A].n;
+    uint32_t m_head = p->list[KVP__PL_B].head, m_tail = p->list[KVP__PL_B].tail;
+    uint32_t m_n = p->list[KVP__PL_B].n;
     for (uint32_t k = 0; k < n; k++) {
-        uint32_t v = evict_one(p);
-        kvp__pblock_taken(p, v);
+        uint32_t v;
+        kvp__pblock *b;
+        /* Step 1: from S while it is at its target size (or M is empty). */
+        if (s_n >= cap_a || m_n == 0) {
+            while (s_n > 0) {
+                v = s_head;
+                b = &B[v];
+                assert(b->list == KVP__PL_A && b->prev == KVP_NIL);
+                uint32_t nx = b->next;
+                s_head = nx;
+                if (nx != KVP_NIL)
+                    B[nx].prev = KVP_NIL;
+                else
+                    p->list[KVP__PL_A].tail = KVP_NIL;
+                s_n--;
+                b->next = KVP_NIL;
+                if (b->freq > 0) { /* to M's tail */
+                    b->home = KVP__PL_B;
+                    b->list = KVP__PL_B;
+                    b->prev = m_tail;
+                    if (m_tail != KVP_NIL)
+                        B[m_tail].next = v;
+                    else
+                        m_head = v;
+                    m_tail = v;
+                    m_n++;
+                    continue;
+                }
+                b->list = KVP__PL_NONE;
+                kvp__gview_add_fp(&g, fp_of[v], 0, false);
+                goto taken;
+            }
+        }
+        /* Step 2: from M, giving each block with freq > 0 another round. */
+        for (;;) {
+            assert(m_head != KVP_NIL);
+            v = m_head;
+            b = &B[v];
+            assert(b->list == KVP__PL_B && b->prev == KVP_NIL);
+            uint32_t nx = b->next;
+            m_head = nx;
+            if (nx != KVP_NIL)
+                B[nx].prev = KVP_NIL;
+            else
+                m_tail = KVP_NIL;
+            m_n--;
+            b->next = KVP_NIL;
+            if (b->freq == 0) {
+                b->list = KVP__PL_NONE;
+                break;
+            }
+            b->freq--;
+            b->prev = m_tail; /* back to M's tail */
+            if (m_tail != KVP_NIL)
+                B[m_tail].next = v;
+            else
+                m_head = v;
+            m_tail = v;
+            m_n++;
+        }
+    taken: /* kvp__pblock_taken */
+        b->depth = 0;
+        b->n_hits = 0;
+        b->freq = 0;
+        b->hist = 0;
+        b->cls = 0;
+        b->key = 0;
+        b->home = KVP__PL_NONE;
+        b->last_use = ++clock;
         ids[k] = v;
     }
+    p->clock = clock;
+    p->list[KVP__PL_A].head = s_head;
+    p->list[KVP__PL_A].n = s_n;
+    p->list[KVP__PL_B].head = m_head;
+    p->list[KVP__PL_B].tail = m_tail;
+    p->list[KVP__PL_B].n = m_n;
+    assert(*p->n_cached >= n);
+    *p->n_cached -= n;
+    kvp__gview_store(p, &g);
 }
 
 #define FAIL_IF(cond)                                                                              \
