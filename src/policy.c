@@ -293,9 +293,14 @@ void kvp__policy_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *
 uint32_t kvp__policy_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi)
 {
     assert(kvp__policy_unpins(p));
-    if (p->eviction == KVP_EVICT_S3FIFO)
+    switch (p->eviction) {
+    case KVP_EVICT_S3FIFO:
         return kvp__s3fifo_unpin_run(p, state, ids, hi);
-    return kvp__slru_unpin_run(p, state, ids, hi);
+    case KVP_EVICT_SLRU:
+        return kvp__slru_unpin_run(p, state, ids, hi);
+    default:
+        return kvp__cdecay_unpin_run(p, state, ids, hi);
+    }
 }
 
 /* The policy's victim, off its list, or KVP_NIL when nothing is cached. */

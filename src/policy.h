@@ -251,7 +251,8 @@ uint32_t kvp__policy_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *
  * one line each in their files, a case in kvp__policy_unpin_run and a test here. */
 static inline bool kvp__policy_unpins(const kvp__policy *p)
 {
-    return p->eviction == KVP_EVICT_SLRU || p->eviction == KVP_EVICT_S3FIFO;
+    return p->eviction == KVP_EVICT_SLRU || p->eviction == KVP_EVICT_S3FIFO ||
+           p->eviction == KVP_EVICT_CDECAY;
 }
 uint32_t kvp__policy_evict(kvp__policy *p);
 void kvp__policy_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
@@ -285,6 +286,7 @@ void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n);
 void kvp__cdecay_head(kvp__policy *p, uint32_t c);
 void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth);
 void kvp__cdecay_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
+uint32_t kvp__cdecay_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi);
 uint32_t kvp__cdecay_evict(kvp__policy *p);
 void kvp__cdecay_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_cdecay_check(const kvp__policy *p);

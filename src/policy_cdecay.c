@@ -297,6 +297,30 @@ void kvp__cdecay_release_n(kvp__policy *restrict p, const uint32_t *ids, const u
     run_store(p, &r, m);
 }
 
+/* Blocks becoming cached from the top of a released chain (kvp__policy_unpin_run): the walk
+ * of KVP__POLICY_DEFINE_UNPIN_RUN (policy_list.h) in one run r, as kvp__cdecay_release_n's
+ * loop. The chain closure's last block is carried from one run to the next in *p
+ * (run_store, run_load), as between two batches of kvp__cdecay_release_n: a block that does
+ * not become cached is skipped by both. Cannot fail. */
+uint32_t kvp__cdecay_unpin_run(kvp__policy *restrict p, uint32_t *restrict state,
+                               const uint32_t *ids, uint32_t hi)
+{
+    cd_run r;
+    kvp__pblock seed;
+    run_load(p, &r, &seed);
+    uint32_t top = hi;
+    while (hi > 0) {
+        uint32_t id = ids[hi - 1];
+        if (!KVP__LIKELY(state[id] == (KVP__ST_IN_USE | KVP__ST_INDEXED | 1)))
+            break;
+        state[id] = KVP__ST_CACHED;
+        hi--;
+        release_one(p, &r, id, hi);
+    }
+    run_store(p, &r, top - hi);
+    return hi;
+}
+
 /* The rank of a head with this key and depth in class c (policy.h, kvp__cdrank). */
 static inline kvp__cdrank rank_of(int64_t key, uint32_t depth, uint32_t c)
 {
