@@ -184,6 +184,9 @@ static int g_profile = KVP_HASH_KEYED; /* the profile of the caches made next */
 
 static int g_eviction = KVP_EVICT_LRU; /* --eviction: kvp_config.eviction of every cache */
 
+static uint32_t g_cdecay_ghost_pct; /* --cdecay-ghost-pct: kvp_config.cdecay_ghost_pct (0: its
+                                       default) */
+
 static void new_cache(uint32_t n_blocks, bool verify, const kvp_allocator *alloc, kvp_cache **out)
 {
     kvp_config cfg;
@@ -191,6 +194,7 @@ static void new_cache(uint32_t n_blocks, bool verify, const kvp_allocator *alloc
     cfg.single_threaded = g_single_threaded;
     cfg.hash_profile = g_profile;
     cfg.eviction = g_eviction;
+    cfg.cdecay_ghost_pct = g_cdecay_ghost_pct;
     cfg.n_blocks = n_blocks;
     cfg.block_size = BS;
     cfg.verify_tokens = verify;
@@ -916,14 +920,15 @@ static void usage(void)
     printf("usage: bench_core [--quick] [--reps N] [--only abcd] [--no-scramble]\n"
            "                  [--requests N] [--warmup N] [--zipf S] [--seed N]\n"
            "                  [--lookup-pool N] [--mem-pool N] [--hash-tokens N]\n"
-           "                  [--eviction lru|slru|s3fifo|cdecay]\n"
+           "                  [--eviction lru|slru|s3fifo|cdecay] [--cdecay-ghost-pct N]\n"
            "  --quick        smaller (a) and (c), 3 reps: a few seconds\n"
            "  --reps N       repetitions per figure, 3..63 (default 7)\n"
            "  --only LIST    run only these parts, e.g. --only bc\n"
            "  --no-scramble  (b): keep each prompt's block ids contiguous\n"
            "  --requests N   (c) measured requests (default 100000); --warmup N (10000)\n"
            "  --zipf S       (c) popularity exponent of the system prompts (default 0.4)\n"
-           "  --eviction P   every cache's eviction policy (default lru)\n");
+           "  --eviction P   every cache's eviction policy (default lru)\n"
+           "  --cdecay-ghost-pct N  kvp_config.cdecay_ghost_pct (default 0: the library's)\n");
 }
 
 int main(int argc, char **argv)
@@ -971,6 +976,8 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (v && !strcmp(a, "--cdecay-ghost-pct")) {
+            g_cdecay_ghost_pct = (uint32_t)strtoul(v, NULL, 10), i++;
         } else if (v && !strcmp(a, "--hash-tokens")) {
             o.hash_tokens = (size_t)strtoull(v, NULL, 10), i++;
         } else {
