@@ -24,7 +24,8 @@
  * in order (pool.c's take_policy_batch and unpin_policy_run; each policy's loop inlines the
  * single step). A policy may instead walk the device pool's released chain itself
  * (kvp__policy_unpins, kvp__policy_unpin_run: it tests and writes the blocks' state words,
- * pool.state, as it releases them; SLRU does), so that the blocks are walked once.
+ * pool.state, as it releases them; every non-LRU policy does), so that the blocks are walked
+ * once.
  *
  * The device pool: dispatch is a switch on the policy's eviction field, not a table of
  * function pointers, and LRU is not behind it at all: pool.c tests kvp__policy_is_lru()
@@ -245,10 +246,11 @@ void kvp__policy_hit(kvp__policy *p, uint32_t id);
 void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth);
 void kvp__policy_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__policy_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi);
-/* Does the policy walk the device pool's released chains itself (kvp__policy_unpin_run, its
- * body KVP__POLICY_DEFINE_UNPIN_RUN in policy_list.h), rather than being handed the blocks
- * that become cached (kvp__policy_release_n)? SLRU does; S3-FIFO and CDECAY adopt it with
- * one line each in their files, a case in kvp__policy_unpin_run and a test here. */
+/* Does the policy walk the device pool's released chains itself (kvp__policy_unpin_run, the
+ * walk of KVP__POLICY_DEFINE_UNPIN_RUN in policy_list.h), rather than being handed the blocks
+ * that become cached (kvp__policy_release_n)? SLRU, S3-FIFO and CDECAY all do (SLRU by the
+ * macro, the other two by loops of their own on locals); a tier releases one block at a
+ * time (kvp__policy_release). */
 static inline bool kvp__policy_unpins(const kvp__policy *p)
 {
     return p->eviction == KVP_EVICT_SLRU || p->eviction == KVP_EVICT_S3FIFO ||

@@ -64,8 +64,10 @@
  * (policy.c: the record and fp_of) plus the ghost: 8 bytes per key and 14 per table slot (4 to
  * 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to
  * 1.9 KB per pool block, small beside a KV block of any model: 2 MB for 16 tokens of an 8B
- * model). bench_core (c): 1.236x LRU's instructions per request (146.1k against 118.2k; about
- * 70 per release, 76 per eviction; docs/performance.md, "CDECAY within 1.25x").
+ * model). bench_core (c): 1.230x LRU's instructions per request (137.1k against 111.5k; the
+ * device pool's released chains walked here, kvp__cdecay_unpin_run; docs/performance.md,
+ * "S3-FIFO within 1.25x after the state words"), with a ghost that never fills in (c); with a
+ * full one (--cdecay-ghost-pct 10) 1.317x (146.8k).
  */
 #include "policy_ghost.h"
 #include "policy_list.h"

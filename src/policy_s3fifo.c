@@ -42,8 +42,9 @@
  * Cost: a hit and a release O(1); an eviction O(1) amortised: each block moved from S to M
  * or reinserted into M was paid for by a hit; 48 bytes per block (policy.c) plus 8 bytes per
  * ghost key and 12 per ghost table slot (8 to 16 per key; policy_ghost.c). bench_core (c):
- * 1.247x LRU's instructions per request (147.3k against 118.2k; docs/performance.md,
- * "CDECAY within 1.25x"), evictions and releases batched (kvp__s3fifo_evict_n, _release_n).
+ * 1.221x LRU's instructions per request (136.0k against 111.5k; docs/performance.md, "S3-FIFO
+ * within 1.25x after the state words"): the device pool's released chains walked here
+ * (kvp__s3fifo_unpin_run), evictions batched (kvp__s3fifo_evict_n), both loops on locals.
  */
 #include "policy_ghost.h"
 #include "policy_list.h"
