@@ -27,18 +27,33 @@
  */
 #include "policy_ghost.h"
 
-void kvp__gtab_drop_out(uint64_t *fp, uint32_t *n, uint16_t *info, uint32_t mask, uint64_t f,
-                        bool infos)
-{
-    kvp__gview g = {.fp = fp, .n = n, .info = info, .mask = mask};
-    kvp__gview_drop(&g, f, infos);
-}
-
 #define FAIL_IF(cond)                                                                              \
     do {                                                                                           \
         if (cond)                                                                                  \
             return kvp__fail(KVP_ECORRUPT, "invariant violated in %s: %s", __func__, #cond);       \
     } while (0)
+
+/* The invariants of CDECAY's linked table (a ghost): every ring slot in use names a table
+ * slot; every full table slot links to a ring slot in use that names it back; every full
+ * slot is reachable from its home; no more keys than the ring holds. KVP_OK or KVP_ECORRUPT. */
+static int linked_check(const kvp__policy *p)
+{
+    uint32_t t_mask = p->gtab_mask, cap = p->ghost_cap, keys = 0;
+    for (uint32_t k = 0; k < p->ghost_n; k++)
+        FAIL_IF(p->ghost[(p->ghost_head + k) % cap] > t_mask);
+    for (size_t s = 0; s <= t_mask; s++) {
+        uint32_t at1 = p->gtab_n[s];
+        FAIL_IF((p->gtab_fp[s] == 0) != (at1 == 0));
+        if (at1 == 0)
+            continue;
+        keys++;
+        uint32_t age = (at1 - 1 + cap - p->ghost_head) % cap; /* 0: the oldest */
+        FAIL_IF(at1 > cap || age >= p->ghost_n || p->ghost[at1 - 1] != s);
+        FAIL_IF(kvp__gtab_find(p, p->gtab_fp[s]) != s);
+    }
+    FAIL_IF(keys > p->ghost_n);
+    return KVP_OK;
+}
 
 /* Invariants above. KVP_OK, KVP_ECORRUPT or KVP_ENOMEM (the checker's scratch). */
 int kvp__ghost_check(const kvp__policy *p)
@@ -46,6 +61,8 @@ int kvp__ghost_check(const kvp__policy *p)
     FAIL_IF(p->ghost_n > p->ghost_cap || (p->ghost_cap && p->ghost_head >= p->ghost_cap));
     if (p->ghost_cap == 0)
         return KVP_OK;
+    if (p->gtab_info)
+        return linked_check(p);
     kvp__mem *mem = p->mem; /* scratch only: back to its count on return */
     size_t t = (size_t)p->gtab_mask + 1;
     uint32_t *occ = kvp__mem_calloc(mem, t, sizeof *occ);

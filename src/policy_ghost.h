@@ -69,9 +69,9 @@ static inline uint32_t kvp__gview_find(const kvp__gview *g, uint64_t f)
     return s;
 }
 
-/* Remove one occurrence of f (present) from the multiset: backward-shift deletion (infos:
- * the table keeps infos, gtab_info; a constant in each policy's copy). */
-static inline void kvp__gview_drop(kvp__gview *g, uint64_t f, bool infos)
+/* S3-FIFO's table (counted, no infos): remove one occurrence of f (present) from the
+ * multiset, by backward-shift deletion. */
+static inline void kvp__gview_drop(kvp__gview *g, uint64_t f)
 {
     uint32_t s = kvp__gview_find(g, f);
     assert(g->fp[s] == f && g->n[s] > 0);
@@ -85,8 +85,6 @@ static inline void kvp__gview_drop(kvp__gview *g, uint64_t f, bool infos)
         if (((j - h) & g->mask) >= ((j - s) & g->mask)) {
             g->fp[s] = g->fp[j];
             g->n[s] = g->n[j];
-            if (infos)
-                g->info[s] = g->info[j];
             s = j;
         }
     }
@@ -94,10 +92,59 @@ static inline void kvp__gview_drop(kvp__gview *g, uint64_t f, bool infos)
     g->n[s] = 0;
 }
 
-/* kvp__gview_drop out of line (policy_ghost.c), for an add to a full ghost: the rare path
- * keeps its registers to itself (inline, it made CDECAY's batched evictions spill values). */
-void kvp__gtab_drop_out(uint64_t *fp, uint32_t *n, uint16_t *info, uint32_t mask, uint64_t f,
-                        bool infos);
+/* CDECAY's table (infos kept) links each key to the ring instead of counting it: gtab_n[s]
+ * is 1 + the ring slot of the key's latest addition (0: slot s empty), and the ring holds
+ * table slots, not fingerprints (ghost[k] = s: the slot its key had when added). A ring slot
+ * k names its key's entry iff gtab_n[ghost[k]] == k + 1; an older duplicate's ring slot
+ * names a slot whose link is elsewhere. So the oldest key leaves with no probe, and the
+ * deletion's shifts carry the links (each moved entry's ring slot is rewritten). */
+
+/* Delete CDECAY's table slot s (full, its ring link about to go): backward shift, moving
+ * each entry's ring slot with it. */
+static inline void kvp__gview_cut(kvp__gview *g, uint32_t s)
+{
+    for (uint32_t j = (s + 1) & g->mask;; j = (j + 1) & g->mask) {
+        uint64_t fj = g->fp[j];
+        if (fj == 0)
+            break;
+        uint32_t h = kvp__gview_home(g, fj);
+        /* Entry j may move to s iff its home is not in (s, j] cyclically. */
+        if (((j - h) & g->mask) >= ((j - s) & g->mask)) {
+            uint32_t at1 = g->n[j];
+            g->fp[s] = fj;
+            g->n[s] = at1;
+            g->info[s] = g->info[j];
+            g->ring[at1 - 1] = s;
+            s = j;
+        }
+    }
+    g->fp[s] = 0;
+    g->n[s] = 0;
+}
+
+/* CDECAY's add (the comment above): f with info into G, its oldest key leaving if full. */
+static inline void kvp__gview_add_linked(kvp__gview *g, uint64_t f, uint16_t info)
+{
+    uint32_t at;
+    if (g->count == g->cap) {
+        /* Full: the oldest key (ring slot head) leaves if that slot holds its latest
+         * addition, and the new one takes the slot, which becomes the newest. */
+        at = g->head;
+        uint32_t s = (uint32_t)g->ring[at];
+        if (g->n[s] == at + 1)
+            kvp__gview_cut(g, s);
+        g->head = at + 1 == g->cap ? 0 : at + 1;
+    } else {
+        at = g->head + g->count;
+        at = at >= g->cap ? at - g->cap : at;
+        g->count++;
+    }
+    uint32_t s = kvp__gview_find(g, f);
+    g->fp[s] = f;
+    g->n[s] = at + 1;
+    g->info[s] = info;
+    g->ring[at] = s;
+}
 
 /* Remember key in G (with info, kept if infos: the table keeps them, gtab_info, as CDECAY's
  * does and S3-FIFO's does not), forgetting G's oldest key when G is full. Cannot fail. */
@@ -106,14 +153,15 @@ static inline void kvp__gview_add_fp(kvp__gview *g, uint64_t f, uint16_t info, b
     if (g->cap == 0)
         return;
     assert(infos == (g->info != NULL) && f != 0);
+    if (infos) { /* CDECAY's: linked */
+        kvp__gview_add_linked(g, f, info);
+        return;
+    }
     if (g->count == g->cap) {
         /* Full: the oldest key leaves, and the new one takes its ring slot (the slot after
          * the newest), which becomes the newest; the oldest is then the next slot. */
         uint32_t h = g->head;
-        if (infos) /* CDECAY's: out of line */
-            kvp__gtab_drop_out(g->fp, g->n, g->info, g->mask, g->ring[h], infos);
-        else
-            kvp__gview_drop(g, g->ring[h], infos);
+        kvp__gview_drop(g, g->ring[h]);
         g->ring[h] = f;
         g->head = h + 1 == g->cap ? 0 : h + 1;
     } else {
@@ -124,36 +172,11 @@ static inline void kvp__gview_add_fp(kvp__gview *g, uint64_t f, uint16_t info, b
     uint32_t s = kvp__gview_find(g, f);
     g->fp[s] = f;
     g->n[s]++;
-    if (infos)
-        g->info[s] = info;
 }
 
 static inline void kvp__gview_add(kvp__gview *g, kvp_key key, uint16_t info, bool infos)
 {
-    if (g->cap == 0)
-        return;
-    assert(infos == (g->info != NULL));
-    uint64_t f = kvp__ghost_fp(key);
-    if (g->count == g->cap) {
-        /* Full: the oldest key leaves, and the new one takes its ring slot (the slot after
-         * the newest), which becomes the newest; the oldest is then the next slot. */
-        uint32_t h = g->head;
-        if (infos) /* CDECAY's: out of line */
-            kvp__gtab_drop_out(g->fp, g->n, g->info, g->mask, g->ring[h], infos);
-        else
-            kvp__gview_drop(g, g->ring[h], infos);
-        g->ring[h] = f;
-        g->head = h + 1 == g->cap ? 0 : h + 1;
-    } else {
-        uint32_t at = g->head + g->count;
-        g->ring[at >= g->cap ? at - g->cap : at] = f;
-        g->count++;
-    }
-    uint32_t s = kvp__gview_find(g, f);
-    g->fp[s] = f;
-    g->n[s]++;
-    if (infos)
-        g->info[s] = info;
+    kvp__gview_add_fp(g, kvp__ghost_fp(key), info, infos);
 }
 
 /* Is key remembered in G? If so and info is not NULL, *info is the info of its latest
