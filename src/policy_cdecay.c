@@ -432,6 +432,25 @@ uint32_t kvp__cdecay_evict(kvp__policy *p)
     return v;
 }
 
+/* Victim b, off its list (it was a head: no predecessor), as kvp__pblock_taken leaves it,
+ * last used at clock: its history (hist << 8 | cls) before. */
+static KVP__ALWAYS_INLINE uint16_t reset_victim(kvp__pblock *b, uint64_t clock)
+{
+    uint16_t info = (uint16_t)(b->hist << 8 | b->cls);
+    b->prev = KVP_NIL;
+    b->next = KVP_NIL;
+    b->list = KVP__PL_NONE;
+    b->depth = 0;
+    b->n_hits = 0;
+    b->freq = 0;
+    b->hist = 0;
+    b->cls = 0;
+    b->key = 0;
+    b->home = KVP__PL_NONE;
+    b->last_use = clock;
+    return info;
+}
+
 /* n victims into ids[0 .. n) (n blocks are cached), each as kvp__policy_taken leaves it: the
  * same victims in the same order as n calls of kvp__cdecay_evict, each followed by
  * kvp__policy_taken. In two passes, each with fewer values to keep in registers than one:
@@ -501,27 +520,21 @@ void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
         p->cd_pos[c] = (uint8_t)j;
     }
     p->cd_n_win = (uint8_t)nw;
-    /* Pass 2. */
+    /* Pass 2: each victim's record is reset and it enters G (while G fills, then full). */
     cd_run run;
     kvp__pblock seed;
     run_load(p, &run, &seed);
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t v = ids[k];
-        kvp__pblock *b = &B[v];
-        uint16_t info = (uint16_t)(b->hist << 8 | b->cls);
-        /* Off its list (it was a head: no predecessor), then as kvp__pblock_taken leaves it. */
-        b->prev = KVP_NIL;
-        b->next = KVP_NIL;
-        b->list = KVP__PL_NONE;
-        b->depth = 0;
-        b->n_hits = 0;
-        b->freq = 0;
-        b->hist = 0;
-        b->cls = 0;
-        b->key = 0;
-        b->home = KVP__PL_NONE;
-        b->last_use = ++run.clock;
-        kvp__gview_add_fp(&run.g, run.fp[v], info, true);
+    uint32_t k = 0;
+    if (run.g.cap == 0)
+        for (; k < n; k++)
+            reset_victim(&B[ids[k]], ++run.clock);
+    for (; k < n && run.g.count < run.g.cap; k++) {
+        uint16_t info = reset_victim(&B[ids[k]], ++run.clock);
+        kvp__gview_add_linked(&run.g, run.fp[ids[k]], info);
+    }
+    for (; k < n; k++) {
+        uint16_t info = reset_victim(&B[ids[k]], ++run.clock);
+        kvp__gview_add_full(&run.g, run.fp[ids[k]], info);
     }
     p->clock = run.clock;
     kvp__gview_store(p, &run.g);
