@@ -529,12 +529,18 @@ void kvp__cdecay_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
         for (; k < n; k++)
             reset_victim(&B[ids[k]], ++run.clock);
     for (; k < n && run.g.count < run.g.cap; k++) {
-        uint16_t info = reset_victim(&B[ids[k]], ++run.clock);
-        kvp__gview_add_linked(&run.g, run.fp[ids[k]], info);
+        uint32_t v = ids[k];
+        uint16_t info = reset_victim(&B[v], ++run.clock);
+        kvp__gview_add_linked(&run.g, run.fp[v], info);
     }
-    for (; k < n; k++) {
-        uint16_t info = reset_victim(&B[ids[k]], ++run.clock);
-        kvp__gview_add_full(&run.g, run.fp[ids[k]], info);
+    while (k < n) { /* G full: by runs of ring slots up to its end */
+        uint32_t at = run.g.head, end = run.g.cap - at < n - k ? k + (run.g.cap - at) : n;
+        for (; k < end; k++, at++) {
+            uint32_t v = ids[k];
+            uint16_t info = reset_victim(&B[v], ++run.clock);
+            kvp__gview_put_full(&run.g, at, run.fp[v], info);
+        }
+        run.g.head = at == run.g.cap ? 0 : at;
     }
     p->clock = run.clock;
     kvp__gview_store(p, &run.g);

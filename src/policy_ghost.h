@@ -122,21 +122,27 @@ static inline void kvp__gview_cut(kvp__gview *g, uint32_t s)
     g->n[s] = 0;
 }
 
-/* CDECAY's add to a full ghost (count == cap > 0): the oldest key (ring slot head) leaves
- * if that slot holds its latest addition, and f with info takes the slot, which becomes the
- * newest. */
-static inline void kvp__gview_add_full(kvp__gview *g, uint64_t f, uint16_t info)
+/* CDECAY's add to a full ghost (count == cap > 0) at ring slot at, the oldest key's (the
+ * caller moves head past it): that key leaves if the slot holds its latest addition, and f
+ * with info takes the slot, which becomes the newest. */
+static inline void kvp__gview_put_full(kvp__gview *g, uint32_t at, uint64_t f, uint16_t info)
 {
-    uint32_t at = g->head;
     uint32_t s = (uint32_t)g->ring[at];
     if (g->n[s] == at + 1)
         kvp__gview_cut(g, s);
-    g->head = at + 1 == g->cap ? 0 : at + 1;
     s = kvp__gview_find(g, f);
     g->fp[s] = f;
     g->n[s] = at + 1;
     g->info[s] = info;
     g->ring[at] = s;
+}
+
+/* The same, at head, moving head on. */
+static inline void kvp__gview_add_full(kvp__gview *g, uint64_t f, uint16_t info)
+{
+    uint32_t at = g->head;
+    g->head = at + 1 == g->cap ? 0 : at + 1;
+    kvp__gview_put_full(g, at, f, info);
 }
 
 /* CDECAY's add (the comment above): f with info into G (cap > 0). */
