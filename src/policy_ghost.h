@@ -164,7 +164,8 @@ static inline void kvp__gview_add_linked(kvp__gview *g, uint64_t f, uint16_t inf
 
 /* Remember key in G (with info, kept if infos: the table keeps them, gtab_info, as CDECAY's
  * does and S3-FIFO's does not), forgetting G's oldest key when G is full. Cannot fail. */
-static inline void kvp__gview_add_fp(kvp__gview *g, uint64_t f, uint16_t info, bool infos)
+static KVP__ALWAYS_INLINE void kvp__gview_add_fp(kvp__gview *g, uint64_t f, uint16_t info,
+                                                 bool infos)
 {
     if (g->cap == 0)
         return;
@@ -190,7 +191,7 @@ static inline void kvp__gview_add_fp(kvp__gview *g, uint64_t f, uint16_t info, b
     g->n[s]++;
 }
 
-static inline void kvp__gview_add(kvp__gview *g, kvp_key key, uint16_t info, bool infos)
+static KVP__ALWAYS_INLINE void kvp__gview_add(kvp__gview *g, kvp_key key, uint16_t info, bool infos)
 {
     kvp__gview_add_fp(g, kvp__ghost_fp(key), info, infos);
 }
