@@ -179,12 +179,14 @@ typedef struct kvp__policy {
     uint32_t cap_a;             /* S3-FIFO: the small FIFO's target size */
     uint32_t cap_b;             /* SLRU: the protected segment's capacity */
     uint64_t clock;             /* logical time: ticks at each take, hit and release */
-    uint64_t *ghost;            /* S3-FIFO: ring of ghost_cap key fingerprints, or NULL */
+    uint64_t *ghost;            /* ring of ghost_cap keys, or NULL: S3-FIFO, their fingerprints;
+                                   CDECAY, their table slots (policy_ghost.c) */
     uint32_t ghost_cap;         /* entries the ghost ring holds (0: no ghost) */
     uint32_t ghost_head;        /* slot of the oldest fingerprint */
     uint32_t ghost_n;           /* fingerprints in the ring */
     uint64_t *gtab_fp;          /* multiset of the ring's fingerprints: open addressing, 0 empty */
-    uint32_t *gtab_n;           /* gtab_fp's multiplicities */
+    uint32_t *gtab_n;           /* S3-FIFO: gtab_fp's multiplicities; CDECAY: 1 + the ring
+                                   slot of the key's latest addition (0: empty) */
     uint16_t *gtab_info;        /* CDECAY: per slot, the history of the key's last eviction
                                    (hist << 8 | cls); NULL under S3-FIFO */
     uint32_t gtab_mask;         /* table size - 1 (a power of two >= 2 ghost_cap) */

@@ -64,10 +64,11 @@
  * (policy.c: the record and fp_of) plus the ghost: 8 bytes per key and 14 per table slot (4 to
  * 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to
  * 1.9 KB per pool block, small beside a KV block of any model: 2 MB for 16 tokens of an 8B
- * model). bench_core (c): 1.230x LRU's instructions per request (137.1k against 111.5k; the
+ * model). bench_core (c): 1.225x LRU's instructions per request (136.6k against 111.5k; the
  * device pool's released chains walked here, kvp__cdecay_unpin_run; docs/performance.md,
  * "S3-FIFO within 1.25x after the state words"), with a ghost that never fills in (c); with a
- * full one (--cdecay-ghost-pct 10) 1.317x (146.8k).
+ * full one 1.255x (--cdecay-ghost-pct 10: 139.9k; 100: 140.0k; docs/performance.md, "CDECAY
+ * with a full ghost": the oldest key leaves the ghost with no probe, by runs of ring slots).
  */
 #include "policy_ghost.h"
 #include "policy_list.h"
