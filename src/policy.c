@@ -266,24 +266,6 @@ void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth)
     }
 }
 
-/* Blocks ids[at[j]], j < m, each block at[j] of its chain (at[] descending: a chain's tail
- * first), lost their last pin and are cached: the same as m calls of kvp__policy_release in
- * that order, in one call (each policy's loop inlines its release). Cannot fail. */
-void kvp__policy_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m)
-{
-    switch (p->eviction) {
-    case KVP_EVICT_S3FIFO:
-        kvp__s3fifo_release_n(p, ids, at, m);
-        return;
-    case KVP_EVICT_SLRU:
-        kvp__slru_release_n(p, ids, at, m);
-        return;
-    default:
-        kvp__cdecay_release_n(p, ids, at, m);
-        return;
-    }
-}
-
 /* The device pool's unpin run, for a policy that defines one (kvp__policy_unpins; pool.c,
  * unpin_policy_run; state is pool.state): from the top of the chain ids[0 .. hi) down, while
  * block ids[i]'s pin being dropped is the last of an indexed block, make it cached (its word

@@ -20,12 +20,11 @@
  *
  * and, where nothing can observe the pool in between (no quota, no retention, and for
  * evictions no event callback), in batches with the same effect: evict_n(ids, n) is n rounds
- * of evict then taken, release_n(ids, at, m) the releases of blocks ids[at[j]] at depths at[j]
- * in order (pool.c's take_policy_batch and unpin_policy_run; each policy's loop inlines the
- * single step). A policy may instead walk the device pool's released chain itself
+ * of evict then taken (pool.c's take_policy_batch; each policy's loop inlines the single
+ * step), and every policy but LRU walks the device pool's released chain itself
  * (kvp__policy_unpins, kvp__policy_unpin_run: it tests and writes the blocks' state words,
- * pool.state, as it releases them; every non-LRU policy does), so that the blocks are walked
- * once.
+ * pool.state, as it releases them in order; pool.c's unpin_policy_run), so that the blocks
+ * are walked once.
  *
  * The device pool: dispatch is a switch on the policy's eviction field, not a table of
  * function pointers, and LRU is not behind it at all: pool.c tests kvp__policy_is_lru()
@@ -246,13 +245,11 @@ void kvp__policy_release_begin(kvp__policy *p, const uint32_t *ids, uint32_t n);
 void kvp__policy_taken(kvp__policy *p, uint32_t id);
 void kvp__policy_hit(kvp__policy *p, uint32_t id);
 void kvp__policy_release(kvp__policy *p, uint32_t id, uint32_t depth);
-void kvp__policy_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__policy_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi);
 /* Does the policy walk the device pool's released chains itself (kvp__policy_unpin_run, the
- * walk of KVP__POLICY_DEFINE_UNPIN_RUN in policy_list.h), rather than being handed the blocks
- * that become cached (kvp__policy_release_n)? SLRU, S3-FIFO and CDECAY all do (SLRU by the
- * macro, the other two by loops of their own on locals); a tier releases one block at a
- * time (kvp__policy_release). */
+ * walk of KVP__POLICY_DEFINE_UNPIN_RUN in policy_list.h)? Every policy but LRU does (SLRU by
+ * the macro, S3-FIFO and CDECAY by loops of their own on locals), and the pool relies on it
+ * (pool.c, unpin_policy_run); a tier releases one block at a time (kvp__policy_release). */
 static inline bool kvp__policy_unpins(const kvp__policy *p)
 {
     return p->eviction == KVP_EVICT_SLRU || p->eviction == KVP_EVICT_S3FIFO ||
@@ -275,13 +272,11 @@ int kvp__ghost_check(const kvp__policy *p);
 
 /* The policies (policy_slru.c, policy_s3fifo.c, policy_cdecay.c). */
 void kvp__slru_release(kvp__policy *p, uint32_t id, uint32_t depth);
-void kvp__slru_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__slru_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi);
 uint32_t kvp__slru_evict(kvp__policy *p);
 void kvp__slru_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
 int kvp__policy_slru_check(const kvp__policy *p);
 void kvp__s3fifo_release(kvp__policy *p, uint32_t id, uint32_t depth);
-void kvp__s3fifo_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__s3fifo_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi);
 uint32_t kvp__s3fifo_evict(kvp__policy *p);
 void kvp__s3fifo_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);

@@ -139,8 +139,8 @@ static inline void kvp__pblock_hit(kvp__policy *p, uint32_t id)
  * being dropped is the last of an indexed block, make each cached (KVP__ST_CACHED) and
  * release it at its depth; return lo, the last position released (ids[lo .. hi) were;
  * lo == 0, or block ids[lo - 1] does not become cached: the pool drops its pin and walks on
- * below it). The same releases in the same order as the pool's drops then
- * kvp__policy_release_n, in one walk of the blocks (pool.c, unpin_policy_run). */
+ * below it). The same releases in the same order as kvp__policy_release on each block, in one
+ * walk of the blocks (pool.c, unpin_policy_run). */
 #define KVP__POLICY_DEFINE_UNPIN_RUN(name, release_one)                                            \
     uint32_t name(kvp__policy *restrict p, uint32_t *restrict state, const uint32_t *ids,          \
                   uint32_t hi)                                                                     \

@@ -58,14 +58,6 @@ void kvp__slru_release(kvp__policy *p, uint32_t id, uint32_t depth)
     release_one(p, id, depth);
 }
 
-/* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
-void kvp__slru_release_n(kvp__policy *restrict p, const uint32_t *ids, const uint32_t *at,
-                         uint32_t m)
-{
-    for (uint32_t j = 0; j < m; j++)
-        release_one(p, ids[at[j]], at[j]);
-}
-
 /* Blocks becoming cached from the top of a released chain (kvp__policy_unpin_run). */
 KVP__POLICY_DEFINE_UNPIN_RUN(kvp__slru_unpin_run, release_one)
 

@@ -466,69 +466,37 @@ void kvp__pool_unpin_tail_first(kvp_cache *cache, const uint32_t *ids, uint32_t 
     }
 }
 
-#define RELEASE_BATCH 128 /* chain positions scanned per kvp__policy_release_n */
-
 /* n unpins under a policy other than LRU with no quota and retention never used, the same
  * releases in the same order as n unpins (kvp__policy_release each). Nothing else happens
  * between two releases (no quota eviction), and the free list and pin counts the pool
- * updates in between are not the policy's, so the result is that of n unpins. Two ways:
- *   - a policy that walks the chain itself (kvp__policy_unpins: SLRU): from the tail, it
- *     makes each block that loses its last pin and is indexed cached and releases it
- *     (kvp__policy_unpin_run), in one walk; at a block that does not become cached it stops,
- *     the pool drops that pin (a private block's last one: to the free list) and the walk
- *     goes on below it;
- *   - otherwise the pool drops the pins, RELEASE_BATCH chain positions at a time, with the
- *     tests of unpin_run (one compare of the state word for a block's last pin), and hands
- *     the blocks that become cached to kvp__policy_release_n.
+ * updates in between are not the policy's, so the result is that of n unpins. Every such
+ * policy walks the chain itself (kvp__policy_unpins): from the tail, it makes each block
+ * that loses its last pin and is indexed cached and releases it (kvp__policy_unpin_run), in
+ * one walk; at a block that does not become cached it stops, the pool drops that pin (a
+ * private block's last one: to the free list) and the walk goes on below it.
  * A hook added to unpin() must go here too, or into the gate in unpin_general. Cannot fail. */
 static void unpin_policy_run(kvp_cache *cache, const uint32_t *ids, uint32_t n)
 {
     kvp__pool *pool = &cache->pool;
     uint32_t *const state = pool->state;
     uint32_t n_unpinned = 0;
-    if (kvp__policy_unpins(&cache->policy)) {
-        for (uint32_t hi = n; hi > 0;) {
-            uint32_t lo = kvp__policy_unpin_run(&cache->policy, state, ids, hi);
-            n_unpinned += hi - lo;
-            if (lo == 0)
-                break;
-            uint32_t id = ids[--lo], w = state[id];
-            assert(id < pool->n_blocks && w != (KVP__ST_IN_USE | KVP__ST_INDEXED | 1));
-            if (w == (KVP__ST_IN_USE | 1)) { /* a private block's last pin */
-                n_unpinned++;
-                free_push(pool, id);
-            } else {
-                bool last = drop_pin(pool, id, w);
-                assert(!last);
-                (void)last;
-            }
-            hi = lo;
+    assert(kvp__policy_unpins(&cache->policy));
+    for (uint32_t hi = n; hi > 0;) {
+        uint32_t lo = kvp__policy_unpin_run(&cache->policy, state, ids, hi);
+        n_unpinned += hi - lo;
+        if (lo == 0)
+            break;
+        uint32_t id = ids[--lo], w = state[id];
+        assert(id < pool->n_blocks && w != (KVP__ST_IN_USE | KVP__ST_INDEXED | 1));
+        if (w == (KVP__ST_IN_USE | 1)) { /* a private block's last pin */
+            n_unpinned++;
+            free_push(pool, id);
+        } else {
+            bool last = drop_pin(pool, id, w);
+            assert(!last);
+            (void)last;
         }
-    } else {
-        uint32_t at[RELEASE_BATCH];
-        for (uint32_t hi = n; hi > 0;) {
-            uint32_t lo = hi > RELEASE_BATCH ? hi - RELEASE_BATCH : 0, m = 0;
-            for (uint32_t i = hi; i-- > lo;) {
-                uint32_t id = ids[i];
-                assert(id < pool->n_blocks);
-                uint32_t w = state[id];
-                if (KVP__LIKELY(w == (KVP__ST_IN_USE | KVP__ST_INDEXED | 1))) { /* last pin */
-                    state[id] = KVP__ST_CACHED;
-                    at[m++] = i;
-                } else if (w == (KVP__ST_IN_USE | 1)) { /* a private block's last pin */
-                    n_unpinned++;
-                    free_push(pool, id);
-                } else {
-                    bool last = drop_pin(pool, id, w);
-                    assert(!last);
-                    (void)last;
-                }
-            }
-            if (m > 0)
-                kvp__policy_release_n(&cache->policy, ids, at, m);
-            n_unpinned += m;
-            hi = lo;
-        }
+        hi = lo;
     }
     assert(pool->n_in_use >= n_unpinned);
     pool->n_in_use -= n_unpinned;
