@@ -342,7 +342,7 @@ static int lookup_common(kvp_cache *cache, keysrc *src, size_t n_tokens, uint32_
 int kvp__lookup_locked(kvp_cache *cache, const kvp_namespace *ns, const uint32_t *tokens,
                        size_t n_tokens, uint32_t *block_ids, size_t cap, kvp_match *out)
 {
-    uint32_t n_full;
+    uint32_t n_full = 0; /* set by check_prompt when it succeeds (GCC cannot see it) */
     int rc = check_prompt(cache, ns, tokens, "tokens", n_tokens, &n_full);
     if (rc == KVP_OK)
         rc = kvp__hasher_tokens_check(&cache->hasher, tokens, n_tokens);
@@ -381,7 +381,7 @@ int kvp__lookup_keys_locked(kvp_cache *cache, const kvp_namespace *ns, kvp_key r
                             const kvp_key *keys, const uint32_t *tokens, size_t n_tokens,
                             uint32_t *block_ids, size_t cap, kvp_match *out)
 {
-    uint32_t n_full;
+    uint32_t n_full = 0; /* set by check_prompt when it succeeds */
     int rc = check_prompt(cache, ns, &root, "root", n_tokens, &n_full);
     if (rc == KVP_OK)
         rc = check_keys(cache, &keys, tokens, n_full, false);
@@ -420,7 +420,7 @@ int kvp__lookup_ids_locked(kvp_cache *cache, const kvp_namespace *ns, const kvp_
     static const kvp_key no_ids; /* lets ids be NULL when there are none */
     if (!ids && n_ids == 0)
         ids = &no_ids;
-    uint32_t n_full;
+    uint32_t n_full = 0; /* set by check_prompt when it succeeds */
     int rc = check_prompt(cache, ns, ids, "ids", n_tokens, &n_full);
     if (rc == KVP_OK)
         rc = check_ids(cache, n_ids, n_tokens, n_full);
