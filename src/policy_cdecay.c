@@ -155,9 +155,9 @@ typedef struct cd_run {
     uint32_t known;            /* releases of a block with a known history */
 } cd_run;
 
-/* A ghost table of one empty slot: a probe finds nothing (kvp__gview_take), so that a
- * release need not test for a ghost. Never written. */
-static uint64_t no_ghost_fp[1];
+/* A ghost table of one empty slot: a probe finds nothing (run_take), so that a release need
+ * not test for a ghost. Never written. */
+static kvp__gslot no_ghost_slot[1];
 
 static KVP__ALWAYS_INLINE void run_load(kvp__policy *p, cd_run *r, kvp__pblock *seed)
 {
@@ -167,7 +167,7 @@ static KVP__ALWAYS_INLINE void run_load(kvp__policy *p, cd_run *r, kvp__pblock *
     r->key_stride = p->key_stride;
     kvp__gview_load(p, &r->g);
     if (r->g.cap == 0) {
-        r->g.fp = no_ghost_fp;
+        r->g.slot = no_ghost_slot;
         r->g.mask = 0;
     }
     r->clock = p->clock;
@@ -202,15 +202,16 @@ static KVP__ALWAYS_INLINE kvp_key run_key(const cd_run *r, uint32_t id)
     return k;
 }
 
-/* Is key in G? Then *info is its history, spent there (kvp__gview_take, with no test for a
- * ghost: run_load's stands in for none). */
+/* Is the key of fingerprint f in G? Then *info is its history, spent there: until the key is
+ * added again, a find gives info 0, so that the history one eviction left is learned from
+ * once. No test for a ghost: run_load's no_ghost_slot stands in for none. */
 static KVP__ALWAYS_INLINE bool run_take(cd_run *r, uint64_t f, uint16_t *info)
 {
-    uint32_t s = kvp__gview_find(&r->g, f);
-    if (r->g.fp[s] == 0)
+    kvp__gslot *e = kvp__gview_at(&r->g, kvp__gview_find_off(&r->g, f));
+    if (e->fp == 0)
         return false;
-    *info = r->g.info[s];
-    r->g.info[s] = 0;
+    *info = e->info;
+    e->info = 0;
     return true;
 }
 

@@ -48,17 +48,20 @@
 static int linked_check(const kvp__policy *p)
 {
     uint32_t t_mask = p->gtab_mask, cap = p->ghost_cap, keys = 0;
+    kvp__gview g;
+    kvp__gview_load(p, &g);
     for (uint32_t k = 0; k < p->ghost_n; k++)
-        FAIL_IF(p->ghost[(p->ghost_head + k) % cap] > t_mask);
+        FAIL_IF(p->gring[(p->ghost_head + k) % cap] > t_mask);
     for (size_t s = 0; s <= t_mask; s++) {
-        uint32_t at1 = p->gtab_n[s];
-        FAIL_IF((p->gtab_fp[s] == 0) != (at1 == 0));
+        const kvp__gslot *e = &p->gslot[s];
+        uint32_t at1 = e->link;
+        FAIL_IF((e->fp == 0) != (at1 == 0));
         if (at1 == 0)
             continue;
         keys++;
         uint32_t age = (at1 - 1 + cap - p->ghost_head) % cap; /* 0: the oldest */
-        FAIL_IF(at1 > cap || age >= p->ghost_n || p->ghost[at1 - 1] != s);
-        FAIL_IF(kvp__gtab_find(p, p->gtab_fp[s]) != s);
+        FAIL_IF(at1 > cap || age >= p->ghost_n || p->gring[at1 - 1] != s);
+        FAIL_IF(kvp__gview_find_slot(&g, e->fp) != s);
     }
     FAIL_IF(keys > p->ghost_n);
     return KVP_OK;
@@ -70,7 +73,7 @@ int kvp__ghost_check(const kvp__policy *p)
     FAIL_IF(p->ghost_n > p->ghost_cap || (p->ghost_cap && p->ghost_head >= p->ghost_cap));
     if (p->ghost_cap == 0)
         return KVP_OK;
-    if (p->gtab_info)
+    if (p->gslot)
         return linked_check(p);
     kvp__mem *mem = p->mem; /* scratch only: back to its count on return */
     size_t t = (size_t)p->gtab_mask + 1;
