@@ -279,7 +279,8 @@ int kvp__policy_check(const kvp__policy *p, bool (*cached)(const void *ctx, uint
 /* Shared list operations: policy_list.h (inline). */
 
 /* The ghost (policy_ghost.c; add and find inline in policy_ghost.h): a FIFO of ghost_cap
- * evicted keys' fingerprints and their multiset; with gtab_info, each key's latest info. */
+ * evicted keys and a table of their fingerprints (S3-FIFO: a multiset; CDECAY: gslot, each
+ * linked to its key's latest ring slot, with its latest info). */
 int kvp__ghost_check(const kvp__policy *p);
 
 /* The policies (policy_slru.c, policy_s3fifo.c, policy_cdecay.c). */

@@ -61,14 +61,15 @@
  * _evict_n) keep the policy's fields in locals (cd_run), evict by runs of one FIFO and then
  * add the victims to G in a second pass, and read each victim's key fingerprint from fp_of
  * (set at its first release) rather than hashing its key again. Memory: 48 bytes per block
- * (policy.c: the record and fp_of) plus the ghost: 8 bytes per key and 14 per table slot (4 to
- * 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to
- * 1.9 KB per pool block, small beside a KV block of any model: 2 MB for 16 tokens of an 8B
- * model). bench_core (c): 1.225x LRU's instructions per request (136.6k against 111.5k; the
+ * (policy.c: the record and fp_of) plus the ghost: 4 bytes per key and 16 per table slot (4 to
+ * 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16 per block: 1.1 to
+ * 2.1 KB per pool block, small beside a KV block of any model: 2 MB for 16 tokens of an 8B
+ * model). bench_core (c): 1.220x LRU's instructions per request (136.0k against 111.5k; the
  * device pool's released chains walked here, kvp__cdecay_unpin_run; docs/performance.md,
  * "S3-FIFO within 1.25x after the state words"), with a ghost that never fills in (c); with a
- * full one 1.255x (--cdecay-ghost-pct 10: 139.9k; 100: 140.0k; docs/performance.md, "CDECAY
- * with a full ghost": the oldest key leaves the ghost with no probe, by runs of ring slots).
+ * full one 1.243x (--cdecay-ghost-pct 10: 138.6k; 100: 138.8k, 1.246x; docs/performance.md,
+ * "CDECAY with a full ghost": the oldest key leaves the ghost with no probe, by runs of ring
+ * slots, into one array of 16-byte table slots probed by byte offsets).
  */
 #include "policy_ghost.h"
 #include "policy_list.h"
