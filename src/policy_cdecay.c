@@ -57,7 +57,7 @@
  * where the column is 8); an eviction O(1): the nonempty FIFOs are kept in the order of their
  * heads' ranks (cd_win), the first FIFO's head is the victim, and a FIFO whose head changes
  * moves to its new place (at most 27, usually a place or two: an evicted head's successor is
- * next in key order; none while it stays first). The batched paths (kvp__cdecay_release_n,
+ * next in key order; none while it stays first). The batched paths (kvp__cdecay_unpin_run,
  * _evict_n) keep the policy's fields in locals (cd_run), evict by runs of one FIFO and then
  * add the victims to G in a second pass, and read each victim's key fingerprint from fp_of
  * (set at its first release) rather than hashing its key again. Memory: 48 bytes per block
@@ -290,23 +290,11 @@ void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
     run_store(p, &r, 1);
 }
 
-/* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
-void kvp__cdecay_release_n(kvp__policy *restrict p, const uint32_t *ids, const uint32_t *at,
-                           uint32_t m)
-{
-    cd_run r;
-    kvp__pblock seed;
-    run_load(p, &r, &seed);
-    for (const uint32_t *a = at, *end = at + m; a < end; a++)
-        release_one(p, &r, ids[*a], *a);
-    run_store(p, &r, m);
-}
-
 /* Blocks becoming cached from the top of a released chain (kvp__policy_unpin_run): the walk
- * of KVP__POLICY_DEFINE_UNPIN_RUN (policy_list.h) in one run r, as kvp__cdecay_release_n's
- * loop. The chain closure's last block is carried from one run to the next in *p
- * (run_store, run_load), as between two batches of kvp__cdecay_release_n: a block that does
- * not become cached is skipped by both. Cannot fail. */
+ * of KVP__POLICY_DEFINE_UNPIN_RUN (policy_list.h) in one run r, each block by release_one.
+ * The chain closure's last block is carried from one run to the next in *p (run_store,
+ * run_load), as from one kvp__cdecay_release to the next: a block that does not become
+ * cached is skipped. Cannot fail. */
 uint32_t kvp__cdecay_unpin_run(kvp__policy *restrict p, uint32_t *restrict state,
                                const uint32_t *ids, uint32_t hi)
 {
