@@ -72,13 +72,20 @@ static int ghost_init(kvp__policy *p, uint64_t ghost, bool info, uint32_t spread
     uint64_t t = 4;
     while (t < spread * ghost)
         t *= 2;
+    p->ghost_cap = (uint32_t)ghost;
+    p->gtab_mask = (uint32_t)(t - 1);
+    if (info) { /* CDECAY's: a ring of table slots, a table of (fingerprint, link, info) */
+        p->gring = kvp__mem_alloc(p->mem, ghost * sizeof *p->gring);
+        p->gslot = kvp__mem_calloc(p->mem, t, sizeof *p->gslot);
+        if (!p->gring || !p->gslot)
+            return kvp__fail(KVP_ENOMEM, "out of memory: the ghost of %" PRIu64 " evicted keys",
+                             ghost);
+        return KVP_OK;
+    }
     p->ghost = kvp__mem_alloc(p->mem, ghost * sizeof *p->ghost);
     p->gtab_fp = kvp__mem_calloc(p->mem, t, sizeof *p->gtab_fp);
     p->gtab_n = kvp__mem_calloc(p->mem, t, sizeof *p->gtab_n);
-    p->gtab_info = info ? kvp__mem_calloc(p->mem, t, sizeof *p->gtab_info) : NULL;
-    p->ghost_cap = (uint32_t)ghost;
-    p->gtab_mask = (uint32_t)(t - 1);
-    if (!p->ghost || !p->gtab_fp || !p->gtab_n || (info && !p->gtab_info))
+    if (!p->ghost || !p->gtab_fp || !p->gtab_n)
         return kvp__fail(KVP_ENOMEM, "out of memory: the ghost of %" PRIu64 " evicted keys", ghost);
     return KVP_OK;
 }
@@ -152,10 +159,12 @@ void kvp__policy_free(kvp__policy *p)
     kvp__mem_free(p->mem, p->ghost, p->ghost ? p->ghost_cap * sizeof *p->ghost : 0);
     kvp__mem_free(p->mem, p->gtab_fp, p->gtab_fp ? t * sizeof *p->gtab_fp : 0);
     kvp__mem_free(p->mem, p->gtab_n, p->gtab_n ? t * sizeof *p->gtab_n : 0);
-    kvp__mem_free(p->mem, p->gtab_info, p->gtab_info ? t * sizeof *p->gtab_info : 0);
+    kvp__mem_free(p->mem, p->gring, p->gring ? p->ghost_cap * sizeof *p->gring : 0);
+    kvp__mem_free(p->mem, p->gslot, p->gslot ? t * sizeof *p->gslot : 0);
     p->b = NULL;
     p->fp_of = NULL;
-    p->gtab_info = NULL;
+    p->gring = NULL;
+    p->gslot = NULL;
     p->ghost = NULL;
     p->gtab_fp = NULL;
     p->gtab_n = NULL;

@@ -164,6 +164,15 @@ typedef struct kvp__cdrank {
     uint64_t lo;
 } kvp__cdrank;
 
+/* One slot of CDECAY's ghost table (policy_ghost.c): a key's fingerprint, its link to the
+ * ring and its history, on one cache line. */
+typedef struct kvp__gslot {
+    uint64_t fp;   /* the key's fingerprint (0: empty) */
+    uint32_t link; /* 1 + the ring slot of the key's latest addition (0: empty) */
+    uint16_t info; /* the history of the key's last eviction (hist << 8 | cls) */
+    uint16_t pad;
+} kvp__gslot;
+
 typedef struct kvp__policy {
     kvp__pblock *b;             /* n_blocks entries; NULL under LRU */
     int eviction;               /* KVP_EVICT_* */
@@ -178,22 +187,22 @@ typedef struct kvp__policy {
     uint32_t cap_a;             /* S3-FIFO: the small FIFO's target size */
     uint32_t cap_b;             /* SLRU: the protected segment's capacity */
     uint64_t clock;             /* logical time: ticks at each take, hit and release */
-    uint64_t *ghost;            /* ring of ghost_cap keys, or NULL: S3-FIFO, their fingerprints;
-                                   CDECAY, their table slots (policy_ghost.c) */
+    uint64_t *ghost;            /* S3-FIFO: ring of ghost_cap keys' fingerprints, or NULL */
     uint32_t ghost_cap;         /* entries the ghost ring holds (0: no ghost) */
     uint32_t ghost_head;        /* slot of the oldest fingerprint */
     uint32_t ghost_n;           /* fingerprints in the ring */
-    uint64_t *gtab_fp;          /* multiset of the ring's fingerprints: open addressing, 0 empty */
-    uint32_t *gtab_n;           /* S3-FIFO: gtab_fp's multiplicities; CDECAY: 1 + the ring
-                                   slot of the key's latest addition (0: empty) */
-    uint16_t *gtab_info;        /* CDECAY: per slot, the history of the key's last eviction
-                                   (hist << 8 | cls); NULL under S3-FIFO */
-    uint32_t gtab_mask;         /* table size - 1 (a power of two >= 2 ghost_cap) */
-    kvp__plink *link;           /* kvp_config.count_orphans: n_blocks parent links, else NULL */
-    uint64_t *fp_of;            /* S3-FIFO, CDECAY: per block, its key's ghost fingerprint
-                                   (kvp__ghost_fp), set at its first release (valid while it is
-                                   cached): its eviction adds it to G without reading the key
-                                   again; else NULL */
+    uint64_t *gtab_fp;          /* S3-FIFO: multiset of the ring's fingerprints: open
+                                   addressing, 0 empty */
+    uint32_t *gtab_n;           /* S3-FIFO: gtab_fp's multiplicities */
+    uint32_t *gring;            /* CDECAY: ring of ghost_cap keys' table slots, or NULL */
+    kvp__gslot *gslot;  /* CDECAY: the table (fingerprint, link, info per slot; policy_ghost.c),
+                           or NULL */
+    uint32_t gtab_mask; /* table size - 1 (a power of two >= 2 ghost_cap) */
+    kvp__plink *link;   /* kvp_config.count_orphans: n_blocks parent links, else NULL */
+    uint64_t *fp_of;    /* S3-FIFO, CDECAY: per block, its key's ghost fingerprint
+                           (kvp__ghost_fp), set at its first release (valid while it is
+                           cached): its eviction adds it to G without reading the key
+                           again; else NULL */
     /* CDECAY (policy_cdecay.c) */
     uint64_t cd_trials[KVP__CD_N_CLS];      /* releases of each class so far */
     uint64_t cd_reused[KVP__CD_N_CLS];      /* ... that a later release of the block followed */
@@ -267,7 +276,8 @@ int kvp__policy_check(const kvp__policy *p, bool (*cached)(const void *ctx, uint
 /* Shared list operations: policy_list.h (inline). */
 
 /* The ghost (policy_ghost.c; add and find inline in policy_ghost.h): a FIFO of ghost_cap
- * evicted keys' fingerprints and their multiset; with gtab_info, each key's latest info. */
+ * evicted keys and a table of their fingerprints (S3-FIFO: a multiset; CDECAY: gslot, each
+ * linked to its key's latest ring slot, with its latest info). */
 int kvp__ghost_check(const kvp__policy *p);
 
 /* The policies (policy_slru.c, policy_s3fifo.c, policy_cdecay.c). */

@@ -57,18 +57,19 @@
  * where the column is 8); an eviction O(1): the nonempty FIFOs are kept in the order of their
  * heads' ranks (cd_win), the first FIFO's head is the victim, and a FIFO whose head changes
  * moves to its new place (at most 27, usually a place or two: an evicted head's successor is
- * next in key order; none while it stays first). The batched paths (kvp__cdecay_release_n,
+ * next in key order; none while it stays first). The batched paths (kvp__cdecay_unpin_run,
  * _evict_n) keep the policy's fields in locals (cd_run), evict by runs of one FIFO and then
  * add the victims to G in a second pass, and read each victim's key fingerprint from fp_of
  * (set at its first release) rather than hashing its key again. Memory: 48 bytes per block
- * (policy.c: the record and fp_of) plus the ghost: 8 bytes per key and 14 per table slot (4 to
- * 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16 per block: 1.0 to
- * 1.9 KB per pool block, small beside a KV block of any model: 2 MB for 16 tokens of an 8B
- * model). bench_core (c): 1.225x LRU's instructions per request (136.6k against 111.5k; the
+ * (policy.c: the record and fp_of) plus the ghost: 4 bytes per key and 16 per table slot (4 to
+ * 8 per key), ghost_cap = n_blocks * cdecay_ghost_pct / 100 keys (default 16 per block: 1.1 to
+ * 2.1 KB per pool block, small beside a KV block of any model: 2 MB for 16 tokens of an 8B
+ * model). bench_core (c): 1.220x LRU's instructions per request (136.0k against 111.5k; the
  * device pool's released chains walked here, kvp__cdecay_unpin_run; docs/performance.md,
  * "S3-FIFO within 1.25x after the state words"), with a ghost that never fills in (c); with a
- * full one 1.255x (--cdecay-ghost-pct 10: 139.9k; 100: 140.0k; docs/performance.md, "CDECAY
- * with a full ghost": the oldest key leaves the ghost with no probe, by runs of ring slots).
+ * full one 1.243x (--cdecay-ghost-pct 10: 138.6k; 100: 138.8k, 1.246x; docs/performance.md,
+ * "CDECAY with a full ghost": the oldest key leaves the ghost with no probe, by runs of ring
+ * slots, into one array of 16-byte table slots probed by byte offsets).
  */
 #include "policy_ghost.h"
 #include "policy_list.h"
@@ -155,9 +156,9 @@ typedef struct cd_run {
     uint32_t known;            /* releases of a block with a known history */
 } cd_run;
 
-/* A ghost table of one empty slot: a probe finds nothing (kvp__gview_take), so that a
- * release need not test for a ghost. Never written. */
-static uint64_t no_ghost_fp[1];
+/* A ghost table of one empty slot: a probe finds nothing (run_take), so that a release need
+ * not test for a ghost. Never written. */
+static kvp__gslot no_ghost_slot[1];
 
 static KVP__ALWAYS_INLINE void run_load(kvp__policy *p, cd_run *r, kvp__pblock *seed)
 {
@@ -167,7 +168,7 @@ static KVP__ALWAYS_INLINE void run_load(kvp__policy *p, cd_run *r, kvp__pblock *
     r->key_stride = p->key_stride;
     kvp__gview_load(p, &r->g);
     if (r->g.cap == 0) {
-        r->g.fp = no_ghost_fp;
+        r->g.slot = no_ghost_slot;
         r->g.mask = 0;
     }
     r->clock = p->clock;
@@ -202,15 +203,16 @@ static KVP__ALWAYS_INLINE kvp_key run_key(const cd_run *r, uint32_t id)
     return k;
 }
 
-/* Is key in G? Then *info is its history, spent there (kvp__gview_take, with no test for a
- * ghost: run_load's stands in for none). */
+/* Is the key of fingerprint f in G? Then *info is its history, spent there: until the key is
+ * added again, a find gives info 0, so that the history one eviction left is learned from
+ * once. No test for a ghost: run_load's no_ghost_slot stands in for none. */
 static KVP__ALWAYS_INLINE bool run_take(cd_run *r, uint64_t f, uint16_t *info)
 {
-    uint32_t s = kvp__gview_find(&r->g, f);
-    if (r->g.fp[s] == 0)
+    kvp__gslot *e = kvp__gview_at(&r->g, kvp__gview_find_off(&r->g, f));
+    if (e->fp == 0)
         return false;
-    *info = r->g.info[s];
-    r->g.info[s] = 0;
+    *info = e->info;
+    e->info = 0;
     return true;
 }
 
@@ -288,23 +290,11 @@ void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth)
     run_store(p, &r, 1);
 }
 
-/* Blocks ids[at[j]], j < m, released in that order (kvp__policy_release_n). Cannot fail. */
-void kvp__cdecay_release_n(kvp__policy *restrict p, const uint32_t *ids, const uint32_t *at,
-                           uint32_t m)
-{
-    cd_run r;
-    kvp__pblock seed;
-    run_load(p, &r, &seed);
-    for (const uint32_t *a = at, *end = at + m; a < end; a++)
-        release_one(p, &r, ids[*a], *a);
-    run_store(p, &r, m);
-}
-
 /* Blocks becoming cached from the top of a released chain (kvp__policy_unpin_run): the walk
- * of KVP__POLICY_DEFINE_UNPIN_RUN (policy_list.h) in one run r, as kvp__cdecay_release_n's
- * loop. The chain closure's last block is carried from one run to the next in *p
- * (run_store, run_load), as between two batches of kvp__cdecay_release_n: a block that does
- * not become cached is skipped by both. Cannot fail. */
+ * of KVP__POLICY_DEFINE_UNPIN_RUN (policy_list.h) in one run r, each block by release_one.
+ * The chain closure's last block is carried from one run to the next in *p (run_store,
+ * run_load), as from one kvp__cdecay_release to the next: a block that does not become
+ * cached is skipped. Cannot fail. */
 uint32_t kvp__cdecay_unpin_run(kvp__policy *restrict p, uint32_t *restrict state,
                                const uint32_t *ids, uint32_t hi)
 {

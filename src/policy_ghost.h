@@ -15,17 +15,18 @@
 
 #include "internal.h"
 
-/* The ghost's fields (kvp__policy: ghost, gtab_fp, gtab_n, gtab_info, ghost_cap,
+/* The ghost's fields (kvp__policy: ghost, gtab_fp, gtab_n, gring, gslot, ghost_cap,
  * ghost_head, ghost_n, gtab_mask), borrowed by a loop. */
 typedef struct kvp__gview {
-    uint64_t *ring; /* ghost */
-    uint64_t *fp;   /* gtab_fp */
-    uint32_t *n;    /* gtab_n */
-    uint16_t *info; /* gtab_info (NULL under S3-FIFO) */
-    uint32_t cap;   /* ghost_cap (0: no ghost) */
-    uint32_t head;  /* ghost_head */
-    uint32_t count; /* ghost_n */
-    uint32_t mask;  /* gtab_mask */
+    uint64_t *ring;   /* ghost (S3-FIFO) */
+    uint64_t *fp;     /* gtab_fp (S3-FIFO) */
+    uint32_t *n;      /* gtab_n (S3-FIFO) */
+    uint32_t *lring;  /* gring (CDECAY) */
+    kvp__gslot *slot; /* gslot (CDECAY; NULL under S3-FIFO) */
+    uint32_t cap;     /* ghost_cap (0: no ghost) */
+    uint32_t head;    /* ghost_head */
+    uint32_t count;   /* ghost_n */
+    uint32_t mask;    /* gtab_mask */
 } kvp__gview;
 
 static inline void kvp__gview_load(const kvp__policy *p, kvp__gview *g)
@@ -33,7 +34,8 @@ static inline void kvp__gview_load(const kvp__policy *p, kvp__gview *g)
     g->ring = p->ghost;
     g->fp = p->gtab_fp;
     g->n = p->gtab_n;
-    g->info = p->gtab_info;
+    g->lring = p->gring;
+    g->slot = p->gslot;
     g->cap = p->ghost_cap;
     g->head = p->ghost_head;
     g->count = p->ghost_n;
@@ -92,34 +94,82 @@ static inline void kvp__gview_drop(kvp__gview *g, uint64_t f)
     g->n[s] = 0;
 }
 
-/* CDECAY's table (infos kept) links each key to the ring instead of counting it: gtab_n[s]
- * is 1 + the ring slot of the key's latest addition (0: slot s empty), and the ring holds
- * table slots, not fingerprints (ghost[k] = s: the slot its key had when added). A ring slot
- * k names its key's entry iff gtab_n[ghost[k]] == k + 1; an older duplicate's ring slot
+/* CDECAY's table (infos kept) is one array of slots (kvp__gslot: fingerprint, link, info)
+ * and links each key to the ring instead of counting it: slot[s].link is 1 + the ring slot of
+ * the key's latest addition (0: slot s empty), and the ring (lring, 32-bit) holds table
+ * slots, not fingerprints (lring[k] = s: the slot its key had when added). A ring slot k
+ * names its key's entry iff slot[lring[k]].link == k + 1; an older duplicate's ring slot
  * names a slot whose link is elsewhere. So the oldest key leaves with no probe, and the
  * deletion's shifts carry the links (each moved entry's ring slot is rewritten). */
 
-/* Delete CDECAY's table slot s (full, its ring link about to go): backward shift, moving
- * each entry's ring slot with it. */
-static inline void kvp__gview_cut(kvp__gview *g, uint32_t s)
+/* CDECAY's table is addressed by byte offsets (a slot's number times 16): a probe adds 16 and
+ * masks with mask16, and loads base + offset, with no scaling (x86 scales an index by 8 at
+ * most). A fingerprint's home offset takes bits 4 and up of the same mix as
+ * kvp__gview_home. */
+static inline size_t kvp__gview_mask16(const kvp__gview *g)
 {
-    for (uint32_t j = (s + 1) & g->mask;; j = (j + 1) & g->mask) {
-        uint64_t fj = g->fp[j];
+    return (size_t)g->mask * sizeof(kvp__gslot);
+}
+
+static inline size_t kvp__gview_home16(size_t m16, uint64_t f)
+{
+    return (size_t)(f ^ (f >> 32)) & m16;
+}
+
+static inline kvp__gslot *kvp__gview_at(const kvp__gview *g, size_t off)
+{
+    return (kvp__gslot *)((char *)g->slot + off);
+}
+
+/* CDECAY's table slot holding fingerprint f, or the empty slot where it would go, as its byte
+ * offset. */
+static inline size_t kvp__gview_find_off(const kvp__gview *g, uint64_t f)
+{
+    size_t m16 = kvp__gview_mask16(g), o = kvp__gview_home16(m16, f);
+    uint64_t x;
+    while ((x = kvp__gview_at(g, o)->fp) != 0 && x != f)
+        o = (o + sizeof(kvp__gslot)) & m16;
+    return o;
+}
+
+/* The same as a slot number. */
+static inline uint32_t kvp__gview_find_slot(const kvp__gview *g, uint64_t f)
+{
+    return (uint32_t)(kvp__gview_find_off(g, f) / sizeof(kvp__gslot));
+}
+
+/* Delete CDECAY's table slot at byte offset s (full, its ring link about to go): backward
+ * shift, moving each entry's ring slot with it. */
+static inline void kvp__gview_cut(kvp__gview *g, size_t s)
+{
+    size_t m16 = kvp__gview_mask16(g);
+    for (size_t j = (s + sizeof(kvp__gslot)) & m16;; j = (j + sizeof(kvp__gslot)) & m16) {
+        kvp__gslot *ej = kvp__gview_at(g, j);
+        uint64_t fj = ej->fp;
         if (fj == 0)
             break;
-        uint32_t h = kvp__gview_home(g, fj);
+        size_t h = kvp__gview_home16(m16, fj);
         /* Entry j may move to s iff its home is not in (s, j] cyclically. */
-        if (((j - h) & g->mask) >= ((j - s) & g->mask)) {
-            uint32_t at1 = g->n[j];
-            g->fp[s] = fj;
-            g->n[s] = at1;
-            g->info[s] = g->info[j];
-            g->ring[at1 - 1] = s;
+        if (((j - h) & m16) >= ((j - s) & m16)) {
+            *kvp__gview_at(g, s) = *ej;
+            g->lring[ej->link - 1] = (uint32_t)(s / sizeof(kvp__gslot));
             s = j;
         }
     }
-    g->fp[s] = 0;
-    g->n[s] = 0;
+    kvp__gview_at(g, s)->fp = 0;
+    kvp__gview_at(g, s)->link = 0;
+}
+
+/* Fill CDECAY's table slot at byte offset off (empty) with f, linked to ring slot at, with
+ * info. */
+static inline void kvp__gview_fill(kvp__gview *g, size_t off, uint32_t at, uint64_t f,
+                                   uint16_t info)
+{
+    kvp__gslot *e = kvp__gview_at(g, off); /* field by field: its pad is never read */
+    e->fp = f;
+    e->link = at + 1;
+    e->info = info;
+    g->lring[at] = (uint32_t)(off / sizeof(kvp__gslot));
 }
 
 /* CDECAY's add to a full ghost (count == cap > 0) at ring slot at, the oldest key's (the
@@ -127,14 +177,10 @@ static inline void kvp__gview_cut(kvp__gview *g, uint32_t s)
  * with info takes the slot, which becomes the newest. */
 static inline void kvp__gview_put_full(kvp__gview *g, uint32_t at, uint64_t f, uint16_t info)
 {
-    uint32_t s = (uint32_t)g->ring[at];
-    if (g->n[s] == at + 1)
+    size_t s = (size_t)g->lring[at] * sizeof(kvp__gslot);
+    if (kvp__gview_at(g, s)->link == at + 1)
         kvp__gview_cut(g, s);
-    s = kvp__gview_find(g, f);
-    g->fp[s] = f;
-    g->n[s] = at + 1;
-    g->info[s] = info;
-    g->ring[at] = s;
+    kvp__gview_fill(g, kvp__gview_find_off(g, f), at, f, info);
 }
 
 /* The same, at head, moving head on. */
@@ -155,21 +201,17 @@ static inline void kvp__gview_add_linked(kvp__gview *g, uint64_t f, uint16_t inf
     uint32_t at = g->head + g->count;
     at = at >= g->cap ? at - g->cap : at;
     g->count++;
-    uint32_t s = kvp__gview_find(g, f);
-    g->fp[s] = f;
-    g->n[s] = at + 1;
-    g->info[s] = info;
-    g->ring[at] = s;
+    kvp__gview_fill(g, kvp__gview_find_off(g, f), at, f, info);
 }
 
-/* Remember key in G (with info, kept if infos: the table keeps them, gtab_info, as CDECAY's
- * does and S3-FIFO's does not), forgetting G's oldest key when G is full. Cannot fail. */
+/* Remember key in G (with info, kept if infos: CDECAY's table keeps them, S3-FIFO's does
+ * not), forgetting G's oldest key when G is full. Cannot fail. */
 static KVP__ALWAYS_INLINE void kvp__gview_add_fp(kvp__gview *g, uint64_t f, uint16_t info,
                                                  bool infos)
 {
     if (g->cap == 0)
         return;
-    assert(infos == (g->info != NULL) && f != 0);
+    assert(infos == (g->slot != NULL) && f != 0);
     if (infos) { /* CDECAY's: linked */
         kvp__gview_add_linked(g, f, info);
         return;
@@ -194,36 +236,6 @@ static KVP__ALWAYS_INLINE void kvp__gview_add_fp(kvp__gview *g, uint64_t f, uint
 static KVP__ALWAYS_INLINE void kvp__gview_add(kvp__gview *g, kvp_key key, uint16_t info, bool infos)
 {
     kvp__gview_add_fp(g, kvp__ghost_fp(key), info, infos);
-}
-
-/* Is key remembered in G? If so and info is not NULL, *info is the info of its latest
- * addition (0 without gtab_info). Cannot fail. */
-static inline bool kvp__gview_find_key(const kvp__gview *g, kvp_key key, uint16_t *info)
-{
-    if (g->cap == 0)
-        return false;
-    uint32_t s = kvp__gview_find(g, kvp__ghost_fp(key));
-    if (g->fp[s] == 0)
-        return false;
-    if (info)
-        *info = g->info ? g->info[s] : 0;
-    return true;
-}
-
-/* As kvp__gview_find_key, and key's info is spent: until key is added again, a find gives
- * info 0, so that the history one eviction left is learned from once (CDECAY: infos kept).
- * Cannot fail. */
-static inline bool kvp__gview_take(const kvp__gview *g, kvp_key key, uint16_t *info)
-{
-    if (g->cap == 0)
-        return false;
-    assert(g->info != NULL);
-    uint32_t s = kvp__gview_find(g, kvp__ghost_fp(key));
-    if (g->fp[s] == 0)
-        return false;
-    *info = g->info[s];
-    g->info[s] = 0;
-    return true;
 }
 
 /* The same on the policy's own fields, one operation at a time. */
@@ -254,13 +266,6 @@ static inline void kvp__ghost_add_fp(kvp__policy *p, uint64_t f, uint16_t info, 
 static inline bool kvp__ghost_has_fp(const kvp__policy *p, uint64_t f)
 {
     return p->ghost_cap != 0 && p->gtab_fp[kvp__gtab_find(p, f)] != 0;
-}
-
-static inline bool kvp__ghost_find(const kvp__policy *p, kvp_key key, uint16_t *info)
-{
-    kvp__gview g;
-    kvp__gview_load(p, &g);
-    return kvp__gview_find_key(&g, key, info);
 }
 
 #endif /* KVP_POLICY_GHOST_H */
