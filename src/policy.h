@@ -294,7 +294,6 @@ int kvp__policy_s3fifo_check(const kvp__policy *p);
 void kvp__cdecay_begin(kvp__policy *p, const uint32_t *ids, uint32_t n);
 void kvp__cdecay_head(kvp__policy *p, uint32_t c);
 void kvp__cdecay_release(kvp__policy *p, uint32_t id, uint32_t depth);
-void kvp__cdecay_release_n(kvp__policy *p, const uint32_t *ids, const uint32_t *at, uint32_t m);
 uint32_t kvp__cdecay_unpin_run(kvp__policy *p, uint32_t *state, const uint32_t *ids, uint32_t hi);
 uint32_t kvp__cdecay_evict(kvp__policy *p);
 void kvp__cdecay_evict_n(kvp__policy *p, uint32_t *ids, uint32_t n);
