@@ -431,14 +431,7 @@ static KVP__ALWAYS_INLINE uint16_t reset_victim(kvp__pblock *b, uint64_t clock)
     b->prev = KVP_NIL;
     b->next = KVP_NIL;
     b->list = KVP__PL_NONE;
-    b->depth = 0;
-    b->n_hits = 0;
-    b->freq = 0;
-    b->hist = 0;
-    b->cls = 0;
-    b->key = 0;
-    b->home = KVP__PL_NONE;
-    b->last_use = clock;
+    kvp__pblock_clear(b, clock);
     return info;
 }
 

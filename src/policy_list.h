@@ -9,13 +9,11 @@
 
 #include "internal.h"
 
-/* Block id was just handed out by the pool (free or evicted): a fresh record, on no list
- * and with no home until its first release as an indexed block (kvp__policy_taken, and the
- * policies' batched evictions). Cannot fail. */
-static inline void kvp__pblock_taken(kvp__policy *p, uint32_t id)
+/* The fields of a fresh record (kvp__pblock_taken below, and the policies' batched
+ * evictions, which keep the clock in a local): no history, no home, last used at clock.
+ * Its list links are the caller's. Cannot fail. */
+static KVP__ALWAYS_INLINE void kvp__pblock_clear(kvp__pblock *b, uint64_t clock)
 {
-    kvp__pblock *b = &p->b[id];
-    assert(b->list == KVP__PL_NONE);
     b->depth = 0;
     b->n_hits = 0;
     b->freq = 0;
@@ -23,7 +21,17 @@ static inline void kvp__pblock_taken(kvp__policy *p, uint32_t id)
     b->cls = 0;
     b->key = 0;
     b->home = KVP__PL_NONE;
-    b->last_use = ++p->clock;
+    b->last_use = clock;
+}
+
+/* Block id was just handed out by the pool (free or evicted): a fresh record, on no list
+ * and with no home until its first release as an indexed block (kvp__policy_taken, and the
+ * policies' batched evictions). Cannot fail. */
+static inline void kvp__pblock_taken(kvp__policy *p, uint32_t id)
+{
+    kvp__pblock *b = &p->b[id];
+    assert(b->list == KVP__PL_NONE);
+    kvp__pblock_clear(b, ++p->clock);
 }
 
 /* The shared part of a release (kvp__policy_release): block id's clock and depth. */

@@ -243,14 +243,7 @@ void kvp__s3fifo_evict_n(kvp__policy *restrict p, uint32_t *ids, uint32_t n)
             m_n++;
         }
     taken: /* kvp__pblock_taken */
-        b->depth = 0;
-        b->n_hits = 0;
-        b->freq = 0;
-        b->hist = 0;
-        b->cls = 0;
-        b->key = 0;
-        b->home = KVP__PL_NONE;
-        b->last_use = ++clock;
+        kvp__pblock_clear(b, ++clock);
         ids[k] = v;
     }
     p->clock = clock;
