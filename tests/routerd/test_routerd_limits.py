@@ -174,7 +174,10 @@ def check_identity(exe, tmp, ctx):
         wait_for(lambda: d.metric("kvprefix_router_malformed_messages_total",
                                   endpoint=eps["b"], reason="limit") == 1,
                  "b's blocks past --endpoint-blocks")
-        expect(d.metric("kvprefix_router_stale_marks_total", engine="b") == 1, "b marked stale")
+        # The daemon counts the refusal, then marks b stale and counts the mark: a scrape may
+        # fall between the two (a CI run under ASan saw it), so wait for the mark too.
+        wait_for(lambda: d.metric("kvprefix_router_stale_marks_total", engine="b") == 1,
+                 "b marked stale")
         expect(d.metric("kvprefix_router_worker_blocks", engine="b") == 0, "b's blocks dropped")
         log = d.logged()
         expect("above --endpoint-blocks 40" in log and "above --endpoint-workers 8" in log and
