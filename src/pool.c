@@ -390,6 +390,22 @@ static KVP__ALWAYS_INLINE void unpin(kvp_cache *cache, uint32_t id, uint32_t dep
     }
 }
 
+/* Drop a pin of block id (state word w) that does not make it cached: a private block's
+ * last pin frees it (returns 1, one block fewer in use), any other pin only lowers the
+ * count (returns 0). Shared by the release loops (unpin_run, unpin_policy_run). Cannot
+ * fail. */
+static KVP__ALWAYS_INLINE uint32_t drop_uncached_pin(kvp__pool *pool, uint32_t id, uint32_t w)
+{
+    if (w == (KVP__ST_IN_USE | 1)) { /* a private block's last pin */
+        free_push(pool, id);
+        return 1;
+    }
+    bool last = drop_pin(pool, id, w);
+    assert(!last);
+    (void)last;
+    return 0;
+}
+
 /* kvp__pool_unpin_tail_first on the plain LRU path (retention never used: unpin's
  * retention hooks are not here) when no quota applies and the n pushes cannot start a
  * cleaning pass (none runs, and the ring stays under 3/4 full): the same stores as n
@@ -416,13 +432,8 @@ static void unpin_run(kvp__pool *pool, const uint32_t *ids, uint32_t n)
             n_cached++;
             if (++s == cap)
                 s = 0;
-        } else if (w == (KVP__ST_IN_USE | 1)) { /* a private block's last pin */
-            n_unpinned++;
-            free_push(pool, id);
         } else {
-            bool last = drop_pin(pool, id, w);
-            assert(!last);
-            (void)last;
+            n_unpinned += drop_uncached_pin(pool, id, w);
         }
     }
     n_unpinned += n_cached;
@@ -488,14 +499,7 @@ static void unpin_policy_run(kvp_cache *cache, const uint32_t *ids, uint32_t n)
             break;
         uint32_t id = ids[--lo], w = state[id];
         assert(id < pool->n_blocks && w != (KVP__ST_IN_USE | KVP__ST_INDEXED | 1));
-        if (w == (KVP__ST_IN_USE | 1)) { /* a private block's last pin */
-            n_unpinned++;
-            free_push(pool, id);
-        } else {
-            bool last = drop_pin(pool, id, w);
-            assert(!last);
-            (void)last;
-        }
+        n_unpinned += drop_uncached_pin(pool, id, w);
         hi = lo;
     }
     assert(pool->n_in_use >= n_unpinned);
